@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Tessera builds with. Idempotent and quiet: only missing packages
+# are installed, and apt-get update runs only when something is missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config python3 clang-format
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps: missing packages: ${missing[*]} (run as root, or install them)" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [[ ! -x /usr/local/cuda/bin/nvcc && -z "$(command -v nvcc)" ]]; then
+  echo "install-deps: the CUDA toolkit (headers and nvcc) is expected at /usr/local/cuda" >&2
+  exit 1
+fi

@@ -1,0 +1,51 @@
+// Configuration of the simulated GPU from the environment. Parsing is pure (strings in, values or
+// an error naming the variable out) so it is unit-tested; `load_config` reads the environment.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace simgpu {
+
+struct DeviceSpec {
+  std::string name = "NVIDIA H200";
+  uint64_t memory_bytes = 143771ull << 20;  // 143771Mi, as an H200 reports
+  uint32_t sms = 132;
+  uint32_t cc_major = 9;
+  uint32_t cc_minor = 0;
+};
+
+struct SimConfig {
+  std::string state_path;                          // SIMGPU_STATE
+  std::vector<DeviceSpec> devices;                 // SIMGPU_DEVICES
+  std::map<std::string, uint64_t> kernel_wave_ns;  // SIMGPU_KERNEL_US (per kernel name)
+  uint64_t default_wave_ns = 10'000;               // SIMGPU_KERNEL_US "default=..."
+  uint64_t timeslice_ns = 2'000'000;               // SIMGPU_TIMESLICE_US
+  uint64_t switch_cost_ns = 0;                     // SIMGPU_SWITCH_US
+  uint64_t context_overhead = 500ull << 20;        // SIMGPU_CONTEXT_OVERHEAD (quantity)
+  int64_t fail_alloc_at = 0;                       // SIMGPU_FAIL_ALLOC_AT: Nth allocation fails
+  std::vector<int> unhealthy_devices;              // SIMGPU_UNHEALTHY: "0,2"
+};
+
+struct ConfigError {
+  std::string message;  // names the variable and the value
+};
+
+// Each parser returns the value or sets `error` and returns std::nullopt.
+std::optional<std::vector<DeviceSpec>> parse_devices(std::string_view text, ConfigError& error);
+std::optional<std::map<std::string, uint64_t>> parse_kernel_times(std::string_view text,
+                                                                  uint64_t& default_wave_ns,
+                                                                  ConfigError& error);
+
+// Reads all SIMGPU_* variables. An invalid value is reported on stderr and the default is kept.
+SimConfig load_config();
+
+// Deterministic UUID and PCI bus id for a device index, so tests and tools can name devices.
+std::string device_uuid(int index);
+std::string device_pci_bus_id(int index);
+
+}  // namespace simgpu

@@ -1,0 +1,99 @@
+// The simulated GPU's cross-process state: one file mapped by every process that loads the
+// simulated libcuda.so.1 or libnvidia-ml.so.1. Device memory is one pool for all processes, and
+// the execution engine's timeline lives here, so processes see each other the way they do on a
+// real GPU. The file is created atomically (built under a temporary name, then linked into place),
+// guarded by one process-shared *robust* mutex (a holder killed by SIGKILL cannot wedge the
+// others), and each process owns one slot identified by pid + start time.
+#pragma once
+
+#include <pthread.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace simgpu {
+
+inline constexpr uint32_t kStateMagic = 0x5347'5055;  // "SGPU"
+inline constexpr uint32_t kStateVersion = 1;
+inline constexpr int kMaxDevices = 8;
+inline constexpr int kMaxProcesses = 128;
+// Per (process, device) history of when that context ran: enough for event timing and for
+// NVML's utilisation windows (about two seconds of 2 ms time slices between two processes).
+inline constexpr int kSegmentRing = 1024;
+
+struct DeviceConfig {
+  char name[96];
+  char uuid[48];        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", stable per index
+  char pci_bus_id[32];  // "00000000:19:00.0"
+  uint64_t total_memory;
+  uint32_t sm_count;
+  uint32_t cc_major;
+  uint32_t cc_minor;
+  uint32_t minor_number;  // /dev/nvidia<minor>
+};
+
+// One stretch of time during which a context ran on the device: wall time [start, end) and the
+// context's cumulative work counter over that stretch [work_start, work_start + (end - start)).
+struct RunSegment {
+  uint64_t start_ns;
+  uint64_t end_ns;
+  uint64_t work_start_ns;
+};
+
+// A process's context(s) on one device, as the engine sees them. Work is measured in simulated
+// nanoseconds of device time: `submitted_ns` grows at each launch, `done_ns` as the device runs it.
+struct EngineSlot {
+  uint64_t submitted_ns;
+  uint64_t done_ns;
+  uint64_t busy_total_ns;
+  uint32_t segment_count;  // total ever written; ring index = count % kSegmentRing
+  uint32_t pad;
+  RunSegment segments[kSegmentRing];
+};
+
+struct ProcessSlot {
+  int32_t pid;  // 0: free
+  uint32_t pad;
+  uint64_t start_time;  // /proc/<pid>/stat field 22, so pid reuse cannot inherit a slot
+  uint64_t used_memory[kMaxDevices];  // device memory this process holds, context overhead included
+  uint32_t context_count[kMaxDevices];
+  EngineSlot engine[kMaxDevices];
+};
+
+struct DeviceState {
+  uint64_t used_memory;     // sum over live processes
+  uint64_t last_update_ns;  // engine simulated up to here
+  int64_t slice_left_ns;
+  int64_t switch_left_ns;  // device time still spent switching to `running_slot`
+  int32_t running_slot;    // process slot whose context holds the device, -1 idle
+  uint32_t healthy;        // 1 healthy, 0 marked unhealthy by fault injection
+  uint64_t xid_events;     // count of injected faults, for NVML health signals
+};
+
+struct EngineConfig {
+  uint64_t timeslice_ns;      // SIMGPU_TIMESLICE_US
+  uint64_t switch_cost_ns;    // SIMGPU_SWITCH_US: device time lost per context switch
+  uint64_t context_overhead;  // SIMGPU_CONTEXT_OVERHEAD: bytes of device memory per context
+};
+
+struct SharedState {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t size;  // sizeof(SharedState) of the writer; a mismatch means another build
+  pthread_mutex_t lock;
+  uint32_t device_count;
+  uint32_t pad;
+  EngineConfig engine;
+  int64_t fail_alloc_countdown;  // >0: the allocation that brings it to 0 fails (all processes)
+  uint64_t last_reclaim_ns;
+  DeviceConfig devices[kMaxDevices];
+  DeviceState device_state[kMaxDevices];
+  ProcessSlot processes[kMaxProcesses];
+};
+
+static_assert(offsetof(SharedState, magic) == 0);
+static_assert(offsetof(SharedState, version) == 4);
+static_assert(offsetof(SharedState, size) == 8);
+static_assert(sizeof(RunSegment) == 24);
+
+}  // namespace simgpu

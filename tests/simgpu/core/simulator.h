@@ -1,0 +1,99 @@
+// Process-wide access to the simulated GPU: opens (or creates) the shared state on first use and
+// offers the few operations both simulated libraries need. Every function that reads or writes
+// shared state takes the robust lock itself; none may be called with the lock already held.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "shared_state.h"
+
+namespace simgpu {
+
+// Monotonic wall clock shared by all processes on the host.
+uint64_t now_ns();
+
+struct ProcessMemory {
+  int32_t pid;
+  uint64_t bytes;
+};
+
+struct ProcessBusy {
+  int32_t pid;
+  uint64_t busy_ns;  // device time this process's contexts ran inside the window
+};
+
+enum class AllocResult { kOk, kOutOfMemory, kInjectedFailure };
+
+class Simulator {
+ public:
+  // The process's simulator, opened on first call. Returns nullptr (and logs once to stderr) when
+  // the state file cannot be opened or was written by an incompatible build.
+  static Simulator* get();
+
+  int device_count() const { return static_cast<int>(state_->device_count); }
+  const DeviceConfig& device(int index) const { return state_->devices[index]; }
+  const EngineConfig& engine_config() const { return state_->engine; }
+  const SimConfig& config() const { return config_; }
+  int slot() const { return slot_; }
+
+  // Device memory, shared by all processes. `reserve` fails with kOutOfMemory when the pool is
+  // exhausted (after reclaiming dead processes' memory) and honours fault injection.
+  AllocResult reserve(int device, uint64_t bytes);
+  void release(int device, uint64_t bytes);
+  uint64_t used_memory(int device);
+  std::vector<ProcessMemory> process_memory(int device);
+
+  // Context bookkeeping (NVML lists processes that hold a context).
+  void context_created(int device);
+  void context_destroyed(int device);
+
+  // Execution engine. `submit` queues `work_ns` of device time for this process on `device` and
+  // returns the work mark at which it completes. `done` says how far this process's work has run.
+  uint64_t submit(int device, uint64_t work_ns);
+  uint64_t done(int device);
+  // Wall time at which this process's work counter reached `mark`, if it has (else 0).
+  uint64_t completion_time(int device, uint64_t mark);
+  // Blocks until this process's work on `device` reaches `mark` (wall-clock waiting).
+  void wait_for(int device, uint64_t mark);
+
+  // Utilisation over a window of wall time [since_ns, now].
+  std::vector<ProcessBusy> process_busy(int device, uint64_t since_ns);
+  uint64_t device_busy(int device, uint64_t since_ns);
+
+  bool healthy(int device);
+  uint64_t fault_events(int device);
+  void set_healthy(int device, bool healthy);
+  void set_fail_alloc_countdown(int64_t n);
+
+  // Frees slots of processes that died (SIGKILL included) and returns their memory; also run
+  // lazily by reserve(). Returns the number of slots reclaimed.
+  int reclaim_dead_processes();
+
+  // Raw access for tools and tests (callers take the lock via LockGuard).
+  SharedState* state() { return state_; }
+
+  class LockGuard {
+   public:
+    explicit LockGuard(Simulator& sim);
+    ~LockGuard();
+    LockGuard(const LockGuard&) = delete;
+    LockGuard& operator=(const LockGuard&) = delete;
+
+   private:
+    Simulator& sim_;
+  };
+
+ private:
+  Simulator(SharedState* state, SimConfig config, int slot);
+  void advance_locked(int device, uint64_t now);
+  int reclaim_locked(uint64_t now);
+
+  SharedState* state_;
+  SimConfig config_;
+  int slot_;
+};
+
+}  // namespace simgpu

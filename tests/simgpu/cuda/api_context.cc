@@ -1,0 +1,324 @@
+// Contexts: created contexts and the per-device primary context, and the per-thread stack.
+#include <algorithm>
+
+#include "driver.h"
+
+using namespace simgpu::driver;
+
+namespace simgpu::driver {
+
+CUresult activate_context(Driver& driver, Context* context) {
+  const uint64_t overhead = driver.sim->engine_config().context_overhead;
+  if (CUresult r = to_result(driver.sim->reserve(context->device, overhead)); r != CUDA_SUCCESS) {
+    return r;
+  }
+  driver.sim->context_created(context->device);
+  driver.contexts.insert(context);
+  return CUDA_SUCCESS;
+}
+
+void destroy_context_objects(Driver& driver, Context* context) {
+  for (auto it = driver.allocations.begin(); it != driver.allocations.end();) {
+    if (it->second.context == context) {
+      if (it->second.pool) {
+        it->second.pool->used -= std::min(it->second.pool->used, it->second.charged);
+      } else if (it->second.charged) {
+        driver.sim->release(it->second.device, it->second.charged);
+      }
+      it = driver.allocations.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = driver.arrays.begin(); it != driver.arrays.end();) {
+    if ((*it)->context == context) {
+      driver.sim->release((*it)->device, (*it)->charged);
+      delete *it;
+      it = driver.arrays.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::erase_if(driver.streams, [&](Stream* s) {
+    if (s->context != context) return false;
+    delete s;
+    return true;
+  });
+  std::erase_if(driver.events, [&](Event* e) {
+    if (e->context != context) return false;
+    delete e;
+    return true;
+  });
+  std::erase_if(driver.modules, [&](Module* m) {
+    if (m->context != context) return false;
+    for (auto& f : m->functions) driver.functions.erase(f.get());
+    delete m;
+    return true;
+  });
+  driver.sim->release(context->device, driver.sim->engine_config().context_overhead);
+  driver.sim->context_destroyed(context->device);
+  driver.contexts.erase(context);
+  // Remove it from this thread's stack; other threads find it invalid on their next call.
+  auto& stack = context_stack();
+  std::erase(stack, context);
+}
+
+}  // namespace simgpu::driver
+
+namespace {
+
+CUresult create_context(CUcontext* out, unsigned flags, CUdevice ordinal) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  if (!driver.valid_ordinal(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  auto context = std::make_unique<Context>();
+  context->device = driver.device_of_ordinal(ordinal);
+  context->flags = flags;
+  context->default_stream.context = context.get();
+  if (CUresult r = activate_context(driver, context.get()); r != CUDA_SUCCESS) return r;
+  Context* raw = context.release();
+  context_stack().push_back(raw);
+  *out = reinterpret_cast<CUcontext>(raw);
+  return CUDA_SUCCESS;
+}
+
+Context* valid_context(Driver& driver, CUcontext handle) {
+  auto* context = reinterpret_cast<Context*>(handle);
+  return driver.contexts.count(context) ? context : nullptr;
+}
+
+}  // namespace
+
+SIMGPU_EXPORT CUresult cuCtxCreate_v2(CUcontext* out, unsigned int flags, CUdevice ordinal) {
+  return create_context(out, flags, ordinal);
+}
+
+SIMGPU_EXPORT CUresult cuCtxCreate_v3(CUcontext* out, CUexecAffinityParam* params, int count,
+                                      unsigned int flags, CUdevice ordinal) {
+  if (count < 0 || (count > 0 && !params)) return CUDA_ERROR_INVALID_VALUE;
+  return create_context(out, flags, ordinal);
+}
+
+SIMGPU_EXPORT CUresult cuCtxCreate_v4(CUcontext* out, CUctxCreateParams* params, unsigned int flags,
+                                      CUdevice ordinal) {
+  (void)params;  // execution affinity and CIG parameters have no effect on the simulator
+  return create_context(out, flags, ordinal);
+}
+
+SIMGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext handle) {
+  Driver& driver = Driver::get();
+  std::unique_lock<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Context* context = valid_context(driver, handle);
+  if (!context || context->primary) return CUDA_ERROR_INVALID_CONTEXT;
+  synchronize_to(driver, context->device, context->default_stream.last_mark, lock);
+  if (!valid_context(driver, handle)) return CUDA_ERROR_INVALID_CONTEXT;
+  destroy_context_objects(driver, context);
+  delete context;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxGetCurrent(CUcontext* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  *out = reinterpret_cast<CUcontext>(current_context());
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxSetCurrent(CUcontext handle) {
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  auto& stack = context_stack();
+  if (!handle) {
+    if (!stack.empty()) stack.pop_back();
+    return CUDA_SUCCESS;
+  }
+  Context* context = valid_context(driver, handle);
+  if (!context) return CUDA_ERROR_INVALID_CONTEXT;
+  if (stack.empty()) {
+    stack.push_back(context);
+  } else {
+    stack.back() = context;
+  }
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext handle) {
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Context* context = valid_context(driver, handle);
+  if (!context) return CUDA_ERROR_INVALID_CONTEXT;
+  context_stack().push_back(context);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* out) {
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  auto& stack = context_stack();
+  if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (out) *out = reinterpret_cast<CUcontext>(stack.back());
+  stack.pop_back();
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxGetDevice(CUdevice* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Context* context = current_context();
+  if (!context || !driver.contexts.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  *out = driver.ordinal_of_device(context->device);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxGetApiVersion(CUcontext handle, unsigned int* version) {
+  if (!version) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  if (handle && !valid_context(driver, handle)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!handle && !current_context()) return CUDA_ERROR_INVALID_CONTEXT;
+  *version = 3020;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxGetFlags(unsigned int* flags) {
+  if (!flags) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Context* context = current_context();
+  if (!context || !driver.contexts.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  *flags = context->flags;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxSynchronize() {
+  Driver& driver = Driver::get();
+  std::unique_lock<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Context* context = current_context();
+  if (!context || !driver.contexts.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  synchronize_to(driver, context->device, context->default_stream.last_mark, lock);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  if (least) *least = 0;
+  if (greatest) *greatest = -5;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  switch (limit) {
+    case CU_LIMIT_STACK_SIZE:
+      *value = 1024;
+      return CUDA_SUCCESS;
+    case CU_LIMIT_PRINTF_FIFO_SIZE:
+      *value = 1 << 20;
+      return CUDA_SUCCESS;
+    case CU_LIMIT_MALLOC_HEAP_SIZE:
+      *value = 8 << 20;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  }
+}
+
+SIMGPU_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  (void)value;
+  switch (limit) {
+    case CU_LIMIT_STACK_SIZE:
+    case CU_LIMIT_PRINTF_FIFO_SIZE:
+    case CU_LIMIT_MALLOC_HEAP_SIZE:
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  }
+}
+
+SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* out, CUdevice ordinal) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  if (!driver.valid_ordinal(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  Context* primary = driver.primary_contexts[static_cast<size_t>(ordinal)].get();
+  if (!primary->active) {
+    if (CUresult r = activate_context(driver, primary); r != CUDA_SUCCESS) return r;
+    primary->active = true;
+  }
+  ++primary->primary_refcount;
+  *out = reinterpret_cast<CUcontext>(primary);
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+void deactivate_primary(Driver& driver, Context* primary) {
+  destroy_context_objects(driver, primary);
+  primary->active = false;
+  primary->primary_refcount = 0;
+  primary->default_stream.last_mark = 0;
+}
+
+}  // namespace
+
+SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice ordinal) {
+  Driver& driver = Driver::get();
+  std::unique_lock<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  if (!driver.valid_ordinal(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  Context* primary = driver.primary_contexts[static_cast<size_t>(ordinal)].get();
+  if (!primary->active || primary->primary_refcount == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--primary->primary_refcount == 0) {
+    synchronize_to(driver, primary->device, primary->default_stream.last_mark, lock);
+    deactivate_primary(driver, primary);
+  }
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice ordinal) {
+  Driver& driver = Driver::get();
+  std::unique_lock<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  if (!driver.valid_ordinal(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  Context* primary = driver.primary_contexts[static_cast<size_t>(ordinal)].get();
+  if (primary->active) {
+    synchronize_to(driver, primary->device, primary->default_stream.last_mark, lock);
+    deactivate_primary(driver, primary);
+  }
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice ordinal, unsigned int* flags,
+                                                  int* active) {
+  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  if (!driver.valid_ordinal(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  const Context* primary = driver.primary_contexts[static_cast<size_t>(ordinal)].get();
+  *flags = primary->flags;
+  *active = primary->active ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice ordinal, unsigned int flags) {
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  if (!driver.valid_ordinal(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  driver.primary_contexts[static_cast<size_t>(ordinal)]->flags = flags;
+  return CUDA_SUCCESS;
+}

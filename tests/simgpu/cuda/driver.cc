@@ -1,0 +1,191 @@
+#include "driver.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+namespace simgpu::driver {
+// CUDA_VISIBLE_DEVICES as the real driver reads it: a comma-separated list of indices or UUID
+// prefixes; the list ends at the first entry that names no device (or one already listed).
+std::vector<int> parse_visible_devices(const SharedState& state) {
+  std::vector<int> visible;
+  const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!env) {
+    for (uint32_t i = 0; i < state.device_count; ++i) visible.push_back(static_cast<int>(i));
+    return visible;
+  }
+  std::string_view rest(env);
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    std::string_view entry = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
+    int found = -1;
+    if (!entry.empty() &&
+        std::all_of(entry.begin(), entry.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      const long index = std::strtol(std::string(entry).c_str(), nullptr, 10);
+      if (index >= 0 && index < static_cast<long>(state.device_count))
+        found = static_cast<int>(index);
+    } else if (entry.size() >= 5 && entry.substr(0, 4) == "GPU-") {
+      for (uint32_t i = 0; i < state.device_count; ++i) {
+        if (std::string_view(state.devices[i].uuid).substr(0, entry.size()) == entry) {
+          found = static_cast<int>(i);
+          break;
+        }
+      }
+    }
+    if (found < 0 || std::find(visible.begin(), visible.end(), found) != visible.end()) break;
+    visible.push_back(found);
+  }
+  return visible;
+}
+
+CUresult Driver::initialize() {
+  if (initialized) return initialized_pid == getpid() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+  sim = Simulator::get();
+  if (!sim) return CUDA_ERROR_NO_DEVICE;
+  visible_devices = parse_visible_devices(*sim->state());
+  if (visible_devices.empty()) return CUDA_ERROR_NO_DEVICE;
+  for (size_t ordinal = 0; ordinal < visible_devices.size(); ++ordinal) {
+    auto primary = std::make_unique<Context>();
+    primary->device = visible_devices[ordinal];
+    primary->primary = true;
+    primary->default_stream.context = primary.get();
+    primary_contexts.push_back(std::move(primary));
+    auto pool = std::make_unique<MemPool>();
+    pool->device = visible_devices[ordinal];
+    pool->is_default = true;
+    pools.insert(pool.get());
+    current_pools.push_back(pool.get());
+    default_pools.push_back(std::move(pool));
+  }
+  initialized = true;
+  initialized_pid = getpid();
+  return CUDA_SUCCESS;
+}
+
+uint64_t charged_bytes(uint64_t requested) {
+  return requested >= (1ull << 20) ? round_up(requested, kPageBytes)
+                                   : round_up(requested, kSmallAllocAlign);
+}
+
+Driver& Driver::get() {
+  static Driver* driver = new Driver();  // never destroyed: atexit order must not matter
+  return *driver;
+}
+
+CUdeviceptr Driver::take_address_range(uint64_t size, uint64_t alignment) {
+  next_address = round_up(next_address, std::max<uint64_t>(alignment, 256));
+  const CUdeviceptr base = next_address;
+  next_address += std::max<uint64_t>(round_up(size, 256), 256);
+  return base;
+}
+
+int Driver::ordinal_of_device(int device) const {
+  for (size_t i = 0; i < visible_devices.size(); ++i) {
+    if (visible_devices[i] == device) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::vector<Context*>& context_stack() {
+  thread_local std::vector<Context*> stack;
+  return stack;
+}
+
+Context* current_context() {
+  auto& stack = context_stack();
+  return stack.empty() ? nullptr : stack.back();
+}
+
+CUresult check_initialized(const Driver& driver) {
+  return driver.initialized && driver.initialized_pid == getpid() ? CUDA_SUCCESS
+                                                                  : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+Stream* resolve_stream(Driver& driver, CUstream handle) {
+  if (handle == nullptr || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD) {
+    Context* context = current_context();
+    if (!context || !driver.contexts.count(context)) return nullptr;
+    return &context->default_stream;
+  }
+  auto* stream = reinterpret_cast<Stream*>(handle);
+  return driver.streams.count(stream) ? stream : nullptr;
+}
+
+CUresult to_result(AllocResult result) {
+  switch (result) {
+    case AllocResult::kOk:
+      return CUDA_SUCCESS;
+    case AllocResult::kOutOfMemory:
+    case AllocResult::kInjectedFailure:
+      return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return CUDA_ERROR_UNKNOWN;
+}
+
+unsigned resident_blocks_per_sm(unsigned threads_per_block, unsigned shared_bytes) {
+  unsigned by_threads = kMaxThreadsPerSm / std::max(threads_per_block, 1u);
+  // Each resident block also reserves 1 KiB of shared memory for the system.
+  unsigned by_shared = kSharedMemPerSm / (shared_bytes + 1024);
+  return std::max(1u, std::min({kMaxBlocksPerSm, by_threads, by_shared}));
+}
+
+uint64_t kernel_duration_ns(const Driver& driver, const Function& function, const unsigned grid[3],
+                            const unsigned block[3], unsigned shared_bytes) {
+  const uint64_t blocks = uint64_t{grid[0]} * grid[1] * grid[2];
+  const unsigned threads = block[0] * block[1] * block[2];
+  const int device = function.module->context->device;
+  const uint64_t per_wave =
+      uint64_t{driver.sim->device(device).sm_count} * resident_blocks_per_sm(threads, shared_bytes);
+  const uint64_t waves = (blocks + per_wave - 1) / per_wave;
+  return waves * function.wave_ns;
+}
+
+void enqueue_work(Driver& driver, Stream& stream, uint64_t work_ns,
+                  std::unique_lock<std::mutex>& lock) {
+  const int device = stream.context->device;
+  auto& pending = driver.pending_marks[device];
+  if (pending.size() >= static_cast<size_t>(kMaxPendingLaunches)) {
+    const uint64_t finished = driver.sim->done(device);
+    while (!pending.empty() && pending.front() <= finished) pending.pop_front();
+    if (pending.size() >= static_cast<size_t>(kMaxPendingLaunches)) {
+      // The queue is full: like the real driver, the launching thread blocks until the oldest
+      // queued launch has run.
+      const uint64_t oldest = pending[pending.size() - kMaxPendingLaunches];
+      lock.unlock();
+      driver.sim->wait_for(device, oldest);
+      lock.lock();
+      const uint64_t now_done = driver.sim->done(device);
+      while (!pending.empty() && pending.front() <= now_done) pending.pop_front();
+    }
+  }
+  const uint64_t mark = driver.sim->submit(device, work_ns);
+  pending.push_back(mark);
+  stream.last_mark = mark;
+  stream.context->default_stream.last_mark =
+      std::max(stream.context->default_stream.last_mark, mark);
+}
+
+void trim_pools_at_sync(Driver& driver, int device) {
+  for (MemPool* pool : driver.pools) {
+    if (pool->device != device) continue;
+    const uint64_t keep = std::max(pool->used, std::min(pool->reserved, pool->release_threshold));
+    if (pool->reserved > keep) {
+      driver.sim->release(device, pool->reserved - keep);
+      pool->reserved = keep;
+    }
+  }
+}
+
+void synchronize_to(Driver& driver, int device, uint64_t mark, std::unique_lock<std::mutex>& lock) {
+  lock.unlock();
+  driver.sim->wait_for(device, mark);
+  lock.lock();
+  trim_pools_at_sync(driver, device);
+}
+
+}  // namespace simgpu::driver

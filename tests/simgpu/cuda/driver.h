@@ -1,0 +1,235 @@
+// Process-local half of the simulated libcuda: the driver objects a program holds handles to
+// (contexts, streams, events, modules, allocations, pools, graphs). Shared, cross-process state
+// (device memory, the execution engine) lives in simgpu::Simulator.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "simulator.h"
+
+#define SIMGPU_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace simgpu::driver {
+
+inline constexpr int kDriverVersion = 13000;
+// What the simulator charges for memory, in one place (docs/simulator.md explains the choices):
+// allocations of 1 MiB or more take whole 2 MiB pages, smaller ones are rounded to 512 bytes.
+inline constexpr uint64_t kPageBytes = 2ull << 20;
+inline constexpr uint64_t kSmallAllocAlign = 512;
+inline constexpr uint64_t kPitchAlign = 512;
+inline constexpr uint64_t kVmmGranularity = 2ull << 20;
+inline constexpr int kMaxPendingLaunches = 1024;  // the push buffer: deeper queues block
+inline constexpr uint32_t kMaxThreadsPerBlock = 1024;
+inline constexpr uint32_t kMaxThreadsPerSm = 2048;
+inline constexpr uint32_t kMaxBlocksPerSm = 32;
+inline constexpr uint32_t kSharedMemPerSm = 233472;  // 228 KiB, Hopper
+inline constexpr uint32_t kSharedMemPerBlockOptin = 232448;
+
+inline uint64_t round_up(uint64_t value, uint64_t align) {
+  return (value + align - 1) / align * align;
+}
+uint64_t charged_bytes(uint64_t requested);
+
+struct Context;
+struct MemPool;
+
+struct Stream {
+  Context* context = nullptr;
+  unsigned flags = 0;
+  int priority = 0;
+  uint64_t last_mark = 0;           // engine work mark of the last item queued on this stream
+  struct Graph* capture = nullptr;  // non-null while capturing
+};
+
+struct Context {
+  int device = 0;  // index into the shared state's devices
+  unsigned flags = 0;
+  bool primary = false;
+  int primary_refcount = 0;  // primary only
+  bool active = false;       // primary only: retained at least once and not reset
+  Stream default_stream;     // the legacy / per-thread default streams share the timeline
+};
+
+struct Event {
+  Context* context = nullptr;
+  unsigned flags = 0;
+  bool recorded = false;
+  uint64_t mark = 0;
+  uint64_t record_ns = 0;
+  uint64_t completed_ns = 0;  // cached once known
+};
+
+struct Function {
+  std::string name;
+  uint64_t wave_ns = 0;
+  int max_dynamic_shared = 48 * 1024;
+  struct Module* module = nullptr;
+};
+
+struct Module {
+  Context* context = nullptr;
+  std::vector<std::unique_ptr<Function>> functions;
+};
+
+enum class AllocationKind { kDevice, kPitch, kManaged, kPool, kGraph };
+
+struct Allocation {
+  uint64_t size = 0;     // bytes the caller asked for (the addressable range)
+  uint64_t charged = 0;  // bytes taken from the device pool
+  int device = 0;
+  AllocationKind kind = AllocationKind::kDevice;
+  MemPool* pool = nullptr;
+  void* host_backing = nullptr;  // managed memory is host-accessible
+  Context* context = nullptr;    // freed with its context
+};
+
+struct MemPool {
+  int device = 0;
+  bool is_default = false;
+  uint64_t reserved = 0;  // taken from the device
+  uint64_t used = 0;      // handed out to live allocations
+  uint64_t reserved_high = 0;
+  uint64_t used_high = 0;
+  uint64_t release_threshold = 0;
+};
+
+struct PhysicalAllocation {  // cuMemCreate
+  uint64_t size = 0;
+  int device = 0;
+  int mappings = 0;
+  bool released = false;
+};
+
+struct Mapping {
+  uint64_t size = 0;
+  PhysicalAllocation* physical = nullptr;
+  bool access_set = false;
+};
+
+struct ArrayObject {
+  CUDA_ARRAY3D_DESCRIPTOR descriptor{};
+  uint64_t charged = 0;
+  int device = 0;
+  Context* context = nullptr;
+};
+
+struct KernelLaunch {
+  Function* function = nullptr;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned shared_bytes = 0;
+};
+
+struct Graph {
+  std::vector<KernelLaunch> kernels;
+  std::vector<uint64_t> mem_alloc_bytes;  // graph memory nodes
+  std::vector<CUdeviceptr> mem_alloc_ptrs;
+  std::vector<std::unique_ptr<int>> nodes;  // node handles (identity only)
+  int device = 0;
+};
+
+struct GraphExec {
+  Graph graph;
+  bool memory_charged = false;
+  uint64_t memory_bytes = 0;
+};
+
+// All process-local driver state behind one mutex: handles are validated against these sets, so
+// a stale or forged handle gets an error code, never a crash.
+class Driver {
+ public:
+  static Driver& get();
+  // cuInit: opens the simulator and applies CUDA_VISIBLE_DEVICES. Call with `mutex` held.
+  CUresult initialize();
+
+  std::mutex mutex;
+  bool initialized = false;
+  int initialized_pid = 0;  // a forked child cannot use its parent's driver, as with real CUDA
+  Simulator* sim = nullptr;
+  std::vector<int> visible_devices;  // ordinal -> shared-state device index (CUDA_VISIBLE_DEVICES)
+
+  std::vector<std::unique_ptr<Context>> primary_contexts;  // one per visible ordinal
+  std::unordered_set<Context*> contexts;
+  std::unordered_set<Stream*> streams;
+  std::unordered_set<Event*> events;
+  std::unordered_set<Module*> modules;
+  std::unordered_set<Function*> functions;
+  std::unordered_set<ArrayObject*> arrays;
+  std::unordered_set<Graph*> graphs;
+  std::unordered_set<GraphExec*> graph_execs;
+  std::unordered_set<PhysicalAllocation*> physical;
+  std::vector<std::unique_ptr<MemPool>> default_pools;  // per visible ordinal
+  std::vector<MemPool*> current_pools;                  // per visible ordinal
+  std::unordered_set<MemPool*> pools;
+  std::map<CUdeviceptr, Allocation> allocations;  // by base address
+  std::map<CUdeviceptr, Mapping> mappings;        // VMM mappings by address
+  std::map<CUdeviceptr, uint64_t> reservations;   // VMM address ranges
+  std::map<void*, size_t> host_allocations;
+
+  uint64_t next_address = 0x7f00'0000'0000ull;
+  std::deque<uint64_t> pending_marks[kMaxDevices];  // launch queue depth per device
+
+  // Reserves `size` bytes of device address space (never reused within a process).
+  CUdeviceptr take_address_range(uint64_t size, uint64_t alignment);
+  int device_of_ordinal(CUdevice ordinal) const { return visible_devices[ordinal]; }
+  int ordinal_of_device(int device) const;
+  bool valid_ordinal(CUdevice ordinal) const {
+    return ordinal >= 0 && ordinal < static_cast<int>(visible_devices.size());
+  }
+};
+
+// cuGetProcAddress for both ABIs (status may be null).
+CUresult get_proc_address(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
+                          CUdriverProcAddressQueryResult* status);
+
+std::vector<int> parse_visible_devices(const SharedState& state);
+
+// Frees everything a context owns (allocations, arrays, streams, events, modules) and returns its
+// memory and overhead to the device. Call with the driver mutex held.
+void destroy_context_objects(Driver& driver, Context* context);
+// Charges the per-context overhead and registers a new or re-activated context.
+CUresult activate_context(Driver& driver, Context* context);
+
+// Thread's current context stack (top = current).
+std::vector<Context*>& context_stack();
+Context* current_context();
+
+// Resolves a stream handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a created stream) to a
+// Stream, for the current context. Returns nullptr for invalid handles or no context.
+Stream* resolve_stream(Driver& driver, CUstream handle);
+
+// Common preconditions: initialised and (optionally) a current context.
+CUresult check_initialized(const Driver& driver);
+// Initialised and a valid current context; sets `context`.
+CUresult require_context(Driver& driver, Context*& context);
+// Reserves device memory and records a new allocation at a fresh address.
+CUresult allocate_device_memory(Driver& driver, Context* context, uint64_t size, uint64_t charged,
+                                AllocationKind kind, CUdeviceptr* out);
+// Finds the allocation containing [ptr, ptr + size), or nullptr.
+Allocation* find_allocation(Driver& driver, CUdeviceptr ptr, uint64_t size, CUdeviceptr* base);
+
+// Maps a simulator reservation result to the CUresult a real driver returns.
+CUresult to_result(AllocResult result);
+
+// Engine helpers (call with the driver mutex held).
+uint64_t kernel_duration_ns(const Driver& driver, const Function& function, const unsigned grid[3],
+                            const unsigned block[3], unsigned shared_bytes);
+unsigned resident_blocks_per_sm(unsigned threads_per_block, unsigned shared_bytes);
+// Queues `work_ns` on the stream's device; blocks while the launch queue is full.
+void enqueue_work(Driver& driver, Stream& stream, uint64_t work_ns,
+                  std::unique_lock<std::mutex>& lock);
+// Waits (mutex released) until the device has run this process's work up to `mark`, then returns
+// pool memory above each pool's release threshold, as the real driver does at synchronisation.
+void synchronize_to(Driver& driver, int device, uint64_t mark, std::unique_lock<std::mutex>& lock);
+void trim_pools_at_sync(Driver& driver, int device);
+
+}  // namespace simgpu::driver

@@ -1,0 +1,379 @@
+// Device memory on the simulated GPU: one pool shared by all processes, every allocation family,
+// what cuMemGetInfo reports, and memory returning when a process dies.
+#include <cuda.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "sim_test_support.h"
+
+namespace simgpu::testing {
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kGiB = 1ull << 30;
+constexpr uint64_t kDevice = 16 * kGiB;
+constexpr uint64_t kOverhead = 500 * kMiB;
+
+int run(const std::function<int(FILE*)>& body) {
+  Child child(body);
+  return child.wait_exit();
+}
+
+TEST(SimMemory, ContextOverheadIsChargedAndMemGetInfoReportsTheDevice) {
+  SimEnvironment env;
+  EXPECT_EQ(run([](FILE*) {
+              CUcontext context;
+              if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+              size_t free_bytes = 0, total = 0;
+              if (cuMemGetInfo(&free_bytes, &total) != CUDA_SUCCESS) return 100;
+              if (total != kDevice) return 101;
+              if (free_bytes != kDevice - kOverhead) return 102;
+              if (cuMemGetInfo(nullptr, &total) != CUDA_ERROR_INVALID_VALUE) return 103;
+              return 0;
+            }),
+            0);
+}
+
+TEST(SimMemory, MemGetInfoNeedsAContext) {
+  SimEnvironment env;
+  EXPECT_EQ(run([](FILE*) {
+              if (cuInit(0) != CUDA_SUCCESS) return 1;
+              size_t free_bytes = 0, total = 0;
+              return cuMemGetInfo(&free_bytes, &total) == CUDA_ERROR_INVALID_CONTEXT ? 0 : 2;
+            }),
+            0);
+}
+
+TEST(SimMemory, CallsBeforeInitFail) {
+  SimEnvironment env;
+  EXPECT_EQ(run([](FILE*) {
+              int count = 0;
+              if (cuDeviceGetCount(&count) != CUDA_ERROR_NOT_INITIALIZED) return 1;
+              int version = 0;
+              if (cuDriverGetVersion(&version) != CUDA_SUCCESS || version != 13000) return 2;
+              return 0;
+            }),
+            0);
+}
+
+TEST(SimMemory, AllocationBeyondCapacityFailsWithOutOfMemory) {
+  SimEnvironment env;
+  EXPECT_EQ(run([](FILE*) {
+              CUcontext context;
+              if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+              std::vector<CUdeviceptr> held;
+              CUdeviceptr ptr = 0;
+              uint64_t obtained = 0;
+              while (cuMemAlloc(&ptr, kGiB) == CUDA_SUCCESS) {
+                held.push_back(ptr);
+                obtained += kGiB;
+              }
+              // 16 GiB less 500 MiB of context: 15 whole GiB fit.
+              if (obtained != 15 * kGiB) return 100;
+              if (cuMemAlloc(&ptr, kGiB) != CUDA_ERROR_OUT_OF_MEMORY) return 101;
+              // The remainder, exactly, still fits.
+              const uint64_t rest = kDevice - kOverhead - 15 * kGiB;
+              if (cuMemAlloc(&ptr, rest) != CUDA_SUCCESS) return 102;
+              if (cuMemAlloc(&ptr, 512) != CUDA_ERROR_OUT_OF_MEMORY) return 103;
+              if (cuMemFree(ptr) != CUDA_SUCCESS) return 104;
+              for (CUdeviceptr p : held) {
+                if (cuMemFree(p) != CUDA_SUCCESS) return 105;
+              }
+              size_t free_bytes = 0, total = 0;
+              cuMemGetInfo(&free_bytes, &total);
+              return free_bytes == kDevice - kOverhead ? 0 : 106;
+            }),
+            0);
+}
+
+TEST(SimMemory, InvalidArgumentsGetDriverErrors) {
+  SimEnvironment env;
+  EXPECT_EQ(run([](FILE*) {
+              CUcontext context;
+              if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+              CUdeviceptr ptr = 0;
+              if (cuMemAlloc(&ptr, 0) != CUDA_ERROR_INVALID_VALUE) return 1;
+              if (cuMemAlloc(nullptr, 16) != CUDA_ERROR_INVALID_VALUE) return 2;
+              if (cuMemFree(0xdead0000) != CUDA_ERROR_INVALID_VALUE) return 3;
+              if (cuMemFree(0) != CUDA_SUCCESS) return 4;
+              size_t pitch = 0;
+              if (cuMemAllocPitch(&ptr, &pitch, 100, 10, 3) != CUDA_ERROR_INVALID_VALUE) return 5;
+              return 0;
+            }),
+            0);
+}
+
+TEST(SimMemory, PitchIsRoundedTo512Bytes) {
+  SimEnvironment env;
+  EXPECT_EQ(run([](FILE*) {
+              CUcontext context;
+              if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+              CUdeviceptr ptr = 0;
+              size_t pitch = 0;
+              if (cuMemAllocPitch(&ptr, &pitch, 1000, 4096, 4) != CUDA_SUCCESS) return 1;
+              if (pitch != 1024) return 2;
+              size_t free_bytes = 0, total = 0;
+              cuMemGetInfo(&free_bytes, &total);
+              // 1024 x 4096 = 4 MiB, two whole pages.
+              if (kDevice - kOverhead - free_bytes != 4 * kMiB) return 3;
+              return cuMemFree(ptr) == CUDA_SUCCESS ? 0 : 4;
+            }),
+            0);
+}
+
+TEST(SimMemory, ManagedMemoryIsHostBackedAndNotChargedToTheDevice) {
+  SimEnvironment env;
+  EXPECT_EQ(run([](FILE*) {
+              CUcontext context;
+              if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+              CUdeviceptr ptr = 0;
+              if (cuMemAllocManaged(&ptr, 64 * kGiB, CU_MEM_ATTACH_GLOBAL) != CUDA_SUCCESS)
+                return 1;
+              reinterpret_cast<volatile char*>(ptr)[12345] = 7;  // host-accessible
+              size_t free_bytes = 0, total = 0;
+              cuMemGetInfo(&free_bytes, &total);
+              if (free_bytes != kDevice - kOverhead) return 2;
+              return cuMemFree(ptr) == CUDA_SUCCESS ? 0 : 3;
+            }),
+            0);
+}
+
+TEST(SimMemory, PoolsReserveKeepAndReleaseAtSynchronisation) {
+  SimEnvironment env;
+  EXPECT_EQ(
+      run([](FILE*) {
+        CUcontext context;
+        if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+        CUmemoryPool pool;
+        if (cuDeviceGetDefaultMemPool(&pool, 0) != CUDA_SUCCESS) return 1;
+        CUstream stream;
+        cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+        CUdeviceptr ptr = 0;
+        if (cuMemAllocAsync(&ptr, 3 * kGiB, stream) != CUDA_SUCCESS) return 2;
+        cuuint64_t reserved = 0, used = 0;
+        cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+        cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used);
+        if (reserved != 3 * kGiB || used != 3 * kGiB) return 3;
+        if (cuMemFreeAsync(ptr, stream) != CUDA_SUCCESS) return 4;
+        cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+        if (reserved != 3 * kGiB) return 5;  // kept until synchronisation
+        size_t free_bytes = 0, total = 0;
+        cuMemGetInfo(&free_bytes, &total);
+        if (free_bytes != kDevice - kOverhead - 3 * kGiB) return 6;
+        cuStreamSynchronize(stream);  // release threshold 0: everything goes back
+        cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+        if (reserved != 0) return 7;
+        // With a high threshold the pool keeps its memory until trimmed.
+        cuuint64_t threshold = UINT64_MAX;
+        cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+        cuMemAllocAsync(&ptr, 2 * kGiB, stream);
+        cuMemFreeAsync(ptr, stream);
+        cuStreamSynchronize(stream);
+        cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+        if (reserved != 2 * kGiB) return 8;
+        cuuint64_t high = 0;
+        cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high);
+        if (high != 3 * kGiB) return 9;
+        if (cuMemPoolTrimTo(pool, kGiB) != CUDA_SUCCESS) return 10;
+        cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+        if (reserved != kGiB) return 11;
+        // A created pool draws from the same device memory.
+        CUmemPoolProps props{};
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = 0;
+        CUmemoryPool created;
+        if (cuMemPoolCreate(&created, &props) != CUDA_SUCCESS) return 12;
+        if (cuMemAllocFromPoolAsync(&ptr, 15 * kGiB, created, stream) != CUDA_ERROR_OUT_OF_MEMORY) {
+          return 13;  // 1 GiB is still reserved by the default pool
+        }
+        if (cuMemAllocFromPoolAsync(&ptr, 14 * kGiB, created, stream) != CUDA_SUCCESS) return 14;
+        return 0;
+      }),
+      0);
+}
+
+TEST(SimMemory, VirtualMemoryChargesPhysicalAllocationsUntilReleasedAndUnmapped) {
+  SimEnvironment env;
+  EXPECT_EQ(run([](FILE*) {
+              CUcontext context;
+              if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+              CUmemAllocationProp prop{};
+              prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+              prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+              prop.location.id = 0;
+              size_t granularity = 0;
+              if (cuMemGetAllocationGranularity(&granularity, &prop,
+                                                CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
+                  granularity != 2 * kMiB) {
+                return 1;
+              }
+              CUmemGenericAllocationHandle handle;
+              if (cuMemCreate(&handle, 3 * kMiB, &prop, 0) != CUDA_ERROR_INVALID_VALUE) return 2;
+              if (cuMemCreate(&handle, 4 * kGiB, &prop, 0) != CUDA_SUCCESS) return 3;
+              CUdeviceptr va = 0;
+              if (cuMemAddressReserve(&va, 4 * kGiB, 0, 0, 0) != CUDA_SUCCESS) return 4;
+              if (cuMemMap(va, 4 * kGiB, 0, handle, 0) != CUDA_SUCCESS) return 5;
+              CUmemAccessDesc access{};
+              access.location = prop.location;
+              access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+              if (cuMemSetAccess(va, 4 * kGiB, &access, 1) != CUDA_SUCCESS) return 6;
+              size_t free_bytes = 0, total = 0;
+              cuMemGetInfo(&free_bytes, &total);
+              if (free_bytes != kDevice - kOverhead - 4 * kGiB) return 7;
+              if (cuMemRelease(handle) != CUDA_SUCCESS) return 8;  // still mapped: still held
+              cuMemGetInfo(&free_bytes, &total);
+              if (free_bytes != kDevice - kOverhead - 4 * kGiB) return 9;
+              if (cuMemUnmap(va, 4 * kGiB) != CUDA_SUCCESS) return 10;
+              cuMemGetInfo(&free_bytes, &total);
+              if (free_bytes != kDevice - kOverhead) return 11;
+              if (cuMemAddressFree(va, 4 * kGiB) != CUDA_SUCCESS) return 12;
+              CUmemGenericAllocationHandle too_big;
+              if (cuMemCreate(&too_big, 16 * kGiB, &prop, 0) != CUDA_ERROR_OUT_OF_MEMORY) return 13;
+              return 0;
+            }),
+            0);
+}
+
+TEST(SimMemory, ArraysAreChargedByTheirSize) {
+  SimEnvironment env;
+  EXPECT_EQ(run([](FILE*) {
+              CUcontext context;
+              if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+              CUDA_ARRAY3D_DESCRIPTOR desc{};
+              desc.Width = 1024;
+              desc.Height = 1024;
+              desc.Depth = 64;
+              desc.Format = CU_AD_FORMAT_FLOAT;
+              desc.NumChannels = 4;  // 1024 * 1024 * 64 * 16 B = 1 GiB
+              CUarray array;
+              if (cuArray3DCreate(&array, &desc) != CUDA_SUCCESS) return 1;
+              size_t free_bytes = 0, total = 0;
+              cuMemGetInfo(&free_bytes, &total);
+              if (free_bytes != kDevice - kOverhead - kGiB) return 2;
+              if (cuArrayDestroy(array) != CUDA_SUCCESS) return 3;
+              cuMemGetInfo(&free_bytes, &total);
+              if (free_bytes != kDevice - kOverhead) return 4;
+              desc.NumChannels = 3;
+              return cuArray3DCreate(&array, &desc) == CUDA_ERROR_INVALID_VALUE ? 0 : 5;
+            }),
+            0);
+}
+
+TEST(SimMemory, TwoProcessesShareOneDevicePool) {
+  SimEnvironment env;
+  Child holder([](FILE* out) {
+    CUcontext context;
+    if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+    CUdeviceptr ptr = 0;
+    if (cuMemAlloc(&ptr, 10 * kGiB) != CUDA_SUCCESS) return 1;
+    std::fprintf(out, "ready\n");
+    pause();  // holds the memory until killed
+    return 0;
+  });
+  ASSERT_EQ(holder.read_line(), "ready");
+  Child other([](FILE*) {
+    CUcontext context;
+    if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+    size_t free_bytes = 0, total = 0;
+    cuMemGetInfo(&free_bytes, &total);
+    // Both contexts' overhead and the holder's 10 GiB are gone.
+    if (free_bytes != kDevice - 2 * kOverhead - 10 * kGiB) return 1;
+    CUdeviceptr ptr = 0;
+    // 16 GiB - 2 x 500 MiB - 10 GiB = 5144 MiB left.
+    if (cuMemAlloc(&ptr, 5145 * kMiB) != CUDA_ERROR_OUT_OF_MEMORY) return 2;
+    if (cuMemAlloc(&ptr, 5144 * kMiB) != CUDA_SUCCESS) return 3;
+    return 0;
+  });
+  EXPECT_EQ(other.wait_exit(), 0);
+  holder.kill_now();
+  EXPECT_EQ(holder.wait_exit(), 128 + SIGKILL);
+  // The killed holder's memory is back for the next process.
+  EXPECT_EQ(run([](FILE*) {
+              CUcontext context;
+              if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+              CUdeviceptr ptr = 0;
+              return cuMemAlloc(&ptr, 15 * kGiB) == CUDA_SUCCESS ? 0 : 1;
+            }),
+            0);
+}
+
+TEST(SimMemory, MemoryOfAKilledUnreapedProcessIsReclaimed) {
+  SimEnvironment env;
+  Child holder([](FILE* out) {
+    CUcontext context;
+    if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+    CUdeviceptr ptr = 0;
+    if (cuMemAlloc(&ptr, 15 * kGiB) != CUDA_SUCCESS) return 1;
+    std::fprintf(out, "ready\n");
+    pause();
+    return 0;
+  });
+  ASSERT_EQ(holder.read_line(), "ready");
+  holder.kill_now();  // a zombie until reaped: it must not count as alive
+  usleep(50'000);
+  EXPECT_EQ(run([](FILE*) {
+              CUcontext context;
+              if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+              CUdeviceptr ptr = 0;
+              return cuMemAlloc(&ptr, 15 * kGiB) == CUDA_SUCCESS ? 0 : 1;
+            }),
+            0);
+}
+
+TEST(SimMemory, FaultInjectionFailsTheNthAllocation) {
+  SimEnvironment env;
+  setenv("SIMGPU_FAIL_ALLOC_AT", "3", 1);
+  EXPECT_EQ(run([](FILE*) {
+              CUcontext context;  // the context's overhead is allocation 1
+              if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+              CUdeviceptr ptr = 0;
+              if (cuMemAlloc(&ptr, kMiB) != CUDA_SUCCESS) return 1;
+              if (cuMemAlloc(&ptr, kMiB) != CUDA_ERROR_OUT_OF_MEMORY) return 2;
+              if (cuMemAlloc(&ptr, kMiB) != CUDA_SUCCESS) return 3;
+              return 0;
+            }),
+            0);
+  unsetenv("SIMGPU_FAIL_ALLOC_AT");
+}
+
+TEST(SimMemory, DestroyingAContextReturnsItsMemory) {
+  SimEnvironment env;
+  EXPECT_EQ(run([](FILE*) {
+              if (cuInit(0) != CUDA_SUCCESS) return 1;
+              CUcontext primary;
+              if (CUresult r = init_primary(&primary); r) return static_cast<int>(r);
+              CUcontext created;
+              if (cuCtxCreate(&created, nullptr, 0, 0) != CUDA_SUCCESS) return 2;
+              CUdeviceptr ptr = 0;
+              if (cuMemAlloc(&ptr, 2 * kGiB) != CUDA_SUCCESS) return 3;
+              size_t free_bytes = 0, total = 0;
+              cuMemGetInfo(&free_bytes, &total);
+              if (free_bytes != kDevice - 2 * kOverhead - 2 * kGiB) return 4;
+              if (cuCtxDestroy(created) != CUDA_SUCCESS) return 5;
+              cuCtxSetCurrent(primary);
+              cuMemGetInfo(&free_bytes, &total);
+              return free_bytes == kDevice - kOverhead ? 0 : 6;
+            }),
+            0);
+}
+
+TEST(SimMemory, VisibleDevicesSelectAndReorder) {
+  SimEnvironment env("name=GPU A,memory=8Gi,sms=10,cc=9.0;name=GPU B,memory=4Gi,sms=20,cc=8.0");
+  setenv("CUDA_VISIBLE_DEVICES", "1", 1);
+  EXPECT_EQ(run([](FILE*) {
+              if (cuInit(0) != CUDA_SUCCESS) return 1;
+              int count = 0;
+              cuDeviceGetCount(&count);
+              if (count != 1) return 2;
+              char name[64];
+              cuDeviceGetName(name, sizeof name, 0);
+              return std::string(name) == "GPU B" ? 0 : 3;
+            }),
+            0);
+  unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
+}  // namespace
+}  // namespace simgpu::testing
