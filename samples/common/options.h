@@ -1,0 +1,28 @@
+// Command-line pieces every sample shares, on CLI11: the device, how entry points are resolved,
+// and byte quantities written the Kubernetes way ("4Gi", "512Mi", "1073741824").
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "driver.h"
+
+namespace tessera::samples {
+
+struct CommonOptions {
+  int device = 0;
+  Resolve resolve = Resolve::kProcAddress;
+};
+
+void add_common_options(CLI::App& app, CommonOptions& options);
+
+// Adds an option that takes a byte quantity; a value that does not parse is a usage error.
+CLI::Option* add_quantity_option(CLI::App& app, const std::string& name, uint64_t& bytes,
+                                 const std::string& description);
+CLI::Option* add_quantity_option(CLI::App& app, const std::string& name,
+                                 std::optional<uint64_t>& bytes, const std::string& description);
+
+}  // namespace tessera::samples

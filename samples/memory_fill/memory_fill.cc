@@ -1,0 +1,420 @@
+// memory-fill: asks the driver for device memory in chunks, through one allocation API, until the
+// driver refuses (or --max is reached), then frees everything. It shows how much memory a
+// process can obtain, and which API a quota must watch: on a real GPU every device-memory API
+// below draws from the same pool, and managed memory is not bounded by it at all.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "driver.h"
+#include "options.h"
+#include "report.h"
+
+namespace tessera::samples {
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kGiB = 1ull << 30;
+// The finest chunk the fill retries with after the first refusal (the usual large-page size).
+constexpr uint64_t kMinChunk = 2 * kMiB;
+
+uint64_t round_down(uint64_t value, uint64_t multiple) {
+  return value / multiple * multiple;
+}
+
+// One way of obtaining device memory. allocate() returns the driver's answer for one chunk and
+// keeps what it got; release_all() frees everything, checking every call. Nothing is freed on
+// destruction: that only happens on an error path, where the exiting process frees it all.
+class ChunkAllocator {
+ public:
+  explicit ChunkAllocator(const Driver& driver) : driver_(driver), cu_(driver.api()) {}
+  virtual ~ChunkAllocator() = default;
+  ChunkAllocator(const ChunkAllocator&) = delete;
+  ChunkAllocator& operator=(const ChunkAllocator&) = delete;
+
+  // Every chunk is a multiple of this.
+  virtual uint64_t granularity() const { return kMinChunk; }
+  // On success adds the bytes the chunk really holds to `obtained`.
+  virtual CUresult allocate(uint64_t bytes, uint64_t& obtained) = 0;
+  virtual void release_all() = 0;
+
+ protected:
+  const Driver& driver_;
+  const DriverApi& cu_;
+};
+
+class PlainAllocator : public ChunkAllocator {
+ public:
+  using ChunkAllocator::ChunkAllocator;
+
+  CUresult allocate(uint64_t bytes, uint64_t& obtained) override {
+    CUdeviceptr ptr = 0;
+    const CUresult result = cu_.cuMemAlloc_v2(&ptr, bytes);
+    if (result != CUDA_SUCCESS) return result;
+    chunks_.push_back(ptr);
+    obtained += bytes;
+    return result;
+  }
+
+  void release_all() override {
+    for (CUdeviceptr ptr : chunks_) CU_CHECK(driver_, cu_.cuMemFree_v2(ptr));
+    chunks_.clear();
+  }
+
+ private:
+  std::vector<CUdeviceptr> chunks_;
+};
+
+// Rows of 64 KiB of 4-byte elements: a width every pitch alignment divides, so pitch == width.
+class PitchAllocator : public ChunkAllocator {
+ public:
+  using ChunkAllocator::ChunkAllocator;
+
+  CUresult allocate(uint64_t bytes, uint64_t& obtained) override {
+    CUdeviceptr ptr = 0;
+    size_t pitch = 0;
+    const uint64_t rows = bytes / kRowBytes;
+    const CUresult result =
+        cu_.cuMemAllocPitch_v2(&ptr, &pitch, kRowBytes, rows, /*ElementSizeBytes=*/4);
+    if (result != CUDA_SUCCESS) return result;
+    chunks_.push_back(ptr);
+    obtained += pitch * rows;
+    return result;
+  }
+
+  void release_all() override {
+    for (CUdeviceptr ptr : chunks_) CU_CHECK(driver_, cu_.cuMemFree_v2(ptr));
+    chunks_.clear();
+  }
+
+ private:
+  static constexpr uint64_t kRowBytes = 64 * 1024;
+  std::vector<CUdeviceptr> chunks_;
+};
+
+class ManagedAllocator : public ChunkAllocator {
+ public:
+  using ChunkAllocator::ChunkAllocator;
+
+  CUresult allocate(uint64_t bytes, uint64_t& obtained) override {
+    CUdeviceptr ptr = 0;
+    const CUresult result = cu_.cuMemAllocManaged(&ptr, bytes, CU_MEM_ATTACH_GLOBAL);
+    if (result != CUDA_SUCCESS) return result;
+    chunks_.push_back(ptr);
+    obtained += bytes;
+    return result;
+  }
+
+  void release_all() override {
+    for (CUdeviceptr ptr : chunks_) CU_CHECK(driver_, cu_.cuMemFree_v2(ptr));
+    chunks_.clear();
+  }
+
+ private:
+  std::vector<CUdeviceptr> chunks_;
+};
+
+// Stream-ordered allocation from a memory pool: the device's default pool (cuMemAllocAsync) or
+// one of our own (cuMemAllocFromPoolAsync). The release threshold is raised to the maximum so
+// freed memory would stay reserved in the pool, as allocator-heavy programs configure it; the
+// pool is trimmed (or destroyed) at the end so the memory really goes back.
+class StreamOrderedAllocator : public ChunkAllocator {
+ public:
+  StreamOrderedAllocator(const Driver& driver, CUdevice device, bool own_pool)
+      : ChunkAllocator(driver), own_pool_(own_pool) {
+    CU_CHECK(driver_, cu_.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+    if (own_pool_) {
+      CUmemPoolProps props = {};
+      props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+      props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+      props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      props.location.id = device;
+      CU_CHECK(driver_, cu_.cuMemPoolCreate(&pool_, &props));
+    } else {
+      CU_CHECK(driver_, cu_.cuDeviceGetDefaultMemPool(&pool_, device));
+    }
+    cuuint64_t threshold = UINT64_MAX;
+    CU_CHECK(driver_,
+             cu_.cuMemPoolSetAttribute(pool_, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+  }
+
+  CUresult allocate(uint64_t bytes, uint64_t& obtained) override {
+    CUdeviceptr ptr = 0;
+    CUresult result = own_pool_ ? cu_.cuMemAllocFromPoolAsync(&ptr, bytes, pool_, stream_)
+                                : cu_.cuMemAllocAsync(&ptr, bytes, stream_);
+    if (result != CUDA_SUCCESS) return result;
+    chunks_.push_back(ptr);
+    // The allocation is stream-ordered: wait for it so the memory is really held when counted.
+    CU_CHECK(driver_, cu_.cuStreamSynchronize(stream_));
+    obtained += bytes;
+    return result;
+  }
+
+  void release_all() override {
+    for (CUdeviceptr ptr : chunks_) CU_CHECK(driver_, cu_.cuMemFreeAsync(ptr, stream_));
+    chunks_.clear();
+    CU_CHECK(driver_, cu_.cuStreamSynchronize(stream_));
+    if (own_pool_) {
+      CU_CHECK(driver_, cu_.cuMemPoolDestroy(pool_));
+    } else {
+      CU_CHECK(driver_, cu_.cuMemPoolTrimTo(pool_, 0));
+    }
+    CU_CHECK(driver_, cu_.cuStreamDestroy_v2(stream_));
+  }
+
+ private:
+  bool own_pool_;
+  CUstream stream_ = nullptr;
+  CUmemoryPool pool_ = nullptr;
+  std::vector<CUdeviceptr> chunks_;
+};
+
+// Virtual memory management: physical memory (cuMemCreate) mapped into a reserved address range
+// and made accessible, the path of NCCL and PyTorch's expandable segments.
+class VmmAllocator : public ChunkAllocator {
+ public:
+  VmmAllocator(const Driver& driver, CUdevice device) : ChunkAllocator(driver) {
+    props_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props_.location.id = device;
+    size_t granularity = 0;
+    CU_CHECK(driver_, cu_.cuMemGetAllocationGranularity(&granularity, &props_,
+                                                        CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    // The smallest multiple of the driver's granularity that is at least kMinChunk.
+    if (granularity != 0) granularity_ = (kMinChunk + granularity - 1) / granularity * granularity;
+    access_.location = props_.location;
+    access_.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
+
+  uint64_t granularity() const override { return granularity_; }
+
+  CUresult allocate(uint64_t bytes, uint64_t& obtained) override {
+    Mapping mapping;
+    mapping.bytes = bytes;
+    CUresult result = cu_.cuMemCreate(&mapping.handle, bytes, &props_, 0);
+    if (result != CUDA_SUCCESS) return result;
+    result = cu_.cuMemAddressReserve(&mapping.address, bytes, 0, 0, 0);
+    if (result == CUDA_SUCCESS) {
+      result = cu_.cuMemMap(mapping.address, bytes, 0, mapping.handle, 0);
+      if (result == CUDA_SUCCESS) {
+        result = cu_.cuMemSetAccess(mapping.address, bytes, &access_, 1);
+        if (result == CUDA_SUCCESS) {
+          mappings_.push_back(mapping);
+          obtained += bytes;
+          return result;
+        }
+        cu_.cuMemUnmap(mapping.address, bytes);
+      }
+      cu_.cuMemAddressFree(mapping.address, bytes);
+    }
+    cu_.cuMemRelease(mapping.handle);
+    return result;
+  }
+
+  void release_all() override {
+    for (const Mapping& mapping : mappings_) {
+      CU_CHECK(driver_, cu_.cuMemUnmap(mapping.address, mapping.bytes));
+      CU_CHECK(driver_, cu_.cuMemAddressFree(mapping.address, mapping.bytes));
+      CU_CHECK(driver_, cu_.cuMemRelease(mapping.handle));
+    }
+    mappings_.clear();
+  }
+
+ private:
+  struct Mapping {
+    CUmemGenericAllocationHandle handle = 0;
+    CUdeviceptr address = 0;
+    uint64_t bytes = 0;
+  };
+  CUmemAllocationProp props_ = {};
+  CUmemAccessDesc access_ = {};
+  uint64_t granularity_ = kMinChunk;
+  std::vector<Mapping> mappings_;
+};
+
+// 3D arrays of floats in 2 MiB slices (1024 x 512 x 4 bytes), so any chunk up to 32 GiB stays
+// inside the 16384-slice depth limit of an H100/H200.
+class ArrayAllocator : public ChunkAllocator {
+ public:
+  using ChunkAllocator::ChunkAllocator;
+
+  CUresult allocate(uint64_t bytes, uint64_t& obtained) override {
+    CUDA_ARRAY3D_DESCRIPTOR descriptor = {};
+    descriptor.Width = kWidth;
+    descriptor.Height = kHeight;
+    descriptor.Depth = bytes / kSliceBytes;
+    descriptor.Format = CU_AD_FORMAT_FLOAT;
+    descriptor.NumChannels = 1;
+    CUarray array = nullptr;
+    const CUresult result = cu_.cuArray3DCreate_v2(&array, &descriptor);
+    if (result != CUDA_SUCCESS) return result;
+    arrays_.push_back(array);
+    obtained += descriptor.Depth * kSliceBytes;
+    return result;
+  }
+
+  void release_all() override {
+    for (CUarray array : arrays_) CU_CHECK(driver_, cu_.cuArrayDestroy(array));
+    arrays_.clear();
+  }
+
+ private:
+  static constexpr uint64_t kWidth = 1024;
+  static constexpr uint64_t kHeight = 512;
+  static constexpr uint64_t kSliceBytes = kWidth * kHeight * sizeof(float);
+  static_assert(kSliceBytes == kMinChunk);
+  std::vector<CUarray> arrays_;
+};
+
+std::unique_ptr<ChunkAllocator> make_allocator(const std::string& api, const Driver& driver,
+                                               CUdevice device) {
+  if (api == "alloc") return std::make_unique<PlainAllocator>(driver);
+  if (api == "pitch") return std::make_unique<PitchAllocator>(driver);
+  if (api == "managed") return std::make_unique<ManagedAllocator>(driver);
+  if (api == "async") return std::make_unique<StreamOrderedAllocator>(driver, device, false);
+  if (api == "pool") return std::make_unique<StreamOrderedAllocator>(driver, device, true);
+  if (api == "vmm") return std::make_unique<VmmAllocator>(driver, device);
+  if (api == "array") return std::make_unique<ArrayAllocator>(driver);
+  throw std::logic_error("unknown api " + api);  // CLI11 validated the name
+}
+
+struct FillResult {
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;
+  std::string stop_reason;
+};
+
+// Allocates `chunk`-sized pieces until the driver refuses. With `fine`, each refusal for
+// CUDA_ERROR_OUT_OF_MEMORY is retried at half the size, down to the allocator's granularity, so
+// the total is exact to within that granularity. Any other error is a failure of the sample.
+FillResult fill(ChunkAllocator& allocator, const Driver& driver, uint64_t chunk,
+                std::optional<uint64_t> max, bool fine) {
+  const uint64_t granularity = allocator.granularity();
+  FillResult result;
+  uint64_t size = chunk;
+  while (true) {
+    uint64_t request = size;
+    if (max) {
+      const uint64_t left = result.bytes < *max ? round_down(*max - result.bytes, granularity) : 0;
+      if (left == 0) {
+        result.stop_reason = "max_reached";
+        break;
+      }
+      request = std::min(request, left);
+    }
+    const CUresult status = allocator.allocate(request, result.bytes);
+    if (status == CUDA_SUCCESS) {
+      ++result.chunks;
+      continue;
+    }
+    if (status != CUDA_ERROR_OUT_OF_MEMORY) {
+      driver.check(status, "allocating a chunk of " + std::to_string(request) + " bytes");
+    }
+    result.stop_reason = driver.error_name(status);
+    if (!fine || request <= granularity) break;
+    size = std::max(granularity, round_down(request / 2, granularity));
+  }
+  return result;
+}
+
+struct Options {
+  CommonOptions common;
+  std::string api = "alloc";
+  uint64_t chunk = 4 * kGiB;
+  std::optional<uint64_t> max;
+  double hold_seconds = 0;
+  std::optional<double> start_at;  // seconds since the epoch
+  bool fine = true;
+};
+
+void run(const Options& options) {
+  const Driver driver = Driver::load(options.common.resolve);
+  const DriverApi& cu = driver.api();
+  PrimaryContext context(driver, options.common.device);
+  const DeviceInfo& device = context.device();
+
+  std::optional<uint64_t> max = options.max;
+  // A real driver hands out managed memory far beyond the device (140 TB on an H200), so a
+  // managed fill is always bounded.
+  if (options.api == "managed" && !max) max = device.total_memory;
+
+  std::unique_ptr<ChunkAllocator> allocator = make_allocator(options.api, driver, device.device);
+  const uint64_t granularity = allocator->granularity();
+  const uint64_t chunk = round_down(options.chunk, granularity);
+  if (chunk == 0) {
+    throw std::runtime_error("--chunk must be at least " + std::to_string(granularity) +
+                             " bytes for --api " + options.api);
+  }
+
+  if (options.start_at) {
+    // The context exists (its memory is taken); now wait so tenants started together also fill
+    // together, rather than the first one taking the memory the others need for their contexts.
+    const std::chrono::system_clock::time_point start_time{
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::duration<double>(*options.start_at))};
+    std::this_thread::sleep_until(start_time);
+  }
+  const FillResult filled = fill(*allocator, driver, chunk, max, options.fine);
+  size_t free_after_fill = 0;
+  size_t total = 0;
+  CU_CHECK(driver, cu.cuMemGetInfo_v2(&free_after_fill, &total));
+
+  if (options.hold_seconds > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(options.hold_seconds));
+  }
+  allocator->release_all();
+  size_t free_after_release = 0;
+  CU_CHECK(driver, cu.cuMemGetInfo_v2(&free_after_release, &total));
+
+  Json report = report_header("memory-fill", driver, device);
+  report["api"] = options.api;
+  report["chunk_bytes"] = chunk;
+  report["max_bytes"] = max ? Json(*max) : Json(nullptr);
+  report["fine"] = options.fine;
+  report["granularity_bytes"] = granularity;
+  report["chunks"] = filled.chunks;
+  report["bytes_obtained"] = filled.bytes;
+  report["stop_reason"] = filled.stop_reason;
+  report["mem_get_info_free"] = free_after_fill;
+  report["mem_get_info_total"] = total;
+  report["hold_seconds"] = options.hold_seconds;
+  report["mem_get_info_free_after_release"] = free_after_release;
+  print_report(report);
+}
+
+}  // namespace
+}  // namespace tessera::samples
+
+int main(int argc, char** argv) {
+  using namespace tessera::samples;
+  Options options;
+  CLI::App app{
+      "Allocates device memory in chunks until the driver refuses, then frees it; prints one "
+      "JSON line"};
+  add_common_options(app, options.common);
+  app.add_option("--api", options.api,
+                 "alloc: cuMemAlloc_v2, pitch: cuMemAllocPitch_v2, managed: cuMemAllocManaged, "
+                 "async: cuMemAllocAsync (default pool), pool: cuMemAllocFromPoolAsync, "
+                 "vmm: cuMemCreate+cuMemMap, array: cuArray3DCreate_v2")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"alloc", "pitch", "managed", "async", "pool", "vmm", "array"}));
+  add_quantity_option(app, "--chunk", options.chunk, "First chunk size")->default_str("4Gi");
+  add_quantity_option(app, "--max", options.max,
+                      "Stop after this much (managed: default the device's total memory)");
+  app.add_option("--hold-seconds", options.hold_seconds, "Hold the memory this long before freeing")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--start-at", options.start_at,
+                 "Create the context at once but start filling at this time (seconds since the "
+                 "epoch), so several processes can fill together");
+  app.add_flag("--fine,!--no-fine", options.fine,
+               "After the first refusal retry with halving chunks down to 2 MiB (default on)");
+  CLI11_PARSE(app, argc, argv);
+  return run_sample("memory-fill", [&] { run(options); });
+}
