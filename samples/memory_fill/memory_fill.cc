@@ -49,9 +49,23 @@ class ChunkAllocator {
   const DriverApi& cu_;
 };
 
-class PlainAllocator : public ChunkAllocator {
+// Allocators whose chunks are device pointers returned with cuMemFree.
+class FreedByMemFree : public ChunkAllocator {
  public:
   using ChunkAllocator::ChunkAllocator;
+
+  void release_all() override {
+    for (CUdeviceptr ptr : chunks_) CU_CHECK(driver_, cu_.cuMemFree_v2(ptr));
+    chunks_.clear();
+  }
+
+ protected:
+  std::vector<CUdeviceptr> chunks_;
+};
+
+class PlainAllocator : public FreedByMemFree {
+ public:
+  using FreedByMemFree::FreedByMemFree;
 
   CUresult allocate(uint64_t bytes, uint64_t& obtained) override {
     CUdeviceptr ptr = 0;
@@ -61,20 +75,12 @@ class PlainAllocator : public ChunkAllocator {
     obtained += bytes;
     return result;
   }
-
-  void release_all() override {
-    for (CUdeviceptr ptr : chunks_) CU_CHECK(driver_, cu_.cuMemFree_v2(ptr));
-    chunks_.clear();
-  }
-
- private:
-  std::vector<CUdeviceptr> chunks_;
 };
 
 // Rows of 64 KiB of 4-byte elements: a width every pitch alignment divides, so pitch == width.
-class PitchAllocator : public ChunkAllocator {
+class PitchAllocator : public FreedByMemFree {
  public:
-  using ChunkAllocator::ChunkAllocator;
+  using FreedByMemFree::FreedByMemFree;
 
   CUresult allocate(uint64_t bytes, uint64_t& obtained) override {
     CUdeviceptr ptr = 0;
@@ -88,19 +94,13 @@ class PitchAllocator : public ChunkAllocator {
     return result;
   }
 
-  void release_all() override {
-    for (CUdeviceptr ptr : chunks_) CU_CHECK(driver_, cu_.cuMemFree_v2(ptr));
-    chunks_.clear();
-  }
-
  private:
   static constexpr uint64_t kRowBytes = 64 * 1024;
-  std::vector<CUdeviceptr> chunks_;
 };
 
-class ManagedAllocator : public ChunkAllocator {
+class ManagedAllocator : public FreedByMemFree {
  public:
-  using ChunkAllocator::ChunkAllocator;
+  using FreedByMemFree::FreedByMemFree;
 
   CUresult allocate(uint64_t bytes, uint64_t& obtained) override {
     CUdeviceptr ptr = 0;
@@ -110,14 +110,6 @@ class ManagedAllocator : public ChunkAllocator {
     obtained += bytes;
     return result;
   }
-
-  void release_all() override {
-    for (CUdeviceptr ptr : chunks_) CU_CHECK(driver_, cu_.cuMemFree_v2(ptr));
-    chunks_.clear();
-  }
-
- private:
-  std::vector<CUdeviceptr> chunks_;
 };
 
 // Stream-ordered allocation from a memory pool: the device's default pool (cuMemAllocAsync) or
