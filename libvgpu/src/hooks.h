@@ -1,0 +1,84 @@
+// Generated from hooks.def: the hook ids, the real entry points (resolved once, lazily, without
+// locks) and the per-hook call counters.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "tessera/nvml_abi.h"
+
+// cuda.h maps some names to their newest ABI; the shim defines every ABI under its own name.
+#undef cuGetProcAddress
+
+#define TESSERA_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace tessera::vgpu {
+
+enum class Library : uint8_t { kCuda, kNvml };
+
+enum HookId : int {
+#define TESSERA_HOOK(lib, kind, symbol, ret, params, args) kHook_##symbol,
+#define TESSERA_REAL(lib, symbol, ret, params) kReal_##symbol,
+#include "hooks.def"
+  kEntryCount
+};
+
+// Function pointer types, one per entry: Fn_cuMemAlloc_v2 and so on.
+#define TESSERA_HOOK(lib, kind, symbol, ret, params, args) using Fn_##symbol = ret(*) params;
+#define TESSERA_REAL(lib, symbol, ret, params) using Fn_##symbol = ret(*) params;
+#include "hooks.def"
+
+struct EntryInfo {
+  const char* name;
+  Library library;
+  bool hooked;
+  void* wrapper;  // the shim's definition (hooked entries only)
+};
+extern const EntryInfo kEntries[kEntryCount];
+
+// Per-entry call counters and resolved real pointers, one cache line each so that counting on one
+// thread does not slow another thread's different entry point.
+struct alignas(64) EntrySlot {
+  std::atomic<void*> real{nullptr};
+  std::atomic<uint64_t> calls{0};
+};
+extern EntrySlot g_entries[kEntryCount];
+
+// Resolves an entry point from its library (first use only; thread-safe, lock-free: racing
+// threads store the same value). Null when the library is not there or lacks the symbol.
+[[gnu::cold]] void* resolve_real_slow(HookId id);
+
+inline void* real_entry(HookId id) {
+  void* pointer = g_entries[id].real.load(std::memory_order_acquire);
+  if (__builtin_expect(pointer != nullptr, 1)) return pointer;
+  return resolve_real_slow(id);
+}
+
+inline void count_call(HookId id) {
+  g_entries[id].calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Typed accessors: real_cuMemAlloc_v2() returns Fn_cuMemAlloc_v2 (or null).
+#define TESSERA_HOOK(lib, kind, symbol, ret, params, args)            \
+  inline Fn_##symbol real_##symbol() {                                \
+    return reinterpret_cast<Fn_##symbol>(real_entry(kHook_##symbol)); \
+  }
+#define TESSERA_REAL(lib, symbol, ret, params)                        \
+  inline Fn_##symbol real_##symbol() {                                \
+    return reinterpret_cast<Fn_##symbol>(real_entry(kReal_##symbol)); \
+  }
+#include "hooks.def"
+
+// The hooked entry named `name` (exact symbol), or -1.
+int find_hook(const char* name);
+
+// A library handle of libcuda.so.1 / libnvidia-ml.so.1 if loaded (never loads it).
+void* loaded_library(Library library);
+
+}  // namespace tessera::vgpu
+
+// The wrappers themselves.
+#define TESSERA_HOOK(lib, kind, symbol, ret, params, args) TESSERA_EXPORT ret symbol params;
+#include "hooks.def"

@@ -1,0 +1,242 @@
+// How calls reach the shim (see docs/libvgpu.md and cuda-facts.md):
+//  * the exported wrappers interpose calls that programs link against;
+//  * dlsym: lookups of a hooked name in libcuda's / libnvidia-ml's handle, RTLD_DEFAULT or
+//    RTLD_NEXT get the wrapper; everything else goes to the real dlsym by a tail jump, so the real
+//    dlsym sees the caller's return address and RTLD_NEXT keeps its meaning for the caller;
+//  * cuGetProcAddress(_v2): the real resolver answers (name, version, flags); the shim finds
+//    which versioned symbol that pointer is and hands out its wrapper for exactly that ABI.
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "glibc_compat.h"
+#include "hooks.h"
+#include "log.h"
+#include "tessera/cuda_abi.h"
+
+namespace tessera::vgpu {
+
+const EntryInfo kEntries[kEntryCount] = {
+#define TESSERA_HOOK(lib, kind, symbol, ret, params, args) \
+  {#symbol, TESSERA_LIBRARY_##lib, true, reinterpret_cast<void*>(&::symbol)},
+#define TESSERA_REAL(lib, symbol, ret, params) {#symbol, TESSERA_LIBRARY_##lib, false, nullptr},
+#define TESSERA_LIBRARY_CUDA Library::kCuda
+#define TESSERA_LIBRARY_NVML Library::kNvml
+#include "hooks.def"
+};
+
+constinit EntrySlot g_entries[kEntryCount];
+
+namespace {
+
+using DlsymFn = void* (*)(void*, const char*);
+
+constexpr const char* kLibraryNames[] = {"libcuda.so.1", "libnvidia-ml.so.1"};
+constinit std::atomic<void*> g_libraries[2] = {};
+
+// The diagnostic entry handed out by dlsym(RTLD_DEFAULT, "tessera_vgpu_call_count"): how many
+// times the wrapper `symbol` was called in this process (-1 if it is not hooked).
+long long call_count(const char* symbol) {
+  const int id = find_hook(symbol);
+  return id < 0 ? -1 : static_cast<long long>(g_entries[id].calls.load(std::memory_order_relaxed));
+}
+
+void* library_handle(Library library, bool load) {
+  const int which = static_cast<int>(library);
+  void* handle = g_libraries[which].load(std::memory_order_acquire);
+  if (handle) return handle;
+  handle = dlopen(kLibraryNames[which], RTLD_NOW | RTLD_NOLOAD);
+  if (!handle && load) handle = dlopen(kLibraryNames[which], RTLD_NOW);
+  if (handle) g_libraries[which].store(handle, std::memory_order_release);
+  return handle;
+}
+
+}  // namespace
+
+// Set before any pass-through; read by the dlsym trampoline.
+extern "C" {
+__attribute__((visibility("hidden"))) DlsymFn tessera_real_dlsym = nullptr;
+}
+
+DlsymFn real_dlsym() {
+  DlsymFn found = __atomic_load_n(&tessera_real_dlsym, __ATOMIC_ACQUIRE);
+  if (found) return found;
+  // dlvsym itself is not intercepted, so this cannot recurse. GLIBC_2.34 is where glibc >= 2.34
+  // defines dlsym; older ones only have GLIBC_2.2.5 (x86_64) / GLIBC_2.17 (aarch64).
+  found = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"));
+#if defined(__x86_64__)
+  if (!found) found = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5"));
+#elif defined(__aarch64__)
+  if (!found) found = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17"));
+#endif
+  if (!found) {
+    static constexpr char kMessage[] = "tessera: fatal: the real dlsym cannot be found\n";
+    [[maybe_unused]] ssize_t ignored = write(2, kMessage, sizeof kMessage - 1);
+    std::abort();
+  }
+  __atomic_store_n(&tessera_real_dlsym, found, __ATOMIC_RELEASE);
+  return found;
+}
+
+void* loaded_library(Library library) {
+  return library_handle(library, false);
+}
+
+void* resolve_real_slow(HookId id) {
+  void* handle = library_handle(kEntries[id].library, true);
+  if (!handle) return nullptr;
+  void* pointer = real_dlsym()(handle, kEntries[id].name);
+  if (pointer) g_entries[id].real.store(pointer, std::memory_order_release);
+  return pointer;
+}
+
+// dlsym may be called at any moment, also while a sanitizer or profiler that intercepts libc's
+// string functions is still initialising (their interceptors are not usable yet): the lookup
+// path compares names itself.
+static bool same_name(const char* a, const char* b) {
+  while (*a && *a == *b) {
+    ++a;
+    ++b;
+  }
+  return *a == *b;
+}
+
+int find_hook(const char* name) {
+  if (!name) return -1;
+  for (int i = 0; i < kEntryCount; ++i) {
+    if (kEntries[i].hooked && same_name(kEntries[i].name, name)) return i;
+  }
+  return -1;
+}
+
+// The wrapper for the real entry point `pointer` that the real resolver handed out for `name`, or
+// `pointer` itself when the shim does not hook that ABI.
+void* wrap_resolved(const char* name, void* pointer) {
+  const ProcEntry* candidates[kMaxProcSymbolsPerName];
+  const size_t count = proc_symbols_for(name, candidates, kMaxProcSymbolsPerName);
+  for (size_t i = 0; i < count; ++i) {
+    const int id = find_hook(candidates[i]->symbol);
+    if (id >= 0 && real_entry(static_cast<HookId>(id)) == pointer) return kEntries[id].wrapper;
+  }
+  return pointer;
+}
+
+}  // namespace tessera::vgpu
+
+using namespace tessera::vgpu;
+
+// Called by the dlsym trampoline: the pointer to hand out, or null to let the real dlsym answer.
+extern "C" __attribute__((visibility("hidden"), used)) void* tessera_dlsym_intercept(
+    void* handle, const char* name) {
+  real_dlsym();  // the trampoline's pass-through needs it
+  if (!name || !(name[0] == 'c' || name[0] == 'n' || name[0] == 't')) return nullptr;
+  if (same_name(name, "tessera_vgpu_call_count")) {
+    return handle == RTLD_DEFAULT ? reinterpret_cast<void*>(&call_count) : nullptr;
+  }
+  const int id = find_hook(name);
+  if (id < 0) return nullptr;
+  const Library library = kEntries[id].library;
+  void* loaded = loaded_library(library);
+  // Before the program loads the driver, a global lookup finds nothing, as without the shim; a
+  // handle of another library that defines the name is not ours to redirect.
+  if (!loaded || (handle != RTLD_DEFAULT && handle != RTLD_NEXT && handle != loaded)) {
+    return nullptr;
+  }
+  // Only hand out a wrapper whose real entry point exists (else the caller sees "not found").
+  if (!real_entry(static_cast<HookId>(id))) return nullptr;
+  return kEntries[id].wrapper;
+}
+
+// dlsym itself: a trampoline that keeps the caller's return address for the pass-through.
+#if defined(__x86_64__)
+__asm__(
+    ".text\n"
+    ".globl dlsym\n"
+    ".type dlsym, @function\n"
+    "dlsym:\n"
+    ".cfi_startproc\n"
+    "  pushq %rdi\n"
+    ".cfi_adjust_cfa_offset 8\n"
+    "  pushq %rsi\n"
+    ".cfi_adjust_cfa_offset 8\n"
+    "  subq $8, %rsp\n"
+    ".cfi_adjust_cfa_offset 8\n"
+    "  call tessera_dlsym_intercept\n"
+    "  addq $8, %rsp\n"
+    ".cfi_adjust_cfa_offset -8\n"
+    "  popq %rsi\n"
+    ".cfi_adjust_cfa_offset -8\n"
+    "  popq %rdi\n"
+    ".cfi_adjust_cfa_offset -8\n"
+    "  testq %rax, %rax\n"
+    "  jz 1f\n"
+    "  ret\n"
+    "1:\n"
+    "  jmpq *tessera_real_dlsym(%rip)\n"
+    ".cfi_endproc\n"
+    ".size dlsym, .-dlsym\n");
+#elif defined(__aarch64__)
+__asm__(
+    ".text\n"
+    ".globl dlsym\n"
+    ".type dlsym, %function\n"
+    "dlsym:\n"
+    ".cfi_startproc\n"
+    "  stp x29, x30, [sp, #-32]!\n"
+    ".cfi_def_cfa_offset 32\n"
+    ".cfi_offset 29, -32\n"
+    ".cfi_offset 30, -24\n"
+    "  mov x29, sp\n"
+    "  stp x0, x1, [sp, #16]\n"
+    "  bl tessera_dlsym_intercept\n"
+    "  mov x2, x0\n"
+    "  ldp x0, x1, [sp, #16]\n"
+    "  ldp x29, x30, [sp], #32\n"
+    ".cfi_def_cfa_offset 0\n"
+    "  cbz x2, 1f\n"
+    "  mov x0, x2\n"
+    "  ret\n"
+    "1:\n"
+    "  adrp x16, tessera_real_dlsym\n"
+    "  ldr x16, [x16, :lo12:tessera_real_dlsym]\n"
+    "  br x16\n"
+    ".cfi_endproc\n"
+    ".size dlsym, .-dlsym\n");
+#else
+#error "libvgpu's dlsym trampoline supports x86_64 and aarch64"
+#endif
+
+// ---- the resolver -----------------------------------------------------------------------------
+
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+  count_call(kHook_cuGetProcAddress);
+  auto real = real_cuGetProcAddress();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult result = real(symbol, pfn, version, flags);
+  if (result == CUDA_SUCCESS && symbol && pfn && *pfn) *pfn = wrap_resolved(symbol, *pfn);
+  return result;
+}
+
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult* status) {
+  count_call(kHook_cuGetProcAddress_v2);
+  auto real = real_cuGetProcAddress_v2();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult result = real(symbol, pfn, version, flags, status);
+  if (result == CUDA_SUCCESS && symbol && pfn && *pfn) *pfn = wrap_resolved(symbol, *pfn);
+  return result;
+}
+
+// ---- counted pass-through wrappers (launches): a counter increment and a jump, nothing else ----
+
+#define TESSERA_HOOK(lib, kind, symbol, ret, params, args) \
+  TESSERA_HOOK_##kind(symbol, ret, params, args)
+#define TESSERA_HOOK_CUSTOM(symbol, ret, params, args)
+#define TESSERA_HOOK_COUNTED(symbol, ret, params, args)                          \
+  ret symbol params {                                                            \
+    count_call(kHook_##symbol);                                                  \
+    auto real = real_##symbol();                                                 \
+    if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_NOT_INITIALIZED; \
+    return real args;                                                            \
+  }
+#include "hooks.def"

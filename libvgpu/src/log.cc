@@ -1,0 +1,161 @@
+#include "log.h"
+
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstddef>
+
+namespace tessera::vgpu {
+namespace {
+
+std::atomic<int> g_level{static_cast<int>(LogLevel::kError)};
+
+const char* level_name(LogLevel level) {
+  switch (level) {
+    case LogLevel::kError:
+      return "error";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kDebug:
+      return "debug";
+  }
+  return "?";
+}
+
+struct Writer {
+  char* out;
+  size_t capacity;  // including the NUL
+  size_t length = 0;
+  void put(char c) {
+    if (length + 1 < capacity) out[length++] = c;
+  }
+  void put(const char* text) {
+    if (!text) text = "(null)";
+    while (*text) put(*text++);
+  }
+  void put_unsigned(unsigned long long value, unsigned base) {
+    char digits[24];
+    int n = 0;
+    do {
+      const unsigned digit = static_cast<unsigned>(value % base);
+      digits[n++] = static_cast<char>(digit < 10 ? '0' + digit : 'a' + digit - 10);
+      value /= base;
+    } while (value != 0);
+    while (n > 0) put(digits[--n]);
+  }
+  void put_signed(long long value) {
+    if (value < 0) {
+      put('-');
+      put_unsigned(0ull - static_cast<unsigned long long>(value), 10);
+    } else {
+      put_unsigned(static_cast<unsigned long long>(value), 10);
+    }
+  }
+};
+
+}  // namespace
+
+void set_log_level(LogLevel level) {
+  g_level.store(static_cast<int>(level), std::memory_order_relaxed);
+}
+
+bool log_enabled(LogLevel level) {
+  return static_cast<int>(level) <= g_level.load(std::memory_order_relaxed);
+}
+
+bool log_site_allows(std::atomic<uint32_t>& counter, LogLevel level) {
+  if (!log_enabled(level)) return false;
+  const uint32_t seen = counter.fetch_add(1, std::memory_order_relaxed);
+  if (seen < kMaxRepeats) return true;
+  if (seen == kMaxRepeats) {
+    static constexpr char kSuppressed[] = "tessera: further messages from this site suppressed\n";
+    [[maybe_unused]] ssize_t ignored = write(2, kSuppressed, sizeof kSuppressed - 1);
+  }
+  return false;
+}
+
+size_t format_message(char* out, size_t capacity, const char* format, va_list args) {
+  if (capacity == 0) return 0;
+  Writer w{out, capacity};
+  for (const char* p = format; *p; ++p) {
+    if (*p != '%') {
+      w.put(*p);
+      continue;
+    }
+    ++p;
+    int longs = 0;
+    bool size_t_arg = false;
+    while (*p == 'l') {
+      ++longs;
+      ++p;
+    }
+    if (*p == 'z') {
+      size_t_arg = true;
+      ++p;
+    }
+    switch (*p) {
+      case 's':
+        w.put(va_arg(args, const char*));
+        break;
+      case 'd':
+        if (longs >= 2) {
+          w.put_signed(va_arg(args, long long));
+        } else if (longs == 1) {
+          w.put_signed(va_arg(args, long));
+        } else {
+          w.put_signed(va_arg(args, int));
+        }
+        break;
+      case 'u':
+      case 'x': {
+        const unsigned base = *p == 'x' ? 16 : 10;
+        if (size_t_arg) {
+          w.put_unsigned(va_arg(args, size_t), base);
+        } else if (longs >= 2) {
+          w.put_unsigned(va_arg(args, unsigned long long), base);
+        } else if (longs == 1) {
+          w.put_unsigned(va_arg(args, unsigned long), base);
+        } else {
+          w.put_unsigned(va_arg(args, unsigned), base);
+        }
+        break;
+      }
+      case '%':
+        w.put('%');
+        break;
+      case '\0':
+        --p;  // a trailing '%': stop at the terminator
+        break;
+      default:
+        w.put('%');
+        w.put(*p);
+        break;
+    }
+  }
+  out[w.length] = '\0';
+  return w.length;
+}
+
+void log_message(LogLevel level, const char* format, ...) {
+  char buffer[512];
+  Writer prefix{buffer, sizeof buffer};
+  prefix.put("tessera: ");
+  prefix.put(level_name(level));
+  prefix.put(": ");
+  va_list args;
+  va_start(args, format);
+  size_t length = prefix.length + format_message(buffer + prefix.length,
+                                                 sizeof buffer - prefix.length - 1, format, args);
+  va_end(args);
+  buffer[length++] = '\n';
+  size_t written = 0;
+  while (written < length) {
+    const ssize_t n = write(2, buffer + written, length - written);
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace tessera::vgpu

@@ -1,0 +1,368 @@
+#include "options.h"
+
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+#include "tessera/quantity.h"
+
+namespace tessera::vgpu {
+namespace {
+
+constexpr OptionInfo kOptionTable[] = {
+#define TESSERA_OPTION_ROW(id, name, def, unit, description) {name, def, unit, description},
+    TESSERA_VGPU_OPTIONS(TESSERA_OPTION_ROW)
+#undef TESSERA_OPTION_ROW
+};
+static_assert(sizeof kOptionTable / sizeof kOptionTable[0] ==
+              static_cast<size_t>(OptionId::kCount));
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
+bool parse_decimal(std::string_view text, uint64_t* out) {
+  if (text.empty() || text.size() > 20) return false;
+  uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    const uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (value > (~0ull - digit) / 10) return false;
+    value = value * 10 + digit;
+  }
+  *out = value;
+  return true;
+}
+
+void add_message(Options* options, const char* format, ...) __attribute__((format(printf, 2, 3)));
+void add_message(Options* options, const char* format, ...) {
+  if (options->message_count >=
+      static_cast<int>(sizeof options->messages / sizeof options->messages[0])) {
+    return;
+  }
+  va_list args;
+  va_start(args, format);
+  format_message(options->messages[options->message_count], sizeof options->messages[0], format,
+                 args);
+  va_end(args);
+  ++options->message_count;
+}
+
+void write_all(int fd, const char* text) {
+  size_t length = std::strlen(text);
+  while (length > 0) {
+    const ssize_t n = write(fd, text, length);
+    if (n <= 0) return;
+    text += n;
+    length -= static_cast<size_t>(n);
+  }
+}
+
+void write_format(int fd, const char* format, ...) __attribute__((format(printf, 2, 3)));
+void write_format(int fd, const char* format, ...) {
+  char line[512];
+  va_list args;
+  va_start(args, format);
+  format_message(line, sizeof line, format, args);
+  va_end(args);
+  write_all(fd, line);
+}
+
+void format_limit(uint64_t bytes, char* out, size_t capacity) {
+  if (bytes == kNoLimit) {
+    std::snprintf(out, capacity, "none");
+  } else {
+    tessera::format_byte_quantity(bytes, out, capacity);
+  }
+}
+
+}  // namespace
+
+const OptionInfo& option_info(OptionId id) {
+  return kOptionTable[static_cast<int>(id)];
+}
+
+bool parse_size(std::string_view text, bool hami_units, uint64_t* out) {
+  if (hami_units && !text.empty()) {
+    uint64_t multiplier = 0;
+    switch (text.back()) {
+      case 'k':
+        multiplier = 1ull << 10;
+        break;
+      case 'm':
+        multiplier = 1ull << 20;
+        break;
+      case 'g':
+        multiplier = 1ull << 30;
+        break;
+      default:
+        break;
+    }
+    if (multiplier != 0) {
+      uint64_t number = 0;
+      if (!parse_decimal(text.substr(0, text.size() - 1), &number)) return false;
+      if (number > ~0ull / multiplier) return false;
+      *out = number * multiplier;
+      return true;
+    }
+  }
+  const std::optional<uint64_t> bytes = tessera::parse_byte_quantity(text);
+  if (!bytes) return false;
+  *out = *bytes;
+  return true;
+}
+
+bool parse_memory_limit(std::string_view text, bool hami_units, MemoryLimitSpec* out) {
+  MemoryLimitSpec spec;
+  text = trim(text);
+  if (text.empty()) return false;
+  while (true) {
+    const size_t comma = text.find(',');
+    const std::string_view item = trim(text.substr(0, comma));
+    if (item.empty()) return false;
+    const size_t equals = item.find('=');
+    if (equals == std::string_view::npos) {
+      if (spec.has_all) return false;
+      if (!parse_size(item, hami_units, &spec.all)) return false;
+      spec.has_all = true;
+    } else {
+      const std::string_view key = trim(item.substr(0, equals));
+      const std::string_view value = trim(item.substr(equals + 1));
+      if (spec.count >= kMaxLimitEntries) return false;
+      LimitEntry entry{};
+      entry.ordinal = -1;
+      uint64_t ordinal = 0;
+      if (parse_decimal(key, &ordinal)) {
+        if (ordinal >= 1024) return false;
+        entry.ordinal = static_cast<int>(ordinal);
+      } else if ((key.starts_with("GPU-") || key.starts_with("MIG-")) && key.size() > 4 &&
+                 key.size() < kMaxUuid) {
+        for (char c : key) {
+          const bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+                          (c >= 'A' && c <= 'Z') || c == '-' || c == '/';
+          if (!ok) return false;
+        }
+        std::memcpy(entry.uuid, key.data(), key.size());
+        entry.uuid[key.size()] = '\0';
+      } else {
+        return false;
+      }
+      if (!parse_size(value, hami_units, &entry.bytes)) return false;
+      for (int i = 0; i < spec.count; ++i) {
+        const LimitEntry& other = spec.entries[i];
+        if (entry.ordinal >= 0 ? other.ordinal == entry.ordinal
+                               : std::strcmp(other.uuid, entry.uuid) == 0) {
+          return false;  // the same device twice
+        }
+      }
+      spec.entries[spec.count++] = entry;
+    }
+    if (comma == std::string_view::npos) break;
+    text = text.substr(comma + 1);
+  }
+  *out = spec;
+  return true;
+}
+
+bool parse_log_level(std::string_view text, LogLevel* out) {
+  text = trim(text);
+  if (text == "error") {
+    *out = LogLevel::kError;
+  } else if (text == "warn" || text == "warning") {
+    *out = LogLevel::kWarn;
+  } else if (text == "info") {
+    *out = LogLevel::kInfo;
+  } else if (text == "debug") {
+    *out = LogLevel::kDebug;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool Options::any_limit() const {
+  if (tessera_set || hami_all_set) return true;
+  for (uint8_t state : hami_device_state) {
+    if (state != 0) return true;
+  }
+  return false;
+}
+
+void read_options(GetEnv get_env, Options* out) {
+  Options options;
+  auto value_of = [&](OptionId id) -> const char* {
+    const char* value = get_env(option_info(id).name);
+    return value && *value ? value : nullptr;
+  };
+  // Defaults come from the table, like the names.
+  parse_log_level(option_info(OptionId::kLogLevel).default_value, &options.log_level);
+  parse_size(option_info(OptionId::kContextOverhead).default_value, false,
+             &options.context_overhead);
+
+  if (const char* level = value_of(OptionId::kLogLevel)) {
+    if (!parse_log_level(level, &options.log_level)) {
+      add_message(&options,
+                  "TESSERA_LOG_LEVEL='%s' is not a log level (error, warn, info, debug); using "
+                  "error",
+                  level);
+    }
+  }
+  if (const char* overhead = value_of(OptionId::kContextOverhead)) {
+    uint64_t bytes = 0;
+    if (parse_size(overhead, false, &bytes)) {
+      options.context_overhead = bytes;
+    } else {
+      add_message(&options,
+                  "TESSERA_CONTEXT_OVERHEAD='%s' is not a byte size (e.g. 500Mi); counting the "
+                  "default 500Mi per context",
+                  overhead);
+    }
+  }
+  if (const char* dir = value_of(OptionId::kShareDir)) {
+    if (std::strlen(dir) >= sizeof options.share_dir - 16) {
+      add_message(&options,
+                  "TESSERA_SHARE_DIR is longer than %zu bytes; no share can be opened, so every "
+                  "device is limited to 0 bytes (allocations fail with CUDA_ERROR_OUT_OF_MEMORY)",
+                  sizeof options.share_dir - 16);
+      options.share_dir[0] = '/';  // a path that has no limits file: fails closed
+      options.share_dir[1] = '\0';
+    } else {
+      std::strcpy(options.share_dir, dir);
+    }
+  }
+  if (const char* limit = value_of(OptionId::kMemoryLimit)) {
+    options.tessera_set = true;
+    if (!parse_memory_limit(limit, false, &options.tessera)) {
+      options.tessera_invalid = true;
+      add_message(&options,
+                  "TESSERA_MEMORY_LIMIT='%s' is not a memory limit (expected 8Gi, 8G, 8192Mi, "
+                  "bytes, or 0=8Gi,GPU-<uuid>=4Gi); every device is limited to 0 bytes: "
+                  "allocations fail with CUDA_ERROR_OUT_OF_MEMORY",
+                  limit);
+    }
+  }
+  bool hami_ignored = false;
+  if (const char* limit = value_of(OptionId::kHamiMemoryLimit); limit && options.tessera_set) {
+    hami_ignored = true;
+  } else if (limit) {
+    options.hami_all_set = true;
+    if (!parse_size(trim(limit), true, &options.hami_all)) {
+      options.hami_all_invalid = true;
+      add_message(&options,
+                  "CUDA_DEVICE_MEMORY_LIMIT='%s' is not a memory limit (expected e.g. 8g, 8192m, "
+                  "8Gi); devices without their own limit are limited to 0 bytes: allocations "
+                  "fail with CUDA_ERROR_OUT_OF_MEMORY",
+                  limit);
+    }
+  }
+  for (int i = 0; i < kMaxLimitEntries; ++i) {
+    // The table's name with <i> replaced by the ordinal.
+    char name[48];
+    const std::string_view pattern = option_info(OptionId::kHamiMemoryLimitN).name;
+    const size_t marker = pattern.find("<i>");
+    std::snprintf(name, sizeof name, "%.*s%d", static_cast<int>(marker), pattern.data(), i);
+    const char* limit = get_env(name);
+    if (limit && !*limit) limit = nullptr;
+    if (!limit) continue;
+    if (options.tessera_set) {
+      hami_ignored = true;
+      continue;
+    }
+    if (parse_size(trim(limit), true, &options.hami_device[i])) {
+      options.hami_device_state[i] = 1;
+    } else {
+      options.hami_device_state[i] = 2;
+      add_message(&options,
+                  "%s='%s' is not a memory limit (expected e.g. 8g, 8192m, 8Gi); device %d is "
+                  "limited to 0 bytes: allocations fail with CUDA_ERROR_OUT_OF_MEMORY",
+                  name, limit, i);
+    }
+  }
+  if (hami_ignored) {
+    add_message(&options,
+                "TESSERA_MEMORY_LIMIT is set: the HAMi names CUDA_DEVICE_MEMORY_LIMIT[_<i>] are "
+                "ignored");
+  }
+  if (options.share_dir[0] && options.any_limit()) {
+    add_message(&options,
+                "TESSERA_SHARE_DIR is set: the share's limits apply and the memory limits in the "
+                "environment are ignored");
+  }
+  *out = options;
+}
+
+uint64_t memory_limit_for(const Options& options, int ordinal, const char* uuid) {
+  if (options.tessera_set) {
+    if (options.tessera_invalid) return 0;
+    const MemoryLimitSpec& spec = options.tessera;
+    for (int i = 0; i < spec.count; ++i) {
+      if (spec.entries[i].ordinal < 0 && uuid && std::strcmp(spec.entries[i].uuid, uuid) == 0) {
+        return spec.entries[i].bytes;
+      }
+    }
+    for (int i = 0; i < spec.count; ++i) {
+      if (spec.entries[i].ordinal >= 0 && spec.entries[i].ordinal == ordinal) {
+        return spec.entries[i].bytes;
+      }
+    }
+    if (spec.has_all) return spec.all;
+    return kNoLimit;  // a per-device list that does not name this device
+  }
+  if (ordinal >= 0 && ordinal < kMaxLimitEntries && options.hami_device_state[ordinal] != 0) {
+    return options.hami_device_state[ordinal] == 1 ? options.hami_device[ordinal] : 0;
+  }
+  if (options.hami_all_set) return options.hami_all_invalid ? 0 : options.hami_all;
+  return kNoLimit;
+}
+
+void print_options(int fd, const Options* options) {
+  write_all(fd, "libvgpu options (environment variables):\n");
+  for (const OptionInfo& option : kOptionTable) {
+    write_format(fd, "  %s\n      default: %s  unit: %s\n      %s\n", option.name,
+                 *option.default_value ? option.default_value : "(unset)", option.unit,
+                 option.description);
+  }
+  if (!options) return;
+  char text[64];
+  write_all(fd, "in effect:\n");
+  write_format(fd, "  share dir: %s\n",
+               options->share_dir[0] ? options->share_dir : "(standalone)");
+  format_limit(options->context_overhead, text, sizeof text);
+  write_format(fd, "  context overhead: %s\n", text);
+  static constexpr const char* kLevels[] = {"error", "warn", "info", "debug"};
+  write_format(fd, "  log level: %s\n", kLevels[static_cast<int>(options->log_level)]);
+  if (options->share_dir[0]) return;
+  if (options->tessera_set) {
+    const MemoryLimitSpec& spec = options->tessera;
+    if (options->tessera_invalid) write_all(fd, "  memory limit: 0 on every device (invalid)\n");
+    for (int i = 0; !options->tessera_invalid && i < spec.count; ++i) {
+      format_limit(spec.entries[i].bytes, text, sizeof text);
+      if (spec.entries[i].ordinal >= 0) {
+        write_format(fd, "  device %d memory limit: %s\n", spec.entries[i].ordinal, text);
+      } else {
+        write_format(fd, "  %s memory limit: %s\n", spec.entries[i].uuid, text);
+      }
+    }
+    format_limit(spec.has_all ? spec.all : kNoLimit, text, sizeof text);
+    if (!options->tessera_invalid) write_format(fd, "  memory limit of other devices: %s\n", text);
+  } else {
+    for (int ordinal = 0; ordinal < kMaxLimitEntries; ++ordinal) {
+      if (options->hami_device_state[ordinal] == 0) continue;
+      format_limit(memory_limit_for(*options, ordinal, nullptr), text, sizeof text);
+      write_format(fd, "  device %d memory limit: %s\n", ordinal, text);
+    }
+    format_limit(
+        options->hami_all_set ? (options->hami_all_invalid ? 0 : options->hami_all) : kNoLimit,
+        text, sizeof text);
+    write_format(fd, "  memory limit of other devices: %s\n", text);
+  }
+  for (int i = 0; i < options->message_count; ++i) {
+    write_format(fd, "  problem: %s\n", options->messages[i]);
+  }
+}
+
+}  // namespace tessera::vgpu

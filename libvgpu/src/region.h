@@ -1,0 +1,82 @@
+// The process's view of its share (tessera/share_region.h): opening it (share directory or a
+// private standalone region), per-device limits and usage, and reservations against the limit.
+//
+// Reservation: add the bytes to this process's own slot, then sum all slots; if the sum exceeds
+// the limit, take them back and fail. Every slot update is one atomic operation on the process's
+// own slot, so the share never exceeds a limit (the last adder in the sequentially consistent
+// order sees every other add), and a process killed at any point leaves nothing that a reclaim
+// (clear its slot) cannot undo exactly. Racing allocators close to the limit may both back off;
+// reserve() retries while it sees the total move.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "options.h"
+#include "tessera/share_region.h"
+
+namespace tessera::vgpu {
+
+struct DeviceId {
+  int ordinal;
+  char uuid[share::kUuidBytes];
+};
+
+class Region {
+ public:
+  // Maps <dir>/limits read-only and <dir>/usage read-write (creating usage if missing). False if
+  // the share cannot be used (missing or invalid limits, unusable usage file).
+  bool open_share_dir(const char* dir);
+  // A private region (MAP_SHARED anonymous, so forked children share it) whose limits come from
+  // the environment options.
+  bool open_standalone(const Options& options, const DeviceId* devices, int count);
+  bool is_open() const { return limits_ != nullptr; }
+
+  // Limits-page index of the device with this UUID, or -1.
+  int find_device(const char* uuid) const;
+  uint64_t generation() const { return limits_->generation.load(std::memory_order_acquire); }
+  uint64_t limit(int index) const;
+  uint64_t usage(int index) const;
+  uint64_t own_usage(int index) const;
+
+  // Reserves `bytes` on device `index` for this process; false if that would exceed the limit
+  // (or no slot is free, or the index is invalid).
+  bool reserve(int index, uint64_t bytes);
+  // Adds bytes without a limit check (for memory the driver already handed out).
+  void charge(int index, uint64_t bytes);
+  void release(int index, uint64_t bytes);
+
+  // Clears the slots of dead processes of this pid namespace; returns how many.
+  int reclaim_dead();
+  // reclaim_dead() at most once per second (called on the allocation path).
+  void maybe_reclaim();
+
+  // In a forked child: the parent's slot is not ours.
+  void forget_slot_after_fork();
+  // Gives the slot back (for a process that knows it holds no device memory any more; the shim
+  // leaves its slot to be reclaimed once it is gone).
+  void release_slot();
+
+  const share::LimitsPage* limits_page() const { return limits_; }
+  share::UsagePage* usage_page() const { return usage_; }
+
+ private:
+  share::ProcessSlot* slot();
+  share::ProcessSlot* claim_slot();
+  bool owner_alive(uint64_t owner) const;
+
+  const share::LimitsPage* limits_ = nullptr;
+  share::UsagePage* usage_ = nullptr;
+  std::atomic<share::ProcessSlot*> slot_{nullptr};
+  std::atomic<bool> claiming_{false};
+  std::atomic<uint64_t> owner_{0};
+  uint64_t pid_namespace_ = 0;
+  std::atomic<int64_t> last_reclaim_ns_{0};
+};
+
+// /proc helpers (exposed for tests). read_process_start_time is false for a process that does not
+// exist or is a zombie.
+bool read_process_start_time(int pid, uint64_t* start_time);
+uint64_t read_pid_namespace();
+
+}  // namespace tessera::vgpu

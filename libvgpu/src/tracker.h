@@ -1,0 +1,70 @@
+// What this process holds: driver handles (device pointers, VMM handles, arrays, contexts, pools)
+// mapped to the bytes charged for them, so a free releases exactly what the allocation reserved.
+// Process-local (not shared), an open-addressing table in mmap'd memory behind a spin lock that
+// is never held across a driver call. Not on the launch path.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::vgpu {
+
+enum class HandleKind : uint8_t {
+  kDevicePointer = 1,  // cuMemAlloc / Pitch / Managed
+  kPoolPointer,        // cuMemAllocAsync / FromPoolAsync: aux = the pool, bytes = its share of
+                       // the pool (charged through the pool, not on its own)
+  kVmmHandle,          // cuMemCreate
+  kArray,              // cuArrayCreate / cuArray3DCreate
+  kContext,            // cuCtxCreate
+  kPool,               // bytes = the pool's reserved memory last accounted; aux = 1 once the
+                       // pool is destroyed (bytes = what its outstanding allocations still use)
+};
+
+struct Record {
+  uint64_t handle = 0;
+  HandleKind kind = HandleKind::kDevicePointer;
+  int16_t device = -1;  // limits-page index
+  uint64_t bytes = 0;
+  uint64_t context = 0;  // the context that owns it (freed with the context), 0 if none
+  uint64_t aux = 0;
+};
+
+class Tracker {
+ public:
+  // False only if the table cannot grow (out of host memory).
+  bool insert(const Record& record);
+  bool find(HandleKind kind, uint64_t handle, Record* out);
+  // Removes and returns the record.
+  bool take(HandleKind kind, uint64_t handle, Record* out);
+  // Removes up to `capacity` records owned by `context` (all kinds but kPool) into `out`;
+  // returns how many. Call again while it returns `capacity`.
+  size_t take_context(uint64_t context, Record* out, size_t capacity);
+  // Copies up to `capacity` records of `kind` into `out`; returns how many.
+  size_t collect(HandleKind kind, Record* out, size_t capacity);
+  // Sets aux = `to` on every record of `kind` whose aux is `from`; returns how many.
+  size_t retag_aux(HandleKind kind, uint64_t from, uint64_t to);
+  size_t size();
+  void clear();
+  // In a forked child: the parent's handles are not this process's, and another thread of the
+  // parent may have held the lock at fork time (that thread does not exist in the child).
+  void reset_after_fork();
+
+ private:
+  struct Entry {
+    Record record;
+    uint8_t state;  // 0 empty, 1 used, 2 deleted
+  };
+  void lock();
+  void unlock();
+  long find_index(HandleKind kind, uint64_t handle) const;
+  bool grow();
+
+  std::atomic<bool> locked_{false};
+  Entry* entries_ = nullptr;
+  size_t capacity_ = 0;  // a power of two
+  size_t used_ = 0;      // live
+  size_t filled_ = 0;    // live + deleted
+};
+
+}  // namespace tessera::vgpu

@@ -1,0 +1,139 @@
+// What libvgpu adds to the hot calls, measured against the simulated driver in one run: the
+// program re-executes itself three times (no shim; shim without limits; shim with a limit and a
+// share region) with Google Benchmark, then prints each benchmark's time and the time the shim
+// added. Not a test gate: figures depend on the machine.
+//
+//   vgpu_bench [--benchmark_min_time=...]      (needs VGPU_BENCH_SHIM and VGPU_BENCH_SIMLIB,
+//                                                set by the build)
+#include <benchmark/benchmark.h>
+#include <cuda.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr char kPtx[] =
+    ".version 8.0\n.target sm_90\n.address_size 64\n"
+    ".visible .entry empty_kernel()\n{\n  ret;\n}\n";
+
+CUcontext g_context = nullptr;
+CUfunction g_kernel = nullptr;
+
+bool set_up() {
+  if (g_context) return true;
+  CUdevice device = 0;
+  CUmodule module = nullptr;
+  return cuInit(0) == CUDA_SUCCESS && cuDeviceGet(&device, 0) == CUDA_SUCCESS &&
+         cuDevicePrimaryCtxRetain(&g_context, device) == CUDA_SUCCESS &&
+         cuCtxSetCurrent(g_context) == CUDA_SUCCESS &&
+         cuModuleLoadData(&module, kPtx) == CUDA_SUCCESS &&
+         cuModuleGetFunction(&g_kernel, module, "empty_kernel") == CUDA_SUCCESS;
+}
+
+void BM_MemAllocFree(benchmark::State& state) {
+  if (!set_up()) state.SkipWithError("no CUDA context");
+  for (auto _ : state) {
+    CUdeviceptr pointer = 0;
+    if (cuMemAlloc_v2(&pointer, 1 << 20) != CUDA_SUCCESS) state.SkipWithError("alloc failed");
+    cuMemFree_v2(pointer);
+  }
+}
+BENCHMARK(BM_MemAllocFree);
+
+void BM_LaunchKernel(benchmark::State& state) {
+  if (!set_up()) state.SkipWithError("no CUDA context");
+  int64_t launched = 0;
+  for (auto _ : state) {
+    cuLaunchKernel(g_kernel, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr);
+    if (++launched % 256 == 0) {
+      state.PauseTiming();
+      cuCtxSynchronize();  // keep the simulated push buffer from filling
+      state.ResumeTiming();
+    }
+  }
+}
+BENCHMARK(BM_LaunchKernel);
+
+// Child mode: "name nanoseconds-per-iteration" lines on stdout.
+class LineReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      std::printf(
+          "%s %.1f\n", run.benchmark_name().c_str(),
+          run.GetAdjustedRealTime() * 1e9 / benchmark::GetTimeUnitMultiplier(run.time_unit));
+    }
+  }
+};
+
+std::map<std::string, double> run_child(char** argv, const char* preload, const char* limit) {
+  int fds[2];
+  if (pipe(fds) != 0) std::abort();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    setenv("VGPU_BENCH_CHILD", "1", 1);
+    if (preload) {
+      setenv("LD_PRELOAD", preload, 1);
+    } else {
+      unsetenv("LD_PRELOAD");
+    }
+    if (limit) {
+      setenv("TESSERA_MEMORY_LIMIT", limit, 1);
+    } else {
+      unsetenv("TESSERA_MEMORY_LIMIT");
+    }
+    execv("/proc/self/exe", argv);
+    _exit(127);
+  }
+  close(fds[1]);
+  std::map<std::string, double> results;
+  FILE* input = fdopen(fds[0], "r");
+  char name[256];
+  double ns = 0;
+  while (std::fscanf(input, "%255s %lf", name, &ns) == 2) results[name] = ns;
+  std::fclose(input);
+  waitpid(pid, nullptr, 0);
+  return results;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (std::getenv("VGPU_BENCH_CHILD")) {
+    benchmark::Initialize(&argc, argv);
+    LineReporter reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    return 0;
+  }
+  char state[] = "/tmp/vgpu-bench-state-XXXXXX";
+  const int fd = mkstemp(state);
+  close(fd);
+  unlink(state);
+  setenv("SIMGPU_STATE", state, 1);
+  setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0", 1);
+  setenv("SIMGPU_KERNEL_US", "default=1", 1);
+  setenv("LD_LIBRARY_PATH", VGPU_BENCH_SIMLIB, 1);
+  const auto plain = run_child(argv, nullptr, nullptr);
+  const auto shim = run_child(argv, VGPU_BENCH_SHIM, nullptr);
+  const auto limited = run_child(argv, VGPU_BENCH_SHIM, "8Gi");
+  unlink(state);
+  std::printf("%-20s %14s %14s %14s %12s %12s\n", "benchmark", "no shim ns", "shim ns",
+              "shim+limit ns", "added ns", "added+limit");
+  for (const auto& [name, base] : plain) {
+    const double with = shim.count(name) ? shim.at(name) : 0;
+    const double with_limit = limited.count(name) ? limited.at(name) : 0;
+    std::printf("%-20s %14.1f %14.1f %14.1f %12.1f %12.1f\n", name.c_str(), base, with, with_limit,
+                with - base, with_limit - base);
+  }
+  return plain.empty() || shim.empty() || limited.empty() ? 1 : 0;
+}
