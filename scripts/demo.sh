@@ -7,12 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# ---- The tenants: one line each, "name|command prefix". The prefix is what confines the
-# tenant's programs; empty means no quota. To give a tenant a quota, e.g.:
-#   "alice|build/release/bin/tessera run --memory 8Gi --cores 30 --"
+# ---- The tenants: one line each, "name|memory quota". Each tenant is one share: all its programs
+# run under `tessera run` with the same share directory, so they draw on one quota together.
+# An empty quota means the tenant runs unconfined.
 TENANTS=(
-  "alice|"
-  "bob|"
+  "alice|40Gi"
+  "bob|24Gi"
 )
 BURN_SECONDS=5    # each tenant's compute-burn runs this long
 HOLD_SECONDS=3    # each tenant's memory-fill holds its memory this long, during the burns
@@ -57,9 +57,12 @@ start_tenant_program() {  # tenant suffix command...: runs it in the background,
 # together a moment later, so no tenant's context is starved by another's fill.
 fill_start=$(python3 -c 'import time; print(f"{time.time() + 1.5:.3f}")')
 for tenant in "${TENANTS[@]}"; do
-  IFS='|' read -r name prefix <<<"$tenant"
-  read -ra wrapper <<<"$prefix"
-  echo "demo: tenant $name runs under: ${prefix:-nothing (no quota)}"
+  IFS='|' read -r name memory <<<"$tenant"
+  wrapper=()
+  if [[ -n $memory ]]; then
+    wrapper=(build/release/bin/tessera run --memory "$memory" --share-dir "$workdir/share-$name" --)
+  fi
+  echo "demo: tenant $name runs under: ${wrapper[*]:-nothing (no quota)}"
   start_tenant_program "$name" burn "${wrapper[@]}" "$samples/compute-burn" --seconds "$BURN_SECONDS"
   start_tenant_program "$name" fill "${wrapper[@]}" "$samples/memory-fill" --chunk "$FILL_CHUNK" \
     --start-at "$fill_start" --hold-seconds "$HOLD_SECONDS"
@@ -96,16 +99,18 @@ def gib(n):
 
 alone = report("alone.burn")
 obtained = 0
-rows = [("tenant", "memory obtained", "kernels/s", "share of GPU time", "p99 latency")]
+rows = [("tenant", "GPU memory it sees", "memory obtained", "kernels/s", "share of GPU time",
+         "p99 latency")]
 total_share = 0.0
 for tenant in tenants:
     fill, burn = report(f"{tenant}.fill"), report(f"{tenant}.burn")
     share = burn["kernels_per_s"] / alone["kernels_per_s"]
     total_share += share
     obtained += fill["bytes_obtained"]
-    rows.append((tenant, gib(fill["bytes_obtained"]), f"{burn['kernels_per_s']:.0f}",
+    rows.append((tenant, gib(fill["mem_get_info_total"]), gib(fill["bytes_obtained"]),
+                 f"{burn['kernels_per_s']:.0f}",
                  f"{share:.0%}", f"{burn['latency_us_p99'] / 1000:.2f} ms"))
-rows.append(("(alone)", "-", f"{alone['kernels_per_s']:.0f}", "100%",
+rows.append(("(alone)", "-", "-", f"{alone['kernels_per_s']:.0f}", "100%",
              f"{alone['latency_us_p99'] / 1000:.2f} ms"))
 
 print()
@@ -113,9 +118,8 @@ widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
 for row in rows:
     print("  ".join([row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:], widths[1:])]))
 print()
-total_memory = report(f"{tenants[0]}.fill")["mem_get_info_total"]
-print(f"Memory: the tenants obtained {gib(obtained)} of the GPU's {gib(total_memory)} (each process's "
-      f"context holds some too).")
+print(f"Memory: each tenant sees its quota as the GPU's memory and obtains all of it but what its "
+      f"contexts hold (libvgpu counts about 500 MiB per context); together {gib(obtained)}.")
 print(f"Share of GPU time: a tenant's kernels/s over that of one burn alone; together "
       f"{total_share:.0%}.")
 where = (f"the simulated driver ({simulator_lib})" if gpu_kind == "simulated"

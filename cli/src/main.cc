@@ -1,0 +1,30 @@
+// tessera: the command-line tool. `tessera run` confines a command to a GPU share on this machine.
+#include <CLI/CLI.hpp>
+
+#include "run_command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tessera: share NVIDIA GPUs between tenants with enforced quotas"};
+  app.require_subcommand(1);
+
+  tessera::cli::RunOptions run;
+  auto* run_cmd = app.add_subcommand(
+      "run", "Run a command under a GPU share: its CUDA processes together get at most the quota");
+  run_cmd->add_option("--memory", run.memory,
+                      "GPU memory: one size for every GPU (8Gi, 8G, 8192Mi, bytes) or "
+                      "<index>=<size>,GPU-<uuid>=<size>; GPUs not named are unlimited");
+  run_cmd->add_option("--device", run.devices,
+                      "GPUs the command sees (CUDA_VISIBLE_DEVICES: indices or UUIDs)");
+  run_cmd->add_option("--share-dir", run.share_dir,
+                      "Create (or update) the share in this directory and keep it; default: a "
+                      "temporary directory removed when the command ends");
+  run_cmd->add_option("--libvgpu", run.libvgpu,
+                      "Path of libvgpu.so (default: found beside tessera)");
+  run_cmd->add_option("command", run.command, "The command and its arguments (after --)")
+      ->required();
+  run_cmd->prefix_command(false);
+
+  CLI11_PARSE(app, argc, argv);
+  if (*run_cmd) return tessera::cli::run(run);
+  return 0;
+}

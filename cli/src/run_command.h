@@ -1,0 +1,27 @@
+// `tessera run`: runs a command under a GPU share on this machine, without Kubernetes. It creates a
+// share directory (limits page) the way the node agent does for a claim, preloads libvgpu into
+// the command, forwards signals to it and returns its exit status.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tessera::cli {
+
+struct RunOptions {
+  std::string memory;     // --memory, TESSERA_MEMORY_LIMIT syntax
+  std::string devices;    // --device: CUDA_VISIBLE_DEVICES for the command
+  std::string share_dir;  // --share-dir: keep the share here (kept afterwards); default: temporary
+  std::string libvgpu;    // --libvgpu: path of libvgpu.so; default: found next to this program
+  std::vector<std::string> command;
+};
+
+// Returns the command's exit status (128 + signal when it was killed), or 125 when tessera itself
+// could not start it (the message is on stderr), as `env`, `timeout` and `docker run` do.
+int run(const RunOptions& options);
+
+// Where libvgpu.so is when not given: $TESSERA_LIBVGPU, then <prefix>/lib/libvgpu.so for an
+// installed <prefix>/bin/tessera, then the build tree's <build>/libvgpu/libvgpu.so.
+std::string find_libvgpu(const std::string& executable_dir);
+
+}  // namespace tessera::cli

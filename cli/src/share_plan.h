@@ -1,0 +1,20 @@
+// What `tessera run --memory SPEC` means for this machine's GPUs: the limits page entries of the
+// share it creates. Pure (GPUs and text in, limits or an error out), so it is unit-tested.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpu_inventory.h"
+#include "tessera/share_files.h"
+
+namespace tessera::cli {
+
+// `memory_spec` has the syntax of TESSERA_MEMORY_LIMIT: one size for every GPU ("8Gi") or a list
+// of <index>=<size> / GPU-<uuid>=<size>; GPUs not named are unlimited; empty means no limit.
+// Indices are NVML's (nvidia-smi's). Errors name the item and what is wrong with it.
+bool plan_share(const std::vector<Gpu>& gpus, std::string_view memory_spec,
+                std::vector<share::DeviceLimit>& limits, std::string& error);
+
+}  // namespace tessera::cli

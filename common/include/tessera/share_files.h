@@ -1,0 +1,25 @@
+// Writing a share's limits page (tessera/share_region.h) to disk: used by whoever creates shares,
+// the node agent for Kubernetes claims and `tessera run` on one machine. The shim only reads it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/share_region.h"
+
+namespace tessera::share {
+
+struct DeviceLimit {
+  std::string uuid;  // "GPU-..." as NVML and cuDeviceGetUuid name the device
+  uint64_t memory_limit = kUnlimited;
+  uint32_t cores_limit = 100;
+};
+
+// Writes <dir>/limits. A new file is built under a temporary name, fsync'ed and renamed into place
+// (mode 0444: processes of the share map it read-only). An existing valid limits page is updated in
+// place, field by field, and its generation bumped, so running processes see the change through
+// their mapping. Returns an empty string, or what went wrong (naming the path).
+std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>& devices);
+
+}  // namespace tessera::share

@@ -1,0 +1,125 @@
+#include "tessera/share_files.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+
+namespace tessera::share {
+namespace {
+
+std::string failure(const std::string& what, const std::string& path) {
+  return what + " " + path + ": " + std::strerror(errno);
+}
+
+void fill(LimitsPage& page, const std::vector<DeviceLimit>& devices) {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    DeviceLimits& entry = page.devices[i];
+    std::memset(entry.uuid, 0, sizeof entry.uuid);
+    std::memcpy(entry.uuid, devices[i].uuid.data(), devices[i].uuid.size());
+    entry.memory_limit.store(devices[i].memory_limit, std::memory_order_relaxed);
+    entry.cores_limit.store(devices[i].cores_limit, std::memory_order_relaxed);
+  }
+  page.device_count.store(static_cast<uint32_t>(devices.size()), std::memory_order_relaxed);
+}
+
+// Updates a live limits page. The UUID list must not change under running readers; only the
+// limits do (a share's devices are fixed when it is created).
+std::string update_in_place(const std::string& path, const std::vector<DeviceLimit>& devices) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    // 0444 files are writable by root only; make it writable for the update, then restore.
+    if (errno != EACCES || ::chmod(path.c_str(), 0644) != 0) return failure("cannot open", path);
+    const std::string result = update_in_place(path, devices);
+    ::chmod(path.c_str(), 0444);
+    return result;
+  }
+  void* memory = ::mmap(nullptr, sizeof(LimitsPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (memory == MAP_FAILED) return failure("cannot map", path);
+  auto* page = static_cast<LimitsPage*>(memory);
+  std::string error;
+  const uint32_t count = page->device_count.load(std::memory_order_acquire);
+  if (count != devices.size()) {
+    error = path + ": a share's devices cannot change (it has " + std::to_string(count) +
+            ", the update names " + std::to_string(devices.size()) + ")";
+  } else {
+    for (size_t i = 0; i < devices.size() && error.empty(); ++i) {
+      if (devices[i].uuid != page->devices[i].uuid) {
+        error = path + ": device " + std::to_string(i) + " is " + page->devices[i].uuid +
+                ", the update names " + devices[i].uuid;
+      }
+    }
+  }
+  if (error.empty()) {
+    for (size_t i = 0; i < devices.size(); ++i) {
+      page->devices[i].memory_limit.store(devices[i].memory_limit, std::memory_order_release);
+      page->devices[i].cores_limit.store(devices[i].cores_limit, std::memory_order_release);
+    }
+    page->generation.fetch_add(1, std::memory_order_acq_rel);
+    ::msync(memory, sizeof(LimitsPage), MS_SYNC);
+  }
+  ::munmap(memory, sizeof(LimitsPage));
+  return error;
+}
+
+bool is_valid_page(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  LimitsPage page;
+  const bool ok = ::pread(fd, &page, sizeof page, 0) == static_cast<ssize_t>(sizeof page) &&
+                  valid_limits_page(page);
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>& devices) {
+  if (devices.size() > kMaxDevices) {
+    return "a share holds at most " + std::to_string(kMaxDevices) + " devices, not " +
+           std::to_string(devices.size());
+  }
+  for (const DeviceLimit& device : devices) {
+    if (device.uuid.empty() || device.uuid.size() >= kUuidBytes) {
+      return "device UUID '" + device.uuid + "' must be 1.." + std::to_string(kUuidBytes - 1) +
+             " characters";
+    }
+    if (device.cores_limit > 100) {
+      return "cores limit " + std::to_string(device.cores_limit) + " of " + device.uuid +
+             " is above 100";
+    }
+  }
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return failure("cannot create", dir);
+  const std::string path = dir + "/limits";
+  if (is_valid_page(path)) return update_in_place(path, devices);
+
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return failure("cannot create", temp);
+  auto page = std::make_unique<LimitsPage>();
+  std::memset(static_cast<void*>(page.get()), 0, sizeof(LimitsPage));
+  init_limits_page(*page);
+  fill(*page, devices);
+  const bool written =
+      ::write(fd, page.get(), sizeof(LimitsPage)) == static_cast<ssize_t>(sizeof(LimitsPage)) &&
+      ::fchmod(fd, 0444) == 0 && ::fsync(fd) == 0;
+  const std::string write_error = written ? "" : failure("cannot write", temp);
+  ::close(fd);
+  if (!written) {
+    ::unlink(temp.c_str());
+    return write_error;
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string error = failure("cannot rename into place", path);
+    ::unlink(temp.c_str());
+    return error;
+  }
+  return "";
+}
+
+}  // namespace tessera::share
