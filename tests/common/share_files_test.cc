@@ -1,0 +1,79 @@
+#include "tessera/share_files.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace tessera::share {
+namespace {
+
+class ShareFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/tessera-share-files-XXXXXX";
+    dir_ = mkdtemp(pattern);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string limits_path() const { return dir_ + "/limits"; }
+  std::string dir_;
+};
+
+TEST_F(ShareFiles, WritesAReadOnlyValidLimitsPage) {
+  ASSERT_EQ(write_limits(dir_, {{"GPU-aaaa", 8ull << 30, 30}, {"GPU-bbbb", kUnlimited, 100}}), "");
+  struct stat info {};
+  ASSERT_EQ(stat(limits_path().c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0444u);
+  EXPECT_EQ(static_cast<size_t>(info.st_size), sizeof(LimitsPage));
+  const int fd = open(limits_path().c_str(), O_RDONLY);
+  LimitsPage page;
+  ASSERT_EQ(pread(fd, &page, sizeof page, 0), static_cast<ssize_t>(sizeof page));
+  close(fd);
+  ASSERT_TRUE(valid_limits_page(page));
+  EXPECT_EQ(page.device_count.load(), 2u);
+  EXPECT_STREQ(page.devices[0].uuid, "GPU-aaaa");
+  EXPECT_EQ(page.devices[0].memory_limit.load(), 8ull << 30);
+  EXPECT_EQ(page.devices[0].cores_limit.load(), 30u);
+  EXPECT_EQ(page.devices[1].memory_limit.load(), kUnlimited);
+}
+
+TEST_F(ShareFiles, UpdatesInPlaceSoMappingsSeeTheChange) {
+  ASSERT_EQ(write_limits(dir_, {{"GPU-aaaa", 8ull << 30, 100}}), "");
+  const int fd = open(limits_path().c_str(), O_RDONLY);
+  void* memory = mmap(nullptr, sizeof(LimitsPage), PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(memory, MAP_FAILED);
+  const auto* live = static_cast<const LimitsPage*>(memory);
+  const uint64_t generation = live->generation.load();
+  ASSERT_EQ(write_limits(dir_, {{"GPU-aaaa", 4ull << 30, 50}}), "");
+  EXPECT_EQ(live->devices[0].memory_limit.load(), 4ull << 30);  // the running process's mapping
+  EXPECT_EQ(live->devices[0].cores_limit.load(), 50u);
+  EXPECT_GT(live->generation.load(), generation);
+  munmap(memory, sizeof(LimitsPage));
+}
+
+TEST_F(ShareFiles, ADevicesChangeIsRefusedAndNamesTheDevices) {
+  ASSERT_EQ(write_limits(dir_, {{"GPU-aaaa", 8ull << 30, 100}}), "");
+  const std::string swapped = write_limits(dir_, {{"GPU-cccc", 8ull << 30, 100}});
+  EXPECT_NE(swapped.find("GPU-aaaa"), std::string::npos) << swapped;
+  EXPECT_NE(swapped.find("GPU-cccc"), std::string::npos) << swapped;
+  const std::string grown = write_limits(dir_, {{"GPU-aaaa", 1, 100}, {"GPU-bbbb", 1, 100}});
+  EXPECT_NE(grown.find("cannot change"), std::string::npos) << grown;
+}
+
+TEST_F(ShareFiles, BadInputIsRefusedBeforeAnythingIsWritten) {
+  EXPECT_NE(write_limits(dir_, {{"", 1, 100}}), "");
+  EXPECT_NE(write_limits(dir_, {{std::string(80, 'x'), 1, 100}}).find("characters"),
+            std::string::npos);
+  EXPECT_NE(write_limits(dir_, {{"GPU-aaaa", 1, 101}}).find("101"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(limits_path()));
+  EXPECT_NE(write_limits("/proc/no/such/dir", {{"GPU-aaaa", 1, 100}}).find("/proc/no/such/dir"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::share
