@@ -7,12 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# ---- The tenants: one line each, "name|memory quota". Each tenant is one share: all its programs
-# run under `tessera run` with the same share directory, so they draw on one quota together.
-# An empty quota means the tenant runs unconfined.
+# ---- The tenants: one line each, "name|memory quota|cores quota (percent of GPU time)". Each
+# tenant is one share: all its programs run under `tessera run` with the same share directory, so
+# they draw on one quota together. An empty quota means that resource is not limited; a tenant
+# with neither runs unconfined.
 TENANTS=(
-  "alice|40Gi"
-  "bob|24Gi"
+  "alice|40Gi|30"
+  "bob|24Gi|70"
 )
 BURN_SECONDS=5    # each tenant's compute-burn runs this long
 HOLD_SECONDS=3    # each tenant's memory-fill holds its memory this long, during the burns
@@ -57,10 +58,13 @@ start_tenant_program() {  # tenant suffix command...: runs it in the background,
 # together a moment later, so no tenant's context is starved by another's fill.
 fill_start=$(python3 -c 'import time; print(f"{time.time() + 1.5:.3f}")')
 for tenant in "${TENANTS[@]}"; do
-  IFS='|' read -r name memory <<<"$tenant"
+  IFS='|' read -r name memory cores <<<"$tenant"
   wrapper=()
-  if [[ -n $memory ]]; then
-    wrapper=(build/release/bin/tessera run --memory "$memory" --share-dir "$workdir/share-$name" --)
+  if [[ -n $memory || -n $cores ]]; then
+    wrapper=(build/release/bin/tessera run --verbose --share-dir "$workdir/share-$name")
+    [[ -n $memory ]] && wrapper+=(--memory "$memory")
+    [[ -n $cores ]] && wrapper+=(--cores "$cores")
+    wrapper+=(--)
   fi
   echo "demo: tenant $name runs under: ${wrapper[*]:-nothing (no quota)}"
   start_tenant_program "$name" burn "${wrapper[@]}" "$samples/compute-burn" --seconds "$BURN_SECONDS"
@@ -80,6 +84,14 @@ done
 
 tenant_names=()
 for tenant in "${TENANTS[@]}"; do tenant_names+=("${tenant%%|*}"); done
+
+# What each share's shim counted (tessera run --verbose prints it when the burn ends).
+for name in "${tenant_names[@]}"; do
+  if grep -q "summary" "$workdir/$name.burn.err" 2>/dev/null; then
+    echo "demo: $name's share, as its shim counted it:"
+    sed -n 's/^tessera run: summary: /  /p' "$workdir/$name.burn.err"
+  fi
+done
 
 python3 - "$workdir" "$gpu_kind" "$simulator_lib" "${tenant_names[@]}" <<'EOF'
 import json

@@ -13,6 +13,17 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--memory", run.memory,
                       "GPU memory: one size for every GPU (8Gi, 8G, 8192Mi, bytes) or "
                       "<index>=<size>,GPU-<uuid>=<size>; GPUs not named are unlimited");
+  run_cmd->add_option("--cores", run.cores,
+                      "GPU time, percent: one value for every GPU (30) or <index>=<percent>,"
+                      "GPU-<uuid>=<percent>; GPUs not named are not limited");
+  run_cmd->add_option("--cores-burst", run.burst,
+                      "Percent the share may use while no other process uses the GPU (same "
+                      "syntax; at least --cores)");
+  run_cmd->add_option("--priority", run.priority,
+                      "high, normal or low: the share yields the GPU to active shares of higher "
+                      "priority");
+  run_cmd->add_flag("--verbose", run.verbose,
+                    "Print what the share used (GPU time, gate, launches) when the command ends");
   run_cmd->add_option("--device", run.devices,
                       "GPUs the command sees (CUDA_VISIBLE_DEVICES: indices or UUIDs)");
   run_cmd->add_option("--share-dir", run.share_dir,

@@ -11,7 +11,13 @@
 #include <cstring>
 #include <filesystem>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "compute/meter.h"
 #include "gpu_inventory.h"
+#include "options.h"
 #include "share_plan.h"
 
 namespace tessera::cli {
@@ -35,6 +41,49 @@ std::string executable_dir() {
   return error ? std::string(".") : path.parent_path().string();
 }
 
+double monotonic_s() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
+}
+
+// --verbose: what the share used, from its usage page (the shim's counters, docs/compute.md).
+void print_summary(const std::string& dir, const std::vector<share::DeviceLimit>& limits,
+                   double seconds) {
+  const std::string path = dir + "/usage";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    std::fprintf(stderr, "tessera run: summary: no usage page (the command used no GPU)\n");
+    return;
+  }
+  void* memory = ::mmap(nullptr, sizeof(share::UsagePage), PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (memory == MAP_FAILED) return;
+  const auto& usage = *static_cast<const share::UsagePage*>(memory);
+  if (share::valid_usage_page(usage)) {
+    std::fprintf(stderr,
+                 "tessera run: summary: %.2f s, %llu launches, launching threads waited %.3f s "
+                 "at the compute gate\n",
+                 seconds, static_cast<unsigned long long>(vgpu::compute::share_launches(usage)),
+                 static_cast<double>(vgpu::compute::share_throttled_ns(usage)) / 1e9);
+    for (size_t d = 0; d < limits.size() && d < share::kMaxDevices; ++d) {
+      const share::ComputeDevice& device = usage.compute.devices[d];
+      const double busy = static_cast<double>(device.busy_ns.load()) / 1e9;
+      const double others = static_cast<double>(device.others_busy_ns.load()) / 1e9;
+      const double closed = static_cast<double>(device.closed_ns.load()) / 1e9;
+      std::fprintf(
+          stderr,
+          "tessera run: summary: GPU %zu %s: cores limit %u%%, burst %u%%; GPU time "
+          "used %.3f s (%.1f%% of the wall time), others %.3f s, gate closed %.3f s, "
+          "memory held at exit %llu bytes\n",
+          d, limits[d].uuid.c_str(), limits[d].cores_limit, limits[d].cores_burst, busy,
+          seconds > 0 ? 100 * busy / seconds : 0.0, others, closed,
+          static_cast<unsigned long long>(share::share_usage(usage, static_cast<uint32_t>(d))));
+    }
+  }
+  ::munmap(memory, sizeof(share::UsagePage));
+}
+
 }  // namespace
 
 std::string find_libvgpu(const std::string& dir) {
@@ -54,7 +103,13 @@ int run(const RunOptions& options) {
     return kCannotRun;
   }
   std::vector<share::DeviceLimit> limits;
-  if (!plan_share(gpus, options.memory, limits, error)) {
+  uint32_t priority = share::kPriorityNormal;
+  if (!options.priority.empty() && !vgpu::parse_priority(options.priority, &priority)) {
+    std::fprintf(stderr, "tessera run: --priority '%s' is not high, normal or low\n",
+                 options.priority.c_str());
+    return kCannotRun;
+  }
+  if (!plan_share(gpus, options.memory, options.cores, options.burst, limits, error)) {
     std::fprintf(stderr, "tessera run: %s\n", error.c_str());
     return kCannotRun;
   }
@@ -81,7 +136,7 @@ int run(const RunOptions& options) {
     dir = pattern;
     temporary = true;
   }
-  if (std::string written = share::write_limits(dir, limits); !written.empty()) {
+  if (std::string written = share::write_limits(dir, limits, priority); !written.empty()) {
     std::fprintf(stderr, "tessera run: %s\n", written.c_str());
     if (temporary) std::filesystem::remove_all(dir);
     return kCannotRun;
@@ -110,6 +165,7 @@ int run(const RunOptions& options) {
     _exit(errno == ENOENT ? 127 : 126);
   }
 
+  const double started = monotonic_s();
   g_child = child;
   struct sigaction forward {};
   forward.sa_handler = forward_signal;
@@ -120,6 +176,7 @@ int run(const RunOptions& options) {
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
+  if (options.verbose) print_summary(dir, limits, monotonic_s() - started);
   if (temporary) std::filesystem::remove_all(dir);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

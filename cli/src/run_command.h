@@ -10,6 +10,10 @@ namespace tessera::cli {
 
 struct RunOptions {
   std::string memory;     // --memory, TESSERA_MEMORY_LIMIT syntax
+  std::string cores;      // --cores, TESSERA_CORES_LIMIT syntax (percent of GPU time)
+  std::string burst;      // --cores-burst, the same syntax
+  std::string priority;   // --priority: high, normal, low (empty: normal)
+  bool verbose = false;   // --verbose: print the share's usage when the command ends
   std::string devices;    // --device: CUDA_VISIBLE_DEVICES for the command
   std::string share_dir;  // --share-dir: keep the share here (kept afterwards); default: temporary
   std::string libvgpu;    // --libvgpu: path of libvgpu.so; default: found next to this program

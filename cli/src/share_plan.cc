@@ -1,10 +1,83 @@
 #include "share_plan.h"
 
 #include <cstring>
+#include <utility>
 
 #include "options.h"  // libvgpu's parser: the CLI accepts exactly what the shim accepts
 
 namespace tessera::cli {
+namespace {
+
+// Applies the entries of a per-GPU list through `apply`; false (with `error`) for a GPU this
+// machine does not have.
+template <typename Apply>
+bool apply_entries(const std::vector<Gpu>& gpus, const vgpu::MemoryLimitSpec& spec,
+                   const char* option, std::vector<share::DeviceLimit>& limits, std::string& error,
+                   Apply apply) {
+  for (int i = 0; i < spec.count; ++i) {
+    const vgpu::LimitEntry& entry = spec.entries[i];
+    share::DeviceLimit* target = nullptr;
+    for (size_t g = 0; g < gpus.size(); ++g) {
+      const bool match = entry.ordinal >= 0 ? gpus[g].index == static_cast<unsigned>(entry.ordinal)
+                                            : gpus[g].uuid == entry.uuid;
+      if (match) target = &limits[g];
+    }
+    if (!target) {
+      error = std::string(option) + " names GPU " +
+              (entry.ordinal >= 0 ? std::to_string(entry.ordinal) : std::string(entry.uuid)) +
+              ", which this machine does not have (" + std::to_string(gpus.size()) + " GPUs)";
+      return false;
+    }
+    apply(*target, entry.bytes);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool plan_share(const std::vector<Gpu>& gpus, std::string_view memory_spec,
+                std::string_view cores_spec, std::string_view burst_spec,
+                std::vector<share::DeviceLimit>& limits, std::string& error) {
+  if (!plan_share(gpus, memory_spec, limits, error)) return false;
+  struct PercentOption {
+    const char* option;
+    std::string_view text;
+    bool cores;  // else the burst
+  };
+  for (const PercentOption& percent_option : {PercentOption{"--cores", cores_spec, true},
+                                              PercentOption{"--cores-burst", burst_spec, false}}) {
+    const char* option = percent_option.option;
+    const std::string_view text = percent_option.text;
+    const bool cores = percent_option.cores;
+    if (text.empty()) continue;
+    vgpu::MemoryLimitSpec spec;
+    if (!vgpu::parse_percent_list(text, &spec)) {
+      error = std::string(option) + " '" + std::string(text) +
+              "' is not a percent (1..100) or a list of <index>=<percent> / "
+              "GPU-<uuid>=<percent>";
+      return false;
+    }
+    for (share::DeviceLimit& limit : limits) {
+      if (spec.has_all)
+        (cores ? limit.cores_limit : limit.cores_burst) = static_cast<uint32_t>(spec.all);
+    }
+    if (!apply_entries(gpus, spec, option, limits, error,
+                       [cores](share::DeviceLimit& limit, uint64_t percent) {
+                         (cores ? limit.cores_limit : limit.cores_burst) =
+                             static_cast<uint32_t>(percent);
+                       })) {
+      return false;
+    }
+  }
+  for (const share::DeviceLimit& limit : limits) {
+    if (limit.cores_burst != 0 && limit.cores_burst < limit.cores_limit) {
+      error = "--cores-burst " + std::to_string(limit.cores_burst) + " of " + limit.uuid +
+              " is below its cores limit " + std::to_string(limit.cores_limit);
+      return false;
+    }
+  }
+  return true;
+}
 
 bool plan_share(const std::vector<Gpu>& gpus, std::string_view memory_spec,
                 std::vector<share::DeviceLimit>& limits, std::string& error) {

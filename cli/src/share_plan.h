@@ -17,4 +17,11 @@ namespace tessera::cli {
 bool plan_share(const std::vector<Gpu>& gpus, std::string_view memory_spec,
                 std::vector<share::DeviceLimit>& limits, std::string& error);
 
+// With compute: `cores_spec` and `burst_spec` have the syntax of TESSERA_CORES_LIMIT (a percent
+// 1..100 for every GPU, or <index>=<percent> / GPU-<uuid>=<percent>); GPUs not named are not
+// limited (100) / do not burst (0). A burst below the GPU's cores limit is an error.
+bool plan_share(const std::vector<Gpu>& gpus, std::string_view memory_spec,
+                std::string_view cores_spec, std::string_view burst_spec,
+                std::vector<share::DeviceLimit>& limits, std::string& error);
+
 }  // namespace tessera::cli

@@ -16,25 +16,28 @@ std::string failure(const std::string& what, const std::string& path) {
   return what + " " + path + ": " + std::strerror(errno);
 }
 
-void fill(LimitsPage& page, const std::vector<DeviceLimit>& devices) {
+void fill(LimitsPage& page, const std::vector<DeviceLimit>& devices, uint32_t priority) {
+  page.priority.store(priority, std::memory_order_relaxed);
   for (size_t i = 0; i < devices.size(); ++i) {
     DeviceLimits& entry = page.devices[i];
     std::memset(entry.uuid, 0, sizeof entry.uuid);
     std::memcpy(entry.uuid, devices[i].uuid.data(), devices[i].uuid.size());
     entry.memory_limit.store(devices[i].memory_limit, std::memory_order_relaxed);
     entry.cores_limit.store(devices[i].cores_limit, std::memory_order_relaxed);
+    entry.cores_burst.store(devices[i].cores_burst, std::memory_order_relaxed);
   }
   page.device_count.store(static_cast<uint32_t>(devices.size()), std::memory_order_relaxed);
 }
 
 // Updates a live limits page. The UUID list must not change under running readers; only the
 // limits do (a share's devices are fixed when it is created).
-std::string update_in_place(const std::string& path, const std::vector<DeviceLimit>& devices) {
+std::string update_in_place(const std::string& path, const std::vector<DeviceLimit>& devices,
+                            uint32_t priority) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) {
     // 0444 files are writable by root only; make it writable for the update, then restore.
     if (errno != EACCES || ::chmod(path.c_str(), 0644) != 0) return failure("cannot open", path);
-    const std::string result = update_in_place(path, devices);
+    const std::string result = update_in_place(path, devices, priority);
     ::chmod(path.c_str(), 0444);
     return result;
   }
@@ -59,7 +62,9 @@ std::string update_in_place(const std::string& path, const std::vector<DeviceLim
     for (size_t i = 0; i < devices.size(); ++i) {
       page->devices[i].memory_limit.store(devices[i].memory_limit, std::memory_order_release);
       page->devices[i].cores_limit.store(devices[i].cores_limit, std::memory_order_release);
+      page->devices[i].cores_burst.store(devices[i].cores_burst, std::memory_order_release);
     }
+    page->priority.store(priority, std::memory_order_release);
     page->generation.fetch_add(1, std::memory_order_acq_rel);
     ::msync(memory, sizeof(LimitsPage), MS_SYNC);
   }
@@ -80,6 +85,12 @@ bool is_valid_page(const std::string& path) {
 }  // namespace
 
 std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>& devices) {
+  return write_limits(dir, devices, kPriorityNormal);
+}
+
+std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>& devices,
+                         uint32_t priority) {
+  if (priority > kPriorityLow) return "priority " + std::to_string(priority) + " is not valid";
   if (devices.size() > kMaxDevices) {
     return "a share holds at most " + std::to_string(kMaxDevices) + " devices, not " +
            std::to_string(devices.size());
@@ -89,6 +100,10 @@ std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>&
       return "device UUID '" + device.uuid + "' must be 1.." + std::to_string(kUuidBytes - 1) +
              " characters";
     }
+    if (device.cores_burst > 100) {
+      return "cores burst " + std::to_string(device.cores_burst) + " of " + device.uuid +
+             " is above 100";
+    }
     if (device.cores_limit > 100) {
       return "cores limit " + std::to_string(device.cores_limit) + " of " + device.uuid +
              " is above 100";
@@ -96,7 +111,7 @@ std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>&
   }
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return failure("cannot create", dir);
   const std::string path = dir + "/limits";
-  if (is_valid_page(path)) return update_in_place(path, devices);
+  if (is_valid_page(path)) return update_in_place(path, devices, priority);
 
   const std::string temp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -104,7 +119,7 @@ std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>&
   auto page = std::make_unique<LimitsPage>();
   std::memset(static_cast<void*>(page.get()), 0, sizeof(LimitsPage));
   init_limits_page(*page);
-  fill(*page, devices);
+  fill(*page, devices, priority);
   const bool written =
       ::write(fd, page.get(), sizeof(LimitsPage)) == static_cast<ssize_t>(sizeof(LimitsPage)) &&
       ::fchmod(fd, 0444) == 0 && ::fsync(fd) == 0;

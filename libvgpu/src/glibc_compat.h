@@ -14,4 +14,11 @@ __asm__(".symver dlvsym,dlvsym@GLIBC_2.2.5");
 __asm__(".symver dladdr,dladdr@GLIBC_2.2.5");
 __asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
 __asm__(".symver dlclose,dlclose@GLIBC_2.2.5");
+// The compute meter's thread (compute/gate.cc): libpthread.so.0 before 2.34, libc.so.6 after.
+__asm__(".symver pthread_create,pthread_create@GLIBC_2.2.5");
+__asm__(".symver pthread_sigmask,pthread_sigmask@GLIBC_2.2.5");
+__asm__(".symver pthread_attr_init,pthread_attr_init@GLIBC_2.2.5");
+__asm__(".symver pthread_attr_destroy,pthread_attr_destroy@GLIBC_2.2.5");
+__asm__(".symver pthread_attr_setdetachstate,pthread_attr_setdetachstate@GLIBC_2.2.5");
+__asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.2.5");
 #endif

@@ -11,6 +11,7 @@
 
 // cuda.h maps some names to their newest ABI; the shim defines every ABI under its own name.
 #undef cuGetProcAddress
+#undef cuGraphInstantiate
 
 #define TESSERA_EXPORT extern "C" __attribute__((visibility("default")))
 

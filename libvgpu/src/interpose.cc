@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 
+#include "compute/gate.h"
 #include "glibc_compat.h"
 #include "hooks.h"
 #include "log.h"
@@ -227,14 +228,24 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
   return result;
 }
 
-// ---- counted pass-through wrappers (launches): a counter increment and a jump, nothing else ----
+// ---- counted pass-through wrappers (launches): a counter increment, the compute gate (one load of
+// the share's "closed" word, docs/compute.md) and a jump ----
 
 #define TESSERA_HOOK(lib, kind, symbol, ret, params, args) \
   TESSERA_HOOK_##kind(symbol, ret, params, args)
 #define TESSERA_HOOK_CUSTOM(symbol, ret, params, args)
 #define TESSERA_HOOK_COUNTED(symbol, ret, params, args)                          \
+  [[gnu::cold, gnu::noinline]] static ret symbol##_at_closed_gate params {       \
+    compute::wait_at_gate();                                                     \
+    auto real = real_##symbol();                                                 \
+    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                      \
+    return real args;                                                            \
+  }                                                                              \
   ret symbol params {                                                            \
     count_call(kHook_##symbol);                                                  \
+    if (__builtin_expect(compute::gate_closed(), 0)) {                           \
+      return symbol##_at_closed_gate args; /* a tail call: no spills here */     \
+    }                                                                            \
     auto real = real_##symbol();                                                 \
     if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_NOT_INITIALIZED; \
     return real args;                                                            \

@@ -385,32 +385,48 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
 
 // ---- stream-ordered -----------------------------------------------------------------------------
 
-#define TESSERA_ALLOC_ASYNC(symbol)                                                      \
+// An allocation on a capturing stream takes no memory: it becomes a memory allocation node of the
+// captured graph, charged through the graph memory pool when the graph is launched (graph.cc).
+namespace {
+bool capturing(Fn_cuStreamIsCapturing is_capturing, CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return is_capturing && is_capturing(stream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+}  // namespace
+
+#define TESSERA_ALLOC_ASYNC(symbol, is_capturing)                                        \
   CUresult symbol(CUdeviceptr* dptr, size_t bytes, CUstream stream) {                    \
     count_call(kHook_##symbol);                                                          \
     auto real = real_##symbol();                                                         \
     if (!real) return CUDA_ERROR_NOT_INITIALIZED;                                        \
+    if (dptr && bytes && enforcing() && capturing(real_##is_capturing(), stream)) {      \
+      return real(dptr, bytes, stream);                                                  \
+    }                                                                                    \
     auto free_real = real_cuMemFreeAsync();                                              \
     return allocate_from_pool(                                                           \
         dptr, bytes, nullptr, [&] { return real(dptr, bytes, stream); },                 \
         [&](CUdeviceptr p) { return free_real ? free_real(p, stream) : CUDA_SUCCESS; }); \
   }
-TESSERA_ALLOC_ASYNC(cuMemAllocAsync)
-TESSERA_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
+TESSERA_ALLOC_ASYNC(cuMemAllocAsync, cuStreamIsCapturing)
+TESSERA_ALLOC_ASYNC(cuMemAllocAsync_ptsz, cuStreamIsCapturing_ptsz)
 
-#define TESSERA_ALLOC_FROM_POOL(symbol)                                                  \
+#define TESSERA_ALLOC_FROM_POOL(symbol, is_capturing)                                    \
   CUresult symbol(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) { \
     count_call(kHook_##symbol);                                                          \
     auto real = real_##symbol();                                                         \
     if (!real) return CUDA_ERROR_NOT_INITIALIZED;                                        \
     if (!pool) return real(dptr, bytes, pool, stream);                                   \
+    if (dptr && bytes && enforcing() && capturing(real_##is_capturing(), stream)) {      \
+      return real(dptr, bytes, pool, stream);                                            \
+    }                                                                                    \
     auto free_real = real_cuMemFreeAsync();                                              \
     return allocate_from_pool(                                                           \
         dptr, bytes, pool, [&] { return real(dptr, bytes, pool, stream); },              \
         [&](CUdeviceptr p) { return free_real ? free_real(p, stream) : CUDA_SUCCESS; }); \
   }
-TESSERA_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync)
-TESSERA_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz)
+TESSERA_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync, cuStreamIsCapturing)
+TESSERA_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz, cuStreamIsCapturing_ptsz)
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   count_call(kHook_cuMemFreeAsync);

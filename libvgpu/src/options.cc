@@ -116,7 +116,51 @@ bool parse_size(std::string_view text, bool hami_units, uint64_t* out) {
   return true;
 }
 
+namespace {
+
+bool parse_percent(std::string_view text, uint64_t* out) {
+  uint64_t value = 0;
+  if (!parse_decimal(trim(text), &value) || value < 1 || value > 100) return false;
+  *out = value;
+  return true;
+}
+
+template <typename ParseValue>
+bool parse_device_list(std::string_view text, ParseValue parse_value, MemoryLimitSpec* out);
+
+}  // namespace
+
 bool parse_memory_limit(std::string_view text, bool hami_units, MemoryLimitSpec* out) {
+  return parse_device_list(
+      text,
+      [hami_units](std::string_view value, uint64_t* parsed) {
+        return parse_size(value, hami_units, parsed);
+      },
+      out);
+}
+
+bool parse_percent_list(std::string_view text, MemoryLimitSpec* out) {
+  return parse_device_list(text, parse_percent, out);
+}
+
+bool parse_priority(std::string_view text, uint32_t* out) {
+  text = trim(text);
+  if (text == "high") {
+    *out = 1;
+  } else if (text == "normal") {
+    *out = 0;
+  } else if (text == "low") {
+    *out = 2;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+template <typename ParseValue>
+bool parse_device_list(std::string_view text, ParseValue parse_value, MemoryLimitSpec* out) {
   MemoryLimitSpec spec;
   text = trim(text);
   if (text.empty()) return false;
@@ -127,7 +171,7 @@ bool parse_memory_limit(std::string_view text, bool hami_units, MemoryLimitSpec*
     const size_t equals = item.find('=');
     if (equals == std::string_view::npos) {
       if (spec.has_all) return false;
-      if (!parse_size(item, hami_units, &spec.all)) return false;
+      if (!parse_value(item, &spec.all)) return false;
       spec.has_all = true;
     } else {
       const std::string_view key = trim(item.substr(0, equals));
@@ -151,7 +195,7 @@ bool parse_memory_limit(std::string_view text, bool hami_units, MemoryLimitSpec*
       } else {
         return false;
       }
-      if (!parse_size(value, hami_units, &entry.bytes)) return false;
+      if (!parse_value(value, &entry.bytes)) return false;
       for (int i = 0; i < spec.count; ++i) {
         const LimitEntry& other = spec.entries[i];
         if (entry.ordinal >= 0 ? other.ordinal == entry.ordinal
@@ -167,6 +211,8 @@ bool parse_memory_limit(std::string_view text, bool hami_units, MemoryLimitSpec*
   *out = spec;
   return true;
 }
+
+}  // namespace
 
 bool parse_log_level(std::string_view text, LogLevel* out) {
   text = trim(text);
@@ -184,12 +230,136 @@ bool parse_log_level(std::string_view text, LogLevel* out) {
   return true;
 }
 
+bool Options::any_compute() const {
+  if (cores_set || burst_set || hami_cores_all_set || priority != 0) return true;
+  for (uint8_t state : hami_cores_state) {
+    if (state != 0) return true;
+  }
+  return false;
+}
+
 bool Options::any_limit() const {
   if (tessera_set || hami_all_set) return true;
   for (uint8_t state : hami_device_state) {
     if (state != 0) return true;
   }
   return false;
+}
+
+namespace {
+
+void read_compute_options(GetEnv get_env, Options* options) {
+  auto value_of = [&](OptionId id) -> const char* {
+    const char* value = get_env(option_info(id).name);
+    return value && *value ? value : nullptr;
+  };
+  if (const char* dir = value_of(OptionId::kDeviceDir)) {
+    if (std::strlen(dir) < sizeof options->device_dir) {
+      std::strcpy(options->device_dir, dir);
+    } else {
+      add_message(options, "TESSERA_DEVICE_DIR is longer than %zu bytes; using /dev/shm",
+                  sizeof options->device_dir - 1);
+    }
+  }
+  if (const char* priority = value_of(OptionId::kPriority)) {
+    if (!parse_priority(priority, &options->priority)) {
+      add_message(options, "TESSERA_PRIORITY='%s' is not a priority (high, normal, low); using low",
+                  priority);
+      options->priority = 2;  // never more than was asked for
+    }
+  }
+  if (const char* cores = value_of(OptionId::kCoresLimit)) {
+    options->cores_set = true;
+    if (!parse_percent_list(cores, &options->cores)) {
+      options->cores_invalid = true;
+      add_message(options,
+                  "TESSERA_CORES_LIMIT='%s' is not a cores limit (expected 1..100, or "
+                  "0=30,GPU-<uuid>=50); every device is limited to 1%% of its time",
+                  cores);
+    }
+  }
+  if (const char* burst = value_of(OptionId::kCoresBurst)) {
+    options->burst_set = true;
+    if (!parse_percent_list(burst, &options->burst)) {
+      options->burst_invalid = true;
+      add_message(options,
+                  "TESSERA_CORES_BURST='%s' is not a percent list (expected 1..100, or "
+                  "0=30,GPU-<uuid>=50); no device bursts",
+                  burst);
+    }
+  }
+  bool hami_ignored = false;
+  auto hami_percent = [&](const char* name, const char* text, uint32_t* out) {
+    uint64_t value = 0;
+    if (!parse_decimal(trim(text), &value) || value > 100) {
+      add_message(options,
+                  "%s='%s' is not a percent (0..100); the device is limited to 1%% of its time",
+                  name, text);
+      *out = 1;
+      return;
+    }
+    *out = value == 0 ? 100 : static_cast<uint32_t>(value);  // HAMi: 0 = no limit
+  };
+  if (const char* limit = value_of(OptionId::kHamiCoresLimit)) {
+    if (options->cores_set) {
+      hami_ignored = true;
+    } else {
+      options->hami_cores_all_set = true;
+      hami_percent(option_info(OptionId::kHamiCoresLimit).name, limit, &options->hami_cores_all);
+    }
+  }
+  for (int i = 0; i < kMaxLimitEntries; ++i) {
+    char name[48];
+    const std::string_view pattern = option_info(OptionId::kHamiCoresLimitN).name;
+    const size_t marker = pattern.find("<i>");
+    std::snprintf(name, sizeof name, "%.*s%d", static_cast<int>(marker), pattern.data(), i);
+    const char* limit = get_env(name);
+    if (!limit || !*limit) continue;
+    if (options->cores_set) {
+      hami_ignored = true;
+      continue;
+    }
+    options->hami_cores_state[i] = 1;
+    hami_percent(name, limit, &options->hami_cores[i]);
+  }
+  if (hami_ignored) {
+    add_message(options,
+                "TESSERA_CORES_LIMIT is set: the HAMi names CUDA_DEVICE_SM_LIMIT[_<i>] are "
+                "ignored");
+  }
+}
+
+uint64_t spec_value_for(const MemoryLimitSpec& spec, int ordinal, const char* uuid,
+                        uint64_t otherwise) {
+  for (int i = 0; i < spec.count; ++i) {
+    if (spec.entries[i].ordinal < 0 && uuid && std::strcmp(spec.entries[i].uuid, uuid) == 0) {
+      return spec.entries[i].bytes;
+    }
+  }
+  for (int i = 0; i < spec.count; ++i) {
+    if (spec.entries[i].ordinal >= 0 && spec.entries[i].ordinal == ordinal) {
+      return spec.entries[i].bytes;
+    }
+  }
+  return spec.has_all ? spec.all : otherwise;
+}
+
+}  // namespace
+
+uint32_t cores_limit_for(const Options& options, int ordinal, const char* uuid) {
+  if (options.cores_set) {
+    if (options.cores_invalid) return 1;
+    return static_cast<uint32_t>(spec_value_for(options.cores, ordinal, uuid, 100));
+  }
+  if (ordinal >= 0 && ordinal < kMaxLimitEntries && options.hami_cores_state[ordinal] != 0) {
+    return options.hami_cores[ordinal];
+  }
+  return options.hami_cores_all_set ? options.hami_cores_all : 100;
+}
+
+uint32_t cores_burst_for(const Options& options, int ordinal, const char* uuid) {
+  if (!options.burst_set || options.burst_invalid) return 0;
+  return static_cast<uint32_t>(spec_value_for(options.burst, ordinal, uuid, 0));
 }
 
 void read_options(GetEnv get_env, Options* out) {
@@ -287,10 +457,11 @@ void read_options(GetEnv get_env, Options* out) {
                 "TESSERA_MEMORY_LIMIT is set: the HAMi names CUDA_DEVICE_MEMORY_LIMIT[_<i>] are "
                 "ignored");
   }
-  if (options.share_dir[0] && options.any_limit()) {
+  read_compute_options(get_env, &options);
+  if (options.share_dir[0] && (options.any_limit() || options.any_compute())) {
     add_message(&options,
-                "TESSERA_SHARE_DIR is set: the share's limits apply and the memory limits in the "
-                "environment are ignored");
+                "TESSERA_SHARE_DIR is set: the share's limits apply and the memory and compute "
+                "limits in the environment are ignored");
   }
   *out = options;
 }
@@ -336,6 +507,15 @@ void print_options(int fd, const Options* options) {
   static constexpr const char* kLevels[] = {"error", "warn", "info", "debug"};
   write_format(fd, "  log level: %s\n", kLevels[static_cast<int>(options->log_level)]);
   if (options->share_dir[0]) return;
+  static constexpr const char* kPriorities[] = {"normal", "high", "low"};
+  write_format(fd, "  priority: %s\n", kPriorities[options->priority % 3]);
+  for (int ordinal = 0; ordinal < kMaxLimitEntries; ++ordinal) {
+    const uint32_t cores = cores_limit_for(*options, ordinal, nullptr);
+    const uint32_t burst = cores_burst_for(*options, ordinal, nullptr);
+    if (cores != 100) {  // a burst only applies with a cores limit
+      write_format(fd, "  device %d cores limit: %u%%, burst: %u%%\n", ordinal, cores, burst);
+    }
+  }
   if (options->tessera_set) {
     const MemoryLimitSpec& spec = options->tessera;
     if (options->tessera_invalid) write_all(fd, "  memory limit: 0 on every device (invalid)\n");

@@ -27,7 +27,21 @@ namespace tessera::vgpu {
   X(kHamiMemoryLimit, "CUDA_DEVICE_MEMORY_LIMIT", "", "bytes",                                   \
     "HAMi-core alias of TESSERA_MEMORY_LIMIT for every device; 8g/8192m/1024k are binary units") \
   X(kHamiMemoryLimitN, "CUDA_DEVICE_MEMORY_LIMIT_<i>", "", "bytes",                              \
-    "HAMi-core alias: limit of device ordinal i (0..15); wins over CUDA_DEVICE_MEMORY_LIMIT")
+    "HAMi-core alias: limit of device ordinal i (0..15); wins over CUDA_DEVICE_MEMORY_LIMIT")    \
+  X(kCoresLimit, "TESSERA_CORES_LIMIT", "", "percent",                                           \
+    "GPU time the share may use, percent (1..100) for every device or per device: 0=30,1=50 or " \
+    "GPU-<uuid>=30; unset or 100: no limit")                                                     \
+  X(kCoresBurst, "TESSERA_CORES_BURST", "", "percent",                                           \
+    "percent the share may use while no other process uses the device (same syntax; at least "   \
+    "the cores limit); unset: no bursting")                                                      \
+  X(kPriority, "TESSERA_PRIORITY", "normal", "level",                                            \
+    "high, normal or low: a share yields the device to active shares of higher priority")        \
+  X(kDeviceDir, "TESSERA_DEVICE_DIR", "/dev/shm", "path",                                        \
+    "where the per-device priority boards (tessera-device-<uuid>) of all shares live")           \
+  X(kHamiCoresLimit, "CUDA_DEVICE_SM_LIMIT", "", "percent",                                      \
+    "HAMi-core alias of TESSERA_CORES_LIMIT for every device (0 = no limit, as in HAMi)")        \
+  X(kHamiCoresLimitN, "CUDA_DEVICE_SM_LIMIT_<i>", "", "percent",                                 \
+    "HAMi-core alias: cores limit of device ordinal i (0..15); wins over CUDA_DEVICE_SM_LIMIT")
 
 enum class OptionId : int {
 #define TESSERA_OPTION_ID(id, name, def, unit, description) id,
@@ -74,6 +88,13 @@ bool parse_memory_limit(std::string_view text, bool hami_units, MemoryLimitSpec*
 
 bool parse_log_level(std::string_view text, LogLevel* out);
 
+// TESSERA_CORES_LIMIT / TESSERA_CORES_BURST: one percent (1..100) for every device, or a list of
+// <ordinal>=<percent> / GPU-<uuid>=<percent> (LimitEntry::bytes holds the percent).
+bool parse_percent_list(std::string_view text, MemoryLimitSpec* out);
+
+// TESSERA_PRIORITY: high, normal, low (share::kPriority*).
+bool parse_priority(std::string_view text, uint32_t* out);
+
 // ---- reading the environment
 // ------------------------------------------------------------------------
 
@@ -94,9 +115,27 @@ struct Options {
   uint8_t hami_device_state[kMaxLimitEntries] = {};  // 0 unset, 1 set, 2 invalid
   uint64_t hami_device[kMaxLimitEntries] = {};
 
+  // Compute limits from the environment, for a standalone share (percent; see cores_limit_for).
+  bool cores_set = false;
+  bool cores_invalid = false;  // TESSERA_CORES_LIMIT could not be parsed: 1% everywhere
+  MemoryLimitSpec cores;
+  bool burst_set = false;
+  bool burst_invalid = false;  // TESSERA_CORES_BURST could not be parsed: no bursting
+  MemoryLimitSpec burst;
+  bool hami_cores_all_set = false;
+  uint32_t hami_cores_all = 100;
+  uint8_t hami_cores_state[kMaxLimitEntries] = {};  // 0 unset, 1 set
+  uint32_t hami_cores[kMaxLimitEntries] = {};
+  uint32_t priority = 0;  // share::kPriorityNormal
+  char device_dir[200] = "/dev/shm";
+
   // Problems found while reading, as ready-to-print messages (the caller logs them).
   int message_count = 0;
-  char messages[6][320] = {};
+  char messages[10][320] = {};
+
+  // Any compute setting (a cores limit, a burst or a priority other than normal) in the
+  // environment.
+  bool any_compute() const;
 
   bool any_limit() const;
 };
@@ -110,6 +149,12 @@ void read_options(GetEnv get_env, Options* out);
 // names (CUDA_DEVICE_MEMORY_LIMIT_<i>, then CUDA_DEVICE_MEMORY_LIMIT). An invalid value gives 0.
 // kNoLimit when nothing applies.
 uint64_t memory_limit_for(const Options& options, int ordinal, const char* uuid);
+
+// The cores limit (percent, 1..100; 100 = none) of a device for a standalone share, with the same
+// precedence as memory_limit_for. An invalid TESSERA_CORES_LIMIT gives 1 (never the whole GPU).
+uint32_t cores_limit_for(const Options& options, int ordinal, const char* uuid);
+// The burst (percent; 0 = none) of a device for a standalone share.
+uint32_t cores_burst_for(const Options& options, int ordinal, const char* uuid);
 
 // Writes the option table (and, when `options` is given, the values in effect) to `fd`.
 void print_options(int fd, const Options* options);

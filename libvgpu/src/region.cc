@@ -180,8 +180,12 @@ bool Region::open_standalone(const Options& options, const DeviceId* devices, in
     device.uuid[share::kUuidBytes - 1] = '\0';
     device.memory_limit.store(memory_limit_for(options, devices[i].ordinal, devices[i].uuid),
                               std::memory_order_relaxed);
-    device.cores_limit.store(100, std::memory_order_relaxed);
+    device.cores_limit.store(cores_limit_for(options, devices[i].ordinal, devices[i].uuid),
+                             std::memory_order_relaxed);
+    device.cores_burst.store(cores_burst_for(options, devices[i].ordinal, devices[i].uuid),
+                             std::memory_order_relaxed);
   }
+  limits->priority.store(options.priority, std::memory_order_relaxed);
   limits->device_count.store(static_cast<uint32_t>(count), std::memory_order_release);
   limits->generation.fetch_add(1, std::memory_order_release);
   pid_namespace_ = read_pid_namespace();
@@ -250,6 +254,9 @@ ProcessSlot* Region::claim_slot() {
                                    high, i + 1, std::memory_order_seq_cst)) {
         }
         for (auto& bytes : candidate.bytes) bytes.store(0, std::memory_order_seq_cst);
+        candidate.launches.store(0, std::memory_order_relaxed);
+        candidate.throttled_ns.store(0, std::memory_order_relaxed);
+        candidate.gpu_busy_ns.store(0, std::memory_order_relaxed);
         candidate.pid.store(static_cast<uint32_t>(pid), std::memory_order_relaxed);
         candidate.start_time.store(start_time, std::memory_order_relaxed);
         candidate.generation.fetch_add(1, std::memory_order_release);

@@ -57,13 +57,18 @@ class Region {
   // leaves its slot to be reclaimed once it is gone).
   void release_slot();
 
+  // This process's slot (claimed on first use; null when none is free), its owner word, and
+  // whether the process an owner word names is still alive (for the compute meter's election).
+  share::ProcessSlot* own_slot() { return slot(); }
+  uint64_t owner() const { return owner_.load(std::memory_order_relaxed); }
+  bool owner_alive(uint64_t owner) const;
+
   const share::LimitsPage* limits_page() const { return limits_; }
   share::UsagePage* usage_page() const { return usage_; }
 
  private:
   share::ProcessSlot* slot();
   share::ProcessSlot* claim_slot();
-  bool owner_alive(uint64_t owner) const;
 
   const share::LimitsPage* limits_ = nullptr;
   share::UsagePage* usage_ = nullptr;

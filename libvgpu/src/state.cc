@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "compute/gate.h"
 #include "hooks.h"
 #include "log.h"
 
@@ -27,6 +28,13 @@ void after_fork_in_child() {
   for (int i = 0; i < kMaxOrdinals; ++i) g_shim.primary_refcount[i] = 0;
   g_shim.context_lock.store(false, std::memory_order_relaxed);
   g_shim.pool_lock.store(false, std::memory_order_relaxed);
+  g_shim.graph_lock.store(false, std::memory_order_relaxed);
+  for (int i = 0; i < kMaxOrdinals; ++i) {
+    g_shim.graph_seen[i] = false;
+    g_shim.graph_accounted[i] = 0;
+  }
+  reset_graphs_after_fork();
+  compute::reset_after_fork();
 }
 
 __attribute__((constructor)) void on_load() {
@@ -106,7 +114,8 @@ void ensure_initialized() {
     for (int i = 0; i < g_shim.options.message_count; ++i) {
       log_message(LogLevel::kError, "%s", g_shim.options.messages[i]);
     }
-    g_shim.enforcing = g_shim.options.share_dir[0] != '\0' || g_shim.options.any_limit();
+    g_shim.enforcing = g_shim.options.share_dir[0] != '\0' || g_shim.options.any_limit() ||
+                       g_shim.options.any_compute();
     if (log_enabled(LogLevel::kDebug)) print_options(2, &g_shim.options);
     g_shim.init_state.store(2, std::memory_order_release);
     return;
@@ -127,6 +136,7 @@ int device_for_ordinal(CUdevice ordinal) {
   const int region = ensure_region(true);
   if (region == 0) return kPassThrough;  // CUDA not initialised: the driver call fails anyway
   if (region == 3) return kBlocked;
+  compute::maybe_start();  // the share's compute meter, once it has a compute setting
   if (ordinal < 0 || ordinal >= kMaxOrdinals) return kBlocked;
   const uint64_t generation = g_shim.region.generation() & 0x00ffffffffffffffull;
   const uint64_t cached = g_shim.ordinal_cache[ordinal].load(std::memory_order_acquire);

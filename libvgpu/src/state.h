@@ -36,6 +36,14 @@ struct Shim {
   int primary_index[kMaxOrdinals] = {};
 
   std::atomic<bool> pool_lock{false};
+
+  // The devices' graph memory pools (graph.cc), per CUDA ordinal, under graph_lock: the reserved
+  // size last accounted (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) and the share device it is
+  // charged to (valid once graph_seen).
+  std::atomic<bool> graph_lock{false};
+  bool graph_seen[kMaxOrdinals] = {};
+  int graph_index[kMaxOrdinals] = {};
+  uint64_t graph_accounted[kMaxOrdinals] = {};
 };
 
 Shim& shim();
@@ -63,6 +71,9 @@ void format_uuid(const CUuuid& uuid, char* out, size_t capacity);
 bool reserve_bytes(int index, uint64_t bytes);
 void settle_idle_pools();
 void release_bytes(int index, uint64_t bytes);
+
+// In a forked child: no executable graph of the parent is this process's (graph.cc).
+void reset_graphs_after_fork();
 
 // What the simulated (and real) driver charges for a linear allocation: 2 MiB pages from 1 MiB
 // up, 512-byte granules below. False on overflow.

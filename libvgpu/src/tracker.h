@@ -19,6 +19,8 @@ enum class HandleKind : uint8_t {
   kContext,            // cuCtxCreate
   kPool,               // bytes = the pool's reserved memory last accounted; aux = 1 once the
                        // pool is destroyed (bytes = what its outstanding allocations still use)
+  kGraphExec,          // an executable graph with memory allocation nodes: bytes = their size in
+                       // 2 MiB pages, aux = CUDA ordinal | mapped bit (never owned by a context)
 };
 
 struct Record {

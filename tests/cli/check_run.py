@@ -92,6 +92,13 @@ def main():
         done = run("--memory", "5=1Gi", "--", "true")
         if done.returncode != 125 or "GPU 5" not in done.stderr:
             fail(f"unknown GPU: exit {done.returncode}, stderr {done.stderr!r}")
+        # Compute settings (docs/compute.md) are checked before anything runs too.
+        for bad, expected in [(["--cores", "0"], "--cores '0'"),
+                              (["--cores", "30", "--cores-burst", "20"], "below its cores limit"),
+                              (["--priority", "urgent"], "--priority 'urgent'")]:
+            done = run(*bad, "--", "true")
+            if done.returncode != 125 or expected not in done.stderr:
+                fail(f"{bad}: exit {done.returncode}, stderr {done.stderr!r}")
         if run("--", "/no/such/program").returncode != 127:
             fail("a missing command did not exit 127")
         after = [name for name in os.listdir("/dev/shm") if name.startswith("tessera-run-")]

@@ -50,3 +50,37 @@ TEST(PlanShare, ErrorsNameTheBadItem) {
 
 }  // namespace
 }  // namespace tessera::cli
+
+namespace tessera::cli {
+namespace {
+
+TEST(PlanShareCompute, CoresAndBurstForEveryGpuOrPerGpu) {
+  std::vector<share::DeviceLimit> limits;
+  std::string error;
+  ASSERT_TRUE(plan_share(kGpus, "", "30", "", limits, error)) << error;
+  EXPECT_EQ(limits[0].cores_limit, 30u);
+  EXPECT_EQ(limits[1].cores_limit, 30u);
+  EXPECT_EQ(limits[0].cores_burst, 0u);
+  ASSERT_TRUE(plan_share(kGpus, "8Gi", "0=30,GPU-bbbb=70", "1=100", limits, error)) << error;
+  EXPECT_EQ(limits[0].memory_limit, 8ull << 30);
+  EXPECT_EQ(limits[0].cores_limit, 30u);
+  EXPECT_EQ(limits[1].cores_limit, 70u);
+  EXPECT_EQ(limits[0].cores_burst, 0u);
+  EXPECT_EQ(limits[1].cores_burst, 100u);
+  ASSERT_TRUE(plan_share(kGpus, "", "1=50", "", limits, error)) << error;
+  EXPECT_EQ(limits[0].cores_limit, 100u) << "not named: not limited";
+}
+
+TEST(PlanShareCompute, ErrorsNameTheOption) {
+  std::vector<share::DeviceLimit> limits;
+  std::string error;
+  EXPECT_FALSE(plan_share(kGpus, "", "150", "", limits, error));
+  EXPECT_NE(error.find("--cores '150'"), std::string::npos) << error;
+  EXPECT_FALSE(plan_share(kGpus, "", "5=30", "", limits, error));
+  EXPECT_NE(error.find("--cores names GPU 5"), std::string::npos) << error;
+  EXPECT_FALSE(plan_share(kGpus, "", "50", "40", limits, error));
+  EXPECT_NE(error.find("below its cores limit"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace tessera::cli

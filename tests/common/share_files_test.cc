@@ -56,6 +56,25 @@ TEST_F(ShareFiles, UpdatesInPlaceSoMappingsSeeTheChange) {
   munmap(memory, sizeof(LimitsPage));
 }
 
+TEST_F(ShareFiles, BurstAndPriorityAreWrittenAndUpdated) {
+  ASSERT_EQ(write_limits(dir_, {{"GPU-aaaa", kUnlimited, 30, 100}}, kPriorityHigh), "");
+  const int fd = open(limits_path().c_str(), O_RDONLY);
+  void* memory = mmap(nullptr, sizeof(LimitsPage), PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(memory, MAP_FAILED);
+  const auto* live = static_cast<const LimitsPage*>(memory);
+  EXPECT_EQ(live->devices[0].cores_limit.load(), 30u);
+  EXPECT_EQ(live->devices[0].cores_burst.load(), 100u);
+  EXPECT_EQ(live->priority.load(), kPriorityHigh);
+  ASSERT_EQ(write_limits(dir_, {{"GPU-aaaa", kUnlimited, 40, 0}}, kPriorityLow), "");
+  EXPECT_EQ(live->devices[0].cores_limit.load(), 40u);
+  EXPECT_EQ(live->devices[0].cores_burst.load(), 0u);
+  EXPECT_EQ(live->priority.load(), kPriorityLow);
+  munmap(memory, sizeof(LimitsPage));
+  EXPECT_NE(write_limits(dir_, {{"GPU-aaaa", kUnlimited, 40, 101}}), "");
+  EXPECT_NE(write_limits(dir_, {{"GPU-aaaa", kUnlimited, 40, 0}}, 7), "");
+}
+
 TEST_F(ShareFiles, ADevicesChangeIsRefusedAndNamesTheDevices) {
   ASSERT_EQ(write_limits(dir_, {{"GPU-aaaa", 8ull << 30, 100}}), "");
   const std::string swapped = write_limits(dir_, {{"GPU-cccc", 8ull << 30, 100}});

@@ -48,12 +48,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   LogLevel level = LogLevel::kError;
   parse_log_level(text, &level);
+  MemoryLimitSpec percents;
+  if (parse_percent_list(text, &percents)) {
+    check(!percents.has_all || (percents.all >= 1 && percents.all <= 100));
+    for (int i = 0; i < percents.count; ++i) {
+      check(percents.entries[i].bytes >= 1 && percents.entries[i].bytes <= 100);
+    }
+  }
 
   g_value.assign(text.data(), text.size());
   Options options;
   read_options(every_variable, &options);
-  check(options.message_count >= 0 && options.message_count <= 6);
+  check(options.message_count >= 0 &&
+        options.message_count <=
+            static_cast<int>(sizeof options.messages / sizeof options.messages[0]));
   const uint64_t limit = memory_limit_for(options, 0, g_value.c_str());
   if (options.tessera_invalid) check(limit == 0);
+  // Compute limits fail closed too: never more than 100, 1 when unreadable, never 0 (a share
+  // with 0% could never launch).
+  const uint32_t cores = cores_limit_for(options, 0, g_value.c_str());
+  check(cores >= 1 && cores <= 100);
+  if (options.cores_invalid) check(cores == 1);
+  check(cores_burst_for(options, 0, g_value.c_str()) <= 100);
   return 0;
 }

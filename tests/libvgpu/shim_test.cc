@@ -173,6 +173,143 @@ TEST_F(ShimTest, DestroyedPoolsGiveMemoryBackAsTheirAllocationsAreFreed) {
   EXPECT_EQ(run.lines[11], "alloc mem CUDA_SUCCESS") << "and gives it back when trimmed";
 }
 
+// Graph memory: allocation nodes (added, or captured from cuMemAllocAsync) are charged when an
+// executable graph is first launched, through the device's graph pool, for every instantiation
+// entry point and through cuGetProcAddress.
+struct GraphCase {
+  const char* name;
+  const char* kind;  // vgpu_probe graph kinds: node, capture
+  const char* inst;  // instantiation: flags, params, legacy, v2, proc
+  const char* launch;
+};
+
+void PrintTo(const GraphCase& graph_case, std::ostream* out) {
+  *out << graph_case.name;
+}
+
+class GraphMemoryLimit : public ShimTest, public ::testing::WithParamInterface<GraphCase> {};
+
+TEST_P(GraphMemoryLimit, UnderAtAndOverTheLimitAndTrimGivesItBack) {
+  const GraphCase& c = GetParam();
+  const std::string graph = std::string("graph:") + c.kind + ":";
+  const std::string inst = std::string(":") + c.inst;
+  const std::string launched = "graph " + std::string(c.kind) + " CUDA_SUCCESS";
+  const uint64_t limit = kContext + 1024 * kMi;
+  ShareDir share({{sim_uuid(0), limit}});
+  Probe probe({{"TESSERA_SHARE_DIR", share.path()}},
+              {"init", graph + "512Mi" + inst, c.launch, graph + "512Mi" + inst, c.launch,
+               graph + "1" + inst, c.launch, "gattr", "ready", "hold"});
+  EXPECT_EQ(probe.read_line(), "init CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), launched);
+  EXPECT_EQ(probe.read_line(), "glaunch CUDA_SUCCESS");  // under
+  EXPECT_EQ(probe.read_line(), launched);
+  EXPECT_EQ(probe.read_line(), "glaunch CUDA_SUCCESS");              // exactly at
+  EXPECT_EQ(probe.read_line(), launched);                            // instantiating takes nothing
+  EXPECT_EQ(probe.read_line(), "glaunch CUDA_ERROR_OUT_OF_MEMORY");  // over
+  EXPECT_EQ(probe.read_line(),
+            "gattr " + std::to_string(1024 * kMi) + " " + std::to_string(1024 * kMi));
+  EXPECT_EQ(probe.read_line(), "ready");
+  EXPECT_EQ(share.used(), limit);
+  EXPECT_LE(device_used(), limit);
+  probe.kill_now();
+  probe.wait_exit();
+  EXPECT_EQ(share.reclaim(), 1);
+
+  // A destroyed executable leaves its memory in the graph pool (still charged, reused by the next
+  // launch without growth); cuDeviceGraphMemTrim gives it back to the share.
+  ProbeRun run = run_probe(
+      {{"TESSERA_SHARE_DIR", share.path()}},
+      {"init", graph + "512Mi" + inst, c.launch, graph + "512Mi" + inst, c.launch, "gdestroy",
+       graph + "512Mi" + inst, c.launch, "gdestroy", "gdestroy", "alloc:mem:512Mi", "gtrim",
+       "gattr", "alloc:mem:512Mi", "alloc:mem:512Mi", "alloc:mem:1"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const std::vector<std::string> expected = {"init CUDA_SUCCESS",
+                                             launched,
+                                             "glaunch CUDA_SUCCESS",
+                                             launched,
+                                             "glaunch CUDA_SUCCESS",
+                                             "gdestroy CUDA_SUCCESS",
+                                             launched,
+                                             "glaunch CUDA_SUCCESS",  // reuses the idle 512Mi
+                                             "gdestroy CUDA_SUCCESS",
+                                             "gdestroy CUDA_SUCCESS",
+                                             "alloc mem CUDA_ERROR_OUT_OF_MEMORY",  // pool holds it
+                                             "gtrim CUDA_SUCCESS",
+                                             "gattr 0 0",
+                                             "alloc mem CUDA_SUCCESS",
+                                             "alloc mem CUDA_SUCCESS",
+                                             "alloc mem CUDA_ERROR_OUT_OF_MEMORY"};
+  EXPECT_EQ(run.lines, expected) << run.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Graphs, GraphMemoryLimit,
+                         ::testing::Values(GraphCase{"node", "node", "flags", "glaunch"},
+                                           GraphCase{"node_params", "node", "params", "glaunch"},
+                                           GraphCase{"node_legacy", "node", "legacy", "glaunch"},
+                                           GraphCase{"node_v2", "node", "v2", "glaunch"},
+                                           GraphCase{"node_proc", "node", "proc", "glaunch:proc"},
+                                           GraphCase{"capture", "capture", "flags", "glaunch"}),
+                         [](const ::testing::TestParamInfo<GraphCase>& case_info) {
+                           return std::string(case_info.param.name);
+                         });
+
+TEST_F(ShimTest, GraphUploadReservesLikeALaunchAndTrimThroughTheResolverGivesItBack) {
+  const uint64_t limit = kContext + 1024 * kMi;
+  ShareDir share({{sim_uuid(0), limit}});
+  ProbeRun run =
+      run_probe({{"TESSERA_SHARE_DIR", share.path()}},
+                {"init", "graph:node:1Gi", "gupload", "glaunch", "graph:node:2Mi", "gupload",
+                 "glaunch", "gdestroy", "gdestroy", "gtrim:proc", "gattr", "alloc:mem:1Gi"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const std::vector<std::string> expected = {"init CUDA_SUCCESS",
+                                             "graph node CUDA_SUCCESS",
+                                             "gupload CUDA_SUCCESS",
+                                             "glaunch CUDA_SUCCESS",  // already mapped
+                                             "graph node CUDA_SUCCESS",
+                                             "gupload CUDA_ERROR_OUT_OF_MEMORY",
+                                             "glaunch CUDA_ERROR_OUT_OF_MEMORY",
+                                             "gdestroy CUDA_SUCCESS",
+                                             "gdestroy CUDA_SUCCESS",
+                                             "gtrim CUDA_SUCCESS",
+                                             "gattr 0 0",
+                                             "alloc mem CUDA_SUCCESS"};
+  EXPECT_EQ(run.lines, expected) << run.err;
+}
+
+TEST_F(ShimTest, CapturedAllocationsTakeNothingUntilTheGraphIsLaunched) {
+  const uint64_t limit = kContext + 1024 * kMi;
+  ShareDir share({{sim_uuid(0), limit}});
+  Probe probe(
+      {{"TESSERA_SHARE_DIR", share.path()}},
+      {"init", "graph:capture:4Gi", "alloc:async:1Gi", "glaunch", "gattr", "ready", "hold"});
+  EXPECT_EQ(probe.read_line(), "init CUDA_SUCCESS");
+  // Capturing an allocation larger than the share reserves nothing (not even in the pool)...
+  EXPECT_EQ(probe.read_line(), "graph capture CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "alloc async CUDA_SUCCESS");  // the whole share is still free
+  // ...and launching it fails without reaching the driver.
+  EXPECT_EQ(probe.read_line(), "glaunch CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(probe.read_line(), "gattr 0 0");
+  EXPECT_EQ(probe.read_line(), "ready");
+  EXPECT_EQ(share.used(), limit);
+  EXPECT_LE(device_used(), limit);
+}
+
+TEST_F(ShimTest, GraphsWithoutAllocationNodesAreUnaffected) {
+  const uint64_t limit = kContext + 1024 * kMi;
+  ShareDir share({{sim_uuid(0), limit}});
+  ProbeRun run = run_probe({{"TESSERA_SHARE_DIR", share.path()}},
+                           {"init", "alloc:mem:1Gi", "graph:none:0", "glaunch", "gupload",
+                            "glaunch:proc", "gdestroy", "gtrim", "count:cuGraphLaunch", "gattr"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const std::vector<std::string> expected = {
+      "init CUDA_SUCCESS",    "alloc mem CUDA_SUCCESS", "graph none CUDA_SUCCESS",
+      "glaunch CUDA_SUCCESS",  // with the share full
+      "gupload CUDA_SUCCESS", "glaunch CUDA_SUCCESS",   "gdestroy CUDA_SUCCESS",
+      "gtrim CUDA_SUCCESS",   "count cuGraphLaunch 2",  "gattr 0 0"};
+  EXPECT_EQ(run.lines, expected) << run.err;
+  EXPECT_EQ(share.used(), limit);
+}
+
 TEST_F(ShimTest, ContextsAreCountedAndDestroyingOneGivesItBack) {
   ShareDir share({{sim_uuid(0), 3 * kContext}});
   ProbeRun run = run_probe({{"TESSERA_SHARE_DIR", share.path()}},

@@ -17,6 +17,13 @@
 //   info / infonull / total[:ordinal] / nvml    the memory views
 //   sync                    cuCtxSynchronize
 //   mt:<threads>:<n>:<size> threads allocating and freeing concurrently: "mt <failures>"
+//   graph:<kind>:<size>[:<inst>]  a graph with one memory allocation node of <size> (kind node:
+//                           cuGraphAddMemAllocNode; capture: cuMemAllocAsync captured on a
+//                           stream; none: an empty graph), instantiated through <inst> (flags,
+//                           params, legacy, v2, or proc: cuGraphInstantiate from
+//                           cuGetProcAddress_v2)
+//   glaunch[:proc] / gupload / gdestroy   launch / upload / destroy the newest executable graph
+//   gtrim[:proc]            cuDeviceGraphMemTrim(0);  gattr: "gattr <reserved> <used>" of device 0
 //   count:<symbol>          the shim's call counter for <symbol> (-1 without the shim)
 //   procmatrix / dlsym      interception checks (see below)
 //   ready / hold / churn:<api>:<size> / sleepms:<n> / waitfile:<path>   for multi-process tests
@@ -39,6 +46,9 @@
 #include "tessera/quantity.h"
 
 #undef cuGetProcAddress
+#undef cuGraphInstantiate
+extern "C" CUresult cuGraphInstantiate(CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t);
+extern "C" CUresult cuGraphInstantiate_v2(CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t);
 extern "C" CUresult cuCtxCreate_v2(CUcontext*, unsigned int, CUdevice);
 extern "C" CUresult cuCtxCreate_v3(CUcontext*, CUexecAffinityParam*, int, unsigned int, CUdevice);
 
@@ -66,6 +76,8 @@ struct Held {
 };
 
 std::vector<Held> g_held;
+std::vector<CUgraphExec> g_execs;
+CUstream g_stream = nullptr;
 std::vector<CUcontext> g_contexts;
 CUmemoryPool g_pool = nullptr;
 
@@ -269,6 +281,58 @@ int dlsym_check() {
   return 0;
 }
 
+// The driver entry `name` at `version` through the (shim's) cuGetProcAddress_v2.
+void* resolve(const char* name, int version) {
+  void* pointer = nullptr;
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  if (cuGetProcAddress_v2(name, &pointer, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) !=
+      CUDA_SUCCESS) {
+    return nullptr;
+  }
+  return pointer;
+}
+
+CUresult build_graph(const std::string& kind, uint64_t bytes, const std::string& inst,
+                     CUgraphExec* exec) {
+  CUgraph graph = nullptr;
+  if (kind == "capture") {
+    if (!g_stream) {
+      if (CUresult r = cuStreamCreate(&g_stream, CU_STREAM_NON_BLOCKING); r) return r;
+    }
+    if (CUresult r = cuStreamBeginCapture_v2(g_stream, CU_STREAM_CAPTURE_MODE_GLOBAL); r) return r;
+    CUdeviceptr pointer = 0;
+    const CUresult allocated = cuMemAllocAsync(&pointer, bytes, g_stream);
+    if (CUresult r = cuStreamEndCapture(g_stream, &graph); r) return r;
+    if (allocated != CUDA_SUCCESS) return allocated;
+  } else {
+    if (CUresult r = cuGraphCreate(&graph, 0); r) return r;
+    if (kind == "node") {
+      CUDA_MEM_ALLOC_NODE_PARAMS params{};
+      params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+      params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      params.poolProps.location.id = 0;
+      params.bytesize = bytes;
+      CUgraphNode node = nullptr;
+      if (CUresult r = cuGraphAddMemAllocNode(&node, graph, nullptr, 0, &params); r) return r;
+    } else if (kind != "none") {
+      std::fprintf(stderr, "vgpu_probe: unknown graph kind %s\n", kind.c_str());
+      std::exit(2);
+    }
+  }
+  if (inst == "params") {
+    CUDA_GRAPH_INSTANTIATE_PARAMS params{};
+    return cuGraphInstantiateWithParams(exec, graph, &params);
+  }
+  if (inst == "legacy") return cuGraphInstantiate(exec, graph, nullptr, nullptr, 0);
+  if (inst == "v2") return cuGraphInstantiate_v2(exec, graph, nullptr, nullptr, 0);
+  if (inst == "proc") {
+    using Fn = CUresult (*)(CUgraphExec*, CUgraph, unsigned long long);
+    auto instantiate = reinterpret_cast<Fn>(resolve("cuGraphInstantiate", 12000));
+    return instantiate ? instantiate(exec, graph, 0) : CUDA_ERROR_NOT_FOUND;
+  }
+  return cuGraphInstantiateWithFlags(exec, graph, 0);
+}
+
 void print_result(const char* what, CUresult r) {
   const char* name = tessera::cu_result_name(r);
   std::printf("%s %s\n", what, name ? name : "?");
@@ -403,6 +467,43 @@ int main(int argc, char** argv) {
       }
       for (auto& worker : workers) worker.join();
       std::printf("mt %d\n", failures.load());
+    } else if (verb == "graph") {
+      CUgraphExec exec = nullptr;
+      const CUresult r = build_graph(parts.at(1), size_arg(parts, 2),
+                                     parts.size() > 3 ? parts[3] : "flags", &exec);
+      if (r == CUDA_SUCCESS) g_execs.push_back(exec);
+      print_result(("graph " + parts[1]).c_str(), r);
+    } else if (verb == "glaunch" || verb == "gupload") {
+      using Fn = CUresult (*)(CUgraphExec, CUstream);
+      Fn run = verb == "glaunch" ? &cuGraphLaunch : &cuGraphUpload;
+      if (parts.size() > 1 && parts[1] == "proc") {
+        run = reinterpret_cast<Fn>(
+            resolve(verb == "glaunch" ? "cuGraphLaunch" : "cuGraphUpload", 12000));
+      }
+      CUresult r = CUDA_ERROR_INVALID_VALUE;
+      if (run && !g_execs.empty()) r = run(g_execs.back(), nullptr);
+      print_result(verb.c_str(), r);
+    } else if (verb == "gdestroy") {
+      CUresult r = CUDA_ERROR_INVALID_VALUE;
+      if (!g_execs.empty()) {
+        r = cuGraphExecDestroy(g_execs.back());
+        g_execs.pop_back();
+      }
+      print_result("gdestroy", r);
+    } else if (verb == "gtrim") {
+      using Fn = CUresult (*)(CUdevice);
+      Fn trim = &cuDeviceGraphMemTrim;
+      if (parts.size() > 1 && parts[1] == "proc") {
+        trim = reinterpret_cast<Fn>(resolve("cuDeviceGraphMemTrim", 12000));
+      }
+      print_result("gtrim", trim ? trim(0) : CUDA_ERROR_NOT_FOUND);
+    } else if (verb == "gattr") {
+      cuuint64_t reserved = ~0ull;
+      cuuint64_t used = ~0ull;
+      cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved);
+      cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used);
+      std::printf("gattr %llu %llu\n", static_cast<unsigned long long>(reserved),
+                  static_cast<unsigned long long>(used));
     } else if (verb == "pooldestroy") {
       print_result("pooldestroy", cuMemPoolDestroy(g_pool));
       g_pool = nullptr;

@@ -14,6 +14,7 @@ struct DeviceLimit {
   std::string uuid;  // "GPU-..." as NVML and cuDeviceGetUuid name the device
   uint64_t memory_limit = kUnlimited;
   uint32_t cores_limit = 100;
+  uint32_t cores_burst = 0;  // percent while the GPU has idle time; 0 = no bursting
 };
 
 // Writes <dir>/limits. A new file is built under a temporary name, fsync'ed and renamed into place
@@ -21,5 +22,8 @@ struct DeviceLimit {
 // place, field by field, and its generation bumped, so running processes see the change through
 // their mapping. Returns an empty string, or what went wrong (naming the path).
 std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>& devices);
+// The same, with the share's priority (kPriorityNormal / kPriorityHigh / kPriorityLow).
+std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>& devices,
+                         uint32_t priority);
 
 }  // namespace tessera::share

@@ -25,7 +25,7 @@ namespace tessera::share {
 
 inline constexpr uint32_t kLimitsMagic = 0x4d494c54;  // "TLIM" little-endian
 inline constexpr uint32_t kUsageMagic = 0x47535554;   // "TUSG" little-endian
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;               // 2: compute (cores, burst, priority, meter)
 inline constexpr uint32_t kMaxDevices = 16;
 inline constexpr uint32_t kMaxSlots = 512;
 inline constexpr uint32_t kUuidBytes = 48;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL
@@ -40,12 +40,14 @@ static_assert(sizeof(std::atomic<uint64_t>) == 8);
 struct DeviceLimits {
   char uuid[kUuidBytes];               // NUL-terminated; empty = unused entry
   std::atomic<uint64_t> memory_limit;  // bytes; kUnlimited = no limit
-  std::atomic<uint32_t> cores_limit;   // percent of SMs, 0..100 (100 = no limit)
-  uint32_t reserved0;
+  std::atomic<uint32_t> cores_limit;   // percent of GPU time, 0..100 (100 = no limit)
+  std::atomic<uint32_t> cores_burst;   // percent the share may reach while the GPU has idle time;
+                                       // 0 (or <= cores_limit) = no bursting (since version 2)
 };
 static_assert(sizeof(DeviceLimits) == 64);
 static_assert(offsetof(DeviceLimits, memory_limit) == 48);
 static_assert(offsetof(DeviceLimits, cores_limit) == 56);
+static_assert(offsetof(DeviceLimits, cores_burst) == 60);
 
 struct LimitsPage {
   uint32_t magic;        // kLimitsMagic
@@ -53,13 +55,33 @@ struct LimitsPage {
   uint32_t struct_size;  // sizeof(LimitsPage)
   std::atomic<uint32_t> device_count;
   std::atomic<uint64_t> generation;  // bumped by the writer after every change
-  uint8_t reserved0[40];
+  std::atomic<uint32_t> priority;    // kPriorityNormal / kPriorityHigh / kPriorityLow
+  // kMeasureNvml: the shim's meter reads NVML per-process utilisation for the share's pids (one
+  // pid namespace with NVML: a single machine). kMeasureAgent: the node agent, which can map
+  // container pids to host pids, publishes the share's GPU time in `measured` below instead.
+  std::atomic<uint32_t> measure_source;
+  uint8_t reserved0[32];
   DeviceLimits devices[kMaxDevices];
+  // Written by the agent when measure_source == kMeasureAgent (cumulative, monotonic clock).
+  struct Measured {
+    std::atomic<uint64_t> sampled_at_ns;   // CLOCK_MONOTONIC of the last update (0 = none yet)
+    std::atomic<uint64_t> share_busy_ns;   // GPU time the share's processes held the device
+    std::atomic<uint64_t> others_busy_ns;  // GPU time every other process held it
+    uint64_t reserved0;
+  } measured[kMaxDevices];
 };
+inline constexpr uint32_t kPriorityNormal = 0;
+inline constexpr uint32_t kPriorityHigh = 1;
+inline constexpr uint32_t kPriorityLow = 2;
+inline constexpr uint32_t kMeasureNvml = 0;
+inline constexpr uint32_t kMeasureAgent = 1;
 static_assert(offsetof(LimitsPage, device_count) == 12);
 static_assert(offsetof(LimitsPage, generation) == 16);
+static_assert(offsetof(LimitsPage, priority) == 24);
+static_assert(offsetof(LimitsPage, measure_source) == 28);
 static_assert(offsetof(LimitsPage, devices) == 64);
-static_assert(sizeof(LimitsPage) == 64 + 64 * kMaxDevices);
+static_assert(offsetof(LimitsPage, measured) == 64 + 64 * kMaxDevices);
+static_assert(sizeof(LimitsPage) == 64 + 64 * kMaxDevices + 32 * kMaxDevices);
 
 // ---- usage (the share's processes write, the agent reads as untrusted input) -------------------
 
@@ -72,10 +94,44 @@ struct ProcessSlot {
   std::atomic<uint32_t> pid;         // the pid in the owner's namespace, for readers
   uint32_t reserved0;
   std::atomic<uint64_t> bytes[kMaxDevices];  // reserved by this process, per limits-page device
-  uint8_t reserved1[32];
+  std::atomic<uint64_t> launches;            // kernel and graph launches (published by the process)
+  std::atomic<uint64_t> throttled_ns;  // wall time its launching threads waited at a closed gate
+  std::atomic<uint64_t> gpu_busy_ns;   // GPU time measured for this pid (written by the meter)
+  uint64_t reserved1;
 };
 static_assert(sizeof(ProcessSlot) == 192);
 static_assert(offsetof(ProcessSlot, bytes) == 32);
+static_assert(offsetof(ProcessSlot, launches) == 160);
+
+// Compute state of the share (docs/compute.md). Written by the share's meter (one leader process,
+// elected by CAS on meter_owner and kept by meter_heartbeat_ns) and read by every launch.
+struct ComputeDevice {
+  std::atomic<int64_t> tokens_ns;        // the bucket: GPU time the share may still use
+  std::atomic<uint64_t> reopen_at_ns;    // CLOCK_MONOTONIC when a closed gate is expected to open
+  std::atomic<uint64_t> busy_ns;         // the share's measured GPU time, cumulative
+  std::atomic<uint64_t> others_busy_ns;  // other processes' GPU time seen meanwhile, cumulative
+  std::atomic<uint64_t> closed_ns;       // wall time the gate was closed, cumulative
+  std::atomic<uint32_t> rate_percent;    // the refill rate in force (quota, burst or 0)
+  std::atomic<uint32_t> flags;           // kComputeOthersActive | kComputeYielding
+  std::atomic<uint64_t> others_seen_ns;  // when other processes were last seen busy
+  std::atomic<uint64_t> last_tick_ns;    // the meter's last update of this device
+};
+static_assert(sizeof(ComputeDevice) == 64);
+inline constexpr uint32_t kComputeOthersActive = 1;
+inline constexpr uint32_t kComputeYielding = 2;
+
+struct ComputeArea {
+  // The launch fast path reads this one word: bit d set = device d's gate is closed.
+  alignas(64) std::atomic<uint64_t> closed_mask;
+  uint8_t pad0[56];
+  std::atomic<uint64_t> meter_owner;         // owner word (as slots) of the leader; 0 = none
+  std::atomic<uint64_t> meter_heartbeat_ns;  // CLOCK_MONOTONIC, refreshed every meter period
+  std::atomic<uint64_t> meter_terms;         // bumped by every take-over
+  uint8_t pad1[40];
+  ComputeDevice devices[kMaxDevices];
+};
+static_assert(offsetof(ComputeArea, meter_owner) == 64);
+static_assert(sizeof(ComputeArea) == 128 + 64 * kMaxDevices);
 
 struct UsagePage {
   uint32_t magic;                         // kUsageMagic
@@ -85,10 +141,12 @@ struct UsagePage {
   std::atomic<uint32_t> slot_high_water;  // slots [0, high water) have ever been claimed
   uint8_t reserved0[44];
   ProcessSlot slots[kMaxSlots];
+  ComputeArea compute;
 };
 static_assert(offsetof(UsagePage, slot_high_water) == 16);
 static_assert(offsetof(UsagePage, slots) == 64);
-static_assert(sizeof(UsagePage) == 64 + 192 * kMaxSlots);
+static_assert(offsetof(UsagePage, compute) == 64 + 192 * kMaxSlots);
+static_assert(sizeof(UsagePage) == 64 + 192 * kMaxSlots + 128 + 64 * kMaxDevices);
 
 // ---- helpers shared by both sides
 // ----------------------------------------------------------------

@@ -1,6 +1,11 @@
 // Graphs, enough for cuGraphLaunch: kernel nodes (added or captured from a stream), memory
-// allocation nodes (charged at the first launch, held until the executable graph is destroyed),
-// instantiation and launch. A launch queues the sum of its kernels' times as one unit of work.
+// allocation and free nodes (added, or captured from cuMemAllocAsync / cuMemFreeAsync), node
+// queries, instantiation, upload and launch. A launch queues the sum of its kernels' times as one
+// unit of work. Graph allocations come from the device's graph memory pool (GraphMemPool): an
+// executable graph maps them from the pool at its first launch or upload (the pool grows from the
+// device by what it lacks, or the call fails with CUDA_ERROR_OUT_OF_MEMORY), they go back to the
+// pool, still reserved, when it is destroyed, and cuDeviceGraphMemTrim returns what the pool holds
+// unused to the device.
 #include <algorithm>
 
 #include "driver.h"
@@ -14,9 +19,36 @@ Graph* valid_graph(Driver& driver, CUgraph handle) {
   return driver.graphs.count(graph) ? graph : nullptr;
 }
 
-CUgraphNode new_node(Graph& graph) {
-  graph.nodes.push_back(std::make_unique<int>(0));
-  return reinterpret_cast<CUgraphNode>(graph.nodes.back().get());
+CUgraphNode new_node(Driver& driver, Graph& graph, CUgraphNodeType type) {
+  graph.nodes.push_back(std::make_unique<GraphNode>());
+  GraphNode* node = graph.nodes.back().get();
+  node->type = type;
+  driver.graph_nodes.insert(node);
+  return reinterpret_cast<CUgraphNode>(node);
+}
+
+GraphNode* valid_node(Driver& driver, CUgraphNode handle) {
+  auto* node = reinterpret_cast<GraphNode*>(handle);
+  return driver.graph_nodes.count(node) ? node : nullptr;
+}
+
+// Maps an executable graph's allocations from its device's graph pool (first launch or upload).
+CUresult map_graph_memory(Driver& driver, GraphExec& exec) {
+  if (exec.memory_charged || exec.memory_bytes == 0) return CUDA_SUCCESS;
+  GraphMemPool& pool = driver.graph_pools[exec.graph.device];
+  const uint64_t idle = pool.reserved - pool.used;
+  if (idle < exec.memory_bytes) {
+    const uint64_t grow = exec.memory_bytes - idle;
+    if (CUresult r = to_result(driver.sim->reserve(exec.graph.device, grow)); r != CUDA_SUCCESS) {
+      return r;
+    }
+    pool.reserved += grow;
+  }
+  pool.used += exec.memory_bytes;
+  pool.reserved_high = std::max(pool.reserved_high, pool.reserved);
+  pool.used_high = std::max(pool.used_high, pool.used);
+  exec.memory_charged = true;
+  return CUDA_SUCCESS;
 }
 
 CUresult graph_launch(CUgraphExec handle, CUstream stream_handle) {
@@ -28,19 +60,13 @@ CUresult graph_launch(CUgraphExec handle, CUstream stream_handle) {
   if (!driver.graph_execs.count(exec)) return CUDA_ERROR_INVALID_HANDLE;
   Stream* stream = resolve_stream(driver, stream_handle);
   if (!stream) return CUDA_ERROR_INVALID_HANDLE;
-  if (!exec->memory_charged && exec->memory_bytes > 0) {
-    if (CUresult r = to_result(driver.sim->reserve(exec->graph.device, exec->memory_bytes));
-        r != CUDA_SUCCESS) {
-      return r;
-    }
-    exec->memory_charged = true;
-  }
   uint64_t total = 0;
   for (const KernelLaunch& kernel : exec->graph.kernels) {
     if (!driver.functions.count(kernel.function)) return CUDA_ERROR_INVALID_HANDLE;
     total += kernel_duration_ns(driver, *kernel.function, kernel.grid, kernel.block,
                                 kernel.shared_bytes);
   }
+  if (CUresult r = map_graph_memory(driver, *exec); r != CUDA_SUCCESS) return r;
   if (total > 0) enqueue_work(driver, *stream, total, lock);
   return CUDA_SUCCESS;
 }
@@ -85,7 +111,45 @@ CUresult is_capturing(CUstream handle, CUstreamCaptureStatus* status) {
   return CUDA_SUCCESS;
 }
 
+CUresult upload(CUgraphExec handle, CUstream stream) {
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  auto* exec = reinterpret_cast<GraphExec*>(handle);
+  if (!driver.graph_execs.count(exec)) return CUDA_ERROR_INVALID_VALUE;
+  if (!resolve_stream(driver, stream)) return CUDA_ERROR_INVALID_HANDLE;
+  return map_graph_memory(driver, *exec);
+}
+
+GraphMemPool* graph_pool_of(Driver& driver, CUdevice ordinal) {
+  if (!driver.valid_ordinal(ordinal)) return nullptr;
+  return &driver.graph_pools[driver.device_of_ordinal(ordinal)];
+}
+
 }  // namespace
+
+CUdeviceptr simgpu::driver::add_graph_alloc_node(Driver& driver, Graph& graph, uint64_t bytes) {
+  const CUgraphNode handle = new_node(driver, graph, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+  auto* node = reinterpret_cast<GraphNode*>(handle);
+  node->alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  node->alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  node->alloc.poolProps.location.id = driver.ordinal_of_device(graph.device);
+  node->alloc.bytesize = bytes;
+  node->alloc.dptr = driver.take_address_range(bytes, kPageBytes);
+  graph.mem_alloc_bytes.push_back(round_up(bytes, kPageBytes));
+  graph.mem_alloc_ptrs.push_back(node->alloc.dptr);
+  return node->alloc.dptr;
+}
+
+bool simgpu::driver::add_graph_free_node(Driver& driver, Graph& graph, CUdeviceptr ptr) {
+  if (std::find(graph.mem_alloc_ptrs.begin(), graph.mem_alloc_ptrs.end(), ptr) ==
+      graph.mem_alloc_ptrs.end()) {
+    return false;
+  }
+  const CUgraphNode handle = new_node(driver, graph, CU_GRAPH_NODE_TYPE_MEM_FREE);
+  reinterpret_cast<GraphNode*>(handle)->freed = ptr;
+  return true;
+}
 
 SIMGPU_EXPORT CUresult cuGraphCreate(CUgraph* out, unsigned int flags) {
   if (!out || flags != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -106,6 +170,7 @@ SIMGPU_EXPORT CUresult cuGraphDestroy(CUgraph handle) {
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   Graph* graph = valid_graph(driver, handle);
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto& node : graph->nodes) driver.graph_nodes.erase(node.get());
   driver.graphs.erase(graph);
   delete graph;
   return CUDA_SUCCESS;
@@ -136,7 +201,7 @@ SIMGPU_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph handle
     return CUDA_ERROR_INVALID_VALUE;
   }
   graph->kernels.push_back(kernel);
-  *node = new_node(*graph);
+  *node = new_node(driver, *graph, CU_GRAPH_NODE_TYPE_KERNEL);
   return CUDA_SUCCESS;
 }
 
@@ -151,13 +216,12 @@ SIMGPU_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph handle,
   Graph* graph = valid_graph(driver, handle);
   if (!graph || params->bytesize == 0 ||
       params->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-      !driver.valid_ordinal(params->poolProps.location.id)) {
+      !driver.valid_ordinal(params->poolProps.location.id) ||
+      driver.device_of_ordinal(params->poolProps.location.id) != graph->device) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  params->dptr = driver.take_address_range(params->bytesize, kPageBytes);
-  graph->mem_alloc_bytes.push_back(round_up(params->bytesize, kPageBytes));
-  graph->mem_alloc_ptrs.push_back(params->dptr);
-  *node = new_node(*graph);
+  params->dptr = add_graph_alloc_node(driver, *graph, params->bytesize);
+  *node = reinterpret_cast<CUgraphNode>(graph->nodes.back().get());
   return CUDA_SUCCESS;
 }
 
@@ -170,12 +234,59 @@ SIMGPU_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* node, CUgraph handle,
   std::lock_guard<std::mutex> lock(driver.mutex);
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   Graph* graph = valid_graph(driver, handle);
+  if (!graph || !add_graph_free_node(driver, *graph, ptr)) return CUDA_ERROR_INVALID_VALUE;
+  *node = reinterpret_cast<CUgraphNode>(graph->nodes.back().get());
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuGraphGetNodes(CUgraph handle, CUgraphNode* nodes, size_t* count) {
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Graph* graph = valid_graph(driver, handle);
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
-  if (std::find(graph->mem_alloc_ptrs.begin(), graph->mem_alloc_ptrs.end(), ptr) ==
-      graph->mem_alloc_ptrs.end()) {
-    return CUDA_ERROR_INVALID_VALUE;
+  if (nodes) {
+    for (size_t i = 0; i < *count; ++i) {
+      nodes[i] =
+          i < graph->nodes.size() ? reinterpret_cast<CUgraphNode>(graph->nodes[i].get()) : nullptr;
+    }
   }
-  *node = new_node(*graph);
+  *count = graph->nodes.size();
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuGraphNodeGetType(CUgraphNode handle, CUgraphNodeType* type) {
+  if (!type) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  GraphNode* node = valid_node(driver, handle);
+  if (!node) return CUDA_ERROR_INVALID_VALUE;
+  *type = node->type;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode handle,
+                                                    CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  GraphNode* node = valid_node(driver, handle);
+  if (!node || node->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) return CUDA_ERROR_INVALID_VALUE;
+  *params = node->alloc;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode handle, CUdeviceptr* ptr) {
+  if (!ptr) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  GraphNode* node = valid_node(driver, handle);
+  if (!node || node->type != CU_GRAPH_NODE_TYPE_MEM_FREE) return CUDA_ERROR_INVALID_VALUE;
+  *ptr = node->freed;
   return CUDA_SUCCESS;
 }
 
@@ -218,7 +329,11 @@ SIMGPU_EXPORT CUresult cuGraphExecDestroy(CUgraphExec handle) {
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   auto* exec = reinterpret_cast<GraphExec*>(handle);
   if (!driver.graph_execs.count(exec)) return CUDA_ERROR_INVALID_VALUE;
-  if (exec->memory_charged) driver.sim->release(exec->graph.device, exec->memory_bytes);
+  if (exec->memory_charged) {
+    // Back to the graph pool, still reserved, for reuse (cuDeviceGraphMemTrim returns it).
+    GraphMemPool& pool = driver.graph_pools[exec->graph.device];
+    pool.used -= std::min(pool.used, exec->memory_bytes);
+  }
   driver.graph_execs.erase(exec);
   delete exec;
   return CUDA_SUCCESS;
@@ -231,20 +346,71 @@ SIMGPU_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
   return graph_launch(exec, stream);
 }
 SIMGPU_EXPORT CUresult cuGraphUpload(CUgraphExec exec, CUstream stream) {
-  Driver& driver = Driver::get();
-  std::lock_guard<std::mutex> lock(driver.mutex);
-  if (!driver.graph_execs.count(reinterpret_cast<GraphExec*>(exec)))
-    return CUDA_ERROR_INVALID_VALUE;
-  return resolve_stream(driver, stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  return upload(exec, stream);
 }
 SIMGPU_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream stream) {
-  return cuGraphUpload(exec, stream);
+  return upload(exec, stream);
 }
 SIMGPU_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice ordinal) {
   Driver& driver = Driver::get();
   std::lock_guard<std::mutex> lock(driver.mutex);
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
-  return driver.valid_ordinal(ordinal) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  GraphMemPool* pool = graph_pool_of(driver, ordinal);
+  if (!pool) return CUDA_ERROR_INVALID_DEVICE;
+  if (pool->reserved > pool->used) {
+    driver.sim->release(driver.device_of_ordinal(ordinal), pool->reserved - pool->used);
+    pool->reserved = pool->used;
+  }
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice ordinal,
+                                                    CUgraphMem_attribute attribute, void* value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  GraphMemPool* pool = graph_pool_of(driver, ordinal);
+  if (!pool) return CUDA_ERROR_INVALID_DEVICE;
+  auto* out = static_cast<cuuint64_t*>(value);
+  switch (attribute) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+      *out = pool->used;
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+      *out = pool->used_high;
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+      *out = pool->reserved;
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+      *out = pool->reserved_high;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+SIMGPU_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice ordinal,
+                                                    CUgraphMem_attribute attribute, void* value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  GraphMemPool* pool = graph_pool_of(driver, ordinal);
+  if (!pool) return CUDA_ERROR_INVALID_DEVICE;
+  // Only the high marks can be set, and only reset (to 0); they restart at the current value.
+  if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
+  switch (attribute) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+      pool->used_high = pool->used;
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+      pool->reserved_high = pool->reserved;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
 }
 
 SIMGPU_EXPORT CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode) {

@@ -33,6 +33,12 @@ CUresult allocate_from_pool(CUdeviceptr* dptr, size_t bytes, MemPool* pool_or_nu
     pool = driver.current_pools[static_cast<size_t>(ordinal)];
   }
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (stream->capture) {
+    // Captured: a memory allocation node of the graph, at a virtual address; the memory is taken
+    // from the graph pool when the instantiated graph is launched.
+    *dptr = add_graph_alloc_node(driver, *stream->capture, bytes);
+    return CUDA_SUCCESS;
+  }
   const uint64_t needed = round_up(bytes, kPageBytes);
   const uint64_t idle = pool->reserved - pool->used;
   if (idle < needed) {
@@ -63,7 +69,13 @@ CUresult free_async(CUdeviceptr ptr, CUstream stream_handle) {
   std::lock_guard<std::mutex> lock(driver.mutex);
   Context* context = nullptr;
   if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
-  if (!resolve_stream(driver, stream_handle)) return CUDA_ERROR_INVALID_HANDLE;
+  Stream* stream = resolve_stream(driver, stream_handle);
+  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+  if (stream->capture) {
+    // Captured: a free node, only of an allocation made by the same graph in this model.
+    return add_graph_free_node(driver, *stream->capture, ptr) ? CUDA_SUCCESS
+                                                              : CUDA_ERROR_INVALID_VALUE;
+  }
   auto it = driver.allocations.find(ptr);
   if (it == driver.allocations.end() || it->second.kind == AllocationKind::kGraph) {
     return CUDA_ERROR_INVALID_VALUE;

@@ -129,18 +129,34 @@ struct KernelLaunch {
   unsigned shared_bytes = 0;
 };
 
+struct GraphNode {
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc{};  // CU_GRAPH_NODE_TYPE_MEM_ALLOC (dptr filled in)
+  CUdeviceptr freed = 0;               // CU_GRAPH_NODE_TYPE_MEM_FREE
+};
+
 struct Graph {
   std::vector<KernelLaunch> kernels;
-  std::vector<uint64_t> mem_alloc_bytes;  // graph memory nodes
+  std::vector<uint64_t> mem_alloc_bytes;  // graph memory nodes, in 2 MiB pages
   std::vector<CUdeviceptr> mem_alloc_ptrs;
-  std::vector<std::unique_ptr<int>> nodes;  // node handles (identity only)
+  std::vector<std::unique_ptr<GraphNode>> nodes;  // node handles, in insertion order
   int device = 0;
 };
 
 struct GraphExec {
-  Graph graph;
-  bool memory_charged = false;
+  Graph graph;                  // kernels and memory nodes (node handles stay with the graph)
+  bool memory_charged = false;  // its allocations are mapped from the device's graph pool
   uint64_t memory_bytes = 0;
+};
+
+// The per-device graph memory pool of this process (cuDeviceGetGraphMemAttribute): physical
+// memory is reserved when an executable graph that allocates is first launched or uploaded, kept
+// for reuse when that graph is destroyed, and returned to the device by cuDeviceGraphMemTrim.
+struct GraphMemPool {
+  uint64_t reserved = 0;  // taken from the device
+  uint64_t used = 0;      // mapped by live executable graphs
+  uint64_t reserved_high = 0;
+  uint64_t used_high = 0;
 };
 
 // All process-local driver state behind one mutex: handles are validated against these sets, so
@@ -166,6 +182,8 @@ class Driver {
   std::unordered_set<ArrayObject*> arrays;
   std::unordered_set<Graph*> graphs;
   std::unordered_set<GraphExec*> graph_execs;
+  std::unordered_set<GraphNode*> graph_nodes;
+  GraphMemPool graph_pools[kMaxDevices];  // by shared-state device index
   std::unordered_set<PhysicalAllocation*> physical;
   std::vector<std::unique_ptr<MemPool>> default_pools;  // per visible ordinal
   std::vector<MemPool*> current_pools;                  // per visible ordinal
@@ -216,6 +234,12 @@ CUresult allocate_device_memory(Driver& driver, Context* context, uint64_t size,
                                 AllocationKind kind, CUdeviceptr* out);
 // Finds the allocation containing [ptr, ptr + size), or nullptr.
 Allocation* find_allocation(Driver& driver, CUdeviceptr ptr, uint64_t size, CUdeviceptr* base);
+
+// Stream capture of cuMemAllocAsync / cuMemFreeAsync: adds a memory allocation node (returning
+// its virtual address; no memory is taken until the graph is launched) or a free node of one of
+// the graph's allocations (false if `ptr` is not one). Call with the driver mutex held.
+CUdeviceptr add_graph_alloc_node(Driver& driver, Graph& graph, uint64_t bytes);
+bool add_graph_free_node(Driver& driver, Graph& graph, CUdeviceptr ptr);
 
 // Maps a simulator reservation result to the CUresult a real driver returns.
 CUresult to_result(AllocResult result);

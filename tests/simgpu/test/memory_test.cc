@@ -194,6 +194,185 @@ TEST(SimMemory, PoolsReserveKeepAndReleaseAtSynchronisation) {
       0);
 }
 
+cuuint64_t graph_attribute(CUgraphMem_attribute attribute) {
+  cuuint64_t value = ~0ull;
+  if (cuDeviceGetGraphMemAttribute(0, attribute, &value) != CUDA_SUCCESS) return ~0ull;
+  return value;
+}
+
+size_t free_memory() {
+  size_t free_bytes = 0, total = 0;
+  cuMemGetInfo(&free_bytes, &total);
+  return free_bytes;
+}
+
+TEST(SimMemory, GraphMemoryIsReservedAtLaunchKeptByTheGraphPoolAndTrimmed) {
+  SimEnvironment env;
+  const int code = run([](FILE*) {
+    CUcontext context;
+    if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+    CUgraph graph;
+    if (cuGraphCreate(&graph, 0) != CUDA_SUCCESS) return 1;
+    CUDA_MEM_ALLOC_NODE_PARAMS params{};
+    params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    params.poolProps.location.id = 0;
+    params.bytesize = 3 * kGiB + 1;  // 2 MiB pages: 3 GiB + 2 MiB
+    CUgraphNode node;
+    if (cuGraphAddMemAllocNode(&node, graph, nullptr, 0, &params) != CUDA_SUCCESS) return 2;
+    if (params.dptr == 0) return 3;
+    const uint64_t footprint = 3 * kGiB + 2 * kMiB;
+    // The node is visible to cuGraphGetNodes / cuGraphNodeGetType / GetParams.
+    size_t count = 0;
+    CUgraphNode nodes[4] = {};
+    count = 4;
+    if (cuGraphGetNodes(graph, nodes, &count) != CUDA_SUCCESS || count != 1) return 4;
+    CUgraphNodeType type;
+    if (cuGraphNodeGetType(nodes[0], &type) != CUDA_SUCCESS ||
+        type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+      return 5;
+    }
+    CUDA_MEM_ALLOC_NODE_PARAMS read{};
+    if (cuGraphMemAllocNodeGetParams(nodes[0], &read) != CUDA_SUCCESS ||
+        read.bytesize != params.bytesize || read.dptr != params.dptr) {
+      return 6;
+    }
+    CUgraphExec exec;
+    if (cuGraphInstantiateWithFlags(&exec, graph, 0) != CUDA_SUCCESS) return 7;
+    const size_t before = free_memory();
+    // Nothing is taken before the launch.
+    if (graph_attribute(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) != 0) return 8;
+    if (cuGraphLaunch(exec, nullptr) != CUDA_SUCCESS) return 9;
+    if (graph_attribute(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) != footprint ||
+        graph_attribute(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT) != footprint ||
+        free_memory() != before - footprint) {
+      return 10;
+    }
+    // Relaunching maps nothing new.
+    if (cuGraphLaunch(exec, nullptr) != CUDA_SUCCESS) return 11;
+    if (free_memory() != before - footprint) return 12;
+    // Destroyed: back to the graph pool, still reserved; a second executable reuses it.
+    if (cuGraphExecDestroy(exec) != CUDA_SUCCESS) return 13;
+    if (graph_attribute(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) != footprint ||
+        graph_attribute(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT) != 0 ||
+        free_memory() != before - footprint) {
+      return 14;
+    }
+    if (cuGraphInstantiateWithFlags(&exec, graph, 0) != CUDA_SUCCESS) return 15;
+    if (cuGraphUpload(exec, nullptr) != CUDA_SUCCESS) return 16;  // upload maps too
+    if (graph_attribute(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT) != footprint ||
+        free_memory() != before - footprint) {
+      return 17;
+    }
+    // Trim keeps what is in use, then returns everything once the executable is gone.
+    if (cuDeviceGraphMemTrim(0) != CUDA_SUCCESS) return 18;
+    if (graph_attribute(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) != footprint) return 19;
+    cuGraphExecDestroy(exec);
+    if (cuDeviceGraphMemTrim(0) != CUDA_SUCCESS) return 20;
+    if (graph_attribute(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) != 0 || free_memory() != before) {
+      return 21;
+    }
+    // High marks, and their reset (only to 0, restarting at the current value).
+    if (graph_attribute(CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) != footprint ||
+        graph_attribute(CU_GRAPH_MEM_ATTR_USED_MEM_HIGH) != footprint) {
+      return 22;
+    }
+    cuuint64_t value = 1;
+    if (cuDeviceSetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &value) !=
+        CUDA_ERROR_INVALID_VALUE) {
+      return 23;
+    }
+    value = 0;
+    if (cuDeviceSetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &value) != CUDA_SUCCESS ||
+        cuDeviceSetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, &value) !=
+            CUDA_SUCCESS) {
+      return 24;
+    }
+    if (graph_attribute(CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) != 0 ||
+        graph_attribute(CU_GRAPH_MEM_ATTR_USED_MEM_HIGH) != 0) {
+      return 25;
+    }
+    if (cuDeviceGraphMemTrim(7) != CUDA_ERROR_INVALID_DEVICE) return 26;
+    if (cuDeviceGetGraphMemAttribute(7, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &value) !=
+        CUDA_ERROR_INVALID_DEVICE) {
+      return 27;
+    }
+    // A launch that does not fit fails with OUT_OF_MEMORY and takes nothing.
+    CUgraph big;
+    cuGraphCreate(&big, 0);
+    params.bytesize = kDevice;
+    if (cuGraphAddMemAllocNode(&node, big, nullptr, 0, &params) != CUDA_SUCCESS) return 28;
+    CUgraphExec big_exec;
+    if (cuGraphInstantiateWithFlags(&big_exec, big, 0) != CUDA_SUCCESS) return 29;
+    if (cuGraphLaunch(big_exec, nullptr) != CUDA_ERROR_OUT_OF_MEMORY) return 30;
+    if (cuGraphUpload(big_exec, nullptr) != CUDA_ERROR_OUT_OF_MEMORY) return 31;
+    if (graph_attribute(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) != 0 || free_memory() != before) {
+      return 32;
+    }
+    return 0;
+  });
+  EXPECT_EQ(code, 0);
+}
+
+TEST(SimMemory, CapturedStreamOrderedAllocationsBecomeGraphMemoryNodes) {
+  SimEnvironment env;
+  const int code = run([](FILE*) {
+    CUcontext context;
+    if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+    CUstream stream;
+    cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+    CUmemoryPool pool;
+    cuDeviceGetDefaultMemPool(&pool, 0);
+    const size_t before = free_memory();
+    if (cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) != CUDA_SUCCESS) return 1;
+    CUdeviceptr ptr = 0;
+    // Larger than the device: capture takes nothing, so it succeeds.
+    if (cuMemAllocAsync(&ptr, 2 * kDevice, stream) != CUDA_SUCCESS || ptr == 0) return 2;
+    CUdeviceptr small = 0;
+    if (cuMemAllocAsync(&small, 3 * kMiB, stream) != CUDA_SUCCESS) return 3;
+    if (cuMemFreeAsync(small, stream) != CUDA_SUCCESS) return 4;
+    if (cuMemFreeAsync(0xdead0000ull, stream) != CUDA_ERROR_INVALID_VALUE) return 5;
+    cuuint64_t reserved = 0;
+    cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+    if (reserved != 0 || free_memory() != before) return 6;
+    CUgraph graph;
+    if (cuStreamEndCapture(stream, &graph) != CUDA_SUCCESS) return 7;
+    size_t count = 0;
+    if (cuGraphGetNodes(graph, nullptr, &count) != CUDA_SUCCESS || count != 3) return 8;
+    CUgraphNode nodes[3];
+    cuGraphGetNodes(graph, nodes, &count);
+    CUgraphNodeType types[3];
+    for (int i = 0; i < 3; ++i) cuGraphNodeGetType(nodes[i], &types[i]);
+    if (types[0] != CU_GRAPH_NODE_TYPE_MEM_ALLOC || types[1] != CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
+        types[2] != CU_GRAPH_NODE_TYPE_MEM_FREE) {
+      return 9;
+    }
+    CUdeviceptr freed = 0;
+    if (cuGraphMemFreeNodeGetParams(nodes[2], &freed) != CUDA_SUCCESS || freed != small) {
+      return 10;
+    }
+    CUgraphExec exec;
+    if (cuGraphInstantiateWithFlags(&exec, graph, 0) != CUDA_SUCCESS) return 11;
+    if (cuGraphLaunch(exec, stream) != CUDA_ERROR_OUT_OF_MEMORY) return 12;
+    cuGraphExecDestroy(exec);
+    cuGraphDestroy(graph);
+    // The same capture with a size that fits is charged at launch.
+    cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    if (cuMemAllocAsync(&ptr, kGiB, stream) != CUDA_SUCCESS) return 13;
+    cuStreamEndCapture(stream, &graph);
+    cuGraphInstantiateWithFlags(&exec, graph, 0);
+    if (free_memory() != before) return 14;
+    if (cuGraphLaunch(exec, stream) != CUDA_SUCCESS) return 15;
+    if (free_memory() != before - kGiB) return 16;
+    // Outside capture, cuMemAllocAsync is a pool allocation again.
+    if (cuMemAllocAsync(&ptr, kGiB, stream) != CUDA_SUCCESS) return 17;
+    cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+    if (reserved != kGiB || free_memory() != before - 2 * kGiB) return 18;
+    return 0;
+  });
+  EXPECT_EQ(code, 0);
+}
+
 TEST(SimMemory, VirtualMemoryChargesPhysicalAllocationsUntilReleasedAndUnmapped) {
   SimEnvironment env;
   EXPECT_EQ(run([](FILE*) {

@@ -1,0 +1,197 @@
+#include "compute/meter.h"
+
+namespace tessera::vgpu::compute {
+
+using share::ComputeDevice;
+
+bool AgentSource::measure(int device, int64_t, Busy* out) {
+  const share::LimitsPage::Measured& m = limits_->measured[device];
+  const uint64_t at = m.sampled_at_ns.load(std::memory_order_acquire);
+  const uint64_t busy = m.share_busy_ns.load(std::memory_order_acquire);
+  const uint64_t others = m.others_busy_ns.load(std::memory_order_acquire);
+  if (at == 0) return false;
+  const bool primed = last_at_[device] != 0;
+  const bool fresh = at != last_at_[device];
+  // Cumulative counters that went backwards (an agent restart): start again from here.
+  const bool sane = busy >= last_share_[device] && others >= last_others_[device];
+  if (primed && fresh && sane) {
+    out->share_ns = static_cast<int64_t>(busy - last_share_[device]);
+    out->others_ns = static_cast<int64_t>(others - last_others_[device]);
+  } else if (primed && !fresh) {
+    *out = Busy{};  // nothing new published since the last look
+  }
+  last_at_[device] = at;
+  last_share_[device] = busy;
+  last_others_[device] = others;
+  return primed && sane;
+}
+
+void AgentSource::reset() {
+  for (uint32_t d = 0; d < share::kMaxDevices; ++d) last_at_[d] = 0;
+}
+
+bool Meter::share_has_compute(const share::LimitsPage& limits) {
+  if (limits.priority.load(std::memory_order_acquire) != share::kPriorityNormal) return true;
+  uint32_t count = limits.device_count.load(std::memory_order_acquire);
+  if (count > share::kMaxDevices) count = share::kMaxDevices;
+  for (uint32_t d = 0; d < count; ++d) {
+    const uint32_t cores = limits.devices[d].cores_limit.load(std::memory_order_acquire);
+    if (cores < 100) return true;
+  }
+  return false;
+}
+
+Config Meter::config_for(int device) const {
+  Config config = base_config_;
+  const share::DeviceLimits& entry = limits_->devices[device];
+  uint32_t quota = entry.cores_limit.load(std::memory_order_acquire);
+  if (quota == 0) quota = 1;
+  if (quota > 100) quota = 100;
+  config.quota_percent = quota;
+  const uint32_t burst = entry.cores_burst.load(std::memory_order_acquire);
+  config.burst_percent = burst > quota ? (burst > 100 ? 100 : burst) : 0;
+  config.priority = limits_->priority.load(std::memory_order_acquire);
+  return config;
+}
+
+bool Meter::lead(int64_t now_ns) {
+  share::ComputeArea& area = usage_->compute;
+  uint64_t owner = area.meter_owner.load(std::memory_order_acquire);
+  if (owner == my_owner_) {
+    area.meter_heartbeat_ns.store(static_cast<uint64_t>(now_ns), std::memory_order_release);
+    return leading_ = true;
+  }
+  if (leading_) {
+    // Someone took over (we stalled past the timeout): follow from now on.
+    leading_ = false;
+  }
+  const int64_t heartbeat =
+      static_cast<int64_t>(area.meter_heartbeat_ns.load(std::memory_order_acquire));
+  const int64_t age = now_ns - heartbeat;
+  if (owner != 0) {
+    // A fresh heartbeat: the leader is there (no /proc look). A stale one: take over. In
+    // between: take over at once only if the leader's process is gone.
+    if (age < 4 * timing_.period_ns) return false;
+    if (age <= timing_.leader_timeout_ns && alive_(owner, alive_context_)) return false;
+  }
+  if (!area.meter_owner.compare_exchange_strong(owner, my_owner_, std::memory_order_acq_rel)) {
+    return false;
+  }
+  area.meter_heartbeat_ns.store(static_cast<uint64_t>(now_ns), std::memory_order_release);
+  area.meter_terms.fetch_add(1, std::memory_order_acq_rel);
+  // A new leader measures from now: the time since the last leader's tick is neither refilled
+  // nor debited (its windows are gone).
+  source_->reset();
+  for (bool& primed : primed_) primed = false;
+  uint32_t count = limits_->device_count.load(std::memory_order_acquire);
+  if (count > share::kMaxDevices) count = share::kMaxDevices;
+  for (uint32_t d = 0; d < count; ++d) {
+    area.devices[d].last_tick_ns.store(static_cast<uint64_t>(now_ns), std::memory_order_release);
+  }
+  return leading_ = true;
+}
+
+void Meter::resign() {
+  uint64_t expected = my_owner_;
+  usage_->compute.meter_owner.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+  leading_ = false;
+}
+
+int64_t Meter::tick(int64_t now_ns) {
+  share::ComputeArea& area = usage_->compute;
+  uint32_t count = limits_->device_count.load(std::memory_order_acquire);
+  if (count > share::kMaxDevices) count = share::kMaxDevices;
+  const uint64_t launches = share_launches(*usage_);
+  const bool launched = launches != last_launches_;
+  last_launches_ = launches;
+  for (uint32_t d = 0; d < count; ++d) {
+    ComputeDevice& device = area.devices[d];
+    const Config config = config_for(static_cast<int>(d));
+    const uint64_t bit = 1ull << d;
+    const bool limited = config.quota_percent < 100 || config.priority != share::kPriorityNormal;
+    Busy busy;
+    const bool measured = source_->measure(static_cast<int>(d), now_ns, &busy);
+    if (!measured) {
+      // No window yet (first look of this leader): nothing to decide on.
+      device.last_tick_ns.store(static_cast<uint64_t>(now_ns), std::memory_order_release);
+      continue;
+    }
+    device.busy_ns.fetch_add(static_cast<uint64_t>(busy.share_ns), std::memory_order_relaxed);
+    device.others_busy_ns.fetch_add(static_cast<uint64_t>(busy.others_ns),
+                                    std::memory_order_relaxed);
+    if (!limited) {
+      area.closed_mask.fetch_and(~bit, std::memory_order_acq_rel);
+      device.rate_percent.store(100, std::memory_order_relaxed);
+      device.last_tick_ns.store(static_cast<uint64_t>(now_ns), std::memory_order_release);
+      continue;
+    }
+    // Announce before deciding, so that two shares of different priority see each other.
+    if (board_ && config.priority != share::kPriorityLow && (busy.share_ns > 0 || launched)) {
+      board_->announce(static_cast<int>(d), config.priority, now_ns + timing_.announce_hold_ns);
+    }
+    Sample sample;
+    sample.now_ns = now_ns;
+    sample.share_busy_ns = busy.share_ns;
+    sample.others_busy_ns = busy.others_ns;
+    sample.higher_priority_active =
+        board_ && board_->higher_active(static_cast<int>(d), config.priority, now_ns);
+    State state;
+    state.tokens_ns = device.tokens_ns.load(std::memory_order_acquire);
+    state.last_ns = static_cast<int64_t>(device.last_tick_ns.load(std::memory_order_acquire));
+    const uint64_t seen = device.others_seen_ns.load(std::memory_order_acquire);
+    state.others_seen_ns = seen == 0 ? -1 : static_cast<int64_t>(seen);
+    if (!primed_[d]) {
+      // This leader's first window: the bucket continues from the page's balance.
+      state.last_ns = -1;
+      primed_[d] = true;
+    }
+    const bool was_closed = (area.closed_mask.load(std::memory_order_acquire) & bit) != 0;
+    const int64_t previous = state.last_ns;
+    const Decision decision = step(config, state, sample);
+    if (was_closed && previous >= 0 && now_ns > previous) {
+      device.closed_ns.fetch_add(static_cast<uint64_t>(now_ns - previous),
+                                 std::memory_order_relaxed);
+    }
+    device.tokens_ns.store(state.tokens_ns, std::memory_order_release);
+    device.last_tick_ns.store(static_cast<uint64_t>(state.last_ns), std::memory_order_release);
+    device.others_seen_ns.store(
+        state.others_seen_ns < 0 ? 0 : static_cast<uint64_t>(state.others_seen_ns),
+        std::memory_order_release);
+    device.rate_percent.store(decision.rate_percent, std::memory_order_relaxed);
+    device.flags.store((decision.others_active ? share::kComputeOthersActive : 0) |
+                           (decision.yielding ? share::kComputeYielding : 0),
+                       std::memory_order_relaxed);
+    if (decision.open) {
+      area.closed_mask.fetch_and(~bit, std::memory_order_acq_rel);
+    } else {
+      const int64_t reopen = decision.reopen_at_ns > now_ns ? decision.reopen_at_ns : now_ns;
+      device.reopen_at_ns.store(static_cast<uint64_t>(reopen), std::memory_order_release);
+      area.closed_mask.fetch_or(bit, std::memory_order_acq_rel);
+    }
+  }
+  return now_ns + timing_.period_ns;
+}
+
+uint64_t share_launches(const share::UsagePage& usage) {
+  uint32_t high = usage.slot_high_water.load(std::memory_order_acquire);
+  if (high > share::kMaxSlots) high = share::kMaxSlots;
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < high; ++i) {
+    if (usage.slots[i].owner.load(std::memory_order_relaxed) == 0) continue;
+    sum += usage.slots[i].launches.load(std::memory_order_relaxed);
+  }
+  return sum;
+}
+
+uint64_t share_throttled_ns(const share::UsagePage& usage) {
+  uint32_t high = usage.slot_high_water.load(std::memory_order_acquire);
+  if (high > share::kMaxSlots) high = share::kMaxSlots;
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < high; ++i) {
+    if (usage.slots[i].owner.load(std::memory_order_relaxed) == 0) continue;
+    sum += usage.slots[i].throttled_ns.load(std::memory_order_relaxed);
+  }
+  return sum;
+}
+
+}  // namespace tessera::vgpu::compute

@@ -1,0 +1,119 @@
+// The share's meter (docs/compute.md): one process of the share leads (elected by CAS on the
+// usage page's meter_owner, kept by a heartbeat, taken over when the leader dies or stalls); the
+// leader measures the share's GPU time every period, runs the controller per device and opens or
+// closes the gates that every launch of the share reads. Time, the measurement and the device-wide
+// priority signal are injected, so all of it runs under simulated time in the unit tests.
+#pragma once
+
+#include <cstdint>
+
+#include "compute/controller.h"
+#include "tessera/share_region.h"
+
+namespace tessera::vgpu::compute {
+
+struct Busy {
+  int64_t share_ns = 0;   // GPU time of the share's processes since the previous measurement
+  int64_t others_ns = 0;  // GPU time of every other process meanwhile
+};
+
+// Where the share's GPU time comes from. measure() returns the time used since its previous call
+// for that device; false when there is no measurement yet (the first call primes it) or none can
+// be made. NVML per-process utilisation on one machine (nvml_source.cc); the node agent's figures
+// in the limits page inside Kubernetes (AgentSource below).
+class BusySource {
+ public:
+  virtual bool measure(int device, int64_t now_ns, Busy* out) = 0;
+  // Forget the previous measurement (a new leader starts its own windows).
+  virtual void reset() = 0;
+
+ protected:
+  ~BusySource() = default;  // never deleted through the interface (the shim allocates nothing)
+};
+
+// The device-wide priority signal: shares announce that they are active at their priority, and
+// lower ones look for an active higher one (priority_board.cc: a file per device).
+class PriorityBoard {
+ public:
+  virtual void announce(int device, uint32_t priority, int64_t until_ns) = 0;
+  virtual bool higher_active(int device, uint32_t priority, int64_t now_ns) = 0;
+
+ protected:
+  ~PriorityBoard() = default;
+};
+
+// Rank of a priority: low 0 < normal 1 < high 2.
+inline int priority_rank(uint32_t priority) {
+  return priority == share::kPriorityHigh ? 2 : priority == share::kPriorityLow ? 0 : 1;
+}
+
+// Reads the agent-published cumulative figures of the limits page (measure_source ==
+// kMeasureAgent).
+class AgentSource final : public BusySource {
+ public:
+  explicit AgentSource(const share::LimitsPage* limits) : limits_(limits) {}
+  bool measure(int device, int64_t now_ns, Busy* out) override;
+  void reset() override;
+
+ private:
+  const share::LimitsPage* limits_;
+  uint64_t last_share_[share::kMaxDevices] = {};
+  uint64_t last_others_[share::kMaxDevices] = {};
+  uint64_t last_at_[share::kMaxDevices] = {};
+};
+
+struct MeterTiming {
+  int64_t period_ns = 5 * kMillisecond;            // the leader's control period
+  int64_t follower_period_ns = 20 * kMillisecond;  // how often the others check the leader
+  int64_t leader_timeout_ns = 250 * kMillisecond;  // a heartbeat this old: take over
+  int64_t announce_hold_ns = 100 * kMillisecond;   // an announcement lasts this long
+};
+
+class Meter {
+ public:
+  using AliveFn = bool (*)(uint64_t owner, void* context);
+
+  Meter(const share::LimitsPage* limits, share::UsagePage* usage, BusySource* source,
+        PriorityBoard* board, uint64_t my_owner, AliveFn alive, void* alive_context)
+      : limits_(limits),
+        usage_(usage),
+        source_(source),
+        board_(board),
+        my_owner_(my_owner),
+        alive_(alive),
+        alive_context_(alive_context) {}
+
+  MeterTiming& timing() { return timing_; }
+  Config& base_config() { return base_config_; }
+
+  // True when this process leads (now, or after taking over); refreshes the heartbeat.
+  bool lead(int64_t now_ns);
+  // The leader's control step: measure, decide, publish. Returns when to run next.
+  int64_t tick(int64_t now_ns);
+  // Gives up the lead (a process that exits cleanly).
+  void resign();
+
+  // Whether any device of the share has a compute setting (limit, burst or priority).
+  static bool share_has_compute(const share::LimitsPage& limits);
+  Config config_for(int device) const;
+
+ private:
+  const share::LimitsPage* limits_;
+  share::UsagePage* usage_;
+  BusySource* source_;
+  PriorityBoard* board_;
+  uint64_t my_owner_;
+  AliveFn alive_;
+  void* alive_context_;
+  MeterTiming timing_;
+  Config base_config_;
+  bool leading_ = false;
+  bool primed_[share::kMaxDevices] = {};
+  uint64_t last_launches_ = 0;
+};
+
+// Total launches of the share's live slots (the figure `tessera run --verbose` prints).
+uint64_t share_launches(const share::UsagePage& usage);
+uint64_t share_throttled_ns(const share::UsagePage& usage);
+
+}  // namespace tessera::vgpu::compute

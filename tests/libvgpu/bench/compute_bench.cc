@@ -1,0 +1,171 @@
+// What the compute gate adds to a launch, measured against the simulated driver in one run: the
+// program re-executes itself (no shim; shim without any limit; shim with a cores limit the
+// benchmark stays under, so the gate is open and the share's meter thread runs) with Google
+// Benchmark, and prints each launch path's time and what the shim added. Not a test gate.
+//
+//   vgpu_compute_bench [--benchmark_min_time=...]
+#include <benchmark/benchmark.h>
+#include <cuda.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr char kPtx[] =
+    ".version 8.0\n.target sm_90\n.address_size 64\n"
+    ".visible .entry empty_kernel()\n{\n  ret;\n}\n";
+
+CUcontext g_context = nullptr;
+CUfunction g_kernel = nullptr;
+CUgraphExec g_graph = nullptr;
+
+bool set_up() {
+  if (g_context) return true;
+  CUdevice device = 0;
+  CUmodule module = nullptr;
+  if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&device, 0) != CUDA_SUCCESS ||
+      cuDevicePrimaryCtxRetain(&g_context, device) != CUDA_SUCCESS ||
+      cuCtxSetCurrent(g_context) != CUDA_SUCCESS ||
+      cuModuleLoadData(&module, kPtx) != CUDA_SUCCESS ||
+      cuModuleGetFunction(&g_kernel, module, "empty_kernel") != CUDA_SUCCESS) {
+    return false;
+  }
+  CUgraph graph = nullptr;
+  CUDA_KERNEL_NODE_PARAMS params = {};
+  params.func = g_kernel;
+  params.gridDimX = params.gridDimY = params.gridDimZ = 1;
+  params.blockDimX = params.blockDimY = params.blockDimZ = 1;
+  CUgraphNode node = nullptr;
+  return cuGraphCreate(&graph, 0) == CUDA_SUCCESS &&
+         cuGraphAddKernelNode_v2(&node, graph, nullptr, 0, &params) == CUDA_SUCCESS &&
+         cuGraphInstantiateWithFlags(&g_graph, graph, 0) == CUDA_SUCCESS;
+}
+
+template <typename Launch>
+void run_launches(benchmark::State& state, Launch launch) {
+  if (!set_up()) state.SkipWithError("no CUDA context");
+  int64_t launched = 0;
+  for (auto _ : state) {
+    launch();
+    if (++launched % 256 == 0) {
+      state.PauseTiming();
+      cuCtxSynchronize();  // keep the simulated push buffer from filling
+      state.ResumeTiming();
+    }
+  }
+}
+
+void BM_cuLaunchKernel(benchmark::State& state) {
+  run_launches(state,
+               [] { cuLaunchKernel(g_kernel, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr); });
+}
+BENCHMARK(BM_cuLaunchKernel)->Repetitions(7);
+
+void BM_cuLaunchKernelEx(benchmark::State& state) {
+  CUlaunchConfig config = {};
+  config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = config.blockDimY = config.blockDimZ = 1;
+  run_launches(state, [&] { cuLaunchKernelEx(&config, g_kernel, nullptr, nullptr); });
+}
+BENCHMARK(BM_cuLaunchKernelEx)->Repetitions(7);
+
+void BM_cuGraphLaunch(benchmark::State& state) {
+  run_launches(state, [] { cuGraphLaunch(g_graph, nullptr); });
+}
+BENCHMARK(BM_cuGraphLaunch)->Repetitions(7);
+
+// Child mode: "name nanoseconds-per-iteration" lines on stdout, the fastest of the repetitions
+// (the machine is shared: the minimum is the figure least disturbed by other work).
+class MinReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      if (run.run_type != Run::RT_Iteration) continue;
+      const double ns =
+          run.GetAdjustedRealTime() * 1e9 / benchmark::GetTimeUnitMultiplier(run.time_unit);
+      const std::string name = run.run_name.function_name;
+      if (!fastest_.count(name) || ns < fastest_[name]) fastest_[name] = ns;
+    }
+  }
+  void Print() const {
+    for (const auto& [name, ns] : fastest_) std::printf("%s %.1f\n", name.c_str(), ns);
+  }
+
+ private:
+  std::map<std::string, double> fastest_;
+};
+
+std::map<std::string, double> run_child(char** argv, const char* preload, const char* cores) {
+  int fds[2];
+  if (pipe(fds) != 0) std::abort();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    setenv("VGPU_BENCH_CHILD", "1", 1);
+    if (preload) {
+      setenv("LD_PRELOAD", preload, 1);
+    } else {
+      unsetenv("LD_PRELOAD");
+    }
+    if (cores) {
+      setenv("TESSERA_CORES_LIMIT", cores, 1);
+    } else {
+      unsetenv("TESSERA_CORES_LIMIT");
+    }
+    execv("/proc/self/exe", argv);
+    _exit(127);
+  }
+  close(fds[1]);
+  std::map<std::string, double> results;
+  FILE* input = fdopen(fds[0], "r");
+  char name[256];
+  double ns = 0;
+  while (std::fscanf(input, "%255s %lf", name, &ns) == 2) results[name] = ns;
+  std::fclose(input);
+  waitpid(pid, nullptr, 0);
+  return results;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (std::getenv("VGPU_BENCH_CHILD")) {
+    benchmark::Initialize(&argc, argv);
+    MinReporter reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    reporter.Print();
+    return 0;
+  }
+  char state[] = "/tmp/vgpu-compute-bench-state-XXXXXX";
+  const int fd = mkstemp(state);
+  close(fd);
+  unlink(state);
+  setenv("SIMGPU_STATE", state, 1);
+  setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0", 1);
+  // Kernels of 50 ns: the benchmark uses a few percent of the GPU, so a 90% limit never closes
+  // the gate and every launch takes the fast path.
+  setenv("SIMGPU_KERNEL_US", "default=0.05", 1);
+  setenv("LD_LIBRARY_PATH", VGPU_BENCH_SIMLIB, 1);
+  unsetenv("TESSERA_SHARE_DIR");
+  const auto plain = run_child(argv, nullptr, nullptr);
+  const auto shim = run_child(argv, VGPU_BENCH_SHIM, nullptr);
+  const auto limited = run_child(argv, VGPU_BENCH_SHIM, "90");
+  unlink(state);
+  std::printf("%-22s %12s %12s %14s %12s %12s\n", "benchmark", "no shim ns", "shim ns",
+              "shim+cores ns", "added ns", "added+cores");
+  for (const auto& [name, base] : plain) {
+    const double with = shim.count(name) ? shim.at(name) : 0;
+    const double with_limit = limited.count(name) ? limited.at(name) : 0;
+    std::printf("%-22s %12.1f %12.1f %14.1f %12.1f %12.1f\n", name.c_str(), base, with, with_limit,
+                with - base, with_limit - base);
+  }
+  return plain.empty() || shim.empty() || limited.empty() ? 1 : 0;
+}

@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""Compute quotas on the simulated GPU, end to end (docs/compute.md): tenants run samples/compute-burn
+under `tessera run --cores ...` (libvgpu preloaded) and this harness measures what each got. Every
+scenario first measures the unlimited baseline in the same run, prints its figures as one
+"FIGURE ..." line per measurement, and fails when a figure is outside its tolerance.
+
+  compute_accuracy.py --tessera T --burn B [--probe P] --lib-dir D SCENARIO [--seconds S]
+
+Scenarios: single (cores 10/30/50/90 alone vs unlimited), shares (30/70, 50 us kernels),
+shares-long (30/70, 5 ms kernels), four (10/20/30/40), four-long (the same, 5 ms kernels),
+processes (30/70, two processes per share),
+burst (quota 30, burst 100, then a 70% tenant arrives), takeover (the meter's leader process is
+killed: another process of the share leads), priority (a high share's p99 latency
+while a low share saturates), path-<launch> (cores 30 through one of compute-burn's launch paths),
+probe-<entry point> (cores 30 through one entry point, with compute_probe).
+
+GPU time of a tenant = kernels x kernel time / wall time: the simulator's kernel time is exact
+(waves x SIMGPU_KERNEL_US), so this is an independent measurement, not the shim's own figure.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SHORT_US = 50     # one wave of burn_fma (--blocks-per-sm 8 = one wave on 132 SMs)
+LONG_US = 5000
+FAILURES = []
+
+
+def figure(name, value, expected=None, tolerance=None):
+    line = f"FIGURE {name} = {value:.2f}"
+    if expected is not None:
+        ok = abs(value - expected) <= tolerance
+        line += f" (expected {expected} +/- {tolerance}: {'ok' if ok else 'FAIL'})"
+        if not ok:
+            FAILURES.append(line)
+    print(line, flush=True)
+
+
+class Harness:
+    def __init__(self, args, work):
+        self.args = args
+        self.work = work
+        self.env = dict(os.environ)
+        for name in list(self.env):
+            if name.startswith("TESSERA_") or name.startswith("CUDA_DEVICE_"):
+                del self.env[name]
+        self.env.update({
+            "LD_LIBRARY_PATH": args.lib_dir,
+            "SIMGPU_STATE": os.path.join(work, "simgpu.state"),
+            "SIMGPU_DEVICES": "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0",
+            "TESSERA_DEVICE_DIR": work,
+        })
+        self.count = 0
+
+    def kernel(self, kernel_us):
+        self.env["SIMGPU_KERNEL_US"] = f"burn_fma={kernel_us},burn_fma_coop={kernel_us}"
+        self.kernel_us = kernel_us
+
+    def burn_command(self, seconds, launch="kernel", sync_every=None):
+        if sync_every is None:
+            sync_every = 64 if self.kernel_us < 1000 else 4
+        return [self.args.burn, "--seconds", str(seconds), "--blocks-per-sm", "8",
+                "--sync-every", str(sync_every), "--launch", launch]
+
+    def start(self, share_args, processes=1, seconds=3.0, launch="kernel", sync_every=None,
+              delay=0.0):
+        """One share (tessera run with share_args, or unconfined when None) of `processes` burns."""
+        burn = " ".join(self.burn_command(seconds, launch, sync_every))
+        script = f"sleep {delay}; " if delay else ""
+        script += " & ".join([burn] * processes) + " & wait"
+        command = ["sh", "-c", script]
+        if share_args is not None:
+            self.count += 1
+            command = [self.args.tessera, "run", "--share-dir",
+                       os.path.join(self.work, f"share{self.count}"), *share_args, "--", *command]
+        return subprocess.Popen(command, env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def finish(self, process, timeout=120):
+        out, err = process.communicate(timeout=timeout)
+        process.summary = err
+        if process.returncode != 0:
+            print(err)
+            raise SystemExit(f"FAIL: a tenant exited with {process.returncode}")
+        return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+    def busy_percent(self, reports):
+        """GPU time of the share's processes, percent of wall time."""
+        return sum(100.0 * r["kernels"] * self.kernel_us * 1e-6 / r["seconds"] for r in reports)
+
+    def baseline(self, seconds, launch="kernel"):
+        reports = self.finish(self.start(None, seconds=seconds, launch=launch))
+        figure(f"unlimited_{launch}_kernels_per_s", reports[0]["kernels_per_s"])
+        return reports[0]
+
+
+def single(h, seconds):
+    h.kernel(SHORT_US)
+    base = h.baseline(seconds)
+    for cores in (10, 30, 50, 90):
+        process = h.start(["--cores", str(cores), "--verbose"], seconds=seconds)
+        r = h.finish(process)[0]
+        figure(f"cores{cores}_percent_of_unlimited",
+               100.0 * r["kernels_per_s"] / base["kernels_per_s"], cores, 3)
+        check_summary(h, process.summary, r, cores)
+
+
+def check_summary(h, stderr, report, cores):
+    """`tessera run --verbose`: the shim's own counters agree with what the burn measured."""
+    launches = re.search(r"summary: [0-9.]+ s, ([0-9]+) launches, launching threads waited "
+                         r"([0-9.]+) s", stderr)
+    used = re.search(rf"cores limit {cores}%, burst 0%; GPU time used ([0-9.]+) s", stderr)
+    if not launches or not used:
+        FAILURES.append(f"cores {cores}: no usage summary in: {stderr!r}")
+        return
+    kernels = report["kernels"] + 1  # and the warm-up kernel
+    figure(f"cores{cores}_summary_launches", int(launches.group(1)), kernels, 0)
+    gpu_s = kernels * h.kernel_us * 1e-6
+    figure(f"cores{cores}_summary_gpu_time_vs_kernels_percent",
+           100.0 * float(used.group(1)) / gpu_s, 100, 5)
+    if cores < 90 and float(launches.group(2)) <= 0:
+        FAILURES.append(f"cores {cores}: no throttled time counted")
+
+
+def shares(h, seconds, quotas, kernel_us, processes=1):
+    h.kernel(kernel_us)
+    base = h.baseline(min(seconds, 2.0))
+    figure("unlimited_gpu_percent", h.busy_percent([base]))
+    tenants = [h.start(["--cores", str(q)], processes=processes, seconds=seconds) for q in quotas]
+    results = [h.finish(t) for t in tenants]
+    for quota, reports in zip(quotas, results):
+        figure(f"share{quota}_gpu_percent", h.busy_percent(reports), quota, 3)
+
+
+class Sample(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong),
+                ("smUtil", ctypes.c_uint), ("memUtil", ctypes.c_uint),
+                ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
+
+
+class Sampler:
+    """Per-process GPU time every `period` s from the simulator's NVML (the engine's exact history),
+    attributed to shares through the pids in their usage pages: a time series per share."""
+
+    def __init__(self, h, period=0.1):
+        os.environ["SIMGPU_STATE"] = h.env["SIMGPU_STATE"]
+        self.nvml = ctypes.CDLL(os.path.join(h.args.lib_dir, "libnvidia-ml.so.1"))
+        assert self.nvml.nvmlInit_v2() == 0
+        self.device = ctypes.c_void_p()
+        assert self.nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.device)) == 0
+        self.period = period
+        self.series = []  # (seconds since start, {pid: percent})
+        self.stop = False
+        self.began = time.monotonic()
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        samples = (Sample * 256)()
+        last = int(time.time() * 1e6)
+        while not self.stop:
+            time.sleep(self.period)
+            count = ctypes.c_uint(256)
+            result = self.nvml.nvmlDeviceGetProcessUtilization(
+                self.device, samples, ctypes.byref(count), ctypes.c_ulonglong(last))
+            now = int(time.time() * 1e6)
+            used = {}
+            if result == 0:
+                for i in range(count.value):
+                    used[samples[i].pid] = samples[i].smUtil
+                now = max(samples[i].timeStamp for i in range(count.value))
+            last = now
+            self.series.append((time.monotonic() - self.began, used))
+
+    def finish(self):
+        self.stop = True
+        self.thread.join()
+
+
+def share_pids(share_dir):
+    """The pids in a share's usage page (tessera/share_region.h: slots of 192 bytes from 64)."""
+    pids = set()
+    with open(os.path.join(share_dir, "usage"), "rb") as page:
+        data = page.read(64 + 192 * 512)
+    high = struct.unpack_from("<I", data, 16)[0]
+    for i in range(min(high, 512)):
+        owner, = struct.unpack_from("<Q", data, 64 + 192 * i)
+        pid, = struct.unpack_from("<I", data, 64 + 192 * i + 24)
+        if owner:
+            pids.add(pid)
+    return pids
+
+
+def burst(h, seconds):
+    h.kernel(SHORT_US)
+    base = h.baseline(2.0)
+    unlimited = h.busy_percent([base])
+    sampler = Sampler(h)
+    arrival = 1.5
+    bursting = h.start(["--cores", "30", "--cores-burst", "100"], seconds=arrival + seconds)
+    bursting_dir = os.path.join(h.work, f"share{h.count}")
+    other = h.start(["--cores", "70"], seconds=seconds, delay=arrival)
+    other_dir = os.path.join(h.work, f"share{h.count}")
+    pids = {}
+    while bursting.poll() is None and not pids:
+        time.sleep(0.05)
+        try:
+            pids = share_pids(bursting_dir)
+        except OSError:
+            pass
+    h.finish(bursting)
+    h.finish(other)
+    sampler.finish()
+    others = share_pids(other_dir)
+    alone = [sum(v for p, v in used.items() if p in pids)
+             for t, used in sampler.series if 0.5 <= t < arrival]
+    figure("burst_alone_percent_of_unlimited", 100.0 * sum(alone) / len(alone) / unlimited)
+    if 100.0 * sum(alone) / len(alone) / unlimited <= 90:
+        FAILURES.append("bursting alone is not above 90% of unlimited")
+    # When the other tenant's first process shows up, and how long until the bursting share is
+    # back to its quota (three 100 ms windows in a row at most 33%).
+    start = next(t for t, used in sampler.series if any(p in others for p in used))
+    figure("burst_other_arrived_s", start)
+    windows = [(t, sum(v for p, v in used.items() if p in pids)) for t, used in sampler.series
+               if t > start]
+    settle = None
+    for i in range(len(windows) - 2):
+        if all(v <= 33 for _, v in windows[i:i + 3]):
+            settle = windows[i][0] - start
+            break
+    figure("burst_back_to_quota_after_s", settle if settle is not None else 99, 0.5, 0.5)
+    later = [v for t, v in windows if start + 1.0 <= t < start + seconds - 0.2]
+    figure("burst_with_other_gpu_percent", sum(later) / len(later), 30, 3)
+
+
+def meter_leader(share_dir):
+    """The pid of the share's meter leader (UsagePage::compute.meter_owner, tessera/share_region.h)."""
+    with open(os.path.join(share_dir, "usage"), "rb") as page:
+        data = page.read(64 + 192 * 512 + 128)
+    owner, = struct.unpack_from("<Q", data, 64 + 192 * 512 + 64)
+    return owner & 0x3fffff
+
+
+def takeover(h, seconds):
+    """Two processes in a 30% share; the meter's leader is SIGKILLed after a second: the other
+    process takes the lead over and the share stays at its quota."""
+    h.kernel(SHORT_US)
+    sampler = Sampler(h)
+    share = h.start(["--cores", "30"], processes=2, seconds=seconds + 1.0)
+    share_dir = os.path.join(h.work, f"share{h.count}")
+    time.sleep(1.0)
+    leader = meter_leader(share_dir)
+    pids = share_pids(share_dir)
+    if leader not in pids:
+        raise SystemExit(f"FAIL: the leader {leader} is not one of the share's pids {pids}")
+    os.kill(leader, 9)
+    killed_at = time.monotonic() - sampler.began
+    time.sleep(0.7)
+    new_leader = meter_leader(share_dir)  # while the survivor runs (it resigns when it exits)
+    share.communicate(timeout=120)
+    sampler.finish()
+    survivors = pids - {leader}
+    figure("takeover_new_leader_is_survivor", 1.0 if new_leader in survivors else 0.0, 1.0, 0)
+    later = [sum(v for p, v in used.items() if p in survivors) for t, used in sampler.series
+             if killed_at + 0.5 <= t < killed_at + seconds - 0.2]
+    figure("takeover_gpu_percent_after_kill", sum(later) / len(later), 30, 3)
+
+
+def priority(h, seconds):
+    h.kernel(SHORT_US)
+    # The control: without priorities the same two shares time-slice, and the p99 latency of the
+    # first suffers (so the check below can tell the difference).
+    low = h.start([], seconds=seconds + 1.5)
+    plain = h.start([], seconds=seconds, sync_every=1, delay=0.5)
+    plain_report = h.finish(plain)[0]
+    h.finish(low)
+    figure("normal_with_normal_p99_us", plain_report["latency_us_p99"])
+    solo = h.finish(h.start(["--priority", "high"], seconds=seconds, sync_every=1))[0]
+    figure("high_solo_p99_us", solo["latency_us_p99"])
+    low = h.start(["--priority", "low"], seconds=seconds + 1.5)
+    high = h.start(["--priority", "high"], seconds=seconds, sync_every=1, delay=0.5)
+    with_low = h.finish(high)[0]
+    h.finish(low)
+    figure("high_with_low_p99_us", with_low["latency_us_p99"])
+    ratio = with_low["latency_us_p99"] / solo["latency_us_p99"]
+    figure("high_p99_ratio_to_solo", ratio, 1.0, 0.2)
+    if plain_report["latency_us_p99"] < 1.5 * solo["latency_us_p99"]:
+        FAILURES.append("the control did not degrade: this scenario cannot show priority")
+
+
+def path(h, seconds, launch):
+    h.kernel(SHORT_US)
+    base = h.baseline(seconds, launch)
+    r = h.finish(h.start(["--cores", "30"], seconds=seconds, launch=launch))[0]
+    figure(f"{launch}_cores30_percent_of_unlimited",
+           100.0 * r["kernels_per_s"] / base["kernels_per_s"], 30, 3)
+
+
+def probe_path(h, seconds, entry):
+    """Cores 30 through one entry point compute-burn does not reach (compute_probe)."""
+    h.kernel(SHORT_US)
+    command = [h.args.probe, entry, str(seconds)]
+
+    def run(share_args):
+        if share_args is not None:
+            h.count += 1
+            full = [h.args.tessera, "run", "--share-dir",
+                    os.path.join(h.work, f"share{h.count}"), *share_args, "--", *command]
+        else:
+            full = command
+        return h.finish(subprocess.Popen(full, env=h.env, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True))[0]
+
+    base = run(None)
+    figure(f"unlimited_{entry}_kernels_per_s", base["kernels_per_s"])
+    limited = run(["--cores", "30"])
+    figure(f"{entry}_cores30_percent_of_unlimited",
+           100.0 * limited["kernels_per_s"] / base["kernels_per_s"], 30, 3)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tessera", required=True)
+    parser.add_argument("--burn", required=True)
+    parser.add_argument("--probe", help="compute_probe, for the probe-<entry point> scenarios")
+    parser.add_argument("--lib-dir", required=True)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("scenario")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tessera-compute-") as work:
+        h = Harness(args, work)
+        s = args.seconds
+        if args.scenario == "single":
+            single(h, s)
+        elif args.scenario == "shares":
+            shares(h, s, [30, 70], SHORT_US)
+        elif args.scenario == "shares-long":
+            shares(h, s, [30, 70], LONG_US)
+        elif args.scenario == "four":
+            shares(h, s, [10, 20, 30, 40], SHORT_US)
+        elif args.scenario == "four-long":
+            shares(h, s, [10, 20, 30, 40], LONG_US)
+        elif args.scenario == "processes":
+            shares(h, s, [30, 70], SHORT_US, processes=2)
+        elif args.scenario == "burst":
+            burst(h, s)
+        elif args.scenario == "priority":
+            priority(h, s)
+        elif args.scenario == "takeover":
+            takeover(h, s)
+        elif args.scenario.startswith("probe-"):
+            probe_path(h, s, args.scenario[len("probe-"):])
+        elif args.scenario.startswith("path-"):
+            path(h, s, args.scenario[len("path-"):])
+        else:
+            raise SystemExit(f"unknown scenario {args.scenario}")
+    if FAILURES:
+        print("FAIL:\n  " + "\n  ".join(FAILURES))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

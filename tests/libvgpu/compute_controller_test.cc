@@ -1,0 +1,356 @@
+// The compute controller and meter under simulated time (docs/compute.md). A fluid model of a
+// time-sliced GPU runs tenants whose launching threads obey their share's gate; each share's
+// meter measures through a fake NVML (busy time rounded to whole percents of each window, as
+// nvmlDeviceGetProcessUtilization reports it) and runs the real controller on real share pages.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "compute/controller.h"
+#include "compute/meter.h"
+
+namespace tessera::vgpu::compute {
+namespace {
+
+constexpr int64_t kUs = 1000;
+
+TEST(ComputeController, StartsFromTheSavedBalanceThenClosesOnDebtAndReopensAtTheRate) {
+  Config config;
+  config.quota_percent = 25;
+  config.cap_ns = 4 * kMillisecond;
+  State state;
+  state.tokens_ns = 9 * kMillisecond;  // saved by a previous leader: kept within the cap
+  Decision d = step(config, state, Sample{0, 0, 0, false});
+  EXPECT_TRUE(d.open);
+  EXPECT_EQ(state.tokens_ns, 4 * kMillisecond);
+  // 10 ms pass, the share used all of it: +2.5 ms refill, -10 ms: 4 + 2.5 - 10 = -3.5 ms.
+  d = step(config, state, Sample{10 * kMillisecond, 10 * kMillisecond, 0, false});
+  EXPECT_FALSE(d.open);
+  EXPECT_EQ(state.tokens_ns, -3500 * kUs);
+  // At 25% the debt takes 14 ms to refill.
+  EXPECT_EQ(d.reopen_at_ns, 24 * kMillisecond);
+  d = step(config, state, Sample{24 * kMillisecond, 0, 0, false});
+  EXPECT_FALSE(d.open);  // exactly zero: still closed
+  d = step(config, state, Sample{25 * kMillisecond, 0, 0, false});
+  EXPECT_TRUE(d.open);
+}
+
+TEST(ComputeController, CapAndDebtAreBounded) {
+  Config config;
+  config.quota_percent = 50;
+  config.cap_ns = 10 * kMillisecond;
+  config.max_debt_ns = 100 * kMillisecond;
+  State state;
+  Decision first = step(config, state, Sample{0, 0, 0, false});
+  EXPECT_FALSE(first.open);  // a new share starts with an empty bucket: it opens as it refills
+  step(config, state, Sample{kSecond, 0, 0, false});  // idle for a second
+  EXPECT_EQ(state.tokens_ns, 10 * kMillisecond);
+  step(config, state, Sample{kSecond + kMillisecond, 5 * kSecond, 0, false});  // a glitch
+  EXPECT_EQ(state.tokens_ns, -100 * kMillisecond);
+}
+
+TEST(ComputeController, BurstsOnlyWhileOthersAreIdleAndYieldsToHigherPriority) {
+  Config config;
+  config.quota_percent = 30;
+  config.burst_percent = 100;
+  State state;
+  step(config, state, Sample{0, 0, 0, false});
+  Decision d = step(config, state, Sample{5 * kMillisecond, 5 * kMillisecond, 0, false});
+  EXPECT_EQ(d.rate_percent, 100u);
+  EXPECT_TRUE(d.open);
+  d = step(config, state, Sample{10 * kMillisecond, 2 * kMillisecond, 2 * kMillisecond, false});
+  EXPECT_EQ(d.rate_percent, 30u);
+  EXPECT_TRUE(d.others_active);
+  // Others stay "active" for others_hold_ns after they were last seen.
+  d = step(config, state, Sample{100 * kMillisecond, 0, 0, false});
+  EXPECT_EQ(d.rate_percent, 30u);
+  d = step(config, state, Sample{400 * kMillisecond, 0, 0, false});
+  EXPECT_EQ(d.rate_percent, 100u);
+  d = step(config, state, Sample{405 * kMillisecond, 0, 0, true});
+  EXPECT_EQ(d.rate_percent, 0u);
+  EXPECT_FALSE(d.open);
+  EXPECT_TRUE(d.yielding);
+}
+
+// ---- the simulated GPU ----------------------------------------------------------------------
+
+struct Pages {
+  Pages() {
+    limits.reset(new share::LimitsPage());
+    usage.reset(new share::UsagePage());
+    share::init_limits_page(*limits);
+    share::init_usage_page(*usage);
+    std::snprintf(limits->devices[0].uuid, share::kUuidBytes, "GPU-sim");
+    limits->device_count.store(1);
+  }
+  std::unique_ptr<share::LimitsPage> limits;
+  std::unique_ptr<share::UsagePage> usage;
+};
+
+struct Tenant;
+
+// Fake NVML: what each share used since its meter's last look, rounded to whole percents of
+// the window like nvmlDeviceGetProcessUtilization's smUtil.
+class FakeSource final : public BusySource {
+ public:
+  explicit FakeSource(Tenant* tenant, std::vector<std::unique_ptr<Tenant>>* all)
+      : tenant_(tenant), all_(all) {}
+  bool measure(int, int64_t now_ns, Busy* out) override;
+  void reset() override { last_ns_ = -1; }
+
+ private:
+  Tenant* tenant_;
+  std::vector<std::unique_ptr<Tenant>>* all_;
+  int64_t last_ns_ = -1;
+  std::vector<int64_t> seen_;
+};
+
+class MemoryBoard final : public PriorityBoard {
+ public:
+  void announce(int, uint32_t priority, int64_t until_ns) override {
+    int64_t& slot = until_[priority_rank(priority)];
+    if (until_ns > slot) slot = until_ns;
+  }
+  bool higher_active(int, uint32_t priority, int64_t now_ns) override {
+    for (int rank = priority_rank(priority) + 1; rank < 3; ++rank) {
+      if (until_[rank] > now_ns) return true;
+    }
+    return false;
+  }
+
+ private:
+  int64_t until_[3] = {0, 0, 0};
+};
+
+bool always_alive(uint64_t, void*) {
+  return true;
+}
+
+struct Tenant {
+  Pages pages;
+  std::vector<std::unique_ptr<FakeSource>> sources;
+  std::vector<std::unique_ptr<Meter>> meters;  // one per process of the share
+  std::vector<bool> meter_alive;
+  int64_t kernel_ns = 50 * kUs;
+  int queue_kernels = 16;  // the launcher keeps this many kernels queued while the gate is open
+  int64_t queue_ns = 0;
+  int64_t busy_ns = 0;
+  int64_t started_ns = 0;
+  int64_t stopped_ns = INT64_MAX;
+  int64_t next_tick_ns = 0;
+  int64_t launches = 0;
+  bool wants(int64_t now) const { return now >= started_ns && now < stopped_ns; }
+};
+
+bool FakeSource::measure(int, int64_t now_ns, Busy* out) {
+  if (seen_.size() != all_->size()) seen_.assign(all_->size(), 0);
+  if (last_ns_ < 0) {
+    last_ns_ = now_ns;
+    for (size_t i = 0; i < all_->size(); ++i) seen_[i] = (*all_)[i]->busy_ns;
+    return false;
+  }
+  const int64_t window = now_ns - last_ns_;
+  *out = Busy{};
+  for (size_t i = 0; i < all_->size(); ++i) {
+    const int64_t used = (*all_)[i]->busy_ns - seen_[i];
+    seen_[i] = (*all_)[i]->busy_ns;
+    // smUtil: whole percent of the window, rounded to nearest.
+    const int64_t percent = window > 0 ? (used * 100 + window / 2) / window : 0;
+    const int64_t reported = percent * window / 100;
+    ((*all_)[i].get() == tenant_ ? out->share_ns : out->others_ns) += reported;
+  }
+  last_ns_ = now_ns;
+  return true;
+}
+
+class SimulatedGpu {
+ public:
+  Tenant& add(uint32_t quota, uint32_t burst = 0, uint32_t priority = share::kPriorityNormal,
+              int processes = 1) {
+    tenants_.push_back(std::make_unique<Tenant>());
+    Tenant& t = *tenants_.back();
+    t.pages.limits->devices[0].cores_limit.store(quota);
+    t.pages.limits->devices[0].cores_burst.store(burst);
+    t.pages.limits->priority.store(priority);
+    for (int p = 0; p < processes; ++p) {
+      t.sources.push_back(std::make_unique<FakeSource>(&t, &tenants_));
+      t.meters.push_back(
+          std::make_unique<Meter>(t.pages.limits.get(), t.pages.usage.get(), t.sources.back().get(),
+                                  &board_, static_cast<uint64_t>(p + 1), always_alive, nullptr));
+      t.meter_alive.push_back(true);
+    }
+    // Meters start at different phases, as processes do.
+    t.next_tick_ns = static_cast<int64_t>(tenants_.size()) * 1300 * kUs;
+    return t;
+  }
+
+  // Runs until `end_ns` in steps of `dt`; round robin is modelled as an equal split of each step
+  // between the tenants that have work queued.
+  void run_until(int64_t end_ns, int64_t dt = 10 * kUs) {
+    for (; now_ < end_ns; now_ += dt) {
+      for (auto& tenant : tenants_) {
+        Tenant& t = *tenant;
+        while (t.next_tick_ns <= now_) {
+          for (size_t p = 0; p < t.meters.size(); ++p) {
+            if (!t.meter_alive[p]) continue;
+            Meter& meter = *t.meters[p];
+            if (meter.lead(t.next_tick_ns)) meter.tick(t.next_tick_ns);
+          }
+          t.next_tick_ns += 5 * kMillisecond;
+        }
+        const bool open = (t.pages.usage->compute.closed_mask.load() & 1) == 0;
+        if (t.wants(now_) && open) {
+          while (t.queue_ns < t.queue_kernels * t.kernel_ns) {
+            t.queue_ns += t.kernel_ns;
+            ++t.launches;
+          }
+        }
+        t.pages.usage->slots[0].launches.store(static_cast<uint64_t>(t.launches));
+        t.pages.usage->slot_high_water.store(1);
+        t.pages.usage->slots[0].owner.store(1);
+      }
+      int active = 0;
+      for (auto& t : tenants_) active += t->queue_ns > 0 ? 1 : 0;
+      if (active == 0) continue;
+      const int64_t each = dt / active;
+      for (auto& t : tenants_) {
+        if (t->queue_ns <= 0) continue;
+        const int64_t ran = std::min(each, t->queue_ns);
+        t->queue_ns -= ran;
+        t->busy_ns += ran;
+      }
+    }
+  }
+
+  int64_t now() const { return now_; }
+  std::vector<std::unique_ptr<Tenant>>& tenants() { return tenants_; }
+
+ private:
+  std::vector<std::unique_ptr<Tenant>> tenants_;
+  MemoryBoard board_;
+  int64_t now_ = 0;
+};
+
+// Busy share (percent of wall time) of each tenant over [from, to).
+std::vector<double> shares_between(SimulatedGpu& gpu, int64_t from, int64_t to) {
+  gpu.run_until(from);
+  std::vector<int64_t> before;
+  for (auto& t : gpu.tenants()) before.push_back(t->busy_ns);
+  gpu.run_until(to);
+  std::vector<double> shares;
+  for (size_t i = 0; i < gpu.tenants().size(); ++i) {
+    shares.push_back(100.0 * static_cast<double>(gpu.tenants()[i]->busy_ns - before[i]) /
+                     static_cast<double>(to - from));
+  }
+  return shares;
+}
+
+struct Scenario {
+  std::vector<uint32_t> quotas;
+  int64_t kernel_ns;
+  int processes;
+};
+
+class SimulatedShares : public ::testing::TestWithParam<Scenario> {};
+
+TEST_P(SimulatedShares, EachShareGetsItsQuotaWithinOnePoint) {
+  const Scenario& scenario = GetParam();
+  SimulatedGpu gpu;
+  for (uint32_t quota : scenario.quotas) {
+    Tenant& t = gpu.add(quota, 0, share::kPriorityNormal, scenario.processes);
+    t.kernel_ns = scenario.kernel_ns;
+    t.queue_kernels = scenario.kernel_ns >= kMillisecond ? 2 : 16;
+  }
+  const std::vector<double> shares = shares_between(gpu, 1 * kSecond, 11 * kSecond);
+  for (size_t i = 0; i < shares.size(); ++i) {
+    EXPECT_NEAR(shares[i], scenario.quotas[i], 1.0) << "tenant " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Quotas, SimulatedShares,
+                         ::testing::Values(Scenario{{10}, 50 * kUs, 1}, Scenario{{30}, 50 * kUs, 1},
+                                           Scenario{{50}, 50 * kUs, 1}, Scenario{{90}, 50 * kUs, 1},
+                                           Scenario{{30}, 5 * kMillisecond, 1},
+                                           Scenario{{30, 70}, 50 * kUs, 1},
+                                           Scenario{{30, 70}, 5 * kMillisecond, 1},
+                                           Scenario{{10, 20, 30, 40}, 50 * kUs, 1},
+                                           Scenario{{10, 20, 30, 40}, 5 * kMillisecond, 1},
+                                           Scenario{{30, 70}, 50 * kUs, 3}));
+
+TEST(SimulatedShares, BurstUsesIdleTimeAndFallsBackWithinOneSecond) {
+  SimulatedGpu gpu;
+  Tenant& bursting = gpu.add(30, 100);
+  Tenant& other = gpu.add(70);
+  other.started_ns = 5 * kSecond;
+  std::vector<double> alone = shares_between(gpu, 1 * kSecond, 5 * kSecond);
+  EXPECT_GT(alone[0], 90.0);
+  // From one second after the other tenant started, the bursting one is back at its quota.
+  std::vector<double> shared = shares_between(gpu, 6 * kSecond, 9 * kSecond);
+  EXPECT_NEAR(shared[0], 30.0, 3.0);
+  EXPECT_NEAR(shared[1], 70.0, 3.0);
+  (void)bursting;
+}
+
+TEST(SimulatedShares, LowerPriorityYieldsWhileHigherIsActive) {
+  SimulatedGpu gpu;
+  Tenant& high = gpu.add(100, 0, share::kPriorityHigh);
+  Tenant& low = gpu.add(100, 0, share::kPriorityLow);
+  high.started_ns = 1 * kSecond;
+  high.stopped_ns = 4 * kSecond;
+  std::vector<double> before = shares_between(gpu, 200 * kMillisecond, 1 * kSecond);
+  EXPECT_GT(before[1], 98.0);  // alone, the low share has the GPU
+  std::vector<double> during = shares_between(gpu, 1100 * kMillisecond, 4 * kSecond);
+  EXPECT_GT(during[0], 99.0);
+  EXPECT_LT(during[1], 1.0);
+  std::vector<double> after = shares_between(gpu, 4200 * kMillisecond, 5 * kSecond);
+  EXPECT_GT(after[1], 98.0);
+  (void)high;
+  (void)low;
+}
+
+TEST(SimulatedShares, AnotherProcessTakesTheLeadWhenTheLeaderStops) {
+  SimulatedGpu gpu;
+  Tenant& t = gpu.add(30, 0, share::kPriorityNormal, 2);
+  gpu.run_until(1 * kSecond);
+  const uint64_t first = t.pages.usage->compute.meter_owner.load();
+  ASSERT_NE(first, 0u);
+  t.meter_alive[first - 1] = false;  // the leader's process dies
+  gpu.run_until(2 * kSecond);
+  const uint64_t second = t.pages.usage->compute.meter_owner.load();
+  EXPECT_NE(second, first);
+  EXPECT_EQ(t.pages.usage->compute.meter_terms.load(), 2u);
+  const std::vector<double> shares = shares_between(gpu, 2 * kSecond, 6 * kSecond);
+  EXPECT_NEAR(shares[0], 30.0, 1.0);
+}
+
+TEST(AgentSource, DifferencesCumulativeFiguresAndSurvivesRestarts) {
+  Pages pages;
+  AgentSource source(pages.limits.get());
+  Busy busy;
+  EXPECT_FALSE(source.measure(0, 0, &busy));  // nothing published
+  auto& m = pages.limits->measured[0];
+  m.share_busy_ns.store(100);
+  m.others_busy_ns.store(50);
+  m.sampled_at_ns.store(1000);
+  EXPECT_FALSE(source.measure(0, 0, &busy));  // primes
+  m.share_busy_ns.store(400);
+  m.others_busy_ns.store(80);
+  m.sampled_at_ns.store(2000);
+  ASSERT_TRUE(source.measure(0, 0, &busy));
+  EXPECT_EQ(busy.share_ns, 300);
+  EXPECT_EQ(busy.others_ns, 30);
+  ASSERT_TRUE(source.measure(0, 0, &busy));  // nothing new: zero
+  EXPECT_EQ(busy.share_ns, 0);
+  m.share_busy_ns.store(10);  // the agent restarted: counters went back
+  m.sampled_at_ns.store(3000);
+  EXPECT_FALSE(source.measure(0, 0, &busy));
+  m.share_busy_ns.store(25);
+  m.sampled_at_ns.store(4000);
+  ASSERT_TRUE(source.measure(0, 0, &busy));
+  EXPECT_EQ(busy.share_ns, 15);
+}
+
+}  // namespace
+}  // namespace tessera::vgpu::compute
