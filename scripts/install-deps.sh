@@ -6,6 +6,10 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config python3 clang-format clang libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
+  # the kubelet plugin's gRPC services (proto/ is compiled at build time)
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  # the node agent's Kubernetes client (libcurl, OpenSSL, kubeconfig YAML) and its HTTPS test server
+  libcurl4-openssl-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev
 )
 
 missing=()

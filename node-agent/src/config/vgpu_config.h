@@ -1,0 +1,48 @@
+// VgpuConfig (vgpu.tessera.dev/v1alpha1): the opaque device configuration a DeviceClass or a
+// ResourceClaim passes to Tessera. Decoding is strict: an unknown field, a wrong type or a value
+// out of range is an error that names the field path (and the value), never silently ignored.
+// Pure: no I/O, no globals.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::agent {
+
+inline constexpr char kVgpuDriverName[] = "vgpu.tessera.dev";
+inline constexpr char kConfigApiVersion[] = "vgpu.tessera.dev/v1alpha1";
+inline constexpr char kConfigKind[] = "VgpuConfig";
+
+enum class Priority { kNormal, kHigh, kLow };
+enum class SharingStrategy { kQuota, kMps, kTimeSlicing };
+enum class TimeSlice { kDefault, kShort, kMedium, kLong };
+
+// Every field optional: an unset field takes the value of an earlier config in the merge, or the
+// default (no burst, normal priority, Quota).
+struct VgpuConfig {
+  std::optional<uint32_t> burst;  // compute.burst, percent 0..100
+  std::optional<Priority> priority;
+  std::optional<SharingStrategy> strategy;
+  std::optional<TimeSlice> time_slice;
+
+  bool operator==(const VgpuConfig&) const = default;
+};
+
+// Decodes one `opaque.parameters` object. Returns "" or the error ("compute.burst: ...").
+std::string decode_vgpu_config(const nlohmann::json& parameters, VgpuConfig& out);
+
+// `later` overrides `base` field by field (the API lists class configs, then claim configs).
+VgpuConfig merge_vgpu_config(const VgpuConfig& base, const VgpuConfig& later);
+
+// Checks the merged config against what this build supports (Quota only). Returns "" or why not.
+std::string check_supported(const VgpuConfig& config);
+
+const char* to_string(Priority priority);
+const char* to_string(SharingStrategy strategy);
+const char* to_string(TimeSlice time_slice);
+
+}  // namespace tessera::agent

@@ -1,0 +1,29 @@
+// The GPUs of this node as NVML describes them, loaded with dlopen (libnvidia-ml.so.1, real or
+// simulated) so the agent starts and says why on a machine without a driver. Same approach as
+// cli/src/gpu_inventory.cc, with the fields a ResourceSlice publishes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::agent {
+
+struct GpuInfo {
+  unsigned index = 0;
+  unsigned minor = 0;
+  std::string uuid;
+  std::string product_name;
+  std::string architecture;  // "Hopper", ...
+  std::string brand;         // "Nvidia", "Tesla", ...
+  int cc_major = 0, cc_minor = 0;
+  std::string driver_version;  // "580.159.04"
+  std::string pci_bus_id;      // "0000:3b:00.0" (lower case, 4-digit domain)
+  uint64_t memory_bytes = 0;
+  bool operator==(const GpuInfo&) const = default;
+};
+
+// Returns "" and fills `gpus`, or the error (names the library or the NVML call).
+std::string list_node_gpus(std::vector<GpuInfo>& gpus);
+
+}  // namespace tessera::agent

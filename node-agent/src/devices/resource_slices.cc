@@ -1,0 +1,193 @@
+#include "devices/resource_slices.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "tessera/quantity.h"
+
+namespace tessera::agent {
+namespace {
+
+using nlohmann::json;
+
+// Quantities the API server may print in another canonical form ("268435456" -> "256Mi"):
+// compared as numbers.
+json normalise(const json& devices) {
+  json copy = devices;
+  for (auto& device : copy) {
+    if (!device.contains("capacity")) continue;
+    for (auto& [name, capacity] : device["capacity"].items()) {
+      std::function<void(json&)> walk = [&](json& node) {
+        if (node.is_string()) {
+          if (auto bytes = parse_byte_quantity(node.get<std::string>())) node = *bytes;
+        } else if (node.is_object() || node.is_array()) {
+          for (auto& child : node) walk(child);
+        }
+      };
+      walk(capacity);
+    }
+  }
+  return copy;
+}
+
+std::string slice_name(const SliceIdentity& identity, size_t index) {
+  return identity.node_name + "-" + identity.driver + "-" + std::to_string(index);
+}
+
+}  // namespace
+
+std::string to_semver(const std::string& version) {
+  std::vector<unsigned long> parts;
+  std::stringstream in(version);
+  std::string part;
+  while (std::getline(in, part, '.')) {
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) return "";
+    parts.push_back(std::stoul(part));
+  }
+  if (parts.empty() || parts.size() > 3) return "";
+  while (parts.size() < 3) parts.push_back(0);
+  return std::to_string(parts[0]) + "." + std::to_string(parts[1]) + "." + std::to_string(parts[2]);
+}
+
+json build_device(const GpuInfo& gpu) {
+  json attributes = {
+      {"uuid", {{"string", gpu.uuid}}},
+      {"productName", {{"string", gpu.product_name.substr(0, 64)}}},
+      {"architecture", {{"string", gpu.architecture}}},
+      {"brand", {{"string", gpu.brand}}},
+      {"cudaComputeCapability",
+       {{"version", to_semver(std::to_string(gpu.cc_major) + "." + std::to_string(gpu.cc_minor))}}},
+      {"resource.kubernetes.io/pciBusID", {{"string", gpu.pci_bus_id}}}};
+  if (auto driver = to_semver(gpu.driver_version); !driver.empty())
+    attributes["driverVersion"] = {{"version", driver}};
+  const std::string total = std::to_string(gpu.memory_bytes);
+  // Defaults: a request that names no memory takes the whole memory, one that names no cores the
+  // whole GPU time; a share states both to leave room for others. Memory in 256Mi steps from 256Mi
+  // (validRange rounds a request up), cores in whole percent from 1.
+  json capacity = {
+      {"memory",
+       {{"value", total},
+        {"requestPolicy",
+         {{"default", total},
+          {"validRange", {{"min", "256Mi"}, {"max", total}, {"step", "256Mi"}}}}}}},
+      {"cores",
+       {{"value", "100"},
+        {"requestPolicy",
+         {{"default", "100"}, {"validRange", {{"min", "1"}, {"max", "100"}, {"step", "1"}}}}}}}};
+  return {{"name", "gpu-" + std::to_string(gpu.minor)},
+          {"attributes", attributes},
+          {"capacity", capacity},
+          {"allowMultipleAllocations", true}};
+}
+
+std::vector<NodeDevice> node_devices(const std::vector<GpuInfo>& gpus) {
+  std::vector<NodeDevice> devices;
+  for (const auto& gpu : gpus)
+    devices.push_back({"gpu-" + std::to_string(gpu.minor), gpu.uuid, gpu.minor, gpu.memory_bytes});
+  return devices;
+}
+
+std::vector<json> build_resource_slices(const std::vector<GpuInfo>& gpus,
+                                        const SliceIdentity& identity, int64_t generation) {
+  std::vector<GpuInfo> sorted = gpus;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const GpuInfo& a, const GpuInfo& b) { return a.minor < b.minor; });
+  const size_t count =
+      std::max<size_t>(1, (sorted.size() + kMaxDevicesPerSlice - 1) / kMaxDevicesPerSlice);
+  std::vector<json> slices;
+  for (size_t i = 0; i < count; ++i) {
+    json devices = json::array();
+    for (size_t d = i * kMaxDevicesPerSlice; d < sorted.size() && d < (i + 1) * kMaxDevicesPerSlice;
+         ++d)
+      devices.push_back(build_device(sorted[d]));
+    slices.push_back({{"apiVersion", "resource.k8s.io/v1"},
+                      {"kind", "ResourceSlice"},
+                      {"metadata",
+                       {{"name", slice_name(identity, i)},
+                        {"ownerReferences",
+                         {{{"apiVersion", "v1"},
+                           {"kind", "Node"},
+                           {"name", identity.node_name},
+                           {"uid", identity.node_uid},
+                           {"controller", true}}}}}},
+                      {"spec",
+                       {{"driver", identity.driver},
+                        {"nodeName", identity.node_name},
+                        {"pool",
+                         {{"name", identity.node_name},
+                          {"generation", generation},
+                          {"resourceSliceCount", count}}},
+                        {"devices", devices}}}});
+  }
+  return slices;
+}
+
+std::string SlicePublisher::publish(const std::vector<GpuInfo>& gpus) {
+  writes_ = 0;
+  if (identity_.node_uid.empty()) {
+    const ApiResponse node = kube_.request("GET", "/api/v1/nodes/" + identity_.node_name);
+    if (!node.ok()) return "cannot read the Node's UID: " + node.error;
+    const json body = json::parse(node.body, nullptr, false);
+    if (!body.is_object() || !body["metadata"]["uid"].is_string())
+      return "GET /api/v1/nodes/" + identity_.node_name + ": no metadata.uid";
+    identity_.node_uid = body["metadata"]["uid"].get<std::string>();
+  }
+  const std::string list_path = std::string(kResourceSlicesPath) +
+                                "?fieldSelector=spec.nodeName%3D" + identity_.node_name +
+                                "%2Cspec.driver%3D" + identity_.driver;
+  const ApiResponse listed = kube_.request("GET", list_path);
+  if (!listed.ok()) return listed.error;
+  const json list = json::parse(listed.body, nullptr, false);
+  if (!list.is_object() || !list["items"].is_array()) return "GET " + list_path + ": no items";
+  std::map<std::string, json> existing;
+  int64_t generation = generation_;
+  for (const auto& item : list["items"]) {
+    // The field selector is the server's; check again so a fake or older server cannot make us
+    // touch another driver's or node's slices.
+    if (item["spec"]["driver"] != identity_.driver ||
+        item["spec"]["nodeName"] != identity_.node_name)
+      continue;
+    existing[item["metadata"]["name"].get<std::string>()] = item;
+    generation = std::max(generation, item["spec"]["pool"]["generation"].get<int64_t>());
+  }
+  // Unchanged: the same slice names, devices and owner; nothing is written.
+  auto desired = build_resource_slices(gpus, identity_, generation);
+  bool same = existing.size() == desired.size();
+  for (const auto& slice : desired) {
+    const auto it = existing.find(slice["metadata"]["name"].get<std::string>());
+    same = same && it != existing.end() &&
+           normalise(it->second["spec"]["devices"]) == normalise(slice["spec"]["devices"]) &&
+           it->second["spec"]["pool"]["generation"] == generation &&
+           it->second["spec"]["pool"]["resourceSliceCount"] == desired.size() &&
+           it->second["metadata"]["ownerReferences"] == slice["metadata"]["ownerReferences"];
+  }
+  if (same && !existing.empty()) {
+    generation_ = generation;
+    return "";
+  }
+  generation_ = existing.empty() ? std::max<int64_t>(generation, 1) : generation + 1;
+  desired = build_resource_slices(gpus, identity_, generation_);
+  for (auto& slice : desired) {
+    const std::string name = slice["metadata"]["name"].get<std::string>();
+    ApiResponse answer;
+    if (const auto it = existing.find(name); it != existing.end()) {
+      slice["metadata"]["resourceVersion"] = it->second["metadata"]["resourceVersion"];
+      answer = kube_.request("PUT", std::string(kResourceSlicesPath) + "/" + name, slice.dump());
+      existing.erase(it);
+    } else {
+      answer = kube_.request("POST", kResourceSlicesPath, slice.dump());
+    }
+    if (!answer.ok()) return answer.error;
+    ++writes_;
+  }
+  for (const auto& [name, slice] : existing) {
+    const ApiResponse answer =
+        kube_.request("DELETE", std::string(kResourceSlicesPath) + "/" + name);
+    if (!answer.ok() && answer.status != 404) return answer.error;
+    ++writes_;
+  }
+  return "";
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,56 @@
+// The node's ResourceSlices (resource.k8s.io/v1): one device "gpu-<minor>" per GPU with its NVML
+// attributes and the consumable capacities `memory` (bytes) and `cores` (100 = the whole GPU's
+// time), allowMultipleAllocations: true. Pool = the node name; at most 128 devices per slice.
+// build_* is pure; SlicePublisher makes the API match (create/update/delete), bumping
+// pool.generation whenever the devices change.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "devices/gpu_info.h"
+#include "kube/kube_client.h"
+#include "share/share_spec.h"
+
+namespace tessera::agent {
+
+inline constexpr size_t kMaxDevicesPerSlice = 128;
+inline constexpr uint64_t kMemoryStep = 256ull << 20;  // memory validRange min and step: 256Mi
+
+struct SliceIdentity {
+  std::string driver = kVgpuDriverName;
+  std::string node_name;
+  std::string node_uid;  // for ownerReferences (GET /api/v1/nodes/<name>)
+};
+
+// One device entry of a slice's spec.devices.
+nlohmann::json build_device(const GpuInfo& gpu);
+// Full ResourceSlice objects (without resourceVersion), named "<node>-<driver>-<i>".
+std::vector<nlohmann::json> build_resource_slices(const std::vector<GpuInfo>& gpus,
+                                                  const SliceIdentity& identity,
+                                                  int64_t generation);
+// The devices share_spec.h checks allocations against.
+std::vector<NodeDevice> node_devices(const std::vector<GpuInfo>& gpus);
+// "580.159.04" -> "580.159.4"; "9.0" -> "9.0.0" (semver: three numbers, no leading zeros).
+std::string to_semver(const std::string& version);
+
+class SlicePublisher {
+ public:
+  SlicePublisher(KubeClient& kube, SliceIdentity identity) : kube_(kube), identity_(identity) {}
+  // Makes the API's slices of this node and driver match `gpus`. Reads the Node's UID once.
+  // Returns "" or the first error (naming the request).
+  std::string publish(const std::vector<GpuInfo>& gpus);
+  int64_t generation() const { return generation_; }
+  int writes() const { return writes_; }  // creates + updates + deletes of the last publish()
+
+ private:
+  KubeClient& kube_;
+  SliceIdentity identity_;
+  int64_t generation_ = 0;
+  int writes_ = 0;
+};
+
+}  // namespace tessera::agent

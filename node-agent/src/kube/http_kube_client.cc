@@ -1,0 +1,225 @@
+#include "kube/http_kube_client.h"
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::agent {
+namespace {
+
+bool read_file(const std::string& path, std::string& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream text;
+  text << in.rdbuf();
+  out = text.str();
+  return true;
+}
+
+bool base64_decode(const std::string& text, std::string& out) {
+  std::string clean;
+  for (char c : text)
+    if (c != '\n' && c != '\r' && c != ' ') clean += c;
+  if (clean.size() % 4 != 0) return false;
+  std::string decoded(clean.size() / 4 * 3, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(decoded.data()),
+                                reinterpret_cast<const unsigned char*>(clean.data()),
+                                static_cast<int>(clean.size()));
+  if (n < 0) return false;
+  size_t length = static_cast<size_t>(n);
+  if (!clean.empty() && clean.back() == '=') --length;
+  if (clean.size() > 1 && clean[clean.size() - 2] == '=') --length;
+  decoded.resize(length);
+  out = decoded;
+  return true;
+}
+
+size_t collect(char* data, size_t size, size_t count, void* target) {
+  static_cast<std::string*>(target)->append(data, size * count);
+  return size * count;
+}
+
+struct GlobalCurl {
+  GlobalCurl() { curl_global_init(CURL_GLOBAL_DEFAULT); }
+};
+
+// The API's Status.message when the body is one, else the body's start.
+std::string api_message(const std::string& body) {
+  const auto json = nlohmann::json::parse(body, nullptr, false);
+  if (json.is_object() && json.contains("message") && json["message"].is_string())
+    return json["message"].get<std::string>();
+  return body.substr(0, 200);
+}
+
+}  // namespace
+
+std::string in_cluster_connection(KubeConnection& out, const std::string& service_account_dir) {
+  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+  if (!host || !*host || !port || !*port)
+    return "not in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set";
+  out = {};
+  const std::string h = host;
+  out.server = "https://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + port;
+  if (!read_file(service_account_dir + "/ca.crt", out.ca_pem))
+    return "cannot read " + service_account_dir + "/ca.crt";
+  out.token_file = service_account_dir + "/token";
+  if (!read_file(out.token_file, out.token)) return "cannot read " + out.token_file;
+  return "";
+}
+
+std::string kubeconfig_connection(const std::string& path, KubeConnection& out) {
+  out = {};
+  try {
+    const YAML::Node config = YAML::LoadFile(path);
+    const std::string base =
+        path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+    auto resolve = [&](const std::string& file) {
+      return file.empty() || file[0] == '/' ? file : base + "/" + file;
+    };
+    const std::string current = config["current-context"].as<std::string>("");
+    if (current.empty()) return path + ": no current-context";
+    auto find = [&](const char* list, const std::string& name) -> YAML::Node {
+      for (const auto& item : config[list])
+        if (item["name"].as<std::string>("") == name) return item;
+      return YAML::Node();
+    };
+    const YAML::Node context = find("contexts", current)["context"];
+    if (!context) return path + ": context " + current + " not found";
+    const YAML::Node cluster = find("clusters", context["cluster"].as<std::string>(""))["cluster"];
+    if (!cluster) return path + ": cluster of context " + current + " not found";
+    const YAML::Node user = find("users", context["user"].as<std::string>(""))["user"];
+    out.server = cluster["server"].as<std::string>("");
+    if (out.server.rfind("https://", 0) != 0)
+      return path + ": server must be https://, got " + out.server;
+    if (cluster["insecure-skip-tls-verify"].as<bool>(false))
+      return path + ": insecure-skip-tls-verify is not supported (TLS is always verified)";
+    if (auto data = cluster["certificate-authority-data"].as<std::string>(""); !data.empty()) {
+      if (!base64_decode(data, out.ca_pem))
+        return path + ": certificate-authority-data is not base64";
+    } else if (auto file = cluster["certificate-authority"].as<std::string>(""); !file.empty()) {
+      if (!read_file(resolve(file), out.ca_pem)) return path + ": cannot read " + resolve(file);
+    } else {
+      return path + ": the cluster has no certificate-authority(-data)";
+    }
+    if (user) {
+      out.token = user["token"].as<std::string>("");
+      if (auto file = user["tokenFile"].as<std::string>(""); !file.empty())
+        out.token_file = resolve(file);
+      if (auto data = user["client-certificate-data"].as<std::string>(""); !data.empty()) {
+        if (!base64_decode(data, out.client_cert_pem))
+          return path + ": client-certificate-data is not base64";
+      } else if (auto file = user["client-certificate"].as<std::string>(""); !file.empty()) {
+        if (!read_file(resolve(file), out.client_cert_pem))
+          return path + ": cannot read " + resolve(file);
+      }
+      if (auto data = user["client-key-data"].as<std::string>(""); !data.empty()) {
+        if (!base64_decode(data, out.client_key_pem))
+          return path + ": client-key-data is not base64";
+      } else if (auto file = user["client-key"].as<std::string>(""); !file.empty()) {
+        if (!read_file(resolve(file), out.client_key_pem))
+          return path + ": cannot read " + resolve(file);
+      }
+    }
+  } catch (const std::exception& e) {
+    return path + ": " + e.what();
+  }
+  return "";
+}
+
+HttpKubeClient::HttpKubeClient(KubeConnection connection, RetryPolicy retry)
+    : connection_(std::move(connection)), retry_(retry) {
+  static GlobalCurl global;
+  curl_ = curl_easy_init();
+}
+
+HttpKubeClient::~HttpKubeClient() {
+  if (curl_) curl_easy_cleanup(static_cast<CURL*>(curl_));
+}
+
+ApiResponse HttpKubeClient::once(const std::string& method, const std::string& path,
+                                 const std::string& body) {
+  ApiResponse response;
+  CURL* curl = static_cast<CURL*>(curl_);
+  if (!curl) {
+    response.error = "curl_easy_init failed";
+    return response;
+  }
+  curl_easy_reset(curl);
+  const std::string url = connection_.server + path;
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(retry_.timeout.count() * 1000));
+  curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 1L);
+  curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 2L);
+  curl_blob ca{const_cast<char*>(connection_.ca_pem.data()), connection_.ca_pem.size(),
+               CURL_BLOB_COPY};
+  curl_easy_setopt(curl, CURLOPT_CAINFO_BLOB, &ca);
+  curl_blob cert{const_cast<char*>(connection_.client_cert_pem.data()),
+                 connection_.client_cert_pem.size(), CURL_BLOB_COPY};
+  curl_blob key{const_cast<char*>(connection_.client_key_pem.data()),
+                connection_.client_key_pem.size(), CURL_BLOB_COPY};
+  if (!connection_.client_cert_pem.empty()) {
+    curl_easy_setopt(curl, CURLOPT_SSLCERTTYPE, "PEM");
+    curl_easy_setopt(curl, CURLOPT_SSLCERT_BLOB, &cert);
+    curl_easy_setopt(curl, CURLOPT_SSLKEYTYPE, "PEM");
+    curl_easy_setopt(curl, CURLOPT_SSLKEY_BLOB, &key);
+  }
+  std::string token = connection_.token;
+  if (!connection_.token_file.empty()) read_file(connection_.token_file, token);
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  curl_slist* headers = nullptr;
+  headers = curl_slist_append(headers, "Accept: application/json");
+  if (!body.empty()) headers = curl_slist_append(headers, "Content-Type: application/json");
+  const std::string authorization = "Authorization: Bearer " + token;
+  if (!token.empty()) headers = curl_slist_append(headers, authorization.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  if (!body.empty()) {
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+  }
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
+  const CURLcode code = curl_easy_perform(curl);
+  curl_slist_free_all(headers);
+  ++tries_;
+  if (code != CURLE_OK) {
+    response.error = method + " " + path + ": " + curl_easy_strerror(code);
+    return response;
+  }
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
+  if (response.status < 200 || response.status >= 300)
+    response.error = method + " " + path + ": HTTP " + std::to_string(response.status) + ": " +
+                     api_message(response.body);
+  return response;
+}
+
+ApiResponse HttpKubeClient::request(const std::string& method, const std::string& path,
+                                    const std::string& body) {
+  std::lock_guard lock(mutex_);
+  auto backoff = retry_.initial_backoff;
+  ApiResponse response;
+  for (int attempt = 1; attempt <= std::max(1, retry_.attempts); ++attempt) {
+    response = once(method, path, body);
+    const bool retryable = response.status == 0 || response.status == 429 || response.status >= 500;
+    if (response.ok() || !retryable) return response;
+    if (attempt < retry_.attempts) {
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, retry_.max_backoff);
+    }
+  }
+  if (retry_.attempts > 1)
+    response.error += " (after " + std::to_string(retry_.attempts) + " tries)";
+  return response;
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,28 @@
+// The node agent's settings: one command-line flag per field, each with one environment variable
+// of the same name (--node-name <-> NODE_NAME), so the Helm chart can set either.
+#pragma once
+
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace tessera::agent {
+
+inline constexpr const char* kDriverName = "vgpu.tessera.dev";
+
+struct AgentConfig {
+  std::string node_name;                       // --node-name / NODE_NAME
+  std::string state_dir = "/var/lib/tessera";  // --state-dir / STATE_DIR
+  std::string kubelet_registry_dir = "/var/lib/kubelet/plugins_registry";  // KUBELET_REGISTRY_DIR
+  std::string kubelet_plugins_dir = "/var/lib/kubelet/plugins";            // KUBELET_PLUGINS_DIR
+  std::string cdi_dir = "/var/run/cdi";                                    // --cdi-dir / CDI_DIR
+  std::string kubeconfig;  // --kubeconfig / KUBECONFIG; empty: in-cluster service account
+};
+
+// Registers the flags above on `app`, writing into `config` (whose values are the defaults).
+// A flag given on the command line wins over its environment variable.
+void add_agent_flags(CLI::App& app, AgentConfig& config);
+
+}  // namespace tessera::agent

@@ -1,0 +1,50 @@
+// One claim is never prepared or unprepared by two kubelet calls at once. Kubelet retries a batch
+// whose call timed out (45 s) while the first call may still be running, and prepares pods in
+// parallel; the DRA services hold a claim's lock around each ClaimPreparer call, so a retry waits
+// for the first attempt and then finds its result (prepare is idempotent). Different claims never
+// wait for each other.
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace tessera::agent {
+
+class ClaimLocks {
+ public:
+  class Guard {
+   public:
+    Guard(ClaimLocks& locks, std::string uid) : locks_(&locks), uid_(std::move(uid)) {}
+    ~Guard() {
+      if (locks_ != nullptr) locks_->release(uid_);
+    }
+    Guard(Guard&& other) noexcept : locks_(other.locks_), uid_(std::move(other.uid_)) {
+      other.locks_ = nullptr;
+    }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+    Guard& operator=(Guard&&) = delete;
+
+   private:
+    ClaimLocks* locks_;
+    std::string uid_;
+  };
+
+  // Blocks while another call holds `uid`.
+  [[nodiscard]] Guard lock(const std::string& uid);
+  // Calls now waiting for a claim another call holds (for tests and metrics).
+  int waiting() const;
+
+ private:
+  void release(const std::string& uid);
+
+  mutable std::mutex mutex_;
+  std::condition_variable released_;
+  std::set<std::string> held_;
+  int waiting_ = 0;
+};
+
+}  // namespace tessera::agent

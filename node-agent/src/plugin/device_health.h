@@ -1,0 +1,57 @@
+// Device health as the DRA health service reports it to kubelet: a provider interface (what the
+// service reads), and DeviceHealthBoard, the provider that health producers (NVML XID / health
+// events, a lost device) write to.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tessera::agent {
+
+enum class DeviceHealthState { kUnknown, kHealthy, kUnhealthy };
+
+struct DeviceHealthReport {
+  std::string pool_name;
+  std::string device_name;
+  DeviceHealthState state = DeviceHealthState::kUnknown;
+  std::int64_t last_updated_unix_s = 0;           // when this state was last checked
+  std::int64_t health_check_timeout_seconds = 0;  // 0: kubelet's default
+};
+
+struct DeviceHealthSnapshot {
+  std::uint64_t generation = 0;  // changes whenever any report changes
+  std::vector<DeviceHealthReport> devices;
+};
+
+class DeviceHealthProvider {
+ public:
+  virtual ~DeviceHealthProvider() = default;
+  // The full list of devices with their current health.
+  virtual DeviceHealthSnapshot snapshot() const = 0;
+  // Blocks until the generation differs from `seen` (true) or `timeout` passes (false).
+  virtual bool wait_for_change(std::uint64_t seen, std::chrono::milliseconds timeout) const = 0;
+};
+
+// Thread-safe. Devices are keyed by (pool, device); the list keeps the order of first appearance.
+class DeviceHealthBoard final : public DeviceHealthProvider {
+ public:
+  // Adds the device or updates its state and time.
+  void set(const DeviceHealthReport& report);
+  // Drops devices no longer published.
+  void remove(const std::string& pool_name, const std::string& device_name);
+
+  DeviceHealthSnapshot snapshot() const override;
+  bool wait_for_change(std::uint64_t seen, std::chrono::milliseconds timeout) const override;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
+  std::uint64_t generation_ = 1;
+  std::vector<DeviceHealthReport> devices_;
+};
+
+}  // namespace tessera::agent

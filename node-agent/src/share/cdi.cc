@@ -1,0 +1,50 @@
+#include "share/cdi.h"
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::agent {
+
+std::string cdi_spec_file_name(const std::string& claim_uid) {
+  return kCdiSpecFilePrefix + claim_uid + ".json";
+}
+
+std::string cdi_device_id(const ShareSpec& share) {
+  return std::string(kCdiKind) + "=" + share.name();
+}
+
+std::string build_cdi_spec(const std::vector<ShareSpec>& shares, const CdiPaths& paths) {
+  using nlohmann::json;
+  json devices = json::array();
+  for (const auto& share : shares) {
+    const std::string host_dir = paths.host_shares_dir + "/" + share.name();
+    const std::string container_dir = paths.container_shares_dir + "/" + share.name();
+    json env = json::array({"TESSERA_SHARE_DIR=" + container_dir, "LD_PRELOAD=" + paths.shim_path});
+    // For people and tools in the container only: with TESSERA_SHARE_DIR set the shim reads the
+    // limits page and ignores limits in the environment, so these names are not the shim's own.
+    env.push_back("TESSERA_SHARE_MEMORY_LIMIT=" +
+                  (share.memory_bytes ? std::to_string(*share.memory_bytes) : "none"));
+    env.push_back("TESSERA_SHARE_CORES_LIMIT=" +
+                  (share.cores ? std::to_string(*share.cores) : "none"));
+    env.push_back("TESSERA_SHARE_GPU=" + share.uuid);
+    // The folder read-write (the shim's processes write the usage page there), then the limits
+    // page mounted over its own path read-only: a tenant can never raise its own limits.
+    json mounts = json::array({{{"hostPath", host_dir},
+                                {"containerPath", container_dir},
+                                {"options", {"rbind", "rw", "nosuid", "nodev", "noexec"}}},
+                               {{"hostPath", host_dir + "/limits"},
+                                {"containerPath", container_dir + "/limits"},
+                                {"options", {"bind", "ro", "nosuid", "nodev", "noexec"}}},
+                               {{"hostPath", paths.shim_path},
+                                {"containerPath", paths.shim_path},
+                                {"options", {"bind", "ro", "nosuid", "nodev"}}}});
+    json nodes = json::array({{{"path", "/dev/nvidia" + std::to_string(share.minor)}},
+                              {{"path", "/dev/nvidiactl"}},
+                              {{"path", "/dev/nvidia-uvm"}}});
+    devices.push_back(
+        {{"name", share.name()},
+         {"containerEdits", {{"env", env}, {"mounts", mounts}, {"deviceNodes", nodes}}}});
+  }
+  return json{{"cdiVersion", kCdiVersion}, {"kind", kCdiKind}, {"devices", devices}}.dump(2) + "\n";
+}
+
+}  // namespace tessera::agent

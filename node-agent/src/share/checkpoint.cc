@@ -1,0 +1,148 @@
+#include "share/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::agent {
+namespace {
+
+using nlohmann::json;
+
+// Schema version 1. What must be kept, and why:
+// - per claim UID: namespace and name (logs and errors after the claim is gone), the state
+//   (PrepareStarted = side effects may be partial: a retried prepare redoes them, unprepare undoes
+//   them; PrepareCompleted = a retried prepare answers from here without the API);
+// - per share: everything its folder name, CDI device and limits derive from (claim UID, pool,
+//   device, shareID, request names, UUID, minor, memory, cores, merged config), so unprepare and
+//   restart recovery never need the ResourceClaim, and a completed prepare can be answered again
+//   byte for byte.
+// A reader refuses any other version rather than guessing: bump it on any change of meaning.
+constexpr int kCheckpointVersion = 1;
+
+json share_to_json(const ShareSpec& s) {
+  json j = {{"claimUID", s.claim_uid},        {"pool", s.pool}, {"device", s.device},
+            {"shareID", s.share_id},          {"uuid", s.uuid}, {"minor", s.minor},
+            {"requestNames", s.request_names}};
+  if (s.memory_bytes) j["memoryBytes"] = *s.memory_bytes;
+  if (s.cores) j["cores"] = *s.cores;
+  if (s.config.burst) j["burst"] = *s.config.burst;
+  if (s.config.priority) j["priority"] = static_cast<int>(*s.config.priority);
+  if (s.config.strategy) j["strategy"] = static_cast<int>(*s.config.strategy);
+  if (s.config.time_slice) j["timeSlice"] = static_cast<int>(*s.config.time_slice);
+  return j;
+}
+
+ShareSpec share_from_json(const json& j) {
+  ShareSpec s;
+  s.claim_uid = j.at("claimUID").get<std::string>();
+  s.pool = j.at("pool").get<std::string>();
+  s.device = j.at("device").get<std::string>();
+  s.share_id = j.at("shareID").get<std::string>();
+  s.uuid = j.at("uuid").get<std::string>();
+  s.minor = j.at("minor").get<unsigned>();
+  s.request_names = j.at("requestNames").get<std::vector<std::string>>();
+  if (j.contains("memoryBytes")) s.memory_bytes = j["memoryBytes"].get<uint64_t>();
+  if (j.contains("cores")) s.cores = j["cores"].get<uint32_t>();
+  if (j.contains("burst")) s.config.burst = j["burst"].get<uint32_t>();
+  if (j.contains("priority")) s.config.priority = static_cast<Priority>(j["priority"].get<int>());
+  if (j.contains("strategy"))
+    s.config.strategy = static_cast<SharingStrategy>(j["strategy"].get<int>());
+  if (j.contains("timeSlice"))
+    s.config.time_slice = static_cast<TimeSlice>(j["timeSlice"].get<int>());
+  if (!safe_name_component(s.claim_uid) || !safe_name_component(s.device) ||
+      (!s.share_id.empty() && !safe_name_component(s.share_id)))
+    throw std::runtime_error("unsafe share name " + s.name());
+  return s;
+}
+
+}  // namespace
+
+std::string checkpoint_to_json(const Checkpoint& checkpoint) {
+  json claims = json::object();
+  for (const auto& [uid, entry] : checkpoint) {
+    json shares = json::array();
+    for (const auto& share : entry.shares) shares.push_back(share_to_json(share));
+    claims[uid] = {{"namespace", entry.namespace_name},
+                   {"name", entry.name},
+                   {"state", entry.state == ClaimState::kPrepareCompleted ? "PrepareCompleted"
+                                                                          : "PrepareStarted"},
+                   {"shares", shares}};
+  }
+  return json{{"version", kCheckpointVersion}, {"claims", claims}}.dump(2) + "\n";
+}
+
+std::string checkpoint_from_json(const std::string& text, Checkpoint& out) {
+  out.clear();
+  try {
+    const json j = json::parse(text);
+    if (j.at("version").get<int>() != kCheckpointVersion)
+      return "checkpoint version " + j.at("version").dump() + " is not " +
+             std::to_string(kCheckpointVersion);
+    for (const auto& [uid, value] : j.at("claims").items()) {
+      ClaimEntry entry;
+      entry.namespace_name = value.at("namespace").get<std::string>();
+      entry.name = value.at("name").get<std::string>();
+      const auto state = value.at("state").get<std::string>();
+      if (state == "PrepareCompleted") {
+        entry.state = ClaimState::kPrepareCompleted;
+      } else if (state == "PrepareStarted") {
+        entry.state = ClaimState::kPrepareStarted;
+      } else {
+        return "checkpoint: claim " + uid + ": unknown state " + state;
+      }
+      for (const auto& share : value.at("shares")) entry.shares.push_back(share_from_json(share));
+      out[uid] = std::move(entry);
+    }
+  } catch (const std::exception& e) {
+    out.clear();
+    return std::string("checkpoint: ") + e.what();
+  }
+  return "";
+}
+
+std::string write_file_atomically(const std::string& path, const std::string& contents,
+                                  unsigned mode) {
+  const std::string temporary = path + ".tmp";
+  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return "cannot create " + temporary + ": " + std::strerror(errno);
+  size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int saved = errno;
+      close(fd);
+      unlink(temporary.c_str());
+      return "cannot write " + temporary + ": " + std::strerror(saved);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fchmod(fd, mode) != 0 || fsync(fd) != 0) {
+    const int saved = errno;
+    close(fd);
+    unlink(temporary.c_str());
+    return "cannot sync " + temporary + ": " + std::strerror(saved);
+  }
+  close(fd);
+  if (rename(temporary.c_str(), path.c_str()) != 0) {
+    const int saved = errno;
+    unlink(temporary.c_str());
+    return "cannot rename " + temporary + " to " + path + ": " + std::strerror(saved);
+  }
+  const std::string folder = std::filesystem::path(path).parent_path().string();
+  const int dir = open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    fsync(dir);
+    close(dir);
+  }
+  return "";
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,34 @@
+// The agent's checkpoint: every claim it has started to prepare, and its shares, so unprepare
+// works when the claim is gone and a restart converges. Written through a temporary file, fsync
+// and rename (then the folder fsync'ed): a crash leaves the old or the new file, never a mix.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "share/share_spec.h"
+
+namespace tessera::agent {
+
+enum class ClaimState { kPrepareStarted, kPrepareCompleted };
+
+struct ClaimEntry {
+  std::string namespace_name;
+  std::string name;
+  ClaimState state = ClaimState::kPrepareStarted;
+  std::vector<ShareSpec> shares;
+  bool operator==(const ClaimEntry&) const = default;
+};
+
+using Checkpoint = std::map<std::string, ClaimEntry>;  // by claim UID
+
+std::string checkpoint_to_json(const Checkpoint& checkpoint);
+// Returns "" or why the text is not a checkpoint this version reads.
+std::string checkpoint_from_json(const std::string& text, Checkpoint& out);
+
+// Atomic file replacement: <path>.tmp written, fsync'ed, renamed over <path>, folder fsync'ed.
+std::string write_file_atomically(const std::string& path, const std::string& contents,
+                                  unsigned mode = 0644);
+
+}  // namespace tessera::agent

@@ -1,0 +1,345 @@
+#include "share/share_manager.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "tessera/share_files.h"
+#include "tessera/share_region.h"
+
+namespace tessera::agent {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text(const std::string& path, bool& exists) {
+  std::ifstream in(path);
+  exists = static_cast<bool>(in);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+uint32_t priority_word(const VgpuConfig& config) {
+  switch (config.priority.value_or(Priority::kNormal)) {
+    case Priority::kHigh:
+      return share::kPriorityHigh;
+    case Priority::kLow:
+      return share::kPriorityLow;
+    case Priority::kNormal:
+      break;
+  }
+  return share::kPriorityNormal;
+}
+
+// Creates <dir>/usage (initialised) unless it exists; mode 0666 so a container of any uid can map
+// it read-write (the folder is mounted only into the claim's containers, and the agent reads the
+// page as untrusted input).
+std::string create_usage_page(const std::string& dir) {
+  const std::string path = dir + "/usage";
+  if (access(path.c_str(), F_OK) == 0) return "";
+  const std::string temporary = dir + "/.usage.agent.tmp";
+  const int fd = open(temporary.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return "cannot create " + temporary + ": " + std::strerror(errno);
+  std::string error;
+  if (ftruncate(fd, sizeof(share::UsagePage)) != 0 || fchmod(fd, 0666) != 0) {
+    error = "cannot size " + temporary + ": " + std::strerror(errno);
+  } else {
+    void* memory =
+        mmap(nullptr, sizeof(share::UsagePage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (memory == MAP_FAILED) {
+      error = "cannot map " + temporary + ": " + std::strerror(errno);
+    } else {
+      share::init_usage_page(*static_cast<share::UsagePage*>(memory));
+      munmap(memory, sizeof(share::UsagePage));
+      if (fsync(fd) != 0) error = "cannot sync " + temporary + ": " + std::strerror(errno);
+    }
+  }
+  close(fd);
+  // link(2), like the shim: never replaces a page a process of the share created meanwhile.
+  if (error.empty() && link(temporary.c_str(), path.c_str()) != 0 && errno != EEXIST)
+    error = "cannot create " + path + ": " + std::strerror(errno);
+  unlink(temporary.c_str());
+  return error;
+}
+
+// Owner words (share_region.h) of every live process on this host -> its host pid. A process in a
+// container is found by its innermost pid (NSpid), its pid namespace and its start time, exactly
+// as the shim packed them.
+std::map<uint64_t, int> live_owners() {
+  std::map<uint64_t, int> owners;
+  DIR* proc = opendir("/proc");
+  if (!proc) return owners;
+  while (dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    const long host_pid = std::strtol(entry->d_name, &end, 10);
+    if (!end || *end || host_pid <= 0) continue;
+    const std::string base = std::string("/proc/") + entry->d_name;
+    char link_text[64] = {};
+    if (readlink((base + "/ns/pid").c_str(), link_text, sizeof link_text - 1) <= 0) continue;
+    uint64_t ns = 0;
+    for (const char* p = link_text; *p; ++p)
+      if (*p >= '0' && *p <= '9') ns = ns * 10 + static_cast<uint64_t>(*p - '0');
+    std::ifstream status_file(base + "/status");
+    std::string line;
+    uint64_t inner_pid = 0;
+    bool zombie = false;
+    while (std::getline(status_file, line)) {
+      if (line.rfind("State:", 0) == 0) zombie = line.find('Z') != std::string::npos;
+      if (line.rfind("NSpid:", 0) == 0) {
+        std::istringstream fields(line.substr(6));
+        uint64_t value = 0;
+        while (fields >> value) inner_pid = value;
+      }
+    }
+    if (zombie || inner_pid == 0) continue;
+    std::ifstream stat_file(base + "/stat");
+    std::string stat;
+    std::getline(stat_file, stat);
+    const auto close_paren = stat.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close_paren + 2));
+    std::string field;
+    uint64_t start_time = 0;
+    for (int index = 3; index <= 22 && fields >> field; ++index)
+      if (index == 22) start_time = std::strtoull(field.c_str(), nullptr, 10);
+    owners[share::make_owner(static_cast<uint32_t>(inner_pid), ns, start_time)] =
+        static_cast<int>(host_pid);
+  }
+  closedir(proc);
+  return owners;
+}
+
+}  // namespace
+
+ShareManager::ShareManager(ShareManagerOptions options, KubeClient& kube,
+                           std::vector<NodeDevice> devices)
+    : options_(std::move(options)), kube_(kube), devices_(std::move(devices)) {}
+
+std::string ShareManager::share_dir(const ShareSpec& share) const {
+  return options_.root + "/shares/" + share.name();
+}
+
+std::string ShareManager::cdi_spec_path(const std::string& claim_uid) const {
+  return options_.cdi_dir + "/" + cdi_spec_file_name(claim_uid);
+}
+
+Checkpoint ShareManager::checkpoint() const {
+  std::lock_guard lock(mutex_);
+  return checkpoint_;
+}
+
+void ShareManager::step() {
+  ++steps_;
+  if (options_.after_step) options_.after_step(steps_);
+}
+
+std::string ShareManager::start() {
+  std::lock_guard lock(mutex_);
+  std::error_code ec;
+  fs::create_directories(options_.root + "/shares", ec);
+  if (ec) return "cannot create " + options_.root + "/shares: " + ec.message();
+  fs::create_directories(options_.cdi_dir, ec);
+  if (ec) return "cannot create " + options_.cdi_dir + ": " + ec.message();
+  bool exists = false;
+  const std::string text = read_text(options_.root + "/checkpoint.json", exists);
+  if (exists) {
+    if (auto e = checkpoint_from_json(text, checkpoint_); !e.empty())
+      return options_.root + "/checkpoint.json: " + e;
+  }
+  // Orphans: folders and specs no checkpoint entry names (a crash can only leave them behind when
+  // the checkpoint was lost; the write order never does), and temporary files of any write.
+  std::map<std::string, bool> known_dirs, known_specs;
+  for (const auto& [uid, entry] : checkpoint_) {
+    known_specs[cdi_spec_file_name(uid)] = true;
+    for (const auto& share : entry.shares) known_dirs[share.name()] = true;
+  }
+  for (const auto& item : fs::directory_iterator(options_.root + "/shares", ec))
+    if (!known_dirs.count(item.path().filename().string())) fs::remove_all(item.path(), ec);
+  const std::string prefix = kCdiSpecFilePrefix;
+  for (const auto& item : fs::directory_iterator(options_.cdi_dir, ec)) {
+    const std::string name = item.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && !known_specs.count(name)) fs::remove(item.path(), ec);
+  }
+  fs::remove(options_.root + "/checkpoint.json.tmp", ec);
+  return "";
+}
+
+std::string ShareManager::save_checkpoint() {
+  return write_file_atomically(options_.root + "/checkpoint.json", checkpoint_to_json(checkpoint_),
+                               0600);
+}
+
+std::string ShareManager::write_share(const ShareSpec& share) {
+  const std::string dir = share_dir(share);
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    return "cannot create " + dir + ": " + std::strerror(errno);
+  if (auto e = create_usage_page(dir); !e.empty()) return e;
+  share::DeviceLimit limit;
+  limit.uuid = share.uuid;
+  limit.memory_limit = share.memory_bytes.value_or(share::kUnlimited);
+  limit.cores_limit = share.cores.value_or(100);
+  limit.cores_burst = share.config.burst.value_or(0);
+  return share::write_limits(dir, {limit}, priority_word(share.config));
+}
+
+PrepareResult ShareManager::result_of(const ClaimEntry& entry) {
+  PrepareResult result;
+  for (const auto& share : entry.shares)
+    result.devices.push_back(
+        {share.request_names, share.pool, share.device, {cdi_device_id(share)}, share.share_id});
+  return result;
+}
+
+PrepareResult ShareManager::prepare(const ClaimRef& claim) {
+  PrepareResult failed;
+  try {
+    {
+      std::lock_guard lock(mutex_);
+      const auto it = checkpoint_.find(claim.uid);
+      if (it != checkpoint_.end() && it->second.state == ClaimState::kPrepareCompleted)
+        return result_of(it->second);
+    }
+    const ApiResponse answer =
+        kube_.request("GET", resource_claim_path(claim.namespace_name, claim.name));
+    if (!answer.ok()) {
+      failed.error = "cannot get ResourceClaim " + claim.namespace_name + "/" + claim.name + ": " +
+                     answer.error;
+      return failed;
+    }
+    ShareSpecInput input{answer.body, claim.uid, options_.driver, options_.node_name, devices_};
+    std::vector<ShareSpec> shares;
+    if (auto e = compute_share_specs(input, shares); !e.empty()) {
+      failed.error = "ResourceClaim " + claim.namespace_name + "/" + claim.name + ": " + e;
+      return failed;
+    }
+
+    std::lock_guard lock(mutex_);
+    auto& entry = checkpoint_[claim.uid];
+    if (entry.state == ClaimState::kPrepareCompleted && !entry.shares.empty())
+      return result_of(entry);  // another call finished it meanwhile
+    // A PrepareStarted entry left by a crash: the allocation of a claim UID never changes, so the
+    // same shares are recomputed and every write below is redone in place.
+    entry = {claim.namespace_name, claim.name, ClaimState::kPrepareStarted, shares};
+    if (auto e = save_checkpoint(); !e.empty()) {
+      failed.error = e;
+      return failed;
+    }
+    step();
+    for (const auto& share : shares) {
+      if (auto e = write_share(share); !e.empty()) {
+        failed.error = "share " + share.name() + ": " + e;
+        return failed;
+      }
+      step();
+    }
+    const CdiPaths paths{options_.root + "/shares", options_.container_shares_dir,
+                         options_.shim_path};
+    if (auto e = write_file_atomically(cdi_spec_path(claim.uid), build_cdi_spec(shares, paths));
+        !e.empty()) {
+      failed.error = e;
+      return failed;
+    }
+    step();
+    entry.state = ClaimState::kPrepareCompleted;
+    if (auto e = save_checkpoint(); !e.empty()) {
+      entry.state = ClaimState::kPrepareStarted;
+      failed.error = e;
+      return failed;
+    }
+    step();
+    return result_of(entry);
+  } catch (const std::exception& e) {
+    failed.error = std::string("prepare failed: ") + e.what();
+    return failed;
+  }
+}
+
+std::string ShareManager::live_processes(const ShareSpec& share) const {
+  const std::string path = share_dir(share) + "/usage";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  struct stat info {};
+  std::string found;
+  if (fstat(fd, &info) == 0 && static_cast<size_t>(info.st_size) >= sizeof(share::UsagePage)) {
+    void* memory = mmap(nullptr, sizeof(share::UsagePage), PROT_READ, MAP_SHARED, fd, 0);
+    if (memory != MAP_FAILED) {
+      const auto& page = *static_cast<const share::UsagePage*>(memory);
+      if (share::valid_usage_page(page)) {
+        uint32_t high = page.slot_high_water.load(std::memory_order_acquire);
+        if (high > share::kMaxSlots) high = share::kMaxSlots;
+        std::map<uint64_t, int> owners;
+        bool scanned = false;
+        for (uint32_t i = 0; i < high; ++i) {
+          const uint64_t owner =
+              page.slots[i].owner.load(std::memory_order_acquire) & ~share::kOwnerReclaiming;
+          if (owner == 0) continue;
+          if (!scanned) {
+            owners = live_owners();
+            scanned = true;
+          }
+          if (const auto it = owners.find(owner); it != owners.end())
+            found += (found.empty() ? "" : ",") + std::to_string(it->second);
+        }
+      }
+      munmap(memory, sizeof(share::UsagePage));
+    }
+  }
+  close(fd);
+  return found;
+}
+
+std::string ShareManager::unprepare(const ClaimRef& claim) {
+  try {
+    std::lock_guard lock(mutex_);
+    const auto it = checkpoint_.find(claim.uid);
+    if (it == checkpoint_.end()) return "";  // never prepared here, or already unprepared
+    std::string busy;
+    for (const auto& share : it->second.shares)
+      if (auto pids = live_processes(share); !pids.empty())
+        busy += (busy.empty() ? "" : "; ") + share.name() + " (host pids " + pids + ")";
+    if (!busy.empty())
+      return "claim " + claim.uid + " still has running processes in share " + busy +
+             ": kept until they exit";
+    // First demote the entry: a crash from here on leaves a PrepareStarted entry, which a later
+    // prepare redoes in full instead of answering from a checkpoint whose files are half gone.
+    if (it->second.state == ClaimState::kPrepareCompleted) {
+      it->second.state = ClaimState::kPrepareStarted;
+      if (auto e = save_checkpoint(); !e.empty()) {
+        it->second.state = ClaimState::kPrepareCompleted;
+        return e;
+      }
+      step();
+    }
+    std::error_code ec;
+    fs::remove(cdi_spec_path(claim.uid), ec);
+    if (ec) return "cannot remove " + cdi_spec_path(claim.uid) + ": " + ec.message();
+    step();
+    for (const auto& share : it->second.shares) {
+      fs::remove_all(share_dir(share), ec);
+      if (ec) return "cannot remove " + share_dir(share) + ": " + ec.message();
+      step();
+    }
+    const ClaimEntry removed = it->second;
+    checkpoint_.erase(it);
+    if (auto e = save_checkpoint(); !e.empty()) {
+      checkpoint_[claim.uid] = removed;
+      return e;
+    }
+    step();
+    return "";
+  } catch (const std::exception& e) {
+    return std::string("unprepare failed: ") + e.what();
+  }
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,174 @@
+#include "share/share_spec.h"
+
+#include <set>
+#include <tuple>
+
+#include "tessera/quantity.h"
+
+namespace tessera::agent {
+namespace {
+
+using nlohmann::json;
+
+const json* member(const json& object, const char* key) {
+  if (!object.is_object()) return nullptr;
+  const auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+const std::string* string_member(const json& object, const char* key) {
+  const json* value = member(object, key);
+  return value && value->is_string() ? &value->get_ref<const std::string&>() : nullptr;
+}
+
+// A config entry applies to a result when it names no requests, or names the result's request
+// (or, for a firstAvailable sub-request "req/sub", its parent "req").
+bool applies(const json& requests, const std::string& request) {
+  if (!requests.is_array() || requests.empty()) return true;
+  for (const auto& name : requests) {
+    if (!name.is_string()) continue;
+    const auto& text = name.get_ref<const std::string&>();
+    if (text == request || request.rfind(text + "/", 0) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string ShareSpec::name() const {
+  std::string text = claim_uid + "-" + device;
+  if (!share_id.empty()) text += "-" + share_id;
+  return text;
+}
+
+bool safe_name_component(const std::string& text) {
+  if (text.empty() || text.size() > 253 || text[0] == '.') return false;
+  for (char c : text) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+namespace {
+
+std::string compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
+  const json claim = json::parse(input.claim_json, nullptr, /*allow_exceptions=*/false);
+  if (claim.is_discarded() || !claim.is_object()) return "claim: not a JSON object";
+  const json* metadata = member(claim, "metadata");
+  const std::string* uid = metadata ? string_member(*metadata, "uid") : nullptr;
+  if (!uid) return "claim: metadata.uid missing";
+  if (*uid != input.expected_uid)
+    return "claim was replaced: metadata.uid is " + *uid + ", kubelet asked for " +
+           input.expected_uid;
+  if (!safe_name_component(*uid))
+    return "claim: metadata.uid " + json(*uid).dump() + " is not a safe name";
+  const json* status = member(claim, "status");
+  const json* allocation = status ? member(*status, "allocation") : nullptr;
+  if (!allocation || !allocation->is_object())
+    return "claim " + *uid + " is not allocated (no status.allocation)";
+  const json* devices = member(*allocation, "devices");
+  const json* results = devices ? member(*devices, "results") : nullptr;
+  if (results && !results->is_array()) return "status.allocation.devices.results: not an array";
+
+  // Configs of this driver in API order (FromClass before FromClaim, as the API server lists them).
+  struct Entry {
+    const json* requests;
+    VgpuConfig config;
+  };
+  std::vector<Entry> configs;
+  if (const json* list = devices ? member(*devices, "config") : nullptr) {
+    if (!list->is_array()) return "status.allocation.devices.config: not an array";
+    for (size_t i = 0; i < list->size(); ++i) {
+      const json& entry = (*list)[i];
+      const std::string path = "status.allocation.devices.config[" + std::to_string(i) + "]";
+      const json* opaque = member(entry, "opaque");
+      if (!opaque) continue;
+      const std::string* driver = string_member(*opaque, "driver");
+      if (!driver || *driver != input.driver) continue;
+      const json* parameters = member(*opaque, "parameters");
+      if (!parameters) return path + ".opaque.parameters: missing";
+      Entry decoded{member(entry, "requests"), {}};
+      if (auto e = decode_vgpu_config(*parameters, decoded.config); !e.empty())
+        return path + ".opaque.parameters." + e;
+      configs.push_back(decoded);
+    }
+  }
+
+  std::set<std::tuple<std::string, std::string, std::string>> seen;
+  for (size_t i = 0; results && i < results->size(); ++i) {
+    const json& result = (*results)[i];
+    const std::string path = "status.allocation.devices.results[" + std::to_string(i) + "]";
+    const std::string* driver = string_member(result, "driver");
+    if (!driver || *driver != input.driver) continue;
+    const std::string* request = string_member(result, "request");
+    const std::string* pool = string_member(result, "pool");
+    const std::string* device = string_member(result, "device");
+    if (!request || !pool || !device) return path + ": request, pool and device are required";
+    if (*pool != input.pool)
+      return path + ": pool " + *pool + " is not this node's pool " + input.pool;
+    const NodeDevice* node_device = nullptr;
+    for (const auto& candidate : input.devices)
+      if (candidate.name == *device) node_device = &candidate;
+    if (!node_device) return path + ": unknown device " + *device + " in pool " + *pool;
+    ShareSpec spec;
+    spec.claim_uid = *uid;
+    spec.pool = *pool;
+    spec.device = *device;
+    spec.request_names = {*request};
+    spec.uuid = node_device->uuid;
+    spec.minor = node_device->minor;
+    if (const json* share = member(result, "shareID")) {
+      if (!share->is_string() || !safe_name_component(share->get<std::string>()))
+        return path + ".shareID: invalid value " + share->dump();
+      spec.share_id = share->get<std::string>();
+    }
+    if (!seen.insert({*pool, *device, spec.share_id}).second)
+      return path + ": device " + *device + " allocated twice with the same shareID " +
+             json(spec.share_id).dump();
+    if (const json* consumed = member(result, "consumedCapacity")) {
+      if (!consumed->is_object()) return path + ".consumedCapacity: not an object";
+      if (const json* memory = member(*consumed, "memory")) {
+        const auto bytes = memory->is_string() ? parse_byte_quantity(memory->get<std::string>())
+                                               : std::optional<uint64_t>{};
+        if (!bytes) return path + ".consumedCapacity.memory: invalid quantity " + memory->dump();
+        spec.memory_bytes = *bytes;
+      }
+      if (const json* cores = member(*consumed, "cores")) {
+        // An integer percent; quantities are strings ("30"); a bare JSON integer is accepted too.
+        std::optional<uint64_t> value;
+        if (cores->is_string()) {
+          const std::string& text = cores->get_ref<const std::string&>();
+          if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos &&
+              text.size() <= 3)
+            value = std::stoull(text);
+        } else if (cores->is_number_unsigned()) {
+          value = cores->get<uint64_t>();
+        }
+        if (!value || *value > 100)
+          return path + ".consumedCapacity.cores: invalid value " + cores->dump() +
+                 " (an integer percent 0..100)";
+        spec.cores = static_cast<uint32_t>(*value);
+      }
+    }
+    for (const auto& entry : configs)
+      if (!entry.requests || applies(*entry.requests, *request))
+        spec.config = merge_vgpu_config(spec.config, entry.config);
+    if (auto e = check_supported(spec.config); !e.empty()) return path + ": " + e;
+    out.push_back(std::move(spec));
+  }
+  if (out.empty()) return "claim " + *uid + " has no allocation results for driver " + input.driver;
+  return "";
+}
+
+}  // namespace
+
+std::string compute_share_specs(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
+  out.clear();
+  std::string error = compute(input, out);
+  if (!error.empty()) out.clear();  // all or nothing: never a partial list beside an error
+  return error;
+}
+
+}  // namespace tessera::agent

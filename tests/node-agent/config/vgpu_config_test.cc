@@ -1,0 +1,113 @@
+#include "config/vgpu_config.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::agent {
+namespace {
+
+using nlohmann::json;
+
+json base() {
+  return {{"apiVersion", "vgpu.tessera.dev/v1alpha1"}, {"kind", "VgpuConfig"}};
+}
+
+std::string decode(const json& parameters, VgpuConfig& out) {
+  return decode_vgpu_config(parameters, out);
+}
+
+TEST(VgpuConfig, DecodesEveryField) {
+  json p = base();
+  p["compute"] = {{"burst", 80}, {"priority", "high"}};
+  p["memory"] = json::object();
+  p["sharing"] = {{"strategy", "TimeSlicing"}, {"timeSlice", "Long"}};
+  VgpuConfig c;
+  ASSERT_EQ(decode(p, c), "");
+  EXPECT_EQ(c.burst, 80u);
+  EXPECT_EQ(c.priority, Priority::kHigh);
+  EXPECT_EQ(c.strategy, SharingStrategy::kTimeSlicing);
+  EXPECT_EQ(c.time_slice, TimeSlice::kLong);
+}
+
+TEST(VgpuConfig, EmptyConfigSetsNothing) {
+  VgpuConfig c;
+  ASSERT_EQ(decode(base(), c), "");
+  EXPECT_EQ(c, VgpuConfig{});
+}
+
+TEST(VgpuConfig, UnknownFieldsNameTheirPath) {
+  VgpuConfig c;
+  json p = base();
+  p["extra"] = 1;
+  EXPECT_EQ(decode(p, c), "extra: unknown field");
+  p = base();
+  p["compute"] = {{"burts", 10}};
+  EXPECT_EQ(decode(p, c), "compute.burts: unknown field");
+  p = base();
+  p["memory"] = {{"limit", "8Gi"}};
+  EXPECT_EQ(decode(p, c), "memory.limit: unknown field");
+  p = base();
+  p["sharing"] = {{"strategy", "Quota"}, {"mode", "x"}};
+  EXPECT_EQ(decode(p, c), "sharing.mode: unknown field");
+}
+
+TEST(VgpuConfig, WrongTypesAndValuesNameFieldAndValue) {
+  VgpuConfig c;
+  json p = base();
+  p["compute"] = {{"burst", "80"}};
+  EXPECT_EQ(decode(p, c), "compute.burst: invalid value \"80\" (an integer percent 0..100)");
+  p["compute"] = {{"burst", 101}};
+  EXPECT_EQ(decode(p, c), "compute.burst: invalid value 101 (an integer percent 0..100)");
+  p["compute"] = {{"burst", -1}};
+  EXPECT_NE(decode(p, c).find("compute.burst: invalid value -1"), std::string::npos);
+  p["compute"] = {{"burst", 50.5}};
+  EXPECT_NE(decode(p, c).find("compute.burst: invalid value 50.5"), std::string::npos);
+  p["compute"] = {{"priority", "urgent"}};
+  EXPECT_EQ(decode(p, c), "compute.priority: invalid value \"urgent\" (one of high|normal|low)");
+  p = base();
+  p["sharing"] = {{"strategy", "quota"}};
+  EXPECT_EQ(decode(p, c),
+            "sharing.strategy: invalid value \"quota\" (one of Quota|MPS|TimeSlicing)");
+  p["sharing"] = {{"strategy", "TimeSlicing"}, {"timeSlice", 2}};
+  EXPECT_EQ(decode(p, c), "sharing.timeSlice: invalid value 2 (one of Default|Short|Medium|Long)");
+  p["sharing"] = {{"strategy", "Quota"}, {"timeSlice", "Short"}};
+  EXPECT_EQ(decode(p, c), "sharing.timeSlice: only valid with sharing.strategy TimeSlicing");
+  p = base();
+  p["compute"] = json::array();
+  EXPECT_EQ(decode(p, c), "compute: must be an object, got []");
+  EXPECT_EQ(decode(json::array(), c), "parameters: must be an object, got []");
+}
+
+TEST(VgpuConfig, ApiVersionAndKindAreChecked) {
+  VgpuConfig c;
+  EXPECT_EQ(decode({{"kind", "VgpuConfig"}}, c), "apiVersion: required");
+  EXPECT_EQ(decode({{"apiVersion", "vgpu.tessera.dev/v1alpha1"}}, c), "kind: required");
+  EXPECT_EQ(
+      decode({{"apiVersion", "vgpu.tessera.dev/v1"}, {"kind", "VgpuConfig"}}, c),
+      "apiVersion: invalid value \"vgpu.tessera.dev/v1\" (expected \"vgpu.tessera.dev/v1alpha1\")");
+  EXPECT_EQ(decode({{"apiVersion", "vgpu.tessera.dev/v1alpha1"}, {"kind", "GpuConfig"}}, c),
+            "kind: invalid value \"GpuConfig\" (expected \"VgpuConfig\")");
+}
+
+TEST(VgpuConfig, LaterConfigOverridesFieldByField) {
+  VgpuConfig klass, claim;
+  klass.burst = 50;
+  klass.priority = Priority::kLow;
+  claim.priority = Priority::kHigh;
+  const VgpuConfig merged = merge_vgpu_config(klass, claim);
+  EXPECT_EQ(merged.burst, 50u);
+  EXPECT_EQ(merged.priority, Priority::kHigh);
+  EXPECT_FALSE(merged.strategy.has_value());
+}
+
+TEST(VgpuConfig, OnlyQuotaIsSupported) {
+  VgpuConfig c;
+  EXPECT_EQ(check_supported(c), "");
+  c.strategy = SharingStrategy::kQuota;
+  EXPECT_EQ(check_supported(c), "");
+  c.strategy = SharingStrategy::kMps;
+  EXPECT_EQ(check_supported(c),
+            "sharing.strategy MPS is not implemented by this node agent (only Quota)");
+}
+
+}  // namespace
+}  // namespace tessera::agent

@@ -1,0 +1,197 @@
+#include "devices/resource_slices.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "fake_api_server.h"
+#include "kube/http_kube_client.h"
+
+namespace tessera::agent {
+namespace {
+
+using nlohmann::json;
+using testing::FakeApiServer;
+
+GpuInfo h200(unsigned minor) {
+  GpuInfo gpu;
+  gpu.index = minor;
+  gpu.minor = minor;
+  gpu.uuid = "GPU-0000000" + std::to_string(minor) + "-aaaa-bbbb-cccc-dddddddddddd";
+  gpu.product_name = "NVIDIA H200";
+  gpu.architecture = "Hopper";
+  gpu.brand = "Nvidia";
+  gpu.cc_major = 9;
+  gpu.cc_minor = 0;
+  gpu.driver_version = "580.159.04";
+  gpu.pci_bus_id = "0000:1" + std::to_string(minor) + ":00.0";
+  gpu.memory_bytes = 143771ull << 20;
+  return gpu;
+}
+
+TEST(ResourceSlices, SemverFromDriverAndComputeCapability) {
+  EXPECT_EQ(to_semver("580.159.04"), "580.159.4");
+  EXPECT_EQ(to_semver("9.0"), "9.0.0");
+  EXPECT_EQ(to_semver("12"), "12.0.0");
+  EXPECT_EQ(to_semver("1.2.3.4"), "");
+  EXPECT_EQ(to_semver("r580"), "");
+}
+
+TEST(ResourceSlices, DeviceCarriesAttributesAndConsumableCapacities) {
+  const json device = build_device(h200(3));
+  EXPECT_EQ(device["name"], "gpu-3");
+  EXPECT_EQ(device["allowMultipleAllocations"], true);
+  const json& a = device["attributes"];
+  EXPECT_EQ(a["uuid"], json({{"string", "GPU-00000003-aaaa-bbbb-cccc-dddddddddddd"}}));
+  EXPECT_EQ(a["productName"], json({{"string", "NVIDIA H200"}}));
+  EXPECT_EQ(a["architecture"], json({{"string", "Hopper"}}));
+  EXPECT_EQ(a["brand"], json({{"string", "Nvidia"}}));
+  EXPECT_EQ(a["cudaComputeCapability"], json({{"version", "9.0.0"}}));
+  EXPECT_EQ(a["driverVersion"], json({{"version", "580.159.4"}}));
+  EXPECT_EQ(a["resource.kubernetes.io/pciBusID"], json({{"string", "0000:13:00.0"}}));
+  const std::string total = std::to_string(143771ull << 20);
+  EXPECT_EQ(device["capacity"]["memory"],
+            json({{"value", total},
+                  {"requestPolicy",
+                   {{"default", total},
+                    {"validRange", {{"min", "256Mi"}, {"max", total}, {"step", "256Mi"}}}}}}));
+  EXPECT_EQ(device["capacity"]["cores"],
+            json({{"value", "100"},
+                  {"requestPolicy",
+                   {{"default", "100"},
+                    {"validRange", {{"min", "1"}, {"max", "100"}, {"step", "1"}}}}}}));
+  EXPECT_LE(a.size() + device["capacity"].size(), 32u);
+}
+
+TEST(ResourceSlices, AtMost128DevicesPerSlice) {
+  std::vector<GpuInfo> gpus;
+  for (unsigned i = 0; i < 130; ++i) gpus.push_back(h200(i));
+  const auto slices = build_resource_slices(gpus, {"vgpu.tessera.dev", "node-a", "uid-n"}, 7);
+  ASSERT_EQ(slices.size(), 2u);
+  EXPECT_EQ(slices[0]["spec"]["devices"].size(), 128u);
+  EXPECT_EQ(slices[1]["spec"]["devices"].size(), 2u);
+  EXPECT_EQ(slices[1]["metadata"]["name"], "node-a-vgpu.tessera.dev-1");
+  EXPECT_EQ(slices[1]["spec"]["pool"],
+            json({{"name", "node-a"}, {"generation", 7}, {"resourceSliceCount", 2}}));
+}
+
+TEST(ResourceSlices, PublishCreatesUpdatesAndDeletesSoTheApiMatches) {
+  FakeApiServer server;
+  KubeConnection c{server.url(), server.ca_pem(), server.token(), "", "", ""};
+  RetryPolicy retry;
+  retry.initial_backoff = std::chrono::milliseconds(1);
+  HttpKubeClient kube(c, retry);
+  SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
+
+  // First publish: one slice created, owned by the Node, generation 1.
+  ASSERT_EQ(publisher.publish({h200(0), h200(1)}), "");
+  auto writes = server.take_writes();
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_EQ(writes[0].method, "POST");
+  EXPECT_EQ(writes[0].path, "/apis/resource.k8s.io/v1/resourceslices");
+  const json& slice = writes[0].body;
+  EXPECT_EQ(slice["apiVersion"], "resource.k8s.io/v1");
+  EXPECT_EQ(slice["kind"], "ResourceSlice");
+  EXPECT_EQ(slice["metadata"]["name"], "node-a-vgpu.tessera.dev-0");
+  EXPECT_EQ(slice["metadata"]["ownerReferences"], json::array({{{"apiVersion", "v1"},
+                                                                {"kind", "Node"},
+                                                                {"name", "node-a"},
+                                                                {"uid", "3d7c0b8e-node-uid"},
+                                                                {"controller", true}}}));
+  EXPECT_EQ(slice["spec"]["driver"], "vgpu.tessera.dev");
+  EXPECT_EQ(slice["spec"]["nodeName"], "node-a");
+  EXPECT_EQ(slice["spec"]["pool"],
+            json({{"name", "node-a"}, {"generation", 1}, {"resourceSliceCount", 1}}));
+  ASSERT_EQ(slice["spec"]["devices"].size(), 2u);
+  EXPECT_EQ(slice["spec"]["devices"][0], build_device(h200(0)));
+  EXPECT_EQ(slice["spec"]["devices"][1]["name"], "gpu-1");
+  EXPECT_EQ(server.last_list_query, "spec.nodeName=node-a,spec.driver=vgpu.tessera.dev");
+
+  // Unchanged: nothing written, even when the server prints quantities in its canonical form.
+  server.slices["node-a-vgpu.tessera.dev-0"]["spec"]["devices"][0]["capacity"]["memory"]
+               ["requestPolicy"]["validRange"]["step"] = "268435456";
+  ASSERT_EQ(publisher.publish({h200(0), h200(1)}), "");
+  EXPECT_TRUE(server.take_writes().empty());
+  EXPECT_EQ(publisher.generation(), 1);
+
+  // A GPU gone: the slice is updated in place with the next generation.
+  ASSERT_EQ(publisher.publish({h200(0)}), "");
+  writes = server.take_writes();
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_EQ(writes[0].method, "PUT");
+  EXPECT_EQ(writes[0].path, "/apis/resource.k8s.io/v1/resourceslices/node-a-vgpu.tessera.dev-0");
+  EXPECT_EQ(writes[0].body["spec"]["pool"]["generation"], 2);
+  EXPECT_EQ(writes[0].body["spec"]["devices"].size(), 1u);
+  EXPECT_FALSE(writes[0].body["metadata"]["resourceVersion"].is_null());
+
+  // 130 GPUs: two slices (update + create), generation 3; back to one: the second is deleted.
+  std::vector<GpuInfo> many;
+  for (unsigned i = 0; i < 130; ++i) many.push_back(h200(i));
+  ASSERT_EQ(publisher.publish(many), "");
+  writes = server.take_writes();
+  ASSERT_EQ(writes.size(), 2u);
+  EXPECT_EQ(writes[0].method, "PUT");
+  EXPECT_EQ(writes[1].method, "POST");
+  EXPECT_EQ(writes[1].body["spec"]["pool"],
+            json({{"name", "node-a"}, {"generation", 3}, {"resourceSliceCount", 2}}));
+  ASSERT_EQ(publisher.publish({h200(0)}), "");
+  writes = server.take_writes();
+  ASSERT_EQ(writes.size(), 2u);
+  EXPECT_EQ(writes[0].method, "PUT");
+  EXPECT_EQ(writes[0].body["spec"]["pool"]["generation"], 4);
+  EXPECT_EQ(writes[1].method, "DELETE");
+  EXPECT_EQ(writes[1].path, "/apis/resource.k8s.io/v1/resourceslices/node-a-vgpu.tessera.dev-1");
+  EXPECT_EQ(server.stored_slices().size(), 1u);
+
+  // A restarted agent (no memory of the generation) continues from the API's.
+  SlicePublisher restarted(kube, {"vgpu.tessera.dev", "node-a", ""});
+  ASSERT_EQ(restarted.publish({h200(0), h200(1)}), "");
+  writes = server.take_writes();
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_EQ(writes[0].body["spec"]["pool"]["generation"], 5);
+}
+
+TEST(ResourceSlices, PublishReportsApiErrors) {
+  FakeApiServer server;
+  server.node_name = "elsewhere";
+  KubeConnection c{server.url(), server.ca_pem(), server.token(), "", "", ""};
+  RetryPolicy retry;
+  retry.initial_backoff = std::chrono::milliseconds(1);
+  HttpKubeClient kube(c, retry);
+  SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
+  EXPECT_EQ(
+      publisher.publish({h200(0)}),
+      "cannot read the Node's UID: GET /api/v1/nodes/node-a: HTTP 404: nodes \"node-a\" not found");
+}
+
+// The simulated driver's NVML (SIMGPU_LIB_DIR is on LD_LIBRARY_PATH for this test).
+TEST(GpuInfo, ListsTheSimulatedGpus) {
+  const std::string state = std::filesystem::temp_directory_path() /
+                            ("agent-simgpu-" + std::to_string(getpid()) + ".state");
+  setenv("SIMGPU_STATE", state.c_str(), 1);
+  setenv("SIMGPU_DEVICES",
+         "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0;name=NVIDIA "
+         "A100-SXM4-80GB,memory=81920Mi,sms=108,cc=8.0",
+         1);
+  std::vector<GpuInfo> gpus;
+  ASSERT_EQ(list_node_gpus(gpus), "");
+  std::filesystem::remove(state);
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0].product_name, "NVIDIA H200");
+  EXPECT_EQ(gpus[0].architecture, "Hopper");
+  EXPECT_EQ(gpus[0].cc_major, 9);
+  EXPECT_EQ(gpus[0].memory_bytes, 143771ull << 20);
+  EXPECT_EQ(gpus[0].uuid.rfind("GPU-", 0), 0u);
+  EXPECT_EQ(gpus[0].driver_version, "580.159.04");
+  EXPECT_EQ(gpus[0].pci_bus_id.size(), 12u) << gpus[0].pci_bus_id;
+  EXPECT_EQ(gpus[1].architecture, "Ampere");
+  EXPECT_NE(gpus[0].minor, gpus[1].minor);
+  const auto devices = node_devices(gpus);
+  EXPECT_EQ(devices[1].name, "gpu-" + std::to_string(gpus[1].minor));
+  EXPECT_EQ(devices[1].uuid, gpus[1].uuid);
+}
+
+}  // namespace
+}  // namespace tessera::agent

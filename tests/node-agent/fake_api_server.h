@@ -1,0 +1,216 @@
+// A local HTTPS Kubernetes API server for the node agent's tests: cpp-httplib with a self-signed
+// certificate made here with OpenSSL (SAN IP:127.0.0.1), listening on 127.0.0.1 port 0. It serves
+// ResourceClaims and Nodes as the API server returns them, stores ResourceSlices (with
+// resourceVersion), records every write, checks the bearer token, and can fail the next N
+// requests with 503.
+#pragma once
+
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+namespace tessera::agent::testing {
+
+struct RecordedWrite {
+  std::string method;
+  std::string path;
+  nlohmann::json body;
+};
+
+class FakeApiServer {
+ public:
+  explicit FakeApiServer(std::string token = "test-token") : token_(std::move(token)) {
+    key_ = EVP_EC_gen("P-256");
+    cert_ = X509_new();
+    X509_set_version(cert_, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(cert_), 1);
+    X509_gmtime_adj(X509_getm_notBefore(cert_), -60);
+    X509_gmtime_adj(X509_getm_notAfter(cert_), 3600);
+    X509_set_pubkey(cert_, key_);
+    X509_NAME* subject = X509_get_subject_name(cert_);
+    X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC,
+                               reinterpret_cast<const unsigned char*>("fake-apiserver"), -1, -1, 0);
+    X509_set_issuer_name(cert_, subject);
+    X509V3_CTX ctx;
+    X509V3_set_ctx_nodb(&ctx);
+    X509V3_set_ctx(&ctx, cert_, cert_, nullptr, nullptr, 0);
+    for (auto [nid, value] : {std::pair{NID_basic_constraints, "critical,CA:TRUE"},
+                              std::pair{NID_key_usage, "critical,digitalSignature,keyCertSign"},
+                              std::pair{NID_subject_alt_name, "IP:127.0.0.1,DNS:localhost"}}) {
+      X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
+      X509_add_ext(cert_, ext, -1);
+      X509_EXTENSION_free(ext);
+    }
+    X509_sign(cert_, key_, EVP_sha256());
+    BIO* bio = BIO_new(BIO_s_mem());
+    PEM_write_bio_X509(bio, cert_);
+    char* data = nullptr;
+    const long length = BIO_get_mem_data(bio, &data);
+    ca_pem_.assign(data, static_cast<size_t>(length));
+    BIO_free(bio);
+
+    server_ = std::make_unique<httplib::SSLServer>(cert_, key_);
+    server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      std::lock_guard lock(mutex_);
+      ++requests_;
+      if (fail_next_ > 0) {
+        --fail_next_;
+        status(res, 503, "the server is currently unable to handle the request");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (req.get_header_value("Authorization") != "Bearer " + token_) {
+        status(res, 401, "Unauthorized");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    server_->Get(R"(/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+))",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   std::lock_guard lock(mutex_);
+                   const auto it = claims_.find(req.matches[1].str() + "/" + req.matches[2].str());
+                   if (it == claims_.end())
+                     return status(res, 404,
+                                   "resourceclaims.resource.k8s.io \"" + req.matches[2].str() +
+                                       "\" not found");
+                   res.set_content(it->second, "application/json");
+                 });
+    server_->Get(
+        R"(/api/v1/nodes/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+          std::lock_guard lock(mutex_);
+          if (req.matches[1].str() != node_name)
+            return status(res, 404, "nodes \"" + req.matches[1].str() + "\" not found");
+          res.set_content(nlohmann::json{{"apiVersion", "v1"},
+                                         {"kind", "Node"},
+                                         {"metadata", {{"name", node_name}, {"uid", node_uid}}}}
+                              .dump(),
+                          "application/json");
+        });
+    server_->Get("/apis/resource.k8s.io/v1/resourceslices",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   std::lock_guard lock(mutex_);
+                   last_list_query = req.get_param_value("fieldSelector");
+                   nlohmann::json items = nlohmann::json::array();
+                   for (const auto& [name, slice] : slices) items.push_back(slice);
+                   res.set_content(nlohmann::json{{"apiVersion", "resource.k8s.io/v1"},
+                                                  {"kind", "ResourceSliceList"},
+                                                  {"items", items}}
+                                       .dump(),
+                                   "application/json");
+                 });
+    server_->Post("/apis/resource.k8s.io/v1/resourceslices",
+                  [this](const httplib::Request& req, httplib::Response& res) {
+                    std::lock_guard lock(mutex_);
+                    auto body = nlohmann::json::parse(req.body);
+                    writes.push_back({"POST", req.path, body});
+                    const std::string name = body["metadata"]["name"];
+                    if (slices.count(name)) return status(res, 409, "already exists");
+                    body["metadata"]["resourceVersion"] = std::to_string(++version_);
+                    body["metadata"]["uid"] = "slice-uid-" + name;
+                    slices[name] = body;
+                    res.status = 201;
+                    res.set_content(body.dump(), "application/json");
+                  });
+    server_->Put(
+        R"(/apis/resource\.k8s\.io/v1/resourceslices/([^/]+))",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          std::lock_guard lock(mutex_);
+          auto body = nlohmann::json::parse(req.body);
+          writes.push_back({"PUT", req.path, body});
+          const auto it = slices.find(req.matches[1].str());
+          if (it == slices.end()) return status(res, 404, "not found");
+          if (body["metadata"]["resourceVersion"] != it->second["metadata"]["resourceVersion"])
+            return status(res, 409, "the object has been modified");
+          body["metadata"]["resourceVersion"] = std::to_string(++version_);
+          it->second = body;
+          res.set_content(body.dump(), "application/json");
+        });
+    server_->Delete(R"(/apis/resource\.k8s\.io/v1/resourceslices/([^/]+))",
+                    [this](const httplib::Request& req, httplib::Response& res) {
+                      std::lock_guard lock(mutex_);
+                      writes.push_back({"DELETE", req.path, nullptr});
+                      if (!slices.erase(req.matches[1].str())) return status(res, 404, "not found");
+                      res.set_content(R"({"kind":"Status","status":"Success"})",
+                                      "application/json");
+                    });
+    server_->set_tcp_nodelay(true);  // as the API server: no 40 ms delayed-ACK stalls
+    port_ = server_->bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_->listen_after_bind(); });
+    // stop() only stops a server that is running: wait for the accept loop before returning.
+    while (!server_->is_running()) std::this_thread::yield();
+  }
+
+  ~FakeApiServer() {
+    server_->stop();
+    thread_.join();
+    server_.reset();
+    X509_free(cert_);
+    EVP_PKEY_free(key_);
+  }
+
+  std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
+  const std::string& ca_pem() const { return ca_pem_; }
+  const std::string& token() const { return token_; }
+  void add_claim(const std::string& ns, const std::string& name, const std::string& json) {
+    std::lock_guard lock(mutex_);
+    claims_[ns + "/" + name] = json;
+  }
+  void fail_next(int n) {
+    std::lock_guard lock(mutex_);
+    fail_next_ = n;
+  }
+  int requests() {
+    std::lock_guard lock(mutex_);
+    return requests_;
+  }
+  std::vector<RecordedWrite> take_writes() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(writes, {});
+  }
+  std::map<std::string, nlohmann::json> stored_slices() {
+    std::lock_guard lock(mutex_);
+    return slices;
+  }
+
+  std::string node_name = "node-a";
+  std::string node_uid = "3d7c0b8e-node-uid";
+  std::map<std::string, nlohmann::json> slices;  // guarded by mutex_ while serving
+  std::vector<RecordedWrite> writes;
+  std::string last_list_query;
+
+ private:
+  static void status(httplib::Response& res, int code, const std::string& message) {
+    res.status = code;
+    res.set_content(nlohmann::json{{"kind", "Status"},
+                                   {"apiVersion", "v1"},
+                                   {"status", "Failure"},
+                                   {"message", message},
+                                   {"code", code}}
+                        .dump(),
+                    "application/json");
+  }
+
+  std::string token_;
+  EVP_PKEY* key_ = nullptr;
+  X509* cert_ = nullptr;
+  std::string ca_pem_;
+  std::unique_ptr<httplib::SSLServer> server_;
+  std::thread thread_;
+  int port_ = 0;
+  std::mutex mutex_;
+  std::map<std::string, std::string> claims_;
+  int fail_next_ = 0;
+  int requests_ = 0;
+  uint64_t version_ = 100;
+};
+
+}  // namespace tessera::agent::testing

@@ -1,0 +1,78 @@
+// tessera-node-agent's flags: one environment variable per flag, flags win, defaults as documented.
+#include <stdlib.h>
+
+#include <gtest/gtest.h>
+#include <CLI/CLI.hpp>
+
+#include "agent_config.h"
+
+namespace tessera::agent {
+namespace {
+
+const char* const kEnvNames[] = {"NODE_NAME",           "STATE_DIR", "KUBELET_REGISTRY_DIR",
+                                 "KUBELET_PLUGINS_DIR", "CDI_DIR",   "KUBECONFIG"};
+
+class AgentConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : kEnvNames) unsetenv(name);
+  }
+  void TearDown() override { SetUp(); }
+
+  // Parses `args` (after the program name) into a fresh config.
+  AgentConfig parse(std::vector<std::string> args) {
+    AgentConfig config;
+    CLI::App app;
+    add_agent_flags(app, config);
+    args.insert(args.begin(), "tessera-node-agent");
+    std::vector<const char*> argv;
+    for (const std::string& arg : args) argv.push_back(arg.c_str());
+    app.parse(static_cast<int>(argv.size()), argv.data());
+    return config;
+  }
+};
+
+TEST_F(AgentConfigTest, Defaults) {
+  AgentConfig c = parse({"--node-name", "n1"});
+  EXPECT_EQ(c.node_name, "n1");
+  EXPECT_EQ(c.state_dir, "/var/lib/tessera");
+  EXPECT_EQ(c.kubelet_registry_dir, "/var/lib/kubelet/plugins_registry");
+  EXPECT_EQ(c.kubelet_plugins_dir, "/var/lib/kubelet/plugins");
+  EXPECT_EQ(c.cdi_dir, "/var/run/cdi");
+  EXPECT_EQ(c.kubeconfig, "");
+}
+
+TEST_F(AgentConfigTest, NodeNameIsRequired) {
+  EXPECT_THROW(parse({}), CLI::RequiredError);
+}
+
+TEST_F(AgentConfigTest, EveryFlagHasItsEnvironmentVariable) {
+  setenv("NODE_NAME", "env-node", 1);
+  setenv("STATE_DIR", "/s", 1);
+  setenv("KUBELET_REGISTRY_DIR", "/r", 1);
+  setenv("KUBELET_PLUGINS_DIR", "/p", 1);
+  setenv("CDI_DIR", "/c", 1);
+  setenv("KUBECONFIG", "/k", 1);
+  AgentConfig c = parse({});
+  EXPECT_EQ(c.node_name, "env-node");
+  EXPECT_EQ(c.state_dir, "/s");
+  EXPECT_EQ(c.kubelet_registry_dir, "/r");
+  EXPECT_EQ(c.kubelet_plugins_dir, "/p");
+  EXPECT_EQ(c.cdi_dir, "/c");
+  EXPECT_EQ(c.kubeconfig, "/k");
+}
+
+TEST_F(AgentConfigTest, FlagsWinOverEnvironment) {
+  setenv("STATE_DIR", "/from-env", 1);
+  AgentConfig c =
+      parse({"--node-name", "n", "--state-dir", "/from-flag", "--kubelet-registry-dir", "/r",
+             "--kubelet-plugins-dir", "/p", "--cdi-dir", "/c", "--kubeconfig", "/k"});
+  EXPECT_EQ(c.state_dir, "/from-flag");
+  EXPECT_EQ(c.kubelet_registry_dir, "/r");
+  EXPECT_EQ(c.kubelet_plugins_dir, "/p");
+  EXPECT_EQ(c.cdi_dir, "/c");
+  EXPECT_EQ(c.kubeconfig, "/k");
+}
+
+}  // namespace
+}  // namespace tessera::agent

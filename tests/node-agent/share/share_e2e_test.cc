@@ -1,0 +1,110 @@
+// End to end on the simulated GPU: the share manager prepares a claim with two shares of one
+// device (8Gi / 30% and 4Gi / 70%), memory-fill runs under each CDI device's environment
+// (LD_PRELOAD of libvgpu + TESSERA_SHARE_DIR; the share folder at its host path, as no container
+// runtime applies the mounts here), each stops exactly at its share's limit, and unprepare leaves
+// nothing behind.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "claim_fixture.h"
+#include "devices/gpu_info.h"
+#include "devices/resource_slices.h"
+#include "share/share_manager.h"
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr uint64_t kGiB = 1ull << 30;
+constexpr uint64_t kContextOverhead = 500ull << 20;  // the simulator's default per context
+
+class OneClaim : public KubeClient {
+ public:
+  ApiResponse request(const std::string&, const std::string& path, const std::string&) override {
+    if (path != resource_claim_path("tenants", "pair")) return {404, "", "HTTP 404: not found"};
+    return {200, body, ""};
+  }
+  std::string body;
+};
+
+std::string run(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string out;
+  char buffer[4096];
+  while (pipe && fgets(buffer, sizeof buffer, pipe)) out += buffer;
+  if (pipe) pclose(pipe);
+  return out;
+}
+
+TEST(ShareEndToEnd, TwoSharesOfOneSimulatedGpuHoldTheirLimits) {
+  const fs::path base = fs::temp_directory_path() / ("agent-e2e-" + std::to_string(getpid()));
+  fs::remove_all(base);
+  fs::create_directories(base);
+  const std::string state = (base / "simgpu.state").string();
+  const std::string simgpu_env =
+      "SIMGPU_STATE=" + state + " SIMGPU_DEVICES='name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0'";
+  setenv("SIMGPU_STATE", state.c_str(), 1);
+  setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0", 1);
+  std::vector<GpuInfo> gpus;
+  ASSERT_EQ(list_node_gpus(gpus), "");
+  ASSERT_EQ(gpus.size(), 1u);
+  const std::string device = "gpu-" + std::to_string(gpus[0].minor);
+
+  OneClaim kube;
+  kube.body = testing::make_claim(
+                  "pair", "e2e-claim-uid",
+                  {{"a", device, "share-a", "8Gi", "30"}, {"b", device, "share-b", "4Gi", "70"}})
+                  .dump();
+  ShareManagerOptions options;
+  options.root = (base / "state").string();
+  options.cdi_dir = (base / "cdi").string();
+  options.node_name = "node-a";
+  options.shim_path = LIBVGPU_SO;
+  ShareManager manager(options, kube, node_devices(gpus));
+  ASSERT_EQ(manager.start(), "");
+  const PrepareResult result = manager.prepare({"tenants", "e2e-claim-uid", "pair"});
+  ASSERT_EQ(result.error, "");
+  ASSERT_EQ(result.devices.size(), 2u);
+
+  std::ifstream spec_file(manager.cdi_spec_path("e2e-claim-uid"));
+  const json spec = json::parse(spec_file);
+  const uint64_t limits[] = {8 * kGiB, 4 * kGiB};
+  for (size_t i = 0; i < 2; ++i) {
+    const json& edits = spec["devices"][i]["containerEdits"];
+    std::string env;
+    for (const auto& entry : edits["env"]) {
+      std::string value = entry.get<std::string>();
+      // The runtime would mount the host folder at the container path; here the host path is used.
+      if (value.rfind("TESSERA_SHARE_DIR=", 0) == 0)
+        value = "TESSERA_SHARE_DIR=" + edits["mounts"][0]["hostPath"].get<std::string>();
+      env += " '" + value + "'";
+    }
+    // ASAN_OPTIONS: in a sanitizer build the shim precedes the ASan runtime in memory-fill.
+    const std::string out = run("env" + env + " ASAN_OPTIONS=verify_asan_link_order=0" +
+                                " LD_LIBRARY_PATH=" + SIMGPU_LIB_DIR + " " + simgpu_env + " " +
+                                MEMORY_FILL + " --chunk 256Mi");
+    SCOPED_TRACE(out);
+    std::printf("share %zu: %s", i, out.c_str());
+    const json report = json::parse(out.substr(0, out.find('\n')), nullptr, false);
+    ASSERT_TRUE(report.is_object());
+    EXPECT_EQ(report["bytes_obtained"], limits[i] - kContextOverhead);
+    EXPECT_EQ(report["stop_reason"], "CUDA_ERROR_OUT_OF_MEMORY");
+    EXPECT_EQ(report["mem_get_info_total"], limits[i]);
+  }
+
+  ASSERT_EQ(manager.unprepare({"tenants", "e2e-claim-uid", "pair"}), "");
+  EXPECT_TRUE(fs::is_empty(options.root + "/shares"));
+  EXPECT_TRUE(fs::is_empty(options.cdi_dir));
+  fs::remove_all(base);
+}
+
+}  // namespace
+}  // namespace tessera::agent

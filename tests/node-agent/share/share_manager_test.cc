@@ -1,0 +1,377 @@
+#include "share/share_manager.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "claim_fixture.h"
+#include "tessera/share_region.h"
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::make_claim;
+using testing::opaque_config;
+
+constexpr char kUid[] = "0f6b3f0e-7c59-4d0e-9b4e-2f7a5d1c9e01";
+constexpr char kShareA[] = "5e1f0a2b-0000-4000-8000-00000000000a";
+constexpr char kShareB[] = "5e1f0a2b-0000-4000-8000-00000000000b";
+constexpr char kGpu0[] = "GPU-00000000-0000-0000-0000-000000000000";
+
+class FakeKube : public KubeClient {
+ public:
+  ApiResponse request(const std::string& method, const std::string& path,
+                      const std::string&) override {
+    ++requests;
+    ApiResponse r;
+    const auto it = objects.find(path);
+    if (method != "GET" || it == objects.end()) {
+      r.status = 404;
+      r.error = method + " " + path + ": HTTP 404: not found";
+      return r;
+    }
+    r.status = 200;
+    r.body = it->second;
+    return r;
+  }
+  std::map<std::string, std::string> objects;
+  int requests = 0;
+};
+
+std::string read(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct LimitsView {
+  std::string uuid;
+  uint64_t memory;
+  uint32_t cores, burst, priority, device_count;
+};
+
+LimitsView read_limits(const fs::path& path) {
+  const std::string bytes = read(path);
+  EXPECT_EQ(bytes.size(), sizeof(share::LimitsPage));
+  share::LimitsPage page;
+  std::memcpy(static_cast<void*>(&page), bytes.data(), sizeof page);
+  EXPECT_TRUE(share::valid_limits_page(page));
+  return {page.devices[0].uuid,
+          page.devices[0].memory_limit.load(),
+          page.devices[0].cores_limit.load(),
+          page.devices[0].cores_burst.load(),
+          page.priority.load(),
+          page.device_count.load()};
+}
+
+// Every file under the state root and the CDI folder: relative name -> what must converge (the
+// limits page by its fields, its generation excluded; the usage page by its size).
+std::map<std::string, std::string> snapshot(const fs::path& base) {
+  std::map<std::string, std::string> files;
+  if (!fs::exists(base)) return files;
+  for (const auto& item : fs::recursive_directory_iterator(base)) {
+    if (!item.is_regular_file()) continue;
+    const std::string name = fs::relative(item.path(), base).string();
+    if (item.path().filename() == "limits") {
+      const LimitsView v = read_limits(item.path());
+      files[name] = v.uuid + "/" + std::to_string(v.memory) + "/" + std::to_string(v.cores) + "/" +
+                    std::to_string(v.burst) + "/" + std::to_string(v.priority);
+    } else if (item.path().filename() == "usage") {
+      files[name] = std::to_string(fs::file_size(item.path()));
+    } else {
+      files[name] = read(item.path());
+    }
+  }
+  return files;
+}
+
+class ShareManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = fs::temp_directory_path() /
+            ("agent-share-" + std::to_string(getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(base_);
+    options_.root = (base_ / "state").string();
+    options_.cdi_dir = (base_ / "cdi").string();
+    options_.node_name = "node-a";
+    devices_ = {{"gpu-0", kGpu0, 0, 150ull << 30}};
+    json configs = json::array({opaque_config("FromClass",
+                                              {{"apiVersion", "vgpu.tessera.dev/v1alpha1"},
+                                               {"kind", "VgpuConfig"},
+                                               {"compute", {{"burst", 60}, {"priority", "high"}}}},
+                                              {"b"})});
+    kube_.objects[resource_claim_path("tenants", "train")] =
+        make_claim("train", kUid,
+                   {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-0", kShareB, "4Gi", "70"}},
+                   configs)
+            .dump();
+  }
+  void TearDown() override { fs::remove_all(base_); }
+
+  std::unique_ptr<ShareManager> manager(ShareManagerOptions options) {
+    auto m = std::make_unique<ShareManager>(options, kube_, devices_);
+    EXPECT_EQ(m->start(), "");
+    return m;
+  }
+  std::string share_dir(const char* share) const {
+    return options_.root + "/shares/" + kUid + "-gpu-0-" + share;
+  }
+
+  fs::path base_;
+  ShareManagerOptions options_;
+  std::vector<NodeDevice> devices_;
+  FakeKube kube_;
+  const ClaimRef claim_{"tenants", kUid, "train"};
+};
+
+TEST_F(ShareManagerTest, PreparesTwoSharesOfOneDevice) {
+  auto m = manager(options_);
+  const PrepareResult result = m->prepare(claim_);
+  ASSERT_EQ(result.error, "");
+  ASSERT_EQ(result.devices.size(), 2u);
+  EXPECT_EQ(result.devices[0].request_names, std::vector<std::string>{"a"});
+  EXPECT_EQ(result.devices[0].pool_name, "node-a");
+  EXPECT_EQ(result.devices[0].device_name, "gpu-0");
+  EXPECT_EQ(result.devices[0].share_id, kShareA);
+  EXPECT_EQ(result.devices[0].cdi_device_ids,
+            std::vector<std::string>{std::string("k8s.vgpu.tessera.dev/claim=") + kUid + "-gpu-0-" +
+                                     kShareA});
+  EXPECT_EQ(result.devices[1].share_id, kShareB);
+
+  const LimitsView a = read_limits(share_dir(kShareA) + "/limits");
+  EXPECT_EQ(a.uuid, kGpu0);
+  EXPECT_EQ(a.memory, 8ull << 30);
+  EXPECT_EQ(a.cores, 30u);
+  EXPECT_EQ(a.burst, 0u);
+  EXPECT_EQ(a.priority, share::kPriorityNormal);
+  EXPECT_EQ(a.device_count, 1u);
+  const LimitsView b = read_limits(share_dir(kShareB) + "/limits");
+  EXPECT_EQ(b.memory, 4ull << 30);
+  EXPECT_EQ(b.cores, 70u);
+  EXPECT_EQ(b.burst, 60u);
+  EXPECT_EQ(b.priority, share::kPriorityHigh);
+  EXPECT_EQ(fs::file_size(share_dir(kShareA) + "/usage"), sizeof(share::UsagePage));
+  EXPECT_EQ(fs::status(share_dir(kShareA) + "/limits").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+
+  const json spec = json::parse(read(m->cdi_spec_path(kUid)));
+  EXPECT_EQ(spec["cdiVersion"], "0.6.0");
+  EXPECT_EQ(spec["kind"], "k8s.vgpu.tessera.dev/claim");
+  ASSERT_EQ(spec["devices"].size(), 2u);
+  const json& device = spec["devices"][0];
+  EXPECT_EQ(device["name"], std::string(kUid) + "-gpu-0-" + kShareA);
+  const json& edits = device["containerEdits"];
+  const std::string container_dir =
+      std::string("/var/run/tessera/shares/") + kUid + "-gpu-0-" + kShareA;
+  EXPECT_EQ(edits["env"][0], "TESSERA_SHARE_DIR=" + container_dir);
+  EXPECT_EQ(edits["env"][1], "LD_PRELOAD=/usr/local/tessera/lib/libvgpu.so");
+  EXPECT_EQ(edits["env"][2], "TESSERA_SHARE_MEMORY_LIMIT=8589934592");
+  EXPECT_EQ(edits["env"][3], "TESSERA_SHARE_CORES_LIMIT=30");
+  ASSERT_EQ(edits["mounts"].size(), 3u);
+  EXPECT_EQ(edits["mounts"][0]["hostPath"], share_dir(kShareA));
+  EXPECT_EQ(edits["mounts"][0]["containerPath"], container_dir);
+  EXPECT_EQ(edits["mounts"][0]["options"][1], "rw");
+  EXPECT_EQ(edits["mounts"][1]["hostPath"], share_dir(kShareA) + "/limits");
+  EXPECT_EQ(edits["mounts"][1]["containerPath"], container_dir + "/limits");
+  EXPECT_EQ(edits["mounts"][1]["options"][1], "ro");
+  EXPECT_EQ(edits["mounts"][2]["hostPath"], "/usr/local/tessera/lib/libvgpu.so");
+  EXPECT_EQ(edits["deviceNodes"][0]["path"], "/dev/nvidia0");
+  EXPECT_EQ(edits["deviceNodes"][1]["path"], "/dev/nvidiactl");
+  EXPECT_EQ(edits["deviceNodes"][2]["path"], "/dev/nvidia-uvm");
+
+  const json checkpoint = json::parse(read(options_.root + "/checkpoint.json"));
+  EXPECT_EQ(checkpoint["version"], 1);
+  EXPECT_EQ(checkpoint["claims"][kUid]["state"], "PrepareCompleted");
+  EXPECT_EQ(checkpoint["claims"][kUid]["shares"].size(), 2u);
+}
+
+TEST_F(ShareManagerTest, SecondPrepareReturnsTheSameResultWithoutRewriting) {
+  auto m = manager(options_);
+  const PrepareResult first = m->prepare(claim_);
+  ASSERT_EQ(first.error, "");
+  struct stat cdi_before {
+  }, checkpoint_before{};
+  ASSERT_EQ(stat(m->cdi_spec_path(kUid).c_str(), &cdi_before), 0);
+  ASSERT_EQ(stat((options_.root + "/checkpoint.json").c_str(), &checkpoint_before), 0);
+  const int requests = kube_.requests;
+  const PrepareResult second = m->prepare(claim_);
+  EXPECT_EQ(second.error, "");
+  ASSERT_EQ(second.devices.size(), first.devices.size());
+  for (size_t i = 0; i < first.devices.size(); ++i) {
+    EXPECT_EQ(second.devices[i].cdi_device_ids, first.devices[i].cdi_device_ids);
+    EXPECT_EQ(second.devices[i].share_id, first.devices[i].share_id);
+  }
+  struct stat cdi_after {
+  }, checkpoint_after{};
+  ASSERT_EQ(stat(m->cdi_spec_path(kUid).c_str(), &cdi_after), 0);
+  ASSERT_EQ(stat((options_.root + "/checkpoint.json").c_str(), &checkpoint_after), 0);
+  EXPECT_EQ(cdi_after.st_ino, cdi_before.st_ino);
+  EXPECT_EQ(checkpoint_after.st_ino, checkpoint_before.st_ino);
+  EXPECT_EQ(kube_.requests, requests);
+  // And after a restart, from the checkpoint.
+  auto restarted = manager(options_);
+  EXPECT_EQ(restarted->prepare(claim_).devices.size(), 2u);
+  EXPECT_EQ(kube_.requests, requests);
+}
+
+TEST_F(ShareManagerTest, UnprepareWorksFromTheCheckpointWhenTheClaimIsGone) {
+  {
+    auto m = manager(options_);
+    ASSERT_EQ(m->prepare(claim_).error, "");
+  }
+  kube_.objects.clear();
+  auto m = manager(options_);
+  EXPECT_EQ(m->unprepare(claim_), "");
+  EXPECT_FALSE(fs::exists(share_dir(kShareA)));
+  EXPECT_FALSE(fs::exists(share_dir(kShareB)));
+  EXPECT_FALSE(fs::exists(m->cdi_spec_path(kUid)));
+  EXPECT_TRUE(m->checkpoint().empty());
+  EXPECT_EQ(json::parse(read(options_.root + "/checkpoint.json"))["claims"], json::object());
+  EXPECT_EQ(m->unprepare(claim_), "");  // twice: nothing to do
+}
+
+TEST_F(ShareManagerTest, PrepareErrorsAreReportedPerClaim) {
+  auto m = manager(options_);
+  EXPECT_EQ(
+      m->prepare({"tenants", kUid, "missing"}).error,
+      "cannot get ResourceClaim tenants/missing: GET "
+      "/apis/resource.k8s.io/v1/namespaces/tenants/resourceclaims/missing: HTTP 404: not found");
+  EXPECT_EQ(m->prepare({"tenants", "other-uid", "train"}).error,
+            std::string("ResourceClaim tenants/train: claim was replaced: metadata.uid is ") +
+                kUid + ", kubelet asked for other-uid");
+  EXPECT_TRUE(m->checkpoint().empty());
+  EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+}
+
+TEST_F(ShareManagerTest, ShareWithARunningProcessIsReportedAndKept) {
+  auto m = manager(options_);
+  ASSERT_EQ(m->prepare(claim_).error, "");
+  const std::string usage = share_dir(kShareB) + "/usage";
+  const int fd = open(usage.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  auto* page = static_cast<share::UsagePage*>(
+      mmap(nullptr, sizeof(share::UsagePage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  close(fd);
+  ASSERT_NE(page, MAP_FAILED);
+  // This process, as the shim would register it: pid, pid namespace, start time.
+  char link_text[64] = {};
+  ASSERT_GT(readlink("/proc/self/ns/pid", link_text, sizeof link_text - 1), 0);
+  uint64_t ns = 0;
+  for (const char* p = link_text; *p; ++p)
+    if (*p >= '0' && *p <= '9') ns = ns * 10 + static_cast<uint64_t>(*p - '0');
+  std::istringstream stat(read("/proc/self/stat").substr(read("/proc/self/stat").rfind(')') + 2));
+  std::string field;
+  uint64_t start_time = 0;
+  for (int i = 3; i <= 22 && stat >> field; ++i)
+    if (i == 22) start_time = std::stoull(field);
+  // A dead process's slot (a pid that cannot exist) does not hold the share back...
+  page->slots[0].owner = share::make_owner(4194000, ns, 1);
+  page->slots[1].owner = share::make_owner(static_cast<uint32_t>(getpid()), ns, start_time);
+  page->slot_high_water = 2;
+  const std::string error = m->unprepare(claim_);
+  EXPECT_EQ(error, std::string("claim ") + kUid + " still has running processes in share " + kUid +
+                       "-gpu-0-" + kShareB + " (host pids " + std::to_string(getpid()) +
+                       "): kept until they exit");
+  EXPECT_TRUE(fs::exists(share_dir(kShareB) + "/limits"));
+  EXPECT_TRUE(fs::exists(m->cdi_spec_path(kUid)));
+  EXPECT_EQ(m->checkpoint().count(kUid), 1u);
+  // ...and once the live one is gone, unprepare completes.
+  page->slots[1].owner = 0;
+  munmap(page, sizeof(share::UsagePage));
+  EXPECT_EQ(m->unprepare(claim_), "");
+  EXPECT_FALSE(fs::exists(share_dir(kShareB)));
+}
+
+TEST_F(ShareManagerTest, StartRemovesOrphans) {
+  fs::create_directories(options_.root + "/shares/stray-gpu-0-x");
+  fs::create_directories(options_.cdi_dir);
+  std::ofstream(options_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_stray.json") << "{}";
+  std::ofstream(options_.cdi_dir + "/other-vendor.json") << "{}";
+  auto m = manager(options_);
+  ASSERT_EQ(m->prepare(claim_).error, "");
+  auto restarted = manager(options_);  // keeps what the checkpoint names
+  EXPECT_FALSE(fs::exists(options_.root + "/shares/stray-gpu-0-x"));
+  EXPECT_FALSE(fs::exists(options_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_stray.json"));
+  EXPECT_TRUE(fs::exists(options_.cdi_dir + "/other-vendor.json"));
+  EXPECT_TRUE(fs::exists(share_dir(kShareA) + "/limits"));
+  EXPECT_TRUE(fs::exists(restarted->cdi_spec_path(kUid)));
+}
+
+TEST_F(ShareManagerTest, CorruptCheckpointIsAnError) {
+  fs::create_directories(options_.root);
+  std::ofstream(options_.root + "/checkpoint.json") << R"({"version": 9, "claims": {}})";
+  ShareManager m(options_, kube_, devices_);
+  EXPECT_EQ(m.start(), options_.root + "/checkpoint.json: checkpoint version 9 is not 1");
+}
+
+// A crash (the process exits) after each durable step of prepare and unprepare: a restarted agent
+// converges to exactly the state of a run without crash, and unprepare then leaves nothing.
+TEST_F(ShareManagerTest, CrashAfterAnyStepConverges) {
+  // Reference: the files after a clean prepare, and the number of steps of prepare + unprepare.
+  std::map<std::string, std::string> prepared;
+  int total_steps = 0;
+  {
+    ShareManagerOptions counting = options_;
+    counting.after_step = [&](int step) { total_steps = step; };
+    auto m = manager(counting);
+    ASSERT_EQ(m->prepare(claim_).error, "");
+    prepared = snapshot(base_);
+    ASSERT_EQ(m->unprepare(claim_), "");
+  }
+  const auto empty = snapshot(base_);
+  ASSERT_EQ(empty.size(), 1u);  // checkpoint.json with no claims
+  ASSERT_EQ(total_steps, (1 + 2 + 1 + 1) + (1 + 1 + 2 + 1));
+
+  for (int crash_at = 1; crash_at < total_steps; ++crash_at) {
+    for (bool then_prepare : {true, false}) {
+      SCOPED_TRACE("crash after step " + std::to_string(crash_at) +
+                   (then_prepare ? ", then prepare" : ", then unprepare"));
+      fs::remove_all(base_);
+      const pid_t child = fork();
+      ASSERT_GE(child, 0);
+      if (child == 0) {
+        ShareManagerOptions crashing = options_;
+        crashing.after_step = [crash_at](int step) {
+          if (step == crash_at) _exit(42);
+        };
+        ShareManager m(crashing, kube_, devices_);
+        if (!m.start().empty() || !m.prepare(claim_).error.empty()) _exit(1);
+        m.unprepare(claim_);
+        _exit(0);
+      }
+      int status = 0;
+      ASSERT_EQ(waitpid(child, &status, 0), child);
+      ASSERT_TRUE(WIFEXITED(status));
+      ASSERT_EQ(WEXITSTATUS(status), 42);
+
+      auto m = manager(options_);
+      if (then_prepare) {
+        const PrepareResult result = m->prepare(claim_);
+        ASSERT_EQ(result.error, "");
+        ASSERT_EQ(result.devices.size(), 2u);
+        EXPECT_EQ(snapshot(base_), prepared);
+      }
+      ASSERT_EQ(m->unprepare(claim_), "");
+      EXPECT_EQ(snapshot(base_), empty);
+      // No share folder, spec or temporary file survives anywhere.
+      EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+      EXPECT_TRUE(fs::is_empty(options_.cdi_dir));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::agent

@@ -1,0 +1,174 @@
+#include "share/share_spec.h"
+
+#include <gtest/gtest.h>
+
+#include "claim_fixture.h"
+
+namespace tessera::agent {
+namespace {
+
+using nlohmann::json;
+using testing::FixtureShare;
+using testing::make_claim;
+using testing::opaque_config;
+
+constexpr char kUid[] = "0f6b3f0e-7c59-4d0e-9b4e-2f7a5d1c9e01";
+constexpr char kShareA[] = "5e1f0a2b-0000-4000-8000-00000000000a";
+constexpr char kShareB[] = "5e1f0a2b-0000-4000-8000-00000000000b";
+
+ShareSpecInput input_for(const json& claim, const std::string& uid = kUid) {
+  ShareSpecInput input;
+  input.claim_json = claim.dump();
+  input.expected_uid = uid;
+  input.pool = "node-a";
+  input.devices = {{"gpu-0", "GPU-00000000-0000-0000-0000-000000000000", 0, 150ull << 30},
+                   {"gpu-1", "GPU-11111111-1111-1111-1111-111111111111", 1, 150ull << 30}};
+  return input;
+}
+
+json config(const json& fields) {
+  json p = {{"apiVersion", "vgpu.tessera.dev/v1alpha1"}, {"kind", "VgpuConfig"}};
+  p.update(fields);
+  return p;
+}
+
+TEST(ShareSpec, TwoSharesOfOneDeviceStayDistinct) {
+  const json claim = make_claim(
+      "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-0", kShareB, "4Gi", "70"}});
+  std::vector<ShareSpec> specs;
+  ASSERT_EQ(compute_share_specs(input_for(claim), specs), "");
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].name(), std::string(kUid) + "-gpu-0-" + kShareA);
+  EXPECT_EQ(specs[1].name(), std::string(kUid) + "-gpu-0-" + kShareB);
+  EXPECT_EQ(specs[0].memory_bytes, 8ull << 30);
+  EXPECT_EQ(specs[0].cores, 30u);
+  EXPECT_EQ(specs[1].memory_bytes, 4ull << 30);
+  EXPECT_EQ(specs[1].cores, 70u);
+  EXPECT_EQ(specs[0].request_names, std::vector<std::string>{"a"});
+  EXPECT_EQ(specs[0].uuid, "GPU-00000000-0000-0000-0000-000000000000");
+  EXPECT_EQ(specs[0].pool, "node-a");
+}
+
+TEST(ShareSpec, MissingCapacitiesMeanNoLimitNeverAnInventedOne) {
+  const json claim = make_claim("c", kUid, {{"gpu", "gpu-1", "", "", ""}});
+  std::vector<ShareSpec> specs;
+  ASSERT_EQ(compute_share_specs(input_for(claim), specs), "");
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_FALSE(specs[0].memory_bytes.has_value());
+  EXPECT_FALSE(specs[0].cores.has_value());
+  EXPECT_EQ(specs[0].share_id, "");
+  EXPECT_EQ(specs[0].name(), std::string(kUid) + "-gpu-1");
+  EXPECT_EQ(specs[0].minor, 1u);
+}
+
+TEST(ShareSpec, ClassThenClaimConfigsMergeInApiOrderPerRequest) {
+  json configs = json::array({
+      opaque_config("FromClass", config({{"compute", {{"burst", 50}, {"priority", "low"}}}})),
+      opaque_config("FromClaim", config({{"compute", {{"priority", "high"}}}}), {"a"}),
+      {{"source", "FromClaim"},
+       {"opaque", {{"driver", "other.example.com"}, {"parameters", {{"x", 1}}}}}},
+  });
+  const json claim = make_claim(
+      "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-0", kShareB, "4Gi", "70"}},
+      configs);
+  std::vector<ShareSpec> specs;
+  ASSERT_EQ(compute_share_specs(input_for(claim), specs), "");
+  EXPECT_EQ(specs[0].config.burst, 50u);
+  EXPECT_EQ(specs[0].config.priority, Priority::kHigh);
+  EXPECT_EQ(specs[1].config.burst, 50u);
+  EXPECT_EQ(specs[1].config.priority, Priority::kLow);
+}
+
+TEST(ShareSpec, SubRequestsTakeTheirParentsConfig) {
+  json configs =
+      json::array({opaque_config("FromClaim", config({{"compute", {{"burst", 90}}}}), {"gpu"})});
+  const json claim = make_claim("c", kUid, {{"gpu/small", "gpu-0", kShareA, "1Gi", "10"}}, configs);
+  std::vector<ShareSpec> specs;
+  ASSERT_EQ(compute_share_specs(input_for(claim), specs), "");
+  EXPECT_EQ(specs[0].config.burst, 90u);
+}
+
+TEST(ShareSpec, ErrorsNameWhatIsWrong) {
+  std::vector<ShareSpec> specs;
+  const json good = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}});
+  EXPECT_EQ(compute_share_specs(input_for(good, "another-uid"), specs),
+            std::string("claim was replaced: metadata.uid is ") + kUid +
+                ", kubelet asked for another-uid");
+
+  json unallocated = good;
+  unallocated["status"].erase("allocation");
+  EXPECT_EQ(compute_share_specs(input_for(unallocated), specs),
+            std::string("claim ") + kUid + " is not allocated (no status.allocation)");
+
+  json other = good;
+  other["status"]["allocation"]["devices"]["results"][0]["driver"] = "gpu.nvidia.com";
+  EXPECT_EQ(
+      compute_share_specs(input_for(other), specs),
+      std::string("claim ") + kUid + " has no allocation results for driver vgpu.tessera.dev");
+
+  json unknown = make_claim("c", kUid, {{"gpu", "gpu-7", kShareA, "8Gi", "30"}});
+  EXPECT_EQ(compute_share_specs(input_for(unknown), specs),
+            "status.allocation.devices.results[0]: unknown device gpu-7 in pool node-a");
+
+  json other_pool =
+      make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}}, json::array(), "node-b");
+  EXPECT_EQ(compute_share_specs(input_for(other_pool), specs),
+            "status.allocation.devices.results[0]: pool node-b is not this node's pool node-a");
+
+  json bad_config = make_claim(
+      "c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}},
+      json::array({opaque_config("FromClaim", config({{"compute", {{"burst", 200}}}}))}));
+  EXPECT_EQ(
+      compute_share_specs(input_for(bad_config), specs),
+      "status.allocation.devices.config[0].opaque.parameters.compute.burst: invalid value 200 "
+      "(an integer percent 0..100)");
+
+  json mps = make_claim(
+      "c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}},
+      json::array({opaque_config("FromClass", config({{"sharing", {{"strategy", "MPS"}}}}))}));
+  EXPECT_EQ(compute_share_specs(input_for(mps), specs),
+            "status.allocation.devices.results[0]: sharing.strategy MPS is not implemented by this "
+            "node agent (only Quota)");
+
+  json bad_memory = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gx", "30"}});
+  EXPECT_EQ(
+      compute_share_specs(input_for(bad_memory), specs),
+      "status.allocation.devices.results[0].consumedCapacity.memory: invalid quantity \"8Gx\"");
+  json bad_cores = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "150"}});
+  EXPECT_EQ(compute_share_specs(input_for(bad_cores), specs),
+            "status.allocation.devices.results[0].consumedCapacity.cores: invalid value \"150\" "
+            "(an integer percent 0..100)");
+
+  json second_bad = make_claim(
+      "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-0", kShareB, "4Gi", "x"}});
+  EXPECT_NE(compute_share_specs(input_for(second_bad), specs), "");
+  EXPECT_TRUE(specs.empty());  // all or nothing
+
+  json twice = make_claim(
+      "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-0", kShareA, "8Gi", "30"}});
+  EXPECT_NE(
+      compute_share_specs(input_for(twice), specs).find("allocated twice with the same shareID"),
+      std::string::npos);
+
+  json traversal = make_claim("c", kUid, {{"gpu", "gpu-0", "../../etc", "8Gi", "30"}});
+  EXPECT_EQ(compute_share_specs(input_for(traversal), specs),
+            "status.allocation.devices.results[0].shareID: invalid value \"../../etc\"");
+
+  EXPECT_EQ(compute_share_specs({"not json", kUid, "vgpu.tessera.dev", "node-a", {}}, specs),
+            "claim: not a JSON object");
+  EXPECT_TRUE(specs.empty());
+}
+
+TEST(ShareSpec, ResultsOfOtherDriversAreIgnored) {
+  json claim = make_claim(
+      "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-1", kShareB, "4Gi", "70"}});
+  claim["status"]["allocation"]["devices"]["results"][0]["driver"] = "gpu.nvidia.com";
+  claim["status"]["allocation"]["devices"]["results"][0]["device"] = "whatever";
+  std::vector<ShareSpec> specs;
+  ASSERT_EQ(compute_share_specs(input_for(claim), specs), "");
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].device, "gpu-1");
+}
+
+}  // namespace
+}  // namespace tessera::agent
