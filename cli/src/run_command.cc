@@ -16,9 +16,9 @@
 #include <time.h>
 
 #include "compute/meter.h"
-#include "gpu_inventory.h"
 #include "options.h"
 #include "share_plan.h"
+#include "tessera/gpu_info.h"
 
 namespace tessera::cli {
 namespace {
@@ -96,9 +96,9 @@ std::string find_libvgpu(const std::string& dir) {
 }
 
 int run(const RunOptions& options) {
-  std::vector<Gpu> gpus;
+  std::vector<GpuInfo> gpus;
   std::string error;
-  if (!list_gpus(gpus, error)) {
+  if (error = list_gpus(gpus); !error.empty()) {
     std::fprintf(stderr, "tessera run: %s\n", error.c_str());
     return kCannotRun;
   }

@@ -11,7 +11,7 @@ namespace {
 // Applies the entries of a per-GPU list through `apply`; false (with `error`) for a GPU this
 // machine does not have.
 template <typename Apply>
-bool apply_entries(const std::vector<Gpu>& gpus, const vgpu::MemoryLimitSpec& spec,
+bool apply_entries(const std::vector<GpuInfo>& gpus, const vgpu::MemoryLimitSpec& spec,
                    const char* option, std::vector<share::DeviceLimit>& limits, std::string& error,
                    Apply apply) {
   for (int i = 0; i < spec.count; ++i) {
@@ -35,7 +35,7 @@ bool apply_entries(const std::vector<Gpu>& gpus, const vgpu::MemoryLimitSpec& sp
 
 }  // namespace
 
-bool plan_share(const std::vector<Gpu>& gpus, std::string_view memory_spec,
+bool plan_share(const std::vector<GpuInfo>& gpus, std::string_view memory_spec,
                 std::string_view cores_spec, std::string_view burst_spec,
                 std::vector<share::DeviceLimit>& limits, std::string& error) {
   if (!plan_share(gpus, memory_spec, limits, error)) return false;
@@ -79,7 +79,7 @@ bool plan_share(const std::vector<Gpu>& gpus, std::string_view memory_spec,
   return true;
 }
 
-bool plan_share(const std::vector<Gpu>& gpus, std::string_view memory_spec,
+bool plan_share(const std::vector<GpuInfo>& gpus, std::string_view memory_spec,
                 std::vector<share::DeviceLimit>& limits, std::string& error) {
   vgpu::MemoryLimitSpec spec;
   if (!memory_spec.empty() && !vgpu::parse_memory_limit(memory_spec, false, &spec)) {
@@ -89,7 +89,7 @@ bool plan_share(const std::vector<Gpu>& gpus, std::string_view memory_spec,
     return false;
   }
   limits.clear();
-  for (const Gpu& gpu : gpus) {
+  for (const GpuInfo& gpu : gpus) {
     limits.push_back({gpu.uuid, spec.has_all ? spec.all : share::kUnlimited, 100});
   }
   for (int i = 0; i < spec.count; ++i) {

@@ -5,8 +5,17 @@
 namespace tessera::cli {
 namespace {
 
-const std::vector<Gpu> kGpus = {{0, "GPU-aaaa", "NVIDIA H200", 150ull << 30},
-                                {1, "GPU-bbbb", "NVIDIA H200", 150ull << 30}};
+GpuInfo h200(unsigned index, const char* uuid) {
+  GpuInfo gpu;
+  gpu.index = index;
+  gpu.minor = index;
+  gpu.uuid = uuid;
+  gpu.product_name = "NVIDIA H200";
+  gpu.memory_bytes = 150ull << 30;
+  return gpu;
+}
+
+const std::vector<GpuInfo> kGpus = {h200(0, "GPU-aaaa"), h200(1, "GPU-bbbb")};
 
 TEST(PlanShare, OneSizeLimitsEveryGpu) {
   std::vector<share::DeviceLimit> limits;

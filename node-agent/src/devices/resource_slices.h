@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "devices/gpu_info.h"
+#include "tessera/gpu_info.h"
 #include "kube/kube_client.h"
 #include "share/share_spec.h"
 

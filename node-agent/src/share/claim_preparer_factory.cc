@@ -4,7 +4,7 @@
 
 #include <iostream>
 
-#include "devices/gpu_info.h"
+#include "tessera/gpu_info.h"
 #include "devices/resource_slices.h"
 #include "kube/http_kube_client.h"
 #include "share/share_manager.h"
@@ -42,7 +42,7 @@ std::unique_ptr<ClaimPreparer> make_claim_preparer(const AgentConfig& config) {
     return nullptr;
   }
   std::vector<GpuInfo> gpus;
-  if (auto e = list_node_gpus(gpus); !e.empty()) {
+  if (auto e = list_gpus(gpus); !e.empty()) {
     std::cerr << "tessera-node-agent: " << e << '\n';
     return nullptr;
   }

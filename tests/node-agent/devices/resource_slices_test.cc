@@ -176,7 +176,7 @@ TEST(GpuInfo, ListsTheSimulatedGpus) {
          "A100-SXM4-80GB,memory=81920Mi,sms=108,cc=8.0",
          1);
   std::vector<GpuInfo> gpus;
-  ASSERT_EQ(list_node_gpus(gpus), "");
+  ASSERT_EQ(list_gpus(gpus), "");
   std::filesystem::remove(state);
   ASSERT_EQ(gpus.size(), 2u);
   EXPECT_EQ(gpus[0].product_name, "NVIDIA H200");

@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "claim_fixture.h"
-#include "devices/gpu_info.h"
+#include "tessera/gpu_info.h"
 #include "devices/resource_slices.h"
 #include "share/share_manager.h"
 
@@ -54,7 +54,7 @@ TEST(ShareEndToEnd, TwoSharesOfOneSimulatedGpuHoldTheirLimits) {
   setenv("SIMGPU_STATE", state.c_str(), 1);
   setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0", 1);
   std::vector<GpuInfo> gpus;
-  ASSERT_EQ(list_node_gpus(gpus), "");
+  ASSERT_EQ(list_gpus(gpus), "");
   ASSERT_EQ(gpus.size(), 1u);
   const std::string device = "gpu-" + std::to_string(gpus[0].minor);
 

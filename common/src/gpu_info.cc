@@ -1,4 +1,4 @@
-#include "devices/gpu_info.h"
+#include "tessera/gpu_info.h"
 
 #include <dlfcn.h>
 
@@ -6,7 +6,7 @@
 
 #include "tessera/nvml_abi.h"
 
-namespace tessera::agent {
+namespace tessera {
 namespace {
 
 template <typename T>
@@ -78,7 +78,7 @@ std::string normalise_bus_id(const char* bus_id) {
 
 }  // namespace
 
-std::string list_node_gpus(std::vector<GpuInfo>& gpus) {
+std::string list_gpus(std::vector<GpuInfo>& gpus) {
   gpus.clear();
   void* library = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!library)
@@ -115,7 +115,7 @@ std::string list_node_gpus(std::vector<GpuInfo>& gpus) {
       !resolve(library, "nvmlDeviceGetCudaComputeCapability", capability, error)) {
     return error;
   }
-  // The library stays loaded (as in cli/src/gpu_inventory.cc): NVML keeps process-wide state
+  // The library stays loaded: NVML keeps process-wide state
   // that outlives nvmlShutdown, and the agent lists GPUs again later.
   auto check = [&](const char* call, nvmlReturn_t result) {
     if (result != NVML_SUCCESS && error.empty())
@@ -163,4 +163,4 @@ std::string list_node_gpus(std::vector<GpuInfo>& gpus) {
   return error;
 }
 
-}  // namespace tessera::agent
+}  // namespace tessera

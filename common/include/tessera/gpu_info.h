@@ -1,13 +1,13 @@
 // The GPUs of this node as NVML describes them, loaded with dlopen (libnvidia-ml.so.1, real or
-// simulated) so the agent starts and says why on a machine without a driver. Same approach as
-// cli/src/gpu_inventory.cc, with the fields a ResourceSlice publishes.
+// simulated) so a program starts and says why on a machine without a driver. Used by the node
+// agent (the fields a ResourceSlice publishes) and by `tessera run` (UUIDs for the limits page).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace tessera::agent {
+namespace tessera {
 
 struct GpuInfo {
   unsigned index = 0;
@@ -24,6 +24,6 @@ struct GpuInfo {
 };
 
 // Returns "" and fills `gpus`, or the error (names the library or the NVML call).
-std::string list_node_gpus(std::vector<GpuInfo>& gpus);
+std::string list_gpus(std::vector<GpuInfo>& gpus);
 
-}  // namespace tessera::agent
+}  // namespace tessera
