@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/gpu_info.h"
 #include "kube/kube_client.h"
 #include "share/share_spec.h"
+#include "tessera/gpu_info.h"
 
 namespace tessera::agent {
 

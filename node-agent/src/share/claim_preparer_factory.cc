@@ -4,10 +4,10 @@
 
 #include <iostream>
 
-#include "tessera/gpu_info.h"
 #include "devices/resource_slices.h"
 #include "kube/http_kube_client.h"
 #include "share/share_manager.h"
+#include "tessera/gpu_info.h"
 
 namespace tessera::agent {
 namespace {

@@ -13,9 +13,9 @@
 #include <gtest/gtest.h>
 
 #include "claim_fixture.h"
-#include "tessera/gpu_info.h"
 #include "devices/resource_slices.h"
 #include "share/share_manager.h"
+#include "tessera/gpu_info.h"
 
 namespace tessera::agent {
 namespace {
