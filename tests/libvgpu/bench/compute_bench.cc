@@ -6,7 +6,6 @@
 //   vgpu_compute_bench [--benchmark_min_time=...]
 #include <benchmark/benchmark.h>
 #include <cuda.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +13,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "bench_child.h"
 
 namespace {
 
@@ -102,42 +103,10 @@ class MinReporter : public benchmark::BenchmarkReporter {
   std::map<std::string, double> fastest_;
 };
 
-std::map<std::string, double> run_child(char** argv, const char* preload, const char* cores) {
-  int fds[2];
-  if (pipe(fds) != 0) std::abort();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    close(fds[0]);
-    setenv("VGPU_BENCH_CHILD", "1", 1);
-    if (preload) {
-      setenv("LD_PRELOAD", preload, 1);
-    } else {
-      unsetenv("LD_PRELOAD");
-    }
-    if (cores) {
-      setenv("TESSERA_CORES_LIMIT", cores, 1);
-    } else {
-      unsetenv("TESSERA_CORES_LIMIT");
-    }
-    execv("/proc/self/exe", argv);
-    _exit(127);
-  }
-  close(fds[1]);
-  std::map<std::string, double> results;
-  FILE* input = fdopen(fds[0], "r");
-  char name[256];
-  double ns = 0;
-  while (std::fscanf(input, "%255s %lf", name, &ns) == 2) results[name] = ns;
-  std::fclose(input);
-  waitpid(pid, nullptr, 0);
-  return results;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (std::getenv("VGPU_BENCH_CHILD")) {
+  if (tessera::bench::is_bench_child()) {
     benchmark::Initialize(&argc, argv);
     MinReporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);
@@ -155,9 +124,11 @@ int main(int argc, char** argv) {
   setenv("SIMGPU_KERNEL_US", "default=0.05", 1);
   setenv("LD_LIBRARY_PATH", VGPU_BENCH_SIMLIB, 1);
   unsetenv("TESSERA_SHARE_DIR");
-  const auto plain = run_child(argv, nullptr, nullptr);
-  const auto shim = run_child(argv, VGPU_BENCH_SHIM, nullptr);
-  const auto limited = run_child(argv, VGPU_BENCH_SHIM, "90");
+  const auto plain = tessera::bench::run_bench_child(argv, nullptr, "TESSERA_CORES_LIMIT", nullptr);
+  const auto shim =
+      tessera::bench::run_bench_child(argv, VGPU_BENCH_SHIM, "TESSERA_CORES_LIMIT", nullptr);
+  const auto limited =
+      tessera::bench::run_bench_child(argv, VGPU_BENCH_SHIM, "TESSERA_CORES_LIMIT", "90");
   unlink(state);
   std::printf("%-22s %12s %12s %14s %12s %12s\n", "benchmark", "no shim ns", "shim ns",
               "shim+cores ns", "added ns", "added+cores");

@@ -7,7 +7,6 @@
 //                                                set by the build)
 #include <benchmark/benchmark.h>
 #include <cuda.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,6 +15,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "bench_child.h"
 
 namespace {
 
@@ -74,42 +75,10 @@ class LineReporter : public benchmark::BenchmarkReporter {
   }
 };
 
-std::map<std::string, double> run_child(char** argv, const char* preload, const char* limit) {
-  int fds[2];
-  if (pipe(fds) != 0) std::abort();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    close(fds[0]);
-    setenv("VGPU_BENCH_CHILD", "1", 1);
-    if (preload) {
-      setenv("LD_PRELOAD", preload, 1);
-    } else {
-      unsetenv("LD_PRELOAD");
-    }
-    if (limit) {
-      setenv("TESSERA_MEMORY_LIMIT", limit, 1);
-    } else {
-      unsetenv("TESSERA_MEMORY_LIMIT");
-    }
-    execv("/proc/self/exe", argv);
-    _exit(127);
-  }
-  close(fds[1]);
-  std::map<std::string, double> results;
-  FILE* input = fdopen(fds[0], "r");
-  char name[256];
-  double ns = 0;
-  while (std::fscanf(input, "%255s %lf", name, &ns) == 2) results[name] = ns;
-  std::fclose(input);
-  waitpid(pid, nullptr, 0);
-  return results;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (std::getenv("VGPU_BENCH_CHILD")) {
+  if (tessera::bench::is_bench_child()) {
     benchmark::Initialize(&argc, argv);
     LineReporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);
@@ -123,9 +92,12 @@ int main(int argc, char** argv) {
   setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0", 1);
   setenv("SIMGPU_KERNEL_US", "default=1", 1);
   setenv("LD_LIBRARY_PATH", VGPU_BENCH_SIMLIB, 1);
-  const auto plain = run_child(argv, nullptr, nullptr);
-  const auto shim = run_child(argv, VGPU_BENCH_SHIM, nullptr);
-  const auto limited = run_child(argv, VGPU_BENCH_SHIM, "8Gi");
+  const auto plain =
+      tessera::bench::run_bench_child(argv, nullptr, "TESSERA_MEMORY_LIMIT", nullptr);
+  const auto shim =
+      tessera::bench::run_bench_child(argv, VGPU_BENCH_SHIM, "TESSERA_MEMORY_LIMIT", nullptr);
+  const auto limited =
+      tessera::bench::run_bench_child(argv, VGPU_BENCH_SHIM, "TESSERA_MEMORY_LIMIT", "8Gi");
   unlink(state);
   std::printf("%-20s %14s %14s %14s %12s %12s\n", "benchmark", "no shim ns", "shim ns",
               "shim+limit ns", "added ns", "added+limit");
