@@ -1,7 +1,10 @@
-// The shim benchmarks compare one program with and without libvgpu in the same run: the parent
-// re-executes itself as children that differ only in LD_PRELOAD and one limit variable, and each
-// child prints "benchmark-name nanoseconds" lines, which the parent collects.
+// What the shim benchmarks share. They compare one program with and without libvgpu in the same
+// run: the parent re-executes itself as children that differ only in LD_PRELOAD and one limit
+// variable, and each child prints "benchmark-name nanoseconds" lines, which the parent collects.
+// Each child launches an empty kernel on the primary context of device 0.
 #pragma once
+
+#include <cuda.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +17,21 @@
 namespace tessera::bench {
 
 inline constexpr char kChildVariable[] = "VGPU_BENCH_CHILD";
+
+inline constexpr char kEmptyKernelPtx[] =
+    ".version 8.0\n.target sm_90\n.address_size 64\n"
+    ".visible .entry empty_kernel()\n{\n  ret;\n}\n";
+
+// Makes device 0's primary context current and loads the empty kernel; false if CUDA failed.
+inline bool load_empty_kernel(CUcontext* context, CUfunction* kernel) {
+  CUdevice device = 0;
+  CUmodule module = nullptr;
+  return cuInit(0) == CUDA_SUCCESS && cuDeviceGet(&device, 0) == CUDA_SUCCESS &&
+         cuDevicePrimaryCtxRetain(context, device) == CUDA_SUCCESS &&
+         cuCtxSetCurrent(*context) == CUDA_SUCCESS &&
+         cuModuleLoadData(&module, kEmptyKernelPtx) == CUDA_SUCCESS &&
+         cuModuleGetFunction(kernel, module, "empty_kernel") == CUDA_SUCCESS;
+}
 
 inline bool is_bench_child() {
   return std::getenv(kChildVariable) != nullptr;

@@ -14,13 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "bench_child.h"
+#include "bench_support.h"
 
 namespace {
-
-constexpr char kPtx[] =
-    ".version 8.0\n.target sm_90\n.address_size 64\n"
-    ".visible .entry empty_kernel()\n{\n  ret;\n}\n";
 
 CUcontext g_context = nullptr;
 CUfunction g_kernel = nullptr;
@@ -28,15 +24,7 @@ CUgraphExec g_graph = nullptr;
 
 bool set_up() {
   if (g_context) return true;
-  CUdevice device = 0;
-  CUmodule module = nullptr;
-  if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&device, 0) != CUDA_SUCCESS ||
-      cuDevicePrimaryCtxRetain(&g_context, device) != CUDA_SUCCESS ||
-      cuCtxSetCurrent(g_context) != CUDA_SUCCESS ||
-      cuModuleLoadData(&module, kPtx) != CUDA_SUCCESS ||
-      cuModuleGetFunction(&g_kernel, module, "empty_kernel") != CUDA_SUCCESS) {
-    return false;
-  }
+  if (!tessera::bench::load_empty_kernel(&g_context, &g_kernel)) return false;
   CUgraph graph = nullptr;
   CUDA_KERNEL_NODE_PARAMS params = {};
   params.func = g_kernel;
