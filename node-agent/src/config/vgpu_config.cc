@@ -121,9 +121,20 @@ VgpuConfig merge_vgpu_config(const VgpuConfig& base, const VgpuConfig& later) {
 }
 
 std::string check_supported(const VgpuConfig& config) {
-  if (config.strategy && *config.strategy != SharingStrategy::kQuota)
-    return std::string("sharing.strategy ") + to_string(*config.strategy) +
-           " is not implemented by this node agent (only Quota)";
+  const SharingStrategy strategy = config.strategy.value_or(SharingStrategy::kQuota);
+  if (config.time_slice && strategy != SharingStrategy::kTimeSlicing)
+    return std::string("sharing.timeSlice ") + to_string(*config.time_slice) +
+           " is set but the merged sharing.strategy is " + to_string(strategy);
+  // Bursting and priority are the shim's compute scheduling; under MPS or time slicing the
+  // hardware schedules, so a value there would be silently ignored.
+  if (strategy != SharingStrategy::kQuota) {
+    if (config.burst)
+      return "compute.burst " + std::to_string(*config.burst) +
+             " is only supported with sharing.strategy Quota, not " + to_string(strategy);
+    if (config.priority)
+      return std::string("compute.priority ") + to_string(*config.priority) +
+             " is only supported with sharing.strategy Quota, not " + to_string(strategy);
+  }
   return "";
 }
 

@@ -38,7 +38,8 @@ std::string decode_vgpu_config(const nlohmann::json& parameters, VgpuConfig& out
 // `later` overrides `base` field by field (the API lists class configs, then claim configs).
 VgpuConfig merge_vgpu_config(const VgpuConfig& base, const VgpuConfig& later);
 
-// Checks the merged config against what this build supports (Quota only). Returns "" or why not.
+// Checks the merged config for combinations no single object shows (a timeSlice whose strategy a
+// later config replaced; burst or priority under MPS/TimeSlicing). Returns "" or why not.
 std::string check_supported(const VgpuConfig& config);
 
 const char* to_string(Priority priority);

@@ -37,6 +37,19 @@ std::string build_cdi_spec(const std::vector<ShareSpec>& shares, const CdiPaths&
                                {{"hostPath", paths.shim_path},
                                 {"containerPath", paths.shim_path},
                                 {"options", {"bind", "ro", "nosuid", "nodev"}}}});
+    if (share.config.strategy == SharingStrategy::kMps) {
+      // The share's own MPS control daemon: its pipe folder, and the /dev/shm it shares with the
+      // daemon (and with no other share).
+      const std::string host_mps = paths.host_mps_dir + "/" + share.name();
+      const std::string container_pipe = paths.container_mps_dir + "/" + share.name() + "/pipe";
+      env.push_back("CUDA_MPS_PIPE_DIRECTORY=" + container_pipe);
+      mounts.push_back({{"hostPath", host_mps + "/pipe"},
+                        {"containerPath", container_pipe},
+                        {"options", {"rbind", "rw", "nosuid", "nodev", "noexec"}}});
+      mounts.push_back({{"hostPath", host_mps + "/shm"},
+                        {"containerPath", "/dev/shm"},
+                        {"options", {"rbind", "rw", "nosuid", "nodev", "noexec"}}});
+    }
     json nodes = json::array({{{"path", "/dev/nvidia" + std::to_string(share.minor)}},
                               {{"path", "/dev/nvidiactl"}},
                               {{"path", "/dev/nvidia-uvm"}}});

@@ -17,6 +17,10 @@ struct CdiPaths {
   std::string host_shares_dir;       // "<root>/shares" as the container runtime sees it
   std::string container_shares_dir;  // where share folders appear in the container
   std::string shim_path;             // libvgpu.so, the same path on the host and in the container
+  // MPS shares: "<root>/mps" (MpsBackend's root) and where its share folders appear in the
+  // container; each share's pipe/ is mounted there and its shm/ over /dev/shm.
+  std::string host_mps_dir;
+  std::string container_mps_dir;
 };
 
 // "k8s.vgpu.tessera.dev-claim_<claimUID>.json": one file per claim.

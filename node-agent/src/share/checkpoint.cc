@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -105,6 +107,14 @@ std::string checkpoint_from_json(const std::string& text, Checkpoint& out) {
     return std::string("checkpoint: ") + e.what();
   }
   return "";
+}
+
+std::optional<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 std::string write_file_atomically(const std::string& path, const std::string& contents,

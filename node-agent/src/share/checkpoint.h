@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ using Checkpoint = std::map<std::string, ClaimEntry>;  // by claim UID
 std::string checkpoint_to_json(const Checkpoint& checkpoint);
 // Returns "" or why the text is not a checkpoint this version reads.
 std::string checkpoint_from_json(const std::string& text, Checkpoint& out);
+
+// The whole file, or nullopt when it cannot be opened.
+std::optional<std::string> read_file(const std::string& path);
 
 // Atomic file replacement: <path>.tmp written, fsync'ed, renamed over <path>, folder fsync'ed.
 std::string write_file_atomically(const std::string& path, const std::string& contents,

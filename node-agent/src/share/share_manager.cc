@@ -13,6 +13,8 @@
 #include <map>
 #include <sstream>
 
+#include "backends/mps_backend.h"
+#include "backends/time_slice_backend.h"
 #include "tessera/share_files.h"
 #include "tessera/share_region.h"
 
@@ -20,26 +22,6 @@ namespace tessera::agent {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_text(const std::string& path, bool& exists) {
-  std::ifstream in(path);
-  exists = static_cast<bool>(in);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-uint32_t priority_word(const VgpuConfig& config) {
-  switch (config.priority.value_or(Priority::kNormal)) {
-    case Priority::kHigh:
-      return share::kPriorityHigh;
-    case Priority::kLow:
-      return share::kPriorityLow;
-    case Priority::kNormal:
-      break;
-  }
-  return share::kPriorityNormal;
-}
 
 // Creates <dir>/usage (initialised) unless it exists; mode 0666 so a container of any uid can map
 // it read-write (the folder is mounted only into the claim's containers, and the agent reads the
@@ -143,34 +125,21 @@ void ShareManager::step() {
   if (options_.after_step) options_.after_step(steps_);
 }
 
-std::string ShareManager::start() {
-  std::lock_guard lock(mutex_);
-  std::error_code ec;
-  fs::create_directories(options_.root + "/shares", ec);
-  if (ec) return "cannot create " + options_.root + "/shares: " + ec.message();
-  fs::create_directories(options_.cdi_dir, ec);
-  if (ec) return "cannot create " + options_.cdi_dir + ": " + ec.message();
-  bool exists = false;
-  const std::string text = read_text(options_.root + "/checkpoint.json", exists);
-  if (exists) {
-    if (auto e = checkpoint_from_json(text, checkpoint_); !e.empty())
-      return options_.root + "/checkpoint.json: " + e;
+std::string ShareManager::start(ReconcileReport* report) {
+  {
+    std::lock_guard lock(mutex_);
+    std::error_code ec;
+    fs::create_directories(options_.root + "/shares", ec);
+    if (ec) return "cannot create " + options_.root + "/shares: " + ec.message();
+    fs::create_directories(options_.cdi_dir, ec);
+    if (ec) return "cannot create " + options_.cdi_dir + ": " + ec.message();
+    if (const auto text = read_file(options_.root + "/checkpoint.json")) {
+      if (auto e = checkpoint_from_json(*text, checkpoint_); !e.empty())
+        return options_.root + "/checkpoint.json: " + e;
+    }
   }
-  // Orphans: folders and specs no checkpoint entry names (a crash can only leave them behind when
-  // the checkpoint was lost; the write order never does), and temporary files of any write.
-  std::map<std::string, bool> known_dirs, known_specs;
-  for (const auto& [uid, entry] : checkpoint_) {
-    known_specs[cdi_spec_file_name(uid)] = true;
-    for (const auto& share : entry.shares) known_dirs[share.name()] = true;
-  }
-  for (const auto& item : fs::directory_iterator(options_.root + "/shares", ec))
-    if (!known_dirs.count(item.path().filename().string())) fs::remove_all(item.path(), ec);
-  const std::string prefix = kCdiSpecFilePrefix;
-  for (const auto& item : fs::directory_iterator(options_.cdi_dir, ec)) {
-    const std::string name = item.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && !known_specs.count(name)) fs::remove(item.path(), ec);
-  }
-  fs::remove(options_.root + "/checkpoint.json.tmp", ec);
+  ReconcileReport found = reconcile();
+  if (report) *report = std::move(found);
   return "";
 }
 
@@ -179,17 +148,89 @@ std::string ShareManager::save_checkpoint() {
                                0600);
 }
 
+share::DeviceLimit share_limits(const ShareSpec& share) {
+  share::DeviceLimit limit;
+  limit.uuid = share.uuid;
+  limit.memory_limit = share.memory_bytes.value_or(share::kUnlimited);
+  // Under MPS the daemon's active-thread percentage limits compute; the shim limiting GPU time
+  // as well would compound the two (30% of the threads for 30% of the time).
+  limit.cores_limit =
+      share.config.strategy == SharingStrategy::kMps ? 100 : share.cores.value_or(100);
+  limit.cores_burst = share.config.burst.value_or(0);
+  return limit;
+}
+
+uint32_t share_priority(const ShareSpec& share) {
+  switch (share.config.priority.value_or(Priority::kNormal)) {
+    case Priority::kHigh:
+      return share::kPriorityHigh;
+    case Priority::kLow:
+      return share::kPriorityLow;
+    case Priority::kNormal:
+      break;
+  }
+  return share::kPriorityNormal;
+}
+
 std::string ShareManager::write_share(const ShareSpec& share) {
   const std::string dir = share_dir(share);
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
     return "cannot create " + dir + ": " + std::strerror(errno);
   if (auto e = create_usage_page(dir); !e.empty()) return e;
-  share::DeviceLimit limit;
-  limit.uuid = share.uuid;
-  limit.memory_limit = share.memory_bytes.value_or(share::kUnlimited);
-  limit.cores_limit = share.cores.value_or(100);
-  limit.cores_burst = share.config.burst.value_or(0);
-  return share::write_limits(dir, {limit}, priority_word(share.config));
+  return share::write_limits(dir, {share_limits(share)}, share_priority(share));
+}
+
+std::string ShareManager::expected_cdi_spec(const std::vector<ShareSpec>& shares) const {
+  CdiPaths paths{options_.root + "/shares", options_.container_shares_dir, options_.shim_path,
+                 options_.mps ? options_.mps->root() : "", options_.container_mps_dir};
+  return build_cdi_spec(shares, paths);
+}
+
+std::string ShareManager::write_cdi_spec(const std::string& claim_uid,
+                                         const std::vector<ShareSpec>& shares) {
+  return write_file_atomically(cdi_spec_path(claim_uid), expected_cdi_spec(shares));
+}
+
+std::string ShareManager::start_backend(const std::string& claim_uid, const ShareSpec& share) {
+  const auto strategy = share.config.strategy.value_or(SharingStrategy::kQuota);
+  if (strategy == SharingStrategy::kMps) {
+    if (!options_.mps) return "sharing.strategy MPS is not enabled on node " + options_.node_name;
+    return options_.mps->start(share);
+  }
+  if (strategy == SharingStrategy::kTimeSlicing) {
+    if (!options_.time_slice)
+      return "sharing.strategy TimeSlicing is not enabled on node " + options_.node_name;
+    const TimeSlice wanted = share.config.time_slice.value_or(TimeSlice::kDefault);
+    // One interval per GPU: a second claim on the GPU may not ask for another.
+    // Only completed entries hold their interval: one a conflict left half-prepared never set it.
+    for (const auto& [uid, entry] : checkpoint_) {
+      if (uid == claim_uid || entry.state != ClaimState::kPrepareCompleted) continue;
+      for (const auto& other : entry.shares)
+        if (other.uuid == share.uuid && other.config.strategy == SharingStrategy::kTimeSlicing &&
+            other.config.time_slice.value_or(TimeSlice::kDefault) != wanted)
+          return std::string("sharing.timeSlice ") + to_string(wanted) + " conflicts with claim " +
+                 uid + ", which set " +
+                 to_string(other.config.time_slice.value_or(TimeSlice::kDefault)) + " on " +
+                 share.device;
+    }
+    return options_.time_slice->apply(share.uuid, wanted);
+  }
+  return "";
+}
+
+std::string ShareManager::stop_backend(const std::string& claim_uid, const ShareSpec& share) {
+  const auto strategy = share.config.strategy.value_or(SharingStrategy::kQuota);
+  if (strategy == SharingStrategy::kMps && options_.mps) return options_.mps->stop(share.name());
+  if (strategy == SharingStrategy::kTimeSlicing && options_.time_slice) {
+    // Another prepared claim on the GPU still wants the interval (it asked for the same one).
+    for (const auto& [uid, entry] : checkpoint_)
+      for (const auto& other : entry.shares)
+        if (uid != claim_uid && entry.state == ClaimState::kPrepareCompleted &&
+            other.uuid == share.uuid && other.config.strategy == SharingStrategy::kTimeSlicing)
+          return "";
+    return options_.time_slice->restore(share.uuid);
+  }
+  return "";
 }
 
 PrepareResult ShareManager::result_of(const ClaimEntry& entry) {
@@ -242,10 +283,16 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
       }
       step();
     }
-    const CdiPaths paths{options_.root + "/shares", options_.container_shares_dir,
-                         options_.shim_path};
-    if (auto e = write_file_atomically(cdi_spec_path(claim.uid), build_cdi_spec(shares, paths));
-        !e.empty()) {
+    for (const auto& share : shares) {
+      if (share.config.strategy.value_or(SharingStrategy::kQuota) == SharingStrategy::kQuota)
+        continue;
+      if (auto e = start_backend(claim.uid, share); !e.empty()) {
+        failed.error = "share " + share.name() + ": " + e;
+        return failed;
+      }
+      step();
+    }
+    if (auto e = write_cdi_spec(claim.uid, shares); !e.empty()) {
       failed.error = e;
       return failed;
     }
@@ -324,6 +371,13 @@ std::string ShareManager::unprepare(const ClaimRef& claim) {
     fs::remove(cdi_spec_path(claim.uid), ec);
     if (ec) return "cannot remove " + cdi_spec_path(claim.uid) + ": " + ec.message();
     step();
+    for (const auto& share : it->second.shares) {
+      if (share.config.strategy.value_or(SharingStrategy::kQuota) == SharingStrategy::kQuota)
+        continue;
+      if (auto e = stop_backend(claim.uid, share); !e.empty())
+        return "share " + share.name() + ": " + e;
+      step();
+    }
     for (const auto& share : it->second.shares) {
       fs::remove_all(share_dir(share), ec);
       if (ec) return "cannot remove " + share_dir(share) + ": " + ec.message();

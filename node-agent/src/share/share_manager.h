@@ -15,9 +15,14 @@
 #include "plugin/claim_preparer.h"
 #include "share/cdi.h"
 #include "share/checkpoint.h"
+#include "share/reconcile.h"
 #include "share/share_spec.h"
+#include "tessera/share_files.h"
 
 namespace tessera::agent {
+
+class MpsBackend;
+class TimeSliceBackend;
 
 struct ShareManagerOptions {
   std::string root = "/var/lib/tessera";  // checkpoint.json and shares/
@@ -26,17 +31,30 @@ struct ShareManagerOptions {
   std::string driver = kVgpuDriverName;
   std::string shim_path = "/usr/local/tessera/lib/libvgpu.so";
   std::string container_shares_dir = "/var/run/tessera/shares";
+  std::string container_mps_dir = "/var/run/tessera/mps";
+  // Backends for shares that ask for them (not owned). Null: such a claim gets an error saying
+  // the strategy is not enabled on this node.
+  MpsBackend* mps = nullptr;
+  TimeSliceBackend* time_slice = nullptr;
   // Tests only: called after each durable step with its 1-based number (a crash test calls
   // _exit there). Steps count across prepare and unprepare calls of this manager.
   std::function<void(int step)> after_step;
 };
 
+// The limits page a share's folder holds (what write_share writes and reconcile expects).
+share::DeviceLimit share_limits(const ShareSpec& share);
+uint32_t share_priority(const ShareSpec& share);
+
 class ShareManager final : public ClaimPreparer {
  public:
   ShareManager(ShareManagerOptions options, KubeClient& kube, std::vector<NodeDevice> devices);
 
-  // Loads the checkpoint (a missing one is empty) and removes orphans. Call once before use.
-  std::string start();
+  // Loads the checkpoint (a missing one is empty) and reconciles (the report goes to `report`
+  // when given). Call once before use.
+  std::string start(ReconcileReport* report = nullptr);
+  // Makes the host match the checkpoint (share folders and limits, CDI specs, MPS daemons,
+  // time-slice settings) and removes what no entry names; says what differed (reconcile.cc).
+  ReconcileReport reconcile();
 
   PrepareResult prepare(const ClaimRef& claim) override;
   std::string unprepare(const ClaimRef& claim) override;
@@ -48,6 +66,13 @@ class ShareManager final : public ClaimPreparer {
  private:
   std::string save_checkpoint();
   std::string write_share(const ShareSpec& share);
+  std::string write_cdi_spec(const std::string& claim_uid, const std::vector<ShareSpec>& shares);
+  std::string expected_cdi_spec(const std::vector<ShareSpec>& shares) const;
+  std::string start_backend(const std::string& claim_uid, const ShareSpec& share);
+  std::string stop_backend(const std::string& claim_uid, const ShareSpec& share);
+  void reconcile_entry(const std::string& claim_uid, const ClaimEntry& entry,
+                       ReconcileReport& report);
+  void remove_orphans(ReconcileReport& report);
   std::string live_processes(const ShareSpec& share) const;
   void step();
   static PrepareResult result_of(const ClaimEntry& entry);

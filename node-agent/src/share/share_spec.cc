@@ -156,6 +156,17 @@ std::string compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
       if (!entry.requests || applies(*entry.requests, *request))
         spec.config = merge_vgpu_config(spec.config, entry.config);
     if (auto e = check_supported(spec.config); !e.empty()) return path + ": " + e;
+    // The time-slice interval is a property of the whole GPU: only a claim that holds all of it
+    // may choose it, or one tenant would change the scheduling of every other.
+    if (spec.config.strategy == SharingStrategy::kTimeSlicing) {
+      if (spec.cores && *spec.cores != 100)
+        return path + ": sharing.strategy TimeSlicing needs the whole GPU, but consumedCapacity" +
+               ".cores is " + std::to_string(*spec.cores) + " (must be 100 or absent)";
+      if (spec.memory_bytes && *spec.memory_bytes < node_device->memory_bytes)
+        return path + ": sharing.strategy TimeSlicing needs the whole GPU, but consumedCapacity" +
+               ".memory is " + std::to_string(*spec.memory_bytes) + " bytes of " +
+               std::to_string(node_device->memory_bytes) + " (must be all of it or absent)";
+    }
     out.push_back(std::move(spec));
   }
   if (out.empty()) return "claim " + *uid + " has no allocation results for driver " + input.driver;

@@ -99,14 +99,30 @@ TEST(VgpuConfig, LaterConfigOverridesFieldByField) {
   EXPECT_FALSE(merged.strategy.has_value());
 }
 
-TEST(VgpuConfig, OnlyQuotaIsSupported) {
+TEST(VgpuConfig, MergedCombinationsAreChecked) {
   VgpuConfig c;
   EXPECT_EQ(check_supported(c), "");
+  for (auto strategy :
+       {SharingStrategy::kQuota, SharingStrategy::kMps, SharingStrategy::kTimeSlicing}) {
+    c.strategy = strategy;
+    EXPECT_EQ(check_supported(c), "") << to_string(strategy);
+  }
+  // A class config chose TimeSlicing with Long slices; the claim's config switched to Quota.
   c.strategy = SharingStrategy::kQuota;
+  c.time_slice = TimeSlice::kLong;
+  EXPECT_EQ(check_supported(c),
+            "sharing.timeSlice Long is set but the merged sharing.strategy is Quota");
+  c.time_slice.reset();
+  c.burst = 60;
   EXPECT_EQ(check_supported(c), "");
   c.strategy = SharingStrategy::kMps;
   EXPECT_EQ(check_supported(c),
-            "sharing.strategy MPS is not implemented by this node agent (only Quota)");
+            "compute.burst 60 is only supported with sharing.strategy Quota, not MPS");
+  c.burst.reset();
+  c.priority = Priority::kHigh;
+  c.strategy = SharingStrategy::kTimeSlicing;
+  EXPECT_EQ(check_supported(c),
+            "compute.priority high is only supported with sharing.strategy Quota, not TimeSlicing");
 }
 
 }  // namespace

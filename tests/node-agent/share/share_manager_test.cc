@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "claim_fixture.h"
+#include "share/share_test_support.h"
 #include "tessera/share_region.h"
 
 namespace tessera::agent {
@@ -21,81 +22,18 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::FakeKube;
+using testing::LimitsView;
 using testing::make_claim;
 using testing::opaque_config;
+using testing::read;
+using testing::read_limits;
+using testing::snapshot;
 
 constexpr char kUid[] = "0f6b3f0e-7c59-4d0e-9b4e-2f7a5d1c9e01";
 constexpr char kShareA[] = "5e1f0a2b-0000-4000-8000-00000000000a";
 constexpr char kShareB[] = "5e1f0a2b-0000-4000-8000-00000000000b";
 constexpr char kGpu0[] = "GPU-00000000-0000-0000-0000-000000000000";
-
-class FakeKube : public KubeClient {
- public:
-  ApiResponse request(const std::string& method, const std::string& path,
-                      const std::string&) override {
-    ++requests;
-    ApiResponse r;
-    const auto it = objects.find(path);
-    if (method != "GET" || it == objects.end()) {
-      r.status = 404;
-      r.error = method + " " + path + ": HTTP 404: not found";
-      return r;
-    }
-    r.status = 200;
-    r.body = it->second;
-    return r;
-  }
-  std::map<std::string, std::string> objects;
-  int requests = 0;
-};
-
-std::string read(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-struct LimitsView {
-  std::string uuid;
-  uint64_t memory;
-  uint32_t cores, burst, priority, device_count;
-};
-
-LimitsView read_limits(const fs::path& path) {
-  const std::string bytes = read(path);
-  EXPECT_EQ(bytes.size(), sizeof(share::LimitsPage));
-  share::LimitsPage page;
-  std::memcpy(static_cast<void*>(&page), bytes.data(), sizeof page);
-  EXPECT_TRUE(share::valid_limits_page(page));
-  return {page.devices[0].uuid,
-          page.devices[0].memory_limit.load(),
-          page.devices[0].cores_limit.load(),
-          page.devices[0].cores_burst.load(),
-          page.priority.load(),
-          page.device_count.load()};
-}
-
-// Every file under the state root and the CDI folder: relative name -> what must converge (the
-// limits page by its fields, its generation excluded; the usage page by its size).
-std::map<std::string, std::string> snapshot(const fs::path& base) {
-  std::map<std::string, std::string> files;
-  if (!fs::exists(base)) return files;
-  for (const auto& item : fs::recursive_directory_iterator(base)) {
-    if (!item.is_regular_file()) continue;
-    const std::string name = fs::relative(item.path(), base).string();
-    if (item.path().filename() == "limits") {
-      const LimitsView v = read_limits(item.path());
-      files[name] = v.uuid + "/" + std::to_string(v.memory) + "/" + std::to_string(v.cores) + "/" +
-                    std::to_string(v.burst) + "/" + std::to_string(v.priority);
-    } else if (item.path().filename() == "usage") {
-      files[name] = std::to_string(fs::file_size(item.path()));
-    } else {
-      files[name] = read(item.path());
-    }
-  }
-  return files;
-}
 
 class ShareManagerTest : public ::testing::Test {
  protected:

@@ -123,12 +123,30 @@ TEST(ShareSpec, ErrorsNameWhatIsWrong) {
       "status.allocation.devices.config[0].opaque.parameters.compute.burst: invalid value 200 "
       "(an integer percent 0..100)");
 
-  json mps = make_claim(
+  json mps_burst = make_claim(
       "c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}},
-      json::array({opaque_config("FromClass", config({{"sharing", {{"strategy", "MPS"}}}}))}));
-  EXPECT_EQ(compute_share_specs(input_for(mps), specs),
-            "status.allocation.devices.results[0]: sharing.strategy MPS is not implemented by this "
-            "node agent (only Quota)");
+      json::array({opaque_config("FromClass", config({{"sharing", {{"strategy", "MPS"}}}})),
+                   opaque_config("FromClaim", config({{"compute", {{"burst", 50}}}}))}));
+  EXPECT_EQ(compute_share_specs(input_for(mps_burst), specs),
+            "status.allocation.devices.results[0]: compute.burst 50 is only supported with "
+            "sharing.strategy Quota, not MPS");
+
+  const json time_slicing = json::array({opaque_config(
+      "FromClaim", config({{"sharing", {{"strategy", "TimeSlicing"}, {"timeSlice", "Long"}}}}))});
+  json partial_cores = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "", "30"}}, time_slicing);
+  EXPECT_EQ(compute_share_specs(input_for(partial_cores), specs),
+            "status.allocation.devices.results[0]: sharing.strategy TimeSlicing needs the whole "
+            "GPU, but consumedCapacity.cores is 30 (must be 100 or absent)");
+  json partial_memory =
+      make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "100"}}, time_slicing);
+  EXPECT_EQ(compute_share_specs(input_for(partial_memory), specs),
+            "status.allocation.devices.results[0]: sharing.strategy TimeSlicing needs the whole "
+            "GPU, but consumedCapacity.memory is 8589934592 bytes of 161061273600 (must be all of "
+            "it or absent)");
+  json whole = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "150Gi", "100"}}, time_slicing);
+  ASSERT_EQ(compute_share_specs(input_for(whole), specs), "");
+  EXPECT_EQ(specs[0].config.strategy, SharingStrategy::kTimeSlicing);
+  EXPECT_EQ(specs[0].config.time_slice, TimeSlice::kLong);
 
   json bad_memory = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gx", "30"}});
   EXPECT_EQ(

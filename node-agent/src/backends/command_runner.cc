@@ -1,0 +1,202 @@
+#include "backends/command_runner.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+extern char** environ;
+
+namespace tessera::agent {
+namespace {
+
+std::vector<std::string> merged_environment(const std::vector<std::string>& extra) {
+  std::vector<std::string> result;
+  auto name_of = [](const std::string& entry) { return entry.substr(0, entry.find('=')); };
+  for (char** entry = environ; entry && *entry; ++entry) {
+    const std::string text = *entry;
+    bool replaced = false;
+    for (const auto& item : extra) replaced = replaced || name_of(item) == name_of(text);
+    if (!replaced) result.push_back(text);
+  }
+  result.insert(result.end(), extra.begin(), extra.end());
+  return result;
+}
+
+enum class ChildStage : int { kRedirect, kPrivateShm, kExec };
+
+// In the child, before exec: only async-signal-safe calls. Reports errno through `status_fd`.
+[[noreturn]] void exec_child(const Command& command, char* const* argv, char* const* envp,
+                             int stdin_fd, int output_fd, int status_fd) {
+  auto fail = [status_fd](ChildStage stage, int code) {
+    const int report[2] = {static_cast<int>(stage), code};
+    (void)!write(status_fd, report, sizeof report);
+    _exit(127);
+  };
+  if (dup2(stdin_fd, STDIN_FILENO) < 0 || dup2(output_fd, STDOUT_FILENO) < 0 ||
+      dup2(output_fd, STDERR_FILENO) < 0)
+    fail(ChildStage::kRedirect, errno);
+  if (!command.private_dev_shm.empty()) {
+    if (unshare(CLONE_NEWNS) != 0) fail(ChildStage::kPrivateShm, errno);
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
+      fail(ChildStage::kPrivateShm, errno);
+    if (mount(command.private_dev_shm.c_str(), "/dev/shm", nullptr, MS_BIND, nullptr) != 0)
+      fail(ChildStage::kPrivateShm, errno);
+  }
+  // The agent blocks SIGTERM/SIGINT for sigwait; the programs it runs must not inherit that.
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execvpe(argv[0], argv, envp);
+  fail(ChildStage::kExec, errno);
+  _exit(127);
+}
+
+}  // namespace
+
+std::string describe(const Command& command) {
+  std::string text;
+  for (const auto& arg : command.argv) text += (text.empty() ? "" : " ") + arg;
+  return text;
+}
+
+std::string failure(const Command& command, const CommandResult& result) {
+  std::string text = describe(command) + ": ";
+  if (!result.started) return text + result.error;
+  if (result.timed_out)
+    return text + "did not finish within " + std::to_string(command.timeout.count()) + " ms";
+  text += "exit " + std::to_string(result.exit_code);
+  std::string output = result.output;
+  while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
+  if (const auto newline = output.rfind('\n'); newline != std::string::npos)
+    output = output.substr(newline + 1);
+  if (!output.empty()) text += ": " + output;
+  return text;
+}
+
+CommandResult run_command(const Command& command) {
+  CommandResult result;
+  if (command.argv.empty()) {
+    result.error = "no program given";
+    return result;
+  }
+  std::vector<std::string> env_strings = merged_environment(command.env);
+  std::vector<char*> argv, envp;
+  for (const auto& arg : command.argv) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  for (auto& entry : env_strings) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+
+  int input_pipe[2], output_pipe[2] = {-1, -1}, status_pipe[2];
+  if (pipe2(input_pipe, O_CLOEXEC) != 0) {
+    result.error = std::string("pipe: ") + std::strerror(errno);
+    return result;
+  }
+  int output_fd = -1;
+  if (command.output_file.empty()) {
+    if (pipe2(output_pipe, O_CLOEXEC) != 0) output_pipe[0] = output_pipe[1] = -1;
+    output_fd = output_pipe[1];
+  } else {
+    output_fd = open(command.output_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  }
+  if (output_fd < 0 || pipe2(status_pipe, O_CLOEXEC) != 0) {
+    result.error = "cannot open output: " + std::string(std::strerror(errno));
+    for (int fd : {input_pipe[0], input_pipe[1], output_pipe[0], output_pipe[1], output_fd})
+      if (fd >= 0) close(fd);
+    return result;
+  }
+  const pid_t pid = fork();
+  if (pid == 0)
+    exec_child(command, argv.data(), envp.data(), input_pipe[0], output_fd, status_pipe[1]);
+  close(input_pipe[0]);
+  close(status_pipe[1]);
+  if (command.output_file.empty()) {
+    close(output_pipe[1]);
+  } else {
+    close(output_fd);
+  }
+  if (pid < 0) {
+    result.error = std::string("fork: ") + std::strerror(errno);
+    close(input_pipe[1]);
+    close(status_pipe[0]);
+    if (output_pipe[0] >= 0) close(output_pipe[0]);
+    return result;
+  }
+  // stdin: small inputs (control commands) fit the pipe buffer; a program that exits without
+  // reading gets EPIPE, which is ignored.
+  static const bool sigpipe_ignored = [] { return signal(SIGPIPE, SIG_IGN) != SIG_ERR; }();
+  (void)sigpipe_ignored;
+  if (!command.input.empty())
+    (void)!write(input_pipe[1], command.input.data(), command.input.size());
+  close(input_pipe[1]);
+
+  int child_report[2] = {0, 0};  // stage, errno
+  const bool exec_failed = read(status_pipe[0], child_report, sizeof child_report) ==
+                           static_cast<ssize_t>(sizeof child_report);
+  close(status_pipe[0]);
+
+  const auto deadline = std::chrono::steady_clock::now() + command.timeout;
+  int status = 0;
+  bool exited = false;
+  while (!exited) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) {
+      exited = true;
+      break;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      result.timed_out = true;
+      break;
+    }
+    // Drain output while waiting; without a pipe, poll the child every 5 ms.
+    if (output_pipe[0] >= 0) {
+      pollfd fd{output_pipe[0], POLLIN, 0};
+      if (poll(&fd, 1, static_cast<int>(std::min<long>(left.count(), 5))) > 0) {
+        char buffer[4096];
+        const ssize_t n = read(output_pipe[0], buffer, sizeof buffer);
+        if (n > 0) result.output.append(buffer, static_cast<size_t>(n));
+        if (n == 0) {  // EOF: every writer closed; wait for the exit itself
+          close(output_pipe[0]);
+          output_pipe[0] = -1;
+        }
+      }
+    } else {
+      usleep(5000);
+    }
+  }
+  if (output_pipe[0] >= 0) {
+    // What is left without blocking: a daemon child may still hold the write end.
+    fcntl(output_pipe[0], F_SETFL, O_NONBLOCK);
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(output_pipe[0], buffer, sizeof buffer)) > 0)
+      result.output.append(buffer, static_cast<size_t>(n));
+    close(output_pipe[0]);
+  }
+  if (exec_failed) {
+    const auto stage = static_cast<ChildStage>(child_report[0]);
+    result.error =
+        stage == ChildStage::kPrivateShm
+            ? "cannot give it a private /dev/shm from " + command.private_dev_shm +
+                  " (needs CAP_SYS_ADMIN): " + std::strerror(child_report[1])
+            : std::string("cannot run ") + command.argv[0] + ": " + std::strerror(child_report[1]);
+    return result;
+  }
+  result.started = true;
+  if (!result.timed_out)
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+}  // namespace tessera::agent

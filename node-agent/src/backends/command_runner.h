@@ -1,0 +1,46 @@
+// Runs the external programs the hardware backends drive (nvidia-cuda-mps-control, nvidia-smi):
+// argv without a shell, extra environment, optional stdin, bounded time. Paths come from the
+// agent's flags, so tests put recording doubles in their place.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace tessera::agent {
+
+struct Command {
+  explicit Command(std::vector<std::string> argv_, std::vector<std::string> env_ = {},
+                   std::string input_ = {},
+                   std::chrono::milliseconds timeout_ = std::chrono::milliseconds(10000))
+      : argv(std::move(argv_)), env(std::move(env_)), input(std::move(input_)), timeout(timeout_) {}
+
+  std::vector<std::string> argv;  // argv[0]: a path, or a name looked up in PATH
+  std::vector<std::string> env;   // "NAME=value", added to (or replacing in) the agent's own
+  std::string input;              // written to stdin, which is then closed
+  std::chrono::milliseconds timeout;
+  // Non-empty: stdout and stderr are appended to this file instead of captured (for programs
+  // that leave a daemon behind, which would otherwise hold the capture pipe open).
+  std::string output_file;
+  // Non-empty: the program runs in a private mount namespace with this folder bind-mounted over
+  // /dev/shm (an MPS daemon and its clients must share /dev/shm, and no other share may).
+  std::string private_dev_shm;
+};
+
+struct CommandResult {
+  bool started = false;  // false: could not run at all (`error` says why)
+  bool timed_out = false;
+  int exit_code = -1;  // the exit status, or 128 + signal
+  std::string output;  // stdout and stderr, interleaved (empty with output_file)
+  std::string error;
+  bool ok() const { return started && !timed_out && exit_code == 0; }
+};
+
+CommandResult run_command(const Command& command);
+
+// "nvidia-smi -i GPU-1 -c DEFAULT" (for error messages and logs).
+std::string describe(const Command& command);
+// "<describe>: exit 3: <last output line>" (or the spawn error / timeout) for a failed result.
+std::string failure(const Command& command, const CommandResult& result);
+
+}  // namespace tessera::agent

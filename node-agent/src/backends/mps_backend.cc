@@ -1,0 +1,180 @@
+#include "backends/mps_backend.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "backends/command_runner.h"
+
+namespace tessera::agent {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kPidFile[] = "/nvidia-cuda-mps-control.pid";  // the daemon writes it (MPS docs)
+
+// Alive and not a zombie, with the command name of the control program (a recycled pid is not).
+bool process_is(int pid, const std::string& program) {
+  if (pid <= 0) return false;
+  std::ifstream stat_file("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(stat_file, stat)) return false;
+  const auto open = stat.find('('), close = stat.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close + 2 >= stat.size())
+    return false;
+  const char state = stat[close + 2];
+  if (state == 'Z' || state == 'X') return false;
+  // comm is the program's file name cut to 15 bytes.
+  const std::string comm = stat.substr(open + 1, close - open - 1);
+  return comm == fs::path(program).filename().string().substr(0, 15);
+}
+
+std::string make_dir(const std::string& path, mode_t mode) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) return "cannot create " + path + ": " + ec.message();
+  if (chmod(path.c_str(), mode) != 0) return "cannot chmod " + path + ": " + std::strerror(errno);
+  return "";
+}
+
+}  // namespace
+
+std::string MpsBackend::folder(const std::string& share_name) const {
+  return options_.root + "/" + share_name;
+}
+
+uint32_t MpsBackend::thread_percentage(const ShareSpec& share) {
+  // 0 % would leave the share no threads at all; MPS needs at least 1.
+  return std::max<uint32_t>(1, share.cores.value_or(100));
+}
+
+std::vector<std::string> MpsBackend::environment(const std::string& share_name,
+                                                 const std::string& uuid) const {
+  std::vector<std::string> env{"CUDA_MPS_PIPE_DIRECTORY=" + pipe_dir(share_name),
+                               "CUDA_MPS_LOG_DIRECTORY=" + log_dir(share_name)};
+  if (!uuid.empty()) env.push_back("CUDA_VISIBLE_DEVICES=" + uuid);
+  return env;
+}
+
+int MpsBackend::daemon_pid(const std::string& share_name) const {
+  std::ifstream in(pipe_dir(share_name) + kPidFile);
+  int pid = 0;
+  if (!(in >> pid) || !process_is(pid, options_.control)) return 0;
+  return pid;
+}
+
+std::vector<std::string> MpsBackend::share_folders() const {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& item : fs::directory_iterator(options_.root, ec))
+    if (item.is_directory(ec)) names.push_back(item.path().filename().string());
+  return names;
+}
+
+MpsDaemonState MpsBackend::inspect(const std::string& share_name) const {
+  MpsDaemonState state;
+  state.pid = daemon_pid(share_name);
+  state.running = state.pid != 0;
+  if (!state.running) return state;
+  const Command query({options_.control}, environment(share_name, ""),
+                      "get_default_active_thread_percentage\n", options_.timeout);
+  const CommandResult result = run_command(query);
+  if (!result.ok()) {
+    state.error = failure(query, result);
+    return state;
+  }
+  std::istringstream words(result.output);
+  double value = 0;
+  if (words >> value) {
+    state.active_thread_percentage = value;
+  } else {
+    state.error = describe(query) + ": unexpected answer " + result.output;
+  }
+  return state;
+}
+
+std::string MpsBackend::set_limits(const ShareSpec& share) const {
+  const std::string name = share.name();
+  std::string input =
+      "set_default_active_thread_percentage " + std::to_string(thread_percentage(share)) + "\n";
+  if (share.memory_bytes) {
+    const uint64_t mebibytes = std::max<uint64_t>(1, *share.memory_bytes >> 20);
+    input += "set_default_device_pinned_mem_limit " + share.uuid + " " + std::to_string(mebibytes) +
+             "M\n";
+  }
+  const Command command({options_.control}, environment(name, share.uuid), input, options_.timeout);
+  const CommandResult result = run_command(command);
+  if (!result.ok()) return "MPS limits for share " + name + ": " + failure(command, result);
+  // The control program answers errors on stdout with exit 0 in some versions: check the value.
+  const MpsDaemonState state = inspect(name);
+  if (!state.error.empty()) return "MPS daemon of share " + name + ": " + state.error;
+  if (!state.active_thread_percentage ||
+      std::lround(*state.active_thread_percentage) != thread_percentage(share))
+    return "MPS daemon of share " + name + " reports active thread percentage " +
+           (state.active_thread_percentage ? std::to_string(*state.active_thread_percentage)
+                                           : std::string("none")) +
+           ", expected " + std::to_string(thread_percentage(share));
+  return "";
+}
+
+std::string MpsBackend::start(const ShareSpec& share) {
+  const std::string name = share.name();
+  for (const auto& [path, mode] : {std::pair{folder(name), 0755},
+                                   {pipe_dir(name), 0755},
+                                   {log_dir(name), 0755},
+                                   {shm_dir(name), 01777}})
+    if (auto e = make_dir(path, static_cast<mode_t>(mode)); !e.empty()) return e;
+  if (daemon_pid(name) == 0) {
+    std::error_code ec;
+    fs::remove(pipe_dir(name) + kPidFile, ec);  // a dead daemon's
+    Command launch({options_.control, "-d"}, environment(name, share.uuid), "", options_.timeout);
+    launch.output_file = log_dir(name) + "/agent-launch.log";
+    if (options_.private_dev_shm) launch.private_dev_shm = shm_dir(name);
+    const CommandResult result = run_command(launch);
+    if (!result.ok())
+      return "cannot start the MPS daemon of share " + name + ": " + failure(launch, result);
+    // -d returns once the daemon forked; its pid file appears shortly after.
+    const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    while (daemon_pid(name) == 0) {
+      if (std::chrono::steady_clock::now() > deadline)
+        return "the MPS daemon of share " + name + " did not write " + pipe_dir(name) + kPidFile +
+               " within " + std::to_string(options_.timeout.count()) + " ms (see " + log_dir(name) +
+               ")";
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  return set_limits(share);
+}
+
+std::string MpsBackend::stop(const std::string& share_name) {
+  if (const int pid = daemon_pid(share_name); pid != 0) {
+    const Command quit({options_.control}, environment(share_name, ""), "quit\n", options_.timeout);
+    const CommandResult result = run_command(quit);
+    const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    while (process_is(pid, options_.control) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (process_is(pid, options_.control)) {
+      // It ignored quit (or the command failed): the share is being torn down regardless.
+      kill(pid, SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (process_is(pid, options_.control))
+        return "the MPS daemon of share " + share_name + " (pid " + std::to_string(pid) +
+               ") did not stop" + (result.ok() ? "" : ": " + failure(quit, result));
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(folder(share_name), ec);
+  if (ec) return "cannot remove " + folder(share_name) + ": " + ec.message();
+  return "";
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,64 @@
+// The MPS backend: one MPS control daemon per share, so shares never see each other's MPS server
+// and each gets its own limits. Per share, under <root>/<share name>/: pipe/ (the daemon's pipe
+// folder, mounted into the claim's containers with CUDA_MPS_PIPE_DIRECTORY), log/, and shm/
+// (bind-mounted over /dev/shm for the daemon and, through the CDI spec, for the containers).
+// Limits are set on the daemon before any client connects:
+//   set_default_active_thread_percentage <cores>
+//   set_default_device_pinned_mem_limit <uuid> <memory in MiB>M
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "share/share_spec.h"
+
+namespace tessera::agent {
+
+struct MpsOptions {
+  std::string control = "nvidia-cuda-mps-control";  // a path, or looked up in PATH
+  std::string root = "/var/lib/tessera/mps";
+  // Give each daemon a private /dev/shm (the share's shm/ folder). Needs CAP_SYS_ADMIN.
+  bool private_dev_shm = true;
+  std::chrono::milliseconds timeout{10000};  // per control command, and for the daemon to appear
+};
+
+struct MpsDaemonState {
+  bool running = false;
+  int pid = 0;
+  std::optional<double> active_thread_percentage;  // as the daemon reports it
+  std::string error;                               // why the state could not be read
+};
+
+class MpsBackend {
+ public:
+  explicit MpsBackend(MpsOptions options) : options_(std::move(options)) {}
+
+  const std::string& root() const { return options_.root; }
+  std::string folder(const std::string& share_name) const;
+  std::string pipe_dir(const std::string& share_name) const { return folder(share_name) + "/pipe"; }
+  std::string log_dir(const std::string& share_name) const { return folder(share_name) + "/log"; }
+  std::string shm_dir(const std::string& share_name) const { return folder(share_name) + "/shm"; }
+
+  // Starts the share's daemon unless it runs, then sets and checks its limits. Idempotent.
+  std::string start(const ShareSpec& share);
+  // Asks the daemon to quit (killing it after the timeout) and removes the share's folder.
+  std::string stop(const std::string& share_name);
+  MpsDaemonState inspect(const std::string& share_name) const;
+  // Names of the share folders under root (to find daemons no checkpoint entry names).
+  std::vector<std::string> share_folders() const;
+
+  // What the daemon's limits must read for `share`.
+  static uint32_t thread_percentage(const ShareSpec& share);
+
+ private:
+  std::vector<std::string> environment(const std::string& share_name,
+                                       const std::string& uuid) const;
+  std::string set_limits(const ShareSpec& share) const;
+  int daemon_pid(const std::string& share_name) const;
+
+  MpsOptions options_;
+};
+
+}  // namespace tessera::agent

@@ -1,0 +1,198 @@
+// ShareManager::reconcile(): desired state from the checkpoint, actual state from the host.
+#include "share/reconcile.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "backends/mps_backend.h"
+#include "backends/time_slice_backend.h"
+#include "share/share_manager.h"
+#include "tessera/share_region.h"
+
+namespace tessera::agent {
+namespace fs = std::filesystem;
+
+size_t ReconcileReport::failures() const {
+  size_t count = 0;
+  for (const auto& item : items) count += item.repaired() ? 0 : 1;
+  return count;
+}
+
+std::string ReconcileReport::to_text() const {
+  std::string text;
+  for (const auto& item : items)
+    text += item.subject + ": " + item.problem + ": " +
+            (item.repaired() ? item.action : "repair failed: " + item.error) + "\n";
+  return text;
+}
+
+namespace {
+
+// "" when <dir>/limits holds exactly `expected` and `priority`, else what differs.
+std::string limits_difference(const std::string& dir, const share::DeviceLimit& expected,
+                              uint32_t priority) {
+  const std::string path = dir + "/limits";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "limits page missing";
+  struct stat info {};
+  std::string difference;
+  if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) < sizeof(share::LimitsPage)) {
+    difference = "limits page truncated";
+  } else {
+    void* memory = mmap(nullptr, sizeof(share::LimitsPage), PROT_READ, MAP_SHARED, fd, 0);
+    if (memory == MAP_FAILED) {
+      difference = std::string("limits page unreadable: ") + std::strerror(errno);
+    } else {
+      const auto& page = *static_cast<const share::LimitsPage*>(memory);
+      const auto& device = page.devices[0];
+      auto field = [&](const char* name, uint64_t actual, uint64_t wanted) {
+        if (difference.empty() && actual != wanted)
+          difference = std::string("limits page ") + name + " is " + std::to_string(actual) +
+                       ", expected " + std::to_string(wanted);
+      };
+      if (!share::valid_limits_page(page)) {
+        difference = "limits page invalid";
+      } else if (page.device_count.load() != 1 ||
+                 strncmp(device.uuid, expected.uuid.c_str(), share::kUuidBytes) != 0) {
+        difference = "limits page names another GPU";
+      } else {
+        field("memory_limit", device.memory_limit.load(), expected.memory_limit);
+        field("cores_limit", device.cores_limit.load(), expected.cores_limit);
+        field("cores_burst", device.cores_burst.load(), expected.cores_burst);
+        field("priority", page.priority.load(), priority);
+      }
+      munmap(memory, sizeof(share::LimitsPage));
+    }
+  }
+  close(fd);
+  return difference;
+}
+
+bool uses(const ShareSpec& share, SharingStrategy strategy) {
+  return share.config.strategy.value_or(SharingStrategy::kQuota) == strategy;
+}
+
+}  // namespace
+
+void ShareManager::reconcile_entry(const std::string& claim_uid, const ClaimEntry& entry,
+                                   ReconcileReport& report) {
+  auto record = [&report](const std::string& subject, const std::string& problem,
+                          const std::string& action, const std::string& error) {
+    report.items.push_back({subject, problem, error.empty() ? action : "", error});
+  };
+  for (const auto& share : entry.shares) {
+    const std::string subject = "share " + share.name();
+    const std::string dir = share_dir(share);
+    std::string problem;
+    if (!fs::exists(dir)) {
+      problem = "share folder missing";
+    } else if (!fs::exists(dir + "/usage")) {
+      problem = "usage page missing";
+    } else {
+      problem = limits_difference(dir, share_limits(share), share_priority(share));
+    }
+    if (!problem.empty())
+      record(subject, problem, "rewritten from the checkpoint", write_share(share));
+
+    if (uses(share, SharingStrategy::kMps) && options_.mps) {
+      const MpsDaemonState daemon = options_.mps->inspect(share.name());
+      const uint32_t wanted = MpsBackend::thread_percentage(share);
+      if (!daemon.running) {
+        record(subject, "MPS daemon not running", "restarted", options_.mps->start(share));
+      } else if (!daemon.error.empty()) {
+        record(subject, "MPS daemon not answering (" + daemon.error + ")", "limits set again",
+               options_.mps->start(share));
+      } else if (!daemon.active_thread_percentage ||
+                 std::lround(*daemon.active_thread_percentage) != wanted) {
+        record(subject,
+               "MPS active thread percentage is " +
+                   std::to_string(std::lround(daemon.active_thread_percentage.value_or(-1))) +
+                   ", expected " + std::to_string(wanted),
+               "limits set again", options_.mps->start(share));
+      }
+    }
+    if (uses(share, SharingStrategy::kTimeSlicing) && options_.time_slice) {
+      const TimeSlice wanted = share.config.time_slice.value_or(TimeSlice::kDefault);
+      const auto applied = options_.time_slice->recorded(share.uuid);
+      if (applied != wanted)
+        record(share.uuid,
+               std::string("time slice ") + (applied ? to_string(*applied) : "not applied") +
+                   ", claim " + claim_uid + " wants " + to_string(wanted),
+               "applied", options_.time_slice->apply(share.uuid, wanted));
+    }
+  }
+  const auto spec = read_file(cdi_spec_path(claim_uid));
+  const std::string expected = expected_cdi_spec(entry.shares);
+  if (!spec || *spec != expected)
+    record("claim " + claim_uid, spec ? "CDI spec differs" : "CDI spec missing",
+           "rewritten from the checkpoint", write_cdi_spec(claim_uid, entry.shares));
+}
+
+void ShareManager::remove_orphans(ReconcileReport& report) {
+  // Everything a checkpoint entry (of any state) names; the rest was left by a claim whose entry
+  // is gone (a lost checkpoint, a crash during an earlier version's unprepare) or put there by
+  // hand. Entries still being prepared name their files before writing them, so are never here.
+  std::set<std::string> shares, specs, time_sliced;
+  for (const auto& [uid, entry] : checkpoint_) {
+    specs.insert(cdi_spec_file_name(uid));
+    for (const auto& share : entry.shares) {
+      shares.insert(share.name());
+      if (uses(share, SharingStrategy::kTimeSlicing)) time_sliced.insert(share.uuid);
+    }
+  }
+  std::error_code ec;
+  for (const auto& item : fs::directory_iterator(options_.root + "/shares", ec)) {
+    const std::string name = item.path().filename().string();
+    if (shares.count(name)) continue;
+    std::error_code remove_error;
+    fs::remove_all(item.path(), remove_error);
+    report.items.push_back({"share " + name, "share folder no claim names", "removed",
+                            remove_error ? remove_error.message() : ""});
+  }
+  const std::string prefix = kCdiSpecFilePrefix;
+  for (const auto& item : fs::directory_iterator(options_.cdi_dir, ec)) {
+    const std::string name = item.path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || specs.count(name)) continue;
+    std::error_code remove_error;
+    fs::remove(item.path(), remove_error);
+    report.items.push_back(
+        {name, "CDI spec no claim names", "removed", remove_error ? remove_error.message() : ""});
+  }
+  if (options_.mps) {
+    for (const auto& name : options_.mps->share_folders()) {
+      if (shares.count(name)) continue;
+      report.items.push_back({"share " + name, "MPS folder no claim names",
+                              "daemon stopped, removed", options_.mps->stop(name)});
+    }
+  }
+  if (options_.time_slice) {
+    for (const auto& uuid : options_.time_slice->recorded_uuids()) {
+      if (time_sliced.count(uuid)) continue;
+      report.items.push_back({uuid, "time slice set for a claim that is gone",
+                              "restored to Default", options_.time_slice->restore(uuid)});
+    }
+  }
+  fs::remove(options_.root + "/checkpoint.json.tmp", ec);
+}
+
+ReconcileReport ShareManager::reconcile() {
+  ReconcileReport report;
+  std::lock_guard lock(mutex_);
+  try {
+    for (const auto& [uid, entry] : checkpoint_)
+      if (entry.state == ClaimState::kPrepareCompleted) reconcile_entry(uid, entry, report);
+    remove_orphans(report);
+  } catch (const std::exception& e) {
+    report.items.push_back({"node", "reconcile stopped", "", e.what()});
+  }
+  return report;
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,336 @@
+// The MPS and TimeSlicing backends driven by the share manager, and reconcile(): drift between
+// the checkpoint and the host is repaired and reported; crashes converge with backends too.
+#include "share/reconcile.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "backend_doubles.h"
+#include "backends/command_runner.h"
+#include "backends/mps_backend.h"
+#include "backends/time_slice_backend.h"
+#include "claim_fixture.h"
+#include "share/share_manager.h"
+#include "share/share_test_support.h"
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::FakeKube;
+using testing::make_claim;
+using testing::opaque_config;
+using testing::read_limits;
+using testing::RecordingDoubles;
+using testing::snapshot;
+
+constexpr char kMpsUid[] = "a1111111-0000-4000-8000-000000000001";
+constexpr char kWholeUid[] = "a2222222-0000-4000-8000-000000000002";
+constexpr char kQuotaUid[] = "a3333333-0000-4000-8000-000000000003";
+constexpr char kOtherWholeUid[] = "a4444444-0000-4000-8000-000000000004";
+constexpr char kGpu0[] = "GPU-00000000-0000-0000-0000-000000000000";
+constexpr char kGpu1[] = "GPU-11111111-1111-1111-1111-111111111111";
+
+json vgpu_config(const json& sharing) {
+  return {
+      {"apiVersion", "vgpu.tessera.dev/v1alpha1"}, {"kind", "VgpuConfig"}, {"sharing", sharing}};
+}
+
+class ReconcileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = doubles_.dir() / "agent";
+    options_.root = (base_ / "state").string();
+    options_.cdi_dir = (base_ / "cdi").string();
+    options_.node_name = "node-a";
+    MpsOptions mps;
+    mps.control = RecordingDoubles::mps_control();
+    mps.root = (doubles_.dir() / "mps").string();
+    mps.private_dev_shm = testing::private_dev_shm_supported();
+    mps.timeout = std::chrono::milliseconds(5000);
+    mps_ = std::make_unique<MpsBackend>(mps);
+    TimeSliceOptions slices;
+    slices.nvidia_smi = RecordingDoubles::nvidia_smi();
+    slices.root = (doubles_.dir() / "timeslice").string();
+    time_slice_ = std::make_unique<TimeSliceBackend>(slices);
+    options_.mps = mps_.get();
+    options_.time_slice = time_slice_.get();
+    devices_ = {{"gpu-0", kGpu0, 0, 150ull << 30}, {"gpu-1", kGpu1, 1, 150ull << 30}};
+
+    add_claim("mps", kMpsUid,
+              {{"a", "gpu-0", "s-a", "8Gi", "30"}, {"b", "gpu-0", "s-b", "4Gi", "70"}},
+              json::array({opaque_config("FromClass", vgpu_config({{"strategy", "MPS"}}))}));
+    add_claim("whole", kWholeUid, {{"gpu", "gpu-1", "", "", ""}},
+              json::array({opaque_config("FromClaim", vgpu_config({{"strategy", "TimeSlicing"},
+                                                                   {"timeSlice", "Long"}}))}));
+    add_claim("quota", kQuotaUid, {{"gpu", "gpu-0", "s-c", "2Gi", "20"}});
+    add_claim("other-whole", kOtherWholeUid, {{"gpu", "gpu-1", "", "", ""}},
+              json::array({opaque_config("FromClaim", vgpu_config({{"strategy", "TimeSlicing"},
+                                                                   {"timeSlice", "Short"}}))}));
+  }
+  void TearDown() override {
+    for (const auto& name : mps_->share_folders()) mps_->stop(name);
+  }
+
+  void add_claim(const std::string& name, const std::string& uid,
+                 const std::vector<testing::FixtureShare>& shares,
+                 const json& configs = json::array()) {
+    kube_.objects[resource_claim_path("tenants", name)] =
+        make_claim(name, uid, shares, configs).dump();
+  }
+  std::unique_ptr<ShareManager> manager(ReconcileReport* report = nullptr) {
+    auto m = std::make_unique<ShareManager>(options_, kube_, devices_);
+    EXPECT_EQ(m->start(report), "");
+    return m;
+  }
+  static std::string share_name(const char* uid, const char* device, const char* share_id) {
+    return std::string(uid) + "-" + device + "-" + share_id;
+  }
+  std::string share_dir(const std::string& name) const { return options_.root + "/shares/" + name; }
+
+  RecordingDoubles doubles_;
+  fs::path base_;
+  ShareManagerOptions options_;
+  std::unique_ptr<MpsBackend> mps_;
+  std::unique_ptr<TimeSliceBackend> time_slice_;
+  std::vector<NodeDevice> devices_;
+  FakeKube kube_;
+  const ClaimRef mps_claim_{"tenants", kMpsUid, "mps"};
+  const ClaimRef whole_claim_{"tenants", kWholeUid, "whole"};
+  const ClaimRef quota_claim_{"tenants", kQuotaUid, "quota"};
+  const ClaimRef other_whole_claim_{"tenants", kOtherWholeUid, "other-whole"};
+  const std::string share_a_ = share_name(kMpsUid, "gpu-0", "s-a");
+  const std::string share_b_ = share_name(kMpsUid, "gpu-0", "s-b");
+  const std::string share_c_ = share_name(kQuotaUid, "gpu-0", "s-c");
+};
+
+TEST_F(ReconcileTest, MpsClaimGetsADaemonPerShareAndItsCdiEdits) {
+  auto m = manager();
+  const PrepareResult result = m->prepare(mps_claim_);
+  ASSERT_EQ(result.error, "");
+  ASSERT_EQ(result.devices.size(), 2u);
+
+  EXPECT_EQ(mps_->inspect(share_a_).active_thread_percentage, 30.0);
+  EXPECT_EQ(mps_->inspect(share_b_).active_thread_percentage, 70.0);
+  // The shim keeps the exact memory limit; MPS alone limits compute.
+  const auto limits = read_limits(share_dir(share_a_) + "/limits");
+  EXPECT_EQ(limits.memory, 8ull << 30);
+  EXPECT_EQ(limits.cores, 100u);
+
+  const json spec = json::parse(RecordingDoubles::read(m->cdi_spec_path(kMpsUid)));
+  const json& edits = spec["devices"][0]["containerEdits"];
+  EXPECT_EQ(spec["devices"][0]["name"], share_a_);
+  const std::string container_pipe = "/var/run/tessera/mps/" + share_a_ + "/pipe";
+  EXPECT_NE(std::find(edits["env"].begin(), edits["env"].end(),
+                      json("CUDA_MPS_PIPE_DIRECTORY=" + container_pipe)),
+            edits["env"].end())
+      << edits.dump(2);
+  const json pipe_mount = {{"hostPath", mps_->pipe_dir(share_a_)},
+                           {"containerPath", container_pipe},
+                           {"options", {"rbind", "rw", "nosuid", "nodev", "noexec"}}};
+  const json shm_mount = {{"hostPath", mps_->shm_dir(share_a_)},
+                          {"containerPath", "/dev/shm"},
+                          {"options", {"rbind", "rw", "nosuid", "nodev", "noexec"}}};
+  EXPECT_NE(std::find(edits["mounts"].begin(), edits["mounts"].end(), pipe_mount),
+            edits["mounts"].end())
+      << edits.dump(2);
+  EXPECT_NE(std::find(edits["mounts"].begin(), edits["mounts"].end(), shm_mount),
+            edits["mounts"].end());
+
+  ASSERT_EQ(m->unprepare(mps_claim_), "");
+  EXPECT_FALSE(mps_->inspect(share_a_).running);
+  EXPECT_FALSE(mps_->inspect(share_b_).running);
+  EXPECT_NE(doubles_.calls().find("  quit \n"), std::string::npos);
+  EXPECT_TRUE(mps_->share_folders().empty());
+  EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+}
+
+TEST_F(ReconcileTest, TimeSlicingClaimSetsTheIntervalAndUnprepareRestoresIt) {
+  auto m = manager();
+  ASSERT_EQ(m->prepare(whole_claim_).error, "");
+  EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "3");
+  EXPECT_EQ(doubles_.gpu_setting(kGpu1, "compute-mode"), "DEFAULT");
+  EXPECT_EQ(doubles_.gpu_setting(kGpu0, "timeslice"), "");  // the other GPU untouched
+
+  // One interval per GPU: a second claim asking another one is refused with the reason.
+  EXPECT_EQ(m->prepare(other_whole_claim_).error, std::string("share ") + kOtherWholeUid +
+                                                      "-gpu-1: sharing.timeSlice Short conflicts "
+                                                      "with claim " +
+                                                      kWholeUid + ", which set Long on gpu-1");
+  // Its half-prepared entry neither blocks nor keeps the interval: unpreparing the first claim
+  // restores Default, and then the second one may set its own.
+  ASSERT_EQ(m->unprepare(whole_claim_), "");
+  EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "0");
+  ASSERT_EQ(m->prepare(other_whole_claim_).error, "");
+  EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "1");
+  ASSERT_EQ(m->unprepare(other_whole_claim_), "");
+  EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "0");
+  EXPECT_FALSE(time_slice_->recorded(kGpu1).has_value());
+}
+
+TEST_F(ReconcileTest, BackendsNotEnabledAreAClearError) {
+  options_.mps = nullptr;
+  auto m = manager();
+  EXPECT_EQ(m->prepare(mps_claim_).error,
+            "share " + share_a_ + ": sharing.strategy MPS is not enabled on node node-a");
+}
+
+TEST_F(ReconcileTest, DriftIsRepairedAndReported) {
+  auto m = manager();
+  for (const auto* claim : {&mps_claim_, &whole_claim_, &quota_claim_})
+    ASSERT_EQ(m->prepare(*claim).error, "");
+  ASSERT_TRUE(m->reconcile().clean()) << m->reconcile().to_text();
+
+  // Hands and accidents on the node:
+  fs::remove_all(share_dir(share_c_));  // folder deleted
+  ASSERT_EQ(share::write_limits(share_dir(share_a_), {{kGpu0, 16ull << 30, 100, 0}}),
+            "");                                             // edited
+  fs::remove(m->cdi_spec_path(kQuotaUid));                   // spec deleted
+  ASSERT_EQ(kill(mps_->inspect(share_b_).pid, SIGKILL), 0);  // daemon died
+  Command raise({RecordingDoubles::mps_control()},
+                {"CUDA_MPS_PIPE_DIRECTORY=" + mps_->pipe_dir(share_a_)},
+                "set_default_active_thread_percentage 90\n");
+  ASSERT_TRUE(run_command(raise).ok());              // limit raised
+  fs::remove(doubles_.dir() / "timeslice" / kGpu1);  // record lost
+  for (int i = 0; i < 200 && mps_->inspect(share_b_).running; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+
+  const ReconcileReport report = m->reconcile();
+  EXPECT_EQ(report.failures(), 0u) << report.to_text();
+  EXPECT_EQ(report.to_text(),
+            "share " + share_a_ +
+                ": limits page memory_limit is 17179869184, expected 8589934592: rewritten from "
+                "the checkpoint\n"
+                "share " +
+                share_a_ +
+                ": MPS active thread percentage is 90, expected 30: limits "
+                "set again\n"
+                "share " +
+                share_b_ + ": MPS daemon not running: restarted\n" + kGpu1 +
+                ": time slice not applied, claim " + kWholeUid +
+                " wants Long: applied\n"
+                "share " +
+                share_c_ +
+                ": share folder missing: rewritten from the checkpoint\n"
+                "claim " +
+                kQuotaUid + ": CDI spec missing: rewritten from the checkpoint\n");
+
+  // The host is back to what the checkpoint says, and a second pass finds nothing.
+  EXPECT_EQ(read_limits(share_dir(share_a_) + "/limits").memory, 8ull << 30);
+  EXPECT_EQ(read_limits(share_dir(share_c_) + "/limits").memory, 2ull << 30);
+  EXPECT_TRUE(fs::exists(share_dir(share_c_) + "/usage"));
+  EXPECT_TRUE(fs::exists(m->cdi_spec_path(kQuotaUid)));
+  EXPECT_EQ(mps_->inspect(share_a_).active_thread_percentage, 30.0);
+  EXPECT_EQ(mps_->inspect(share_b_).active_thread_percentage, 70.0);
+  EXPECT_EQ(time_slice_->recorded(kGpu1), TimeSlice::kLong);
+  const ReconcileReport again = m->reconcile();
+  EXPECT_TRUE(again.clean()) << again.to_text();
+}
+
+TEST_F(ReconcileTest, WhatNoClaimNamesIsRemoved) {
+  auto m = manager();
+  ASSERT_EQ(m->prepare(quota_claim_).error, "");
+  fs::create_directories(options_.root + "/shares/stray-gpu-0-x");
+  std::ofstream(options_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_stray.json") << "{}";
+  std::ofstream(options_.cdi_dir + "/other-vendor.json") << "{}";
+  ShareSpec stray;
+  stray.claim_uid = "stray";
+  stray.device = "gpu-0";
+  stray.share_id = "y";
+  stray.uuid = kGpu0;
+  stray.cores = 10;
+  ASSERT_EQ(mps_->start(stray), "");
+  ASSERT_EQ(time_slice_->apply(kGpu0, TimeSlice::kMedium), "");
+
+  const ReconcileReport report = m->reconcile();
+  EXPECT_EQ(report.failures(), 0u) << report.to_text();
+  EXPECT_EQ(report.to_text(),
+            "share stray-gpu-0-x: share folder no claim names: removed\n"
+            "k8s.vgpu.tessera.dev-claim_stray.json: CDI spec no claim names: removed\n"
+            "share stray-gpu-0-y: MPS folder no claim names: daemon stopped, removed\n" +
+                std::string(kGpu0) +
+                ": time slice set for a claim that is gone: restored to "
+                "Default\n");
+  EXPECT_FALSE(mps_->inspect("stray-gpu-0-y").running);
+  EXPECT_EQ(doubles_.gpu_setting(kGpu0, "timeslice"), "0");
+  EXPECT_TRUE(fs::exists(options_.cdi_dir + "/other-vendor.json"));  // not ours
+  EXPECT_TRUE(fs::exists(share_dir(share_c_) + "/limits"));          // named: kept
+  EXPECT_TRUE(m->reconcile().clean());
+}
+
+TEST_F(ReconcileTest, RestartFindsDeadDaemonsAndStartsThem) {
+  {
+    auto m = manager();
+    ASSERT_EQ(m->prepare(mps_claim_).error, "");
+  }
+  // The agent's container restarted: its daemons went with it.
+  for (const auto& name : {share_a_, share_b_})
+    ASSERT_EQ(kill(mps_->inspect(name).pid, SIGKILL), 0);
+  for (int i = 0; i < 200 && (mps_->inspect(share_a_).running || mps_->inspect(share_b_).running);
+       ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ReconcileReport report;
+  auto m = manager(&report);
+  EXPECT_EQ(report.to_text(), "share " + share_a_ + ": MPS daemon not running: restarted\n" +
+                                  "share " + share_b_ + ": MPS daemon not running: restarted\n");
+  EXPECT_EQ(mps_->inspect(share_a_).active_thread_percentage, 30.0);
+  EXPECT_EQ(mps_->inspect(share_b_).active_thread_percentage, 70.0);
+}
+
+// As ShareManagerTest.CrashAfterAnyStepConverges, for a claim whose shares run MPS daemons.
+TEST_F(ReconcileTest, CrashAfterAnyStepConvergesWithMpsDaemons) {
+  std::map<std::string, std::string> prepared;
+  int total_steps = 0;
+  {
+    ShareManagerOptions counting = options_;
+    counting.after_step = [&](int step) { total_steps = step; };
+    ShareManager m(counting, kube_, devices_);
+    ASSERT_EQ(m.start(), "");
+    ASSERT_EQ(m.prepare(mps_claim_).error, "");
+    prepared = snapshot(base_);
+    ASSERT_EQ(m.unprepare(mps_claim_), "");
+  }
+  const auto empty = snapshot(base_);
+  ASSERT_EQ(total_steps, (1 + 2 + 2 + 1 + 1) + (1 + 1 + 2 + 2 + 1));
+
+  for (int crash_at = 1; crash_at < total_steps; ++crash_at) {
+    SCOPED_TRACE("crash after step " + std::to_string(crash_at));
+    fs::remove_all(base_);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ShareManagerOptions crashing = options_;
+      crashing.after_step = [crash_at](int step) {
+        if (step == crash_at) _exit(42);
+      };
+      ShareManager m(crashing, kube_, devices_);
+      if (!m.start().empty() || !m.prepare(mps_claim_).error.empty()) _exit(1);
+      m.unprepare(mps_claim_);
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 42);
+
+    auto m = manager();
+    ASSERT_EQ(m->prepare(mps_claim_).error, "");
+    EXPECT_EQ(snapshot(base_), prepared);
+    EXPECT_EQ(mps_->inspect(share_a_).active_thread_percentage, 30.0);
+    EXPECT_EQ(mps_->inspect(share_b_).active_thread_percentage, 70.0);
+    ASSERT_EQ(m->unprepare(mps_claim_), "");
+    EXPECT_EQ(snapshot(base_), empty);
+    EXPECT_TRUE(mps_->share_folders().empty());  // no daemon survives
+  }
+}
+
+}  // namespace
+}  // namespace tessera::agent
