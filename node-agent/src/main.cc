@@ -1,14 +1,13 @@
-// tessera-node-agent: the per-node daemon. Serves the kubelet DRA plugin (registration and the
-// DRA services) with the ClaimPreparer from the share lifecycle, until SIGTERM or SIGINT.
+// tessera-node-agent: the per-node daemon. Serves the kubelet DRA plugin (registration, the DRA
+// services and device health) for the NodeAgent, until SIGTERM or SIGINT.
 #include <signal.h>
 
 #include <iostream>
-#include <memory>
 
 #include <CLI/CLI.hpp>
 
+#include "agent/node_agent.h"
 #include "plugin/agent_config.h"
-#include "plugin/claim_preparer_factory.h"
 #include "plugin/plugin_server.h"
 
 int main(int argc, char** argv) {
@@ -27,9 +26,9 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  std::unique_ptr<ClaimPreparer> preparer = make_claim_preparer(config);
-  if (!preparer) {
-    std::cerr << "tessera-node-agent: cannot prepare claims on node " << config.node_name << '\n';
+  NodeAgent agent(config);
+  if (std::string error = agent.start(); !error.empty()) {
+    std::cerr << "tessera-node-agent: " << error << '\n';
     return 1;
   }
 
@@ -37,7 +36,7 @@ int main(int argc, char** argv) {
   options.driver_name = kDriverName;
   options.registry_dir = config.kubelet_registry_dir;
   options.plugins_dir = config.kubelet_plugins_dir;
-  PluginServer server(options, *preparer);
+  PluginServer server(options, agent.preparer(), &agent.health());
   if (std::string error = server.start(); !error.empty()) {
     std::cerr << "tessera-node-agent: " << error << '\n';
     return 1;
@@ -50,5 +49,6 @@ int main(int argc, char** argv) {
   sigwait(&stop_signals, &signal_number);
   std::cerr << "tessera-node-agent: signal " << signal_number << ", stopping\n";
   server.stop();
+  agent.stop();
   return 0;
 }

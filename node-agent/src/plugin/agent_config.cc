@@ -25,6 +25,24 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
   app.add_option("--kubeconfig", config.kubeconfig,
                  "Kubeconfig file; empty: the in-cluster service account")
       ->envname("KUBECONFIG");
+  app.add_option("--mps-control", config.mps_control,
+                 "nvidia-cuda-mps-control for MPS shares (a path, or a name looked up in PATH)")
+      ->envname("MPS_CONTROL")
+      ->capture_default_str();
+  app.add_option("--nvidia-smi", config.nvidia_smi,
+                 "nvidia-smi for TimeSlicing claims (a path, or a name looked up in PATH)")
+      ->envname("NVIDIA_SMI")
+      ->capture_default_str();
+  app.add_option("--reconcile-interval", config.reconcile_interval_s,
+                 "Seconds between checks that the host matches the checkpoint (0: at start only)")
+      ->envname("RECONCILE_INTERVAL")
+      ->check(CLI::Range(0u, 86400u))
+      ->capture_default_str();
+  app.add_option("--device-poll-interval", config.device_poll_interval_s,
+                 "Seconds between GPU inventory checks (ResourceSlices are republished on change)")
+      ->envname("DEVICE_POLL_INTERVAL")
+      ->check(CLI::Range(1u, 3600u))
+      ->capture_default_str();
 }
 
 }  // namespace tessera::agent

@@ -19,6 +19,10 @@ struct AgentConfig {
   std::string kubelet_plugins_dir = "/var/lib/kubelet/plugins";            // KUBELET_PLUGINS_DIR
   std::string cdi_dir = "/var/run/cdi";                                    // --cdi-dir / CDI_DIR
   std::string kubeconfig;  // --kubeconfig / KUBECONFIG; empty: in-cluster service account
+  std::string mps_control = "nvidia-cuda-mps-control";  // --mps-control / MPS_CONTROL
+  std::string nvidia_smi = "nvidia-smi";                // --nvidia-smi / NVIDIA_SMI
+  unsigned reconcile_interval_s = 60;    // --reconcile-interval / RECONCILE_INTERVAL; 0 = at start
+  unsigned device_poll_interval_s = 30;  // --device-poll-interval / DEVICE_POLL_INTERVAL
 };
 
 // Registers the flags above on `app`, writing into `config` (whose values are the defaults).

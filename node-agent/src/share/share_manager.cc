@@ -115,6 +115,16 @@ std::string ShareManager::cdi_spec_path(const std::string& claim_uid) const {
   return options_.cdi_dir + "/" + cdi_spec_file_name(claim_uid);
 }
 
+std::vector<NodeDevice> ShareManager::devices() const {
+  std::lock_guard lock(devices_mutex_);
+  return devices_;
+}
+
+void ShareManager::set_devices(std::vector<NodeDevice> devices) {
+  std::lock_guard lock(devices_mutex_);
+  devices_ = std::move(devices);
+}
+
 Checkpoint ShareManager::checkpoint() const {
   std::lock_guard lock(mutex_);
   return checkpoint_;
@@ -257,7 +267,7 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
                      answer.error;
       return failed;
     }
-    ShareSpecInput input{answer.body, claim.uid, options_.driver, options_.node_name, devices_};
+    ShareSpecInput input{answer.body, claim.uid, options_.driver, options_.node_name, devices()};
     std::vector<ShareSpec> shares;
     if (auto e = compute_share_specs(input, shares); !e.empty()) {
       failed.error = "ResourceClaim " + claim.namespace_name + "/" + claim.name + ": " + e;

@@ -59,6 +59,11 @@ class ShareManager final : public ClaimPreparer {
   PrepareResult prepare(const ClaimRef& claim) override;
   std::string unprepare(const ClaimRef& claim) override;
 
+  // The GPUs claims are checked against; the device monitor replaces them when the node's GPUs
+  // change (prepared shares keep working from the checkpoint).
+  std::vector<NodeDevice> devices() const;
+  void set_devices(std::vector<NodeDevice> devices);
+
   Checkpoint checkpoint() const;
   std::string share_dir(const ShareSpec& share) const;
   std::string cdi_spec_path(const std::string& claim_uid) const;
@@ -79,6 +84,7 @@ class ShareManager final : public ClaimPreparer {
 
   ShareManagerOptions options_;
   KubeClient& kube_;
+  mutable std::mutex devices_mutex_;  // devices_ only: prepare reads them before taking mutex_
   std::vector<NodeDevice> devices_;
   mutable std::mutex mutex_;
   Checkpoint checkpoint_;

@@ -9,8 +9,10 @@
 namespace tessera::agent {
 namespace {
 
-const char* const kEnvNames[] = {"NODE_NAME",           "STATE_DIR", "KUBELET_REGISTRY_DIR",
-                                 "KUBELET_PLUGINS_DIR", "CDI_DIR",   "KUBECONFIG"};
+const char* const kEnvNames[] = {"NODE_NAME",           "STATE_DIR",  "KUBELET_REGISTRY_DIR",
+                                 "KUBELET_PLUGINS_DIR", "CDI_DIR",    "KUBECONFIG",
+                                 "MPS_CONTROL",         "NVIDIA_SMI", "RECONCILE_INTERVAL",
+                                 "DEVICE_POLL_INTERVAL"};
 
 class AgentConfigTest : public ::testing::Test {
  protected:
@@ -40,6 +42,10 @@ TEST_F(AgentConfigTest, Defaults) {
   EXPECT_EQ(c.kubelet_plugins_dir, "/var/lib/kubelet/plugins");
   EXPECT_EQ(c.cdi_dir, "/var/run/cdi");
   EXPECT_EQ(c.kubeconfig, "");
+  EXPECT_EQ(c.mps_control, "nvidia-cuda-mps-control");
+  EXPECT_EQ(c.nvidia_smi, "nvidia-smi");
+  EXPECT_EQ(c.reconcile_interval_s, 60u);
+  EXPECT_EQ(c.device_poll_interval_s, 30u);
 }
 
 TEST_F(AgentConfigTest, NodeNameIsRequired) {
@@ -53,7 +59,15 @@ TEST_F(AgentConfigTest, EveryFlagHasItsEnvironmentVariable) {
   setenv("KUBELET_PLUGINS_DIR", "/p", 1);
   setenv("CDI_DIR", "/c", 1);
   setenv("KUBECONFIG", "/k", 1);
+  setenv("MPS_CONTROL", "/m", 1);
+  setenv("NVIDIA_SMI", "/n", 1);
+  setenv("RECONCILE_INTERVAL", "5", 1);
+  setenv("DEVICE_POLL_INTERVAL", "7", 1);
   AgentConfig c = parse({});
+  EXPECT_EQ(c.mps_control, "/m");
+  EXPECT_EQ(c.nvidia_smi, "/n");
+  EXPECT_EQ(c.reconcile_interval_s, 5u);
+  EXPECT_EQ(c.device_poll_interval_s, 7u);
   EXPECT_EQ(c.node_name, "env-node");
   EXPECT_EQ(c.state_dir, "/s");
   EXPECT_EQ(c.kubelet_registry_dir, "/r");
@@ -72,6 +86,23 @@ TEST_F(AgentConfigTest, FlagsWinOverEnvironment) {
   EXPECT_EQ(c.kubelet_plugins_dir, "/p");
   EXPECT_EQ(c.cdi_dir, "/c");
   EXPECT_EQ(c.kubeconfig, "/k");
+}
+
+TEST_F(AgentConfigTest, BadIntervalsNameTheFlagAndValue) {
+  try {
+    parse({"--node-name", "n", "--device-poll-interval", "0"});
+    FAIL() << "accepted a zero poll interval";
+  } catch (const CLI::ValidationError& e) {
+    EXPECT_NE(std::string(e.what()).find("--device-poll-interval"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("0"), std::string::npos) << e.what();
+  }
+  setenv("RECONCILE_INTERVAL", "soon", 1);
+  try {
+    parse({"--node-name", "n"});
+    FAIL() << "accepted RECONCILE_INTERVAL=soon";
+  } catch (const CLI::ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("soon"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,0 +1,105 @@
+#include "agent/node_agent.h"
+
+#include <iostream>
+
+#include "backends/mps_backend.h"
+#include "backends/time_slice_backend.h"
+#include "devices/device_monitor.h"
+#include "devices/resource_slices.h"
+#include "kube/http_kube_client.h"
+#include "share/share_manager.h"
+
+namespace tessera::agent {
+
+namespace {
+void log_report(const char* when, const ReconcileReport& report) {
+  if (report.clean()) return;
+  std::cerr << "tessera-node-agent: reconcile (" << when << "): " << report.items.size()
+            << " differences, " << report.failures() << " not repaired\n"
+            << report.to_text();
+}
+}  // namespace
+
+NodeAgent::NodeAgent(AgentConfig config) : config_(std::move(config)) {}
+
+NodeAgent::~NodeAgent() {
+  stop();
+}
+
+ClaimPreparer& NodeAgent::preparer() {
+  return *shares_;
+}
+
+std::string NodeAgent::start() {
+  if (config_.node_name.empty()) return "--node-name (NODE_NAME) is required";
+  KubeConnection connection;
+  if (auto e = config_.kubeconfig.empty() ? in_cluster_connection(connection)
+                                          : kubeconfig_connection(config_.kubeconfig, connection);
+      !e.empty())
+    return e;
+  kube_ = std::make_unique<HttpKubeClient>(connection);
+  slices_ = std::make_unique<SlicePublisher>(*kube_,
+                                             SliceIdentity{kVgpuDriverName, config_.node_name, ""});
+
+  MpsOptions mps;
+  mps.control = config_.mps_control;
+  mps.root = config_.state_dir + "/mps";
+  mps_ = std::make_unique<MpsBackend>(mps);
+  TimeSliceOptions slices;
+  slices.nvidia_smi = config_.nvidia_smi;
+  slices.root = config_.state_dir + "/timeslice";
+  time_slice_ = std::make_unique<TimeSliceBackend>(slices);
+
+  ShareManagerOptions options;
+  options.root = config_.state_dir;
+  options.cdi_dir = config_.cdi_dir;
+  options.node_name = config_.node_name;
+  options.mps = mps_.get();
+  options.time_slice = time_slice_.get();
+  shares_ = std::make_unique<ShareManager>(options, *kube_, std::vector<NodeDevice>{});
+  ReconcileReport report;
+  if (auto e = shares_->start(&report); !e.empty()) return e;
+  log_report("start", report);
+
+  DeviceMonitorOptions monitoring;
+  monitoring.pool = config_.node_name;
+  monitoring.inventory_interval = std::chrono::seconds(config_.device_poll_interval_s);
+  monitor_ = std::make_unique<DeviceMonitor>(
+      monitoring, health_, [this](const std::vector<GpuInfo>& gpus) { return on_devices(gpus); });
+  if (auto e = monitor_->start(); !e.empty()) return e;
+
+  if (config_.reconcile_interval_s > 0) reconciler_ = std::thread([this] { reconcile_loop(); });
+  return "";
+}
+
+std::string NodeAgent::on_devices(const std::vector<GpuInfo>& gpus) {
+  // Claims are checked against the new list at once; the API learns it next (a failed publish is
+  // retried by the monitor, and the scheduler keeps using the old slices meanwhile).
+  shares_->set_devices(node_devices(gpus));
+  if (auto e = slices_->publish(gpus); !e.empty()) return "cannot publish ResourceSlices: " + e;
+  std::cerr << "tessera-node-agent: published " << gpus.size() << " GPUs (pool generation "
+            << slices_->generation() << ")\n";
+  return "";
+}
+
+void NodeAgent::reconcile_loop() {
+  std::unique_lock lock(loop_mutex_);
+  while (!loop_wake_.wait_for(lock, std::chrono::seconds(config_.reconcile_interval_s),
+                              [this] { return stopping_; })) {
+    lock.unlock();
+    log_report("periodic", shares_->reconcile());
+    lock.lock();
+  }
+}
+
+void NodeAgent::stop() {
+  {
+    std::lock_guard lock(loop_mutex_);
+    stopping_ = true;
+  }
+  loop_wake_.notify_all();
+  if (reconciler_.joinable()) reconciler_.join();
+  if (monitor_) monitor_->stop();
+}
+
+}  // namespace tessera::agent

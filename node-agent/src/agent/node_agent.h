@@ -1,0 +1,64 @@
+// The node agent assembled: the Kubernetes client, the share manager with its MPS and TimeSlicing
+// backends, the device monitor (ResourceSlices republished when the GPUs change, health from NVML
+// events), and the reconcile loop. main.cc serves its preparer and health board over the kubelet
+// plugin sockets.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "plugin/agent_config.h"
+#include "plugin/claim_preparer.h"
+#include "plugin/device_health.h"
+#include "tessera/gpu_info.h"
+
+namespace tessera::agent {
+
+class DeviceMonitor;
+class HttpKubeClient;
+class MpsBackend;
+class ShareManager;
+class SlicePublisher;
+class TimeSliceBackend;
+
+class NodeAgent {
+ public:
+  explicit NodeAgent(AgentConfig config);
+  ~NodeAgent();
+  NodeAgent(const NodeAgent&) = delete;
+  NodeAgent& operator=(const NodeAgent&) = delete;
+
+  // Connects to the API server, loads the checkpoint and reconciles the host with it, lists the
+  // GPUs and publishes them, then starts the monitor and the reconcile loop. "" or why not.
+  std::string start();
+  // Stops the loops (the share state stays on disk for the next start).
+  void stop();
+
+  ClaimPreparer& preparer();
+  const DeviceHealthProvider& health() const { return health_; }
+  ShareManager& shares() { return *shares_; }
+
+ private:
+  std::string on_devices(const std::vector<GpuInfo>& gpus);
+  void reconcile_loop();
+
+  AgentConfig config_;
+  std::unique_ptr<HttpKubeClient> kube_;
+  std::unique_ptr<SlicePublisher> slices_;
+  std::unique_ptr<MpsBackend> mps_;
+  std::unique_ptr<TimeSliceBackend> time_slice_;
+  std::unique_ptr<ShareManager> shares_;
+  DeviceHealthBoard health_;
+  std::unique_ptr<DeviceMonitor> monitor_;
+
+  std::mutex loop_mutex_;
+  std::condition_variable loop_wake_;
+  bool stopping_ = false;
+  std::thread reconciler_;
+};
+
+}  // namespace tessera::agent

@@ -1,0 +1,345 @@
+#include "devices/device_monitor.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <ctime>
+#include <iostream>
+
+#include "devices/resource_slices.h"
+#include "tessera/nvml_abi.h"
+
+namespace tessera::agent {
+namespace {
+
+// Application errors (docs.nvidia.com/deploy/xid-errors): the GPU itself is fine. The same list
+// as the NVIDIA device plugin's ignoredXids (internal/rm/health.go).
+constexpr unsigned long long kApplicationXids[] = {
+    13,   // graphics engine exception
+    31,   // GPU memory page fault
+    43,   // GPU stopped processing
+    45,   // preemptive cleanup, due to previous errors
+    68,   // video processor exception
+    109,  // context switch timeout
+};
+
+void log(const std::string& message) {
+  // One write per line, so lines of other threads do not interleave.
+  std::cerr << ("tessera-node-agent: " + message + "\n");
+}
+
+std::int64_t now_unix_s() {
+  return static_cast<std::int64_t>(std::time(nullptr));
+}
+
+template <typename T>
+bool resolve(void* library, const char* symbol, T& out) {
+  out = reinterpret_cast<T>(dlsym(library, symbol));
+  return out != nullptr;
+}
+
+}  // namespace
+
+bool xid_marks_unhealthy(unsigned long long xid) {
+  return std::find(std::begin(kApplicationXids), std::end(kApplicationXids), xid) ==
+         std::end(kApplicationXids);
+}
+
+struct DeviceMonitor::Nvml {
+  void* library = nullptr;
+  decltype(&nvmlInit_v2) init = nullptr;
+  decltype(&nvmlShutdown) shutdown = nullptr;
+  decltype(&nvmlErrorString) error_string = nullptr;
+  // The event API; all null when the library lacks any of it (polling only).
+  decltype(&nvmlEventSetCreate) set_create = nullptr;
+  decltype(&nvmlEventSetFree) set_free = nullptr;
+  decltype(&nvmlEventSetWait_v2) set_wait = nullptr;
+  decltype(&nvmlDeviceGetHandleByUUID) handle_by_uuid = nullptr;
+  decltype(&nvmlDeviceGetSupportedEventTypes) supported_events = nullptr;
+  decltype(&nvmlDeviceRegisterEvents) register_events = nullptr;
+
+  bool initialised = false;
+  nvmlEventSet_t set = nullptr;
+  std::map<nvmlDevice_t, std::string> uuid_of;  // the devices registered in `set`
+
+  std::string load(const std::string& path) {
+    // Never dlclose'd: NVML keeps process-wide state (see gpu_info.cc).
+    library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!library) return "cannot load " + path + " (is the NVIDIA driver installed?): " + dlerror();
+    if (!resolve(library, "nvmlInit_v2", init) || !resolve(library, "nvmlShutdown", shutdown) ||
+        !resolve(library, "nvmlErrorString", error_string))
+      return path + " lacks nvmlInit_v2, nvmlShutdown or nvmlErrorString";
+    if (!resolve(library, "nvmlEventSetCreate", set_create) ||
+        !resolve(library, "nvmlEventSetFree", set_free) ||
+        !resolve(library, "nvmlEventSetWait_v2", set_wait) ||
+        !resolve(library, "nvmlDeviceGetHandleByUUID", handle_by_uuid) ||
+        !resolve(library, "nvmlDeviceGetSupportedEventTypes", supported_events) ||
+        !resolve(library, "nvmlDeviceRegisterEvents", register_events))
+      set_create = nullptr;
+    const nvmlReturn_t result = init();
+    if (result != NVML_SUCCESS) return std::string("nvmlInit_v2 failed: ") + error_string(result);
+    initialised = true;
+    return "";
+  }
+
+  void free_set() {
+    if (set != nullptr) set_free(set);
+    set = nullptr;
+    uuid_of.clear();
+  }
+
+  void release() {
+    free_set();
+    if (initialised) shutdown();
+    initialised = false;
+  }
+};
+
+DeviceMonitor::DeviceMonitor(DeviceMonitorOptions options, DeviceHealthSink health,
+                             DevicesCallback on_devices)
+    : options_(std::move(options)),
+      health_(std::move(health)),
+      on_devices_(std::move(on_devices)) {}
+
+DeviceMonitor::~DeviceMonitor() {
+  stop();
+}
+
+std::string DeviceMonitor::start() {
+  if (thread_.joinable()) return "the device monitor is already running";
+  nvml_ = std::make_unique<Nvml>();
+  if (std::string error = nvml_->load(options_.nvml_library); !error.empty()) {
+    nvml_->release();
+    nvml_.reset();
+    return error;
+  }
+  std::vector<GpuInfo> gpus;
+  if (std::string error = options_.list(gpus); !error.empty()) {
+    nvml_->release();
+    nvml_.reset();
+    return "cannot list the GPUs: " + error;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = false;
+  }
+  apply_inventory(gpus);
+  register_events();
+  pending_ = true;
+  deliver();  // an error is logged; the thread retries
+  next_inventory_ = std::chrono::steady_clock::now() + options_.inventory_interval;
+  thread_ = std::thread([this] { run(); });
+  return "";
+}
+
+void DeviceMonitor::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (nvml_) {
+    nvml_->release();
+    nvml_.reset();
+  }
+}
+
+std::vector<GpuInfo> DeviceMonitor::devices() const {
+  std::lock_guard lock(mutex_);
+  return listed_;
+}
+
+bool DeviceMonitor::events_supported() const {
+  std::lock_guard lock(mutex_);
+  return events_supported_;
+}
+
+void DeviceMonitor::run() {
+  for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+    }
+    handle_event_turn();  // blocks up to event_wait
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+    }
+    if (std::chrono::steady_clock::now() >= next_inventory_) inventory_turn();
+    if (pending_) deliver();
+  }
+}
+
+void DeviceMonitor::inventory_turn() {
+  next_inventory_ = std::chrono::steady_clock::now() + options_.inventory_interval;
+  std::vector<GpuInfo> gpus;
+  if (std::string error = options_.list(gpus); !error.empty()) {
+    // A lost GPU can fail the whole listing: keep the last list (and its health) rather than
+    // unpublish every device.
+    log_once(last_list_error_, "cannot list the GPUs, keeping the last list: " + error);
+    return;
+  }
+  last_list_error_.clear();
+  bool changed = false;
+  {
+    std::lock_guard lock(mutex_);
+    changed = gpus != listed_;
+  }
+  if (changed) {
+    apply_inventory(gpus);
+    register_events();  // events come only for registered devices
+    pending_ = true;
+    return;
+  }
+  // Unchanged: refresh each report's time, so the board says when health was last checked.
+  for (const NodeDevice& device : node_devices(gpus)) {
+    report(device.name, unhealthy_uuids_.count(device.uuid) ? DeviceHealthState::kUnhealthy
+                                                            : DeviceHealthState::kHealthy);
+  }
+}
+
+void DeviceMonitor::deliver() {
+  std::vector<GpuInfo> gpus = devices();
+  if (std::string error = on_devices_(gpus); !error.empty()) {
+    log_once(last_deliver_error_, "cannot publish the GPUs (retrying): " + error);
+    return;
+  }
+  if (!last_deliver_error_.empty()) log("published the GPUs after the earlier error");
+  last_deliver_error_.clear();
+  pending_ = false;
+}
+
+void DeviceMonitor::apply_inventory(const std::vector<GpuInfo>& gpus) {
+  const std::vector<NodeDevice> before = node_devices(devices());
+  const std::vector<NodeDevice> after = node_devices(gpus);
+  auto same = [](const NodeDevice& a, const NodeDevice& b) {
+    return a.name == b.name && a.uuid == b.uuid;
+  };
+  for (const NodeDevice& old : before) {
+    if (std::any_of(after.begin(), after.end(), [&](const NodeDevice& d) { return same(d, old); }))
+      continue;
+    // Gone: forget its fault; a device that comes back (after a reset) starts Healthy.
+    unhealthy_uuids_.erase(old.uuid);
+    if (std::none_of(after.begin(), after.end(),
+                     [&](const NodeDevice& d) { return d.name == old.name; })) {
+      health_.remove(options_.pool, old.name);
+      log(old.name + " (" + old.uuid + ") is gone");
+    }
+  }
+  for (const NodeDevice& device : after) {
+    if (std::any_of(before.begin(), before.end(),
+                    [&](const NodeDevice& d) { return same(d, device); }))
+      continue;
+    unhealthy_uuids_.erase(device.uuid);
+    report(device.name, DeviceHealthState::kHealthy);
+  }
+  std::lock_guard lock(mutex_);
+  listed_ = gpus;
+}
+
+void DeviceMonitor::register_events() {
+  Nvml& nvml = *nvml_;
+  nvml.free_set();  // NVML cannot unregister: a new set replaces the old one
+  std::vector<std::string> unsupported;
+  const std::vector<NodeDevice> listed = node_devices(devices());
+  if (nvml.set_create == nullptr) {
+    for (const NodeDevice& device : listed) unsupported.push_back(device.name);
+  } else if (nvmlReturn_t created = nvml.set_create(&nvml.set); created != NVML_SUCCESS) {
+    nvml.set = nullptr;
+    if (created != NVML_ERROR_NOT_SUPPORTED)
+      log(std::string("nvmlEventSetCreate failed: ") + nvml.error_string(created));
+    for (const NodeDevice& device : listed) unsupported.push_back(device.name);
+  } else {
+    for (const NodeDevice& device : listed) {
+      // A device NVML cannot watch for another reason than "not supported" is not usable:
+      // Unhealthy, as the NVIDIA device plugin does.
+      auto failed = [&](const char* call, nvmlReturn_t result) {
+        log(device.name + " (" + device.uuid + "): " + call +
+            " failed: " + nvml.error_string(result) + "; marked Unhealthy");
+        unhealthy_uuids_.insert(device.uuid);
+        report(device.name, DeviceHealthState::kUnhealthy);
+      };
+      nvmlDevice_t handle = nullptr;
+      unsigned long long types = 0;
+      nvmlReturn_t r = nvml.handle_by_uuid(device.uuid.c_str(), &handle);
+      if (r != NVML_SUCCESS) {
+        failed("nvmlDeviceGetHandleByUUID", r);
+        continue;
+      }
+      r = nvml.supported_events(handle, &types);
+      if (r == NVML_SUCCESS && (types & nvmlEventTypeXidCriticalError) == 0)
+        r = NVML_ERROR_NOT_SUPPORTED;
+      if (r == NVML_SUCCESS)
+        r = nvml.register_events(handle, nvmlEventTypeXidCriticalError, nvml.set);
+      if (r == NVML_ERROR_NOT_SUPPORTED) {
+        unsupported.push_back(device.name);
+      } else if (r != NVML_SUCCESS) {
+        failed("registering for XID events", r);
+      } else {
+        nvml.uuid_of[handle] = device.uuid;
+      }
+    }
+    if (nvml.uuid_of.empty()) nvml.free_set();
+  }
+  if (!unsupported.empty() && !logged_no_events_) {
+    std::string names;
+    for (const std::string& name : unsupported) names += (names.empty() ? "" : ", ") + name;
+    log("NVML events are not supported for " + names +
+        ": their health follows the inventory only (Healthy while listed)");
+    logged_no_events_ = true;
+  }
+  std::lock_guard lock(mutex_);
+  events_supported_ = nvml.set != nullptr;
+}
+
+void DeviceMonitor::handle_event_turn() {
+  Nvml& nvml = *nvml_;
+  auto pause = [&] {
+    std::unique_lock lock(mutex_);
+    wake_.wait_for(lock, options_.event_wait, [&] { return stopping_; });
+  };
+  if (nvml.set == nullptr) return pause();
+  nvmlEventData_t event{};
+  const nvmlReturn_t r =
+      nvml.set_wait(nvml.set, &event, static_cast<unsigned>(options_.event_wait.count()));
+  if (r == NVML_ERROR_TIMEOUT) return;
+  if (r != NVML_SUCCESS) {
+    log_once(last_wait_error_, std::string("nvmlEventSetWait_v2 failed: ") + nvml.error_string(r));
+    return pause();  // no busy loop on a persistent error
+  }
+  last_wait_error_.clear();
+  if ((event.eventType & nvmlEventTypeXidCriticalError) == 0) return;
+  const auto registered = nvml.uuid_of.find(event.device);
+  if (registered == nvml.uuid_of.end()) return;
+  const std::string& uuid = registered->second;
+  std::string name;
+  for (const NodeDevice& device : node_devices(devices()))
+    if (device.uuid == uuid) name = device.name;
+  if (name.empty()) return;
+  const std::string xid = std::to_string(event.eventData);
+  if (!xid_marks_unhealthy(event.eventData)) {
+    log(name + " (" + uuid + "): XID " + xid + " (an application error): still Healthy");
+    return;
+  }
+  log(name + " (" + uuid + "): XID " + xid + ": marked Unhealthy");
+  unhealthy_uuids_.insert(uuid);
+  report(name, DeviceHealthState::kUnhealthy);
+}
+
+void DeviceMonitor::report(const std::string& name, DeviceHealthState state) {
+  DeviceHealthReport report;
+  report.pool_name = options_.pool;
+  report.device_name = name;
+  report.state = state;
+  report.last_updated_unix_s = now_unix_s();
+  health_.set(report);
+}
+
+void DeviceMonitor::log_once(std::string& last, const std::string& message) {
+  if (message == last) return;
+  last = message;
+  log(message);
+}
+
+}  // namespace tessera::agent

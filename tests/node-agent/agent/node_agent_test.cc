@@ -1,0 +1,191 @@
+// The whole node agent as kubelet and the API server see it: NodeAgent behind the real plugin
+// sockets, a kubelet simulator (gRPC over the unix sockets, both DRA versions and the health
+// stream), a local HTTPS API server, the simulated GPU's NVML, and recording doubles of the MPS
+// control program and nvidia-smi.
+#include "agent/node_agent.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "backend_doubles.h"
+#include "backends/mps_backend.h"
+#include "claim_fixture.h"
+#include "fake_api_server.h"
+#include "plugin_server.h"
+#include "share/share_manager.h"
+#include "test_support.h"
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::FakeApiServer;
+using testing::KubeletSimulator;
+using testing::make_claim;
+using testing::opaque_config;
+using testing::RecordingDoubles;
+namespace dra1 = testing::dra1;
+namespace dra1b1 = testing::dra1b1;
+
+// KubeletSimulator asks for claim "claim-<uid>" in namespace "ns-<uid>".
+constexpr char kQuotaUid[] = "b1111111-0000-4000-8000-000000000001";
+constexpr char kMpsUid[] = "b2222222-0000-4000-8000-000000000002";
+constexpr char kReplacedUid[] = "b3333333-0000-4000-8000-000000000003";
+
+class NodeAgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = doubles_.dir() / "node";
+    fs::create_directories(base_);
+    setenv("SIMGPU_STATE", (base_ / "simgpu.state").c_str(), 1);
+    setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0", 1);
+    std::ofstream(base_ / "ca.crt") << api_.ca_pem();
+    std::ofstream(base_ / "kubeconfig")
+        << "apiVersion: v1\nkind: Config\ncurrent-context: test\ncontexts:\n- name: test\n"
+           "  context: {cluster: fake, user: agent}\nclusters:\n- name: fake\n  cluster:\n"
+           "    server: "
+        << api_.url() << "\n    certificate-authority: " << (base_ / "ca.crt").string()
+        << "\nusers:\n- name: agent\n  user:\n    token: " << api_.token() << "\n";
+    config_.node_name = "node-a";
+    config_.state_dir = (base_ / "state").string();
+    config_.cdi_dir = (base_ / "cdi").string();
+    // Unix socket paths are limited to 107 bytes: kubelet's folders go in a short one.
+    sockets_ = fs::path("/tmp") / ("na-" + std::to_string(getpid()));
+    config_.kubelet_registry_dir = (sockets_ / "registry").string();
+    config_.kubelet_plugins_dir = (sockets_ / "plugins").string();
+    config_.kubeconfig = (base_ / "kubeconfig").string();
+    config_.mps_control = RecordingDoubles::mps_control();
+    config_.nvidia_smi = RecordingDoubles::nvidia_smi();
+    config_.reconcile_interval_s = 1;
+    config_.device_poll_interval_s = 1;
+
+    add_claim(kQuotaUid, {{"a", "gpu-0", "s-a", "8Gi", "30"}, {"b", "gpu-0", "s-b", "4Gi", "70"}});
+    add_claim(kMpsUid, {{"m", "gpu-0", "s-m", "2Gi", "20"}},
+              json::array({opaque_config("FromClass", {{"apiVersion", "vgpu.tessera.dev/v1alpha1"},
+                                                       {"kind", "VgpuConfig"},
+                                                       {"sharing", {{"strategy", "MPS"}}}})}));
+    // Deleted and created again under the same name: kubelet still asks for the old UID.
+    api_.add_claim(std::string("ns-") + kReplacedUid, std::string("claim-") + kReplacedUid,
+                   make_claim("claim-x", "c0000000-0000-4000-8000-00000000000c",
+                              {{"a", "gpu-0", "s-a", "1Gi", "10"}})
+                       .dump());
+  }
+  void TearDown() override {
+    fs::remove(base_ / "simgpu.state");
+    fs::remove_all(sockets_);
+  }
+
+  void add_claim(const std::string& uid, const std::vector<testing::FixtureShare>& shares,
+                 const json& configs = json::array()) {
+    api_.add_claim("ns-" + uid, "claim-" + uid,
+                   make_claim("claim-" + uid, uid, shares, configs).dump());
+  }
+
+  RecordingDoubles doubles_;
+  fs::path base_, sockets_;
+  FakeApiServer api_;
+  AgentConfig config_;
+};
+
+TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
+  NodeAgent agent(config_);
+  ASSERT_EQ(agent.start(), "");
+  PluginServerOptions options;
+  options.driver_name = kDriverName;
+  options.registry_dir = config_.kubelet_registry_dir;
+  options.plugins_dir = config_.kubelet_plugins_dir;
+  PluginServer server(options, agent.preparer(), &agent.health());
+  ASSERT_EQ(server.start(), "");
+
+  // The node's GPU was published before kubelet could ask for anything.
+  const auto slices = api_.stored_slices();
+  ASSERT_EQ(slices.size(), 1u);
+  const json& slice = slices.begin()->second;
+  EXPECT_EQ(slice["spec"]["pool"]["name"], "node-a");
+  ASSERT_EQ(slice["spec"]["devices"].size(), 1u);
+  EXPECT_EQ(slice["spec"]["devices"][0]["name"], "gpu-0");
+  EXPECT_EQ(slice["spec"]["devices"][0]["capacity"]["memory"]["value"],
+            "150754820096");  // 143771Mi
+
+  KubeletSimulator kubelet(server.registration_socket());
+  kubelet.connect();
+
+  // v1: a batch with a two-share claim and a replaced one; each claim gets its own answer.
+  dra1::NodePrepareResourcesResponse prepared;
+  ASSERT_TRUE(kubelet.prepare_v1({kQuotaUid, kReplacedUid}, &prepared).ok());
+  const auto& quota = prepared.claims().at(kQuotaUid);
+  ASSERT_EQ(quota.error(), "");
+  ASSERT_EQ(quota.devices_size(), 2);
+  EXPECT_EQ(quota.devices(0).share_id(), "s-a");
+  EXPECT_EQ(quota.devices(1).share_id(), "s-b");
+  EXPECT_EQ(quota.devices(0).cdi_device_ids(0),
+            std::string("k8s.vgpu.tessera.dev/claim=") + kQuotaUid + "-gpu-0-s-a");
+  EXPECT_NE(prepared.claims().at(kReplacedUid).error().find("claim was replaced"),
+            std::string::npos)
+      << prepared.claims().at(kReplacedUid).error();
+
+  // v1beta1: an MPS share gets its daemon with the share's limit.
+  dra1b1::NodePrepareResourcesResponse prepared_beta;
+  ASSERT_TRUE(kubelet.prepare_v1beta1({kMpsUid}, &prepared_beta).ok());
+  ASSERT_EQ(prepared_beta.claims().at(kMpsUid).error(), "");
+  MpsOptions mps_options;
+  mps_options.control = config_.mps_control;
+  mps_options.root = config_.state_dir + "/mps";
+  MpsBackend mps(mps_options);
+  EXPECT_EQ(mps.inspect(std::string(kMpsUid) + "-gpu-0-s-m").active_thread_percentage, 20.0);
+
+  // The reconcile loop repairs a share folder deleted by hand within its interval.
+  const std::string share_a = config_.state_dir + "/shares/" + kQuotaUid + "-gpu-0-s-a";
+  fs::remove_all(share_a);
+  for (int i = 0; i < 300 && !fs::exists(share_a + "/limits"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(fs::exists(share_a + "/limits"));
+
+  // Health: the GPU is reported Healthy, and Unhealthy once the driver raises an XID for it.
+  grpc::ClientContext watch;
+  watch.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = kubelet.health().NodeWatchResources(&watch, v1alpha1::NodeWatchResourcesRequest{});
+  v1alpha1::NodeWatchResourcesResponse health;
+  ASSERT_TRUE(stream->Read(&health));
+  ASSERT_EQ(health.devices_size(), 1);
+  EXPECT_EQ(health.devices(0).device().pool_name(), "node-a");
+  EXPECT_EQ(health.devices(0).device().device_name(), "gpu-0");
+  EXPECT_EQ(health.devices(0).health(), v1alpha1::HEALTHY);
+  ASSERT_EQ(std::system((std::string(SIMGPU_CTL) + " health 0 unhealthy").c_str()), 0);
+  bool unhealthy = false;
+  while (!unhealthy && stream->Read(&health))
+    unhealthy = health.devices_size() == 1 && health.devices(0).health() == v1alpha1::UNHEALTHY;
+  EXPECT_TRUE(unhealthy);
+  watch.TryCancel();
+
+  // Unprepare in both versions leaves nothing behind.
+  dra1::NodeUnprepareResourcesResponse unprepared;
+  ASSERT_TRUE(kubelet.unprepare_v1({kQuotaUid, kReplacedUid}, &unprepared).ok());
+  EXPECT_EQ(unprepared.claims().at(kQuotaUid).error(), "");
+  EXPECT_EQ(unprepared.claims().at(kReplacedUid).error(), "");
+  dra1b1::NodeUnprepareResourcesResponse unprepared_beta;
+  ASSERT_TRUE(kubelet.unprepare_v1beta1({kMpsUid}, &unprepared_beta).ok());
+  EXPECT_EQ(unprepared_beta.claims().at(kMpsUid).error(), "");
+  EXPECT_TRUE(fs::is_empty(config_.state_dir + "/shares"));
+  EXPECT_TRUE(fs::is_empty(config_.cdi_dir));
+  EXPECT_TRUE(mps.share_folders().empty());
+  EXPECT_NE(doubles_.calls().find("  quit \n"), std::string::npos);
+
+  server.stop();
+  agent.stop();
+}
+
+TEST_F(NodeAgentTest, StartSaysWhyItCannotRun) {
+  config_.kubeconfig = (base_ / "missing-kubeconfig").string();
+  NodeAgent agent(config_);
+  EXPECT_NE(agent.start().find("missing-kubeconfig"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::agent

@@ -1,0 +1,384 @@
+#include "devices/device_monitor.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "devices/resource_slices.h"
+#include "fake_api_server.h"
+#include "kube/http_kube_client.h"
+
+namespace tessera::agent {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using testing::FakeApiServer;
+
+constexpr char kTwoGpus[] =
+    "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0;"
+    "name=NVIDIA H100,memory=81559Mi,sms=132,cc=9.0";
+constexpr milliseconds kBound{5000};  // every wait for the monitor ends by then
+
+// Runs `body` in a child process with a simulator state file of its own: the simulated NVML
+// opens its state once per process, so a test that faults a device cannot leak into the next.
+void in_simulator(const std::function<void()>& body) {
+  char directory[] = "/tmp/agent-devmon-test-XXXXXX";
+  ASSERT_NE(mkdtemp(directory), nullptr);
+  const std::string state = std::string(directory) + "/state";
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("SIMGPU_STATE", state.c_str(), 1);
+    setenv("SIMGPU_DEVICES", kTwoGpus, 1);
+    unsetenv("SIMGPU_UNHEALTHY");
+    body();
+    std::fflush(nullptr);
+    _exit(::testing::Test::HasFailure() ? 1 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  std::filesystem::remove_all(directory);
+  ASSERT_TRUE(WIFEXITED(status)) << "the scenario process died, status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the scenario failed (its messages are above)";
+}
+
+// Fault injection from another process, as an operator would (SIMGPU_STATE is inherited).
+void simgpu_ctl(const std::string& args) {
+  ASSERT_EQ(std::system((std::string(SIMGPU_CTL) + " " + args).c_str()), 0) << args;
+}
+
+// on_devices: records every call (failed ones too) and answers with `reply`.
+struct Recorder {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::vector<GpuInfo>> calls;
+  std::function<std::string(const std::vector<GpuInfo>&)> reply = [](const auto&) {
+    return std::string();
+  };
+
+  DeviceMonitor::DevicesCallback callback() {
+    return [this](const std::vector<GpuInfo>& gpus) {
+      std::string error = reply(gpus);
+      {
+        std::lock_guard lock(mutex);
+        calls.push_back(gpus);
+      }
+      changed.notify_all();
+      return error;
+    };
+  }
+  bool wait_for(size_t n) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, kBound, [&] { return calls.size() >= n; });
+  }
+  size_t count() {
+    std::lock_guard lock(mutex);
+    return calls.size();
+  }
+  std::vector<GpuInfo> call(size_t i) {
+    std::lock_guard lock(mutex);
+    return i < calls.size() ? calls[i] : std::vector<GpuInfo>{};
+  }
+};
+
+std::optional<DeviceHealthState> state_of(const DeviceHealthBoard& board, const std::string& name) {
+  for (const DeviceHealthReport& report : board.snapshot().devices)
+    if (report.device_name == name) return report.state;
+  return std::nullopt;
+}
+
+// Waits (bounded) until `name` has `state` on the board; nullopt: until it is gone.
+bool wait_for_state(const DeviceHealthBoard& board, const std::string& name,
+                    std::optional<DeviceHealthState> state) {
+  const auto deadline = std::chrono::steady_clock::now() + kBound;
+  for (;;) {
+    const std::uint64_t seen = board.snapshot().generation;
+    if (state_of(board, name) == state) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    board.wait_for_change(seen, milliseconds(50));
+  }
+}
+
+DeviceMonitorOptions fast_options() {
+  DeviceMonitorOptions options;
+  options.pool = "node-a";
+  options.inventory_interval = milliseconds(20);
+  options.event_wait = milliseconds(20);
+  return options;
+}
+
+std::vector<std::string> device_names(const json& slice) {
+  std::vector<std::string> names;
+  for (const json& device : slice["spec"]["devices"]) names.push_back(device["name"]);
+  return names;
+}
+
+TEST(DeviceMonitor, StartPublishesTheSimulatedGpusAllHealthy) {
+  in_simulator([] {
+    DeviceHealthBoard board;
+    Recorder recorder;
+    DeviceMonitor monitor(fast_options(), board, recorder.callback());
+    const std::int64_t before = std::time(nullptr);
+    ASSERT_EQ(monitor.start(), "");
+    ASSERT_EQ(recorder.count(), 1u);
+    const std::vector<GpuInfo> gpus = recorder.call(0);
+    ASSERT_EQ(gpus.size(), 2u);
+    EXPECT_EQ(gpus[0].product_name, "NVIDIA H200");
+    EXPECT_EQ(gpus[1].product_name, "NVIDIA H100");
+    EXPECT_EQ(monitor.devices(), gpus);
+    EXPECT_TRUE(monitor.events_supported());
+
+    const DeviceHealthSnapshot snapshot = board.snapshot();
+    ASSERT_EQ(snapshot.devices.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      const DeviceHealthReport& report = snapshot.devices[i];
+      EXPECT_EQ(report.pool_name, "node-a");
+      EXPECT_EQ(report.device_name, "gpu-" + std::to_string(gpus[i].minor));
+      EXPECT_EQ(report.state, DeviceHealthState::kHealthy);
+      EXPECT_GE(report.last_updated_unix_s, before);
+      EXPECT_LE(report.last_updated_unix_s, std::time(nullptr));
+    }
+    EXPECT_EQ(snapshot.devices[0].device_name, "gpu-0");
+    EXPECT_EQ(snapshot.devices[1].device_name, "gpu-1");
+
+    // Many inventory turns with the same GPUs: nothing is published again.
+    std::this_thread::sleep_for(milliseconds(300));
+    EXPECT_EQ(recorder.count(), 1u);
+    EXPECT_EQ(board.snapshot().devices.size(), 2u);
+  });
+}
+
+TEST(DeviceMonitor, XidEventMarksThatDeviceUnhealthy) {
+  in_simulator([] {
+    DeviceHealthBoard board;
+    Recorder recorder;
+    DeviceMonitor monitor(fast_options(), board, recorder.callback());
+    ASSERT_EQ(monitor.start(), "");
+    simgpu_ctl("health 1 unhealthy");  // the simulator raises XID 79 (fallen off the bus)
+    ASSERT_TRUE(wait_for_state(board, "gpu-1", DeviceHealthState::kUnhealthy));
+    EXPECT_EQ(state_of(board, "gpu-0"), DeviceHealthState::kHealthy);
+
+    // The lost GPU makes later listings fail (its memory cannot be read): the monitor keeps
+    // both devices, their health, and publishes nothing new.
+    std::this_thread::sleep_for(milliseconds(300));
+    EXPECT_EQ(state_of(board, "gpu-1"), DeviceHealthState::kUnhealthy);
+    EXPECT_EQ(state_of(board, "gpu-0"), DeviceHealthState::kHealthy);
+    EXPECT_EQ(monitor.devices().size(), 2u);
+    EXPECT_EQ(recorder.count(), 1u);
+  });
+}
+
+TEST(DeviceMonitor, ApplicationXidsLeaveTheDeviceHealthy) {
+  for (unsigned long long xid : {13, 31, 43, 45, 68, 109})
+    EXPECT_FALSE(xid_marks_unhealthy(xid)) << "XID " << xid;
+  for (unsigned long long xid : {48, 63, 64, 74, 79, 92, 94, 95, 119, 0})
+    EXPECT_TRUE(xid_marks_unhealthy(xid)) << "XID " << xid;
+}
+
+TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
+  in_simulator([] {
+    std::vector<GpuInfo> all;
+    ASSERT_EQ(list_gpus(all), "");
+    ASSERT_EQ(all.size(), 2u);
+    std::atomic<bool> drop{false};
+    DeviceMonitorOptions options = fast_options();
+    options.list = [&](std::vector<GpuInfo>& gpus) {
+      gpus = all;
+      if (drop) gpus.pop_back();
+      return std::string();
+    };
+
+    FakeApiServer server;
+    KubeConnection connection{server.url(), server.ca_pem(), server.token(), "", "", ""};
+    RetryPolicy retry;
+    retry.initial_backoff = milliseconds(1);
+    HttpKubeClient kube(connection, retry);
+    SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
+    Recorder recorder;
+    recorder.reply = [&](const std::vector<GpuInfo>& gpus) { return publisher.publish(gpus); };
+
+    DeviceHealthBoard board;
+    DeviceMonitor monitor(options, board, recorder.callback());
+    ASSERT_EQ(monitor.start(), "");
+    auto writes = server.take_writes();
+    ASSERT_EQ(writes.size(), 1u);
+    EXPECT_EQ(writes[0].method, "POST");
+    EXPECT_EQ(device_names(writes[0].body), (std::vector<std::string>{"gpu-0", "gpu-1"}));
+    EXPECT_EQ(writes[0].body["spec"]["pool"]["generation"], 1);
+
+    // gpu-1 faults, then leaves the inventory (taken out for a reset).
+    simgpu_ctl("health 1 unhealthy");
+    ASSERT_TRUE(wait_for_state(board, "gpu-1", DeviceHealthState::kUnhealthy));
+    drop = true;
+    ASSERT_TRUE(recorder.wait_for(2));
+    EXPECT_EQ(recorder.call(1), std::vector<GpuInfo>{all[0]});
+    writes = server.take_writes();
+    ASSERT_EQ(writes.size(), 1u);
+    EXPECT_EQ(writes[0].method, "PUT");
+    EXPECT_EQ(writes[0].path, "/apis/resource.k8s.io/v1/resourceslices/node-a-vgpu.tessera.dev-0");
+    EXPECT_EQ(writes[0].body["spec"]["pool"],
+              json({{"name", "node-a"}, {"generation", 2}, {"resourceSliceCount", 1}}));
+    ASSERT_EQ(writes[0].body["spec"]["devices"].size(), 1u);
+    EXPECT_EQ(writes[0].body["spec"]["devices"][0], build_device(all[0]));
+    EXPECT_EQ(state_of(board, "gpu-1"), std::nullopt);
+    EXPECT_EQ(state_of(board, "gpu-0"), DeviceHealthState::kHealthy);
+    EXPECT_EQ(board.snapshot().devices.size(), 1u);
+
+    // Reset and back: Healthy again, republished at the next generation.
+    simgpu_ctl("health 1 healthy");
+    drop = false;
+    ASSERT_TRUE(recorder.wait_for(3));
+    EXPECT_EQ(recorder.call(2), all);
+    writes = server.take_writes();
+    ASSERT_EQ(writes.size(), 1u);
+    EXPECT_EQ(writes[0].method, "PUT");
+    EXPECT_EQ(writes[0].body["spec"]["pool"]["generation"], 3);
+    EXPECT_EQ(device_names(writes[0].body), (std::vector<std::string>{"gpu-0", "gpu-1"}));
+    EXPECT_EQ(writes[0].body["spec"]["devices"][1], build_device(all[1]));
+    EXPECT_EQ(state_of(board, "gpu-1"), DeviceHealthState::kHealthy);
+    EXPECT_EQ(state_of(board, "gpu-0"), DeviceHealthState::kHealthy);
+    EXPECT_EQ(server.stored_slices().size(), 1u);
+    monitor.stop();
+    EXPECT_EQ(recorder.count(), 3u);
+  });
+}
+
+// Events come only for registered devices: one that joins the inventory later must be watched.
+TEST(DeviceMonitor, DeviceAddedLaterIsWatchedForXids) {
+  in_simulator([] {
+    std::vector<GpuInfo> all;
+    ASSERT_EQ(list_gpus(all), "");
+    ASSERT_EQ(all.size(), 2u);
+    std::atomic<bool> both{false};
+    DeviceMonitorOptions options = fast_options();
+    options.list = [&](std::vector<GpuInfo>& gpus) {
+      gpus = all;
+      if (!both) gpus.pop_back();
+      return std::string();
+    };
+    DeviceHealthBoard board;
+    Recorder recorder;
+    DeviceMonitor monitor(options, board, recorder.callback());
+    ASSERT_EQ(monitor.start(), "");
+    EXPECT_EQ(state_of(board, "gpu-1"), std::nullopt);
+    both = true;
+    ASSERT_TRUE(recorder.wait_for(2));
+    EXPECT_EQ(state_of(board, "gpu-1"), DeviceHealthState::kHealthy);
+    simgpu_ctl("health 1 unhealthy");
+    EXPECT_TRUE(wait_for_state(board, "gpu-1", DeviceHealthState::kUnhealthy));
+    EXPECT_EQ(state_of(board, "gpu-0"), DeviceHealthState::kHealthy);
+  });
+}
+
+TEST(DeviceMonitor, FailedPublishIsRetriedUntilDelivered) {
+  in_simulator([] {
+    std::vector<GpuInfo> all;
+    ASSERT_EQ(list_gpus(all), "");
+    ASSERT_EQ(all.size(), 2u);
+    std::atomic<bool> drop{false};
+    DeviceMonitorOptions options = fast_options();
+    options.list = [&](std::vector<GpuInfo>& gpus) {
+      gpus = all;
+      if (drop) gpus.pop_back();
+      return std::string();
+    };
+    std::atomic<int> attempts{0};
+    Recorder recorder;
+    recorder.reply = [&](const std::vector<GpuInfo>&) {
+      const int n = ++attempts;
+      return n == 1 || n == 3 ? std::string("POST /apis/...: HTTP 503: the API is down")
+                              : std::string();
+    };
+    DeviceHealthBoard board;
+    DeviceMonitor monitor(options, board, recorder.callback());
+    // The API is down at start: start() still succeeds; the thread delivers later.
+    ASSERT_EQ(monitor.start(), "");
+    ASSERT_TRUE(recorder.wait_for(2));
+    EXPECT_EQ(recorder.call(1), all);
+    // A change whose first delivery fails is not lost.
+    drop = true;
+    ASSERT_TRUE(recorder.wait_for(4));
+    EXPECT_EQ(recorder.call(2), std::vector<GpuInfo>{all[0]});
+    EXPECT_EQ(recorder.call(3), std::vector<GpuInfo>{all[0]});
+    // Delivered: no more calls.
+    std::this_thread::sleep_for(milliseconds(200));
+    EXPECT_EQ(recorder.count(), 4u);
+  });
+}
+
+TEST(DeviceMonitor, StopReturnsPromptly) {
+  in_simulator([] {
+    DeviceHealthBoard board;
+    Recorder recorder;
+    DeviceMonitorOptions options;
+    options.pool = "node-a";
+    options.event_wait = milliseconds(300);  // inventory_interval stays 30 s
+    DeviceMonitor monitor(options, board, recorder.callback());
+    ASSERT_EQ(monitor.start(), "");
+    ASSERT_TRUE(monitor.events_supported());
+    std::this_thread::sleep_for(milliseconds(50));
+    const auto started = std::chrono::steady_clock::now();
+    monitor.stop();
+    const auto took = std::chrono::steady_clock::now() - started;
+    EXPECT_LT(took, milliseconds(300) + milliseconds(500));
+    monitor.stop();  // twice is fine
+    // A monitor destroyed without stop() stops too.
+    {
+      DeviceMonitor other(options, board, recorder.callback());
+      ASSERT_EQ(other.start(), "");
+    }
+  });
+}
+
+TEST(DeviceMonitor, StartFailsWithoutNvml) {
+  DeviceHealthBoard board;
+  Recorder recorder;
+  DeviceMonitorOptions options;
+  options.pool = "node-a";
+  options.nvml_library = "libtessera-test-no-such-nvml.so.1";
+  bool listed = false;
+  options.list = [&](std::vector<GpuInfo>&) {
+    listed = true;
+    return std::string();
+  };
+  DeviceMonitor monitor(options, board, recorder.callback());
+  const std::string error = monitor.start();
+  EXPECT_EQ(error.rfind("cannot load libtessera-test-no-such-nvml.so.1 (is the NVIDIA driver "
+                        "installed?)",
+                        0),
+            0u)
+      << error;
+  EXPECT_FALSE(listed);
+  EXPECT_EQ(recorder.count(), 0u);
+  EXPECT_TRUE(board.snapshot().devices.empty());
+  monitor.stop();
+}
+
+TEST(DeviceMonitor, StartReportsAFailedListing) {
+  in_simulator([] {
+    DeviceHealthBoard board;
+    Recorder recorder;
+    DeviceMonitorOptions options = fast_options();
+    options.list = [](std::vector<GpuInfo>&) { return std::string("nvmlInit_v2 failed: boom"); };
+    DeviceMonitor monitor(options, board, recorder.callback());
+    EXPECT_EQ(monitor.start(), "cannot list the GPUs: nvmlInit_v2 failed: boom");
+    EXPECT_EQ(recorder.count(), 0u);
+    EXPECT_TRUE(board.snapshot().devices.empty());
+  });
+}
+
+}  // namespace
+}  // namespace tessera::agent
