@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "agent/node_agent.h"
+#include "devices/resource_slices.h"
 #include "plugin/agent_config.h"
 #include "plugin/plugin_server.h"
 
@@ -16,7 +17,24 @@ int main(int argc, char** argv) {
   AgentConfig config;
   CLI::App app{"Tessera node agent: the vgpu.tessera.dev DRA kubelet plugin", "tessera-node-agent"};
   add_agent_flags(app, config);
+  bool print_slices = false;
+  app.add_flag("--print-resource-slices", print_slices,
+               "Print the ResourceSlices this node would publish (GPUs from NVML) and exit");
   CLI11_PARSE(app, argc, argv);
+
+  if (print_slices) {
+    // A dry run for admins and GPU checks: no API server, no sockets. The owner reference's uid
+    // is the Node's, read from the API when the agent publishes.
+    std::vector<tessera::GpuInfo> gpus;
+    if (std::string error = tessera::list_gpus(gpus); !error.empty()) {
+      std::cerr << "tessera-node-agent: " << error << '\n';
+      return 1;
+    }
+    const SliceIdentity identity{kVgpuDriverName, config.node_name, ""};
+    for (const auto& slice : build_resource_slices(gpus, identity, 1))
+      std::cout << slice.dump(2) << '\n';
+    return 0;
+  }
 
   // Block the stop signals before any thread starts, so every thread (gRPC's included) inherits
   // the mask and only sigwait below receives them.

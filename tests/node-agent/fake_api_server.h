@@ -180,6 +180,11 @@ class FakeApiServer {
     std::lock_guard lock(mutex_);
     return slices;
   }
+  // What someone else's `kubectl delete resourceslice` does (not recorded as the agent's write).
+  void delete_slices() {
+    std::lock_guard lock(mutex_);
+    slices.clear();
+  }
 
   std::string node_name = "node-a";
   std::string node_uid = "3d7c0b8e-node-uid";

@@ -76,9 +76,15 @@ std::string NodeAgent::on_devices(const std::vector<GpuInfo>& gpus) {
   // Claims are checked against the new list at once; the API learns it next (a failed publish is
   // retried by the monitor, and the scheduler keeps using the old slices meanwhile).
   shares_->set_devices(node_devices(gpus));
+  return publish(gpus);
+}
+
+std::string NodeAgent::publish(const std::vector<GpuInfo>& gpus) {
+  std::lock_guard lock(slices_mutex_);
   if (auto e = slices_->publish(gpus); !e.empty()) return "cannot publish ResourceSlices: " + e;
-  std::cerr << "tessera-node-agent: published " << gpus.size() << " GPUs (pool generation "
-            << slices_->generation() << ")\n";
+  if (slices_->writes() > 0)
+    std::cerr << "tessera-node-agent: published " << gpus.size() << " GPUs in " << slices_->writes()
+              << " ResourceSlice writes (pool generation " << slices_->generation() << ")\n";
   return "";
 }
 
@@ -88,6 +94,10 @@ void NodeAgent::reconcile_loop() {
                               [this] { return stopping_; })) {
     lock.unlock();
     log_report("periodic", shares_->reconcile());
+    // The API side too: a slice deleted or edited by someone else is put back (no writes when
+    // the API already matches).
+    if (auto e = publish(monitor_->devices()); !e.empty())
+      std::cerr << "tessera-node-agent: reconcile (periodic): " << e << '\n';
     lock.lock();
   }
 }

@@ -44,10 +44,12 @@ class NodeAgent {
 
  private:
   std::string on_devices(const std::vector<GpuInfo>& gpus);
+  std::string publish(const std::vector<GpuInfo>& gpus);
   void reconcile_loop();
 
   AgentConfig config_;
   std::unique_ptr<HttpKubeClient> kube_;
+  std::mutex slices_mutex_;  // the monitor's thread and the reconcile loop both publish
   std::unique_ptr<SlicePublisher> slices_;
   std::unique_ptr<MpsBackend> mps_;
   std::unique_ptr<TimeSliceBackend> time_slice_;

@@ -147,6 +147,13 @@ TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(fs::exists(share_a + "/limits"));
 
+  // ...and the API side: slices deleted by someone else are published again.
+  api_.delete_slices();
+  for (int i = 0; i < 300 && api_.stored_slices().empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(api_.stored_slices().size(), 1u);
+  EXPECT_EQ(api_.stored_slices().begin()->second["spec"]["devices"][0]["name"], "gpu-0");
+
   // Health: the GPU is reported Healthy, and Unhealthy once the driver raises an XID for it.
   grpc::ClientContext watch;
   watch.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
@@ -179,6 +186,20 @@ TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
 
   server.stop();
   agent.stop();
+}
+
+// `tessera-node-agent --print-resource-slices`: the dry run admins (and the GPU checks) use.
+TEST_F(NodeAgentTest, PrintsTheResourceSlicesItWouldPublish) {
+  const std::string output_file = (base_ / "slices.json").string();
+  const std::string command =
+      std::string(NODE_AGENT) + " --print-resource-slices --node-name node-a > " + output_file;
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  const json slice = json::parse(RecordingDoubles::read(output_file));
+  EXPECT_EQ(slice["kind"], "ResourceSlice");
+  EXPECT_EQ(slice["spec"]["pool"]["name"], "node-a");
+  EXPECT_EQ(slice["spec"]["devices"][0]["name"], "gpu-0");
+  EXPECT_EQ(slice["spec"]["devices"][0]["attributes"]["productName"]["string"], "NVIDIA H200");
+  EXPECT_EQ(slice["spec"]["devices"][0]["capacity"]["cores"]["value"], "100");
 }
 
 TEST_F(NodeAgentTest, StartSaysWhyItCannotRun) {

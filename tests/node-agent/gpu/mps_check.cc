@@ -1,0 +1,137 @@
+// agent_mps_check: the MPS backend against a real MPS control daemon (scripts/gpu-checks/
+// node-agent.sh), or its lifecycle against the recording double in CI (--lifecycle-only).
+// Starts one share's daemon (4Gi, 30 % of the threads) on the first GPU as the agent does, runs
+// memory-fill and compute-burn as its clients (in the share's /dev/shm, with its pipe folder),
+// checks the pinned-memory limit held, stops the daemon, and prints one JSON line per step.
+#include <filesystem>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "backends/command_runner.h"
+#include "backends/mps_backend.h"
+#include "tessera/gpu_info.h"
+
+namespace {
+
+using nlohmann::json;
+using namespace tessera::agent;
+
+constexpr uint64_t kShareMemory = 4ull << 30;
+constexpr uint32_t kShareCores = 30;
+
+int fail(const std::string& step, const std::string& error) {
+  std::cout << json{{"step", step}, {"ok", false}, {"error", error}}.dump() << std::endl;
+  return 1;
+}
+
+// The last JSON line a sample printed.
+json last_json_line(const std::string& output) {
+  json result;
+  size_t start = 0;
+  while (start < output.size()) {
+    const size_t end = output.find('\n', start);
+    const std::string line = output.substr(start, end == std::string::npos ? end : end - start);
+    const json parsed = json::parse(line, nullptr, false);
+    if (!parsed.is_discarded() && parsed.is_object()) result = parsed;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpsOptions options;
+  std::string memory_fill, compute_burn;
+  bool lifecycle_only = false;
+  CLI::App app{"The MPS backend against an MPS control program", "agent_mps_check"};
+  app.add_option("--control", options.control, "nvidia-cuda-mps-control (or the double)")
+      ->capture_default_str();
+  app.add_option("--root", options.root, "Folder for the share's MPS folders")->required();
+  app.add_option("--memory-fill", memory_fill, "The memory-fill sample");
+  app.add_option("--compute-burn", compute_burn, "The compute-burn sample");
+  app.add_flag("--lifecycle-only", lifecycle_only, "Start, check limits, stop (no clients)");
+  CLI11_PARSE(app, argc, argv);
+  if (!lifecycle_only && (memory_fill.empty() || compute_burn.empty()))
+    return fail("arguments",
+                "--memory-fill and --compute-burn are required without "
+                "--lifecycle-only");
+
+  std::vector<tessera::GpuInfo> gpus;
+  if (auto e = tessera::list_gpus(gpus); !e.empty()) return fail("nvml", e);
+  if (gpus.empty()) return fail("nvml", "no GPU");
+  ShareSpec share;
+  share.claim_uid = "gpu-check";
+  share.pool = "check";
+  share.device = "gpu-" + std::to_string(gpus[0].minor);
+  share.share_id = "mps";
+  share.uuid = gpus[0].uuid;
+  share.minor = gpus[0].minor;
+  share.memory_bytes = kShareMemory;
+  share.cores = kShareCores;
+  share.config.strategy = SharingStrategy::kMps;
+
+  std::filesystem::create_directories(options.root);
+  MpsBackend mps(options);
+  if (auto e = mps.start(share); !e.empty()) return fail("start", e);
+  const MpsDaemonState started = mps.inspect(share.name());
+  std::cout << json{{"step", "start"},
+                    {"ok", started.running},
+                    {"gpu", gpus[0].product_name},
+                    {"uuid", share.uuid},
+                    {"daemon_pid", started.pid},
+                    {"active_thread_percentage", started.active_thread_percentage.value_or(-1)}}
+                   .dump()
+            << std::endl;
+
+  int status = started.running ? 0 : 1;
+  if (!lifecycle_only) {
+    // Clients of this share: its pipe folder, and its /dev/shm (the daemon's).
+    auto client = [&](std::vector<std::string> client_argv) {
+      Command command(std::move(client_argv),
+                      {"CUDA_MPS_PIPE_DIRECTORY=" + mps.pipe_dir(share.name())}, "",
+                      std::chrono::seconds(120));
+      command.private_dev_shm = mps.shm_dir(share.name());
+      return run_command(command);
+    };
+    const CommandResult fill = client({memory_fill, "--api", "alloc", "--chunk", "256Mi"});
+    const json filled = last_json_line(fill.output);
+    const uint64_t obtained = filled.value("bytes_obtained", uint64_t{0});
+    const bool held = fill.started && obtained > 0 && obtained <= kShareMemory;
+    std::cout << json{{"step", "memory-fill"},
+                      {"ok", held},
+                      {"limit_bytes", kShareMemory},
+                      {"obtained_bytes", obtained},
+                      {"sample", filled},
+                      {"exit", fill.exit_code},
+                      {"error", fill.ok() ? "" : failure(Command({memory_fill}), fill)}}
+                     .dump()
+              << std::endl;
+    if (!held) status = 1;
+    const CommandResult burn = client({compute_burn, "--seconds", "3"});
+    // Reported, not judged: MPS compute shares measured in a VM are not trustworthy
+    // (shared/design/cuda-facts.md).
+    std::cout << json{{"step", "compute-burn"},
+                      {"ok", burn.ok()},
+                      {"sample", last_json_line(burn.output)},
+                      {"exit", burn.exit_code}}
+                     .dump()
+              << std::endl;
+    if (!burn.ok()) status = 1;
+    Command servers({options.control}, {"CUDA_MPS_PIPE_DIRECTORY=" + mps.pipe_dir(share.name())},
+                    "get_server_list\n");
+    const CommandResult listed = run_command(servers);
+    std::cout
+        << json{{"step", "server-list"}, {"ok", listed.ok()}, {"output", listed.output}}.dump()
+        << std::endl;
+  }
+
+  if (auto e = mps.stop(share.name()); !e.empty()) return fail("stop", e);
+  const bool gone =
+      !mps.inspect(share.name()).running && !std::filesystem::exists(mps.folder(share.name()));
+  std::cout << json{{"step", "stop"}, {"ok", gone}}.dump() << std::endl;
+  return gone ? status : 1;
+}
