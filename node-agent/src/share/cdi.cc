@@ -16,16 +16,28 @@ std::string build_cdi_spec(const std::vector<ShareSpec>& shares, const CdiPaths&
   using nlohmann::json;
   json devices = json::array();
   for (const auto& share : shares) {
-    const std::string host_dir = paths.host_shares_dir + "/" + share.name();
-    const std::string container_dir = paths.container_shares_dir + "/" + share.name();
+    const std::string host_dir = paths.host_shares_dir + "/" + share.folder_name();
+    const std::string container_dir = paths.container_shares_dir + "/" + share.folder_name();
     json env = json::array({"TESSERA_SHARE_DIR=" + container_dir, "LD_PRELOAD=" + paths.shim_path});
     // For people and tools in the container only: with TESSERA_SHARE_DIR set the shim reads the
     // limits page and ignores limits in the environment, so these names are not the shim's own.
-    env.push_back("TESSERA_SHARE_MEMORY_LIMIT=" +
-                  (share.memory_bytes ? std::to_string(*share.memory_bytes) : "none"));
-    env.push_back("TESSERA_SHARE_CORES_LIMIT=" +
-                  (share.cores ? std::to_string(*share.cores) : "none"));
-    env.push_back("TESSERA_SHARE_GPU=" + share.uuid);
+    // Every share of a folder sets the same values (a container given several of them sees one
+    // value, whichever device's edits come last): one entry per GPU of the folder.
+    std::string memory, cores, gpus;
+    for (const auto& member : shares) {
+      if (member.folder_name() != share.folder_name()) continue;
+      const bool first = gpus.empty();
+      const std::string prefix = first ? "" : ",";
+      const bool grouped = !share.folder.empty();
+      const std::string key = grouped ? member.uuid + "=" : "";
+      memory +=
+          prefix + key + (member.memory_bytes ? std::to_string(*member.memory_bytes) : "none");
+      cores += prefix + key + (member.cores ? std::to_string(*member.cores) : "none");
+      gpus += prefix + member.uuid;
+    }
+    env.push_back("TESSERA_SHARE_MEMORY_LIMIT=" + memory);
+    env.push_back("TESSERA_SHARE_CORES_LIMIT=" + cores);
+    env.push_back("TESSERA_SHARE_GPU=" + gpus);
     // The folder read-write (the shim's processes write the usage page there), then the limits
     // page mounted over its own path read-only: a tenant can never raise its own limits.
     json mounts = json::array({{{"hostPath", host_dir},

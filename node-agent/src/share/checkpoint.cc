@@ -38,6 +38,7 @@ json share_to_json(const ShareSpec& s) {
   if (s.config.priority) j["priority"] = static_cast<int>(*s.config.priority);
   if (s.config.strategy) j["strategy"] = static_cast<int>(*s.config.strategy);
   if (s.config.time_slice) j["timeSlice"] = static_cast<int>(*s.config.time_slice);
+  if (!s.folder.empty()) j["folder"] = s.folder;
   return j;
 }
 
@@ -58,8 +59,10 @@ ShareSpec share_from_json(const json& j) {
     s.config.strategy = static_cast<SharingStrategy>(j["strategy"].get<int>());
   if (j.contains("timeSlice"))
     s.config.time_slice = static_cast<TimeSlice>(j["timeSlice"].get<int>());
+  if (j.contains("folder")) s.folder = j["folder"].get<std::string>();
   if (!safe_name_component(s.claim_uid) || !safe_name_component(s.device) ||
-      (!s.share_id.empty() && !safe_name_component(s.share_id)))
+      (!s.share_id.empty() && !safe_name_component(s.share_id)) ||
+      (!s.folder.empty() && !safe_name_component(s.folder)))
     throw std::runtime_error("unsafe share name " + s.name());
   return s;
 }

@@ -35,9 +35,9 @@ std::string ReconcileReport::to_text() const {
 
 namespace {
 
-// "" when <dir>/limits holds exactly `expected` and `priority`, else what differs.
-std::string limits_difference(const std::string& dir, const share::DeviceLimit& expected,
-                              uint32_t priority) {
+// "" when <dir>/limits holds exactly `expected` (in order) and `priority`, else what differs.
+std::string limits_difference(const std::string& dir,
+                              const std::vector<share::DeviceLimit>& expected, uint32_t priority) {
   const std::string path = dir + "/limits";
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return "limits page missing";
@@ -51,7 +51,6 @@ std::string limits_difference(const std::string& dir, const share::DeviceLimit& 
       difference = std::string("limits page unreadable: ") + std::strerror(errno);
     } else {
       const auto& page = *static_cast<const share::LimitsPage*>(memory);
-      const auto& device = page.devices[0];
       auto field = [&](const char* name, uint64_t actual, uint64_t wanted) {
         if (difference.empty() && actual != wanted)
           difference = std::string("limits page ") + name + " is " + std::to_string(actual) +
@@ -59,13 +58,20 @@ std::string limits_difference(const std::string& dir, const share::DeviceLimit& 
       };
       if (!share::valid_limits_page(page)) {
         difference = "limits page invalid";
-      } else if (page.device_count.load() != 1 ||
-                 strncmp(device.uuid, expected.uuid.c_str(), share::kUuidBytes) != 0) {
-        difference = "limits page names another GPU";
+      } else if (page.device_count.load() != expected.size()) {
+        difference = "limits page lists " + std::to_string(page.device_count.load()) +
+                     " GPUs, expected " + std::to_string(expected.size());
       } else {
-        field("memory_limit", device.memory_limit.load(), expected.memory_limit);
-        field("cores_limit", device.cores_limit.load(), expected.cores_limit);
-        field("cores_burst", device.cores_burst.load(), expected.cores_burst);
+        for (size_t d = 0; d < expected.size() && difference.empty(); ++d) {
+          const auto& device = page.devices[d];
+          if (strncmp(device.uuid, expected[d].uuid.c_str(), share::kUuidBytes) != 0) {
+            difference = "limits page names another GPU";
+            break;
+          }
+          field("memory_limit", device.memory_limit.load(), expected[d].memory_limit);
+          field("cores_limit", device.cores_limit.load(), expected[d].cores_limit);
+          field("cores_burst", device.cores_burst.load(), expected[d].cores_burst);
+        }
         field("priority", page.priority.load(), priority);
       }
       munmap(memory, sizeof(share::LimitsPage));
@@ -87,19 +93,24 @@ void ShareManager::reconcile_entry(const std::string& claim_uid, const ClaimEntr
                           const std::string& action, const std::string& error) {
     report.items.push_back({subject, problem, error.empty() ? action : "", error});
   };
-  for (const auto& share : entry.shares) {
-    const std::string subject = "share " + share.name();
-    const std::string dir = share_dir(share);
+  for (const auto& members : shares_by_folder(entry.shares)) {
+    const std::string dir = share_dir(members.front());
+    std::vector<share::DeviceLimit> expected;
+    for (const auto& share : members) expected.push_back(share_limits(share));
     std::string problem;
     if (!fs::exists(dir)) {
       problem = "share folder missing";
     } else if (!fs::exists(dir + "/usage")) {
       problem = "usage page missing";
     } else {
-      problem = limits_difference(dir, share_limits(share), share_priority(share));
+      problem = limits_difference(dir, expected, share_priority(members.front()));
     }
     if (!problem.empty())
-      record(subject, problem, "rewritten from the checkpoint", write_share(share));
+      record("share " + members.front().folder_name(), problem, "rewritten from the checkpoint",
+             write_share_folder(members));
+  }
+  for (const auto& share : entry.shares) {
+    const std::string subject = "share " + share.name();
 
     if (uses(share, SharingStrategy::kMps) && options_.mps) {
       const MpsDaemonState daemon = options_.mps->inspect(share.name());
@@ -139,18 +150,19 @@ void ShareManager::remove_orphans(ReconcileReport& report) {
   // Everything a checkpoint entry (of any state) names; the rest was left by a claim whose entry
   // is gone (a lost checkpoint, a crash during an earlier version's unprepare) or put there by
   // hand. Entries still being prepared name their files before writing them, so are never here.
-  std::set<std::string> shares, specs, time_sliced;
+  std::set<std::string> folders, shares, specs, time_sliced;
   for (const auto& [uid, entry] : checkpoint_) {
     specs.insert(cdi_spec_file_name(uid));
     for (const auto& share : entry.shares) {
-      shares.insert(share.name());
+      folders.insert(share.folder_name());
+      shares.insert(share.name());  // MPS folders are per share
       if (uses(share, SharingStrategy::kTimeSlicing)) time_sliced.insert(share.uuid);
     }
   }
   std::error_code ec;
   for (const auto& item : fs::directory_iterator(options_.root + "/shares", ec)) {
     const std::string name = item.path().filename().string();
-    if (shares.count(name)) continue;
+    if (folders.count(name)) continue;
     std::error_code remove_error;
     fs::remove_all(item.path(), remove_error);
     report.items.push_back({"share " + name, "share folder no claim names", "removed",

@@ -108,7 +108,7 @@ ShareManager::ShareManager(ShareManagerOptions options, KubeClient& kube,
     : options_(std::move(options)), kube_(kube), devices_(std::move(devices)) {}
 
 std::string ShareManager::share_dir(const ShareSpec& share) const {
-  return options_.root + "/shares/" + share.name();
+  return options_.root + "/shares/" + share.folder_name();
 }
 
 std::string ShareManager::cdi_spec_path(const std::string& claim_uid) const {
@@ -182,12 +182,14 @@ uint32_t share_priority(const ShareSpec& share) {
   return share::kPriorityNormal;
 }
 
-std::string ShareManager::write_share(const ShareSpec& share) {
-  const std::string dir = share_dir(share);
+std::string ShareManager::write_share_folder(const std::vector<ShareSpec>& members) {
+  const std::string dir = share_dir(members.front());
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
     return "cannot create " + dir + ": " + std::strerror(errno);
   if (auto e = create_usage_page(dir); !e.empty()) return e;
-  return share::write_limits(dir, {share_limits(share)}, share_priority(share));
+  std::vector<share::DeviceLimit> limits;
+  for (const auto& share : members) limits.push_back(share_limits(share));
+  return share::write_limits(dir, limits, share_priority(members.front()));
 }
 
 std::string ShareManager::expected_cdi_spec(const std::vector<ShareSpec>& shares) const {
@@ -286,9 +288,9 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
       return failed;
     }
     step();
-    for (const auto& share : shares) {
-      if (auto e = write_share(share); !e.empty()) {
-        failed.error = "share " + share.name() + ": " + e;
+    for (const auto& members : shares_by_folder(shares)) {
+      if (auto e = write_share_folder(members); !e.empty()) {
+        failed.error = "share " + members.front().folder_name() + ": " + e;
         return failed;
       }
       step();
@@ -321,8 +323,8 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
   }
 }
 
-std::string ShareManager::live_processes(const ShareSpec& share) const {
-  const std::string path = share_dir(share) + "/usage";
+std::string ShareManager::live_processes(const std::string& folder) const {
+  const std::string path = folder + "/usage";
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return "";
   struct stat info {};
@@ -360,10 +362,12 @@ std::string ShareManager::unprepare(const ClaimRef& claim) {
     std::lock_guard lock(mutex_);
     const auto it = checkpoint_.find(claim.uid);
     if (it == checkpoint_.end()) return "";  // never prepared here, or already unprepared
+    const auto folders = shares_by_folder(it->second.shares);
     std::string busy;
-    for (const auto& share : it->second.shares)
-      if (auto pids = live_processes(share); !pids.empty())
-        busy += (busy.empty() ? "" : "; ") + share.name() + " (host pids " + pids + ")";
+    for (const auto& members : folders)
+      if (auto pids = live_processes(share_dir(members.front())); !pids.empty())
+        busy += (busy.empty() ? "" : "; ") + members.front().folder_name() + " (host pids " + pids +
+                ")";
     if (!busy.empty())
       return "claim " + claim.uid + " still has running processes in share " + busy +
              ": kept until they exit";
@@ -388,9 +392,10 @@ std::string ShareManager::unprepare(const ClaimRef& claim) {
         return "share " + share.name() + ": " + e;
       step();
     }
-    for (const auto& share : it->second.shares) {
-      fs::remove_all(share_dir(share), ec);
-      if (ec) return "cannot remove " + share_dir(share) + ": " + ec.message();
+    for (const auto& members : folders) {
+      const std::string dir = share_dir(members.front());
+      fs::remove_all(dir, ec);
+      if (ec) return "cannot remove " + dir + ": " + ec.message();
       step();
     }
     const ClaimEntry removed = it->second;

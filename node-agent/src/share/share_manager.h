@@ -41,7 +41,8 @@ struct ShareManagerOptions {
   std::function<void(int step)> after_step;
 };
 
-// The limits page a share's folder holds (what write_share writes and reconcile expects).
+// The limits a share's folder holds for it (what write_share_folder writes and reconcile
+// expects). A folder's shares have one config, so its first share's priority is the page's.
 share::DeviceLimit share_limits(const ShareSpec& share);
 uint32_t share_priority(const ShareSpec& share);
 
@@ -65,12 +66,13 @@ class ShareManager final : public ClaimPreparer {
   void set_devices(std::vector<NodeDevice> devices);
 
   Checkpoint checkpoint() const;
-  std::string share_dir(const ShareSpec& share) const;
+  std::string share_dir(const ShareSpec& share) const;  // its folder (shared when grouped)
   std::string cdi_spec_path(const std::string& claim_uid) const;
 
  private:
   std::string save_checkpoint();
-  std::string write_share(const ShareSpec& share);
+  // Writes one share folder: the usage page and the limits page of all its shares.
+  std::string write_share_folder(const std::vector<ShareSpec>& members);
   std::string write_cdi_spec(const std::string& claim_uid, const std::vector<ShareSpec>& shares);
   std::string expected_cdi_spec(const std::vector<ShareSpec>& shares) const;
   std::string start_backend(const std::string& claim_uid, const ShareSpec& share);
@@ -78,7 +80,7 @@ class ShareManager final : public ClaimPreparer {
   void reconcile_entry(const std::string& claim_uid, const ClaimEntry& entry,
                        ReconcileReport& report);
   void remove_orphans(ReconcileReport& report);
-  std::string live_processes(const ShareSpec& share) const;
+  std::string live_processes(const std::string& folder) const;
   void step();
   static PrepareResult result_of(const ClaimEntry& entry);
 

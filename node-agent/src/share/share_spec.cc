@@ -1,9 +1,11 @@
 #include "share/share_spec.h"
 
+#include <algorithm>
 #include <set>
 #include <tuple>
 
 #include "tessera/quantity.h"
+#include "tessera/share_region.h"
 
 namespace tessera::agent {
 namespace {
@@ -39,6 +41,21 @@ std::string ShareSpec::name() const {
   std::string text = claim_uid + "-" + device;
   if (!share_id.empty()) text += "-" + share_id;
   return text;
+}
+
+std::vector<std::vector<ShareSpec>> shares_by_folder(const std::vector<ShareSpec>& shares) {
+  std::vector<std::vector<ShareSpec>> folders;
+  for (const auto& share : shares) {
+    auto it = std::find_if(folders.begin(), folders.end(), [&](const auto& members) {
+      return members.front().folder_name() == share.folder_name();
+    });
+    if (it == folders.end()) {
+      folders.push_back({share});
+    } else {
+      it->push_back(share);
+    }
+  }
+  return folders;
 }
 
 bool safe_name_component(const std::string& text) {
@@ -173,12 +190,40 @@ std::string compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
   return "";
 }
 
+void group_into_folders(std::vector<ShareSpec>& shares) {
+  struct Group {
+    size_t leader;
+    std::set<std::string> devices;
+  };
+  std::vector<Group> groups;
+  for (size_t i = 0; i < shares.size(); ++i) {
+    ShareSpec& share = shares[i];
+    if (share.config.strategy.value_or(SharingStrategy::kQuota) != SharingStrategy::kQuota)
+      continue;
+    Group* home = nullptr;
+    for (auto& group : groups)
+      if (shares[group.leader].config == share.config && !group.devices.count(share.device) &&
+          group.devices.size() < share::kMaxDevices) {
+        home = &group;
+        break;
+      }
+    if (!home) {
+      groups.push_back({i, {share.device}});
+      continue;
+    }
+    home->devices.insert(share.device);
+    share.folder = shares[home->leader].name();
+    shares[home->leader].folder = share.folder;
+  }
+}
+
 }  // namespace
 
 std::string compute_share_specs(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
   out.clear();
   std::string error = compute(input, out);
   if (!error.empty()) out.clear();  // all or nothing: never a partial list beside an error
+  group_into_folders(out);
   return error;
 }
 

@@ -35,10 +35,14 @@ struct ShareSpec {
   std::optional<uint64_t> memory_bytes;
   std::optional<uint32_t> cores;  // percent 0..100
   VgpuConfig config;              // class configs, then claim configs, merged in API order
+  // The share folder this share's limits live in, when it is shared with other shares of the
+  // claim (the first one's name); "" = its own folder, name(). See compute_share_specs.
+  std::string folder;
 
-  // "<claimUID>-<device>-<shareID>" ("<claimUID>-<device>" without a shareID): the share
-  // folder's name and the CDI device name.
+  // "<claimUID>-<device>-<shareID>" ("<claimUID>-<device>" without a shareID): the CDI device
+  // name, and the share folder's name unless `folder` says otherwise.
   std::string name() const;
+  std::string folder_name() const { return folder.empty() ? name() : folder; }
   bool operator==(const ShareSpec&) const = default;
 };
 
@@ -51,7 +55,17 @@ struct ShareSpecInput {
 };
 
 // Returns "" and fills `out` (in results order), or an error naming what is wrong.
+//
+// Share folders: a container is pointed at one folder (TESSERA_SHARE_DIR), so when it is given
+// several shares of a claim (a request for two GPUs) they must all be in that folder. Quota
+// shares of a claim with the same config on distinct GPUs are therefore grouped into one folder
+// whose limits page lists each GPU with its own limits (the page holds up to 16); shares of one
+// GPU (two tenants' shares of a device in one claim) and MPS / TimeSlicing shares keep their own.
 std::string compute_share_specs(const ShareSpecInput& input, std::vector<ShareSpec>& out);
+
+// The claim's shares by share folder, in order of first appearance (each folder's shares in
+// results order).
+std::vector<std::vector<ShareSpec>> shares_by_folder(const std::vector<ShareSpec>& shares);
 
 // True for strings safe as one path component and in a CDI device name: [A-Za-z0-9._-], not
 // starting with '.', 1..253 bytes.

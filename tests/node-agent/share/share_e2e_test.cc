@@ -2,12 +2,15 @@
 // device (8Gi / 30% and 4Gi / 70%), memory-fill runs under each CDI device's environment
 // (LD_PRELOAD of libvgpu + TESSERA_SHARE_DIR; the share folder at its host path, as no container
 // runtime applies the mounts here), each stops exactly at its share's limit, and unprepare leaves
-// nothing behind.
+// nothing behind. Then a claim for shares of two GPUs, given to one container: both CDI devices'
+// environments together (what the runtime merges), and each GPU holds its own limit.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -101,6 +104,107 @@ TEST(ShareEndToEnd, TwoSharesOfOneSimulatedGpuHoldTheirLimits) {
   }
 
   ASSERT_EQ(manager.unprepare({"tenants", "e2e-claim-uid", "pair"}), "");
+  EXPECT_TRUE(fs::is_empty(options.root + "/shares"));
+  EXPECT_TRUE(fs::is_empty(options.cdi_dir));
+  fs::remove_all(base);
+}
+
+// The devices of a simulated node with `devices` (SIMGPU_DEVICES), listed in a child process: the
+// simulator's NVML reads its configuration once per process.
+std::vector<NodeDevice> simulated_devices(const std::string& state, const std::string& devices) {
+  int fds[2];
+  if (pipe(fds) != 0) return {};
+  const pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    setenv("SIMGPU_STATE", state.c_str(), 1);
+    setenv("SIMGPU_DEVICES", devices.c_str(), 1);
+    std::vector<GpuInfo> gpus;
+    std::string text;
+    if (list_gpus(gpus).empty()) {
+      json list = json::array();
+      for (const auto& device : node_devices(gpus))
+        list.push_back({device.name, device.uuid, device.minor, device.memory_bytes});
+      text = list.dump();
+    }
+    (void)!write(fds[1], text.data(), text.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string text;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<size_t>(n));
+  close(fds[0]);
+  waitpid(child, nullptr, 0);
+  std::vector<NodeDevice> result;
+  const json list = json::parse(text, nullptr, false);
+  if (!list.is_array()) return result;
+  for (const auto& d : list) result.push_back({d[0], d[1], d[2], d[3]});
+  return result;
+}
+
+TEST(ShareEndToEnd, OneContainerWithSharesOfTwoGpusHoldsEachLimit) {
+  const fs::path base = fs::temp_directory_path() / ("agent-e2e-two-" + std::to_string(getpid()));
+  fs::remove_all(base);
+  fs::create_directories(base);
+  const std::string state = (base / "simgpu.state").string();
+  const std::string devices =
+      "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0;name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0";
+  const auto node = simulated_devices(state, devices);
+  ASSERT_EQ(node.size(), 2u);
+
+  OneClaim kube;
+  kube.body = testing::make_claim("pair", "e2e-two-gpus",
+                                  {{"gpus", node[0].name, "share-0", "8Gi", "30"},
+                                   {"gpus", node[1].name, "share-1", "4Gi", "70"}})
+                  .dump();
+  ShareManagerOptions options;
+  options.root = (base / "state").string();
+  options.cdi_dir = (base / "cdi").string();
+  options.node_name = "node-a";
+  options.shim_path = LIBVGPU_SO;
+  ShareManager manager(options, kube, node);
+  ASSERT_EQ(manager.start(), "");
+  const ClaimRef claim{"tenants", "e2e-two-gpus", "pair"};
+  ASSERT_EQ(manager.prepare(claim).error, "");
+
+  // The container gets both CDI devices: the runtime applies both devices' edits, a variable set
+  // by both taking the later value. Both name the same folder, so nothing is lost.
+  std::ifstream spec_file(manager.cdi_spec_path("e2e-two-gpus"));
+  const json spec = json::parse(spec_file);
+  ASSERT_EQ(spec["devices"].size(), 2u);
+  std::map<std::string, std::string> merged;
+  for (const auto& device : spec["devices"]) {
+    const json& edits = device["containerEdits"];
+    for (const auto& entry : edits["env"]) {
+      std::string value = entry.get<std::string>();
+      const std::string name = value.substr(0, value.find('='));
+      if (name == "TESSERA_SHARE_DIR")
+        value = name + "=" + edits["mounts"][0]["hostPath"].get<std::string>();
+      if (merged.count(name)) {
+        EXPECT_EQ(merged[name], value) << "devices disagree on " << name;
+      }
+      merged[name] = value;
+    }
+  }
+  std::string env;
+  for (const auto& [name, value] : merged) env += " '" + value + "'";
+  const uint64_t limits[] = {8 * kGiB, 4 * kGiB};
+  for (int gpu = 0; gpu < 2; ++gpu) {
+    const std::string out =
+        run("env" + env + " ASAN_OPTIONS=verify_asan_link_order=0" +
+            " LD_LIBRARY_PATH=" + SIMGPU_LIB_DIR + " SIMGPU_STATE=" + state + " SIMGPU_DEVICES='" +
+            devices + "' " + MEMORY_FILL + " --chunk 256Mi --device " + std::to_string(gpu));
+    SCOPED_TRACE(out);
+    std::printf("gpu %d: %s", gpu, out.c_str());
+    const json report = json::parse(out.substr(0, out.find('\n')), nullptr, false);
+    ASSERT_TRUE(report.is_object());
+    EXPECT_EQ(report["bytes_obtained"], limits[gpu] - kContextOverhead);
+    EXPECT_EQ(report["mem_get_info_total"], limits[gpu]);
+  }
+
+  ASSERT_EQ(manager.unprepare(claim), "");
   EXPECT_TRUE(fs::is_empty(options.root + "/shares"));
   EXPECT_TRUE(fs::is_empty(options.cdi_dir));
   fs::remove_all(base);

@@ -233,6 +233,45 @@ TEST_F(ShareManagerTest, ShareWithARunningProcessIsReportedAndKept) {
   EXPECT_FALSE(fs::exists(share_dir(kShareB)));
 }
 
+TEST_F(ShareManagerTest, SharesOfTwoGpusLiveInOneFolder) {
+  devices_.push_back({"gpu-1", "GPU-11111111-1111-1111-1111-111111111111", 1, 150ull << 30});
+  kube_.objects[resource_claim_path("tenants", "multi")] =
+      make_claim("multi", "multi-gpu-uid",
+                 {{"gpus", "gpu-0", "s0", "8Gi", "30"}, {"gpus", "gpu-1", "s1", "4Gi", "70"}})
+          .dump();
+  auto m = manager(options_);
+  const ClaimRef claim{"tenants", "multi-gpu-uid", "multi"};
+  ASSERT_EQ(m->prepare(claim).error, "");
+  const std::string folder = options_.root + "/shares/multi-gpu-uid-gpu-0-s0";
+  ASSERT_TRUE(fs::exists(folder + "/limits"));
+  EXPECT_FALSE(fs::exists(options_.root + "/shares/multi-gpu-uid-gpu-1-s1"));
+  const std::string bytes = read(folder + "/limits");
+  share::LimitsPage page;
+  std::memcpy(static_cast<void*>(&page), bytes.data(), sizeof page);
+  ASSERT_EQ(page.device_count.load(), 2u);
+  EXPECT_STREQ(page.devices[0].uuid, kGpu0);
+  EXPECT_EQ(page.devices[0].memory_limit.load(), 8ull << 30);
+  EXPECT_EQ(page.devices[0].cores_limit.load(), 30u);
+  EXPECT_STREQ(page.devices[1].uuid, "GPU-11111111-1111-1111-1111-111111111111");
+  EXPECT_EQ(page.devices[1].memory_limit.load(), 4ull << 30);
+  EXPECT_EQ(page.devices[1].cores_limit.load(), 70u);
+
+  // Both CDI devices point at the folder; their informational variables agree, per GPU.
+  const json spec = json::parse(read(m->cdi_spec_path("multi-gpu-uid")));
+  for (const auto& device : spec["devices"]) {
+    const json& env = device["containerEdits"]["env"];
+    EXPECT_EQ(env[0], "TESSERA_SHARE_DIR=/var/run/tessera/shares/multi-gpu-uid-gpu-0-s0");
+    EXPECT_EQ(env[2], std::string("TESSERA_SHARE_MEMORY_LIMIT=") + kGpu0 +
+                          "=8589934592,GPU-11111111-1111-1111-1111-111111111111=4294967296");
+  }
+  // The grouping survives a restart through the checkpoint, and reconcile finds nothing.
+  auto restarted = manager(options_);
+  EXPECT_EQ(restarted->checkpoint().at("multi-gpu-uid").shares[1].folder, "multi-gpu-uid-gpu-0-s0");
+  EXPECT_TRUE(restarted->reconcile().clean()) << restarted->reconcile().to_text();
+  ASSERT_EQ(restarted->unprepare(claim), "");
+  EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+}
+
 TEST_F(ShareManagerTest, StartRemovesOrphans) {
   fs::create_directories(options_.root + "/shares/stray-gpu-0-x");
   fs::create_directories(options_.cdi_dir);

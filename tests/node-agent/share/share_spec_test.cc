@@ -32,6 +32,50 @@ json config(const json& fields) {
   return p;
 }
 
+// A container is given one TESSERA_SHARE_DIR: shares of one claim on distinct GPUs (a request
+// for two GPUs) share a folder; shares of one GPU, other configs and MPS shares do not.
+TEST(ShareSpec, SharesOfDistinctGpusShareAFolder) {
+  std::vector<ShareSpec> specs;
+  json two_gpus = make_claim(
+      "c", kUid,
+      {{"gpus", "gpu-0", kShareA, "8Gi", "30"}, {"gpus", "gpu-1", kShareB, "4Gi", "70"}});
+  ASSERT_EQ(compute_share_specs(input_for(two_gpus), specs), "");
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].folder, specs[0].name());
+  EXPECT_EQ(specs[1].folder, specs[0].name());
+  EXPECT_EQ(shares_by_folder(specs).size(), 1u);
+
+  // gpu-0 twice and gpu-1: the second gpu-0 share needs its own folder (other limits, same GPU).
+  constexpr char kShareC[] = "5e1f0a2b-0000-4000-8000-00000000000c";
+  json mixed = make_claim("c", kUid,
+                          {{"a", "gpu-0", kShareA, "8Gi", "30"},
+                           {"b", "gpu-0", kShareB, "4Gi", "70"},
+                           {"c", "gpu-1", kShareC, "2Gi", "10"}});
+  ASSERT_EQ(compute_share_specs(input_for(mixed), specs), "");
+  EXPECT_EQ(specs[0].folder_name(), specs[0].name());
+  EXPECT_EQ(specs[1].folder_name(), specs[1].name());
+  EXPECT_EQ(specs[2].folder_name(), specs[0].name());
+  const auto folders = shares_by_folder(specs);
+  ASSERT_EQ(folders.size(), 2u);
+  EXPECT_EQ(folders[0].size(), 2u);  // a and c
+  EXPECT_EQ(folders[1].size(), 1u);  // b
+
+  // Different configs (a priority for one request) or MPS: never grouped.
+  json configs = json::array(
+      {opaque_config("FromClaim", config({{"compute", {{"priority", "high"}}}}), {"b"})});
+  json other_config = make_claim(
+      "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-1", kShareB, "4Gi", "70"}},
+      configs);
+  ASSERT_EQ(compute_share_specs(input_for(other_config), specs), "");
+  EXPECT_EQ(shares_by_folder(specs).size(), 2u);
+  json mps = make_claim(
+      "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"a", "gpu-1", kShareB, "4Gi", "70"}},
+      json::array({opaque_config("FromClass", config({{"sharing", {{"strategy", "MPS"}}}}))}));
+  ASSERT_EQ(compute_share_specs(input_for(mps), specs), "");
+  EXPECT_TRUE(specs[0].folder.empty());
+  EXPECT_TRUE(specs[1].folder.empty());
+}
+
 TEST(ShareSpec, TwoSharesOfOneDeviceStayDistinct) {
   const json claim = make_claim(
       "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-0", kShareB, "4Gi", "70"}});
