@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -38,6 +39,19 @@ bool process_is(int pid, const std::string& program) {
   return comm == fs::path(program).filename().string().substr(0, 15);
 }
 
+// The pid file is in the pipe folder, which the share's containers mount read-write: a tenant
+// could write another share's daemon pid there. The daemon this share owns was started with this
+// share's pipe folder in its environment; any other process is not acted on.
+bool daemon_of(int pid, const std::string& program, const std::string& pipe_dir) {
+  if (!process_is(pid, program)) return false;
+  std::ifstream environ_file("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  const std::string wanted = "CUDA_MPS_PIPE_DIRECTORY=" + pipe_dir;
+  std::string entry;
+  while (std::getline(environ_file, entry, '\0'))
+    if (entry == wanted) return true;
+  return false;
+}
+
 std::string make_dir(const std::string& path, mode_t mode) {
   std::error_code ec;
   fs::create_directories(path, ec);
@@ -66,10 +80,20 @@ std::vector<std::string> MpsBackend::environment(const std::string& share_name,
 }
 
 int MpsBackend::daemon_pid(const std::string& share_name) const {
-  std::ifstream in(pipe_dir(share_name) + kPidFile);
+  const std::string pipe = pipe_dir(share_name);
+  std::ifstream in(pipe + kPidFile);
   int pid = 0;
-  if (!(in >> pid) || !process_is(pid, options_.control)) return 0;
-  return pid;
+  if (in >> pid && daemon_of(pid, options_.control, pipe)) return pid;
+  // The pid file is missing or names another process (a tenant can write it): look for the
+  // daemon itself, the control program started with this share's pipe folder.
+  std::error_code ec;
+  for (const auto& item : fs::directory_iterator("/proc", ec)) {
+    const std::string name = item.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int candidate = std::atoi(name.c_str());
+    if (daemon_of(candidate, options_.control, pipe)) return candidate;
+  }
+  return 0;
 }
 
 std::vector<std::string> MpsBackend::share_folders() const {
@@ -160,13 +184,14 @@ std::string MpsBackend::stop(const std::string& share_name) {
     const Command quit({options_.control}, environment(share_name, ""), "quit\n", options_.timeout);
     const CommandResult result = run_command(quit);
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
-    while (process_is(pid, options_.control) && std::chrono::steady_clock::now() < deadline)
+    auto running = [&] { return daemon_of(pid, options_.control, pipe_dir(share_name)); };
+    while (running() && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (process_is(pid, options_.control)) {
+    if (running()) {
       // It ignored quit (or the command failed): the share is being torn down regardless.
       kill(pid, SIGKILL);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (process_is(pid, options_.control))
+      if (running())
         return "the MPS daemon of share " + share_name + " (pid " + std::to_string(pid) +
                ") did not stop" + (result.ok() ? "" : ": " + failure(quit, result));
     }

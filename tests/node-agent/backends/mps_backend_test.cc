@@ -131,6 +131,23 @@ TEST_F(MpsBackendTest, ADeadDaemonIsStartedAgain) {
   EXPECT_EQ(state.active_thread_percentage, 30.0);
 }
 
+// The pid file lives in the pipe folder, which tenants mount read-write: a pid written there by a
+// tenant (another share's daemon) is never taken for this share's daemon, nor killed, and the
+// share's own daemon is still found (by its environment) and stopped.
+TEST_F(MpsBackendTest, APidFileWrittenByATenantIsNotTrusted) {
+  ASSERT_EQ(backend_.start(a_), "");
+  ASSERT_EQ(backend_.start(b_), "");
+  const int daemon_a = backend_.inspect(a_.name()).pid;
+  const int daemon_b = backend_.inspect(b_.name()).pid;
+  std::ofstream(backend_.pipe_dir(a_.name()) + "/nvidia-cuda-mps-control.pid") << daemon_b << "\n";
+  EXPECT_EQ(backend_.inspect(a_.name()).pid, daemon_a);
+  fs::remove(backend_.pipe_dir(a_.name()) + "/nvidia-cuda-mps-control.pid");
+  EXPECT_EQ(backend_.inspect(a_.name()).pid, daemon_a);
+  ASSERT_EQ(backend_.stop(a_.name()), "");
+  EXPECT_FALSE(backend_.inspect(a_.name()).running);
+  EXPECT_EQ(backend_.inspect(b_.name()).pid, daemon_b);
+}
+
 TEST_F(MpsBackendTest, AMissingProgramIsAClearError) {
   options_.control = "/nonexistent/nvidia-cuda-mps-control";
   MpsBackend backend(options_);
