@@ -16,8 +16,14 @@ std::string failure(const std::string& what, const std::string& path) {
   return what + " " + path + ": " + std::strerror(errno);
 }
 
-void fill(LimitsPage& page, const std::vector<DeviceLimit>& devices, uint32_t priority) {
+// Passed as the measure source to leave an existing page's source unchanged (a new page: NVML).
+constexpr uint32_t kKeepMeasureSource = ~0u;
+
+void fill(LimitsPage& page, const std::vector<DeviceLimit>& devices, uint32_t priority,
+          uint32_t measure_source) {
   page.priority.store(priority, std::memory_order_relaxed);
+  page.measure_source.store(measure_source == kKeepMeasureSource ? kMeasureNvml : measure_source,
+                            std::memory_order_relaxed);
   for (size_t i = 0; i < devices.size(); ++i) {
     DeviceLimits& entry = page.devices[i];
     std::memset(entry.uuid, 0, sizeof entry.uuid);
@@ -32,12 +38,12 @@ void fill(LimitsPage& page, const std::vector<DeviceLimit>& devices, uint32_t pr
 // Updates a live limits page. The UUID list must not change under running readers; only the
 // limits do (a share's devices are fixed when it is created).
 std::string update_in_place(const std::string& path, const std::vector<DeviceLimit>& devices,
-                            uint32_t priority) {
+                            uint32_t priority, uint32_t measure_source) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) {
     // 0444 files are writable by root only; make it writable for the update, then restore.
     if (errno != EACCES || ::chmod(path.c_str(), 0644) != 0) return failure("cannot open", path);
-    const std::string result = update_in_place(path, devices, priority);
+    const std::string result = update_in_place(path, devices, priority, measure_source);
     ::chmod(path.c_str(), 0444);
     return result;
   }
@@ -65,6 +71,8 @@ std::string update_in_place(const std::string& path, const std::vector<DeviceLim
       page->devices[i].cores_burst.store(devices[i].cores_burst, std::memory_order_release);
     }
     page->priority.store(priority, std::memory_order_release);
+    if (measure_source != kKeepMeasureSource)
+      page->measure_source.store(measure_source, std::memory_order_release);
     page->generation.fetch_add(1, std::memory_order_acq_rel);
     ::msync(memory, sizeof(LimitsPage), MS_SYNC);
   }
@@ -90,6 +98,13 @@ std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>&
 
 std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>& devices,
                          uint32_t priority) {
+  return write_limits(dir, devices, priority, kKeepMeasureSource);
+}
+
+std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>& devices,
+                         uint32_t priority, uint32_t measure_source) {
+  if (measure_source != kKeepMeasureSource && measure_source > kMeasureAgent)
+    return "measure source " + std::to_string(measure_source) + " is not valid";
   if (priority > kPriorityLow) return "priority " + std::to_string(priority) + " is not valid";
   if (devices.size() > kMaxDevices) {
     return "a share holds at most " + std::to_string(kMaxDevices) + " devices, not " +
@@ -111,7 +126,7 @@ std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>&
   }
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return failure("cannot create", dir);
   const std::string path = dir + "/limits";
-  if (is_valid_page(path)) return update_in_place(path, devices, priority);
+  if (is_valid_page(path)) return update_in_place(path, devices, priority, measure_source);
 
   const std::string temp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -119,7 +134,7 @@ std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>&
   auto page = std::make_unique<LimitsPage>();
   std::memset(static_cast<void*>(page.get()), 0, sizeof(LimitsPage));
   init_limits_page(*page);
-  fill(*page, devices, priority);
+  fill(*page, devices, priority, measure_source);
   const bool written =
       ::write(fd, page.get(), sizeof(LimitsPage)) == static_cast<ssize_t>(sizeof(LimitsPage)) &&
       ::fchmod(fd, 0444) == 0 && ::fsync(fd) == 0;

@@ -350,6 +350,14 @@ TEST(AgentSource, DifferencesCumulativeFiguresAndSurvivesRestarts) {
   m.sampled_at_ns.store(4000);
   ASSERT_TRUE(source.measure(0, 0, &busy));
   EXPECT_EQ(busy.share_ns, 15);
+  // Read between the agent's store of the sums and its store of the time: nothing yet, and the
+  // window is counted in full once its time appears (not lost).
+  m.share_busy_ns.store(125);
+  ASSERT_TRUE(source.measure(0, 0, &busy));
+  EXPECT_EQ(busy.share_ns, 0);
+  m.sampled_at_ns.store(5000);
+  ASSERT_TRUE(source.measure(0, 0, &busy));
+  EXPECT_EQ(busy.share_ns, 100);
 }
 
 }  // namespace

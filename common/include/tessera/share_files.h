@@ -25,5 +25,12 @@ std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>&
 // The same, with the share's priority (kPriorityNormal / kPriorityHigh / kPriorityLow).
 std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>& devices,
                          uint32_t priority);
+// The same, with who measures the share's GPU time (LimitsPage::measure_source): kMeasureNvml (the
+// shim itself, one pid namespace with NVML) or kMeasureAgent (the node agent's GpuTimeMeter
+// publishes `measured[]`: inside containers). The overloads above write kMeasureNvml into a new
+// page and leave an existing page's source as it is. A shim picks its source when its meter
+// starts, so a change reaches processes that start afterwards.
+std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>& devices,
+                         uint32_t priority, uint32_t measure_source);
 
 }  // namespace tessera::share

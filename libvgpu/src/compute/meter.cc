@@ -11,14 +11,17 @@ bool AgentSource::measure(int device, int64_t, Busy* out) {
   const uint64_t others = m.others_busy_ns.load(std::memory_order_acquire);
   if (at == 0) return false;
   const bool primed = last_at_[device] != 0;
-  const bool fresh = at != last_at_[device];
+  if (primed && at == last_at_[device]) {
+    // Nothing new published since the last look. The sums may already be the next window's (the
+    // agent stores them before the time): keep the last ones, or that window would be lost.
+    *out = Busy{};
+    return true;
+  }
   // Cumulative counters that went backwards (an agent restart): start again from here.
   const bool sane = busy >= last_share_[device] && others >= last_others_[device];
-  if (primed && fresh && sane) {
+  if (primed && sane) {
     out->share_ns = static_cast<int64_t>(busy - last_share_[device]);
     out->others_ns = static_cast<int64_t>(others - last_others_[device]);
-  } else if (primed && !fresh) {
-    *out = Busy{};  // nothing new published since the last look
   }
   last_at_[device] = at;
   last_share_[device] = busy;

@@ -8,6 +8,7 @@
 #include "devices/resource_slices.h"
 #include "kube/http_kube_client.h"
 #include "share/share_manager.h"
+#include "usage/gpu_time_meter.h"
 
 namespace tessera::agent {
 
@@ -56,6 +57,8 @@ std::string NodeAgent::start() {
   options.node_name = config_.node_name;
   options.mps = mps_.get();
   options.time_slice = time_slice_.get();
+  // Containers' pids are not NVML's: the agent measures every share's GPU time (the meter below).
+  options.measure_source = share::kMeasureAgent;
   shares_ = std::make_unique<ShareManager>(options, *kube_, std::vector<NodeDevice>{});
   ReconcileReport report;
   if (auto e = shares_->start(&report); !e.empty()) return e;
@@ -67,6 +70,14 @@ std::string NodeAgent::start() {
   monitor_ = std::make_unique<DeviceMonitor>(
       monitoring, health_, [this](const std::vector<GpuInfo>& gpus) { return on_devices(gpus); });
   if (auto e = monitor_->start(); !e.empty()) return e;
+
+  GpuTimeMeterOptions metering;
+  metering.shares_dir = config_.state_dir + "/shares";
+  meter_ = std::make_unique<GpuTimeMeter>(metering);
+  if (auto e = meter_->start(); !e.empty())
+    std::cerr << "tessera-node-agent: GPU-time meter not running, so compute limits (cores) are "
+                 "not enforced: "
+              << e << '\n';
 
   if (config_.reconcile_interval_s > 0) reconciler_ = std::thread([this] { reconcile_loop(); });
   return "";
@@ -109,6 +120,7 @@ void NodeAgent::stop() {
   }
   loop_wake_.notify_all();
   if (reconciler_.joinable()) reconciler_.join();
+  if (meter_) meter_->stop();
   if (monitor_) monitor_->stop();
 }
 

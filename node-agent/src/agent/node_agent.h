@@ -1,7 +1,8 @@
 // The node agent assembled: the Kubernetes client, the share manager with its MPS and TimeSlicing
 // backends, the device monitor (ResourceSlices republished when the GPUs change, health from NVML
-// events), and the reconcile loop. main.cc serves its preparer and health board over the kubelet
-// plugin sockets.
+// events), the GPU-time meter (the shares' GPU time from host NVML, for compute quotas in
+// containers), and the reconcile loop. main.cc serves its preparer and health board over the
+// kubelet plugin sockets.
 #pragma once
 
 #include <condition_variable>
@@ -19,6 +20,7 @@
 namespace tessera::agent {
 
 class DeviceMonitor;
+class GpuTimeMeter;
 class HttpKubeClient;
 class MpsBackend;
 class ShareManager;
@@ -56,6 +58,7 @@ class NodeAgent {
   std::unique_ptr<ShareManager> shares_;
   DeviceHealthBoard health_;
   std::unique_ptr<DeviceMonitor> monitor_;
+  std::unique_ptr<GpuTimeMeter> meter_;
 
   std::mutex loop_mutex_;
   std::condition_variable loop_wake_;

@@ -35,9 +35,11 @@ std::string ReconcileReport::to_text() const {
 
 namespace {
 
-// "" when <dir>/limits holds exactly `expected` (in order) and `priority`, else what differs.
+// "" when <dir>/limits holds exactly `expected` (in order), `priority` and `measure_source`, else
+// what differs.
 std::string limits_difference(const std::string& dir,
-                              const std::vector<share::DeviceLimit>& expected, uint32_t priority) {
+                              const std::vector<share::DeviceLimit>& expected, uint32_t priority,
+                              uint32_t measure_source) {
   const std::string path = dir + "/limits";
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return "limits page missing";
@@ -73,6 +75,7 @@ std::string limits_difference(const std::string& dir,
           field("cores_burst", device.cores_burst.load(), expected[d].cores_burst);
         }
         field("priority", page.priority.load(), priority);
+        field("measure_source", page.measure_source.load(), measure_source);
       }
       munmap(memory, sizeof(share::LimitsPage));
     }
@@ -103,7 +106,8 @@ void ShareManager::reconcile_entry(const std::string& claim_uid, const ClaimEntr
     } else if (!fs::exists(dir + "/usage")) {
       problem = "usage page missing";
     } else {
-      problem = limits_difference(dir, expected, share_priority(members.front()));
+      problem = limits_difference(dir, expected, share_priority(members.front()),
+                                  options_.measure_source);
     }
     if (!problem.empty())
       record("share " + members.front().folder_name(), problem, "rewritten from the checkpoint",

@@ -17,6 +17,7 @@
 #include "backends/time_slice_backend.h"
 #include "tessera/share_files.h"
 #include "tessera/share_region.h"
+#include "usage/gpu_time_meter.h"
 
 namespace tessera::agent {
 namespace fs = std::filesystem;
@@ -52,53 +53,6 @@ std::string create_usage_page(const std::string& dir) {
     error = "cannot create " + path + ": " + std::strerror(errno);
   unlink(temporary.c_str());
   return error;
-}
-
-// Owner words (share_region.h) of every live process on this host -> its host pid. A process in a
-// container is found by its innermost pid (NSpid), its pid namespace and its start time, exactly
-// as the shim packed them.
-std::map<uint64_t, int> live_owners() {
-  std::map<uint64_t, int> owners;
-  DIR* proc = opendir("/proc");
-  if (!proc) return owners;
-  while (dirent* entry = readdir(proc)) {
-    char* end = nullptr;
-    const long host_pid = std::strtol(entry->d_name, &end, 10);
-    if (!end || *end || host_pid <= 0) continue;
-    const std::string base = std::string("/proc/") + entry->d_name;
-    char link_text[64] = {};
-    if (readlink((base + "/ns/pid").c_str(), link_text, sizeof link_text - 1) <= 0) continue;
-    uint64_t ns = 0;
-    for (const char* p = link_text; *p; ++p)
-      if (*p >= '0' && *p <= '9') ns = ns * 10 + static_cast<uint64_t>(*p - '0');
-    std::ifstream status_file(base + "/status");
-    std::string line;
-    uint64_t inner_pid = 0;
-    bool zombie = false;
-    while (std::getline(status_file, line)) {
-      if (line.rfind("State:", 0) == 0) zombie = line.find('Z') != std::string::npos;
-      if (line.rfind("NSpid:", 0) == 0) {
-        std::istringstream fields(line.substr(6));
-        uint64_t value = 0;
-        while (fields >> value) inner_pid = value;
-      }
-    }
-    if (zombie || inner_pid == 0) continue;
-    std::ifstream stat_file(base + "/stat");
-    std::string stat;
-    std::getline(stat_file, stat);
-    const auto close_paren = stat.rfind(')');
-    if (close_paren == std::string::npos) continue;
-    std::istringstream fields(stat.substr(close_paren + 2));
-    std::string field;
-    uint64_t start_time = 0;
-    for (int index = 3; index <= 22 && fields >> field; ++index)
-      if (index == 22) start_time = std::strtoull(field.c_str(), nullptr, 10);
-    owners[share::make_owner(static_cast<uint32_t>(inner_pid), ns, start_time)] =
-        static_cast<int>(host_pid);
-  }
-  closedir(proc);
-  return owners;
 }
 
 }  // namespace
@@ -189,7 +143,7 @@ std::string ShareManager::write_share_folder(const std::vector<ShareSpec>& membe
   if (auto e = create_usage_page(dir); !e.empty()) return e;
   std::vector<share::DeviceLimit> limits;
   for (const auto& share : members) limits.push_back(share_limits(share));
-  return share::write_limits(dir, limits, share_priority(members.front()));
+  return share::write_limits(dir, limits, share_priority(members.front()), options_.measure_source);
 }
 
 std::string ShareManager::expected_cdi_spec(const std::vector<ShareSpec>& shares) const {
@@ -343,7 +297,7 @@ std::string ShareManager::live_processes(const std::string& folder) const {
               page.slots[i].owner.load(std::memory_order_acquire) & ~share::kOwnerReclaiming;
           if (owner == 0) continue;
           if (!scanned) {
-            owners = live_owners();
+            owners = live_process_owners();
             scanned = true;
           }
           if (const auto it = owners.find(owner); it != owners.end())

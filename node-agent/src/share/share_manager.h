@@ -36,6 +36,9 @@ struct ShareManagerOptions {
   // the strategy is not enabled on this node.
   MpsBackend* mps = nullptr;
   TimeSliceBackend* time_slice = nullptr;
+  // Who measures a share's GPU time (LimitsPage::measure_source): kMeasureAgent when the agent's
+  // GpuTimeMeter runs (containers: the shim cannot see its host pids in NVML).
+  uint32_t measure_source = share::kMeasureNvml;
   // Tests only: called after each durable step with its 1-based number (a crash test calls
   // _exit there). Steps count across prepare and unprepare calls of this manager.
   std::function<void(int step)> after_step;

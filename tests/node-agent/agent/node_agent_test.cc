@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "fake_api_server.h"
 #include "plugin_server.h"
 #include "share/share_manager.h"
+#include "tessera/share_region.h"
 #include "test_support.h"
 
 namespace tessera::agent {
@@ -126,6 +128,13 @@ TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
   EXPECT_EQ(quota.devices(1).share_id(), "s-b");
   EXPECT_EQ(quota.devices(0).cdi_device_ids(0),
             std::string("k8s.vgpu.tessera.dev/claim=") + kQuotaUid + "-gpu-0-s-a");
+  // The agent measures the shares' GPU time (the shim in a container cannot).
+  const std::string limits_bytes =
+      RecordingDoubles::read(config_.state_dir + "/shares/" + kQuotaUid + "-gpu-0-s-a/limits");
+  ASSERT_EQ(limits_bytes.size(), sizeof(share::LimitsPage));
+  share::LimitsPage page;
+  std::memcpy(static_cast<void*>(&page), limits_bytes.data(), sizeof page);
+  EXPECT_EQ(page.measure_source.load(), share::kMeasureAgent);
   EXPECT_NE(prepared.claims().at(kReplacedUid).error().find("claim was replaced"),
             std::string::npos)
       << prepared.claims().at(kReplacedUid).error();

@@ -1,0 +1,538 @@
+#include "usage/gpu_time_meter.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <iostream>
+
+#include "tessera/nvml_abi.h"
+#include "tessera/share_region.h"
+
+namespace tessera::agent {
+namespace {
+
+constexpr unsigned kInitialSamples = 64;  // grown on NVML_ERROR_INSUFFICIENT_SIZE
+
+void log(const std::string& message) {
+  std::cerr << ("tessera-node-agent: gpu-time meter: " + message + "\n");
+}
+
+uint64_t monotonic_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec);
+}
+
+// NVML's timestamps are CPU wall-clock microseconds (as in libvgpu's NvmlSource).
+unsigned long long wall_us() {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<unsigned long long>(now.tv_sec) * 1000000ull +
+         static_cast<unsigned long long>(now.tv_nsec) / 1000ull;
+}
+
+// Reads a small /proc file whole (at most `limit` bytes). False when it cannot be opened.
+bool read_small_file(const std::string& path, std::string& out, size_t limit = 16384) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  out.clear();
+  char buffer[4096];
+  while (out.size() < limit) {
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  return true;
+}
+
+uint64_t digits_of(const char* text) {
+  uint64_t value = 0;
+  for (const char* p = text; *p; ++p)
+    if (*p >= '0' && *p <= '9') value = value * 10 + static_cast<uint64_t>(*p - '0');
+  return value;
+}
+
+// Opens a file a tenant may have replaced: never follows a final symlink, never blocks on a FIFO,
+// and only a regular file of at least `size` bytes is accepted. -1 otherwise.
+int open_regular(const std::string& path, int flags, size_t size, bool& missing) {
+  const int fd = open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  missing = fd < 0 && errno == ENOENT;
+  if (fd < 0) return -1;
+  struct stat info {};
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || static_cast<size_t>(info.st_size) < size) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::optional<uint64_t> process_owner(const std::string& proc_root, int host_pid) {
+  if (host_pid <= 0) return std::nullopt;
+  const std::string base = proc_root + "/" + std::to_string(host_pid);
+  char link_text[64] = {};
+  if (readlink((base + "/ns/pid").c_str(), link_text, sizeof link_text - 1) <= 0)
+    return std::nullopt;
+  const uint64_t pid_namespace = digits_of(link_text);
+
+  std::string status;
+  if (!read_small_file(base + "/status", status)) return std::nullopt;
+  uint64_t inner_pid = 0;
+  bool zombie = false;
+  size_t start = 0;
+  while (start < status.size()) {
+    size_t end = status.find('\n', start);
+    if (end == std::string::npos) end = status.size();
+    const std::string_view line(status.data() + start, end - start);
+    if (line.rfind("State:", 0) == 0) zombie = line.find('Z') != std::string_view::npos;
+    if (line.rfind("NSpid:", 0) == 0) {
+      // The last number: the pid in the process's own (innermost) namespace.
+      uint64_t value = 0;
+      bool in_number = false;
+      for (const char c : line.substr(6)) {
+        if (c >= '0' && c <= '9') {
+          value = (in_number ? value * 10 : 0) + static_cast<uint64_t>(c - '0');
+          in_number = true;
+        } else if (in_number) {
+          inner_pid = value;
+          in_number = false;
+        }
+      }
+      if (in_number) inner_pid = value;
+    }
+    start = end + 1;
+  }
+  if (zombie || inner_pid == 0 || inner_pid > 0x3fffff) return std::nullopt;
+
+  std::string stat;
+  if (!read_small_file(base + "/stat", stat)) return std::nullopt;
+  const size_t close_paren = stat.rfind(')');
+  if (close_paren == std::string::npos) return std::nullopt;
+  // Fields after the command: 3 (state) ... 22 (start time).
+  const char* p = stat.c_str() + close_paren + 1;
+  for (int field = 3; field < 22; ++field) {
+    while (*p == ' ') ++p;
+    while (*p && *p != ' ') ++p;
+    if (!*p) return std::nullopt;
+  }
+  while (*p == ' ') ++p;
+  if (*p < '0' || *p > '9') return std::nullopt;
+  uint64_t start_time = 0;
+  while (*p >= '0' && *p <= '9') start_time = start_time * 10 + static_cast<uint64_t>(*p++ - '0');
+  return share::make_owner(static_cast<uint32_t>(inner_pid), pid_namespace, start_time);
+}
+
+std::map<uint64_t, int> live_process_owners(const std::string& proc_root) {
+  std::map<uint64_t, int> owners;
+  DIR* proc = opendir(proc_root.c_str());
+  if (!proc) return owners;
+  while (const dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    const long host_pid = std::strtol(entry->d_name, &end, 10);
+    if (!end || *end || host_pid <= 0 || host_pid > 0x7fffffff) continue;
+    if (const auto owner = process_owner(proc_root, static_cast<int>(host_pid)))
+      owners[*owner] = static_cast<int>(host_pid);
+  }
+  closedir(proc);
+  return owners;
+}
+
+// ---- GpuTimeMeter ------------------------------------------------------------------------------
+
+struct GpuTimeMeter::Nvml {
+  decltype(&nvmlInit_v2) init = nullptr;
+  decltype(&nvmlShutdown) shutdown = nullptr;
+  decltype(&nvmlErrorString) error_string = nullptr;
+  decltype(&nvmlDeviceGetHandleByUUID) handle_by_uuid = nullptr;
+  decltype(&nvmlDeviceGetProcessUtilization) utilization = nullptr;
+  bool initialised = false;
+
+  std::string load(const std::string& path) {
+    // Never dlclose'd: NVML keeps process-wide state (see gpu_info.cc).
+    void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!library) return "cannot load " + path + " (is the NVIDIA driver installed?): " + dlerror();
+    init = reinterpret_cast<decltype(init)>(dlsym(library, "nvmlInit_v2"));
+    shutdown = reinterpret_cast<decltype(shutdown)>(dlsym(library, "nvmlShutdown"));
+    error_string = reinterpret_cast<decltype(error_string)>(dlsym(library, "nvmlErrorString"));
+    handle_by_uuid =
+        reinterpret_cast<decltype(handle_by_uuid)>(dlsym(library, "nvmlDeviceGetHandleByUUID"));
+    utilization =
+        reinterpret_cast<decltype(utilization)>(dlsym(library, "nvmlDeviceGetProcessUtilization"));
+    if (!init || !shutdown || !error_string || !handle_by_uuid || !utilization)
+      return path +
+             " lacks nvmlInit_v2, nvmlShutdown, nvmlErrorString, "
+             "nvmlDeviceGetHandleByUUID or nvmlDeviceGetProcessUtilization";
+    const nvmlReturn_t result = init();
+    if (result != NVML_SUCCESS) return std::string("nvmlInit_v2 failed: ") + error_string(result);
+    initialised = true;
+    return "";
+  }
+
+  std::string error(nvmlReturn_t result) const { return error_string(result); }
+
+  ~Nvml() {
+    if (initialised) shutdown();
+  }
+};
+
+// One share folder with a valid limits page. The limits page is the agent's own file (0444, owned
+// by root): mapped read-write. The usage page is the tenants' and is only ever read with pread
+// into a private buffer (a tenant can truncate a mapped file under us: SIGBUS).
+struct GpuTimeMeter::Share {
+  std::string dir;
+  dev_t device = 0;
+  ino_t inode = 0;
+  share::LimitsPage* limits = nullptr;
+  std::vector<uint64_t> owners;  // live slot owner words of the last read, sorted
+  bool seen = false;             // found by the current rescan
+
+  bool measured_by_agent() const {
+    return limits->measure_source.load(std::memory_order_acquire) == share::kMeasureAgent;
+  }
+  uint32_t device_count() const {
+    return std::min(limits->device_count.load(std::memory_order_acquire), share::kMaxDevices);
+  }
+  bool owns(uint64_t owner) const {
+    return std::binary_search(owners.begin(), owners.end(), owner);
+  }
+
+  ~Share() {
+    if (limits) munmap(limits, sizeof(share::LimitsPage));
+  }
+};
+
+struct GpuTimeMeter::Gpu {
+  std::string uuid;
+  nvmlDevice_t handle = nullptr;
+  unsigned long long last_seen_us = 0;  // 0: not primed
+  std::vector<nvmlProcessUtilizationSample_t> samples;
+  bool named = false;  // named by an agent-measured share in the current rescan
+};
+
+GpuTimeMeter::GpuTimeMeter(GpuTimeMeterOptions options) : options_(std::move(options)) {
+  if (options_.period.count() <= 0) options_.period = std::chrono::milliseconds(20);
+  if (options_.pid_refresh.count() <= 0) options_.pid_refresh = std::chrono::milliseconds(500);
+}
+
+GpuTimeMeter::~GpuTimeMeter() {
+  stop();
+}
+
+std::string GpuTimeMeter::load_nvml() {
+  if (nvml_) return "";
+  auto nvml = std::make_unique<Nvml>();
+  if (std::string error = nvml->load(options_.nvml_library); !error.empty()) return error;
+  nvml_ = std::move(nvml);
+  return "";
+}
+
+std::string GpuTimeMeter::start() {
+  if (thread_.joinable()) return "the gpu-time meter is already running";
+  {
+    std::lock_guard lock(mutex_);
+    if (std::string error = load_nvml(); !error.empty()) return error;
+  }
+  {
+    std::lock_guard lock(run_mutex_);
+    stopping_ = false;
+  }
+  thread_ = std::thread([this] { run(); });
+  return "";
+}
+
+void GpuTimeMeter::stop() {
+  {
+    std::lock_guard lock(run_mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void GpuTimeMeter::run() {
+  std::string last_problem;
+  auto next = std::chrono::steady_clock::now();
+  while (true) {
+    std::string problem;
+    {
+      std::lock_guard lock(mutex_);
+      problem = pass();
+    }
+    if (problem != last_problem) {  // one line per change, not one per period
+      log(problem.empty() ? "measuring again" : problem);
+      last_problem = problem;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    next += options_.period;
+    if (next < now) next = now + options_.period;  // fell behind: no burst of catch-up passes
+    std::unique_lock lock(run_mutex_);
+    if (wake_.wait_until(lock, next, [this] { return stopping_; })) return;
+  }
+}
+
+std::string GpuTimeMeter::sample_once() {
+  std::lock_guard lock(mutex_);
+  if (std::string error = load_nvml(); !error.empty()) return error;
+  return pass();
+}
+
+GpuTimeMeterStats GpuTimeMeter::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+std::optional<uint64_t> GpuTimeMeter::owner_of(int host_pid) {
+  const auto it = owner_cache_.find(host_pid);
+  if (it != owner_cache_.end()) return it->second;
+  const std::optional<uint64_t> owner = process_owner(options_.proc_root, host_pid);
+  owner_cache_.emplace(host_pid, owner);
+  return owner;
+}
+
+void GpuTimeMeter::read_owners(Share& share) {
+  share.owners.clear();
+  bool missing = false;
+  const int fd =
+      open_regular(share.dir + "/usage", O_RDONLY, offsetof(share::UsagePage, slots), missing);
+  if (fd < 0) return;
+  if (!scratch_) scratch_ = std::make_unique<unsigned char[]>(sizeof(share::UsagePage));
+  unsigned char* bytes = scratch_.get();
+  constexpr size_t kHeader = offsetof(share::UsagePage, slots);
+  std::memset(bytes, 0, kHeader);
+  const auto* page = reinterpret_cast<const share::UsagePage*>(bytes);
+  if (pread(fd, bytes, kHeader, 0) == static_cast<ssize_t>(kHeader) &&
+      share::valid_usage_page(*page)) {
+    uint32_t high = page->slot_high_water.load(std::memory_order_relaxed);
+    if (high > share::kMaxSlots) high = share::kMaxSlots;
+    const ssize_t got = pread(fd, bytes + kHeader, high * sizeof(share::ProcessSlot), kHeader);
+    const uint32_t whole =
+        got > 0 ? static_cast<uint32_t>(static_cast<size_t>(got) / sizeof(share::ProcessSlot)) : 0;
+    for (uint32_t i = 0; i < whole && i < high; ++i) {
+      const uint64_t owner = page->slots[i].owner.load(std::memory_order_relaxed);
+      // Free, or being reclaimed by another process of the share (its owner is dead).
+      if (owner == 0 || (owner & share::kOwnerReclaiming) != 0) continue;
+      share.owners.push_back(owner);
+    }
+  }
+  close(fd);
+  std::sort(share.owners.begin(), share.owners.end());
+  share.owners.erase(std::unique(share.owners.begin(), share.owners.end()), share.owners.end());
+}
+
+void GpuTimeMeter::rescan(std::string& problems) {
+  auto note = [&problems](const std::string& problem) {
+    problems += (problems.empty() ? "" : "; ") + problem;
+  };
+  for (auto& share : shares_) share->seen = false;
+  if (DIR* folder = opendir(options_.shares_dir.c_str())) {
+    while (const dirent* entry = readdir(folder)) {
+      if (entry->d_name[0] == '.') continue;  // ".", "..", and temporary names
+      const std::string dir = options_.shares_dir + "/" + entry->d_name;
+      bool missing = false;
+      const int fd = open_regular(dir + "/limits", O_RDWR, sizeof(share::LimitsPage), missing);
+      if (fd < 0) {
+        // No limits page yet (a share being created) is normal; anything else is reported.
+        if (!missing && errno != ENOTDIR) note(dir + "/limits cannot be opened");
+        continue;
+      }
+      struct stat info {};
+      fstat(fd, &info);
+      auto it = std::find_if(shares_.begin(), shares_.end(),
+                             [&dir](const auto& share) { return share->dir == dir; });
+      if (it != shares_.end() && ((*it)->device != info.st_dev || (*it)->inode != info.st_ino)) {
+        shares_.erase(it);  // replaced (a new file renamed into place): map the new one
+        it = shares_.end();
+      }
+      if (it == shares_.end()) {
+        void* memory =
+            mmap(nullptr, sizeof(share::LimitsPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (memory == MAP_FAILED) {
+          note("cannot map " + dir + "/limits: " + std::strerror(errno));
+          close(fd);
+          continue;
+        }
+        auto share = std::make_unique<Share>();
+        share->dir = dir;
+        share->device = info.st_dev;
+        share->inode = info.st_ino;
+        share->limits = static_cast<share::LimitsPage*>(memory);
+        shares_.push_back(std::move(share));
+        it = shares_.end() - 1;
+      }
+      close(fd);
+      if (!share::valid_limits_page(*(*it)->limits)) {
+        note(dir + "/limits is not a valid limits page");
+        shares_.erase(it);
+        continue;
+      }
+      (*it)->seen = true;
+    }
+    closedir(folder);
+  } else {
+    note("cannot read " + options_.shares_dir + ": " + std::strerror(errno));
+  }
+  std::erase_if(shares_, [](const auto& share) { return !share->seen; });
+
+  // The GPUs to query: every one an agent-measured share names, by UUID.
+  for (auto& gpu : gpus_) gpu->named = false;
+  size_t agent_shares = 0;
+  for (auto& share : shares_) {
+    if (!share->measured_by_agent()) continue;
+    ++agent_shares;
+    read_owners(*share);
+    for (uint32_t d = 0; d < share->device_count(); ++d) {
+      const char* uuid = share->limits->devices[d].uuid;
+      const std::string name(uuid, strnlen(uuid, share::kUuidBytes));
+      if (name.empty() || name.size() >= share::kUuidBytes) continue;
+      auto gpu = std::find_if(gpus_.begin(), gpus_.end(),
+                              [&name](const auto& g) { return g->uuid == name; });
+      if (gpu == gpus_.end()) {
+        gpus_.push_back(std::make_unique<Gpu>());
+        gpus_.back()->uuid = name;
+        gpu = gpus_.end() - 1;
+      }
+      (*gpu)->named = true;
+    }
+  }
+  std::erase_if(gpus_, [](const auto& gpu) { return !gpu->named; });
+  owner_cache_.clear();  // pids may have been reused since
+  strangers_.clear();
+  stats_.shares = shares_.size();
+  stats_.agent_shares = agent_shares;
+  stats_.gpus = gpus_.size();
+}
+
+std::string GpuTimeMeter::pass() {
+  std::string problems;
+  auto note = [&problems](const std::string& problem) {
+    problems += (problems.empty() ? "" : "; ") + problem;
+  };
+  ++stats_.passes;
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= next_rescan_) {
+    rescan_problems_.clear();
+    rescan(rescan_problems_);
+    next_rescan_ = now + options_.pid_refresh;
+  }
+  problems = rescan_problems_;  // repeated until the next rescan: the log line stays the same
+  bool reread = false;          // the usage pages were re-read in this pass
+
+  for (auto& gpu : gpus_) {
+    if (!gpu->handle) {
+      const nvmlReturn_t found = nvml_->handle_by_uuid(gpu->uuid.c_str(), &gpu->handle);
+      if (found != NVML_SUCCESS) {
+        gpu->handle = nullptr;
+        note("no GPU " + gpu->uuid + ": " + nvml_->error(found));
+        continue;
+      }
+    }
+    // The window (last_seen, now], exactly as libvgpu's NvmlSource queries it.
+    const unsigned long long since = gpu->last_seen_us;
+    const unsigned long long now_us = wall_us();
+    if (since == 0) {
+      gpu->last_seen_us = now_us;  // priming: the first window starts now
+      continue;
+    }
+    if (gpu->samples.empty()) gpu->samples.resize(kInitialSamples);
+    unsigned int count = static_cast<unsigned int>(gpu->samples.size());
+    nvmlReturn_t result = nvml_->utilization(gpu->handle, gpu->samples.data(), &count, since);
+    if (result == NVML_ERROR_INSUFFICIENT_SIZE && count > gpu->samples.size() && count < 65536) {
+      gpu->samples.resize(count + count / 2);
+      count = static_cast<unsigned int>(gpu->samples.size());
+      result = nvml_->utilization(gpu->handle, gpu->samples.data(), &count, since);
+    }
+    if (result == NVML_ERROR_NOT_FOUND) {
+      count = 0;  // nobody ran in the window: publish zeros (the shim sees a fresh window)
+    } else if (result != NVML_SUCCESS) {
+      ++stats_.nvml_errors;
+      note("per-process utilisation of " + gpu->uuid + ": " + nvml_->error(result));
+      continue;
+    }
+    if (count > gpu->samples.size()) count = static_cast<unsigned int>(gpu->samples.size());
+    ++stats_.windows;
+
+    // Each sample: its GPU time in the window and the owner word of its host process.
+    struct Busy {
+      uint64_t ns;
+      std::optional<uint64_t> owner;
+    };
+    std::vector<Busy> busy;
+    busy.reserve(count);
+    uint64_t total_ns = 0;
+    unsigned long long newest = since;
+    for (unsigned int i = 0; i < count; ++i) {
+      const nvmlProcessUtilizationSample_t& sample = gpu->samples[i];
+      if (sample.timeStamp <= since) continue;
+      const unsigned long long window_us = sample.timeStamp - since;
+      const uint64_t ns = static_cast<uint64_t>(std::min(sample.smUtil, 100u)) * window_us * 10;
+      if (sample.timeStamp > newest) newest = sample.timeStamp;
+      busy.push_back({ns, owner_of(static_cast<int>(sample.pid))});
+      total_ns += ns;
+    }
+    gpu->last_seen_us = newest > since ? newest : now_us;
+
+    // A process in no share we know: maybe one that joined a share since the last read. Re-read
+    // the usage pages (at most once per pass); a process still in none is remembered until the
+    // next rescan, so that processes outside every share cost no re-read each pass.
+    auto in_a_share = [this](uint64_t owner) {
+      return std::any_of(shares_.begin(), shares_.end(), [owner](const auto& share) {
+        return share->measured_by_agent() && share->owns(owner);
+      });
+    };
+    for (const Busy& b : busy) {
+      if (!b.owner || strangers_.count(*b.owner) || in_a_share(*b.owner)) continue;
+      if (!reread) {
+        ++stats_.usage_rereads;
+        for (auto& share : shares_)
+          if (share->measured_by_agent()) read_owners(*share);
+        reread = true;
+        if (in_a_share(*b.owner)) continue;
+      }
+      strangers_.insert(*b.owner);
+    }
+
+    // Publish to every agent-measured share with this GPU. A process whose owner word is in
+    // several shares' pages (only a forged slot can do that) is charged to each of them: forging
+    // costs the forger, it cannot move a share's time elsewhere.
+    const uint64_t stamp = monotonic_ns();
+    uint64_t attributed_ns = 0;
+    for (const Busy& b : busy)
+      if (b.owner && in_a_share(*b.owner)) attributed_ns += b.ns;
+    stats_.unattributed_ns += total_ns - attributed_ns;
+    for (auto& share : shares_) {
+      if (!share->measured_by_agent()) continue;
+      for (uint32_t d = 0; d < share->device_count(); ++d) {
+        const char* uuid = share->limits->devices[d].uuid;
+        if (strnlen(uuid, share::kUuidBytes) != gpu->uuid.size() ||
+            std::memcmp(uuid, gpu->uuid.data(), gpu->uuid.size()) != 0)
+          continue;
+        uint64_t share_ns = 0;
+        for (const Busy& b : busy)
+          if (b.owner && share->owns(*b.owner)) share_ns += b.ns;
+        share::LimitsPage::Measured& m = share->limits->measured[d];
+        // Cumulative, continued from what the page holds: an agent restart does not send the
+        // counters backwards (the shim would re-prime, losing a window).
+        m.share_busy_ns.fetch_add(share_ns, std::memory_order_relaxed);
+        m.others_busy_ns.fetch_add(total_ns - share_ns, std::memory_order_relaxed);
+        m.sampled_at_ns.store(stamp, std::memory_order_release);  // last: readers see the sums
+        ++stats_.publications;
+      }
+    }
+  }
+  if (!problems.empty()) stats_.last_error = problems;
+  return problems;
+}
+
+}  // namespace tessera::agent

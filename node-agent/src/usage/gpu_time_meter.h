@@ -1,0 +1,108 @@
+// The agent side of the compute quota's measurement seam (docs/compute.md, "The agent's GPU-time
+// meter"). Inside Kubernetes a share's processes run in containers: the pids the shim knows are
+// not NVML's host pids, so the shim cannot tell its own GPU time. GpuTimeMeter queries NVML's
+// per-process utilisation per GPU on the host, attributes each host pid to the shares whose usage
+// page holds a live slot owned by that process (owner word: innermost pid, pid namespace, start
+// time), and publishes cumulative `measured[]` figures into the limits page of every share whose
+// `measure_source` is kMeasureAgent. The shim's AgentSource differences them.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tessera::agent {
+
+// The owner word (tessera/share_region.h make_owner) of host process `host_pid`, packed as the
+// shim packs its own: the innermost pid of the NSpid line of <proc_root>/<pid>/status, the inode of
+// <proc_root>/<pid>/ns/pid, field 22 (start time) of <proc_root>/<pid>/stat. nullopt when the
+// process is gone, a zombie, or any of these cannot be read.
+std::optional<uint64_t> process_owner(const std::string& proc_root, int host_pid);
+
+// Owner words of every live process on the host -> its host pid (a scan of <proc_root>). The same
+// as ShareManager's private live_owners(), which should switch to this one.
+std::map<uint64_t, int> live_process_owners(const std::string& proc_root = "/proc");
+
+struct GpuTimeMeterOptions {
+  std::string shares_dir;  // "<state>/shares": one folder per share, each with limits and usage
+  std::chrono::milliseconds period{20};  // one NVML query per GPU and one publication per share
+  // Full rescan of share folders, usage-page owners and host pids. A process NVML reports that the
+  // last scan did not know triggers a re-read of the usage pages at once (once per process).
+  std::chrono::milliseconds pid_refresh{500};
+  std::string nvml_library = "libnvidia-ml.so.1";
+  std::string proc_root = "/proc";  // the host's: the agent runs with hostPID: true
+};
+
+// What the meter did so far (for logs, metrics and tests).
+struct GpuTimeMeterStats {
+  uint64_t passes = 0;           // sample_once() calls (thread or caller)
+  uint64_t windows = 0;          // NVML windows measured (per GPU, not counting priming)
+  uint64_t publications = 0;     // measured[] updates (per share and device)
+  uint64_t nvml_errors = 0;      // queries that failed (GPU lost, ...): nothing published
+  uint64_t usage_rereads = 0;    // usage pages re-read because an unknown process appeared
+  uint64_t unattributed_ns = 0;  // GPU time of processes in no agent-measured share
+  size_t shares = 0;             // valid limits pages found in the last scan
+  size_t agent_shares = 0;       // of them, measure_source == kMeasureAgent
+  size_t gpus = 0;               // GPUs queried
+  std::string last_error;        // the most recent problem ("" = none)
+};
+
+class GpuTimeMeter {
+ public:
+  explicit GpuTimeMeter(GpuTimeMeterOptions options);
+  ~GpuTimeMeter();  // stops the thread; shuts NVML down
+  GpuTimeMeter(const GpuTimeMeter&) = delete;
+  GpuTimeMeter& operator=(const GpuTimeMeter&) = delete;
+
+  // Loads and initialises NVML, then runs sample_once() every period on a thread. Returns what
+  // went wrong (NVML missing or failing, already running): the agent then runs without the meter.
+  std::string start();
+  // Stops the thread (within one wake-up: no sleep outlives it). Idempotent.
+  void stop();
+
+  // One pass: rescan if due, one NVML query per GPU that an agent-measured share names, publish.
+  // Loads NVML on first use. Returns "" or the problems of this pass (the pass still publishes
+  // what it could: a bad share folder never stops the others).
+  std::string sample_once();
+
+  GpuTimeMeterStats stats() const;
+
+ private:
+  struct Nvml;
+  struct Share;
+  struct Gpu;
+
+  std::string load_nvml();  // under mutex_
+  std::string pass();       // under mutex_
+  void rescan(std::string& problems);
+  void read_owners(Share& share);
+  std::optional<uint64_t> owner_of(int host_pid);
+  void run();
+
+  GpuTimeMeterOptions options_;
+  mutable std::mutex mutex_;  // one pass at a time; guards everything below
+  std::unique_ptr<Nvml> nvml_;
+  std::vector<std::unique_ptr<Share>> shares_;
+  std::vector<std::unique_ptr<Gpu>> gpus_;
+  std::map<int, std::optional<uint64_t>> owner_cache_;  // host pid -> owner word, per rescan
+  std::set<uint64_t> strangers_;  // owner words in no share's page (usage pages re-read since)
+  std::chrono::steady_clock::time_point next_rescan_{};
+  std::string rescan_problems_;               // what the last rescan found wrong
+  std::unique_ptr<unsigned char[]> scratch_;  // one usage page, read with pread
+  GpuTimeMeterStats stats_;
+
+  std::mutex run_mutex_;  // the thread's sleep and stop flag
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tessera::agent

@@ -1,0 +1,576 @@
+// GpuTimeMeter on the simulated GPU: compute-burn processes under libvgpu in share folders (as the
+// CDI environment puts them: LD_PRELOAD + TESSERA_SHARE_DIR), measured by the agent from host NVML
+// and attributed by owner word; the shim's compute quota enforced from the agent's figures alone.
+#include "usage/gpu_time_meter.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tessera/gpu_info.h"
+#include "tessera/share_files.h"
+#include "tessera/share_region.h"
+
+// Without the samples (TESSERA_BUILD_SAMPLES off) the tests that run compute-burn are skipped.
+#ifndef COMPUTE_BURN
+#define COMPUTE_BURN ""
+#define LIBVGPU_SO ""
+#define SIMGPU_LIB_DIR ""
+#endif
+#define REQUIRE_SAMPLES()                                                           \
+  do {                                                                              \
+    if (std::string(COMPUTE_BURN).empty()) GTEST_SKIP() << "built without samples"; \
+  } while (0)
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr uint64_t kKernelUs = 50;  // SIMGPU_KERNEL_US for burn_fma: one wave at --blocks-per-sm 8
+constexpr const char* kDevices = "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0";
+
+// One simulated machine per test process (ctest runs each test in its own process).
+const std::string& simgpu_state() {
+  static const std::string state = [] {
+    const std::string path =
+        (fs::temp_directory_path() / ("gpu-time-meter-" + std::to_string(getpid()) + ".state"))
+            .string();
+    setenv("SIMGPU_STATE", path.c_str(), 1);
+    setenv("SIMGPU_DEVICES", kDevices, 1);
+    return path;
+  }();
+  return state;
+}
+
+std::string gpu_uuid() {
+  simgpu_state();
+  std::vector<GpuInfo> gpus;
+  const std::string error = list_gpus(gpus);
+  if (!error.empty() || gpus.empty()) return "";
+  return gpus[0].uuid;
+}
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name)
+      : path_(fs::temp_directory_path() / (name + "-" + std::to_string(getpid()))) {
+    fs::remove_all(path_);
+    fs::create_directories(path_ / "shares");
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string str() const { return path_.string(); }
+  std::string shares() const { return (path_ / "shares").string(); }
+
+ private:
+  fs::path path_;
+};
+
+void create_usage_page(const std::string& dir) {
+  const std::string path = dir + "/usage";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(ftruncate(fd, sizeof(share::UsagePage)), 0);
+  void* memory = mmap(nullptr, sizeof(share::UsagePage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(memory, MAP_FAILED);
+  share::init_usage_page(*static_cast<share::UsagePage*>(memory));
+  munmap(memory, sizeof(share::UsagePage));
+  close(fd);
+}
+
+// A share folder as the agent prepares it: limits (cores, measure source) and an initialised usage
+// page.
+std::string make_share(const TempDir& base, const std::string& name, const std::string& uuid,
+                       uint32_t cores, uint32_t source) {
+  const std::string dir = base.shares() + "/" + name;
+  share::DeviceLimit device;
+  device.uuid = uuid;
+  device.cores_limit = cores;
+  EXPECT_EQ(share::write_limits(dir, {device}, share::kPriorityNormal, source), "");
+  create_usage_page(dir);
+  return dir;
+}
+
+struct Measured {
+  uint64_t at = 0, share = 0, others = 0;
+};
+
+Measured measured(const std::string& dir, uint32_t device = 0) {
+  share::LimitsPage page;
+  std::memset(static_cast<void*>(&page), 0, sizeof page);
+  const int fd = open((dir + "/limits").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  const ssize_t n = pread(fd, &page, sizeof page, 0);
+  close(fd);
+  if (n != static_cast<ssize_t>(sizeof page)) return {};
+  const auto& m = page.measured[device];
+  return {m.sampled_at_ns.load(), m.share_busy_ns.load(), m.others_busy_ns.load()};
+}
+
+// compute-burn in a share (nullptr: unconfined, no shim), stdout to a file.
+class Burn {
+ public:
+  Burn(const TempDir& base, const char* share_dir, double seconds) {
+    static int counter = 0;
+    out_ = base.str() + "/burn-" + std::to_string(++counter) + ".json";
+    std::vector<std::string> env = {
+        std::string("LD_LIBRARY_PATH=") + SIMGPU_LIB_DIR,
+        "SIMGPU_STATE=" + simgpu_state(),
+        std::string("SIMGPU_DEVICES=") + kDevices,
+        "SIMGPU_KERNEL_US=burn_fma=" + std::to_string(kKernelUs),
+        "TESSERA_DEVICE_DIR=" + base.str(),
+        "ASAN_OPTIONS=verify_asan_link_order=0",
+        "PATH=/usr/bin:/bin",
+    };
+    if (share_dir) {
+      env.push_back(std::string("LD_PRELOAD=") + LIBVGPU_SO);
+      env.push_back(std::string("TESSERA_SHARE_DIR=") + share_dir);
+    }
+    const std::vector<std::string> args = {COMPUTE_BURN,
+                                           "--seconds",
+                                           std::to_string(seconds),
+                                           "--blocks-per-sm",
+                                           "8",
+                                           "--sync-every",
+                                           "64",
+                                           "--launch",
+                                           "kernel"};
+    // Built before fork: the child of a multi-threaded process (the meter's thread) must not
+    // allocate.
+    std::vector<char*> argv, envp;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) dup2(fd, 1);
+      execve(COMPUTE_BURN, argv.data(), envp.data());
+      _exit(127);
+    }
+  }
+  ~Burn() {
+    if (pid_ > 0 && !done_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool running() {
+    if (done_) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      done_ = true;
+      status_ = status;
+    }
+    return !done_;
+  }
+  // The report; an empty object when the burn failed.
+  nlohmann::json finish() {
+    while (running()) std::this_thread::sleep_for(milliseconds(5));
+    std::ifstream file(out_);
+    std::string line;
+    std::getline(file, line);
+    if (!WIFEXITED(status_) || WEXITSTATUS(status_) != 0) return nlohmann::json::object();
+    auto report = nlohmann::json::parse(line, nullptr, false);
+    return report.is_object() ? report : nlohmann::json::object();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool done_ = false;
+  int status_ = 0;
+  std::string out_;
+};
+
+double gpu_seconds(const nlohmann::json& report) {
+  return report.value("kernels", 0.0) * static_cast<double>(kKernelUs) * 1e-6;
+}
+
+// Calls sample_once() every `period` until every burn has exited, then `tail` more.
+void sample_while(GpuTimeMeter& meter, std::vector<Burn*> burns,
+                  milliseconds period = milliseconds(20), milliseconds tail = milliseconds(100)) {
+  auto next = steady_clock::now();
+  auto any_running = [&burns] {
+    bool any = false;
+    for (Burn* b : burns) any = b->running() || any;
+    return any;
+  };
+  while (any_running()) {
+    EXPECT_EQ(meter.sample_once(), "");
+    next += period;
+    std::this_thread::sleep_until(next);
+  }
+  const auto end = steady_clock::now() + tail;
+  while (steady_clock::now() < end) {
+    EXPECT_EQ(meter.sample_once(), "");
+    std::this_thread::sleep_for(period);
+  }
+}
+
+// ---- owner words -------------------------------------------------------------------------------
+
+TEST(GpuTimeMeterOwners, OwnProcessAsTheShimPacksIt) {
+  struct stat ns {};
+  ASSERT_EQ(stat("/proc/self/ns/pid", &ns), 0);
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat_line;
+  std::getline(stat_file, stat_line);
+  std::istringstream fields(stat_line.substr(stat_line.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i < 22; ++i) fields >> field;
+  uint64_t start_time = 0;
+  fields >> start_time;
+  const uint64_t expected =
+      share::make_owner(static_cast<uint32_t>(getpid()), ns.st_ino, start_time);
+  EXPECT_EQ(process_owner("/proc", getpid()), expected);
+  const auto owners = live_process_owners("/proc");
+  const auto it = owners.find(expected);
+  ASSERT_NE(it, owners.end());
+  EXPECT_EQ(it->second, getpid());
+  EXPECT_EQ(process_owner("/proc", 0), std::nullopt);
+  EXPECT_EQ(process_owner("/nonexistent", getpid()), std::nullopt);
+}
+
+TEST(GpuTimeMeterOwners, ContainerProcessFromAFakeProc) {
+  TempDir base("gpu-time-meter-proc");
+  const fs::path proc = base.str() + "/proc";
+  auto make = [&proc](int pid, const std::string& status, const std::string& stat) {
+    fs::create_directories(proc / std::to_string(pid) / "ns");
+    fs::create_symlink("pid:[4026532999]", proc / std::to_string(pid) / "ns" / "pid");
+    std::ofstream(proc / std::to_string(pid) / "status") << status;
+    std::ofstream(proc / std::to_string(pid) / "stat") << stat;
+  };
+  // Host pid 4242, pid 7 in its container; a command with ") (" in it; start time 987654.
+  const std::string stat_tail = " S 1 7 7 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 987654 1000 ";
+  make(4242, "Name:\tburn\nState:\tS (sleeping)\nNSpid:\t4242\t7\n", "4242 (a) (b c)" + stat_tail);
+  make(4243, "Name:\tdead\nState:\tZ (zombie)\nNSpid:\t4243\t8\n", "4243 (dead)" + stat_tail);
+  make(4244, "Name:\tnonspid\nState:\tR (running)\n", "4244 (x)" + stat_tail);
+  make(4245, "Name:\tshort\nState:\tR (running)\nNSpid:\t4245\n", "4245 (x) S 1 2");
+  EXPECT_EQ(process_owner(proc.string(), 4242), share::make_owner(7, 4026532999, 987654));
+  EXPECT_EQ(process_owner(proc.string(), 4243), std::nullopt);  // zombie
+  EXPECT_EQ(process_owner(proc.string(), 4244), std::nullopt);  // no NSpid
+  EXPECT_EQ(process_owner(proc.string(), 4245), std::nullopt);  // truncated stat
+  const auto owners = live_process_owners(proc.string());
+  ASSERT_EQ(owners.size(), 1u);
+  EXPECT_EQ(owners.begin()->second, 4242);
+}
+
+// ---- share_files: measure_source ---------------------------------------------------------------
+
+TEST(GpuTimeMeterLimits, WriteLimitsMeasureSource) {
+  TempDir base("gpu-time-meter-limits");
+  const std::string dir = base.shares() + "/s";
+  share::DeviceLimit device;
+  device.uuid = "GPU-00000000-0000-0000-0000-000000000001";
+  auto source = [&dir] {
+    share::LimitsPage page;
+    std::ifstream(dir + "/limits", std::ios::binary)
+        .read(reinterpret_cast<char*>(&page), sizeof page);
+    return page.measure_source.load();
+  };
+  ASSERT_EQ(share::write_limits(dir, {device}), "");
+  EXPECT_EQ(source(), share::kMeasureNvml);
+  ASSERT_EQ(share::write_limits(dir, {device}, share::kPriorityHigh, share::kMeasureAgent), "");
+  EXPECT_EQ(source(), share::kMeasureAgent);
+  // The overloads without a source leave an existing page's as it is.
+  device.cores_limit = 40;
+  ASSERT_EQ(share::write_limits(dir, {device}, share::kPriorityNormal), "");
+  EXPECT_EQ(source(), share::kMeasureAgent);
+  ASSERT_EQ(share::write_limits(dir, {device}), "");
+  EXPECT_EQ(source(), share::kMeasureAgent);
+  ASSERT_EQ(share::write_limits(dir, {device}, share::kPriorityNormal, share::kMeasureNvml), "");
+  EXPECT_EQ(source(), share::kMeasureNvml);
+  EXPECT_NE(share::write_limits(dir, {device}, share::kPriorityNormal, 7), "");
+  EXPECT_EQ(source(), share::kMeasureNvml);
+  // A new page written with the agent as source.
+  fs::remove_all(dir);
+  ASSERT_EQ(share::write_limits(dir, {device}, share::kPriorityNormal, share::kMeasureAgent), "");
+  EXPECT_EQ(source(), share::kMeasureAgent);
+}
+
+// ---- lifecycle ---------------------------------------------------------------------------------
+
+TEST(GpuTimeMeterLifecycle, BadNvmlIsAnErrorNotACrash) {
+  TempDir base("gpu-time-meter-bad-nvml");
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  options.nvml_library = base.str() + "/libnvidia-ml-missing.so.1";
+  GpuTimeMeter meter(options);
+  const std::string error = meter.start();
+  EXPECT_NE(error.find("libnvidia-ml-missing.so.1"), std::string::npos) << error;
+  EXPECT_NE(meter.sample_once(), "");
+  meter.stop();  // nothing started: returns
+}
+
+TEST(GpuTimeMeterLifecycle, StopReturnsPromptly) {
+  const std::string uuid = gpu_uuid();
+  ASSERT_FALSE(uuid.empty());
+  TempDir base("gpu-time-meter-stop");
+  make_share(base, "a", uuid, 100, share::kMeasureAgent);
+  for (const auto period : {milliseconds(20), milliseconds(60000)}) {
+    GpuTimeMeterOptions options;
+    options.shares_dir = base.shares();
+    options.period = period;
+    GpuTimeMeter meter(options);
+    ASSERT_EQ(meter.start(), "");
+    EXPECT_NE(meter.start(), "");  // already running
+    std::this_thread::sleep_for(milliseconds(100));
+    const auto began = steady_clock::now();
+    meter.stop();
+    const auto took = std::chrono::duration_cast<milliseconds>(steady_clock::now() - began);
+    EXPECT_LT(took.count(), 100) << "period " << period.count() << " ms";
+    EXPECT_GE(meter.stats().passes, 1u);
+    meter.stop();  // idempotent
+  }
+  // Restartable after stop, and the destructor stops a running meter.
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  GpuTimeMeter meter(options);
+  ASSERT_EQ(meter.start(), "");
+  meter.stop();
+  ASSERT_EQ(meter.start(), "");
+}
+
+// Counters continue from what the page holds (an agent restart never sends them backwards), and a
+// window in which nobody ran is still published (fresh sampled_at, unchanged sums).
+TEST(GpuTimeMeterLifecycle, ContinuesThePagesCounters) {
+  const std::string uuid = gpu_uuid();
+  ASSERT_FALSE(uuid.empty());
+  TempDir base("gpu-time-meter-continue");
+  const std::string dir = make_share(base, "a", uuid, 100, share::kMeasureAgent);
+  {
+    const int fd = open((dir + "/limits").c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    void* memory =
+        mmap(nullptr, sizeof(share::LimitsPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    ASSERT_NE(memory, MAP_FAILED);
+    auto& m = static_cast<share::LimitsPage*>(memory)->measured[0];
+    m.share_busy_ns = 5'000'000'000;
+    m.others_busy_ns = 7'000'000'000;
+    m.sampled_at_ns = 1;
+    munmap(memory, sizeof(share::LimitsPage));
+  }
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  GpuTimeMeter meter(options);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(meter.sample_once(), "");
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  const Measured after = measured(dir);
+  EXPECT_GT(after.at, 1u);
+  EXPECT_EQ(after.share, 5'000'000'000u);
+  EXPECT_EQ(after.others, 7'000'000'000u);
+  EXPECT_EQ(meter.stats().agent_shares, 1u);
+  EXPECT_EQ(meter.stats().gpus, 1u);
+}
+
+// ---- attribution -------------------------------------------------------------------------------
+
+// Two shares, one busy process each (cores 100: the shim never throttles), measured by the agent
+// for their whole lives. The figures come from the same NVML samples, so the identities between
+// the two shares are exact; each share's total is checked against compute-burn's own kernel count
+// (kernels x kernel time, independent of NVML).
+TEST(GpuTimeMeterAttribution, TwoSharesByOwnerWord) {
+  REQUIRE_SAMPLES();
+  const std::string uuid = gpu_uuid();
+  ASSERT_FALSE(uuid.empty());
+  TempDir base("gpu-time-meter-two");
+  const std::string a = make_share(base, "a", uuid, 100, share::kMeasureAgent);
+  const std::string b = make_share(base, "b", uuid, 100, share::kMeasureAgent);
+  const std::string c = make_share(base, "c", uuid, 100, share::kMeasureNvml);  // left alone
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  GpuTimeMeter meter(options);
+  ASSERT_EQ(meter.sample_once(), "");  // primes the GPU's window before anything runs
+  std::this_thread::sleep_for(milliseconds(20));
+  ASSERT_EQ(meter.sample_once(), "");
+  const Measured a0 = measured(a), b0 = measured(b);
+  const auto began = steady_clock::now();
+  Burn burn_a(base, a.c_str(), 2.0);
+  Burn burn_b(base, b.c_str(), 2.0);
+  sample_while(meter, {&burn_a, &burn_b});
+  const double wall_s = std::chrono::duration<double>(steady_clock::now() - began).count();
+  const auto report_a = burn_a.finish(), report_b = burn_b.finish();
+  ASSERT_FALSE(report_a.empty());
+  ASSERT_FALSE(report_b.empty());
+  const Measured a1 = measured(a), b1 = measured(b);
+  const double a_share = static_cast<double>(a1.share - a0.share) * 1e-9;
+  const double b_share = static_cast<double>(b1.share - b0.share) * 1e-9;
+  std::printf(
+      "FIGURE share A: agent %.4f s, kernels x time %.4f s; share B: agent %.4f s, kernels x "
+      "time %.4f s; wall %.2f s; stats: %llu windows, %llu re-reads\n",
+      a_share, gpu_seconds(report_a), b_share, gpu_seconds(report_b), wall_s,
+      static_cast<unsigned long long>(meter.stats().windows),
+      static_cast<unsigned long long>(meter.stats().usage_rereads));
+  // The same samples: A's time is B's "others" and the other way round, to the nanosecond.
+  EXPECT_EQ(a1.share - a0.share, b1.others - b0.others);
+  EXPECT_EQ(b1.share - b0.share, a1.others - a0.others);
+  // Against the independent figure: NVML's whole percents of 20 ms windows round by up to
+  // +/-100 us per window (unbiased); the first and last window of a process may be lost or cut
+  // (<= 20 ms each). 5% of ~1 s is 50 ms.
+  EXPECT_NEAR(a_share, gpu_seconds(report_a), 0.05 * gpu_seconds(report_a));
+  EXPECT_NEAR(b_share, gpu_seconds(report_b), 0.05 * gpu_seconds(report_b));
+  // Two saturating processes time-slice the GPU: each near half. Loose (35..65%) because on a
+  // shared 2-core machine one burn can be starved of CPU and keep its queue shorter.
+  const double a_fraction = a_share / (a_share + b_share);
+  EXPECT_GT(a_fraction, 0.35);
+  EXPECT_LT(a_fraction, 0.65);
+  // The GPU was busy most of the time (the burns overlapped for ~2 s of the wall time).
+  EXPECT_GT(a_share + b_share, 1.5);
+  // The NVML-measured share is not touched.
+  const Measured c1 = measured(c);
+  EXPECT_EQ(c1.at, 0u);
+  EXPECT_EQ(c1.share, 0u);
+  EXPECT_EQ(c1.others, 0u);
+}
+
+// Garbage from tenants and half-made folders: no crash, the good share still measured.
+TEST(GpuTimeMeterAttribution, GarbageUsagePagesAndFoldersWithoutLimits) {
+  REQUIRE_SAMPLES();
+  const std::string uuid = gpu_uuid();
+  ASSERT_FALSE(uuid.empty());
+  TempDir base("gpu-time-meter-garbage");
+  const std::string good = make_share(base, "good", uuid, 100, share::kMeasureAgent);
+  std::mt19937_64 random(42);
+  auto random_bytes = [&random](const std::string& path, size_t size) {
+    std::string bytes(size, '\0');
+    for (char& c : bytes) c = static_cast<char>(random());
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  };
+  // Random bytes as the usage page.
+  const std::string noise = make_share(base, "noise", uuid, 100, share::kMeasureAgent);
+  random_bytes(noise + "/usage", sizeof(share::UsagePage));
+  // A valid header, a huge high-water mark and random slots (owner words that match nobody).
+  const std::string slots = make_share(base, "slots", uuid, 100, share::kMeasureAgent);
+  {
+    random_bytes(slots + "/usage", sizeof(share::UsagePage));
+    const int fd = open((slots + "/usage").c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    const uint32_t header[5] = {share::kUsageMagic, share::kVersion, sizeof(share::UsagePage),
+                                share::kMaxSlots, 0xffffffffu};
+    ASSERT_EQ(pwrite(fd, header, sizeof header, 0), static_cast<ssize_t>(sizeof header));
+    close(fd);
+  }
+  // A truncated usage page, a FIFO and a symlink as usage pages (must not block or follow).
+  const std::string truncated = make_share(base, "truncated", uuid, 100, share::kMeasureAgent);
+  ASSERT_EQ(truncate((truncated + "/usage").c_str(), 100), 0);
+  const std::string fifo = make_share(base, "fifo", uuid, 100, share::kMeasureAgent);
+  fs::remove(fifo + "/usage");
+  ASSERT_EQ(mkfifo((fifo + "/usage").c_str(), 0666), 0);
+  const std::string link = make_share(base, "link", uuid, 100, share::kMeasureAgent);
+  fs::remove(link + "/usage");
+  fs::create_symlink(good + "/usage", link + "/usage");
+  // No limits page; a limits page of random bytes; a short one; a plain file among the folders.
+  fs::create_directories(base.shares() + "/no-limits");
+  create_usage_page(base.shares() + "/no-limits");
+  fs::create_directories(base.shares() + "/bad-limits");
+  random_bytes(base.shares() + "/bad-limits/limits", sizeof(share::LimitsPage));
+  fs::create_directories(base.shares() + "/short-limits");
+  random_bytes(base.shares() + "/short-limits/limits", 10);
+  random_bytes(base.shares() + "/stray-file", 100);
+
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  GpuTimeMeter meter(options);
+  meter.sample_once();  // primes; reports the bad limits page (a problem, not a failure)
+  std::this_thread::sleep_for(milliseconds(20));
+  const std::string problems = meter.sample_once();
+  EXPECT_NE(problems.find("bad-limits"), std::string::npos) << problems;
+  Burn burn(base, good.c_str(), 1.0);
+  auto next = steady_clock::now();
+  while (burn.running()) {
+    meter.sample_once();
+    next += milliseconds(20);
+    std::this_thread::sleep_until(next);
+  }
+  for (int i = 0; i < 5; ++i) {
+    meter.sample_once();
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  const auto report = burn.finish();
+  ASSERT_FALSE(report.empty());
+  const Measured g = measured(good);
+  std::printf("FIGURE good share: agent %.4f s, kernels x time %.4f s\n",
+              static_cast<double>(g.share) * 1e-9, gpu_seconds(report));
+  EXPECT_NEAR(static_cast<double>(g.share) * 1e-9, gpu_seconds(report), 0.05 * gpu_seconds(report));
+  // The garbage shares were published too, with the good share's process as "others".
+  for (const std::string& dir : {noise, slots, truncated, fifo, link}) {
+    const Measured m = measured(dir);
+    EXPECT_EQ(m.share, 0u) << dir;
+    EXPECT_EQ(m.others, g.share) << dir;
+  }
+  EXPECT_EQ(meter.stats().agent_shares, 6u);
+}
+
+// ---- the quota, end to end ---------------------------------------------------------------------
+
+// cores 30 with measure_source = agent: compute-burn's kernel rate is ~30% of an unlimited
+// baseline measured in the same test, with the meter running on its thread; without the meter the
+// shim has no measurement and the share runs unlimited (so this test can fail).
+TEST(GpuTimeMeterQuota, CoresThirtyHoldsWithTheAgentsMeasurements) {
+  REQUIRE_SAMPLES();
+#ifdef GPU_TIME_METER_SANITIZED
+  GTEST_SKIP() << "timing test: not in a sanitizer build (as libvgpu.compute.*)";
+#endif
+  const std::string uuid = gpu_uuid();
+  ASSERT_FALSE(uuid.empty());
+  TempDir base("gpu-time-meter-quota");
+  constexpr double kSeconds = 2.0;
+  Burn baseline(base, nullptr, kSeconds);
+  const auto base_report = baseline.finish();
+  ASSERT_FALSE(base_report.empty());
+  const double base_rate = base_report["kernels_per_s"].get<double>();
+
+  const std::string limited = make_share(base, "limited", uuid, 30, share::kMeasureAgent);
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  GpuTimeMeter meter(options);
+  ASSERT_EQ(meter.start(), "");
+  Burn burn(base, limited.c_str(), kSeconds);
+  const auto report = burn.finish();
+  meter.stop();
+  ASSERT_FALSE(report.empty());
+  const double percent = 100.0 * report["kernels_per_s"].get<double>() / base_rate;
+  const Measured m = measured(limited);
+  std::printf(
+      "FIGURE unlimited %.0f kernels/s; cores 30 with the agent's meter: %.1f%% of unlimited "
+      "(agent measured %.3f s of GPU time, kernels x time %.3f s)\n",
+      base_rate, percent, static_cast<double>(m.share) * 1e-9, gpu_seconds(report));
+  // Bound (docs/compute.md): over T the share uses at most qT + C + Q + P, P now the agent's
+  // period plus the shim's (20 + 5 ms), C = 20 ms, Q = 3.2 ms: 2.4 points over 2 s; +/-4 leaves
+  // 1.6 points for the baseline's noise on a loaded 2-core machine.
+  EXPECT_NEAR(percent, 30.0, 4.0);
+
+  // Control: the same share with nobody publishing its measurements runs unthrottled.
+  const std::string unmetered = make_share(base, "unmetered", uuid, 30, share::kMeasureAgent);
+  Burn control(base, unmetered.c_str(), kSeconds);
+  const auto control_report = control.finish();
+  ASSERT_FALSE(control_report.empty());
+  const double control_percent = 100.0 * control_report["kernels_per_s"].get<double>() / base_rate;
+  std::printf("FIGURE cores 30, measure_source agent, no meter: %.1f%% of unlimited\n",
+              control_percent);
+  EXPECT_GT(control_percent, 80.0);
+}
+
+}  // namespace
+}  // namespace tessera::agent
