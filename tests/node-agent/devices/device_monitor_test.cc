@@ -55,6 +55,20 @@ void in_simulator(const std::function<void()>& body) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the scenario failed (its messages are above)";
 }
 
+// The simulator's GPUs as listed at the start, the last one missing while `drop` is set (a GPU
+// gone, then back after a reset).
+struct Inventory {
+  std::vector<GpuInfo> all;
+  std::atomic<bool> drop{false};
+  std::function<std::string(std::vector<GpuInfo>&)> source() {
+    return [this](std::vector<GpuInfo>& gpus) {
+      gpus = all;
+      if (drop) gpus.pop_back();
+      return std::string();
+    };
+  }
+};
+
 // Fault injection from another process, as an operator would (SIMGPU_STATE is inherited).
 void simgpu_ctl(const std::string& args) {
   ASSERT_EQ(std::system((std::string(SIMGPU_CTL) + " " + args).c_str()), 0) << args;
@@ -190,16 +204,13 @@ TEST(DeviceMonitor, ApplicationXidsLeaveTheDeviceHealthy) {
 
 TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
   in_simulator([] {
-    std::vector<GpuInfo> all;
-    ASSERT_EQ(list_gpus(all), "");
-    ASSERT_EQ(all.size(), 2u);
-    std::atomic<bool> drop{false};
+    Inventory inventory;
+    ASSERT_EQ(list_gpus(inventory.all), "");
+    ASSERT_EQ(inventory.all.size(), 2u);
+    const auto& all = inventory.all;
+    auto& drop = inventory.drop;
     DeviceMonitorOptions options = fast_options();
-    options.list = [&](std::vector<GpuInfo>& gpus) {
-      gpus = all;
-      if (drop) gpus.pop_back();
-      return std::string();
-    };
+    options.list = inventory.source();
 
     FakeApiServer server;
     KubeConnection connection{server.url(), server.ca_pem(), server.token(), "", "", ""};
@@ -285,16 +296,13 @@ TEST(DeviceMonitor, DeviceAddedLaterIsWatchedForXids) {
 
 TEST(DeviceMonitor, FailedPublishIsRetriedUntilDelivered) {
   in_simulator([] {
-    std::vector<GpuInfo> all;
-    ASSERT_EQ(list_gpus(all), "");
-    ASSERT_EQ(all.size(), 2u);
-    std::atomic<bool> drop{false};
+    Inventory inventory;
+    ASSERT_EQ(list_gpus(inventory.all), "");
+    ASSERT_EQ(inventory.all.size(), 2u);
+    const auto& all = inventory.all;
+    auto& drop = inventory.drop;
     DeviceMonitorOptions options = fast_options();
-    options.list = [&](std::vector<GpuInfo>& gpus) {
-      gpus = all;
-      if (drop) gpus.pop_back();
-      return std::string();
-    };
+    options.list = inventory.source();
     std::atomic<int> attempts{0};
     Recorder recorder;
     recorder.reply = [&](const std::vector<GpuInfo>&) {

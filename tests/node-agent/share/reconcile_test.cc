@@ -304,22 +304,8 @@ TEST_F(ReconcileTest, CrashAfterAnyStepConvergesWithMpsDaemons) {
   for (int crash_at = 1; crash_at < total_steps; ++crash_at) {
     SCOPED_TRACE("crash after step " + std::to_string(crash_at));
     fs::remove_all(base_);
-    const pid_t child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-      ShareManagerOptions crashing = options_;
-      crashing.after_step = [crash_at](int step) {
-        if (step == crash_at) _exit(42);
-      };
-      ShareManager m(crashing, kube_, devices_);
-      if (!m.start().empty() || !m.prepare(mps_claim_).error.empty()) _exit(1);
-      m.unprepare(mps_claim_);
-      _exit(0);
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(child, &status, 0), child);
-    ASSERT_TRUE(WIFEXITED(status));
-    ASSERT_EQ(WEXITSTATUS(status), 42);
+    ASSERT_EQ(testing::run_agent_crashing_after(options_, kube_, devices_, mps_claim_, crash_at),
+              42);
 
     auto m = manager();
     ASSERT_EQ(m->prepare(mps_claim_).error, "");

@@ -38,6 +38,24 @@ class OneClaim : public KubeClient {
   std::string body;
 };
 
+// An empty folder for one test's state (share folders, CDI specs, the simulator's state file).
+fs::path fresh_folder(const std::string& name) {
+  const fs::path base = fs::temp_directory_path() / (name + "-" + std::to_string(getpid()));
+  fs::remove_all(base);
+  fs::create_directories(base);
+  return base;
+}
+
+// The share manager's settings for a node whose shim is the one built here.
+ShareManagerOptions node_options(const fs::path& base) {
+  ShareManagerOptions options;
+  options.root = (base / "state").string();
+  options.cdi_dir = (base / "cdi").string();
+  options.node_name = "node-a";
+  options.shim_path = LIBVGPU_SO;
+  return options;
+}
+
 std::string run(const std::string& command) {
   FILE* pipe = popen(command.c_str(), "r");
   std::string out;
@@ -48,9 +66,7 @@ std::string run(const std::string& command) {
 }
 
 TEST(ShareEndToEnd, TwoSharesOfOneSimulatedGpuHoldTheirLimits) {
-  const fs::path base = fs::temp_directory_path() / ("agent-e2e-" + std::to_string(getpid()));
-  fs::remove_all(base);
-  fs::create_directories(base);
+  const fs::path base = fresh_folder("agent-e2e");
   const std::string state = (base / "simgpu.state").string();
   const std::string simgpu_env =
       "SIMGPU_STATE=" + state + " SIMGPU_DEVICES='name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0'";
@@ -66,11 +82,7 @@ TEST(ShareEndToEnd, TwoSharesOfOneSimulatedGpuHoldTheirLimits) {
                   "pair", "e2e-claim-uid",
                   {{"a", device, "share-a", "8Gi", "30"}, {"b", device, "share-b", "4Gi", "70"}})
                   .dump();
-  ShareManagerOptions options;
-  options.root = (base / "state").string();
-  options.cdi_dir = (base / "cdi").string();
-  options.node_name = "node-a";
-  options.shim_path = LIBVGPU_SO;
+  const ShareManagerOptions options = node_options(base);
   ShareManager manager(options, kube, node_devices(gpus));
   ASSERT_EQ(manager.start(), "");
   const PrepareResult result = manager.prepare({"tenants", "e2e-claim-uid", "pair"});
@@ -145,9 +157,7 @@ std::vector<NodeDevice> simulated_devices(const std::string& state, const std::s
 }
 
 TEST(ShareEndToEnd, OneContainerWithSharesOfTwoGpusHoldsEachLimit) {
-  const fs::path base = fs::temp_directory_path() / ("agent-e2e-two-" + std::to_string(getpid()));
-  fs::remove_all(base);
-  fs::create_directories(base);
+  const fs::path base = fresh_folder("agent-e2e-two");
   const std::string state = (base / "simgpu.state").string();
   const std::string devices =
       "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0;name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0";
@@ -159,11 +169,7 @@ TEST(ShareEndToEnd, OneContainerWithSharesOfTwoGpusHoldsEachLimit) {
                                   {{"gpus", node[0].name, "share-0", "8Gi", "30"},
                                    {"gpus", node[1].name, "share-1", "4Gi", "70"}})
                   .dump();
-  ShareManagerOptions options;
-  options.root = (base / "state").string();
-  options.cdi_dir = (base / "cdi").string();
-  options.node_name = "node-a";
-  options.shim_path = LIBVGPU_SO;
+  const ShareManagerOptions options = node_options(base);
   ShareManager manager(options, kube, node);
   ASSERT_EQ(manager.start(), "");
   const ClaimRef claim{"tenants", "e2e-two-gpus", "pair"};

@@ -317,22 +317,7 @@ TEST_F(ShareManagerTest, CrashAfterAnyStepConverges) {
       SCOPED_TRACE("crash after step " + std::to_string(crash_at) +
                    (then_prepare ? ", then prepare" : ", then unprepare"));
       fs::remove_all(base_);
-      const pid_t child = fork();
-      ASSERT_GE(child, 0);
-      if (child == 0) {
-        ShareManagerOptions crashing = options_;
-        crashing.after_step = [crash_at](int step) {
-          if (step == crash_at) _exit(42);
-        };
-        ShareManager m(crashing, kube_, devices_);
-        if (!m.start().empty() || !m.prepare(claim_).error.empty()) _exit(1);
-        m.unprepare(claim_);
-        _exit(0);
-      }
-      int status = 0;
-      ASSERT_EQ(waitpid(child, &status, 0), child);
-      ASSERT_TRUE(WIFEXITED(status));
-      ASSERT_EQ(WEXITSTATUS(status), 42);
+      ASSERT_EQ(testing::run_agent_crashing_after(options_, kube_, devices_, claim_, crash_at), 42);
 
       auto m = manager(options_);
       if (then_prepare) {

@@ -11,7 +11,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "kube/kube_client.h"
+#include "share/share_manager.h"
 #include "tessera/share_region.h"
 
 namespace tessera::agent::testing {
@@ -84,6 +88,28 @@ inline std::map<std::string, std::string> snapshot(const fs::path& base) {
     }
   }
   return files;
+}
+
+// An agent process (forked) that prepares then unprepares `claim` and dies right after durable
+// step `crash_at` (ShareManagerOptions::after_step). Returns how it ended: 42 = crashed there.
+inline int run_agent_crashing_after(const ShareManagerOptions& options, KubeClient& kube,
+                                    const std::vector<NodeDevice>& devices, const ClaimRef& claim,
+                                    int crash_at) {
+  const pid_t child = fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    ShareManagerOptions crashing = options;
+    crashing.after_step = [crash_at](int step) {
+      if (step == crash_at) _exit(42);
+    };
+    ShareManager m(crashing, kube, devices);
+    if (!m.start().empty() || !m.prepare(claim).error.empty()) _exit(1);
+    m.unprepare(claim);
+    _exit(0);
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
 }
 
 }  // namespace tessera::agent::testing
