@@ -128,8 +128,10 @@ std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>&
   const std::string path = dir + "/limits";
   if (is_valid_page(path)) return update_in_place(path, devices, priority, measure_source);
 
+  // Exclusive and never through a symlink: a share folder can be writable from its containers.
   const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ::unlink(temp.c_str());
+  const int fd = ::open(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return failure("cannot create", temp);
   auto page = std::make_unique<LimitsPage>();
   std::memset(static_cast<void*>(page.get()), 0, sizeof(LimitsPage));

@@ -30,8 +30,11 @@ namespace {
 std::string create_usage_page(const std::string& dir) {
   const std::string path = dir + "/usage";
   if (access(path.c_str(), F_OK) == 0) return "";
+  // The folder is writable from the share's containers: whatever a tenant left at the temporary
+  // name (a symlink to a host file) is removed, never opened, and the file is created exclusively.
   const std::string temporary = dir + "/.usage.agent.tmp";
-  const int fd = open(temporary.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  unlink(temporary.c_str());
+  const int fd = open(temporary.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (fd < 0) return "cannot create " + temporary + ": " + std::strerror(errno);
   std::string error;
   if (ftruncate(fd, sizeof(share::UsagePage)) != 0 || fchmod(fd, 0666) != 0) {
@@ -278,36 +281,16 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
 }
 
 std::string ShareManager::live_processes(const std::string& folder) const {
-  const std::string path = folder + "/usage";
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  struct stat info {};
+  // The usage page is tenant-written: read through the meter's safe reader (never mapped).
+  const std::vector<uint64_t> owners = usage_page_owners(folder + "/usage");
+  if (owners.empty()) return "";
+  const std::map<uint64_t, int> live = live_process_owners();
   std::string found;
-  if (fstat(fd, &info) == 0 && static_cast<size_t>(info.st_size) >= sizeof(share::UsagePage)) {
-    void* memory = mmap(nullptr, sizeof(share::UsagePage), PROT_READ, MAP_SHARED, fd, 0);
-    if (memory != MAP_FAILED) {
-      const auto& page = *static_cast<const share::UsagePage*>(memory);
-      if (share::valid_usage_page(page)) {
-        uint32_t high = page.slot_high_water.load(std::memory_order_acquire);
-        if (high > share::kMaxSlots) high = share::kMaxSlots;
-        std::map<uint64_t, int> owners;
-        bool scanned = false;
-        for (uint32_t i = 0; i < high; ++i) {
-          const uint64_t owner =
-              page.slots[i].owner.load(std::memory_order_acquire) & ~share::kOwnerReclaiming;
-          if (owner == 0) continue;
-          if (!scanned) {
-            owners = live_process_owners();
-            scanned = true;
-          }
-          if (const auto it = owners.find(owner); it != owners.end())
-            found += (found.empty() ? "" : ",") + std::to_string(it->second);
-        }
-      }
-      munmap(memory, sizeof(share::UsagePage));
+  for (const uint64_t owner : owners)
+    if (const auto it = live.find(owner); it != live.end()) {
+      if (!found.empty()) found += ',';
+      found += std::to_string(it->second);
     }
-  }
-  close(fd);
   return found;
 }
 

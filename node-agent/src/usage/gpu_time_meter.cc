@@ -79,6 +79,35 @@ int open_regular(const std::string& path, int flags, size_t size, bool& missing)
 
 }  // namespace
 
+std::vector<uint64_t> usage_page_owners(const std::string& path) {
+  std::vector<uint64_t> owners;
+  bool missing = false;
+  constexpr size_t kHeader = offsetof(share::UsagePage, slots);
+  const int fd = open_regular(path, O_RDONLY, kHeader, missing);
+  if (fd < 0) return owners;
+  std::vector<unsigned char> buffer(sizeof(share::UsagePage), 0);
+  unsigned char* bytes = buffer.data();
+  const auto* page = reinterpret_cast<const share::UsagePage*>(bytes);
+  if (pread(fd, bytes, kHeader, 0) == static_cast<ssize_t>(kHeader) &&
+      share::valid_usage_page(*page)) {
+    uint32_t high = page->slot_high_water.load(std::memory_order_relaxed);
+    if (high > share::kMaxSlots) high = share::kMaxSlots;
+    const ssize_t got = pread(fd, bytes + kHeader, high * sizeof(share::ProcessSlot), kHeader);
+    const uint32_t whole =
+        got > 0 ? static_cast<uint32_t>(static_cast<size_t>(got) / sizeof(share::ProcessSlot)) : 0;
+    for (uint32_t i = 0; i < whole && i < high; ++i) {
+      const uint64_t owner = page->slots[i].owner.load(std::memory_order_relaxed);
+      // Free, or being reclaimed by another process of the share (its owner is dead).
+      if (owner == 0 || (owner & share::kOwnerReclaiming) != 0) continue;
+      owners.push_back(owner);
+    }
+  }
+  close(fd);
+  std::sort(owners.begin(), owners.end());
+  owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
+  return owners;
+}
+
 std::optional<uint64_t> process_owner(const std::string& proc_root, int host_pid) {
   if (host_pid <= 0) return std::nullopt;
   const std::string base = proc_root + "/" + std::to_string(host_pid);
@@ -302,33 +331,7 @@ std::optional<uint64_t> GpuTimeMeter::owner_of(int host_pid) {
 }
 
 void GpuTimeMeter::read_owners(Share& share) {
-  share.owners.clear();
-  bool missing = false;
-  const int fd =
-      open_regular(share.dir + "/usage", O_RDONLY, offsetof(share::UsagePage, slots), missing);
-  if (fd < 0) return;
-  if (!scratch_) scratch_ = std::make_unique<unsigned char[]>(sizeof(share::UsagePage));
-  unsigned char* bytes = scratch_.get();
-  constexpr size_t kHeader = offsetof(share::UsagePage, slots);
-  std::memset(bytes, 0, kHeader);
-  const auto* page = reinterpret_cast<const share::UsagePage*>(bytes);
-  if (pread(fd, bytes, kHeader, 0) == static_cast<ssize_t>(kHeader) &&
-      share::valid_usage_page(*page)) {
-    uint32_t high = page->slot_high_water.load(std::memory_order_relaxed);
-    if (high > share::kMaxSlots) high = share::kMaxSlots;
-    const ssize_t got = pread(fd, bytes + kHeader, high * sizeof(share::ProcessSlot), kHeader);
-    const uint32_t whole =
-        got > 0 ? static_cast<uint32_t>(static_cast<size_t>(got) / sizeof(share::ProcessSlot)) : 0;
-    for (uint32_t i = 0; i < whole && i < high; ++i) {
-      const uint64_t owner = page->slots[i].owner.load(std::memory_order_relaxed);
-      // Free, or being reclaimed by another process of the share (its owner is dead).
-      if (owner == 0 || (owner & share::kOwnerReclaiming) != 0) continue;
-      share.owners.push_back(owner);
-    }
-  }
-  close(fd);
-  std::sort(share.owners.begin(), share.owners.end());
-  share.owners.erase(std::unique(share.owners.begin(), share.owners.end()), share.owners.end());
+  share.owners = usage_page_owners(share.dir + "/usage");
 }
 
 void GpuTimeMeter::rescan(std::string& problems) {

@@ -31,6 +31,12 @@ std::optional<uint64_t> process_owner(const std::string& proc_root, int host_pid
 // as ShareManager's private live_owners(), which should switch to this one.
 std::map<uint64_t, int> live_process_owners(const std::string& proc_root = "/proc");
 
+// The live owner words (sorted, unique) in the usage page at `path`, which a tenant may have
+// written anything into: read with pread (never mapped, so a truncated file cannot fault), never
+// through a symlink, never blocking on a FIFO, only from a regular file with a valid header; slots
+// bounded by kMaxSlots and by the bytes read. Empty when there is no usable page.
+std::vector<uint64_t> usage_page_owners(const std::string& path);
+
 struct GpuTimeMeterOptions {
   std::string shares_dir;  // "<state>/shares": one folder per share, each with limits and usage
   std::chrono::milliseconds period{20};  // one NVML query per GPU and one publication per share
@@ -95,8 +101,7 @@ class GpuTimeMeter {
   std::map<int, std::optional<uint64_t>> owner_cache_;  // host pid -> owner word, per rescan
   std::set<uint64_t> strangers_;  // owner words in no share's page (usage pages re-read since)
   std::chrono::steady_clock::time_point next_rescan_{};
-  std::string rescan_problems_;               // what the last rescan found wrong
-  std::unique_ptr<unsigned char[]> scratch_;  // one usage page, read with pread
+  std::string rescan_problems_;  // what the last rescan found wrong
   GpuTimeMeterStats stats_;
 
   std::mutex run_mutex_;  // the thread's sleep and stop flag

@@ -272,6 +272,30 @@ TEST_F(ShareManagerTest, SharesOfTwoGpusLiveInOneFolder) {
   EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
 }
 
+// A share folder is writable from the share's containers: what a tenant puts there (a symlink to a
+// host file at the agent's temporary name, a FIFO or a truncated file as the usage page) neither
+// reaches outside the folder, nor blocks, nor crashes the agent.
+TEST_F(ShareManagerTest, ATenantsFilesInItsShareFolderCannotHurtTheAgent) {
+  auto m = manager(options_);
+  ASSERT_EQ(m->prepare(claim_).error, "");
+  const fs::path victim = base_ / "host-file";
+  std::ofstream(victim) << "host data\n";
+  fs::remove(share_dir(kShareA) + "/usage");
+  fs::create_symlink(victim, share_dir(kShareA) + "/.usage.agent.tmp");
+  const ReconcileReport report = m->reconcile();
+  EXPECT_EQ(report.failures(), 0u) << report.to_text();
+  EXPECT_EQ(read(victim), "host data\n");
+  EXPECT_EQ(fs::file_size(share_dir(kShareA) + "/usage"), sizeof(share::UsagePage));
+  EXPECT_FALSE(fs::is_symlink(share_dir(kShareA) + "/usage"));
+
+  fs::remove(share_dir(kShareA) + "/usage");
+  ASSERT_EQ(mkfifo((share_dir(kShareA) + "/usage").c_str(), 0666), 0);
+  fs::resize_file(share_dir(kShareB) + "/usage", 10);
+  EXPECT_EQ(m->unprepare(claim_), "");  // returns (no FIFO wait, no SIGBUS) and cleans up
+  EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+  EXPECT_EQ(read(victim), "host data\n");
+}
+
 TEST_F(ShareManagerTest, StartRemovesOrphans) {
   fs::create_directories(options_.root + "/shares/stray-gpu-0-x");
   fs::create_directories(options_.cdi_dir);
