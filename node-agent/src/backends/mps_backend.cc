@@ -1,5 +1,6 @@
 #include "backends/mps_backend.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -79,11 +80,25 @@ std::vector<std::string> MpsBackend::environment(const std::string& share_name,
   return env;
 }
 
+// The pid in a file of the tenant-writable pipe folder: never through a symlink, never waiting on a
+// FIFO, a regular file only. 0 when there is none.
+namespace {
+int read_pid_file(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct stat info {};
+  char text[32] = {};
+  const bool regular = fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
+  const ssize_t got = regular ? read(fd, text, sizeof text - 1) : -1;
+  close(fd);
+  return got > 0 ? std::atoi(text) : 0;
+}
+}  // namespace
+
 int MpsBackend::daemon_pid(const std::string& share_name) const {
   const std::string pipe = pipe_dir(share_name);
-  std::ifstream in(pipe + kPidFile);
-  int pid = 0;
-  if (in >> pid && daemon_of(pid, options_.control, pipe)) return pid;
+  const int pid = read_pid_file(pipe + kPidFile);
+  if (daemon_of(pid, options_.control, pipe)) return pid;
   // The pid file is missing or names another process (a tenant can write it): look for the
   // daemon itself, the control program started with this share's pipe folder.
   std::error_code ec;

@@ -1,6 +1,7 @@
 #include "backends/mps_backend.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -142,6 +143,10 @@ TEST_F(MpsBackendTest, APidFileWrittenByATenantIsNotTrusted) {
   std::ofstream(backend_.pipe_dir(a_.name()) + "/nvidia-cuda-mps-control.pid") << daemon_b << "\n";
   EXPECT_EQ(backend_.inspect(a_.name()).pid, daemon_a);
   fs::remove(backend_.pipe_dir(a_.name()) + "/nvidia-cuda-mps-control.pid");
+  EXPECT_EQ(backend_.inspect(a_.name()).pid, daemon_a);
+  // A FIFO in its place: read without waiting for a writer.
+  ASSERT_EQ(mkfifo((backend_.pipe_dir(a_.name()) + "/nvidia-cuda-mps-control.pid").c_str(), 0666),
+            0);
   EXPECT_EQ(backend_.inspect(a_.name()).pid, daemon_a);
   ASSERT_EQ(backend_.stop(a_.name()), "");
   EXPECT_FALSE(backend_.inspect(a_.name()).running);
