@@ -1,5 +1,12 @@
 #include "agent/node_agent.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 
 #include "backends/mps_backend.h"
@@ -25,6 +32,29 @@ NodeAgent::NodeAgent(AgentConfig config) : config_(std::move(config)) {}
 
 NodeAgent::~NodeAgent() {
   stop();
+  if (lock_fd_ >= 0) close(lock_fd_);
+}
+
+std::string NodeAgent::lock_state_dir() {
+  std::error_code ec;
+  std::filesystem::create_directories(config_.state_dir, ec);
+  if (ec) return "cannot create " + config_.state_dir + ": " + ec.message();
+  const std::string path = config_.state_dir + "/agent.lock";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return "cannot open " + path + ": " + std::strerror(errno);
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char holder[32] = {};
+    (void)!pread(fd, holder, sizeof holder - 1, 0);
+    close(fd);
+    return "another tessera-node-agent (pid " + std::string(holder[0] ? holder : "unknown") +
+           ") is using " + config_.state_dir + " (" + path +
+           " is locked); one agent per state folder";
+  }
+  // The pid is for the message above only; the lock is what counts.
+  const std::string pid = std::to_string(getpid());
+  if (ftruncate(fd, 0) == 0) (void)!pwrite(fd, pid.data(), pid.size(), 0);
+  lock_fd_ = fd;
+  return "";
 }
 
 ClaimPreparer& NodeAgent::preparer() {
@@ -33,6 +63,7 @@ ClaimPreparer& NodeAgent::preparer() {
 
 std::string NodeAgent::start() {
   if (config_.node_name.empty()) return "--node-name (NODE_NAME) is required";
+  if (auto e = lock_state_dir(); !e.empty()) return e;
   KubeConnection connection;
   if (auto e = config_.kubeconfig.empty() ? in_cluster_connection(connection)
                                           : kubeconfig_connection(config_.kubeconfig, connection);

@@ -34,8 +34,10 @@ class NodeAgent {
   NodeAgent(const NodeAgent&) = delete;
   NodeAgent& operator=(const NodeAgent&) = delete;
 
-  // Connects to the API server, loads the checkpoint and reconciles the host with it, lists the
-  // GPUs and publishes them, then starts the monitor and the reconcile loop. "" or why not.
+  // Takes the state folder (one agent per folder: a second one, e.g. a surge pod of a rolling
+  // update, is refused until the first exits), connects to the API server, loads the checkpoint
+  // and reconciles the host with it, lists the GPUs and publishes them, then starts the monitor,
+  // the GPU-time meter and the reconcile loop. "" or why not.
   std::string start();
   // Stops the loops (the share state stays on disk for the next start).
   void stop();
@@ -45,11 +47,13 @@ class NodeAgent {
   ShareManager& shares() { return *shares_; }
 
  private:
+  std::string lock_state_dir();
   std::string on_devices(const std::vector<GpuInfo>& gpus);
   std::string publish(const std::vector<GpuInfo>& gpus);
   void reconcile_loop();
 
   AgentConfig config_;
+  int lock_fd_ = -1;  // <state-dir>/agent.lock, held (flock) while this agent lives
   std::unique_ptr<HttpKubeClient> kube_;
   std::mutex slices_mutex_;  // the monitor's thread and the reconcile loop both publish
   std::unique_ptr<SlicePublisher> slices_;

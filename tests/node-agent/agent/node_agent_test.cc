@@ -217,5 +217,17 @@ TEST_F(NodeAgentTest, StartSaysWhyItCannotRun) {
   EXPECT_NE(agent.start().find("missing-kubeconfig"), std::string::npos);
 }
 
+// Two agents on one state folder would each take the other's shares for orphans: the second is
+// refused (as a surge pod of a rolling update is, until the old pod has exited).
+TEST_F(NodeAgentTest, OneAgentPerStateFolder) {
+  NodeAgent first(config_);
+  ASSERT_EQ(first.start(), "");
+  NodeAgent second(config_);
+  EXPECT_EQ(second.start(), "another tessera-node-agent (pid " + std::to_string(getpid()) +
+                                ") is using " + config_.state_dir + " (" + config_.state_dir +
+                                "/agent.lock is locked); one agent per state folder");
+  first.stop();
+}
+
 }  // namespace
 }  // namespace tessera::agent
