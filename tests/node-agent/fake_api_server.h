@@ -19,6 +19,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "kube/http_kube_client.h"
+
 namespace tessera::agent::testing {
 
 struct RecordedWrite {
@@ -160,6 +162,14 @@ class FakeApiServer {
   std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
   const std::string& ca_pem() const { return ca_pem_; }
   const std::string& token() const { return token_; }
+  // How a client reaches this server: its URL, CA and token.
+  KubeConnection connection() const {
+    KubeConnection c;
+    c.server = url();
+    c.ca_pem = ca_pem_;
+    c.token = token_;
+    return c;
+  }
   void add_claim(const std::string& ns, const std::string& name, const std::string& json) {
     std::lock_guard lock(mutex_);
     claims_[ns + "/" + name] = json;

@@ -23,9 +23,31 @@ std::string expect_object(const json& value, const std::string& path) {
   return "";
 }
 
+// One name table per enum: decoding and to_string read the same list. The order is the one the
+// "(one of ...)" error message lists.
 template <typename Enum>
-std::string decode_enum(const json& value, const std::string& path,
-                        std::initializer_list<std::pair<const char*, Enum>> names,
+using NameTable = std::initializer_list<std::pair<const char*, Enum>>;
+
+constexpr NameTable<Priority> kPriorityNames = {
+    {"high", Priority::kHigh}, {"normal", Priority::kNormal}, {"low", Priority::kLow}};
+constexpr NameTable<SharingStrategy> kStrategyNames = {
+    {"Quota", SharingStrategy::kQuota},
+    {"MPS", SharingStrategy::kMps},
+    {"TimeSlicing", SharingStrategy::kTimeSlicing}};
+constexpr NameTable<TimeSlice> kTimeSliceNames = {{"Default", TimeSlice::kDefault},
+                                                  {"Short", TimeSlice::kShort},
+                                                  {"Medium", TimeSlice::kMedium},
+                                                  {"Long", TimeSlice::kLong}};
+
+template <typename Enum>
+const char* name_of(NameTable<Enum> names, Enum member) {
+  for (const auto& [name, value] : names)
+    if (value == member) return name;
+  return "?";  // every member is in its table
+}
+
+template <typename Enum>
+std::string decode_enum(const json& value, const std::string& path, NameTable<Enum> names,
                         std::optional<Enum>& out) {
   if (value.is_string()) {
     for (const auto& [name, member] : names) {
@@ -70,10 +92,7 @@ std::string decode_vgpu_config(const json& parameters, VgpuConfig& out) {
       out.burst = static_cast<uint32_t>(burst->get<int64_t>());
     }
     if (const auto priority = compute->find("priority"); priority != compute->end()) {
-      if (auto e = decode_enum<Priority>(
-              *priority, "compute.priority",
-              {{"high", Priority::kHigh}, {"normal", Priority::kNormal}, {"low", Priority::kLow}},
-              out.priority);
+      if (auto e = decode_enum(*priority, "compute.priority", kPriorityNames, out.priority);
           !e.empty())
         return e;
     }
@@ -87,21 +106,12 @@ std::string decode_vgpu_config(const json& parameters, VgpuConfig& out) {
     if (auto e = unknown_fields(*sharing, "sharing.", {"strategy", "timeSlice"}); !e.empty())
       return e;
     if (const auto strategy = sharing->find("strategy"); strategy != sharing->end()) {
-      if (auto e = decode_enum<SharingStrategy>(*strategy, "sharing.strategy",
-                                                {{"Quota", SharingStrategy::kQuota},
-                                                 {"MPS", SharingStrategy::kMps},
-                                                 {"TimeSlicing", SharingStrategy::kTimeSlicing}},
-                                                out.strategy);
+      if (auto e = decode_enum(*strategy, "sharing.strategy", kStrategyNames, out.strategy);
           !e.empty())
         return e;
     }
     if (const auto slice = sharing->find("timeSlice"); slice != sharing->end()) {
-      if (auto e = decode_enum<TimeSlice>(*slice, "sharing.timeSlice",
-                                          {{"Default", TimeSlice::kDefault},
-                                           {"Short", TimeSlice::kShort},
-                                           {"Medium", TimeSlice::kMedium},
-                                           {"Long", TimeSlice::kLong}},
-                                          out.time_slice);
+      if (auto e = decode_enum(*slice, "sharing.timeSlice", kTimeSliceNames, out.time_slice);
           !e.empty())
         return e;
       if (out.strategy != SharingStrategy::kTimeSlicing)
@@ -139,39 +149,13 @@ std::string check_supported(const VgpuConfig& config) {
 }
 
 const char* to_string(Priority priority) {
-  switch (priority) {
-    case Priority::kHigh:
-      return "high";
-    case Priority::kLow:
-      return "low";
-    case Priority::kNormal:
-      break;
-  }
-  return "normal";
+  return name_of(kPriorityNames, priority);
 }
 const char* to_string(SharingStrategy strategy) {
-  switch (strategy) {
-    case SharingStrategy::kMps:
-      return "MPS";
-    case SharingStrategy::kTimeSlicing:
-      return "TimeSlicing";
-    case SharingStrategy::kQuota:
-      break;
-  }
-  return "Quota";
+  return name_of(kStrategyNames, strategy);
 }
 const char* to_string(TimeSlice time_slice) {
-  switch (time_slice) {
-    case TimeSlice::kShort:
-      return "Short";
-    case TimeSlice::kMedium:
-      return "Medium";
-    case TimeSlice::kLong:
-      return "Long";
-    case TimeSlice::kDefault:
-      break;
-  }
-  return "Default";
+  return name_of(kTimeSliceNames, time_slice);
 }
 
 }  // namespace tessera::agent

@@ -1,6 +1,7 @@
 #include "devices/resource_slices.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -15,20 +16,21 @@ using nlohmann::json;
 // compared as numbers.
 json normalise(const json& devices) {
   json copy = devices;
-  for (auto& device : copy) {
-    if (!device.contains("capacity")) continue;
-    for (auto& [name, capacity] : device["capacity"].items()) {
-      std::function<void(json&)> walk = [&](json& node) {
-        if (node.is_string()) {
-          if (auto bytes = parse_byte_quantity(node.get<std::string>())) node = *bytes;
-        } else if (node.is_object() || node.is_array()) {
-          for (auto& child : node) walk(child);
-        }
-      };
-      walk(capacity);
+  std::function<void(json&)> walk = [&](json& node) {
+    if (node.is_string()) {
+      if (auto bytes = parse_byte_quantity(node.get<std::string>())) node = *bytes;
+    } else if (node.is_object() || node.is_array()) {
+      for (auto& child : node) walk(child);
     }
-  }
+  };
+  for (auto& device : copy)
+    if (device.contains("capacity")) walk(device["capacity"]);
   return copy;
+}
+
+// A device's name: one rule for the slices and for node_devices().
+std::string device_name(const GpuInfo& gpu) {
+  return "gpu-" + std::to_string(gpu.minor);
 }
 
 std::string slice_name(const SliceIdentity& identity, size_t index) {
@@ -75,7 +77,7 @@ json build_device(const GpuInfo& gpu) {
        {{"value", "100"},
         {"requestPolicy",
          {{"default", "100"}, {"validRange", {{"min", "1"}, {"max", "100"}, {"step", "1"}}}}}}}};
-  return {{"name", "gpu-" + std::to_string(gpu.minor)},
+  return {{"name", device_name(gpu)},
           {"attributes", attributes},
           {"capacity", capacity},
           {"allowMultipleAllocations", true}};
@@ -84,7 +86,7 @@ json build_device(const GpuInfo& gpu) {
 std::vector<NodeDevice> node_devices(const std::vector<GpuInfo>& gpus) {
   std::vector<NodeDevice> devices;
   for (const auto& gpu : gpus)
-    devices.push_back({"gpu-" + std::to_string(gpu.minor), gpu.uuid, gpu.minor, gpu.memory_bytes});
+    devices.push_back({device_name(gpu), gpu.uuid, gpu.minor, gpu.memory_bytes});
   return devices;
 }
 

@@ -102,32 +102,26 @@ std::string kubeconfig_connection(const std::string& path, KubeConnection& out) 
       return path + ": server must be https://, got " + out.server;
     if (cluster["insecure-skip-tls-verify"].as<bool>(false))
       return path + ": insecure-skip-tls-verify is not supported (TLS is always verified)";
-    if (auto data = cluster["certificate-authority-data"].as<std::string>(""); !data.empty()) {
-      if (!base64_decode(data, out.ca_pem))
-        return path + ": certificate-authority-data is not base64";
-    } else if (auto file = cluster["certificate-authority"].as<std::string>(""); !file.empty()) {
-      if (!read_file(resolve(file), out.ca_pem)) return path + ": cannot read " + resolve(file);
-    } else {
+    // A PEM as kubeconfig gives it: base64 in `<key>-data`, else the file `<key>`, else none
+    // (pem unchanged). Returns "" or the error.
+    auto read_pem = [&](const YAML::Node& node, const std::string& key,
+                        std::string& pem) -> std::string {
+      if (auto data = node[key + "-data"].as<std::string>(""); !data.empty())
+        return base64_decode(data, pem) ? "" : path + ": " + key + "-data is not base64";
+      if (auto file = node[key].as<std::string>(""); !file.empty())
+        return read_file(resolve(file), pem) ? "" : path + ": cannot read " + resolve(file);
+      return "";
+    };
+    if (cluster["certificate-authority-data"].as<std::string>("").empty() &&
+        cluster["certificate-authority"].as<std::string>("").empty())
       return path + ": the cluster has no certificate-authority(-data)";
-    }
+    if (auto e = read_pem(cluster, "certificate-authority", out.ca_pem); !e.empty()) return e;
     if (user) {
       out.token = user["token"].as<std::string>("");
       if (auto file = user["tokenFile"].as<std::string>(""); !file.empty())
         out.token_file = resolve(file);
-      if (auto data = user["client-certificate-data"].as<std::string>(""); !data.empty()) {
-        if (!base64_decode(data, out.client_cert_pem))
-          return path + ": client-certificate-data is not base64";
-      } else if (auto file = user["client-certificate"].as<std::string>(""); !file.empty()) {
-        if (!read_file(resolve(file), out.client_cert_pem))
-          return path + ": cannot read " + resolve(file);
-      }
-      if (auto data = user["client-key-data"].as<std::string>(""); !data.empty()) {
-        if (!base64_decode(data, out.client_key_pem))
-          return path + ": client-key-data is not base64";
-      } else if (auto file = user["client-key"].as<std::string>(""); !file.empty()) {
-        if (!read_file(resolve(file), out.client_key_pem))
-          return path + ": cannot read " + resolve(file);
-      }
+      if (auto e = read_pem(user, "client-certificate", out.client_cert_pem); !e.empty()) return e;
+      if (auto e = read_pem(user, "client-key", out.client_key_pem); !e.empty()) return e;
     }
   } catch (const std::exception& e) {
     return path + ": " + e.what();

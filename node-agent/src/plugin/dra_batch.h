@@ -41,11 +41,11 @@ inline std::string guarded_unprepare(ClaimPreparer& preparer, const ClaimRef& cl
 
 inline constexpr const char* kNoUidError = "claim has no uid";
 
-// Each call holds the claim's lock (claim_locks.h). A claim UID repeated within one batch is
-// prepared once: the map holds one entry per UID anyway.
-template <class Request, class Response, class FillDevice>
-void prepare_batch(ClaimPreparer& preparer, ClaimLocks& locks, const Request& request,
-                   Response* response, FillDevice fill_device) {
+// Calls `handle(claim_ref, entry)` once per claim UID of the request, in request order, holding
+// the claim's lock (claim_locks.h). A claim UID repeated within one batch is handled once: the map
+// holds one entry per UID anyway. A claim without a UID gets kNoUidError and no call.
+template <class Request, class Response, class Handle>
+void for_each_claim(ClaimLocks& locks, const Request& request, Response* response, Handle handle) {
   auto& entries = *response->mutable_claims();
   for (const auto& claim : request.claims()) {
     if (entries.find(claim.uid()) != entries.end()) continue;
@@ -55,29 +55,29 @@ void prepare_batch(ClaimPreparer& preparer, ClaimLocks& locks, const Request& re
       continue;
     }
     ClaimLocks::Guard guard = locks.lock(claim.uid());
-    PrepareResult result = guarded_prepare(preparer, to_claim_ref(claim));
+    handle(to_claim_ref(claim), entry);
+  }
+}
+
+template <class Request, class Response, class FillDevice>
+void prepare_batch(ClaimPreparer& preparer, ClaimLocks& locks, const Request& request,
+                   Response* response, FillDevice fill_device) {
+  for_each_claim(locks, request, response, [&](const ClaimRef& claim, auto& entry) {
+    PrepareResult result = guarded_prepare(preparer, claim);
     if (!result.error.empty()) {
       entry.set_error(result.error);  // a failed claim lists no devices
-      continue;
+      return;
     }
     for (const PreparedDevice& device : result.devices) fill_device(device, entry.add_devices());
-  }
+  });
 }
 
 template <class Request, class Response>
 void unprepare_batch(ClaimPreparer& preparer, ClaimLocks& locks, const Request& request,
                      Response* response) {
-  auto& entries = *response->mutable_claims();
-  for (const auto& claim : request.claims()) {
-    if (entries.find(claim.uid()) != entries.end()) continue;
-    auto& entry = entries[claim.uid()];
-    if (claim.uid().empty()) {
-      entry.set_error(kNoUidError);
-      continue;
-    }
-    ClaimLocks::Guard guard = locks.lock(claim.uid());
-    entry.set_error(guarded_unprepare(preparer, to_claim_ref(claim)));
-  }
+  for_each_claim(locks, request, response, [&](const ClaimRef& claim, auto& entry) {
+    entry.set_error(guarded_unprepare(preparer, claim));
+  });
 }
 
 // The fields both versions have.

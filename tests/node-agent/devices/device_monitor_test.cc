@@ -213,7 +213,7 @@ TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
     options.list = inventory.source();
 
     FakeApiServer server;
-    KubeConnection connection{server.url(), server.ca_pem(), server.token(), "", "", ""};
+    const KubeConnection connection = server.connection();
     RetryPolicy retry;
     retry.initial_backoff = milliseconds(1);
     HttpKubeClient kube(connection, retry);

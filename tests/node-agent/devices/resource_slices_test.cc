@@ -79,7 +79,7 @@ TEST(ResourceSlices, AtMost128DevicesPerSlice) {
 
 TEST(ResourceSlices, PublishCreatesUpdatesAndDeletesSoTheApiMatches) {
   FakeApiServer server;
-  KubeConnection c{server.url(), server.ca_pem(), server.token(), "", "", ""};
+  const KubeConnection c = server.connection();
   RetryPolicy retry;
   retry.initial_backoff = std::chrono::milliseconds(1);
   HttpKubeClient kube(c, retry);
@@ -156,7 +156,7 @@ TEST(ResourceSlices, PublishCreatesUpdatesAndDeletesSoTheApiMatches) {
 TEST(ResourceSlices, PublishReportsApiErrors) {
   FakeApiServer server;
   server.node_name = "elsewhere";
-  KubeConnection c{server.url(), server.ca_pem(), server.token(), "", "", ""};
+  const KubeConnection c = server.connection();
   RetryPolicy retry;
   retry.initial_backoff = std::chrono::milliseconds(1);
   HttpKubeClient kube(c, retry);

@@ -25,14 +25,6 @@ RetryPolicy fast_retries(int attempts = 4) {
   return retry;
 }
 
-KubeConnection connection_to(const FakeApiServer& server) {
-  KubeConnection c;
-  c.server = server.url();
-  c.ca_pem = server.ca_pem();
-  c.token = server.token();
-  return c;
-}
-
 std::string base64(const std::string& text) {
   std::string out(4 * ((text.size() + 2) / 3) + 1, '\0');
   const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
@@ -46,7 +38,7 @@ TEST(HttpKubeClient, GetsAResourceClaimOverVerifiedTls) {
   FakeApiServer server;
   const auto claim = testing::make_claim("train", "uid-1", {{"gpu", "gpu-0", "s1", "8Gi", "30"}});
   server.add_claim("tenants", "train", claim.dump());
-  HttpKubeClient client(connection_to(server), fast_retries());
+  HttpKubeClient client(server.connection(), fast_retries());
   const ApiResponse r = client.request("GET", resource_claim_path("tenants", "train"));
   ASSERT_EQ(r.error, "");
   EXPECT_EQ(r.status, 200);
@@ -55,7 +47,7 @@ TEST(HttpKubeClient, GetsAResourceClaimOverVerifiedTls) {
 
 TEST(HttpKubeClient, ErrorsCarryTheStatusAndTheApiMessage) {
   FakeApiServer server;
-  HttpKubeClient client(connection_to(server), fast_retries());
+  HttpKubeClient client(server.connection(), fast_retries());
   const ApiResponse r = client.request("GET", resource_claim_path("tenants", "gone"));
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(r.error,
@@ -63,7 +55,7 @@ TEST(HttpKubeClient, ErrorsCarryTheStatusAndTheApiMessage) {
             "resourceclaims.resource.k8s.io \"gone\" not found");
   EXPECT_EQ(client.tries(), 1);  // 404 is not retried
 
-  KubeConnection wrong_token = connection_to(server);
+  KubeConnection wrong_token = server.connection();
   wrong_token.token = "nope";
   HttpKubeClient unauthorised(wrong_token, fast_retries());
   EXPECT_EQ(unauthorised.request("GET", "/api/v1/nodes/node-a").error,
@@ -74,13 +66,13 @@ TEST(HttpKubeClient, RetriesOn503WithBackoff) {
   FakeApiServer server;
   server.add_claim("tenants", "train", "{}");
   server.fail_next(2);
-  HttpKubeClient client(connection_to(server), fast_retries(4));
+  HttpKubeClient client(server.connection(), fast_retries(4));
   const ApiResponse r = client.request("GET", resource_claim_path("tenants", "train"));
   EXPECT_EQ(r.error, "");
   EXPECT_EQ(client.tries(), 3);
 
   server.fail_next(10);
-  HttpKubeClient giving_up(connection_to(server), fast_retries(3));
+  HttpKubeClient giving_up(server.connection(), fast_retries(3));
   const ApiResponse failed = giving_up.request("GET", resource_claim_path("tenants", "train"));
   EXPECT_EQ(failed.status, 503);
   EXPECT_EQ(failed.error,
@@ -108,7 +100,7 @@ TEST(HttpKubeClient, RetriesConnectionErrors) {
 TEST(HttpKubeClient, RefusesAServerItsCaDoesNotVouchFor) {
   FakeApiServer server;
   FakeApiServer other;  // another self-signed CA
-  KubeConnection c = connection_to(server);
+  KubeConnection c = server.connection();
   c.ca_pem = other.ca_pem();
   HttpKubeClient client(c, fast_retries(1));
   const ApiResponse r = client.request("GET", "/api/v1/nodes/node-a");
