@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "backends/command_runner.h"
+#include "usage/share_processes.h"
 
 namespace tessera::agent {
 namespace fs = std::filesystem;
@@ -84,12 +85,11 @@ std::vector<std::string> MpsBackend::environment(const std::string& share_name,
 // FIFO, a regular file only. 0 when there is none.
 namespace {
 int read_pid_file(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  bool missing = false;
+  const int fd = open_regular(path, O_RDONLY, 1, missing);
   if (fd < 0) return 0;
-  struct stat info {};
   char text[32] = {};
-  const bool regular = fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
-  const ssize_t got = regular ? read(fd, text, sizeof text - 1) : -1;
+  const ssize_t got = read(fd, text, sizeof text - 1);
   close(fd);
   return got > 0 ? std::atoi(text) : 0;
 }

@@ -49,7 +49,7 @@ std::string build_cdi_spec(const std::vector<ShareSpec>& shares, const CdiPaths&
                                {{"hostPath", paths.shim_path},
                                 {"containerPath", paths.shim_path},
                                 {"options", {"bind", "ro", "nosuid", "nodev"}}}});
-    if (share.config.strategy == SharingStrategy::kMps) {
+    if (share.strategy() == SharingStrategy::kMps) {
       // The share's own MPS control daemon: its pipe folder, and the /dev/shm it shares with the
       // daemon (and with no other share).
       const std::string host_mps = paths.host_mps_dir + "/" + share.name();

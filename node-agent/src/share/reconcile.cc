@@ -84,10 +84,6 @@ std::string limits_difference(const std::string& dir,
   return difference;
 }
 
-bool uses(const ShareSpec& share, SharingStrategy strategy) {
-  return share.config.strategy.value_or(SharingStrategy::kQuota) == strategy;
-}
-
 }  // namespace
 
 void ShareManager::reconcile_entry(const std::string& claim_uid, const ClaimEntry& entry,
@@ -116,7 +112,7 @@ void ShareManager::reconcile_entry(const std::string& claim_uid, const ClaimEntr
   for (const auto& share : entry.shares) {
     const std::string subject = "share " + share.name();
 
-    if (uses(share, SharingStrategy::kMps) && options_.mps) {
+    if (share.strategy() == SharingStrategy::kMps && options_.mps) {
       const MpsDaemonState daemon = options_.mps->inspect(share.name());
       const uint32_t wanted = MpsBackend::thread_percentage(share);
       if (!daemon.running) {
@@ -133,8 +129,8 @@ void ShareManager::reconcile_entry(const std::string& claim_uid, const ClaimEntr
                "limits set again", options_.mps->start(share));
       }
     }
-    if (uses(share, SharingStrategy::kTimeSlicing) && options_.time_slice) {
-      const TimeSlice wanted = share.config.time_slice.value_or(TimeSlice::kDefault);
+    if (share.strategy() == SharingStrategy::kTimeSlicing && options_.time_slice) {
+      const TimeSlice wanted = share.time_slice();
       const auto applied = options_.time_slice->recorded(share.uuid);
       if (applied != wanted)
         record(share.uuid,
@@ -160,7 +156,7 @@ void ShareManager::remove_orphans(ReconcileReport& report) {
     for (const auto& share : entry.shares) {
       folders.insert(share.folder_name());
       shares.insert(share.name());  // MPS folders are per share
-      if (uses(share, SharingStrategy::kTimeSlicing)) time_sliced.insert(share.uuid);
+      if (share.strategy() == SharingStrategy::kTimeSlicing) time_sliced.insert(share.uuid);
     }
   }
   std::error_code ec;

@@ -17,7 +17,7 @@
 #include "backends/time_slice_backend.h"
 #include "tessera/share_files.h"
 #include "tessera/share_region.h"
-#include "usage/gpu_time_meter.h"
+#include "usage/share_processes.h"
 
 namespace tessera::agent {
 namespace fs = std::filesystem;
@@ -121,8 +121,7 @@ share::DeviceLimit share_limits(const ShareSpec& share) {
   limit.memory_limit = share.memory_bytes.value_or(share::kUnlimited);
   // Under MPS the daemon's active-thread percentage limits compute; the shim limiting GPU time
   // as well would compound the two (30% of the threads for 30% of the time).
-  limit.cores_limit =
-      share.config.strategy == SharingStrategy::kMps ? 100 : share.cores.value_or(100);
+  limit.cores_limit = share.strategy() == SharingStrategy::kMps ? 100 : share.cores.value_or(100);
   limit.cores_burst = share.config.burst.value_or(0);
   return limit;
 }
@@ -160,45 +159,43 @@ std::string ShareManager::write_cdi_spec(const std::string& claim_uid,
   return write_file_atomically(cdi_spec_path(claim_uid), expected_cdi_spec(shares));
 }
 
+const ShareSpec* ShareManager::time_sliced_elsewhere(const std::string& claim_uid,
+                                                     const std::string& uuid) const {
+  // Only completed entries hold their interval: one a conflict left half-prepared never set it.
+  for (const auto& [uid, entry] : checkpoint_) {
+    if (uid == claim_uid || entry.state != ClaimState::kPrepareCompleted) continue;
+    for (const auto& other : entry.shares)
+      if (other.uuid == uuid && other.strategy() == SharingStrategy::kTimeSlicing) return &other;
+  }
+  return nullptr;
+}
+
 std::string ShareManager::start_backend(const std::string& claim_uid, const ShareSpec& share) {
-  const auto strategy = share.config.strategy.value_or(SharingStrategy::kQuota);
-  if (strategy == SharingStrategy::kMps) {
+  if (share.strategy() == SharingStrategy::kMps) {
     if (!options_.mps) return "sharing.strategy MPS is not enabled on node " + options_.node_name;
     return options_.mps->start(share);
   }
-  if (strategy == SharingStrategy::kTimeSlicing) {
+  if (share.strategy() == SharingStrategy::kTimeSlicing) {
     if (!options_.time_slice)
       return "sharing.strategy TimeSlicing is not enabled on node " + options_.node_name;
-    const TimeSlice wanted = share.config.time_slice.value_or(TimeSlice::kDefault);
     // One interval per GPU: a second claim on the GPU may not ask for another.
-    // Only completed entries hold their interval: one a conflict left half-prepared never set it.
-    for (const auto& [uid, entry] : checkpoint_) {
-      if (uid == claim_uid || entry.state != ClaimState::kPrepareCompleted) continue;
-      for (const auto& other : entry.shares)
-        if (other.uuid == share.uuid && other.config.strategy == SharingStrategy::kTimeSlicing &&
-            other.config.time_slice.value_or(TimeSlice::kDefault) != wanted)
-          return std::string("sharing.timeSlice ") + to_string(wanted) + " conflicts with claim " +
-                 uid + ", which set " +
-                 to_string(other.config.time_slice.value_or(TimeSlice::kDefault)) + " on " +
-                 share.device;
-    }
-    return options_.time_slice->apply(share.uuid, wanted);
+    if (const ShareSpec* other = time_sliced_elsewhere(claim_uid, share.uuid);
+        other && other->time_slice() != share.time_slice())
+      return std::string("sharing.timeSlice ") + to_string(share.time_slice()) +
+             " conflicts with claim " + other->claim_uid + ", which set " +
+             to_string(other->time_slice()) + " on " + share.device;
+    return options_.time_slice->apply(share.uuid, share.time_slice());
   }
   return "";
 }
 
 std::string ShareManager::stop_backend(const std::string& claim_uid, const ShareSpec& share) {
-  const auto strategy = share.config.strategy.value_or(SharingStrategy::kQuota);
-  if (strategy == SharingStrategy::kMps && options_.mps) return options_.mps->stop(share.name());
-  if (strategy == SharingStrategy::kTimeSlicing && options_.time_slice) {
-    // Another prepared claim on the GPU still wants the interval (it asked for the same one).
-    for (const auto& [uid, entry] : checkpoint_)
-      for (const auto& other : entry.shares)
-        if (uid != claim_uid && entry.state == ClaimState::kPrepareCompleted &&
-            other.uuid == share.uuid && other.config.strategy == SharingStrategy::kTimeSlicing)
-          return "";
+  if (share.strategy() == SharingStrategy::kMps && options_.mps)
+    return options_.mps->stop(share.name());
+  // Another prepared claim on the GPU still wants the interval (it asked for the same one).
+  if (share.strategy() == SharingStrategy::kTimeSlicing && options_.time_slice &&
+      !time_sliced_elsewhere(claim_uid, share.uuid))
     return options_.time_slice->restore(share.uuid);
-  }
   return "";
 }
 
@@ -253,8 +250,7 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
       step();
     }
     for (const auto& share : shares) {
-      if (share.config.strategy.value_or(SharingStrategy::kQuota) == SharingStrategy::kQuota)
-        continue;
+      if (share.strategy() == SharingStrategy::kQuota) continue;
       if (auto e = start_backend(claim.uid, share); !e.empty()) {
         failed.error = "share " + share.name() + ": " + e;
         return failed;
@@ -323,8 +319,7 @@ std::string ShareManager::unprepare(const ClaimRef& claim) {
     if (ec) return "cannot remove " + cdi_spec_path(claim.uid) + ": " + ec.message();
     step();
     for (const auto& share : it->second.shares) {
-      if (share.config.strategy.value_or(SharingStrategy::kQuota) == SharingStrategy::kQuota)
-        continue;
+      if (share.strategy() == SharingStrategy::kQuota) continue;
       if (auto e = stop_backend(claim.uid, share); !e.empty())
         return "share " + share.name() + ": " + e;
       step();

@@ -80,6 +80,9 @@ class ShareManager final : public ClaimPreparer {
   std::string expected_cdi_spec(const std::vector<ShareSpec>& shares) const;
   std::string start_backend(const std::string& claim_uid, const ShareSpec& share);
   std::string stop_backend(const std::string& claim_uid, const ShareSpec& share);
+  // A TimeSlicing share of another prepared claim on GPU `uuid` (it holds the interval), or null.
+  const ShareSpec* time_sliced_elsewhere(const std::string& claim_uid,
+                                         const std::string& uuid) const;
   void reconcile_entry(const std::string& claim_uid, const ClaimEntry& entry,
                        ReconcileReport& report);
   void remove_orphans(ReconcileReport& report);

@@ -175,7 +175,7 @@ std::string compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
     if (auto e = check_supported(spec.config); !e.empty()) return path + ": " + e;
     // The time-slice interval is a property of the whole GPU: only a claim that holds all of it
     // may choose it, or one tenant would change the scheduling of every other.
-    if (spec.config.strategy == SharingStrategy::kTimeSlicing) {
+    if (spec.strategy() == SharingStrategy::kTimeSlicing) {
       if (spec.cores && *spec.cores != 100)
         return path + ": sharing.strategy TimeSlicing needs the whole GPU, but consumedCapacity" +
                ".cores is " + std::to_string(*spec.cores) + " (must be 100 or absent)";
@@ -198,8 +198,7 @@ void group_into_folders(std::vector<ShareSpec>& shares) {
   std::vector<Group> groups;
   for (size_t i = 0; i < shares.size(); ++i) {
     ShareSpec& share = shares[i];
-    if (share.config.strategy.value_or(SharingStrategy::kQuota) != SharingStrategy::kQuota)
-      continue;
+    if (share.strategy() != SharingStrategy::kQuota) continue;
     Group* home = nullptr;
     for (auto& group : groups)
       if (shares[group.leader].config == share.config && !group.devices.count(share.device) &&

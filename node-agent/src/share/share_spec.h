@@ -43,6 +43,9 @@ struct ShareSpec {
   // name, and the share folder's name unless `folder` says otherwise.
   std::string name() const;
   std::string folder_name() const { return folder.empty() ? name() : folder; }
+  // The merged config's sharing, defaults applied (Quota; the Default interval).
+  SharingStrategy strategy() const { return config.strategy.value_or(SharingStrategy::kQuota); }
+  TimeSlice time_slice() const { return config.time_slice.value_or(TimeSlice::kDefault); }
   bool operator==(const ShareSpec&) const = default;
 };
 

@@ -19,23 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include "usage/share_processes.h"
+
 namespace tessera::agent {
-
-// The owner word (tessera/share_region.h make_owner) of host process `host_pid`, packed as the
-// shim packs its own: the innermost pid of the NSpid line of <proc_root>/<pid>/status, the inode of
-// <proc_root>/<pid>/ns/pid, field 22 (start time) of <proc_root>/<pid>/stat. nullopt when the
-// process is gone, a zombie, or any of these cannot be read.
-std::optional<uint64_t> process_owner(const std::string& proc_root, int host_pid);
-
-// Owner words of every live process on the host -> its host pid (a scan of <proc_root>). The same
-// as ShareManager's private live_owners(), which should switch to this one.
-std::map<uint64_t, int> live_process_owners(const std::string& proc_root = "/proc");
-
-// The live owner words (sorted, unique) in the usage page at `path`, which a tenant may have
-// written anything into: read with pread (never mapped, so a truncated file cannot fault), never
-// through a symlink, never blocking on a FIFO, only from a regular file with a valid header; slots
-// bounded by kMaxSlots and by the bytes read. Empty when there is no usable page.
-std::vector<uint64_t> usage_page_owners(const std::string& path);
 
 struct GpuTimeMeterOptions {
   std::string shares_dir;  // "<state>/shares": one folder per share, each with limits and usage
