@@ -1,7 +1,7 @@
 // Graphs, enough for cuGraphLaunch: kernel nodes (added or captured from a stream), memory
 // allocation and free nodes (added, or captured from cuMemAllocAsync / cuMemFreeAsync), node
 // queries, instantiation, upload and launch. A launch queues the sum of its kernels' times as one
-// unit of work. Graph allocations come from the device's graph memory pool (GraphMemPool): an
+// unit of work. Graph allocations come from the device's graph memory pool (graph_pools): an
 // executable graph maps them from the pool at its first launch or upload (the pool grows from the
 // device by what it lacks, or the call fails with CUDA_ERROR_OUT_OF_MEMORY), they go back to the
 // pool, still reserved, when it is destroyed, and cuDeviceGraphMemTrim returns what the pool holds
@@ -19,12 +19,12 @@ Graph* valid_graph(Driver& driver, CUgraph handle) {
   return driver.graphs.count(graph) ? graph : nullptr;
 }
 
-CUgraphNode new_node(Driver& driver, Graph& graph, CUgraphNodeType type) {
+GraphNode* new_node(Driver& driver, Graph& graph, CUgraphNodeType type) {
   graph.nodes.push_back(std::make_unique<GraphNode>());
   GraphNode* node = graph.nodes.back().get();
   node->type = type;
   driver.graph_nodes.insert(node);
-  return reinterpret_cast<CUgraphNode>(node);
+  return node;
 }
 
 GraphNode* valid_node(Driver& driver, CUgraphNode handle) {
@@ -35,18 +35,8 @@ GraphNode* valid_node(Driver& driver, CUgraphNode handle) {
 // Maps an executable graph's allocations from its device's graph pool (first launch or upload).
 CUresult map_graph_memory(Driver& driver, GraphExec& exec) {
   if (exec.memory_charged || exec.memory_bytes == 0) return CUDA_SUCCESS;
-  GraphMemPool& pool = driver.graph_pools[exec.graph.device];
-  const uint64_t idle = pool.reserved - pool.used;
-  if (idle < exec.memory_bytes) {
-    const uint64_t grow = exec.memory_bytes - idle;
-    if (CUresult r = to_result(driver.sim->reserve(exec.graph.device, grow)); r != CUDA_SUCCESS) {
-      return r;
-    }
-    pool.reserved += grow;
-  }
-  pool.used += exec.memory_bytes;
-  pool.reserved_high = std::max(pool.reserved_high, pool.reserved);
-  pool.used_high = std::max(pool.used_high, pool.used);
+  MemPool& pool = driver.graph_pools[exec.graph.device];
+  if (CUresult r = pool_take(driver, pool, exec.memory_bytes); r != CUDA_SUCCESS) return r;
   exec.memory_charged = true;
   return CUDA_SUCCESS;
 }
@@ -121,34 +111,32 @@ CUresult upload(CUgraphExec handle, CUstream stream) {
   return map_graph_memory(driver, *exec);
 }
 
-GraphMemPool* graph_pool_of(Driver& driver, CUdevice ordinal) {
+MemPool* graph_pool_of(Driver& driver, CUdevice ordinal) {
   if (!driver.valid_ordinal(ordinal)) return nullptr;
   return &driver.graph_pools[driver.device_of_ordinal(ordinal)];
 }
 
 }  // namespace
 
-CUdeviceptr simgpu::driver::add_graph_alloc_node(Driver& driver, Graph& graph, uint64_t bytes) {
-  const CUgraphNode handle = new_node(driver, graph, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
-  auto* node = reinterpret_cast<GraphNode*>(handle);
+GraphNode* simgpu::driver::add_graph_alloc_node(Driver& driver, Graph& graph, uint64_t bytes) {
+  GraphNode* node = new_node(driver, graph, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
   node->alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
   node->alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   node->alloc.poolProps.location.id = driver.ordinal_of_device(graph.device);
   node->alloc.bytesize = bytes;
   node->alloc.dptr = driver.take_address_range(bytes, kPageBytes);
-  graph.mem_alloc_bytes.push_back(round_up(bytes, kPageBytes));
-  graph.mem_alloc_ptrs.push_back(node->alloc.dptr);
-  return node->alloc.dptr;
+  return node;
 }
 
-bool simgpu::driver::add_graph_free_node(Driver& driver, Graph& graph, CUdeviceptr ptr) {
-  if (std::find(graph.mem_alloc_ptrs.begin(), graph.mem_alloc_ptrs.end(), ptr) ==
-      graph.mem_alloc_ptrs.end()) {
-    return false;
-  }
-  const CUgraphNode handle = new_node(driver, graph, CU_GRAPH_NODE_TYPE_MEM_FREE);
-  reinterpret_cast<GraphNode*>(handle)->freed = ptr;
-  return true;
+GraphNode* simgpu::driver::add_graph_free_node(Driver& driver, Graph& graph, CUdeviceptr ptr) {
+  const bool allocated_here =
+      std::any_of(graph.nodes.begin(), graph.nodes.end(), [ptr](const auto& node) {
+        return node->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && node->alloc.dptr == ptr;
+      });
+  if (!allocated_here) return nullptr;
+  GraphNode* node = new_node(driver, graph, CU_GRAPH_NODE_TYPE_MEM_FREE);
+  node->freed = ptr;
+  return node;
 }
 
 SIMGPU_EXPORT CUresult cuGraphCreate(CUgraph* out, unsigned int flags) {
@@ -201,7 +189,7 @@ SIMGPU_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph handle
     return CUDA_ERROR_INVALID_VALUE;
   }
   graph->kernels.push_back(kernel);
-  *node = new_node(driver, *graph, CU_GRAPH_NODE_TYPE_KERNEL);
+  *node = reinterpret_cast<CUgraphNode>(new_node(driver, *graph, CU_GRAPH_NODE_TYPE_KERNEL));
   return CUDA_SUCCESS;
 }
 
@@ -220,8 +208,9 @@ SIMGPU_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph handle,
       driver.device_of_ordinal(params->poolProps.location.id) != graph->device) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  params->dptr = add_graph_alloc_node(driver, *graph, params->bytesize);
-  *node = reinterpret_cast<CUgraphNode>(graph->nodes.back().get());
+  GraphNode* added = add_graph_alloc_node(driver, *graph, params->bytesize);
+  params->dptr = added->alloc.dptr;
+  *node = reinterpret_cast<CUgraphNode>(added);
   return CUDA_SUCCESS;
 }
 
@@ -234,8 +223,9 @@ SIMGPU_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* node, CUgraph handle,
   std::lock_guard<std::mutex> lock(driver.mutex);
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   Graph* graph = valid_graph(driver, handle);
-  if (!graph || !add_graph_free_node(driver, *graph, ptr)) return CUDA_ERROR_INVALID_VALUE;
-  *node = reinterpret_cast<CUgraphNode>(graph->nodes.back().get());
+  GraphNode* added = graph ? add_graph_free_node(driver, *graph, ptr) : nullptr;
+  if (!added) return CUDA_ERROR_INVALID_VALUE;
+  *node = reinterpret_cast<CUgraphNode>(added);
   return CUDA_SUCCESS;
 }
 
@@ -301,10 +291,12 @@ SIMGPU_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph han
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
   auto* exec = new GraphExec();
   exec->graph.kernels = graph->kernels;
-  exec->graph.mem_alloc_bytes = graph->mem_alloc_bytes;
-  exec->graph.mem_alloc_ptrs = graph->mem_alloc_ptrs;
   exec->graph.device = graph->device;
-  for (uint64_t bytes : graph->mem_alloc_bytes) exec->memory_bytes += bytes;
+  for (const auto& node : graph->nodes) {
+    if (node->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+      exec->memory_bytes += round_up(node->alloc.bytesize, kPageBytes);
+    }
+  }
   driver.graph_execs.insert(exec);
   *out = reinterpret_cast<CUgraphExec>(exec);
   return CUDA_SUCCESS;
@@ -331,7 +323,7 @@ SIMGPU_EXPORT CUresult cuGraphExecDestroy(CUgraphExec handle) {
   if (!driver.graph_execs.count(exec)) return CUDA_ERROR_INVALID_VALUE;
   if (exec->memory_charged) {
     // Back to the graph pool, still reserved, for reuse (cuDeviceGraphMemTrim returns it).
-    GraphMemPool& pool = driver.graph_pools[exec->graph.device];
+    MemPool& pool = driver.graph_pools[exec->graph.device];
     pool.used -= std::min(pool.used, exec->memory_bytes);
   }
   driver.graph_execs.erase(exec);
@@ -355,12 +347,9 @@ SIMGPU_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice ordinal) {
   Driver& driver = Driver::get();
   std::lock_guard<std::mutex> lock(driver.mutex);
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
-  GraphMemPool* pool = graph_pool_of(driver, ordinal);
+  MemPool* pool = graph_pool_of(driver, ordinal);
   if (!pool) return CUDA_ERROR_INVALID_DEVICE;
-  if (pool->reserved > pool->used) {
-    driver.sim->release(driver.device_of_ordinal(ordinal), pool->reserved - pool->used);
-    pool->reserved = pool->used;
-  }
+  pool_trim(driver, *pool, 0);
   return CUDA_SUCCESS;
 }
 
@@ -370,7 +359,7 @@ SIMGPU_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice ordinal,
   Driver& driver = Driver::get();
   std::lock_guard<std::mutex> lock(driver.mutex);
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
-  GraphMemPool* pool = graph_pool_of(driver, ordinal);
+  MemPool* pool = graph_pool_of(driver, ordinal);
   if (!pool) return CUDA_ERROR_INVALID_DEVICE;
   auto* out = static_cast<cuuint64_t*>(value);
   switch (attribute) {
@@ -397,7 +386,7 @@ SIMGPU_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice ordinal,
   Driver& driver = Driver::get();
   std::lock_guard<std::mutex> lock(driver.mutex);
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
-  GraphMemPool* pool = graph_pool_of(driver, ordinal);
+  MemPool* pool = graph_pool_of(driver, ordinal);
   if (!pool) return CUDA_ERROR_INVALID_DEVICE;
   // Only the high marks can be set, and only reset (to 0); they restart at the current value.
   if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;

@@ -36,21 +36,11 @@ CUresult allocate_from_pool(CUdeviceptr* dptr, size_t bytes, MemPool* pool_or_nu
   if (stream->capture) {
     // Captured: a memory allocation node of the graph, at a virtual address; the memory is taken
     // from the graph pool when the instantiated graph is launched.
-    *dptr = add_graph_alloc_node(driver, *stream->capture, bytes);
+    *dptr = add_graph_alloc_node(driver, *stream->capture, bytes)->alloc.dptr;
     return CUDA_SUCCESS;
   }
   const uint64_t needed = round_up(bytes, kPageBytes);
-  const uint64_t idle = pool->reserved - pool->used;
-  if (idle < needed) {
-    const uint64_t grow = needed - idle;
-    if (CUresult r = to_result(driver.sim->reserve(pool->device, grow)); r != CUDA_SUCCESS) {
-      return r;
-    }
-    pool->reserved += grow;
-  }
-  pool->used += needed;
-  pool->reserved_high = std::max(pool->reserved_high, pool->reserved);
-  pool->used_high = std::max(pool->used_high, pool->used);
+  if (CUresult r = pool_take(driver, *pool, needed); r != CUDA_SUCCESS) return r;
   const CUdeviceptr base = driver.take_address_range(bytes, kPageBytes);
   Allocation allocation;
   allocation.size = bytes;
@@ -195,11 +185,7 @@ SIMGPU_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool handle, size_t keep) {
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   MemPool* pool = valid_pool(driver, handle);
   if (!pool) return CUDA_ERROR_INVALID_VALUE;
-  const uint64_t target = std::max<uint64_t>(pool->used, std::min<uint64_t>(pool->reserved, keep));
-  if (pool->reserved > target) {
-    driver.sim->release(pool->device, pool->reserved - target);
-    pool->reserved = target;
-  }
+  pool_trim(driver, *pool, keep);
   return CUDA_SUCCESS;
 }
 

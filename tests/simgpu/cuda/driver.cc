@@ -61,6 +61,7 @@ CUresult Driver::initialize() {
     pools.insert(pool.get());
     current_pools.push_back(pool.get());
     default_pools.push_back(std::move(pool));
+    graph_pools[visible_devices[ordinal]].device = visible_devices[ordinal];
   }
   initialized = true;
   initialized_pid = getpid();
@@ -170,14 +171,32 @@ void enqueue_work(Driver& driver, Stream& stream, uint64_t work_ns,
       std::max(stream.context->default_stream.last_mark, mark);
 }
 
+CUresult pool_take(Driver& driver, MemPool& pool, uint64_t bytes) {
+  const uint64_t idle = pool.reserved - pool.used;
+  if (idle < bytes) {
+    const uint64_t grow = bytes - idle;
+    if (CUresult r = to_result(driver.sim->reserve(pool.device, grow)); r != CUDA_SUCCESS) {
+      return r;
+    }
+    pool.reserved += grow;
+  }
+  pool.used += bytes;
+  pool.reserved_high = std::max(pool.reserved_high, pool.reserved);
+  pool.used_high = std::max(pool.used_high, pool.used);
+  return CUDA_SUCCESS;
+}
+
+void pool_trim(Driver& driver, MemPool& pool, uint64_t keep) {
+  const uint64_t target = std::max(pool.used, keep);
+  if (pool.reserved > target) {
+    driver.sim->release(pool.device, pool.reserved - target);
+    pool.reserved = target;
+  }
+}
+
 void trim_pools_at_sync(Driver& driver, int device) {
   for (MemPool* pool : driver.pools) {
-    if (pool->device != device) continue;
-    const uint64_t keep = std::max(pool->used, std::min(pool->reserved, pool->release_threshold));
-    if (pool->reserved > keep) {
-      driver.sim->release(device, pool->reserved - keep);
-      pool->reserved = keep;
-    }
+    if (pool->device == device) pool_trim(driver, *pool, pool->release_threshold);
   }
 }
 

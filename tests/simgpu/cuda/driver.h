@@ -137,26 +137,14 @@ struct GraphNode {
 
 struct Graph {
   std::vector<KernelLaunch> kernels;
-  std::vector<uint64_t> mem_alloc_bytes;  // graph memory nodes, in 2 MiB pages
-  std::vector<CUdeviceptr> mem_alloc_ptrs;
   std::vector<std::unique_ptr<GraphNode>> nodes;  // node handles, in insertion order
   int device = 0;
 };
 
 struct GraphExec {
-  Graph graph;                  // kernels and memory nodes (node handles stay with the graph)
+  Graph graph;                  // kernels and device (node handles stay with the graph)
   bool memory_charged = false;  // its allocations are mapped from the device's graph pool
   uint64_t memory_bytes = 0;
-};
-
-// The per-device graph memory pool of this process (cuDeviceGetGraphMemAttribute): physical
-// memory is reserved when an executable graph that allocates is first launched or uploaded, kept
-// for reuse when that graph is destroyed, and returned to the device by cuDeviceGraphMemTrim.
-struct GraphMemPool {
-  uint64_t reserved = 0;  // taken from the device
-  uint64_t used = 0;      // mapped by live executable graphs
-  uint64_t reserved_high = 0;
-  uint64_t used_high = 0;
 };
 
 // All process-local driver state behind one mutex: handles are validated against these sets, so
@@ -183,7 +171,11 @@ class Driver {
   std::unordered_set<Graph*> graphs;
   std::unordered_set<GraphExec*> graph_execs;
   std::unordered_set<GraphNode*> graph_nodes;
-  GraphMemPool graph_pools[kMaxDevices];  // by shared-state device index
+  // The per-device graph memory pool of this process (cuDeviceGetGraphMemAttribute), by
+  // shared-state device index: reserved when an executable graph that allocates is first launched
+  // or uploaded, kept for reuse when that graph is destroyed, returned by cuDeviceGraphMemTrim.
+  // Not in `pools`: it has no handle and is not trimmed at synchronisation.
+  MemPool graph_pools[kMaxDevices];
   std::unordered_set<PhysicalAllocation*> physical;
   std::vector<std::unique_ptr<MemPool>> default_pools;  // per visible ordinal
   std::vector<MemPool*> current_pools;                  // per visible ordinal
@@ -235,14 +227,21 @@ CUresult allocate_device_memory(Driver& driver, Context* context, uint64_t size,
 // Finds the allocation containing [ptr, ptr + size), or nullptr.
 Allocation* find_allocation(Driver& driver, CUdeviceptr ptr, uint64_t size, CUdeviceptr* base);
 
-// Stream capture of cuMemAllocAsync / cuMemFreeAsync: adds a memory allocation node (returning
-// its virtual address; no memory is taken until the graph is launched) or a free node of one of
-// the graph's allocations (false if `ptr` is not one). Call with the driver mutex held.
-CUdeviceptr add_graph_alloc_node(Driver& driver, Graph& graph, uint64_t bytes);
-bool add_graph_free_node(Driver& driver, Graph& graph, CUdeviceptr ptr);
+// Graph memory nodes, added directly or by stream capture of cuMemAllocAsync / cuMemFreeAsync: an
+// allocation node (its virtual address in alloc.dptr; no memory is taken until the graph is
+// launched) or a free node of one of the graph's allocations (nullptr if `ptr` is not one). Call
+// with the driver mutex held.
+GraphNode* add_graph_alloc_node(Driver& driver, Graph& graph, uint64_t bytes);
+GraphNode* add_graph_free_node(Driver& driver, Graph& graph, CUdeviceptr ptr);
 
 // Maps a simulator reservation result to the CUresult a real driver returns.
 CUresult to_result(AllocResult result);
+
+// Pool accounting (call with the driver mutex held). pool_take hands out `bytes` from the pool,
+// growing its reservation from the device by what it lacks (or failing with what the device
+// answered); pool_trim returns to the device what the pool reserves beyond max(used, keep).
+CUresult pool_take(Driver& driver, MemPool& pool, uint64_t bytes);
+void pool_trim(Driver& driver, MemPool& pool, uint64_t keep);
 
 // Engine helpers (call with the driver mutex held).
 uint64_t kernel_duration_ns(const Driver& driver, const Function& function, const unsigned grid[3],
