@@ -39,17 +39,10 @@ bool plan_share(const std::vector<GpuInfo>& gpus, std::string_view memory_spec,
                 std::string_view cores_spec, std::string_view burst_spec,
                 std::vector<share::DeviceLimit>& limits, std::string& error) {
   if (!plan_share(gpus, memory_spec, limits, error)) return false;
-  struct PercentOption {
-    const char* option;
-    std::string_view text;
-    bool cores;  // else the burst
-  };
-  for (const PercentOption& percent_option : {PercentOption{"--cores", cores_spec, true},
-                                              PercentOption{"--cores-burst", burst_spec, false}}) {
-    const char* option = percent_option.option;
-    const std::string_view text = percent_option.text;
-    const bool cores = percent_option.cores;
-    if (text.empty()) continue;
+  // One percent list into one field of every GPU's limits.
+  const auto plan_percent = [&](const char* option, std::string_view text,
+                                uint32_t share::DeviceLimit::*field) {
+    if (text.empty()) return true;
     vgpu::MemoryLimitSpec spec;
     if (!vgpu::parse_percent_list(text, &spec)) {
       error = std::string(option) + " '" + std::string(text) +
@@ -57,17 +50,17 @@ bool plan_share(const std::vector<GpuInfo>& gpus, std::string_view memory_spec,
               "GPU-<uuid>=<percent>";
       return false;
     }
-    for (share::DeviceLimit& limit : limits) {
-      if (spec.has_all)
-        (cores ? limit.cores_limit : limit.cores_burst) = static_cast<uint32_t>(spec.all);
+    if (spec.has_all) {
+      for (share::DeviceLimit& limit : limits) limit.*field = static_cast<uint32_t>(spec.all);
     }
-    if (!apply_entries(gpus, spec, option, limits, error,
-                       [cores](share::DeviceLimit& limit, uint64_t percent) {
-                         (cores ? limit.cores_limit : limit.cores_burst) =
-                             static_cast<uint32_t>(percent);
-                       })) {
-      return false;
-    }
+    return apply_entries(gpus, spec, option, limits, error,
+                         [field](share::DeviceLimit& limit, uint64_t percent) {
+                           limit.*field = static_cast<uint32_t>(percent);
+                         });
+  };
+  if (!plan_percent("--cores", cores_spec, &share::DeviceLimit::cores_limit) ||
+      !plan_percent("--cores-burst", burst_spec, &share::DeviceLimit::cores_burst)) {
+    return false;
   }
   for (const share::DeviceLimit& limit : limits) {
     if (limit.cores_burst != 0 && limit.cores_burst < limit.cores_limit) {
@@ -92,23 +85,9 @@ bool plan_share(const std::vector<GpuInfo>& gpus, std::string_view memory_spec,
   for (const GpuInfo& gpu : gpus) {
     limits.push_back({gpu.uuid, spec.has_all ? spec.all : share::kUnlimited, 100});
   }
-  for (int i = 0; i < spec.count; ++i) {
-    const vgpu::LimitEntry& entry = spec.entries[i];
-    share::DeviceLimit* target = nullptr;
-    for (size_t g = 0; g < gpus.size(); ++g) {
-      const bool match = entry.ordinal >= 0 ? gpus[g].index == static_cast<unsigned>(entry.ordinal)
-                                            : gpus[g].uuid == entry.uuid;
-      if (match) target = &limits[g];
-    }
-    if (!target) {
-      error = "--memory names GPU " +
-              (entry.ordinal >= 0 ? std::to_string(entry.ordinal) : std::string(entry.uuid)) +
-              ", which this machine does not have (" + std::to_string(gpus.size()) + " GPUs)";
-      return false;
-    }
-    target->memory_limit = entry.bytes;
-  }
-  return true;
+  return apply_entries(
+      gpus, spec, "--memory", limits, error,
+      [](share::DeviceLimit& limit, uint64_t bytes) { limit.memory_limit = bytes; });
 }
 
 }  // namespace tessera::cli

@@ -248,11 +248,21 @@ bool Options::any_limit() const {
 
 namespace {
 
+// The option's value; nullptr when unset or empty.
+const char* env_value(GetEnv get_env, const char* name) {
+  const char* value = get_env(name);
+  return value && *value ? value : nullptr;
+}
+
+// The table's name of a per-ordinal option (CUDA_DEVICE_..._<i>) with <i> replaced by `ordinal`.
+void ordinal_name(OptionId id, int ordinal, char* out, size_t capacity) {
+  const std::string_view pattern = option_info(id).name;
+  const size_t marker = pattern.find("<i>");
+  std::snprintf(out, capacity, "%.*s%d", static_cast<int>(marker), pattern.data(), ordinal);
+}
+
 void read_compute_options(GetEnv get_env, Options* options) {
-  auto value_of = [&](OptionId id) -> const char* {
-    const char* value = get_env(option_info(id).name);
-    return value && *value ? value : nullptr;
-  };
+  auto value_of = [&](OptionId id) { return env_value(get_env, option_info(id).name); };
   if (const char* dir = value_of(OptionId::kDeviceDir)) {
     if (std::strlen(dir) < sizeof options->device_dir) {
       std::strcpy(options->device_dir, dir);
@@ -310,11 +320,9 @@ void read_compute_options(GetEnv get_env, Options* options) {
   }
   for (int i = 0; i < kMaxLimitEntries; ++i) {
     char name[48];
-    const std::string_view pattern = option_info(OptionId::kHamiCoresLimitN).name;
-    const size_t marker = pattern.find("<i>");
-    std::snprintf(name, sizeof name, "%.*s%d", static_cast<int>(marker), pattern.data(), i);
-    const char* limit = get_env(name);
-    if (!limit || !*limit) continue;
+    ordinal_name(OptionId::kHamiCoresLimitN, i, name, sizeof name);
+    const char* limit = env_value(get_env, name);
+    if (!limit) continue;
     if (options->cores_set) {
       hami_ignored = true;
       continue;
@@ -364,10 +372,7 @@ uint32_t cores_burst_for(const Options& options, int ordinal, const char* uuid) 
 
 void read_options(GetEnv get_env, Options* out) {
   Options options;
-  auto value_of = [&](OptionId id) -> const char* {
-    const char* value = get_env(option_info(id).name);
-    return value && *value ? value : nullptr;
-  };
+  auto value_of = [&](OptionId id) { return env_value(get_env, option_info(id).name); };
   // Defaults come from the table, like the names.
   parse_log_level(option_info(OptionId::kLogLevel).default_value, &options.log_level);
   parse_size(option_info(OptionId::kContextOverhead).default_value, false,
@@ -430,13 +435,9 @@ void read_options(GetEnv get_env, Options* out) {
     }
   }
   for (int i = 0; i < kMaxLimitEntries; ++i) {
-    // The table's name with <i> replaced by the ordinal.
     char name[48];
-    const std::string_view pattern = option_info(OptionId::kHamiMemoryLimitN).name;
-    const size_t marker = pattern.find("<i>");
-    std::snprintf(name, sizeof name, "%.*s%d", static_cast<int>(marker), pattern.data(), i);
-    const char* limit = get_env(name);
-    if (limit && !*limit) limit = nullptr;
+    ordinal_name(OptionId::kHamiMemoryLimitN, i, name, sizeof name);
+    const char* limit = env_value(get_env, name);
     if (!limit) continue;
     if (options.tessera_set) {
       hami_ignored = true;
@@ -469,19 +470,8 @@ void read_options(GetEnv get_env, Options* out) {
 uint64_t memory_limit_for(const Options& options, int ordinal, const char* uuid) {
   if (options.tessera_set) {
     if (options.tessera_invalid) return 0;
-    const MemoryLimitSpec& spec = options.tessera;
-    for (int i = 0; i < spec.count; ++i) {
-      if (spec.entries[i].ordinal < 0 && uuid && std::strcmp(spec.entries[i].uuid, uuid) == 0) {
-        return spec.entries[i].bytes;
-      }
-    }
-    for (int i = 0; i < spec.count; ++i) {
-      if (spec.entries[i].ordinal >= 0 && spec.entries[i].ordinal == ordinal) {
-        return spec.entries[i].bytes;
-      }
-    }
-    if (spec.has_all) return spec.all;
-    return kNoLimit;  // a per-device list that does not name this device
+    // A per-device list that does not name this device: no limit.
+    return spec_value_for(options.tessera, ordinal, uuid, kNoLimit);
   }
   if (ordinal >= 0 && ordinal < kMaxLimitEntries && options.hami_device_state[ordinal] != 0) {
     return options.hami_device_state[ordinal] == 1 ? options.hami_device[ordinal] : 0;
@@ -535,9 +525,7 @@ void print_options(int fd, const Options* options) {
       format_limit(memory_limit_for(*options, ordinal, nullptr), text, sizeof text);
       write_format(fd, "  device %d memory limit: %s\n", ordinal, text);
     }
-    format_limit(
-        options->hami_all_set ? (options->hami_all_invalid ? 0 : options->hami_all) : kNoLimit,
-        text, sizeof text);
+    format_limit(memory_limit_for(*options, -1, nullptr), text, sizeof text);  // no ordinal: all
     write_format(fd, "  memory limit of other devices: %s\n", text);
   }
   for (int i = 0; i < options->message_count; ++i) {

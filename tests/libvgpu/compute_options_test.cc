@@ -6,24 +6,14 @@
 #include <map>
 #include <string>
 
+#include "fake_env.h"
 #include "options.h"
 #include "tessera/share_region.h"
 
 namespace tessera::vgpu {
 namespace {
 
-std::map<std::string, std::string>* g_env = nullptr;
-const char* fake_env(const char* name) {
-  auto it = g_env->find(name);
-  return it == g_env->end() ? nullptr : it->second.c_str();
-}
-Options read(std::map<std::string, std::string> env) {
-  g_env = &env;
-  Options options;
-  read_options(fake_env, &options);
-  g_env = nullptr;
-  return options;
-}
+using test::read;
 
 TEST(ParsePercentList, OneValueOrPerDevice) {
   MemoryLimitSpec spec;

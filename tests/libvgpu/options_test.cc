@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "fake_env.h"
 #include "options.h"
 
 namespace {
@@ -19,23 +20,11 @@ using tessera::vgpu::Options;
 using tessera::vgpu::parse_log_level;
 using tessera::vgpu::parse_memory_limit;
 using tessera::vgpu::parse_size;
-using tessera::vgpu::read_options;
 
 constexpr uint64_t kMi = 1ull << 20;
 constexpr uint64_t kGi = 1ull << 30;
 
-std::map<std::string, std::string>* g_env = nullptr;
-const char* fake_env(const char* name) {
-  auto it = g_env->find(name);
-  return it == g_env->end() ? nullptr : it->second.c_str();
-}
-Options read(std::map<std::string, std::string> env) {
-  g_env = &env;
-  Options options;
-  read_options(fake_env, &options);
-  g_env = nullptr;
-  return options;
-}
+using tessera::vgpu::test::read;
 
 TEST(ParseSize, KubernetesQuantities) {
   uint64_t bytes = 0;

@@ -20,10 +20,7 @@ inline bool gate_closed() {
 }
 
 inline void gate_launch() {
-  if (__builtin_expect(
-          g_closed_word.load(std::memory_order_relaxed)->load(std::memory_order_relaxed) != 0, 0)) {
-    wait_at_gate();
-  }
+  if (__builtin_expect(gate_closed(), 0)) wait_at_gate();
 }
 
 // Starts the meter thread of this process once the share has a compute setting (called on the

@@ -73,4 +73,36 @@ inline std::map<std::string, double> run_bench_child(char** argv, const char* pr
   return results;
 }
 
+// The parent: runs the benchmarks against the simulated driver (kernels of `kernel_us`) without
+// the shim, with it and no limit, and with it and `limit_variable`=`limit_value`; prints each
+// benchmark's times and what the shim added (`limit_label` names the limited columns). Returns
+// the exit status: 1 if a run reported nothing.
+inline int compare_runs(char** argv, const char* kernel_us, const char* limit_variable,
+                        const char* limit_value, const char* limit_label) {
+  char state[] = "/tmp/vgpu-bench-state-XXXXXX";
+  const int fd = mkstemp(state);
+  close(fd);
+  unlink(state);
+  setenv("SIMGPU_STATE", state, 1);
+  setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0", 1);
+  setenv("SIMGPU_KERNEL_US", kernel_us, 1);
+  setenv("LD_LIBRARY_PATH", VGPU_BENCH_SIMLIB, 1);
+  unsetenv("TESSERA_SHARE_DIR");
+  const auto plain = run_bench_child(argv, nullptr, limit_variable, nullptr);
+  const auto shim = run_bench_child(argv, VGPU_BENCH_SHIM, limit_variable, nullptr);
+  const auto limited = run_bench_child(argv, VGPU_BENCH_SHIM, limit_variable, limit_value);
+  unlink(state);
+  const std::string with_limit_ns = std::string("shim+") + limit_label + " ns";
+  const std::string added_limit = std::string("added+") + limit_label;
+  std::printf("%-22s %14s %14s %14s %12s %12s\n", "benchmark", "no shim ns", "shim ns",
+              with_limit_ns.c_str(), "added ns", added_limit.c_str());
+  for (const auto& [name, base] : plain) {
+    const double with = shim.count(name) ? shim.at(name) : 0;
+    const double with_limit = limited.count(name) ? limited.at(name) : 0;
+    std::printf("%-22s %14.1f %14.1f %14.1f %12.1f %12.1f\n", name.c_str(), base, with, with_limit,
+                with - base, with_limit - base);
+  }
+  return plain.empty() || shim.empty() || limited.empty() ? 1 : 0;
+}
+
 }  // namespace tessera::bench

@@ -101,30 +101,7 @@ int main(int argc, char** argv) {
     reporter.Print();
     return 0;
   }
-  char state[] = "/tmp/vgpu-compute-bench-state-XXXXXX";
-  const int fd = mkstemp(state);
-  close(fd);
-  unlink(state);
-  setenv("SIMGPU_STATE", state, 1);
-  setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0", 1);
   // Kernels of 50 ns: the benchmark uses a few percent of the GPU, so a 90% limit never closes
   // the gate and every launch takes the fast path.
-  setenv("SIMGPU_KERNEL_US", "default=0.05", 1);
-  setenv("LD_LIBRARY_PATH", VGPU_BENCH_SIMLIB, 1);
-  unsetenv("TESSERA_SHARE_DIR");
-  const auto plain = tessera::bench::run_bench_child(argv, nullptr, "TESSERA_CORES_LIMIT", nullptr);
-  const auto shim =
-      tessera::bench::run_bench_child(argv, VGPU_BENCH_SHIM, "TESSERA_CORES_LIMIT", nullptr);
-  const auto limited =
-      tessera::bench::run_bench_child(argv, VGPU_BENCH_SHIM, "TESSERA_CORES_LIMIT", "90");
-  unlink(state);
-  std::printf("%-22s %12s %12s %14s %12s %12s\n", "benchmark", "no shim ns", "shim ns",
-              "shim+cores ns", "added ns", "added+cores");
-  for (const auto& [name, base] : plain) {
-    const double with = shim.count(name) ? shim.at(name) : 0;
-    const double with_limit = limited.count(name) ? limited.at(name) : 0;
-    std::printf("%-22s %12.1f %12.1f %14.1f %12.1f %12.1f\n", name.c_str(), base, with, with_limit,
-                with - base, with_limit - base);
-  }
-  return plain.empty() || shim.empty() || limited.empty() ? 1 : 0;
+  return tessera::bench::compare_runs(argv, "default=0.05", "TESSERA_CORES_LIMIT", "90", "cores");
 }

@@ -73,28 +73,5 @@ int main(int argc, char** argv) {
     benchmark::RunSpecifiedBenchmarks(&reporter);
     return 0;
   }
-  char state[] = "/tmp/vgpu-bench-state-XXXXXX";
-  const int fd = mkstemp(state);
-  close(fd);
-  unlink(state);
-  setenv("SIMGPU_STATE", state, 1);
-  setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0", 1);
-  setenv("SIMGPU_KERNEL_US", "default=1", 1);
-  setenv("LD_LIBRARY_PATH", VGPU_BENCH_SIMLIB, 1);
-  const auto plain =
-      tessera::bench::run_bench_child(argv, nullptr, "TESSERA_MEMORY_LIMIT", nullptr);
-  const auto shim =
-      tessera::bench::run_bench_child(argv, VGPU_BENCH_SHIM, "TESSERA_MEMORY_LIMIT", nullptr);
-  const auto limited =
-      tessera::bench::run_bench_child(argv, VGPU_BENCH_SHIM, "TESSERA_MEMORY_LIMIT", "8Gi");
-  unlink(state);
-  std::printf("%-20s %14s %14s %14s %12s %12s\n", "benchmark", "no shim ns", "shim ns",
-              "shim+limit ns", "added ns", "added+limit");
-  for (const auto& [name, base] : plain) {
-    const double with = shim.count(name) ? shim.at(name) : 0;
-    const double with_limit = limited.count(name) ? limited.at(name) : 0;
-    std::printf("%-20s %14.1f %14.1f %14.1f %12.1f %12.1f\n", name.c_str(), base, with, with_limit,
-                with - base, with_limit - base);
-  }
-  return plain.empty() || shim.empty() || limited.empty() ? 1 : 0;
+  return tessera::bench::compare_runs(argv, "default=1", "TESSERA_MEMORY_LIMIT", "8Gi", "limit");
 }
