@@ -1,20 +1,12 @@
 #include "tessera/gpu_info.h"
 
-#include <dlfcn.h>
-
 #include <cctype>
 
 #include "tessera/nvml_abi.h"
+#include "tessera/nvml_library.h"
 
 namespace tessera {
 namespace {
-
-template <typename T>
-bool resolve(void* library, const char* symbol, T& out, std::string& error) {
-  out = reinterpret_cast<T>(dlsym(library, symbol));
-  if (!out) error = std::string("libnvidia-ml.so.1 has no ") + symbol;
-  return out != nullptr;
-}
 
 const char* architecture_name(nvmlDeviceArchitecture_t arch) {
   switch (arch) {
@@ -80,11 +72,13 @@ std::string normalise_bus_id(const char* bus_id) {
 
 std::string list_gpus(std::vector<GpuInfo>& gpus) {
   gpus.clear();
-  void* library = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!library)
-    return std::string("cannot load libnvidia-ml.so.1 (is the NVIDIA driver installed?): ") +
-           dlerror();
+  NvmlLibrary library;
+  if (auto e = library.open(); !e.empty()) return e;
   std::string error;
+  auto resolve = [&library, &error](const char* symbol, auto& out) {
+    if (!library.resolve(symbol, out)) error = std::string("libnvidia-ml.so.1 has no ") + symbol;
+    return error.empty();
+  };
   decltype(&nvmlInit_v2) init = nullptr;
   decltype(&nvmlShutdown) shutdown = nullptr;
   decltype(&nvmlErrorString) error_string = nullptr;
@@ -99,24 +93,18 @@ std::string list_gpus(std::vector<GpuInfo>& gpus) {
   decltype(&nvmlDeviceGetBrand) brand = nullptr;
   decltype(&nvmlDeviceGetArchitecture) architecture = nullptr;
   decltype(&nvmlDeviceGetCudaComputeCapability) capability = nullptr;
-  if (!resolve(library, "nvmlInit_v2", init, error) ||
-      !resolve(library, "nvmlShutdown", shutdown, error) ||
-      !resolve(library, "nvmlErrorString", error_string, error) ||
-      !resolve(library, "nvmlSystemGetDriverVersion", driver_version, error) ||
-      !resolve(library, "nvmlDeviceGetCount_v2", count, error) ||
-      !resolve(library, "nvmlDeviceGetHandleByIndex_v2", handle, error) ||
-      !resolve(library, "nvmlDeviceGetUUID", uuid, error) ||
-      !resolve(library, "nvmlDeviceGetName", name, error) ||
-      !resolve(library, "nvmlDeviceGetMemoryInfo", memory, error) ||
-      !resolve(library, "nvmlDeviceGetMinorNumber", minor, error) ||
-      !resolve(library, "nvmlDeviceGetPciInfo_v3", pci, error) ||
-      !resolve(library, "nvmlDeviceGetBrand", brand, error) ||
-      !resolve(library, "nvmlDeviceGetArchitecture", architecture, error) ||
-      !resolve(library, "nvmlDeviceGetCudaComputeCapability", capability, error)) {
+  if (!resolve("nvmlInit_v2", init) || !resolve("nvmlShutdown", shutdown) ||
+      !resolve("nvmlErrorString", error_string) ||
+      !resolve("nvmlSystemGetDriverVersion", driver_version) ||
+      !resolve("nvmlDeviceGetCount_v2", count) ||
+      !resolve("nvmlDeviceGetHandleByIndex_v2", handle) || !resolve("nvmlDeviceGetUUID", uuid) ||
+      !resolve("nvmlDeviceGetName", name) || !resolve("nvmlDeviceGetMemoryInfo", memory) ||
+      !resolve("nvmlDeviceGetMinorNumber", minor) || !resolve("nvmlDeviceGetPciInfo_v3", pci) ||
+      !resolve("nvmlDeviceGetBrand", brand) ||
+      !resolve("nvmlDeviceGetArchitecture", architecture) ||
+      !resolve("nvmlDeviceGetCudaComputeCapability", capability)) {
     return error;
   }
-  // The library stays loaded: NVML keeps process-wide state
-  // that outlives nvmlShutdown, and the agent lists GPUs again later.
   auto check = [&](const char* call, nvmlReturn_t result) {
     if (result != NVML_SUCCESS && error.empty())
       error = std::string(call) + " failed: " + error_string(result);

@@ -1,13 +1,12 @@
 #include "devices/device_monitor.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <ctime>
 #include <iostream>
 
 #include "devices/resource_slices.h"
 #include "tessera/nvml_abi.h"
+#include "tessera/nvml_library.h"
 
 namespace tessera::agent {
 namespace {
@@ -32,12 +31,6 @@ std::int64_t now_unix_s() {
   return static_cast<std::int64_t>(std::time(nullptr));
 }
 
-template <typename T>
-bool resolve(void* library, const char* symbol, T& out) {
-  out = reinterpret_cast<T>(dlsym(library, symbol));
-  return out != nullptr;
-}
-
 }  // namespace
 
 bool xid_marks_unhealthy(unsigned long long xid) {
@@ -46,7 +39,7 @@ bool xid_marks_unhealthy(unsigned long long xid) {
 }
 
 struct DeviceMonitor::Nvml {
-  void* library = nullptr;
+  NvmlLibrary library;
   decltype(&nvmlInit_v2) init = nullptr;
   decltype(&nvmlShutdown) shutdown = nullptr;
   decltype(&nvmlErrorString) error_string = nullptr;
@@ -63,18 +56,16 @@ struct DeviceMonitor::Nvml {
   std::map<nvmlDevice_t, std::string> uuid_of;  // the devices registered in `set`
 
   std::string load(const std::string& path) {
-    // Never dlclose'd: NVML keeps process-wide state (see gpu_info.cc).
-    library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!library) return "cannot load " + path + " (is the NVIDIA driver installed?): " + dlerror();
-    if (!resolve(library, "nvmlInit_v2", init) || !resolve(library, "nvmlShutdown", shutdown) ||
-        !resolve(library, "nvmlErrorString", error_string))
+    if (auto e = library.open(path); !e.empty()) return e;
+    if (!library.resolve("nvmlInit_v2", init) || !library.resolve("nvmlShutdown", shutdown) ||
+        !library.resolve("nvmlErrorString", error_string))
       return path + " lacks nvmlInit_v2, nvmlShutdown or nvmlErrorString";
-    if (!resolve(library, "nvmlEventSetCreate", set_create) ||
-        !resolve(library, "nvmlEventSetFree", set_free) ||
-        !resolve(library, "nvmlEventSetWait_v2", set_wait) ||
-        !resolve(library, "nvmlDeviceGetHandleByUUID", handle_by_uuid) ||
-        !resolve(library, "nvmlDeviceGetSupportedEventTypes", supported_events) ||
-        !resolve(library, "nvmlDeviceRegisterEvents", register_events))
+    if (!library.resolve("nvmlEventSetCreate", set_create) ||
+        !library.resolve("nvmlEventSetFree", set_free) ||
+        !library.resolve("nvmlEventSetWait_v2", set_wait) ||
+        !library.resolve("nvmlDeviceGetHandleByUUID", handle_by_uuid) ||
+        !library.resolve("nvmlDeviceGetSupportedEventTypes", supported_events) ||
+        !library.resolve("nvmlDeviceRegisterEvents", register_events))
       set_create = nullptr;
     const nvmlReturn_t result = init();
     if (result != NVML_SUCCESS) return std::string("nvmlInit_v2 failed: ") + error_string(result);

@@ -1,7 +1,6 @@
 #include "usage/gpu_time_meter.h"
 
 #include <dirent.h>
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -15,6 +14,7 @@
 #include <iostream>
 
 #include "tessera/nvml_abi.h"
+#include "tessera/nvml_library.h"
 #include "tessera/share_region.h"
 #include "usage/share_processes.h"
 
@@ -53,16 +53,13 @@ struct GpuTimeMeter::Nvml {
   bool initialised = false;
 
   std::string load(const std::string& path) {
-    // Never dlclose'd: NVML keeps process-wide state (see gpu_info.cc).
-    void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!library) return "cannot load " + path + " (is the NVIDIA driver installed?): " + dlerror();
-    init = reinterpret_cast<decltype(init)>(dlsym(library, "nvmlInit_v2"));
-    shutdown = reinterpret_cast<decltype(shutdown)>(dlsym(library, "nvmlShutdown"));
-    error_string = reinterpret_cast<decltype(error_string)>(dlsym(library, "nvmlErrorString"));
-    handle_by_uuid =
-        reinterpret_cast<decltype(handle_by_uuid)>(dlsym(library, "nvmlDeviceGetHandleByUUID"));
-    utilization =
-        reinterpret_cast<decltype(utilization)>(dlsym(library, "nvmlDeviceGetProcessUtilization"));
+    NvmlLibrary library;
+    if (auto e = library.open(path); !e.empty()) return e;
+    library.resolve("nvmlInit_v2", init);
+    library.resolve("nvmlShutdown", shutdown);
+    library.resolve("nvmlErrorString", error_string);
+    library.resolve("nvmlDeviceGetHandleByUUID", handle_by_uuid);
+    library.resolve("nvmlDeviceGetProcessUtilization", utilization);
     if (!init || !shutdown || !error_string || !handle_by_uuid || !utilization)
       return path +
              " lacks nvmlInit_v2, nvmlShutdown, nvmlErrorString, "
