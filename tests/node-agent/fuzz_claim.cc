@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "config/vgpu_config.h"
-#include "share/share_spec.h"
+#include "model/share_spec.h"
+#include "model/vgpu_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera::agent;

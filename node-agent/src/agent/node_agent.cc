@@ -70,8 +70,8 @@ std::string NodeAgent::start() {
       !e.empty())
     return e;
   kube_ = std::make_unique<HttpKubeClient>(connection);
-  slices_ = std::make_unique<SlicePublisher>(*kube_,
-                                             SliceIdentity{kVgpuDriverName, config_.node_name, ""});
+  slices_ =
+      std::make_unique<SlicePublisher>(*kube_, SliceIdentity{kDriverName, config_.node_name, ""});
 
   MpsOptions mps;
   mps.control = config_.mps_control;

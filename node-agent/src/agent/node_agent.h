@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "plugin/agent_config.h"
-#include "plugin/claim_preparer.h"
-#include "plugin/device_health.h"
+#include "agent/agent_config.h"
+#include "devices/device_health.h"
+#include "model/claim_preparer.h"
 #include "tessera/gpu_info.h"
 
 namespace tessera::agent {

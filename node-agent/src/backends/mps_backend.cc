@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -215,6 +216,51 @@ std::string MpsBackend::stop(const std::string& share_name) {
   fs::remove_all(folder(share_name), ec);
   if (ec) return "cannot remove " + folder(share_name) + ": " + ec.message();
   return "";
+}
+
+Status MpsBackend::prepare(const ShareSpec& share, const HolderLookup&) {
+  return backend_status(start(share));
+}
+
+Status MpsBackend::unprepare(const ShareSpec& share, const HolderLookup&) {
+  return backend_status(stop(share.name()));
+}
+
+std::vector<DriftItem> MpsBackend::reconcile(const std::string&, const ShareSpec& share) {
+  std::vector<DriftItem> found;
+  auto record = [&found](const std::string& subject, const std::string& problem,
+                         const std::string& action, const std::string& error) {
+    found.push_back({subject, problem, error.empty() ? action : "", error});
+  };
+  const std::string subject = "share " + share.name();
+  const MpsDaemonState daemon = inspect(share.name());
+  const uint32_t wanted = thread_percentage(share);
+  if (!daemon.running) {
+    record(subject, "MPS daemon not running", "restarted", start(share));
+  } else if (!daemon.error.empty()) {
+    record(subject, "MPS daemon not answering (" + daemon.error + ")", "limits set again",
+           start(share));
+  } else if (!daemon.active_thread_percentage ||
+             std::lround(*daemon.active_thread_percentage) != wanted) {
+    record(subject,
+           "MPS active thread percentage is " +
+               std::to_string(std::lround(daemon.active_thread_percentage.value_or(-1))) +
+               ", expected " + std::to_string(wanted),
+           "limits set again", start(share));
+  }
+  return found;
+}
+
+std::vector<DriftItem> MpsBackend::remove_orphans(const std::vector<ShareSpec>& named) {
+  std::set<std::string> shares;  // MPS folders are per share
+  for (const auto& share : named) shares.insert(share.name());
+  std::vector<DriftItem> found;
+  for (const auto& name : share_folders()) {
+    if (shares.count(name)) continue;
+    found.push_back(
+        {"share " + name, "MPS folder no claim names", "daemon stopped, removed", stop(name)});
+  }
+  return found;
 }
 
 }  // namespace tessera::agent

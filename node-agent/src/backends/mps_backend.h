@@ -12,7 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "share/share_spec.h"
+#include "backends/backend.h"
+#include "model/share_spec.h"
 
 namespace tessera::agent {
 
@@ -31,9 +32,17 @@ struct MpsDaemonState {
   std::string error;                               // why the state could not be read
 };
 
-class MpsBackend {
+class MpsBackend final : public ShareBackend {
  public:
   explicit MpsBackend(MpsOptions options) : options_(std::move(options)) {}
+
+  // ShareBackend: start / stop the share's daemon; reconcile restarts it or sets its limits
+  // again; orphans are daemons (and folders) of shares no checkpoint entry names.
+  SharingStrategy strategy() const override { return SharingStrategy::kMps; }
+  Status prepare(const ShareSpec& share, const HolderLookup& holder) override;
+  Status unprepare(const ShareSpec& share, const HolderLookup& holder) override;
+  std::vector<DriftItem> reconcile(const std::string& claim_uid, const ShareSpec& share) override;
+  std::vector<DriftItem> remove_orphans(const std::vector<ShareSpec>& named) override;
 
   const std::string& root() const { return options_.root; }
   std::string folder(const std::string& share_name) const;

@@ -2,9 +2,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "backends/command_runner.h"
-#include "share/checkpoint.h"
+#include "files/atomic_file.h"
 
 namespace tessera::agent {
 namespace fs = std::filesystem;
@@ -70,6 +71,46 @@ std::vector<std::string> TimeSliceBackend::recorded_uuids() const {
     if (name.rfind("GPU-", 0) == 0 && name.find('.') == std::string::npos) uuids.push_back(name);
   }
   return uuids;
+}
+
+Status TimeSliceBackend::prepare(const ShareSpec& share, const HolderLookup& holder) {
+  // One interval per GPU: a second claim on the GPU may not ask for another.
+  if (const ShareSpec* other = holder(); other && other->time_slice() != share.time_slice())
+    return failed_precondition(std::string("sharing.timeSlice ") + to_string(share.time_slice()) +
+                               " conflicts with claim " + other->claim_uid + ", which set " +
+                               to_string(other->time_slice()) + " on " + share.device);
+  return backend_status(apply(share.uuid, share.time_slice()));
+}
+
+Status TimeSliceBackend::unprepare(const ShareSpec& share, const HolderLookup& holder) {
+  // Another prepared claim on the GPU still wants the interval (it asked for the same one).
+  if (holder()) return Status::ok();
+  return backend_status(restore(share.uuid));
+}
+
+std::vector<DriftItem> TimeSliceBackend::reconcile(const std::string& claim_uid,
+                                                   const ShareSpec& share) {
+  const TimeSlice wanted = share.time_slice();
+  const auto applied = recorded(share.uuid);
+  if (applied == wanted) return {};
+  const std::string error = apply(share.uuid, wanted);
+  return {{share.uuid,
+           std::string("time slice ") + (applied ? to_string(*applied) : "not applied") +
+               ", claim " + claim_uid + " wants " + to_string(wanted),
+           error.empty() ? "applied" : "", error}};
+}
+
+std::vector<DriftItem> TimeSliceBackend::remove_orphans(const std::vector<ShareSpec>& named) {
+  std::set<std::string> time_sliced;
+  for (const auto& share : named)
+    if (share.strategy() == SharingStrategy::kTimeSlicing) time_sliced.insert(share.uuid);
+  std::vector<DriftItem> found;
+  for (const auto& uuid : recorded_uuids()) {
+    if (time_sliced.count(uuid)) continue;
+    found.push_back(
+        {uuid, "time slice set for a claim that is gone", "restored to Default", restore(uuid)});
+  }
+  return found;
 }
 
 }  // namespace tessera::agent

@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "config/vgpu_config.h"
+#include "backends/backend.h"
+#include "model/vgpu_config.h"
 
 namespace tessera::agent {
 
@@ -21,9 +22,19 @@ struct TimeSliceOptions {
   std::chrono::milliseconds timeout{20000};
 };
 
-class TimeSliceBackend {
+class TimeSliceBackend final : public ShareBackend {
  public:
   explicit TimeSliceBackend(TimeSliceOptions options) : options_(std::move(options)) {}
+
+  // ShareBackend: the interval is the GPU's, so a share may not ask for another one than the
+  // holder (another prepared claim's TimeSlicing share of the GPU), and unprepare leaves it while
+  // a holder remains; reconcile re-applies a missing or different record; orphans are records of
+  // GPUs no TimeSlicing share names (set back to Default).
+  SharingStrategy strategy() const override { return SharingStrategy::kTimeSlicing; }
+  Status prepare(const ShareSpec& share, const HolderLookup& holder) override;
+  Status unprepare(const ShareSpec& share, const HolderLookup& holder) override;
+  std::vector<DriftItem> reconcile(const std::string& claim_uid, const ShareSpec& share) override;
+  std::vector<DriftItem> remove_orphans(const std::vector<ShareSpec>& named) override;
 
   std::string apply(const std::string& uuid, TimeSlice slice);
   std::string restore(const std::string& uuid);

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "plugin/device_health.h"
+#include "devices/device_health.h"
 #include "tessera/gpu_info.h"
 
 namespace tessera::agent {

@@ -12,7 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "kube/kube_client.h"
-#include "share/share_spec.h"
+#include "model/driver_name.h"
+#include "model/node_device.h"
 #include "tessera/gpu_info.h"
 
 namespace tessera::agent {
@@ -21,7 +22,7 @@ inline constexpr size_t kMaxDevicesPerSlice = 128;
 inline constexpr uint64_t kMemoryStep = 256ull << 20;  // memory validRange min and step: 256Mi
 
 struct SliceIdentity {
-  std::string driver = kVgpuDriverName;
+  std::string driver = kDriverName;
   std::string node_name;
   std::string node_uid;  // for ownerReferences (GET /api/v1/nodes/<name>)
 };

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "claim_locks.h"
-#include "claim_preparer.h"
+#include "model/claim_preparer.h"
 
 namespace tessera::agent::detail {
 

@@ -5,8 +5,8 @@
 #pragma once
 
 #include "claim_locks.h"
-#include "claim_preparer.h"
 #include "kubelet/dra/v1beta1/api.grpc.pb.h"
+#include "model/claim_preparer.h"
 
 namespace tessera::agent {
 

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <chrono>
 
-#include "device_health.h"
+#include "devices/device_health.h"
 #include "kubelet/dra-health/v1alpha1/api.grpc.pb.h"
 
 namespace tessera::agent {

@@ -15,8 +15,9 @@
 #include <string>
 
 #include "claim_locks.h"
-#include "claim_preparer.h"
-#include "device_health.h"
+#include "devices/device_health.h"
+#include "model/claim_preparer.h"
+#include "model/driver_name.h"
 #include "registration_server.h"
 
 namespace grpc {
@@ -30,7 +31,7 @@ class DraServiceV1Beta1;
 class HealthService;
 
 struct PluginServerOptions {
-  std::string driver_name = "vgpu.tessera.dev";
+  std::string driver_name = kDriverName;
   std::filesystem::path registry_dir = "/var/lib/kubelet/plugins_registry";
   std::filesystem::path plugins_dir = "/var/lib/kubelet/plugins";
   PluginLogger log = log_to_stderr;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "share/share_spec.h"
+#include "model/share_spec.h"
 
 namespace tessera::agent {
 

@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "share/share_spec.h"
+#include "files/atomic_file.h"  // read_file, write_file_atomically: the checkpoint's I/O
+#include "model/share_spec.h"
 
 namespace tessera::agent {
 
@@ -27,12 +28,5 @@ using Checkpoint = std::map<std::string, ClaimEntry>;  // by claim UID
 std::string checkpoint_to_json(const Checkpoint& checkpoint);
 // Returns "" or why the text is not a checkpoint this version reads.
 std::string checkpoint_from_json(const std::string& text, Checkpoint& out);
-
-// The whole file, or nullopt when it cannot be opened.
-std::optional<std::string> read_file(const std::string& path);
-
-// Atomic file replacement: <path>.tmp written, fsync'ed, renamed over <path>, folder fsync'ed.
-std::string write_file_atomically(const std::string& path, const std::string& contents,
-                                  unsigned mode = 0644);
 
 }  // namespace tessera::agent

@@ -11,8 +11,6 @@
 #include <filesystem>
 #include <set>
 
-#include "backends/mps_backend.h"
-#include "backends/time_slice_backend.h"
 #include "share/share_manager.h"
 #include "tessera/share_region.h"
 
@@ -109,36 +107,10 @@ void ShareManager::reconcile_entry(const std::string& claim_uid, const ClaimEntr
       record("share " + members.front().folder_name(), problem, "rewritten from the checkpoint",
              write_share_folder(members));
   }
-  for (const auto& share : entry.shares) {
-    const std::string subject = "share " + share.name();
-
-    if (share.strategy() == SharingStrategy::kMps && options_.mps) {
-      const MpsDaemonState daemon = options_.mps->inspect(share.name());
-      const uint32_t wanted = MpsBackend::thread_percentage(share);
-      if (!daemon.running) {
-        record(subject, "MPS daemon not running", "restarted", options_.mps->start(share));
-      } else if (!daemon.error.empty()) {
-        record(subject, "MPS daemon not answering (" + daemon.error + ")", "limits set again",
-               options_.mps->start(share));
-      } else if (!daemon.active_thread_percentage ||
-                 std::lround(*daemon.active_thread_percentage) != wanted) {
-        record(subject,
-               "MPS active thread percentage is " +
-                   std::to_string(std::lround(daemon.active_thread_percentage.value_or(-1))) +
-                   ", expected " + std::to_string(wanted),
-               "limits set again", options_.mps->start(share));
-      }
-    }
-    if (share.strategy() == SharingStrategy::kTimeSlicing && options_.time_slice) {
-      const TimeSlice wanted = share.time_slice();
-      const auto applied = options_.time_slice->recorded(share.uuid);
-      if (applied != wanted)
-        record(share.uuid,
-               std::string("time slice ") + (applied ? to_string(*applied) : "not applied") +
-                   ", claim " + claim_uid + " wants " + to_string(wanted),
-               "applied", options_.time_slice->apply(share.uuid, wanted));
-    }
-  }
+  for (const auto& share : entry.shares)
+    if (ShareBackend* backend = backend_for(share.strategy()))
+      for (auto& item : backend->reconcile(claim_uid, share))
+        report.items.push_back(std::move(item));
   const auto spec = read_file(cdi_spec_path(claim_uid));
   const std::string expected = expected_cdi_spec(entry.shares);
   if (!spec || *spec != expected)
@@ -150,13 +122,13 @@ void ShareManager::remove_orphans(ReconcileReport& report) {
   // Everything a checkpoint entry (of any state) names; the rest was left by a claim whose entry
   // is gone (a lost checkpoint, a crash during an earlier version's unprepare) or put there by
   // hand. Entries still being prepared name their files before writing them, so are never here.
-  std::set<std::string> folders, shares, specs, time_sliced;
+  std::set<std::string> folders, specs;
+  std::vector<ShareSpec> named;  // what the backends keep for a share not in it is theirs to remove
   for (const auto& [uid, entry] : checkpoint_) {
     specs.insert(cdi_spec_file_name(uid));
     for (const auto& share : entry.shares) {
       folders.insert(share.folder_name());
-      shares.insert(share.name());  // MPS folders are per share
-      if (share.strategy() == SharingStrategy::kTimeSlicing) time_sliced.insert(share.uuid);
+      named.push_back(share);
     }
   }
   std::error_code ec;
@@ -177,20 +149,10 @@ void ShareManager::remove_orphans(ReconcileReport& report) {
     report.items.push_back(
         {name, "CDI spec no claim names", "removed", remove_error ? remove_error.message() : ""});
   }
-  if (options_.mps) {
-    for (const auto& name : options_.mps->share_folders()) {
-      if (shares.count(name)) continue;
-      report.items.push_back({"share " + name, "MPS folder no claim names",
-                              "daemon stopped, removed", options_.mps->stop(name)});
-    }
-  }
-  if (options_.time_slice) {
-    for (const auto& uuid : options_.time_slice->recorded_uuids()) {
-      if (time_sliced.count(uuid)) continue;
-      report.items.push_back({uuid, "time slice set for a claim that is gone",
-                              "restored to Default", options_.time_slice->restore(uuid)});
-    }
-  }
+  for (const SharingStrategy strategy :
+       {SharingStrategy::kQuota, SharingStrategy::kMps, SharingStrategy::kTimeSlicing})
+    if (ShareBackend* backend = backend_for(strategy))
+      for (auto& item : backend->remove_orphans(named)) report.items.push_back(std::move(item));
   fs::remove(options_.root + "/checkpoint.json.tmp", ec);
 }
 

@@ -6,15 +6,9 @@
 #include <string>
 #include <vector>
 
-namespace tessera::agent {
+#include "backends/backend.h"  // DriftItem: what the backends report too
 
-struct DriftItem {
-  std::string subject;  // "share <name>", "claim <uid>", "GPU-..."
-  std::string problem;  // "share folder missing"
-  std::string action;   // "restored"; "" when the repair failed
-  std::string error;    // why the repair failed
-  bool repaired() const { return error.empty(); }
-};
+namespace tessera::agent {
 
 struct ReconcileReport {
   std::vector<DriftItem> items;

@@ -159,44 +159,27 @@ std::string ShareManager::write_cdi_spec(const std::string& claim_uid,
   return write_file_atomically(cdi_spec_path(claim_uid), expected_cdi_spec(shares));
 }
 
-const ShareSpec* ShareManager::time_sliced_elsewhere(const std::string& claim_uid,
-                                                     const std::string& uuid) const {
-  // Only completed entries hold their interval: one a conflict left half-prepared never set it.
-  for (const auto& [uid, entry] : checkpoint_) {
-    if (uid == claim_uid || entry.state != ClaimState::kPrepareCompleted) continue;
-    for (const auto& other : entry.shares)
-      if (other.uuid == uuid && other.strategy() == SharingStrategy::kTimeSlicing) return &other;
+ShareBackend* ShareManager::backend_for(SharingStrategy strategy) {
+  switch (strategy) {
+    case SharingStrategy::kQuota:
+      return &quota_;
+    case SharingStrategy::kMps:
+      return options_.mps;
+    case SharingStrategy::kTimeSlicing:
+      return options_.time_slice;
   }
   return nullptr;
 }
 
-std::string ShareManager::start_backend(const std::string& claim_uid, const ShareSpec& share) {
-  if (share.strategy() == SharingStrategy::kMps) {
-    if (!options_.mps) return "sharing.strategy MPS is not enabled on node " + options_.node_name;
-    return options_.mps->start(share);
+const ShareSpec* ShareManager::held_elsewhere(const std::string& claim_uid,
+                                              const ShareSpec& share) const {
+  // Only completed entries hold their setting: one a conflict left half-prepared never set it.
+  for (const auto& [uid, entry] : checkpoint_) {
+    if (uid == claim_uid || entry.state != ClaimState::kPrepareCompleted) continue;
+    for (const auto& other : entry.shares)
+      if (other.uuid == share.uuid && other.strategy() == share.strategy()) return &other;
   }
-  if (share.strategy() == SharingStrategy::kTimeSlicing) {
-    if (!options_.time_slice)
-      return "sharing.strategy TimeSlicing is not enabled on node " + options_.node_name;
-    // One interval per GPU: a second claim on the GPU may not ask for another.
-    if (const ShareSpec* other = time_sliced_elsewhere(claim_uid, share.uuid);
-        other && other->time_slice() != share.time_slice())
-      return std::string("sharing.timeSlice ") + to_string(share.time_slice()) +
-             " conflicts with claim " + other->claim_uid + ", which set " +
-             to_string(other->time_slice()) + " on " + share.device;
-    return options_.time_slice->apply(share.uuid, share.time_slice());
-  }
-  return "";
-}
-
-std::string ShareManager::stop_backend(const std::string& claim_uid, const ShareSpec& share) {
-  if (share.strategy() == SharingStrategy::kMps && options_.mps)
-    return options_.mps->stop(share.name());
-  // Another prepared claim on the GPU still wants the interval (it asked for the same one).
-  if (share.strategy() == SharingStrategy::kTimeSlicing && options_.time_slice &&
-      !time_sliced_elsewhere(claim_uid, share.uuid))
-    return options_.time_slice->restore(share.uuid);
-  return "";
+  return nullptr;
 }
 
 PrepareResult ShareManager::result_of(const ClaimEntry& entry) {
@@ -250,12 +233,20 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
       step();
     }
     for (const auto& share : shares) {
-      if (share.strategy() == SharingStrategy::kQuota) continue;
-      if (auto e = start_backend(claim.uid, share); !e.empty()) {
-        failed.error = "share " + share.name() + ": " + e;
+      ShareBackend* backend = backend_for(share.strategy());
+      if (!backend) {
+        failed.error = "share " + share.name() + ": sharing.strategy " +
+                       to_string(share.strategy()) + " is not enabled on node " +
+                       options_.node_name;
         return failed;
       }
-      step();
+      const Status started =
+          backend->prepare(share, [&] { return held_elsewhere(claim.uid, share); });
+      if (!started.is_ok()) {
+        failed.error = "share " + share.name() + ": " + started.message();
+        return failed;
+      }
+      if (backend->changes_node()) step();
     }
     if (auto e = write_cdi_spec(claim.uid, shares); !e.empty()) {
       failed.error = e;
@@ -319,10 +310,14 @@ std::string ShareManager::unprepare(const ClaimRef& claim) {
     if (ec) return "cannot remove " + cdi_spec_path(claim.uid) + ": " + ec.message();
     step();
     for (const auto& share : it->second.shares) {
-      if (share.strategy() == SharingStrategy::kQuota) continue;
-      if (auto e = stop_backend(claim.uid, share); !e.empty())
-        return "share " + share.name() + ": " + e;
-      step();
+      // A backend disabled since prepare has nothing to stop; its step still counts.
+      ShareBackend* backend = backend_for(share.strategy());
+      if (backend) {
+        const Status stopped =
+            backend->unprepare(share, [&] { return held_elsewhere(claim.uid, share); });
+        if (!stopped.is_ok()) return "share " + share.name() + ": " + stopped.message();
+      }
+      if (!backend || backend->changes_node()) step();
     }
     for (const auto& members : folders) {
       const std::string dir = share_dir(members.front());

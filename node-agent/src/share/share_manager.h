@@ -11,12 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "backends/quota_backend.h"
 #include "kube/kube_client.h"
-#include "plugin/claim_preparer.h"
+#include "model/claim_preparer.h"
+#include "model/share_spec.h"
 #include "share/cdi.h"
 #include "share/checkpoint.h"
 #include "share/reconcile.h"
-#include "share/share_spec.h"
 #include "tessera/share_files.h"
 
 namespace tessera::agent {
@@ -28,12 +29,12 @@ struct ShareManagerOptions {
   std::string root = "/var/lib/tessera";  // checkpoint.json and shares/
   std::string cdi_dir = "/var/run/cdi";
   std::string node_name;  // the pool name
-  std::string driver = kVgpuDriverName;
+  std::string driver = kDriverName;
   std::string shim_path = "/usr/local/tessera/lib/libvgpu.so";
   std::string container_shares_dir = "/var/run/tessera/shares";
   std::string container_mps_dir = "/var/run/tessera/mps";
-  // Backends for shares that ask for them (not owned). Null: such a claim gets an error saying
-  // the strategy is not enabled on this node.
+  // Backends for shares that ask for them (not owned; the manager calls them as ShareBackends).
+  // Null: such a claim gets an error saying the strategy is not enabled on this node.
   MpsBackend* mps = nullptr;
   TimeSliceBackend* time_slice = nullptr;
   // Who measures a share's GPU time (LimitsPage::measure_source): kMeasureAgent when the agent's
@@ -78,11 +79,11 @@ class ShareManager final : public ClaimPreparer {
   std::string write_share_folder(const std::vector<ShareSpec>& members);
   std::string write_cdi_spec(const std::string& claim_uid, const std::vector<ShareSpec>& shares);
   std::string expected_cdi_spec(const std::vector<ShareSpec>& shares) const;
-  std::string start_backend(const std::string& claim_uid, const ShareSpec& share);
-  std::string stop_backend(const std::string& claim_uid, const ShareSpec& share);
-  // A TimeSlicing share of another prepared claim on GPU `uuid` (it holds the interval), or null.
-  const ShareSpec* time_sliced_elsewhere(const std::string& claim_uid,
-                                         const std::string& uuid) const;
+  // The backend of the share's strategy, or null when it is not enabled on this node.
+  ShareBackend* backend_for(SharingStrategy strategy);
+  // A share of another prepared claim on the GPU of `share` with its strategy (it holds a
+  // GPU-wide setting such as the time-slice interval), or null.
+  const ShareSpec* held_elsewhere(const std::string& claim_uid, const ShareSpec& share) const;
   void reconcile_entry(const std::string& claim_uid, const ClaimEntry& entry,
                        ReconcileReport& report);
   void remove_orphans(ReconcileReport& report);
@@ -91,6 +92,7 @@ class ShareManager final : public ClaimPreparer {
   static PrepareResult result_of(const ClaimEntry& entry);
 
   ShareManagerOptions options_;
+  QuotaBackend quota_;
   KubeClient& kube_;
   mutable std::mutex devices_mutex_;  // devices_ only: prepare reads them before taking mutex_
   std::vector<NodeDevice> devices_;

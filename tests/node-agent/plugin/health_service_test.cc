@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "device_health.h"
+#include "devices/device_health.h"
 #include "health_service.h"
 #include "plugin_server.h"
 #include "test_support.h"

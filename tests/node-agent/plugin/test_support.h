@@ -22,11 +22,11 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "claim_preparer.h"
 #include "kubelet/dra-health/v1alpha1/api.grpc.pb.h"
 #include "kubelet/dra/v1/api.grpc.pb.h"
 #include "kubelet/dra/v1beta1/api.grpc.pb.h"
 #include "kubelet/pluginregistration/api.grpc.pb.h"
+#include "model/claim_preparer.h"
 
 namespace tessera::agent::testing {
 

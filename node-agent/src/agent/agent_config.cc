@@ -1,4 +1,4 @@
-#include "agent_config.h"
+#include "agent/agent_config.h"
 
 #include <CLI/CLI.hpp>
 

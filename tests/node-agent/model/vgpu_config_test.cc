@@ -1,4 +1,4 @@
-#include "config/vgpu_config.h"
+#include "model/vgpu_config.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "share/share_spec.h"
+#include "model/share_spec.h"
 
 #include <algorithm>
 #include <set>

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <CLI/CLI.hpp>
 
-#include "agent_config.h"
+#include "agent/agent_config.h"
 
 namespace tessera::agent {
 namespace {

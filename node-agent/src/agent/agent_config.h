@@ -10,8 +10,6 @@ class App;
 
 namespace tessera::agent {
 
-inline constexpr const char* kDriverName = "vgpu.tessera.dev";
-
 struct AgentConfig {
   std::string node_name;                       // --node-name / NODE_NAME
   std::string state_dir = "/var/lib/tessera";  // --state-dir / STATE_DIR

@@ -10,17 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "config/vgpu_config.h"
+#include "model/driver_name.h"
+#include "model/node_device.h"
+#include "model/vgpu_config.h"
 
 namespace tessera::agent {
-
-// A GPU of this node as the agent publishes it (devices/ builds the list from NVML).
-struct NodeDevice {
-  std::string name;  // "gpu-<minor>"
-  std::string uuid;  // "GPU-..."
-  unsigned minor = 0;
-  uint64_t memory_bytes = 0;
-};
 
 struct ShareSpec {
   std::string claim_uid;
@@ -52,7 +46,7 @@ struct ShareSpec {
 struct ShareSpecInput {
   std::string claim_json;
   std::string expected_uid;
-  std::string driver = kVgpuDriverName;
+  std::string driver = kDriverName;
   std::string pool;  // this node's pool name (the node name)
   std::vector<NodeDevice> devices;
 };

@@ -7,14 +7,18 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "model/driver_name.h"
+
 namespace tessera::agent {
 
-inline constexpr char kVgpuDriverName[] = "vgpu.tessera.dev";
 inline constexpr char kConfigApiVersion[] = "vgpu.tessera.dev/v1alpha1";
+static_assert(std::string_view(kConfigApiVersion).starts_with(kDriverName),
+              "the VgpuConfig API group is the driver name");
 inline constexpr char kConfigKind[] = "VgpuConfig";
 
 enum class Priority { kNormal, kHigh, kLow };

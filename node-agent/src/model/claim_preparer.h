@@ -1,6 +1,6 @@
-// The seam between the kubelet-facing gRPC services (plugin/) and the share lifecycle (share/):
-// the DRA services turn each claim of a kubelet batch into one call here and answer per claim, so
-// a bad claim never fails the batch.
+// The seam between the kubelet-facing gRPC services (plugin/) and the share lifecycle (share/),
+// kept below both so neither includes the other: the DRA services turn each claim of a kubelet
+// batch into one call here and answer per claim, so a bad claim never fails the batch.
 #pragma once
 
 #include <string>

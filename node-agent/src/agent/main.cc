@@ -6,9 +6,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "agent/agent_config.h"
 #include "agent/node_agent.h"
 #include "devices/resource_slices.h"
-#include "plugin/agent_config.h"
 #include "plugin/plugin_server.h"
 
 int main(int argc, char** argv) {
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
       std::cerr << "tessera-node-agent: " << error << '\n';
       return 1;
     }
-    const SliceIdentity identity{kVgpuDriverName, config.node_name, ""};
+    const SliceIdentity identity{kDriverName, config.node_name, ""};
     for (const auto& slice : build_resource_slices(gpus, identity, 1))
       std::cout << slice.dump(2) << '\n';
     return 0;

@@ -1,4 +1,4 @@
-#include "device_health.h"
+#include "devices/device_health.h"
 
 #include <algorithm>
 

@@ -1,0 +1,2 @@
+// A header of high/, included by name from its own folder.
+#pragma once

@@ -1,0 +1,2 @@
+// A folder no rule names.
+#pragma once
