@@ -15,10 +15,10 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "compute/meter.h"
-#include "options.h"
 #include "share_plan.h"
 #include "tessera/gpu_info.h"
+#include "tessera/vgpu/options.h"
+#include "tessera/vgpu/usage_counters.h"
 
 namespace tessera::cli {
 namespace {

@@ -3,7 +3,8 @@
 #include <cstring>
 #include <utility>
 
-#include "options.h"  // libvgpu's parser: the CLI accepts exactly what the shim accepts
+// libvgpu's parser: the CLI accepts exactly what the shim accepts.
+#include "tessera/vgpu/options.h"
 
 namespace tessera::cli {
 namespace {

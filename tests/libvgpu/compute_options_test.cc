@@ -7,7 +7,7 @@
 #include <string>
 
 #include "fake_env.h"
-#include "options.h"
+#include "tessera/vgpu/options.h"
 #include "tessera/share_region.h"
 
 namespace tessera::vgpu {

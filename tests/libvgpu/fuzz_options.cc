@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "options.h"
+#include "tessera/vgpu/options.h"
 #include "tessera/quantity.h"
 
 namespace {
