@@ -12,8 +12,8 @@
 #include <atomic>
 #include <cstdint>
 
-#include "options.h"
 #include "tessera/share_region.h"
+#include "tessera/vgpu/options.h"
 
 namespace tessera::vgpu {
 

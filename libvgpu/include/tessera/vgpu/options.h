@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "log.h"
+#include "tessera/vgpu/log_level.h"
 
 namespace tessera::vgpu {
 
