@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 
 namespace {
@@ -20,6 +21,11 @@ struct Expectation {
   const char* symbol;  // nullptr: not found
   CUdriverProcAddressQueryResult status;
 };
+
+// Printed in test names' place of the raw bytes gtest would otherwise show.
+void PrintTo(const Expectation& expectation, std::ostream* out) {
+  *out << expectation.name << '@' << expectation.version << " flags " << expectation.flags;
+}
 
 class ProcAddressMatrix : public ::testing::TestWithParam<Expectation> {};
 
@@ -69,7 +75,14 @@ INSTANTIATE_TEST_SUITE_P(
         Expectation{"cuMemGetInfo", 3020, 0, "cuMemGetInfo_v2", kOk},
         Expectation{"cuMemCreate", 10020, 0, "cuMemCreate", kOk},
         Expectation{"cuMemCreate", 10010, 0, nullptr, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT},
-        Expectation{"cuNoSuchFunction", 13000, 0, nullptr, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND}));
+        Expectation{"cuNoSuchFunction", 13000, 0, nullptr, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND}),
+    // Stable, readable test names (name, version, flags) instead of the struct's raw bytes.
+    [](const ::testing::TestParamInfo<Expectation>& case_info) {
+      return std::string(case_info.param.name) + "_" + std::to_string(case_info.param.version) +
+             (case_info.param.flags == kPerThread ? "_per_thread"
+              : case_info.param.flags == kLegacy  ? "_legacy"
+                                                  : "");
+    });
 
 TEST(ProcAddress, RejectsBadArguments) {
   void* function = nullptr;
