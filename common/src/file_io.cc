@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +16,13 @@ namespace {
 
 // Distinguishes temporary names of concurrent writers in one process (the pid, across processes).
 std::atomic<unsigned> g_temporary_sequence{0};
+
+// fstat(2) through syscall(2): glibc 2.33 made fstat a symbol of its own (GLIBC_2.33) where it
+// was __fxstat before, and the shim must load with glibc 2.17. The kernel's struct stat is glibc's
+// on the 64-bit targets built here.
+int stat_fd(int fd, struct stat& info) {
+  return ::syscall(SYS_fstat, fd, &info) == 0 ? 0 : errno;
+}
 
 int write_all(int fd, const char* data, size_t size) {
   size_t done = 0;
@@ -48,7 +56,7 @@ int open_file(const char* path, int flags, FileSource source, UniqueFd& out, siz
   if (fd < 0) return errno;
   UniqueFd owned(fd);
   struct stat info {};
-  if (::fstat(owned.get(), &info) != 0) return errno;
+  if (const int error = stat_fd(owned.get(), info); error != 0) return error;
   if (!S_ISREG(info.st_mode)) return EINVAL;
   if (static_cast<unsigned long long>(info.st_size) < min_size) return ENODATA;
   // Reads of a regular file never block; clear the flag anyway so later calls behave as usual.

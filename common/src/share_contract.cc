@@ -226,8 +226,9 @@ int create_usage_page(const char* dir) {
   char usage_path[kPathCapacity];
   const int written = std::snprintf(usage_path, sizeof usage_path, "%s/usage", dir);
   if (written < 0 || static_cast<size_t>(written) >= sizeof usage_path) return ENAMETOOLONG;
-  struct stat info {};
-  if (::lstat(usage_path, &info) == 0) return 0;
+  // Anything at the name (a page, or whatever a tenant put there) is left as it is; O_PATH opens
+  // without reading, and without following a symlink. (Not lstat: GLIBC_2.33, see file_io.cc.)
+  if (UniqueFd existing(::open(usage_path, O_PATH | O_NOFOLLOW | O_CLOEXEC)); existing) return 0;
   char temporary[kPathCapacity];
   if (const int error = prepare_usage_page(dir, temporary, sizeof temporary); error != 0)
     return error;
