@@ -18,6 +18,7 @@
 
 #include "share_plan.h"
 #include "tessera/gpu_info.h"
+#include "tessera/share_contract.h"
 #include "tessera/vgpu/options.h"
 #include "tessera/vgpu/usage_counters.h"
 
@@ -51,37 +52,33 @@ double monotonic_s() {
 void print_summary(const std::string& dir, const std::vector<share::DeviceLimit>& limits,
                    double seconds) {
   const std::string path = dir + "/usage";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    std::fprintf(stderr, "tessera run: summary: no usage page (the command used no GPU)\n");
+  share::UsagePage* page = nullptr;
+  if (const int error = share::map_usage_page(path.c_str(), false, page); error != 0) {
+    if (error == ENOENT)
+      std::fprintf(stderr, "tessera run: summary: no usage page (the command used no GPU)\n");
     return;
   }
-  void* memory = ::mmap(nullptr, sizeof(share::UsagePage), PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (memory == MAP_FAILED) return;
-  const auto& usage = *static_cast<const share::UsagePage*>(memory);
-  if (share::valid_usage_page(usage)) {
-    std::fprintf(stderr,
-                 "tessera run: summary: %.2f s, %llu launches, launching threads waited %.3f s "
-                 "at the compute gate\n",
-                 seconds, static_cast<unsigned long long>(vgpu::compute::share_launches(usage)),
-                 static_cast<double>(vgpu::compute::share_throttled_ns(usage)) / 1e9);
-    for (size_t d = 0; d < limits.size() && d < share::kMaxDevices; ++d) {
-      const share::ComputeDevice& device = usage.compute.devices[d];
-      const double busy = static_cast<double>(device.busy_ns.load()) / 1e9;
-      const double others = static_cast<double>(device.others_busy_ns.load()) / 1e9;
-      const double closed = static_cast<double>(device.closed_ns.load()) / 1e9;
-      std::fprintf(
-          stderr,
-          "tessera run: summary: GPU %zu %s: cores limit %u%%, burst %u%%; GPU time "
-          "used %.3f s (%.1f%% of the wall time), others %.3f s, gate closed %.3f s, "
-          "memory held at exit %llu bytes\n",
-          d, limits[d].uuid.c_str(), limits[d].cores_limit, limits[d].cores_burst, busy,
-          seconds > 0 ? 100 * busy / seconds : 0.0, others, closed,
-          static_cast<unsigned long long>(share::share_usage(usage, static_cast<uint32_t>(d))));
-    }
+  const auto& usage = *page;
+  std::fprintf(stderr,
+               "tessera run: summary: %.2f s, %llu launches, launching threads waited %.3f s "
+               "at the compute gate\n",
+               seconds, static_cast<unsigned long long>(vgpu::compute::share_launches(usage)),
+               static_cast<double>(vgpu::compute::share_throttled_ns(usage)) / 1e9);
+  for (size_t d = 0; d < limits.size() && d < share::kMaxDevices; ++d) {
+    const share::ComputeDevice& device = usage.compute.devices[d];
+    const double busy = static_cast<double>(device.busy_ns.load()) / 1e9;
+    const double others = static_cast<double>(device.others_busy_ns.load()) / 1e9;
+    const double closed = static_cast<double>(device.closed_ns.load()) / 1e9;
+    std::fprintf(
+        stderr,
+        "tessera run: summary: GPU %zu %s: cores limit %u%%, burst %u%%; GPU time "
+        "used %.3f s (%.1f%% of the wall time), others %.3f s, gate closed %.3f s, "
+        "memory held at exit %llu bytes\n",
+        d, limits[d].uuid.c_str(), limits[d].cores_limit, limits[d].cores_burst, busy,
+        seconds > 0 ? 100 * busy / seconds : 0.0, others, closed,
+        static_cast<unsigned long long>(share::share_usage(usage, static_cast<uint32_t>(d))));
   }
-  ::munmap(memory, sizeof(share::UsagePage));
+  share::unmap_usage_page(page);
 }
 
 // The share directory: the one given (kept), or a temporary one removed when the command ends.
