@@ -28,7 +28,8 @@ void log_report(const char* when, const ReconcileReport& report) {
 }
 }  // namespace
 
-NodeAgent::NodeAgent(AgentConfig config) : config_(std::move(config)) {}
+NodeAgent::NodeAgent(AgentConfig config, Clock& clock)
+    : config_(std::move(config)), clock_(clock) {}
 
 NodeAgent::~NodeAgent() {
   stop();
@@ -99,18 +100,24 @@ std::string NodeAgent::start() {
   monitoring.pool = config_.node_name;
   monitoring.inventory_interval = std::chrono::seconds(config_.device_poll_interval_s);
   monitor_ = std::make_unique<DeviceMonitor>(
-      monitoring, health_, [this](const std::vector<GpuInfo>& gpus) { return on_devices(gpus); });
+      monitoring, health_, [this](const std::vector<GpuInfo>& gpus) { return on_devices(gpus); },
+      clock_);
   if (auto e = monitor_->start(); !e.empty()) return e;
 
   GpuTimeMeterOptions metering;
   metering.shares_dir = config_.state_dir + "/shares";
-  meter_ = std::make_unique<GpuTimeMeter>(metering);
+  meter_ = std::make_unique<GpuTimeMeter>(metering, clock_);
   if (auto e = meter_->start(); !e.empty())
     std::cerr << "tessera-node-agent: GPU-time meter not running, so compute limits (cores) are "
                  "not enforced: "
               << e << '\n';
 
-  if (config_.reconcile_interval_s > 0) reconciler_ = std::thread([this] { reconcile_loop(); });
+  if (config_.reconcile_interval_s > 0) {
+    auto loop = PeriodicLoop::start(clock_, std::chrono::seconds(config_.reconcile_interval_s),
+                                    [this] { reconcile_pass(); });
+    if (!loop.is_ok()) return "cannot start the reconcile loop: " + loop.status().message();
+    reconciler_ = std::move(loop).value();
+  }
   return "";
 }
 
@@ -130,27 +137,30 @@ std::string NodeAgent::publish(const std::vector<GpuInfo>& gpus) {
   return "";
 }
 
-void NodeAgent::reconcile_loop() {
-  std::unique_lock lock(loop_mutex_);
-  while (!loop_wake_.wait_for(lock, std::chrono::seconds(config_.reconcile_interval_s),
-                              [this] { return stopping_; })) {
-    lock.unlock();
-    log_report("periodic", shares_->reconcile());
-    // The API side too: a slice deleted or edited by someone else is put back (no writes when
-    // the API already matches).
-    if (auto e = publish(monitor_->devices()); !e.empty())
-      std::cerr << "tessera-node-agent: reconcile (periodic): " << e << '\n';
-    lock.lock();
-  }
+void NodeAgent::reconcile_pass() {
+  log_report("periodic", shares_->reconcile());
+  // The API side too: a slice deleted or edited by someone else is put back (no writes when the
+  // API already matches).
+  if (auto e = publish(monitor_->devices()); !e.empty())
+    std::cerr << "tessera-node-agent: reconcile (periodic): " << e << '\n';
+}
+
+std::uint64_t NodeAgent::reconcile_passes() const {
+  return reconciler_ ? reconciler_->ticks() : 0;
+}
+
+bool NodeAgent::wait_for_reconcile_passes(std::uint64_t count,
+                                          std::chrono::milliseconds timeout) const {
+  return reconciler_ && reconciler_->wait_for_ticks(count, timeout);
+}
+
+bool NodeAgent::wait_for_device_turns(std::uint64_t count,
+                                      std::chrono::milliseconds timeout) const {
+  return monitor_ && monitor_->wait_for_turns(count, timeout);
 }
 
 void NodeAgent::stop() {
-  {
-    std::lock_guard lock(loop_mutex_);
-    stopping_ = true;
-  }
-  loop_wake_.notify_all();
-  if (reconciler_.joinable()) reconciler_.join();
+  reconciler_.reset();  // joins: no pass runs past here
   if (meter_) meter_->stop();
   if (monitor_) monitor_->stop();
 }

@@ -111,7 +111,8 @@ struct GpuTimeMeter::Gpu {
   bool named = false;  // named by an agent-measured share in the current rescan
 };
 
-GpuTimeMeter::GpuTimeMeter(GpuTimeMeterOptions options) : options_(std::move(options)) {
+GpuTimeMeter::GpuTimeMeter(GpuTimeMeterOptions options, Clock& clock)
+    : options_(std::move(options)), clock_(clock) {
   if (options_.period.count() <= 0) options_.period = std::chrono::milliseconds(20);
   if (options_.pid_refresh.count() <= 0) options_.pid_refresh = std::chrono::milliseconds(500);
 }
@@ -129,47 +130,42 @@ std::string GpuTimeMeter::load_nvml() {
 }
 
 std::string GpuTimeMeter::start() {
-  if (thread_.joinable()) return "the gpu-time meter is already running";
+  if (loop_) return "the gpu-time meter is already running";
   {
     std::lock_guard lock(mutex_);
     if (std::string error = load_nvml(); !error.empty()) return error;
   }
-  {
-    std::lock_guard lock(run_mutex_);
-    stopping_ = false;
-  }
-  thread_ = std::thread([this] { run(); });
+  last_loop_problem_.clear();
+  // A pass that overruns the period skips the missed ones: no burst of catch-up passes.
+  auto loop = PeriodicLoop::start(
+      clock_, options_.period, [this] { loop_pass(); }, PeriodicLoop::FirstTick::kAtOnce);
+  if (!loop.is_ok()) return "cannot start the gpu-time meter: " + loop.status().message();
+  loop_ = std::move(loop).value();
   return "";
 }
 
 void GpuTimeMeter::stop() {
-  {
-    std::lock_guard lock(run_mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  loop_.reset();
 }
 
-void GpuTimeMeter::run() {
-  std::string last_problem;
-  auto next = std::chrono::steady_clock::now();
-  while (true) {
-    std::string problem;
-    {
-      std::lock_guard lock(mutex_);
-      problem = pass();
-    }
-    if (problem != last_problem) {  // one line per change, not one per period
-      log(problem.empty() ? "measuring again" : problem);
-      last_problem = problem;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    next += options_.period;
-    if (next < now) next = now + options_.period;  // fell behind: no burst of catch-up passes
-    std::unique_lock lock(run_mutex_);
-    if (wake_.wait_until(lock, next, [this] { return stopping_; })) return;
+void GpuTimeMeter::loop_pass() {
+  std::string problem;
+  {
+    std::lock_guard lock(mutex_);
+    problem = pass();
   }
+  if (problem != last_loop_problem_) {  // one line per change, not one per period
+    log(problem.empty() ? "measuring again" : problem);
+    last_loop_problem_ = problem;
+  }
+}
+
+uint64_t GpuTimeMeter::loop_passes() const {
+  return loop_ ? loop_->ticks() : 0;
+}
+
+bool GpuTimeMeter::wait_for_loop_passes(uint64_t count, std::chrono::milliseconds timeout) const {
+  return loop_ && loop_->wait_for_ticks(count, timeout);
 }
 
 std::string GpuTimeMeter::sample_once() {
@@ -284,7 +280,7 @@ std::string GpuTimeMeter::pass() {
     problems += (problems.empty() ? "" : "; ") + problem;
   };
   ++stats_.passes;
-  const auto now = std::chrono::steady_clock::now();
+  const Clock::time_point now = clock_.now();
   if (now >= next_rescan_) {
     rescan_problems_.clear();
     rescan(rescan_problems_);

@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "clock/clock.h"
 #include "tessera/gpu_info.h"
 #include "tessera/share_files.h"
 #include "tessera/share_region.h"
@@ -320,19 +321,23 @@ TEST(GpuTimeMeterLifecycle, BadNvmlIsAnErrorNotACrash) {
   meter.stop();  // nothing started: returns
 }
 
+// The loop's passes on simulated time: a pass at start, one each period, stop at once.
 TEST(GpuTimeMeterLifecycle, StopReturnsPromptly) {
   const std::string uuid = gpu_uuid();
   ASSERT_FALSE(uuid.empty());
   TempDir base("gpu-time-meter-stop");
   make_share(base, "a", uuid, 100, share::kMeasureAgent);
+  SimulatedClock clock;
   for (const auto period : {milliseconds(20), milliseconds(60000)}) {
     GpuTimeMeterOptions options;
     options.shares_dir = base.shares();
     options.period = period;
-    GpuTimeMeter meter(options);
+    GpuTimeMeter meter(options, clock);
     ASSERT_EQ(meter.start(), "");
-    EXPECT_NE(meter.start(), "");  // already running
-    std::this_thread::sleep_for(milliseconds(100));
+    EXPECT_NE(meter.start(), "");                // already running
+    ASSERT_TRUE(meter.wait_for_loop_passes(1));  // the pass at start
+    clock.advance(period);
+    ASSERT_TRUE(meter.wait_for_loop_passes(2));  // stopped between passes, as the agent is
     const auto began = steady_clock::now();
     meter.stop();
     const auto took = std::chrono::duration_cast<milliseconds>(steady_clock::now() - began);
@@ -343,10 +348,45 @@ TEST(GpuTimeMeterLifecycle, StopReturnsPromptly) {
   // Restartable after stop, and the destructor stops a running meter.
   GpuTimeMeterOptions options;
   options.shares_dir = base.shares();
-  GpuTimeMeter meter(options);
+  GpuTimeMeter meter(options, clock);
   ASSERT_EQ(meter.start(), "");
   meter.stop();
   ASSERT_EQ(meter.start(), "");
+}
+
+// The period and the rescan interval are the clock's: 19 ms after a pass there is no other one (the
+// deadline is not reached, whatever the machine's speed), and a share made after a rescan is found
+// by the first pass at or after pid_refresh.
+TEST(GpuTimeMeterLifecycle, PassesAndRescansFollowTheClock) {
+  const std::string uuid = gpu_uuid();
+  ASSERT_FALSE(uuid.empty());
+  TempDir base("gpu-time-meter-clock");
+  make_share(base, "a", uuid, 100, share::kMeasureAgent);
+  SimulatedClock clock;
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  options.period = milliseconds(20);
+  options.pid_refresh = milliseconds(500);
+  GpuTimeMeter meter(options, clock);
+  ASSERT_EQ(meter.start(), "");
+  ASSERT_TRUE(meter.wait_for_loop_passes(1));
+  EXPECT_EQ(meter.stats().shares, 1u);
+  make_share(base, "b", uuid, 100, share::kMeasureAgent);
+  clock.advance(milliseconds(19));
+  EXPECT_EQ(meter.loop_passes(), 1u);
+  clock.advance(milliseconds(1));
+  ASSERT_TRUE(meter.wait_for_loop_passes(2));
+  for (uint64_t pass = 3; pass <= 25; ++pass) {  // passes at 40 ms ... 480 ms: no rescan yet
+    clock.advance(options.period);
+    ASSERT_TRUE(meter.wait_for_loop_passes(pass));
+  }
+  EXPECT_EQ(meter.stats().shares, 1u);
+  clock.advance(options.period);  // 500 ms: the rescan is due
+  ASSERT_TRUE(meter.wait_for_loop_passes(26));
+  EXPECT_EQ(meter.stats().shares, 2u);
+  EXPECT_EQ(meter.stats().agent_shares, 2u);
+  meter.stop();
+  EXPECT_EQ(meter.stats().passes, 26u);
 }
 
 // Counters continue from what the page holds (an agent restart never sends them backwards), and a
