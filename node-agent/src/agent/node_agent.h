@@ -18,6 +18,7 @@
 #include "plugin/claim_preparer.h"
 #include "plugin/device_health.h"
 #include "tessera/gpu_info.h"
+#include "tessera/status.h"
 
 namespace tessera::agent {
 
@@ -41,8 +42,8 @@ class NodeAgent {
   // Takes the state folder (one agent per folder: a second one, e.g. a surge pod of a rolling
   // update, is refused until the first exits), connects to the API server, loads the checkpoint
   // and reconciles the host with it, lists the GPUs and publishes them, then starts the monitor,
-  // the GPU-time meter and the reconcile loop. "" or why not.
-  std::string start();
+  // the GPU-time meter and the reconcile loop. Ok or why not.
+  Status start();
   // Stops the loops (the share state stays on disk for the next start).
   void stop();
 
@@ -60,9 +61,9 @@ class NodeAgent {
                              std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
 
  private:
-  std::string lock_state_dir();
-  std::string on_devices(const std::vector<GpuInfo>& gpus);
-  std::string publish(const std::vector<GpuInfo>& gpus);
+  Status lock_state_dir();
+  Status on_devices(const std::vector<GpuInfo>& gpus);
+  Status publish(const std::vector<GpuInfo>& gpus);
   void reconcile_pass();
 
   AgentConfig config_;

@@ -100,19 +100,19 @@ DeviceMonitor::~DeviceMonitor() {
   stop();
 }
 
-std::string DeviceMonitor::start() {
-  if (loop_) return "the device monitor is already running";
+Status DeviceMonitor::start() {
+  if (loop_) return failed_precondition("the device monitor is already running");
   nvml_ = std::make_unique<Nvml>();
   if (std::string error = nvml_->load(options_.nvml_library); !error.empty()) {
     nvml_->release();
     nvml_.reset();
-    return error;
+    return unavailable(error);
   }
   std::vector<GpuInfo> gpus;
   if (std::string error = options_.list(gpus); !error.empty()) {
     nvml_->release();
     nvml_.reset();
-    return "cannot list the GPUs: " + error;
+    return unavailable("cannot list the GPUs: " + error);
   }
   apply_inventory(gpus);
   register_events();
@@ -123,10 +123,10 @@ std::string DeviceMonitor::start() {
   if (!loop.is_ok()) {
     nvml_->release();
     nvml_.reset();
-    return "cannot start the device monitor: " + loop.status().message();
+    return loop.status().with_context("cannot start the device monitor");
   }
   loop_ = std::move(loop).value();
-  return "";
+  return Status::ok();
 }
 
 void DeviceMonitor::stop() {
@@ -191,8 +191,8 @@ void DeviceMonitor::inventory_turn() {
 
 void DeviceMonitor::deliver() {
   std::vector<GpuInfo> gpus = devices();
-  if (std::string error = on_devices_(gpus); !error.empty()) {
-    log_once(last_deliver_error_, "cannot publish the GPUs (retrying): " + error);
+  if (const Status delivered = on_devices_(gpus); !delivered.is_ok()) {
+    log_once(last_deliver_error_, "cannot publish the GPUs (retrying): " + delivered.message());
     return;
   }
   if (!last_deliver_error_.empty()) log("published the GPUs after the earlier error");

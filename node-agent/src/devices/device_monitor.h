@@ -20,6 +20,7 @@
 #include "clock/periodic_loop.h"
 #include "plugin/device_health.h"
 #include "tessera/gpu_info.h"
+#include "tessera/status.h"
 
 namespace tessera::agent {
 
@@ -51,7 +52,7 @@ class DeviceMonitor {
   // on_devices(gpus) is called from start() and then from the monitor's loop whenever the list
   // differs from the last one delivered; an error is retried on the next turn (every
   // poll_interval) until it succeeds, always with the newest list.
-  using DevicesCallback = std::function<std::string(const std::vector<GpuInfo>&)>;
+  using DevicesCallback = std::function<Status(const std::vector<GpuInfo>&)>;
 
   // `clock` paces the turns and the inventory (tests pass a SimulatedClock); it outlives the
   // monitor.
@@ -71,9 +72,9 @@ class DeviceMonitor {
   DeviceMonitor& operator=(const DeviceMonitor&) = delete;
 
   // Loads NVML, lists the GPUs, reports them all Healthy, calls on_devices (an error there is
-  // logged and retried by the loop) and starts the loop. Returns "" or why nothing started
-  // (NVML missing, the first listing failed).
-  std::string start();
+  // logged and retried by the loop) and starts the loop. Returns ok or why nothing started
+  // (NVML missing: unavailable; the first listing failed: unavailable; already running).
+  Status start();
   // Stops the loop (waiting only for a turn in progress) and releases NVML. Safe to call twice.
   void stop();
 

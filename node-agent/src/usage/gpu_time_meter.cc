@@ -129,19 +129,19 @@ std::string GpuTimeMeter::load_nvml() {
   return "";
 }
 
-std::string GpuTimeMeter::start() {
-  if (loop_) return "the gpu-time meter is already running";
+Status GpuTimeMeter::start() {
+  if (loop_) return failed_precondition("the gpu-time meter is already running");
   {
     std::lock_guard lock(mutex_);
-    if (std::string error = load_nvml(); !error.empty()) return error;
+    if (std::string error = load_nvml(); !error.empty()) return unavailable(error);
   }
   last_loop_problem_.clear();
   // A pass that overruns the period skips the missed ones: no burst of catch-up passes.
   auto loop = PeriodicLoop::start(
       clock_, options_.period, [this] { loop_pass(); }, PeriodicLoop::FirstTick::kAtOnce);
-  if (!loop.is_ok()) return "cannot start the gpu-time meter: " + loop.status().message();
+  if (!loop.is_ok()) return loop.status().with_context("cannot start the gpu-time meter");
   loop_ = std::move(loop).value();
-  return "";
+  return Status::ok();
 }
 
 void GpuTimeMeter::stop() {
@@ -168,10 +168,11 @@ bool GpuTimeMeter::wait_for_loop_passes(uint64_t count, std::chrono::millisecond
   return loop_ && loop_->wait_for_ticks(count, timeout);
 }
 
-std::string GpuTimeMeter::sample_once() {
+Status GpuTimeMeter::sample_once() {
   std::lock_guard lock(mutex_);
-  if (std::string error = load_nvml(); !error.empty()) return error;
-  return pass();
+  if (std::string error = load_nvml(); !error.empty()) return unavailable(error);
+  if (std::string problems = pass(); !problems.empty()) return unavailable(std::move(problems));
+  return Status::ok();
 }
 
 GpuTimeMeterStats GpuTimeMeter::stats() const {

@@ -19,6 +19,7 @@
 
 #include "clock/clock.h"
 #include "clock/periodic_loop.h"
+#include "tessera/status.h"
 #include "usage/share_processes.h"
 
 namespace tessera::agent {
@@ -57,16 +58,16 @@ class GpuTimeMeter {
   GpuTimeMeter& operator=(const GpuTimeMeter&) = delete;
 
   // Loads and initialises NVML, then runs a pass at once and one every period on a PeriodicLoop.
-  // Returns what went wrong (NVML missing or failing, already running): the agent then runs
-  // without the meter.
-  std::string start();
+  // Returns what went wrong (NVML missing or failing: unavailable; already running): the agent
+  // then runs without the meter.
+  Status start();
   // Stops the loop (waiting only for a pass in progress). Idempotent.
   void stop();
 
   // One pass: rescan if due, one NVML query per GPU that an agent-measured share names, publish.
-  // Loads NVML on first use. Returns "" or the problems of this pass (the pass still publishes
-  // what it could: a bad share folder never stops the others).
-  std::string sample_once();
+  // Loads NVML on first use. Returns ok or the problems of this pass, "; "-separated (the pass
+  // still publishes what it could: a bad share folder never stops the others).
+  Status sample_once();
 
   GpuTimeMeterStats stats() const;
 

@@ -101,7 +101,7 @@ class NodeAgentTest : public ::testing::Test {
 
 TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
   NodeAgent agent(config_, clock_);
-  ASSERT_EQ(agent.start(), "");
+  ASSERT_EQ(agent.start().message(), "");
   PluginServerOptions options;
   options.driver_name = kDriverName;
   options.registry_dir = config_.kubelet_registry_dir;
@@ -220,18 +220,20 @@ TEST_F(NodeAgentTest, PrintsTheResourceSlicesItWouldPublish) {
 TEST_F(NodeAgentTest, StartSaysWhyItCannotRun) {
   config_.kubeconfig = (base_ / "missing-kubeconfig").string();
   NodeAgent agent(config_);
-  EXPECT_NE(agent.start().find("missing-kubeconfig"), std::string::npos);
+  EXPECT_NE(agent.start().message().find("missing-kubeconfig"), std::string::npos);
 }
 
 // Two agents on one state folder would each take the other's shares for orphans: the second is
 // refused (as a surge pod of a rolling update is, until the old pod has exited).
 TEST_F(NodeAgentTest, OneAgentPerStateFolder) {
   NodeAgent first(config_);
-  ASSERT_EQ(first.start(), "");
+  ASSERT_EQ(first.start().message(), "");
   NodeAgent second(config_);
-  EXPECT_EQ(second.start(), "another tessera-node-agent (pid " + std::to_string(getpid()) +
-                                ") is using " + config_.state_dir + " (" + config_.state_dir +
-                                "/agent.lock is locked); one agent per state folder");
+  const Status refused = second.start();
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.message(), "another tessera-node-agent (pid " + std::to_string(getpid()) +
+                                   ") is using " + config_.state_dir + " (" + config_.state_dir +
+                                   "/agent.lock is locked); one agent per state folder");
   first.stop();
 }
 

@@ -79,13 +79,13 @@ struct Recorder {
   std::mutex mutex;
   std::condition_variable changed;
   std::vector<std::vector<GpuInfo>> calls;
-  std::function<std::string(const std::vector<GpuInfo>&)> reply = [](const auto&) {
-    return std::string();
+  std::function<Status(const std::vector<GpuInfo>&)> reply = [](const auto&) {
+    return Status::ok();
   };
 
   DeviceMonitor::DevicesCallback callback() {
     return [this](const std::vector<GpuInfo>& gpus) {
-      std::string error = reply(gpus);
+      Status error = reply(gpus);
       {
         std::lock_guard lock(mutex);
         calls.push_back(gpus);
@@ -159,7 +159,7 @@ TEST(DeviceMonitor, StartPublishesTheSimulatedGpusAllHealthy) {
     Recorder recorder;
     DeviceMonitor monitor(fast_options(), board, recorder.callback(), clock);
     const std::int64_t before = std::time(nullptr);
-    ASSERT_EQ(monitor.start(), "");
+    ASSERT_EQ(monitor.start().message(), "");
     ASSERT_EQ(recorder.count(), 1u);
     const std::vector<GpuInfo> gpus = recorder.call(0);
     ASSERT_EQ(gpus.size(), 2u);
@@ -194,7 +194,7 @@ TEST(DeviceMonitor, XidEventMarksThatDeviceUnhealthy) {
     DeviceHealthBoard board;
     Recorder recorder;
     DeviceMonitor monitor(fast_options(), board, recorder.callback(), clock);
-    ASSERT_EQ(monitor.start(), "");
+    ASSERT_EQ(monitor.start().message(), "");
     simgpu_ctl("health 1 unhealthy");  // the simulator raises XID 79 (fallen off the bus)
     run_turns(clock, monitor);         // the turn that collects it
     ASSERT_TRUE(wait_for_state(board, "gpu-1", DeviceHealthState::kUnhealthy));
@@ -234,12 +234,15 @@ TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
     HttpKubeClient kube(connection, retry);
     SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
     Recorder recorder;
-    recorder.reply = [&](const std::vector<GpuInfo>& gpus) { return publisher.publish(gpus); };
+    recorder.reply = [&](const std::vector<GpuInfo>& gpus) {
+      const std::string error = publisher.publish(gpus);
+      return error.empty() ? Status::ok() : unavailable(error);
+    };
 
     SimulatedClock clock;
     DeviceHealthBoard board;
     DeviceMonitor monitor(options, board, recorder.callback(), clock);
-    ASSERT_EQ(monitor.start(), "");
+    ASSERT_EQ(monitor.start().message(), "");
     auto writes = server.take_writes();
     ASSERT_EQ(writes.size(), 1u);
     EXPECT_EQ(writes[0].method, "POST");
@@ -303,7 +306,7 @@ TEST(DeviceMonitor, DeviceAddedLaterIsWatchedForXids) {
     DeviceHealthBoard board;
     Recorder recorder;
     DeviceMonitor monitor(options, board, recorder.callback(), clock);
-    ASSERT_EQ(monitor.start(), "");
+    ASSERT_EQ(monitor.start().message(), "");
     EXPECT_EQ(state_of(board, "gpu-1"), std::nullopt);
     both = true;
     run_turns(clock, monitor);
@@ -329,14 +332,14 @@ TEST(DeviceMonitor, FailedPublishIsRetriedUntilDelivered) {
     Recorder recorder;
     recorder.reply = [&](const std::vector<GpuInfo>&) {
       const int n = ++attempts;
-      return n == 1 || n == 3 ? std::string("POST /apis/...: HTTP 503: the API is down")
-                              : std::string();
+      return n == 1 || n == 3 ? unavailable("POST /apis/...: HTTP 503: the API is down")
+                              : Status::ok();
     };
     SimulatedClock clock;
     DeviceHealthBoard board;
     DeviceMonitor monitor(options, board, recorder.callback(), clock);
     // The API is down at start: start() still succeeds; the next turn delivers.
-    ASSERT_EQ(monitor.start(), "");
+    ASSERT_EQ(monitor.start().message(), "");
     EXPECT_EQ(recorder.count(), 1u);
     run_turns(clock, monitor);
     ASSERT_TRUE(recorder.wait_for(2));
@@ -362,7 +365,7 @@ TEST(DeviceMonitor, StopReturnsPromptly) {
     options.pool = "node-a";
     options.poll_interval = milliseconds(300);  // inventory_interval stays 30 s
     DeviceMonitor monitor(options, board, recorder.callback(), clock);
-    ASSERT_EQ(monitor.start(), "");
+    ASSERT_EQ(monitor.start().message(), "");
     ASSERT_TRUE(monitor.events_supported());
     run_turns(clock, monitor, 1, options.poll_interval);  // stopped between turns, not before one
     const auto started = std::chrono::steady_clock::now();
@@ -373,7 +376,7 @@ TEST(DeviceMonitor, StopReturnsPromptly) {
     // A monitor destroyed without stop() stops too.
     {
       DeviceMonitor other(options, board, recorder.callback(), clock);
-      ASSERT_EQ(other.start(), "");
+      ASSERT_EQ(other.start().message(), "");
     }
   });
 }
@@ -397,7 +400,7 @@ TEST(DeviceMonitor, ListsAgainOnlyEveryInventoryInterval) {
     DeviceHealthBoard board;
     Recorder recorder;
     DeviceMonitor monitor(options, board, recorder.callback(), clock);
-    ASSERT_EQ(monitor.start(), "");
+    ASSERT_EQ(monitor.start().message(), "");
     EXPECT_EQ(listings, 1);
     run_turns(clock, monitor, 29, options.poll_interval);
     EXPECT_EQ(listings, 1);
@@ -421,7 +424,9 @@ TEST(DeviceMonitor, StartFailsWithoutNvml) {
     return std::string();
   };
   DeviceMonitor monitor(options, board, recorder.callback());
-  const std::string error = monitor.start();
+  const Status started = monitor.start();
+  EXPECT_EQ(started.code(), StatusCode::kUnavailable);
+  const std::string error = started.message();
   EXPECT_EQ(error.rfind("cannot load libtessera-test-no-such-nvml.so.1 (is the NVIDIA driver "
                         "installed?)",
                         0),
@@ -440,7 +445,7 @@ TEST(DeviceMonitor, StartReportsAFailedListing) {
     DeviceMonitorOptions options = fast_options();
     options.list = [](std::vector<GpuInfo>&) { return std::string("nvmlInit_v2 failed: boom"); };
     DeviceMonitor monitor(options, board, recorder.callback());
-    EXPECT_EQ(monitor.start(), "cannot list the GPUs: nvmlInit_v2 failed: boom");
+    EXPECT_EQ(monitor.start().message(), "cannot list the GPUs: nvmlInit_v2 failed: boom");
     EXPECT_EQ(recorder.count(), 0u);
     EXPECT_TRUE(board.snapshot().devices.empty());
   });

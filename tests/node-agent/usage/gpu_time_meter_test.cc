@@ -215,13 +215,13 @@ void sample_while(GpuTimeMeter& meter, std::vector<Burn*> burns,
     return any;
   };
   while (any_running()) {
-    EXPECT_EQ(meter.sample_once(), "");
+    EXPECT_EQ(meter.sample_once().message(), "");
     next += period;
     std::this_thread::sleep_until(next);
   }
   const auto end = steady_clock::now() + tail;
   while (steady_clock::now() < end) {
-    EXPECT_EQ(meter.sample_once(), "");
+    EXPECT_EQ(meter.sample_once().message(), "");
     std::this_thread::sleep_for(period);
   }
 }
@@ -315,9 +315,9 @@ TEST(GpuTimeMeterLifecycle, BadNvmlIsAnErrorNotACrash) {
   options.shares_dir = base.shares();
   options.nvml_library = base.str() + "/libnvidia-ml-missing.so.1";
   GpuTimeMeter meter(options);
-  const std::string error = meter.start();
+  const std::string error = meter.start().message();
   EXPECT_NE(error.find("libnvidia-ml-missing.so.1"), std::string::npos) << error;
-  EXPECT_NE(meter.sample_once(), "");
+  EXPECT_NE(meter.sample_once().message(), "");
   meter.stop();  // nothing started: returns
 }
 
@@ -333,8 +333,8 @@ TEST(GpuTimeMeterLifecycle, StopReturnsPromptly) {
     options.shares_dir = base.shares();
     options.period = period;
     GpuTimeMeter meter(options, clock);
-    ASSERT_EQ(meter.start(), "");
-    EXPECT_NE(meter.start(), "");                // already running
+    ASSERT_EQ(meter.start().message(), "");
+    EXPECT_NE(meter.start().message(), "");      // already running
     ASSERT_TRUE(meter.wait_for_loop_passes(1));  // the pass at start
     clock.advance(period);
     ASSERT_TRUE(meter.wait_for_loop_passes(2));  // stopped between passes, as the agent is
@@ -349,9 +349,9 @@ TEST(GpuTimeMeterLifecycle, StopReturnsPromptly) {
   GpuTimeMeterOptions options;
   options.shares_dir = base.shares();
   GpuTimeMeter meter(options, clock);
-  ASSERT_EQ(meter.start(), "");
+  ASSERT_EQ(meter.start().message(), "");
   meter.stop();
-  ASSERT_EQ(meter.start(), "");
+  ASSERT_EQ(meter.start().message(), "");
 }
 
 // The period and the rescan interval are the clock's: 19 ms after a pass there is no other one (the
@@ -368,7 +368,7 @@ TEST(GpuTimeMeterLifecycle, PassesAndRescansFollowTheClock) {
   options.period = milliseconds(20);
   options.pid_refresh = milliseconds(500);
   GpuTimeMeter meter(options, clock);
-  ASSERT_EQ(meter.start(), "");
+  ASSERT_EQ(meter.start().message(), "");
   ASSERT_TRUE(meter.wait_for_loop_passes(1));
   EXPECT_EQ(meter.stats().shares, 1u);
   make_share(base, "b", uuid, 100, share::kMeasureAgent);
@@ -413,7 +413,7 @@ TEST(GpuTimeMeterLifecycle, ContinuesThePagesCounters) {
   options.shares_dir = base.shares();
   GpuTimeMeter meter(options);
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(meter.sample_once(), "");
+    EXPECT_EQ(meter.sample_once().message(), "");
     std::this_thread::sleep_for(milliseconds(20));
   }
   const Measured after = measured(dir);
@@ -441,9 +441,9 @@ TEST(GpuTimeMeterAttribution, TwoSharesByOwnerWord) {
   GpuTimeMeterOptions options;
   options.shares_dir = base.shares();
   GpuTimeMeter meter(options);
-  ASSERT_EQ(meter.sample_once(), "");  // primes the GPU's window before anything runs
+  ASSERT_EQ(meter.sample_once().message(), "");  // primes the GPU's window before anything runs
   std::this_thread::sleep_for(milliseconds(20));
-  ASSERT_EQ(meter.sample_once(), "");
+  ASSERT_EQ(meter.sample_once().message(), "");
   const Measured a0 = measured(a), b0 = measured(b);
   const auto began = steady_clock::now();
   Burn burn_a(base, a.c_str(), 2.0);
@@ -532,19 +532,19 @@ TEST(GpuTimeMeterAttribution, GarbageUsagePagesAndFoldersWithoutLimits) {
   GpuTimeMeterOptions options;
   options.shares_dir = base.shares();
   GpuTimeMeter meter(options);
-  meter.sample_once();  // primes; reports the bad limits page (a problem, not a failure)
+  meter.sample_once().ignore();  // primes; reports the bad limits page (a problem, not a failure)
   std::this_thread::sleep_for(milliseconds(20));
-  const std::string problems = meter.sample_once();
+  const std::string problems = meter.sample_once().message();
   EXPECT_NE(problems.find("bad-limits"), std::string::npos) << problems;
   Burn burn(base, good.c_str(), 1.0);
   auto next = steady_clock::now();
   while (burn.running()) {
-    meter.sample_once();
+    meter.sample_once().ignore();
     next += milliseconds(20);
     std::this_thread::sleep_until(next);
   }
   for (int i = 0; i < 5; ++i) {
-    meter.sample_once();
+    meter.sample_once().ignore();
     std::this_thread::sleep_for(milliseconds(20));
   }
   const auto report = burn.finish();
@@ -585,7 +585,7 @@ TEST(GpuTimeMeterQuota, CoresThirtyHoldsWithTheAgentsMeasurements) {
   GpuTimeMeterOptions options;
   options.shares_dir = base.shares();
   GpuTimeMeter meter(options);
-  ASSERT_EQ(meter.start(), "");
+  ASSERT_EQ(meter.start().message(), "");
   Burn burn(base, limited.c_str(), kSeconds);
   const auto report = burn.finish();
   meter.stop();
