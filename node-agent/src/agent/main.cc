@@ -45,8 +45,8 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   NodeAgent agent(config);
-  if (std::string error = agent.start(); !error.empty()) {
-    std::cerr << "tessera-node-agent: " << error << '\n';
+  if (tessera::Status started = agent.start(); !started.is_ok()) {
+    std::cerr << "tessera-node-agent: " << started.message() << '\n';
     return 1;
   }
 

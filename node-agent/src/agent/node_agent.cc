@@ -28,47 +28,49 @@ void log_report(const char* when, const ReconcileReport& report) {
 }
 }  // namespace
 
-NodeAgent::NodeAgent(AgentConfig config) : config_(std::move(config)) {}
+NodeAgent::NodeAgent(AgentConfig config, Clock& clock)
+    : config_(std::move(config)), clock_(clock) {}
 
 NodeAgent::~NodeAgent() {
   stop();
   if (lock_fd_ >= 0) close(lock_fd_);
 }
 
-std::string NodeAgent::lock_state_dir() {
+Status NodeAgent::lock_state_dir() {
   std::error_code ec;
   std::filesystem::create_directories(config_.state_dir, ec);
-  if (ec) return "cannot create " + config_.state_dir + ": " + ec.message();
+  if (ec) return internal_error("cannot create " + config_.state_dir + ": " + ec.message());
   const std::string path = config_.state_dir + "/agent.lock";
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return "cannot open " + path + ": " + std::strerror(errno);
+  if (fd < 0) return internal_error("cannot open " + path + ": " + std::strerror(errno));
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     char holder[32] = {};
     (void)!pread(fd, holder, sizeof holder - 1, 0);
     close(fd);
-    return "another tessera-node-agent (pid " + std::string(holder[0] ? holder : "unknown") +
-           ") is using " + config_.state_dir + " (" + path +
-           " is locked); one agent per state folder";
+    return failed_precondition("another tessera-node-agent (pid " +
+                               std::string(holder[0] ? holder : "unknown") + ") is using " +
+                               config_.state_dir + " (" + path +
+                               " is locked); one agent per state folder");
   }
   // The pid is for the message above only; the lock is what counts.
   const std::string pid = std::to_string(getpid());
   if (ftruncate(fd, 0) == 0) (void)!pwrite(fd, pid.data(), pid.size(), 0);
   lock_fd_ = fd;
-  return "";
+  return Status::ok();
 }
 
 ClaimPreparer& NodeAgent::preparer() {
   return *shares_;
 }
 
-std::string NodeAgent::start() {
-  if (config_.node_name.empty()) return "--node-name (NODE_NAME) is required";
-  if (auto e = lock_state_dir(); !e.empty()) return e;
+Status NodeAgent::start() {
+  if (config_.node_name.empty()) return invalid_argument("--node-name (NODE_NAME) is required");
+  if (Status locked = lock_state_dir(); !locked.is_ok()) return locked;
   KubeConnection connection;
   if (auto e = config_.kubeconfig.empty() ? in_cluster_connection(connection)
                                           : kubeconfig_connection(config_.kubeconfig, connection);
       !e.empty())
-    return e;
+    return invalid_argument(e);
   kube_ = std::make_unique<HttpKubeClient>(connection);
   slices_ =
       std::make_unique<SlicePublisher>(*kube_, SliceIdentity{kDriverName, config_.node_name, ""});
@@ -92,65 +94,76 @@ std::string NodeAgent::start() {
   options.measure_source = share::kMeasureAgent;
   shares_ = std::make_unique<ShareManager>(options, *kube_, std::vector<NodeDevice>{});
   ReconcileReport report;
-  if (auto e = shares_->start(&report); !e.empty()) return e;
+  if (auto e = shares_->start(&report); !e.empty()) return internal_error(e);
   log_report("start", report);
 
   DeviceMonitorOptions monitoring;
   monitoring.pool = config_.node_name;
   monitoring.inventory_interval = std::chrono::seconds(config_.device_poll_interval_s);
   monitor_ = std::make_unique<DeviceMonitor>(
-      monitoring, health_, [this](const std::vector<GpuInfo>& gpus) { return on_devices(gpus); });
-  if (auto e = monitor_->start(); !e.empty()) return e;
+      monitoring, health_, [this](const std::vector<GpuInfo>& gpus) { return on_devices(gpus); },
+      clock_);
+  if (Status monitoring_started = monitor_->start(); !monitoring_started.is_ok())
+    return monitoring_started;
 
   GpuTimeMeterOptions metering;
   metering.shares_dir = config_.state_dir + "/shares";
-  meter_ = std::make_unique<GpuTimeMeter>(metering);
-  if (auto e = meter_->start(); !e.empty())
+  meter_ = std::make_unique<GpuTimeMeter>(metering, clock_);
+  if (Status metering_started = meter_->start(); !metering_started.is_ok())
     std::cerr << "tessera-node-agent: GPU-time meter not running, so compute limits (cores) are "
                  "not enforced: "
-              << e << '\n';
+              << metering_started.message() << '\n';
 
-  if (config_.reconcile_interval_s > 0) reconciler_ = std::thread([this] { reconcile_loop(); });
-  return "";
+  if (config_.reconcile_interval_s > 0) {
+    auto loop = PeriodicLoop::start(clock_, std::chrono::seconds(config_.reconcile_interval_s),
+                                    [this] { reconcile_pass(); });
+    if (!loop.is_ok()) return loop.status().with_context("cannot start the reconcile loop");
+    reconciler_ = std::move(loop).value();
+  }
+  return Status::ok();
 }
 
-std::string NodeAgent::on_devices(const std::vector<GpuInfo>& gpus) {
+Status NodeAgent::on_devices(const std::vector<GpuInfo>& gpus) {
   // Claims are checked against the new list at once; the API learns it next (a failed publish is
   // retried by the monitor, and the scheduler keeps using the old slices meanwhile).
   shares_->set_devices(node_devices(gpus));
   return publish(gpus);
 }
 
-std::string NodeAgent::publish(const std::vector<GpuInfo>& gpus) {
+Status NodeAgent::publish(const std::vector<GpuInfo>& gpus) {
   std::lock_guard lock(slices_mutex_);
-  if (auto e = slices_->publish(gpus); !e.empty()) return "cannot publish ResourceSlices: " + e;
+  if (auto e = slices_->publish(gpus); !e.empty())
+    return unavailable("cannot publish ResourceSlices: " + e);
   if (slices_->writes() > 0)
     std::cerr << "tessera-node-agent: published " << gpus.size() << " GPUs in " << slices_->writes()
               << " ResourceSlice writes (pool generation " << slices_->generation() << ")\n";
-  return "";
+  return Status::ok();
 }
 
-void NodeAgent::reconcile_loop() {
-  std::unique_lock lock(loop_mutex_);
-  while (!loop_wake_.wait_for(lock, std::chrono::seconds(config_.reconcile_interval_s),
-                              [this] { return stopping_; })) {
-    lock.unlock();
-    log_report("periodic", shares_->reconcile());
-    // The API side too: a slice deleted or edited by someone else is put back (no writes when
-    // the API already matches).
-    if (auto e = publish(monitor_->devices()); !e.empty())
-      std::cerr << "tessera-node-agent: reconcile (periodic): " << e << '\n';
-    lock.lock();
-  }
+void NodeAgent::reconcile_pass() {
+  log_report("periodic", shares_->reconcile());
+  // The API side too: a slice deleted or edited by someone else is put back (no writes when the
+  // API already matches).
+  if (Status published = publish(monitor_->devices()); !published.is_ok())
+    std::cerr << "tessera-node-agent: reconcile (periodic): " << published.message() << '\n';
+}
+
+std::uint64_t NodeAgent::reconcile_passes() const {
+  return reconciler_ ? reconciler_->ticks() : 0;
+}
+
+bool NodeAgent::wait_for_reconcile_passes(std::uint64_t count,
+                                          std::chrono::milliseconds timeout) const {
+  return reconciler_ && reconciler_->wait_for_ticks(count, timeout);
+}
+
+bool NodeAgent::wait_for_device_turns(std::uint64_t count,
+                                      std::chrono::milliseconds timeout) const {
+  return monitor_ && monitor_->wait_for_turns(count, timeout);
 }
 
 void NodeAgent::stop() {
-  {
-    std::lock_guard lock(loop_mutex_);
-    stopping_ = true;
-  }
-  loop_wake_.notify_all();
-  if (reconciler_.joinable()) reconciler_.join();
+  reconciler_.reset();  // joins: no pass runs past here
   if (meter_) meter_->stop();
   if (monitor_) monitor_->stop();
 }

@@ -5,17 +5,20 @@
 // kubelet plugin sockets.
 #pragma once
 
-#include <condition_variable>
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "agent/agent_config.h"
+#include "clock/clock.h"
+#include "clock/periodic_loop.h"
 #include "devices/device_health.h"
 #include "model/claim_preparer.h"
 #include "tessera/gpu_info.h"
+#include "tessera/status.h"
 
 namespace tessera::agent {
 
@@ -29,7 +32,9 @@ class TimeSliceBackend;
 
 class NodeAgent {
  public:
-  explicit NodeAgent(AgentConfig config);
+  // `clock` paces the device monitor, the GPU-time meter and the reconcile loop (tests pass a
+  // SimulatedClock); it outlives the agent.
+  explicit NodeAgent(AgentConfig config, Clock& clock = real_clock());
   ~NodeAgent();
   NodeAgent(const NodeAgent&) = delete;
   NodeAgent& operator=(const NodeAgent&) = delete;
@@ -37,8 +42,8 @@ class NodeAgent {
   // Takes the state folder (one agent per folder: a second one, e.g. a surge pod of a rolling
   // update, is refused until the first exits), connects to the API server, loads the checkpoint
   // and reconciles the host with it, lists the GPUs and publishes them, then starts the monitor,
-  // the GPU-time meter and the reconcile loop. "" or why not.
-  std::string start();
+  // the GPU-time meter and the reconcile loop. Ok or why not.
+  Status start();
   // Stops the loops (the share state stays on disk for the next start).
   void stop();
 
@@ -46,13 +51,23 @@ class NodeAgent {
   const DeviceHealthProvider& health() const { return health_; }
   ShareManager& shares() { return *shares_; }
 
+  // Reconcile passes completed since start() (0 without the loop), and a bounded wait for a count
+  // of them: tests advance their clock by the interval and wait for the pass.
+  std::uint64_t reconcile_passes() const;
+  bool wait_for_reconcile_passes(
+      std::uint64_t count, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+  // The same for the device monitor's turns.
+  bool wait_for_device_turns(std::uint64_t count,
+                             std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+
  private:
-  std::string lock_state_dir();
-  std::string on_devices(const std::vector<GpuInfo>& gpus);
-  std::string publish(const std::vector<GpuInfo>& gpus);
-  void reconcile_loop();
+  Status lock_state_dir();
+  Status on_devices(const std::vector<GpuInfo>& gpus);
+  Status publish(const std::vector<GpuInfo>& gpus);
+  void reconcile_pass();
 
   AgentConfig config_;
+  Clock& clock_;
   int lock_fd_ = -1;  // <state-dir>/agent.lock, held (flock) while this agent lives
   std::unique_ptr<HttpKubeClient> kube_;
   std::mutex slices_mutex_;  // the monitor's thread and the reconcile loop both publish
@@ -63,11 +78,7 @@ class NodeAgent {
   DeviceHealthBoard health_;
   std::unique_ptr<DeviceMonitor> monitor_;
   std::unique_ptr<GpuTimeMeter> meter_;
-
-  std::mutex loop_mutex_;
-  std::condition_variable loop_wake_;
-  bool stopping_ = false;
-  std::thread reconciler_;
+  std::unique_ptr<PeriodicLoop> reconciler_;  // after what its passes use
 };
 
 }  // namespace tessera::agent

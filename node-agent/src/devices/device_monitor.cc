@@ -11,6 +11,9 @@
 namespace tessera::agent {
 namespace {
 
+// Events taken per turn: a device raising XIDs in a storm cannot keep the turn from the inventory.
+constexpr int kMaxEventsPerTurn = 64;
+
 // Application errors (docs.nvidia.com/deploy/xid-errors): the GPU itself is fine. The same list
 // as the NVIDIA device plugin's ignoredXids (internal/rm/health.go).
 constexpr unsigned long long kApplicationXids[] = {
@@ -87,49 +90,47 @@ struct DeviceMonitor::Nvml {
 };
 
 DeviceMonitor::DeviceMonitor(DeviceMonitorOptions options, DeviceHealthSink health,
-                             DevicesCallback on_devices)
+                             DevicesCallback on_devices, Clock& clock)
     : options_(std::move(options)),
       health_(std::move(health)),
-      on_devices_(std::move(on_devices)) {}
+      on_devices_(std::move(on_devices)),
+      clock_(clock) {}
 
 DeviceMonitor::~DeviceMonitor() {
   stop();
 }
 
-std::string DeviceMonitor::start() {
-  if (thread_.joinable()) return "the device monitor is already running";
+Status DeviceMonitor::start() {
+  if (loop_) return failed_precondition("the device monitor is already running");
   nvml_ = std::make_unique<Nvml>();
   if (std::string error = nvml_->load(options_.nvml_library); !error.empty()) {
     nvml_->release();
     nvml_.reset();
-    return error;
+    return unavailable(error);
   }
   std::vector<GpuInfo> gpus;
   if (std::string error = options_.list(gpus); !error.empty()) {
     nvml_->release();
     nvml_.reset();
-    return "cannot list the GPUs: " + error;
-  }
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = false;
+    return unavailable("cannot list the GPUs: " + error);
   }
   apply_inventory(gpus);
   register_events();
   pending_ = true;
-  deliver();  // an error is logged; the thread retries
-  next_inventory_ = std::chrono::steady_clock::now() + options_.inventory_interval;
-  thread_ = std::thread([this] { run(); });
-  return "";
+  deliver();  // an error is logged; the loop retries
+  next_inventory_ = clock_.now() + options_.inventory_interval;
+  auto loop = PeriodicLoop::start(clock_, options_.poll_interval, [this] { turn(); });
+  if (!loop.is_ok()) {
+    nvml_->release();
+    nvml_.reset();
+    return loop.status().with_context("cannot start the device monitor");
+  }
+  loop_ = std::move(loop).value();
+  return Status::ok();
 }
 
 void DeviceMonitor::stop() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  loop_.reset();  // joins: the NVML below is no longer used
   if (nvml_) {
     nvml_->release();
     nvml_.reset();
@@ -146,24 +147,22 @@ bool DeviceMonitor::events_supported() const {
   return events_supported_;
 }
 
-void DeviceMonitor::run() {
-  for (;;) {
-    {
-      std::lock_guard lock(mutex_);
-      if (stopping_) return;
-    }
-    handle_event_turn();  // blocks up to event_wait
-    {
-      std::lock_guard lock(mutex_);
-      if (stopping_) return;
-    }
-    if (std::chrono::steady_clock::now() >= next_inventory_) inventory_turn();
-    if (pending_) deliver();
-  }
+std::uint64_t DeviceMonitor::turns() const {
+  return loop_ ? loop_->ticks() : 0;
+}
+
+bool DeviceMonitor::wait_for_turns(std::uint64_t count, std::chrono::milliseconds timeout) const {
+  return loop_ && loop_->wait_for_ticks(count, timeout);
+}
+
+void DeviceMonitor::turn() {
+  collect_events();
+  if (clock_.now() >= next_inventory_) inventory_turn();
+  if (pending_) deliver();
 }
 
 void DeviceMonitor::inventory_turn() {
-  next_inventory_ = std::chrono::steady_clock::now() + options_.inventory_interval;
+  next_inventory_ = clock_.now() + options_.inventory_interval;
   std::vector<GpuInfo> gpus;
   if (std::string error = options_.list(gpus); !error.empty()) {
     // A lost GPU can fail the whole listing: keep the last list (and its health) rather than
@@ -192,8 +191,8 @@ void DeviceMonitor::inventory_turn() {
 
 void DeviceMonitor::deliver() {
   std::vector<GpuInfo> gpus = devices();
-  if (std::string error = on_devices_(gpus); !error.empty()) {
-    log_once(last_deliver_error_, "cannot publish the GPUs (retrying): " + error);
+  if (const Status delivered = on_devices_(gpus); !delivered.is_ok()) {
+    log_once(last_deliver_error_, "cannot publish the GPUs (retrying): " + delivered.message());
     return;
   }
   if (!last_deliver_error_.empty()) log("published the GPUs after the earlier error");
@@ -284,38 +283,37 @@ void DeviceMonitor::register_events() {
   events_supported_ = nvml.set != nullptr;
 }
 
-void DeviceMonitor::handle_event_turn() {
+void DeviceMonitor::collect_events() {
   Nvml& nvml = *nvml_;
-  auto pause = [&] {
-    std::unique_lock lock(mutex_);
-    wake_.wait_for(lock, options_.event_wait, [&] { return stopping_; });
-  };
-  if (nvml.set == nullptr) return pause();
-  nvmlEventData_t event{};
-  const nvmlReturn_t r =
-      nvml.set_wait(nvml.set, &event, static_cast<unsigned>(options_.event_wait.count()));
-  if (r == NVML_ERROR_TIMEOUT) return;
-  if (r != NVML_SUCCESS) {
-    log_once(last_wait_error_, std::string("nvmlEventSetWait_v2 failed: ") + nvml.error_string(r));
-    return pause();  // no busy loop on a persistent error
+  if (nvml.set == nullptr) return;
+  for (int taken = 0; taken < kMaxEventsPerTurn; ++taken) {
+    nvmlEventData_t event{};
+    const nvmlReturn_t r = nvml.set_wait(nvml.set, &event, 0);  // what is there, no waiting
+    if (r == NVML_ERROR_TIMEOUT) return;
+    if (r != NVML_SUCCESS) {
+      // Logged once; tried again next turn (the loop's pace: no busy loop on a lasting error).
+      log_once(last_wait_error_,
+               std::string("nvmlEventSetWait_v2 failed: ") + nvml.error_string(r));
+      return;
+    }
+    last_wait_error_.clear();
+    if ((event.eventType & nvmlEventTypeXidCriticalError) == 0) continue;
+    const auto registered = nvml.uuid_of.find(event.device);
+    if (registered == nvml.uuid_of.end()) continue;
+    const std::string& uuid = registered->second;
+    std::string name;
+    for (const NodeDevice& device : node_devices(devices()))
+      if (device.uuid == uuid) name = device.name;
+    if (name.empty()) continue;
+    const std::string xid = std::to_string(event.eventData);
+    if (!xid_marks_unhealthy(event.eventData)) {
+      log(name + " (" + uuid + "): XID " + xid + " (an application error): still Healthy");
+      continue;
+    }
+    log(name + " (" + uuid + "): XID " + xid + ": marked Unhealthy");
+    unhealthy_uuids_.insert(uuid);
+    report(name, DeviceHealthState::kUnhealthy);
   }
-  last_wait_error_.clear();
-  if ((event.eventType & nvmlEventTypeXidCriticalError) == 0) return;
-  const auto registered = nvml.uuid_of.find(event.device);
-  if (registered == nvml.uuid_of.end()) return;
-  const std::string& uuid = registered->second;
-  std::string name;
-  for (const NodeDevice& device : node_devices(devices()))
-    if (device.uuid == uuid) name = device.name;
-  if (name.empty()) return;
-  const std::string xid = std::to_string(event.eventData);
-  if (!xid_marks_unhealthy(event.eventData)) {
-    log(name + " (" + uuid + "): XID " + xid + " (an application error): still Healthy");
-    return;
-  }
-  log(name + " (" + uuid + "): XID " + xid + ": marked Unhealthy");
-  unhealthy_uuids_.insert(uuid);
-  report(name, DeviceHealthState::kUnhealthy);
 }
 
 void DeviceMonitor::report(const std::string& name, DeviceHealthState state) {

@@ -1,12 +1,12 @@
-// DeviceMonitor keeps the node's published GPUs and their health current: it re-lists the GPUs
-// (NVML inventory) every inventory_interval and hands a changed list to on_devices (the agent
-// republishes ResourceSlices), and it waits on NVML XID events to mark devices Unhealthy on the
-// health board. NVML is loaded with dlopen, so the agent starts (and start() says why it cannot
-// monitor) on a node without a driver.
+// DeviceMonitor keeps the node's published GPUs and their health current. Every turn
+// (poll_interval, on a PeriodicLoop) it collects the NVML XID events that arrived (marking devices
+// Unhealthy on the health board), re-lists the GPUs (NVML inventory) once inventory_interval has
+// passed and hands a changed list to on_devices (the agent republishes ResourceSlices), and retries
+// a failed delivery. NVML is loaded with dlopen, so the agent starts (and start() says why it
+// cannot monitor) on a node without a driver.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -14,18 +14,22 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "clock/clock.h"
+#include "clock/periodic_loop.h"
 #include "devices/device_health.h"
 #include "tessera/gpu_info.h"
+#include "tessera/status.h"
 
 namespace tessera::agent {
 
 struct DeviceMonitorOptions {
   std::string pool;                                     // the node name
   std::chrono::milliseconds inventory_interval{30000};  // re-list GPUs this often
-  std::chrono::milliseconds event_wait{1000};  // NVML event wait per loop turn; bounds stop()
+  // One turn: collect the XID events NVML holds (never blocking in NVML, so stop() is prompt),
+  // re-list when due, retry a failed delivery. Bounds how late an XID reaches the board.
+  std::chrono::milliseconds poll_interval{1000};
   // The inventory source. Tests swap it to change the device list.
   std::function<std::string(std::vector<GpuInfo>&)> list = tessera::list_gpus;
   // The NVML library for events (tests name a missing one).
@@ -45,29 +49,33 @@ bool xid_marks_unhealthy(unsigned long long xid);
 
 class DeviceMonitor {
  public:
-  // on_devices(gpus) is called from start() and then from the monitor thread whenever the list
-  // differs from the last one delivered; an error is retried on the next turn (every event_wait)
-  // until it succeeds, always with the newest list.
-  using DevicesCallback = std::function<std::string(const std::vector<GpuInfo>&)>;
+  // on_devices(gpus) is called from start() and then from the monitor's loop whenever the list
+  // differs from the last one delivered; an error is retried on the next turn (every
+  // poll_interval) until it succeeds, always with the newest list.
+  using DevicesCallback = std::function<Status(const std::vector<GpuInfo>&)>;
 
-  DeviceMonitor(DeviceMonitorOptions options, DeviceHealthSink health, DevicesCallback on_devices);
+  // `clock` paces the turns and the inventory (tests pass a SimulatedClock); it outlives the
+  // monitor.
+  DeviceMonitor(DeviceMonitorOptions options, DeviceHealthSink health, DevicesCallback on_devices,
+                Clock& clock = real_clock());
   // Convenience for the agent, which links the board's library.
-  DeviceMonitor(DeviceMonitorOptions options, DeviceHealthBoard& board, DevicesCallback on_devices)
+  DeviceMonitor(DeviceMonitorOptions options, DeviceHealthBoard& board, DevicesCallback on_devices,
+                Clock& clock = real_clock())
       : DeviceMonitor(std::move(options),
                       DeviceHealthSink{[&board](const DeviceHealthReport& r) { board.set(r); },
                                        [&board](const std::string& pool, const std::string& name) {
                                          board.remove(pool, name);
                                        }},
-                      std::move(on_devices)) {}
+                      std::move(on_devices), clock) {}
   ~DeviceMonitor();
   DeviceMonitor(const DeviceMonitor&) = delete;
   DeviceMonitor& operator=(const DeviceMonitor&) = delete;
 
   // Loads NVML, lists the GPUs, reports them all Healthy, calls on_devices (an error there is
-  // logged and retried by the thread) and starts the thread. Returns "" or why nothing started
-  // (NVML missing, the first listing failed).
-  std::string start();
-  // Stops the thread (within about event_wait) and releases NVML. Safe to call twice.
+  // logged and retried by the loop) and starts the loop. Returns ok or why nothing started
+  // (NVML missing: unavailable; the first listing failed: unavailable; already running).
+  Status start();
+  // Stops the loop (waiting only for a turn in progress) and releases NVML. Safe to call twice.
   void stop();
 
   // The last successful listing.
@@ -75,36 +83,42 @@ class DeviceMonitor {
   // Whether NVML events are watched (false: inventory polling only).
   bool events_supported() const;
 
- private:
-  struct Nvml;  // the dlopen'ed entry points and the event set (monitor thread only after start)
+  // Turns completed since start() (0 when stopped), and a bounded wait for a count of them: tests
+  // advance their clock by poll_interval and wait for the turn instead of sleeping.
+  std::uint64_t turns() const;
+  bool wait_for_turns(std::uint64_t count,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
 
-  void run();
+ private:
+  struct Nvml;  // the dlopen'ed entry points and the event set (the loop's thread after start)
+
+  void turn();
   void inventory_turn();
   void deliver();
   void apply_inventory(const std::vector<GpuInfo>& gpus);
   void register_events();
-  void handle_event_turn();
+  void collect_events();
   void report(const std::string& name, DeviceHealthState state);
   void log_once(std::string& last, const std::string& message);
 
   DeviceMonitorOptions options_;
   DeviceHealthSink health_;
   DevicesCallback on_devices_;
+  Clock& clock_;
   std::unique_ptr<Nvml> nvml_;
 
-  mutable std::mutex mutex_;  // guards listed_, events_supported_, stopping_
-  std::condition_variable wake_;
+  mutable std::mutex mutex_;  // guards listed_, events_supported_
   std::vector<GpuInfo> listed_;
   bool events_supported_ = false;
-  bool stopping_ = false;
-  std::thread thread_;
 
-  // Monitor thread only (and start() before the thread exists).
+  // The loop's thread only (and start() before the loop exists).
   bool pending_ = false;                   // listed_ not yet delivered to on_devices
   std::set<std::string> unhealthy_uuids_;  // stays Unhealthy while listed
-  std::chrono::steady_clock::time_point next_inventory_;
+  Clock::time_point next_inventory_;
   std::string last_list_error_, last_deliver_error_, last_wait_error_;
   bool logged_no_events_ = false;
+
+  std::unique_ptr<PeriodicLoop> loop_;  // last: its turns use everything above
 };
 
 }  // namespace tessera::agent

@@ -111,7 +111,8 @@ struct GpuTimeMeter::Gpu {
   bool named = false;  // named by an agent-measured share in the current rescan
 };
 
-GpuTimeMeter::GpuTimeMeter(GpuTimeMeterOptions options) : options_(std::move(options)) {
+GpuTimeMeter::GpuTimeMeter(GpuTimeMeterOptions options, Clock& clock)
+    : options_(std::move(options)), clock_(clock) {
   if (options_.period.count() <= 0) options_.period = std::chrono::milliseconds(20);
   if (options_.pid_refresh.count() <= 0) options_.pid_refresh = std::chrono::milliseconds(500);
 }
@@ -128,54 +129,50 @@ std::string GpuTimeMeter::load_nvml() {
   return "";
 }
 
-std::string GpuTimeMeter::start() {
-  if (thread_.joinable()) return "the gpu-time meter is already running";
+Status GpuTimeMeter::start() {
+  if (loop_) return failed_precondition("the gpu-time meter is already running");
   {
     std::lock_guard lock(mutex_);
-    if (std::string error = load_nvml(); !error.empty()) return error;
+    if (std::string error = load_nvml(); !error.empty()) return unavailable(error);
   }
-  {
-    std::lock_guard lock(run_mutex_);
-    stopping_ = false;
-  }
-  thread_ = std::thread([this] { run(); });
-  return "";
+  last_loop_problem_.clear();
+  // A pass that overruns the period skips the missed ones: no burst of catch-up passes.
+  auto loop = PeriodicLoop::start(
+      clock_, options_.period, [this] { loop_pass(); }, PeriodicLoop::FirstTick::kAtOnce);
+  if (!loop.is_ok()) return loop.status().with_context("cannot start the gpu-time meter");
+  loop_ = std::move(loop).value();
+  return Status::ok();
 }
 
 void GpuTimeMeter::stop() {
+  loop_.reset();
+}
+
+void GpuTimeMeter::loop_pass() {
+  std::string problem;
   {
-    std::lock_guard lock(run_mutex_);
-    stopping_ = true;
+    std::lock_guard lock(mutex_);
+    problem = pass();
   }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void GpuTimeMeter::run() {
-  std::string last_problem;
-  auto next = std::chrono::steady_clock::now();
-  while (true) {
-    std::string problem;
-    {
-      std::lock_guard lock(mutex_);
-      problem = pass();
-    }
-    if (problem != last_problem) {  // one line per change, not one per period
-      log(problem.empty() ? "measuring again" : problem);
-      last_problem = problem;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    next += options_.period;
-    if (next < now) next = now + options_.period;  // fell behind: no burst of catch-up passes
-    std::unique_lock lock(run_mutex_);
-    if (wake_.wait_until(lock, next, [this] { return stopping_; })) return;
+  if (problem != last_loop_problem_) {  // one line per change, not one per period
+    log(problem.empty() ? "measuring again" : problem);
+    last_loop_problem_ = problem;
   }
 }
 
-std::string GpuTimeMeter::sample_once() {
+uint64_t GpuTimeMeter::loop_passes() const {
+  return loop_ ? loop_->ticks() : 0;
+}
+
+bool GpuTimeMeter::wait_for_loop_passes(uint64_t count, std::chrono::milliseconds timeout) const {
+  return loop_ && loop_->wait_for_ticks(count, timeout);
+}
+
+Status GpuTimeMeter::sample_once() {
   std::lock_guard lock(mutex_);
-  if (std::string error = load_nvml(); !error.empty()) return error;
-  return pass();
+  if (std::string error = load_nvml(); !error.empty()) return unavailable(error);
+  if (std::string problems = pass(); !problems.empty()) return unavailable(std::move(problems));
+  return Status::ok();
 }
 
 GpuTimeMeterStats GpuTimeMeter::stats() const {
@@ -282,7 +279,7 @@ std::string GpuTimeMeter::pass() {
     problems += (problems.empty() ? "" : "; ") + problem;
   };
   ++stats_.passes;
-  const auto now = std::chrono::steady_clock::now();
+  const Clock::time_point now = clock_.now();
   if (now >= next_rescan_) {
     rescan_problems_.clear();
     rescan(rescan_problems_);

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -16,9 +15,11 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "clock/clock.h"
+#include "clock/periodic_loop.h"
+#include "tessera/status.h"
 #include "usage/share_processes.h"
 
 namespace tessera::agent {
@@ -35,7 +36,7 @@ struct GpuTimeMeterOptions {
 
 // What the meter did so far (for logs, metrics and tests).
 struct GpuTimeMeterStats {
-  uint64_t passes = 0;           // sample_once() calls (thread or caller)
+  uint64_t passes = 0;           // passes run (the meter's loop or sample_once())
   uint64_t windows = 0;          // NVML windows measured (per GPU, not counting priming)
   uint64_t publications = 0;     // measured[] updates (per share and device)
   uint64_t nvml_errors = 0;      // queries that failed (GPU lost, ...): nothing published
@@ -49,23 +50,32 @@ struct GpuTimeMeterStats {
 
 class GpuTimeMeter {
  public:
-  explicit GpuTimeMeter(GpuTimeMeterOptions options);
-  ~GpuTimeMeter();  // stops the thread; shuts NVML down
+  // `clock` paces the loop and the rescans (tests pass a SimulatedClock); it outlives the meter.
+  // The figures themselves are stamped with the real clocks NVML and the shim read.
+  explicit GpuTimeMeter(GpuTimeMeterOptions options, Clock& clock = real_clock());
+  ~GpuTimeMeter();  // stops the loop; shuts NVML down
   GpuTimeMeter(const GpuTimeMeter&) = delete;
   GpuTimeMeter& operator=(const GpuTimeMeter&) = delete;
 
-  // Loads and initialises NVML, then runs sample_once() every period on a thread. Returns what
-  // went wrong (NVML missing or failing, already running): the agent then runs without the meter.
-  std::string start();
-  // Stops the thread (within one wake-up: no sleep outlives it). Idempotent.
+  // Loads and initialises NVML, then runs a pass at once and one every period on a PeriodicLoop.
+  // Returns what went wrong (NVML missing or failing: unavailable; already running): the agent
+  // then runs without the meter.
+  Status start();
+  // Stops the loop (waiting only for a pass in progress). Idempotent.
   void stop();
 
   // One pass: rescan if due, one NVML query per GPU that an agent-measured share names, publish.
-  // Loads NVML on first use. Returns "" or the problems of this pass (the pass still publishes
-  // what it could: a bad share folder never stops the others).
-  std::string sample_once();
+  // Loads NVML on first use. Returns ok or the problems of this pass, "; "-separated (the pass
+  // still publishes what it could: a bad share folder never stops the others).
+  Status sample_once();
 
   GpuTimeMeterStats stats() const;
+
+  // Passes the loop completed since start() (0 when stopped), and a bounded wait for a count of
+  // them: tests advance their clock by the period and wait for the pass instead of sleeping.
+  uint64_t loop_passes() const;
+  bool wait_for_loop_passes(uint64_t count,
+                            std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
 
  private:
   struct Nvml;
@@ -77,23 +87,22 @@ class GpuTimeMeter {
   void rescan(std::string& problems);
   void read_owners(Share& share);
   std::optional<uint64_t> owner_of(int host_pid);
-  void run();
+  void loop_pass();
 
   GpuTimeMeterOptions options_;
+  Clock& clock_;
   mutable std::mutex mutex_;  // one pass at a time; guards everything below
   std::unique_ptr<Nvml> nvml_;
   std::vector<std::unique_ptr<Share>> shares_;
   std::vector<std::unique_ptr<Gpu>> gpus_;
   std::map<int, std::optional<uint64_t>> owner_cache_;  // host pid -> owner word, per rescan
   std::set<uint64_t> strangers_;  // owner words in no share's page (usage pages re-read since)
-  std::chrono::steady_clock::time_point next_rescan_{};
+  Clock::time_point next_rescan_{};
   std::string rescan_problems_;  // what the last rescan found wrong
   GpuTimeMeterStats stats_;
 
-  std::mutex run_mutex_;  // the thread's sleep and stop flag
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::thread thread_;
+  std::string last_loop_problem_;       // the loop's thread only: one log line per change
+  std::unique_ptr<PeriodicLoop> loop_;  // last: its passes use everything above
 };
 
 }  // namespace tessera::agent

@@ -3,19 +3,20 @@
 // stream), a local HTTPS API server, the simulated GPU's NVML, and recording doubles of the MPS
 // control program and nvidia-smi.
 #include "agent/node_agent.h"
+#include "devices/device_monitor.h"
 
 #include <stdlib.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include <gtest/gtest.h>
 
 #include "backend_doubles.h"
 #include "backends/mps_backend.h"
 #include "claim_fixture.h"
+#include "clock/clock.h"
 #include "fake_api_server.h"
 #include "plugin_server.h"
 #include "share/share_manager.h"
@@ -89,6 +90,9 @@ class NodeAgentTest : public ::testing::Test {
                    make_claim("claim-" + uid, uid, shares, configs).dump());
   }
 
+  // The agent's loops run on it: the reconcile loop's and the device monitor's intervals pass when
+  // a test advances it. Outlives the agents (declared before them in each test).
+  SimulatedClock clock_;
   RecordingDoubles doubles_;
   fs::path base_, sockets_;
   FakeApiServer api_;
@@ -96,8 +100,8 @@ class NodeAgentTest : public ::testing::Test {
 };
 
 TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
-  NodeAgent agent(config_);
-  ASSERT_EQ(agent.start(), "");
+  NodeAgent agent(config_, clock_);
+  ASSERT_EQ(agent.start().message(), "");
   PluginServerOptions options;
   options.driver_name = kDriverName;
   options.registry_dir = config_.kubelet_registry_dir;
@@ -152,14 +156,15 @@ TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
   // The reconcile loop repairs a share folder deleted by hand within its interval.
   const std::string share_a = config_.state_dir + "/shares/" + kQuotaUid + "-gpu-0-s-a";
   fs::remove_all(share_a);
-  for (int i = 0; i < 300 && !fs::exists(share_a + "/limits"); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(agent.reconcile_passes(), 0u);  // the interval has not passed yet
+  clock_.advance(std::chrono::seconds(config_.reconcile_interval_s));
+  ASSERT_TRUE(agent.wait_for_reconcile_passes(1));
   EXPECT_TRUE(fs::exists(share_a + "/limits"));
 
   // ...and the API side: slices deleted by someone else are published again.
   api_.delete_slices();
-  for (int i = 0; i < 300 && api_.stored_slices().empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  clock_.advance(std::chrono::seconds(config_.reconcile_interval_s));
+  ASSERT_TRUE(agent.wait_for_reconcile_passes(2));
   ASSERT_EQ(api_.stored_slices().size(), 1u);
   EXPECT_EQ(api_.stored_slices().begin()->second["spec"]["devices"][0]["name"], "gpu-0");
 
@@ -174,6 +179,7 @@ TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
   EXPECT_EQ(health.devices(0).device().device_name(), "gpu-0");
   EXPECT_EQ(health.devices(0).health(), v1alpha1::HEALTHY);
   ASSERT_EQ(std::system((std::string(SIMGPU_CTL) + " health 0 unhealthy").c_str()), 0);
+  clock_.advance(DeviceMonitorOptions{}.poll_interval);  // the monitor's turn that collects it
   bool unhealthy = false;
   while (!unhealthy && stream->Read(&health))
     unhealthy = health.devices_size() == 1 && health.devices(0).health() == v1alpha1::UNHEALTHY;
@@ -214,18 +220,20 @@ TEST_F(NodeAgentTest, PrintsTheResourceSlicesItWouldPublish) {
 TEST_F(NodeAgentTest, StartSaysWhyItCannotRun) {
   config_.kubeconfig = (base_ / "missing-kubeconfig").string();
   NodeAgent agent(config_);
-  EXPECT_NE(agent.start().find("missing-kubeconfig"), std::string::npos);
+  EXPECT_NE(agent.start().message().find("missing-kubeconfig"), std::string::npos);
 }
 
 // Two agents on one state folder would each take the other's shares for orphans: the second is
 // refused (as a surge pod of a rolling update is, until the old pod has exited).
 TEST_F(NodeAgentTest, OneAgentPerStateFolder) {
   NodeAgent first(config_);
-  ASSERT_EQ(first.start(), "");
+  ASSERT_EQ(first.start().message(), "");
   NodeAgent second(config_);
-  EXPECT_EQ(second.start(), "another tessera-node-agent (pid " + std::to_string(getpid()) +
-                                ") is using " + config_.state_dir + " (" + config_.state_dir +
-                                "/agent.lock is locked); one agent per state folder");
+  const Status refused = second.start();
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.message(), "another tessera-node-agent (pid " + std::to_string(getpid()) +
+                                   ") is using " + config_.state_dir + " (" + config_.state_dir +
+                                   "/agent.lock is locked); one agent per state folder");
   first.stop();
 }
 

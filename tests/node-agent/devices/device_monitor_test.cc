@@ -11,10 +11,10 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include <gtest/gtest.h>
 
+#include "clock/clock.h"
 #include "devices/resource_slices.h"
 #include "fake_api_server.h"
 #include "kube/http_kube_client.h"
@@ -79,13 +79,13 @@ struct Recorder {
   std::mutex mutex;
   std::condition_variable changed;
   std::vector<std::vector<GpuInfo>> calls;
-  std::function<std::string(const std::vector<GpuInfo>&)> reply = [](const auto&) {
-    return std::string();
+  std::function<Status(const std::vector<GpuInfo>&)> reply = [](const auto&) {
+    return Status::ok();
   };
 
   DeviceMonitor::DevicesCallback callback() {
     return [this](const std::vector<GpuInfo>& gpus) {
-      std::string error = reply(gpus);
+      Status error = reply(gpus);
       {
         std::lock_guard lock(mutex);
         calls.push_back(gpus);
@@ -126,12 +126,24 @@ bool wait_for_state(const DeviceHealthBoard& board, const std::string& name,
   }
 }
 
+// On simulated time: every turn lists the GPUs again (the inventory is due at each one).
 DeviceMonitorOptions fast_options() {
   DeviceMonitorOptions options;
   options.pool = "node-a";
   options.inventory_interval = milliseconds(20);
-  options.event_wait = milliseconds(20);
+  options.poll_interval = milliseconds(20);
   return options;
+}
+
+// Moves the simulated time on by `turns` poll intervals, one at a time, each time until the
+// monitor has finished that turn: what the turns did (or did not do) is then settled, no guess.
+void run_turns(SimulatedClock& clock, const DeviceMonitor& monitor, int turns = 1,
+               milliseconds interval = fast_options().poll_interval) {
+  for (int i = 0; i < turns; ++i) {
+    const std::uint64_t done = monitor.turns();
+    clock.advance(interval);
+    ASSERT_TRUE(monitor.wait_for_turns(done + 1)) << "turn " << done + 1 << " did not run";
+  }
 }
 
 std::vector<std::string> device_names(const json& slice) {
@@ -142,11 +154,12 @@ std::vector<std::string> device_names(const json& slice) {
 
 TEST(DeviceMonitor, StartPublishesTheSimulatedGpusAllHealthy) {
   in_simulator([] {
+    SimulatedClock clock;
     DeviceHealthBoard board;
     Recorder recorder;
-    DeviceMonitor monitor(fast_options(), board, recorder.callback());
+    DeviceMonitor monitor(fast_options(), board, recorder.callback(), clock);
     const std::int64_t before = std::time(nullptr);
-    ASSERT_EQ(monitor.start(), "");
+    ASSERT_EQ(monitor.start().message(), "");
     ASSERT_EQ(recorder.count(), 1u);
     const std::vector<GpuInfo> gpus = recorder.call(0);
     ASSERT_EQ(gpus.size(), 2u);
@@ -169,7 +182,7 @@ TEST(DeviceMonitor, StartPublishesTheSimulatedGpusAllHealthy) {
     EXPECT_EQ(snapshot.devices[1].device_name, "gpu-1");
 
     // Many inventory turns with the same GPUs: nothing is published again.
-    std::this_thread::sleep_for(milliseconds(300));
+    run_turns(clock, monitor, 15);
     EXPECT_EQ(recorder.count(), 1u);
     EXPECT_EQ(board.snapshot().devices.size(), 2u);
   });
@@ -177,17 +190,19 @@ TEST(DeviceMonitor, StartPublishesTheSimulatedGpusAllHealthy) {
 
 TEST(DeviceMonitor, XidEventMarksThatDeviceUnhealthy) {
   in_simulator([] {
+    SimulatedClock clock;
     DeviceHealthBoard board;
     Recorder recorder;
-    DeviceMonitor monitor(fast_options(), board, recorder.callback());
-    ASSERT_EQ(monitor.start(), "");
+    DeviceMonitor monitor(fast_options(), board, recorder.callback(), clock);
+    ASSERT_EQ(monitor.start().message(), "");
     simgpu_ctl("health 1 unhealthy");  // the simulator raises XID 79 (fallen off the bus)
+    run_turns(clock, monitor);         // the turn that collects it
     ASSERT_TRUE(wait_for_state(board, "gpu-1", DeviceHealthState::kUnhealthy));
     EXPECT_EQ(state_of(board, "gpu-0"), DeviceHealthState::kHealthy);
 
     // The lost GPU makes later listings fail (its memory cannot be read): the monitor keeps
     // both devices, their health, and publishes nothing new.
-    std::this_thread::sleep_for(milliseconds(300));
+    run_turns(clock, monitor, 15);
     EXPECT_EQ(state_of(board, "gpu-1"), DeviceHealthState::kUnhealthy);
     EXPECT_EQ(state_of(board, "gpu-0"), DeviceHealthState::kHealthy);
     EXPECT_EQ(monitor.devices().size(), 2u);
@@ -219,11 +234,15 @@ TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
     HttpKubeClient kube(connection, retry);
     SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
     Recorder recorder;
-    recorder.reply = [&](const std::vector<GpuInfo>& gpus) { return publisher.publish(gpus); };
+    recorder.reply = [&](const std::vector<GpuInfo>& gpus) {
+      const std::string error = publisher.publish(gpus);
+      return error.empty() ? Status::ok() : unavailable(error);
+    };
 
+    SimulatedClock clock;
     DeviceHealthBoard board;
-    DeviceMonitor monitor(options, board, recorder.callback());
-    ASSERT_EQ(monitor.start(), "");
+    DeviceMonitor monitor(options, board, recorder.callback(), clock);
+    ASSERT_EQ(monitor.start().message(), "");
     auto writes = server.take_writes();
     ASSERT_EQ(writes.size(), 1u);
     EXPECT_EQ(writes[0].method, "POST");
@@ -232,8 +251,10 @@ TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
 
     // gpu-1 faults, then leaves the inventory (taken out for a reset).
     simgpu_ctl("health 1 unhealthy");
+    run_turns(clock, monitor);
     ASSERT_TRUE(wait_for_state(board, "gpu-1", DeviceHealthState::kUnhealthy));
     drop = true;
+    run_turns(clock, monitor);
     ASSERT_TRUE(recorder.wait_for(2));
     EXPECT_EQ(recorder.call(1), std::vector<GpuInfo>{all[0]});
     writes = server.take_writes();
@@ -251,6 +272,7 @@ TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
     // Reset and back: Healthy again, republished at the next generation.
     simgpu_ctl("health 1 healthy");
     drop = false;
+    run_turns(clock, monitor);
     ASSERT_TRUE(recorder.wait_for(3));
     EXPECT_EQ(recorder.call(2), all);
     writes = server.take_writes();
@@ -280,15 +302,18 @@ TEST(DeviceMonitor, DeviceAddedLaterIsWatchedForXids) {
       if (!both) gpus.pop_back();
       return std::string();
     };
+    SimulatedClock clock;
     DeviceHealthBoard board;
     Recorder recorder;
-    DeviceMonitor monitor(options, board, recorder.callback());
-    ASSERT_EQ(monitor.start(), "");
+    DeviceMonitor monitor(options, board, recorder.callback(), clock);
+    ASSERT_EQ(monitor.start().message(), "");
     EXPECT_EQ(state_of(board, "gpu-1"), std::nullopt);
     both = true;
+    run_turns(clock, monitor);
     ASSERT_TRUE(recorder.wait_for(2));
     EXPECT_EQ(state_of(board, "gpu-1"), DeviceHealthState::kHealthy);
     simgpu_ctl("health 1 unhealthy");
+    run_turns(clock, monitor);
     EXPECT_TRUE(wait_for_state(board, "gpu-1", DeviceHealthState::kUnhealthy));
     EXPECT_EQ(state_of(board, "gpu-0"), DeviceHealthState::kHealthy);
   });
@@ -307,37 +332,42 @@ TEST(DeviceMonitor, FailedPublishIsRetriedUntilDelivered) {
     Recorder recorder;
     recorder.reply = [&](const std::vector<GpuInfo>&) {
       const int n = ++attempts;
-      return n == 1 || n == 3 ? std::string("POST /apis/...: HTTP 503: the API is down")
-                              : std::string();
+      return n == 1 || n == 3 ? unavailable("POST /apis/...: HTTP 503: the API is down")
+                              : Status::ok();
     };
+    SimulatedClock clock;
     DeviceHealthBoard board;
-    DeviceMonitor monitor(options, board, recorder.callback());
-    // The API is down at start: start() still succeeds; the thread delivers later.
-    ASSERT_EQ(monitor.start(), "");
+    DeviceMonitor monitor(options, board, recorder.callback(), clock);
+    // The API is down at start: start() still succeeds; the next turn delivers.
+    ASSERT_EQ(monitor.start().message(), "");
+    EXPECT_EQ(recorder.count(), 1u);
+    run_turns(clock, monitor);
     ASSERT_TRUE(recorder.wait_for(2));
     EXPECT_EQ(recorder.call(1), all);
-    // A change whose first delivery fails is not lost.
+    // A change whose first delivery fails is not lost: the turn after retries it.
     drop = true;
+    run_turns(clock, monitor, 2);
     ASSERT_TRUE(recorder.wait_for(4));
     EXPECT_EQ(recorder.call(2), std::vector<GpuInfo>{all[0]});
     EXPECT_EQ(recorder.call(3), std::vector<GpuInfo>{all[0]});
     // Delivered: no more calls.
-    std::this_thread::sleep_for(milliseconds(200));
+    run_turns(clock, monitor, 10);
     EXPECT_EQ(recorder.count(), 4u);
   });
 }
 
 TEST(DeviceMonitor, StopReturnsPromptly) {
   in_simulator([] {
+    SimulatedClock clock;
     DeviceHealthBoard board;
     Recorder recorder;
     DeviceMonitorOptions options;
     options.pool = "node-a";
-    options.event_wait = milliseconds(300);  // inventory_interval stays 30 s
-    DeviceMonitor monitor(options, board, recorder.callback());
-    ASSERT_EQ(monitor.start(), "");
+    options.poll_interval = milliseconds(300);  // inventory_interval stays 30 s
+    DeviceMonitor monitor(options, board, recorder.callback(), clock);
+    ASSERT_EQ(monitor.start().message(), "");
     ASSERT_TRUE(monitor.events_supported());
-    std::this_thread::sleep_for(milliseconds(50));
+    run_turns(clock, monitor, 1, options.poll_interval);  // stopped between turns, not before one
     const auto started = std::chrono::steady_clock::now();
     monitor.stop();
     const auto took = std::chrono::steady_clock::now() - started;
@@ -345,9 +375,40 @@ TEST(DeviceMonitor, StopReturnsPromptly) {
     monitor.stop();  // twice is fine
     // A monitor destroyed without stop() stops too.
     {
-      DeviceMonitor other(options, board, recorder.callback());
-      ASSERT_EQ(other.start(), "");
+      DeviceMonitor other(options, board, recorder.callback(), clock);
+      ASSERT_EQ(other.start().message(), "");
     }
+  });
+}
+
+// The inventory has its own interval: turns in between only collect events.
+TEST(DeviceMonitor, ListsAgainOnlyEveryInventoryInterval) {
+  in_simulator([] {
+    std::vector<GpuInfo> all;
+    ASSERT_EQ(list_gpus(all), "");
+    std::atomic<int> listings{0};
+    DeviceMonitorOptions options;
+    options.pool = "node-a";
+    options.poll_interval = std::chrono::seconds(1);
+    options.inventory_interval = std::chrono::seconds(30);
+    options.list = [&](std::vector<GpuInfo>& gpus) {
+      ++listings;
+      gpus = all;
+      return std::string();
+    };
+    SimulatedClock clock;
+    DeviceHealthBoard board;
+    Recorder recorder;
+    DeviceMonitor monitor(options, board, recorder.callback(), clock);
+    ASSERT_EQ(monitor.start().message(), "");
+    EXPECT_EQ(listings, 1);
+    run_turns(clock, monitor, 29, options.poll_interval);
+    EXPECT_EQ(listings, 1);
+    run_turns(clock, monitor, 1, options.poll_interval);
+    EXPECT_EQ(listings, 2);
+    run_turns(clock, monitor, 30, options.poll_interval);
+    EXPECT_EQ(listings, 3);
+    EXPECT_EQ(recorder.count(), 1u);  // the same GPUs each time
   });
 }
 
@@ -363,7 +424,9 @@ TEST(DeviceMonitor, StartFailsWithoutNvml) {
     return std::string();
   };
   DeviceMonitor monitor(options, board, recorder.callback());
-  const std::string error = monitor.start();
+  const Status started = monitor.start();
+  EXPECT_EQ(started.code(), StatusCode::kUnavailable);
+  const std::string error = started.message();
   EXPECT_EQ(error.rfind("cannot load libtessera-test-no-such-nvml.so.1 (is the NVIDIA driver "
                         "installed?)",
                         0),
@@ -382,7 +445,7 @@ TEST(DeviceMonitor, StartReportsAFailedListing) {
     DeviceMonitorOptions options = fast_options();
     options.list = [](std::vector<GpuInfo>&) { return std::string("nvmlInit_v2 failed: boom"); };
     DeviceMonitor monitor(options, board, recorder.callback());
-    EXPECT_EQ(monitor.start(), "cannot list the GPUs: nvmlInit_v2 failed: boom");
+    EXPECT_EQ(monitor.start().message(), "cannot list the GPUs: nvmlInit_v2 failed: boom");
     EXPECT_EQ(recorder.count(), 0u);
     EXPECT_TRUE(board.snapshot().devices.empty());
   });

@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "clock/clock.h"
 #include "tessera/gpu_info.h"
 #include "tessera/share_files.h"
 #include "tessera/share_region.h"
@@ -214,13 +215,13 @@ void sample_while(GpuTimeMeter& meter, std::vector<Burn*> burns,
     return any;
   };
   while (any_running()) {
-    EXPECT_EQ(meter.sample_once(), "");
+    EXPECT_EQ(meter.sample_once().message(), "");
     next += period;
     std::this_thread::sleep_until(next);
   }
   const auto end = steady_clock::now() + tail;
   while (steady_clock::now() < end) {
-    EXPECT_EQ(meter.sample_once(), "");
+    EXPECT_EQ(meter.sample_once().message(), "");
     std::this_thread::sleep_for(period);
   }
 }
@@ -314,25 +315,29 @@ TEST(GpuTimeMeterLifecycle, BadNvmlIsAnErrorNotACrash) {
   options.shares_dir = base.shares();
   options.nvml_library = base.str() + "/libnvidia-ml-missing.so.1";
   GpuTimeMeter meter(options);
-  const std::string error = meter.start();
+  const std::string error = meter.start().message();
   EXPECT_NE(error.find("libnvidia-ml-missing.so.1"), std::string::npos) << error;
-  EXPECT_NE(meter.sample_once(), "");
+  EXPECT_NE(meter.sample_once().message(), "");
   meter.stop();  // nothing started: returns
 }
 
+// The loop's passes on simulated time: a pass at start, one each period, stop at once.
 TEST(GpuTimeMeterLifecycle, StopReturnsPromptly) {
   const std::string uuid = gpu_uuid();
   ASSERT_FALSE(uuid.empty());
   TempDir base("gpu-time-meter-stop");
   make_share(base, "a", uuid, 100, share::kMeasureAgent);
+  SimulatedClock clock;
   for (const auto period : {milliseconds(20), milliseconds(60000)}) {
     GpuTimeMeterOptions options;
     options.shares_dir = base.shares();
     options.period = period;
-    GpuTimeMeter meter(options);
-    ASSERT_EQ(meter.start(), "");
-    EXPECT_NE(meter.start(), "");  // already running
-    std::this_thread::sleep_for(milliseconds(100));
+    GpuTimeMeter meter(options, clock);
+    ASSERT_EQ(meter.start().message(), "");
+    EXPECT_NE(meter.start().message(), "");      // already running
+    ASSERT_TRUE(meter.wait_for_loop_passes(1));  // the pass at start
+    clock.advance(period);
+    ASSERT_TRUE(meter.wait_for_loop_passes(2));  // stopped between passes, as the agent is
     const auto began = steady_clock::now();
     meter.stop();
     const auto took = std::chrono::duration_cast<milliseconds>(steady_clock::now() - began);
@@ -343,10 +348,45 @@ TEST(GpuTimeMeterLifecycle, StopReturnsPromptly) {
   // Restartable after stop, and the destructor stops a running meter.
   GpuTimeMeterOptions options;
   options.shares_dir = base.shares();
-  GpuTimeMeter meter(options);
-  ASSERT_EQ(meter.start(), "");
+  GpuTimeMeter meter(options, clock);
+  ASSERT_EQ(meter.start().message(), "");
   meter.stop();
-  ASSERT_EQ(meter.start(), "");
+  ASSERT_EQ(meter.start().message(), "");
+}
+
+// The period and the rescan interval are the clock's: 19 ms after a pass there is no other one (the
+// deadline is not reached, whatever the machine's speed), and a share made after a rescan is found
+// by the first pass at or after pid_refresh.
+TEST(GpuTimeMeterLifecycle, PassesAndRescansFollowTheClock) {
+  const std::string uuid = gpu_uuid();
+  ASSERT_FALSE(uuid.empty());
+  TempDir base("gpu-time-meter-clock");
+  make_share(base, "a", uuid, 100, share::kMeasureAgent);
+  SimulatedClock clock;
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  options.period = milliseconds(20);
+  options.pid_refresh = milliseconds(500);
+  GpuTimeMeter meter(options, clock);
+  ASSERT_EQ(meter.start().message(), "");
+  ASSERT_TRUE(meter.wait_for_loop_passes(1));
+  EXPECT_EQ(meter.stats().shares, 1u);
+  make_share(base, "b", uuid, 100, share::kMeasureAgent);
+  clock.advance(milliseconds(19));
+  EXPECT_EQ(meter.loop_passes(), 1u);
+  clock.advance(milliseconds(1));
+  ASSERT_TRUE(meter.wait_for_loop_passes(2));
+  for (uint64_t pass = 3; pass <= 25; ++pass) {  // passes at 40 ms ... 480 ms: no rescan yet
+    clock.advance(options.period);
+    ASSERT_TRUE(meter.wait_for_loop_passes(pass));
+  }
+  EXPECT_EQ(meter.stats().shares, 1u);
+  clock.advance(options.period);  // 500 ms: the rescan is due
+  ASSERT_TRUE(meter.wait_for_loop_passes(26));
+  EXPECT_EQ(meter.stats().shares, 2u);
+  EXPECT_EQ(meter.stats().agent_shares, 2u);
+  meter.stop();
+  EXPECT_EQ(meter.stats().passes, 26u);
 }
 
 // Counters continue from what the page holds (an agent restart never sends them backwards), and a
@@ -373,7 +413,7 @@ TEST(GpuTimeMeterLifecycle, ContinuesThePagesCounters) {
   options.shares_dir = base.shares();
   GpuTimeMeter meter(options);
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(meter.sample_once(), "");
+    EXPECT_EQ(meter.sample_once().message(), "");
     std::this_thread::sleep_for(milliseconds(20));
   }
   const Measured after = measured(dir);
@@ -401,9 +441,9 @@ TEST(GpuTimeMeterAttribution, TwoSharesByOwnerWord) {
   GpuTimeMeterOptions options;
   options.shares_dir = base.shares();
   GpuTimeMeter meter(options);
-  ASSERT_EQ(meter.sample_once(), "");  // primes the GPU's window before anything runs
+  ASSERT_EQ(meter.sample_once().message(), "");  // primes the GPU's window before anything runs
   std::this_thread::sleep_for(milliseconds(20));
-  ASSERT_EQ(meter.sample_once(), "");
+  ASSERT_EQ(meter.sample_once().message(), "");
   const Measured a0 = measured(a), b0 = measured(b);
   const auto began = steady_clock::now();
   Burn burn_a(base, a.c_str(), 2.0);
@@ -492,19 +532,19 @@ TEST(GpuTimeMeterAttribution, GarbageUsagePagesAndFoldersWithoutLimits) {
   GpuTimeMeterOptions options;
   options.shares_dir = base.shares();
   GpuTimeMeter meter(options);
-  meter.sample_once();  // primes; reports the bad limits page (a problem, not a failure)
+  meter.sample_once().ignore();  // primes; reports the bad limits page (a problem, not a failure)
   std::this_thread::sleep_for(milliseconds(20));
-  const std::string problems = meter.sample_once();
+  const std::string problems = meter.sample_once().message();
   EXPECT_NE(problems.find("bad-limits"), std::string::npos) << problems;
   Burn burn(base, good.c_str(), 1.0);
   auto next = steady_clock::now();
   while (burn.running()) {
-    meter.sample_once();
+    meter.sample_once().ignore();
     next += milliseconds(20);
     std::this_thread::sleep_until(next);
   }
   for (int i = 0; i < 5; ++i) {
-    meter.sample_once();
+    meter.sample_once().ignore();
     std::this_thread::sleep_for(milliseconds(20));
   }
   const auto report = burn.finish();
@@ -545,7 +585,7 @@ TEST(GpuTimeMeterQuota, CoresThirtyHoldsWithTheAgentsMeasurements) {
   GpuTimeMeterOptions options;
   options.shares_dir = base.shares();
   GpuTimeMeter meter(options);
-  ASSERT_EQ(meter.start(), "");
+  ASSERT_EQ(meter.start().message(), "");
   Burn burn(base, limited.c_str(), kSeconds);
   const auto report = burn.finish();
   meter.stop();
