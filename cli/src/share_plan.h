@@ -1,6 +1,6 @@
-// What `tessera run --memory SPEC` means for this machine's GPUs: the limits page entries of the
-// share it creates. Pure (GPUs and text in, limits or an invalid-argument Status out), so it is
-// unit-tested.
+// What `tessera run --memory SPEC` (and --cores, --cores-burst) means for this machine's GPUs: the
+// limits page entries of the share it creates. Pure (GPUs and text in, limits or an
+// invalid-argument Status out), so it is unit-tested.
 #pragma once
 
 #include <string>

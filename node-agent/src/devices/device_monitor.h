@@ -36,8 +36,8 @@ struct DeviceMonitorOptions {
   std::string nvml_library = "libnvidia-ml.so.1";
 };
 
-// Where health reports go. DeviceHealthBoard lives in the kubelet plugin's library (gRPC), which
-// tessera_agent_core does not link: the monitor writes through these two functions.
+// Where health reports go: the monitor writes through these two functions, so tests can record
+// reports without a DeviceHealthBoard.
 struct DeviceHealthSink {
   std::function<void(const DeviceHealthReport&)> set;
   std::function<void(const std::string& pool, const std::string& device)> remove;
@@ -58,7 +58,7 @@ class DeviceMonitor {
   // monitor.
   DeviceMonitor(DeviceMonitorOptions options, DeviceHealthSink health, DevicesCallback on_devices,
                 Clock& clock = real_clock());
-  // Convenience for the agent, which links the board's library.
+  // Convenience for the agent: reports go to `board`.
   DeviceMonitor(DeviceMonitorOptions options, DeviceHealthBoard& board, DevicesCallback on_devices,
                 Clock& clock = real_clock())
       : DeviceMonitor(std::move(options),

@@ -1,4 +1,4 @@
-// The CDI spec of one claim (CDI spec 1.x): one device per share, named
+// The CDI spec of one claim (cdiVersion kCdiVersion): one device per share, named
 // "<claimUID>-<device>-<shareID>", whose containerEdits point the shim at the share.
 #pragma once
 

@@ -1,6 +1,6 @@
 // The share lifecycle behind the kubelet plugin: prepare = GET the claim, compute its shares (the
-// pure step, share_spec.h), then write, in this order, the checkpoint entry (PrepareStarted), each
-// share folder (usage page, limits page), the claim's CDI spec, and the checkpoint entry
+// pure step, model/share_spec.h), then write, in this order, the checkpoint entry (PrepareStarted),
+// each share folder (usage page, limits page), the claim's CDI spec, and the checkpoint entry
 // (PrepareCompleted). unprepare undoes it from the checkpoint alone. Every step is idempotent, so
 // a crash between any two converges on the next prepare or unprepare, and start() removes share
 // folders and CDI specs that no checkpoint entry names.
