@@ -21,7 +21,7 @@ namespace tessera::vgpu {
     "memory limit for every device (8Gi, 8G, 8192Mi, bytes) or per device: 0=8Gi,1=4Gi or "      \
     "GPU-<uuid>=8Gi; unset: no limit")                                                           \
   X(kContextOverhead, "TESSERA_CONTEXT_OVERHEAD", "500Mi", "bytes",                              \
-    "device memory counted per CUDA context (measured on H200: about 500Mi)")                    \
+    "device memory counted per CUDA context (a tiny process used about 520Mi on an H200)")       \
   X(kLogLevel, "TESSERA_LOG_LEVEL", "error", "level",                                            \
     "stderr logging: error, warn, info or debug")                                                \
   X(kHamiMemoryLimit, "CUDA_DEVICE_MEMORY_LIMIT", "", "bytes",                                   \
