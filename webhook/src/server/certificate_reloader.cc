@@ -23,6 +23,13 @@ std::string openssl_error() {
   return text;
 }
 
+// OpenSSL's error queue is per thread, and this runs inside a handshake on a server thread: an
+// error left behind (a mismatched key during a rotation) would make that thread's next SSL_read
+// or SSL_write look failed (SSL_get_error reads the queue), and drop a good connection.
+struct ClearOpensslErrors {
+  ~ClearOpensslErrors() { ERR_clear_error(); }
+};
+
 std::string file_fingerprint(const std::string& path) {
   struct stat info {};
   if (stat(path.c_str(), &info) != 0) return path + ":missing";
@@ -34,6 +41,7 @@ std::string file_fingerprint(const std::string& path) {
 
 Result<std::shared_ptr<const CertifiedKey>> load_certified_key(const std::string& cert_file,
                                                                const std::string& key_file) {
+  const ClearOpensslErrors clear_on_return;
   auto out = std::make_shared<CertifiedKey>();
   std::unique_ptr<BIO, BioDeleter> certs(BIO_new_file(cert_file.c_str(), "r"));
   if (!certs) return not_found("cannot open " + cert_file + ": " + openssl_error());
@@ -115,6 +123,7 @@ std::shared_ptr<const CertifiedKey> CertificateReloader::current() const {
 }
 
 int CertificateReloader::certificate_callback(SSL* ssl, void* self) {
+  const ClearOpensslErrors clear_on_return;
   auto* reloader = static_cast<CertificateReloader*>(self);
   reloader->maybe_reload();
   const std::shared_ptr<const CertifiedKey> pair = reloader->current();

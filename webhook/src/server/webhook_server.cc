@@ -104,7 +104,10 @@ Status WebhookServer::start() {
 }
 
 void WebhookServer::serve() {
-  if (server_) server_->listen_after_bind();
+  if (!server_) return;
+  serve_entered_ = true;
+  if (!stopping_) server_->listen_after_bind();
+  serve_returned_ = true;
 }
 
 void WebhookServer::shutdown() {
@@ -117,7 +120,11 @@ void WebhookServer::shutdown() {
 
 void WebhookServer::stop() {
   stopping_ = true;
-  if (server_) server_->stop();
+  if (!server_) return;
+  // httplib's stop() acts only on a running listener: a stop that comes between serve() and the
+  // listener running waits for it (a few microseconds), or it would be lost.
+  while (serve_entered_ && !serve_returned_ && !server_->is_running()) std::this_thread::yield();
+  server_->stop();
 }
 
 void WebhookServer::handle_mutate(const httplib::Request& request, httplib::Response& response,

@@ -56,6 +56,8 @@ class WebhookServer {
   std::unique_ptr<httplib::SSLServer> server_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> serve_entered_{false};
+  std::atomic<bool> serve_returned_{false};
   int port_ = 0;
 };
 
