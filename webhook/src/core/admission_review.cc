@@ -90,7 +90,9 @@ json review_response(const std::string& api_version, const std::string& uid,
   json answer = {{"uid", uid}, {"allowed", response.allowed}};
   if (response.allowed && !response.patch.empty()) {
     answer["patchType"] = "JSONPatch";
-    answer["patch"] = base64_encode(response.patch.dump());
+    // Strings come from the request (valid UTF-8, as parsed); replace, never throw, regardless.
+    answer["patch"] =
+        base64_encode(response.patch.dump(-1, ' ', false, json::error_handler_t::replace));
   }
   if (!response.allowed) {
     answer["status"] = {{"metadata", json::object()},

@@ -53,6 +53,12 @@ std::string short_hash(const std::string& text) {
 }
 
 std::string pod_claim_name(const std::string& container) {
+  // A container name is a DNS label once the API server validates the pod, which is after the
+  // webhooks: anything else gets a name from its hash (and the pod is refused there).
+  const bool label =
+      !container.empty() &&
+      container.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") == std::string::npos;
+  if (!label) return "tessera-" + short_hash(container);
   std::string name = "tessera-" + container;
   if (name.size() <= kMaxClaimNameLength) return name;
   // 63 = prefix and as much of the name as fits, then "-" and 8 hex digits.
