@@ -82,5 +82,17 @@ TEST(ApiClaimLookup, AnswersAreCachedForTheTtlAndErrorsAreNot) {
   EXPECT_EQ(api.requests().back(), "GET " + std::string(kTemplates) + "ours");
 }
 
+TEST(ApiClaimLookup, OnlyObjectNamesReachTheApi) {
+  FakeKube api;
+  ManualClock clock;
+  ApiClaimLookup lookup(api, {"vgpu.tessera.dev"}, std::chrono::seconds(60), clock.function());
+  for (const std::string name : {"../../../api/v1/secrets", "a?watch=1", "A", "", "a/b"}) {
+    Result<bool> refused = lookup.is_tessera("ml", ClaimSource::kResourceClaim, name);
+    ASSERT_FALSE(refused.is_ok()) << name;
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(api.request_count(), 0u);
+}
+
 }  // namespace
 }  // namespace tessera::webhook

@@ -18,6 +18,14 @@ bool names_class(const json& request, const std::set<std::string>& classes) {
   return name && name->is_string() && classes.count(name->get<std::string>()) > 0;
 }
 
+// Names come from the pod (not yet validated when webhooks run) and go into a URL path: only a
+// DNS subdomain is looked up, never "../" or a query.
+bool is_object_name(const std::string& name) {
+  return !name.empty() && name.size() <= 253 &&
+         name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-.") == std::string::npos &&
+         name.find("..") == std::string::npos;
+}
+
 }  // namespace
 
 bool asks_for_tessera(const json& object, const std::set<std::string>& device_classes) {
@@ -59,6 +67,8 @@ ApiClaimLookup::ApiClaimLookup(agent::KubeClient& api, std::set<std::string> dev
 
 Result<bool> ApiClaimLookup::is_tessera(const std::string& namespace_name, ClaimSource source,
                                         const std::string& name) {
+  if (!is_object_name(namespace_name) || !is_object_name(name))
+    return invalid_argument("not an object name: " + nlohmann::json(name).dump());
   const Key key{namespace_name, source, name};
   {
     std::lock_guard lock(mutex_);
