@@ -437,6 +437,17 @@ TEST(PodMutation, BadShorthandIsRefusedNamingTheValueAndTheFix) {
                 "mixes tessera.dev/ and nvidia.com/ GPU requests");
 }
 
+TEST(PodMutation, ClaimListsThatAreNoListsAreReplacedSoThePatchApplies) {
+  json request = golden("pod_shorthand.json");
+  container(request, "containers", 0)["resources"]["claims"] = 5;
+  request["request"]["object"]["spec"]["resourceClaims"] = "none";
+  FakeClaimLookup claims;
+  const Mutated out = run(request, {}, claims);
+  EXPECT_EQ(out.pod["spec"]["containers"][0]["resources"]["claims"],
+            json::parse(R"([{"name": "tessera-train"}])"));
+  EXPECT_EQ(out.pod["spec"]["resourceClaims"].size(), 1u);
+}
+
 TEST(PodMutation, ALongContainerNameGetsAClaimNameThatIsADnsLabel) {
   json request = golden("pod_shorthand.json");
   const std::string name(63, 'a');

@@ -294,7 +294,8 @@ PodMutation mutate_pod(const AdmissionRequest& request, const MutateConfig& conf
       for (const auto& key : asked.request_keys)
         patch.push_back({{"op", "remove"},
                          {"path", (json::json_pointer(base + "/requests") / key).to_string()}});
-      if (referenced.empty() && !member(*member(*container.spec, "resources"), "claims"))
+      const json* claims_list = member(*member(*container.spec, "resources"), "claims");
+      if (!claims_list || !claims_list->is_array())  // "add" replaces whatever is there
         patch.push_back({{"op", "add"},
                          {"path", base + "/claims"},
                          {"value", json::array({{{"name", claim_name}}})}});
