@@ -10,6 +10,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # the node agent's Kubernetes client (libcurl, OpenSSL, kubeconfig YAML) and its HTTPS test server
   libcurl4-openssl-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev
+  libspdlog-dev wrk  # the webhook's logging, and its load test over TLS on loopback
 )
 
 missing=()

@@ -1,0 +1,131 @@
+// /validate's core over golden ResourceClaim and ResourceClaimTemplate reviews: a VgpuConfig the
+// agent would refuse at prepare time is refused here, with the agent decoder's own message.
+#include "core/claim_validation.h"
+
+#include <gtest/gtest.h>
+
+#include "model/vgpu_config.h"
+#include "review_fixture.h"
+
+namespace tessera::webhook {
+namespace {
+
+using nlohmann::json;
+using testing::golden;
+
+json answer(const json& request) {
+  Result<json> result = validate(request.dump());
+  EXPECT_TRUE(result.is_ok()) << result.status().message();
+  if (!result.is_ok()) return {};
+  EXPECT_EQ((*result)["apiVersion"], request["apiVersion"]);
+  EXPECT_EQ((*result)["kind"], "AdmissionReview");
+  EXPECT_EQ((*result)["response"]["uid"], request["request"]["uid"]);
+  EXPECT_FALSE((*result)["response"].contains("patch"));
+  return *result;
+}
+
+void expect_allowed(const json& review) {
+  EXPECT_EQ(review["response"]["allowed"], true) << review.dump();
+  EXPECT_FALSE(review["response"].contains("status"));
+  EXPECT_FALSE(review["response"].contains("warnings"));
+}
+
+void expect_invalid(const json& review, const std::string& message) {
+  EXPECT_EQ(review["response"]["allowed"], false);
+  EXPECT_EQ(review["response"]["status"]["code"], 422);
+  EXPECT_EQ(review["response"]["status"]["reason"], "Invalid");
+  EXPECT_EQ(review["response"]["status"]["status"], "Failure");
+  EXPECT_EQ(review["response"]["status"]["message"], message);
+}
+
+json& claim_parameters(json& request) {
+  return request["request"]["object"]["spec"]["devices"]["config"][0]["opaque"]["parameters"];
+}
+
+// The agent's decoder message for `parameters`, as it prefixes it.
+std::string agent_message(const json& parameters) {
+  agent::VgpuConfig ignored;
+  return agent::decode_vgpu_config(parameters, ignored);
+}
+
+TEST(ClaimValidation, AGoodClaimAndTemplateAreAllowed) {
+  expect_allowed(answer(golden("claim_vgpu_config.json")));
+  expect_allowed(answer(golden("claim_template_vgpu_config.json")));
+}
+
+TEST(ClaimValidation, AnUnknownFieldIsRefusedWithTheAgentsMessage) {
+  json request = golden("claim_vgpu_config.json");
+  claim_parameters(request)["compute"]["bursts"] = 20;
+  const std::string expected = agent_message(claim_parameters(request));
+  EXPECT_EQ(expected, "compute.bursts: unknown field");
+  expect_invalid(answer(request), "spec.devices.config[0].opaque.parameters." + expected);
+}
+
+TEST(ClaimValidation, ValuesOutOfRangeAndWrongVersionsAreRefused) {
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, json>>{{"/compute/burst", 150},
+                                                 {"/compute/priority", "urgent"},
+                                                 {"/sharing/strategy", "MIG"},
+                                                 {"/apiVersion", "vgpu.tessera.dev/v2"},
+                                                 {"/kind", "GpuConfig"}}) {
+    json request = golden("claim_vgpu_config.json");
+    claim_parameters(request)[json::json_pointer(field)] = value;
+    const std::string expected = agent_message(claim_parameters(request));
+    ASSERT_FALSE(expected.empty()) << field;
+    expect_invalid(answer(request), "spec.devices.config[0].opaque.parameters." + expected);
+  }
+}
+
+TEST(ClaimValidation, ACombinationAcrossConfigsIsRefusedForTheRequestItReaches) {
+  json request = golden("claim_template_vgpu_config.json");
+  json& config = request["request"]["object"]["spec"]["spec"]["devices"]["config"];
+  config.push_back(json::parse(R"({"requests": ["gpu"], "opaque": {"driver": "vgpu.tessera.dev",
+    "parameters": {"apiVersion": "vgpu.tessera.dev/v1alpha1", "kind": "VgpuConfig",
+                   "compute": {"burst": 30}}}})"));
+  expect_invalid(answer(request),
+                 "spec.spec.devices.requests[0] (gpu): compute.burst 30 is only supported with "
+                 "sharing.strategy Quota, not MPS");
+  // The same burst aimed at another request reaches nothing.
+  config[1]["requests"] = json::array({"other"});
+  expect_allowed(answer(request));
+}
+
+TEST(ClaimValidation, AnotherDriversConfigIsNotOurs) {
+  json request = golden("claim_vgpu_config.json");
+  json& opaque = request["request"]["object"]["spec"]["devices"]["config"][0]["opaque"];
+  opaque["driver"] = "gpu.nvidia.com";
+  opaque["parameters"] = {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "GpuConfig"}};
+  expect_allowed(answer(request));
+}
+
+TEST(ClaimValidation, MissingParametersAreRefused) {
+  json request = golden("claim_vgpu_config.json");
+  request["request"]["object"]["spec"]["devices"]["config"][0]["opaque"].erase("parameters");
+  expect_invalid(answer(request), "spec.devices.config[0].opaque.parameters: missing");
+}
+
+TEST(ClaimValidation, OtherKindsDeletesAndV1beta1) {
+  json pod = golden("pod_shorthand.json");
+  const json allowed = answer(pod);
+  EXPECT_EQ(allowed["response"]["allowed"], true);
+  EXPECT_EQ(allowed["response"]["warnings"],
+            json::array({"tessera-webhook validates ResourceClaims and ResourceClaimTemplates "
+                         "only; Pod passed unchecked"}));
+
+  json deleted = golden("claim_vgpu_config.json");
+  deleted["request"]["operation"] = "DELETE";
+  deleted["request"]["oldObject"] = deleted["request"]["object"];
+  deleted["request"]["object"] = nullptr;
+  expect_allowed(answer(deleted));
+
+  json old = golden("claim_vgpu_config.json");
+  old["apiVersion"] = "admission.k8s.io/v1beta1";
+  const json refused = answer(old);
+  EXPECT_EQ(refused["response"]["allowed"], false);
+  EXPECT_EQ(refused["response"]["status"]["code"], 400);
+
+  EXPECT_FALSE(validate("{]").is_ok());
+}
+
+}  // namespace
+}  // namespace tessera::webhook

@@ -1,0 +1,128 @@
+// Flags, environment variables and the YAML file, and which wins.
+#include "server/options.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+namespace tessera::webhook {
+namespace {
+
+ParsedOptions parse(std::vector<const char*> args) {
+  args.insert(args.begin(), "tessera-webhook");
+  return parse_options(static_cast<int>(args.size()), args.data());
+}
+
+std::string write_config(const std::string& text) {
+  const std::string path = std::filesystem::temp_directory_path() /
+                           ("webhook-options-" + std::to_string(getpid()) + ".yaml");
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Options, DefaultsAndRequiredCertificate) {
+  ParsedOptions missing = parse({});
+  ASSERT_TRUE(missing.exit_code);
+  EXPECT_EQ(*missing.exit_code, 2);
+  EXPECT_NE(missing.message.find("--tls-cert-file and --tls-private-key-file are required"),
+            std::string::npos);
+
+  ParsedOptions parsed = parse({"--tls-cert-file", "c", "--tls-private-key-file", "k"});
+  ASSERT_FALSE(parsed.exit_code) << parsed.message;
+  const WebhookOptions& o = parsed.options;
+  EXPECT_EQ(o.listen, ":8443");
+  EXPECT_EQ(o.kubeconfig, "");
+  EXPECT_EQ(o.policy.environment, PolicyAction::kDeny);
+  EXPECT_EQ(o.policy.mounts, PolicyAction::kDeny);
+  EXPECT_EQ(o.policy.privileged, PolicyAction::kWarn);
+  EXPECT_EQ(o.device_classes, std::set<std::string>{"vgpu.tessera.dev"});
+  EXPECT_EQ(o.cache_ttl, std::chrono::seconds(60));
+}
+
+TEST(Options, HelpExitsZero) {
+  ParsedOptions help = parse({"--help"});
+  ASSERT_TRUE(help.exit_code);
+  EXPECT_EQ(*help.exit_code, 0);
+  EXPECT_NE(help.message.find("--tls-private-key-file"), std::string::npos);
+  EXPECT_NE(help.message.find("TESSERA_WEBHOOK_LISTEN"), std::string::npos);
+}
+
+TEST(Options, AFlagBeatsItsEnvironmentVariableWhichBeatsTheFile) {
+  const std::string config = write_config(R"(listen: "127.0.0.1:9443"
+tlsCertFile: /etc/tls/tls.crt
+tlsPrivateKeyFile: /etc/tls/tls.key
+kubeconfig: /etc/kube/config
+policy:
+  environment: warn
+  privileged: deny
+deviceClasses: [vgpu.tessera.dev, vgpu-a100.tessera.dev]
+cacheTTLSeconds: 5
+shutdownDelayMs: 0
+)");
+  ParsedOptions from_file = parse({"--config", config.c_str()});
+  ASSERT_FALSE(from_file.exit_code) << from_file.message;
+  EXPECT_EQ(from_file.options.listen, "127.0.0.1:9443");
+  EXPECT_EQ(from_file.options.tls_cert_file, "/etc/tls/tls.crt");
+  EXPECT_EQ(from_file.options.kubeconfig, "/etc/kube/config");
+  EXPECT_EQ(from_file.options.policy.environment, PolicyAction::kWarn);
+  EXPECT_EQ(from_file.options.policy.mounts, PolicyAction::kDeny);
+  EXPECT_EQ(from_file.options.policy.privileged, PolicyAction::kDeny);
+  EXPECT_EQ(from_file.options.device_classes.size(), 2u);
+  EXPECT_EQ(from_file.options.cache_ttl, std::chrono::seconds(5));
+  EXPECT_EQ(from_file.options.shutdown_delay, std::chrono::milliseconds(0));
+
+  setenv("TESSERA_WEBHOOK_LISTEN", ":10443", 1);
+  setenv("TESSERA_WEBHOOK_POLICY_ENVIRONMENT", "deny", 1);
+  ParsedOptions from_env = parse({"--config", config.c_str()});
+  EXPECT_EQ(from_env.options.listen, ":10443");
+  EXPECT_EQ(from_env.options.policy.environment, PolicyAction::kDeny);
+  ParsedOptions from_flag = parse({"--config", config.c_str(), "--listen", "127.0.0.1:11443"});
+  EXPECT_EQ(from_flag.options.listen, "127.0.0.1:11443");
+  unsetenv("TESSERA_WEBHOOK_LISTEN");
+  unsetenv("TESSERA_WEBHOOK_POLICY_ENVIRONMENT");
+  std::filesystem::remove(config);
+}
+
+TEST(Options, BadValuesAreRefusedNamingThem) {
+  const char* cert[] = {"--tls-cert-file", "c", "--tls-private-key-file", "k"};
+  auto with_cert = [&](std::vector<const char*> more) {
+    more.insert(more.begin(), std::begin(cert), std::end(cert));
+    return parse(more);
+  };
+  ParsedOptions policy = with_cert({"--policy-mounts", "allow"});
+  ASSERT_TRUE(policy.exit_code);
+  EXPECT_EQ(policy.message, "--policy-mounts: invalid policy action \"allow\" (deny or warn)");
+  ParsedOptions listen = with_cert({"--listen", "8443"});
+  ASSERT_TRUE(listen.exit_code);
+  EXPECT_EQ(listen.message, "--listen 8443: no :port");
+  EXPECT_TRUE(with_cert({"--threads", "0"}).exit_code);
+  EXPECT_TRUE(with_cert({"--bogus"}).exit_code);
+
+  const std::string config = write_config("listen: :8443\npolicy: {mount: warn}\n");
+  ParsedOptions unknown = with_cert({"--config", config.c_str()});
+  ASSERT_TRUE(unknown.exit_code);
+  EXPECT_NE(unknown.message.find("policy.mount: unknown"), std::string::npos);
+  std::filesystem::remove(config);
+  ParsedOptions missing = with_cert({"--config", "/nonexistent/webhook.yaml"});
+  ASSERT_TRUE(missing.exit_code);
+  EXPECT_NE(missing.message.find("/nonexistent/webhook.yaml"), std::string::npos);
+}
+
+TEST(Options, ListenAddresses) {
+  auto any = parse_listen(":8443");
+  ASSERT_TRUE(any.is_ok());
+  EXPECT_EQ(any->host, "0.0.0.0");
+  EXPECT_EQ(any->port, 8443);
+  auto v6 = parse_listen("[::1]:0");
+  ASSERT_TRUE(v6.is_ok());
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 0);
+  EXPECT_FALSE(parse_listen("host:99999").is_ok());
+  EXPECT_FALSE(parse_listen("host:").is_ok());
+}
+
+}  // namespace
+}  // namespace tessera::webhook

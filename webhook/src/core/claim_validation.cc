@@ -1,0 +1,125 @@
+#include "core/claim_validation.h"
+
+#include <string>
+#include <vector>
+
+#include "model/driver_name.h"
+#include "model/vgpu_config.h"
+
+namespace tessera::webhook {
+namespace {
+
+using agent::VgpuConfig;
+using nlohmann::json;
+
+const json* member(const json& object, const char* key) {
+  if (!object.is_object()) return nullptr;
+  const auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+std::string string_member(const json& object, const char* key) {
+  const json* value = member(object, key);
+  return value && value->is_string() ? value->get<std::string>() : std::string();
+}
+
+// Whether a config entry's `requests` (absent or empty: all requests) names `request`. A
+// firstAvailable subrequest "req/sub" is named by "req" too, as the agent matches results.
+bool applies(const json* requests, const std::string& request) {
+  if (!requests || !requests->is_array() || requests->empty()) return true;
+  for (const json& name : *requests) {
+    if (!name.is_string()) continue;
+    const std::string& text = name.get_ref<const std::string&>();
+    if (text == request || request.rfind(text + "/", 0) == 0) return true;
+  }
+  return false;
+}
+
+// Returns "" or the first problem, prefixed with its field path.
+std::string check_devices(const json& devices, const std::string& path) {
+  struct Entry {
+    const json* requests;
+    VgpuConfig config;
+  };
+  std::vector<Entry> configs;
+  const json* list = member(devices, "config");
+  if (list && list->is_array()) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      const std::string at = path + ".config[" + std::to_string(i) + "]";
+      const json* opaque = member((*list)[i], "opaque");
+      if (!opaque || string_member(*opaque, "driver") != agent::kDriverName) continue;
+      const json* parameters = member(*opaque, "parameters");
+      if (!parameters) return at + ".opaque.parameters: missing";
+      Entry entry{member((*list)[i], "requests"), {}};
+      if (auto e = agent::decode_vgpu_config(*parameters, entry.config); !e.empty())
+        return at + ".opaque.parameters." + e;
+      configs.push_back(entry);
+    }
+  }
+  if (configs.empty()) return "";
+  // The merge the agent makes per allocated request (claim configs in order; the class's configs
+  // come first there and cannot undo a refusal here).
+  const json* requests = member(devices, "requests");
+  if (!requests || !requests->is_array()) return "";
+  for (size_t i = 0; i < requests->size(); ++i) {
+    const json& request = (*requests)[i];
+    std::vector<std::string> names;
+    const std::string name = string_member(request, "name");
+    if (const json* alternatives = member(request, "firstAvailable");
+        alternatives && alternatives->is_array()) {
+      for (const json& sub : *alternatives)
+        names.push_back(name + "/" + string_member(sub, "name"));
+    } else {
+      names.push_back(name);
+    }
+    for (const auto& full : names) {
+      VgpuConfig merged;
+      for (const auto& entry : configs)
+        if (applies(entry.requests, full)) merged = agent::merge_vgpu_config(merged, entry.config);
+      if (auto e = agent::check_supported(merged); !e.empty())
+        return path + ".requests[" + std::to_string(i) + "] (" + full + "): " + e;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+AdmissionResponse validate_claim(const AdmissionRequest& request) {
+  const bool claim = request.kind.kind == "ResourceClaim";
+  const bool claim_template = request.kind.kind == "ResourceClaimTemplate";
+  if (request.kind.group != "resource.k8s.io" || (!claim && !claim_template)) {
+    AdmissionResponse response = allow();
+    response.warnings.push_back(
+        "tessera-webhook validates ResourceClaims and "
+        "ResourceClaimTemplates only; " +
+        request.kind.kind + " passed unchecked");
+    return response;
+  }
+  if (!request.sub_resource.empty() || !request.object ||
+      (request.operation != "CREATE" && request.operation != "UPDATE"))
+    return allow();
+  const json* spec = member(*request.object, "spec");
+  std::string path = "spec";
+  if (claim_template && spec) {
+    spec = member(*spec, "spec");
+    path = "spec.spec";
+  }
+  const json* devices = spec ? member(*spec, "devices") : nullptr;
+  if (!devices) return allow();
+  if (auto e = check_devices(*devices, path + ".devices"); !e.empty())
+    return deny(422, "Invalid", e);
+  return allow();
+}
+
+Result<json> validate(std::string_view body) {
+  Result<json> review = parse_json_body(body);
+  if (!review.is_ok()) return review.status();
+  Result<AdmissionRequest> request = read_admission_request(*review);
+  if (!request.is_ok()) return request.status();
+  if (request->api_version != kAdmissionV1)
+    return review_response(request->api_version, request->uid, unserved_version());
+  return review_response(request->api_version, request->uid, validate_claim(*request));
+}
+
+}  // namespace tessera::webhook

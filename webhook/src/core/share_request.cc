@@ -1,0 +1,210 @@
+#include "core/share_request.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+#include "tessera/quantity.h"
+
+namespace tessera::webhook {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kTesseraGpu[] = "tessera.dev/gpu";
+constexpr char kTesseraMemory[] = "tessera.dev/gpu-memory";
+constexpr char kTesseraCores[] = "tessera.dev/gpu-cores";
+constexpr char kHamiGpu[] = "nvidia.com/gpu";
+constexpr char kHamiMemory[] = "nvidia.com/gpumem";
+constexpr char kHamiMemoryPercent[] = "nvidia.com/gpumem-percentage";
+constexpr char kHamiCores[] = "nvidia.com/gpucores";
+
+constexpr std::array kTesseraKeys = {kTesseraGpu, kTesseraMemory, kTesseraCores};
+constexpr std::array kHamiKeys = {kHamiGpu, kHamiMemory, kHamiMemoryPercent, kHamiCores};
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+std::string container_name(const json& container) {
+  const auto name = container.find("name");
+  return name != container.end() && name->is_string() ? name->get<std::string>() : "?";
+}
+
+// A quantity as the API serialises it: a string ("1", "8Gi", "3k"), or a number where a client
+// wrote one.
+std::string quantity_text(const json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_number_unsigned()) return std::to_string(value.get<uint64_t>());
+  return value.dump();
+}
+
+// The value of `key` from limits or requests (they must agree); nullopt when in neither.
+Result<std::optional<std::string>> read_key(const json& resources, const std::string& who,
+                                            const char* key, Shorthand& found) {
+  std::optional<std::string> limit, request;
+  if (const auto limits = resources.find("limits");
+      limits != resources.end() && limits->is_object()) {
+    if (const auto it = limits->find(key); it != limits->end()) {
+      limit = quantity_text(*it);
+      found.limit_keys.emplace_back(key);
+    }
+  }
+  if (const auto requests = resources.find("requests");
+      requests != resources.end() && requests->is_object()) {
+    if (const auto it = requests->find(key); it != requests->end()) {
+      request = quantity_text(*it);
+      found.request_keys.emplace_back(key);
+    }
+  }
+  if (limit && request && *limit != *request)
+    return invalid_argument(who + ": " + key + " is " + *limit + " in limits but " + *request +
+                            " in requests (give it once, in limits)");
+  return limit ? limit : request;
+}
+
+Result<uint64_t> whole_number(const std::string& who, const char* key, const std::string& text,
+                              uint64_t min, uint64_t max, const char* what) {
+  const std::optional<uint64_t> value = parse_byte_quantity(text);
+  if (!value || *value < min || *value > max)
+    return invalid_argument(who + ": " + key + " " + json(text).dump() + ": expected " + what);
+  return *value;
+}
+
+Result<std::optional<Shorthand>> read_tessera(const json& resources, const std::string& who) {
+  Shorthand out;
+  auto gpu = read_key(resources, who, kTesseraGpu, out);
+  if (!gpu.is_ok()) return gpu.status();
+  auto memory = read_key(resources, who, kTesseraMemory, out);
+  if (!memory.is_ok()) return memory.status();
+  auto cores = read_key(resources, who, kTesseraCores, out);
+  if (!cores.is_ok()) return cores.status();
+  if (!*gpu && !*memory && !*cores) return std::optional<Shorthand>();
+  if (*gpu) {
+    auto count = whole_number(who, kTesseraGpu, **gpu, 1, kMaxSharesPerRequest,
+                              "a whole number of shares, 1..32");
+    if (!count.is_ok()) return count.status();
+    out.request.count = static_cast<uint32_t>(*count);
+  }
+  if (*memory) {
+    const std::optional<uint64_t> bytes = parse_byte_quantity(**memory);
+    if (!bytes || *bytes == 0)
+      return invalid_argument(who + ": " + kTesseraMemory + " " + json(**memory).dump() +
+                              ": expected a byte quantity above 0 such as 8Gi or 512Mi");
+    out.request.memory_bytes = *bytes;
+  }
+  if (*cores) {
+    auto percent = whole_number(who, kTesseraCores, **cores, 1, 100,
+                                "a whole percent of the GPU's compute, 1..100");
+    if (!percent.is_ok()) return percent.status();
+    out.request.cores = static_cast<uint32_t>(*percent);
+  }
+  return std::optional<Shorthand>(std::move(out));
+}
+
+Result<std::optional<Shorthand>> read_hami(const json& resources, const std::string& who) {
+  Shorthand out;
+  auto gpu = read_key(resources, who, kHamiGpu, out);
+  if (!gpu.is_ok()) return gpu.status();
+  auto memory = read_key(resources, who, kHamiMemory, out);
+  if (!memory.is_ok()) return memory.status();
+  auto percent = read_key(resources, who, kHamiMemoryPercent, out);
+  if (!percent.is_ok()) return percent.status();
+  auto cores = read_key(resources, who, kHamiCores, out);
+  if (!cores.is_ok()) return cores.status();
+  if (!*gpu && !*memory && !*percent && !*cores) return std::optional<Shorthand>();
+  if (*gpu) {
+    auto count = whole_number(who, kHamiGpu, **gpu, 1, kMaxSharesPerRequest,
+                              "a whole number of GPUs, 1..32");
+    if (!count.is_ok()) return count.status();
+    out.request.count = static_cast<uint32_t>(*count);
+  }
+  if (*memory && *percent)
+    return invalid_argument(who + ": " + kHamiMemory + " and " + kHamiMemoryPercent +
+                            " are both set; give one");
+  if (*memory) {
+    auto mib = whole_number(who, kHamiMemory, **memory, 1, UINT64_MAX / kMiB,
+                            "a whole number of MiB above 0");
+    if (!mib.is_ok()) return mib.status();
+    out.request.memory_bytes = *mib * kMiB;
+  }
+  if (*percent) {
+    auto value = whole_number(who, kHamiMemoryPercent, **percent, 1, 100, "a percent, 1..100");
+    if (!value.is_ok()) return value.status();
+    // A claim asks for an amount of memory; a fraction of a GPU not yet chosen has no amount.
+    // 100 is the whole memory, which is what a share asks for by default.
+    if (*value != 100)
+      return invalid_argument(who + ": " + kHamiMemoryPercent + " " + **percent +
+                              ": only 100 can be translated (a share asks for an amount); use " +
+                              kHamiMemory + " (MiB) or " + kTesseraMemory + " instead");
+  }
+  if (*cores) {
+    auto value = whole_number(who, kHamiCores, **cores, 0, 100, "a percent, 0..100");
+    if (!value.is_ok()) return value.status();
+    if (*value > 0) out.request.cores = static_cast<uint32_t>(*value);
+  }
+  return std::optional<Shorthand>(std::move(out));
+}
+
+bool has_any_key(const json& resources, const auto& keys) {
+  for (const char* list : {"limits", "requests"}) {
+    const auto it = resources.find(list);
+    if (it == resources.end() || !it->is_object()) continue;
+    for (const char* key : keys)
+      if (it->contains(key)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string ShareRequest::template_name() const {
+  std::string name = kTemplateNamePrefix + std::to_string(count);
+  if (memory_bytes) {
+    char text[32];
+    format_byte_quantity(*memory_bytes, text, sizeof(text));
+    std::string memory = text;
+    std::transform(memory.begin(), memory.end(), memory.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    name += "-m" + memory;
+  }
+  if (cores) name += "-c" + std::to_string(*cores);
+  return name;
+}
+
+json ShareRequest::claim_template(const std::string& namespace_name) const {
+  json exactly = {
+      {"deviceClassName", kTesseraDeviceClass}, {"allocationMode", "ExactCount"}, {"count", count}};
+  json capacity = json::object();
+  if (memory_bytes) {
+    char text[32];
+    format_byte_quantity(*memory_bytes, text, sizeof(text));
+    capacity["memory"] = text;
+  }
+  if (cores) capacity["cores"] = std::to_string(*cores);
+  if (!capacity.empty()) exactly["capacity"] = {{"requests", capacity}};
+  return {
+      {"apiVersion", "resource.k8s.io/v1"},
+      {"kind", "ResourceClaimTemplate"},
+      {"metadata",
+       {{"name", template_name()},
+        {"namespace", namespace_name},
+        {"labels", {{kManagedByLabel, kManagedByValue}}}}},
+      {"spec",
+       {{"spec",
+         {{"devices", {{"requests", json::array({{{"name", "gpu"}, {"exactly", exactly}}})}}}}}}}};
+}
+
+Result<std::optional<Shorthand>> read_shorthand(const json& container, bool hami_names) {
+  if (!container.is_object()) return std::optional<Shorthand>();
+  const auto resources = container.find("resources");
+  if (resources == container.end() || !resources->is_object()) return std::optional<Shorthand>();
+  const std::string who = "container " + json(container_name(container)).dump();
+  const bool tessera = has_any_key(*resources, kTesseraKeys);
+  const bool hami = hami_names && has_any_key(*resources, kHamiKeys);
+  if (tessera && hami)
+    return invalid_argument(who + " mixes tessera.dev/ and nvidia.com/ GPU requests; use one");
+  if (tessera) return read_tessera(*resources, who);
+  if (hami) return read_hami(*resources, who);
+  return std::optional<Shorthand>();
+}
+
+}  // namespace tessera::webhook

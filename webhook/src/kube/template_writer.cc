@@ -1,0 +1,59 @@
+#include "kube/template_writer.h"
+
+#include <utility>
+
+namespace tessera::webhook {
+
+using nlohmann::json;
+
+TemplateWriter::TemplateWriter(agent::KubeClient& api, std::chrono::seconds ttl, SteadyClock clock)
+    : api_(api), ttl_(ttl), clock_(std::move(clock)) {}
+
+Status TemplateWriter::ensure(const json& claim_template) {
+  const std::string namespace_name = claim_template["metadata"]["namespace"];
+  const std::string name = claim_template["metadata"]["name"];
+  const std::string key = namespace_name + "/" + name;
+  {
+    std::lock_guard lock(mutex_);
+    if (const auto it = known_.find(key); it != known_.end() && clock_() < it->second) {
+      ++counts_.cached;
+      return Status::ok();
+    }
+  }
+  const std::string collection =
+      "/apis/resource.k8s.io/v1/namespaces/" + namespace_name + "/resourceclaimtemplates";
+  const agent::ApiResponse created = api_.request("POST", collection, claim_template.dump());
+  Status result;
+  bool existed = false;
+  if (created.status == 409) {
+    // Someone (another replica, an earlier pod) made it: it must be the same request.
+    const agent::ApiResponse current = api_.request("GET", collection + "/" + name);
+    if (!current.ok()) {
+      result = unavailable(current.error);
+    } else {
+      const json existing = json::parse(current.body, nullptr, /*allow_exceptions=*/false);
+      if (!existing.is_object() || !existing.contains("spec") ||
+          existing["spec"] != claim_template["spec"])
+        result = already_exists("ResourceClaimTemplate " + key +
+                                " exists with another spec; delete it or rename it");
+      existed = result.is_ok();
+    }
+  } else if (!created.ok()) {
+    result = unavailable(created.error);
+  }
+  std::lock_guard lock(mutex_);
+  if (!result.is_ok()) {
+    ++counts_.failed;
+    return result;
+  }
+  ++(existed ? counts_.existed : counts_.created);
+  known_[key] = clock_() + ttl_;
+  return Status::ok();
+}
+
+TemplateWriter::Counts TemplateWriter::counts() const {
+  std::lock_guard lock(mutex_);
+  return counts_;
+}
+
+}  // namespace tessera::webhook

@@ -1,0 +1,205 @@
+#include "server/options.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <vector>
+
+namespace tessera::webhook {
+namespace {
+
+std::string action_name(PolicyAction action) {
+  return action == PolicyAction::kDeny ? "deny" : "warn";
+}
+
+// Settings that a flag or its environment variable did not set are taken from the file.
+Status apply_config_file(const std::string& path, const CLI::App& app, WebhookOptions& out,
+                         std::string& policy_environment, std::string& policy_mounts,
+                         std::string& policy_privileged, std::vector<std::string>& classes) {
+  YAML::Node file;
+  try {
+    file = YAML::LoadFile(path);
+  } catch (const std::exception& e) {
+    return invalid_argument("--config " + path + ": " + e.what());
+  }
+  if (!file.IsMap() && !file.IsNull()) return invalid_argument("--config " + path + ": not a map");
+  auto unset = [&](const char* flag) { return app.get_option(flag)->count() == 0; };
+  static const std::set<std::string> kKnown = {"listen",
+                                               "tlsCertFile",
+                                               "tlsPrivateKeyFile",
+                                               "kubeconfig",
+                                               "policy",
+                                               "deviceClasses",
+                                               "shareRoot",
+                                               "cacheTTLSeconds",
+                                               "threads",
+                                               "shutdownDelayMs",
+                                               "certificateCheckIntervalMs"};
+  try {
+    for (const auto& entry : file) {
+      const std::string key = entry.first.as<std::string>();
+      if (!kKnown.count(key)) return invalid_argument("--config " + path + ": unknown key " + key);
+    }
+    auto take = [&](const char* key, const char* flag, auto& target) {
+      if (file[key] && unset(flag)) target = file[key].as<std::decay_t<decltype(target)>>();
+    };
+    take("listen", "--listen", out.listen);
+    take("tlsCertFile", "--tls-cert-file", out.tls_cert_file);
+    take("tlsPrivateKeyFile", "--tls-private-key-file", out.tls_private_key_file);
+    take("kubeconfig", "--kubeconfig", out.kubeconfig);
+    take("shareRoot", "--share-root", out.share_root);
+    take("threads", "--threads", out.threads);
+    take("deviceClasses", "--device-class", classes);
+    if (file["cacheTTLSeconds"] && unset("--cache-ttl-seconds"))
+      out.cache_ttl = std::chrono::seconds(file["cacheTTLSeconds"].as<int64_t>());
+    if (file["shutdownDelayMs"] && unset("--shutdown-delay-ms"))
+      out.shutdown_delay = std::chrono::milliseconds(file["shutdownDelayMs"].as<int64_t>());
+    if (file["certificateCheckIntervalMs"] && unset("--certificate-check-interval-ms"))
+      out.certificate_check_interval =
+          std::chrono::milliseconds(file["certificateCheckIntervalMs"].as<int64_t>());
+    if (const YAML::Node policy = file["policy"]) {
+      if (!policy.IsMap()) return invalid_argument("--config " + path + ": policy: not a map");
+      for (const auto& entry : policy) {
+        const std::string key = entry.first.as<std::string>();
+        if (key != "environment" && key != "mounts" && key != "privileged")
+          return invalid_argument("--config " + path + ": policy." + key +
+                                  ": unknown (environment, mounts, privileged)");
+      }
+      if (policy["environment"] && unset("--policy-environment"))
+        policy_environment = policy["environment"].as<std::string>();
+      if (policy["mounts"] && unset("--policy-mounts"))
+        policy_mounts = policy["mounts"].as<std::string>();
+      if (policy["privileged"] && unset("--policy-privileged"))
+        policy_privileged = policy["privileged"].as<std::string>();
+    }
+  } catch (const YAML::Exception& e) {
+    return invalid_argument("--config " + path + ": " + e.what());
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<PolicyAction> parse_policy_action(const std::string& text) {
+  if (text == "deny") return PolicyAction::kDeny;
+  if (text == "warn") return PolicyAction::kWarn;
+  return invalid_argument("invalid policy action \"" + text + "\" (deny or warn)");
+}
+
+Result<ListenAddress> parse_listen(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return invalid_argument("--listen " + listen + ": no :port");
+  ListenAddress out;
+  out.host = listen.substr(0, colon);
+  if (out.host.size() >= 2 && out.host.front() == '[' && out.host.back() == ']')
+    out.host = out.host.substr(1, out.host.size() - 2);
+  if (out.host.empty()) out.host = "0.0.0.0";
+  const std::string port = listen.substr(colon + 1);
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535)
+    return invalid_argument("--listen " + listen + ": the port must be 0..65535");
+  out.port = std::stoi(port);
+  return out;
+}
+
+ParsedOptions parse_options(int argc, const char* const* argv) {
+  ParsedOptions parsed;
+  WebhookOptions& out = parsed.options;
+  CLI::App app{"tessera-webhook: the admission webhook for Tessera GPU shares (HTTPS only)"};
+  std::string policy_environment = action_name(out.policy.environment);
+  std::string policy_mounts = action_name(out.policy.mounts);
+  std::string policy_privileged = action_name(out.policy.privileged);
+  std::vector<std::string> classes(out.device_classes.begin(), out.device_classes.end());
+  int64_t cache_ttl = out.cache_ttl.count();
+  int64_t shutdown_delay = out.shutdown_delay.count();
+  int64_t check_interval = out.certificate_check_interval.count();
+  app.add_option("--listen", out.listen, "host:port to serve HTTPS on")
+      ->envname("TESSERA_WEBHOOK_LISTEN")
+      ->capture_default_str();
+  app.add_option("--tls-cert-file", out.tls_cert_file, "PEM certificate (and chain); reloaded")
+      ->envname("TESSERA_WEBHOOK_TLS_CERT_FILE");
+  app.add_option("--tls-private-key-file", out.tls_private_key_file, "PEM private key; reloaded")
+      ->envname("TESSERA_WEBHOOK_TLS_PRIVATE_KEY_FILE");
+  app.add_option("--kubeconfig", out.kubeconfig, "kubeconfig file (empty: in-cluster)")
+      ->envname("TESSERA_WEBHOOK_KUBECONFIG");
+  app.add_option("--config", out.config_file, "YAML file with these settings (camelCase)")
+      ->envname("TESSERA_WEBHOOK_CONFIG");
+  app.add_option("--policy-environment", policy_environment,
+                 "LD_PRELOAD, TESSERA_*, CUDA_DEVICE_*_LIMIT set by a share's container")
+      ->envname("TESSERA_WEBHOOK_POLICY_ENVIRONMENT")
+      ->capture_default_str();
+  app.add_option("--policy-mounts", policy_mounts,
+                 "mounts over /etc/ld.so.preload or the share folder")
+      ->envname("TESSERA_WEBHOOK_POLICY_MOUNTS")
+      ->capture_default_str();
+  app.add_option("--policy-privileged", policy_privileged, "privileged containers with a share")
+      ->envname("TESSERA_WEBHOOK_POLICY_PRIVILEGED")
+      ->capture_default_str();
+  app.add_option("--device-class", classes, "DeviceClasses whose claims are Tessera shares")
+      ->envname("TESSERA_WEBHOOK_DEVICE_CLASSES")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--share-root", out.share_root, "the share folder containers must not cover")
+      ->envname("TESSERA_WEBHOOK_SHARE_ROOT")
+      ->capture_default_str();
+  app.add_option("--cache-ttl-seconds", cache_ttl, "how long claim lookups are cached")
+      ->envname("TESSERA_WEBHOOK_CACHE_TTL_SECONDS")
+      ->check(CLI::Range(int64_t{0}, int64_t{86400}))
+      ->capture_default_str();
+  app.add_option("--shutdown-delay-ms", shutdown_delay,
+                 "after SIGTERM: readyz 503 this long before the listener closes")
+      ->envname("TESSERA_WEBHOOK_SHUTDOWN_DELAY_MS")
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}))
+      ->capture_default_str();
+  app.add_option("--certificate-check-interval-ms", check_interval,
+                 "how often a handshake may look for a rotated certificate")
+      ->envname("TESSERA_WEBHOOK_CERTIFICATE_CHECK_INTERVAL_MS")
+      ->check(CLI::Range(int64_t{0}, int64_t{3600000}))
+      ->capture_default_str();
+  app.add_option("--threads", out.threads, "request threads")
+      ->envname("TESSERA_WEBHOOK_THREADS")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    parsed.exit_code = e.get_exit_code();
+    parsed.message = e.get_exit_code() == 0 ? app.help() : std::string(e.what());
+    return parsed;
+  }
+  auto fail = [&](const Status& status) {
+    parsed.exit_code = 2;
+    parsed.message = status.message();
+    return parsed;
+  };
+  if (!out.config_file.empty()) {
+    if (Status s = apply_config_file(out.config_file, app, out, policy_environment, policy_mounts,
+                                     policy_privileged, classes);
+        !s.is_ok())
+      return fail(s);
+  }
+  out.cache_ttl = app.get_option("--cache-ttl-seconds")->count() ? std::chrono::seconds(cache_ttl)
+                                                                 : out.cache_ttl;
+  if (app.get_option("--shutdown-delay-ms")->count())
+    out.shutdown_delay = std::chrono::milliseconds(shutdown_delay);
+  if (app.get_option("--certificate-check-interval-ms")->count())
+    out.certificate_check_interval = std::chrono::milliseconds(check_interval);
+  for (auto [text, target, flag] :
+       {std::tuple{&policy_environment, &out.policy.environment, "--policy-environment"},
+        std::tuple{&policy_mounts, &out.policy.mounts, "--policy-mounts"},
+        std::tuple{&policy_privileged, &out.policy.privileged, "--policy-privileged"}}) {
+    Result<PolicyAction> action = parse_policy_action(*text);
+    if (!action.is_ok()) return fail(action.status().with_context(flag));
+    *target = *action;
+  }
+  out.device_classes = std::set<std::string>(classes.begin(), classes.end());
+  if (out.device_classes.empty()) return fail(invalid_argument("--device-class: none given"));
+  if (out.tls_cert_file.empty() || out.tls_private_key_file.empty())
+    return fail(invalid_argument(
+        "--tls-cert-file and --tls-private-key-file are required (the webhook serves HTTPS only)"));
+  if (Result<ListenAddress> listen = parse_listen(out.listen); !listen.is_ok())
+    return fail(listen.status());
+  return parsed;
+}
+
+}  // namespace tessera::webhook

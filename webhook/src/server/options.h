@@ -1,0 +1,49 @@
+// tessera-webhook's settings: flags (CLI11), each with an environment variable, and a YAML file
+// (--config) with the same settings in camelCase. A flag beats its environment variable, which
+// beats the file, which beats the default.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "core/pod_mutation.h"
+#include "tessera/status.h"
+
+namespace tessera::webhook {
+
+struct WebhookOptions {
+  std::string listen = ":8443";
+  std::string tls_cert_file;
+  std::string tls_private_key_file;
+  std::string kubeconfig;  // "": in-cluster
+  std::string config_file;
+  Policy policy;
+  std::set<std::string> device_classes = {"vgpu.tessera.dev"};
+  std::string share_root = "/var/lib/tessera";
+  std::chrono::seconds cache_ttl{60};
+  std::chrono::milliseconds certificate_check_interval{1000};
+  // Between SIGTERM (readyz turns 503) and closing the listener, for endpoints to drop the pod.
+  std::chrono::milliseconds shutdown_delay{2000};
+  int threads = 8;
+};
+
+struct ParsedOptions {
+  WebhookOptions options;
+  std::optional<int> exit_code;  // --help or a bad flag: print `message`, exit with this
+  std::string message;
+};
+
+ParsedOptions parse_options(int argc, const char* const* argv);
+
+struct ListenAddress {
+  std::string host;  // "0.0.0.0" for ":8443"
+  int port = 0;
+};
+// ":8443", "127.0.0.1:8443", "[::1]:8443" (port 0: any free port).
+Result<ListenAddress> parse_listen(const std::string& listen);
+
+Result<PolicyAction> parse_policy_action(const std::string& text);
+
+}  // namespace tessera::webhook
