@@ -1,13 +1,27 @@
 #include "agent/agent_config.h"
 
+#include <regex>
+
 #include <CLI/CLI.hpp>
 
 namespace tessera::agent {
 
+std::string node_name_error(const std::string& name) {
+  // kube-apiserver's rule for Node names (IsDNS1123Subdomain); the name also goes into API paths,
+  // field selectors and the ResourceSlices' pool and slice names.
+  static const std::regex subdomain(
+      "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*");
+  if (name.size() <= 253 && std::regex_match(name, subdomain)) return "";
+  return "\"" + name +
+         "\" is not a Kubernetes node name: it must be a DNS subdomain (at most 253 characters: "
+         "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)";
+}
+
 void add_agent_flags(CLI::App& app, AgentConfig& config) {
   app.add_option("--node-name", config.node_name, "Name of this Kubernetes node")
       ->envname("NODE_NAME")
-      ->required();
+      ->required()
+      ->check(CLI::Validator(node_name_error, "DNS subdomain", "node name"));
   app.add_option("--state-dir", config.state_dir, "Agent state: checkpoint and share folders")
       ->envname("STATE_DIR")
       ->capture_default_str();

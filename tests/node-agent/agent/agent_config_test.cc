@@ -105,5 +105,25 @@ TEST_F(AgentConfigTest, BadIntervalsNameTheFlagAndValue) {
   }
 }
 
+TEST_F(AgentConfigTest, NodeNameMustBeADnsSubdomain) {
+  EXPECT_EQ(parse({"--node-name", "gpu-node-7.zone-a"}).node_name, "gpu-node-7.zone-a");
+  EXPECT_EQ(node_name_error(std::string(253, 'n')), "");
+  for (const std::string& bad : std::vector<std::string>{
+           "Node_7", "node/7", "node 7", "-node", "node.", "", "n?x=1", std::string(254, 'n')}) {
+    try {
+      parse({"--node-name", bad});
+      FAIL() << "accepted --node-name " << bad;
+    } catch (const CLI::ValidationError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "--node-name: \"" + bad +
+                    "\" is not a Kubernetes node name: it must be a DNS subdomain (at most 253 "
+                    "characters: lowercase letters, digits, '-' and '.', starting and ending with "
+                    "a letter or digit)");
+    }
+  }
+  setenv("NODE_NAME", "Node_7", 1);
+  EXPECT_THROW(parse({}), CLI::ValidationError);
+}
+
 }  // namespace
 }  // namespace tessera::agent
