@@ -1,7 +1,13 @@
 // tessera: the command-line tool. `tessera run` confines a command to a GPU share on this machine.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 #include "run_command.h"
+
+namespace {
+// tessera's own failures, as `env`, `timeout` and `docker run` report them.
+constexpr int kCannotRun = 125;
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Tessera: share NVIDIA GPUs between tenants with enforced quotas"};
@@ -36,6 +42,11 @@ int main(int argc, char** argv) {
   run_cmd->prefix_command(false);
 
   CLI11_PARSE(app, argc, argv);
-  if (*run_cmd) return tessera::cli::run(run);
-  return 0;
+  if (!*run_cmd) return 0;
+  const tessera::Result<int> status = tessera::cli::run(run);
+  if (!status.is_ok()) {
+    std::fprintf(stderr, "tessera run: %s\n", status.status().message().c_str());
+    return kCannotRun;
+  }
+  return *status;
 }

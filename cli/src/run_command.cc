@@ -10,20 +10,21 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
 
-#include "compute/meter.h"
-#include "options.h"
 #include "share_plan.h"
 #include "tessera/gpu_info.h"
+#include "tessera/share_contract.h"
+#include "tessera/vgpu/options.h"
+#include "tessera/vgpu/usage_counters.h"
 
 namespace tessera::cli {
 namespace {
 
-constexpr int kCannotRun = 125;
 volatile sig_atomic_t g_child = 0;
 
 void forward_signal(int signal_number) {
@@ -51,103 +52,88 @@ double monotonic_s() {
 void print_summary(const std::string& dir, const std::vector<share::DeviceLimit>& limits,
                    double seconds) {
   const std::string path = dir + "/usage";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    std::fprintf(stderr, "tessera run: summary: no usage page (the command used no GPU)\n");
+  share::UsagePage* page = nullptr;
+  if (const int error = share::map_usage_page(path.c_str(), false, page); error != 0) {
+    if (error == ENOENT)
+      std::fprintf(stderr, "tessera run: summary: no usage page (the command used no GPU)\n");
     return;
   }
-  void* memory = ::mmap(nullptr, sizeof(share::UsagePage), PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (memory == MAP_FAILED) return;
-  const auto& usage = *static_cast<const share::UsagePage*>(memory);
-  if (share::valid_usage_page(usage)) {
-    std::fprintf(stderr,
-                 "tessera run: summary: %.2f s, %llu launches, launching threads waited %.3f s "
-                 "at the compute gate\n",
-                 seconds, static_cast<unsigned long long>(vgpu::compute::share_launches(usage)),
-                 static_cast<double>(vgpu::compute::share_throttled_ns(usage)) / 1e9);
-    for (size_t d = 0; d < limits.size() && d < share::kMaxDevices; ++d) {
-      const share::ComputeDevice& device = usage.compute.devices[d];
-      const double busy = static_cast<double>(device.busy_ns.load()) / 1e9;
-      const double others = static_cast<double>(device.others_busy_ns.load()) / 1e9;
-      const double closed = static_cast<double>(device.closed_ns.load()) / 1e9;
-      std::fprintf(
-          stderr,
-          "tessera run: summary: GPU %zu %s: cores limit %u%%, burst %u%%; GPU time "
-          "used %.3f s (%.1f%% of the wall time), others %.3f s, gate closed %.3f s, "
-          "memory held at exit %llu bytes\n",
-          d, limits[d].uuid.c_str(), limits[d].cores_limit, limits[d].cores_burst, busy,
-          seconds > 0 ? 100 * busy / seconds : 0.0, others, closed,
-          static_cast<unsigned long long>(share::share_usage(usage, static_cast<uint32_t>(d))));
-    }
+  const auto& usage = *page;
+  std::fprintf(stderr,
+               "tessera run: summary: %.2f s, %llu launches, launching threads waited %.3f s "
+               "at the compute gate\n",
+               seconds, static_cast<unsigned long long>(vgpu::compute::share_launches(usage)),
+               static_cast<double>(vgpu::compute::share_throttled_ns(usage)) / 1e9);
+  for (size_t d = 0; d < limits.size() && d < share::kMaxDevices; ++d) {
+    const share::ComputeDevice& device = usage.compute.devices[d];
+    const double busy = static_cast<double>(device.busy_ns.load()) / 1e9;
+    const double others = static_cast<double>(device.others_busy_ns.load()) / 1e9;
+    const double closed = static_cast<double>(device.closed_ns.load()) / 1e9;
+    std::fprintf(
+        stderr,
+        "tessera run: summary: GPU %zu %s: cores limit %u%%, burst %u%%; GPU time "
+        "used %.3f s (%.1f%% of the wall time), others %.3f s, gate closed %.3f s, "
+        "memory held at exit %llu bytes\n",
+        d, limits[d].uuid.c_str(), limits[d].cores_limit, limits[d].cores_burst, busy,
+        seconds > 0 ? 100 * busy / seconds : 0.0, others, closed,
+        static_cast<unsigned long long>(share::share_usage(usage, static_cast<uint32_t>(d))));
   }
-  ::munmap(memory, sizeof(share::UsagePage));
+  share::unmap_usage_page(page);
 }
 
-}  // namespace
-
-std::string find_libvgpu(const std::string& dir) {
-  if (const char* env = std::getenv("TESSERA_LIBVGPU"); env && *env) return env;
-  for (const std::string& candidate :
-       {dir + "/../lib/libvgpu.so", dir + "/../libvgpu/libvgpu.so"}) {
-    if (is_file(candidate)) return std::filesystem::weakly_canonical(candidate).string();
-  }
-  return "";
-}
-
-int run(const RunOptions& options) {
-  std::vector<GpuInfo> gpus;
-  std::string error;
-  if (error = list_gpus(gpus); !error.empty()) {
-    std::fprintf(stderr, "tessera run: %s\n", error.c_str());
-    return kCannotRun;
-  }
-  std::vector<share::DeviceLimit> limits;
-  uint32_t priority = share::kPriorityNormal;
-  if (!options.priority.empty() && !vgpu::parse_priority(options.priority, &priority)) {
-    std::fprintf(stderr, "tessera run: --priority '%s' is not high, normal or low\n",
-                 options.priority.c_str());
-    return kCannotRun;
-  }
-  if (!plan_share(gpus, options.memory, options.cores, options.burst, limits, error)) {
-    std::fprintf(stderr, "tessera run: %s\n", error.c_str());
-    return kCannotRun;
-  }
-  const std::string libvgpu =
-      options.libvgpu.empty() ? find_libvgpu(executable_dir()) : options.libvgpu;
-  if (libvgpu.empty() || !is_file(libvgpu)) {
-    std::fprintf(stderr,
-                 "tessera run: libvgpu.so not found%s%s (give --libvgpu PATH or set "
-                 "TESSERA_LIBVGPU)\n",
-                 libvgpu.empty() ? "" : " at ", libvgpu.c_str());
-    return kCannotRun;
-  }
-
-  bool temporary = false;
-  std::string dir = options.share_dir;
-  if (dir.empty()) {
+// The share directory: the one given (kept), or a temporary one removed when the command ends.
+class ShareDir {
+ public:
+  static Result<ShareDir> create(const std::string& given) {
+    if (!given.empty()) return ShareDir(given, false);
     const char* base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
     std::string pattern = std::string(base) + "/tessera-run-XXXXXX";
     if (!mkdtemp(pattern.data())) {
-      std::fprintf(stderr, "tessera run: cannot create a share directory in %s: %s\n", base,
-                   std::strerror(errno));
-      return kCannotRun;
+      return internal_error(std::string("cannot create a share directory in ") + base + ": " +
+                            std::strerror(errno));
     }
-    dir = pattern;
-    temporary = true;
+    return ShareDir(std::move(pattern), true);
   }
-  if (std::string written = share::write_limits(dir, limits, priority); !written.empty()) {
-    std::fprintf(stderr, "tessera run: %s\n", written.c_str());
-    if (temporary) std::filesystem::remove_all(dir);
-    return kCannotRun;
+  ShareDir(ShareDir&& other) noexcept
+      : path_(std::move(other.path_)), temporary_(std::exchange(other.temporary_, false)) {}
+  ShareDir& operator=(ShareDir&&) = delete;
+  ShareDir(const ShareDir&) = delete;
+  ShareDir& operator=(const ShareDir&) = delete;
+  ~ShareDir() {
+    if (!temporary_) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
   }
 
-  const pid_t child = fork();
-  if (child < 0) {
-    std::fprintf(stderr, "tessera run: fork failed: %s\n", std::strerror(errno));
-    if (temporary) std::filesystem::remove_all(dir);
-    return kCannotRun;
+  const std::string& path() const { return path_; }
+
+ private:
+  ShareDir(std::string path, bool temporary) : path_(std::move(path)), temporary_(temporary) {}
+
+  std::string path_;
+  bool temporary_;
+};
+
+constexpr const char* kLibvgpuHint = " (give --libvgpu PATH or set TESSERA_LIBVGPU)";
+
+// The libvgpu.so to preload: the one given, or the one found beside tessera.
+Result<std::string> libvgpu_path(const std::string& given) {
+  std::string path = given;
+  if (path.empty()) {
+    Result<std::string> found = find_libvgpu(executable_dir());
+    if (!found.is_ok()) return found.status();
+    path = std::move(found).value();
   }
+  if (!is_file(path)) return not_found("libvgpu.so not found at " + path + kLibvgpuHint);
+  return path;
+}
+
+// Runs the command in a child with libvgpu preloaded and the share's directory in its
+// environment; returns its exit status once it ends.
+Result<int> run_child(const RunOptions& options, const std::string& libvgpu, const std::string& dir,
+                      const std::vector<share::DeviceLimit>& limits) {
+  const pid_t child = fork();
+  if (child < 0) return internal_error(std::string("fork failed: ") + std::strerror(errno));
   if (child == 0) {
     std::string preload = libvgpu;
     if (const char* existing = std::getenv("LD_PRELOAD"); existing && *existing) {
@@ -161,6 +147,7 @@ int run(const RunOptions& options) {
     for (const std::string& word : options.command) argv.push_back(const_cast<char*>(word.c_str()));
     argv.push_back(nullptr);
     execvp(argv[0], argv.data());
+    // The child's own edge: what exec failed with, as a shell reports it.
     std::fprintf(stderr, "tessera run: cannot run %s: %s\n", argv[0], std::strerror(errno));
     _exit(errno == ENOENT ? 127 : 126);
   }
@@ -177,8 +164,39 @@ int run(const RunOptions& options) {
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   if (options.verbose) print_summary(dir, limits, monotonic_s() - started);
-  if (temporary) std::filesystem::remove_all(dir);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+Result<std::string> find_libvgpu(const std::string& dir) {
+  if (const char* env = std::getenv("TESSERA_LIBVGPU"); env && *env) return std::string(env);
+  for (const std::string& candidate :
+       {dir + "/../lib/libvgpu.so", dir + "/../libvgpu/libvgpu.so"}) {
+    if (is_file(candidate)) return std::filesystem::weakly_canonical(candidate).string();
+  }
+  return not_found(std::string("libvgpu.so not found") + kLibvgpuHint);
+}
+
+Result<int> run(const RunOptions& options) {
+  std::vector<GpuInfo> gpus;
+  if (std::string listed = list_gpus(gpus); !listed.empty()) return unavailable(listed);
+  uint32_t priority = share::kPriorityNormal;
+  if (!options.priority.empty() && !vgpu::parse_priority(options.priority, &priority)) {
+    return invalid_argument("--priority '" + options.priority + "' is not high, normal or low");
+  }
+  Result<std::vector<share::DeviceLimit>> limits =
+      plan_share(gpus, options.memory, options.cores, options.burst);
+  if (!limits.is_ok()) return limits.status();
+  Result<std::string> libvgpu = libvgpu_path(options.libvgpu);
+  if (!libvgpu.is_ok()) return libvgpu.status();
+
+  Result<ShareDir> dir = ShareDir::create(options.share_dir);
+  if (!dir.is_ok()) return dir.status();
+  if (std::string written = share::write_limits(dir->path(), *limits, priority); !written.empty()) {
+    return internal_error(written);
+  }
+  return run_child(options, *libvgpu, dir->path(), *limits);
 }
 
 }  // namespace tessera::cli

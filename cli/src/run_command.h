@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/status.h"
+
 namespace tessera::cli {
 
 struct RunOptions {
@@ -20,12 +22,12 @@ struct RunOptions {
   std::vector<std::string> command;
 };
 
-// Returns the command's exit status (128 + signal when it was killed), or 125 when tessera itself
-// could not start it (the message is on stderr), as `env`, `timeout` and `docker run` do.
-int run(const RunOptions& options);
+// The command's exit status (128 + signal when it was killed), or why tessera itself could not
+// start it (main.cc prints the message and exits 125, as `env`, `timeout` and `docker run` do).
+Result<int> run(const RunOptions& options);
 
 // Where libvgpu.so is when not given: $TESSERA_LIBVGPU, then <prefix>/lib/libvgpu.so for an
 // installed <prefix>/bin/tessera, then the build tree's <build>/libvgpu/libvgpu.so.
-std::string find_libvgpu(const std::string& executable_dir);
+Result<std::string> find_libvgpu(const std::string& executable_dir);
 
 }  // namespace tessera::cli

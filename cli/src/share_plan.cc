@@ -3,17 +3,17 @@
 #include <cstring>
 #include <utility>
 
-#include "options.h"  // libvgpu's parser: the CLI accepts exactly what the shim accepts
+// libvgpu's parser: the CLI accepts exactly what the shim accepts.
+#include "tessera/vgpu/options.h"
 
 namespace tessera::cli {
 namespace {
 
-// Applies the entries of a per-GPU list through `apply`; false (with `error`) for a GPU this
-// machine does not have.
+// Applies the entries of a per-GPU list through `apply`; an error for a GPU this machine does not
+// have.
 template <typename Apply>
-bool apply_entries(const std::vector<GpuInfo>& gpus, const vgpu::MemoryLimitSpec& spec,
-                   const char* option, std::vector<share::DeviceLimit>& limits, std::string& error,
-                   Apply apply) {
+Status apply_entries(const std::vector<GpuInfo>& gpus, const vgpu::MemoryLimitSpec& spec,
+                     const char* option, std::vector<share::DeviceLimit>& limits, Apply apply) {
   for (int i = 0; i < spec.count; ++i) {
     const vgpu::LimitEntry& entry = spec.entries[i];
     share::DeviceLimit* target = nullptr;
@@ -23,71 +23,74 @@ bool apply_entries(const std::vector<GpuInfo>& gpus, const vgpu::MemoryLimitSpec
       if (match) target = &limits[g];
     }
     if (!target) {
-      error = std::string(option) + " names GPU " +
-              (entry.ordinal >= 0 ? std::to_string(entry.ordinal) : std::string(entry.uuid)) +
-              ", which this machine does not have (" + std::to_string(gpus.size()) + " GPUs)";
-      return false;
+      return invalid_argument(
+          std::string(option) + " names GPU " +
+          (entry.ordinal >= 0 ? std::to_string(entry.ordinal) : std::string(entry.uuid)) +
+          ", which this machine does not have (" + std::to_string(gpus.size()) + " GPUs)");
     }
     apply(*target, entry.bytes);
   }
-  return true;
+  return Status::ok();
+}
+
+// One percent list into one field of every GPU's limits.
+Status plan_percent(const std::vector<GpuInfo>& gpus, const char* option, std::string_view text,
+                    uint32_t share::DeviceLimit::*field, std::vector<share::DeviceLimit>& limits) {
+  if (text.empty()) return Status::ok();
+  vgpu::MemoryLimitSpec spec;
+  if (!vgpu::parse_percent_list(text, &spec)) {
+    return invalid_argument(std::string(option) + " '" + std::string(text) +
+                            "' is not a percent (1..100) or a list of <index>=<percent> / "
+                            "GPU-<uuid>=<percent>");
+  }
+  if (spec.has_all) {
+    for (share::DeviceLimit& limit : limits) limit.*field = static_cast<uint32_t>(spec.all);
+  }
+  return apply_entries(gpus, spec, option, limits,
+                       [field](share::DeviceLimit& limit, uint64_t percent) {
+                         limit.*field = static_cast<uint32_t>(percent);
+                       });
 }
 
 }  // namespace
 
-bool plan_share(const std::vector<GpuInfo>& gpus, std::string_view memory_spec,
-                std::string_view cores_spec, std::string_view burst_spec,
-                std::vector<share::DeviceLimit>& limits, std::string& error) {
-  if (!plan_share(gpus, memory_spec, limits, error)) return false;
-  // One percent list into one field of every GPU's limits.
-  const auto plan_percent = [&](const char* option, std::string_view text,
-                                uint32_t share::DeviceLimit::*field) {
-    if (text.empty()) return true;
-    vgpu::MemoryLimitSpec spec;
-    if (!vgpu::parse_percent_list(text, &spec)) {
-      error = std::string(option) + " '" + std::string(text) +
-              "' is not a percent (1..100) or a list of <index>=<percent> / "
-              "GPU-<uuid>=<percent>";
-      return false;
-    }
-    if (spec.has_all) {
-      for (share::DeviceLimit& limit : limits) limit.*field = static_cast<uint32_t>(spec.all);
-    }
-    return apply_entries(gpus, spec, option, limits, error,
-                         [field](share::DeviceLimit& limit, uint64_t percent) {
-                           limit.*field = static_cast<uint32_t>(percent);
-                         });
-  };
-  if (!plan_percent("--cores", cores_spec, &share::DeviceLimit::cores_limit) ||
-      !plan_percent("--cores-burst", burst_spec, &share::DeviceLimit::cores_burst)) {
-    return false;
-  }
+Result<std::vector<share::DeviceLimit>> plan_share(const std::vector<GpuInfo>& gpus,
+                                                   std::string_view memory_spec,
+                                                   std::string_view cores_spec,
+                                                   std::string_view burst_spec) {
+  Result<std::vector<share::DeviceLimit>> planned = plan_share(gpus, memory_spec);
+  if (!planned.is_ok()) return planned.status();
+  std::vector<share::DeviceLimit>& limits = *planned;
+  TESSERA_RETURN_IF_ERROR(
+      plan_percent(gpus, "--cores", cores_spec, &share::DeviceLimit::cores_limit, limits));
+  TESSERA_RETURN_IF_ERROR(
+      plan_percent(gpus, "--cores-burst", burst_spec, &share::DeviceLimit::cores_burst, limits));
   for (const share::DeviceLimit& limit : limits) {
     if (limit.cores_burst != 0 && limit.cores_burst < limit.cores_limit) {
-      error = "--cores-burst " + std::to_string(limit.cores_burst) + " of " + limit.uuid +
-              " is below its cores limit " + std::to_string(limit.cores_limit);
-      return false;
+      return invalid_argument("--cores-burst " + std::to_string(limit.cores_burst) + " of " +
+                              limit.uuid + " is below its cores limit " +
+                              std::to_string(limit.cores_limit));
     }
   }
-  return true;
+  return planned;
 }
 
-bool plan_share(const std::vector<GpuInfo>& gpus, std::string_view memory_spec,
-                std::vector<share::DeviceLimit>& limits, std::string& error) {
+Result<std::vector<share::DeviceLimit>> plan_share(const std::vector<GpuInfo>& gpus,
+                                                   std::string_view memory_spec) {
   vgpu::MemoryLimitSpec spec;
   if (!memory_spec.empty() && !vgpu::parse_memory_limit(memory_spec, false, &spec)) {
-    error = "--memory '" + std::string(memory_spec) +
-            "' is not a size (8Gi, 8G, 8192Mi, bytes) or a list of <index>=<size> / "
-            "GPU-<uuid>=<size>";
-    return false;
+    return invalid_argument("--memory '" + std::string(memory_spec) +
+                            "' is not a size (8Gi, 8G, 8192Mi, bytes) or a list of "
+                            "<index>=<size> / GPU-<uuid>=<size>");
   }
-  limits.clear();
+  std::vector<share::DeviceLimit> limits;
   for (const GpuInfo& gpu : gpus) {
     limits.push_back({gpu.uuid, spec.has_all ? spec.all : share::kUnlimited, 100});
   }
-  return apply_entries(
-      gpus, spec, "--memory", limits, error,
-      [](share::DeviceLimit& limit, uint64_t bytes) { limit.memory_limit = bytes; });
+  TESSERA_RETURN_IF_ERROR(
+      apply_entries(gpus, spec, "--memory", limits,
+                    [](share::DeviceLimit& limit, uint64_t bytes) { limit.memory_limit = bytes; }));
+  return limits;
 }
 
 }  // namespace tessera::cli

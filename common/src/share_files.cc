@@ -8,6 +8,10 @@
 
 #include <cstring>
 #include <memory>
+#include <string_view>
+
+#include "tessera/file_io.h"
+#include "tessera/unique_fd.h"
 
 namespace tessera::share {
 namespace {
@@ -39,16 +43,20 @@ void fill(LimitsPage& page, const std::vector<DeviceLimit>& devices, uint32_t pr
 // limits do (a share's devices are fixed when it is created).
 std::string update_in_place(const std::string& path, const std::vector<DeviceLimit>& devices,
                             uint32_t priority, uint32_t measure_source) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) {
+  UniqueFd fd;
+  if (const int error =
+          open_file(path.c_str(), O_RDWR, FileSource::kUntrusted, fd, sizeof(LimitsPage));
+      error != 0) {
     // 0444 files are writable by root only; make it writable for the update, then restore.
-    if (errno != EACCES || ::chmod(path.c_str(), 0644) != 0) return failure("cannot open", path);
+    errno = error;
+    if (error != EACCES || ::chmod(path.c_str(), 0644) != 0) return failure("cannot open", path);
     const std::string result = update_in_place(path, devices, priority, measure_source);
     ::chmod(path.c_str(), 0444);
     return result;
   }
-  void* memory = ::mmap(nullptr, sizeof(LimitsPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
+  void* memory =
+      ::mmap(nullptr, sizeof(LimitsPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  fd.reset();
   if (memory == MAP_FAILED) return failure("cannot map", path);
   auto* page = static_cast<LimitsPage*>(memory);
   std::string error;
@@ -80,14 +88,15 @@ std::string update_in_place(const std::string& path, const std::vector<DeviceLim
   return error;
 }
 
+// A regular file (never a symlink or FIFO: the share folder is writable from its containers)
+// holding a whole, valid limits page.
 bool is_valid_page(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  UniqueFd fd;
+  if (open_file(path.c_str(), O_RDONLY, FileSource::kUntrusted, fd, sizeof(LimitsPage)) != 0)
+    return false;
   LimitsPage page;
-  const bool ok = ::pread(fd, &page, sizeof page, 0) == static_cast<ssize_t>(sizeof page) &&
-                  valid_limits_page(page);
-  ::close(fd);
-  return ok;
+  return ::pread(fd.get(), &page, sizeof page, 0) == static_cast<ssize_t>(sizeof page) &&
+         valid_limits_page(page);
 }
 
 }  // namespace
@@ -128,28 +137,16 @@ std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>&
   const std::string path = dir + "/limits";
   if (is_valid_page(path)) return update_in_place(path, devices, priority, measure_source);
 
-  // Exclusive and never through a symlink: a share folder can be writable from its containers.
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  ::unlink(temp.c_str());
-  const int fd = ::open(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return failure("cannot create", temp);
+  // A new page: built whole, then tessera::write_file_atomically (a temporary file created
+  // exclusively and never through a symlink, fsync'ed, renamed into place, the folder fsync'ed).
   auto page = std::make_unique<LimitsPage>();
   std::memset(static_cast<void*>(page.get()), 0, sizeof(LimitsPage));
   init_limits_page(*page);
   fill(*page, devices, priority, measure_source);
-  const bool written =
-      ::write(fd, page.get(), sizeof(LimitsPage)) == static_cast<ssize_t>(sizeof(LimitsPage)) &&
-      ::fchmod(fd, 0444) == 0 && ::fsync(fd) == 0;
-  const std::string write_error = written ? "" : failure("cannot write", temp);
-  ::close(fd);
-  if (!written) {
-    ::unlink(temp.c_str());
-    return write_error;
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string error = failure("cannot rename into place", path);
-    ::unlink(temp.c_str());
-    return error;
+  const std::string_view bytes(reinterpret_cast<const char*>(page.get()), sizeof(LimitsPage));
+  if (const int error = write_file_atomically(path.c_str(), bytes, 0444); error != 0) {
+    errno = error;
+    return failure("cannot write", path);
   }
   return "";
 }

@@ -42,6 +42,29 @@ constexpr uint64_t kOrdinalMask = 0xffffffffull;
 // Executables with allocation nodes that this process holds (tracked as HandleKind::kGraphExec).
 constinit std::atomic<long> g_allocating_execs{0};
 
+// The devices' graph memory pools, per CUDA ordinal, under g_graph_lock: the reserved size last
+// accounted (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) and the share device it is charged to (valid
+// once g_graph_seen).
+constinit std::atomic<bool> g_graph_lock{false};
+bool g_graph_seen[kMaxOrdinals] = {};
+int g_graph_index[kMaxOrdinals] = {};
+uint64_t g_graph_accounted[kMaxOrdinals] = {};
+
+// In a forked child: no executable graph of the parent is this process's, and another thread of
+// the parent may have held the lock at fork time.
+void reset_after_fork() {
+  g_graph_lock.store(false, std::memory_order_relaxed);
+  for (int i = 0; i < kMaxOrdinals; ++i) {
+    g_graph_seen[i] = false;
+    g_graph_accounted[i] = 0;
+  }
+  g_allocating_execs.store(0, std::memory_order_relaxed);
+}
+
+__attribute__((constructor)) void register_fork_reset() {
+  on_fork_child(reset_after_fork);
+}
+
 uint64_t key(CUgraphExec exec) {
   return reinterpret_cast<uint64_t>(exec);
 }
@@ -55,24 +78,23 @@ bool graph_attribute(CUdevice ordinal, CUgraphMem_attribute attribute, uint64_t*
 }
 
 // Charges or releases the difference between the ordinal's graph pool reserved size and what was
-// accounted; returns the reserved size now accounted. Call with graph_lock held.
+// accounted; returns the reserved size now accounted. Call with g_graph_lock held.
 uint64_t settle_graph_pool(CUdevice ordinal, int index) {
-  Shim& s = shim();
-  if (!s.graph_seen[ordinal]) {
-    s.graph_seen[ordinal] = true;
-    s.graph_index[ordinal] = index;
-    s.graph_accounted[ordinal] = 0;
+  if (!g_graph_seen[ordinal]) {
+    g_graph_seen[ordinal] = true;
+    g_graph_index[ordinal] = index;
+    g_graph_accounted[ordinal] = 0;
   }
-  const uint64_t accounted = s.graph_accounted[ordinal];
+  const uint64_t accounted = g_graph_accounted[ordinal];
   uint64_t reserved = accounted;
   if (!graph_attribute(ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved))
     return accounted;
   if (reserved > accounted) {
-    s.region.charge(s.graph_index[ordinal], reserved - accounted);
+    shim().region.charge(g_graph_index[ordinal], reserved - accounted);
   } else if (reserved < accounted) {
-    release_bytes(s.graph_index[ordinal], accounted - reserved);
+    release_bytes(g_graph_index[ordinal], accounted - reserved);
   }
-  s.graph_accounted[ordinal] = reserved;
+  g_graph_accounted[ordinal] = reserved;
   return reserved;
 }
 
@@ -171,7 +193,7 @@ using RunFn = CUresult (*)(CUgraphExec, CUstream);
   if (!s.tracker.find(HandleKind::kGraphExec, key(exec), &record) || (record.aux & kMapped)) {
     return real(exec, stream);
   }
-  SpinGuard guard(s.graph_lock);
+  SpinGuard guard(g_graph_lock);
   if (!s.tracker.find(HandleKind::kGraphExec, key(exec), &record) || (record.aux & kMapped)) {
     return real(exec, stream);
   }
@@ -198,7 +220,7 @@ using RunFn = CUresult (*)(CUgraphExec, CUstream);
     TESSERA_ERROR("graph memory grew %llu bytes beyond the estimate; the share is over its limit",
                   static_cast<unsigned long long>(reserved - covered));
   }
-  s.graph_accounted[ordinal] = reserved;
+  g_graph_accounted[ordinal] = reserved;
   if (result == CUDA_SUCCESS) {
     record.aux |= kMapped;
     s.tracker.insert(record);
@@ -207,10 +229,6 @@ using RunFn = CUresult (*)(CUgraphExec, CUstream);
 }
 
 }  // namespace
-
-void tessera::vgpu::reset_graphs_after_fork() {
-  g_allocating_execs.store(0, std::memory_order_relaxed);
-}
 
 // ---- launch and upload
 // ---------------------------------------------------------------------------
@@ -292,7 +310,7 @@ CUresult cuGraphExecDestroy(CUgraphExec exec) {
   }
   g_allocating_execs.fetch_sub(1, std::memory_order_relaxed);
   if ((record.aux & kMapped) && record.device >= 0) {
-    SpinGuard guard(shim().graph_lock);
+    SpinGuard guard(g_graph_lock);
     settle_graph_pool(static_cast<CUdevice>(record.aux & kOrdinalMask), record.device);
   }
   return result;
@@ -306,7 +324,7 @@ CUresult cuDeviceGraphMemTrim(CUdevice device) {
   if (result != CUDA_SUCCESS || device < 0 || device >= kMaxOrdinals || !enforcing()) {
     return result;
   }
-  SpinGuard guard(shim().graph_lock);
-  if (shim().graph_seen[device]) settle_graph_pool(device, shim().graph_index[device]);
+  SpinGuard guard(g_graph_lock);
+  if (g_graph_seen[device]) settle_graph_pool(device, g_graph_index[device]);
   return result;
 }

@@ -75,6 +75,22 @@ inline void count_call(HookId id) {
 // The hooked entry named `name` (exact symbol), or -1.
 int find_hook(const char* name);
 
+// dlsym may be called at any moment, also while a sanitizer or profiler that intercepts libc's
+// string functions is still initialising (their interceptors are not usable yet): the lookup
+// path compares names itself.
+inline bool same_name(const char* a, const char* b) {
+  while (*a && *a == *b) {
+    ++a;
+    ++b;
+  }
+  return *a == *b;
+}
+
+// The real dlsym (the next one after the shim's, by version); aborts if there is none. Also
+// stored in tessera_real_dlsym for the dlsym trampoline's pass-through (interpose.cc).
+using DlsymFn = void* (*)(void*, const char*);
+DlsymFn real_dlsym();
+
 // A library handle of libcuda.so.1 / libnvidia-ml.so.1 if loaded (never loads it).
 void* loaded_library(Library library);
 

@@ -5,10 +5,6 @@
 //    dlsym sees the caller's return address and RTLD_NEXT keeps its meaning for the caller;
 //  * cuGetProcAddress(_v2): the real resolver answers (name, version, flags); the shim finds
 //    which versioned symbol that pointer is and hands out its wrapper for exactly that ABI.
-#include <unistd.h>
-
-#include <cstdlib>
-
 #include "compute/gate.h"
 #include "glibc_compat.h"
 #include "hooks.h"
@@ -16,98 +12,13 @@
 #include "tessera/cuda_abi.h"
 
 namespace tessera::vgpu {
-
-const EntryInfo kEntries[kEntryCount] = {
-#define TESSERA_HOOK(lib, kind, symbol, ret, params, args) \
-  {#symbol, TESSERA_LIBRARY_##lib, true, reinterpret_cast<void*>(&::symbol)},
-#define TESSERA_REAL(lib, symbol, ret, params) {#symbol, TESSERA_LIBRARY_##lib, false, nullptr},
-#define TESSERA_LIBRARY_CUDA Library::kCuda
-#define TESSERA_LIBRARY_NVML Library::kNvml
-#include "hooks.def"
-};
-
-constinit EntrySlot g_entries[kEntryCount];
-
 namespace {
-
-using DlsymFn = void* (*)(void*, const char*);
-
-constexpr const char* kLibraryNames[] = {"libcuda.so.1", "libnvidia-ml.so.1"};
-constinit std::atomic<void*> g_libraries[2] = {};
 
 // The diagnostic entry handed out by dlsym(RTLD_DEFAULT, "tessera_vgpu_call_count"): how many
 // times the wrapper `symbol` was called in this process (-1 if it is not hooked).
 long long call_count(const char* symbol) {
   const int id = find_hook(symbol);
   return id < 0 ? -1 : static_cast<long long>(g_entries[id].calls.load(std::memory_order_relaxed));
-}
-
-void* library_handle(Library library, bool load) {
-  const int which = static_cast<int>(library);
-  void* handle = g_libraries[which].load(std::memory_order_acquire);
-  if (handle) return handle;
-  handle = dlopen(kLibraryNames[which], RTLD_NOW | RTLD_NOLOAD);
-  if (!handle && load) handle = dlopen(kLibraryNames[which], RTLD_NOW);
-  if (handle) g_libraries[which].store(handle, std::memory_order_release);
-  return handle;
-}
-
-}  // namespace
-
-// Set before any pass-through; read by the dlsym trampoline.
-extern "C" {
-__attribute__((visibility("hidden"))) DlsymFn tessera_real_dlsym = nullptr;
-}
-
-DlsymFn real_dlsym() {
-  DlsymFn found = __atomic_load_n(&tessera_real_dlsym, __ATOMIC_ACQUIRE);
-  if (found) return found;
-  // dlvsym itself is not intercepted, so this cannot recurse. GLIBC_2.34 is where glibc >= 2.34
-  // defines dlsym; older ones only have GLIBC_2.2.5 (x86_64) / GLIBC_2.17 (aarch64).
-  found = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"));
-#if defined(__x86_64__)
-  if (!found) found = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5"));
-#elif defined(__aarch64__)
-  if (!found) found = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17"));
-#endif
-  if (!found) {
-    static constexpr char kMessage[] = "tessera: fatal: the real dlsym cannot be found\n";
-    [[maybe_unused]] ssize_t ignored = write(2, kMessage, sizeof kMessage - 1);
-    std::abort();
-  }
-  __atomic_store_n(&tessera_real_dlsym, found, __ATOMIC_RELEASE);
-  return found;
-}
-
-void* loaded_library(Library library) {
-  return library_handle(library, false);
-}
-
-void* resolve_real_slow(HookId id) {
-  void* handle = library_handle(kEntries[id].library, true);
-  if (!handle) return nullptr;
-  void* pointer = real_dlsym()(handle, kEntries[id].name);
-  if (pointer) g_entries[id].real.store(pointer, std::memory_order_release);
-  return pointer;
-}
-
-// dlsym may be called at any moment, also while a sanitizer or profiler that intercepts libc's
-// string functions is still initialising (their interceptors are not usable yet): the lookup
-// path compares names itself.
-static bool same_name(const char* a, const char* b) {
-  while (*a && *a == *b) {
-    ++a;
-    ++b;
-  }
-  return *a == *b;
-}
-
-int find_hook(const char* name) {
-  if (!name) return -1;
-  for (int i = 0; i < kEntryCount; ++i) {
-    if (kEntries[i].hooked && same_name(kEntries[i].name, name)) return i;
-  }
-  return -1;
 }
 
 // The wrapper for the real entry point `pointer` that the real resolver handed out for `name`, or
@@ -122,6 +33,7 @@ void* wrap_resolved(const char* name, void* pointer) {
   return pointer;
 }
 
+}  // namespace
 }  // namespace tessera::vgpu
 
 using namespace tessera::vgpu;

@@ -7,9 +7,9 @@
 #include <atomic>
 #include <cstdint>
 
-namespace tessera::vgpu {
+#include "tessera/vgpu/log_level.h"
 
-enum class LogLevel : int { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
+namespace tessera::vgpu {
 
 inline constexpr uint32_t kMaxRepeats = 8;
 

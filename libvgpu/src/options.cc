@@ -1,4 +1,4 @@
-#include "options.h"
+#include "tessera/vgpu/options.h"
 
 #include <unistd.h>
 
@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "log.h"
 #include "tessera/quantity.h"
 
 namespace tessera::vgpu {

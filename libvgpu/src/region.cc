@@ -11,6 +11,9 @@
 #include <cstring>
 
 #include "log.h"
+#include "tessera/file_io.h"
+#include "tessera/share_contract.h"
+#include "tessera/unique_fd.h"
 
 namespace tessera::vgpu {
 namespace {
@@ -18,6 +21,9 @@ namespace {
 using share::LimitsPage;
 using share::ProcessSlot;
 using share::UsagePage;
+using tessera::FileSource;
+using tessera::open_file;
+using tessera::UniqueFd;
 
 constexpr int kReserveAttempts = 8;
 
@@ -27,105 +33,25 @@ int64_t monotonic_ns() {
   return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
 }
 
-// Reads a whole small file into `buffer` (NUL-terminated); returns the length or -1.
-ssize_t read_small_file(const char* path, char* buffer, size_t capacity) {
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  size_t length = 0;
-  while (length + 1 < capacity) {
-    const ssize_t n = read(fd, buffer + length, capacity - 1 - length);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    length += static_cast<size_t>(n);
-  }
-  close(fd);
-  buffer[length] = '\0';
-  return static_cast<ssize_t>(length);
-}
-
-off_t file_size(int fd) {
-  const off_t size = lseek(fd, 0, SEEK_END);
-  lseek(fd, 0, SEEK_SET);
-  return size;
-}
-
-void* map_file(const char* path, int flags, int prot, size_t size) {
-  const int fd = open(path, flags | O_CLOEXEC);
-  if (fd < 0) return nullptr;
-  void* page = nullptr;
-  if (file_size(fd) >= static_cast<off_t>(size)) {
-    page = mmap(nullptr, size, prot, MAP_SHARED, fd, 0);
-    if (page == MAP_FAILED) page = nullptr;
-  }
-  close(fd);
-  return page;
-}
-
-// Creates <dir>/usage if it does not exist: a fully initialised temporary file, then link(2),
-// which (unlike rename) never replaces a usage file another process created meanwhile.
-void create_usage_file(const char* dir, const char* usage_path) {
-  char temporary[320];
-  std::snprintf(temporary, sizeof temporary, "%s/.usage.%d.tmp", dir, static_cast<int>(getpid()));
-  const int fd = open(temporary, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
-  if (fd < 0) return;
-  bool ready = false;
-  if (ftruncate(fd, sizeof(UsagePage)) == 0) {
-    void* memory = mmap(nullptr, sizeof(UsagePage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (memory != MAP_FAILED) {
-      share::init_usage_page(*static_cast<UsagePage*>(memory));
-      ready = msync(memory, sizeof(UsagePage), MS_SYNC) == 0;
-      munmap(memory, sizeof(UsagePage));
-    }
-  }
-  close(fd);
-  if (ready && link(temporary, usage_path) != 0 && errno != EEXIST) {
-    TESSERA_ERROR("cannot create %s (errno %d)", usage_path, errno);
-  }
-  unlink(temporary);
+// Maps the limits page read-only: a regular file (never a symlink or FIFO) of the full size.
+const LimitsPage* map_limits_page(const char* path) {
+  UniqueFd fd;
+  if (open_file(path, O_RDONLY, FileSource::kUntrusted, fd, sizeof(LimitsPage)) != 0)
+    return nullptr;
+  void* page = mmap(nullptr, sizeof(LimitsPage), PROT_READ, MAP_SHARED, fd.get(), 0);
+  return page == MAP_FAILED ? nullptr : static_cast<const LimitsPage*>(page);
 }
 
 }  // namespace
 
 bool read_process_start_time(int pid, uint64_t* start_time) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  char stat[1024];
-  if (read_small_file(path, stat, sizeof stat) <= 0) return false;
-  const char* p = std::strrchr(stat, ')');
-  if (!p) return false;
-  ++p;
-  while (*p == ' ') ++p;
-  // A zombie (killed, not yet reaped) holds no GPU memory any more: report it as gone.
-  if (*p == 'Z' || *p == 'X' || *p == 'x') return false;
-  // Fields after the command: 3 (state) ... 22 (starttime).
-  for (int field = 3; field < 22; ++field) {
-    while (*p == ' ') ++p;
-    while (*p && *p != ' ') ++p;
-    if (!*p) return false;
-  }
-  while (*p == ' ') ++p;
-  uint64_t value = 0;
-  bool digits = false;
-  while (*p >= '0' && *p <= '9') {
-    value = value * 10 + static_cast<uint64_t>(*p++ - '0');
-    digits = true;
-  }
-  if (!digits) return false;
-  *start_time = value;
-  return true;
+  return share::read_process_start_time("/proc", pid, *start_time) == 0;
 }
 
 uint64_t read_pid_namespace() {
-  char link_text[64] = {};
-  const ssize_t n = readlink("/proc/self/ns/pid", link_text, sizeof link_text - 1);
-  if (n <= 0) return 0;
-  uint64_t value = 0;
-  for (ssize_t i = 0; i < n; ++i) {
-    if (link_text[i] >= '0' && link_text[i] <= '9') {
-      value = value * 10 + static_cast<uint64_t>(link_text[i] - '0');
-    }
-  }
-  return value;
+  uint64_t pid_namespace = 0;
+  return share::read_pid_namespace("/proc", share::kSelfPid, pid_namespace) == 0 ? pid_namespace
+                                                                                 : 0;
 }
 
 bool Region::open_share_dir(const char* dir) {
@@ -133,8 +59,7 @@ bool Region::open_share_dir(const char* dir) {
   char usage_path[320];
   std::snprintf(limits_path, sizeof limits_path, "%s/limits", dir);
   std::snprintf(usage_path, sizeof usage_path, "%s/usage", dir);
-  auto* limits = static_cast<const LimitsPage*>(
-      map_file(limits_path, O_RDONLY, PROT_READ, sizeof(LimitsPage)));
+  const LimitsPage* limits = map_limits_page(limits_path);
   if (!limits || !share::valid_limits_page(*limits)) {
     TESSERA_ERROR(
         "%s is missing or not a valid limits page (version %u expected); every device is "
@@ -143,19 +68,12 @@ bool Region::open_share_dir(const char* dir) {
     if (limits) munmap(const_cast<LimitsPage*>(limits), sizeof(LimitsPage));
     return false;
   }
-  auto* usage = static_cast<UsagePage*>(
-      map_file(usage_path, O_RDWR, PROT_READ | PROT_WRITE, sizeof(UsagePage)));
-  if (!usage && errno == ENOENT) {
-    create_usage_file(dir, usage_path);
-    usage = static_cast<UsagePage*>(
-        map_file(usage_path, O_RDWR, PROT_READ | PROT_WRITE, sizeof(UsagePage)));
-  }
-  if (!usage || !share::valid_usage_page(*usage)) {
+  UsagePage* usage = nullptr;
+  if (const int error = share::open_or_create_usage_page(dir, usage); error != 0) {
     TESSERA_ERROR(
-        "%s cannot be opened read-write or is not a valid usage page; every device is limited "
-        "to 0 bytes: allocations fail with CUDA_ERROR_OUT_OF_MEMORY",
-        usage_path);
-    if (usage) munmap(usage, sizeof(UsagePage));
+        "%s cannot be opened read-write or is not a valid usage page (errno %d); every device is "
+        "limited to 0 bytes: allocations fail with CUDA_ERROR_OUT_OF_MEMORY",
+        usage_path, error);
     munmap(const_cast<LimitsPage*>(limits), sizeof(LimitsPage));
     return false;
   }
@@ -233,11 +151,17 @@ ProcessSlot* Region::claim_slot() {
   while (claiming_.exchange(true, std::memory_order_acquire)) sched_yield();
   ProcessSlot* mine = slot_.load(std::memory_order_acquire);
   if (!mine) {
-    const int pid = static_cast<int>(getpid());
-    uint64_t start_time = 0;
-    read_process_start_time(pid, &start_time);
-    const uint64_t owner =
-        share::make_owner(static_cast<uint32_t>(pid), pid_namespace_, start_time);
+    // The owner word as the agent computes it for this process (share::read_process_identity);
+    // without a readable /proc, the pid and namespace known here and no start time.
+    share::ProcessIdentity identity;
+    if (share::read_process_identity("/proc", share::kSelfPid, identity) != 0) {
+      identity.pid = static_cast<uint32_t>(getpid());
+      identity.pid_namespace = pid_namespace_;
+      identity.start_time = 0;
+    }
+    const uint32_t pid = identity.pid;
+    const uint64_t start_time = identity.start_time;
+    const uint64_t owner = identity.owner();
     owner_.store(owner, std::memory_order_relaxed);
     for (int attempt = 0; attempt < 2 && !mine; ++attempt) {
       for (uint32_t i = 0; i < share::kMaxSlots; ++i) {
@@ -257,7 +181,7 @@ ProcessSlot* Region::claim_slot() {
         candidate.launches.store(0, std::memory_order_relaxed);
         candidate.throttled_ns.store(0, std::memory_order_relaxed);
         candidate.gpu_busy_ns.store(0, std::memory_order_relaxed);
-        candidate.pid.store(static_cast<uint32_t>(pid), std::memory_order_relaxed);
+        candidate.pid.store(pid, std::memory_order_relaxed);
         candidate.start_time.store(start_time, std::memory_order_relaxed);
         candidate.generation.fetch_add(1, std::memory_order_release);
         mine = &candidate;

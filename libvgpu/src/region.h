@@ -12,8 +12,8 @@
 #include <atomic>
 #include <cstdint>
 
-#include "options.h"
 #include "tessera/share_region.h"
+#include "tessera/vgpu/options.h"
 
 namespace tessera::vgpu {
 
@@ -24,11 +24,15 @@ struct DeviceId {
 
 class Region {
  public:
-  // Maps <dir>/limits read-only and <dir>/usage read-write (creating usage if missing). False if
-  // the share cannot be used (missing or invalid limits, unusable usage file).
+  // Maps <dir>/limits read-only and <dir>/usage read-write (creating usage if missing, through
+  // share::open_or_create_usage_page). False if the share cannot be used (missing or invalid
+  // limits, unusable usage file).
   bool open_share_dir(const char* dir);
-  // A private region (MAP_SHARED anonymous, so forked children share it) whose limits come from
-  // the environment options.
+  // A private region whose limits come from the environment options: anonymous MAP_SHARED memory
+  // of this process. The shim opens it lazily, when a call first needs a device's limit
+  // (typically the first allocation), so only children forked after that share it, and each takes
+  // its own slot (forget_slot_after_fork); a child forked earlier, or any process started by exec,
+  // opens a region of its own.
   bool open_standalone(const Options& options, const DeviceId* devices, int count);
   bool is_open() const { return limits_ != nullptr; }
 
@@ -79,8 +83,8 @@ class Region {
   std::atomic<int64_t> last_reclaim_ns_{0};
 };
 
-// /proc helpers (exposed for tests). read_process_start_time is false for a process that does not
-// exist or is a zombie.
+// /proc helpers over share::read_process_start_time / read_pid_namespace (exposed for tests).
+// read_process_start_time is false for a process that does not exist or is a zombie.
 bool read_process_start_time(int pid, uint64_t* start_time);
 uint64_t read_pid_namespace();
 

@@ -22,23 +22,16 @@ const char* environment(const char* name) {
   return std::getenv(name);
 }
 
+constinit std::atomic<BeforeRefusal> g_before_refusal{nullptr};
+
 void after_fork_in_child() {
   g_shim.region.forget_slot_after_fork();
   g_shim.tracker.reset_after_fork();
-  for (int i = 0; i < kMaxOrdinals; ++i) g_shim.primary_refcount[i] = 0;
-  g_shim.context_lock.store(false, std::memory_order_relaxed);
-  g_shim.pool_lock.store(false, std::memory_order_relaxed);
-  g_shim.graph_lock.store(false, std::memory_order_relaxed);
-  for (int i = 0; i < kMaxOrdinals; ++i) {
-    g_shim.graph_seen[i] = false;
-    g_shim.graph_accounted[i] = 0;
-  }
-  reset_graphs_after_fork();
   compute::reset_after_fork();
 }
 
 __attribute__((constructor)) void on_load() {
-  __register_atfork(nullptr, nullptr, after_fork_in_child, &__dso_handle);
+  on_fork_child(after_fork_in_child);
 }
 
 // No destructor gives the slot back at exit: the driver frees the process's memory only after
@@ -183,13 +176,21 @@ int current_device(CUdevice* ordinal, CUcontext* context) {
 bool reserve_bytes(int index, uint64_t bytes) {
   g_shim.region.maybe_reclaim();
   if (g_shim.region.reserve(index, bytes)) return true;
-  settle_idle_pools();
+  if (BeforeRefusal settle = g_before_refusal.load(std::memory_order_acquire)) settle();
   if (g_shim.region.reserve(index, bytes)) return true;
   TESSERA_DEBUG("reservation of %llu bytes on share device %d refused (limit %llu, in use %llu)",
                 static_cast<unsigned long long>(bytes), index,
                 static_cast<unsigned long long>(g_shim.region.limit(index)),
                 static_cast<unsigned long long>(g_shim.region.usage(index)));
   return false;
+}
+
+void set_before_refusal(BeforeRefusal callback) {
+  g_before_refusal.store(callback, std::memory_order_release);
+}
+
+void on_fork_child(void (*reset)()) {
+  __register_atfork(nullptr, nullptr, reset, &__dso_handle);
 }
 
 void release_bytes(int index, uint64_t bytes) {

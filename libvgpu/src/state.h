@@ -7,8 +7,8 @@
 #include <atomic>
 #include <cstdint>
 
-#include "options.h"
 #include "region.h"
+#include "tessera/vgpu/options.h"
 #include "tracker.h"
 
 namespace tessera::vgpu {
@@ -28,22 +28,7 @@ struct Shim {
   Region region;
   Tracker tracker;
   std::atomic<uint64_t> ordinal_cache[kMaxOrdinals] = {};  // generation << 8 | (index + 2)
-
-  // Primary contexts retained through the shim, per ordinal (under context_lock).
-  std::atomic<bool> context_lock{false};
-  int primary_refcount[kMaxOrdinals] = {};
-  uint64_t primary_context[kMaxOrdinals] = {};
-  int primary_index[kMaxOrdinals] = {};
-
-  std::atomic<bool> pool_lock{false};
-
-  // The devices' graph memory pools (graph.cc), per CUDA ordinal, under graph_lock: the reserved
-  // size last accounted (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) and the share device it is
-  // charged to (valid once graph_seen).
-  std::atomic<bool> graph_lock{false};
-  bool graph_seen[kMaxOrdinals] = {};
-  int graph_index[kMaxOrdinals] = {};
-  uint64_t graph_accounted[kMaxOrdinals] = {};
+  // The allocators' own state (pools, contexts, graph memory) lives in their files.
 };
 
 Shim& shim();
@@ -66,14 +51,19 @@ int current_device(CUdevice* ordinal, CUcontext* context);
 void format_uuid(const CUuuid& uuid, char* out, size_t capacity);
 
 // Reserve on the share (with the periodic dead-process reclaim) / give back. When a reservation
-// would fail, the pools' reserved memory is re-read first (settle_idle_pools, memory.cc): a pool
-// trimmed at synchronisation may have given memory back since its last operation.
+// would fail, the before-refusal callback runs first and the reservation is tried once more.
 bool reserve_bytes(int index, uint64_t bytes);
-void settle_idle_pools();
 void release_bytes(int index, uint64_t bytes);
 
-// In a forked child: no executable graph of the parent is this process's (graph.cc).
-void reset_graphs_after_fork();
+// Registered by a layer above that can give memory back to the share on demand (the stream-ordered
+// pools, pools.cc: a pool trimmed at synchronisation may have given memory back since its last
+// operation). One callback; registering again replaces it.
+using BeforeRefusal = void (*)();
+void set_before_refusal(BeforeRefusal callback);
+
+// Runs `reset` in the child after every fork (registered from the layers' constructors, so each
+// resets its own state: the parent's handles and locks are not the child's).
+void on_fork_child(void (*reset)());
 
 // What the simulated (and real) driver charges for a linear allocation: 2 MiB pages from 1 MiB
 // up, 512-byte granules below. False on overflow.

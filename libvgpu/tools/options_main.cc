@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "options.h"
+#include "tessera/vgpu/options.h"
 
 int main(int argc, char** argv) {
   if (argc != 2 || std::strcmp(argv[1], "--print") != 0) {

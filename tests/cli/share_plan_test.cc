@@ -17,10 +17,24 @@ GpuInfo h200(unsigned index, const char* uuid) {
 
 const std::vector<GpuInfo> kGpus = {h200(0, "GPU-aaaa"), h200(1, "GPU-bbbb")};
 
+// Unpacks a plan into the limits (on success) or the message (on failure); a failed plan is always
+// an invalid argument.
+bool planned(const Result<std::vector<share::DeviceLimit>>& plan,
+             std::vector<share::DeviceLimit>& limits, std::string& error) {
+  if (!plan.is_ok()) {
+    EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().message();
+    error = plan.status().message();
+    return false;
+  }
+  limits = plan.value();
+  error.clear();
+  return true;
+}
+
 TEST(PlanShare, OneSizeLimitsEveryGpu) {
   std::vector<share::DeviceLimit> limits;
   std::string error;
-  ASSERT_TRUE(plan_share(kGpus, "8Gi", limits, error)) << error;
+  ASSERT_TRUE(planned(plan_share(kGpus, "8Gi"), limits, error)) << error;
   ASSERT_EQ(limits.size(), 2u);
   EXPECT_EQ(limits[0].uuid, "GPU-aaaa");
   EXPECT_EQ(limits[0].memory_limit, 8ull << 30);
@@ -31,10 +45,10 @@ TEST(PlanShare, OneSizeLimitsEveryGpu) {
 TEST(PlanShare, PerGpuByIndexAndUuid) {
   std::vector<share::DeviceLimit> limits;
   std::string error;
-  ASSERT_TRUE(plan_share(kGpus, "0=4Gi,GPU-bbbb=2Gi", limits, error)) << error;
+  ASSERT_TRUE(planned(plan_share(kGpus, "0=4Gi,GPU-bbbb=2Gi"), limits, error)) << error;
   EXPECT_EQ(limits[0].memory_limit, 4ull << 30);
   EXPECT_EQ(limits[1].memory_limit, 2ull << 30);
-  ASSERT_TRUE(plan_share(kGpus, "1=1Gi", limits, error)) << error;
+  ASSERT_TRUE(planned(plan_share(kGpus, "1=1Gi"), limits, error)) << error;
   EXPECT_EQ(limits[0].memory_limit, share::kUnlimited);  // not named: unlimited
   EXPECT_EQ(limits[1].memory_limit, 1ull << 30);
 }
@@ -42,18 +56,18 @@ TEST(PlanShare, PerGpuByIndexAndUuid) {
 TEST(PlanShare, NoSpecMeansNoLimit) {
   std::vector<share::DeviceLimit> limits;
   std::string error;
-  ASSERT_TRUE(plan_share(kGpus, "", limits, error)) << error;
+  ASSERT_TRUE(planned(plan_share(kGpus, ""), limits, error)) << error;
   EXPECT_EQ(limits[0].memory_limit, share::kUnlimited);
 }
 
 TEST(PlanShare, ErrorsNameTheBadItem) {
   std::vector<share::DeviceLimit> limits;
   std::string error;
-  EXPECT_FALSE(plan_share(kGpus, "lots", limits, error));
+  EXPECT_FALSE(planned(plan_share(kGpus, "lots"), limits, error));
   EXPECT_NE(error.find("'lots'"), std::string::npos) << error;
-  EXPECT_FALSE(plan_share(kGpus, "7=1Gi", limits, error));
+  EXPECT_FALSE(planned(plan_share(kGpus, "7=1Gi"), limits, error));
   EXPECT_NE(error.find("GPU 7"), std::string::npos) << error;
-  EXPECT_FALSE(plan_share(kGpus, "GPU-cccc=1Gi", limits, error));
+  EXPECT_FALSE(planned(plan_share(kGpus, "GPU-cccc=1Gi"), limits, error));
   EXPECT_NE(error.find("GPU-cccc"), std::string::npos) << error;
 }
 
@@ -66,28 +80,29 @@ namespace {
 TEST(PlanShareCompute, CoresAndBurstForEveryGpuOrPerGpu) {
   std::vector<share::DeviceLimit> limits;
   std::string error;
-  ASSERT_TRUE(plan_share(kGpus, "", "30", "", limits, error)) << error;
+  ASSERT_TRUE(planned(plan_share(kGpus, "", "30", ""), limits, error)) << error;
   EXPECT_EQ(limits[0].cores_limit, 30u);
   EXPECT_EQ(limits[1].cores_limit, 30u);
   EXPECT_EQ(limits[0].cores_burst, 0u);
-  ASSERT_TRUE(plan_share(kGpus, "8Gi", "0=30,GPU-bbbb=70", "1=100", limits, error)) << error;
+  ASSERT_TRUE(planned(plan_share(kGpus, "8Gi", "0=30,GPU-bbbb=70", "1=100"), limits, error))
+      << error;
   EXPECT_EQ(limits[0].memory_limit, 8ull << 30);
   EXPECT_EQ(limits[0].cores_limit, 30u);
   EXPECT_EQ(limits[1].cores_limit, 70u);
   EXPECT_EQ(limits[0].cores_burst, 0u);
   EXPECT_EQ(limits[1].cores_burst, 100u);
-  ASSERT_TRUE(plan_share(kGpus, "", "1=50", "", limits, error)) << error;
+  ASSERT_TRUE(planned(plan_share(kGpus, "", "1=50", ""), limits, error)) << error;
   EXPECT_EQ(limits[0].cores_limit, 100u) << "not named: not limited";
 }
 
 TEST(PlanShareCompute, ErrorsNameTheOption) {
   std::vector<share::DeviceLimit> limits;
   std::string error;
-  EXPECT_FALSE(plan_share(kGpus, "", "150", "", limits, error));
+  EXPECT_FALSE(planned(plan_share(kGpus, "", "150", ""), limits, error));
   EXPECT_NE(error.find("--cores '150'"), std::string::npos) << error;
-  EXPECT_FALSE(plan_share(kGpus, "", "5=30", "", limits, error));
+  EXPECT_FALSE(planned(plan_share(kGpus, "", "5=30", ""), limits, error));
   EXPECT_NE(error.find("--cores names GPU 5"), std::string::npos) << error;
-  EXPECT_FALSE(plan_share(kGpus, "", "50", "40", limits, error));
+  EXPECT_FALSE(planned(plan_share(kGpus, "", "50", "40"), limits, error));
   EXPECT_NE(error.find("below its cores limit"), std::string::npos) << error;
 }
 

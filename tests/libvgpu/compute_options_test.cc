@@ -7,8 +7,8 @@
 #include <string>
 
 #include "fake_env.h"
-#include "options.h"
 #include "tessera/share_region.h"
+#include "tessera/vgpu/options.h"
 
 namespace tessera::vgpu {
 namespace {

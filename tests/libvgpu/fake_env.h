@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "options.h"
+#include "tessera/vgpu/options.h"
 
 namespace tessera::vgpu::test {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <string_view>
 
-#include "options.h"
 #include "tessera/quantity.h"
+#include "tessera/vgpu/options.h"
 
 namespace {
 

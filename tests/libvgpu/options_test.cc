@@ -7,7 +7,8 @@
 #include <string>
 
 #include "fake_env.h"
-#include "options.h"
+#include "log.h"
+#include "tessera/vgpu/options.h"
 
 namespace {
 

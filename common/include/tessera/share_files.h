@@ -17,8 +17,8 @@ struct DeviceLimit {
   uint32_t cores_burst = 0;  // percent while the GPU has idle time; 0 = no bursting
 };
 
-// Writes <dir>/limits. A new file is built under a temporary name, fsync'ed and renamed into place
-// (mode 0444: processes of the share map it read-only). An existing valid limits page is updated in
+// Writes <dir>/limits. A new file is written with tessera::write_file_atomically (mode 0444:
+// processes of the share map it read-only). An existing valid limits page is updated in
 // place, field by field, and its generation bumped, so running processes see the change through
 // their mapping. Returns an empty string, or what went wrong (naming the path).
 std::string write_limits(const std::string& dir, const std::vector<DeviceLimit>& devices);

@@ -112,8 +112,4 @@ class Meter {
   uint64_t last_launches_ = 0;
 };
 
-// Total launches of the share's live slots (the figure `tessera run --verbose` prints).
-uint64_t share_launches(const share::UsagePage& usage);
-uint64_t share_throttled_ns(const share::UsagePage& usage);
-
 }  // namespace tessera::vgpu::compute

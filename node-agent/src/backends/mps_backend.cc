@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "backends/command_runner.h"
-#include "usage/share_processes.h"
+#include "tessera/file_io.h"
 
 namespace tessera::agent {
 namespace fs = std::filesystem;
@@ -29,9 +29,10 @@ constexpr char kPidFile[] = "/nvidia-cuda-mps-control.pid";  // the daemon write
 // Alive and not a zombie, with the command name of the control program (a recycled pid is not).
 bool process_is(int pid, const std::string& program) {
   if (pid <= 0) return false;
-  std::ifstream stat_file("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(stat_file, stat)) return false;
+  char line[1024];
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  if (!read_small_file(path.c_str(), line, sizeof line).ok()) return false;
+  const std::string stat = line;
   const auto open = stat.find('('), close = stat.rfind(')');
   if (open == std::string::npos || close == std::string::npos || close + 2 >= stat.size())
     return false;
@@ -86,13 +87,9 @@ std::vector<std::string> MpsBackend::environment(const std::string& share_name,
 // FIFO, a regular file only. 0 when there is none.
 namespace {
 int read_pid_file(const std::string& path) {
-  bool missing = false;
-  const int fd = open_regular(path, O_RDONLY, 1, missing);
-  if (fd < 0) return 0;
-  char text[32] = {};
-  const ssize_t got = read(fd, text, sizeof text - 1);
-  close(fd);
-  return got > 0 ? std::atoi(text) : 0;
+  char text[32];
+  const ReadResult got = read_small_file(path.c_str(), text, sizeof text, FileSource::kUntrusted);
+  return got.ok() && got.length > 0 ? std::atoi(text) : 0;
 }
 }  // namespace
 

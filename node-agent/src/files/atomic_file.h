@@ -10,7 +10,8 @@ namespace tessera::agent {
 // The whole file, or nullopt when it cannot be opened.
 std::optional<std::string> read_file(const std::string& path);
 
-// Atomic file replacement: <path>.tmp written, fsync'ed, renamed over <path>, folder fsync'ed.
+// Atomic file replacement (tessera::write_file_atomically): a temporary file in the same folder
+// written, fsync'ed, renamed over <path>, the folder fsync'ed. "" or what went wrong.
 std::string write_file_atomically(const std::string& path, const std::string& contents,
                                   unsigned mode = 0644);
 

@@ -15,6 +15,7 @@
 
 #include "backends/mps_backend.h"
 #include "backends/time_slice_backend.h"
+#include "tessera/share_contract.h"
 #include "tessera/share_files.h"
 #include "tessera/share_region.h"
 #include "usage/share_processes.h"
@@ -24,38 +25,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Creates <dir>/usage (initialised) unless it exists; mode 0666 so a container of any uid can map
-// it read-write (the folder is mounted only into the claim's containers, and the agent reads the
-// page as untrusted input).
+// Creates <dir>/usage (initialised) unless it exists, as the shim does (share::create_usage_page:
+// mode kUsagePageMode, complete under a temporary name before it is linked into place, never
+// through a tenant's symlink).
 std::string create_usage_page(const std::string& dir) {
-  const std::string path = dir + "/usage";
-  if (access(path.c_str(), F_OK) == 0) return "";
-  // The folder is writable from the share's containers: whatever a tenant left at the temporary
-  // name (a symlink to a host file) is removed, never opened, and the file is created exclusively.
-  const std::string temporary = dir + "/.usage.agent.tmp";
-  unlink(temporary.c_str());
-  const int fd = open(temporary.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-  if (fd < 0) return "cannot create " + temporary + ": " + std::strerror(errno);
-  std::string error;
-  if (ftruncate(fd, sizeof(share::UsagePage)) != 0 || fchmod(fd, 0666) != 0) {
-    error = "cannot size " + temporary + ": " + std::strerror(errno);
-  } else {
-    void* memory =
-        mmap(nullptr, sizeof(share::UsagePage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (memory == MAP_FAILED) {
-      error = "cannot map " + temporary + ": " + std::strerror(errno);
-    } else {
-      share::init_usage_page(*static_cast<share::UsagePage*>(memory));
-      munmap(memory, sizeof(share::UsagePage));
-      if (fsync(fd) != 0) error = "cannot sync " + temporary + ": " + std::strerror(errno);
-    }
-  }
-  close(fd);
-  // link(2), like the shim: never replaces a page a process of the share created meanwhile.
-  if (error.empty() && link(temporary.c_str(), path.c_str()) != 0 && errno != EEXIST)
-    error = "cannot create " + path + ": " + std::strerror(errno);
-  unlink(temporary.c_str());
-  return error;
+  if (const int error = share::create_usage_page(dir.c_str()); error != 0)
+    return "cannot create " + dir + "/usage: " + std::strerror(error);
+  return "";
 }
 
 }  // namespace

@@ -205,14 +205,14 @@ void GpuTimeMeter::rescan(std::string& problems) {
       if (entry->d_name[0] == '.') continue;  // ".", "..", and temporary names
       const std::string dir = options_.shares_dir + "/" + entry->d_name;
       bool missing = false;
-      const int fd = open_regular(dir + "/limits", O_RDWR, sizeof(share::LimitsPage), missing);
-      if (fd < 0) {
+      const UniqueFd fd = open_regular(dir + "/limits", O_RDWR, sizeof(share::LimitsPage), missing);
+      if (!fd) {
         // No limits page yet (a share being created) is normal; anything else is reported.
         if (!missing && errno != ENOTDIR) note(dir + "/limits cannot be opened");
         continue;
       }
       struct stat info {};
-      fstat(fd, &info);
+      fstat(fd.get(), &info);
       auto it = std::find_if(shares_.begin(), shares_.end(),
                              [&dir](const auto& share) { return share->dir == dir; });
       if (it != shares_.end() && ((*it)->device != info.st_dev || (*it)->inode != info.st_ino)) {
@@ -220,11 +220,10 @@ void GpuTimeMeter::rescan(std::string& problems) {
         it = shares_.end();
       }
       if (it == shares_.end()) {
-        void* memory =
-            mmap(nullptr, sizeof(share::LimitsPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        void* memory = mmap(nullptr, sizeof(share::LimitsPage), PROT_READ | PROT_WRITE, MAP_SHARED,
+                            fd.get(), 0);
         if (memory == MAP_FAILED) {
           note("cannot map " + dir + "/limits: " + std::strerror(errno));
-          close(fd);
           continue;
         }
         auto share = std::make_unique<Share>();
@@ -235,7 +234,6 @@ void GpuTimeMeter::rescan(std::string& problems) {
         shares_.push_back(std::move(share));
         it = shares_.end() - 1;
       }
-      close(fd);
       if (!share::valid_limits_page(*(*it)->limits)) {
         note(dir + "/limits is not a valid limits page");
         shares_.erase(it);

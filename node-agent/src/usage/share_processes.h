@@ -11,12 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "tessera/unique_fd.h"
+
 namespace tessera::agent {
 
 // The owner word (tessera/share_region.h make_owner) of host process `host_pid`, packed as the
-// shim packs its own: the innermost pid of the NSpid line of <proc_root>/<pid>/status, the inode of
-// <proc_root>/<pid>/ns/pid, field 22 (start time) of <proc_root>/<pid>/stat. nullopt when the
-// process is gone, a zombie, or any of these cannot be read.
+// shim packs its own (both call share::read_process_identity): the innermost pid of the NSpid line
+// of <proc_root>/<pid>/status, the inode of <proc_root>/<pid>/ns/pid, field 22 (start time) of
+// <proc_root>/<pid>/stat. nullopt when the process is gone, a zombie, or any of these cannot be
+// read.
 std::optional<uint64_t> process_owner(const std::string& proc_root, int host_pid);
 
 // Owner words of every live process on the host -> its host pid (a scan of <proc_root>).
@@ -29,8 +32,8 @@ std::map<uint64_t, int> live_process_owners(const std::string& proc_root = "/pro
 std::vector<uint64_t> usage_page_owners(const std::string& path);
 
 // Opens a file in a tenant-writable folder: never follows a final symlink, never blocks on a FIFO;
-// only a regular file of at least `size` bytes is accepted. -1 otherwise (`missing`: it was
-// absent).
-int open_regular(const std::string& path, int flags, size_t size, bool& missing);
+// only a regular file of at least `size` bytes is accepted (tessera::open_file, kUntrusted). An
+// empty owner otherwise, with errno set (`missing`: it was absent).
+UniqueFd open_regular(const std::string& path, int flags, size_t size, bool& missing);
 
 }  // namespace tessera::agent

@@ -1,0 +1,161 @@
+// Contexts: each one the program creates, and each device's primary context while the program
+// retains it, is charged TESSERA_CONTEXT_OVERHEAD; destroying a context gives back its overhead
+// and everything it owned (the driver frees that with the context).
+#include <cuda.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "accounting.h"
+#include "hooks.h"
+#include "pools.h"
+#include "state.h"
+
+using namespace tessera::vgpu;
+
+namespace {
+
+constexpr size_t kDrainBatch = 64;
+
+// Primary contexts retained through the shim, per CUDA ordinal (under g_context_lock).
+constinit std::atomic<bool> g_context_lock{false};
+int g_primary_refcount[kMaxOrdinals] = {};
+uint64_t g_primary_context[kMaxOrdinals] = {};
+int g_primary_index[kMaxOrdinals] = {};
+
+// Gives back everything a destroyed context owned (the driver frees it with the context).
+void drain_context(uint64_t context) {
+  Record records[kDrainBatch];
+  size_t taken = 0;
+  do {
+    taken = shim().tracker.take_context(context, records, kDrainBatch);
+    for (size_t i = 0; i < taken; ++i) {
+      if (records[i].kind == HandleKind::kPoolPointer) {
+        pool_pointer_freed(records[i]);  // charged through its pool
+      } else {
+        release_bytes(records[i].device, records[i].bytes);
+      }
+    }
+  } while (taken == kDrainBatch);
+}
+
+template <typename Call>
+CUresult create_context(CUcontext* context, CUdevice device, Call call) {
+  const int index = context ? device_for_ordinal(device) : kPassThrough;
+  if (index == kPassThrough) return call();
+  const uint64_t overhead = shim().options.context_overhead;
+  if (index == kBlocked || !reserve_bytes(index, overhead)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUresult result = call();
+  if (result != CUDA_SUCCESS) {
+    release_bytes(index, overhead);
+    return result;
+  }
+  const uint64_t handle = reinterpret_cast<uint64_t>(*context);
+  track(HandleKind::kContext, handle, index, overhead, handle);
+  return result;
+}
+
+void primary_released(CUdevice device) {
+  if (device < 0 || device >= kMaxOrdinals || g_primary_refcount[device] == 0) return;
+  if (--g_primary_refcount[device] > 0) return;
+  release_bytes(g_primary_index[device], shim().options.context_overhead);
+  drain_context(g_primary_context[device]);
+}
+
+// In a forked child: the parent's retains are not this process's, and another thread of the
+// parent may have held the lock at fork time.
+void reset_after_fork() {
+  for (int i = 0; i < kMaxOrdinals; ++i) g_primary_refcount[i] = 0;
+  g_context_lock.store(false, std::memory_order_relaxed);
+}
+
+__attribute__((constructor)) void register_fork_reset() {
+  on_fork_child(reset_after_fork);
+}
+
+}  // namespace
+
+CUresult cuCtxCreate_v2(CUcontext* context, unsigned int flags, CUdevice device) {
+  count_call(kHook_cuCtxCreate_v2);
+  auto real = real_cuCtxCreate_v2();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  return create_context(context, device, [&] { return real(context, flags, device); });
+}
+
+CUresult cuCtxCreate_v3(CUcontext* context, CUexecAffinityParam* params, int count,
+                        unsigned int flags, CUdevice device) {
+  count_call(kHook_cuCtxCreate_v3);
+  auto real = real_cuCtxCreate_v3();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  return create_context(context, device,
+                        [&] { return real(context, params, count, flags, device); });
+}
+
+CUresult cuCtxCreate_v4(CUcontext* context, CUctxCreateParams* params, unsigned int flags,
+                        CUdevice device) {
+  count_call(kHook_cuCtxCreate_v4);
+  auto real = real_cuCtxCreate_v4();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  return create_context(context, device, [&] { return real(context, params, flags, device); });
+}
+
+CUresult cuCtxDestroy_v2(CUcontext context) {
+  count_call(kHook_cuCtxDestroy_v2);
+  auto real = real_cuCtxDestroy_v2();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  const CUresult result = real(context);
+  if (result == CUDA_SUCCESS && enforcing()) drain_context(reinterpret_cast<uint64_t>(context));
+  return result;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
+  count_call(kHook_cuDevicePrimaryCtxRetain);
+  auto real = real_cuDevicePrimaryCtxRetain();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  const int index = context ? device_for_ordinal(device) : kPassThrough;
+  if (index == kPassThrough || device < 0 || device >= kMaxOrdinals) return real(context, device);
+  SpinGuard guard(g_context_lock);
+  const bool first = g_primary_refcount[device] == 0;
+  const uint64_t overhead = shim().options.context_overhead;
+  if (first && (index == kBlocked || !reserve_bytes(index, overhead))) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUresult result = real(context, device);
+  if (result != CUDA_SUCCESS) {
+    if (first) release_bytes(index, overhead);
+    return result;
+  }
+  if (first) {
+    g_primary_context[device] = reinterpret_cast<uint64_t>(*context);
+    g_primary_index[device] = index;
+  }
+  ++g_primary_refcount[device];
+  return result;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
+  count_call(kHook_cuDevicePrimaryCtxRelease_v2);
+  auto real = real_cuDevicePrimaryCtxRelease_v2();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!enforcing()) return real(device);
+  SpinGuard guard(g_context_lock);
+  const CUresult result = real(device);
+  if (result == CUDA_SUCCESS) primary_released(device);
+  return result;
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice device) {
+  count_call(kHook_cuDevicePrimaryCtxReset_v2);
+  auto real = real_cuDevicePrimaryCtxReset_v2();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!enforcing()) return real(device);
+  SpinGuard guard(g_context_lock);
+  const CUresult result = real(device);
+  if (result == CUDA_SUCCESS && device >= 0 && device < kMaxOrdinals &&
+      g_primary_refcount[device] > 0) {
+    g_primary_refcount[device] = 1;
+    primary_released(device);
+  }
+  return result;
+}
