@@ -1,17 +1,34 @@
 #include "agent/agent_config.h"
 
-#include <regex>
-
 #include <CLI/CLI.hpp>
 
 namespace tessera::agent {
 
+namespace {
+
+// RFC 1123 subdomain as kube-apiserver checks Node names (IsDNS1123Subdomain): dot-separated
+// labels of [a-z0-9-], each starting and ending with [a-z0-9], 253 characters at most.
+bool is_dns1123_subdomain(const std::string& name) {
+  if (name.empty() || name.size() > 253) return false;
+  auto alphanumeric = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  size_t label_start = 0;
+  for (size_t i = 0; i <= name.size(); ++i) {
+    if (i == name.size() || name[i] == '.') {
+      if (i == label_start || !alphanumeric(name[label_start]) || !alphanumeric(name[i - 1]))
+        return false;
+      label_start = i + 1;
+    } else if (!alphanumeric(name[i]) && name[i] != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 std::string node_name_error(const std::string& name) {
-  // kube-apiserver's rule for Node names (IsDNS1123Subdomain); the name also goes into API paths,
-  // field selectors and the ResourceSlices' pool and slice names.
-  static const std::regex subdomain(
-      "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*");
-  if (name.size() <= 253 && std::regex_match(name, subdomain)) return "";
+  // The name also goes into API paths, field selectors and the ResourceSlices' pool and names.
+  if (is_dns1123_subdomain(name)) return "";
   return "\"" + name +
          "\" is not a Kubernetes node name: it must be a DNS subdomain (at most 253 characters: "
          "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)";
