@@ -1,8 +1,9 @@
 // A local HTTPS Kubernetes API server for the node agent's tests: cpp-httplib with a self-signed
 // certificate made here with OpenSSL (SAN IP:127.0.0.1), listening on 127.0.0.1 port 0. It serves
 // ResourceClaims and Nodes as the API server returns them, stores ResourceSlices (with
-// resourceVersion), records every write, checks the bearer token, and can fail the next N
-// requests with 503.
+// resourceVersion) after kube-apiserver's own validation (kube/apiserver_rules.h: a refused
+// create or update is answered 422 with the API server's Status, an undecodable one 400),
+// records every write, checks the bearer token, and can fail the next N requests with 503.
 #pragma once
 
 #include <openssl/evp.h>
@@ -19,6 +20,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "kube/apiserver_rules.h"
 #include "kube/http_kube_client.h"
 
 namespace tessera::agent::testing {
@@ -115,6 +117,8 @@ class FakeApiServer {
                     auto body = nlohmann::json::parse(req.body);
                     writes.push_back({"POST", req.path, body});
                     const std::string name = body["metadata"]["name"];
+                    if (auto refused = kube::check_resource_slice_write(body, nullptr))
+                      return refuse(res, *refused);
                     if (slices.count(name)) return status(res, 409, "already exists");
                     body["metadata"]["resourceVersion"] = std::to_string(++version_);
                     body["metadata"]["uid"] = "slice-uid-" + name;
@@ -132,6 +136,8 @@ class FakeApiServer {
           if (it == slices.end()) return status(res, 404, "not found");
           if (body["metadata"]["resourceVersion"] != it->second["metadata"]["resourceVersion"])
             return status(res, 409, "the object has been modified");
+          if (auto refused = kube::check_resource_slice_write(body, &it->second))
+            return refuse(res, *refused);
           body["metadata"]["resourceVersion"] = std::to_string(++version_);
           it->second = body;
           res.set_content(body.dump(), "application/json");
@@ -212,6 +218,11 @@ class FakeApiServer {
                                    {"code", code}}
                         .dump(),
                     "application/json");
+  }
+
+  static void refuse(httplib::Response& res, const kube::Refusal& refusal) {
+    res.status = refusal.code;
+    res.set_content(refusal.status.dump(), "application/json");
   }
 
   std::string token_;

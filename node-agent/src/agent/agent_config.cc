@@ -4,10 +4,41 @@
 
 namespace tessera::agent {
 
+namespace {
+
+// RFC 1123 subdomain as kube-apiserver checks Node names (IsDNS1123Subdomain): dot-separated
+// labels of [a-z0-9-], each starting and ending with [a-z0-9], 253 characters at most.
+bool is_dns1123_subdomain(const std::string& name) {
+  if (name.empty() || name.size() > 253) return false;
+  auto alphanumeric = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  size_t label_start = 0;
+  for (size_t i = 0; i <= name.size(); ++i) {
+    if (i == name.size() || name[i] == '.') {
+      if (i == label_start || !alphanumeric(name[label_start]) || !alphanumeric(name[i - 1]))
+        return false;
+      label_start = i + 1;
+    } else if (!alphanumeric(name[i]) && name[i] != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string node_name_error(const std::string& name) {
+  // The name also goes into API paths, field selectors and the ResourceSlices' pool and names.
+  if (is_dns1123_subdomain(name)) return "";
+  return "\"" + name +
+         "\" is not a Kubernetes node name: it must be a DNS subdomain (at most 253 characters: "
+         "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)";
+}
+
 void add_agent_flags(CLI::App& app, AgentConfig& config) {
   app.add_option("--node-name", config.node_name, "Name of this Kubernetes node")
       ->envname("NODE_NAME")
-      ->required();
+      ->required()
+      ->check(CLI::Validator(node_name_error, "DNS subdomain", "node name"));
   app.add_option("--state-dir", config.state_dir, "Agent state: checkpoint and share folders")
       ->envname("STATE_DIR")
       ->capture_default_str();

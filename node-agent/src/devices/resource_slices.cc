@@ -37,7 +37,24 @@ std::string slice_name(const SliceIdentity& identity, size_t index) {
   return identity.node_name + "-" + identity.driver + "-" + std::to_string(index);
 }
 
+// `memory`: value = default = max = the published total; requests round up to whole MiB from
+// 256Mi. kube-apiserver requires default - min and max - min to be whole steps and min + step to
+// fit in the value, which holds for any whole-MiB total above 256Mi. (A GPU too small for that
+// gets min 1Mi; one under 2Mi no policy: requests are then taken as they come.)
+json memory_capacity(uint64_t total_bytes) {
+  const std::string total = std::to_string(total_bytes);
+  if (total_bytes < 2 * kMemoryStep) return {{"value", total}};
+  const std::string min = total_bytes >= kMemoryMin + kMemoryStep ? "256Mi" : "1Mi";
+  return {{"value", total},
+          {"requestPolicy",
+           {{"default", total}, {"validRange", {{"min", min}, {"max", total}, {"step", "1Mi"}}}}}};
+}
+
 }  // namespace
+
+uint64_t published_memory_bytes(const GpuInfo& gpu) {
+  return gpu.memory_bytes / kMemoryStep * kMemoryStep;
+}
 
 std::string to_semver(const std::string& version) {
   std::vector<unsigned long> parts;
@@ -63,16 +80,11 @@ json build_device(const GpuInfo& gpu) {
       {"resource.kubernetes.io/pciBusID", {{"string", gpu.pci_bus_id}}}};
   if (auto driver = to_semver(gpu.driver_version); !driver.empty())
     attributes["driverVersion"] = {{"version", driver}};
-  const std::string total = std::to_string(gpu.memory_bytes);
   // Defaults: a request that names no memory takes the whole memory, one that names no cores the
-  // whole GPU time; a share states both to leave room for others. Memory in 256Mi steps from 256Mi
+  // whole GPU time; a share states both to leave room for others. Memory in whole MiB from 256Mi
   // (validRange rounds a request up), cores in whole percent from 1.
   json capacity = {
-      {"memory",
-       {{"value", total},
-        {"requestPolicy",
-         {{"default", total},
-          {"validRange", {{"min", "256Mi"}, {"max", total}, {"step", "256Mi"}}}}}}},
+      {"memory", memory_capacity(published_memory_bytes(gpu))},
       {"cores",
        {{"value", "100"},
         {"requestPolicy",
@@ -86,7 +98,7 @@ json build_device(const GpuInfo& gpu) {
 std::vector<NodeDevice> node_devices(const std::vector<GpuInfo>& gpus) {
   std::vector<NodeDevice> devices;
   for (const auto& gpu : gpus)
-    devices.push_back({device_name(gpu), gpu.uuid, gpu.minor, gpu.memory_bytes});
+    devices.push_back({device_name(gpu), gpu.uuid, gpu.minor, published_memory_bytes(gpu)});
   return devices;
 }
 
@@ -128,16 +140,17 @@ std::vector<json> build_resource_slices(const std::vector<GpuInfo>& gpus,
 std::string SlicePublisher::publish(const std::vector<GpuInfo>& gpus) {
   writes_ = 0;
   if (identity_.node_uid.empty()) {
-    const ApiResponse node = kube_.request("GET", "/api/v1/nodes/" + identity_.node_name);
+    const std::string path = node_path(identity_.node_name);
+    const ApiResponse node = kube_.request("GET", path);
     if (!node.ok()) return "cannot read the Node's UID: " + node.error;
     const json body = json::parse(node.body, nullptr, false);
     if (!body.is_object() || !body["metadata"]["uid"].is_string())
-      return "GET /api/v1/nodes/" + identity_.node_name + ": no metadata.uid";
+      return "GET " + path + ": no metadata.uid";
     identity_.node_uid = body["metadata"]["uid"].get<std::string>();
   }
-  const std::string list_path = std::string(kResourceSlicesPath) +
-                                "?fieldSelector=spec.nodeName%3D" + identity_.node_name +
-                                "%2Cspec.driver%3D" + identity_.driver;
+  const std::string list_path =
+      std::string(kResourceSlicesPath) + "?fieldSelector=" +
+      field_selector({{"spec.nodeName", identity_.node_name}, {"spec.driver", identity_.driver}});
   const ApiResponse listed = kube_.request("GET", list_path);
   if (!listed.ok()) return listed.error;
   const json list = json::parse(listed.body, nullptr, false);
@@ -175,7 +188,7 @@ std::string SlicePublisher::publish(const std::vector<GpuInfo>& gpus) {
     ApiResponse answer;
     if (const auto it = existing.find(name); it != existing.end()) {
       slice["metadata"]["resourceVersion"] = it->second["metadata"]["resourceVersion"];
-      answer = kube_.request("PUT", std::string(kResourceSlicesPath) + "/" + name, slice.dump());
+      answer = kube_.request("PUT", resource_slice_path(name), slice.dump());
       existing.erase(it);
     } else {
       answer = kube_.request("POST", kResourceSlicesPath, slice.dump());
@@ -184,8 +197,7 @@ std::string SlicePublisher::publish(const std::vector<GpuInfo>& gpus) {
     ++writes_;
   }
   for (const auto& [name, slice] : existing) {
-    const ApiResponse answer =
-        kube_.request("DELETE", std::string(kResourceSlicesPath) + "/" + name);
+    const ApiResponse answer = kube_.request("DELETE", resource_slice_path(name));
     if (!answer.ok() && answer.status != 404) return answer.error;
     ++writes_;
   }

@@ -19,7 +19,11 @@
 namespace tessera::agent {
 
 inline constexpr size_t kMaxDevicesPerSlice = 128;
-inline constexpr uint64_t kMemoryStep = 256ull << 20;  // memory validRange min and step: 256Mi
+// Memory's request policy: requests round up to whole MiB (the step), at least 256Mi (the min);
+// the published total is the GPU's memory in whole MiB, so that the total, the default and the
+// max are all on the step grid kube-apiserver requires (docs/node-agent.md, "ResourceSlices").
+inline constexpr uint64_t kMemoryStep = 1ull << 20;
+inline constexpr uint64_t kMemoryMin = 256ull << 20;
 
 struct SliceIdentity {
   std::string driver = kDriverName;
@@ -33,8 +37,11 @@ nlohmann::json build_device(const GpuInfo& gpu);
 std::vector<nlohmann::json> build_resource_slices(const std::vector<GpuInfo>& gpus,
                                                   const SliceIdentity& identity,
                                                   int64_t generation);
-// The devices share_spec.h checks allocations against.
+// The devices share_spec.h checks allocations against (memory = the published memory).
 std::vector<NodeDevice> node_devices(const std::vector<GpuInfo>& gpus);
+// The memory a GPU is published with: its total rounded down to a whole MiB (the same on every
+// GPU we know of, whose NVML totals are whole MiB).
+uint64_t published_memory_bytes(const GpuInfo& gpu);
 // "580.159.04" -> "580.159.4"; "9.0" -> "9.0.0" (semver: three numbers, no leading zeros).
 std::string to_semver(const std::string& version);
 

@@ -61,6 +61,16 @@ std::string api_message(const std::string& body) {
 
 }  // namespace
 
+std::string url_escape(const std::string& text) {
+  static GlobalCurl global;
+  // Since libcurl 7.82 the handle argument is unused: no easy handle needed.
+  char* escaped = curl_easy_escape(nullptr, text.data(), static_cast<int>(text.size()));
+  if (!escaped) return "";
+  std::string out = escaped;
+  curl_free(escaped);
+  return out;
+}
+
 std::string in_cluster_connection(KubeConnection& out, const std::string& service_account_dir) {
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
   const char* port = std::getenv("KUBERNETES_SERVICE_PORT");

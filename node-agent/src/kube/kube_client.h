@@ -4,6 +4,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tessera::agent {
 
@@ -23,7 +25,17 @@ class KubeClient {
                               const std::string& body = "") = 0;
 };
 
+// Paths and queries: every value placed in one is escaped, so a name cannot change the request.
+// One path segment or query value, percent-encoded by libcurl (curl_easy_escape: all but
+// A-Z a-z 0-9 - . _ ~).
+std::string url_escape(const std::string& text);
+// A fieldSelector query value from (field, value) terms: each value escaped as the API server's
+// fields.EscapeValue does (a backslash before each backslash, comma and equals sign), then the
+// selector percent-encoded.
+std::string field_selector(const std::vector<std::pair<std::string, std::string>>& terms);
 std::string resource_claim_path(const std::string& namespace_name, const std::string& name);
+std::string node_path(const std::string& name);  // /api/v1/nodes/<name>
 inline constexpr char kResourceSlicesPath[] = "/apis/resource.k8s.io/v1/resourceslices";
+std::string resource_slice_path(const std::string& name);  // kResourceSlicesPath/<name>
 
 }  // namespace tessera::agent

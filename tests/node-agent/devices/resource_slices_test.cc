@@ -3,11 +3,14 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 
 #include <gtest/gtest.h>
 
 #include "fake_api_server.h"
+#include "kube/apiserver_rules.h"
 #include "kube/http_kube_client.h"
+#include "tessera/quantity.h"
 
 namespace tessera::agent {
 namespace {
@@ -56,7 +59,7 @@ TEST(ResourceSlices, DeviceCarriesAttributesAndConsumableCapacities) {
             json({{"value", total},
                   {"requestPolicy",
                    {{"default", total},
-                    {"validRange", {{"min", "256Mi"}, {"max", total}, {"step", "256Mi"}}}}}}));
+                    {"validRange", {{"min", "256Mi"}, {"max", total}, {"step", "1Mi"}}}}}}));
   EXPECT_EQ(device["capacity"]["cores"],
             json({{"value", "100"},
                   {"requestPolicy",
@@ -111,7 +114,7 @@ TEST(ResourceSlices, PublishCreatesUpdatesAndDeletesSoTheApiMatches) {
 
   // Unchanged: nothing written, even when the server prints quantities in its canonical form.
   server.slices["node-a-vgpu.tessera.dev-0"]["spec"]["devices"][0]["capacity"]["memory"]
-               ["requestPolicy"]["validRange"]["step"] = "268435456";
+               ["requestPolicy"]["validRange"]["step"] = "1048576";
   ASSERT_EQ(publisher.publish({h200(0), h200(1)}), "");
   EXPECT_TRUE(server.take_writes().empty());
   EXPECT_EQ(publisher.generation(), 1);
@@ -164,6 +167,122 @@ TEST(ResourceSlices, PublishReportsApiErrors) {
   EXPECT_EQ(
       publisher.publish({h200(0)}),
       "cannot read the Node's UID: GET /api/v1/nodes/node-a: HTTP 404: nodes \"node-a\" not found");
+}
+
+// Real GPUs' memory as NVML reports it, in MiB: H200, H100 80GB, A100 40GB and 80GB, L40S, L4, T4.
+constexpr uint64_t kGpuMebibytes[] = {143771, 81559, 40960, 81920, 46068, 23034, 15360};
+
+// What the scheduler's allocator makes of a memory request on a device with this capacity
+// (k8s.io/dynamic-resource-allocation, structured allocator, package incubating:
+// calculateConsumedCapacity, roundUpRange, violatesPolicy), for whole-number quantities.
+// nullopt = the request violates the policy: the device cannot be allocated.
+std::optional<uint64_t> consumed_memory(const json& capacity, std::optional<uint64_t> request) {
+  auto bytes = [](const json& q) { return *tessera::parse_byte_quantity(q.get<std::string>()); };
+  const json& policy = capacity["requestPolicy"];
+  if (!request) return bytes(policy["default"]);  // fillEmptyRequest
+  const json& range = policy["validRange"];
+  const uint64_t min = bytes(range["min"]), step = bytes(range["step"]), max = bytes(range["max"]);
+  const uint64_t consumed = *request < min ? min : min + (*request - min + step - 1) / step * step;
+  if (consumed == bytes(policy["default"])) return consumed;
+  if (consumed > max) return std::nullopt;
+  return consumed;
+}
+
+TEST(ResourceSlices, EveryGpuSizeIsAcceptedByTheApiServerRules) {
+  for (const uint64_t mebibytes : kGpuMebibytes) {
+    GpuInfo gpu = h200(0);
+    gpu.memory_bytes = mebibytes << 20;
+    const auto slices = build_resource_slices({gpu}, {"vgpu.tessera.dev", "node-a", "uid-n"}, 1);
+    ASSERT_EQ(slices.size(), 1u);
+    EXPECT_EQ(testing::kube::aggregate(testing::kube::validate_resource_slice(slices[0])), "")
+        << mebibytes << " MiB";
+    const json& memory = slices[0]["spec"]["devices"][0]["capacity"]["memory"];
+    EXPECT_EQ(memory["value"], std::to_string(mebibytes << 20));
+    // A claim naming no memory, or the whole total, gets all of it; a share rounds up to a
+    // whole MiB from 256Mi; more than the GPU has is not allocatable.
+    EXPECT_EQ(consumed_memory(memory, std::nullopt), mebibytes << 20) << mebibytes;
+    EXPECT_EQ(consumed_memory(memory, mebibytes << 20), mebibytes << 20) << mebibytes;
+    EXPECT_EQ(consumed_memory(memory, 8ull << 30), 8ull << 30);
+    EXPECT_EQ(consumed_memory(memory, (8ull << 30) + 1), (8ull << 30) + (1 << 20));
+    EXPECT_EQ(consumed_memory(memory, 100ull << 20), 256ull << 20);
+    EXPECT_EQ(consumed_memory(memory, (mebibytes + 1) << 20), std::nullopt);
+    EXPECT_EQ(node_devices({gpu})[0].memory_bytes, mebibytes << 20);
+  }
+}
+
+TEST(ResourceSlices, ATotalOffTheMebibyteIsPublishedInWholeMebibytes) {
+  GpuInfo gpu = h200(0);
+  gpu.memory_bytes = (143771ull << 20) + 12345;
+  const auto slices = build_resource_slices({gpu}, {"vgpu.tessera.dev", "node-a", "uid-n"}, 1);
+  EXPECT_EQ(testing::kube::aggregate(testing::kube::validate_resource_slice(slices[0])), "");
+  const json& memory = slices[0]["spec"]["devices"][0]["capacity"]["memory"];
+  EXPECT_EQ(memory["value"], std::to_string(143771ull << 20));
+  EXPECT_EQ(consumed_memory(memory, 143771ull << 20), 143771ull << 20);
+  EXPECT_EQ(node_devices({gpu})[0].memory_bytes, 143771ull << 20);
+  // GPUs too small for a 256Mi minimum still publish a valid slice.
+  for (const uint64_t bytes : {200ull << 20, 1ull << 20, 4096ull}) {
+    gpu.memory_bytes = bytes;
+    const auto small = build_resource_slices({gpu}, {"vgpu.tessera.dev", "node-a", "uid-n"}, 1);
+    EXPECT_EQ(testing::kube::aggregate(testing::kube::validate_resource_slice(small[0])), "")
+        << bytes;
+  }
+}
+
+// The simulated GPU in every real size, through NVML, published to the validating API server.
+TEST(ResourceSlices, SimulatedGpusOfEverySizeArePublishedAndAccepted) {
+  const std::string state = std::filesystem::temp_directory_path() /
+                            ("agent-simgpu-sizes-" + std::to_string(getpid()) + ".state");
+  setenv("SIMGPU_STATE", state.c_str(), 1);
+  setenv("SIMGPU_DEVICES",
+         "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0;"
+         "name=NVIDIA H100 80GB HBM3,memory=81559Mi,sms=132,cc=9.0;"
+         "name=NVIDIA A100-SXM4-40GB,memory=40960Mi,sms=108,cc=8.0;"
+         "name=NVIDIA A100-SXM4-80GB,memory=81920Mi,sms=108,cc=8.0;"
+         "name=NVIDIA L40S,memory=46068Mi,sms=142,cc=8.9;"
+         "name=NVIDIA L4,memory=23034Mi,sms=58,cc=8.9;"
+         "name=Tesla T4,memory=15360Mi,sms=40,cc=7.5",
+         1);
+  std::vector<GpuInfo> gpus;
+  ASSERT_EQ(list_gpus(gpus), "");
+  std::filesystem::remove(state);
+  ASSERT_EQ(gpus.size(), 7u);
+  FakeApiServer server;
+  RetryPolicy retry;
+  retry.initial_backoff = std::chrono::milliseconds(1);
+  HttpKubeClient kube(server.connection(), retry);
+  SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
+  ASSERT_EQ(publisher.publish(gpus), "");
+  const auto stored = server.stored_slices();
+  ASSERT_EQ(stored.size(), 1u);
+  const json& devices = stored.begin()->second["spec"]["devices"];
+  ASSERT_EQ(devices.size(), 7u);
+  for (size_t i = 0; i < gpus.size(); ++i)
+    EXPECT_EQ(devices[i]["capacity"]["memory"]["value"], std::to_string(gpus[i].memory_bytes))
+        << gpus[i].product_name;
+}
+
+// The slices the agent published before: refused by the API server on the H200, the H100, the
+// L40S and the L4 (a total that is not a whole number of 256Mi steps), as kube-apiserver does.
+TEST(ResourceSlices, TheFormerQuarterGibibyteStepIsRefusedWhereTheApiServerRefusesIt) {
+  for (const uint64_t mebibytes : kGpuMebibytes) {
+    GpuInfo gpu = h200(0);
+    gpu.memory_bytes = mebibytes << 20;
+    auto slices = build_resource_slices({gpu}, {"vgpu.tessera.dev", "node-a", "uid-n"}, 1);
+    slices[0]["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"]["validRange"]["step"] =
+        "256Mi";
+    const std::string errors =
+        testing::kube::aggregate(testing::kube::validate_resource_slice(slices[0]));
+    if ((mebibytes - 256) % 256 == 0) {
+      EXPECT_EQ(errors, "") << mebibytes;
+    } else {
+      EXPECT_EQ(errors,
+                "spec.devices[0].capacity[memory].requestPolicy.validRange.step: Invalid value: "
+                "\"" +
+                    std::to_string(mebibytes << 20) +
+                    "\": value is not a multiple of a given step (256Mi) from (256Mi)")
+          << mebibytes;
+    }
+  }
 }
 
 // The simulated driver's NVML (SIMGPU_LIB_DIR is on LD_LIBRARY_PATH for this test).

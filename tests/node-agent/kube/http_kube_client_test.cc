@@ -45,6 +45,38 @@ TEST(HttpKubeClient, GetsAResourceClaimOverVerifiedTls) {
   EXPECT_EQ(nlohmann::json::parse(r.body), claim);
 }
 
+// Every value in a path or query is escaped (libcurl), so a name cannot add a segment, a query or
+// another selector term.
+TEST(KubePaths, ValuesInPathsAndQueriesAreEscaped) {
+  EXPECT_EQ(url_escape("gpu-node.zone_a~1"), "gpu-node.zone_a~1");
+  EXPECT_EQ(url_escape("a b/c?d=e&f#g%"), "a%20b%2Fc%3Fd%3De%26f%23g%25");
+  EXPECT_EQ(resource_claim_path("tenants", "train"),
+            "/apis/resource.k8s.io/v1/namespaces/tenants/resourceclaims/train");
+  EXPECT_EQ(resource_claim_path("ns/../x", "c?watch=1"),
+            "/apis/resource.k8s.io/v1/namespaces/ns%2F..%2Fx/resourceclaims/c%3Fwatch%3D1");
+  EXPECT_EQ(node_path("node a"), "/api/v1/nodes/node%20a");
+  EXPECT_EQ(resource_slice_path("s/1"), "/apis/resource.k8s.io/v1/resourceslices/s%2F1");
+  EXPECT_EQ(field_selector({{"spec.nodeName", "node-a"}, {"spec.driver", "vgpu.tessera.dev"}}),
+            "spec.nodeName%3Dnode-a%2Cspec.driver%3Dvgpu.tessera.dev");
+  // fields.EscapeValue first (a backslash before each backslash, comma and equals sign), then
+  // percent-encoding: the value stays one value of one term.
+  EXPECT_EQ(field_selector({{"spec.nodeName", "a,spec.driver=x\\"}}),
+            "spec.nodeName%3Da%5C%2Cspec.driver%5C%3Dx%5C%5C");
+}
+
+TEST(HttpKubeClient, AnEscapedNameReachesTheServerAsItIs) {
+  FakeApiServer server;
+  const auto claim =
+      testing::make_claim("my claim", "uid-1", {{"gpu", "gpu-0", "s1", "8Gi", "30"}});
+  server.add_claim("tenants", "my claim", claim.dump());
+  HttpKubeClient client(server.connection(), fast_retries());
+  const ApiResponse r = client.request("GET", resource_claim_path("tenants", "my claim"));
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(nlohmann::json::parse(r.body), claim);
+  const ApiResponse other = client.request("GET", resource_claim_path("tenants/x", "my claim"));
+  EXPECT_EQ(other.status, 404) << other.error;
+}
+
 TEST(HttpKubeClient, ErrorsCarryTheStatusAndTheApiMessage) {
   FakeApiServer server;
   HttpKubeClient client(server.connection(), fast_retries());
