@@ -42,6 +42,11 @@ class RecordingDoubles {
     return text;
   }
   void fail_nvidia_smi() const { std::ofstream(dir_ / "state" / "fail") << "1"; }
+  // Every later call of the double takes `seconds` (a slow GPU or daemon, to widen races).
+  void slow_nvidia_smi(double seconds) const { std::ofstream(dir_ / "state" / "delay") << seconds; }
+  void slow_mps_start(double seconds) const {
+    std::ofstream(dir_ / "state" / "mps-start-delay") << seconds;
+  }
   const std::filesystem::path& dir() const { return dir_; }
 
   static std::string read(const std::filesystem::path& path) {

@@ -248,12 +248,17 @@ std::vector<DriftItem> MpsBackend::reconcile(const std::string&, const ShareSpec
   return found;
 }
 
-std::vector<DriftItem> MpsBackend::remove_orphans(const std::vector<ShareSpec>& named) {
+std::vector<DriftItem> MpsBackend::remove_orphans(const std::vector<ShareSpec>& named,
+                                                  const ReserveOrphan& reserve) {
   std::set<std::string> shares;  // MPS folders are per share
   for (const auto& share : named) shares.insert(share.name());
   std::vector<DriftItem> found;
   for (const auto& name : share_folders()) {
     if (shares.count(name)) continue;
+    // A prepare naming the share since the pass began keeps its daemon; one naming it from now
+    // on waits until this stop is done.
+    const OrphanReservation reserved = reserve(name);
+    if (!reserved) continue;
     found.push_back(
         {"share " + name, "MPS folder no claim names", "daemon stopped, removed", stop(name)});
   }

@@ -37,12 +37,14 @@ class MpsBackend final : public ShareBackend {
   explicit MpsBackend(MpsOptions options) : options_(std::move(options)) {}
 
   // ShareBackend: start / stop the share's daemon; reconcile restarts it or sets its limits
-  // again; orphans are daemons (and folders) of shares no checkpoint entry names.
+  // again; orphans are daemons (and folders) of shares no checkpoint entry names, by share name.
   SharingStrategy strategy() const override { return SharingStrategy::kMps; }
+  std::string orphan_name(const ShareSpec& share) const override { return share.name(); }
   Status prepare(const ShareSpec& share, const HolderLookup& holder) override;
   Status unprepare(const ShareSpec& share, const HolderLookup& holder) override;
   std::vector<DriftItem> reconcile(const std::string& claim_uid, const ShareSpec& share) override;
-  std::vector<DriftItem> remove_orphans(const std::vector<ShareSpec>& named) override;
+  std::vector<DriftItem> remove_orphans(const std::vector<ShareSpec>& named,
+                                        const ReserveOrphan& reserve) override;
 
   const std::string& root() const { return options_.root; }
   std::string folder(const std::string& share_name) const;

@@ -15,7 +15,8 @@ std::vector<DriftItem> QuotaBackend::reconcile(const std::string&, const ShareSp
   return {};
 }
 
-std::vector<DriftItem> QuotaBackend::remove_orphans(const std::vector<ShareSpec>&) {
+std::vector<DriftItem> QuotaBackend::remove_orphans(const std::vector<ShareSpec>&,
+                                                    const ReserveOrphan&) {
   return {};
 }
 

@@ -14,7 +14,8 @@ class QuotaBackend final : public ShareBackend {
   Status prepare(const ShareSpec& share, const HolderLookup& holder) override;
   Status unprepare(const ShareSpec& share, const HolderLookup& holder) override;
   std::vector<DriftItem> reconcile(const std::string& claim_uid, const ShareSpec& share) override;
-  std::vector<DriftItem> remove_orphans(const std::vector<ShareSpec>& named) override;
+  std::vector<DriftItem> remove_orphans(const std::vector<ShareSpec>& named,
+                                        const ReserveOrphan& reserve) override;
 };
 
 }  // namespace tessera::agent

@@ -100,13 +100,19 @@ std::vector<DriftItem> TimeSliceBackend::reconcile(const std::string& claim_uid,
            error.empty() ? "applied" : "", error}};
 }
 
-std::vector<DriftItem> TimeSliceBackend::remove_orphans(const std::vector<ShareSpec>& named) {
+std::vector<DriftItem> TimeSliceBackend::remove_orphans(const std::vector<ShareSpec>& named,
+                                                        const ReserveOrphan& reserve) {
   std::set<std::string> time_sliced;
   for (const auto& share : named)
     if (share.strategy() == SharingStrategy::kTimeSlicing) time_sliced.insert(share.uuid);
   std::vector<DriftItem> found;
   for (const auto& uuid : recorded_uuids()) {
     if (time_sliced.count(uuid)) continue;
+    // Under the GPU's lock and a reservation of it: a claim naming the GPU since the pass began
+    // keeps its interval, and one naming it from now on applies after this restore.
+    ClaimLocks::Guard gpu = gpu_locks_.lock(uuid);
+    const OrphanReservation reserved = reserve(uuid);
+    if (!reserved || !recorded(uuid)) continue;
     found.push_back(
         {uuid, "time slice set for a claim that is gone", "restored to Default", restore(uuid)});
   }

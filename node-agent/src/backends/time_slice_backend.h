@@ -4,6 +4,9 @@
 //   nvidia-smi compute-policy -i <uuid> --set-timeslice <0..3>   (Default, Short, Medium, Long)
 // and unprepare sets it back to Default. nvidia-smi has no query for the interval, so the backend
 // records what it applied under <root>/<uuid>; reconcile re-applies a missing or different record.
+// The calls for one GPU take turns (lock_gpu, held by the share manager around each call and its
+// record of holders, and by remove_orphans): two claims asking different intervals of one GPU
+// never both succeed, and a restore never undoes a newer apply. Other GPUs never wait.
 #pragma once
 
 #include <chrono>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "model/claim_locks.h"
 #include "model/vgpu_config.h"
 
 namespace tessera::agent {
@@ -31,10 +35,15 @@ class TimeSliceBackend final : public ShareBackend {
   // a holder remains; reconcile re-applies a missing or different record; orphans are records of
   // GPUs no TimeSlicing share names (set back to Default).
   SharingStrategy strategy() const override { return SharingStrategy::kTimeSlicing; }
+  std::string orphan_name(const ShareSpec& share) const override { return share.uuid; }
+  std::optional<ClaimLocks::Guard> lock_gpu(const std::string& uuid) override {
+    return gpu_locks_.lock(uuid);
+  }
   Status prepare(const ShareSpec& share, const HolderLookup& holder) override;
   Status unprepare(const ShareSpec& share, const HolderLookup& holder) override;
   std::vector<DriftItem> reconcile(const std::string& claim_uid, const ShareSpec& share) override;
-  std::vector<DriftItem> remove_orphans(const std::vector<ShareSpec>& named) override;
+  std::vector<DriftItem> remove_orphans(const std::vector<ShareSpec>& named,
+                                        const ReserveOrphan& reserve) override;
 
   std::string apply(const std::string& uuid, TimeSlice slice);
   std::string restore(const std::string& uuid);
@@ -47,6 +56,7 @@ class TimeSliceBackend final : public ShareBackend {
  private:
   std::string set(const std::string& uuid, TimeSlice slice);
   TimeSliceOptions options_;
+  ClaimLocks gpu_locks_;  // per GPU UUID
 };
 
 }  // namespace tessera::agent

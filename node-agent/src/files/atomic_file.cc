@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "tessera/file_io.h"
 
@@ -33,6 +35,43 @@ std::string write_file_atomically(const std::string& path, const std::string& co
   if (const int error = tessera::write_file_atomically(path.c_str(), contents, mode); error != 0)
     return "cannot write " + path + " atomically: " + std::strerror(error);
   return "";
+}
+
+int temporary_writer(const std::string& file_name, const std::string& target_prefix) {
+  // ".<target>.tmp.<pid>.<n>" (tessera/file_io.h): read from the end, the target may hold dots.
+  if (file_name.size() < 2 || file_name[0] != '.' ||
+      file_name.compare(1, target_prefix.size(), target_prefix) != 0)
+    return 0;
+  const size_t last_dot = file_name.rfind('.');
+  if (last_dot == std::string::npos || last_dot == 0) return 0;
+  const size_t pid_dot = file_name.rfind('.', last_dot - 1);
+  if (pid_dot == std::string::npos || pid_dot < 4 ||
+      file_name.compare(pid_dot - 4, 4, ".tmp") != 0 || pid_dot - 4 < 1 + target_prefix.size())
+    return 0;
+  auto digits = [&](size_t from, size_t to) {
+    if (from >= to) return false;
+    for (size_t i = from; i < to; ++i)
+      if (file_name[i] < '0' || file_name[i] > '9') return false;
+    return true;
+  };
+  if (!digits(pid_dot + 1, last_dot) || !digits(last_dot + 1, file_name.size()) ||
+      last_dot - pid_dot > 10)
+    return 0;
+  return std::stoi(file_name.substr(pid_dot + 1, last_dot - pid_dot - 1));
+}
+
+std::vector<std::string> remove_stale_temporaries(const std::string& dir,
+                                                  const std::string& target_prefix) {
+  std::vector<std::string> removed;
+  const int self = static_cast<int>(::getpid());
+  std::error_code ec;
+  for (const auto& item : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = item.path().filename().string();
+    const int writer = temporary_writer(name, target_prefix);
+    if (writer == 0 || writer == self) continue;
+    if (::unlink(item.path().c_str()) == 0) removed.push_back(name);
+  }
+  return removed;
 }
 
 }  // namespace tessera::agent

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tessera::agent {
 
@@ -14,5 +15,16 @@ std::optional<std::string> read_file(const std::string& path);
 // written, fsync'ed, renamed over <path>, the folder fsync'ed. "" or what went wrong.
 std::string write_file_atomically(const std::string& path, const std::string& contents,
                                   unsigned mode = 0644);
+
+// The pid in `file_name` when it is a temporary of write_file_atomically for a file whose name
+// starts with `target_prefix` (".<target>.tmp.<pid>.<n>"), else 0.
+int temporary_writer(const std::string& file_name, const std::string& target_prefix);
+
+// Removes from `dir` the temporaries of write_file_atomically for files whose name starts with
+// `target_prefix` that another process left (one that died while writing: its pid is in the
+// name). This process's own are never touched, so a write in flight keeps its file. Returns the
+// names removed.
+std::vector<std::string> remove_stale_temporaries(const std::string& dir,
+                                                  const std::string& target_prefix);
 
 }  // namespace tessera::agent

@@ -8,7 +8,7 @@
 #include <exception>
 #include <string>
 
-#include "claim_locks.h"
+#include "model/claim_locks.h"
 #include "model/claim_preparer.h"
 
 namespace tessera::agent::detail {

@@ -4,8 +4,8 @@
 // must be thread-safe. Kubelet gives each call 45 s.
 #pragma once
 
-#include "claim_locks.h"
 #include "kubelet/dra/v1beta1/api.grpc.pb.h"
+#include "model/claim_locks.h"
 #include "model/claim_preparer.h"
 
 namespace tessera::agent {

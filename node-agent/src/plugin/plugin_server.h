@@ -14,8 +14,8 @@
 #include <memory>
 #include <string>
 
-#include "claim_locks.h"
 #include "devices/device_health.h"
+#include "model/claim_locks.h"
 #include "model/claim_preparer.h"
 #include "model/driver_name.h"
 #include "registration_server.h"

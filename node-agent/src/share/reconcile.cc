@@ -9,8 +9,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <set>
 
+#include "files/atomic_file.h"
 #include "share/share_manager.h"
 #include "tessera/share_region.h"
 
@@ -108,9 +111,12 @@ void ShareManager::reconcile_entry(const std::string& claim_uid, const ClaimEntr
              write_share_folder(members));
   }
   for (const auto& share : entry.shares)
-    if (ShareBackend* backend = backend_for(share.strategy()))
+    if (ShareBackend* backend = backend_for(share.strategy())) {
+      // A GPU-wide setting: after or before another claim's apply, never in the middle of it.
+      const std::optional<ClaimLocks::Guard> gpu = backend->lock_gpu(share.uuid);
       for (auto& item : backend->reconcile(claim_uid, share))
         report.items.push_back(std::move(item));
+    }
   const auto spec = read_file(cdi_spec_path(claim_uid));
   const std::string expected = expected_cdi_spec(entry.shares);
   if (!spec || *spec != expected)
@@ -121,47 +127,78 @@ void ShareManager::reconcile_entry(const std::string& claim_uid, const ClaimEntr
 void ShareManager::remove_orphans(ReconcileReport& report) {
   // Everything a checkpoint entry (of any state) names; the rest was left by a claim whose entry
   // is gone (a lost checkpoint, a crash during an earlier version's unprepare) or put there by
-  // hand. Entries still being prepared name their files before writing them, so are never here.
-  std::set<std::string> folders, specs;
+  // hand. Entries still being prepared name their files before writing them, so are never here;
+  // a candidate is reserved (reserve_orphan) before it is removed, so a prepare that names it
+  // meanwhile waits instead of losing what it writes.
+  std::set<std::string> owned;
   std::vector<ShareSpec> named;  // what the backends keep for a share not in it is theirs to remove
-  for (const auto& [uid, entry] : checkpoint_) {
-    specs.insert(cdi_spec_file_name(uid));
-    for (const auto& share : entry.shares) {
-      folders.insert(share.folder_name());
-      named.push_back(share);
+  {
+    std::lock_guard lock(checkpoint_mutex_);
+    for (const auto& [uid, entry] : checkpoint_) {
+      add_owned_names(uid, entry, owned);
+      named.insert(named.end(), entry.shares.begin(), entry.shares.end());
     }
   }
+  auto remove_unowned = [&](const std::string& name, const std::function<DriftItem()>& remove) {
+    if (owned.count(name) != 0 || !reserve_orphan(name)) return;
+    report.items.push_back(remove());
+    release_orphan(name);
+  };
   std::error_code ec;
   for (const auto& item : fs::directory_iterator(options_.root + "/shares", ec)) {
     const std::string name = item.path().filename().string();
-    if (folders.count(name)) continue;
-    std::error_code remove_error;
-    fs::remove_all(item.path(), remove_error);
-    report.items.push_back({"share " + name, "share folder no claim names", "removed",
-                            remove_error ? remove_error.message() : ""});
+    remove_unowned("shares/" + name, [&] {
+      std::error_code remove_error;
+      fs::remove_all(item.path(), remove_error);
+      return DriftItem{"share " + name, "share folder no claim names", "removed",
+                       remove_error ? remove_error.message() : ""};
+    });
   }
   const std::string prefix = kCdiSpecFilePrefix;
   for (const auto& item : fs::directory_iterator(options_.cdi_dir, ec)) {
     const std::string name = item.path().filename().string();
-    if (name.rfind(prefix, 0) != 0 || specs.count(name)) continue;
-    std::error_code remove_error;
-    fs::remove(item.path(), remove_error);
-    report.items.push_back(
-        {name, "CDI spec no claim names", "removed", remove_error ? remove_error.message() : ""});
+    if (name.rfind(prefix, 0) != 0) continue;
+    remove_unowned("cdi/" + name, [&] {
+      std::error_code remove_error;
+      fs::remove(item.path(), remove_error);
+      return DriftItem{name, "CDI spec no claim names", "removed",
+                       remove_error ? remove_error.message() : ""};
+    });
   }
   for (const SharingStrategy strategy :
        {SharingStrategy::kQuota, SharingStrategy::kMps, SharingStrategy::kTimeSlicing})
     if (ShareBackend* backend = backend_for(strategy))
-      for (auto& item : backend->remove_orphans(named)) report.items.push_back(std::move(item));
-  fs::remove(options_.root + "/checkpoint.json.tmp", ec);
+      for (auto& item : backend->remove_orphans(named, orphan_reserver(strategy)))
+        report.items.push_back(std::move(item));
+  // Temporaries of checkpoint and CDI writes a crash left (named by the dead agent's pid); those of
+  // this process's writes in flight are kept.
+  remove_stale_temporaries(options_.root, "checkpoint.json");
+  remove_stale_temporaries(options_.cdi_dir, prefix);
 }
 
 ReconcileReport ShareManager::reconcile() {
   ReconcileReport report;
-  std::lock_guard lock(mutex_);
+  std::lock_guard pass(reconcile_mutex_);
   try {
-    for (const auto& [uid, entry] : checkpoint_)
-      if (entry.state == ClaimState::kPrepareCompleted) reconcile_entry(uid, entry, report);
+    std::vector<std::string> completed;
+    {
+      std::lock_guard lock(checkpoint_mutex_);
+      for (const auto& [uid, entry] : checkpoint_)
+        if (entry.state == ClaimState::kPrepareCompleted) completed.push_back(uid);
+    }
+    for (const auto& uid : completed) {
+      // A claim a prepare or unprepare holds is changing: the next pass checks it.
+      const std::optional<ClaimLocks::Guard> claim_lock = claim_locks_.try_lock(uid);
+      if (!claim_lock) continue;
+      std::optional<ClaimEntry> entry;
+      {
+        std::lock_guard lock(checkpoint_mutex_);
+        if (const auto it = checkpoint_.find(uid);
+            it != checkpoint_.end() && it->second.state == ClaimState::kPrepareCompleted)
+          entry = it->second;
+      }
+      if (entry) reconcile_entry(uid, *entry, report);
+    }
     remove_orphans(report);
   } catch (const std::exception& e) {
     report.items.push_back({"node", "reconcile stopped", "", e.what()});

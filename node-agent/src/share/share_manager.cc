@@ -15,6 +15,7 @@
 
 #include "backends/mps_backend.h"
 #include "backends/time_slice_backend.h"
+#include "files/atomic_file.h"
 #include "tessera/share_contract.h"
 #include "tessera/share_files.h"
 #include "tessera/share_region.h"
@@ -32,6 +33,23 @@ std::string create_usage_page(const std::string& dir) {
   if (const int error = share::create_usage_page(dir.c_str()); error != 0)
     return "cannot create " + dir + "/usage: " + std::strerror(error);
   return "";
+}
+
+// Whether `name` is a usage page temporary (".usage.<pid>.<n>.tmp", share_contract.h) of a
+// process other than this one.
+bool stale_usage_temporary(const std::string& name) {
+  static const std::string prefix = ".usage.", suffix = ".tmp";
+  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return false;
+  const std::string middle =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());  // "<pid>.<n>"
+  const size_t dot = middle.find('.');
+  if (dot == 0 || dot == std::string::npos || dot > 9 || dot + 1 == middle.size() ||
+      middle.find_first_not_of("0123456789.") != std::string::npos ||
+      middle.find('.', dot + 1) != std::string::npos)
+    return false;
+  return std::stoi(middle.substr(0, dot)) != static_cast<int>(getpid());
 }
 
 }  // namespace
@@ -59,36 +77,76 @@ void ShareManager::set_devices(std::vector<NodeDevice> devices) {
 }
 
 Checkpoint ShareManager::checkpoint() const {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(checkpoint_mutex_);
   return checkpoint_;
 }
 
 void ShareManager::step() {
-  ++steps_;
-  if (options_.after_step) options_.after_step(steps_);
+  const int step = steps_.fetch_add(1) + 1;
+  if (options_.after_step) options_.after_step(step);
 }
 
 std::string ShareManager::start(ReconcileReport* report) {
+  std::error_code ec;
+  fs::create_directories(options_.root + "/shares", ec);
+  if (ec) return "cannot create " + options_.root + "/shares: " + ec.message();
+  fs::create_directories(options_.cdi_dir, ec);
+  if (ec) return "cannot create " + options_.cdi_dir + ": " + ec.message();
+  Checkpoint loaded;
+  if (const auto text = read_file(options_.root + "/checkpoint.json")) {
+    if (auto e = checkpoint_from_json(*text, loaded); !e.empty())
+      return options_.root + "/checkpoint.json: " + e;
+  }
   {
-    std::lock_guard lock(mutex_);
-    std::error_code ec;
-    fs::create_directories(options_.root + "/shares", ec);
-    if (ec) return "cannot create " + options_.root + "/shares: " + ec.message();
-    fs::create_directories(options_.cdi_dir, ec);
-    if (ec) return "cannot create " + options_.cdi_dir + ": " + ec.message();
-    if (const auto text = read_file(options_.root + "/checkpoint.json")) {
-      if (auto e = checkpoint_from_json(*text, checkpoint_); !e.empty())
-        return options_.root + "/checkpoint.json: " + e;
+    std::lock_guard lock(checkpoint_mutex_);
+    checkpoint_ = std::move(loaded);
+    ++version_;
+    // Completed entries hold their settings; a PrepareStarted one redoes its prepare when retried.
+    holders_.clear();
+    for (const auto& [uid, entry] : checkpoint_) {
+      if (entry.state != ClaimState::kPrepareCompleted) continue;
+      for (const auto& share : entry.shares) holders_[{share.strategy(), share.uuid}][uid] = share;
     }
+  }
+  {
+    std::lock_guard save(save_mutex_);
+    std::lock_guard lock(checkpoint_mutex_);
+    saved_version_ = version_;  // what was just read is what the file holds
   }
   ReconcileReport found = reconcile();
   if (report) *report = std::move(found);
   return "";
 }
 
-std::string ShareManager::save_checkpoint() {
-  return write_file_atomically(options_.root + "/checkpoint.json", checkpoint_to_json(checkpoint_),
-                               0600);
+uint64_t ShareManager::update_checkpoint(const std::function<void(Checkpoint&)>& change) {
+  std::lock_guard lock(checkpoint_mutex_);
+  change(checkpoint_);
+  return ++version_;
+}
+
+Status ShareManager::save_checkpoint(uint64_t version,
+                                     const std::function<void(Checkpoint&)>& undo) {
+  std::lock_guard save(save_mutex_);
+  if (saved_version_ >= version) return Status::ok();  // a later save wrote it along
+  Checkpoint snapshot;
+  uint64_t snapshot_version = 0;
+  {
+    std::lock_guard lock(checkpoint_mutex_);
+    snapshot = checkpoint_;
+    snapshot_version = version_;
+  }
+  if (auto e = write_file_atomically(options_.root + "/checkpoint.json",
+                                     checkpoint_to_json(snapshot), 0600);
+      !e.empty()) {
+    if (undo) {
+      std::lock_guard lock(checkpoint_mutex_);
+      undo(checkpoint_);
+      ++version_;
+    }
+    return internal_error(std::move(e));
+  }
+  saved_version_ = snapshot_version;
+  return Status::ok();
 }
 
 share::DeviceLimit share_limits(const ShareSpec& share) {
@@ -114,10 +172,19 @@ uint32_t share_priority(const ShareSpec& share) {
   return share::kPriorityNormal;
 }
 
-std::string ShareManager::write_share_folder(const std::vector<ShareSpec>& members) {
+std::string ShareManager::write_share_folder(const std::vector<ShareSpec>& members, bool unused) {
   const std::string dir = share_dir(members.front());
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
     return "cannot create " + dir + ": " + std::strerror(errno);
+  // An agent that died inside write_limits left its temporary, named by its pid, which no later
+  // write reuses: gone before this one (only the agent writes the limits, and only the call
+  // holding the claim's lock). The usage page's likewise, while no tenant can be creating one.
+  remove_stale_temporaries(dir, "limits");
+  if (unused) {
+    std::error_code ec;
+    for (const auto& item : fs::directory_iterator(dir, ec))
+      if (stale_usage_temporary(item.path().filename().string())) unlink(item.path().c_str());
+  }
   if (auto e = create_usage_page(dir); !e.empty()) return e;
   std::vector<share::DeviceLimit> limits;
   for (const auto& share : members) limits.push_back(share_limits(share));
@@ -147,15 +214,68 @@ ShareBackend* ShareManager::backend_for(SharingStrategy strategy) {
   return nullptr;
 }
 
-const ShareSpec* ShareManager::held_elsewhere(const std::string& claim_uid,
-                                              const ShareSpec& share) const {
-  // Only completed entries hold their setting: one a conflict left half-prepared never set it.
-  for (const auto& [uid, entry] : checkpoint_) {
-    if (uid == claim_uid || entry.state != ClaimState::kPrepareCompleted) continue;
-    for (const auto& other : entry.shares)
-      if (other.uuid == share.uuid && other.strategy() == share.strategy()) return &other;
+std::optional<ShareSpec> ShareManager::held_elsewhere(const std::string& claim_uid,
+                                                      const ShareSpec& share) const {
+  // Only claims whose backend prepare succeeded hold their setting: one a conflict left
+  // half-prepared never set it.
+  std::lock_guard lock(checkpoint_mutex_);
+  const auto gpu = holders_.find({share.strategy(), share.uuid});
+  if (gpu == holders_.end()) return std::nullopt;
+  for (const auto& [uid, other] : gpu->second)
+    if (uid != claim_uid) return other;
+  return std::nullopt;
+}
+
+void ShareManager::add_holder(const std::string& claim_uid, const ShareSpec& share) {
+  std::lock_guard lock(checkpoint_mutex_);
+  holders_[{share.strategy(), share.uuid}][claim_uid] = share;
+}
+
+void ShareManager::remove_holder(const std::string& claim_uid, const ShareSpec& share) {
+  std::lock_guard lock(checkpoint_mutex_);
+  if (const auto it = holders_.find({share.strategy(), share.uuid}); it != holders_.end()) {
+    it->second.erase(claim_uid);
+    if (it->second.empty()) holders_.erase(it);
   }
-  return nullptr;
+}
+
+void ShareManager::add_owned_names(const std::string& claim_uid, const ClaimEntry& entry,
+                                   std::set<std::string>& names) {
+  names.insert("cdi/" + cdi_spec_file_name(claim_uid));
+  for (const auto& share : entry.shares) {
+    names.insert("shares/" + share.folder_name());
+    if (ShareBackend* backend = backend_for(share.strategy()))
+      if (std::string name = backend->orphan_name(share); !name.empty())
+        names.insert(std::string(to_string(share.strategy())) + "/" + name);
+  }
+}
+
+bool ShareManager::reserve_orphan(const std::string& name) {
+  std::lock_guard lock(checkpoint_mutex_);
+  if (removing_.count(name) != 0) return false;
+  for (const auto& [uid, entry] : checkpoint_) {
+    std::set<std::string> names;
+    add_owned_names(uid, entry, names);
+    if (names.count(name) != 0) return false;
+  }
+  removing_.insert(name);
+  return true;
+}
+
+void ShareManager::release_orphan(const std::string& name) {
+  {
+    std::lock_guard lock(checkpoint_mutex_);
+    removing_.erase(name);
+  }
+  orphan_released_.notify_all();
+}
+
+ReserveOrphan ShareManager::orphan_reserver(SharingStrategy strategy) {
+  return [this, strategy](const std::string& name) {
+    std::string key = std::string(to_string(strategy)) + "/" + name;
+    if (!reserve_orphan(key)) return OrphanReservation();
+    return OrphanReservation([this, key] { release_orphan(key); });
+  };
 }
 
 PrepareResult ShareManager::result_of(const ClaimEntry& entry) {
@@ -169,8 +289,10 @@ PrepareResult ShareManager::result_of(const ClaimEntry& entry) {
 PrepareResult ShareManager::prepare(const ClaimRef& claim) {
   PrepareResult failed;
   try {
+    // Kubelet's retry of a call still running waits here, then answers from the checkpoint.
+    ClaimLocks::Guard claim_lock = claim_locks_.lock(claim.uid);
     {
-      std::lock_guard lock(mutex_);
+      std::lock_guard lock(checkpoint_mutex_);
       const auto it = checkpoint_.find(claim.uid);
       if (it != checkpoint_.end() && it->second.state == ClaimState::kPrepareCompleted)
         return result_of(it->second);
@@ -189,20 +311,30 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
       return failed;
     }
 
-    std::lock_guard lock(mutex_);
-    auto& entry = checkpoint_[claim.uid];
-    if (entry.state == ClaimState::kPrepareCompleted && !entry.shares.empty())
-      return result_of(entry);  // another call finished it meanwhile
     // A PrepareStarted entry left by a crash: the allocation of a claim UID never changes, so the
-    // same shares are recomputed and every write below is redone in place.
-    entry = {claim.namespace_name, claim.name, ClaimState::kPrepareStarted, shares};
-    if (auto e = save_checkpoint(); !e.empty()) {
-      failed.error = e;
+    // same shares are recomputed and every write below is redone in place. The entry names the
+    // claim's files before they exist; a removal of a stray file of the same name finishes first.
+    const ClaimEntry started{claim.namespace_name, claim.name, ClaimState::kPrepareStarted, shares};
+    std::set<std::string> names;
+    add_owned_names(claim.uid, started, names);
+    uint64_t version = 0;
+    {
+      std::unique_lock lock(checkpoint_mutex_);
+      checkpoint_[claim.uid] = started;
+      version = ++version_;
+      orphan_released_.wait(lock, [&] {
+        for (const auto& name : names)
+          if (removing_.count(name) != 0) return false;
+        return true;
+      });
+    }
+    if (auto status = save_checkpoint(version); !status.is_ok()) {
+      failed.error = status.message();
       return failed;
     }
     step();
     for (const auto& members : shares_by_folder(shares)) {
-      if (auto e = write_share_folder(members); !e.empty()) {
+      if (auto e = write_share_folder(members, /*unused=*/true); !e.empty()) {
         failed.error = "share " + members.front().folder_name() + ": " + e;
         return failed;
       }
@@ -216,12 +348,19 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
                        options_.node_name;
         return failed;
       }
-      const Status started =
-          backend->prepare(share, [&] { return held_elsewhere(claim.uid, share); });
-      if (!started.is_ok()) {
-        failed.error = "share " + share.name() + ": " + started.message();
+      // For a GPU-wide setting the check (HolderLookup), the apply and the record of this claim
+      // as a holder are one step for the GPU: a racing claim waits, then sees this one.
+      const std::optional<ClaimLocks::Guard> gpu = backend->lock_gpu(share.uuid);
+      std::optional<ShareSpec> holder;
+      const Status started_share = backend->prepare(share, [&]() -> const ShareSpec* {
+        holder = held_elsewhere(claim.uid, share);
+        return holder ? &*holder : nullptr;
+      });
+      if (!started_share.is_ok()) {
+        failed.error = "share " + share.name() + ": " + started_share.message();
         return failed;
       }
+      add_holder(claim.uid, share);
       if (backend->changes_node()) step();
     }
     if (auto e = write_cdi_spec(claim.uid, shares); !e.empty()) {
@@ -229,14 +368,19 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
       return failed;
     }
     step();
-    entry.state = ClaimState::kPrepareCompleted;
-    if (auto e = save_checkpoint(); !e.empty()) {
-      entry.state = ClaimState::kPrepareStarted;
-      failed.error = e;
+    auto set_state = [&claim](ClaimState state) {
+      return [&claim, state](Checkpoint& checkpoint) { checkpoint[claim.uid].state = state; };
+    };
+    version = update_checkpoint(set_state(ClaimState::kPrepareCompleted));
+    if (auto status = save_checkpoint(version, set_state(ClaimState::kPrepareStarted));
+        !status.is_ok()) {
+      failed.error = status.message();
       return failed;
     }
     step();
-    return result_of(entry);
+    ClaimEntry completed = started;
+    completed.state = ClaimState::kPrepareCompleted;
+    return result_of(completed);
   } catch (const std::exception& e) {
     failed.error = std::string("prepare failed: ") + e.what();
     return failed;
@@ -259,10 +403,16 @@ std::string ShareManager::live_processes(const std::string& folder) const {
 
 std::string ShareManager::unprepare(const ClaimRef& claim) {
   try {
-    std::lock_guard lock(mutex_);
-    const auto it = checkpoint_.find(claim.uid);
-    if (it == checkpoint_.end()) return "";  // never prepared here, or already unprepared
-    const auto folders = shares_by_folder(it->second.shares);
+    ClaimLocks::Guard claim_lock = claim_locks_.lock(claim.uid);
+    // A copy: only this call changes the entry while it holds the claim's lock.
+    ClaimEntry entry;
+    {
+      std::lock_guard lock(checkpoint_mutex_);
+      const auto it = checkpoint_.find(claim.uid);
+      if (it == checkpoint_.end()) return "";  // never prepared here, or already unprepared
+      entry = it->second;
+    }
+    const auto folders = shares_by_folder(entry.shares);
     std::string busy;
     for (const auto& members : folders)
       if (auto pids = live_processes(share_dir(members.front())); !pids.empty())
@@ -273,25 +423,36 @@ std::string ShareManager::unprepare(const ClaimRef& claim) {
              ": kept until they exit";
     // First demote the entry: a crash from here on leaves a PrepareStarted entry, which a later
     // prepare redoes in full instead of answering from a checkpoint whose files are half gone.
-    if (it->second.state == ClaimState::kPrepareCompleted) {
-      it->second.state = ClaimState::kPrepareStarted;
-      if (auto e = save_checkpoint(); !e.empty()) {
-        it->second.state = ClaimState::kPrepareCompleted;
-        return e;
-      }
+    if (entry.state == ClaimState::kPrepareCompleted) {
+      auto set_state = [&claim](ClaimState state) {
+        return [&claim, state](Checkpoint& checkpoint) { checkpoint[claim.uid].state = state; };
+      };
+      const uint64_t version = update_checkpoint(set_state(ClaimState::kPrepareStarted));
+      if (auto status = save_checkpoint(version, set_state(ClaimState::kPrepareCompleted));
+          !status.is_ok())
+        return status.message();
       step();
     }
+    // A crash while the spec was written left its temporary (named by the dead agent's pid).
+    remove_stale_temporaries(options_.cdi_dir, cdi_spec_file_name(claim.uid));
     std::error_code ec;
     fs::remove(cdi_spec_path(claim.uid), ec);
     if (ec) return "cannot remove " + cdi_spec_path(claim.uid) + ": " + ec.message();
     step();
-    for (const auto& share : it->second.shares) {
+    for (const auto& share : entry.shares) {
       // A backend disabled since prepare has nothing to stop; its step still counts.
       ShareBackend* backend = backend_for(share.strategy());
       if (backend) {
-        const Status stopped =
-            backend->unprepare(share, [&] { return held_elsewhere(claim.uid, share); });
+        const std::optional<ClaimLocks::Guard> gpu = backend->lock_gpu(share.uuid);
+        std::optional<ShareSpec> holder;
+        const Status stopped = backend->unprepare(share, [&]() -> const ShareSpec* {
+          holder = held_elsewhere(claim.uid, share);
+          return holder ? &*holder : nullptr;
+        });
         if (!stopped.is_ok()) return "share " + share.name() + ": " + stopped.message();
+        remove_holder(claim.uid, share);  // still under the GPU's lock
+      } else {
+        remove_holder(claim.uid, share);
       }
       if (!backend || backend->changes_node()) step();
     }
@@ -301,12 +462,13 @@ std::string ShareManager::unprepare(const ClaimRef& claim) {
       if (ec) return "cannot remove " + dir + ": " + ec.message();
       step();
     }
-    const ClaimEntry removed = it->second;
-    checkpoint_.erase(it);
-    if (auto e = save_checkpoint(); !e.empty()) {
-      checkpoint_[claim.uid] = removed;
-      return e;
-    }
+    entry.state = ClaimState::kPrepareStarted;  // what the checkpoint holds by now
+    const uint64_t version =
+        update_checkpoint([&claim](Checkpoint& checkpoint) { checkpoint.erase(claim.uid); });
+    if (auto status = save_checkpoint(
+            version, [&claim, &entry](Checkpoint& checkpoint) { checkpoint[claim.uid] = entry; });
+        !status.is_ok())
+      return status.message();
     step();
     return "";
   } catch (const std::exception& e) {

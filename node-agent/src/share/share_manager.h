@@ -4,21 +4,71 @@
 // (PrepareCompleted). unprepare undoes it from the checkpoint alone. Every step is idempotent, so
 // a crash between any two converges on the next prepare or unprepare, and start() removes share
 // folders and CDI specs that no checkpoint entry names.
+//
+// Locking. Prepares and unprepares of different claims run at the same time; nothing one claim
+// does on the host (an MPS daemon start or stop, nvidia-smi, share folder and CDI writes, fsync)
+// is done under a lock another claim's call needs, with one exception that the GPU forces: two
+// TimeSlicing shares of one GPU set one interval, so their checks and nvidia-smi calls take turns.
+// The locks, outermost first (a thread never waits for an earlier one while holding a later one):
+//  1. reconcile_mutex_: one reconcile pass at a time (start() and the agent's loop).
+//  2. claim_locks_, per claim UID: held through a whole prepare or unprepare, so one claim is
+//     changed by one call at a time (whoever calls: the DRA services also hold their own). Only
+//     the holder changes the claim's checkpoint entry; reconcile repairs a claim only while
+//     holding its lock, taken with try_lock (a claim being changed is left to the next pass).
+//  3. ShareBackend::lock_gpu, per GPU UUID, for a backend whose setting is the GPU's (the
+//     time-slice backend's): held around that backend's prepare, unprepare and reconcile of a
+//     share on the GPU and the update of holders_, and by its remove_orphans; so two claims
+//     asking different intervals on one GPU never both succeed, and a restore never undoes a
+//     newer apply.
+//  4. save_mutex_: writes of checkpoint.json, one at a time, each of the newest in-memory
+//     checkpoint: a save never writes an older snapshot over one already written, and a save
+//     finding its change already written (by another claim's save) is done.
+//  5. checkpoint_mutex_: the in-memory checkpoint_, version_, holders_ and removing_; held for
+//     reads and read-modify-writes only, never across I/O.
+// Cross-claim rules that follow:
+//  - A claim's entry (naming its folders, CDI spec and what its backends keep: orphan_name) is in
+//    the in-memory checkpoint before any of its files is written, and leaves it only after they
+//    are removed. Orphan removal (reconcile's for folders and specs, the backends' through
+//    ReserveOrphan) reserves a name in removing_ (under checkpoint_mutex_, only when no entry
+//    names it) before deleting it; a prepare whose entry names a reserved name waits until the
+//    deletion is done. So a PrepareStarted claim is never an orphan, whatever its step.
+//  - A claim holds a GPU-wide setting from a successful backend prepare until its unprepare
+//    (holders_, rebuilt at start() from PrepareCompleted entries): the HolderLookup answers from
+//    it, and the time-slice interval is restored to Default when the last holder leaves.
+//  - A save writes every claim's in-memory changes, so one claim's change may be durable before
+//    its own save returns. Each change is made in memory only once it may be durable (an entry
+//    before its files, PrepareCompleted after them, the removal after they are gone), so any
+//    checkpoint.json a crash leaves is one a retry converges from. A failed save undoes its
+//    change in memory before any other save can take it along.
+//  - Temporaries a crash left (write_file_atomically's, the usage page's) are removed by name:
+//    only those whose pid is not this process's, so a write in flight is never disturbed.
+//  - devices_ has its own lock: prepare takes a copy before computing the shares, so set_devices
+//    changes only what later prepares are checked against (prepared shares live on from the
+//    checkpoint).
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/quota_backend.h"
 #include "kube/kube_client.h"
+#include "model/claim_locks.h"
 #include "model/claim_preparer.h"
 #include "model/share_spec.h"
 #include "share/cdi.h"
 #include "share/checkpoint.h"
 #include "share/reconcile.h"
 #include "tessera/share_files.h"
+#include "tessera/status.h"
 
 namespace tessera::agent {
 
@@ -59,8 +109,10 @@ class ShareManager final : public ClaimPreparer {
   std::string start(ReconcileReport* report = nullptr);
   // Makes the host match the checkpoint (share folders and limits, CDI specs, MPS daemons,
   // time-slice settings) and removes what no entry names; says what differed (reconcile.cc).
+  // Safe beside prepares and unprepares: a claim one of them holds is checked by the next pass.
   ReconcileReport reconcile();
 
+  // Thread-safe; calls for different claims run concurrently (see Locking above).
   PrepareResult prepare(const ClaimRef& claim) override;
   std::string unprepare(const ClaimRef& claim) override;
 
@@ -74,19 +126,39 @@ class ShareManager final : public ClaimPreparer {
   std::string cdi_spec_path(const std::string& claim_uid) const;
 
  private:
-  std::string save_checkpoint();
-  // Writes one share folder: the usage page and the limits page of all its shares.
-  std::string write_share_folder(const std::vector<ShareSpec>& members);
+  // Changes the in-memory checkpoint (under checkpoint_mutex_); returns its new version.
+  uint64_t update_checkpoint(const std::function<void(Checkpoint&)>& change);
+  // Makes `version` of the checkpoint durable: writes the newest in-memory checkpoint unless a
+  // save of `version` or later is already written. When the write fails, `undo` runs on the
+  // in-memory checkpoint before any other save can snapshot it.
+  Status save_checkpoint(uint64_t version, const std::function<void(Checkpoint&)>& undo = {});
+  // Writes one share folder: the usage page and the limits page of all its shares. `unused`: no
+  // process of the share can be in the folder (a claim not prepared yet), so the usage page's
+  // temporaries of a dead writer go too (a tenant's shim names its own the same way).
+  std::string write_share_folder(const std::vector<ShareSpec>& members, bool unused = false);
   std::string write_cdi_spec(const std::string& claim_uid, const std::vector<ShareSpec>& shares);
   std::string expected_cdi_spec(const std::vector<ShareSpec>& shares) const;
   // The backend of the share's strategy, or null when it is not enabled on this node.
   ShareBackend* backend_for(SharingStrategy strategy);
-  // A share of another prepared claim on the GPU of `share` with its strategy (it holds a
-  // GPU-wide setting such as the time-slice interval), or null.
-  const ShareSpec* held_elsewhere(const std::string& claim_uid, const ShareSpec& share) const;
+  // A share of another claim whose backend prepare of the GPU of `share` with its strategy
+  // succeeded (it holds a GPU-wide setting such as the time-slice interval): holders_.
+  std::optional<ShareSpec> held_elsewhere(const std::string& claim_uid,
+                                          const ShareSpec& share) const;
+  void add_holder(const std::string& claim_uid, const ShareSpec& share);
+  void remove_holder(const std::string& claim_uid, const ShareSpec& share);
   void reconcile_entry(const std::string& claim_uid, const ClaimEntry& entry,
                        ReconcileReport& report);
   void remove_orphans(ReconcileReport& report);
+  // The names an entry owns on the host, which orphan removal leaves alone: "shares/<folder>",
+  // "cdi/<spec file>", and "<strategy>/<orphan_name>" for what a backend keeps per share.
+  void add_owned_names(const std::string& claim_uid, const ClaimEntry& entry,
+                       std::set<std::string>& names);
+  // True when no entry owns `name` and no other removal has it: the caller then removes it and
+  // calls release_orphan. A prepare that names it meanwhile waits for the release.
+  bool reserve_orphan(const std::string& name);
+  void release_orphan(const std::string& name);
+  // reserve_orphan for a backend's remove_orphans (names prefixed with its strategy).
+  ReserveOrphan orphan_reserver(SharingStrategy strategy);
   std::string live_processes(const std::string& folder) const;
   void step();
   static PrepareResult result_of(const ClaimEntry& entry);
@@ -94,11 +166,21 @@ class ShareManager final : public ClaimPreparer {
   ShareManagerOptions options_;
   QuotaBackend quota_;
   KubeClient& kube_;
-  mutable std::mutex devices_mutex_;  // devices_ only: prepare reads them before taking mutex_
+  mutable std::mutex devices_mutex_;  // devices_ only: prepare reads them before any other lock
   std::vector<NodeDevice> devices_;
-  mutable std::mutex mutex_;
+
+  std::mutex reconcile_mutex_;           // 1.
+  ClaimLocks claim_locks_;               // 2. per claim UID
+  std::mutex save_mutex_;                // 4. (3. is the backends')
+  uint64_t saved_version_ = 0;           // the version checkpoint.json holds (under save_mutex_)
+  mutable std::mutex checkpoint_mutex_;  // 5.
+  std::condition_variable orphan_released_;
   Checkpoint checkpoint_;
-  int steps_ = 0;
+  uint64_t version_ = 0;  // bumped by every change of checkpoint_
+  // (strategy, GPU UUID) -> claim UID -> its share there, from its successful backend prepare.
+  std::map<std::pair<SharingStrategy, std::string>, std::map<std::string, ShareSpec>> holders_;
+  std::set<std::string> removing_;  // names reserve_orphan handed out
+  std::atomic<int> steps_{0};
 };
 
 }  // namespace tessera::agent

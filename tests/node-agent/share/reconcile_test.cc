@@ -6,8 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <latch>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -315,6 +319,158 @@ TEST_F(ReconcileTest, CrashAfterAnyStepConvergesWithMpsDaemons) {
     ASSERT_EQ(m->unprepare(mps_claim_), "");
     EXPECT_EQ(snapshot(base_), empty);
     EXPECT_TRUE(mps_->share_folders().empty());  // no daemon survives
+  }
+}
+
+// The backends remove an orphan only once the share manager grants its name: a refused one (a
+// claim being prepared names it) keeps its daemon and interval; the manager refuses what an entry
+// names, so reconcile beside prepared claims stops nothing; granted, they go.
+TEST_F(ReconcileTest, BackendOrphanRemovalAsksBeforeStoppingOrRestoring) {
+  auto m = manager();
+  ASSERT_EQ(m->prepare(mps_claim_).error, "");
+  ASSERT_EQ(m->prepare(whole_claim_).error, "");
+  std::vector<std::string> asked;
+  const ReserveOrphan refuse = [&](const std::string& name) {
+    asked.push_back(name);
+    return OrphanReservation();
+  };
+  EXPECT_TRUE(mps_->remove_orphans({}, refuse).empty());
+  EXPECT_TRUE(time_slice_->remove_orphans({}, refuse).empty());
+  std::sort(asked.begin(), asked.end());
+  std::vector<std::string> expected{share_a_, share_b_, kGpu1};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(asked, expected);
+  EXPECT_TRUE(mps_->inspect(share_a_).running);
+  EXPECT_TRUE(mps_->inspect(share_b_).running);
+  EXPECT_EQ(time_slice_->recorded(kGpu1), TimeSlice::kLong);
+  EXPECT_TRUE(m->reconcile().clean());
+
+  int released = 0;
+  const ReserveOrphan grant = [&](const std::string&) {
+    return OrphanReservation([&released] { ++released; });
+  };
+  EXPECT_EQ(mps_->remove_orphans({}, grant).size(), 2u);
+  EXPECT_EQ(time_slice_->remove_orphans({}, grant).size(), 1u);
+  EXPECT_EQ(released, 3);
+  EXPECT_FALSE(mps_->inspect(share_a_).running);
+  EXPECT_FALSE(time_slice_->recorded(kGpu1).has_value());
+  EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "0");
+}
+
+// Two claims asking different intervals of one GPU, racing (nvidia-smi slowed so both are in
+// flight at once): exactly one succeeds, the other gets the conflict, and the GPU keeps the
+// winner's interval. Then the same intervals race again the other way round.
+TEST_F(ReconcileTest, RacingTimeSliceClaimsWithDifferentIntervalsYieldOneSuccess) {
+  auto m = manager();
+  doubles_.slow_nvidia_smi(0.2);
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::latch go(2);
+    auto race = [&](const ClaimRef& claim) {
+      return std::async(std::launch::async, [&, claim] {
+        go.arrive_and_wait();
+        return m->prepare(claim).error;
+      });
+    };
+    auto long_claim = race(whole_claim_), short_claim = race(other_whole_claim_);
+    const std::string long_error = long_claim.get(), short_error = short_claim.get();
+    ASSERT_NE(long_error.empty(), short_error.empty()) << long_error << " / " << short_error;
+    const bool long_won = long_error.empty();
+    const std::string loser = long_won ? kOtherWholeUid : kWholeUid;
+    const std::string winner = long_won ? kWholeUid : kOtherWholeUid;
+    EXPECT_EQ(long_won ? short_error : long_error,
+              "share " + loser + "-gpu-1: sharing.timeSlice " + (long_won ? "Short" : "Long") +
+                  " conflicts with claim " + winner + ", which set " +
+                  (long_won ? "Long" : "Short") + " on gpu-1");
+    EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), long_won ? "3" : "1");
+    EXPECT_EQ(time_slice_->recorded(kGpu1), long_won ? TimeSlice::kLong : TimeSlice::kShort);
+    // The loser's half-prepared entry goes without touching the winner's interval.
+    ASSERT_EQ(m->unprepare(long_won ? other_whole_claim_ : whole_claim_), "");
+    EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), long_won ? "3" : "1");
+    ASSERT_EQ(m->unprepare(long_won ? whole_claim_ : other_whole_claim_), "");
+    EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "0");
+    EXPECT_FALSE(time_slice_->recorded(kGpu1).has_value());
+  }
+}
+
+// While one claim's MPS daemons take seconds to start, other claims (quota, time slice on another
+// GPU) prepare and unprepare at their own pace, and reconcile passes remove nothing of the slow
+// claim (PrepareStarted, its folders written): it then completes as if alone.
+TEST_F(ReconcileTest, SlowMpsStartBlocksNoOtherClaim) {
+  auto m = manager();
+  const double delay_s = 1.5;
+  doubles_.slow_mps_start(delay_s);
+  auto slow = std::async(std::launch::async, [&] { return m->prepare(mps_claim_).error; });
+  // Its first daemon start is under way once its MPS folder exists.
+  for (int i = 0; i < 400 && !fs::exists(mps_->folder(share_a_)); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(fs::exists(mps_->folder(share_a_)));
+
+  const auto started = std::chrono::steady_clock::now();
+  ASSERT_EQ(m->prepare(quota_claim_).error, "");
+  ASSERT_EQ(m->prepare(whole_claim_).error, "");
+  const ReconcileReport beside = m->reconcile();
+  ASSERT_EQ(m->unprepare(quota_claim_), "");
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_LT(took, std::chrono::duration<double>(delay_s)) << "waited for the MPS start";
+  EXPECT_EQ(slow.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  EXPECT_TRUE(beside.clean()) << beside.to_text();
+  EXPECT_EQ(m->checkpoint().at(kMpsUid).state, ClaimState::kPrepareStarted);
+
+  EXPECT_EQ(slow.get(), "");
+  EXPECT_EQ(mps_->inspect(share_a_).active_thread_percentage, 30.0);
+  EXPECT_EQ(mps_->inspect(share_b_).active_thread_percentage, 70.0);
+  const ReconcileReport after = m->reconcile();
+  EXPECT_TRUE(after.clean()) << after.to_text();
+  ASSERT_EQ(m->unprepare(mps_claim_), "");
+  ASSERT_EQ(m->unprepare(whole_claim_), "");
+  EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+}
+
+// As CrashAfterAnyStepConvergesWithMpsDaemons, with an MPS, a TimeSlicing and a quota claim
+// prepared on their own threads when the process dies: the disk is consistent at once, and a
+// restarted agent's retried prepares reach the state of a run without crash (daemons and
+// interval included), after which unprepare leaves nothing.
+TEST_F(ReconcileTest, CrashDuringConcurrentPreparesWithBackendsConverges) {
+  const std::vector<ClaimRef> claims{mps_claim_, whole_claim_, quota_claim_};
+  std::map<std::string, std::string> prepared;
+  int steps = 0, prepare_steps = 0;
+  {
+    ShareManagerOptions counting = options_;
+    counting.after_step = [&](int step) { steps = step; };
+    ShareManager m(counting, kube_, devices_);
+    ASSERT_EQ(m.start(), "");
+    for (const auto& claim : claims) ASSERT_EQ(m.prepare(claim).error, "");
+    prepare_steps = steps;
+    prepared = snapshot(base_);
+    for (const auto& claim : claims) ASSERT_EQ(m.unprepare(claim), "");
+  }
+  const auto empty = snapshot(base_);
+  // Checkpoint, folders, daemons or interval, CDI spec, checkpoint: MPS, TimeSlicing, quota.
+  ASSERT_EQ(prepare_steps, (1 + 2 + 2 + 1 + 1) + (1 + 1 + 1 + 1 + 1) + (1 + 1 + 1 + 1));
+
+  for (int crash_at = 1; crash_at <= prepare_steps; ++crash_at) {
+    SCOPED_TRACE("crash after step " + std::to_string(crash_at));
+    fs::remove_all(base_);
+    ASSERT_EQ(
+        testing::run_agent_crashing_after_concurrent(options_, kube_, devices_, claims, crash_at),
+        42);
+    EXPECT_EQ(testing::crash_state_violations(options_), "");
+
+    auto m = manager();
+    std::vector<std::future<std::string>> retries;
+    for (const auto& claim : claims)
+      retries.push_back(
+          std::async(std::launch::async, [&, claim] { return m->prepare(claim).error; }));
+    for (auto& retry : retries) EXPECT_EQ(retry.get(), "");
+    EXPECT_EQ(snapshot(base_), prepared);
+    EXPECT_EQ(mps_->inspect(share_a_).active_thread_percentage, 30.0);
+    EXPECT_EQ(mps_->inspect(share_b_).active_thread_percentage, 70.0);
+    EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "3");
+    for (const auto& claim : claims) ASSERT_EQ(m->unprepare(claim), "");
+    EXPECT_EQ(snapshot(base_), empty);
+    EXPECT_TRUE(mps_->share_folders().empty());
+    EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "0");
   }
 }
 

@@ -8,8 +8,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <latch>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -66,6 +68,33 @@ class ShareManagerTest : public ::testing::Test {
   }
   std::string share_dir(const char* share) const {
     return options_.root + "/shares/" + kUid + "-gpu-0-" + share;
+  }
+  // Claims "par-0".."par-<n-1>" (two shares each on gpu-0) in the fake API server.
+  std::vector<ClaimRef> add_claims(int n) {
+    std::vector<ClaimRef> claims;
+    for (int i = 0; i < n; ++i) {
+      const std::string uid = "7a000000-0000-4000-8000-00000000000" + std::to_string(i);
+      const std::string name = "par-" + std::to_string(i);
+      kube_.objects[resource_claim_path("tenants", name)] =
+          make_claim(name, uid,
+                     {{"a", "gpu-0", "sa" + std::to_string(i), "1Gi", "10"},
+                      {"b", "gpu-0", "sb" + std::to_string(i), "2Gi", "20"}})
+              .dump();
+      claims.push_back({"tenants", uid, name});
+    }
+    return claims;
+  }
+  // Calls `call` for every claim, each on its own thread, all started together.
+  template <class Call>
+  static void on_threads(const std::vector<ClaimRef>& claims, Call call) {
+    std::latch go(static_cast<std::ptrdiff_t>(claims.size()));
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < claims.size(); ++i)
+      threads.emplace_back([&, i] {
+        go.arrive_and_wait();
+        call(i, claims[i]);
+      });
+    for (auto& thread : threads) thread.join();
   }
 
   fs::path base_;
@@ -311,6 +340,42 @@ TEST_F(ShareManagerTest, StartRemovesOrphans) {
   EXPECT_TRUE(fs::exists(restarted->cdi_spec_path(kUid)));
 }
 
+// Temporaries a dead writer left (its pid in the name) go: write_file_atomically's in the state
+// root and the CDI folder at reconcile, the limits and usage pages' in a share folder when its
+// claim is prepared. This process's own (a write in flight) and another driver's stay.
+TEST_F(ShareManagerTest, StaleTemporariesOfADeadWriterGoInFlightOnesStay) {
+  const std::string dead = "999999", self = std::to_string(getpid());
+  ASSERT_NE(dead, self);
+  const std::string spec = cdi_spec_file_name(kUid);
+  fs::create_directories(options_.root);
+  fs::create_directories(options_.cdi_dir);
+  const std::vector<std::string> stale_state{
+      options_.root + "/.checkpoint.json.tmp." + dead + ".0",
+      options_.cdi_dir + "/." + spec + ".tmp." + dead + ".3"};
+  const std::vector<std::string> kept_state{
+      options_.root + "/.checkpoint.json.tmp." + self + ".7",
+      options_.cdi_dir + "/." + spec + ".tmp." + self + ".8",
+      options_.cdi_dir + "/.other-vendor.json.tmp." + dead + ".1"};
+  for (const auto& path : stale_state) std::ofstream(path) << "x";
+  for (const auto& path : kept_state) std::ofstream(path) << "x";
+  auto m = manager(options_);  // start() reconciles
+  for (const auto& path : stale_state) EXPECT_FALSE(fs::exists(path)) << path;
+  for (const auto& path : kept_state) EXPECT_TRUE(fs::exists(path)) << path;
+
+  // A share folder a crashed prepare left half written, then the claim's prepare again.
+  fs::create_directories(share_dir(kShareA));
+  const std::vector<std::string> stale_share{share_dir(kShareA) + "/.limits.tmp." + dead + ".1",
+                                             share_dir(kShareA) + "/.usage." + dead + ".2.tmp"};
+  const std::string own_share = share_dir(kShareA) + "/.limits.tmp." + self + ".9";
+  for (const auto& path : stale_share) std::ofstream(path) << "x";
+  std::ofstream(own_share) << "x";
+  ASSERT_EQ(m->prepare(claim_).error, "");
+  for (const auto& path : stale_share) EXPECT_FALSE(fs::exists(path)) << path;
+  EXPECT_TRUE(fs::exists(own_share));
+  EXPECT_TRUE(fs::exists(share_dir(kShareA) + "/usage"));
+  EXPECT_TRUE(m->reconcile().clean());
+}
+
 TEST_F(ShareManagerTest, CorruptCheckpointIsAnError) {
   fs::create_directories(options_.root);
   std::ofstream(options_.root + "/checkpoint.json") << R"({"version": 9, "claims": {}})";
@@ -353,6 +418,130 @@ TEST_F(ShareManagerTest, CrashAfterAnyStepConverges) {
       ASSERT_EQ(m->unprepare(claim_), "");
       EXPECT_EQ(snapshot(base_), empty);
       // No share folder, spec or temporary file survives anywhere.
+      EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+      EXPECT_TRUE(fs::is_empty(options_.cdi_dir));
+    }
+  }
+}
+
+// Prepares and unprepares of different claims on many threads: every one lands, in memory and in
+// checkpoint.json (no save wrote an older snapshot over a newer one).
+TEST_F(ShareManagerTest, ConcurrentClaimsAllLandInTheCheckpoint) {
+  const std::vector<ClaimRef> claims = add_claims(8);
+  auto m = manager(options_);
+  std::vector<PrepareResult> results(claims.size());
+  on_threads(claims, [&](size_t i, const ClaimRef& claim) { results[i] = m->prepare(claim); });
+  for (size_t i = 0; i < claims.size(); ++i) {
+    EXPECT_EQ(results[i].error, "") << claims[i].name;
+    EXPECT_EQ(results[i].devices.size(), 2u);
+  }
+  const json saved = json::parse(read(options_.root + "/checkpoint.json"));
+  ASSERT_EQ(saved["claims"].size(), claims.size()) << saved.dump(2);
+  for (const auto& claim : claims) {
+    EXPECT_EQ(saved["claims"][claim.uid]["state"], "PrepareCompleted");
+    EXPECT_EQ(m->checkpoint().at(claim.uid).state, ClaimState::kPrepareCompleted);
+  }
+  EXPECT_TRUE(m->reconcile().clean());
+
+  std::vector<std::string> errors(claims.size());
+  on_threads(claims, [&](size_t i, const ClaimRef& claim) { errors[i] = m->unprepare(claim); });
+  for (const auto& error : errors) EXPECT_EQ(error, "");
+  EXPECT_TRUE(m->checkpoint().empty());
+  EXPECT_EQ(json::parse(read(options_.root + "/checkpoint.json"))["claims"], json::object());
+  EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+  EXPECT_TRUE(fs::is_empty(options_.cdi_dir));
+}
+
+// Kubelet's retries of one claim, all at once: one prepare does the work (one GET), the others wait
+// for it and answer from the checkpoint.
+TEST_F(ShareManagerTest, ConcurrentPreparesOfOneClaimRunOneAtATime) {
+  auto m = manager(options_);
+  const std::vector<ClaimRef> same(6, claim_);
+  std::vector<PrepareResult> results(same.size());
+  on_threads(same, [&](size_t i, const ClaimRef& claim) { results[i] = m->prepare(claim); });
+  EXPECT_EQ(kube_.requests, 1);
+  for (const auto& result : results) {
+    EXPECT_EQ(result.error, "");
+    ASSERT_EQ(result.devices.size(), 2u);
+    EXPECT_EQ(result.devices[1].cdi_device_ids, results[0].devices[1].cdi_device_ids);
+  }
+  const std::vector<std::string> expected(same.size(), "");
+  std::vector<std::string> errors(same.size());
+  on_threads(same, [&](size_t i, const ClaimRef& claim) { errors[i] = m->unprepare(claim); });
+  EXPECT_EQ(errors, expected);
+  EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+}
+
+// Reconcile passes while claims are being prepared: a claim in PrepareStarted is never an orphan
+// (its folders and CDI spec survive whatever step it is at), while a stray folder still goes.
+TEST_F(ShareManagerTest, ReconcileBesidePreparesRemovesNothingTheyWrite) {
+  const std::vector<ClaimRef> claims = add_claims(8);
+  auto m = manager(options_);
+  fs::create_directories(options_.root + "/shares/stray-gpu-0-x");
+  std::atomic<int> running = static_cast<int>(claims.size());
+  std::vector<PrepareResult> results(claims.size());
+  std::vector<std::string> removed;
+  std::thread reconciler([&] {
+    while (running > 0)
+      for (const auto& item : m->reconcile().items) removed.push_back(item.subject);
+  });
+  on_threads(claims, [&](size_t i, const ClaimRef& claim) {
+    results[i] = m->prepare(claim);
+    --running;
+  });
+  reconciler.join();
+  for (const auto& result : results) EXPECT_EQ(result.error, "");
+  for (const auto& subject : removed) EXPECT_EQ(subject, "share stray-gpu-0-x");
+  const ReconcileReport last = m->reconcile();
+  EXPECT_TRUE(last.clean()) << last.to_text();  // every claim's files are in place
+  EXPECT_FALSE(fs::exists(options_.root + "/shares/stray-gpu-0-x"));
+  for (const auto& claim : claims) EXPECT_TRUE(fs::exists(m->cdi_spec_path(claim.uid)));
+}
+
+// As CrashAfterAnyStepConverges, with several claims prepared (then unprepared) on their own
+// threads when the process dies: what is on disk is consistent at once (the checkpoint names every
+// file, completed claims have all theirs), and a restarted agent converges every claim to fully
+// prepared after a retried prepare, to fully absent after unprepare, leaving no orphan file.
+TEST_F(ShareManagerTest, CrashDuringConcurrentClaimsConverges) {
+  const std::vector<ClaimRef> claims = add_claims(3);
+  std::map<std::string, std::string> prepared;
+  int total_steps = 0;
+  {
+    ShareManagerOptions counting = options_;
+    counting.after_step = [&](int step) { total_steps = step; };
+    auto m = manager(counting);
+    for (const auto& claim : claims) ASSERT_EQ(m->prepare(claim).error, "");
+    prepared = snapshot(base_);
+    for (const auto& claim : claims) ASSERT_EQ(m->unprepare(claim), "");
+  }
+  const auto empty = snapshot(base_);
+  ASSERT_EQ(total_steps, 3 * ((1 + 2 + 1 + 1) + (1 + 1 + 2 + 1)));
+
+  for (int crash_at = 1; crash_at < total_steps; ++crash_at) {
+    for (bool then_prepare : {true, false}) {
+      SCOPED_TRACE("crash after step " + std::to_string(crash_at) +
+                   (then_prepare ? ", then prepare" : ", then unprepare"));
+      fs::remove_all(base_);
+      ASSERT_EQ(
+          testing::run_agent_crashing_after_concurrent(options_, kube_, devices_, claims, crash_at),
+          42);
+      EXPECT_EQ(testing::crash_state_violations(options_), "");
+
+      auto m = manager(options_);
+      if (then_prepare) {
+        std::vector<PrepareResult> results(claims.size());
+        on_threads(claims,
+                   [&](size_t i, const ClaimRef& claim) { results[i] = m->prepare(claim); });
+        for (const auto& result : results) {
+          ASSERT_EQ(result.error, "");
+          ASSERT_EQ(result.devices.size(), 2u);
+        }
+        EXPECT_EQ(snapshot(base_), prepared);
+      }
+      std::vector<std::string> errors(claims.size());
+      on_threads(claims, [&](size_t i, const ClaimRef& claim) { errors[i] = m->unprepare(claim); });
+      EXPECT_EQ(errors, std::vector<std::string>(claims.size(), ""));
+      EXPECT_EQ(snapshot(base_), empty);
       EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
       EXPECT_TRUE(fs::is_empty(options_.cdi_dir));
     }

@@ -1,13 +1,18 @@
-// Shared by the share-lifecycle tests: a KubeClient answering GETs from a map, and views of the
-// files the share manager writes.
+// Shared by the share-lifecycle tests: a KubeClient answering GETs from a map (thread-safe: the
+// objects are set up before the calls), and views of the files the share manager writes.
 #pragma once
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -39,7 +44,7 @@ class FakeKube : public KubeClient {
     return r;
   }
   std::map<std::string, std::string> objects;
-  int requests = 0;
+  std::atomic<int> requests = 0;
 };
 
 inline std::string read(const fs::path& path) {
@@ -110,6 +115,79 @@ inline int run_agent_crashing_after(const ShareManagerOptions& options, KubeClie
   int status = 0;
   if (waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);
+}
+
+// As run_agent_crashing_after, for several claims at once: one thread per claim prepares it, then
+// (all prepared) one thread per claim unprepares it; the process dies right after durable step
+// `crash_at` of whichever call reaches it. 42 = crashed there, 0 = every call succeeded.
+inline int run_agent_crashing_after_concurrent(const ShareManagerOptions& options, KubeClient& kube,
+                                               const std::vector<NodeDevice>& devices,
+                                               const std::vector<ClaimRef>& claims, int crash_at) {
+  const pid_t child = fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    ShareManagerOptions crashing = options;
+    crashing.after_step = [crash_at](int step) {
+      if (step == crash_at) _exit(42);
+    };
+    ShareManager m(crashing, kube, devices);
+    if (!m.start().empty()) _exit(1);
+    std::atomic<bool> failed = false;
+    auto each_claim = [&](const std::function<bool(const ClaimRef&)>& call) {
+      std::vector<std::thread> threads;
+      for (const auto& claim : claims)
+        threads.emplace_back([&, claim] {
+          if (!call(claim)) failed = true;
+        });
+      for (auto& thread : threads) thread.join();
+    };
+    each_claim([&](const ClaimRef& claim) { return m.prepare(claim).error.empty(); });
+    if (failed) _exit(1);
+    each_claim([&](const ClaimRef& claim) { return m.unprepare(claim).empty(); });
+    _exit(failed ? 1 : 0);
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+// Whether `name` is a temporary of write_file_atomically (".<file>.tmp.<pid>.<n>") of a file in
+// `files`: a write in flight when the process died.
+inline bool named_temporary(const std::string& name, const std::set<std::string>& files) {
+  for (const auto& file : files)
+    if (name.rfind("." + file + ".tmp.", 0) == 0) return true;
+  return false;
+}
+
+// What a crash may leave, read from the disk alone: "" when checkpoint.json names every share
+// folder and CDI spec there (an entry is written before its files and removed after them) and
+// every PrepareCompleted entry's folders and spec exist; else each violation, one per line.
+inline std::string crash_state_violations(const ShareManagerOptions& options) {
+  Checkpoint checkpoint;
+  if (const std::string text = read(options.root + "/checkpoint.json"); !text.empty())
+    if (auto e = checkpoint_from_json(text, checkpoint); !e.empty()) return e + "\n";
+  std::set<std::string> folders, specs;
+  std::string violations;
+  for (const auto& [uid, entry] : checkpoint) {
+    specs.insert(cdi_spec_file_name(uid));
+    for (const auto& share : entry.shares) folders.insert(share.folder_name());
+    if (entry.state != ClaimState::kPrepareCompleted) continue;
+    if (!fs::exists(options.cdi_dir + "/" + cdi_spec_file_name(uid)))
+      violations += "completed claim " + uid + " has no CDI spec\n";
+    for (const auto& share : entry.shares)
+      if (!fs::exists(options.root + "/shares/" + share.folder_name() + "/limits"))
+        violations +=
+            "completed claim " + uid + " has no limits page in " + share.folder_name() + "\n";
+  }
+  std::error_code ec;
+  for (const auto& item : fs::directory_iterator(options.root + "/shares", ec))
+    if (!folders.count(item.path().filename().string()))
+      violations += "share folder " + item.path().filename().string() + " no entry names\n";
+  for (const auto& item : fs::directory_iterator(options.cdi_dir, ec))
+    if (!specs.count(item.path().filename().string()) &&
+        !named_temporary(item.path().filename().string(), specs))
+      violations += "CDI file " + item.path().filename().string() + " no entry names\n";
+  return violations;
 }
 
 }  // namespace tessera::agent::testing

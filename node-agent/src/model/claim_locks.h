@@ -2,11 +2,14 @@
 // whose call timed out (45 s) while the first call may still be running, and prepares pods in
 // parallel; the DRA services hold a claim's lock around each ClaimPreparer call, so a retry waits
 // for the first attempt and then finds its result (prepare is idempotent). Different claims never
-// wait for each other.
+// wait for each other. The share manager holds its own ClaimLocks (it is called from elsewhere
+// too), and the time-slice backend one keyed by GPU UUID: a ClaimLocks serves any string key. A
+// value-level primitive (standard library only), so every layer above model/ may hold one.
 #pragma once
 
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -35,6 +38,8 @@ class ClaimLocks {
 
   // Blocks while another call holds `uid`.
   [[nodiscard]] Guard lock(const std::string& uid);
+  // The guard when no other call holds `uid`, else nullopt at once (never blocks).
+  [[nodiscard]] std::optional<Guard> try_lock(const std::string& uid);
   // Calls now waiting for a claim another call holds (for tests and metrics).
   int waiting() const;
 

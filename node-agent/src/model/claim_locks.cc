@@ -1,4 +1,4 @@
-#include "claim_locks.h"
+#include "model/claim_locks.h"
 
 namespace tessera::agent {
 
@@ -10,6 +10,12 @@ ClaimLocks::Guard ClaimLocks::lock(const std::string& uid) {
     --waiting_;
   }
   held_.insert(uid);
+  return Guard(*this, uid);
+}
+
+std::optional<ClaimLocks::Guard> ClaimLocks::try_lock(const std::string& uid) {
+  std::lock_guard lock(mutex_);
+  if (!held_.insert(uid).second) return std::nullopt;
   return Guard(*this, uid);
 }
 

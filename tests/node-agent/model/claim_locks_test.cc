@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "claim_locks.h"
+#include "model/claim_locks.h"
 
 namespace tessera::agent {
 namespace {
@@ -39,6 +39,19 @@ TEST(ClaimLocks, SameClaimWaitsOtherClaimsDoNot) {
   EXPECT_TRUE(entered.load());
   EXPECT_EQ(locks.waiting(), 0);
   { ClaimLocks::Guard free_again = locks.lock("a"); }  // released by the second holder too
+}
+
+// try_lock (reconcile's: a claim being changed is left for the next pass) never waits.
+TEST(ClaimLocks, TryLockTakesAFreeClaimAndRefusesAHeldOne) {
+  ClaimLocks locks;
+  std::optional<ClaimLocks::Guard> a = locks.try_lock("a");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_FALSE(locks.try_lock("a").has_value());
+  EXPECT_TRUE(locks.try_lock("b").has_value());  // another claim, released again at once
+  EXPECT_EQ(locks.waiting(), 0);
+  a.reset();
+  EXPECT_TRUE(locks.try_lock("a").has_value());
+  { ClaimLocks::Guard held = locks.lock("b"); }  // the refused try left nothing held
 }
 
 }  // namespace
