@@ -189,7 +189,16 @@ std::string MpsBackend::start(const ShareSpec& share) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
-  return set_limits(share);
+  // A daemon that is still starting (found by its process before it answers: e.g. one whose
+  // start a killed agent left running) refuses control commands for a moment: ask again until
+  // the timeout, then say why.
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  for (;;) {
+    std::string error = set_limits(share);
+    if (error.empty() || daemon_pid(name) == 0 || std::chrono::steady_clock::now() > deadline)
+      return error;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 std::string MpsBackend::stop(const std::string& share_name) {
