@@ -96,12 +96,13 @@ std::string find_libvgpu(const std::string& dir) {
 }
 
 int run(const RunOptions& options) {
-  std::vector<GpuInfo> gpus;
-  std::string error;
-  if (error = list_gpus(gpus); !error.empty()) {
-    std::fprintf(stderr, "tessera run: %s\n", error.c_str());
+  Result<std::vector<GpuInfo>> listed = list_gpus();
+  if (!listed.is_ok()) {
+    std::fprintf(stderr, "tessera run: %s\n", listed.status().message().c_str());
     return kCannotRun;
   }
+  std::vector<GpuInfo> gpus = std::move(listed).value();
+  std::string error;
   std::vector<share::DeviceLimit> limits;
   uint32_t priority = share::kPriorityNormal;
   if (!options.priority.empty() && !vgpu::parse_priority(options.priority, &priority)) {

@@ -64,12 +64,11 @@ ClaimPreparer& NodeAgent::preparer() {
 std::string NodeAgent::start() {
   if (config_.node_name.empty()) return "--node-name (NODE_NAME) is required";
   if (auto e = lock_state_dir(); !e.empty()) return e;
-  KubeConnection connection;
-  if (auto e = config_.kubeconfig.empty() ? in_cluster_connection(connection)
-                                          : kubeconfig_connection(config_.kubeconfig, connection);
-      !e.empty())
-    return e;
-  kube_ = std::make_unique<HttpKubeClient>(connection);
+  Result<KubeConnection> connection = config_.kubeconfig.empty()
+                                          ? in_cluster_connection()
+                                          : kubeconfig_connection(config_.kubeconfig);
+  if (!connection.is_ok()) return connection.status().message();
+  kube_ = std::make_unique<HttpKubeClient>(*connection);
   slices_ =
       std::make_unique<SlicePublisher>(*kube_, SliceIdentity{kDriverName, config_.node_name, ""});
 

@@ -48,9 +48,4 @@ class ShareBackend {
   virtual std::vector<DriftItem> remove_orphans(const std::vector<ShareSpec>& named) = 0;
 };
 
-// The backends' own calls answer "" or an error; the interface answers a Status.
-inline Status backend_status(std::string error) {
-  return error.empty() ? Status::ok() : internal_error(std::move(error));
-}
-
 }  // namespace tessera::agent

@@ -27,7 +27,11 @@ struct DeviceMonitorOptions {
   std::chrono::milliseconds inventory_interval{30000};  // re-list GPUs this often
   std::chrono::milliseconds event_wait{1000};  // NVML event wait per loop turn; bounds stop()
   // The inventory source. Tests swap it to change the device list.
-  std::function<std::string(std::vector<GpuInfo>&)> list = tessera::list_gpus;
+  std::function<std::string(std::vector<GpuInfo>&)> list = [](std::vector<GpuInfo>& gpus) {
+    Result<std::vector<GpuInfo>> listed = tessera::list_gpus();
+    gpus = listed.is_ok() ? std::move(listed).value() : std::vector<GpuInfo>{};
+    return listed.status().message();
+  };
   // The NVML library for events (tests name a missing one).
   std::string nvml_library = "libnvidia-ml.so.1";
 };

@@ -183,15 +183,14 @@ const ShareSpec* ShareManager::held_elsewhere(const std::string& claim_uid,
 }
 
 PrepareResult ShareManager::result_of(const ClaimEntry& entry) {
-  PrepareResult result;
+  std::vector<PreparedDevice> devices;
   for (const auto& share : entry.shares)
-    result.devices.push_back(
+    devices.push_back(
         {share.request_names, share.pool, share.device, {cdi_device_id(share)}, share.share_id});
-  return result;
+  return devices;
 }
 
 PrepareResult ShareManager::prepare(const ClaimRef& claim) {
-  PrepareResult failed;
   try {
     {
       std::lock_guard lock(mutex_);
@@ -199,19 +198,17 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
       if (it != checkpoint_.end() && it->second.state == ClaimState::kPrepareCompleted)
         return result_of(it->second);
     }
-    const ApiResponse answer =
+    const Result<ApiResponse> answer =
         kube_.request("GET", resource_claim_path(claim.namespace_name, claim.name));
-    if (!answer.ok()) {
-      failed.error = "cannot get ResourceClaim " + claim.namespace_name + "/" + claim.name + ": " +
-                     answer.error;
-      return failed;
-    }
-    ShareSpecInput input{answer.body, claim.uid, options_.driver, options_.node_name, devices()};
-    std::vector<ShareSpec> shares;
-    if (auto e = compute_share_specs(input, shares); !e.empty()) {
-      failed.error = "ResourceClaim " + claim.namespace_name + "/" + claim.name + ": " + e;
-      return failed;
-    }
+    if (!answer.is_ok())
+      return answer.status().with_context("cannot get ResourceClaim " + claim.namespace_name + "/" +
+                                          claim.name);
+    ShareSpecInput input{answer->body, claim.uid, options_.driver, options_.node_name, devices()};
+    Result<std::vector<ShareSpec>> computed = compute_share_specs(input);
+    if (!computed.is_ok())
+      return computed.status().with_context("ResourceClaim " + claim.namespace_name + "/" +
+                                            claim.name);
+    const std::vector<ShareSpec>& shares = *computed;
 
     std::lock_guard lock(mutex_);
     auto& entry = checkpoint_[claim.uid];
@@ -220,50 +217,35 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
     // A PrepareStarted entry left by a crash: the allocation of a claim UID never changes, so the
     // same shares are recomputed and every write below is redone in place.
     entry = {claim.namespace_name, claim.name, ClaimState::kPrepareStarted, shares};
-    if (auto e = save_checkpoint(); !e.empty()) {
-      failed.error = e;
-      return failed;
-    }
+    if (auto e = save_checkpoint(); !e.empty()) return internal_error(e);
     step();
     for (const auto& members : shares_by_folder(shares)) {
-      if (auto e = write_share_folder(members); !e.empty()) {
-        failed.error = "share " + members.front().folder_name() + ": " + e;
-        return failed;
-      }
+      if (auto e = write_share_folder(members); !e.empty())
+        return internal_error("share " + members.front().folder_name() + ": " + e);
       step();
     }
     for (const auto& share : shares) {
       ShareBackend* backend = backend_for(share.strategy());
-      if (!backend) {
-        failed.error = "share " + share.name() + ": sharing.strategy " +
-                       to_string(share.strategy()) + " is not enabled on node " +
-                       options_.node_name;
-        return failed;
-      }
+      if (!backend)
+        return failed_precondition("share " + share.name() + ": sharing.strategy " +
+                                   to_string(share.strategy()) + " is not enabled on node " +
+                                   options_.node_name);
       const Status started =
           backend->prepare(share, [&] { return held_elsewhere(claim.uid, share); });
-      if (!started.is_ok()) {
-        failed.error = "share " + share.name() + ": " + started.message();
-        return failed;
-      }
+      TESSERA_RETURN_IF_ERROR(started.with_context("share " + share.name()));
       if (backend->changes_node()) step();
     }
-    if (auto e = write_cdi_spec(claim.uid, shares); !e.empty()) {
-      failed.error = e;
-      return failed;
-    }
+    if (auto e = write_cdi_spec(claim.uid, shares); !e.empty()) return internal_error(e);
     step();
     entry.state = ClaimState::kPrepareCompleted;
     if (auto e = save_checkpoint(); !e.empty()) {
       entry.state = ClaimState::kPrepareStarted;
-      failed.error = e;
-      return failed;
+      return internal_error(e);
     }
     step();
     return result_of(entry);
   } catch (const std::exception& e) {
-    failed.error = std::string("prepare failed: ") + e.what();
-    return failed;
+    return internal_error(std::string("prepare failed: ") + e.what());
   }
 }
 
@@ -281,11 +263,11 @@ std::string ShareManager::live_processes(const std::string& folder) const {
   return found;
 }
 
-std::string ShareManager::unprepare(const ClaimRef& claim) {
+Status ShareManager::unprepare(const ClaimRef& claim) {
   try {
     std::lock_guard lock(mutex_);
     const auto it = checkpoint_.find(claim.uid);
-    if (it == checkpoint_.end()) return "";  // never prepared here, or already unprepared
+    if (it == checkpoint_.end()) return Status::ok();  // never prepared here, or already unprepared
     const auto folders = shares_by_folder(it->second.shares);
     std::string busy;
     for (const auto& members : folders)
@@ -293,21 +275,22 @@ std::string ShareManager::unprepare(const ClaimRef& claim) {
         busy += (busy.empty() ? "" : "; ") + members.front().folder_name() + " (host pids " + pids +
                 ")";
     if (!busy.empty())
-      return "claim " + claim.uid + " still has running processes in share " + busy +
-             ": kept until they exit";
+      return failed_precondition("claim " + claim.uid + " still has running processes in share " +
+                                 busy + ": kept until they exit");
     // First demote the entry: a crash from here on leaves a PrepareStarted entry, which a later
     // prepare redoes in full instead of answering from a checkpoint whose files are half gone.
     if (it->second.state == ClaimState::kPrepareCompleted) {
       it->second.state = ClaimState::kPrepareStarted;
       if (auto e = save_checkpoint(); !e.empty()) {
         it->second.state = ClaimState::kPrepareCompleted;
-        return e;
+        return internal_error(e);
       }
       step();
     }
     std::error_code ec;
     fs::remove(cdi_spec_path(claim.uid), ec);
-    if (ec) return "cannot remove " + cdi_spec_path(claim.uid) + ": " + ec.message();
+    if (ec)
+      return internal_error("cannot remove " + cdi_spec_path(claim.uid) + ": " + ec.message());
     step();
     for (const auto& share : it->second.shares) {
       // A backend disabled since prepare has nothing to stop; its step still counts.
@@ -315,26 +298,26 @@ std::string ShareManager::unprepare(const ClaimRef& claim) {
       if (backend) {
         const Status stopped =
             backend->unprepare(share, [&] { return held_elsewhere(claim.uid, share); });
-        if (!stopped.is_ok()) return "share " + share.name() + ": " + stopped.message();
+        TESSERA_RETURN_IF_ERROR(stopped.with_context("share " + share.name()));
       }
       if (!backend || backend->changes_node()) step();
     }
     for (const auto& members : folders) {
       const std::string dir = share_dir(members.front());
       fs::remove_all(dir, ec);
-      if (ec) return "cannot remove " + dir + ": " + ec.message();
+      if (ec) return internal_error("cannot remove " + dir + ": " + ec.message());
       step();
     }
     const ClaimEntry removed = it->second;
     checkpoint_.erase(it);
     if (auto e = save_checkpoint(); !e.empty()) {
       checkpoint_[claim.uid] = removed;
-      return e;
+      return internal_error(e);
     }
     step();
-    return "";
+    return Status::ok();
   } catch (const std::exception& e) {
-    return std::string("unprepare failed: ") + e.what();
+    return internal_error(std::string("unprepare failed: ") + e.what());
   }
 }
 

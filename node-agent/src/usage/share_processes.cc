@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 
 #include "tessera/share_region.h"
@@ -42,25 +43,28 @@ uint64_t digits_of(const char* text) {
 }  // namespace
 
 // Opens a file a tenant may have replaced: never follows a final symlink, never blocks on a FIFO,
-// and only a regular file of at least `size` bytes is accepted. -1 otherwise.
-int open_regular(const std::string& path, int flags, size_t size, bool& missing) {
+// and only a regular file of at least `size` bytes is accepted.
+Result<int> open_regular(const std::string& path, int flags, size_t size) {
   const int fd = open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  missing = fd < 0 && errno == ENOENT;
-  if (fd < 0) return -1;
+  if (fd < 0 && (errno == ENOENT || errno == ENOTDIR))
+    return not_found("cannot open " + path + ": " + std::strerror(errno));
+  if (fd < 0 && errno == ELOOP) return failed_precondition(path + " is a symlink");
+  if (fd < 0) return internal_error("cannot open " + path + ": " + std::strerror(errno));
   struct stat info {};
   if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || static_cast<size_t>(info.st_size) < size) {
     close(fd);
-    return -1;
+    return failed_precondition(path + " is not a regular file of at least " + std::to_string(size) +
+                               " bytes");
   }
   return fd;
 }
 
 std::vector<uint64_t> usage_page_owners(const std::string& path) {
   std::vector<uint64_t> owners;
-  bool missing = false;
   constexpr size_t kHeader = offsetof(share::UsagePage, slots);
-  const int fd = open_regular(path, O_RDONLY, kHeader, missing);
-  if (fd < 0) return owners;
+  const Result<int> opened = open_regular(path, O_RDONLY, kHeader);
+  if (!opened.is_ok()) return owners;
+  const int fd = *opened;
   std::vector<unsigned char> buffer(sizeof(share::UsagePage), 0);
   unsigned char* bytes = buffer.data();
   const auto* page = reinterpret_cast<const share::UsagePage*>(bytes);

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/status.h"
+
 namespace tessera::agent {
 
 // The owner word (tessera/share_region.h make_owner) of host process `host_pid`, packed as the
@@ -29,8 +31,9 @@ std::map<uint64_t, int> live_process_owners(const std::string& proc_root = "/pro
 std::vector<uint64_t> usage_page_owners(const std::string& path);
 
 // Opens a file in a tenant-writable folder: never follows a final symlink, never blocks on a FIFO;
-// only a regular file of at least `size` bytes is accepted. -1 otherwise (`missing`: it was
-// absent).
-int open_regular(const std::string& path, int flags, size_t size, bool& missing);
+// only a regular file of at least `size` bytes is accepted. The fd (the caller closes it), or
+// kNotFound when it is absent (or a folder on the way is not one), kFailedPrecondition when it is
+// no regular file of `size` bytes (a symlink, a FIFO, a short file), kInternal otherwise.
+Result<int> open_regular(const std::string& path, int flags, size_t size);
 
 }  // namespace tessera::agent
