@@ -205,7 +205,9 @@ TEST(DeviceMonitor, ApplicationXidsLeaveTheDeviceHealthy) {
 TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
   in_simulator([] {
     Inventory inventory;
-    ASSERT_EQ(list_gpus(inventory.all), "");
+    Result<std::vector<GpuInfo>> listed = list_gpus();
+    ASSERT_EQ(listed.status().message(), "");
+    inventory.all = *listed;
     ASSERT_EQ(inventory.all.size(), 2u);
     const auto& all = inventory.all;
     auto& drop = inventory.drop;
@@ -271,7 +273,9 @@ TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
 TEST(DeviceMonitor, DeviceAddedLaterIsWatchedForXids) {
   in_simulator([] {
     std::vector<GpuInfo> all;
-    ASSERT_EQ(list_gpus(all), "");
+    Result<std::vector<GpuInfo>> listed = list_gpus();
+    ASSERT_EQ(listed.status().message(), "");
+    all = *listed;
     ASSERT_EQ(all.size(), 2u);
     std::atomic<bool> both{false};
     DeviceMonitorOptions options = fast_options();
@@ -297,7 +301,9 @@ TEST(DeviceMonitor, DeviceAddedLaterIsWatchedForXids) {
 TEST(DeviceMonitor, FailedPublishIsRetriedUntilDelivered) {
   in_simulator([] {
     Inventory inventory;
-    ASSERT_EQ(list_gpus(inventory.all), "");
+    Result<std::vector<GpuInfo>> listed = list_gpus();
+    ASSERT_EQ(listed.status().message(), "");
+    inventory.all = *listed;
     ASSERT_EQ(inventory.all.size(), 2u);
     const auto& all = inventory.all;
     auto& drop = inventory.drop;

@@ -176,7 +176,9 @@ TEST(GpuInfo, ListsTheSimulatedGpus) {
          "A100-SXM4-80GB,memory=81920Mi,sms=108,cc=8.0",
          1);
   std::vector<GpuInfo> gpus;
-  ASSERT_EQ(list_gpus(gpus), "");
+  Result<std::vector<GpuInfo>> listed = list_gpus();
+  ASSERT_EQ(listed.status().message(), "");
+  gpus = *listed;
   std::filesystem::remove(state);
   ASSERT_EQ(gpus.size(), 2u);
   EXPECT_EQ(gpus[0].product_name, "NVIDIA H200");

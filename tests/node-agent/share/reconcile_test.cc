@@ -77,7 +77,7 @@ class ReconcileTest : public ::testing::Test {
                                                                    {"timeSlice", "Short"}}))}));
   }
   void TearDown() override {
-    for (const auto& name : mps_->share_folders()) mps_->stop(name);
+    for (const auto& name : mps_->share_folders()) mps_->stop(name).ignore();
   }
 
   void add_claim(const std::string& name, const std::string& uid,
@@ -115,8 +115,8 @@ class ReconcileTest : public ::testing::Test {
 TEST_F(ReconcileTest, MpsClaimGetsADaemonPerShareAndItsCdiEdits) {
   auto m = manager();
   const PrepareResult result = m->prepare(mps_claim_);
-  ASSERT_EQ(result.error, "");
-  ASSERT_EQ(result.devices.size(), 2u);
+  ASSERT_EQ(result.status().message(), "");
+  ASSERT_EQ(result->size(), 2u);
 
   EXPECT_EQ(mps_->inspect(share_a_).active_thread_percentage, 30.0);
   EXPECT_EQ(mps_->inspect(share_b_).active_thread_percentage, 70.0);
@@ -145,7 +145,7 @@ TEST_F(ReconcileTest, MpsClaimGetsADaemonPerShareAndItsCdiEdits) {
   EXPECT_NE(std::find(edits["mounts"].begin(), edits["mounts"].end(), shm_mount),
             edits["mounts"].end());
 
-  ASSERT_EQ(m->unprepare(mps_claim_), "");
+  ASSERT_EQ(m->unprepare(mps_claim_).message(), "");
   EXPECT_FALSE(mps_->inspect(share_a_).running);
   EXPECT_FALSE(mps_->inspect(share_b_).running);
   EXPECT_NE(doubles_.calls().find("  quit \n"), std::string::npos);
@@ -155,23 +155,24 @@ TEST_F(ReconcileTest, MpsClaimGetsADaemonPerShareAndItsCdiEdits) {
 
 TEST_F(ReconcileTest, TimeSlicingClaimSetsTheIntervalAndUnprepareRestoresIt) {
   auto m = manager();
-  ASSERT_EQ(m->prepare(whole_claim_).error, "");
+  ASSERT_EQ(m->prepare(whole_claim_).status().message(), "");
   EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "3");
   EXPECT_EQ(doubles_.gpu_setting(kGpu1, "compute-mode"), "DEFAULT");
   EXPECT_EQ(doubles_.gpu_setting(kGpu0, "timeslice"), "");  // the other GPU untouched
 
   // One interval per GPU: a second claim asking another one is refused with the reason.
-  EXPECT_EQ(m->prepare(other_whole_claim_).error, std::string("share ") + kOtherWholeUid +
-                                                      "-gpu-1: sharing.timeSlice Short conflicts "
-                                                      "with claim " +
-                                                      kWholeUid + ", which set Long on gpu-1");
+  EXPECT_EQ(m->prepare(other_whole_claim_).status().message(),
+            std::string("share ") + kOtherWholeUid +
+                "-gpu-1: sharing.timeSlice Short conflicts "
+                "with claim " +
+                kWholeUid + ", which set Long on gpu-1");
   // Its half-prepared entry neither blocks nor keeps the interval: unpreparing the first claim
   // restores Default, and then the second one may set its own.
-  ASSERT_EQ(m->unprepare(whole_claim_), "");
+  ASSERT_EQ(m->unprepare(whole_claim_).message(), "");
   EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "0");
-  ASSERT_EQ(m->prepare(other_whole_claim_).error, "");
+  ASSERT_EQ(m->prepare(other_whole_claim_).status().message(), "");
   EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "1");
-  ASSERT_EQ(m->unprepare(other_whole_claim_), "");
+  ASSERT_EQ(m->unprepare(other_whole_claim_).message(), "");
   EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "0");
   EXPECT_FALSE(time_slice_->recorded(kGpu1).has_value());
 }
@@ -179,14 +180,14 @@ TEST_F(ReconcileTest, TimeSlicingClaimSetsTheIntervalAndUnprepareRestoresIt) {
 TEST_F(ReconcileTest, BackendsNotEnabledAreAClearError) {
   options_.mps = nullptr;
   auto m = manager();
-  EXPECT_EQ(m->prepare(mps_claim_).error,
+  EXPECT_EQ(m->prepare(mps_claim_).status().message(),
             "share " + share_a_ + ": sharing.strategy MPS is not enabled on node node-a");
 }
 
 TEST_F(ReconcileTest, DriftIsRepairedAndReported) {
   auto m = manager();
   for (const auto* claim : {&mps_claim_, &whole_claim_, &quota_claim_})
-    ASSERT_EQ(m->prepare(*claim).error, "");
+    ASSERT_EQ(m->prepare(*claim).status().message(), "");
   ASSERT_TRUE(m->reconcile().clean()) << m->reconcile().to_text();
 
   // Hands and accidents on the node:
@@ -198,7 +199,7 @@ TEST_F(ReconcileTest, DriftIsRepairedAndReported) {
   Command raise({RecordingDoubles::mps_control()},
                 {"CUDA_MPS_PIPE_DIRECTORY=" + mps_->pipe_dir(share_a_)},
                 "set_default_active_thread_percentage 90\n");
-  ASSERT_TRUE(run_command(raise).ok());              // limit raised
+  ASSERT_TRUE(run_checked(raise).is_ok());           // limit raised
   fs::remove(doubles_.dir() / "timeslice" / kGpu1);  // record lost
   for (int i = 0; i < 200 && mps_->inspect(share_b_).running; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -237,7 +238,7 @@ TEST_F(ReconcileTest, DriftIsRepairedAndReported) {
 
 TEST_F(ReconcileTest, WhatNoClaimNamesIsRemoved) {
   auto m = manager();
-  ASSERT_EQ(m->prepare(quota_claim_).error, "");
+  ASSERT_EQ(m->prepare(quota_claim_).status().message(), "");
   fs::create_directories(options_.root + "/shares/stray-gpu-0-x");
   std::ofstream(options_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_stray.json") << "{}";
   std::ofstream(options_.cdi_dir + "/other-vendor.json") << "{}";
@@ -247,8 +248,8 @@ TEST_F(ReconcileTest, WhatNoClaimNamesIsRemoved) {
   stray.share_id = "y";
   stray.uuid = kGpu0;
   stray.cores = 10;
-  ASSERT_EQ(mps_->start(stray), "");
-  ASSERT_EQ(time_slice_->apply(kGpu0, TimeSlice::kMedium), "");
+  ASSERT_EQ(mps_->start(stray).message(), "");
+  ASSERT_EQ(time_slice_->apply(kGpu0, TimeSlice::kMedium).message(), "");
 
   const ReconcileReport report = m->reconcile();
   EXPECT_EQ(report.failures(), 0u) << report.to_text();
@@ -269,7 +270,7 @@ TEST_F(ReconcileTest, WhatNoClaimNamesIsRemoved) {
 TEST_F(ReconcileTest, RestartFindsDeadDaemonsAndStartsThem) {
   {
     auto m = manager();
-    ASSERT_EQ(m->prepare(mps_claim_).error, "");
+    ASSERT_EQ(m->prepare(mps_claim_).status().message(), "");
   }
   // The agent's container restarted: its daemons went with it.
   for (const auto& name : {share_a_, share_b_})
@@ -294,9 +295,9 @@ TEST_F(ReconcileTest, CrashAfterAnyStepConvergesWithMpsDaemons) {
     counting.after_step = [&](int step) { total_steps = step; };
     ShareManager m(counting, kube_, devices_);
     ASSERT_EQ(m.start(), "");
-    ASSERT_EQ(m.prepare(mps_claim_).error, "");
+    ASSERT_EQ(m.prepare(mps_claim_).status().message(), "");
     prepared = snapshot(base_);
-    ASSERT_EQ(m.unprepare(mps_claim_), "");
+    ASSERT_EQ(m.unprepare(mps_claim_).message(), "");
   }
   const auto empty = snapshot(base_);
   ASSERT_EQ(total_steps, (1 + 2 + 2 + 1 + 1) + (1 + 1 + 2 + 2 + 1));
@@ -308,11 +309,11 @@ TEST_F(ReconcileTest, CrashAfterAnyStepConvergesWithMpsDaemons) {
               42);
 
     auto m = manager();
-    ASSERT_EQ(m->prepare(mps_claim_).error, "");
+    ASSERT_EQ(m->prepare(mps_claim_).status().message(), "");
     EXPECT_EQ(snapshot(base_), prepared);
     EXPECT_EQ(mps_->inspect(share_a_).active_thread_percentage, 30.0);
     EXPECT_EQ(mps_->inspect(share_b_).active_thread_percentage, 70.0);
-    ASSERT_EQ(m->unprepare(mps_claim_), "");
+    ASSERT_EQ(m->unprepare(mps_claim_).message(), "");
     EXPECT_EQ(snapshot(base_), empty);
     EXPECT_TRUE(mps_->share_folders().empty());  // no daemon survives
   }
