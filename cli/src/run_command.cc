@@ -179,8 +179,9 @@ Result<std::string> find_libvgpu(const std::string& dir) {
 }
 
 Result<int> run(const RunOptions& options) {
-  std::vector<GpuInfo> gpus;
-  if (std::string listed = list_gpus(gpus); !listed.empty()) return unavailable(listed);
+  Result<std::vector<GpuInfo>> listed = list_gpus();
+  if (!listed.is_ok()) return listed.status();
+  const std::vector<GpuInfo> gpus = std::move(listed).value();
   uint32_t priority = share::kPriorityNormal;
   if (!options.priority.empty() && !vgpu::parse_priority(options.priority, &priority)) {
     return invalid_argument("--priority '" + options.priority + "' is not high, normal or low");

@@ -70,10 +70,10 @@ std::string normalise_bus_id(const char* bus_id) {
 
 }  // namespace
 
-std::string list_gpus(std::vector<GpuInfo>& gpus) {
-  gpus.clear();
+Result<std::vector<GpuInfo>> list_gpus() {
+  std::vector<GpuInfo> gpus;
   NvmlLibrary library;
-  if (auto e = library.open(); !e.empty()) return e;
+  TESSERA_RETURN_IF_ERROR(library.open());
   std::string error;
   auto resolve = [&library, &error](const char* symbol, auto& out) {
     if (!library.resolve(symbol, out)) error = std::string("libnvidia-ml.so.1 has no ") + symbol;
@@ -103,14 +103,14 @@ std::string list_gpus(std::vector<GpuInfo>& gpus) {
       !resolve("nvmlDeviceGetBrand", brand) ||
       !resolve("nvmlDeviceGetArchitecture", architecture) ||
       !resolve("nvmlDeviceGetCudaComputeCapability", capability)) {
-    return error;
+    return failed_precondition(error);
   }
   auto check = [&](const char* call, nvmlReturn_t result) {
     if (result != NVML_SUCCESS && error.empty())
       error = std::string(call) + " failed: " + error_string(result);
     return result == NVML_SUCCESS;
   };
-  if (!check("nvmlInit_v2", init())) return error;
+  if (!check("nvmlInit_v2", init())) return unavailable(error);
   char version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
   unsigned n = 0;
   if (check("nvmlSystemGetDriverVersion", driver_version(version, sizeof version)) &&
@@ -147,8 +147,8 @@ std::string list_gpus(std::vector<GpuInfo>& gpus) {
     }
   }
   shutdown();
-  if (!error.empty()) gpus.clear();
-  return error;
+  if (!error.empty()) return unavailable(error);
+  return gpus;
 }
 
 }  // namespace tessera

@@ -65,7 +65,7 @@ class RecordingDoubles {
 inline bool private_dev_shm_supported() {
   Command probe({"/bin/true"});
   probe.private_dev_shm = "/tmp";
-  return run_command(probe).ok();
+  return run_checked(probe).is_ok();
 }
 
 }  // namespace tessera::agent::testing

@@ -16,18 +16,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   input.expected_uid = "0f6b3f0e-7c59-4d0e-9b4e-2f7a5d1c9e01";
   input.pool = "node-a";
   input.devices = {{"gpu-0", "GPU-0", 0, 1ull << 37}, {"gpu-1", "GPU-1", 1, 1ull << 37}};
-  std::vector<ShareSpec> specs;
-  const std::string error = compute_share_specs(input, specs);
-  if (error.empty() == specs.empty()) std::abort();
-  for (const auto& spec : specs) {
+  const tessera::Result<std::vector<ShareSpec>> specs = compute_share_specs(input);
+  // An error says why; a success lists at least one share.
+  if (!specs.is_ok() && specs.status().message().empty()) std::abort();
+  if (specs.is_ok() && specs->empty()) std::abort();
+  const std::vector<ShareSpec> none;
+  for (const auto& spec : specs.is_ok() ? *specs : none) {
     if (!safe_name_component(spec.name())) std::abort();
     if (spec.cores && *spec.cores > 100) std::abort();
     if (spec.config.burst && *spec.config.burst > 100) std::abort();
   }
   const auto parameters = nlohmann::json::parse(text, nullptr, false);
   if (!parameters.is_discarded()) {
-    VgpuConfig config;
-    decode_vgpu_config(parameters, config);
+    const tessera::Result<VgpuConfig> config = decode_vgpu_config(parameters);
+    if (!config.is_ok() && config.status().message().empty()) std::abort();
   }
   return 0;
 }

@@ -43,47 +43,33 @@ class FakeKube : public agent::KubeClient {
     return requests_.size();
   }
 
-  agent::ApiResponse request(const std::string& method, const std::string& path,
-                             const std::string& body = "") override {
+  Result<agent::ApiResponse> request(const std::string& method, const std::string& path,
+                                     const std::string& body = "") override {
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
     std::lock_guard lock(mutex_);
     requests_.push_back(method + " " + path);
-    agent::ApiResponse response;
-    if (unreachable) {
-      response.error = method + " " + path + ": Couldn't connect to server";
-      return response;
-    }
+    if (unreachable) return unavailable(method + " " + path + ": Couldn't connect to server");
     if (method == "GET") {
       const auto it = objects_.find(path);
-      if (it == objects_.end()) return status(response, method, path, 404, "NotFound");
-      response.status = 200;
-      response.body = it->second.dump();
-      return response;
+      if (it == objects_.end()) return refused(method, path, 404, "NotFound");
+      return agent::ApiResponse{200, it->second.dump()};
     }
     if (method == "POST") {
       const nlohmann::json object = nlohmann::json::parse(body);
       const std::string at = path + "/" + object["metadata"]["name"].get<std::string>();
-      if (objects_.count(at)) return status(response, method, path, 409, "AlreadyExists");
+      if (objects_.count(at)) return refused(method, path, 409, "AlreadyExists");
       objects_[at] = object;
-      response.status = 201;
-      response.body = body;
-      return response;
+      return agent::ApiResponse{201, body};
     }
-    return status(response, method, path, 405, "MethodNotAllowed");
+    return refused(method, path, 405, "MethodNotAllowed");
   }
 
  private:
-  static agent::ApiResponse status(agent::ApiResponse& response, const std::string& method,
-                                   const std::string& path, long code, const char* reason) {
-    response.status = code;
-    response.body = nlohmann::json{
-        {"kind", "Status"},
-        {"apiVersion", "v1"},
-        {"status", "Failure"},
-        {"reason", reason},
-        {"code", code}}.dump();
-    response.error = method + " " + path + ": HTTP " + std::to_string(code) + ": " + reason;
-    return response;
+  // A non-2xx answer as KubeClient reports it: the code by HTTP status, the API's reason.
+  static Status refused(const std::string& method, const std::string& path, long code,
+                        const char* reason) {
+    return Status(agent::code_for_http_status(code),
+                  method + " " + path + ": HTTP " + std::to_string(code) + ": " + reason);
   }
 
   mutable std::mutex mutex_;

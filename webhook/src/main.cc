@@ -21,12 +21,11 @@ int main(int argc, char** argv) {
   }
   const webhook::WebhookOptions& options = parsed.options;
 
-  agent::KubeConnection connection;
-  const std::string error = options.kubeconfig.empty()
-                                ? agent::in_cluster_connection(connection)
-                                : agent::kubeconfig_connection(options.kubeconfig, connection);
-  if (!error.empty()) {
-    spdlog::error("no Kubernetes API: {}", error);
+  const Result<agent::KubeConnection> connection =
+      options.kubeconfig.empty() ? agent::in_cluster_connection()
+                                 : agent::kubeconfig_connection(options.kubeconfig);
+  if (!connection.is_ok()) {
+    spdlog::error("no Kubernetes API: {}", connection.status().message());
     return 1;
   }
   // A webhook call has a deadline (10 s by default): two quick tries, not the agent's five.
@@ -34,7 +33,7 @@ int main(int argc, char** argv) {
   retry.attempts = 2;
   retry.initial_backoff = std::chrono::milliseconds(100);
   retry.timeout = std::chrono::seconds(4);
-  agent::HttpKubeClient api(connection, retry);
+  agent::HttpKubeClient api(*connection, retry);
 
   // Blocked before any thread starts, so every thread inherits the mask and only sigwait sees
   // the signals.

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/status.h"
+
 namespace tessera {
 
 struct GpuInfo {
@@ -23,7 +25,9 @@ struct GpuInfo {
   bool operator==(const GpuInfo&) const = default;
 };
 
-// Returns "" and fills `gpus`, or the error (names the library or the NVML call).
-std::string list_gpus(std::vector<GpuInfo>& gpus);
+// The node's GPUs, or the error (names the library or the NVML call): kUnavailable when NVML
+// cannot be loaded or a call fails (the driver may be starting), kFailedPrecondition when the
+// library lacks an entry point (a driver too old).
+Result<std::vector<GpuInfo>> list_gpus();
 
 }  // namespace tessera

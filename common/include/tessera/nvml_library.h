@@ -8,15 +8,18 @@
 
 #include <string>
 
+#include "tessera/status.h"
+
 namespace tessera {
 
 class NvmlLibrary {
  public:
-  // "" or "cannot load <path> (is the NVIDIA driver installed?): <why>".
-  std::string open(const std::string& path = "libnvidia-ml.so.1") {
+  // Ok, or kUnavailable "cannot load <path> (is the NVIDIA driver installed?): <why>" (a driver
+  // installed or upgraded later makes the next try succeed).
+  Status open(const std::string& path = "libnvidia-ml.so.1") {
     handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle_) return "";
-    return "cannot load " + path + " (is the NVIDIA driver installed?): " + dlerror();
+    if (handle_) return Status::ok();
+    return unavailable("cannot load " + path + " (is the NVIDIA driver installed?): " + dlerror());
   }
   // Sets `out` to the entry point `symbol` (null when the library lacks it); true if found.
   template <typename Function>

@@ -10,6 +10,19 @@
 #include "agent/node_agent.h"
 #include "devices/resource_slices.h"
 #include "plugin/plugin_server.h"
+#include "tessera/status.h"
+
+namespace {
+
+// The process edge: a failure's message on stderr and an exit status that says whether restarting
+// can help. 2: the configuration is wrong (flags, kubeconfig, socket paths), so a restart fails the
+// same way; 1: anything else (no driver yet, the API server away), which a restart may cure.
+int report_failure(const tessera::Status& status) {
+  std::cerr << "tessera-node-agent: " << status.message() << '\n';
+  return status.code() == tessera::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace tessera::agent;
@@ -25,13 +38,10 @@ int main(int argc, char** argv) {
   if (print_slices) {
     // A dry run for admins and GPU checks: no API server, no sockets. The owner reference's uid
     // is the Node's, read from the API when the agent publishes.
-    std::vector<tessera::GpuInfo> gpus;
-    if (std::string error = tessera::list_gpus(gpus); !error.empty()) {
-      std::cerr << "tessera-node-agent: " << error << '\n';
-      return 1;
-    }
+    const tessera::Result<std::vector<tessera::GpuInfo>> gpus = tessera::list_gpus();
+    if (!gpus.is_ok()) return report_failure(gpus.status());
     const SliceIdentity identity{kDriverName, config.node_name, ""};
-    for (const auto& slice : build_resource_slices(gpus, identity, 1))
+    for (const auto& slice : build_resource_slices(*gpus, identity, 1))
       std::cout << slice.dump(2) << '\n';
     return 0;
   }
@@ -55,10 +65,8 @@ int main(int argc, char** argv) {
   options.registry_dir = config.kubelet_registry_dir;
   options.plugins_dir = config.kubelet_plugins_dir;
   PluginServer server(options, agent.preparer(), &agent.health());
-  if (std::string error = server.start(); !error.empty()) {
-    std::cerr << "tessera-node-agent: " << error << '\n';
-    return 1;
-  }
+  if (const tessera::Status started = server.start(); !started.is_ok())
+    return report_failure(started);
   std::cerr << "tessera-node-agent: serving " << kDriverName << " on node " << config.node_name
             << ": registration " << server.registration_socket().native() << ", DRA "
             << server.dra_socket().native() << '\n';

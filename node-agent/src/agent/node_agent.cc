@@ -66,12 +66,11 @@ ClaimPreparer& NodeAgent::preparer() {
 Status NodeAgent::start() {
   if (config_.node_name.empty()) return invalid_argument("--node-name (NODE_NAME) is required");
   if (Status locked = lock_state_dir(); !locked.is_ok()) return locked;
-  KubeConnection connection;
-  if (auto e = config_.kubeconfig.empty() ? in_cluster_connection(connection)
-                                          : kubeconfig_connection(config_.kubeconfig, connection);
-      !e.empty())
-    return invalid_argument(e);
-  kube_ = std::make_unique<HttpKubeClient>(connection);
+  Result<KubeConnection> connection = config_.kubeconfig.empty()
+                                          ? in_cluster_connection()
+                                          : kubeconfig_connection(config_.kubeconfig);
+  if (!connection.is_ok()) return connection.status();
+  kube_ = std::make_unique<HttpKubeClient>(*connection);
   slices_ =
       std::make_unique<SlicePublisher>(*kube_, SliceIdentity{kDriverName, config_.node_name, ""});
 

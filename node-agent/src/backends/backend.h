@@ -94,9 +94,4 @@ class ShareBackend {
                                                 const ReserveOrphan& reserve) = 0;
 };
 
-// The backends' own calls answer "" or an error; the interface answers a Status.
-inline Status backend_status(std::string error) {
-  return error.empty() ? Status::ok() : internal_error(std::move(error));
-}
-
 }  // namespace tessera::agent

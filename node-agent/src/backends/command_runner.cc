@@ -67,26 +67,29 @@ std::string describe(const Command& command) {
   return text;
 }
 
-std::string failure(const Command& command, const CommandResult& result) {
+Status command_status(const Command& command, const Result<CommandResult>& result) {
+  if (!result.is_ok()) return result.status().with_context(describe(command));
+  if (result->ok()) return Status::ok();
   std::string text = describe(command) + ": ";
-  if (!result.started) return text + result.error;
-  if (result.timed_out)
-    return text + "did not finish within " + std::to_string(command.timeout.count()) + " ms";
-  text += "exit " + std::to_string(result.exit_code);
-  std::string output = result.output;
+  if (result->timed_out)
+    return unavailable(text + "did not finish within " + std::to_string(command.timeout.count()) +
+                       " ms");
+  text += "exit " + std::to_string(result->exit_code);
+  std::string output = result->output;
   while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
   if (const auto newline = output.rfind('\n'); newline != std::string::npos)
     output = output.substr(newline + 1);
   if (!output.empty()) text += ": " + output;
-  return text;
+  return internal_error(text);
 }
 
-CommandResult run_command(const Command& command) {
+Status run_checked(const Command& command) {
+  return command_status(command, run_command(command));
+}
+
+Result<CommandResult> run_command(const Command& command) {
   CommandResult result;
-  if (command.argv.empty()) {
-    result.error = "no program given";
-    return result;
-  }
+  if (command.argv.empty()) return invalid_argument("no program given");
   std::vector<std::string> env_strings = merged_environment(command.env);
   std::vector<char*> argv, envp;
   for (const auto& arg : command.argv) argv.push_back(const_cast<char*>(arg.c_str()));
@@ -95,10 +98,8 @@ CommandResult run_command(const Command& command) {
   envp.push_back(nullptr);
 
   int input_pipe[2], output_pipe[2] = {-1, -1}, status_pipe[2];
-  if (pipe2(input_pipe, O_CLOEXEC) != 0) {
-    result.error = std::string("pipe: ") + std::strerror(errno);
-    return result;
-  }
+  if (pipe2(input_pipe, O_CLOEXEC) != 0)
+    return internal_error(std::string("pipe: ") + std::strerror(errno));
   int output_fd = -1;
   if (command.output_file.empty()) {
     if (pipe2(output_pipe, O_CLOEXEC) != 0) output_pipe[0] = output_pipe[1] = -1;
@@ -107,10 +108,10 @@ CommandResult run_command(const Command& command) {
     output_fd = open(command.output_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   }
   if (output_fd < 0 || pipe2(status_pipe, O_CLOEXEC) != 0) {
-    result.error = "cannot open output: " + std::string(std::strerror(errno));
+    Status error = internal_error("cannot open output: " + std::string(std::strerror(errno)));
     for (int fd : {input_pipe[0], input_pipe[1], output_pipe[0], output_pipe[1], output_fd})
       if (fd >= 0) close(fd);
-    return result;
+    return error;
   }
   const pid_t pid = fork();
   if (pid == 0)
@@ -123,11 +124,11 @@ CommandResult run_command(const Command& command) {
     close(output_fd);
   }
   if (pid < 0) {
-    result.error = std::string("fork: ") + std::strerror(errno);
+    Status error = internal_error(std::string("fork: ") + std::strerror(errno));
     close(input_pipe[1]);
     close(status_pipe[0]);
     if (output_pipe[0] >= 0) close(output_pipe[0]);
-    return result;
+    return error;
   }
   // stdin: small inputs (control commands) fit the pipe buffer; a program that exits without
   // reading gets EPIPE, which is ignored.
@@ -186,14 +187,15 @@ CommandResult run_command(const Command& command) {
   }
   if (exec_failed) {
     const auto stage = static_cast<ChildStage>(child_report[0]);
-    result.error =
+    if (stage == ChildStage::kRedirect)
+      return internal_error(std::string("cannot run ") + command.argv[0] + ": " +
+                            std::strerror(child_report[1]));
+    return failed_precondition(
         stage == ChildStage::kPrivateShm
             ? "cannot give it a private /dev/shm from " + command.private_dev_shm +
                   " (needs CAP_SYS_ADMIN): " + std::strerror(child_report[1])
-            : std::string("cannot run ") + command.argv[0] + ": " + std::strerror(child_report[1]);
-    return result;
+            : std::string("cannot run ") + command.argv[0] + ": " + std::strerror(child_report[1]));
   }
-  result.started = true;
   if (!result.timed_out)
     result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;

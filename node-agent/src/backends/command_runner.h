@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/status.h"
+
 namespace tessera::agent {
 
 struct Command {
@@ -27,20 +29,26 @@ struct Command {
   std::string private_dev_shm;
 };
 
+// A program that ran (it may have failed: exit_code, timed_out).
 struct CommandResult {
-  bool started = false;  // false: could not run at all (`error` says why)
   bool timed_out = false;
   int exit_code = -1;  // the exit status, or 128 + signal
   std::string output;  // stdout and stderr, interleaved (empty with output_file)
-  std::string error;
-  bool ok() const { return started && !timed_out && exit_code == 0; }
+  bool ok() const { return !timed_out && exit_code == 0; }
 };
 
-CommandResult run_command(const Command& command);
+// The finished program, or why it could not run at all: kFailedPrecondition when the program
+// cannot be executed (missing, not executable) or given a private /dev/shm (no CAP_SYS_ADMIN),
+// kInvalidArgument for an empty argv, kInternal when a pipe or fork failed.
+Result<CommandResult> run_command(const Command& command);
 
 // "nvidia-smi -i GPU-1 -c DEFAULT" (for error messages and logs).
 std::string describe(const Command& command);
-// "<describe>: exit 3: <last output line>" (or the spawn error / timeout) for a failed result.
-std::string failure(const Command& command, const CommandResult& result);
+// Ok when the program ran and exited 0; else "<describe>: exit 3: <last output line>" (kInternal),
+// "<describe>: did not finish within N ms" (kUnavailable) or "<describe>: <why it could not run>"
+// (run_command's code).
+Status command_status(const Command& command, const Result<CommandResult>& result);
+// run_command, then command_status: for a program whose output does not matter.
+Status run_checked(const Command& command);
 
 }  // namespace tessera::agent

@@ -56,12 +56,13 @@ bool daemon_of(int pid, const std::string& program, const std::string& pipe_dir)
   return false;
 }
 
-std::string make_dir(const std::string& path, mode_t mode) {
+Status make_dir(const std::string& path, mode_t mode) {
   std::error_code ec;
   fs::create_directories(path, ec);
-  if (ec) return "cannot create " + path + ": " + ec.message();
-  if (chmod(path.c_str(), mode) != 0) return "cannot chmod " + path + ": " + std::strerror(errno);
-  return "";
+  if (ec) return internal_error("cannot create " + path + ": " + ec.message());
+  if (chmod(path.c_str(), mode) != 0)
+    return internal_error("cannot chmod " + path + ": " + std::strerror(errno));
+  return Status::ok();
 }
 
 }  // namespace
@@ -124,22 +125,22 @@ MpsDaemonState MpsBackend::inspect(const std::string& share_name) const {
   if (!state.running) return state;
   const Command query({options_.control}, environment(share_name, ""),
                       "get_default_active_thread_percentage\n", options_.timeout);
-  const CommandResult result = run_command(query);
-  if (!result.ok()) {
-    state.error = failure(query, result);
+  const Result<CommandResult> result = run_command(query);
+  if (Status answered = command_status(query, result); !answered.is_ok()) {
+    state.error = answered;
     return state;
   }
-  std::istringstream words(result.output);
+  std::istringstream words(result->output);
   double value = 0;
   if (words >> value) {
     state.active_thread_percentage = value;
   } else {
-    state.error = describe(query) + ": unexpected answer " + result.output;
+    state.error = unavailable(describe(query) + ": unexpected answer " + result->output);
   }
   return state;
 }
 
-std::string MpsBackend::set_limits(const ShareSpec& share) const {
+Status MpsBackend::set_limits(const ShareSpec& share) const {
   const std::string name = share.name();
   std::string input =
       "set_default_active_thread_percentage " + std::to_string(thread_percentage(share)) + "\n";
@@ -149,43 +150,42 @@ std::string MpsBackend::set_limits(const ShareSpec& share) const {
              "M\n";
   }
   const Command command({options_.control}, environment(name, share.uuid), input, options_.timeout);
-  const CommandResult result = run_command(command);
-  if (!result.ok()) return "MPS limits for share " + name + ": " + failure(command, result);
+  TESSERA_RETURN_IF_ERROR(run_checked(command).with_context("MPS limits for share " + name));
   // The control program answers errors on stdout with exit 0 in some versions: check the value.
   const MpsDaemonState state = inspect(name);
-  if (!state.error.empty()) return "MPS daemon of share " + name + ": " + state.error;
+  TESSERA_RETURN_IF_ERROR(state.error.with_context("MPS daemon of share " + name));
   if (!state.active_thread_percentage ||
       std::lround(*state.active_thread_percentage) != thread_percentage(share))
-    return "MPS daemon of share " + name + " reports active thread percentage " +
-           (state.active_thread_percentage ? std::to_string(*state.active_thread_percentage)
-                                           : std::string("none")) +
-           ", expected " + std::to_string(thread_percentage(share));
-  return "";
+    return internal_error("MPS daemon of share " + name + " reports active thread percentage " +
+                          (state.active_thread_percentage
+                               ? std::to_string(*state.active_thread_percentage)
+                               : std::string("none")) +
+                          ", expected " + std::to_string(thread_percentage(share)));
+  return Status::ok();
 }
 
-std::string MpsBackend::start(const ShareSpec& share) {
+Status MpsBackend::start(const ShareSpec& share) {
   const std::string name = share.name();
   for (const auto& [path, mode] : {std::pair{folder(name), 0755},
                                    {pipe_dir(name), 0755},
                                    {log_dir(name), 0755},
                                    {shm_dir(name), 01777}})
-    if (auto e = make_dir(path, static_cast<mode_t>(mode)); !e.empty()) return e;
+    TESSERA_RETURN_IF_ERROR(make_dir(path, static_cast<mode_t>(mode)));
   if (daemon_pid(name) == 0) {
     std::error_code ec;
     fs::remove(pipe_dir(name) + kPidFile, ec);  // a dead daemon's
     Command launch({options_.control, "-d"}, environment(name, share.uuid), "", options_.timeout);
     launch.output_file = log_dir(name) + "/agent-launch.log";
     if (options_.private_dev_shm) launch.private_dev_shm = shm_dir(name);
-    const CommandResult result = run_command(launch);
-    if (!result.ok())
-      return "cannot start the MPS daemon of share " + name + ": " + failure(launch, result);
+    TESSERA_RETURN_IF_ERROR(
+        run_checked(launch).with_context("cannot start the MPS daemon of share " + name));
     // -d returns once the daemon forked; its pid file appears shortly after.
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
     while (daemon_pid(name) == 0) {
       if (std::chrono::steady_clock::now() > deadline)
-        return "the MPS daemon of share " + name + " did not write " + pipe_dir(name) + kPidFile +
-               " within " + std::to_string(options_.timeout.count()) + " ms (see " + log_dir(name) +
-               ")";
+        return unavailable("the MPS daemon of share " + name + " did not write " + pipe_dir(name) +
+                           kPidFile + " within " + std::to_string(options_.timeout.count()) +
+                           " ms (see " + log_dir(name) + ")");
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
@@ -201,10 +201,10 @@ std::string MpsBackend::start(const ShareSpec& share) {
   }
 }
 
-std::string MpsBackend::stop(const std::string& share_name) {
+Status MpsBackend::stop(const std::string& share_name) {
   if (const int pid = daemon_pid(share_name); pid != 0) {
     const Command quit({options_.control}, environment(share_name, ""), "quit\n", options_.timeout);
-    const CommandResult result = run_command(quit);
+    const Status quit_status = run_checked(quit);
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
     auto running = [&] { return daemon_of(pid, options_.control, pipe_dir(share_name)); };
     while (running() && std::chrono::steady_clock::now() < deadline)
@@ -214,37 +214,38 @@ std::string MpsBackend::stop(const std::string& share_name) {
       kill(pid, SIGKILL);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       if (running())
-        return "the MPS daemon of share " + share_name + " (pid " + std::to_string(pid) +
-               ") did not stop" + (result.ok() ? "" : ": " + failure(quit, result));
+        return unavailable("the MPS daemon of share " + share_name + " (pid " +
+                           std::to_string(pid) + ") did not stop" +
+                           (quit_status.is_ok() ? "" : ": " + quit_status.message()));
     }
   }
   std::error_code ec;
   fs::remove_all(folder(share_name), ec);
-  if (ec) return "cannot remove " + folder(share_name) + ": " + ec.message();
-  return "";
+  if (ec) return internal_error("cannot remove " + folder(share_name) + ": " + ec.message());
+  return Status::ok();
 }
 
 Status MpsBackend::prepare(const ShareSpec& share, const HolderLookup&) {
-  return backend_status(start(share));
+  return start(share);
 }
 
 Status MpsBackend::unprepare(const ShareSpec& share, const HolderLookup&) {
-  return backend_status(stop(share.name()));
+  return stop(share.name());
 }
 
 std::vector<DriftItem> MpsBackend::reconcile(const std::string&, const ShareSpec& share) {
   std::vector<DriftItem> found;
   auto record = [&found](const std::string& subject, const std::string& problem,
-                         const std::string& action, const std::string& error) {
-    found.push_back({subject, problem, error.empty() ? action : "", error});
+                         const std::string& action, const Status& repair) {
+    found.push_back({subject, problem, repair.is_ok() ? action : "", repair.message()});
   };
   const std::string subject = "share " + share.name();
   const MpsDaemonState daemon = inspect(share.name());
   const uint32_t wanted = thread_percentage(share);
   if (!daemon.running) {
     record(subject, "MPS daemon not running", "restarted", start(share));
-  } else if (!daemon.error.empty()) {
-    record(subject, "MPS daemon not answering (" + daemon.error + ")", "limits set again",
+  } else if (!daemon.error.is_ok()) {
+    record(subject, "MPS daemon not answering (" + daemon.error.message() + ")", "limits set again",
            start(share));
   } else if (!daemon.active_thread_percentage ||
              std::lround(*daemon.active_thread_percentage) != wanted) {
@@ -268,8 +269,8 @@ std::vector<DriftItem> MpsBackend::remove_orphans(const std::vector<ShareSpec>& 
     // on waits until this stop is done.
     const OrphanReservation reserved = reserve(name);
     if (!reserved) continue;
-    found.push_back(
-        {"share " + name, "MPS folder no claim names", "daemon stopped, removed", stop(name)});
+    found.push_back({"share " + name, "MPS folder no claim names", "daemon stopped, removed",
+                     stop(name).message()});
   }
   return found;
 }

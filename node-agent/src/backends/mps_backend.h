@@ -29,7 +29,7 @@ struct MpsDaemonState {
   bool running = false;
   int pid = 0;
   std::optional<double> active_thread_percentage;  // as the daemon reports it
-  std::string error;                               // why the state could not be read
+  Status error;                                    // why the state could not be read
 };
 
 class MpsBackend final : public ShareBackend {
@@ -53,9 +53,11 @@ class MpsBackend final : public ShareBackend {
   std::string shm_dir(const std::string& share_name) const { return folder(share_name) + "/shm"; }
 
   // Starts the share's daemon unless it runs, then sets and checks its limits. Idempotent.
-  std::string start(const ShareSpec& share);
+  // kUnavailable when the daemon does not come up or answer in time, kFailedPrecondition when
+  // the control program cannot run, kInternal otherwise.
+  Status start(const ShareSpec& share);
   // Asks the daemon to quit (killing it after the timeout) and removes the share's folder.
-  std::string stop(const std::string& share_name);
+  Status stop(const std::string& share_name);
   MpsDaemonState inspect(const std::string& share_name) const;
   // Names of the share folders under root (to find daemons no checkpoint entry names).
   std::vector<std::string> share_folders() const;
@@ -66,7 +68,7 @@ class MpsBackend final : public ShareBackend {
  private:
   std::vector<std::string> environment(const std::string& share_name,
                                        const std::string& uuid) const;
-  std::string set_limits(const ShareSpec& share) const;
+  Status set_limits(const ShareSpec& share) const;
   int daemon_pid(const std::string& share_name) const;
 
   MpsOptions options_;

@@ -24,33 +24,35 @@ int TimeSliceBackend::policy_value(TimeSlice slice) {
   return 0;
 }
 
-std::string TimeSliceBackend::set(const std::string& uuid, TimeSlice slice) {
+Status TimeSliceBackend::set(const std::string& uuid, TimeSlice slice) {
   // Time slicing needs the Default compute mode (an exclusive mode admits one process only).
   const Command mode({options_.nvidia_smi, "-i", uuid, "-c", "DEFAULT"}, {}, "", options_.timeout);
-  if (const CommandResult result = run_command(mode); !result.ok())
-    return "time slice on " + uuid + ": " + failure(mode, result);
+  TESSERA_RETURN_IF_ERROR(run_checked(mode).with_context("time slice on " + uuid));
   const Command policy({options_.nvidia_smi, "compute-policy", "-i", uuid, "--set-timeslice",
                         std::to_string(policy_value(slice))},
                        {}, "", options_.timeout);
-  if (const CommandResult result = run_command(policy); !result.ok())
-    return "time slice on " + uuid + ": " + failure(policy, result);
-  return "";
+  return run_checked(policy).with_context("time slice on " + uuid);
 }
 
-std::string TimeSliceBackend::apply(const std::string& uuid, TimeSlice slice) {
+Status TimeSliceBackend::apply(const std::string& uuid, TimeSlice slice) {
   std::error_code ec;
   fs::create_directories(options_.root, ec);
-  if (ec) return "cannot create " + options_.root + ": " + ec.message();
-  if (auto e = set(uuid, slice); !e.empty()) return e;
-  return write_file_atomically(options_.root + "/" + uuid, std::string(to_string(slice)) + "\n");
+  if (ec) return internal_error("cannot create " + options_.root + ": " + ec.message());
+  TESSERA_RETURN_IF_ERROR(set(uuid, slice));
+  if (auto e =
+          write_file_atomically(options_.root + "/" + uuid, std::string(to_string(slice)) + "\n");
+      !e.empty())
+    return internal_error(e);
+  return Status::ok();
 }
 
-std::string TimeSliceBackend::restore(const std::string& uuid) {
-  if (auto e = set(uuid, TimeSlice::kDefault); !e.empty()) return e;
+Status TimeSliceBackend::restore(const std::string& uuid) {
+  TESSERA_RETURN_IF_ERROR(set(uuid, TimeSlice::kDefault));
   std::error_code ec;
   fs::remove(options_.root + "/" + uuid, ec);
-  if (ec) return "cannot remove " + options_.root + "/" + uuid + ": " + ec.message();
-  return "";
+  if (ec)
+    return internal_error("cannot remove " + options_.root + "/" + uuid + ": " + ec.message());
+  return Status::ok();
 }
 
 std::optional<TimeSlice> TimeSliceBackend::recorded(const std::string& uuid) const {
@@ -79,13 +81,13 @@ Status TimeSliceBackend::prepare(const ShareSpec& share, const HolderLookup& hol
     return failed_precondition(std::string("sharing.timeSlice ") + to_string(share.time_slice()) +
                                " conflicts with claim " + other->claim_uid + ", which set " +
                                to_string(other->time_slice()) + " on " + share.device);
-  return backend_status(apply(share.uuid, share.time_slice()));
+  return apply(share.uuid, share.time_slice());
 }
 
 Status TimeSliceBackend::unprepare(const ShareSpec& share, const HolderLookup& holder) {
   // Another prepared claim on the GPU still wants the interval (it asked for the same one).
   if (holder()) return Status::ok();
-  return backend_status(restore(share.uuid));
+  return restore(share.uuid);
 }
 
 std::vector<DriftItem> TimeSliceBackend::reconcile(const std::string& claim_uid,
@@ -93,11 +95,11 @@ std::vector<DriftItem> TimeSliceBackend::reconcile(const std::string& claim_uid,
   const TimeSlice wanted = share.time_slice();
   const auto applied = recorded(share.uuid);
   if (applied == wanted) return {};
-  const std::string error = apply(share.uuid, wanted);
+  const Status repair = apply(share.uuid, wanted);
   return {{share.uuid,
            std::string("time slice ") + (applied ? to_string(*applied) : "not applied") +
                ", claim " + claim_uid + " wants " + to_string(wanted),
-           error.empty() ? "applied" : "", error}};
+           repair.is_ok() ? "applied" : "", repair.message()}};
 }
 
 std::vector<DriftItem> TimeSliceBackend::remove_orphans(const std::vector<ShareSpec>& named,
@@ -113,8 +115,8 @@ std::vector<DriftItem> TimeSliceBackend::remove_orphans(const std::vector<ShareS
     ClaimLocks::Guard gpu = gpu_locks_.lock(uuid);
     const OrphanReservation reserved = reserve(uuid);
     if (!reserved || !recorded(uuid)) continue;
-    found.push_back(
-        {uuid, "time slice set for a claim that is gone", "restored to Default", restore(uuid)});
+    found.push_back({uuid, "time slice set for a claim that is gone", "restored to Default",
+                     restore(uuid).message()});
   }
   return found;
 }

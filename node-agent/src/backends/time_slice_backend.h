@@ -45,8 +45,9 @@ class TimeSliceBackend final : public ShareBackend {
   std::vector<DriftItem> remove_orphans(const std::vector<ShareSpec>& named,
                                         const ReserveOrphan& reserve) override;
 
-  std::string apply(const std::string& uuid, TimeSlice slice);
-  std::string restore(const std::string& uuid);
+  // kFailedPrecondition when nvidia-smi cannot run, kInternal when it or the record fails.
+  Status apply(const std::string& uuid, TimeSlice slice);
+  Status restore(const std::string& uuid);
   // What apply() last set on `uuid` (none after restore, or never applied).
   std::optional<TimeSlice> recorded(const std::string& uuid) const;
   std::vector<std::string> recorded_uuids() const;
@@ -54,7 +55,7 @@ class TimeSliceBackend final : public ShareBackend {
   static int policy_value(TimeSlice slice);  // the --set-timeslice argument
 
  private:
-  std::string set(const std::string& uuid, TimeSlice slice);
+  Status set(const std::string& uuid, TimeSlice slice);
   TimeSliceOptions options_;
   ClaimLocks gpu_locks_;  // per GPU UUID
 };

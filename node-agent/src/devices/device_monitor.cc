@@ -59,7 +59,7 @@ struct DeviceMonitor::Nvml {
   std::map<nvmlDevice_t, std::string> uuid_of;  // the devices registered in `set`
 
   std::string load(const std::string& path) {
-    if (auto e = library.open(path); !e.empty()) return e;
+    if (Status opened = library.open(path); !opened.is_ok()) return opened.message();
     if (!library.resolve("nvmlInit_v2", init) || !library.resolve("nvmlShutdown", shutdown) ||
         !library.resolve("nvmlErrorString", error_string))
       return path + " lacks nvmlInit_v2, nvmlShutdown or nvmlErrorString";

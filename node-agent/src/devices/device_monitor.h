@@ -31,7 +31,11 @@ struct DeviceMonitorOptions {
   // re-list when due, retry a failed delivery. Bounds how late an XID reaches the board.
   std::chrono::milliseconds poll_interval{1000};
   // The inventory source. Tests swap it to change the device list.
-  std::function<std::string(std::vector<GpuInfo>&)> list = tessera::list_gpus;
+  std::function<std::string(std::vector<GpuInfo>&)> list = [](std::vector<GpuInfo>& gpus) {
+    Result<std::vector<GpuInfo>> listed = tessera::list_gpus();
+    gpus = listed.is_ok() ? std::move(listed).value() : std::vector<GpuInfo>{};
+    return listed.status().message();
+  };
   // The NVML library for events (tests name a missing one).
   std::string nvml_library = "libnvidia-ml.so.1";
 };

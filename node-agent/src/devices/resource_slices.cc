@@ -141,9 +141,9 @@ std::string SlicePublisher::publish(const std::vector<GpuInfo>& gpus) {
   writes_ = 0;
   if (identity_.node_uid.empty()) {
     const std::string path = node_path(identity_.node_name);
-    const ApiResponse node = kube_.request("GET", path);
-    if (!node.ok()) return "cannot read the Node's UID: " + node.error;
-    const json body = json::parse(node.body, nullptr, false);
+    const Result<ApiResponse> node = kube_.request("GET", path);
+    if (!node.is_ok()) return "cannot read the Node's UID: " + node.status().message();
+    const json body = json::parse(node->body, nullptr, false);
     if (!body.is_object() || !body["metadata"]["uid"].is_string())
       return "GET " + path + ": no metadata.uid";
     identity_.node_uid = body["metadata"]["uid"].get<std::string>();
@@ -151,9 +151,9 @@ std::string SlicePublisher::publish(const std::vector<GpuInfo>& gpus) {
   const std::string list_path =
       std::string(kResourceSlicesPath) + "?fieldSelector=" +
       field_selector({{"spec.nodeName", identity_.node_name}, {"spec.driver", identity_.driver}});
-  const ApiResponse listed = kube_.request("GET", list_path);
-  if (!listed.ok()) return listed.error;
-  const json list = json::parse(listed.body, nullptr, false);
+  const Result<ApiResponse> listed = kube_.request("GET", list_path);
+  if (!listed.is_ok()) return listed.status().message();
+  const json list = json::parse(listed->body, nullptr, false);
   if (!list.is_object() || !list["items"].is_array()) return "GET " + list_path + ": no items";
   std::map<std::string, json> existing;
   int64_t generation = generation_;
@@ -185,20 +185,20 @@ std::string SlicePublisher::publish(const std::vector<GpuInfo>& gpus) {
   desired = build_resource_slices(gpus, identity_, generation_);
   for (auto& slice : desired) {
     const std::string name = slice["metadata"]["name"].get<std::string>();
-    ApiResponse answer;
+    Status answer;
     if (const auto it = existing.find(name); it != existing.end()) {
       slice["metadata"]["resourceVersion"] = it->second["metadata"]["resourceVersion"];
-      answer = kube_.request("PUT", resource_slice_path(name), slice.dump());
+      answer = kube_.request("PUT", resource_slice_path(name), slice.dump()).status();
       existing.erase(it);
     } else {
-      answer = kube_.request("POST", kResourceSlicesPath, slice.dump());
+      answer = kube_.request("POST", kResourceSlicesPath, slice.dump()).status();
     }
-    if (!answer.ok()) return answer.error;
+    if (!answer.is_ok()) return answer.message();
     ++writes_;
   }
   for (const auto& [name, slice] : existing) {
-    const ApiResponse answer = kube_.request("DELETE", resource_slice_path(name));
-    if (!answer.ok() && answer.status != 404) return answer.error;
+    const Status answer = kube_.request("DELETE", resource_slice_path(name)).status();
+    if (!answer.is_ok() && answer.code() != StatusCode::kNotFound) return answer.message();
     ++writes_;
   }
   return "";

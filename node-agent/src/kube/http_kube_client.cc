@@ -71,23 +71,24 @@ std::string url_escape(const std::string& text) {
   return out;
 }
 
-std::string in_cluster_connection(KubeConnection& out, const std::string& service_account_dir) {
+Result<KubeConnection> in_cluster_connection(const std::string& service_account_dir) {
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
   const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
   if (!host || !*host || !port || !*port)
-    return "not in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set";
-  out = {};
+    return failed_precondition(
+        "not in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set");
+  KubeConnection out;
   const std::string h = host;
   out.server = "https://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + port;
   if (!read_file(service_account_dir + "/ca.crt", out.ca_pem))
-    return "cannot read " + service_account_dir + "/ca.crt";
+    return not_found("cannot read " + service_account_dir + "/ca.crt");
   out.token_file = service_account_dir + "/token";
-  if (!read_file(out.token_file, out.token)) return "cannot read " + out.token_file;
-  return "";
+  if (!read_file(out.token_file, out.token)) return not_found("cannot read " + out.token_file);
+  return out;
 }
 
-std::string kubeconfig_connection(const std::string& path, KubeConnection& out) {
-  out = {};
+Result<KubeConnection> kubeconfig_connection(const std::string& path) {
+  KubeConnection out;
   try {
     const YAML::Node config = YAML::LoadFile(path);
     const std::string base =
@@ -96,47 +97,51 @@ std::string kubeconfig_connection(const std::string& path, KubeConnection& out) 
       return file.empty() || file[0] == '/' ? file : base + "/" + file;
     };
     const std::string current = config["current-context"].as<std::string>("");
-    if (current.empty()) return path + ": no current-context";
+    if (current.empty()) return invalid_argument(path + ": no current-context");
     auto find = [&](const char* list, const std::string& name) -> YAML::Node {
       for (const auto& item : config[list])
         if (item["name"].as<std::string>("") == name) return item;
       return YAML::Node();
     };
     const YAML::Node context = find("contexts", current)["context"];
-    if (!context) return path + ": context " + current + " not found";
+    if (!context) return invalid_argument(path + ": context " + current + " not found");
     const YAML::Node cluster = find("clusters", context["cluster"].as<std::string>(""))["cluster"];
-    if (!cluster) return path + ": cluster of context " + current + " not found";
+    if (!cluster) return invalid_argument(path + ": cluster of context " + current + " not found");
     const YAML::Node user = find("users", context["user"].as<std::string>(""))["user"];
     out.server = cluster["server"].as<std::string>("");
     if (out.server.rfind("https://", 0) != 0)
-      return path + ": server must be https://, got " + out.server;
+      return invalid_argument(path + ": server must be https://, got " + out.server);
     if (cluster["insecure-skip-tls-verify"].as<bool>(false))
-      return path + ": insecure-skip-tls-verify is not supported (TLS is always verified)";
+      return invalid_argument(
+          path + ": insecure-skip-tls-verify is not supported (TLS is always verified)");
     // A PEM as kubeconfig gives it: base64 in `<key>-data`, else the file `<key>`, else none
-    // (pem unchanged). Returns "" or the error.
-    auto read_pem = [&](const YAML::Node& node, const std::string& key,
-                        std::string& pem) -> std::string {
+    // (pem unchanged).
+    auto read_pem = [&](const YAML::Node& node, const std::string& key, std::string& pem) {
       if (auto data = node[key + "-data"].as<std::string>(""); !data.empty())
-        return base64_decode(data, pem) ? "" : path + ": " + key + "-data is not base64";
+        return base64_decode(data, pem)
+                   ? Status::ok()
+                   : invalid_argument(path + ": " + key + "-data is not base64");
       if (auto file = node[key].as<std::string>(""); !file.empty())
-        return read_file(resolve(file), pem) ? "" : path + ": cannot read " + resolve(file);
-      return "";
+        return read_file(resolve(file), pem)
+                   ? Status::ok()
+                   : invalid_argument(path + ": cannot read " + resolve(file));
+      return Status::ok();
     };
     if (cluster["certificate-authority-data"].as<std::string>("").empty() &&
         cluster["certificate-authority"].as<std::string>("").empty())
-      return path + ": the cluster has no certificate-authority(-data)";
-    if (auto e = read_pem(cluster, "certificate-authority", out.ca_pem); !e.empty()) return e;
+      return invalid_argument(path + ": the cluster has no certificate-authority(-data)");
+    TESSERA_RETURN_IF_ERROR(read_pem(cluster, "certificate-authority", out.ca_pem));
     if (user) {
       out.token = user["token"].as<std::string>("");
       if (auto file = user["tokenFile"].as<std::string>(""); !file.empty())
         out.token_file = resolve(file);
-      if (auto e = read_pem(user, "client-certificate", out.client_cert_pem); !e.empty()) return e;
-      if (auto e = read_pem(user, "client-key", out.client_key_pem); !e.empty()) return e;
+      TESSERA_RETURN_IF_ERROR(read_pem(user, "client-certificate", out.client_cert_pem));
+      TESSERA_RETURN_IF_ERROR(read_pem(user, "client-key", out.client_key_pem));
     }
   } catch (const std::exception& e) {
-    return path + ": " + e.what();
+    return invalid_argument(path + ": " + e.what());
   }
-  return "";
+  return out;
 }
 
 HttpKubeClient::HttpKubeClient(KubeConnection connection, RetryPolicy retry)
@@ -149,14 +154,11 @@ HttpKubeClient::~HttpKubeClient() {
   if (curl_) curl_easy_cleanup(static_cast<CURL*>(curl_));
 }
 
-ApiResponse HttpKubeClient::once(const std::string& method, const std::string& path,
-                                 const std::string& body) {
+Result<ApiResponse> HttpKubeClient::once(const std::string& method, const std::string& path,
+                                         const std::string& body) {
   ApiResponse response;
   CURL* curl = static_cast<CURL*>(curl_);
-  if (!curl) {
-    response.error = "curl_easy_init failed";
-    return response;
-  }
+  if (!curl) return internal_error("curl_easy_init failed");
   curl_easy_reset(curl);
   const std::string url = connection_.server + path;
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
@@ -196,33 +198,33 @@ ApiResponse HttpKubeClient::once(const std::string& method, const std::string& p
   const CURLcode code = curl_easy_perform(curl);
   curl_slist_free_all(headers);
   ++tries_;
-  if (code != CURLE_OK) {
-    response.error = method + " " + path + ": " + curl_easy_strerror(code);
-    return response;
-  }
+  if (code != CURLE_OK) return unavailable(method + " " + path + ": " + curl_easy_strerror(code));
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
   if (response.status < 200 || response.status >= 300)
-    response.error = method + " " + path + ": HTTP " + std::to_string(response.status) + ": " +
-                     api_message(response.body);
+    return Status(code_for_http_status(response.status), method + " " + path + ": HTTP " +
+                                                             std::to_string(response.status) +
+                                                             ": " + api_message(response.body));
   return response;
 }
 
-ApiResponse HttpKubeClient::request(const std::string& method, const std::string& path,
-                                    const std::string& body) {
+Result<ApiResponse> HttpKubeClient::request(const std::string& method, const std::string& path,
+                                            const std::string& body) {
   std::lock_guard lock(mutex_);
   auto backoff = retry_.initial_backoff;
-  ApiResponse response;
+  Result<ApiResponse> response = internal_error("no try made");
   for (int attempt = 1; attempt <= std::max(1, retry_.attempts); ++attempt) {
     response = once(method, path, body);
-    const bool retryable = response.status == 0 || response.status == 429 || response.status >= 500;
-    if (response.ok() || !retryable) return response;
+    // kUnavailable: no answer, 429 or 5xx; retrying may help.
+    const bool retryable = response.status().code() == StatusCode::kUnavailable;
+    if (response.is_ok() || !retryable) return response;
     if (attempt < retry_.attempts) {
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, retry_.max_backoff);
     }
   }
   if (retry_.attempts > 1)
-    response.error += " (after " + std::to_string(retry_.attempts) + " tries)";
+    return Status(response.status().code(), response.status().message() + " (after " +
+                                                std::to_string(retry_.attempts) + " tries)");
   return response;
 }
 

@@ -23,12 +23,13 @@ struct KubeConnection {
 
 // In-cluster: KUBERNETES_SERVICE_HOST/PORT, the service account's token and CA under
 // `service_account_dir` (default /var/run/secrets/kubernetes.io/serviceaccount).
-std::string in_cluster_connection(
-    KubeConnection& out,
+// kFailedPrecondition outside a cluster, kNotFound when a file of the service account is missing.
+Result<KubeConnection> in_cluster_connection(
     const std::string& service_account_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
 // A kubeconfig file (YAML): the current context's cluster (server, certificate-authority-data or
 // certificate-authority) and user (token, tokenFile, client-certificate[-data], client-key[-data]).
-std::string kubeconfig_connection(const std::string& path, KubeConnection& out);
+// kInvalidArgument naming the file when it cannot be read or says something unsupported.
+Result<KubeConnection> kubeconfig_connection(const std::string& path);
 
 struct RetryPolicy {
   int attempts = 5;  // total tries
@@ -41,12 +42,13 @@ class HttpKubeClient final : public KubeClient {
  public:
   HttpKubeClient(KubeConnection connection, RetryPolicy retry = {});
   ~HttpKubeClient() override;
-  ApiResponse request(const std::string& method, const std::string& path,
-                      const std::string& body = "") override;
+  Result<ApiResponse> request(const std::string& method, const std::string& path,
+                              const std::string& body = "") override;
   int tries() const { return tries_; }  // every HTTP try so far (for tests)
 
  private:
-  ApiResponse once(const std::string& method, const std::string& path, const std::string& body);
+  Result<ApiResponse> once(const std::string& method, const std::string& path,
+                           const std::string& body);
   KubeConnection connection_;
   RetryPolicy retry_;
   std::mutex mutex_;  // one curl handle, reused (keep-alive), one request at a time

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/status.h"
+
 namespace tessera::agent {
 
 struct ClaimRef {
@@ -22,18 +24,17 @@ struct PreparedDevice {
   std::string share_id;  // empty when the allocation has none (v1beta1 never sends it)
 };
 
-struct PrepareResult {
-  std::vector<PreparedDevice> devices;
-  std::string error;  // non-empty: this claim failed, and says why
-};
+// The claim's prepared devices, or why this claim failed (the plugin turns the Status into the
+// claim's error in the kubelet response).
+using PrepareResult = Result<std::vector<PreparedDevice>>;
 
 class ClaimPreparer {
  public:
   virtual ~ClaimPreparer() = default;
   // Idempotent: kubelet retries. Must not throw.
   virtual PrepareResult prepare(const ClaimRef& claim) = 0;
-  // Works from the agent's own checkpoint (the claim may be gone). Returns "" or an error.
-  virtual std::string unprepare(const ClaimRef& claim) = 0;
+  // Works from the agent's own checkpoint (the claim may be gone).
+  virtual Status unprepare(const ClaimRef& claim) = 0;
 };
 
 }  // namespace tessera::agent

@@ -70,24 +70,26 @@ bool safe_name_component(const std::string& text) {
 
 namespace {
 
-std::string compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
+Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
   const json claim = json::parse(input.claim_json, nullptr, /*allow_exceptions=*/false);
-  if (claim.is_discarded() || !claim.is_object()) return "claim: not a JSON object";
+  if (claim.is_discarded() || !claim.is_object())
+    return invalid_argument("claim: not a JSON object");
   const json* metadata = member(claim, "metadata");
   const std::string* uid = metadata ? string_member(*metadata, "uid") : nullptr;
-  if (!uid) return "claim: metadata.uid missing";
+  if (!uid) return invalid_argument("claim: metadata.uid missing");
   if (*uid != input.expected_uid)
-    return "claim was replaced: metadata.uid is " + *uid + ", kubelet asked for " +
-           input.expected_uid;
+    return failed_precondition("claim was replaced: metadata.uid is " + *uid +
+                               ", kubelet asked for " + input.expected_uid);
   if (!safe_name_component(*uid))
-    return "claim: metadata.uid " + json(*uid).dump() + " is not a safe name";
+    return invalid_argument("claim: metadata.uid " + json(*uid).dump() + " is not a safe name");
   const json* status = member(claim, "status");
   const json* allocation = status ? member(*status, "allocation") : nullptr;
   if (!allocation || !allocation->is_object())
-    return "claim " + *uid + " is not allocated (no status.allocation)";
+    return failed_precondition("claim " + *uid + " is not allocated (no status.allocation)");
   const json* devices = member(*allocation, "devices");
   const json* results = devices ? member(*devices, "results") : nullptr;
-  if (results && !results->is_array()) return "status.allocation.devices.results: not an array";
+  if (results && !results->is_array())
+    return invalid_argument("status.allocation.devices.results: not an array");
 
   // Configs of this driver in API order (FromClass before FromClaim, as the API server lists them).
   struct Entry {
@@ -96,7 +98,8 @@ std::string compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
   };
   std::vector<Entry> configs;
   if (const json* list = devices ? member(*devices, "config") : nullptr) {
-    if (!list->is_array()) return "status.allocation.devices.config: not an array";
+    if (!list->is_array())
+      return invalid_argument("status.allocation.devices.config: not an array");
     for (size_t i = 0; i < list->size(); ++i) {
       const json& entry = (*list)[i];
       const std::string path = "status.allocation.devices.config[" + std::to_string(i) + "]";
@@ -105,11 +108,12 @@ std::string compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
       const std::string* driver = string_member(*opaque, "driver");
       if (!driver || *driver != input.driver) continue;
       const json* parameters = member(*opaque, "parameters");
-      if (!parameters) return path + ".opaque.parameters: missing";
-      Entry decoded{member(entry, "requests"), {}};
-      if (auto e = decode_vgpu_config(*parameters, decoded.config); !e.empty())
-        return path + ".opaque.parameters." + e;
-      configs.push_back(decoded);
+      if (!parameters) return invalid_argument(path + ".opaque.parameters: missing");
+      Result<VgpuConfig> config = decode_vgpu_config(*parameters);
+      if (!config.is_ok()) {
+        return invalid_argument(path + ".opaque.parameters." + config.status().message());
+      }
+      configs.push_back({member(entry, "requests"), *config});
     }
   }
 
@@ -122,13 +126,14 @@ std::string compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
     const std::string* request = string_member(result, "request");
     const std::string* pool = string_member(result, "pool");
     const std::string* device = string_member(result, "device");
-    if (!request || !pool || !device) return path + ": request, pool and device are required";
+    if (!request || !pool || !device)
+      return invalid_argument(path + ": request, pool and device are required");
     if (*pool != input.pool)
-      return path + ": pool " + *pool + " is not this node's pool " + input.pool;
+      return invalid_argument(path + ": pool " + *pool + " is not this node's pool " + input.pool);
     const NodeDevice* node_device = nullptr;
     for (const auto& candidate : input.devices)
       if (candidate.name == *device) node_device = &candidate;
-    if (!node_device) return path + ": unknown device " + *device + " in pool " + *pool;
+    if (!node_device) return not_found(path + ": unknown device " + *device + " in pool " + *pool);
     ShareSpec spec;
     spec.claim_uid = *uid;
     spec.pool = *pool;
@@ -138,18 +143,22 @@ std::string compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
     spec.minor = node_device->minor;
     if (const json* share = member(result, "shareID")) {
       if (!share->is_string() || !safe_name_component(share->get<std::string>()))
-        return path + ".shareID: invalid value " + share->dump();
+        return invalid_argument(path + ".shareID: invalid value " + share->dump());
       spec.share_id = share->get<std::string>();
     }
     if (!seen.insert({*pool, *device, spec.share_id}).second)
-      return path + ": device " + *device + " allocated twice with the same shareID " +
-             json(spec.share_id).dump();
+      return invalid_argument(path + ": device " + *device +
+                              " allocated twice with the same shareID " +
+                              json(spec.share_id).dump());
     if (const json* consumed = member(result, "consumedCapacity")) {
-      if (!consumed->is_object()) return path + ".consumedCapacity: not an object";
+      if (!consumed->is_object())
+        return invalid_argument(path + ".consumedCapacity: not an object");
       if (const json* memory = member(*consumed, "memory")) {
         const auto bytes = memory->is_string() ? parse_byte_quantity(memory->get<std::string>())
                                                : std::optional<uint64_t>{};
-        if (!bytes) return path + ".consumedCapacity.memory: invalid quantity " + memory->dump();
+        if (!bytes)
+          return invalid_argument(path + ".consumedCapacity.memory: invalid quantity " +
+                                  memory->dump());
         spec.memory_bytes = *bytes;
       }
       if (const json* cores = member(*consumed, "cores")) {
@@ -164,30 +173,34 @@ std::string compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
           value = cores->get<uint64_t>();
         }
         if (!value || *value > 100)
-          return path + ".consumedCapacity.cores: invalid value " + cores->dump() +
-                 " (an integer percent 0..100)";
+          return invalid_argument(path + ".consumedCapacity.cores: invalid value " + cores->dump() +
+                                  " (an integer percent 0..100)");
         spec.cores = static_cast<uint32_t>(*value);
       }
     }
     for (const auto& entry : configs)
       if (!entry.requests || applies(*entry.requests, *request))
         spec.config = merge_vgpu_config(spec.config, entry.config);
-    if (auto e = check_supported(spec.config); !e.empty()) return path + ": " + e;
+    TESSERA_RETURN_IF_ERROR(check_supported(spec.config).with_context(path));
     // The time-slice interval is a property of the whole GPU: only a claim that holds all of it
     // may choose it, or one tenant would change the scheduling of every other.
     if (spec.strategy() == SharingStrategy::kTimeSlicing) {
       if (spec.cores && *spec.cores != 100)
-        return path + ": sharing.strategy TimeSlicing needs the whole GPU, but consumedCapacity" +
-               ".cores is " + std::to_string(*spec.cores) + " (must be 100 or absent)";
+        return invalid_argument(
+            path + ": sharing.strategy TimeSlicing needs the whole GPU, but consumedCapacity" +
+            ".cores is " + std::to_string(*spec.cores) + " (must be 100 or absent)");
       if (spec.memory_bytes && *spec.memory_bytes < node_device->memory_bytes)
-        return path + ": sharing.strategy TimeSlicing needs the whole GPU, but consumedCapacity" +
-               ".memory is " + std::to_string(*spec.memory_bytes) + " bytes of " +
-               std::to_string(node_device->memory_bytes) + " (must be all of it or absent)";
+        return invalid_argument(
+            path + ": sharing.strategy TimeSlicing needs the whole GPU, but consumedCapacity" +
+            ".memory is " + std::to_string(*spec.memory_bytes) + " bytes of " +
+            std::to_string(node_device->memory_bytes) + " (must be all of it or absent)");
     }
     out.push_back(std::move(spec));
   }
-  if (out.empty()) return "claim " + *uid + " has no allocation results for driver " + input.driver;
-  return "";
+  if (out.empty())
+    return invalid_argument("claim " + *uid + " has no allocation results for driver " +
+                            input.driver);
+  return Status::ok();
 }
 
 void group_into_folders(std::vector<ShareSpec>& shares) {
@@ -218,12 +231,12 @@ void group_into_folders(std::vector<ShareSpec>& shares) {
 
 }  // namespace
 
-std::string compute_share_specs(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
-  out.clear();
-  std::string error = compute(input, out);
-  if (!error.empty()) out.clear();  // all or nothing: never a partial list beside an error
-  group_into_folders(out);
-  return error;
+Result<std::vector<ShareSpec>> compute_share_specs(const ShareSpecInput& input) {
+  std::vector<ShareSpec> shares;
+  // All or nothing: a partial list never leaves here beside an error.
+  TESSERA_RETURN_IF_ERROR(compute(input, shares));
+  group_into_folders(shares);
+  return shares;
 }
 
 }  // namespace tessera::agent

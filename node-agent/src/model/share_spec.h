@@ -51,14 +51,16 @@ struct ShareSpecInput {
   std::vector<NodeDevice> devices;
 };
 
-// Returns "" and fills `out` (in results order), or an error naming what is wrong.
+// The claim's shares in results order, or an error naming what is wrong: kFailedPrecondition when
+// the claim is not (or no longer) the one kubelet asked for or is not allocated yet, kNotFound for
+// a device this node does not have, kInvalidArgument for everything else the claim says wrongly.
 //
 // Share folders: a container is pointed at one folder (TESSERA_SHARE_DIR), so when it is given
 // several shares of a claim (a request for two GPUs) they must all be in that folder. Quota
 // shares of a claim with the same config on distinct GPUs are therefore grouped into one folder
 // whose limits page lists each GPU with its own limits (the page holds up to 16); shares of one
 // GPU (two tenants' shares of a device in one claim) and MPS / TimeSlicing shares keep their own.
-std::string compute_share_specs(const ShareSpecInput& input, std::vector<ShareSpec>& out);
+Result<std::vector<ShareSpec>> compute_share_specs(const ShareSpecInput& input);
 
 // The claim's shares by share folder, in order of first appearance (each folder's shares in
 // results order).

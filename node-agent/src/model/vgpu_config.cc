@@ -8,19 +8,20 @@ namespace {
 
 using nlohmann::json;
 
-std::string unknown_fields(const json& object, const std::string& prefix,
-                           std::initializer_list<const char*> known) {
+Status unknown_fields(const json& object, const std::string& prefix,
+                      std::initializer_list<const char*> known) {
   for (const auto& [key, value] : object.items()) {
     bool found = false;
     for (const char* name : known) found = found || key == name;
-    if (!found) return prefix + key + ": unknown field";
+    if (!found) return invalid_argument(prefix + key + ": unknown field");
   }
-  return "";
+  return Status::ok();
 }
 
-std::string expect_object(const json& value, const std::string& path) {
-  if (!value.is_object()) return path + ": must be an object, got " + value.dump();
-  return "";
+Status expect_object(const json& value, const std::string& path) {
+  if (!value.is_object())
+    return invalid_argument(path + ": must be an object, got " + value.dump());
+  return Status::ok();
 }
 
 // One name table per enum: decoding and to_string read the same list. The order is the one the
@@ -47,14 +48,10 @@ const char* name_of(NameTable<Enum> names, Enum member) {
 }
 
 template <typename Enum>
-std::string decode_enum(const json& value, const std::string& path, NameTable<Enum> names,
-                        std::optional<Enum>& out) {
+Result<Enum> decode_enum(const json& value, const std::string& path, NameTable<Enum> names) {
   if (value.is_string()) {
     for (const auto& [name, member] : names) {
-      if (value.get_ref<const std::string&>() == name) {
-        out = member;
-        return "";
-      }
+      if (value.get_ref<const std::string&>() == name) return member;
     }
   }
   std::string allowed;
@@ -62,63 +59,68 @@ std::string decode_enum(const json& value, const std::string& path, NameTable<En
     if (!allowed.empty()) allowed += '|';
     allowed += name;
   }
-  return path + ": invalid value " + value.dump() + " (one of " + allowed + ")";
+  return invalid_argument(path + ": invalid value " + value.dump() + " (one of " + allowed + ")");
+}
+
+// Decodes the enum at `key` of `object` into `out` when it is there.
+template <typename Enum>
+Status decode_enum_member(const json& object, const char* key, const std::string& path,
+                          NameTable<Enum> names, std::optional<Enum>& out) {
+  const auto it = object.find(key);
+  if (it == object.end()) return Status::ok();
+  Result<Enum> decoded = decode_enum(*it, path, names);
+  if (!decoded.is_ok()) return decoded.status();
+  out = *decoded;
+  return Status::ok();
 }
 
 }  // namespace
 
-std::string decode_vgpu_config(const json& parameters, VgpuConfig& out) {
-  out = {};
-  if (auto e = expect_object(parameters, "parameters"); !e.empty()) return e;
-  if (auto e =
-          unknown_fields(parameters, "", {"apiVersion", "kind", "compute", "memory", "sharing"});
-      !e.empty())
-    return e;
+Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
+  VgpuConfig out;
+  TESSERA_RETURN_IF_ERROR(expect_object(parameters, "parameters"));
+  TESSERA_RETURN_IF_ERROR(
+      unknown_fields(parameters, "", {"apiVersion", "kind", "compute", "memory", "sharing"}));
   const auto api = parameters.find("apiVersion");
-  if (api == parameters.end()) return "apiVersion: required";
+  if (api == parameters.end()) return invalid_argument("apiVersion: required");
   if (!api->is_string() || api->get_ref<const std::string&>() != kConfigApiVersion)
-    return "apiVersion: invalid value " + api->dump() + " (expected \"" + kConfigApiVersion + "\")";
+    return invalid_argument("apiVersion: invalid value " + api->dump() + " (expected \"" +
+                            kConfigApiVersion + "\")");
   const auto kind = parameters.find("kind");
-  if (kind == parameters.end()) return "kind: required";
+  if (kind == parameters.end()) return invalid_argument("kind: required");
   if (!kind->is_string() || kind->get_ref<const std::string&>() != kConfigKind)
-    return "kind: invalid value " + kind->dump() + " (expected \"" + kConfigKind + "\")";
+    return invalid_argument("kind: invalid value " + kind->dump() + " (expected \"" + kConfigKind +
+                            "\")");
 
   if (const auto compute = parameters.find("compute"); compute != parameters.end()) {
-    if (auto e = expect_object(*compute, "compute"); !e.empty()) return e;
-    if (auto e = unknown_fields(*compute, "compute.", {"burst", "priority"}); !e.empty()) return e;
+    TESSERA_RETURN_IF_ERROR(expect_object(*compute, "compute"));
+    TESSERA_RETURN_IF_ERROR(unknown_fields(*compute, "compute.", {"burst", "priority"}));
     if (const auto burst = compute->find("burst"); burst != compute->end()) {
       if (!burst->is_number_integer() || burst->get<int64_t>() < 0 || burst->get<int64_t>() > 100)
-        return "compute.burst: invalid value " + burst->dump() + " (an integer percent 0..100)";
+        return invalid_argument("compute.burst: invalid value " + burst->dump() +
+                                " (an integer percent 0..100)");
       out.burst = static_cast<uint32_t>(burst->get<int64_t>());
     }
-    if (const auto priority = compute->find("priority"); priority != compute->end()) {
-      if (auto e = decode_enum(*priority, "compute.priority", kPriorityNames, out.priority);
-          !e.empty())
-        return e;
-    }
+    TESSERA_RETURN_IF_ERROR(
+        decode_enum_member(*compute, "priority", "compute.priority", kPriorityNames, out.priority));
   }
   if (const auto memory = parameters.find("memory"); memory != parameters.end()) {
-    if (auto e = expect_object(*memory, "memory"); !e.empty()) return e;
-    if (auto e = unknown_fields(*memory, "memory.", {}); !e.empty()) return e;
+    TESSERA_RETURN_IF_ERROR(expect_object(*memory, "memory"));
+    TESSERA_RETURN_IF_ERROR(unknown_fields(*memory, "memory.", {}));
   }
   if (const auto sharing = parameters.find("sharing"); sharing != parameters.end()) {
-    if (auto e = expect_object(*sharing, "sharing"); !e.empty()) return e;
-    if (auto e = unknown_fields(*sharing, "sharing.", {"strategy", "timeSlice"}); !e.empty())
-      return e;
-    if (const auto strategy = sharing->find("strategy"); strategy != sharing->end()) {
-      if (auto e = decode_enum(*strategy, "sharing.strategy", kStrategyNames, out.strategy);
-          !e.empty())
-        return e;
-    }
-    if (const auto slice = sharing->find("timeSlice"); slice != sharing->end()) {
-      if (auto e = decode_enum(*slice, "sharing.timeSlice", kTimeSliceNames, out.time_slice);
-          !e.empty())
-        return e;
+    TESSERA_RETURN_IF_ERROR(expect_object(*sharing, "sharing"));
+    TESSERA_RETURN_IF_ERROR(unknown_fields(*sharing, "sharing.", {"strategy", "timeSlice"}));
+    TESSERA_RETURN_IF_ERROR(
+        decode_enum_member(*sharing, "strategy", "sharing.strategy", kStrategyNames, out.strategy));
+    if (sharing->contains("timeSlice")) {
+      TESSERA_RETURN_IF_ERROR(decode_enum_member(*sharing, "timeSlice", "sharing.timeSlice",
+                                                 kTimeSliceNames, out.time_slice));
       if (out.strategy != SharingStrategy::kTimeSlicing)
-        return "sharing.timeSlice: only valid with sharing.strategy TimeSlicing";
+        return invalid_argument("sharing.timeSlice: only valid with sharing.strategy TimeSlicing");
     }
   }
-  return "";
+  return out;
 }
 
 VgpuConfig merge_vgpu_config(const VgpuConfig& base, const VgpuConfig& later) {
@@ -130,22 +132,24 @@ VgpuConfig merge_vgpu_config(const VgpuConfig& base, const VgpuConfig& later) {
   return merged;
 }
 
-std::string check_supported(const VgpuConfig& config) {
+Status check_supported(const VgpuConfig& config) {
   const SharingStrategy strategy = config.strategy.value_or(SharingStrategy::kQuota);
   if (config.time_slice && strategy != SharingStrategy::kTimeSlicing)
-    return std::string("sharing.timeSlice ") + to_string(*config.time_slice) +
-           " is set but the merged sharing.strategy is " + to_string(strategy);
+    return invalid_argument(std::string("sharing.timeSlice ") + to_string(*config.time_slice) +
+                            " is set but the merged sharing.strategy is " + to_string(strategy));
   // Bursting and priority are the shim's compute scheduling; under MPS or time slicing the
   // hardware schedules, so a value there would be silently ignored.
   if (strategy != SharingStrategy::kQuota) {
     if (config.burst)
-      return "compute.burst " + std::to_string(*config.burst) +
-             " is only supported with sharing.strategy Quota, not " + to_string(strategy);
+      return invalid_argument("compute.burst " + std::to_string(*config.burst) +
+                              " is only supported with sharing.strategy Quota, not " +
+                              to_string(strategy));
     if (config.priority)
-      return std::string("compute.priority ") + to_string(*config.priority) +
-             " is only supported with sharing.strategy Quota, not " + to_string(strategy);
+      return invalid_argument(std::string("compute.priority ") + to_string(*config.priority) +
+                              " is only supported with sharing.strategy Quota, not " +
+                              to_string(strategy));
   }
-  return "";
+  return Status::ok();
 }
 
 const char* to_string(Priority priority) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/driver_name.h"
+#include "tessera/status.h"
 
 namespace tessera::agent {
 
@@ -36,15 +37,17 @@ struct VgpuConfig {
   bool operator==(const VgpuConfig&) const = default;
 };
 
-// Decodes one `opaque.parameters` object. Returns "" or the error ("compute.burst: ...").
-std::string decode_vgpu_config(const nlohmann::json& parameters, VgpuConfig& out);
+// Decodes one `opaque.parameters` object, or kInvalidArgument naming the field ("compute.burst:
+// ...").
+Result<VgpuConfig> decode_vgpu_config(const nlohmann::json& parameters);
 
 // `later` overrides `base` field by field (the API lists class configs, then claim configs).
 VgpuConfig merge_vgpu_config(const VgpuConfig& base, const VgpuConfig& later);
 
 // Checks the merged config for combinations no single object shows (a timeSlice whose strategy a
-// later config replaced; burst or priority under MPS/TimeSlicing). Returns "" or why not.
-std::string check_supported(const VgpuConfig& config);
+// later config replaced; burst or priority under MPS/TimeSlicing). Ok, or kInvalidArgument saying
+// why not.
+Status check_supported(const VgpuConfig& config);
 
 const char* to_string(Priority priority);
 const char* to_string(SharingStrategy strategy);

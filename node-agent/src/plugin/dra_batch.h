@@ -10,6 +10,7 @@
 
 #include "model/claim_locks.h"
 #include "model/claim_preparer.h"
+#include "tessera/status.h"
 
 namespace tessera::agent::detail {
 
@@ -23,20 +24,37 @@ inline PrepareResult guarded_prepare(ClaimPreparer& preparer, const ClaimRef& cl
   try {
     return preparer.prepare(claim);
   } catch (const std::exception& e) {
-    return PrepareResult{{}, std::string("internal error preparing the claim: ") + e.what()};
+    return internal_error(std::string("internal error preparing the claim: ") + e.what());
   } catch (...) {
-    return PrepareResult{{}, "internal error preparing the claim"};
+    return internal_error("internal error preparing the claim");
   }
 }
 
-inline std::string guarded_unprepare(ClaimPreparer& preparer, const ClaimRef& claim) {
+inline Status guarded_unprepare(ClaimPreparer& preparer, const ClaimRef& claim) {
   try {
     return preparer.unprepare(claim);
   } catch (const std::exception& e) {
-    return std::string("internal error unpreparing the claim: ") + e.what();
+    return internal_error(std::string("internal error unpreparing the claim: ") + e.what());
   } catch (...) {
-    return "internal error unpreparing the claim";
+    return internal_error("internal error unpreparing the claim");
   }
+}
+
+// The per-claim `error` kubelet sees for a prepare: "" for ok, else the message (kubelet retries
+// any failed claim and shows the text in the pod's events; it has no field for the code). A
+// failed Status without a message still fails the claim: its code's name stands in, since an
+// empty error means success to kubelet.
+inline std::string prepare_claim_error(const Status& status) {
+  if (status.is_ok()) return "";
+  if (status.message().empty()) return std::string(status_code_name(status.code()));
+  return status.message();
+}
+
+// The same for an unprepare, where kNotFound (nothing of the claim is on this node) is what
+// kubelet asked for: unprepare is idempotent, so it answers success.
+inline std::string unprepare_claim_error(const Status& status) {
+  if (status.code() == StatusCode::kNotFound) return "";
+  return prepare_claim_error(status);
 }
 
 inline constexpr const char* kNoUidError = "claim has no uid";
@@ -64,11 +82,11 @@ void prepare_batch(ClaimPreparer& preparer, ClaimLocks& locks, const Request& re
                    Response* response, FillDevice fill_device) {
   for_each_claim(locks, request, response, [&](const ClaimRef& claim, auto& entry) {
     PrepareResult result = guarded_prepare(preparer, claim);
-    if (!result.error.empty()) {
-      entry.set_error(result.error);  // a failed claim lists no devices
+    if (!result.is_ok()) {
+      entry.set_error(prepare_claim_error(result.status()));  // a failed claim lists no devices
       return;
     }
-    for (const PreparedDevice& device : result.devices) fill_device(device, entry.add_devices());
+    for (const PreparedDevice& device : *result) fill_device(device, entry.add_devices());
   });
 }
 
@@ -76,7 +94,7 @@ template <class Request, class Response>
 void unprepare_batch(ClaimPreparer& preparer, ClaimLocks& locks, const Request& request,
                      Response* response) {
   for_each_claim(locks, request, response, [&](const ClaimRef& claim, auto& entry) {
-    entry.set_error(guarded_unprepare(preparer, claim));
+    entry.set_error(unprepare_claim_error(guarded_unprepare(preparer, claim)));
   });
 }
 

@@ -23,12 +23,12 @@ namespace {
 // 45 s: a prepare cut short is retried by kubelet against the next agent.
 constexpr auto kShutdownGrace = std::chrono::seconds(10);
 
-std::string check_socket_path(const fs::path& path) {
+Status check_socket_path(const fs::path& path) {
   if (path.native().size() >= sizeof(sockaddr_un{}.sun_path)) {
-    return "socket path " + path.native() + " is longer than " +
-           std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes";
+    return invalid_argument("socket path " + path.native() + " is longer than " +
+                            std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes");
   }
-  return "";
+  return Status::ok();
 }
 
 std::unique_ptr<grpc::Server> serve(const fs::path& socket,
@@ -41,18 +41,18 @@ std::unique_ptr<grpc::Server> serve(const fs::path& socket,
 
 }  // namespace
 
-std::string remove_stale_socket(const fs::path& path) {
+Status remove_stale_socket(const fs::path& path) {
   std::error_code ec;
   fs::file_status status = fs::symlink_status(path, ec);
-  if (status.type() == fs::file_type::not_found) return "";
-  if (ec) return "cannot inspect " + path.native() + ": " + ec.message();
+  if (status.type() == fs::file_type::not_found) return Status::ok();
+  if (ec) return internal_error("cannot inspect " + path.native() + ": " + ec.message());
   if (status.type() != fs::file_type::socket) {
-    return path.native() + " exists and is not a socket; not replacing it";
+    return already_exists(path.native() + " exists and is not a socket; not replacing it");
   }
   if (!fs::remove(path, ec) && ec) {
-    return "cannot remove stale socket " + path.native() + ": " + ec.message();
+    return internal_error("cannot remove stale socket " + path.native() + ": " + ec.message());
   }
-  return "";
+  return Status::ok();
 }
 
 PluginServer::PluginServer(PluginServerOptions options, ClaimPreparer& preparer,
@@ -77,20 +77,20 @@ RegistrationState PluginServer::registration_state() const {
   return registration_ ? registration_->state() : RegistrationState{};
 }
 
-std::string PluginServer::start() {
-  if (dra_server_) return "plugin server already started";
+Status PluginServer::start() {
+  if (dra_server_) return failed_precondition("plugin server already started");
   const fs::path reg_socket = registration_socket();
   const fs::path dra = dra_socket();
   for (const fs::path& socket : {reg_socket, dra}) {
-    if (std::string error = check_socket_path(socket); !error.empty()) return error;
+    TESSERA_RETURN_IF_ERROR(check_socket_path(socket));
   }
   std::error_code ec;
   for (const fs::path& dir : {reg_socket.parent_path(), dra.parent_path()}) {
     fs::create_directories(dir, ec);
-    if (ec) return "cannot create " + dir.native() + ": " + ec.message();
+    if (ec) return internal_error("cannot create " + dir.native() + ": " + ec.message());
   }
   for (const fs::path& socket : {reg_socket, dra}) {
-    if (std::string error = remove_stale_socket(socket); !error.empty()) return error;
+    TESSERA_RETURN_IF_ERROR(remove_stale_socket(socket));
   }
 
   dra_v1_ = std::make_unique<DraServiceV1>(preparer_, claim_locks_);
@@ -105,7 +105,7 @@ std::string PluginServer::start() {
   dra_server_ = serve(dra, dra_services);
   if (!dra_server_) {
     stop();
-    return "cannot serve the DRA services on " + dra.native();
+    return internal_error("cannot serve the DRA services on " + dra.native());
   }
 
   registration_ = std::make_unique<RegistrationService>(
@@ -113,9 +113,9 @@ std::string PluginServer::start() {
   registration_server_ = serve(reg_socket, {registration_.get()});
   if (!registration_server_) {
     stop();
-    return "cannot serve plugin registration on " + reg_socket.native();
+    return internal_error("cannot serve plugin registration on " + reg_socket.native());
   }
-  return "";
+  return Status::ok();
 }
 
 void PluginServer::stop() {
@@ -124,14 +124,14 @@ void PluginServer::stop() {
     registration_server_->Shutdown(deadline);
     registration_server_->Wait();
     registration_server_.reset();
-    (void)remove_stale_socket(registration_socket());
+    remove_stale_socket(registration_socket()).ignore();  // best effort: stopping regardless
   }
   if (health_service_) health_service_->stop();  // open health streams end at once
   if (dra_server_) {
     dra_server_->Shutdown(deadline);
     dra_server_->Wait();
     dra_server_.reset();
-    (void)remove_stale_socket(dra_socket());
+    remove_stale_socket(dra_socket()).ignore();
   }
   // The services outlive their servers: gRPC calls them until Wait() returns.
   health_service_.reset();

@@ -19,6 +19,7 @@
 #include "model/claim_preparer.h"
 #include "model/driver_name.h"
 #include "registration_server.h"
+#include "tessera/status.h"
 
 namespace grpc {
 class Server;
@@ -48,9 +49,10 @@ class PluginServer {
 
   // Creates the DRA socket's folder, replaces stale sockets (a path that exists and is not a
   // socket is left alone: an error), serves DRA, then registration (kubelet must find the DRA
-  // socket ready once it sees the registration socket). Returns "" or what went wrong; on error
-  // nothing is left serving.
-  std::string start();
+  // socket ready once it sees the registration socket). On error nothing is left serving:
+  // kInvalidArgument for a socket path too long, kAlreadyExists for a path that is not a socket,
+  // kFailedPrecondition when already started, kInternal otherwise.
+  Status start();
   // Stops registration first (kubelet deregisters the plugin), then DRA; waits for calls in
   // flight; removes both sockets. Idempotent.
   void stop();
@@ -73,8 +75,8 @@ class PluginServer {
   std::unique_ptr<grpc::Server> registration_server_;
 };
 
-// Removes `path` if it is a socket, leaves it if absent. Returns "" or why it could not (including
-// a path that is something other than a socket).
-std::string remove_stale_socket(const std::filesystem::path& path);
+// Removes `path` if it is a socket, leaves it if absent. Else why it could not: kAlreadyExists for
+// a path that is something other than a socket, kInternal when it cannot be inspected or removed.
+Status remove_stale_socket(const std::filesystem::path& path);
 
 }  // namespace tessera::agent

@@ -279,15 +279,14 @@ ReserveOrphan ShareManager::orphan_reserver(SharingStrategy strategy) {
 }
 
 PrepareResult ShareManager::result_of(const ClaimEntry& entry) {
-  PrepareResult result;
+  std::vector<PreparedDevice> devices;
   for (const auto& share : entry.shares)
-    result.devices.push_back(
+    devices.push_back(
         {share.request_names, share.pool, share.device, {cdi_device_id(share)}, share.share_id});
-  return result;
+  return devices;
 }
 
 PrepareResult ShareManager::prepare(const ClaimRef& claim) {
-  PrepareResult failed;
   try {
     // Kubelet's retry of a call still running waits here, then answers from the checkpoint.
     ClaimLocks::Guard claim_lock = claim_locks_.lock(claim.uid);
@@ -297,19 +296,17 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
       if (it != checkpoint_.end() && it->second.state == ClaimState::kPrepareCompleted)
         return result_of(it->second);
     }
-    const ApiResponse answer =
+    const Result<ApiResponse> answer =
         kube_.request("GET", resource_claim_path(claim.namespace_name, claim.name));
-    if (!answer.ok()) {
-      failed.error = "cannot get ResourceClaim " + claim.namespace_name + "/" + claim.name + ": " +
-                     answer.error;
-      return failed;
-    }
-    ShareSpecInput input{answer.body, claim.uid, options_.driver, options_.node_name, devices()};
-    std::vector<ShareSpec> shares;
-    if (auto e = compute_share_specs(input, shares); !e.empty()) {
-      failed.error = "ResourceClaim " + claim.namespace_name + "/" + claim.name + ": " + e;
-      return failed;
-    }
+    if (!answer.is_ok())
+      return answer.status().with_context("cannot get ResourceClaim " + claim.namespace_name + "/" +
+                                          claim.name);
+    ShareSpecInput input{answer->body, claim.uid, options_.driver, options_.node_name, devices()};
+    Result<std::vector<ShareSpec>> computed = compute_share_specs(input);
+    if (!computed.is_ok())
+      return computed.status().with_context("ResourceClaim " + claim.namespace_name + "/" +
+                                            claim.name);
+    const std::vector<ShareSpec>& shares = *computed;
 
     // A PrepareStarted entry left by a crash: the allocation of a claim UID never changes, so the
     // same shares are recomputed and every write below is redone in place. The entry names the
@@ -328,26 +325,19 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
         return true;
       });
     }
-    if (auto status = save_checkpoint(version); !status.is_ok()) {
-      failed.error = status.message();
-      return failed;
-    }
+    TESSERA_RETURN_IF_ERROR(save_checkpoint(version));
     step();
     for (const auto& members : shares_by_folder(shares)) {
-      if (auto e = write_share_folder(members, /*unused=*/true); !e.empty()) {
-        failed.error = "share " + members.front().folder_name() + ": " + e;
-        return failed;
-      }
+      if (auto e = write_share_folder(members, /*unused=*/true); !e.empty())
+        return internal_error("share " + members.front().folder_name() + ": " + e);
       step();
     }
     for (const auto& share : shares) {
       ShareBackend* backend = backend_for(share.strategy());
-      if (!backend) {
-        failed.error = "share " + share.name() + ": sharing.strategy " +
-                       to_string(share.strategy()) + " is not enabled on node " +
-                       options_.node_name;
-        return failed;
-      }
+      if (!backend)
+        return failed_precondition("share " + share.name() + ": sharing.strategy " +
+                                   to_string(share.strategy()) + " is not enabled on node " +
+                                   options_.node_name);
       // For a GPU-wide setting the check (HolderLookup), the apply and the record of this claim
       // as a holder are one step for the GPU: a racing claim waits, then sees this one.
       const std::optional<ClaimLocks::Guard> gpu = backend->lock_gpu(share.uuid);
@@ -356,34 +346,23 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
         holder = held_elsewhere(claim.uid, share);
         return holder ? &*holder : nullptr;
       });
-      if (!started_share.is_ok()) {
-        failed.error = "share " + share.name() + ": " + started_share.message();
-        return failed;
-      }
+      TESSERA_RETURN_IF_ERROR(started_share.with_context("share " + share.name()));
       add_holder(claim.uid, share);
       if (backend->changes_node()) step();
     }
-    if (auto e = write_cdi_spec(claim.uid, shares); !e.empty()) {
-      failed.error = e;
-      return failed;
-    }
+    if (auto e = write_cdi_spec(claim.uid, shares); !e.empty()) return internal_error(e);
     step();
     auto set_state = [&claim](ClaimState state) {
       return [&claim, state](Checkpoint& checkpoint) { checkpoint[claim.uid].state = state; };
     };
     version = update_checkpoint(set_state(ClaimState::kPrepareCompleted));
-    if (auto status = save_checkpoint(version, set_state(ClaimState::kPrepareStarted));
-        !status.is_ok()) {
-      failed.error = status.message();
-      return failed;
-    }
+    TESSERA_RETURN_IF_ERROR(save_checkpoint(version, set_state(ClaimState::kPrepareStarted)));
     step();
     ClaimEntry completed = started;
     completed.state = ClaimState::kPrepareCompleted;
     return result_of(completed);
   } catch (const std::exception& e) {
-    failed.error = std::string("prepare failed: ") + e.what();
-    return failed;
+    return internal_error(std::string("prepare failed: ") + e.what());
   }
 }
 
@@ -401,7 +380,7 @@ std::string ShareManager::live_processes(const std::string& folder) const {
   return found;
 }
 
-std::string ShareManager::unprepare(const ClaimRef& claim) {
+Status ShareManager::unprepare(const ClaimRef& claim) {
   try {
     ClaimLocks::Guard claim_lock = claim_locks_.lock(claim.uid);
     // A copy: only this call changes the entry while it holds the claim's lock.
@@ -409,7 +388,8 @@ std::string ShareManager::unprepare(const ClaimRef& claim) {
     {
       std::lock_guard lock(checkpoint_mutex_);
       const auto it = checkpoint_.find(claim.uid);
-      if (it == checkpoint_.end()) return "";  // never prepared here, or already unprepared
+      if (it == checkpoint_.end())
+        return Status::ok();  // never prepared here, or already unprepared
       entry = it->second;
     }
     const auto folders = shares_by_folder(entry.shares);
@@ -419,8 +399,8 @@ std::string ShareManager::unprepare(const ClaimRef& claim) {
         busy += (busy.empty() ? "" : "; ") + members.front().folder_name() + " (host pids " + pids +
                 ")";
     if (!busy.empty())
-      return "claim " + claim.uid + " still has running processes in share " + busy +
-             ": kept until they exit";
+      return failed_precondition("claim " + claim.uid + " still has running processes in share " +
+                                 busy + ": kept until they exit");
     // First demote the entry: a crash from here on leaves a PrepareStarted entry, which a later
     // prepare redoes in full instead of answering from a checkpoint whose files are half gone.
     if (entry.state == ClaimState::kPrepareCompleted) {
@@ -428,16 +408,15 @@ std::string ShareManager::unprepare(const ClaimRef& claim) {
         return [&claim, state](Checkpoint& checkpoint) { checkpoint[claim.uid].state = state; };
       };
       const uint64_t version = update_checkpoint(set_state(ClaimState::kPrepareStarted));
-      if (auto status = save_checkpoint(version, set_state(ClaimState::kPrepareCompleted));
-          !status.is_ok())
-        return status.message();
+      TESSERA_RETURN_IF_ERROR(save_checkpoint(version, set_state(ClaimState::kPrepareCompleted)));
       step();
     }
     // A crash while the spec was written left its temporary (named by the dead agent's pid).
     remove_stale_temporaries(options_.cdi_dir, cdi_spec_file_name(claim.uid));
     std::error_code ec;
     fs::remove(cdi_spec_path(claim.uid), ec);
-    if (ec) return "cannot remove " + cdi_spec_path(claim.uid) + ": " + ec.message();
+    if (ec)
+      return internal_error("cannot remove " + cdi_spec_path(claim.uid) + ": " + ec.message());
     step();
     for (const auto& share : entry.shares) {
       // A backend disabled since prepare has nothing to stop; its step still counts.
@@ -449,7 +428,7 @@ std::string ShareManager::unprepare(const ClaimRef& claim) {
           holder = held_elsewhere(claim.uid, share);
           return holder ? &*holder : nullptr;
         });
-        if (!stopped.is_ok()) return "share " + share.name() + ": " + stopped.message();
+        TESSERA_RETURN_IF_ERROR(stopped.with_context("share " + share.name()));
         remove_holder(claim.uid, share);  // still under the GPU's lock
       } else {
         remove_holder(claim.uid, share);
@@ -459,20 +438,18 @@ std::string ShareManager::unprepare(const ClaimRef& claim) {
     for (const auto& members : folders) {
       const std::string dir = share_dir(members.front());
       fs::remove_all(dir, ec);
-      if (ec) return "cannot remove " + dir + ": " + ec.message();
+      if (ec) return internal_error("cannot remove " + dir + ": " + ec.message());
       step();
     }
     entry.state = ClaimState::kPrepareStarted;  // what the checkpoint holds by now
     const uint64_t version =
         update_checkpoint([&claim](Checkpoint& checkpoint) { checkpoint.erase(claim.uid); });
-    if (auto status = save_checkpoint(
-            version, [&claim, &entry](Checkpoint& checkpoint) { checkpoint[claim.uid] = entry; });
-        !status.is_ok())
-      return status.message();
+    TESSERA_RETURN_IF_ERROR(save_checkpoint(
+        version, [&claim, &entry](Checkpoint& checkpoint) { checkpoint[claim.uid] = entry; }));
     step();
-    return "";
+    return Status::ok();
   } catch (const std::exception& e) {
-    return std::string("unprepare failed: ") + e.what();
+    return internal_error(std::string("unprepare failed: ") + e.what());
   }
 }
 

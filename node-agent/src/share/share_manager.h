@@ -114,7 +114,7 @@ class ShareManager final : public ClaimPreparer {
 
   // Thread-safe; calls for different claims run concurrently (see Locking above).
   PrepareResult prepare(const ClaimRef& claim) override;
-  std::string unprepare(const ClaimRef& claim) override;
+  Status unprepare(const ClaimRef& claim) override;
 
   // The GPUs claims are checked against; the device monitor replaces them when the node's GPUs
   // change (prepared shares keep working from the checkpoint).

@@ -54,7 +54,7 @@ struct GpuTimeMeter::Nvml {
 
   std::string load(const std::string& path) {
     NvmlLibrary library;
-    if (auto e = library.open(path); !e.empty()) return e;
+    if (Status opened = library.open(path); !opened.is_ok()) return opened.message();
     library.resolve("nvmlInit_v2", init);
     library.resolve("nvmlShutdown", shutdown);
     library.resolve("nvmlErrorString", error_string);
@@ -201,13 +201,13 @@ void GpuTimeMeter::rescan(std::string& problems) {
     while (const dirent* entry = readdir(folder)) {
       if (entry->d_name[0] == '.') continue;  // ".", "..", and temporary names
       const std::string dir = options_.shares_dir + "/" + entry->d_name;
-      bool missing = false;
-      const UniqueFd fd = open_regular(dir + "/limits", O_RDWR, sizeof(share::LimitsPage), missing);
-      if (!fd) {
+      Result<UniqueFd> opened = open_regular(dir + "/limits", O_RDWR, sizeof(share::LimitsPage));
+      if (!opened.is_ok()) {
         // No limits page yet (a share being created) is normal; anything else is reported.
-        if (!missing && errno != ENOTDIR) note(dir + "/limits cannot be opened");
+        if (opened.status().code() != StatusCode::kNotFound) note(dir + "/limits cannot be opened");
         continue;
       }
+      const UniqueFd fd = std::move(opened).value();
       struct stat info {};
       fstat(fd.get(), &info);
       auto it = std::find_if(shares_.begin(), shares_.end(),

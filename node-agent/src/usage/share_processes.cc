@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 
 #include "tessera/file_io.h"
@@ -19,20 +20,25 @@ namespace tessera::agent {
 
 // Opens a file a tenant may have replaced: never follows a final symlink, never blocks on a FIFO,
 // and only a regular file of at least `size` bytes is accepted (tessera::open_file, kUntrusted).
-UniqueFd open_regular(const std::string& path, int flags, size_t size, bool& missing) {
+Result<UniqueFd> open_regular(const std::string& path, int flags, size_t size) {
   UniqueFd fd;
   const int error = open_file(path.c_str(), flags, FileSource::kUntrusted, fd, size);
-  missing = error == ENOENT;
-  if (error != 0) errno = error;
+  if (error == ENOENT || error == ENOTDIR)
+    return not_found("cannot open " + path + ": " + std::strerror(error));
+  if (error == ELOOP) return failed_precondition(path + " is a symlink");
+  if (error == EINVAL || error == ENODATA)
+    return failed_precondition(path + " is not a regular file of at least " + std::to_string(size) +
+                               " bytes");
+  if (error != 0) return internal_error("cannot open " + path + ": " + std::strerror(error));
   return fd;
 }
 
 std::vector<uint64_t> usage_page_owners(const std::string& path) {
   std::vector<uint64_t> owners;
-  bool missing = false;
   constexpr size_t kHeader = offsetof(share::UsagePage, slots);
-  const UniqueFd fd = open_regular(path, O_RDONLY, kHeader, missing);
-  if (!fd) return owners;
+  Result<UniqueFd> opened = open_regular(path, O_RDONLY, kHeader);
+  if (!opened.is_ok()) return owners;
+  const UniqueFd fd = std::move(opened).value();
   std::vector<unsigned char> buffer(sizeof(share::UsagePage), 0);
   unsigned char* bytes = buffer.data();
   const auto* page = reinterpret_cast<const share::UsagePage*>(bytes);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/status.h"
 #include "tessera/unique_fd.h"
 
 namespace tessera::agent {
@@ -32,8 +33,10 @@ std::map<uint64_t, int> live_process_owners(const std::string& proc_root = "/pro
 std::vector<uint64_t> usage_page_owners(const std::string& path);
 
 // Opens a file in a tenant-writable folder: never follows a final symlink, never blocks on a FIFO;
-// only a regular file of at least `size` bytes is accepted (tessera::open_file, kUntrusted). An
-// empty owner otherwise, with errno set (`missing`: it was absent).
-UniqueFd open_regular(const std::string& path, int flags, size_t size, bool& missing);
+// only a regular file of at least `size` bytes is accepted (tessera::open_file, kUntrusted). The
+// fd's owner, or kNotFound when it is absent (or a folder on the way is not one),
+// kFailedPrecondition when it is no regular file of `size` bytes (a symlink, a FIFO, a short
+// file), kInternal otherwise.
+Result<UniqueFd> open_regular(const std::string& path, int flags, size_t size);
 
 }  // namespace tessera::agent

@@ -107,7 +107,7 @@ TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
   options.registry_dir = config_.kubelet_registry_dir;
   options.plugins_dir = config_.kubelet_plugins_dir;
   PluginServer server(options, agent.preparer(), &agent.health());
-  ASSERT_EQ(server.start(), "");
+  ASSERT_EQ(server.start().message(), "");
 
   // The node's GPU was published before kubelet could ask for anything.
   const auto slices = api_.stored_slices();

@@ -44,7 +44,7 @@ class MpsBackendTest : public ::testing::Test {
     return options;
   }
   ~MpsBackendTest() override {
-    for (const auto& name : backend_.share_folders()) backend_.stop(name);
+    for (const auto& name : backend_.share_folders()) backend_.stop(name).ignore();
   }
 
   RecordingDoubles doubles_;
@@ -56,8 +56,8 @@ class MpsBackendTest : public ::testing::Test {
 
 TEST_F(MpsBackendTest, OneDaemonPerShareWithItsOwnLimits) {
   MpsBackend& backend = backend_;
-  ASSERT_EQ(backend.start(a_), "");
-  ASSERT_EQ(backend.start(b_), "");
+  ASSERT_EQ(backend.start(a_).message(), "");
+  ASSERT_EQ(backend.start(b_).message(), "");
 
   const MpsDaemonState state_a = backend.inspect(a_.name());
   const MpsDaemonState state_b = backend.inspect(b_.name());
@@ -101,9 +101,9 @@ TEST_F(MpsBackendTest, OneDaemonPerShareWithItsOwnLimits) {
 }
 
 TEST_F(MpsBackendTest, StartIsIdempotent) {
-  ASSERT_EQ(backend_.start(a_), "");
+  ASSERT_EQ(backend_.start(a_).message(), "");
   const int pid = backend_.inspect(a_.name()).pid;
-  ASSERT_EQ(backend_.start(a_), "");
+  ASSERT_EQ(backend_.start(a_).message(), "");
   EXPECT_EQ(backend_.inspect(a_.name()).pid, pid);
   const std::string calls = doubles_.calls();
   size_t launches = 0;
@@ -114,24 +114,24 @@ TEST_F(MpsBackendTest, StartIsIdempotent) {
 }
 
 TEST_F(MpsBackendTest, StopQuitsTheDaemonAndRemovesTheFolders) {
-  ASSERT_EQ(backend_.start(a_), "");
+  ASSERT_EQ(backend_.start(a_).message(), "");
   const int pid = backend_.inspect(a_.name()).pid;
   ASSERT_GT(pid, 0);
-  ASSERT_EQ(backend_.stop(a_.name()), "");
+  ASSERT_EQ(backend_.stop(a_.name()).message(), "");
   EXPECT_NE(doubles_.calls().find("  quit \n"), std::string::npos) << doubles_.calls();
   EXPECT_FALSE(backend_.inspect(a_.name()).running);
   EXPECT_FALSE(fs::exists(backend_.folder(a_.name())));
-  EXPECT_EQ(backend_.stop(a_.name()), "");  // nothing left: still fine
+  EXPECT_EQ(backend_.stop(a_.name()).message(), "");  // nothing left: still fine
 }
 
 TEST_F(MpsBackendTest, ADeadDaemonIsStartedAgain) {
-  ASSERT_EQ(backend_.start(a_), "");
+  ASSERT_EQ(backend_.start(a_).message(), "");
   const int pid = backend_.inspect(a_.name()).pid;
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   for (int i = 0; i < 200 && backend_.inspect(a_.name()).running; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_FALSE(backend_.inspect(a_.name()).running);
-  ASSERT_EQ(backend_.start(a_), "");
+  ASSERT_EQ(backend_.start(a_).message(), "");
   const MpsDaemonState state = backend_.inspect(a_.name());
   EXPECT_TRUE(state.running);
   EXPECT_NE(state.pid, pid);
@@ -142,8 +142,8 @@ TEST_F(MpsBackendTest, ADeadDaemonIsStartedAgain) {
 // tenant (another share's daemon) is never taken for this share's daemon, nor killed, and the
 // share's own daemon is still found (by its environment) and stopped.
 TEST_F(MpsBackendTest, APidFileWrittenByATenantIsNotTrusted) {
-  ASSERT_EQ(backend_.start(a_), "");
-  ASSERT_EQ(backend_.start(b_), "");
+  ASSERT_EQ(backend_.start(a_).message(), "");
+  ASSERT_EQ(backend_.start(b_).message(), "");
   const int daemon_a = backend_.inspect(a_.name()).pid;
   const int daemon_b = backend_.inspect(b_.name()).pid;
   std::ofstream(backend_.pipe_dir(a_.name()) + "/nvidia-cuda-mps-control.pid") << daemon_b << "\n";
@@ -154,7 +154,7 @@ TEST_F(MpsBackendTest, APidFileWrittenByATenantIsNotTrusted) {
   ASSERT_EQ(mkfifo((backend_.pipe_dir(a_.name()) + "/nvidia-cuda-mps-control.pid").c_str(), 0666),
             0);
   EXPECT_EQ(backend_.inspect(a_.name()).pid, daemon_a);
-  ASSERT_EQ(backend_.stop(a_.name()), "");
+  ASSERT_EQ(backend_.stop(a_.name()).message(), "");
   EXPECT_FALSE(backend_.inspect(a_.name()).running);
   EXPECT_EQ(backend_.inspect(b_.name()).pid, daemon_b);
 }
@@ -162,10 +162,13 @@ TEST_F(MpsBackendTest, APidFileWrittenByATenantIsNotTrusted) {
 TEST_F(MpsBackendTest, AMissingProgramIsAClearError) {
   options_.control = "/nonexistent/nvidia-cuda-mps-control";
   MpsBackend backend(options_);
-  EXPECT_EQ(backend.start(a_), "cannot start the MPS daemon of share " + a_.name() +
+  const Status started = backend.start(a_);
+  EXPECT_EQ(started.message(), "cannot start the MPS daemon of share " + a_.name() +
                                    ": /nonexistent/nvidia-cuda-mps-control -d: cannot run "
                                    "/nonexistent/nvidia-cuda-mps-control: No such file or "
                                    "directory");
+  // Not a transient failure: the node needs the program (or the flag fixed).
+  EXPECT_EQ(started.code(), StatusCode::kFailedPrecondition);
 }
 
 TEST_F(MpsBackendTest, ZeroCoresStillGetsOnePercent) {
@@ -176,18 +179,39 @@ TEST_F(MpsBackendTest, ZeroCoresStillGetsOnePercent) {
 }
 
 TEST(CommandRunner, CapturesOutputExitStatusAndTimeouts) {
-  const CommandResult echo =
-      run_command(Command({"/bin/sh", "-c", "cat; echo err >&2; exit 3"}, {"X=1"}, "in\n"));
-  EXPECT_TRUE(echo.started);
-  EXPECT_EQ(echo.exit_code, 3);
-  EXPECT_EQ(echo.output, "in\nerr\n");
-  const CommandResult env =
+  const Command echoing({"/bin/sh", "-c", "cat; echo err >&2; exit 3"}, {"X=1"}, "in\n");
+  const Result<CommandResult> echo = run_command(echoing);
+  ASSERT_TRUE(echo.is_ok()) << echo.status().message();  // it ran
+  EXPECT_EQ(echo->exit_code, 3);
+  EXPECT_EQ(echo->output, "in\nerr\n");
+  const Status exit_status = command_status(echoing, echo);
+  EXPECT_EQ(exit_status.code(), StatusCode::kInternal);
+  EXPECT_EQ(exit_status.message(), "/bin/sh -c cat; echo err >&2; exit 3: exit 3: err");
+  const Result<CommandResult> env =
       run_command(Command({"/bin/sh", "-c", "echo $TESSERA_X"}, {"TESSERA_X=from-agent"}));
-  EXPECT_EQ(env.output, "from-agent\n");
+  ASSERT_TRUE(env.is_ok());
+  EXPECT_EQ(env->output, "from-agent\n");
   const Command slow({"/bin/sleep", "5"}, {}, "", std::chrono::milliseconds(100));
-  const CommandResult timed_out = run_command(slow);
-  EXPECT_TRUE(timed_out.timed_out);
-  EXPECT_EQ(failure(slow, timed_out), "/bin/sleep 5: did not finish within 100 ms");
+  const Result<CommandResult> timed_out = run_command(slow);
+  ASSERT_TRUE(timed_out.is_ok());
+  EXPECT_TRUE(timed_out->timed_out);
+  const Status late = command_status(slow, timed_out);
+  EXPECT_EQ(late.message(), "/bin/sleep 5: did not finish within 100 ms");
+  EXPECT_EQ(late.code(), StatusCode::kUnavailable);  // retrying may help
+}
+
+TEST(CommandRunner, AProgramThatCannotRunIsAnError) {
+  const Command missing({"/nonexistent/program"});
+  const Result<CommandResult> result = run_command(missing);
+  ASSERT_FALSE(result.is_ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(result.status().message(),
+            "cannot run /nonexistent/program: No such file or directory");
+  EXPECT_EQ(run_checked(missing).message(),
+            "/nonexistent/program: cannot run /nonexistent/program: No such file or directory");
+  EXPECT_EQ(run_command(Command(std::vector<std::string>{})).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(run_checked(Command({"/bin/true"})).is_ok());
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ class TimeSliceBackendTest : public ::testing::Test {
 
 TEST_F(TimeSliceBackendTest, AppliesTheIntervalAndRestoresDefault) {
   TimeSliceBackend backend(options_);
-  ASSERT_EQ(backend.apply(kGpu0, TimeSlice::kLong), "");
+  ASSERT_EQ(backend.apply(kGpu0, TimeSlice::kLong).message(), "");
   EXPECT_EQ(doubles_.calls(), std::string("nvidia-smi -i ") + kGpu0 +
                                   " -c DEFAULT\n"
                                   "nvidia-smi compute-policy -i " +
@@ -33,7 +33,7 @@ TEST_F(TimeSliceBackendTest, AppliesTheIntervalAndRestoresDefault) {
   EXPECT_EQ(backend.recorded(kGpu0), TimeSlice::kLong);
   EXPECT_EQ(backend.recorded_uuids(), std::vector<std::string>{kGpu0});
 
-  ASSERT_EQ(backend.restore(kGpu0), "");
+  ASSERT_EQ(backend.restore(kGpu0).message(), "");
   EXPECT_EQ(doubles_.gpu_setting(kGpu0, "timeslice"), "0");
   EXPECT_FALSE(backend.recorded(kGpu0).has_value());
   EXPECT_TRUE(backend.recorded_uuids().empty());
@@ -49,7 +49,9 @@ TEST_F(TimeSliceBackendTest, EveryIntervalHasItsPolicyValue) {
 TEST_F(TimeSliceBackendTest, AFailingNvidiaSmiIsReportedAndNothingRecorded) {
   TimeSliceBackend backend(options_);
   doubles_.fail_nvidia_smi();
-  EXPECT_EQ(backend.apply(kGpu0, TimeSlice::kShort),
+  const Status applied = backend.apply(kGpu0, TimeSlice::kShort);
+  EXPECT_EQ(applied.code(), StatusCode::kInternal);
+  EXPECT_EQ(applied.message(),
             std::string("time slice on ") + kGpu0 + ": " + RecordingDoubles::nvidia_smi() + " -i " +
                 kGpu0 +
                 " -c DEFAULT: exit 4: Unable to set the compute policy: Insufficient Permissions");

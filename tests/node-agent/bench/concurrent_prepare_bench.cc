@@ -134,8 +134,8 @@ int main(int argc, char** argv) {
   plugin_options.plugins_dir = dir.path() / "plugins";
   plugin_options.log = [](std::string_view) {};
   PluginServer plugin(plugin_options, manager);
-  if (auto e = plugin.start(); !e.empty()) {
-    std::fprintf(stderr, "%s\n", e.c_str());
+  if (const tessera::Status started = plugin.start(); !started.is_ok()) {
+    std::fprintf(stderr, "%s\n", started.message().c_str());
     return 1;
   }
   testing::KubeletSimulator kubelet(plugin.registration_socket());

@@ -59,19 +59,20 @@ int main(int argc, char** argv) {
     auto t0 = clock::now();
     const PrepareResult r = manager.prepare(ref);
     auto t1 = clock::now();
-    if (!r.error.empty() || r.devices.size() != 2) {
-      std::fprintf(stderr, "prepare %s: %s\n", ref.name.c_str(), r.error.c_str());
+    if (!r.is_ok() || r->size() != 2) {
+      std::fprintf(stderr, "prepare %s: %s\n", ref.name.c_str(), r.status().message().c_str());
       return 1;
     }
-    manager.prepare(ref);  // kubelet's retry: answered from the checkpoint
+    // kubelet's retry: answered from the checkpoint
+    if (!manager.prepare(ref).is_ok()) return 1;
     auto t2 = clock::now();
     prepare_ms.push_back(ms(t1 - t0));
     repeat_ms.push_back(ms(t2 - t1));
   }
   for (const auto& ref : refs) {
     auto t0 = clock::now();
-    if (auto e = manager.unprepare(ref); !e.empty()) {
-      std::fprintf(stderr, "unprepare %s: %s\n", ref.name.c_str(), e.c_str());
+    if (const tessera::Status e = manager.unprepare(ref); !e.is_ok()) {
+      std::fprintf(stderr, "unprepare %s: %s\n", ref.name.c_str(), e.message().c_str());
       return 1;
     }
     unprepare_ms.push_back(ms(clock::now() - t0));

@@ -220,7 +220,9 @@ TEST(DeviceMonitor, ApplicationXidsLeaveTheDeviceHealthy) {
 TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
   in_simulator([] {
     Inventory inventory;
-    ASSERT_EQ(list_gpus(inventory.all), "");
+    Result<std::vector<GpuInfo>> listed = list_gpus();
+    ASSERT_EQ(listed.status().message(), "");
+    inventory.all = *listed;
     ASSERT_EQ(inventory.all.size(), 2u);
     const auto& all = inventory.all;
     auto& drop = inventory.drop;
@@ -293,7 +295,9 @@ TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
 TEST(DeviceMonitor, DeviceAddedLaterIsWatchedForXids) {
   in_simulator([] {
     std::vector<GpuInfo> all;
-    ASSERT_EQ(list_gpus(all), "");
+    Result<std::vector<GpuInfo>> listed = list_gpus();
+    ASSERT_EQ(listed.status().message(), "");
+    all = *listed;
     ASSERT_EQ(all.size(), 2u);
     std::atomic<bool> both{false};
     DeviceMonitorOptions options = fast_options();
@@ -322,7 +326,9 @@ TEST(DeviceMonitor, DeviceAddedLaterIsWatchedForXids) {
 TEST(DeviceMonitor, FailedPublishIsRetriedUntilDelivered) {
   in_simulator([] {
     Inventory inventory;
-    ASSERT_EQ(list_gpus(inventory.all), "");
+    Result<std::vector<GpuInfo>> listed = list_gpus();
+    ASSERT_EQ(listed.status().message(), "");
+    inventory.all = *listed;
     ASSERT_EQ(inventory.all.size(), 2u);
     const auto& all = inventory.all;
     auto& drop = inventory.drop;
@@ -384,8 +390,9 @@ TEST(DeviceMonitor, StopReturnsPromptly) {
 // The inventory has its own interval: turns in between only collect events.
 TEST(DeviceMonitor, ListsAgainOnlyEveryInventoryInterval) {
   in_simulator([] {
-    std::vector<GpuInfo> all;
-    ASSERT_EQ(list_gpus(all), "");
+    Result<std::vector<GpuInfo>> listed = list_gpus();
+    ASSERT_EQ(listed.status().message(), "");
+    const std::vector<GpuInfo> all = std::move(listed).value();
     std::atomic<int> listings{0};
     DeviceMonitorOptions options;
     options.pool = "node-a";

@@ -242,8 +242,9 @@ TEST(ResourceSlices, SimulatedGpusOfEverySizeArePublishedAndAccepted) {
          "name=NVIDIA L4,memory=23034Mi,sms=58,cc=8.9;"
          "name=Tesla T4,memory=15360Mi,sms=40,cc=7.5",
          1);
-  std::vector<GpuInfo> gpus;
-  ASSERT_EQ(list_gpus(gpus), "");
+  Result<std::vector<GpuInfo>> listed = list_gpus();
+  ASSERT_EQ(listed.status().message(), "");
+  const std::vector<GpuInfo> gpus = std::move(listed).value();
   std::filesystem::remove(state);
   ASSERT_EQ(gpus.size(), 7u);
   FakeApiServer server;
@@ -295,7 +296,9 @@ TEST(GpuInfo, ListsTheSimulatedGpus) {
          "A100-SXM4-80GB,memory=81920Mi,sms=108,cc=8.0",
          1);
   std::vector<GpuInfo> gpus;
-  ASSERT_EQ(list_gpus(gpus), "");
+  Result<std::vector<GpuInfo>> listed = list_gpus();
+  ASSERT_EQ(listed.status().message(), "");
+  gpus = *listed;
   std::filesystem::remove(state);
   ASSERT_EQ(gpus.size(), 2u);
   EXPECT_EQ(gpus[0].product_name, "NVIDIA H200");

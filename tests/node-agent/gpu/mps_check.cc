@@ -60,8 +60,9 @@ int main(int argc, char** argv) {
                 "--memory-fill and --compute-burn are required without "
                 "--lifecycle-only");
 
-  std::vector<tessera::GpuInfo> gpus;
-  if (auto e = tessera::list_gpus(gpus); !e.empty()) return fail("nvml", e);
+  const tessera::Result<std::vector<tessera::GpuInfo>> listed_gpus = tessera::list_gpus();
+  if (!listed_gpus.is_ok()) return fail("nvml", listed_gpus.status().message());
+  const std::vector<tessera::GpuInfo>& gpus = *listed_gpus;
   if (gpus.empty()) return fail("nvml", "no GPU");
   ShareSpec share;
   share.claim_uid = "gpu-check";
@@ -76,7 +77,7 @@ int main(int argc, char** argv) {
 
   std::filesystem::create_directories(options.root);
   MpsBackend mps(options);
-  if (auto e = mps.start(share); !e.empty()) return fail("start", e);
+  if (const tessera::Status e = mps.start(share); !e.is_ok()) return fail("start", e.message());
   const MpsDaemonState started = mps.inspect(share.name());
   std::cout << json{{"step", "start"},
                     {"ok", started.running},
@@ -97,39 +98,49 @@ int main(int argc, char** argv) {
       command.private_dev_shm = mps.shm_dir(share.name());
       return run_command(command);
     };
-    const CommandResult fill = client({memory_fill, "--api", "alloc", "--chunk", "256Mi"});
-    const json filled = last_json_line(fill.output);
+    // A program that could not run reports no output and exit -1.
+    auto ran = [](const tessera::Result<CommandResult>& result) {
+      return result.is_ok() ? *result : CommandResult{};
+    };
+    const tessera::Result<CommandResult> fill =
+        client({memory_fill, "--api", "alloc", "--chunk", "256Mi"});
+    const json filled = last_json_line(ran(fill).output);
     const uint64_t obtained = filled.value("bytes_obtained", uint64_t{0});
-    const bool held = fill.started && obtained > 0 && obtained <= kShareMemory;
+    const bool held = fill.is_ok() && obtained > 0 && obtained <= kShareMemory;
     std::cout << json{{"step", "memory-fill"},
                       {"ok", held},
                       {"limit_bytes", kShareMemory},
                       {"obtained_bytes", obtained},
                       {"sample", filled},
-                      {"exit", fill.exit_code},
-                      {"error", fill.ok() ? "" : failure(Command({memory_fill}), fill)}}
+                      {"exit", ran(fill).exit_code},
+                      {"error", command_status(Command({memory_fill}), fill).message()}}
                      .dump()
               << std::endl;
     if (!held) status = 1;
-    const CommandResult burn = client({compute_burn, "--seconds", "3"});
+    const tessera::Result<CommandResult> burn_result = client({compute_burn, "--seconds", "3"});
+    const CommandResult burn = ran(burn_result);
     // Reported, not judged: MPS compute shares measured in a VM are not trustworthy
     // (shared/design/cuda-facts.md).
     std::cout << json{{"step", "compute-burn"},
-                      {"ok", burn.ok()},
+                      {"ok", burn_result.is_ok() && burn.ok()},
                       {"sample", last_json_line(burn.output)},
                       {"exit", burn.exit_code}}
                      .dump()
               << std::endl;
-    if (!burn.ok()) status = 1;
+    if (!burn_result.is_ok() || !burn.ok()) status = 1;
     Command servers({options.control}, {"CUDA_MPS_PIPE_DIRECTORY=" + mps.pipe_dir(share.name())},
                     "get_server_list\n");
-    const CommandResult listed = run_command(servers);
-    std::cout
-        << json{{"step", "server-list"}, {"ok", listed.ok()}, {"output", listed.output}}.dump()
-        << std::endl;
+    const tessera::Result<CommandResult> listed_result = run_command(servers);
+    const CommandResult listed = ran(listed_result);
+    std::cout << json{{"step", "server-list"},
+                      {"ok", listed_result.is_ok() && listed.ok()},
+                      {"output", listed.output}}
+                     .dump()
+              << std::endl;
   }
 
-  if (auto e = mps.stop(share.name()); !e.empty()) return fail("stop", e);
+  if (const tessera::Status e = mps.stop(share.name()); !e.is_ok())
+    return fail("stop", e.message());
   const bool gone =
       !mps.inspect(share.name()).running && !std::filesystem::exists(mps.folder(share.name()));
   std::cout << json{{"step", "stop"}, {"ok", gone}}.dump() << std::endl;

@@ -489,31 +489,39 @@ TEST(ApiServerRules, TheFakeApiServerRefusesWithA422Status) {
   HttpKubeClient client(server.connection(), retry);
   json slice = valid_slice();
   slice["spec"]["devices"][0]["name"] = "GPU-0";
-  const ApiResponse refused =
-      client.request("POST", "/apis/resource.k8s.io/v1/resourceslices", slice.dump());
-  EXPECT_EQ(refused.status, 422);
-  EXPECT_EQ(refused.error,
+  const Status refused =
+      client.request("POST", "/apis/resource.k8s.io/v1/resourceslices", slice.dump()).status();
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);  // HTTP 422
+  EXPECT_EQ(refused.message(),
             "POST /apis/resource.k8s.io/v1/resourceslices: HTTP 422: "
             "ResourceSlice.resource.k8s.io \"node-a-vgpu.tessera.dev-0\" is invalid: "
             "spec.devices[0].name: Invalid value: \"GPU-0\": " +
                 kLabelMessage);
-  const json body = json::parse(refused.body);
+  // The Status body the fake server answered with (a refused request's Result keeps no body).
+  const std::optional<Refusal> refusal = check_resource_slice_write(slice, nullptr);
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->code, 422);
+  const json& body = refusal->status;
   EXPECT_EQ(body["kind"], "Status");
   EXPECT_EQ(body["code"], 422);
   EXPECT_EQ(body["details"]["causes"][0]["field"], "spec.devices[0].name");
   EXPECT_TRUE(server.stored_slices().empty());
 
-  const ApiResponse created =
+  const Result<ApiResponse> created =
       client.request("POST", "/apis/resource.k8s.io/v1/resourceslices", valid_slice().dump());
-  EXPECT_EQ(created.status, 201) << created.error;
-  json update = json::parse(created.body);
+  ASSERT_TRUE(created.is_ok()) << created.status().message();
+  EXPECT_EQ(created->status, 201);
+  json update = json::parse(created->body);
   update["spec"]["driver"] = "other.example.com";
-  const ApiResponse immutable = client.request(
-      "PUT", "/apis/resource.k8s.io/v1/resourceslices/node-a-vgpu.tessera.dev-0", update.dump());
-  EXPECT_EQ(immutable.status, 422);
-  EXPECT_TRUE(immutable.error.ends_with(
+  const Status immutable =
+      client
+          .request("PUT", "/apis/resource.k8s.io/v1/resourceslices/node-a-vgpu.tessera.dev-0",
+                   update.dump())
+          .status();
+  EXPECT_EQ(immutable.code(), StatusCode::kInvalidArgument);  // HTTP 422
+  EXPECT_TRUE(immutable.message().ends_with(
       "spec.driver: Invalid value: \"other.example.com\": field is immutable"))
-      << immutable.error;
+      << immutable.message();
 }
 
 }  // namespace

@@ -39,10 +39,10 @@ TEST(HttpKubeClient, GetsAResourceClaimOverVerifiedTls) {
   const auto claim = testing::make_claim("train", "uid-1", {{"gpu", "gpu-0", "s1", "8Gi", "30"}});
   server.add_claim("tenants", "train", claim.dump());
   HttpKubeClient client(server.connection(), fast_retries());
-  const ApiResponse r = client.request("GET", resource_claim_path("tenants", "train"));
-  ASSERT_EQ(r.error, "");
-  EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(nlohmann::json::parse(r.body), claim);
+  const Result<ApiResponse> r = client.request("GET", resource_claim_path("tenants", "train"));
+  ASSERT_EQ(r.status().message(), "");
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(nlohmann::json::parse(r->body), claim);
 }
 
 // Every value in a path or query is escaped (libcurl), so a name cannot add a segment, a query or
@@ -70,19 +70,20 @@ TEST(HttpKubeClient, AnEscapedNameReachesTheServerAsItIs) {
       testing::make_claim("my claim", "uid-1", {{"gpu", "gpu-0", "s1", "8Gi", "30"}});
   server.add_claim("tenants", "my claim", claim.dump());
   HttpKubeClient client(server.connection(), fast_retries());
-  const ApiResponse r = client.request("GET", resource_claim_path("tenants", "my claim"));
-  ASSERT_EQ(r.error, "");
-  EXPECT_EQ(nlohmann::json::parse(r.body), claim);
-  const ApiResponse other = client.request("GET", resource_claim_path("tenants/x", "my claim"));
-  EXPECT_EQ(other.status, 404) << other.error;
+  const Result<ApiResponse> r = client.request("GET", resource_claim_path("tenants", "my claim"));
+  ASSERT_EQ(r.status().message(), "");
+  EXPECT_EQ(nlohmann::json::parse(r->body), claim);
+  const Result<ApiResponse> other =
+      client.request("GET", resource_claim_path("tenants/x", "my claim"));
+  EXPECT_EQ(other.status().code(), StatusCode::kNotFound) << other.status().message();  // 404
 }
 
 TEST(HttpKubeClient, ErrorsCarryTheStatusAndTheApiMessage) {
   FakeApiServer server;
   HttpKubeClient client(server.connection(), fast_retries());
-  const ApiResponse r = client.request("GET", resource_claim_path("tenants", "gone"));
-  EXPECT_EQ(r.status, 404);
-  EXPECT_EQ(r.error,
+  const Result<ApiResponse> r = client.request("GET", resource_claim_path("tenants", "gone"));
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);  // HTTP 404
+  EXPECT_EQ(r.status().message(),
             "GET /apis/resource.k8s.io/v1/namespaces/tenants/resourceclaims/gone: HTTP 404: "
             "resourceclaims.resource.k8s.io \"gone\" not found");
   EXPECT_EQ(client.tries(), 1);  // 404 is not retried
@@ -90,8 +91,9 @@ TEST(HttpKubeClient, ErrorsCarryTheStatusAndTheApiMessage) {
   KubeConnection wrong_token = server.connection();
   wrong_token.token = "nope";
   HttpKubeClient unauthorised(wrong_token, fast_retries());
-  EXPECT_EQ(unauthorised.request("GET", "/api/v1/nodes/node-a").error,
-            "GET /api/v1/nodes/node-a: HTTP 401: Unauthorized");
+  const Status refused = unauthorised.request("GET", "/api/v1/nodes/node-a").status();
+  EXPECT_EQ(refused.message(), "GET /api/v1/nodes/node-a: HTTP 401: Unauthorized");
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);  // fix the credentials
 }
 
 TEST(HttpKubeClient, RetriesOn503WithBackoff) {
@@ -99,15 +101,16 @@ TEST(HttpKubeClient, RetriesOn503WithBackoff) {
   server.add_claim("tenants", "train", "{}");
   server.fail_next(2);
   HttpKubeClient client(server.connection(), fast_retries(4));
-  const ApiResponse r = client.request("GET", resource_claim_path("tenants", "train"));
-  EXPECT_EQ(r.error, "");
+  const Result<ApiResponse> r = client.request("GET", resource_claim_path("tenants", "train"));
+  EXPECT_EQ(r.status().message(), "");
   EXPECT_EQ(client.tries(), 3);
 
   server.fail_next(10);
   HttpKubeClient giving_up(server.connection(), fast_retries(3));
-  const ApiResponse failed = giving_up.request("GET", resource_claim_path("tenants", "train"));
-  EXPECT_EQ(failed.status, 503);
-  EXPECT_EQ(failed.error,
+  const Result<ApiResponse> failed =
+      giving_up.request("GET", resource_claim_path("tenants", "train"));
+  EXPECT_EQ(failed.status().code(), StatusCode::kUnavailable);  // HTTP 503
+  EXPECT_EQ(failed.status().message(),
             "GET /apis/resource.k8s.io/v1/namespaces/tenants/resourceclaims/train: HTTP 503: the "
             "server is currently unable to handle the request (after 3 tries)");
   EXPECT_EQ(giving_up.tries(), 3);
@@ -123,9 +126,9 @@ TEST(HttpKubeClient, RetriesConnectionErrors) {
   c.server = "https://127.0.0.1:" + std::to_string(port);
   c.ca_pem = "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n";
   HttpKubeClient client(c, fast_retries(3));
-  const ApiResponse r = client.request("GET", "/api/v1/nodes/x");
-  EXPECT_EQ(r.status, 0);
-  EXPECT_NE(r.error.find("GET /api/v1/nodes/x: "), std::string::npos);
+  const Result<ApiResponse> r = client.request("GET", "/api/v1/nodes/x");
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);  // no answer at all
+  EXPECT_NE(r.status().message().find("GET /api/v1/nodes/x: "), std::string::npos);
   EXPECT_EQ(client.tries(), 3);
 }
 
@@ -135,10 +138,22 @@ TEST(HttpKubeClient, RefusesAServerItsCaDoesNotVouchFor) {
   KubeConnection c = server.connection();
   c.ca_pem = other.ca_pem();
   HttpKubeClient client(c, fast_retries(1));
-  const ApiResponse r = client.request("GET", "/api/v1/nodes/node-a");
-  EXPECT_EQ(r.status, 0);
-  EXPECT_NE(r.error.find("SSL"), std::string::npos) << r.error;
+  const Result<ApiResponse> r = client.request("GET", "/api/v1/nodes/node-a");
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("SSL"), std::string::npos) << r.status().message();
   EXPECT_EQ(server.requests(), 0);
+}
+
+TEST(KubeClient, HttpStatusesMapToWhatTheCallerCanDo) {
+  EXPECT_EQ(code_for_http_status(404), StatusCode::kNotFound);
+  EXPECT_EQ(code_for_http_status(409), StatusCode::kAlreadyExists);
+  for (long retry : {0L, 429L, 500L, 503L, 504L})
+    EXPECT_EQ(code_for_http_status(retry), StatusCode::kUnavailable) << retry;
+  EXPECT_EQ(code_for_http_status(400), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code_for_http_status(422), StatusCode::kInvalidArgument);
+  for (long refused : {401L, 403L, 410L, 412L})
+    EXPECT_EQ(code_for_http_status(refused), StatusCode::kFailedPrecondition) << refused;
+  EXPECT_EQ(code_for_http_status(302), StatusCode::kInternal);
 }
 
 TEST(KubeConnection, ReadsAKubeconfig) {
@@ -153,13 +168,14 @@ TEST(KubeConnection, ReadsAKubeconfig) {
                                 << server.url()
                                 << "\n    certificate-authority-data: " << base64(server.ca_pem())
                                 << "\nusers:\n- name: agent\n  user:\n    token: test-token\n";
-  KubeConnection c;
-  ASSERT_EQ(kubeconfig_connection((dir / "config").string(), c), "");
+  Result<KubeConnection> read = kubeconfig_connection((dir / "config").string());
+  ASSERT_EQ(read.status().message(), "");
+  KubeConnection c = *read;
   EXPECT_EQ(c.server, server.url());
   EXPECT_EQ(c.ca_pem, server.ca_pem());
   EXPECT_EQ(c.token, "test-token");
   HttpKubeClient client(c, fast_retries());
-  EXPECT_EQ(client.request("GET", "/api/v1/nodes/node-a").error, "");
+  EXPECT_EQ(client.request("GET", "/api/v1/nodes/node-a").status().message(), "");
 
   // The CA as a file relative to the kubeconfig; insecure-skip-tls-verify refused.
   std::ofstream(dir / "config2")
@@ -167,13 +183,16 @@ TEST(KubeConnection, ReadsAKubeconfig) {
          "clusters:\n- name: c\n  cluster: {server: 'https://h:6443', certificate-authority: "
          "ca.crt}\n"
          "users:\n- name: u\n  user: {token: abc}\n";
-  ASSERT_EQ(kubeconfig_connection((dir / "config2").string(), c), "");
-  EXPECT_EQ(c.ca_pem, server.ca_pem());
+  read = kubeconfig_connection((dir / "config2").string());
+  ASSERT_EQ(read.status().message(), "");
+  EXPECT_EQ(read->ca_pem, server.ca_pem());
   std::ofstream(dir / "config3")
       << "current-context: t\ncontexts:\n- name: t\n  context: {cluster: c, user: u}\n"
          "clusters:\n- name: c\n  cluster: {server: 'https://h:6443', insecure-skip-tls-verify: "
          "true}\n";
-  EXPECT_EQ(kubeconfig_connection((dir / "config3").string(), c),
+  read = kubeconfig_connection((dir / "config3").string());
+  EXPECT_EQ(read.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(read.status().message(),
             (dir / "config3").string() +
                 ": insecure-skip-tls-verify is not supported (TLS is always verified)");
   fs::remove_all(dir);
@@ -186,13 +205,17 @@ TEST(KubeConnection, InClusterFromTheServiceAccount) {
   std::ofstream(dir / "token") << "sa-token\n";
   setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
   setenv("KUBERNETES_SERVICE_PORT", "443", 1);
-  KubeConnection c;
-  ASSERT_EQ(in_cluster_connection(c, dir.string()), "");
-  EXPECT_EQ(c.server, "https://10.96.0.1:443");
-  EXPECT_EQ(c.ca_pem, "CA");
-  EXPECT_EQ(c.token_file, (dir / "token").string());
+  const Result<KubeConnection> c = in_cluster_connection(dir.string());
+  ASSERT_EQ(c.status().message(), "");
+  EXPECT_EQ(c->server, "https://10.96.0.1:443");
+  EXPECT_EQ(c->ca_pem, "CA");
+  EXPECT_EQ(c->token_file, (dir / "token").string());
+  fs::remove(dir / "token");
+  EXPECT_EQ(in_cluster_connection(dir.string()).status().code(), StatusCode::kNotFound);
   unsetenv("KUBERNETES_SERVICE_HOST");
-  EXPECT_EQ(in_cluster_connection(c, dir.string()),
+  const Status outside = in_cluster_connection(dir.string()).status();
+  EXPECT_EQ(outside.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(outside.message(),
             "not in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set");
   fs::remove_all(dir);
 }

@@ -26,6 +26,14 @@ ShareSpecInput input_for(const json& claim, const std::string& uid = kUid) {
   return input;
 }
 
+// compute_share_specs for the many cases below: "" with `out` set to the shares, or the error's
+// message with `out` emptied (the codes have their own test).
+std::string specs_or_error(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
+  Result<std::vector<ShareSpec>> computed = compute_share_specs(input);
+  out = computed.is_ok() ? std::move(computed).value() : std::vector<ShareSpec>{};
+  return computed.status().message();
+}
+
 json config(const json& fields) {
   json p = {{"apiVersion", "vgpu.tessera.dev/v1alpha1"}, {"kind", "VgpuConfig"}};
   p.update(fields);
@@ -39,7 +47,7 @@ TEST(ShareSpec, SharesOfDistinctGpusShareAFolder) {
   json two_gpus = make_claim(
       "c", kUid,
       {{"gpus", "gpu-0", kShareA, "8Gi", "30"}, {"gpus", "gpu-1", kShareB, "4Gi", "70"}});
-  ASSERT_EQ(compute_share_specs(input_for(two_gpus), specs), "");
+  ASSERT_EQ(specs_or_error(input_for(two_gpus), specs), "");
   ASSERT_EQ(specs.size(), 2u);
   EXPECT_EQ(specs[0].folder, specs[0].name());
   EXPECT_EQ(specs[1].folder, specs[0].name());
@@ -51,7 +59,7 @@ TEST(ShareSpec, SharesOfDistinctGpusShareAFolder) {
                           {{"a", "gpu-0", kShareA, "8Gi", "30"},
                            {"b", "gpu-0", kShareB, "4Gi", "70"},
                            {"c", "gpu-1", kShareC, "2Gi", "10"}});
-  ASSERT_EQ(compute_share_specs(input_for(mixed), specs), "");
+  ASSERT_EQ(specs_or_error(input_for(mixed), specs), "");
   EXPECT_EQ(specs[0].folder_name(), specs[0].name());
   EXPECT_EQ(specs[1].folder_name(), specs[1].name());
   EXPECT_EQ(specs[2].folder_name(), specs[0].name());
@@ -66,12 +74,12 @@ TEST(ShareSpec, SharesOfDistinctGpusShareAFolder) {
   json other_config = make_claim(
       "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-1", kShareB, "4Gi", "70"}},
       configs);
-  ASSERT_EQ(compute_share_specs(input_for(other_config), specs), "");
+  ASSERT_EQ(specs_or_error(input_for(other_config), specs), "");
   EXPECT_EQ(shares_by_folder(specs).size(), 2u);
   json mps = make_claim(
       "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"a", "gpu-1", kShareB, "4Gi", "70"}},
       json::array({opaque_config("FromClass", config({{"sharing", {{"strategy", "MPS"}}}}))}));
-  ASSERT_EQ(compute_share_specs(input_for(mps), specs), "");
+  ASSERT_EQ(specs_or_error(input_for(mps), specs), "");
   EXPECT_TRUE(specs[0].folder.empty());
   EXPECT_TRUE(specs[1].folder.empty());
 }
@@ -80,7 +88,7 @@ TEST(ShareSpec, TwoSharesOfOneDeviceStayDistinct) {
   const json claim = make_claim(
       "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-0", kShareB, "4Gi", "70"}});
   std::vector<ShareSpec> specs;
-  ASSERT_EQ(compute_share_specs(input_for(claim), specs), "");
+  ASSERT_EQ(specs_or_error(input_for(claim), specs), "");
   ASSERT_EQ(specs.size(), 2u);
   EXPECT_EQ(specs[0].name(), std::string(kUid) + "-gpu-0-" + kShareA);
   EXPECT_EQ(specs[1].name(), std::string(kUid) + "-gpu-0-" + kShareB);
@@ -96,7 +104,7 @@ TEST(ShareSpec, TwoSharesOfOneDeviceStayDistinct) {
 TEST(ShareSpec, MissingCapacitiesMeanNoLimitNeverAnInventedOne) {
   const json claim = make_claim("c", kUid, {{"gpu", "gpu-1", "", "", ""}});
   std::vector<ShareSpec> specs;
-  ASSERT_EQ(compute_share_specs(input_for(claim), specs), "");
+  ASSERT_EQ(specs_or_error(input_for(claim), specs), "");
   ASSERT_EQ(specs.size(), 1u);
   EXPECT_FALSE(specs[0].memory_bytes.has_value());
   EXPECT_FALSE(specs[0].cores.has_value());
@@ -116,7 +124,7 @@ TEST(ShareSpec, ClassThenClaimConfigsMergeInApiOrderPerRequest) {
       "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-0", kShareB, "4Gi", "70"}},
       configs);
   std::vector<ShareSpec> specs;
-  ASSERT_EQ(compute_share_specs(input_for(claim), specs), "");
+  ASSERT_EQ(specs_or_error(input_for(claim), specs), "");
   EXPECT_EQ(specs[0].config.burst, 50u);
   EXPECT_EQ(specs[0].config.priority, Priority::kHigh);
   EXPECT_EQ(specs[1].config.burst, 50u);
@@ -128,42 +136,42 @@ TEST(ShareSpec, SubRequestsTakeTheirParentsConfig) {
       json::array({opaque_config("FromClaim", config({{"compute", {{"burst", 90}}}}), {"gpu"})});
   const json claim = make_claim("c", kUid, {{"gpu/small", "gpu-0", kShareA, "1Gi", "10"}}, configs);
   std::vector<ShareSpec> specs;
-  ASSERT_EQ(compute_share_specs(input_for(claim), specs), "");
+  ASSERT_EQ(specs_or_error(input_for(claim), specs), "");
   EXPECT_EQ(specs[0].config.burst, 90u);
 }
 
 TEST(ShareSpec, ErrorsNameWhatIsWrong) {
   std::vector<ShareSpec> specs;
   const json good = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}});
-  EXPECT_EQ(compute_share_specs(input_for(good, "another-uid"), specs),
+  EXPECT_EQ(specs_or_error(input_for(good, "another-uid"), specs),
             std::string("claim was replaced: metadata.uid is ") + kUid +
                 ", kubelet asked for another-uid");
 
   json unallocated = good;
   unallocated["status"].erase("allocation");
-  EXPECT_EQ(compute_share_specs(input_for(unallocated), specs),
+  EXPECT_EQ(specs_or_error(input_for(unallocated), specs),
             std::string("claim ") + kUid + " is not allocated (no status.allocation)");
 
   json other = good;
   other["status"]["allocation"]["devices"]["results"][0]["driver"] = "gpu.nvidia.com";
   EXPECT_EQ(
-      compute_share_specs(input_for(other), specs),
+      specs_or_error(input_for(other), specs),
       std::string("claim ") + kUid + " has no allocation results for driver vgpu.tessera.dev");
 
   json unknown = make_claim("c", kUid, {{"gpu", "gpu-7", kShareA, "8Gi", "30"}});
-  EXPECT_EQ(compute_share_specs(input_for(unknown), specs),
+  EXPECT_EQ(specs_or_error(input_for(unknown), specs),
             "status.allocation.devices.results[0]: unknown device gpu-7 in pool node-a");
 
   json other_pool =
       make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}}, json::array(), "node-b");
-  EXPECT_EQ(compute_share_specs(input_for(other_pool), specs),
+  EXPECT_EQ(specs_or_error(input_for(other_pool), specs),
             "status.allocation.devices.results[0]: pool node-b is not this node's pool node-a");
 
   json bad_config = make_claim(
       "c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}},
       json::array({opaque_config("FromClaim", config({{"compute", {{"burst", 200}}}}))}));
   EXPECT_EQ(
-      compute_share_specs(input_for(bad_config), specs),
+      specs_or_error(input_for(bad_config), specs),
       "status.allocation.devices.config[0].opaque.parameters.compute.burst: invalid value 200 "
       "(an integer percent 0..100)");
 
@@ -171,54 +179,86 @@ TEST(ShareSpec, ErrorsNameWhatIsWrong) {
       "c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}},
       json::array({opaque_config("FromClass", config({{"sharing", {{"strategy", "MPS"}}}})),
                    opaque_config("FromClaim", config({{"compute", {{"burst", 50}}}}))}));
-  EXPECT_EQ(compute_share_specs(input_for(mps_burst), specs),
+  EXPECT_EQ(specs_or_error(input_for(mps_burst), specs),
             "status.allocation.devices.results[0]: compute.burst 50 is only supported with "
             "sharing.strategy Quota, not MPS");
 
   const json time_slicing = json::array({opaque_config(
       "FromClaim", config({{"sharing", {{"strategy", "TimeSlicing"}, {"timeSlice", "Long"}}}}))});
   json partial_cores = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "", "30"}}, time_slicing);
-  EXPECT_EQ(compute_share_specs(input_for(partial_cores), specs),
+  EXPECT_EQ(specs_or_error(input_for(partial_cores), specs),
             "status.allocation.devices.results[0]: sharing.strategy TimeSlicing needs the whole "
             "GPU, but consumedCapacity.cores is 30 (must be 100 or absent)");
   json partial_memory =
       make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "100"}}, time_slicing);
-  EXPECT_EQ(compute_share_specs(input_for(partial_memory), specs),
+  EXPECT_EQ(specs_or_error(input_for(partial_memory), specs),
             "status.allocation.devices.results[0]: sharing.strategy TimeSlicing needs the whole "
             "GPU, but consumedCapacity.memory is 8589934592 bytes of 161061273600 (must be all of "
             "it or absent)");
   json whole = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "150Gi", "100"}}, time_slicing);
-  ASSERT_EQ(compute_share_specs(input_for(whole), specs), "");
+  ASSERT_EQ(specs_or_error(input_for(whole), specs), "");
   EXPECT_EQ(specs[0].config.strategy, SharingStrategy::kTimeSlicing);
   EXPECT_EQ(specs[0].config.time_slice, TimeSlice::kLong);
 
   json bad_memory = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gx", "30"}});
   EXPECT_EQ(
-      compute_share_specs(input_for(bad_memory), specs),
+      specs_or_error(input_for(bad_memory), specs),
       "status.allocation.devices.results[0].consumedCapacity.memory: invalid quantity \"8Gx\"");
   json bad_cores = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "150"}});
-  EXPECT_EQ(compute_share_specs(input_for(bad_cores), specs),
+  EXPECT_EQ(specs_or_error(input_for(bad_cores), specs),
             "status.allocation.devices.results[0].consumedCapacity.cores: invalid value \"150\" "
             "(an integer percent 0..100)");
 
   json second_bad = make_claim(
       "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-0", kShareB, "4Gi", "x"}});
-  EXPECT_NE(compute_share_specs(input_for(second_bad), specs), "");
+  EXPECT_NE(specs_or_error(input_for(second_bad), specs), "");
   EXPECT_TRUE(specs.empty());  // all or nothing
 
   json twice = make_claim(
       "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-0", kShareA, "8Gi", "30"}});
-  EXPECT_NE(
-      compute_share_specs(input_for(twice), specs).find("allocated twice with the same shareID"),
-      std::string::npos);
+  EXPECT_NE(specs_or_error(input_for(twice), specs).find("allocated twice with the same shareID"),
+            std::string::npos);
 
   json traversal = make_claim("c", kUid, {{"gpu", "gpu-0", "../../etc", "8Gi", "30"}});
-  EXPECT_EQ(compute_share_specs(input_for(traversal), specs),
+  EXPECT_EQ(specs_or_error(input_for(traversal), specs),
             "status.allocation.devices.results[0].shareID: invalid value \"../../etc\"");
 
-  EXPECT_EQ(compute_share_specs({"not json", kUid, "vgpu.tessera.dev", "node-a", {}}, specs),
+  EXPECT_EQ(specs_or_error({"not json", kUid, "vgpu.tessera.dev", "node-a", {}}, specs),
             "claim: not a JSON object");
   EXPECT_TRUE(specs.empty());
+}
+
+// The code says what prepare's caller can do: a replaced or unallocated claim is not in a state to
+// prepare (kubelet's view is stale), a device the node lacks is not found, a claim that says
+// something wrong is an invalid argument.
+TEST(ShareSpec, ErrorCodesSayWhatTheCallerCanDo) {
+  const json good = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}});
+  EXPECT_TRUE(compute_share_specs(input_for(good)).is_ok());
+  EXPECT_EQ(compute_share_specs(input_for(good, "another-uid")).status().code(),
+            StatusCode::kFailedPrecondition);
+  json unallocated = good;
+  unallocated["status"].erase("allocation");
+  EXPECT_EQ(compute_share_specs(input_for(unallocated)).status().code(),
+            StatusCode::kFailedPrecondition);
+  const json unknown = make_claim("c", kUid, {{"gpu", "gpu-7", kShareA, "8Gi", "30"}});
+  const Status missing = compute_share_specs(input_for(unknown)).status();
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound);
+  EXPECT_EQ(missing.message(),
+            "status.allocation.devices.results[0]: unknown device gpu-7 in pool node-a");
+  const json bad_config = make_claim(
+      "c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}},
+      json::array({opaque_config("FromClaim", config({{"compute", {{"burst", 200}}}}))}));
+  EXPECT_EQ(compute_share_specs(input_for(bad_config)).status().code(),
+            StatusCode::kInvalidArgument);
+  const json mps_burst = make_claim(
+      "c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}},
+      json::array({opaque_config("FromClass", config({{"sharing", {{"strategy", "MPS"}}}})),
+                   opaque_config("FromClaim", config({{"compute", {{"burst", 50}}}}))}));
+  EXPECT_EQ(compute_share_specs(input_for(mps_burst)).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      compute_share_specs({"not json", kUid, "vgpu.tessera.dev", "node-a", {}}).status().code(),
+      StatusCode::kInvalidArgument);
 }
 
 TEST(ShareSpec, ResultsOfOtherDriversAreIgnored) {
@@ -227,7 +267,7 @@ TEST(ShareSpec, ResultsOfOtherDriversAreIgnored) {
   claim["status"]["allocation"]["devices"]["results"][0]["driver"] = "gpu.nvidia.com";
   claim["status"]["allocation"]["devices"]["results"][0]["device"] = "whatever";
   std::vector<ShareSpec> specs;
-  ASSERT_EQ(compute_share_specs(input_for(claim), specs), "");
+  ASSERT_EQ(specs_or_error(input_for(claim), specs), "");
   ASSERT_EQ(specs.size(), 1u);
   EXPECT_EQ(specs[0].device, "gpu-1");
 }

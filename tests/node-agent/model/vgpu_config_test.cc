@@ -11,8 +11,24 @@ json base() {
   return {{"apiVersion", "vgpu.tessera.dev/v1alpha1"}, {"kind", "VgpuConfig"}};
 }
 
+// "" with `out` decoded, or the error's message (every decoding error is kInvalidArgument).
 std::string decode(const json& parameters, VgpuConfig& out) {
-  return decode_vgpu_config(parameters, out);
+  Result<VgpuConfig> decoded = decode_vgpu_config(parameters);
+  if (!decoded.is_ok()) {
+    EXPECT_EQ(decoded.status().code(), StatusCode::kInvalidArgument);
+    return decoded.status().message();
+  }
+  out = *decoded;
+  return "";
+}
+
+// check_supported's message, and every refusal is kInvalidArgument.
+std::string supported(const VgpuConfig& config) {
+  const Status status = check_supported(config);
+  if (!status.is_ok()) {
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  }
+  return status.message();
 }
 
 TEST(VgpuConfig, DecodesEveryField) {
@@ -101,27 +117,26 @@ TEST(VgpuConfig, LaterConfigOverridesFieldByField) {
 
 TEST(VgpuConfig, MergedCombinationsAreChecked) {
   VgpuConfig c;
-  EXPECT_EQ(check_supported(c), "");
+  EXPECT_EQ(supported(c), "");
   for (auto strategy :
        {SharingStrategy::kQuota, SharingStrategy::kMps, SharingStrategy::kTimeSlicing}) {
     c.strategy = strategy;
-    EXPECT_EQ(check_supported(c), "") << to_string(strategy);
+    EXPECT_EQ(supported(c), "") << to_string(strategy);
   }
   // A class config chose TimeSlicing with Long slices; the claim's config switched to Quota.
   c.strategy = SharingStrategy::kQuota;
   c.time_slice = TimeSlice::kLong;
-  EXPECT_EQ(check_supported(c),
-            "sharing.timeSlice Long is set but the merged sharing.strategy is Quota");
+  EXPECT_EQ(supported(c), "sharing.timeSlice Long is set but the merged sharing.strategy is Quota");
   c.time_slice.reset();
   c.burst = 60;
-  EXPECT_EQ(check_supported(c), "");
+  EXPECT_EQ(supported(c), "");
   c.strategy = SharingStrategy::kMps;
-  EXPECT_EQ(check_supported(c),
+  EXPECT_EQ(supported(c),
             "compute.burst 60 is only supported with sharing.strategy Quota, not MPS");
   c.burst.reset();
   c.priority = Priority::kHigh;
   c.strategy = SharingStrategy::kTimeSlicing;
-  EXPECT_EQ(check_supported(c),
+  EXPECT_EQ(supported(c),
             "compute.priority high is only supported with sharing.strategy Quota, not TimeSlicing");
 }
 

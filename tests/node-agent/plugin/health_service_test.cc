@@ -64,7 +64,7 @@ class HealthOverSocket : public ::testing::Test {
     board_.set(report("gpu-0", DeviceHealthState::kHealthy, 100));
     board_.set(report("gpu-1", DeviceHealthState::kHealthy, 100));
     server_ = std::make_unique<PluginServer>(options, preparer_, &board_);
-    ASSERT_EQ(server_->start(), "");
+    ASSERT_EQ(server_->start().message(), "");
     kubelet_ = std::make_unique<KubeletSimulator>(server_->registration_socket());
     kubelet_->connect();
   }

@@ -39,7 +39,7 @@ class PluginTest : public Test {
 
   void start(const DeviceHealthProvider* health = nullptr) {
     server_ = std::make_unique<PluginServer>(options(), preparer_, health);
-    ASSERT_EQ(server_->start(), "");
+    ASSERT_EQ(server_->start().message(), "");
     kubelet_ = std::make_unique<KubeletSimulator>(server_->registration_socket());
     kubelet_->connect();
   }
@@ -214,6 +214,77 @@ TEST_F(PluginTest, UnprepareAnswersEveryClaimInBothVersions) {
   EXPECT_EQ(calls[3].claim.namespace_name, "ns-uid-c");
 }
 
+// The kubelet edge: whatever the code of a claim's failure, kubelet sees the message as that
+// claim's error (it retries every failed claim) and the batch itself stays OK.
+TEST_F(PluginTest, EveryFailureCodeBecomesTheClaimErrorKubeletSees) {
+  const std::vector<std::pair<StatusCode, std::string>> failures = {
+      {StatusCode::kNotFound,
+       "cannot get ResourceClaim ns/claim: GET /apis/resource.k8s.io/v1/namespaces/ns/"
+       "resourceclaims/claim: HTTP 404: not found"},
+      {StatusCode::kFailedPrecondition,
+       "claim was replaced: metadata.uid is x, kubelet asked for y"},
+      {StatusCode::kInvalidArgument,
+       "compute.burst: invalid value 200 (an integer percent 0..100)"},
+      {StatusCode::kAlreadyExists, "sharing.timeSlice Short conflicts with claim z"},
+      {StatusCode::kUnavailable, "GET /api: HTTP 503: busy (after 5 tries)"},
+      {StatusCode::kInternal, "cannot create /var/lib/tessera/shares/x: No space left on device"}};
+  std::vector<std::string> uids;
+  for (size_t i = 0; i < failures.size(); ++i) {
+    uids.push_back("uid-" + std::to_string(i));
+    preparer_.script_prepare(uids.back(), {{}, failures[i].second, failures[i].first});
+  }
+  preparer_.script_prepare("uid-ok", {{device("uid-ok", "gpu-0", "s1")}, ""});
+  uids.push_back("uid-ok");
+  start();
+  dra1::NodePrepareResourcesResponse v1;
+  ASSERT_TRUE(kubelet_->prepare_v1(uids, &v1).ok());
+  dra1b1::NodePrepareResourcesResponse v1beta1;
+  ASSERT_TRUE(kubelet_->prepare_v1beta1(uids, &v1beta1).ok());
+  for (size_t i = 0; i < failures.size(); ++i) {
+    const std::string code(status_code_name(failures[i].first));
+    EXPECT_EQ(v1.claims().at(uids[i]).error(), failures[i].second) << code;
+    EXPECT_EQ(v1.claims().at(uids[i]).devices_size(), 0) << code;
+    EXPECT_EQ(v1beta1.claims().at(uids[i]).error(), failures[i].second) << code;
+  }
+  EXPECT_EQ(v1.claims().at("uid-ok").error(), "");
+  EXPECT_EQ(v1.claims().at("uid-ok").devices_size(), 1);
+}
+
+// An empty error means success to kubelet: a failure without a message must not read as one.
+TEST_F(PluginTest, AFailureWithoutAMessageStillFailsTheClaim) {
+  preparer_.script_prepare_status("uid-a", Status(StatusCode::kUnavailable, ""));
+  preparer_.script_unprepare_error("uid-b", "");
+  start();
+  dra1::NodePrepareResourcesResponse prepared;
+  ASSERT_TRUE(kubelet_->prepare_v1({"uid-a"}, &prepared).ok());
+  EXPECT_EQ(prepared.claims().at("uid-a").error(), "UNAVAILABLE");
+  dra1::NodeUnprepareResourcesResponse unprepared;
+  ASSERT_TRUE(kubelet_->unprepare_v1({"uid-b"}, &unprepared).ok());
+  EXPECT_EQ(unprepared.claims().at("uid-b").error(), "INTERNAL");
+}
+
+// Unprepare is idempotent for kubelet: a claim the preparer does not know (kNotFound) has nothing
+// left on the node, which is success; any other failure keeps its text.
+TEST_F(PluginTest, UnprepareOfAClaimNotFoundHereSucceeds) {
+  preparer_.script_unprepare_error("uid-gone", "claim uid-gone is not prepared on this node",
+                                   StatusCode::kNotFound);
+  preparer_.script_unprepare_error(
+      "uid-busy",
+      "claim uid-busy still has running processes in share s (host pids 7): kept until "
+      "they exit",
+      StatusCode::kFailedPrecondition);
+  start();
+  dra1::NodeUnprepareResourcesResponse v1;
+  ASSERT_TRUE(kubelet_->unprepare_v1({"uid-gone", "uid-busy"}, &v1).ok());
+  EXPECT_EQ(v1.claims().at("uid-gone").error(), "");
+  EXPECT_EQ(v1.claims().at("uid-busy").error(),
+            "claim uid-busy still has running processes in share s (host pids 7): kept until they "
+            "exit");
+  dra1b1::NodeUnprepareResourcesResponse v1beta1;
+  ASSERT_TRUE(kubelet_->unprepare_v1beta1({"uid-gone"}, &v1beta1).ok());
+  EXPECT_EQ(v1beta1.claims().at("uid-gone").error(), "");
+}
+
 TEST_F(PluginTest, ClaimWithoutUidOrRepeatedUidIsAnsweredOnce) {
   preparer_.script_prepare("uid-a", {{device("uid-a", "gpu-0", "s")}, ""});
   start();
@@ -319,8 +390,9 @@ TEST_F(PluginTest, AFileThatIsNotASocketIsNeverReplaced) {
   PluginServer server(options(), preparer_);
   fs::create_directories(server.registration_socket().parent_path());
   { std::ofstream(server.registration_socket()) << "precious"; }
-  std::string error = server.start();
-  EXPECT_NE(error.find("not a socket"), std::string::npos) << error;
+  const Status error = server.start();
+  EXPECT_EQ(error.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(error.message().find("not a socket"), std::string::npos) << error.message();
   EXPECT_TRUE(fs::is_regular_file(server.registration_socket()));
   EXPECT_FALSE(fs::exists(server.dra_socket()));  // nothing left serving
 }
@@ -329,8 +401,9 @@ TEST_F(PluginTest, TooLongSocketPathIsAnError) {
   PluginServerOptions o = options();
   o.plugins_dir = dir_.path() / std::string(120, 'x');
   PluginServer server(o, preparer_);
-  std::string error = server.start();
-  EXPECT_NE(error.find("longer than"), std::string::npos) << error;
+  const Status error = server.start();
+  EXPECT_EQ(error.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(error.message().find("longer than"), std::string::npos) << error.message();
 }
 
 TEST_F(PluginTest, StopRemovesSocketsAndARestartServesAgain) {
@@ -345,7 +418,7 @@ TEST_F(PluginTest, StopRemovesSocketsAndARestartServesAgain) {
 
   // A new agent process on the same paths (the DaemonSet pod restarted).
   server_ = std::make_unique<PluginServer>(options(), preparer_);
-  ASSERT_EQ(server_->start(), "");
+  ASSERT_EQ(server_->start().message(), "");
   KubeletSimulator kubelet(reg);
   kubelet.connect();
   dra1::NodePrepareResourcesResponse response;
@@ -354,7 +427,7 @@ TEST_F(PluginTest, StopRemovesSocketsAndARestartServesAgain) {
 
   // And the same object can start again after stop.
   server_->stop();
-  ASSERT_EQ(server_->start(), "");
+  ASSERT_EQ(server_->start().message(), "");
   KubeletSimulator again(reg);
   again.connect();
   ASSERT_TRUE(again.prepare_v1({"uid-a"}, &response).ok());
@@ -362,7 +435,9 @@ TEST_F(PluginTest, StopRemovesSocketsAndARestartServesAgain) {
 
 TEST_F(PluginTest, StartTwiceIsAnError) {
   start();
-  EXPECT_EQ(server_->start(), "plugin server already started");
+  const Status again = server_->start();
+  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again.message(), "plugin server already started");
 }
 
 }  // namespace

@@ -73,17 +73,34 @@ struct PreparerCall {
   ClaimRef claim;
 };
 
+// A scripted prepare answer: the devices, or (a non-empty error) a failure with `code`.
+struct ScriptedPrepare {
+  std::vector<PreparedDevice> devices;
+  std::string error;
+  StatusCode code = StatusCode::kInternal;
+};
+
 // Answers from a script keyed by claim UID and records every call. Thread-safe. An optional gate
 // holds prepare of one UID until released, to observe concurrency.
 class RecordingPreparer final : public ClaimPreparer {
  public:
-  void script_prepare(const std::string& uid, PrepareResult result) {
+  void script_prepare(const std::string& uid, ScriptedPrepare script) {
     std::lock_guard lock(mutex_);
-    prepare_results_[uid] = std::move(result);
+    if (script.error.empty()) {
+      prepare_results_.insert_or_assign(uid, PrepareResult(std::move(script.devices)));
+    } else {
+      prepare_results_.insert_or_assign(uid, PrepareResult(Status(script.code, script.error)));
+    }
   }
-  void script_unprepare_error(const std::string& uid, std::string error) {
+  // A failed prepare of any code, even one without a message.
+  void script_prepare_status(const std::string& uid, Status status) {
     std::lock_guard lock(mutex_);
-    unprepare_errors_[uid] = std::move(error);
+    prepare_results_.insert_or_assign(uid, PrepareResult(std::move(status)));
+  }
+  void script_unprepare_error(const std::string& uid, std::string error,
+                              StatusCode code = StatusCode::kInternal) {
+    std::lock_guard lock(mutex_);
+    unprepare_errors_.insert_or_assign(uid, Status(code, std::move(error)));
   }
   void throw_on(const std::string& uid) {
     std::lock_guard lock(mutex_);
@@ -118,14 +135,14 @@ class RecordingPreparer final : public ClaimPreparer {
     // Bounded: a broken test fails instead of hanging.
     changed_.wait_for(lock, std::chrono::seconds(20), [&] { return held_uid_ != claim.uid; });
     auto it = prepare_results_.find(claim.uid);
-    if (it == prepare_results_.end()) return PrepareResult{{}, "no such claim " + claim.uid};
+    if (it == prepare_results_.end()) return not_found("no such claim " + claim.uid);
     return it->second;
   }
-  std::string unprepare(const ClaimRef& claim) override {
+  Status unprepare(const ClaimRef& claim) override {
     std::lock_guard lock(mutex_);
     calls_.push_back({false, claim});
     auto it = unprepare_errors_.find(claim.uid);
-    return it == unprepare_errors_.end() ? "" : it->second;
+    return it == unprepare_errors_.end() ? Status::ok() : it->second;
   }
 
   std::vector<PreparerCall> calls() const {
@@ -137,7 +154,7 @@ class RecordingPreparer final : public ClaimPreparer {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, PrepareResult> prepare_results_;
-  std::map<std::string, std::string> unprepare_errors_;
+  std::map<std::string, Status> unprepare_errors_;
   std::optional<std::string> throwing_uid_;
   std::optional<std::string> held_uid_;
   std::vector<PreparerCall> calls_;

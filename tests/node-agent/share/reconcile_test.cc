@@ -81,7 +81,7 @@ class ReconcileTest : public ::testing::Test {
                                                                    {"timeSlice", "Short"}}))}));
   }
   void TearDown() override {
-    for (const auto& name : mps_->share_folders()) mps_->stop(name);
+    for (const auto& name : mps_->share_folders()) mps_->stop(name).ignore();
   }
 
   void add_claim(const std::string& name, const std::string& uid,
@@ -119,8 +119,8 @@ class ReconcileTest : public ::testing::Test {
 TEST_F(ReconcileTest, MpsClaimGetsADaemonPerShareAndItsCdiEdits) {
   auto m = manager();
   const PrepareResult result = m->prepare(mps_claim_);
-  ASSERT_EQ(result.error, "");
-  ASSERT_EQ(result.devices.size(), 2u);
+  ASSERT_EQ(result.status().message(), "");
+  ASSERT_EQ(result->size(), 2u);
 
   EXPECT_EQ(mps_->inspect(share_a_).active_thread_percentage, 30.0);
   EXPECT_EQ(mps_->inspect(share_b_).active_thread_percentage, 70.0);
@@ -149,7 +149,7 @@ TEST_F(ReconcileTest, MpsClaimGetsADaemonPerShareAndItsCdiEdits) {
   EXPECT_NE(std::find(edits["mounts"].begin(), edits["mounts"].end(), shm_mount),
             edits["mounts"].end());
 
-  ASSERT_EQ(m->unprepare(mps_claim_), "");
+  ASSERT_EQ(m->unprepare(mps_claim_).message(), "");
   EXPECT_FALSE(mps_->inspect(share_a_).running);
   EXPECT_FALSE(mps_->inspect(share_b_).running);
   EXPECT_NE(doubles_.calls().find("  quit \n"), std::string::npos);
@@ -159,23 +159,24 @@ TEST_F(ReconcileTest, MpsClaimGetsADaemonPerShareAndItsCdiEdits) {
 
 TEST_F(ReconcileTest, TimeSlicingClaimSetsTheIntervalAndUnprepareRestoresIt) {
   auto m = manager();
-  ASSERT_EQ(m->prepare(whole_claim_).error, "");
+  ASSERT_EQ(m->prepare(whole_claim_).status().message(), "");
   EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "3");
   EXPECT_EQ(doubles_.gpu_setting(kGpu1, "compute-mode"), "DEFAULT");
   EXPECT_EQ(doubles_.gpu_setting(kGpu0, "timeslice"), "");  // the other GPU untouched
 
   // One interval per GPU: a second claim asking another one is refused with the reason.
-  EXPECT_EQ(m->prepare(other_whole_claim_).error, std::string("share ") + kOtherWholeUid +
-                                                      "-gpu-1: sharing.timeSlice Short conflicts "
-                                                      "with claim " +
-                                                      kWholeUid + ", which set Long on gpu-1");
+  EXPECT_EQ(m->prepare(other_whole_claim_).status().message(),
+            std::string("share ") + kOtherWholeUid +
+                "-gpu-1: sharing.timeSlice Short conflicts "
+                "with claim " +
+                kWholeUid + ", which set Long on gpu-1");
   // Its half-prepared entry neither blocks nor keeps the interval: unpreparing the first claim
   // restores Default, and then the second one may set its own.
-  ASSERT_EQ(m->unprepare(whole_claim_), "");
+  ASSERT_EQ(m->unprepare(whole_claim_).message(), "");
   EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "0");
-  ASSERT_EQ(m->prepare(other_whole_claim_).error, "");
+  ASSERT_EQ(m->prepare(other_whole_claim_).status().message(), "");
   EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "1");
-  ASSERT_EQ(m->unprepare(other_whole_claim_), "");
+  ASSERT_EQ(m->unprepare(other_whole_claim_).message(), "");
   EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "0");
   EXPECT_FALSE(time_slice_->recorded(kGpu1).has_value());
 }
@@ -183,14 +184,14 @@ TEST_F(ReconcileTest, TimeSlicingClaimSetsTheIntervalAndUnprepareRestoresIt) {
 TEST_F(ReconcileTest, BackendsNotEnabledAreAClearError) {
   options_.mps = nullptr;
   auto m = manager();
-  EXPECT_EQ(m->prepare(mps_claim_).error,
+  EXPECT_EQ(m->prepare(mps_claim_).status().message(),
             "share " + share_a_ + ": sharing.strategy MPS is not enabled on node node-a");
 }
 
 TEST_F(ReconcileTest, DriftIsRepairedAndReported) {
   auto m = manager();
   for (const auto* claim : {&mps_claim_, &whole_claim_, &quota_claim_})
-    ASSERT_EQ(m->prepare(*claim).error, "");
+    ASSERT_EQ(m->prepare(*claim).status().message(), "");
   ASSERT_TRUE(m->reconcile().clean()) << m->reconcile().to_text();
 
   // Hands and accidents on the node:
@@ -202,7 +203,7 @@ TEST_F(ReconcileTest, DriftIsRepairedAndReported) {
   Command raise({RecordingDoubles::mps_control()},
                 {"CUDA_MPS_PIPE_DIRECTORY=" + mps_->pipe_dir(share_a_)},
                 "set_default_active_thread_percentage 90\n");
-  ASSERT_TRUE(run_command(raise).ok());              // limit raised
+  ASSERT_TRUE(run_checked(raise).is_ok());           // limit raised
   fs::remove(doubles_.dir() / "timeslice" / kGpu1);  // record lost
   for (int i = 0; i < 200 && mps_->inspect(share_b_).running; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -241,7 +242,7 @@ TEST_F(ReconcileTest, DriftIsRepairedAndReported) {
 
 TEST_F(ReconcileTest, WhatNoClaimNamesIsRemoved) {
   auto m = manager();
-  ASSERT_EQ(m->prepare(quota_claim_).error, "");
+  ASSERT_EQ(m->prepare(quota_claim_).status().message(), "");
   fs::create_directories(options_.root + "/shares/stray-gpu-0-x");
   std::ofstream(options_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_stray.json") << "{}";
   std::ofstream(options_.cdi_dir + "/other-vendor.json") << "{}";
@@ -251,8 +252,8 @@ TEST_F(ReconcileTest, WhatNoClaimNamesIsRemoved) {
   stray.share_id = "y";
   stray.uuid = kGpu0;
   stray.cores = 10;
-  ASSERT_EQ(mps_->start(stray), "");
-  ASSERT_EQ(time_slice_->apply(kGpu0, TimeSlice::kMedium), "");
+  ASSERT_EQ(mps_->start(stray).message(), "");
+  ASSERT_EQ(time_slice_->apply(kGpu0, TimeSlice::kMedium).message(), "");
 
   const ReconcileReport report = m->reconcile();
   EXPECT_EQ(report.failures(), 0u) << report.to_text();
@@ -273,7 +274,7 @@ TEST_F(ReconcileTest, WhatNoClaimNamesIsRemoved) {
 TEST_F(ReconcileTest, RestartFindsDeadDaemonsAndStartsThem) {
   {
     auto m = manager();
-    ASSERT_EQ(m->prepare(mps_claim_).error, "");
+    ASSERT_EQ(m->prepare(mps_claim_).status().message(), "");
   }
   // The agent's container restarted: its daemons went with it.
   for (const auto& name : {share_a_, share_b_})
@@ -298,9 +299,9 @@ TEST_F(ReconcileTest, CrashAfterAnyStepConvergesWithMpsDaemons) {
     counting.after_step = [&](int step) { total_steps = step; };
     ShareManager m(counting, kube_, devices_);
     ASSERT_EQ(m.start(), "");
-    ASSERT_EQ(m.prepare(mps_claim_).error, "");
+    ASSERT_EQ(m.prepare(mps_claim_).status().message(), "");
     prepared = snapshot(base_);
-    ASSERT_EQ(m.unprepare(mps_claim_), "");
+    ASSERT_EQ(m.unprepare(mps_claim_).message(), "");
   }
   const auto empty = snapshot(base_);
   ASSERT_EQ(total_steps, (1 + 2 + 2 + 1 + 1) + (1 + 1 + 2 + 2 + 1));
@@ -312,11 +313,11 @@ TEST_F(ReconcileTest, CrashAfterAnyStepConvergesWithMpsDaemons) {
               42);
 
     auto m = manager();
-    ASSERT_EQ(m->prepare(mps_claim_).error, "");
+    ASSERT_EQ(m->prepare(mps_claim_).status().message(), "");
     EXPECT_EQ(snapshot(base_), prepared);
     EXPECT_EQ(mps_->inspect(share_a_).active_thread_percentage, 30.0);
     EXPECT_EQ(mps_->inspect(share_b_).active_thread_percentage, 70.0);
-    ASSERT_EQ(m->unprepare(mps_claim_), "");
+    ASSERT_EQ(m->unprepare(mps_claim_).message(), "");
     EXPECT_EQ(snapshot(base_), empty);
     EXPECT_TRUE(mps_->share_folders().empty());  // no daemon survives
   }
@@ -327,8 +328,8 @@ TEST_F(ReconcileTest, CrashAfterAnyStepConvergesWithMpsDaemons) {
 // names, so reconcile beside prepared claims stops nothing; granted, they go.
 TEST_F(ReconcileTest, BackendOrphanRemovalAsksBeforeStoppingOrRestoring) {
   auto m = manager();
-  ASSERT_EQ(m->prepare(mps_claim_).error, "");
-  ASSERT_EQ(m->prepare(whole_claim_).error, "");
+  ASSERT_EQ(m->prepare(mps_claim_).status().message(), "");
+  ASSERT_EQ(m->prepare(whole_claim_).status().message(), "");
   std::vector<std::string> asked;
   const ReserveOrphan refuse = [&](const std::string& name) {
     asked.push_back(name);
@@ -369,7 +370,7 @@ TEST_F(ReconcileTest, RacingTimeSliceClaimsWithDifferentIntervalsYieldOneSuccess
     auto race = [&](const ClaimRef& claim) {
       return std::async(std::launch::async, [&, claim] {
         go.arrive_and_wait();
-        return m->prepare(claim).error;
+        return m->prepare(claim).status().message();
       });
     };
     auto long_claim = race(whole_claim_), short_claim = race(other_whole_claim_);
@@ -385,9 +386,9 @@ TEST_F(ReconcileTest, RacingTimeSliceClaimsWithDifferentIntervalsYieldOneSuccess
     EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), long_won ? "3" : "1");
     EXPECT_EQ(time_slice_->recorded(kGpu1), long_won ? TimeSlice::kLong : TimeSlice::kShort);
     // The loser's half-prepared entry goes without touching the winner's interval.
-    ASSERT_EQ(m->unprepare(long_won ? other_whole_claim_ : whole_claim_), "");
+    ASSERT_EQ(m->unprepare(long_won ? other_whole_claim_ : whole_claim_).message(), "");
     EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), long_won ? "3" : "1");
-    ASSERT_EQ(m->unprepare(long_won ? whole_claim_ : other_whole_claim_), "");
+    ASSERT_EQ(m->unprepare(long_won ? whole_claim_ : other_whole_claim_).message(), "");
     EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "0");
     EXPECT_FALSE(time_slice_->recorded(kGpu1).has_value());
   }
@@ -400,17 +401,18 @@ TEST_F(ReconcileTest, SlowMpsStartBlocksNoOtherClaim) {
   auto m = manager();
   const double delay_s = 1.5;
   doubles_.slow_mps_start(delay_s);
-  auto slow = std::async(std::launch::async, [&] { return m->prepare(mps_claim_).error; });
+  auto slow =
+      std::async(std::launch::async, [&] { return m->prepare(mps_claim_).status().message(); });
   // Its first daemon start is under way once its MPS folder exists.
   for (int i = 0; i < 400 && !fs::exists(mps_->folder(share_a_)); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(fs::exists(mps_->folder(share_a_)));
 
   const auto started = std::chrono::steady_clock::now();
-  ASSERT_EQ(m->prepare(quota_claim_).error, "");
-  ASSERT_EQ(m->prepare(whole_claim_).error, "");
+  ASSERT_EQ(m->prepare(quota_claim_).status().message(), "");
+  ASSERT_EQ(m->prepare(whole_claim_).status().message(), "");
   const ReconcileReport beside = m->reconcile();
-  ASSERT_EQ(m->unprepare(quota_claim_), "");
+  ASSERT_EQ(m->unprepare(quota_claim_).message(), "");
   const auto took = std::chrono::steady_clock::now() - started;
   EXPECT_LT(took, std::chrono::duration<double>(delay_s)) << "waited for the MPS start";
   EXPECT_EQ(slow.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
@@ -422,8 +424,8 @@ TEST_F(ReconcileTest, SlowMpsStartBlocksNoOtherClaim) {
   EXPECT_EQ(mps_->inspect(share_b_).active_thread_percentage, 70.0);
   const ReconcileReport after = m->reconcile();
   EXPECT_TRUE(after.clean()) << after.to_text();
-  ASSERT_EQ(m->unprepare(mps_claim_), "");
-  ASSERT_EQ(m->unprepare(whole_claim_), "");
+  ASSERT_EQ(m->unprepare(mps_claim_).message(), "");
+  ASSERT_EQ(m->unprepare(whole_claim_).message(), "");
   EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
 }
 
@@ -440,10 +442,10 @@ TEST_F(ReconcileTest, CrashDuringConcurrentPreparesWithBackendsConverges) {
     counting.after_step = [&](int step) { steps = step; };
     ShareManager m(counting, kube_, devices_);
     ASSERT_EQ(m.start(), "");
-    for (const auto& claim : claims) ASSERT_EQ(m.prepare(claim).error, "");
+    for (const auto& claim : claims) ASSERT_EQ(m.prepare(claim).status().message(), "");
     prepare_steps = steps;
     prepared = snapshot(base_);
-    for (const auto& claim : claims) ASSERT_EQ(m.unprepare(claim), "");
+    for (const auto& claim : claims) ASSERT_EQ(m.unprepare(claim).message(), "");
   }
   const auto empty = snapshot(base_);
   // Checkpoint, folders, daemons or interval, CDI spec, checkpoint: MPS, TimeSlicing, quota.
@@ -460,14 +462,14 @@ TEST_F(ReconcileTest, CrashDuringConcurrentPreparesWithBackendsConverges) {
     auto m = manager();
     std::vector<std::future<std::string>> retries;
     for (const auto& claim : claims)
-      retries.push_back(
-          std::async(std::launch::async, [&, claim] { return m->prepare(claim).error; }));
+      retries.push_back(std::async(std::launch::async,
+                                   [&, claim] { return m->prepare(claim).status().message(); }));
     for (auto& retry : retries) EXPECT_EQ(retry.get(), "");
     EXPECT_EQ(snapshot(base_), prepared);
     EXPECT_EQ(mps_->inspect(share_a_).active_thread_percentage, 30.0);
     EXPECT_EQ(mps_->inspect(share_b_).active_thread_percentage, 70.0);
     EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "3");
-    for (const auto& claim : claims) ASSERT_EQ(m->unprepare(claim), "");
+    for (const auto& claim : claims) ASSERT_EQ(m->unprepare(claim).message(), "");
     EXPECT_EQ(snapshot(base_), empty);
     EXPECT_TRUE(mps_->share_folders().empty());
     EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "0");

@@ -31,9 +31,10 @@ constexpr uint64_t kContextOverhead = 500ull << 20;  // the simulator's default 
 
 class OneClaim : public KubeClient {
  public:
-  ApiResponse request(const std::string&, const std::string& path, const std::string&) override {
-    if (path != resource_claim_path("tenants", "pair")) return {404, "", "HTTP 404: not found"};
-    return {200, body, ""};
+  Result<ApiResponse> request(const std::string&, const std::string& path,
+                              const std::string&) override {
+    if (path != resource_claim_path("tenants", "pair")) return not_found("HTTP 404: not found");
+    return ApiResponse{200, body};
   }
   std::string body;
 };
@@ -73,7 +74,9 @@ TEST(ShareEndToEnd, TwoSharesOfOneSimulatedGpuHoldTheirLimits) {
   setenv("SIMGPU_STATE", state.c_str(), 1);
   setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0", 1);
   std::vector<GpuInfo> gpus;
-  ASSERT_EQ(list_gpus(gpus), "");
+  Result<std::vector<GpuInfo>> listed = list_gpus();
+  ASSERT_EQ(listed.status().message(), "");
+  gpus = *listed;
   ASSERT_EQ(gpus.size(), 1u);
   const std::string device = "gpu-" + std::to_string(gpus[0].minor);
 
@@ -86,8 +89,8 @@ TEST(ShareEndToEnd, TwoSharesOfOneSimulatedGpuHoldTheirLimits) {
   ShareManager manager(options, kube, node_devices(gpus));
   ASSERT_EQ(manager.start(), "");
   const PrepareResult result = manager.prepare({"tenants", "e2e-claim-uid", "pair"});
-  ASSERT_EQ(result.error, "");
-  ASSERT_EQ(result.devices.size(), 2u);
+  ASSERT_EQ(result.status().message(), "");
+  ASSERT_EQ(result->size(), 2u);
 
   std::ifstream spec_file(manager.cdi_spec_path("e2e-claim-uid"));
   const json spec = json::parse(spec_file);
@@ -115,7 +118,7 @@ TEST(ShareEndToEnd, TwoSharesOfOneSimulatedGpuHoldTheirLimits) {
     EXPECT_EQ(report["mem_get_info_total"], limits[i]);
   }
 
-  ASSERT_EQ(manager.unprepare({"tenants", "e2e-claim-uid", "pair"}), "");
+  ASSERT_EQ(manager.unprepare({"tenants", "e2e-claim-uid", "pair"}).message(), "");
   EXPECT_TRUE(fs::is_empty(options.root + "/shares"));
   EXPECT_TRUE(fs::is_empty(options.cdi_dir));
   fs::remove_all(base);
@@ -131,9 +134,9 @@ std::vector<NodeDevice> simulated_devices(const std::string& state, const std::s
     close(fds[0]);
     setenv("SIMGPU_STATE", state.c_str(), 1);
     setenv("SIMGPU_DEVICES", devices.c_str(), 1);
-    std::vector<GpuInfo> gpus;
     std::string text;
-    if (list_gpus(gpus).empty()) {
+    if (const Result<std::vector<GpuInfo>> listed = list_gpus(); listed.is_ok()) {
+      const std::vector<GpuInfo>& gpus = *listed;
       json list = json::array();
       for (const auto& device : node_devices(gpus))
         list.push_back({device.name, device.uuid, device.minor, device.memory_bytes});
@@ -173,7 +176,7 @@ TEST(ShareEndToEnd, OneContainerWithSharesOfTwoGpusHoldsEachLimit) {
   ShareManager manager(options, kube, node);
   ASSERT_EQ(manager.start(), "");
   const ClaimRef claim{"tenants", "e2e-two-gpus", "pair"};
-  ASSERT_EQ(manager.prepare(claim).error, "");
+  ASSERT_EQ(manager.prepare(claim).status().message(), "");
 
   // The container gets both CDI devices: the runtime applies both devices' edits, a variable set
   // by both taking the later value. Both name the same folder, so nothing is lost.
@@ -210,7 +213,7 @@ TEST(ShareEndToEnd, OneContainerWithSharesOfTwoGpusHoldsEachLimit) {
     EXPECT_EQ(report["mem_get_info_total"], limits[gpu]);
   }
 
-  ASSERT_EQ(manager.unprepare(claim), "");
+  ASSERT_EQ(manager.unprepare(claim).message(), "");
   EXPECT_TRUE(fs::is_empty(options.root + "/shares"));
   EXPECT_TRUE(fs::is_empty(options.cdi_dir));
   fs::remove_all(base);

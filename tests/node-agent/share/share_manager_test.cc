@@ -107,16 +107,16 @@ class ShareManagerTest : public ::testing::Test {
 TEST_F(ShareManagerTest, PreparesTwoSharesOfOneDevice) {
   auto m = manager(options_);
   const PrepareResult result = m->prepare(claim_);
-  ASSERT_EQ(result.error, "");
-  ASSERT_EQ(result.devices.size(), 2u);
-  EXPECT_EQ(result.devices[0].request_names, std::vector<std::string>{"a"});
-  EXPECT_EQ(result.devices[0].pool_name, "node-a");
-  EXPECT_EQ(result.devices[0].device_name, "gpu-0");
-  EXPECT_EQ(result.devices[0].share_id, kShareA);
-  EXPECT_EQ(result.devices[0].cdi_device_ids,
+  ASSERT_EQ(result.status().message(), "");
+  ASSERT_EQ(result->size(), 2u);
+  EXPECT_EQ((*result)[0].request_names, std::vector<std::string>{"a"});
+  EXPECT_EQ((*result)[0].pool_name, "node-a");
+  EXPECT_EQ((*result)[0].device_name, "gpu-0");
+  EXPECT_EQ((*result)[0].share_id, kShareA);
+  EXPECT_EQ((*result)[0].cdi_device_ids,
             std::vector<std::string>{std::string("k8s.vgpu.tessera.dev/claim=") + kUid + "-gpu-0-" +
                                      kShareA});
-  EXPECT_EQ(result.devices[1].share_id, kShareB);
+  EXPECT_EQ((*result)[1].share_id, kShareB);
 
   const LimitsView a = read_limits(share_dir(kShareA) + "/limits");
   EXPECT_EQ(a.uuid, kGpu0);
@@ -168,18 +168,18 @@ TEST_F(ShareManagerTest, PreparesTwoSharesOfOneDevice) {
 TEST_F(ShareManagerTest, SecondPrepareReturnsTheSameResultWithoutRewriting) {
   auto m = manager(options_);
   const PrepareResult first = m->prepare(claim_);
-  ASSERT_EQ(first.error, "");
+  ASSERT_EQ(first.status().message(), "");
   struct stat cdi_before {
   }, checkpoint_before{};
   ASSERT_EQ(stat(m->cdi_spec_path(kUid).c_str(), &cdi_before), 0);
   ASSERT_EQ(stat((options_.root + "/checkpoint.json").c_str(), &checkpoint_before), 0);
   const int requests = kube_.requests;
   const PrepareResult second = m->prepare(claim_);
-  EXPECT_EQ(second.error, "");
-  ASSERT_EQ(second.devices.size(), first.devices.size());
-  for (size_t i = 0; i < first.devices.size(); ++i) {
-    EXPECT_EQ(second.devices[i].cdi_device_ids, first.devices[i].cdi_device_ids);
-    EXPECT_EQ(second.devices[i].share_id, first.devices[i].share_id);
+  EXPECT_EQ(second.status().message(), "");
+  ASSERT_EQ(second->size(), first->size());
+  for (size_t i = 0; i < first->size(); ++i) {
+    EXPECT_EQ((*second)[i].cdi_device_ids, (*first)[i].cdi_device_ids);
+    EXPECT_EQ((*second)[i].share_id, (*first)[i].share_id);
   }
   struct stat cdi_after {
   }, checkpoint_after{};
@@ -190,33 +190,37 @@ TEST_F(ShareManagerTest, SecondPrepareReturnsTheSameResultWithoutRewriting) {
   EXPECT_EQ(kube_.requests, requests);
   // And after a restart, from the checkpoint.
   auto restarted = manager(options_);
-  EXPECT_EQ(restarted->prepare(claim_).devices.size(), 2u);
+  EXPECT_EQ(restarted->prepare(claim_)->size(), 2u);
   EXPECT_EQ(kube_.requests, requests);
 }
 
 TEST_F(ShareManagerTest, UnprepareWorksFromTheCheckpointWhenTheClaimIsGone) {
   {
     auto m = manager(options_);
-    ASSERT_EQ(m->prepare(claim_).error, "");
+    ASSERT_EQ(m->prepare(claim_).status().message(), "");
   }
   kube_.objects.clear();
   auto m = manager(options_);
-  EXPECT_EQ(m->unprepare(claim_), "");
+  EXPECT_EQ(m->unprepare(claim_).message(), "");
   EXPECT_FALSE(fs::exists(share_dir(kShareA)));
   EXPECT_FALSE(fs::exists(share_dir(kShareB)));
   EXPECT_FALSE(fs::exists(m->cdi_spec_path(kUid)));
   EXPECT_TRUE(m->checkpoint().empty());
   EXPECT_EQ(json::parse(read(options_.root + "/checkpoint.json"))["claims"], json::object());
-  EXPECT_EQ(m->unprepare(claim_), "");  // twice: nothing to do
+  EXPECT_EQ(m->unprepare(claim_).message(), "");  // twice: nothing to do
 }
 
 TEST_F(ShareManagerTest, PrepareErrorsAreReportedPerClaim) {
   auto m = manager(options_);
+  const Status missing = m->prepare({"tenants", kUid, "missing"}).status();
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound);  // the API's 404, kept through the context
   EXPECT_EQ(
-      m->prepare({"tenants", kUid, "missing"}).error,
+      missing.message(),
       "cannot get ResourceClaim tenants/missing: GET "
       "/apis/resource.k8s.io/v1/namespaces/tenants/resourceclaims/missing: HTTP 404: not found");
-  EXPECT_EQ(m->prepare({"tenants", "other-uid", "train"}).error,
+  const Status replaced = m->prepare({"tenants", "other-uid", "train"}).status();
+  EXPECT_EQ(replaced.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(replaced.message(),
             std::string("ResourceClaim tenants/train: claim was replaced: metadata.uid is ") +
                 kUid + ", kubelet asked for other-uid");
   EXPECT_TRUE(m->checkpoint().empty());
@@ -225,7 +229,7 @@ TEST_F(ShareManagerTest, PrepareErrorsAreReportedPerClaim) {
 
 TEST_F(ShareManagerTest, ShareWithARunningProcessIsReportedAndKept) {
   auto m = manager(options_);
-  ASSERT_EQ(m->prepare(claim_).error, "");
+  ASSERT_EQ(m->prepare(claim_).status().message(), "");
   const std::string usage = share_dir(kShareB) + "/usage";
   const int fd = open(usage.c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
@@ -248,17 +252,19 @@ TEST_F(ShareManagerTest, ShareWithARunningProcessIsReportedAndKept) {
   page->slots[0].owner = share::make_owner(4194000, ns, 1);
   page->slots[1].owner = share::make_owner(static_cast<uint32_t>(getpid()), ns, start_time);
   page->slot_high_water = 2;
-  const std::string error = m->unprepare(claim_);
-  EXPECT_EQ(error, std::string("claim ") + kUid + " still has running processes in share " + kUid +
-                       "-gpu-0-" + kShareB + " (host pids " + std::to_string(getpid()) +
-                       "): kept until they exit");
+  const Status error = m->unprepare(claim_);
+  EXPECT_EQ(error.code(), StatusCode::kFailedPrecondition);  // kubelet retries later
+  EXPECT_EQ(error.message(), std::string("claim ") + kUid +
+                                 " still has running processes in share " + kUid + "-gpu-0-" +
+                                 kShareB + " (host pids " + std::to_string(getpid()) +
+                                 "): kept until they exit");
   EXPECT_TRUE(fs::exists(share_dir(kShareB) + "/limits"));
   EXPECT_TRUE(fs::exists(m->cdi_spec_path(kUid)));
   EXPECT_EQ(m->checkpoint().count(kUid), 1u);
   // ...and once the live one is gone, unprepare completes.
   page->slots[1].owner = 0;
   munmap(page, sizeof(share::UsagePage));
-  EXPECT_EQ(m->unprepare(claim_), "");
+  EXPECT_EQ(m->unprepare(claim_).message(), "");
   EXPECT_FALSE(fs::exists(share_dir(kShareB)));
 }
 
@@ -270,7 +276,7 @@ TEST_F(ShareManagerTest, SharesOfTwoGpusLiveInOneFolder) {
           .dump();
   auto m = manager(options_);
   const ClaimRef claim{"tenants", "multi-gpu-uid", "multi"};
-  ASSERT_EQ(m->prepare(claim).error, "");
+  ASSERT_EQ(m->prepare(claim).status().message(), "");
   const std::string folder = options_.root + "/shares/multi-gpu-uid-gpu-0-s0";
   ASSERT_TRUE(fs::exists(folder + "/limits"));
   EXPECT_FALSE(fs::exists(options_.root + "/shares/multi-gpu-uid-gpu-1-s1"));
@@ -297,7 +303,7 @@ TEST_F(ShareManagerTest, SharesOfTwoGpusLiveInOneFolder) {
   auto restarted = manager(options_);
   EXPECT_EQ(restarted->checkpoint().at("multi-gpu-uid").shares[1].folder, "multi-gpu-uid-gpu-0-s0");
   EXPECT_TRUE(restarted->reconcile().clean()) << restarted->reconcile().to_text();
-  ASSERT_EQ(restarted->unprepare(claim), "");
+  ASSERT_EQ(restarted->unprepare(claim).message(), "");
   EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
 }
 
@@ -306,7 +312,7 @@ TEST_F(ShareManagerTest, SharesOfTwoGpusLiveInOneFolder) {
 // reaches outside the folder, nor blocks, nor crashes the agent.
 TEST_F(ShareManagerTest, ATenantsFilesInItsShareFolderCannotHurtTheAgent) {
   auto m = manager(options_);
-  ASSERT_EQ(m->prepare(claim_).error, "");
+  ASSERT_EQ(m->prepare(claim_).status().message(), "");
   const fs::path victim = base_ / "host-file";
   std::ofstream(victim) << "host data\n";
   fs::remove(share_dir(kShareA) + "/usage");
@@ -320,7 +326,7 @@ TEST_F(ShareManagerTest, ATenantsFilesInItsShareFolderCannotHurtTheAgent) {
   fs::remove(share_dir(kShareA) + "/usage");
   ASSERT_EQ(mkfifo((share_dir(kShareA) + "/usage").c_str(), 0666), 0);
   fs::resize_file(share_dir(kShareB) + "/usage", 10);
-  EXPECT_EQ(m->unprepare(claim_), "");  // returns (no FIFO wait, no SIGBUS) and cleans up
+  EXPECT_EQ(m->unprepare(claim_).message(), "");  // returns (no FIFO wait, no SIGBUS) and cleans up
   EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
   EXPECT_EQ(read(victim), "host data\n");
 }
@@ -331,7 +337,7 @@ TEST_F(ShareManagerTest, StartRemovesOrphans) {
   std::ofstream(options_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_stray.json") << "{}";
   std::ofstream(options_.cdi_dir + "/other-vendor.json") << "{}";
   auto m = manager(options_);
-  ASSERT_EQ(m->prepare(claim_).error, "");
+  ASSERT_EQ(m->prepare(claim_).status().message(), "");
   auto restarted = manager(options_);  // keeps what the checkpoint names
   EXPECT_FALSE(fs::exists(options_.root + "/shares/stray-gpu-0-x"));
   EXPECT_FALSE(fs::exists(options_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_stray.json"));
@@ -369,7 +375,7 @@ TEST_F(ShareManagerTest, StaleTemporariesOfADeadWriterGoInFlightOnesStay) {
   const std::string own_share = share_dir(kShareA) + "/.limits.tmp." + self + ".9";
   for (const auto& path : stale_share) std::ofstream(path) << "x";
   std::ofstream(own_share) << "x";
-  ASSERT_EQ(m->prepare(claim_).error, "");
+  ASSERT_EQ(m->prepare(claim_).status().message(), "");
   for (const auto& path : stale_share) EXPECT_FALSE(fs::exists(path)) << path;
   EXPECT_TRUE(fs::exists(own_share));
   EXPECT_TRUE(fs::exists(share_dir(kShareA) + "/usage"));
@@ -393,9 +399,9 @@ TEST_F(ShareManagerTest, CrashAfterAnyStepConverges) {
     ShareManagerOptions counting = options_;
     counting.after_step = [&](int step) { total_steps = step; };
     auto m = manager(counting);
-    ASSERT_EQ(m->prepare(claim_).error, "");
+    ASSERT_EQ(m->prepare(claim_).status().message(), "");
     prepared = snapshot(base_);
-    ASSERT_EQ(m->unprepare(claim_), "");
+    ASSERT_EQ(m->unprepare(claim_).message(), "");
   }
   const auto empty = snapshot(base_);
   ASSERT_EQ(empty.size(), 1u);  // checkpoint.json with no claims
@@ -411,11 +417,11 @@ TEST_F(ShareManagerTest, CrashAfterAnyStepConverges) {
       auto m = manager(options_);
       if (then_prepare) {
         const PrepareResult result = m->prepare(claim_);
-        ASSERT_EQ(result.error, "");
-        ASSERT_EQ(result.devices.size(), 2u);
+        ASSERT_EQ(result.status().message(), "");
+        ASSERT_EQ(result->size(), 2u);
         EXPECT_EQ(snapshot(base_), prepared);
       }
-      ASSERT_EQ(m->unprepare(claim_), "");
+      ASSERT_EQ(m->unprepare(claim_).message(), "");
       EXPECT_EQ(snapshot(base_), empty);
       // No share folder, spec or temporary file survives anywhere.
       EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
@@ -429,11 +435,11 @@ TEST_F(ShareManagerTest, CrashAfterAnyStepConverges) {
 TEST_F(ShareManagerTest, ConcurrentClaimsAllLandInTheCheckpoint) {
   const std::vector<ClaimRef> claims = add_claims(8);
   auto m = manager(options_);
-  std::vector<PrepareResult> results(claims.size());
+  std::vector<PrepareResult> results(claims.size(), internal_error("not prepared"));
   on_threads(claims, [&](size_t i, const ClaimRef& claim) { results[i] = m->prepare(claim); });
   for (size_t i = 0; i < claims.size(); ++i) {
-    EXPECT_EQ(results[i].error, "") << claims[i].name;
-    EXPECT_EQ(results[i].devices.size(), 2u);
+    EXPECT_EQ(results[i].status().message(), "") << claims[i].name;
+    EXPECT_EQ(results[i]->size(), 2u);
   }
   const json saved = json::parse(read(options_.root + "/checkpoint.json"));
   ASSERT_EQ(saved["claims"].size(), claims.size()) << saved.dump(2);
@@ -444,7 +450,8 @@ TEST_F(ShareManagerTest, ConcurrentClaimsAllLandInTheCheckpoint) {
   EXPECT_TRUE(m->reconcile().clean());
 
   std::vector<std::string> errors(claims.size());
-  on_threads(claims, [&](size_t i, const ClaimRef& claim) { errors[i] = m->unprepare(claim); });
+  on_threads(claims,
+             [&](size_t i, const ClaimRef& claim) { errors[i] = m->unprepare(claim).message(); });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   EXPECT_TRUE(m->checkpoint().empty());
   EXPECT_EQ(json::parse(read(options_.root + "/checkpoint.json"))["claims"], json::object());
@@ -457,17 +464,18 @@ TEST_F(ShareManagerTest, ConcurrentClaimsAllLandInTheCheckpoint) {
 TEST_F(ShareManagerTest, ConcurrentPreparesOfOneClaimRunOneAtATime) {
   auto m = manager(options_);
   const std::vector<ClaimRef> same(6, claim_);
-  std::vector<PrepareResult> results(same.size());
+  std::vector<PrepareResult> results(same.size(), internal_error("not prepared"));
   on_threads(same, [&](size_t i, const ClaimRef& claim) { results[i] = m->prepare(claim); });
   EXPECT_EQ(kube_.requests, 1);
   for (const auto& result : results) {
-    EXPECT_EQ(result.error, "");
-    ASSERT_EQ(result.devices.size(), 2u);
-    EXPECT_EQ(result.devices[1].cdi_device_ids, results[0].devices[1].cdi_device_ids);
+    EXPECT_EQ(result.status().message(), "");
+    ASSERT_EQ(result->size(), 2u);
+    EXPECT_EQ((*result)[1].cdi_device_ids, (*results[0])[1].cdi_device_ids);
   }
   const std::vector<std::string> expected(same.size(), "");
   std::vector<std::string> errors(same.size());
-  on_threads(same, [&](size_t i, const ClaimRef& claim) { errors[i] = m->unprepare(claim); });
+  on_threads(same,
+             [&](size_t i, const ClaimRef& claim) { errors[i] = m->unprepare(claim).message(); });
   EXPECT_EQ(errors, expected);
   EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
 }
@@ -479,7 +487,7 @@ TEST_F(ShareManagerTest, ReconcileBesidePreparesRemovesNothingTheyWrite) {
   auto m = manager(options_);
   fs::create_directories(options_.root + "/shares/stray-gpu-0-x");
   std::atomic<int> running = static_cast<int>(claims.size());
-  std::vector<PrepareResult> results(claims.size());
+  std::vector<PrepareResult> results(claims.size(), internal_error("not prepared"));
   std::vector<std::string> removed;
   std::thread reconciler([&] {
     while (running > 0)
@@ -490,7 +498,7 @@ TEST_F(ShareManagerTest, ReconcileBesidePreparesRemovesNothingTheyWrite) {
     --running;
   });
   reconciler.join();
-  for (const auto& result : results) EXPECT_EQ(result.error, "");
+  for (const auto& result : results) EXPECT_EQ(result.status().message(), "");
   for (const auto& subject : removed) EXPECT_EQ(subject, "share stray-gpu-0-x");
   const ReconcileReport last = m->reconcile();
   EXPECT_TRUE(last.clean()) << last.to_text();  // every claim's files are in place
@@ -510,9 +518,9 @@ TEST_F(ShareManagerTest, CrashDuringConcurrentClaimsConverges) {
     ShareManagerOptions counting = options_;
     counting.after_step = [&](int step) { total_steps = step; };
     auto m = manager(counting);
-    for (const auto& claim : claims) ASSERT_EQ(m->prepare(claim).error, "");
+    for (const auto& claim : claims) ASSERT_EQ(m->prepare(claim).status().message(), "");
     prepared = snapshot(base_);
-    for (const auto& claim : claims) ASSERT_EQ(m->unprepare(claim), "");
+    for (const auto& claim : claims) ASSERT_EQ(m->unprepare(claim).message(), "");
   }
   const auto empty = snapshot(base_);
   ASSERT_EQ(total_steps, 3 * ((1 + 2 + 1 + 1) + (1 + 1 + 2 + 1)));
@@ -529,17 +537,19 @@ TEST_F(ShareManagerTest, CrashDuringConcurrentClaimsConverges) {
 
       auto m = manager(options_);
       if (then_prepare) {
-        std::vector<PrepareResult> results(claims.size());
+        std::vector<PrepareResult> results(claims.size(), internal_error("not prepared"));
         on_threads(claims,
                    [&](size_t i, const ClaimRef& claim) { results[i] = m->prepare(claim); });
         for (const auto& result : results) {
-          ASSERT_EQ(result.error, "");
-          ASSERT_EQ(result.devices.size(), 2u);
+          ASSERT_EQ(result.status().message(), "");
+          ASSERT_EQ(result->size(), 2u);
         }
         EXPECT_EQ(snapshot(base_), prepared);
       }
       std::vector<std::string> errors(claims.size());
-      on_threads(claims, [&](size_t i, const ClaimRef& claim) { errors[i] = m->unprepare(claim); });
+      on_threads(claims, [&](size_t i, const ClaimRef& claim) {
+        errors[i] = m->unprepare(claim).message();
+      });
       EXPECT_EQ(errors, std::vector<std::string>(claims.size(), ""));
       EXPECT_EQ(snapshot(base_), empty);
       EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));

@@ -29,19 +29,13 @@ namespace fs = std::filesystem;
 
 class FakeKube : public KubeClient {
  public:
-  ApiResponse request(const std::string& method, const std::string& path,
-                      const std::string&) override {
+  Result<ApiResponse> request(const std::string& method, const std::string& path,
+                              const std::string&) override {
     ++requests;
-    ApiResponse r;
     const auto it = objects.find(path);
-    if (method != "GET" || it == objects.end()) {
-      r.status = 404;
-      r.error = method + " " + path + ": HTTP 404: not found";
-      return r;
-    }
-    r.status = 200;
-    r.body = it->second;
-    return r;
+    if (method != "GET" || it == objects.end())
+      return not_found(method + " " + path + ": HTTP 404: not found");
+    return ApiResponse{200, it->second};
   }
   std::map<std::string, std::string> objects;
   std::atomic<int> requests = 0;
@@ -108,8 +102,8 @@ inline int run_agent_crashing_after(const ShareManagerOptions& options, KubeClie
       if (step == crash_at) _exit(42);
     };
     ShareManager m(crashing, kube, devices);
-    if (!m.start().empty() || !m.prepare(claim).error.empty()) _exit(1);
-    m.unprepare(claim);
+    if (!m.start().empty() || !m.prepare(claim).is_ok()) _exit(1);
+    m.unprepare(claim).ignore();  // the crash, if any, is the test
     _exit(0);
   }
   int status = 0;
@@ -141,9 +135,9 @@ inline int run_agent_crashing_after_concurrent(const ShareManagerOptions& option
         });
       for (auto& thread : threads) thread.join();
     };
-    each_claim([&](const ClaimRef& claim) { return m.prepare(claim).error.empty(); });
+    each_claim([&](const ClaimRef& claim) { return m.prepare(claim).is_ok(); });
     if (failed) _exit(1);
-    each_claim([&](const ClaimRef& claim) { return m.unprepare(claim).empty(); });
+    each_claim([&](const ClaimRef& claim) { return m.unprepare(claim).is_ok(); });
     _exit(failed ? 1 : 0);
   }
   int status = 0;

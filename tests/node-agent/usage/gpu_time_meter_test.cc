@@ -63,10 +63,9 @@ const std::string& simgpu_state() {
 
 std::string gpu_uuid() {
   simgpu_state();
-  std::vector<GpuInfo> gpus;
-  const std::string error = list_gpus(gpus);
-  if (!error.empty() || gpus.empty()) return "";
-  return gpus[0].uuid;
+  const Result<std::vector<GpuInfo>> gpus = list_gpus();
+  if (!gpus.is_ok() || gpus->empty()) return "";
+  return gpus->front().uuid;
 }
 
 class TempDir {

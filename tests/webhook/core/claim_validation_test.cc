@@ -44,8 +44,7 @@ json& claim_parameters(json& request) {
 
 // The agent's decoder message for `parameters`, as it prefixes it.
 std::string agent_message(const json& parameters) {
-  agent::VgpuConfig ignored;
-  return agent::decode_vgpu_config(parameters, ignored);
+  return agent::decode_vgpu_config(parameters).status().message();
 }
 
 TEST(ClaimValidation, AGoodClaimAndTemplateAreAllowed) {

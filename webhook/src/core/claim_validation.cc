@@ -1,6 +1,7 @@
 #include "core/claim_validation.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/driver_name.h"
@@ -50,10 +51,9 @@ std::string check_devices(const json& devices, const std::string& path) {
       if (!opaque || string_member(*opaque, "driver") != agent::kDriverName) continue;
       const json* parameters = member(*opaque, "parameters");
       if (!parameters) return at + ".opaque.parameters: missing";
-      Entry entry{member((*list)[i], "requests"), {}};
-      if (auto e = agent::decode_vgpu_config(*parameters, entry.config); !e.empty())
-        return at + ".opaque.parameters." + e;
-      configs.push_back(entry);
+      Result<VgpuConfig> decoded = agent::decode_vgpu_config(*parameters);
+      if (!decoded.is_ok()) return at + ".opaque.parameters." + decoded.status().message();
+      configs.push_back({member((*list)[i], "requests"), std::move(decoded).value()});
     }
   }
   if (configs.empty()) return "";
@@ -76,8 +76,8 @@ std::string check_devices(const json& devices, const std::string& path) {
       VgpuConfig merged;
       for (const auto& entry : configs)
         if (applies(entry.requests, full)) merged = agent::merge_vgpu_config(merged, entry.config);
-      if (auto e = agent::check_supported(merged); !e.empty())
-        return path + ".requests[" + std::to_string(i) + "] (" + full + "): " + e;
+      if (const Status supported = agent::check_supported(merged); !supported.is_ok())
+        return path + ".requests[" + std::to_string(i) + "] (" + full + "): " + supported.message();
     }
   }
   return "";

@@ -82,12 +82,13 @@ Result<bool> ApiClaimLookup::is_tessera(const std::string& namespace_name, Claim
       source == ClaimSource::kResourceClaim ? "resourceclaims" : "resourceclaimtemplates";
   const std::string path =
       "/apis/resource.k8s.io/v1/namespaces/" + namespace_name + "/" + resource + "/" + name;
-  const agent::ApiResponse response = api_.request("GET", path);
-  if (!response.ok()) {
-    if (response.status == 404) return not_found(response.error);
-    return unavailable(response.error);
+  const Result<agent::ApiResponse> response = api_.request("GET", path);
+  if (!response.is_ok()) {
+    const std::string& error = response.status().message();
+    if (response.status().code() == StatusCode::kNotFound) return not_found(error);
+    return unavailable(error);
   }
-  const json object = json::parse(response.body, nullptr, /*allow_exceptions=*/false);
+  const json object = json::parse(response->body, nullptr, /*allow_exceptions=*/false);
   if (!object.is_object()) return internal_error("GET " + path + ": the answer is not JSON");
   const bool tessera = asks_for_tessera(object, device_classes_);
   std::lock_guard lock(mutex_);

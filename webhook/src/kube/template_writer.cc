@@ -22,24 +22,25 @@ Status TemplateWriter::ensure(const json& claim_template) {
   }
   const std::string collection =
       "/apis/resource.k8s.io/v1/namespaces/" + namespace_name + "/resourceclaimtemplates";
-  const agent::ApiResponse created = api_.request("POST", collection, claim_template.dump());
+  const Result<agent::ApiResponse> created =
+      api_.request("POST", collection, claim_template.dump());
   Status result;
   bool existed = false;
-  if (created.status == 409) {
+  if (!created.is_ok() && created.status().code() == StatusCode::kAlreadyExists) {
     // Someone (another replica, an earlier pod) made it: it must be the same request.
-    const agent::ApiResponse current = api_.request("GET", collection + "/" + name);
-    if (!current.ok()) {
-      result = unavailable(current.error);
+    const Result<agent::ApiResponse> current = api_.request("GET", collection + "/" + name);
+    if (!current.is_ok()) {
+      result = unavailable(current.status().message());
     } else {
-      const json existing = json::parse(current.body, nullptr, /*allow_exceptions=*/false);
+      const json existing = json::parse(current->body, nullptr, /*allow_exceptions=*/false);
       if (!existing.is_object() || !existing.contains("spec") ||
           existing["spec"] != claim_template["spec"])
         result = already_exists("ResourceClaimTemplate " + key +
                                 " exists with another spec; delete it or rename it");
       existed = result.is_ok();
     }
-  } else if (!created.ok()) {
-    result = unavailable(created.error);
+  } else if (!created.is_ok()) {
+    result = unavailable(created.status().message());
   }
   std::lock_guard lock(mutex_);
   if (!result.is_ok()) {
