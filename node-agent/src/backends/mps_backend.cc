@@ -194,9 +194,9 @@ Status MpsBackend::start(const ShareSpec& share) {
   // the timeout, then say why.
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   for (;;) {
-    std::string error = set_limits(share);
-    if (error.empty() || daemon_pid(name) == 0 || std::chrono::steady_clock::now() > deadline)
-      return error;
+    Status status = set_limits(share);
+    if (status.is_ok() || daemon_pid(name) == 0 || std::chrono::steady_clock::now() > deadline)
+      return status;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
