@@ -4,6 +4,7 @@
 #include <set>
 #include <tuple>
 
+#include "model/json_access.h"
 #include "tessera/quantity.h"
 #include "tessera/share_region.h"
 
@@ -12,14 +13,8 @@ namespace {
 
 using nlohmann::json;
 
-const json* member(const json& object, const char* key) {
-  if (!object.is_object()) return nullptr;
-  const auto it = object.find(key);
-  return it == object.end() ? nullptr : &*it;
-}
-
 const std::string* string_member(const json& object, const char* key) {
-  const json* value = member(object, key);
+  const json* value = json_member(object, key);
   return value && value->is_string() ? &value->get_ref<const std::string&>() : nullptr;
 }
 
@@ -74,7 +69,7 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
   const json claim = json::parse(input.claim_json, nullptr, /*allow_exceptions=*/false);
   if (claim.is_discarded() || !claim.is_object())
     return invalid_argument("claim: not a JSON object");
-  const json* metadata = member(claim, "metadata");
+  const json* metadata = json_member(claim, "metadata");
   const std::string* uid = metadata ? string_member(*metadata, "uid") : nullptr;
   if (!uid) return invalid_argument("claim: metadata.uid missing");
   if (*uid != input.expected_uid)
@@ -82,12 +77,12 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
                                ", kubelet asked for " + input.expected_uid);
   if (!safe_name_component(*uid))
     return invalid_argument("claim: metadata.uid " + json(*uid).dump() + " is not a safe name");
-  const json* status = member(claim, "status");
-  const json* allocation = status ? member(*status, "allocation") : nullptr;
+  const json* status = json_member(claim, "status");
+  const json* allocation = status ? json_member(*status, "allocation") : nullptr;
   if (!allocation || !allocation->is_object())
     return failed_precondition("claim " + *uid + " is not allocated (no status.allocation)");
-  const json* devices = member(*allocation, "devices");
-  const json* results = devices ? member(*devices, "results") : nullptr;
+  const json* devices = json_member(*allocation, "devices");
+  const json* results = devices ? json_member(*devices, "results") : nullptr;
   if (results && !results->is_array())
     return invalid_argument("status.allocation.devices.results: not an array");
 
@@ -97,23 +92,23 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
     VgpuConfig config;
   };
   std::vector<Entry> configs;
-  if (const json* list = devices ? member(*devices, "config") : nullptr) {
+  if (const json* list = devices ? json_member(*devices, "config") : nullptr) {
     if (!list->is_array())
       return invalid_argument("status.allocation.devices.config: not an array");
     for (size_t i = 0; i < list->size(); ++i) {
       const json& entry = (*list)[i];
       const std::string path = "status.allocation.devices.config[" + std::to_string(i) + "]";
-      const json* opaque = member(entry, "opaque");
+      const json* opaque = json_member(entry, "opaque");
       if (!opaque) continue;
       const std::string* driver = string_member(*opaque, "driver");
       if (!driver || *driver != input.driver) continue;
-      const json* parameters = member(*opaque, "parameters");
+      const json* parameters = json_member(*opaque, "parameters");
       if (!parameters) return invalid_argument(path + ".opaque.parameters: missing");
       Result<VgpuConfig> config = decode_vgpu_config(*parameters);
       if (!config.is_ok()) {
         return invalid_argument(path + ".opaque.parameters." + config.status().message());
       }
-      configs.push_back({member(entry, "requests"), *config});
+      configs.push_back({json_member(entry, "requests"), *config});
     }
   }
 
@@ -141,7 +136,7 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
     spec.request_names = {*request};
     spec.uuid = node_device->uuid;
     spec.minor = node_device->minor;
-    if (const json* share = member(result, "shareID")) {
+    if (const json* share = json_member(result, "shareID")) {
       if (!share->is_string() || !safe_name_component(share->get<std::string>()))
         return invalid_argument(path + ".shareID: invalid value " + share->dump());
       spec.share_id = share->get<std::string>();
@@ -150,10 +145,10 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
       return invalid_argument(path + ": device " + *device +
                               " allocated twice with the same shareID " +
                               json(spec.share_id).dump());
-    if (const json* consumed = member(result, "consumedCapacity")) {
+    if (const json* consumed = json_member(result, "consumedCapacity")) {
       if (!consumed->is_object())
         return invalid_argument(path + ".consumedCapacity: not an object");
-      if (const json* memory = member(*consumed, "memory")) {
+      if (const json* memory = json_member(*consumed, "memory")) {
         const auto bytes = memory->is_string() ? parse_byte_quantity(memory->get<std::string>())
                                                : std::optional<uint64_t>{};
         if (!bytes)
@@ -161,7 +156,7 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
                                   memory->dump());
         spec.memory_bytes = *bytes;
       }
-      if (const json* cores = member(*consumed, "cores")) {
+      if (const json* cores = json_member(*consumed, "cores")) {
         // An integer percent; quantities are strings ("30"); a bare JSON integer is accepted too.
         std::optional<uint64_t> value;
         if (cores->is_string()) {

@@ -1,22 +1,16 @@
 #include "core/admission_review.h"
 
 #include "core/base64.h"
+#include "model/json_access.h"
 
 namespace tessera::webhook {
+
+using agent::json_member;
+using agent::json_string;
+
 namespace {
 
 using nlohmann::json;
-
-const json* member(const json& object, const char* key) {
-  if (!object.is_object()) return nullptr;
-  const auto it = object.find(key);
-  return it == object.end() ? nullptr : &*it;
-}
-
-std::string string_member(const json& object, const char* key) {
-  const json* value = member(object, key);
-  return value && value->is_string() ? value->get<std::string>() : std::string();
-}
 
 }  // namespace
 
@@ -39,28 +33,28 @@ Result<json> parse_json_body(std::string_view body) {
 Result<AdmissionRequest> read_admission_request(const json& review) {
   if (!review.is_object()) return invalid_argument("the request body is not a JSON object");
   AdmissionRequest out;
-  out.api_version = string_member(review, "apiVersion");
+  out.api_version = json_string(review, "apiVersion");
   if (out.api_version != kAdmissionV1 && out.api_version != kAdmissionV1beta1)
     return invalid_argument("apiVersion " + json(out.api_version).dump() + " is not " +
                             kAdmissionV1);
-  if (string_member(review, "kind") != "AdmissionReview")
+  if (json_string(review, "kind") != "AdmissionReview")
     return invalid_argument("kind must be AdmissionReview");
-  const json* request = member(review, "request");
+  const json* request = json_member(review, "request");
   if (!request || !request->is_object()) return invalid_argument("request: missing");
-  out.uid = string_member(*request, "uid");
+  out.uid = json_string(*request, "uid");
   if (out.uid.empty()) return invalid_argument("request.uid: missing");
-  if (const json* kind = member(*request, "kind")) {
-    out.kind.group = string_member(*kind, "group");
-    out.kind.version = string_member(*kind, "version");
-    out.kind.kind = string_member(*kind, "kind");
+  if (const json* kind = json_member(*request, "kind")) {
+    out.kind.group = json_string(*kind, "group");
+    out.kind.version = json_string(*kind, "version");
+    out.kind.kind = json_string(*kind, "kind");
   }
-  out.sub_resource = string_member(*request, "subResource");
-  out.name = string_member(*request, "name");
-  out.namespace_name = string_member(*request, "namespace");
-  out.operation = string_member(*request, "operation");
-  if (const json* dry_run = member(*request, "dryRun"); dry_run && dry_run->is_boolean())
+  out.sub_resource = json_string(*request, "subResource");
+  out.name = json_string(*request, "name");
+  out.namespace_name = json_string(*request, "namespace");
+  out.operation = json_string(*request, "operation");
+  if (const json* dry_run = json_member(*request, "dryRun"); dry_run && dry_run->is_boolean())
     out.dry_run = dry_run->get<bool>();
-  if (const json* object = member(*request, "object"); object && object->is_object())
+  if (const json* object = json_member(*request, "object"); object && object->is_object())
     out.object = object;
   return out;
 }

@@ -5,24 +5,18 @@
 #include <vector>
 
 #include "model/driver_name.h"
+#include "model/json_access.h"
 #include "model/vgpu_config.h"
 
 namespace tessera::webhook {
+
+using agent::json_member;
+using agent::json_string;
+
 namespace {
 
 using agent::VgpuConfig;
 using nlohmann::json;
-
-const json* member(const json& object, const char* key) {
-  if (!object.is_object()) return nullptr;
-  const auto it = object.find(key);
-  return it == object.end() ? nullptr : &*it;
-}
-
-std::string string_member(const json& object, const char* key) {
-  const json* value = member(object, key);
-  return value && value->is_string() ? value->get<std::string>() : std::string();
-}
 
 // Whether a config entry's `requests` (absent or empty: all requests) names `request`. A
 // firstAvailable subrequest "req/sub" is named by "req" too, as the agent matches results.
@@ -43,32 +37,31 @@ std::string check_devices(const json& devices, const std::string& path) {
     VgpuConfig config;
   };
   std::vector<Entry> configs;
-  const json* list = member(devices, "config");
+  const json* list = json_member(devices, "config");
   if (list && list->is_array()) {
     for (size_t i = 0; i < list->size(); ++i) {
       const std::string at = path + ".config[" + std::to_string(i) + "]";
-      const json* opaque = member((*list)[i], "opaque");
-      if (!opaque || string_member(*opaque, "driver") != agent::kDriverName) continue;
-      const json* parameters = member(*opaque, "parameters");
+      const json* opaque = json_member((*list)[i], "opaque");
+      if (!opaque || json_string(*opaque, "driver") != agent::kDriverName) continue;
+      const json* parameters = json_member(*opaque, "parameters");
       if (!parameters) return at + ".opaque.parameters: missing";
       Result<VgpuConfig> decoded = agent::decode_vgpu_config(*parameters);
       if (!decoded.is_ok()) return at + ".opaque.parameters." + decoded.status().message();
-      configs.push_back({member((*list)[i], "requests"), std::move(decoded).value()});
+      configs.push_back({json_member((*list)[i], "requests"), std::move(decoded).value()});
     }
   }
   if (configs.empty()) return "";
   // The merge the agent makes per allocated request (claim configs in order; the class's configs
   // come first there and cannot undo a refusal here).
-  const json* requests = member(devices, "requests");
+  const json* requests = json_member(devices, "requests");
   if (!requests || !requests->is_array()) return "";
   for (size_t i = 0; i < requests->size(); ++i) {
     const json& request = (*requests)[i];
     std::vector<std::string> names;
-    const std::string name = string_member(request, "name");
-    if (const json* alternatives = member(request, "firstAvailable");
+    const std::string name = json_string(request, "name");
+    if (const json* alternatives = json_member(request, "firstAvailable");
         alternatives && alternatives->is_array()) {
-      for (const json& sub : *alternatives)
-        names.push_back(name + "/" + string_member(sub, "name"));
+      for (const json& sub : *alternatives) names.push_back(name + "/" + json_string(sub, "name"));
     } else {
       names.push_back(name);
     }
@@ -99,13 +92,13 @@ AdmissionResponse validate_claim(const AdmissionRequest& request) {
   if (!request.sub_resource.empty() || !request.object ||
       (request.operation != "CREATE" && request.operation != "UPDATE"))
     return allow();
-  const json* spec = member(*request.object, "spec");
+  const json* spec = json_member(*request.object, "spec");
   std::string path = "spec";
   if (claim_template && spec) {
-    spec = member(*spec, "spec");
+    spec = json_member(*spec, "spec");
     path = "spec.spec";
   }
-  const json* devices = spec ? member(*spec, "devices") : nullptr;
+  const json* devices = spec ? json_member(*spec, "devices") : nullptr;
   if (!devices) return allow();
   if (auto e = check_devices(*devices, path + ".devices"); !e.empty())
     return deny(422, "Invalid", e);

@@ -7,24 +7,18 @@
 #include <utility>
 
 #include "core/share_request.h"
+#include "model/json_access.h"
 
 namespace tessera::webhook {
+
+using agent::json_member;
+using agent::json_string;
+
 namespace {
 
 using nlohmann::json;
 
 constexpr size_t kMaxClaimNameLength = 63;  // a pod claim's name is a DNS label
-
-const json* member(const json& object, const char* key) {
-  if (!object.is_object()) return nullptr;
-  const auto it = object.find(key);
-  return it == object.end() ? nullptr : &*it;
-}
-
-std::string string_member(const json& object, const char* key) {
-  const json* value = member(object, key);
-  return value && value->is_string() ? value->get<std::string>() : std::string();
-}
 
 std::string json_quoted(const std::string& text) {
   return json(text).dump();
@@ -105,9 +99,9 @@ bool is_cuda_limit_variable(const std::string& name) {
 std::vector<Violation> check_policy(const Container& container, const MutateConfig& config) {
   std::vector<Violation> found;
   const std::string who = "container " + json_quoted(container.name);
-  if (const json* env = member(*container.spec, "env"); env && env->is_array()) {
+  if (const json* env = json_member(*container.spec, "env"); env && env->is_array()) {
     for (const json& variable : *env) {
-      const std::string name = string_member(variable, "name");
+      const std::string name = json_string(variable, "name");
       if (name == "LD_PRELOAD")
         found.push_back({config.policy.environment,
                          who + " sets LD_PRELOAD: a Tessera share loads its runtime through "
@@ -126,12 +120,13 @@ std::vector<Violation> check_policy(const Container& container, const MutateConf
     }
   }
   const std::string share_root = normalize_path(config.share_root);
-  if (const json* mounts = member(*container.spec, "volumeMounts"); mounts && mounts->is_array()) {
+  if (const json* mounts = json_member(*container.spec, "volumeMounts");
+      mounts && mounts->is_array()) {
     for (const json& mount : *mounts) {
-      const std::string raw = string_member(mount, "mountPath");
+      const std::string raw = json_string(mount, "mountPath");
       if (raw.empty()) continue;
       const std::string path = normalize_path(raw);
-      const std::string volume = json_quoted(string_member(mount, "name"));
+      const std::string volume = json_quoted(json_string(mount, "name"));
       if (covers(path, config.preload_file))
         found.push_back(
             {config.policy.mounts, who + " mounts volume " + volume + " at " + raw +
@@ -144,8 +139,8 @@ std::vector<Violation> check_policy(const Container& container, const MutateConf
                                                    " (the share's limits); mount it elsewhere"});
     }
   }
-  if (const json* security = member(*container.spec, "securityContext")) {
-    if (const json* privileged = member(*security, "privileged");
+  if (const json* security = json_member(*container.spec, "securityContext")) {
+    if (const json* privileged = json_member(*security, "privileged");
         privileged && privileged->is_boolean() && privileged->get<bool>())
       found.push_back({config.policy.privileged,
                        who + " runs privileged: it can reach the whole GPU around its share's "
@@ -183,13 +178,13 @@ class CachedLookup {
 };
 
 bool mentions_gpu_resources(const json& container, bool hami_names) {
-  const json* resources = member(container, "resources");
+  const json* resources = json_member(container, "resources");
   if (!resources) return false;
-  if (const json* claims = member(*resources, "claims");
+  if (const json* claims = json_member(*resources, "claims");
       claims && claims->is_array() && !claims->empty())
     return true;
   for (const char* list : {"limits", "requests"}) {
-    const json* values = member(*resources, list);
+    const json* values = json_member(*resources, list);
     if (!values || !values->is_object()) continue;
     for (const auto& [key, value] : values->items())
       if (key.rfind("tessera.dev/", 0) == 0 || (hami_names && key.rfind("nvidia.com/", 0) == 0))
@@ -211,17 +206,17 @@ PodMutation mutate_pod(const AdmissionRequest& request, const MutateConfig& conf
     return out;
   }
   if (request.operation != "CREATE" || !request.sub_resource.empty() || !request.object) return out;
-  const json* spec = member(*request.object, "spec");
+  const json* spec = json_member(*request.object, "spec");
   if (!spec || !spec->is_object()) return out;
 
   std::vector<Container> containers;
   for (const char* list : {"initContainers", "containers"}) {
-    const json* items = member(*spec, list);
+    const json* items = json_member(*spec, list);
     if (!items || !items->is_array()) continue;
     for (size_t i = 0; i < items->size(); ++i) {
       const json& item = (*items)[i];
       if (!item.is_object()) continue;
-      containers.push_back({list, i, &item, string_member(item, "name")});
+      containers.push_back({list, i, &item, json_string(item, "name")});
     }
   }
   // The fast path: a pod that asks for nothing GPU-like leaves here, untouched.
@@ -231,13 +226,13 @@ PodMutation mutate_pod(const AdmissionRequest& request, const MutateConfig& conf
   if (!any) return out;
 
   std::map<std::string, PodClaim> pod_claims;
-  const json* existing_claims = member(*spec, "resourceClaims");
+  const json* existing_claims = json_member(*spec, "resourceClaims");
   if (existing_claims && existing_claims->is_array()) {
     for (const json& entry : *existing_claims) {
-      const std::string name = string_member(entry, "name");
-      if (auto claim = string_member(entry, "resourceClaimName"); !claim.empty())
+      const std::string name = json_string(entry, "name");
+      if (auto claim = json_string(entry, "resourceClaimName"); !claim.empty())
         pod_claims[name] = {ClaimSource::kResourceClaim, claim};
-      else if (auto templ = string_member(entry, "resourceClaimTemplateName"); !templ.empty())
+      else if (auto templ = json_string(entry, "resourceClaimTemplateName"); !templ.empty())
         pod_claims[name] = {ClaimSource::kResourceClaimTemplate, templ};
     }
   }
@@ -259,9 +254,9 @@ PodMutation mutate_pod(const AdmissionRequest& request, const MutateConfig& conf
     }
     // The claims this container already names, and whether one is a Tessera claim.
     std::vector<std::string> referenced;
-    if (const json* resources = member(*container.spec, "resources")) {
-      if (const json* list = member(*resources, "claims"); list && list->is_array())
-        for (const json& entry : *list) referenced.push_back(string_member(entry, "name"));
+    if (const json* resources = json_member(*container.spec, "resources")) {
+      if (const json* list = json_member(*resources, "claims"); list && list->is_array())
+        for (const json& entry : *list) referenced.push_back(json_string(entry, "name"));
     }
     auto tessera_reference = [&]() -> std::optional<std::string> {
       for (const auto& name : referenced) {
@@ -294,7 +289,7 @@ PodMutation mutate_pod(const AdmissionRequest& request, const MutateConfig& conf
       for (const auto& key : asked.request_keys)
         patch.push_back({{"op", "remove"},
                          {"path", (json::json_pointer(base + "/requests") / key).to_string()}});
-      const json* claims_list = member(*member(*container.spec, "resources"), "claims");
+      const json* claims_list = json_member(*json_member(*container.spec, "resources"), "claims");
       if (!claims_list || !claims_list->is_array())  // "add" replaces whatever is there
         patch.push_back({{"op", "add"},
                          {"path", base + "/claims"},

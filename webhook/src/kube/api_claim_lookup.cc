@@ -3,20 +3,19 @@
 #include <utility>
 
 #include "model/driver_name.h"
+#include "model/json_access.h"
 
 namespace tessera::webhook {
+
+using agent::json_member;
+using agent::json_string;
+
 namespace {
 
 using nlohmann::json;
 
-const json* member(const json& object, const char* key) {
-  if (!object.is_object()) return nullptr;
-  const auto it = object.find(key);
-  return it == object.end() ? nullptr : &*it;
-}
-
 bool names_class(const json& request, const std::set<std::string>& classes) {
-  const json* name = member(request, "deviceClassName");
+  const json* name = json_member(request, "deviceClassName");
   return name && name->is_string() && classes.count(name->get<std::string>()) > 0;
 }
 
@@ -31,30 +30,32 @@ bool is_object_name(const std::string& name) {
 }  // namespace
 
 bool asks_for_tessera(const json& object, const std::set<std::string>& device_classes) {
-  const json* spec = member(object, "spec");
-  if (spec && member(object, "kind") && *member(object, "kind") == "ResourceClaimTemplate")
-    spec = member(*spec, "spec");
-  const json* devices = spec ? member(*spec, "devices") : nullptr;
-  if (const json* requests = devices ? member(*devices, "requests") : nullptr;
+  const json* spec = json_member(object, "spec");
+  if (spec && json_member(object, "kind") &&
+      *json_member(object, "kind") == "ResourceClaimTemplate")
+    spec = json_member(*spec, "spec");
+  const json* devices = spec ? json_member(*spec, "devices") : nullptr;
+  if (const json* requests = devices ? json_member(*devices, "requests") : nullptr;
       requests && requests->is_array()) {
     for (const json& request : *requests) {
-      if (const json* exactly = member(request, "exactly");
+      if (const json* exactly = json_member(request, "exactly");
           exactly && names_class(*exactly, device_classes))
         return true;
-      if (const json* alternatives = member(request, "firstAvailable");
+      if (const json* alternatives = json_member(request, "firstAvailable");
           alternatives && alternatives->is_array())
         for (const json& sub : *alternatives)
           if (names_class(sub, device_classes)) return true;
     }
   }
   // An allocated claim says which driver it got, whatever class it asked through.
-  const json* status = member(object, "status");
-  const json* allocation = status ? member(*status, "allocation") : nullptr;
-  const json* allocated = allocation ? member(*allocation, "devices") : nullptr;
-  if (const json* results = allocated ? member(*allocated, "results") : nullptr;
+  const json* status = json_member(object, "status");
+  const json* allocation = status ? json_member(*status, "allocation") : nullptr;
+  const json* allocated = allocation ? json_member(*allocation, "devices") : nullptr;
+  if (const json* results = allocated ? json_member(*allocated, "results") : nullptr;
       results && results->is_array())
     for (const json& result : *results)
-      if (const json* driver = member(result, "driver"); driver && *driver == agent::kDriverName)
+      if (const json* driver = json_member(result, "driver");
+          driver && *driver == agent::kDriverName)
         return true;
   return false;
 }
