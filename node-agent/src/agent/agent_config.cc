@@ -26,19 +26,23 @@ bool is_dns1123_subdomain(const std::string& name) {
 
 }  // namespace
 
-std::string node_name_error(const std::string& name) {
+Status node_name_error(const std::string& name) {
   // The name also goes into API paths, field selectors and the ResourceSlices' pool and names.
-  if (is_dns1123_subdomain(name)) return "";
-  return "\"" + name +
-         "\" is not a Kubernetes node name: it must be a DNS subdomain (at most 253 characters: "
-         "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)";
+  if (is_dns1123_subdomain(name)) return Status::ok();
+  return invalid_argument(
+      "\"" + name +
+      "\" is not a Kubernetes node name: it must be a DNS subdomain (at most 253 characters: "
+      "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)");
 }
 
 void add_agent_flags(CLI::App& app, AgentConfig& config) {
   app.add_option("--node-name", config.node_name, "Name of this Kubernetes node")
       ->envname("NODE_NAME")
       ->required()
-      ->check(CLI::Validator(node_name_error, "DNS subdomain", "node name"));
+      // CLI11 validators answer "" or the error text.
+      ->check(
+          CLI::Validator([](const std::string& name) { return node_name_error(name).message(); },
+                         "DNS subdomain", "node name"));
   app.add_option("--state-dir", config.state_dir, "Agent state: checkpoint and share folders")
       ->envname("STATE_DIR")
       ->capture_default_str();

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "tessera/status.h"
+
 namespace CLI {
 class App;
 }
@@ -23,8 +25,9 @@ struct AgentConfig {
   unsigned device_poll_interval_s = 30;  // --device-poll-interval / DEVICE_POLL_INTERVAL
 };
 
-// "" when `name` can be a Kubernetes Node's name (a DNS subdomain), else why not (naming it).
-std::string node_name_error(const std::string& name);
+// Ok when `name` can be a Kubernetes Node's name (a DNS subdomain), else kInvalidArgument saying
+// why not (naming it).
+Status node_name_error(const std::string& name);
 
 // Registers the flags above on `app`, writing into `config` (whose values are the defaults).
 // A flag given on the command line wins over its environment variable.

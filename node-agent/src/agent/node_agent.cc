@@ -93,7 +93,7 @@ Status NodeAgent::start() {
   options.measure_source = share::kMeasureAgent;
   shares_ = std::make_unique<ShareManager>(options, *kube_, std::vector<NodeDevice>{});
   ReconcileReport report;
-  if (auto e = shares_->start(&report); !e.empty()) return internal_error(e);
+  TESSERA_RETURN_IF_ERROR(shares_->start(&report));
   log_report("start", report);
 
   DeviceMonitorOptions monitoring;
@@ -131,8 +131,8 @@ Status NodeAgent::on_devices(const std::vector<GpuInfo>& gpus) {
 
 Status NodeAgent::publish(const std::vector<GpuInfo>& gpus) {
   std::lock_guard lock(slices_mutex_);
-  if (auto e = slices_->publish(gpus); !e.empty())
-    return unavailable("cannot publish ResourceSlices: " + e);
+  if (const Status published = slices_->publish(gpus); !published.is_ok())
+    return unavailable("cannot publish ResourceSlices: " + published.message());
   if (slices_->writes() > 0)
     std::cerr << "tessera-node-agent: published " << gpus.size() << " GPUs in " << slices_->writes()
               << " ResourceSlice writes (pool generation " << slices_->generation() << ")\n";

@@ -39,11 +39,7 @@ Status TimeSliceBackend::apply(const std::string& uuid, TimeSlice slice) {
   fs::create_directories(options_.root, ec);
   if (ec) return internal_error("cannot create " + options_.root + ": " + ec.message());
   TESSERA_RETURN_IF_ERROR(set(uuid, slice));
-  if (auto e =
-          write_file_atomically(options_.root + "/" + uuid, std::string(to_string(slice)) + "\n");
-      !e.empty())
-    return internal_error(e);
-  return Status::ok();
+  return write_file_atomically(options_.root + "/" + uuid, std::string(to_string(slice)) + "\n");
 }
 
 Status TimeSliceBackend::restore(const std::string& uuid) {

@@ -58,11 +58,12 @@ struct DeviceMonitor::Nvml {
   nvmlEventSet_t set = nullptr;
   std::map<nvmlDevice_t, std::string> uuid_of;  // the devices registered in `set`
 
-  std::string load(const std::string& path) {
-    if (Status opened = library.open(path); !opened.is_ok()) return opened.message();
+  // kUnavailable: no NVML here, or one that does not start.
+  Status load(const std::string& path) {
+    TESSERA_RETURN_IF_ERROR(library.open(path));
     if (!library.resolve("nvmlInit_v2", init) || !library.resolve("nvmlShutdown", shutdown) ||
         !library.resolve("nvmlErrorString", error_string))
-      return path + " lacks nvmlInit_v2, nvmlShutdown or nvmlErrorString";
+      return unavailable(path + " lacks nvmlInit_v2, nvmlShutdown or nvmlErrorString");
     if (!library.resolve("nvmlEventSetCreate", set_create) ||
         !library.resolve("nvmlEventSetFree", set_free) ||
         !library.resolve("nvmlEventSetWait_v2", set_wait) ||
@@ -71,9 +72,10 @@ struct DeviceMonitor::Nvml {
         !library.resolve("nvmlDeviceRegisterEvents", register_events))
       set_create = nullptr;
     const nvmlReturn_t result = init();
-    if (result != NVML_SUCCESS) return std::string("nvmlInit_v2 failed: ") + error_string(result);
+    if (result != NVML_SUCCESS)
+      return unavailable(std::string("nvmlInit_v2 failed: ") + error_string(result));
     initialised = true;
-    return "";
+    return Status::ok();
   }
 
   void free_set() {
@@ -103,10 +105,10 @@ DeviceMonitor::~DeviceMonitor() {
 Status DeviceMonitor::start() {
   if (loop_) return failed_precondition("the device monitor is already running");
   nvml_ = std::make_unique<Nvml>();
-  if (std::string error = nvml_->load(options_.nvml_library); !error.empty()) {
+  if (Status loaded = nvml_->load(options_.nvml_library); !loaded.is_ok()) {
     nvml_->release();
     nvml_.reset();
-    return unavailable(error);
+    return loaded;
   }
   std::vector<GpuInfo> gpus;
   if (std::string error = options_.list(gpus); !error.empty()) {

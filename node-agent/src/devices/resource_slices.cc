@@ -137,24 +137,25 @@ std::vector<json> build_resource_slices(const std::vector<GpuInfo>& gpus,
   return slices;
 }
 
-std::string SlicePublisher::publish(const std::vector<GpuInfo>& gpus) {
+Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus) {
   writes_ = 0;
   if (identity_.node_uid.empty()) {
     const std::string path = node_path(identity_.node_name);
     const Result<ApiResponse> node = kube_.request("GET", path);
-    if (!node.is_ok()) return "cannot read the Node's UID: " + node.status().message();
+    if (!node.is_ok()) return node.status().with_context("cannot read the Node's UID");
     const json body = json::parse(node->body, nullptr, false);
     if (!body.is_object() || !body["metadata"]["uid"].is_string())
-      return "GET " + path + ": no metadata.uid";
+      return internal_error("GET " + path + ": no metadata.uid");
     identity_.node_uid = body["metadata"]["uid"].get<std::string>();
   }
   const std::string list_path =
       std::string(kResourceSlicesPath) + "?fieldSelector=" +
       field_selector({{"spec.nodeName", identity_.node_name}, {"spec.driver", identity_.driver}});
   const Result<ApiResponse> listed = kube_.request("GET", list_path);
-  if (!listed.is_ok()) return listed.status().message();
+  if (!listed.is_ok()) return listed.status();
   const json list = json::parse(listed->body, nullptr, false);
-  if (!list.is_object() || !list["items"].is_array()) return "GET " + list_path + ": no items";
+  if (!list.is_object() || !list["items"].is_array())
+    return internal_error("GET " + list_path + ": no items");
   std::map<std::string, json> existing;
   int64_t generation = generation_;
   for (const auto& item : list["items"]) {
@@ -179,7 +180,7 @@ std::string SlicePublisher::publish(const std::vector<GpuInfo>& gpus) {
   }
   if (same && !existing.empty()) {
     generation_ = generation;
-    return "";
+    return Status::ok();
   }
   generation_ = existing.empty() ? std::max<int64_t>(generation, 1) : generation + 1;
   desired = build_resource_slices(gpus, identity_, generation_);
@@ -193,15 +194,15 @@ std::string SlicePublisher::publish(const std::vector<GpuInfo>& gpus) {
     } else {
       answer = kube_.request("POST", kResourceSlicesPath, slice.dump()).status();
     }
-    if (!answer.is_ok()) return answer.message();
+    if (!answer.is_ok()) return answer;
     ++writes_;
   }
   for (const auto& [name, slice] : existing) {
     const Status answer = kube_.request("DELETE", resource_slice_path(name)).status();
-    if (!answer.is_ok() && answer.code() != StatusCode::kNotFound) return answer.message();
+    if (!answer.is_ok() && answer.code() != StatusCode::kNotFound) return answer;
     ++writes_;
   }
-  return "";
+  return Status::ok();
 }
 
 }  // namespace tessera::agent

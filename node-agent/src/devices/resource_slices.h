@@ -15,6 +15,7 @@
 #include "model/driver_name.h"
 #include "model/node_device.h"
 #include "tessera/gpu_info.h"
+#include "tessera/status.h"
 
 namespace tessera::agent {
 
@@ -49,8 +50,9 @@ class SlicePublisher {
  public:
   SlicePublisher(KubeClient& kube, SliceIdentity identity) : kube_(kube), identity_(identity) {}
   // Makes the API's slices of this node and driver match `gpus`. Reads the Node's UID once.
-  // Returns "" or the first error (naming the request).
-  std::string publish(const std::vector<GpuInfo>& gpus);
+  // Ok, or the first error (naming the request): the API's code, or kInternal for an answer
+  // that is not the object asked for.
+  Status publish(const std::vector<GpuInfo>& gpus);
   int64_t generation() const { return generation_; }
   int writes() const { return writes_; }  // creates + updates + deletes of the last publish()
 

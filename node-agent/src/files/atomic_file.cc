@@ -30,11 +30,10 @@ std::optional<std::string> read_file(const std::string& path) {
   }
 }
 
-std::string write_file_atomically(const std::string& path, const std::string& contents,
-                                  unsigned mode) {
+Status write_file_atomically(const std::string& path, const std::string& contents, unsigned mode) {
   if (const int error = tessera::write_file_atomically(path.c_str(), contents, mode); error != 0)
-    return "cannot write " + path + " atomically: " + std::strerror(error);
-  return "";
+    return internal_error("cannot write " + path + " atomically: " + std::strerror(error));
+  return Status::ok();
 }
 
 int temporary_writer(const std::string& file_name, const std::string& target_prefix) {

@@ -6,15 +6,18 @@
 #include <string>
 #include <vector>
 
+#include "tessera/status.h"
+
 namespace tessera::agent {
 
 // The whole file, or nullopt when it cannot be opened.
 std::optional<std::string> read_file(const std::string& path);
 
 // Atomic file replacement (tessera::write_file_atomically): a temporary file in the same folder
-// written, fsync'ed, renamed over <path>, the folder fsync'ed. "" or what went wrong.
-std::string write_file_atomically(const std::string& path, const std::string& contents,
-                                  unsigned mode = 0644);
+// written, fsync'ed, renamed over <path>, the folder fsync'ed. A kInternal error names the file and
+// the errno.
+Status write_file_atomically(const std::string& path, const std::string& contents,
+                             unsigned mode = 0644);
 
 // The pid in `file_name` when it is a temporary of write_file_atomically for a file whose name
 // starts with `target_prefix` (".<target>.tmp.<pid>.<n>"), else 0.

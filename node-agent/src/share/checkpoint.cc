@@ -83,13 +83,13 @@ std::string checkpoint_to_json(const Checkpoint& checkpoint) {
   return json{{"version", kCheckpointVersion}, {"claims", claims}}.dump(2) + "\n";
 }
 
-std::string checkpoint_from_json(const std::string& text, Checkpoint& out) {
-  out.clear();
+Result<Checkpoint> checkpoint_from_json(const std::string& text) {
+  Checkpoint out;
   try {
     const json j = json::parse(text);
     if (j.at("version").get<int>() != kCheckpointVersion)
-      return "checkpoint version " + j.at("version").dump() + " is not " +
-             std::to_string(kCheckpointVersion);
+      return internal_error("checkpoint version " + j.at("version").dump() + " is not " +
+                            std::to_string(kCheckpointVersion));
     for (const auto& [uid, value] : j.at("claims").items()) {
       ClaimEntry entry;
       entry.namespace_name = value.at("namespace").get<std::string>();
@@ -100,16 +100,15 @@ std::string checkpoint_from_json(const std::string& text, Checkpoint& out) {
       } else if (state == "PrepareStarted") {
         entry.state = ClaimState::kPrepareStarted;
       } else {
-        return "checkpoint: claim " + uid + ": unknown state " + state;
+        return internal_error("checkpoint: claim " + uid + ": unknown state " + state);
       }
       for (const auto& share : value.at("shares")) entry.shares.push_back(share_from_json(share));
       out[uid] = std::move(entry);
     }
   } catch (const std::exception& e) {
-    out.clear();
-    return std::string("checkpoint: ") + e.what();
+    return internal_error(std::string("checkpoint: ") + e.what());
   }
-  return "";
+  return out;
 }
 
 }  // namespace tessera::agent

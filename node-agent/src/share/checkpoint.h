@@ -10,6 +10,7 @@
 
 #include "files/atomic_file.h"  // read_file, write_file_atomically: the checkpoint's I/O
 #include "model/share_spec.h"
+#include "tessera/status.h"
 
 namespace tessera::agent {
 
@@ -26,7 +27,7 @@ struct ClaimEntry {
 using Checkpoint = std::map<std::string, ClaimEntry>;  // by claim UID
 
 std::string checkpoint_to_json(const Checkpoint& checkpoint);
-// Returns "" or why the text is not a checkpoint this version reads.
-std::string checkpoint_from_json(const std::string& text, Checkpoint& out);
+// The checkpoint, or (kInternal: the file is corrupt) why the text is not one this version reads.
+Result<Checkpoint> checkpoint_from_json(const std::string& text);
 
 }  // namespace tessera::agent

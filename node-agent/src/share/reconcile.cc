@@ -90,8 +90,8 @@ std::string limits_difference(const std::string& dir,
 void ShareManager::reconcile_entry(const std::string& claim_uid, const ClaimEntry& entry,
                                    ReconcileReport& report) {
   auto record = [&report](const std::string& subject, const std::string& problem,
-                          const std::string& action, const std::string& error) {
-    report.items.push_back({subject, problem, error.empty() ? action : "", error});
+                          const std::string& action, const Status& done) {
+    report.items.push_back({subject, problem, done.is_ok() ? action : "", done.message()});
   };
   for (const auto& members : shares_by_folder(entry.shares)) {
     const std::string dir = share_dir(members.front());

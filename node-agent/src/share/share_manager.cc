@@ -29,10 +29,10 @@ namespace {
 // Creates <dir>/usage (initialised) unless it exists, as the shim does (share::create_usage_page:
 // mode kUsagePageMode, complete under a temporary name before it is linked into place, never
 // through a tenant's symlink).
-std::string create_usage_page(const std::string& dir) {
+Status create_usage_page(const std::string& dir) {
   if (const int error = share::create_usage_page(dir.c_str()); error != 0)
-    return "cannot create " + dir + "/usage: " + std::strerror(error);
-  return "";
+    return internal_error("cannot create " + dir + "/usage: " + std::strerror(error));
+  return Status::ok();
 }
 
 // Whether `name` is a usage page temporary (".usage.<pid>.<n>.tmp", share_contract.h) of a
@@ -86,16 +86,17 @@ void ShareManager::step() {
   if (options_.after_step) options_.after_step(step);
 }
 
-std::string ShareManager::start(ReconcileReport* report) {
+Status ShareManager::start(ReconcileReport* report) {
   std::error_code ec;
   fs::create_directories(options_.root + "/shares", ec);
-  if (ec) return "cannot create " + options_.root + "/shares: " + ec.message();
+  if (ec) return internal_error("cannot create " + options_.root + "/shares: " + ec.message());
   fs::create_directories(options_.cdi_dir, ec);
-  if (ec) return "cannot create " + options_.cdi_dir + ": " + ec.message();
+  if (ec) return internal_error("cannot create " + options_.cdi_dir + ": " + ec.message());
   Checkpoint loaded;
   if (const auto text = read_file(options_.root + "/checkpoint.json")) {
-    if (auto e = checkpoint_from_json(*text, loaded); !e.empty())
-      return options_.root + "/checkpoint.json: " + e;
+    Result<Checkpoint> parsed = checkpoint_from_json(*text);
+    if (!parsed.is_ok()) return parsed.status().with_context(options_.root + "/checkpoint.json");
+    loaded = std::move(parsed).value();
   }
   {
     std::lock_guard lock(checkpoint_mutex_);
@@ -115,7 +116,7 @@ std::string ShareManager::start(ReconcileReport* report) {
   }
   ReconcileReport found = reconcile();
   if (report) *report = std::move(found);
-  return "";
+  return Status::ok();
 }
 
 uint64_t ShareManager::update_checkpoint(const std::function<void(Checkpoint&)>& change) {
@@ -135,15 +136,15 @@ Status ShareManager::save_checkpoint(uint64_t version,
     snapshot = checkpoint_;
     snapshot_version = version_;
   }
-  if (auto e = write_file_atomically(options_.root + "/checkpoint.json",
-                                     checkpoint_to_json(snapshot), 0600);
-      !e.empty()) {
+  if (Status written = write_file_atomically(options_.root + "/checkpoint.json",
+                                             checkpoint_to_json(snapshot), 0600);
+      !written.is_ok()) {
     if (undo) {
       std::lock_guard lock(checkpoint_mutex_);
       undo(checkpoint_);
       ++version_;
     }
-    return internal_error(std::move(e));
+    return written;
   }
   saved_version_ = snapshot_version;
   return Status::ok();
@@ -172,10 +173,10 @@ uint32_t share_priority(const ShareSpec& share) {
   return share::kPriorityNormal;
 }
 
-std::string ShareManager::write_share_folder(const std::vector<ShareSpec>& members, bool unused) {
+Status ShareManager::write_share_folder(const std::vector<ShareSpec>& members, bool unused) {
   const std::string dir = share_dir(members.front());
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-    return "cannot create " + dir + ": " + std::strerror(errno);
+    return internal_error("cannot create " + dir + ": " + std::strerror(errno));
   // An agent that died inside write_limits left its temporary, named by its pid, which no later
   // write reuses: gone before this one (only the agent writes the limits, and only the call
   // holding the claim's lock). The usage page's likewise, while no tenant can be creating one.
@@ -185,10 +186,15 @@ std::string ShareManager::write_share_folder(const std::vector<ShareSpec>& membe
     for (const auto& item : fs::directory_iterator(dir, ec))
       if (stale_usage_temporary(item.path().filename().string())) unlink(item.path().c_str());
   }
-  if (auto e = create_usage_page(dir); !e.empty()) return e;
+  TESSERA_RETURN_IF_ERROR(create_usage_page(dir));
   std::vector<share::DeviceLimit> limits;
   for (const auto& share : members) limits.push_back(share_limits(share));
-  return share::write_limits(dir, limits, share_priority(members.front()), options_.measure_source);
+  // share::write_limits is shared with the CLI and answers "" or what went wrong.
+  if (std::string error = share::write_limits(dir, limits, share_priority(members.front()),
+                                              options_.measure_source);
+      !error.empty())
+    return internal_error(std::move(error));
+  return Status::ok();
 }
 
 std::string ShareManager::expected_cdi_spec(const std::vector<ShareSpec>& shares) const {
@@ -197,8 +203,8 @@ std::string ShareManager::expected_cdi_spec(const std::vector<ShareSpec>& shares
   return build_cdi_spec(shares, paths);
 }
 
-std::string ShareManager::write_cdi_spec(const std::string& claim_uid,
-                                         const std::vector<ShareSpec>& shares) {
+Status ShareManager::write_cdi_spec(const std::string& claim_uid,
+                                    const std::vector<ShareSpec>& shares) {
   return write_file_atomically(cdi_spec_path(claim_uid), expected_cdi_spec(shares));
 }
 
@@ -328,8 +334,8 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
     TESSERA_RETURN_IF_ERROR(save_checkpoint(version));
     step();
     for (const auto& members : shares_by_folder(shares)) {
-      if (auto e = write_share_folder(members, /*unused=*/true); !e.empty())
-        return internal_error("share " + members.front().folder_name() + ": " + e);
+      TESSERA_RETURN_IF_ERROR(write_share_folder(members, /*unused=*/true)
+                                  .with_context("share " + members.front().folder_name()));
       step();
     }
     for (const auto& share : shares) {
@@ -350,7 +356,7 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
       add_holder(claim.uid, share);
       if (backend->changes_node()) step();
     }
-    if (auto e = write_cdi_spec(claim.uid, shares); !e.empty()) return internal_error(e);
+    TESSERA_RETURN_IF_ERROR(write_cdi_spec(claim.uid, shares));
     step();
     auto set_state = [&claim](ClaimState state) {
       return [&claim, state](Checkpoint& checkpoint) { checkpoint[claim.uid].state = state; };

@@ -106,7 +106,7 @@ class ShareManager final : public ClaimPreparer {
 
   // Loads the checkpoint (a missing one is empty) and reconciles (the report goes to `report`
   // when given). Call once before use.
-  std::string start(ReconcileReport* report = nullptr);
+  Status start(ReconcileReport* report = nullptr);
   // Makes the host match the checkpoint (share folders and limits, CDI specs, MPS daemons,
   // time-slice settings) and removes what no entry names; says what differed (reconcile.cc).
   // Safe beside prepares and unprepares: a claim one of them holds is checked by the next pass.
@@ -135,8 +135,8 @@ class ShareManager final : public ClaimPreparer {
   // Writes one share folder: the usage page and the limits page of all its shares. `unused`: no
   // process of the share can be in the folder (a claim not prepared yet), so the usage page's
   // temporaries of a dead writer go too (a tenant's shim names its own the same way).
-  std::string write_share_folder(const std::vector<ShareSpec>& members, bool unused = false);
-  std::string write_cdi_spec(const std::string& claim_uid, const std::vector<ShareSpec>& shares);
+  Status write_share_folder(const std::vector<ShareSpec>& members, bool unused = false);
+  Status write_cdi_spec(const std::string& claim_uid, const std::vector<ShareSpec>& shares);
   std::string expected_cdi_spec(const std::vector<ShareSpec>& shares) const;
   // The backend of the share's strategy, or null when it is not enabled on this node.
   ShareBackend* backend_for(SharingStrategy strategy);

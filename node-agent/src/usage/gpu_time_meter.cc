@@ -52,22 +52,24 @@ struct GpuTimeMeter::Nvml {
   decltype(&nvmlDeviceGetProcessUtilization) utilization = nullptr;
   bool initialised = false;
 
-  std::string load(const std::string& path) {
+  // kUnavailable: no NVML here, or one that does not start.
+  Status load(const std::string& path) {
     NvmlLibrary library;
-    if (Status opened = library.open(path); !opened.is_ok()) return opened.message();
+    TESSERA_RETURN_IF_ERROR(library.open(path));
     library.resolve("nvmlInit_v2", init);
     library.resolve("nvmlShutdown", shutdown);
     library.resolve("nvmlErrorString", error_string);
     library.resolve("nvmlDeviceGetHandleByUUID", handle_by_uuid);
     library.resolve("nvmlDeviceGetProcessUtilization", utilization);
     if (!init || !shutdown || !error_string || !handle_by_uuid || !utilization)
-      return path +
-             " lacks nvmlInit_v2, nvmlShutdown, nvmlErrorString, "
-             "nvmlDeviceGetHandleByUUID or nvmlDeviceGetProcessUtilization";
+      return unavailable(path +
+                         " lacks nvmlInit_v2, nvmlShutdown, nvmlErrorString, "
+                         "nvmlDeviceGetHandleByUUID or nvmlDeviceGetProcessUtilization");
     const nvmlReturn_t result = init();
-    if (result != NVML_SUCCESS) return std::string("nvmlInit_v2 failed: ") + error_string(result);
+    if (result != NVML_SUCCESS)
+      return unavailable(std::string("nvmlInit_v2 failed: ") + error_string(result));
     initialised = true;
-    return "";
+    return Status::ok();
   }
 
   std::string error(nvmlReturn_t result) const { return error_string(result); }
@@ -121,19 +123,19 @@ GpuTimeMeter::~GpuTimeMeter() {
   stop();
 }
 
-std::string GpuTimeMeter::load_nvml() {
-  if (nvml_) return "";
+Status GpuTimeMeter::load_nvml() {
+  if (nvml_) return Status::ok();
   auto nvml = std::make_unique<Nvml>();
-  if (std::string error = nvml->load(options_.nvml_library); !error.empty()) return error;
+  TESSERA_RETURN_IF_ERROR(nvml->load(options_.nvml_library));
   nvml_ = std::move(nvml);
-  return "";
+  return Status::ok();
 }
 
 Status GpuTimeMeter::start() {
   if (loop_) return failed_precondition("the gpu-time meter is already running");
   {
     std::lock_guard lock(mutex_);
-    if (std::string error = load_nvml(); !error.empty()) return unavailable(error);
+    TESSERA_RETURN_IF_ERROR(load_nvml());
   }
   last_loop_problem_.clear();
   // A pass that overruns the period skips the missed ones: no burst of catch-up passes.
@@ -170,7 +172,7 @@ bool GpuTimeMeter::wait_for_loop_passes(uint64_t count, std::chrono::millisecond
 
 Status GpuTimeMeter::sample_once() {
   std::lock_guard lock(mutex_);
-  if (std::string error = load_nvml(); !error.empty()) return unavailable(error);
+  TESSERA_RETURN_IF_ERROR(load_nvml());
   if (std::string problems = pass(); !problems.empty()) return unavailable(std::move(problems));
   return Status::ok();
 }

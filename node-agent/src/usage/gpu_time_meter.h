@@ -82,8 +82,8 @@ class GpuTimeMeter {
   struct Share;
   struct Gpu;
 
-  std::string load_nvml();  // under mutex_
-  std::string pass();       // under mutex_
+  Status load_nvml();  // under mutex_; kUnavailable when NVML cannot be used
+  std::string pass();  // under mutex_
   void rescan(std::string& problems);
   void read_owners(Share& share);
   std::optional<uint64_t> owner_of(int host_pid);

@@ -107,9 +107,10 @@ TEST_F(AgentConfigTest, BadIntervalsNameTheFlagAndValue) {
 
 TEST_F(AgentConfigTest, NodeNameMustBeADnsSubdomain) {
   EXPECT_EQ(parse({"--node-name", "gpu-node-7.zone-a"}).node_name, "gpu-node-7.zone-a");
-  EXPECT_EQ(node_name_error(std::string(253, 'n')), "");
-  EXPECT_EQ(node_name_error("7"), "");
-  EXPECT_EQ(node_name_error("a-b.c-d.e"), "");
+  EXPECT_TRUE(node_name_error(std::string(253, 'n')).is_ok());
+  EXPECT_TRUE(node_name_error("7").is_ok());
+  EXPECT_TRUE(node_name_error("a-b.c-d.e").is_ok());
+  EXPECT_EQ(node_name_error("Node_7").code(), StatusCode::kInvalidArgument);
   for (const std::string& bad :
        std::vector<std::string>{"Node_7", "node/7", "node 7", "-node", "node.", ".node", "node..a",
                                 "node-", "", "n?x=1", std::string(254, 'n')}) {

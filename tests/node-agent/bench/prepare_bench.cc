@@ -48,8 +48,8 @@ int main(int argc, char** argv) {
   HttpKubeClient kube({server.url(), server.ca_pem(), server.token(), "", "", ""});
   ShareManager manager(options, kube,
                        {{"gpu-0", "GPU-00000000-0000-0000-0000-000000000000", 0, 150ull << 30}});
-  if (auto e = manager.start(); !e.empty()) {
-    std::fprintf(stderr, "%s\n", e.c_str());
+  if (const tessera::Status started = manager.start(); !started.is_ok()) {
+    std::fprintf(stderr, "%s\n", started.message().c_str());
     return 1;
   }
   std::vector<double> prepare_ms, repeat_ms, unprepare_ms;

@@ -237,8 +237,8 @@ TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
     SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
     Recorder recorder;
     recorder.reply = [&](const std::vector<GpuInfo>& gpus) {
-      const std::string error = publisher.publish(gpus);
-      return error.empty() ? Status::ok() : unavailable(error);
+      const Status published = publisher.publish(gpus);
+      return published.is_ok() ? Status::ok() : unavailable(published.message());
     };
 
     SimulatedClock clock;

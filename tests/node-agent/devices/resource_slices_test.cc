@@ -89,7 +89,7 @@ TEST(ResourceSlices, PublishCreatesUpdatesAndDeletesSoTheApiMatches) {
   SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
 
   // First publish: one slice created, owned by the Node, generation 1.
-  ASSERT_EQ(publisher.publish({h200(0), h200(1)}), "");
+  ASSERT_EQ(publisher.publish({h200(0), h200(1)}).message(), "");
   auto writes = server.take_writes();
   ASSERT_EQ(writes.size(), 1u);
   EXPECT_EQ(writes[0].method, "POST");
@@ -115,12 +115,12 @@ TEST(ResourceSlices, PublishCreatesUpdatesAndDeletesSoTheApiMatches) {
   // Unchanged: nothing written, even when the server prints quantities in its canonical form.
   server.slices["node-a-vgpu.tessera.dev-0"]["spec"]["devices"][0]["capacity"]["memory"]
                ["requestPolicy"]["validRange"]["step"] = "1048576";
-  ASSERT_EQ(publisher.publish({h200(0), h200(1)}), "");
+  ASSERT_EQ(publisher.publish({h200(0), h200(1)}).message(), "");
   EXPECT_TRUE(server.take_writes().empty());
   EXPECT_EQ(publisher.generation(), 1);
 
   // A GPU gone: the slice is updated in place with the next generation.
-  ASSERT_EQ(publisher.publish({h200(0)}), "");
+  ASSERT_EQ(publisher.publish({h200(0)}).message(), "");
   writes = server.take_writes();
   ASSERT_EQ(writes.size(), 1u);
   EXPECT_EQ(writes[0].method, "PUT");
@@ -132,14 +132,14 @@ TEST(ResourceSlices, PublishCreatesUpdatesAndDeletesSoTheApiMatches) {
   // 130 GPUs: two slices (update + create), generation 3; back to one: the second is deleted.
   std::vector<GpuInfo> many;
   for (unsigned i = 0; i < 130; ++i) many.push_back(h200(i));
-  ASSERT_EQ(publisher.publish(many), "");
+  ASSERT_EQ(publisher.publish(many).message(), "");
   writes = server.take_writes();
   ASSERT_EQ(writes.size(), 2u);
   EXPECT_EQ(writes[0].method, "PUT");
   EXPECT_EQ(writes[1].method, "POST");
   EXPECT_EQ(writes[1].body["spec"]["pool"],
             json({{"name", "node-a"}, {"generation", 3}, {"resourceSliceCount", 2}}));
-  ASSERT_EQ(publisher.publish({h200(0)}), "");
+  ASSERT_EQ(publisher.publish({h200(0)}).message(), "");
   writes = server.take_writes();
   ASSERT_EQ(writes.size(), 2u);
   EXPECT_EQ(writes[0].method, "PUT");
@@ -150,7 +150,7 @@ TEST(ResourceSlices, PublishCreatesUpdatesAndDeletesSoTheApiMatches) {
 
   // A restarted agent (no memory of the generation) continues from the API's.
   SlicePublisher restarted(kube, {"vgpu.tessera.dev", "node-a", ""});
-  ASSERT_EQ(restarted.publish({h200(0), h200(1)}), "");
+  ASSERT_EQ(restarted.publish({h200(0), h200(1)}).message(), "");
   writes = server.take_writes();
   ASSERT_EQ(writes.size(), 1u);
   EXPECT_EQ(writes[0].body["spec"]["pool"]["generation"], 5);
@@ -164,9 +164,11 @@ TEST(ResourceSlices, PublishReportsApiErrors) {
   retry.initial_backoff = std::chrono::milliseconds(1);
   HttpKubeClient kube(c, retry);
   SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
+  const Status published = publisher.publish({h200(0)});
   EXPECT_EQ(
-      publisher.publish({h200(0)}),
+      published.message(),
       "cannot read the Node's UID: GET /api/v1/nodes/node-a: HTTP 404: nodes \"node-a\" not found");
+  EXPECT_EQ(published.code(), StatusCode::kNotFound);
 }
 
 // Real GPUs' memory as NVML reports it, in MiB: H200, H100 80GB, A100 40GB and 80GB, L40S, L4, T4.
@@ -252,7 +254,7 @@ TEST(ResourceSlices, SimulatedGpusOfEverySizeArePublishedAndAccepted) {
   retry.initial_backoff = std::chrono::milliseconds(1);
   HttpKubeClient kube(server.connection(), retry);
   SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
-  ASSERT_EQ(publisher.publish(gpus), "");
+  ASSERT_EQ(publisher.publish(gpus).message(), "");
   const auto stored = server.stored_slices();
   ASSERT_EQ(stored.size(), 1u);
   const json& devices = stored.begin()->second["spec"]["devices"];

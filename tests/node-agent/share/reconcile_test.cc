@@ -92,7 +92,7 @@ class ReconcileTest : public ::testing::Test {
   }
   std::unique_ptr<ShareManager> manager(ReconcileReport* report = nullptr) {
     auto m = std::make_unique<ShareManager>(options_, kube_, devices_);
-    EXPECT_EQ(m->start(report), "");
+    EXPECT_EQ(m->start(report).message(), "");
     return m;
   }
   static std::string share_name(const char* uid, const char* device, const char* share_id) {
@@ -298,7 +298,7 @@ TEST_F(ReconcileTest, CrashAfterAnyStepConvergesWithMpsDaemons) {
     ShareManagerOptions counting = options_;
     counting.after_step = [&](int step) { total_steps = step; };
     ShareManager m(counting, kube_, devices_);
-    ASSERT_EQ(m.start(), "");
+    ASSERT_EQ(m.start().message(), "");
     ASSERT_EQ(m.prepare(mps_claim_).status().message(), "");
     prepared = snapshot(base_);
     ASSERT_EQ(m.unprepare(mps_claim_).message(), "");
@@ -441,7 +441,7 @@ TEST_F(ReconcileTest, CrashDuringConcurrentPreparesWithBackendsConverges) {
     ShareManagerOptions counting = options_;
     counting.after_step = [&](int step) { steps = step; };
     ShareManager m(counting, kube_, devices_);
-    ASSERT_EQ(m.start(), "");
+    ASSERT_EQ(m.start().message(), "");
     for (const auto& claim : claims) ASSERT_EQ(m.prepare(claim).status().message(), "");
     prepare_steps = steps;
     prepared = snapshot(base_);

@@ -87,7 +87,7 @@ TEST(ShareEndToEnd, TwoSharesOfOneSimulatedGpuHoldTheirLimits) {
                   .dump();
   const ShareManagerOptions options = node_options(base);
   ShareManager manager(options, kube, node_devices(gpus));
-  ASSERT_EQ(manager.start(), "");
+  ASSERT_EQ(manager.start().message(), "");
   const PrepareResult result = manager.prepare({"tenants", "e2e-claim-uid", "pair"});
   ASSERT_EQ(result.status().message(), "");
   ASSERT_EQ(result->size(), 2u);
@@ -174,7 +174,7 @@ TEST(ShareEndToEnd, OneContainerWithSharesOfTwoGpusHoldsEachLimit) {
                   .dump();
   const ShareManagerOptions options = node_options(base);
   ShareManager manager(options, kube, node);
-  ASSERT_EQ(manager.start(), "");
+  ASSERT_EQ(manager.start().message(), "");
   const ClaimRef claim{"tenants", "e2e-two-gpus", "pair"};
   ASSERT_EQ(manager.prepare(claim).status().message(), "");
 

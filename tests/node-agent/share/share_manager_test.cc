@@ -63,7 +63,7 @@ class ShareManagerTest : public ::testing::Test {
 
   std::unique_ptr<ShareManager> manager(ShareManagerOptions options) {
     auto m = std::make_unique<ShareManager>(options, kube_, devices_);
-    EXPECT_EQ(m->start(), "");
+    EXPECT_EQ(m->start().message(), "");
     return m;
   }
   std::string share_dir(const char* share) const {
@@ -386,7 +386,9 @@ TEST_F(ShareManagerTest, CorruptCheckpointIsAnError) {
   fs::create_directories(options_.root);
   std::ofstream(options_.root + "/checkpoint.json") << R"({"version": 9, "claims": {}})";
   ShareManager m(options_, kube_, devices_);
-  EXPECT_EQ(m.start(), options_.root + "/checkpoint.json: checkpoint version 9 is not 1");
+  const Status started = m.start();
+  EXPECT_EQ(started.message(), options_.root + "/checkpoint.json: checkpoint version 9 is not 1");
+  EXPECT_EQ(started.code(), StatusCode::kInternal);
 }
 
 // A crash (the process exits) after each durable step of prepare and unprepare: a restarted agent

@@ -102,7 +102,7 @@ inline int run_agent_crashing_after(const ShareManagerOptions& options, KubeClie
       if (step == crash_at) _exit(42);
     };
     ShareManager m(crashing, kube, devices);
-    if (!m.start().empty() || !m.prepare(claim).is_ok()) _exit(1);
+    if (!m.start().is_ok() || !m.prepare(claim).is_ok()) _exit(1);
     m.unprepare(claim).ignore();  // the crash, if any, is the test
     _exit(0);
   }
@@ -125,7 +125,7 @@ inline int run_agent_crashing_after_concurrent(const ShareManagerOptions& option
       if (step == crash_at) _exit(42);
     };
     ShareManager m(crashing, kube, devices);
-    if (!m.start().empty()) _exit(1);
+    if (!m.start().is_ok()) _exit(1);
     std::atomic<bool> failed = false;
     auto each_claim = [&](const std::function<bool(const ClaimRef&)>& call) {
       std::vector<std::thread> threads;
@@ -158,8 +158,11 @@ inline bool named_temporary(const std::string& name, const std::set<std::string>
 // every PrepareCompleted entry's folders and spec exist; else each violation, one per line.
 inline std::string crash_state_violations(const ShareManagerOptions& options) {
   Checkpoint checkpoint;
-  if (const std::string text = read(options.root + "/checkpoint.json"); !text.empty())
-    if (auto e = checkpoint_from_json(text, checkpoint); !e.empty()) return e + "\n";
+  if (const std::string text = read(options.root + "/checkpoint.json"); !text.empty()) {
+    Result<Checkpoint> parsed = checkpoint_from_json(text);
+    if (!parsed.is_ok()) return parsed.status().message() + "\n";
+    checkpoint = std::move(parsed).value();
+  }
   std::set<std::string> folders, specs;
   std::string violations;
   for (const auto& [uid, entry] : checkpoint) {
