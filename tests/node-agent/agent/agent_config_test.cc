@@ -9,10 +9,21 @@
 namespace tessera::agent {
 namespace {
 
-const char* const kEnvNames[] = {"NODE_NAME",           "STATE_DIR",  "KUBELET_REGISTRY_DIR",
-                                 "KUBELET_PLUGINS_DIR", "CDI_DIR",    "KUBECONFIG",
-                                 "MPS_CONTROL",         "NVIDIA_SMI", "RECONCILE_INTERVAL",
-                                 "DEVICE_POLL_INTERVAL"};
+const char* const kEnvNames[] = {"NODE_NAME",
+                                 "STATE_DIR",
+                                 "KUBELET_REGISTRY_DIR",
+                                 "KUBELET_PLUGINS_DIR",
+                                 "CDI_DIR",
+                                 "KUBECONFIG",
+                                 "MPS_CONTROL",
+                                 "NVIDIA_SMI",
+                                 "RECONCILE_INTERVAL",
+                                 "DEVICE_POLL_INTERVAL",
+                                 "SHIM_PATH",
+                                 "SHIM_LOADING",
+                                 "DRIVER_MODE",
+                                 "TOOLKIT_SPEC_DIRS",
+                                 "DRIVER_ROOT"};
 
 class AgentConfigTest : public ::testing::Test {
  protected:
@@ -46,6 +57,11 @@ TEST_F(AgentConfigTest, Defaults) {
   EXPECT_EQ(c.nvidia_smi, "nvidia-smi");
   EXPECT_EQ(c.reconcile_interval_s, 60u);
   EXPECT_EQ(c.device_poll_interval_s, 30u);
+  EXPECT_EQ(c.shim_path, "/usr/local/tessera/lib/libvgpu.so");
+  EXPECT_EQ(c.shim_loading, "ld.so.preload");
+  EXPECT_EQ(c.driver_mode, "auto");
+  EXPECT_EQ(c.toolkit_spec_dirs, "/etc/cdi,/var/run/cdi");
+  EXPECT_EQ(c.driver_root, "/");
 }
 
 TEST_F(AgentConfigTest, NodeNameIsRequired) {
@@ -63,7 +79,17 @@ TEST_F(AgentConfigTest, EveryFlagHasItsEnvironmentVariable) {
   setenv("NVIDIA_SMI", "/n", 1);
   setenv("RECONCILE_INTERVAL", "5", 1);
   setenv("DEVICE_POLL_INTERVAL", "7", 1);
+  setenv("SHIM_PATH", "/opt/libvgpu.so", 1);
+  setenv("SHIM_LOADING", "LD_PRELOAD", 1);
+  setenv("DRIVER_MODE", "driver-root", 1);
+  setenv("TOOLKIT_SPEC_DIRS", "/t1,/t2", 1);
+  setenv("DRIVER_ROOT", "/run/nvidia/driver", 1);
   AgentConfig c = parse({});
+  EXPECT_EQ(c.shim_path, "/opt/libvgpu.so");
+  EXPECT_EQ(c.shim_loading, "LD_PRELOAD");
+  EXPECT_EQ(c.driver_mode, "driver-root");
+  EXPECT_EQ(c.toolkit_spec_dirs, "/t1,/t2");
+  EXPECT_EQ(c.driver_root, "/run/nvidia/driver");
   EXPECT_EQ(c.mps_control, "/m");
   EXPECT_EQ(c.nvidia_smi, "/n");
   EXPECT_EQ(c.reconcile_interval_s, 5u);
@@ -86,6 +112,25 @@ TEST_F(AgentConfigTest, FlagsWinOverEnvironment) {
   EXPECT_EQ(c.kubelet_plugins_dir, "/p");
   EXPECT_EQ(c.cdi_dir, "/c");
   EXPECT_EQ(c.kubeconfig, "/k");
+}
+
+TEST_F(AgentConfigTest, ShimLoadingAndDriverModeTakeOnlyTheirValues) {
+  EXPECT_EQ(parse({"--node-name", "n", "--driver-mode", "toolkit", "--shim-loading", "LD_PRELOAD",
+                   "--driver-root", "/run/nvidia/driver", "--shim-path", "/s.so"})
+                .driver_mode,
+            "toolkit");
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--shim-loading", "ld_preload"},
+        std::vector<std::string>{"--driver-mode", "nvidia"}}) {
+    std::vector<std::string> args = {"--node-name", "n"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    try {
+      parse(args);
+      FAIL() << "accepted " << bad[0] << " " << bad[1];
+    } catch (const CLI::ValidationError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad[1]), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST_F(AgentConfigTest, BadIntervalsNameTheFlagAndValue) {
