@@ -97,6 +97,7 @@ Status ShareManager::start(ReconcileReport* report) {
   if (ec) return internal_error("cannot create " + options_.root + "/shares: " + ec.message());
   fs::create_directories(options_.cdi_dir, ec);
   if (ec) return internal_error("cannot create " + options_.cdi_dir + ": " + ec.message());
+  remove_stale_temporaries(options_.root, "ld.so.preload");  // a crash while writing it
   if (options_.shim_loading == ShimLoading::kLdSoPreload &&
       read_file(preload_file_path()) != preload_file_contents(options_.shim_path))
     TESSERA_RETURN_IF_ERROR(

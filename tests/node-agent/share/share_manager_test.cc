@@ -444,9 +444,11 @@ TEST_F(ShareManagerTest, StaleTemporariesOfADeadWriterGoInFlightOnesStay) {
   fs::create_directories(options_.cdi_dir);
   const std::vector<std::string> stale_state{
       options_.root + "/.checkpoint.json.tmp." + dead + ".0",
+      options_.root + "/.ld.so.preload.tmp." + dead + ".2",
       options_.cdi_dir + "/." + spec + ".tmp." + dead + ".3"};
   const std::vector<std::string> kept_state{
       options_.root + "/.checkpoint.json.tmp." + self + ".7",
+      options_.root + "/.ld.so.preload.tmp." + self + ".99999",
       options_.cdi_dir + "/." + spec + ".tmp." + self + ".8",
       options_.cdi_dir + "/.other-vendor.json.tmp." + dead + ".1"};
   for (const auto& path : stale_state) std::ofstream(path) << "x";
