@@ -3,7 +3,9 @@
 // ResourceClaims and Nodes as the API server returns them, stores ResourceSlices (with
 // resourceVersion) after kube-apiserver's own validation (kube/apiserver_rules.h: a refused
 // create or update is answered 422 with the API server's Status, an undecodable one 400),
-// records every write, checks the bearer token, and can fail the next N requests with 503.
+// records every write, checks the bearer token, and can fail the next N requests with 503. A
+// device taint written without timeAdded gets the server's time, as kube-apiserver's defaulting
+// does (set_time() fixes that time for a test).
 #pragma once
 
 #include <openssl/evp.h>
@@ -11,6 +13,7 @@
 #include <openssl/x509v3.h>
 
 #include <atomic>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <string>
@@ -116,6 +119,7 @@ class FakeApiServer {
                     std::lock_guard lock(mutex_);
                     auto body = nlohmann::json::parse(req.body);
                     writes.push_back({"POST", req.path, body});
+                    kube::default_resource_slice(body, now());
                     const std::string name = body["metadata"]["name"];
                     if (auto refused = kube::check_resource_slice_write(body, nullptr))
                       return refuse(res, *refused);
@@ -132,6 +136,7 @@ class FakeApiServer {
           std::lock_guard lock(mutex_);
           auto body = nlohmann::json::parse(req.body);
           writes.push_back({"PUT", req.path, body});
+          kube::default_resource_slice(body, now());
           const auto it = slices.find(req.matches[1].str());
           if (it == slices.end()) return status(res, 404, "not found");
           if (body["metadata"]["resourceVersion"] != it->second["metadata"]["resourceVersion"])
@@ -196,6 +201,8 @@ class FakeApiServer {
     std::lock_guard lock(mutex_);
     return slices;
   }
+  // The time the server stamps on a taint without timeAdded (0: the real time).
+  void set_time(std::time_t when) { time_.store(when); }
   // What someone else's `kubectl delete resourceslice` does (not recorded as the agent's write).
   void delete_slices() {
     std::lock_guard lock(mutex_);
@@ -220,6 +227,11 @@ class FakeApiServer {
                     "application/json");
   }
 
+  std::time_t now() const {
+    const std::time_t fixed = time_.load();
+    return fixed != 0 ? fixed : std::time(nullptr);
+  }
+
   static void refuse(httplib::Response& res, const kube::Refusal& refusal) {
     res.status = refusal.code;
     res.set_content(refusal.status.dump(), "application/json");
@@ -237,6 +249,7 @@ class FakeApiServer {
   int fail_next_ = 0;
   int requests_ = 0;
   uint64_t version_ = 100;
+  std::atomic<std::time_t> time_{0};
 };
 
 }  // namespace tessera::agent::testing
