@@ -5,7 +5,8 @@
 // create or update is answered 422 with the API server's Status, an undecodable one 400),
 // records every write, checks the bearer token, and can fail the next N requests with 503. A
 // device taint written without timeAdded gets the server's time, as kube-apiserver's defaulting
-// does (set_time() fixes that time for a test).
+// does (set_time() fixes that time for a test); with device_taints_gate off it drops them, as a
+// server without DRADeviceTaints does.
 #pragma once
 
 #include <openssl/evp.h>
@@ -120,6 +121,7 @@ class FakeApiServer {
                     auto body = nlohmann::json::parse(req.body);
                     writes.push_back({"POST", req.path, body});
                     kube::default_resource_slice(body, now());
+                    if (!device_taints_gate) kube::drop_disabled_device_taints(body, nullptr);
                     const std::string name = body["metadata"]["name"];
                     if (auto refused = kube::check_resource_slice_write(body, nullptr))
                       return refuse(res, *refused);
@@ -141,6 +143,7 @@ class FakeApiServer {
           if (it == slices.end()) return status(res, 404, "not found");
           if (body["metadata"]["resourceVersion"] != it->second["metadata"]["resourceVersion"])
             return status(res, 409, "the object has been modified");
+          if (!device_taints_gate) kube::drop_disabled_device_taints(body, &it->second);
           if (auto refused = kube::check_resource_slice_write(body, &it->second))
             return refuse(res, *refused);
           body["metadata"]["resourceVersion"] = std::to_string(++version_);
@@ -209,6 +212,9 @@ class FakeApiServer {
     slices.clear();
   }
 
+  // kube-apiserver's DRADeviceTaints gate (on by default from 1.36, off before): off, the taints
+  // of a write are dropped unless the stored slice already has some.
+  std::atomic<bool> device_taints_gate{true};
   std::string node_name = "node-a";
   std::string node_uid = "3d7c0b8e-node-uid";
   std::map<std::string, nlohmann::json> slices;  // guarded by mutex_ while serving

@@ -138,6 +138,10 @@ Status NodeAgent::publish(const std::vector<GpuInfo>& gpus) {
   if (slices_->writes() > 0)
     std::cerr << "tessera-node-agent: published " << gpus.size() << " GPUs in " << slices_->writes()
               << " ResourceSlice writes (pool generation " << slices_->generation() << ")\n";
+  if (slices_->writes() > 0 && slices_->taints_dropped())
+    std::cerr << "tessera-node-agent: the API server dropped the unhealthy GPUs' device taints (is "
+                 "its DRADeviceTaints feature gate off? It is before Kubernetes 1.36): the "
+                 "scheduler is not told; kubelet still gets their health\n";
   return Status::ok();
 }
 

@@ -80,6 +80,28 @@ void keep_taint_times(std::vector<json>& desired, const std::map<std::string, js
   }
 }
 
+// Every device's taints (without timeAdded), by device name: what a publish asks for, or what
+// the API server kept.
+json taint_set(const std::vector<json>& slices) {
+  json set = json::object();
+  for (const json& slice : slices) {
+    if (!slice.is_object() || !slice.contains("spec") || !slice["spec"].contains("devices"))
+      continue;
+    for (const json& device : slice["spec"]["devices"]) {
+      if (!device.contains("taints") || device["taints"].empty()) continue;
+      json taints = device["taints"];
+      for (json& taint : taints) taint.erase("timeAdded");
+      set[device.value("name", "")] = taints;
+    }
+  }
+  return set;
+}
+
+void strip_taints(std::vector<json>& slices) {
+  for (json& slice : slices)
+    for (json& device : slice["spec"]["devices"]) device.erase("taints");
+}
+
 }  // namespace
 
 uint64_t published_memory_bytes(const GpuInfo& gpu) {
@@ -225,10 +247,21 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
     existing[item["metadata"]["name"].get<std::string>()] = item;
     generation = std::max(generation, item["spec"]["pool"]["generation"].get<int64_t>());
   }
+  // The taints asked for; the ones the API server dropped last time (DRADeviceTaints off) are not
+  // sent again until the health changes, so an unhealthy GPU does not rewrite the slices on every
+  // publish.
+  const json wanted = taint_set(build_resource_slices(gpus, identity_, generation, health));
+  if (wanted.empty()) dropped_taints_ = json();  // all Healthy: the next fault is tried again
+  const bool send_taints = wanted.empty() || wanted != dropped_taints_;
+  auto build = [&](int64_t at) {
+    auto slices = build_resource_slices(gpus, identity_, at, health);
+    if (!send_taints) strip_taints(slices);
+    keep_taint_times(slices, existing);
+    return slices;
+  };
   // Unchanged: the same slice names, devices (taints with the times the API gave them) and owner;
   // nothing is written.
-  auto desired = build_resource_slices(gpus, identity_, generation, health);
-  keep_taint_times(desired, existing);
+  auto desired = build(generation);
   bool same = existing.size() == desired.size();
   for (const auto& slice : desired) {
     const auto it = existing.find(slice["metadata"]["name"].get<std::string>());
@@ -243,21 +276,23 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
     return Status::ok();
   }
   generation_ = existing.empty() ? std::max<int64_t>(generation, 1) : generation + 1;
-  desired = build_resource_slices(gpus, identity_, generation_, health);
-  keep_taint_times(desired, existing);
+  desired = build(generation_);
+  std::vector<json> stored;  // the objects as the API server answered the writes
   for (auto& slice : desired) {
     const std::string name = slice["metadata"]["name"].get<std::string>();
-    Status answer;
+    Result<ApiResponse> answer = unavailable("not sent");
     if (const auto it = existing.find(name); it != existing.end()) {
       slice["metadata"]["resourceVersion"] = it->second["metadata"]["resourceVersion"];
-      answer = kube_.request("PUT", resource_slice_path(name), slice.dump()).status();
+      answer = kube_.request("PUT", resource_slice_path(name), slice.dump());
       existing.erase(it);
     } else {
-      answer = kube_.request("POST", kResourceSlicesPath, slice.dump()).status();
+      answer = kube_.request("POST", kResourceSlicesPath, slice.dump());
     }
-    if (!answer.is_ok()) return answer;
+    if (!answer.is_ok()) return answer.status();
+    stored.push_back(json::parse(answer->body, nullptr, false));
     ++writes_;
   }
+  if (send_taints) dropped_taints_ = !wanted.empty() && taint_set(stored).empty() ? wanted : json();
   for (const auto& [name, slice] : existing) {
     const Status answer = kube_.request("DELETE", resource_slice_path(name)).status();
     if (!answer.is_ok() && answer.code() != StatusCode::kNotFound) return answer;

@@ -70,12 +70,17 @@ class SlicePublisher {
                  const std::vector<DeviceHealthReport>& health = {});
   int64_t generation() const { return generation_; }
   int writes() const { return writes_; }  // creates + updates + deletes of the last publish()
+  // The API server stored the slices without the taints it was sent (its DRADeviceTaints gate is
+  // off: the default before Kubernetes 1.36). Those taints are then left out of later publishes
+  // until the health changes (one try per change), so the pool does not churn.
+  bool taints_dropped() const { return !dropped_taints_.is_null(); }
 
  private:
   KubeClient& kube_;
   SliceIdentity identity_;
   int64_t generation_ = 0;
   int writes_ = 0;
+  nlohmann::json dropped_taints_;  // device name -> taints the API server dropped; null: none
 };
 
 }  // namespace tessera::agent

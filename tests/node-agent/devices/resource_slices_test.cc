@@ -321,6 +321,50 @@ TEST(ResourceSlices, PublishTaintsSplitsAndRecovers) {
   EXPECT_EQ(taint_of("gpu-3"), json::array());
 }
 
+// An API server without DRADeviceTaints (the default before 1.36) drops the taints and stores the
+// slice: the publisher sees it, does not rewrite the pool on every publish for them, and tries
+// again when the health changes.
+TEST(ResourceSlices, TaintsTheApiServerDropsAreNotSentAgainUntilTheHealthChanges) {
+  FakeApiServer server;
+  server.device_taints_gate = false;
+  RetryPolicy retry;
+  retry.initial_backoff = std::chrono::milliseconds(1);
+  HttpKubeClient kube(server.connection(), retry);
+  SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
+  const std::vector<GpuInfo> gpus{h200(0), h200(1)};
+  ASSERT_EQ(publisher.publish(gpus).message(), "");
+  EXPECT_FALSE(publisher.taints_dropped());
+
+  ASSERT_EQ(publisher.publish(gpus, {unhealthy(1, 79)}).message(), "");
+  EXPECT_EQ(publisher.writes(), 1);
+  EXPECT_TRUE(publisher.taints_dropped());
+  EXPECT_FALSE(server.stored_slices().begin()->second["spec"]["devices"][1].contains("taints"));
+  EXPECT_EQ(publisher.generation(), 2);
+  server.take_writes();
+  for (int i = 0; i < 3; ++i) {  // the reconcile loop's publishes: nothing written
+    ASSERT_EQ(publisher.publish(gpus, {unhealthy(1, 79)}).message(), "");
+    EXPECT_EQ(publisher.writes(), 0);
+  }
+  EXPECT_EQ(publisher.generation(), 2);
+  EXPECT_TRUE(server.take_writes().empty());
+
+  // Another fault: one more try (dropped again), then quiet again.
+  ASSERT_EQ(publisher.publish(gpus, {unhealthy(1, 79), unhealthy(0, 48)}).message(), "");
+  EXPECT_EQ(publisher.writes(), 1);
+  ASSERT_EQ(publisher.publish(gpus, {unhealthy(1, 79), unhealthy(0, 48)}).message(), "");
+  EXPECT_EQ(publisher.writes(), 0);
+
+  // The gate turned on (the API server upgraded) and the devices healthy, then a fault: stored.
+  server.device_taints_gate = true;
+  ASSERT_EQ(publisher.publish(gpus, {healthy(0), healthy(1)}).message(), "");
+  EXPECT_FALSE(publisher.taints_dropped());
+  ASSERT_EQ(publisher.publish(gpus, {unhealthy(1, 79)}).message(), "");
+  EXPECT_EQ(publisher.writes(), 1);
+  EXPECT_FALSE(publisher.taints_dropped());
+  EXPECT_EQ(server.stored_slices().begin()->second["spec"]["devices"][1]["taints"][0]["value"],
+            "xid-79");
+}
+
 TEST(ResourceSlices, PublishReportsApiErrors) {
   FakeApiServer server;
   server.node_name = "elsewhere";

@@ -886,6 +886,19 @@ void default_resource_slice(json& slice, std::time_t now) {
   }
 }
 
+void drop_disabled_device_taints(json& slice, const json* old) {
+  auto has_taints = [](const json& object) {
+    if (!object.contains("spec") || !object["spec"].contains("devices")) return false;
+    for (const auto& device : object["spec"]["devices"])
+      if (device.is_object() && !device.value("taints", json::array()).empty()) return true;
+    return false;
+  };
+  if (old && has_taints(*old)) return;  // draDeviceTaintsFeatureInUse(old)
+  if (!slice.contains("spec") || !slice["spec"].contains("devices")) return;
+  for (auto& device : slice["spec"]["devices"])
+    if (device.is_object()) device.erase("taints");
+}
+
 std::optional<Refusal> check_resource_slice_write(const json& slice, const json* old) {
   const std::string name = slice.value("metadata", json::object()).value("name", "");
   auto message = undecodable_quantity(slice);

@@ -235,6 +235,24 @@ TEST(ApiServerRules, ATaintWithoutTimeAddedGetsTheServersTime) {
   EXPECT_EQ(check_resource_slice_write(slice, nullptr), std::nullopt);
 }
 
+// dropDisabledDRADeviceTaintsFields: without the gate the taints go, unless the stored object
+// already uses them (then an update may keep or change them).
+TEST(ApiServerRules, WithoutTheTaintsGateTaintsAreDroppedUnlessAlreadyStored) {
+  json tainted = valid_slice();
+  tainted["spec"]["devices"][0]["taints"] =
+      json::array({{{"key", "vgpu.tessera.dev/unhealthy"}, {"effect", "NoSchedule"}}});
+  json created = tainted;
+  drop_disabled_device_taints(created, nullptr);
+  EXPECT_FALSE(created["spec"]["devices"][0].contains("taints"));
+  EXPECT_EQ(created, valid_slice());
+  json updated = tainted;
+  drop_disabled_device_taints(updated, &created);
+  EXPECT_FALSE(updated["spec"]["devices"][0].contains("taints"));
+  updated = tainted;
+  drop_disabled_device_taints(updated, &tainted);
+  EXPECT_EQ(updated, tainted);
+}
+
 // metav1.Time decodes RFC 3339 only: anything else fails the decoding (400), not validation.
 TEST(ApiServerRules, ATimeAddedThatIsNoTimeIsABadRequest) {
   json slice = valid_slice();
