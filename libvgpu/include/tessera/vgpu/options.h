@@ -101,7 +101,7 @@ bool parse_priority(std::string_view text, uint32_t* out);
 using GetEnv = const char* (*)(const char* name);
 
 struct Options {
-  char share_dir[256] = {};
+  char share_dir[1024] = {};  // TESSERA_SHARE_DIR: one folder or a ':'-separated list
   LogLevel log_level = LogLevel::kError;
   uint64_t context_overhead = 500ull << 20;
 
