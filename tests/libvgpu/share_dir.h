@@ -67,6 +67,10 @@ class ShareDir {
     limits_->devices[device].memory_limit.store(bytes);
     limits_->generation.fetch_add(1);
   }
+  void set_cores(int device, uint32_t percent) {
+    limits_->devices[device].cores_limit.store(percent);
+    limits_->generation.fetch_add(1);
+  }
   share::UsagePage* usage() {
     if (!usage_) {
       const int fd = open((path_ + "/usage").c_str(), O_RDWR);

@@ -243,6 +243,34 @@ TEST_F(SharesTest, TwoMpsSharesAreRefusedAndOneBesideAQuotaShareIsFine) {
   EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi + 256 * kMi));
 }
 
+TEST_F(SharesTest, EachShareWithAComputeSettingRunsItsOwnMeter) {
+  ShareDir a({{sim_uuid(0), kGi}});
+  ShareDir b({{sim_uuid(0), kGi}});
+  ShareDir none({{sim_uuid(0), kGi}});
+  a.set_cores(0, 50);
+  b.set_cores(0, 40);
+  Probe probe({{"TESSERA_SHARE_DIR", a.path() + ":" + b.path() + ":" + none.path()},
+               {"TESSERA_LOG_LEVEL", "info"}},
+              {"init", "sleepms:100", "ready", "hold"});
+  EXPECT_EQ(probe.read_line(), "init CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "ready");
+  // The probe leads the meter of each share with a compute setting (its launches wait at both
+  // gates) and of no other.
+  ASSERT_NE(a.usage(), nullptr);
+  ASSERT_NE(b.usage(), nullptr);
+  ASSERT_NE(none.usage(), nullptr);
+  const uint64_t owner = a.usage()->compute.meter_owner.load();
+  EXPECT_NE(owner, 0u);
+  EXPECT_EQ(b.usage()->compute.meter_owner.load(), owner);
+  EXPECT_EQ(none.usage()->compute.meter_owner.load(), 0u);
+  probe.kill_now();
+  probe.wait_exit();
+  const std::string err = probe.stderr_text();
+  EXPECT_NE(err.find("compute meter of share " + a.path() + " started"), std::string::npos) << err;
+  EXPECT_NE(err.find("compute meter of share " + b.path() + " started"), std::string::npos) << err;
+  EXPECT_EQ(err.find("compute meter of share " + none.path()), std::string::npos) << err;
+}
+
 TEST_F(SharesTest, ABrokenShareBlocksTheProcessAndSaysWhich) {
   ShareDir a({{sim_uuid(0), kGi}});
   ProbeRun run = run_probe({{"TESSERA_SHARE_DIR", a.path() + ":/nonexistent/share"}}, {"init"});
