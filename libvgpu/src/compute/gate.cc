@@ -189,8 +189,16 @@ void maybe_start() {
   if (__builtin_expect(g_started.load(std::memory_order_acquire), 1)) return;
   Shim& s = shim();
   if (s.region_state.load(std::memory_order_acquire) != 2) return;
-  if (g_checking.exchange(true, std::memory_order_acq_rel)) return;
+  // The usual case on the allocation path: no share (still) without a meter has a compute
+  // setting. Looked at without the flag, as cheaply as one share's check was.
   uint32_t started = g_started_shares.load(std::memory_order_acquire);
+  bool wanted = false;
+  for (int r = 0; r < s.region_count && !wanted; ++r) {
+    wanted = (started & (1u << r)) == 0 && Meter::share_has_compute(*s.regions[r].limits_page());
+  }
+  if (!wanted) return;
+  if (g_checking.exchange(true, std::memory_order_acq_rel)) return;
+  started = g_started_shares.load(std::memory_order_acquire);
   bool all = true;
   for (int r = 0; r < s.region_count; ++r) {
     if (started & (1u << r)) continue;
