@@ -356,6 +356,13 @@ void ensure_initialized() {
       log_message(LogLevel::kError, "%s", g_shim.options.messages[i]);
     }
     select_shares(g_shim);
+    if (g_shim.uses_shares() && !g_shim.options.share_dir[0] &&
+        (g_shim.options.any_limit() || g_shim.options.any_compute())) {
+      log_message(LogLevel::kError,
+                  "shares were found under %s: their limits apply and the memory and compute "
+                  "limits in the environment are ignored",
+                  kShareRoot);
+    }
     g_shim.enforcing =
         g_shim.uses_shares() || g_shim.options.any_limit() || g_shim.options.any_compute();
     if (log_enabled(LogLevel::kDebug)) print_options(2, &g_shim.options);

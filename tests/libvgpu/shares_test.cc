@@ -184,6 +184,13 @@ TEST_F(SharesTest, SharesUnderTheShareRootAreEnforcedWithAClearedEnvironment) {
   EXPECT_LE(a.used(), kGi);
   EXPECT_LE(b.used(), 512 * kMi);
   EXPECT_EQ(a.used() + b.used(), kContext + 16 * 64 * kMi);
+
+  // A limit in the environment raises nothing beside them, and the shim says it is ignored.
+  run = run_in_share_root({{"a", &a, true}, {"b", &b, true}}, {{"TESSERA_MEMORY_LIMIT", "8Gi"}},
+                          {"init", "total"});
+  ASSERT_EQ(run.lines.size(), 2u) << run.err;
+  EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi + 512 * kMi));
+  EXPECT_NE(run.err.find("limits in the environment are ignored"), std::string::npos) << run.err;
 }
 
 TEST_F(SharesTest, AFolderWhoseLimitsAreNotOnAReadOnlyMountIsIgnored) {
