@@ -54,7 +54,7 @@ std::string quoted(const std::string& text) {
 // Runs vgpu_probe under the shim in a new user + mount namespace whose /run is a private tmpfs
 // holding `folders` under /run/tessera/shares. The probe's environment is cleared (env -i), as a
 // program that empties its environment would have it, except for the simulator's settings, the
-// preload and `env`.
+// preload, ASAN_OPTIONS and `env`.
 ProbeRun run_in_share_root(const std::vector<Folder>& folders, const Env& env,
                            const std::vector<std::string>& args) {
   std::string script = "set -e; mount -t tmpfs tessera-test /run; mkdir -p /run/tessera/shares; ";
@@ -75,6 +75,8 @@ ProbeRun run_in_share_root(const std::vector<Folder>& folders, const Env& env,
     script += std::string(" ") + name + "=" + quoted(std::getenv(name) ? std::getenv(name) : "");
   }
   script += " LD_LIBRARY_PATH=" + quoted(SIMGPU_LIB_DIR) + " LD_PRELOAD=" + quoted(LIBVGPU_SO);
+  // Kept for sanitized probes (Probe sets it: the preloaded shim precedes the ASan runtime).
+  script += " ${ASAN_OPTIONS:+\"ASAN_OPTIONS=$ASAN_OPTIONS\"}";
   for (const auto& [name, value] : env) script += " " + name + "=" + quoted(value);
   script += " " + quoted(VGPU_PROBE);
   for (const std::string& arg : args) script += " " + quoted(arg);
