@@ -214,6 +214,8 @@ void select_shares(Shim& s) {
       } else {
         add(dir, fd);  // fd -1: the share fails closed when it opens
       }
+    } else if (length > 0 && discovered) {
+      TESSERA_WARN("a TESSERA_SHARE_DIR entry is longer than %zu bytes: ignored", sizeof dir - 1);
     } else if (length > 0) {
       add("/", -1);  // a path too long to be opened: fails closed
     }
