@@ -176,11 +176,17 @@ Status NodeAgent::on_devices(const std::vector<GpuInfo>& gpus) {
 
 Status NodeAgent::publish(const std::vector<GpuInfo>& gpus) {
   std::lock_guard lock(slices_mutex_);
-  if (const Status published = slices_->publish(gpus); !published.is_ok())
+  // The board is current: the monitor reports a fault before it delivers (taints follow health).
+  if (const Status published = slices_->publish(gpus, health_.snapshot().devices);
+      !published.is_ok())
     return unavailable("cannot publish ResourceSlices: " + published.message());
   if (slices_->writes() > 0)
     std::cerr << "tessera-node-agent: published " << gpus.size() << " GPUs in " << slices_->writes()
               << " ResourceSlice writes (pool generation " << slices_->generation() << ")\n";
+  if (slices_->writes() > 0 && slices_->taints_dropped())
+    std::cerr << "tessera-node-agent: the API server dropped the unhealthy GPUs' device taints (is "
+                 "its DRADeviceTaints feature gate off? It is before Kubernetes 1.36): the "
+                 "scheduler is not told; kubelet still gets their health\n";
   return Status::ok();
 }
 

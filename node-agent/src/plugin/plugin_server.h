@@ -1,5 +1,5 @@
 // The kubelet plugin: registration on <registry dir>/<driver>-reg.sock, and the DRA services
-// (v1, v1beta1, and the v1alpha1 health service when a health provider is given) on
+// (v1, v1beta1, and the v1 and v1alpha1 health services when a health provider is given) on
 // <plugins dir>/<driver>/dra.sock. Two gRPC servers over unix sockets.
 //
 // Concurrency: gRPC's synchronous server runs each kubelet call on its own thread. Claims of one

@@ -183,6 +183,27 @@ uint32_t share_priority(const ShareSpec& share) {
   return share::kPriorityNormal;
 }
 
+namespace {
+
+// <dir>/mps (share::kMpsMarkerFile): tells libvgpu the share is served by an MPS daemon, so a
+// process given two of them is refused. The folder is the tenants' to write: never through a
+// symlink they left there (removed, then created afresh).
+Status write_mps_marker(const std::string& dir) {
+  const std::string path = dir + "/" + share::kMpsMarkerFile;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int fd =
+        open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      close(fd);
+      return Status::ok();
+    }
+    if (attempt == 0) unlink(path.c_str());
+  }
+  return internal_error("cannot create " + path + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
 Status ShareManager::write_share_folder(const std::vector<ShareSpec>& members, bool unused) {
   const std::string dir = share_dir(members.front());
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
@@ -204,6 +225,7 @@ Status ShareManager::write_share_folder(const std::vector<ShareSpec>& members, b
                                               options_.measure_source);
       !error.empty())
     return internal_error(std::move(error));
+  if (members.front().strategy() == SharingStrategy::kMps) return write_mps_marker(dir);
   return Status::ok();
 }
 

@@ -7,9 +7,11 @@
 
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -191,7 +193,23 @@ TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
   while (!unhealthy && stream->Read(&health))
     unhealthy = health.devices_size() == 1 && health.devices(0).health() == v1alpha1::UNHEALTHY;
   EXPECT_TRUE(unhealthy);
+  EXPECT_EQ(health.devices(0).message(), "XID 79: GPU has fallen off the bus");
   watch.TryCancel();
+  // ...and the scheduler learns it too: the slice is republished (next generation) with the
+  // device's taint, which the API server accepted and stamped.
+  json taints;
+  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       std::chrono::steady_clock::now() < deadline && !taints.is_array();
+       std::this_thread::sleep_for(std::chrono::milliseconds(10))) {
+    const auto stored = api_.stored_slices();
+    if (stored.size() == 1) taints = stored.begin()->second["spec"]["devices"][0]["taints"];
+  }
+  ASSERT_TRUE(taints.is_array()) << "the slice was not republished with a taint";
+  ASSERT_EQ(taints.size(), 1u);
+  EXPECT_EQ(taints[0]["key"], "vgpu.tessera.dev/unhealthy");
+  EXPECT_EQ(taints[0]["value"], "xid-79");
+  EXPECT_EQ(taints[0]["effect"], "NoSchedule");
+  EXPECT_TRUE(taints[0]["timeAdded"].is_string());
 
   // Unprepare in both versions leaves nothing behind.
   dra1::NodeUnprepareResourcesResponse unprepared;

@@ -24,6 +24,7 @@
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "share/share_test_support.h"
+#include "tessera/share_contract.h"
 
 namespace tessera::agent {
 namespace {
@@ -134,6 +135,8 @@ TEST_F(ReconcileTest, MpsClaimGetsADaemonPerShareAndItsCdiEdits) {
   const auto limits = read_limits(share_dir(share_a_) + "/limits");
   EXPECT_EQ(limits.memory, 8ull << 30);
   EXPECT_EQ(limits.cores, 100u);
+  // The marker libvgpu reads to refuse a process given two MPS shares.
+  EXPECT_TRUE(fs::is_regular_file(share_dir(share_a_) + "/" + share::kMpsMarkerFile));
 
   const json spec = json::parse(RecordingDoubles::read(m->cdi_spec_path(kMpsUid)));
   const json& edits = spec["devices"][0]["containerEdits"];
@@ -249,6 +252,7 @@ TEST_F(ReconcileTest, DriftIsRepairedAndReported) {
 TEST_F(ReconcileTest, WhatNoClaimNamesIsRemoved) {
   auto m = manager();
   ASSERT_EQ(m->prepare(quota_claim_).status().message(), "");
+  EXPECT_FALSE(fs::exists(share_dir(share_c_) + "/" + share::kMpsMarkerFile));  // not an MPS share
   fs::create_directories(options_.root + "/shares/stray-gpu-0-x");
   std::ofstream(options_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_stray.json") << "{}";
   std::ofstream(options_.cdi_dir + "/other-vendor.json") << "{}";
