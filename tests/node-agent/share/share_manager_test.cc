@@ -406,7 +406,9 @@ TEST_F(ShareManagerTest, CrashAfterAnyStepConverges) {
     ASSERT_EQ(m->unprepare(claim_).message(), "");
   }
   const auto empty = snapshot(base_);
-  ASSERT_EQ(empty.size(), 1u);  // checkpoint.json with no claims
+  // checkpoint.json with no claims, and the state lock file (the claim's lock file went with it).
+  ASSERT_EQ(empty.size(), 2u);
+  EXPECT_EQ(empty.count("state/state.lock"), 1u);
   ASSERT_EQ(total_steps, (1 + 2 + 1 + 1) + (1 + 1 + 2 + 1));
 
   for (int crash_at = 1; crash_at < total_steps; ++crash_at) {
