@@ -407,7 +407,9 @@ TEST_F(ShareManagerTest, CrashAfterAnyStepConverges) {
   }
   const auto empty = snapshot(base_);
   // checkpoint.json with no claims, and the state lock file (the claim's lock file went with it).
-  ASSERT_EQ(empty.size(), 2u);
+  std::string names;
+  for (const auto& [name, contents] : empty) names += name + " ";
+  ASSERT_EQ(empty.size(), 2u) << names;
   EXPECT_EQ(empty.count("state/state.lock"), 1u);
   ASSERT_EQ(total_steps, (1 + 2 + 1 + 1) + (1 + 1 + 2 + 1));
 
@@ -603,7 +605,8 @@ TEST_F(ShareManagerTest, ClaimsPreparedOnOneAgentAreUnpreparedOnTheOther) {
   EXPECT_EQ(json::parse(read(options_.root + "/checkpoint.json"))["claims"], json::object());
   EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
   EXPECT_TRUE(fs::is_empty(options_.cdi_dir));
-  EXPECT_TRUE(fs::is_empty(options_.root + "/claims"));  // their lock files went with them
+  for (const auto& left : fs::directory_iterator(options_.root + "/claims"))
+    ADD_FAILURE() << "left behind: " << left.path();  // their lock files went with them
 
   // The old agent's memory still had claims[0] completed: it must not answer from it.
   const int gets = kube_.requests;
