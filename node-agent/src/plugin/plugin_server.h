@@ -1,10 +1,11 @@
 // The kubelet plugin: registration on <registry dir>/<driver>-reg.sock, and the DRA services
 // (v1, v1beta1, and the v1alpha1 health service when a health provider is given) on
-// <plugins dir>/<driver>/dra.sock. Two gRPC servers over unix sockets. Given the agent pod's UID
-// (a DaemonSet rolling update with maxSurge runs the old and the new pod side by side), kubelet's
-// per-pod names instead: <driver>-<podUID>-reg.sock and <driver>/dra-<podUID>.sock, as the Go
-// helper's RollingUpdate(uid) option names them (docs/node-agent.md, "Rolling updates"); each
-// agent then replaces and removes only its own.
+// <plugins dir>/<driver>/dra.sock. Two gRPC servers over unix sockets.
+//
+// Given the agent pod's UID (a DaemonSet rolling update with maxSurge runs the old and the new pod
+// side by side), kubelet's per-pod names instead: <driver>-<podUID>-reg.sock and
+// <driver>/dra-<podUID>.sock, as the Go helper's RollingUpdate(uid) option names them
+// (docs/node-agent.md, "Rolling updates"); each agent then replaces and removes only its own.
 //
 // Concurrency: gRPC's synchronous server runs each kubelet call on its own thread. Claims of one
 // batch are prepared one after the other, in request order; different batches (kubelet prepares
