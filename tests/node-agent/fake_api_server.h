@@ -85,6 +85,7 @@ class FakeApiServer {
     server_->Get(R"(/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+))",
                  [this](const httplib::Request& req, httplib::Response& res) {
                    std::lock_guard lock(mutex_);
+                   ++claim_gets_[req.matches[1].str() + "/" + req.matches[2].str()];
                    const auto it = claims_.find(req.matches[1].str() + "/" + req.matches[2].str());
                    if (it == claims_.end())
                      return status(res, 404,
@@ -196,6 +197,12 @@ class FakeApiServer {
     std::lock_guard lock(mutex_);
     return requests_;
   }
+  // GETs of one ResourceClaim so far (a prepare does one; an answer from the checkpoint none).
+  int claim_gets(const std::string& ns, const std::string& name) {
+    std::lock_guard lock(mutex_);
+    const auto it = claim_gets_.find(ns + "/" + name);
+    return it == claim_gets_.end() ? 0 : it->second;
+  }
   std::vector<RecordedWrite> take_writes() {
     std::lock_guard lock(mutex_);
     return std::exchange(writes, {});
@@ -254,6 +261,7 @@ class FakeApiServer {
   std::map<std::string, std::string> claims_;
   int fail_next_ = 0;
   int requests_ = 0;
+  std::map<std::string, int> claim_gets_;  // "<namespace>/<name>" -> GETs
   uint64_t version_ = 100;
   std::atomic<std::time_t> time_{0};
 };

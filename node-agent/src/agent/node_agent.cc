@@ -87,7 +87,11 @@ Status NodeAgent::lock_state_dir() {
   const std::string path = config_.state_dir + "/agent.lock";
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return internal_error("cannot open " + path + ": " + std::strerror(errno));
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  // With a pod UID (per-pod kubelet sockets) the old and the new agent of a rolling update share
+  // the folder, their prepares kept apart by the share manager's file locks (share_manager.h):
+  // a shared lock, which only an agent without one (fixed socket names) refuses, and is refused by.
+  const int mode = config_.pod_uid.empty() ? LOCK_EX : LOCK_SH;
+  if (flock(fd, mode | LOCK_NB) != 0) {
     char holder[32] = {};
     (void)!pread(fd, holder, sizeof holder - 1, 0);
     close(fd);

@@ -64,12 +64,14 @@ PluginServer::~PluginServer() {
 }
 
 fs::path PluginServer::registration_socket() const {
-  return (fs::absolute(options_.registry_dir) / (options_.driver_name + "-reg.sock"))
+  const std::string pod = options_.pod_uid.empty() ? "" : "-" + options_.pod_uid;
+  return (fs::absolute(options_.registry_dir) / (options_.driver_name + pod + "-reg.sock"))
       .lexically_normal();
 }
 
 fs::path PluginServer::dra_socket() const {
-  return (fs::absolute(options_.plugins_dir) / options_.driver_name / "dra.sock")
+  const std::string pod = options_.pod_uid.empty() ? "" : "-" + options_.pod_uid;
+  return (fs::absolute(options_.plugins_dir) / options_.driver_name / ("dra" + pod + ".sock"))
       .lexically_normal();
 }
 
