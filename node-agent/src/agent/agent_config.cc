@@ -68,6 +68,30 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
                  "nvidia-smi for TimeSlicing claims (a path, or a name looked up in PATH)")
       ->envname("NVIDIA_SMI")
       ->capture_default_str();
+  app.add_option("--shim-path", config.shim_path,
+                 "libvgpu.so: the same path on the host and in containers (checked at prepare)")
+      ->envname("SHIM_PATH")
+      ->capture_default_str();
+  app.add_option("--shim-loading", config.shim_loading,
+                 "How containers load the shim: ld.so.preload (a file mounted at "
+                 "/etc/ld.so.preload) or LD_PRELOAD (replaces the image's LD_PRELOAD)")
+      ->envname("SHIM_LOADING")
+      ->check(CLI::IsMember({"ld.so.preload", "LD_PRELOAD"}))
+      ->capture_default_str();
+  app.add_option("--driver-mode", config.driver_mode,
+                 "The NVIDIA driver in containers: toolkit (the NVIDIA Container Toolkit's CDI "
+                 "device), driver-root (mounted from --driver-root), auto (toolkit if found)")
+      ->envname("DRIVER_MODE")
+      ->check(CLI::IsMember({"auto", "toolkit", "driver-root"}))
+      ->capture_default_str();
+  app.add_option("--toolkit-spec-dirs", config.toolkit_spec_dirs,
+                 "Comma-separated folders of the NVIDIA Container Toolkit's CDI specs")
+      ->envname("TOOLKIT_SPEC_DIRS")
+      ->capture_default_str();
+  app.add_option("--driver-root", config.driver_root,
+                 "Where the driver's files are (/run/nvidia/driver under the GPU Operator)")
+      ->envname("DRIVER_ROOT")
+      ->capture_default_str();
   app.add_option("--reconcile-interval", config.reconcile_interval_s,
                  "Seconds between checks that the host matches the checkpoint (0: at start only)")
       ->envname("RECONCILE_INTERVAL")

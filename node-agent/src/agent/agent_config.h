@@ -19,8 +19,16 @@ struct AgentConfig {
   std::string kubelet_plugins_dir = "/var/lib/kubelet/plugins";            // KUBELET_PLUGINS_DIR
   std::string cdi_dir = "/var/run/cdi";                                    // --cdi-dir / CDI_DIR
   std::string kubeconfig;  // --kubeconfig / KUBECONFIG; empty: in-cluster service account
-  std::string mps_control = "nvidia-cuda-mps-control";  // --mps-control / MPS_CONTROL
-  std::string nvidia_smi = "nvidia-smi";                // --nvidia-smi / NVIDIA_SMI
+  std::string mps_control = "nvidia-cuda-mps-control";          // --mps-control / MPS_CONTROL
+  std::string nvidia_smi = "nvidia-smi";                        // --nvidia-smi / NVIDIA_SMI
+  std::string shim_path = "/usr/local/tessera/lib/libvgpu.so";  // --shim-path / SHIM_PATH
+  std::string shim_loading = "ld.so.preload";  // --shim-loading / SHIM_LOADING: or "LD_PRELOAD"
+  // The driver in containers: --driver-mode / DRIVER_MODE (auto, toolkit, driver-root), the
+  // toolkit's CDI spec folders (--toolkit-spec-dirs / TOOLKIT_SPEC_DIRS, comma-separated) and
+  // the driver root (--driver-root / DRIVER_ROOT; /run/nvidia/driver under the GPU Operator).
+  std::string driver_mode = "auto";
+  std::string toolkit_spec_dirs = "/etc/cdi,/var/run/cdi";
+  std::string driver_root = "/";
   unsigned reconcile_interval_s = 60;    // --reconcile-interval / RECONCILE_INTERVAL; 0 = at start
   unsigned device_poll_interval_s = 30;  // --device-poll-interval / DEVICE_POLL_INTERVAL
 };

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "backends/mps_backend.h"
 #include "backends/time_slice_backend.h"
@@ -15,11 +16,23 @@
 #include "devices/resource_slices.h"
 #include "kube/http_kube_client.h"
 #include "share/share_manager.h"
+#include "share/shim_library.h"
 #include "usage/gpu_time_meter.h"
 
 namespace tessera::agent {
 
 namespace {
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    if (comma > start) items.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
+}
+
 void log_report(const char* when, const ReconcileReport& report) {
   if (report.clean()) return;
   std::cerr << "tessera-node-agent: reconcile (" << when << "): " << report.items.size()
@@ -27,6 +40,37 @@ void log_report(const char* when, const ReconcileReport& report) {
             << report.to_text();
 }
 }  // namespace
+
+Status apply_container_flags(const AgentConfig& config, ShareManagerOptions& options,
+                             std::ostream* log) {
+  const std::optional<ShimLoading> loading = parse_shim_loading(config.shim_loading);
+  if (!loading)
+    return invalid_argument("--shim-loading \"" + config.shim_loading +
+                            "\": must be ld.so.preload or LD_PRELOAD");
+  const std::optional<DriverMode> mode = parse_driver_mode(config.driver_mode);
+  if (!mode)
+    return invalid_argument("--driver-mode \"" + config.driver_mode +
+                            "\": must be auto, toolkit or driver-root");
+  DriverOptions driver;
+  driver.mode = *mode;
+  driver.toolkit_spec_dirs = split_list(config.toolkit_spec_dirs);
+  driver.driver_root = config.driver_root;
+  Result<ContainerDriver> found = discover_container_driver(driver);
+  if (!found.is_ok())
+    return found.status().with_context("cannot give containers the NVIDIA driver");
+  options.shim_path = config.shim_path;
+  options.shim_loading = *loading;
+  options.container_driver = std::move(found).value();
+  if (log) {
+    *log << "tessera-node-agent: containers get the driver from "
+         << describe(options.container_driver) << "; the shim " << options.shim_path << " via "
+         << to_string(options.shim_loading) << '\n';
+    // Prepare refuses claims until it is fixed; said now so it is seen before the first claim.
+    if (const Status shim = check_shim_library(options.shim_path); !shim.is_ok())
+      *log << "tessera-node-agent: " << shim.message() << '\n';
+  }
+  return Status::ok();
+}
 
 NodeAgent::NodeAgent(AgentConfig config, Clock& clock)
     : config_(std::move(config)), clock_(clock) {}
@@ -84,6 +128,7 @@ Status NodeAgent::start() {
   time_slice_ = std::make_unique<TimeSliceBackend>(slices);
 
   ShareManagerOptions options;
+  TESSERA_RETURN_IF_ERROR(apply_container_flags(config_, options, &std::cerr));
   options.root = config_.state_dir;
   options.cdi_dir = config_.cdi_dir;
   options.node_name = config_.node_name;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +30,14 @@ class MpsBackend;
 class ShareManager;
 class SlicePublisher;
 class TimeSliceBackend;
+struct ShareManagerOptions;
+
+// The shim and driver flags of `config` applied to `options`: the shim's path and loading, and the
+// driver for containers, discovered now (toolkit spec or driver root, per --driver-mode). An error
+// names the flag or the path; `log` (when given) gets one line saying which driver was found.
+// NodeAgent::start calls it; so does the spec-writing tool of tests/node-agent/tools.
+Status apply_container_flags(const AgentConfig& config, ShareManagerOptions& options,
+                             std::ostream* log = nullptr);
 
 class NodeAgent {
  public:

@@ -4,6 +4,135 @@
 
 namespace tessera::agent {
 
+namespace {
+
+using nlohmann::json;
+
+json mount_json(const CdiMount& mount) {
+  return {{"hostPath", mount.host_path},
+          {"containerPath", mount.container_path},
+          {"options", mount.options}};
+}
+
+json node_json(const CdiDeviceNode& node) {
+  json out = {{"path", node.path}};
+  if (!node.host_path.empty()) out["hostPath"] = node.host_path;
+  return out;
+}
+
+bool non_empty_member(const json& object, const char* key) {
+  if (!object.is_object()) return false;
+  const auto it = object.find(key);
+  return it != object.end() && !it->is_null() && !it->empty();
+}
+
+// Every containerEdits of the spec: the spec's own, then each device's.
+std::vector<const json*> all_edits(const json& spec) {
+  std::vector<const json*> edits;
+  if (spec.contains("containerEdits")) edits.push_back(&spec["containerEdits"]);
+  if (spec.contains("devices") && spec["devices"].is_array())
+    for (const auto& device : spec["devices"])
+      if (device.is_object() && device.contains("containerEdits"))
+        edits.push_back(&device["containerEdits"]);
+  return edits;
+}
+
+bool requires_v110(const json& spec) {
+  for (const json* edits : all_edits(spec)) {
+    if (non_empty_member(*edits, "netDevices")) return true;
+    if (edits->is_object() && edits->contains("intelRdt")) {
+      const json& rdt = (*edits)["intelRdt"];
+      if (non_empty_member(rdt, "schemata") ||
+          (rdt.is_object() && rdt.value("enableMonitoring", false)))
+        return true;
+    }
+  }
+  return false;
+}
+
+bool requires_v070(const json& spec) {
+  for (const json* edits : all_edits(spec))
+    if ((edits->is_object() && edits->contains("intelRdt") && !(*edits)["intelRdt"].is_null()) ||
+        non_empty_member(*edits, "additionalGids"))
+      return true;
+  return false;
+}
+
+bool requires_v060(const json& spec) {
+  if (non_empty_member(spec, "annotations")) return true;
+  if (spec.contains("devices") && spec["devices"].is_array())
+    for (const auto& device : spec["devices"])
+      if (non_empty_member(device, "annotations")) return true;
+  const std::string kind = spec.is_object() ? spec.value("kind", "") : "";
+  const size_t slash = kind.find('/');
+  return slash != std::string::npos && kind.find('.', slash + 1) != std::string::npos;
+}
+
+bool requires_v050(const json& spec) {
+  if (spec.contains("devices") && spec["devices"].is_array())
+    for (const auto& device : spec["devices"]) {
+      const std::string name =
+          device.is_object() && device.contains("name") && device["name"].is_string()
+              ? device["name"].get<std::string>()
+              : "";
+      if (!name.empty() && name[0] >= '0' && name[0] <= '9') return true;
+    }
+  for (const json* edits : all_edits(spec))
+    if (edits->is_object() && edits->contains("deviceNodes") && (*edits)["deviceNodes"].is_array())
+      for (const auto& node : (*edits)["deviceNodes"])
+        if (non_empty_member(node, "hostPath")) return true;
+  return false;
+}
+
+bool requires_v040(const json& spec) {
+  for (const json* edits : all_edits(spec))
+    if (edits->is_object() && edits->contains("mounts") && (*edits)["mounts"].is_array())
+      for (const auto& mount : (*edits)["mounts"])
+        if (non_empty_member(mount, "type")) return true;
+  return false;
+}
+
+}  // namespace
+
+std::optional<ShimLoading> parse_shim_loading(const std::string& text) {
+  if (text == "ld.so.preload") return ShimLoading::kLdSoPreload;
+  if (text == "LD_PRELOAD") return ShimLoading::kLdPreloadEnv;
+  return std::nullopt;
+}
+
+const char* to_string(ShimLoading loading) {
+  return loading == ShimLoading::kLdPreloadEnv ? "LD_PRELOAD" : "ld.so.preload";
+}
+
+std::string preload_file_contents(const std::string& shim_path) {
+  return shim_path + "\n";
+}
+
+std::string minimum_cdi_version(const json& spec) {
+  if (requires_v110(spec)) return "1.1.0";
+  if (requires_v070(spec)) return "0.7.0";
+  if (requires_v060(spec)) return "0.6.0";
+  if (requires_v050(spec)) return "0.5.0";
+  if (requires_v040(spec)) return "0.4.0";
+  return "0.3.0";
+}
+
+Result<std::vector<std::string>> cdi_device_ids(const ShareSpec& share,
+                                                const ContainerDriver& driver) {
+  std::vector<std::string> ids = {cdi_device_id(share)};
+  if (driver.uses_toolkit()) {
+    Result<std::string> toolkit = toolkit_device_id(driver, share.uuid, share.minor);
+    if (!toolkit.is_ok()) return toolkit.status().with_context("share " + share.name());
+    ids.push_back(*toolkit);
+  } else if (!driver.uses_driver_root()) {
+    return failed_precondition(
+        "share " + share.name() +
+        ": no NVIDIA driver for containers was found at start "
+        "(neither the NVIDIA Container Toolkit's CDI spec nor a driver root)");
+  }
+  return ids;
+}
+
 std::string cdi_spec_file_name(const std::string& claim_uid) {
   return kCdiSpecFilePrefix + claim_uid + ".json";
 }
@@ -12,13 +141,13 @@ std::string cdi_device_id(const ShareSpec& share) {
   return std::string(kCdiKind) + "=" + share.name();
 }
 
-std::string build_cdi_spec(const std::vector<ShareSpec>& shares, const CdiPaths& paths) {
-  using nlohmann::json;
+std::string build_cdi_spec(const std::vector<ShareSpec>& shares, const CdiPaths& paths,
+                           const ContainerDriver& driver) {
   json devices = json::array();
   for (const auto& share : shares) {
     const std::string host_dir = paths.host_shares_dir + "/" + share.folder_name();
     const std::string container_dir = paths.container_shares_dir + "/" + share.folder_name();
-    json env = json::array({"TESSERA_SHARE_DIR=" + container_dir, "LD_PRELOAD=" + paths.shim_path});
+    json env = json::array({"TESSERA_SHARE_DIR=" + container_dir});
     // For people and tools in the container only: with TESSERA_SHARE_DIR set the shim reads the
     // limits page and ignores limits in the environment, so these names are not the shim's own.
     // Every share of a folder sets the same values (a container given several of them sees one
@@ -45,10 +174,7 @@ std::string build_cdi_spec(const std::vector<ShareSpec>& shares, const CdiPaths&
                                 {"options", {"rbind", "rw", "nosuid", "nodev", "noexec"}}},
                                {{"hostPath", host_dir + "/limits"},
                                 {"containerPath", container_dir + "/limits"},
-                                {"options", {"bind", "ro", "nosuid", "nodev", "noexec"}}},
-                               {{"hostPath", paths.shim_path},
-                                {"containerPath", paths.shim_path},
-                                {"options", {"bind", "ro", "nosuid", "nodev"}}}});
+                                {"options", {"bind", "ro", "nosuid", "nodev", "noexec"}}}});
     if (share.strategy() == SharingStrategy::kMps) {
       // The share's own MPS control daemon: its pipe folder, and the /dev/shm it shares with the
       // daemon (and with no other share).
@@ -62,14 +188,41 @@ std::string build_cdi_spec(const std::vector<ShareSpec>& shares, const CdiPaths&
                         {"containerPath", "/dev/shm"},
                         {"options", {"rbind", "rw", "nosuid", "nodev", "noexec"}}});
     }
-    json nodes = json::array({{{"path", "/dev/nvidia" + std::to_string(share.minor)}},
-                              {{"path", "/dev/nvidiactl"}},
-                              {{"path", "/dev/nvidia-uvm"}}});
-    devices.push_back(
-        {{"name", share.name()},
-         {"containerEdits", {{"env", env}, {"mounts", mounts}, {"deviceNodes", nodes}}}});
+    json device_edits = {{"env", env}, {"mounts", mounts}};
+    // The GPU's own node, from where the driver root keeps its nodes (the toolkit's device
+    // brings it otherwise).
+    if (driver.uses_driver_root()) {
+      const std::string node = "nvidia" + std::to_string(share.minor);
+      device_edits["deviceNodes"] = json::array(
+          {node_json({"/dev/" + node,
+                      driver.host_dev_dir == "/dev" ? "" : driver.host_dev_dir + "/" + node})});
+    }
+    devices.push_back({{"name", share.name()}, {"containerEdits", device_edits}});
   }
-  return json{{"cdiVersion", kCdiVersion}, {"kind", kCdiKind}, {"devices", devices}}.dump(2) + "\n";
+
+  // Edits every container of the claim needs once, whichever of its devices it gets: the shim,
+  // how it is loaded, and the driver when the agent brings it.
+  json mounts = json::array(
+      {mount_json({paths.shim_path, paths.shim_path, {"bind", "ro", "nosuid", "nodev"}})});
+  json env = json::array();
+  if (paths.shim_loading == ShimLoading::kLdSoPreload)
+    mounts.push_back(mount_json({paths.host_preload_file,
+                                 kContainerPreloadFile,
+                                 {"bind", "ro", "nosuid", "nodev", "noexec"}}));
+  else
+    env.push_back("LD_PRELOAD=" + paths.shim_path);
+  json nodes = json::array();
+  if (driver.uses_driver_root()) {
+    for (const auto& node : driver.device_nodes) nodes.push_back(node_json(node));
+    for (const auto& mount : driver.mounts) mounts.push_back(mount_json(mount));
+  }
+  json common = {{"mounts", mounts}};
+  if (!env.empty()) common["env"] = env;
+  if (!nodes.empty()) common["deviceNodes"] = nodes;
+
+  json spec = {{"kind", kCdiKind}, {"containerEdits", common}, {"devices", devices}};
+  spec["cdiVersion"] = minimum_cdi_version(spec);
+  return spec.dump(2) + "\n";
 }
 
 }  // namespace tessera::agent

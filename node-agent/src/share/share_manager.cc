@@ -16,6 +16,7 @@
 #include "backends/mps_backend.h"
 #include "backends/time_slice_backend.h"
 #include "files/atomic_file.h"
+#include "share/shim_library.h"
 #include "tessera/share_contract.h"
 #include "tessera/share_files.h"
 #include "tessera/share_region.h"
@@ -66,6 +67,10 @@ std::string ShareManager::cdi_spec_path(const std::string& claim_uid) const {
   return options_.cdi_dir + "/" + cdi_spec_file_name(claim_uid);
 }
 
+std::string ShareManager::preload_file_path() const {
+  return options_.root + "/ld.so.preload";
+}
+
 std::vector<NodeDevice> ShareManager::devices() const {
   std::lock_guard lock(devices_mutex_);
   return devices_;
@@ -92,6 +97,10 @@ Status ShareManager::start(ReconcileReport* report) {
   if (ec) return internal_error("cannot create " + options_.root + "/shares: " + ec.message());
   fs::create_directories(options_.cdi_dir, ec);
   if (ec) return internal_error("cannot create " + options_.cdi_dir + ": " + ec.message());
+  if (options_.shim_loading == ShimLoading::kLdSoPreload &&
+      read_file(preload_file_path()) != preload_file_contents(options_.shim_path))
+    TESSERA_RETURN_IF_ERROR(
+        write_file_atomically(preload_file_path(), preload_file_contents(options_.shim_path)));
   Checkpoint loaded;
   if (const auto text = read_file(options_.root + "/checkpoint.json")) {
     Result<Checkpoint> parsed = checkpoint_from_json(*text);
@@ -198,9 +207,11 @@ Status ShareManager::write_share_folder(const std::vector<ShareSpec>& members, b
 }
 
 std::string ShareManager::expected_cdi_spec(const std::vector<ShareSpec>& shares) const {
-  CdiPaths paths{options_.root + "/shares", options_.container_shares_dir, options_.shim_path,
-                 options_.mps ? options_.mps->root() : "", options_.container_mps_dir};
-  return build_cdi_spec(shares, paths);
+  CdiPaths paths{options_.root + "/shares",  options_.container_shares_dir,
+                 options_.shim_path,         options_.mps ? options_.mps->root() : "",
+                 options_.container_mps_dir, options_.shim_loading,
+                 preload_file_path()};
+  return build_cdi_spec(shares, paths, options_.container_driver);
 }
 
 Status ShareManager::write_cdi_spec(const std::string& claim_uid,
@@ -284,11 +295,14 @@ ReserveOrphan ShareManager::orphan_reserver(SharingStrategy strategy) {
   };
 }
 
-PrepareResult ShareManager::result_of(const ClaimEntry& entry) {
+PrepareResult ShareManager::result_of(const ClaimEntry& entry) const {
   std::vector<PreparedDevice> devices;
-  for (const auto& share : entry.shares)
+  for (const auto& share : entry.shares) {
+    Result<std::vector<std::string>> ids = cdi_device_ids(share, options_.container_driver);
+    if (!ids.is_ok()) return ids.status();
     devices.push_back(
-        {share.request_names, share.pool, share.device, {cdi_device_id(share)}, share.share_id});
+        {share.request_names, share.pool, share.device, std::move(ids).value(), share.share_id});
+  }
   return devices;
 }
 
@@ -302,6 +316,13 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
       if (it != checkpoint_.end() && it->second.state == ClaimState::kPrepareCompleted)
         return result_of(it->second);
     }
+    // Never an unenforced share: the shim must be loadable, and (ld.so.preload) named by the file
+    // the spec mounts.
+    TESSERA_RETURN_IF_ERROR(check_shim_library(options_.shim_path));
+    if (options_.shim_loading == ShimLoading::kLdSoPreload &&
+        read_file(preload_file_path()) != preload_file_contents(options_.shim_path))
+      TESSERA_RETURN_IF_ERROR(
+          write_file_atomically(preload_file_path(), preload_file_contents(options_.shim_path)));
     const Result<ApiResponse> answer =
         kube_.request("GET", resource_claim_path(claim.namespace_name, claim.name));
     if (!answer.is_ok())
@@ -313,6 +334,9 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
       return computed.status().with_context("ResourceClaim " + claim.namespace_name + "/" +
                                             claim.name);
     const std::vector<ShareSpec>& shares = *computed;
+    // The driver for every share (the toolkit's device for its GPU), before anything is written.
+    for (const auto& share : shares)
+      TESSERA_RETURN_IF_ERROR(cdi_device_ids(share, options_.container_driver).status());
 
     // A PrepareStarted entry left by a crash: the allocation of a claim UID never changes, so the
     // same shares are recomputed and every write below is redone in place. The entry names the

@@ -66,6 +66,7 @@
 #include "model/share_spec.h"
 #include "share/cdi.h"
 #include "share/checkpoint.h"
+#include "share/driver_edits.h"
 #include "share/reconcile.h"
 #include "tessera/share_files.h"
 #include "tessera/status.h"
@@ -80,7 +81,13 @@ struct ShareManagerOptions {
   std::string cdi_dir = "/var/run/cdi";
   std::string node_name;  // the pool name
   std::string driver = kDriverName;
+  // Checked before each prepare (share/shim_library.h): a claim is never handed out unenforced.
   std::string shim_path = "/usr/local/tessera/lib/libvgpu.so";
+  // kLdSoPreload: <root>/ld.so.preload (naming the shim) is mounted at /etc/ld.so.preload.
+  ShimLoading shim_loading = ShimLoading::kLdSoPreload;
+  // How the driver gets into the containers (discover_container_driver, once at start). A default
+  // value has no driver: every prepare then fails saying so.
+  ContainerDriver container_driver;
   std::string container_shares_dir = "/var/run/tessera/shares";
   std::string container_mps_dir = "/var/run/tessera/mps";
   // Backends for shares that ask for them (not owned; the manager calls them as ShareBackends).
@@ -124,6 +131,7 @@ class ShareManager final : public ClaimPreparer {
   Checkpoint checkpoint() const;
   std::string share_dir(const ShareSpec& share) const;  // its folder (shared when grouped)
   std::string cdi_spec_path(const std::string& claim_uid) const;
+  std::string preload_file_path() const;  // <root>/ld.so.preload
 
  private:
   // Changes the in-memory checkpoint (under checkpoint_mutex_); returns its new version.
@@ -161,7 +169,8 @@ class ShareManager final : public ClaimPreparer {
   ReserveOrphan orphan_reserver(SharingStrategy strategy);
   std::string live_processes(const std::string& folder) const;
   void step();
-  static PrepareResult result_of(const ClaimEntry& entry);
+  // The claim's answer: each share with its CDI device ids (cdi_device_ids).
+  PrepareResult result_of(const ClaimEntry& entry) const;
 
   ShareManagerOptions options_;
   QuotaBackend quota_;

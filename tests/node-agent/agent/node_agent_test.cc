@@ -19,6 +19,7 @@
 #include "clock/clock.h"
 #include "fake_api_server.h"
 #include "plugin_server.h"
+#include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "tessera/share_region.h"
 #include "test_support.h"
@@ -65,6 +66,12 @@ class NodeAgentTest : public ::testing::Test {
     config_.kubeconfig = (base_ / "kubeconfig").string();
     config_.mps_control = RecordingDoubles::mps_control();
     config_.nvidia_smi = RecordingDoubles::nvidia_smi();
+    // The node's driver and shim, as doubles; no toolkit spec unless a test writes one.
+    config_.shim_path = testing::write_fake_shim(base_ / "shim/libvgpu.so");
+    fs::remove_all(base_ / "driver");
+    testing::make_fake_driver_root(base_ / "driver");
+    config_.driver_root = (base_ / "driver").string();
+    config_.toolkit_spec_dirs = (base_ / "toolkit").string();
     config_.reconcile_interval_s = 1;
     config_.device_poll_interval_s = 1;
 
@@ -221,6 +228,76 @@ TEST_F(NodeAgentTest, StartSaysWhyItCannotRun) {
   config_.kubeconfig = (base_ / "missing-kubeconfig").string();
   NodeAgent agent(config_);
   EXPECT_NE(agent.start().message().find("missing-kubeconfig"), std::string::npos);
+}
+
+// A shim that cannot be loaded fails every claim, with the reason, at kubelet's edge; nothing is
+// written for it (a share handed out without its shim would run unenforced).
+TEST_F(NodeAgentTest, KubeletGetsTheShimErrorAndNoShareIsHandedOut) {
+  testing::write_text(base_ / "shim/libvgpu.so", "not a library\n");
+  NodeAgent agent(config_, clock_);
+  ASSERT_EQ(agent.start().message(), "");
+  PluginServerOptions options;
+  options.driver_name = kDriverName;
+  options.registry_dir = config_.kubelet_registry_dir;
+  options.plugins_dir = config_.kubelet_plugins_dir;
+  PluginServer server(options, agent.preparer(), &agent.health());
+  ASSERT_EQ(server.start().message(), "");
+  KubeletSimulator kubelet(server.registration_socket());
+  kubelet.connect();
+  dra1::NodePrepareResourcesResponse prepared;
+  ASSERT_TRUE(kubelet.prepare_v1({kQuotaUid}, &prepared).ok());
+  const std::string error = prepared.claims().at(kQuotaUid).error();
+  EXPECT_NE(error.find("shim " + config_.shim_path + " is not an ELF shared library"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(prepared.claims().at(kQuotaUid).devices_size(), 0);
+  EXPECT_TRUE(fs::is_empty(config_.state_dir + "/shares"));
+  EXPECT_TRUE(fs::is_empty(config_.cdi_dir));
+  server.stop();
+  agent.stop();
+}
+
+// With the NVIDIA Container Toolkit's spec on the node, a claim's devices carry its GPU device
+// beside ours (here a spec naming devices by index: the one whose node is the GPU's).
+TEST_F(NodeAgentTest, TheToolkitsDeviceIsReturnedBesideOurs) {
+  testing::write_text(base_ / "toolkit/nvidia.json",
+                      R"({"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[
+                           {"name":"0","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}},
+                           {"name":"all","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}}],
+                         "containerEdits":{"deviceNodes":[{"path":"/dev/nvidiactl"}]}})");
+  NodeAgent agent(config_, clock_);
+  ASSERT_EQ(agent.start().message(), "");
+  const PrepareResult result = agent.preparer().prepare(
+      {std::string("ns-") + kQuotaUid, kQuotaUid, std::string("claim-") + kQuotaUid});
+  ASSERT_EQ(result.status().message(), "");
+  ASSERT_EQ(result->size(), 2u);
+  EXPECT_EQ((*result)[0].cdi_device_ids,
+            (std::vector<std::string>{
+                std::string("k8s.vgpu.tessera.dev/claim=") + kQuotaUid + "-gpu-0-s-a",
+                "nvidia.com/gpu=0"}));
+  // Our spec then brings no driver files: the toolkit's device does.
+  const json spec = json::parse(RecordingDoubles::read(agent.shares().cdi_spec_path(kQuotaUid)));
+  EXPECT_EQ(spec["containerEdits"]["mounts"].size(), 2u) << spec.dump(2);  // shim, ld.so.preload
+  EXPECT_FALSE(spec["devices"][0]["containerEdits"].contains("deviceNodes"));
+  ASSERT_EQ(
+      agent.preparer()
+          .unprepare({std::string("ns-") + kQuotaUid, kQuotaUid, std::string("claim-") + kQuotaUid})
+          .message(),
+      "");
+  agent.stop();
+}
+
+// Without a driver for containers the agent does not start (it would hand out shares whose
+// containers cannot reach the GPU), and says where it looked.
+TEST_F(NodeAgentTest, StartFailsWithoutADriverForContainers) {
+  config_.driver_root = (base_ / "empty-root").string();
+  fs::create_directories(config_.driver_root);
+  NodeAgent agent(config_, clock_);
+  const std::string message = agent.start().message();
+  EXPECT_NE(message.find("driver root " + config_.driver_root + ": no libcuda.so.1"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find((base_ / "toolkit").string()), std::string::npos) << message;
 }
 
 // Two agents on one state folder would each take the other's shares for orphans: the second is

@@ -27,6 +27,7 @@
 #include "fake_api_server.h"
 #include "kube/http_kube_client.h"
 #include "plugin_server.h"
+#include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "test_support.h"
 
@@ -121,6 +122,8 @@ int main(int argc, char** argv) {
   options.root = (dir.path() / "state").string();
   options.cdi_dir = (dir.path() / "cdi").string();
   options.node_name = "node-a";
+  options.shim_path = tessera::agent::testing::write_fake_shim(dir.path() / "shim/libvgpu.so");
+  options.container_driver = tessera::agent::testing::fake_container_driver(dir.path() / "driver");
   options.mps = &mps;
   HttpKubeClient kube({server.url(), server.ca_pem(), server.token(), "", "", ""});
   ShareManager manager(options, kube,

@@ -11,6 +11,7 @@
 #include "claim_fixture.h"
 #include "fake_api_server.h"
 #include "kube/http_kube_client.h"
+#include "share/fake_driver.h"
 #include "share/share_manager.h"
 
 namespace {
@@ -41,10 +42,13 @@ int main(int argc, char** argv) {
     refs.push_back({"tenants", uid, name});
   }
   const fs::path base = fs::temp_directory_path() / ("agent-bench-" + std::to_string(getpid()));
+  fs::remove_all(base);
   ShareManagerOptions options;
   options.root = (base / "state").string();
   options.cdi_dir = (base / "cdi").string();
   options.node_name = "node-a";
+  options.shim_path = tessera::agent::testing::write_fake_shim(base / "shim/libvgpu.so");
+  options.container_driver = tessera::agent::testing::fake_container_driver(base / "driver");
   HttpKubeClient kube({server.url(), server.ca_pem(), server.token(), "", "", ""});
   ShareManager manager(options, kube,
                        {{"gpu-0", "GPU-00000000-0000-0000-0000-000000000000", 0, 150ull << 30}});

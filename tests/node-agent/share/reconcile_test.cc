@@ -21,6 +21,7 @@
 #include "backends/mps_backend.h"
 #include "backends/time_slice_backend.h"
 #include "claim_fixture.h"
+#include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "share/share_test_support.h"
 
@@ -29,12 +30,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::fake_container_driver;
 using testing::FakeKube;
 using testing::make_claim;
 using testing::opaque_config;
 using testing::read_limits;
 using testing::RecordingDoubles;
 using testing::snapshot;
+using testing::write_fake_shim;
 
 constexpr char kMpsUid[] = "a1111111-0000-4000-8000-000000000001";
 constexpr char kWholeUid[] = "a2222222-0000-4000-8000-000000000002";
@@ -55,6 +58,9 @@ class ReconcileTest : public ::testing::Test {
     options_.root = (base_ / "state").string();
     options_.cdi_dir = (base_ / "cdi").string();
     options_.node_name = "node-a";
+    // The node's shim and driver, beside the state (the crash tests start from an empty base_).
+    options_.shim_path = write_fake_shim(doubles_.dir() / "node/shim/libvgpu.so");
+    options_.container_driver = fake_container_driver(doubles_.dir() / "node/driver");
     MpsOptions mps;
     mps.control = RecordingDoubles::mps_control();
     mps.root = (doubles_.dir() / "mps").string();

@@ -1,7 +1,8 @@
 // End to end on the simulated GPU: the share manager prepares a claim with two shares of one
 // device (8Gi / 30% and 4Gi / 70%), memory-fill runs under each CDI device's environment
-// (LD_PRELOAD of libvgpu + TESSERA_SHARE_DIR; the share folder at its host path, as no container
-// runtime applies the mounts here), each stops exactly at its share's limit, and unprepare leaves
+// (TESSERA_SHARE_DIR, the share folder at its host path, and libvgpu preloaded: the spec mounts
+// a file naming it at /etc/ld.so.preload, which LD_PRELOAD stands in for, as no container runtime
+// applies the mounts here), each stops exactly at its share's limit, and unprepare leaves
 // nothing behind. Then a claim for shares of two GPUs, given to one container: both CDI devices'
 // environments together (what the runtime merges), and each GPU holds its own limit.
 #include <sys/wait.h>
@@ -17,6 +18,7 @@
 
 #include "claim_fixture.h"
 #include "devices/resource_slices.h"
+#include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "simulated_node.h"
 #include "tessera/gpu_info.h"
@@ -55,7 +57,23 @@ ShareManagerOptions node_options(const fs::path& base) {
   options.cdi_dir = (base / "cdi").string();
   options.node_name = "node-a";
   options.shim_path = LIBVGPU_SO;
+  options.container_driver = testing::fake_container_driver(base / "driver");
   return options;
+}
+
+// What the spec preloads: the content of the file it mounts at /etc/ld.so.preload, as the
+// LD_PRELOAD that stands in for it here (the default loading sets no LD_PRELOAD itself).
+std::string preload_env(const json& spec) {
+  for (const auto& mount : spec["containerEdits"]["mounts"])
+    if (mount["containerPath"] == "/etc/ld.so.preload") {
+      std::ifstream file(mount["hostPath"].get<std::string>());
+      std::string shim;
+      std::getline(file, shim);
+      EXPECT_EQ(shim, LIBVGPU_SO);
+      return " 'LD_PRELOAD=" + shim + "'";
+    }
+  ADD_FAILURE() << "no /etc/ld.so.preload mount in " << spec.dump(2);
+  return "";
 }
 
 std::string run(const std::string& command) {
@@ -106,6 +124,7 @@ TEST(ShareEndToEnd, TwoSharesOfOneSimulatedGpuHoldTheirLimits) {
         value = "TESSERA_SHARE_DIR=" + edits["mounts"][0]["hostPath"].get<std::string>();
       env += " '" + value + "'";
     }
+    env += preload_env(spec);
     // ASAN_OPTIONS: in a sanitizer build the shim precedes the ASan runtime in memory-fill.
     const std::string out = run("env" + env + " ASAN_OPTIONS=verify_asan_link_order=0" +
                                 " LD_LIBRARY_PATH=" + SIMGPU_LIB_DIR + " " + simgpu_env + " " +
@@ -165,6 +184,7 @@ TEST(ShareEndToEnd, OneContainerWithSharesOfTwoGpusHoldsEachLimit) {
   }
   std::string env;
   for (const auto& [name, value] : merged) env += " '" + value + "'";
+  env += preload_env(spec);
   const uint64_t limits[] = {8 * kGiB, 4 * kGiB};
   for (int gpu = 0; gpu < 2; ++gpu) {
     const std::string out =

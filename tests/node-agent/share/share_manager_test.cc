@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "claim_fixture.h"
+#include "share/fake_driver.h"
 #include "share/share_test_support.h"
 #include "tessera/share_region.h"
 
@@ -24,6 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::fake_container_driver;
 using testing::FakeKube;
 using testing::LimitsView;
 using testing::make_claim;
@@ -31,6 +33,7 @@ using testing::opaque_config;
 using testing::read;
 using testing::read_limits;
 using testing::snapshot;
+using testing::write_fake_shim;
 
 constexpr char kUid[] = "0f6b3f0e-7c59-4d0e-9b4e-2f7a5d1c9e01";
 constexpr char kShareA[] = "5e1f0a2b-0000-4000-8000-00000000000a";
@@ -47,6 +50,11 @@ class ShareManagerTest : public ::testing::Test {
     options_.root = (base_ / "state").string();
     options_.cdi_dir = (base_ / "cdi").string();
     options_.node_name = "node-a";
+    // The node's shim and driver, beside the state (the crash tests start from an empty base_).
+    node_ = base_.string() + "-node";
+    fs::remove_all(node_);
+    options_.shim_path = write_fake_shim(node_ / "shim/libvgpu.so");
+    options_.container_driver = fake_container_driver(node_ / "driver");
     devices_ = {{"gpu-0", kGpu0, 0, 150ull << 30}};
     json configs = json::array({opaque_config("FromClass",
                                               {{"apiVersion", "vgpu.tessera.dev/v1alpha1"},
@@ -59,7 +67,10 @@ class ShareManagerTest : public ::testing::Test {
                    configs)
             .dump();
   }
-  void TearDown() override { fs::remove_all(base_); }
+  void TearDown() override {
+    fs::remove_all(base_);
+    fs::remove_all(node_);
+  }
 
   std::unique_ptr<ShareManager> manager(ShareManagerOptions options) {
     auto m = std::make_unique<ShareManager>(options, kube_, devices_);
@@ -97,7 +108,7 @@ class ShareManagerTest : public ::testing::Test {
     for (auto& thread : threads) thread.join();
   }
 
-  fs::path base_;
+  fs::path base_, node_;
   ShareManagerOptions options_;
   std::vector<NodeDevice> devices_;
   FakeKube kube_;
@@ -135,7 +146,7 @@ TEST_F(ShareManagerTest, PreparesTwoSharesOfOneDevice) {
             fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
 
   const json spec = json::parse(read(m->cdi_spec_path(kUid)));
-  EXPECT_EQ(spec["cdiVersion"], "0.6.0");
+  EXPECT_EQ(spec["cdiVersion"], "0.5.0");  // device names start with the claim UID
   EXPECT_EQ(spec["kind"], "k8s.vgpu.tessera.dev/claim");
   ASSERT_EQ(spec["devices"].size(), 2u);
   const json& device = spec["devices"][0];
@@ -144,20 +155,28 @@ TEST_F(ShareManagerTest, PreparesTwoSharesOfOneDevice) {
   const std::string container_dir =
       std::string("/var/run/tessera/shares/") + kUid + "-gpu-0-" + kShareA;
   EXPECT_EQ(edits["env"][0], "TESSERA_SHARE_DIR=" + container_dir);
-  EXPECT_EQ(edits["env"][1], "LD_PRELOAD=/usr/local/tessera/lib/libvgpu.so");
-  EXPECT_EQ(edits["env"][2], "TESSERA_SHARE_MEMORY_LIMIT=8589934592");
-  EXPECT_EQ(edits["env"][3], "TESSERA_SHARE_CORES_LIMIT=30");
-  ASSERT_EQ(edits["mounts"].size(), 3u);
+  EXPECT_EQ(edits["env"][1], "TESSERA_SHARE_MEMORY_LIMIT=8589934592");
+  EXPECT_EQ(edits["env"][2], "TESSERA_SHARE_CORES_LIMIT=30");
+  ASSERT_EQ(edits["mounts"].size(), 2u);
   EXPECT_EQ(edits["mounts"][0]["hostPath"], share_dir(kShareA));
   EXPECT_EQ(edits["mounts"][0]["containerPath"], container_dir);
   EXPECT_EQ(edits["mounts"][0]["options"][1], "rw");
   EXPECT_EQ(edits["mounts"][1]["hostPath"], share_dir(kShareA) + "/limits");
   EXPECT_EQ(edits["mounts"][1]["containerPath"], container_dir + "/limits");
   EXPECT_EQ(edits["mounts"][1]["options"][1], "ro");
-  EXPECT_EQ(edits["mounts"][2]["hostPath"], "/usr/local/tessera/lib/libvgpu.so");
+  // The GPU's node per device; the shim, its ld.so.preload and the driver once for the spec.
   EXPECT_EQ(edits["deviceNodes"][0]["path"], "/dev/nvidia0");
-  EXPECT_EQ(edits["deviceNodes"][1]["path"], "/dev/nvidiactl");
-  EXPECT_EQ(edits["deviceNodes"][2]["path"], "/dev/nvidia-uvm");
+  EXPECT_EQ(edits["deviceNodes"][0]["hostPath"], (node_ / "driver/dev/nvidia0").string());
+  const json& common = spec["containerEdits"];
+  EXPECT_FALSE(common.contains("env"));  // no LD_PRELOAD: the image's own stays
+  EXPECT_EQ(common["mounts"][0]["hostPath"], options_.shim_path);
+  EXPECT_EQ(common["mounts"][0]["containerPath"], options_.shim_path);
+  EXPECT_EQ(common["mounts"][1]["hostPath"], m->preload_file_path());
+  EXPECT_EQ(common["mounts"][1]["containerPath"], "/etc/ld.so.preload");
+  EXPECT_EQ(read(m->preload_file_path()), options_.shim_path + "\n");
+  EXPECT_EQ(common["deviceNodes"][0]["path"], "/dev/nvidiactl");
+  EXPECT_EQ(common["deviceNodes"][1]["path"], "/dev/nvidia-uvm");
+  EXPECT_EQ(common["mounts"][3]["containerPath"], "/usr/lib/x86_64-linux-gnu/libcuda.so.1");
 
   const json checkpoint = json::parse(read(options_.root + "/checkpoint.json"));
   EXPECT_EQ(checkpoint["version"], 1);
@@ -208,6 +227,74 @@ TEST_F(ShareManagerTest, UnprepareWorksFromTheCheckpointWhenTheClaimIsGone) {
   EXPECT_TRUE(m->checkpoint().empty());
   EXPECT_EQ(json::parse(read(options_.root + "/checkpoint.json"))["claims"], json::object());
   EXPECT_EQ(m->unprepare(claim_).message(), "");  // twice: nothing to do
+}
+
+// The shim is checked before anything is written: a claim whose containers could not load it
+// fails with the path and the reason (and succeeds once the shim is fixed).
+TEST_F(ShareManagerTest, AnUnusableShimFailsThePrepareBeforeAnyWrite) {
+  const std::string shim = (base_ / "broken/libvgpu.so").string();
+  options_.shim_path = shim;
+  auto m = manager(options_);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "cannot be opened: No such file or directory"},
+      {"#!/bin/sh\n", "is not an ELF shared library"},
+      {testing::elf_header(ELFCLASS32), "is a 32-bit ELF file"},
+      {testing::elf_header(ELFCLASS64, ET_EXEC), "is an ELF file of type 2 (an executable)"}};
+  for (const auto& [contents, why] : cases) {
+    if (!contents.empty()) testing::write_text(shim, contents);
+    const Status refused = m->prepare(claim_).status();
+    EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(refused.message().find("shim " + shim + " " + why), std::string::npos)
+        << refused.message();
+    EXPECT_TRUE(m->checkpoint().empty());
+    EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+    EXPECT_TRUE(fs::is_empty(options_.cdi_dir));
+  }
+  write_fake_shim(shim);
+  EXPECT_EQ(m->prepare(claim_).status().message(), "");
+}
+
+// No driver for containers (a default ContainerDriver): every claim fails saying so.
+TEST_F(ShareManagerTest, NoDriverForContainersFailsThePrepare) {
+  options_.container_driver = ContainerDriver{};
+  auto m = manager(options_);
+  const Status refused = m->prepare(claim_).status();
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("no NVIDIA driver for containers"), std::string::npos)
+      << refused.message();
+  EXPECT_TRUE(fs::is_empty(options_.cdi_dir));
+}
+
+// The toolkit's way: the claim returns the toolkit's device of the share's GPU beside ours; a GPU
+// its spec lacks fails the claim before anything is written.
+TEST_F(ShareManagerTest, ToolkitDevicesAreReturnedBesideOursAndAMissingGpuFails) {
+  ContainerDriver toolkit;
+  toolkit.toolkit_spec = "/etc/cdi/nvidia.yaml";
+  toolkit.toolkit_by_uuid[kGpu0] = std::string("nvidia.com/gpu=") + kGpu0;
+  options_.container_driver = toolkit;
+  options_.shim_loading = ShimLoading::kLdPreloadEnv;
+  auto m = manager(options_);
+  const PrepareResult result = m->prepare(claim_);
+  ASSERT_EQ(result.status().message(), "");
+  EXPECT_EQ((*result)[1].cdi_device_ids,
+            (std::vector<std::string>{
+                std::string("k8s.vgpu.tessera.dev/claim=") + kUid + "-gpu-0-" + kShareB,
+                std::string("nvidia.com/gpu=") + kGpu0}));
+  const json spec = json::parse(read(m->cdi_spec_path(kUid)));
+  EXPECT_EQ(spec["containerEdits"]["env"], json::array({"LD_PRELOAD=" + options_.shim_path}));
+  EXPECT_FALSE(fs::exists(m->preload_file_path()));  // not used in this loading
+  EXPECT_TRUE(m->reconcile().clean());
+  ASSERT_EQ(m->unprepare(claim_).message(), "");
+
+  options_.container_driver.toolkit_by_uuid.clear();
+  auto without = manager(options_);
+  const Status refused = without->prepare(claim_).status();
+  EXPECT_EQ(refused.code(), StatusCode::kNotFound);
+  EXPECT_NE(
+      refused.message().find("/etc/cdi/nvidia.yaml) has no device for GPU " + std::string(kGpu0)),
+      std::string::npos)
+      << refused.message();
+  EXPECT_TRUE(without->checkpoint().empty());
 }
 
 TEST_F(ShareManagerTest, PrepareErrorsAreReportedPerClaim) {
@@ -296,7 +383,7 @@ TEST_F(ShareManagerTest, SharesOfTwoGpusLiveInOneFolder) {
   for (const auto& device : spec["devices"]) {
     const json& env = device["containerEdits"]["env"];
     EXPECT_EQ(env[0], "TESSERA_SHARE_DIR=/var/run/tessera/shares/multi-gpu-uid-gpu-0-s0");
-    EXPECT_EQ(env[2], std::string("TESSERA_SHARE_MEMORY_LIMIT=") + kGpu0 +
+    EXPECT_EQ(env[1], std::string("TESSERA_SHARE_MEMORY_LIMIT=") + kGpu0 +
                           "=8589934592,GPU-11111111-1111-1111-1111-111111111111=4294967296");
   }
   // The grouping survives a restart through the checkpoint, and reconcile finds nothing.
@@ -406,7 +493,7 @@ TEST_F(ShareManagerTest, CrashAfterAnyStepConverges) {
     ASSERT_EQ(m->unprepare(claim_).message(), "");
   }
   const auto empty = snapshot(base_);
-  ASSERT_EQ(empty.size(), 1u);  // checkpoint.json with no claims
+  ASSERT_EQ(empty.size(), 2u);  // checkpoint.json with no claims, ld.so.preload
   ASSERT_EQ(total_steps, (1 + 2 + 1 + 1) + (1 + 1 + 2 + 1));
 
   for (int crash_at = 1; crash_at < total_steps; ++crash_at) {
