@@ -154,7 +154,12 @@ class ContainerRuntimeTest : public ::testing::Test {
     options.cdi_dir = "/var/run/cdi";
     options.node_name = "node-a";
     options.shim_path = LIBVGPU_SO;
-    options.driver_root = (folder_ / "driver").string();
+    DriverOptions driver;
+    driver.mode = DriverMode::kDriverRoot;
+    driver.driver_root = (folder_ / "driver").string();
+    Result<ContainerDriver> discovered = discover_container_driver(driver);
+    ASSERT_EQ(discovered.status().message(), "");
+    options.container_driver = *discovered;
     manager_ = std::make_unique<ShareManager>(options, kube_, node);
     ASSERT_EQ(manager_->start().message(), "");
   }
