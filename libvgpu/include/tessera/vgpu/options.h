@@ -13,34 +13,34 @@
 namespace tessera::vgpu {
 
 //        id                name                          default   unit      description
-#define TESSERA_VGPU_OPTIONS(X)                                                                  \
-  X(kShareDir, "TESSERA_SHARE_DIR", "", "path",                                                  \
-    "share directory (limits, usage) written by the node agent; unset: a private share built "   \
-    "from the limits below")                                                                     \
-  X(kMemoryLimit, "TESSERA_MEMORY_LIMIT", "", "bytes",                                           \
-    "memory limit for every device (8Gi, 8G, 8192Mi, bytes) or per device: 0=8Gi,1=4Gi or "      \
-    "GPU-<uuid>=8Gi; unset: no limit")                                                           \
-  X(kContextOverhead, "TESSERA_CONTEXT_OVERHEAD", "500Mi", "bytes",                              \
-    "device memory counted per CUDA context (a tiny process used about 520Mi on an H200)")       \
-  X(kLogLevel, "TESSERA_LOG_LEVEL", "error", "level",                                            \
-    "stderr logging: error, warn, info or debug")                                                \
-  X(kHamiMemoryLimit, "CUDA_DEVICE_MEMORY_LIMIT", "", "bytes",                                   \
-    "HAMi-core alias of TESSERA_MEMORY_LIMIT for every device; 8g/8192m/1024k are binary units") \
-  X(kHamiMemoryLimitN, "CUDA_DEVICE_MEMORY_LIMIT_<i>", "", "bytes",                              \
-    "HAMi-core alias: limit of device ordinal i (0..15); wins over CUDA_DEVICE_MEMORY_LIMIT")    \
-  X(kCoresLimit, "TESSERA_CORES_LIMIT", "", "percent",                                           \
-    "GPU time the share may use, percent (1..100) for every device or per device: 0=30,1=50 or " \
-    "GPU-<uuid>=30; unset or 100: no limit")                                                     \
-  X(kCoresBurst, "TESSERA_CORES_BURST", "", "percent",                                           \
-    "percent the share may use while no other process uses the device (same syntax; at least "   \
-    "the cores limit); unset: no bursting")                                                      \
-  X(kPriority, "TESSERA_PRIORITY", "normal", "level",                                            \
-    "high, normal or low: a share yields the device to active shares of higher priority")        \
-  X(kDeviceDir, "TESSERA_DEVICE_DIR", "/dev/shm", "path",                                        \
-    "where the per-device priority boards (tessera-device-<uuid>) of all shares live")           \
-  X(kHamiCoresLimit, "CUDA_DEVICE_SM_LIMIT", "", "percent",                                      \
-    "HAMi-core alias of TESSERA_CORES_LIMIT for every device (0 = no limit, as in HAMi)")        \
-  X(kHamiCoresLimitN, "CUDA_DEVICE_SM_LIMIT_<i>", "", "percent",                                 \
+#define TESSERA_VGPU_OPTIONS(X)                                                                    \
+  X(kShareDir, "TESSERA_SHARE_DIR", "", "path",                                                    \
+    "share directory (limits, usage) written by the node agent, or a ':'-separated list, beside "  \
+    "the shares under /var/run/tessera/shares; none: a private share built from the limits below") \
+  X(kMemoryLimit, "TESSERA_MEMORY_LIMIT", "", "bytes",                                             \
+    "memory limit for every device (8Gi, 8G, 8192Mi, bytes) or per device: 0=8Gi,1=4Gi or "        \
+    "GPU-<uuid>=8Gi; unset: no limit")                                                             \
+  X(kContextOverhead, "TESSERA_CONTEXT_OVERHEAD", "500Mi", "bytes",                                \
+    "device memory counted per CUDA context (a tiny process used about 520Mi on an H200)")         \
+  X(kLogLevel, "TESSERA_LOG_LEVEL", "error", "level",                                              \
+    "stderr logging: error, warn, info or debug")                                                  \
+  X(kHamiMemoryLimit, "CUDA_DEVICE_MEMORY_LIMIT", "", "bytes",                                     \
+    "HAMi-core alias of TESSERA_MEMORY_LIMIT for every device; 8g/8192m/1024k are binary units")   \
+  X(kHamiMemoryLimitN, "CUDA_DEVICE_MEMORY_LIMIT_<i>", "", "bytes",                                \
+    "HAMi-core alias: limit of device ordinal i (0..15); wins over CUDA_DEVICE_MEMORY_LIMIT")      \
+  X(kCoresLimit, "TESSERA_CORES_LIMIT", "", "percent",                                             \
+    "GPU time the share may use, percent (1..100) for every device or per device: 0=30,1=50 or "   \
+    "GPU-<uuid>=30; unset or 100: no limit")                                                       \
+  X(kCoresBurst, "TESSERA_CORES_BURST", "", "percent",                                             \
+    "percent the share may use while no other process uses the device (same syntax; at least "     \
+    "the cores limit); unset: no bursting")                                                        \
+  X(kPriority, "TESSERA_PRIORITY", "normal", "level",                                              \
+    "high, normal or low: a share yields the device to active shares of higher priority")          \
+  X(kDeviceDir, "TESSERA_DEVICE_DIR", "/dev/shm", "path",                                          \
+    "where the per-device priority boards (tessera-device-<uuid>) of all shares live")             \
+  X(kHamiCoresLimit, "CUDA_DEVICE_SM_LIMIT", "", "percent",                                        \
+    "HAMi-core alias of TESSERA_CORES_LIMIT for every device (0 = no limit, as in HAMi)")          \
+  X(kHamiCoresLimitN, "CUDA_DEVICE_SM_LIMIT_<i>", "", "percent",                                   \
     "HAMi-core alias: cores limit of device ordinal i (0..15); wins over CUDA_DEVICE_SM_LIMIT")
 
 enum class OptionId : int {
@@ -101,7 +101,7 @@ bool parse_priority(std::string_view text, uint32_t* out);
 using GetEnv = const char* (*)(const char* name);
 
 struct Options {
-  char share_dir[256] = {};
+  char share_dir[1024] = {};  // TESSERA_SHARE_DIR: one folder or a ':'-separated list
   LogLevel log_level = LogLevel::kError;
   uint64_t context_overhead = 500ull << 20;
 
