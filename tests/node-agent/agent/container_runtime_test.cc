@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -22,6 +23,7 @@
 #include "podman.h"
 #include "share/share_manager.h"
 #include "simulated_node.h"
+#include "tessera/share_region.h"
 
 namespace tessera::agent {
 namespace {
@@ -263,6 +265,19 @@ TEST_F(ContainerRuntimeTest, TheDriversProgramsAreThereAndUnprepareRemovesTheSpe
   EXPECT_NE(after.output.find("unresolvable CDI devices"), std::string::npos) << after.output;
 }
 
+// The bytes a share's processes hold on its first device, summed over the usage page's slots.
+uint64_t share_usage(const std::string& share_dir) {
+  std::ifstream file(share_dir + "/usage", std::ios::binary);
+  std::vector<char> bytes(sizeof(share::UsagePage));
+  if (!file.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) return 0;
+  share::UsagePage page;
+  std::memcpy(static_cast<void*>(&page), bytes.data(), sizeof page);
+  uint64_t total = 0;
+  for (uint32_t slot = 0; slot < std::min(page.slot_high_water.load(), share::kMaxSlots); ++slot)
+    total += page.slots[slot].bytes[0].load();
+  return total;
+}
+
 TEST_F(ContainerRuntimeTest, TwoClaimsOnOneGpuHoldEachLimitAndTheirSum) {
   ASSERT_NO_FATAL_FAILURE(start_node(kOneGpu, 1));
   auto ids = prepare("first", {{"gpu", "gpu-0", "s-1", "2Gi", "30"}});
@@ -270,13 +285,39 @@ TEST_F(ContainerRuntimeTest, TwoClaimsOnOneGpuHoldEachLimitAndTheirSum) {
   ASSERT_EQ(ids.size(), 1u);
   ASSERT_EQ(second.size(), 1u);
   ids.insert(ids.end(), second.begin(), second.end());
+  // While the filled memory is held, each share's own page stays within its own limit.
   std::string output;
-  const json report = fill(ids, {}, &output);
+  json report;
+  std::thread container([&] { report = fill(ids, {"--hold-seconds", "4"}, &output); });
+  const Checkpoint checkpoint = manager_->checkpoint();
+  std::vector<std::string> folders, share_ids;
+  for (const auto& [uid, claim] : checkpoint) {
+    for (const auto& share : claim.shares) {
+      folders.push_back(manager_->share_dir(share));
+      share_ids.push_back(share.share_id);
+    }
+  }
+  ASSERT_EQ(folders.size(), 2u);
+  uint64_t most[2] = {0, 0};
+  for (int poll = 0; poll < 60 && most[0] + most[1] < 3 * kGiB - kContextOverhead; ++poll) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < 2; ++i) most[i] = std::max(most[i], share_usage(folders[i]));
+  }
+  container.join();
   ASSERT_TRUE(report.is_object()) << output;
   // The container holds both shares: 3 GiB on that GPU, the context charged once.
   EXPECT_EQ(report["mem_get_info_total"], 3 * kGiB);
   EXPECT_EQ(report["bytes_obtained"], 3 * kGiB - kContextOverhead);
   EXPECT_EQ(report["stop_reason"], "CUDA_ERROR_OUT_OF_MEMORY");
+  const std::map<std::string, uint64_t> limits = {{"s-1", 2 * kGiB}, {"s-2", 1 * kGiB}};
+  uint64_t held = 0;
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(folders[i]);
+    ASSERT_TRUE(limits.count(share_ids[i]));
+    EXPECT_LE(most[i], limits.at(share_ids[i]));
+    held += most[i];
+  }
+  EXPECT_EQ(held, 3 * kGiB);  // the fill and its context, split between the two pages
 }
 
 TEST_F(ContainerRuntimeTest, TwoClaimsOnTwoGpusHoldEachGpusLimit) {
