@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "claim_fixture.h"
+#include "devices/resource_slices.h"
 #include "podman.h"
 #include "share/share_manager.h"
 #include "simulated_node.h"
@@ -143,27 +144,51 @@ class ContainerRuntimeTest : public ::testing::Test {
   }
 
   // A node with `devices` (SIMGPU_DEVICES) and its agent's share manager, which writes its specs
-  // where podman reads them.
+  // where podman reads them. With TESSERA_REAL_DRIVER_ROOT set (scripts/gpu-checks/container.sh)
+  // the node's own GPUs and driver are used instead of the simulator and the fake driver root.
   void start_node(const std::string& devices, int gpus) {
-    simgpu_env_ = {"SIMGPU_STATE=" + (folder_ / "simgpu/simgpu.state").string(),
-                   "SIMGPU_DEVICES=" + devices};
-    ASSERT_EQ(make_driver_root(folder_ / "driver", gpus).message(), "");
-    const std::vector<NodeDevice> node =
-        testing::simulated_devices((folder_ / "simgpu/simgpu.state").string(), devices);
-    ASSERT_EQ(node.size(), static_cast<size_t>(gpus));
+    DriverOptions driver;
+    driver.mode = DriverMode::kDriverRoot;
+    if (const char* real_root = std::getenv("TESSERA_REAL_DRIVER_ROOT")) {
+      driver.driver_root = real_root;
+      Result<std::vector<GpuInfo>> listed = list_gpus();
+      ASSERT_EQ(listed.status().message(), "");
+      node_ = node_devices(*listed);
+      if (node_.size() < static_cast<size_t>(gpus))
+        GTEST_SKIP() << "needs " << gpus << " GPUs, this node has " << node_.size();
+    } else {
+      simgpu_env_ = {"SIMGPU_STATE=" + (folder_ / "simgpu/simgpu.state").string(),
+                     "SIMGPU_DEVICES=" + devices};
+      ASSERT_EQ(make_driver_root(folder_ / "driver", gpus).message(), "");
+      driver.driver_root = (folder_ / "driver").string();
+      node_ = testing::simulated_devices((folder_ / "simgpu/simgpu.state").string(), devices);
+      ASSERT_EQ(node_.size(), static_cast<size_t>(gpus));
+    }
     ShareManagerOptions options;
     options.root = (folder_ / "state").string();
     options.cdi_dir = "/var/run/cdi";
     options.node_name = "node-a";
     options.shim_path = LIBVGPU_SO;
-    DriverOptions driver;
-    driver.mode = DriverMode::kDriverRoot;
-    driver.driver_root = (folder_ / "driver").string();
     Result<ContainerDriver> discovered = discover_container_driver(driver);
     ASSERT_EQ(discovered.status().message(), "");
     options.container_driver = *discovered;
-    manager_ = std::make_unique<ShareManager>(options, kube_, node);
+    manager_ = std::make_unique<ShareManager>(options, kube_, node_);
     ASSERT_EQ(manager_->start().message(), "");
+  }
+
+  // The published name of the node's `index`-th GPU.
+  std::string device(size_t index) const { return node_.at(index).name; }
+
+  // podman run's arguments for a container given `device_ids` (and the simulator's state).
+  std::vector<std::string> container_args(const std::vector<std::string>& device_ids) const {
+    std::vector<std::string> args;
+    for (const auto& id : device_ids) args.insert(args.end(), {"--device", id});
+    if (!simgpu_env_.empty()) {
+      const std::string simgpu = (folder_ / "simgpu").string();
+      args.insert(args.end(), {"--volume", simgpu + ":" + simgpu});
+      for (const auto& entry : simgpu_env_) args.insert(args.end(), {"--env", entry});
+    }
+    return args;
   }
 
   // Prepares claim `name` (its UID unique to this run: specs in /var/run/cdi are shared).
@@ -183,11 +208,7 @@ class ContainerRuntimeTest : public ::testing::Test {
   // memory-fill in a container given `device_ids`; its JSON report, or null with the output.
   json fill(const std::vector<std::string>& device_ids, const std::vector<std::string>& fill_args,
             std::string* output) {
-    std::vector<std::string> args;
-    for (const auto& id : device_ids) args.insert(args.end(), {"--device", id});
-    const std::string simgpu = (folder_ / "simgpu").string();
-    args.insert(args.end(), {"--volume", simgpu + ":" + simgpu});
-    for (const auto& entry : simgpu_env_) args.insert(args.end(), {"--env", entry});
+    const std::vector<std::string> args = container_args(device_ids);
     std::vector<std::string> command = {"/usr/local/bin/memory-fill", "--chunk", "256Mi"};
     command.insert(command.end(), fill_args.begin(), fill_args.end());
     const testing::ContainerRun ran = podman_->run(args, kImage, command);
@@ -207,14 +228,16 @@ class ContainerRuntimeTest : public ::testing::Test {
   inline static fs::path* base_ = nullptr;
   inline static testing::Podman* podman_ = nullptr;
   fs::path folder_;
-  std::vector<std::string> simgpu_env_;
+  std::vector<std::string> simgpu_env_;  // empty on a real GPU
+  std::vector<NodeDevice> node_;
   Claims kube_;
   std::unique_ptr<ShareManager> manager_;
 };
 
 TEST_F(ContainerRuntimeTest, OneShareHoldsItsLimitAndTheImageKeepsItsLoaderSettings) {
   ASSERT_NO_FATAL_FAILURE(start_node(kOneGpu, 1));
-  const auto ids = prepare("one", {{"gpu", "gpu-0", "s-a", "4Gi", "50"}});
+  if (IsSkipped()) return;
+  const auto ids = prepare("one", {{"gpu", device(0), "s-a", "4Gi", "50"}});
   ASSERT_FALSE(ids.empty());
   std::string output;
   const json report = fill(ids, {}, &output);
@@ -230,12 +253,10 @@ TEST_F(ContainerRuntimeTest, AProgramThatClearsItsEnvironmentIsStillLimited) {
   // read-only, so `env -i` (which drops LD_PRELOAD and TESSERA_SHARE_DIR) changes nothing. The
   // simulator's own variables are passed again: they stand in for the GPU.
   ASSERT_NO_FATAL_FAILURE(start_node(kOneGpu, 1));
-  const auto ids = prepare("cleared", {{"gpu", "gpu-0", "s-a", "2Gi", "50"}});
+  if (IsSkipped()) return;
+  const auto ids = prepare("cleared", {{"gpu", device(0), "s-a", "2Gi", "50"}});
   ASSERT_FALSE(ids.empty());
-  std::vector<std::string> args;
-  for (const auto& id : ids) args.insert(args.end(), {"--device", id});
-  const std::string simgpu = (folder_ / "simgpu").string();
-  args.insert(args.end(), {"--volume", simgpu + ":" + simgpu});
+  const std::vector<std::string> args = container_args(ids);
   std::vector<std::string> command = {"/usr/bin/env", "-i"};
   command.insert(command.end(), simgpu_env_.begin(), simgpu_env_.end());
   command.insert(command.end(), {"/usr/local/bin/memory-fill", "--chunk", "256Mi"});
@@ -250,10 +271,10 @@ TEST_F(ContainerRuntimeTest, AProgramThatClearsItsEnvironmentIsStillLimited) {
 
 TEST_F(ContainerRuntimeTest, TheDriversProgramsAreThereAndUnprepareRemovesTheSpec) {
   ASSERT_NO_FATAL_FAILURE(start_node(kOneGpu, 1));
-  const auto ids = prepare("programs", {{"gpu", "gpu-0", "s-a", "1Gi", "10"}});
+  if (IsSkipped()) return;
+  const auto ids = prepare("programs", {{"gpu", device(0), "s-a", "1Gi", "10"}});
   ASSERT_FALSE(ids.empty());
-  std::vector<std::string> args;
-  for (const auto& id : ids) args.insert(args.end(), {"--device", id});
+  const std::vector<std::string> args = container_args(ids);
   const testing::ContainerRun smi = podman_->run(args, kImage, {"/usr/bin/nvidia-smi"});
   EXPECT_EQ(smi.exit_code, 0) << smi.output;
   const std::string uid = json::parse(kube_.bodies["programs"])["metadata"]["uid"];
@@ -280,8 +301,9 @@ uint64_t share_usage(const std::string& share_dir) {
 
 TEST_F(ContainerRuntimeTest, TwoClaimsOnOneGpuHoldEachLimitAndTheirSum) {
   ASSERT_NO_FATAL_FAILURE(start_node(kOneGpu, 1));
-  auto ids = prepare("first", {{"gpu", "gpu-0", "s-1", "2Gi", "30"}});
-  const auto second = prepare("second", {{"gpu", "gpu-0", "s-2", "1Gi", "20"}});
+  if (IsSkipped()) return;
+  auto ids = prepare("first", {{"gpu", device(0), "s-1", "2Gi", "30"}});
+  const auto second = prepare("second", {{"gpu", device(0), "s-2", "1Gi", "20"}});
   ASSERT_EQ(ids.size(), 1u);
   ASSERT_EQ(second.size(), 1u);
   ids.insert(ids.end(), second.begin(), second.end());
@@ -322,8 +344,9 @@ TEST_F(ContainerRuntimeTest, TwoClaimsOnOneGpuHoldEachLimitAndTheirSum) {
 
 TEST_F(ContainerRuntimeTest, TwoClaimsOnTwoGpusHoldEachGpusLimit) {
   ASSERT_NO_FATAL_FAILURE(start_node(kTwoGpus, 2));
-  auto ids = prepare("left", {{"gpu", "gpu-0", "s-l", "2Gi", "30"}});
-  const auto right = prepare("right", {{"gpu", "gpu-1", "s-r", "1Gi", "20"}});
+  if (IsSkipped()) return;
+  auto ids = prepare("left", {{"gpu", device(0), "s-l", "2Gi", "30"}});
+  const auto right = prepare("right", {{"gpu", device(1), "s-r", "1Gi", "20"}});
   ASSERT_EQ(ids.size(), 1u);
   ASSERT_EQ(right.size(), 1u);
   ids.insert(ids.end(), right.begin(), right.end());
