@@ -11,6 +11,8 @@ packages=(
   # the node agent's Kubernetes client (libcurl, OpenSSL, kubeconfig YAML) and its HTTPS test server
   libcurl4-openssl-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev
   libspdlog-dev wrk  # the webhook's logging, and its load test over TLS on loopback
+  # a real container runtime applying the agent's CDI specs (runc: crun refuses this cgroup layout)
+  podman runc conmon netavark catatonit uidmap
 )
 
 missing=()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The node-agent checks that need a real GPU (issue: node-agent), as one prepared run:
 #  1. tessera-node-agent enumerates the GPUs through the real NVML and prints the ResourceSlice it
-#     would publish (resource-slices.json);
+#     would publish (resource-slices.json), which must pass the port of kube-apiserver's
+#     validation (agent_validate_slices: slices-validation.txt);
 #  2. an MPS share (4Gi, 30 % of the threads) starts a real nvidia-cuda-mps-control daemon through
 #     the agent's MPS backend, memory-fill and compute-burn run as its clients, the pinned-memory
 #     limit is checked, and the daemon is stopped (mps.jsonl). Needs root (private /dev/shm).
@@ -34,6 +35,9 @@ print(f"node-agent: {len(devices)} devices published for {gpus} GPUs; without me
 sys.exit(0 if len(devices) == gpus and not bad else 1)
 PY
     failed+=("resource slices do not list every GPU with its memory (resource-slices.json)")
+  "$build/tests/node-agent/agent_validate_slices" "$out/resource-slices.json" \
+    >"$out/slices-validation.txt" 2>&1 ||
+    failed+=("kube-apiserver's validation refuses the slices (slices-validation.txt)")
 else
   failed+=("--print-resource-slices exited non-zero (resource-slices.err)")
 fi

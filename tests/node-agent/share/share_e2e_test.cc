@@ -20,6 +20,7 @@
 #include "devices/resource_slices.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
+#include "simulated_node.h"
 #include "tessera/gpu_info.h"
 
 namespace tessera::agent {
@@ -143,47 +144,12 @@ TEST(ShareEndToEnd, TwoSharesOfOneSimulatedGpuHoldTheirLimits) {
   fs::remove_all(base);
 }
 
-// The devices of a simulated node with `devices` (SIMGPU_DEVICES), listed in a child process: the
-// simulator's NVML reads its configuration once per process.
-std::vector<NodeDevice> simulated_devices(const std::string& state, const std::string& devices) {
-  int fds[2];
-  if (pipe(fds) != 0) return {};
-  const pid_t child = fork();
-  if (child == 0) {
-    close(fds[0]);
-    setenv("SIMGPU_STATE", state.c_str(), 1);
-    setenv("SIMGPU_DEVICES", devices.c_str(), 1);
-    std::string text;
-    if (const Result<std::vector<GpuInfo>> listed = list_gpus(); listed.is_ok()) {
-      const std::vector<GpuInfo>& gpus = *listed;
-      json list = json::array();
-      for (const auto& device : node_devices(gpus))
-        list.push_back({device.name, device.uuid, device.minor, device.memory_bytes});
-      text = list.dump();
-    }
-    (void)!write(fds[1], text.data(), text.size());
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string text;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<size_t>(n));
-  close(fds[0]);
-  waitpid(child, nullptr, 0);
-  std::vector<NodeDevice> result;
-  const json list = json::parse(text, nullptr, false);
-  if (!list.is_array()) return result;
-  for (const auto& d : list) result.push_back({d[0], d[1], d[2], d[3]});
-  return result;
-}
-
 TEST(ShareEndToEnd, OneContainerWithSharesOfTwoGpusHoldsEachLimit) {
   const fs::path base = fresh_folder("agent-e2e-two");
   const std::string state = (base / "simgpu.state").string();
   const std::string devices =
       "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0;name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0";
-  const auto node = simulated_devices(state, devices);
+  const auto node = testing::simulated_devices(state, devices);
   ASSERT_EQ(node.size(), 2u);
 
   OneClaim kube;
