@@ -24,6 +24,7 @@
 #include "podman.h"
 #include "share/share_manager.h"
 #include "simulated_node.h"
+#include "tenant_claims.h"
 #include "tessera/share_region.h"
 
 namespace tessera::agent {
@@ -41,18 +42,6 @@ constexpr char kImagePreloadSays[] =
 constexpr char kOneGpu[] = "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0";
 constexpr char kTwoGpus[] =
     "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0;name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0";
-
-// Claims by namespace/name, as GET resourceclaims returns them.
-class Claims : public KubeClient {
- public:
-  Result<ApiResponse> request(const std::string&, const std::string& path,
-                              const std::string&) override {
-    for (const auto& [name, body] : bodies)
-      if (path == resource_claim_path("tenants", name)) return ApiResponse{200, body};
-    return not_found("HTTP 404: not found");
-  }
-  std::map<std::string, std::string> bodies;
-};
 
 Status make_device_node(const fs::path& path, unsigned major, unsigned minor) {
   std::error_code error;
@@ -230,7 +219,7 @@ class ContainerRuntimeTest : public ::testing::Test {
   fs::path folder_;
   std::vector<std::string> simgpu_env_;  // empty on a real GPU
   std::vector<NodeDevice> node_;
-  Claims kube_;
+  testing::TenantClaims kube_;
   std::unique_ptr<ShareManager> manager_;
 };
 

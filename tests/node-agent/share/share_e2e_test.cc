@@ -21,6 +21,7 @@
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "simulated_node.h"
+#include "tenant_claims.h"
 #include "tessera/gpu_info.h"
 
 namespace tessera::agent {
@@ -31,16 +32,6 @@ using nlohmann::json;
 
 constexpr uint64_t kGiB = 1ull << 30;
 constexpr uint64_t kContextOverhead = 500ull << 20;  // the simulator's default per context
-
-class OneClaim : public KubeClient {
- public:
-  Result<ApiResponse> request(const std::string&, const std::string& path,
-                              const std::string&) override {
-    if (path != resource_claim_path("tenants", "pair")) return not_found("HTTP 404: not found");
-    return ApiResponse{200, body};
-  }
-  std::string body;
-};
 
 // An empty folder for one test's state (share folders, CDI specs, the simulator's state file).
 fs::path fresh_folder(const std::string& name) {
@@ -99,11 +90,11 @@ TEST(ShareEndToEnd, TwoSharesOfOneSimulatedGpuHoldTheirLimits) {
   ASSERT_EQ(gpus.size(), 1u);
   const std::string device = "gpu-" + std::to_string(gpus[0].minor);
 
-  OneClaim kube;
-  kube.body = testing::make_claim(
-                  "pair", "e2e-claim-uid",
-                  {{"a", device, "share-a", "8Gi", "30"}, {"b", device, "share-b", "4Gi", "70"}})
-                  .dump();
+  testing::TenantClaims kube;
+  kube.bodies["pair"] = testing::make_claim("pair", "e2e-claim-uid",
+                                            {{"a", device, "share-a", "8Gi", "30"},
+                                             {"b", device, "share-b", "4Gi", "70"}})
+                            .dump();
   const ShareManagerOptions options = node_options(base);
   ShareManager manager(options, kube, node_devices(gpus));
   ASSERT_EQ(manager.start().message(), "");
@@ -152,11 +143,11 @@ TEST(ShareEndToEnd, OneContainerWithSharesOfTwoGpusHoldsEachLimit) {
   const auto node = testing::simulated_devices(state, devices);
   ASSERT_EQ(node.size(), 2u);
 
-  OneClaim kube;
-  kube.body = testing::make_claim("pair", "e2e-two-gpus",
-                                  {{"gpus", node[0].name, "share-0", "8Gi", "30"},
-                                   {"gpus", node[1].name, "share-1", "4Gi", "70"}})
-                  .dump();
+  testing::TenantClaims kube;
+  kube.bodies["pair"] = testing::make_claim("pair", "e2e-two-gpus",
+                                            {{"gpus", node[0].name, "share-0", "8Gi", "30"},
+                                             {"gpus", node[1].name, "share-1", "4Gi", "70"}})
+                            .dump();
   const ShareManagerOptions options = node_options(base);
   ShareManager manager(options, kube, node);
   ASSERT_EQ(manager.start().message(), "");
