@@ -182,6 +182,9 @@ bool reserve_bytes(int index, uint64_t bytes) {
                 static_cast<unsigned long long>(bytes), index,
                 static_cast<unsigned long long>(g_shim.region.limit(index)),
                 static_cast<unsigned long long>(g_shim.region.usage(index)));
+  // For the agent's metrics (tessera_share_allocations_denied_total).
+  if (share::ProcessSlot* slot = g_shim.region.own_slot())
+    slot->allocations_denied.fetch_add(1, std::memory_order_relaxed);
   return false;
 }
 

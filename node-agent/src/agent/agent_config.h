@@ -21,8 +21,9 @@ struct AgentConfig {
   std::string kubeconfig;  // --kubeconfig / KUBECONFIG; empty: in-cluster service account
   std::string mps_control = "nvidia-cuda-mps-control";  // --mps-control / MPS_CONTROL
   std::string nvidia_smi = "nvidia-smi";                // --nvidia-smi / NVIDIA_SMI
-  unsigned reconcile_interval_s = 60;    // --reconcile-interval / RECONCILE_INTERVAL; 0 = at start
-  unsigned device_poll_interval_s = 30;  // --device-poll-interval / DEVICE_POLL_INTERVAL
+  unsigned reconcile_interval_s = 60;     // --reconcile-interval / RECONCILE_INTERVAL; 0 = at start
+  unsigned device_poll_interval_s = 30;   // --device-poll-interval / DEVICE_POLL_INTERVAL
+  std::string metrics_address = ":9464";  // --metrics-address / METRICS_ADDRESS; empty: none
 };
 
 // Ok when `name` can be a Kubernetes Node's name (a DNS subdomain), else kInvalidArgument saying
