@@ -11,6 +11,7 @@ packages=(
   # the node agent's Kubernetes client (libcurl, OpenSSL, kubeconfig YAML) and its HTTPS test server
   libcurl4-openssl-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev
   libspdlog-dev wrk  # the webhook's logging, and its load test over TLS on loopback
+  prometheus  # promtool: the node agent's metrics test checks its /metrics output with it
 )
 
 missing=()
