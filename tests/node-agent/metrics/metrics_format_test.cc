@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -32,14 +31,21 @@ bool ends_with(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
 }
 
+// [a-z_][a-z0-9_]*: Prometheus allows capitals (and ':' in metric names); snake_case here. (No
+// <regex>: GCC 12 warns falsely inside it under ASan.)
+bool snake_case(std::string_view name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
+  for (char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+
 TEST(MetricTable, EveryMetricFollowsTheNamingRules) {
-  const std::regex metric_name("[a-z_][a-z0-9_]*");
-  const std::regex label_name("[a-z_][a-z0-9_]*");
   std::set<std::string_view> names;
   for (const MetricInfo& metric : kMetricTable) {
     SCOPED_TRACE(std::string(metric.name));
     EXPECT_TRUE(names.insert(metric.name).second) << "declared twice";
-    EXPECT_TRUE(std::regex_match(std::string(metric.name), metric_name));
+    EXPECT_TRUE(snake_case(metric.name));
     EXPECT_EQ(metric.name.substr(0, 8), "tessera_");
     EXPECT_FALSE(metric.help.empty());
     EXPECT_EQ(metric.help.find('\n'), std::string_view::npos);
@@ -61,7 +67,7 @@ TEST(MetricTable, EveryMetricFollowsTheNamingRules) {
     }
     std::set<std::string_view> labels;
     for (std::string_view label : label_names(metric.labels)) {
-      EXPECT_TRUE(std::regex_match(std::string(label), label_name)) << label;
+      EXPECT_TRUE(snake_case(label)) << label;
       EXPECT_NE(label.substr(0, 2), "__") << label;  // reserved for Prometheus
       EXPECT_NE(label, "le");                        // the histogram's own
       EXPECT_TRUE(labels.insert(label).second) << label;
