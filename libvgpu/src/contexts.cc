@@ -40,6 +40,20 @@ void drain_context(uint64_t context) {
   } while (taken == kDrainBatch);
 }
 
+}  // namespace
+
+// Refuses a process given two MPS shares (state.cc says why on stderr): one MPS client talks to
+// one control daemon, so it could not be held to both shares' limits.
+CUresult cuInit(unsigned int flags) {
+  count_call(kHook_cuInit);
+  auto real = real_cuInit();
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  if (shares_refused()) return CUDA_ERROR_MPS_CONNECTION_FAILED;
+  return real(flags);
+}
+
+namespace {
+
 template <typename Call>
 CUresult create_context(CUcontext* context, CUdevice device, Call call) {
   const int index = context ? device_for_ordinal(device) : kPassThrough;

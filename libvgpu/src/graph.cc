@@ -90,7 +90,7 @@ uint64_t settle_graph_pool(CUdevice ordinal, int index) {
   if (!graph_attribute(ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved))
     return accounted;
   if (reserved > accounted) {
-    shim().region.charge(g_graph_index[ordinal], reserved - accounted);
+    charge_bytes(g_graph_index[ordinal], reserved - accounted);
   } else if (reserved < accounted) {
     release_bytes(g_graph_index[ordinal], accounted - reserved);
   }
@@ -216,7 +216,7 @@ using RunFn = CUresult (*)(CUgraphExec, CUstream);
     release_bytes(index, covered - reserved);
   } else if (!reserve_bytes(index, reserved - covered)) {
     // The pool grew beyond the estimate and the launch cannot be undone: count what it holds.
-    s.region.charge(index, reserved - covered);
+    charge_bytes(index, reserved - covered);
     TESSERA_ERROR("graph memory grew %llu bytes beyond the estimate; the share is over its limit",
                   static_cast<unsigned long long>(reserved - covered));
   }

@@ -15,10 +15,10 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   if (result != CUDA_SUCCESS) return result;
   const int index = current_device(nullptr, nullptr);
   if (index == kPassThrough) return result;
-  const uint64_t limit = index == kBlocked ? 0 : shim().region.limit(index);
+  const uint64_t limit = index == kBlocked ? 0 : device_limit(index);
   if (limit == tessera::share::kUnlimited) return result;
-  shim().region.maybe_reclaim();
-  const uint64_t used = index == kBlocked ? 0 : shim().region.usage(index);
+  maybe_reclaim();
+  const uint64_t used = index == kBlocked ? 0 : device_usage(index);
   const uint64_t headroom = limit > used ? limit - used : 0;
   if (limit < *total_bytes) *total_bytes = limit;
   if (headroom < *free_bytes) *free_bytes = headroom;
@@ -33,7 +33,7 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice device) {
   if (result != CUDA_SUCCESS) return result;
   const int index = device_for_ordinal(device);
   if (index == kPassThrough) return result;
-  const uint64_t limit = index == kBlocked ? 0 : shim().region.limit(index);
+  const uint64_t limit = index == kBlocked ? 0 : device_limit(index);
   if (limit < *bytes) *bytes = limit;
   return result;
 }

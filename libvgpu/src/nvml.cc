@@ -16,12 +16,12 @@ bool limited_view(nvmlDevice_t device, unsigned long long* total, unsigned long 
   if (!get_uuid || get_uuid(device, uuid, sizeof uuid) != NVML_SUCCESS) return false;
   const int index = device_for_uuid(uuid);
   if (index == kPassThrough) return false;
-  const uint64_t limit = index == kBlocked ? 0 : shim().region.limit(index);
+  const uint64_t limit = index == kBlocked ? 0 : device_limit(index);
   if (limit == tessera::share::kUnlimited) return false;
   const uint64_t physical_free = *free;
   const uint64_t view_total = limit < *total ? limit : *total;
-  shim().region.maybe_reclaim();
-  const uint64_t share_used = index == kBlocked ? 0 : shim().region.usage(index);
+  maybe_reclaim();
+  const uint64_t share_used = index == kBlocked ? 0 : device_usage(index);
   const uint64_t headroom = view_total > share_used ? view_total - share_used : 0;
   *total = view_total;
   *free = headroom < physical_free ? headroom : physical_free;

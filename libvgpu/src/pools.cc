@@ -36,7 +36,7 @@ uint64_t settle_pool(CUmemoryPool pool, int index, uint64_t accounted) {
   uint64_t reserved = accounted;
   if (!pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved)) return accounted;
   if (reserved > accounted) {
-    shim().region.charge(index, reserved - accounted);
+    charge_bytes(index, reserved - accounted);
   } else if (reserved < accounted) {
     release_bytes(index, accounted - reserved);
   }
@@ -89,7 +89,7 @@ CUresult allocate_from_pool(CUdeviceptr* dptr, size_t bytes, CUmemoryPool explic
     release_bytes(pool_index, covered - reserved);
   } else if (!reserve_bytes(pool_index, reserved - covered)) {
     // The pool grew beyond the estimate and the share cannot cover it: undo the allocation.
-    shim().region.charge(pool_index, reserved - covered);
+    charge_bytes(pool_index, reserved - covered);
     if (result == CUDA_SUCCESS) {
       free_call(*dptr);
       result = CUDA_ERROR_OUT_OF_MEMORY;

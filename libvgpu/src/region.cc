@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,13 +35,19 @@ int64_t monotonic_ns() {
   return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
 }
 
-// Maps the limits page read-only: a regular file (never a symlink or FIFO) of the full size.
-const LimitsPage* map_limits_page(const char* path) {
-  UniqueFd fd;
-  if (open_file(path, O_RDONLY, FileSource::kUntrusted, fd, sizeof(LimitsPage)) != 0)
-    return nullptr;
-  void* page = mmap(nullptr, sizeof(LimitsPage), PROT_READ, MAP_SHARED, fd.get(), 0);
+// Maps the limits page read-only from an opened limits file.
+const LimitsPage* map_limits_page(int fd) {
+  if (fd < 0) return nullptr;
+  void* page = mmap(nullptr, sizeof(LimitsPage), PROT_READ, MAP_SHARED, fd, 0);
   return page == MAP_FAILED ? nullptr : static_cast<const LimitsPage*>(page);
+}
+
+// A regular file (never a symlink, FIFO or device). fstatat through syscall(2): glibc 2.33 gave
+// the stat family symbols of their own, and the shim must load with glibc 2.17.
+bool is_regular_file(const char* path) {
+  struct stat status {};
+  return syscall(SYS_newfstatat, AT_FDCWD, path, &status, AT_SYMLINK_NOFOLLOW) == 0 &&
+         S_ISREG(status.st_mode);
 }
 
 }  // namespace
@@ -56,10 +64,23 @@ uint64_t read_pid_namespace() {
 
 bool Region::open_share_dir(const char* dir) {
   char limits_path[320];
+  std::snprintf(limits_path, sizeof limits_path, "%s/limits", dir);
+  // A regular file (never a symlink or FIFO) of the full size.
+  UniqueFd fd;
+  if (open_file(limits_path, O_RDONLY, FileSource::kUntrusted, fd, sizeof(LimitsPage)) != 0) {
+    fd.reset();
+  }
+  return open_share(dir, fd.get());
+}
+
+bool Region::open_share(const char* dir, int limits_fd) {
+  char limits_path[320];
   char usage_path[320];
+  char marker_path[320];
   std::snprintf(limits_path, sizeof limits_path, "%s/limits", dir);
   std::snprintf(usage_path, sizeof usage_path, "%s/usage", dir);
-  const LimitsPage* limits = map_limits_page(limits_path);
+  std::snprintf(marker_path, sizeof marker_path, "%s/%s", dir, share::kMpsMarkerFile);
+  const LimitsPage* limits = map_limits_page(limits_fd);
   if (!limits || !share::valid_limits_page(*limits)) {
     TESSERA_ERROR(
         "%s is missing or not a valid limits page (version %u expected); every device is "
@@ -78,6 +99,8 @@ bool Region::open_share_dir(const char* dir) {
     return false;
   }
   pid_namespace_ = read_pid_namespace();
+  std::snprintf(dir_, sizeof dir_, "%s", dir);
+  mps_ = is_regular_file(marker_path);
   limits_ = limits;
   usage_ = usage;
   return true;
@@ -234,15 +257,16 @@ void Region::charge(int index, uint64_t bytes) {
   if (ProcessSlot* mine = slot()) mine->bytes[index].fetch_add(bytes, std::memory_order_seq_cst);
 }
 
-void Region::release(int index, uint64_t bytes) {
-  if (index < 0 || index >= static_cast<int>(share::kMaxDevices)) return;
+uint64_t Region::release(int index, uint64_t bytes) {
+  if (index < 0 || index >= static_cast<int>(share::kMaxDevices)) return 0;
   ProcessSlot* mine = slot_.load(std::memory_order_acquire);
-  if (!mine) return;
+  if (!mine) return 0;
   uint64_t held = mine->bytes[index].load(std::memory_order_relaxed);
   uint64_t next = 0;
   do {
     next = held > bytes ? held - bytes : 0;  // never wraps, even after a bookkeeping error
   } while (!mine->bytes[index].compare_exchange_weak(held, next, std::memory_order_seq_cst));
+  return held - next;
 }
 
 bool Region::owner_alive(uint64_t owner) const {

@@ -28,6 +28,9 @@ class Region {
   // share::open_or_create_usage_page). False if the share cannot be used (missing or invalid
   // limits, unusable usage file).
   bool open_share_dir(const char* dir);
+  // The same over a limits file the caller opened (and checked) already: `limits_fd` is mapped,
+  // never the path again, so what was checked is what is used. The fd stays the caller's.
+  bool open_share(const char* dir, int limits_fd);
   // A private region whose limits come from the environment options: anonymous MAP_SHARED memory
   // of this process. The shim opens it lazily, when a call first needs a device's limit
   // (typically the first allocation), so only children forked after that share it, and each takes
@@ -48,7 +51,9 @@ class Region {
   bool reserve(int index, uint64_t bytes);
   // Adds bytes without a limit check (for memory the driver already handed out).
   void charge(int index, uint64_t bytes);
-  void release(int index, uint64_t bytes);
+  // Takes back up to `bytes` from this process's slot; returns how many it took (never more than
+  // the slot holds on that device).
+  uint64_t release(int index, uint64_t bytes);
 
   // Clears the slots of dead processes of this pid namespace; returns how many.
   int reclaim_dead();
@@ -68,6 +73,10 @@ class Region {
   bool owner_alive(uint64_t owner) const;
 
   const share::LimitsPage* limits_page() const { return limits_; }
+  // The share's directory ("" for a standalone region) and whether the agent marked it as an MPS
+  // share (<dir>/mps, share::kMpsMarkerFile).
+  const char* dir() const { return dir_; }
+  bool is_mps() const { return mps_; }
   share::UsagePage* usage_page() const { return usage_; }
 
  private:
@@ -80,6 +89,8 @@ class Region {
   std::atomic<bool> claiming_{false};
   std::atomic<uint64_t> owner_{0};
   uint64_t pid_namespace_ = 0;
+  char dir_[256] = {};
+  bool mps_ = false;
   std::atomic<int64_t> last_reclaim_ns_{0};
 };
 

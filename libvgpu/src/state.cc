@@ -1,13 +1,22 @@
 #include "state.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "compute/gate.h"
 #include "hooks.h"
 #include "log.h"
+#include "tessera/file_io.h"
+#include "tessera/unique_fd.h"
 
 extern "C" int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void),
                                  void* dso_handle);
@@ -25,7 +34,7 @@ const char* environment(const char* name) {
 constinit std::atomic<BeforeRefusal> g_before_refusal{nullptr};
 
 void after_fork_in_child() {
-  g_shim.region.forget_slot_after_fork();
+  for (Region& region : g_shim.regions) region.forget_slot_after_fork();
   g_shim.tracker.reset_after_fork();
   compute::reset_after_fork();
 }
@@ -38,9 +47,243 @@ __attribute__((constructor)) void on_load() {
 // the destructors have run, and until then the share must keep counting it. The slot is cleared
 // by the next reclaim once the process is gone.
 
-bool open_region() {
+// ---- finding the shares (docs/libvgpu.md, "Finding the shares") -------------------------------
+
+// The folder every share of the container is mounted under (node-agent/src/share/cdi.cc). A
+// build-time constant: nothing a tenant sets at run time moves it.
+#ifndef TESSERA_VGPU_SHARE_ROOT
+#define TESSERA_VGPU_SHARE_ROOT "/var/run/tessera/shares"
+#endif
+constexpr char kShareRoot[] = TESSERA_VGPU_SHARE_ROOT;
+constexpr int kMaxFolders = 32;  // sub-folders of the root looked at
+
+struct FileKey {
+  dev_t device = 0;
+  ino_t inode = 0;
+};
+
+// Opens <dir>/limits as the region will map it (regular file, never a symlink or FIFO, full size).
+int open_limits(const char* dir) {
+  char path[320];
+  if (std::snprintf(path, sizeof path, "%s/limits", dir) >= static_cast<int>(sizeof path)) {
+    return -1;
+  }
+  tessera::UniqueFd fd;
+  if (tessera::open_file(path, O_RDONLY, tessera::FileSource::kUntrusted, fd,
+                         sizeof(share::LimitsPage)) != 0) {
+    return -1;
+  }
+  return fd.release();
+}
+
+// A tenant (root in its container, without CAP_SYS_ADMIN) can create any folder and file in its
+// own root file system but cannot make a read-only mount: a limits file on one was put there by
+// the container runtime from the CDI spec.
+bool on_read_only_mount(int fd) {
+  struct statvfs status {};
+  return fstatvfs(fd, &status) == 0 && (status.f_flag & ST_RDONLY) != 0;
+}
+
+// fstat/fstatat through syscall(2): glibc 2.33 gave them symbols of their own (GLIBC_2.33), and
+// the shim must load with glibc 2.17 (common/src/file_io.cc does the same).
+int stat_at(int dir_fd, const char* path, struct stat* status) {
+  return static_cast<int>(syscall(SYS_newfstatat, dir_fd, path, status, AT_SYMLINK_NOFOLLOW));
+}
+
+FileKey key_of(int fd) {
+  struct stat status {};
+  if (syscall(SYS_fstat, fd, &status) != 0) return {};
+  return {status.st_dev, status.st_ino};
+}
+
+// The sub-folder names of the share root, sorted (the stable order reservations follow).
+int list_share_folders(char (*names)[256], int capacity) {
+  const int root = open(kShareRoot, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) return 0;
+  int count = 0;
+  alignas(8) char buffer[4096];
+  while (true) {
+    const long got = syscall(SYS_getdents64, root, buffer, sizeof buffer);
+    if (got <= 0) break;
+    for (long offset = 0; offset < got;) {
+      struct Entry {
+        uint64_t inode;
+        int64_t next;
+        unsigned short length;
+        unsigned char type;
+        char name[1];
+      };
+      const auto* entry = reinterpret_cast<const Entry*>(buffer + offset);
+      offset += entry->length;
+      if (entry->name[0] == '.') continue;  // ".", "..", and temporaries
+      if (entry->type != DT_DIR && entry->type != DT_UNKNOWN) continue;
+      struct stat status {};
+      if (stat_at(root, entry->name, &status) != 0 || !S_ISDIR(status.st_mode)) {
+        continue;
+      }
+      if (count == capacity) {
+        TESSERA_WARN("more than %d folders under %s: %s and later ones are not looked at", capacity,
+                     kShareRoot, entry->name);
+        continue;
+      }
+      std::snprintf(names[count++], 256, "%s", entry->name);
+    }
+  }
+  close(root);
+  for (int i = 1; i < count; ++i) {  // insertion sort: a handful of names
+    for (int j = i; j > 0 && std::strcmp(names[j - 1], names[j]) > 0; --j) {
+      char swap[256];
+      std::memcpy(swap, names[j], sizeof swap);
+      std::memcpy(names[j], names[j - 1], sizeof swap);
+      std::memcpy(names[j - 1], swap, sizeof swap);
+    }
+  }
+  return count;
+}
+
+// Picks the share folders of this process: every sub-folder of the share root whose limits file
+// is on a read-only mount, then each TESSERA_SHARE_DIR entry (a ':'-separated list) not among
+// them; once the root gave any share, an entry must pass the same read-only check.
+void select_shares(Shim& s) {
+  FileKey keys[kMaxShares];
+  auto known = [&](const FileKey& key) {
+    for (int i = 0; i < s.candidate_count; ++i) {
+      if (keys[i].device == key.device && keys[i].inode == key.inode) return true;
+    }
+    return false;
+  };
+  auto add = [&](const char* dir, int fd) {
+    if (s.candidate_count == kMaxShares) {
+      TESSERA_ERROR("more than %d shares: %s is not used (the GPUs only it holds are blocked)",
+                    kMaxShares, dir);
+      if (fd >= 0) close(fd);
+      return;
+    }
+    ShareCandidate& candidate = s.candidates[s.candidate_count];
+    std::snprintf(candidate.dir, sizeof candidate.dir, "%s", dir);
+    candidate.limits_fd = fd;
+    keys[s.candidate_count] = fd >= 0 ? key_of(fd) : FileKey{};
+    ++s.candidate_count;
+  };
+
+  char names[kMaxFolders][256];
+  const int folders = list_share_folders(names, kMaxFolders);
+  for (int i = 0; i < folders; ++i) {
+    char dir[256];
+    if (std::snprintf(dir, sizeof dir, "%s/%s", kShareRoot, names[i]) >=
+        static_cast<int>(sizeof dir))
+      continue;
+    const int fd = open_limits(dir);
+    if (fd < 0) {
+      TESSERA_WARN("%s has no readable limits page: ignored (it raises no limit)", dir);
+      continue;
+    }
+    if (!on_read_only_mount(fd)) {
+      TESSERA_WARN(
+          "%s/limits is not on a read-only mount, so the node agent did not put it there: ignored "
+          "(it raises no limit)",
+          dir);
+      close(fd);
+      continue;
+    }
+    if (known(key_of(fd))) {
+      close(fd);
+      continue;
+    }
+    add(dir, fd);
+  }
+  const bool discovered = s.candidate_count > 0;
+
+  const char* list = s.options.share_dir;
+  while (*list) {
+    const char* end = std::strchr(list, ':');
+    const size_t length = end ? static_cast<size_t>(end - list) : std::strlen(list);
+    char dir[256];
+    if (length > 0 && length < sizeof dir) {
+      std::memcpy(dir, list, length);
+      dir[length] = '\0';
+      const int fd = open_limits(dir);
+      if (fd >= 0 && known(key_of(fd))) {
+        close(fd);  // the same share, found under the root as well
+      } else if (discovered && (fd < 0 || !on_read_only_mount(fd))) {
+        TESSERA_WARN(
+            "TESSERA_SHARE_DIR names %s, whose limits page is not on a read-only mount, while the "
+            "shares under %s are: ignored (it raises no limit)",
+            dir, kShareRoot);
+        if (fd >= 0) close(fd);
+      } else {
+        add(dir, fd);  // fd -1: the share fails closed when it opens
+      }
+    } else if (length > 0 && discovered) {
+      TESSERA_WARN("a TESSERA_SHARE_DIR entry is longer than %zu bytes: ignored", sizeof dir - 1);
+    } else if (length > 0) {
+      add("/", -1);  // a path too long to be opened: fails closed
+    }
+    if (!end) break;
+    list = end + 1;
+  }
+}
+
+// ---- the process's GPUs -------------------------------------------------------------------------
+
+int find_gpu(const char* uuid) {
+  const int count = g_shim.gpu_count.load(std::memory_order_acquire);
+  for (int i = 0; i < count; ++i) {
+    if (std::strncmp(g_shim.gpus[i].uuid, uuid, share::kUuidBytes) == 0) return i;
+  }
+  return -1;
+}
+
+// The GPU's index, adding it when an open share holds it; -1 when none does.
+int gpu_for_uuid(const char* uuid) {
+  int index = find_gpu(uuid);
+  if (index >= 0) return index;
+  bool held = false;
+  for (int r = 0; r < g_shim.region_count && !held; ++r) {
+    held = g_shim.regions[r].find_device(uuid) >= 0;
+  }
+  if (!held) return -1;
+  SpinGuard guard(g_shim.gpu_lock);
+  index = find_gpu(uuid);
+  if (index >= 0) return index;
+  const int count = g_shim.gpu_count.load(std::memory_order_relaxed);
+  if (count == kMaxGpus) {
+    TESSERA_ERROR("more than %d GPUs in the shares: %s is blocked", kMaxGpus, uuid);
+    return -1;
+  }
+  std::snprintf(g_shim.gpus[count].uuid, share::kUuidBytes, "%s", uuid);
+  g_shim.gpu_count.store(count + 1, std::memory_order_release);
+  return count;
+}
+
+bool open_regions() {
   Shim& s = g_shim;
-  if (s.options.share_dir[0]) return s.region.open_share_dir(s.options.share_dir);
+  if (s.uses_shares()) {
+    bool ok = true;
+    int mps = 0;
+    for (int i = 0; i < s.candidate_count; ++i) {
+      ShareCandidate& candidate = s.candidates[i];
+      if (ok) {
+        ok = s.regions[i].open_share(candidate.dir, candidate.limits_fd);
+        if (ok && s.regions[i].is_mps()) ++mps;
+      }
+      if (candidate.limits_fd >= 0) close(candidate.limits_fd);
+      candidate.limits_fd = -1;
+    }
+    if (!ok) return false;  // which GPUs the broken share holds is unknown: all are blocked
+    if (mps > 1) {
+      s.mps_conflict = true;
+      TESSERA_ERROR(
+          "this process was given %d MPS shares; one CUDA process can be a client of one MPS "
+          "control daemon only (CUDA_MPS_PIPE_DIRECTORY is one path), so their limits cannot be "
+          "honoured together: cuInit fails and every device is blocked. Give the container one "
+          "MPS share (beside any number of time-sliced ones)",
+          mps);
+      return false;
+    }
+    s.region_count = s.candidate_count;
+    return true;
+  }
   auto get_count = real_cuDeviceGetCount();
   auto get_device = real_cuDeviceGet();
   auto get_uuid = real_cuDeviceGetUuid_v2();
@@ -60,7 +303,9 @@ bool open_region() {
     format_uuid(uuid, devices[listed].uuid, sizeof devices[listed].uuid);
     ++listed;
   }
-  return s.region.open_standalone(s.options, devices, listed);
+  if (!s.regions[0].open_standalone(s.options, devices, listed)) return false;
+  s.region_count = 1;
+  return true;
 }
 
 // 2 once the region is open, 3 if it failed (fail closed), 0 if CUDA is not ready to enumerate.
@@ -69,19 +314,24 @@ int ensure_region(bool may_enumerate_cuda) {
   int state = s.region_state.load(std::memory_order_acquire);
   while (state == 0 || state == 1) {
     if (state == 0) {
-      if (!s.options.share_dir[0] && !may_enumerate_cuda) return 0;
+      if (!s.uses_shares() && !may_enumerate_cuda) return 0;
       if (s.region_state.compare_exchange_strong(state, 1, std::memory_order_acq_rel)) {
-        bool ok = open_region();
-        int next = ok ? 2 : (s.options.share_dir[0] ? 3 : 0);
-        s.region_state.store(next, std::memory_order_release);
-        if (next == 2 && log_enabled(LogLevel::kInfo)) {
-          for (int i = 0; i < static_cast<int>(share::kMaxDevices); ++i) {
-            const char* uuid = s.region.limits_page()->devices[i].uuid;
-            if (!uuid[0]) continue;
-            TESSERA_INFO("share device %d %s: memory limit %llu bytes", i, uuid,
-                         static_cast<unsigned long long>(s.region.limit(i)));
+        const bool ok = open_regions();
+        if (ok) {
+          for (int r = 0; r < s.region_count; ++r) {
+            const share::LimitsPage* page = s.regions[r].limits_page();
+            for (int i = 0; i < static_cast<int>(share::kMaxDevices); ++i) {
+              const char* uuid = page->devices[i].uuid;
+              if (!uuid[0]) continue;
+              gpu_for_uuid(uuid);
+              TESSERA_INFO("share %s device %d %s: memory limit %llu bytes",
+                           s.regions[r].dir()[0] ? s.regions[r].dir() : "(standalone)", i, uuid,
+                           static_cast<unsigned long long>(s.regions[r].limit(i)));
+            }
           }
         }
+        const int next = ok ? 2 : (s.uses_shares() ? 3 : 0);
+        s.region_state.store(next, std::memory_order_release);
         return next;
       }
       continue;
@@ -107,8 +357,16 @@ void ensure_initialized() {
     for (int i = 0; i < g_shim.options.message_count; ++i) {
       log_message(LogLevel::kError, "%s", g_shim.options.messages[i]);
     }
-    g_shim.enforcing = g_shim.options.share_dir[0] != '\0' || g_shim.options.any_limit() ||
-                       g_shim.options.any_compute();
+    select_shares(g_shim);
+    if (g_shim.uses_shares() && !g_shim.options.share_dir[0] &&
+        (g_shim.options.any_limit() || g_shim.options.any_compute())) {
+      log_message(LogLevel::kError,
+                  "shares were found under %s: their limits apply and the memory and compute "
+                  "limits in the environment are ignored",
+                  kShareRoot);
+    }
+    g_shim.enforcing =
+        g_shim.uses_shares() || g_shim.options.any_limit() || g_shim.options.any_compute();
     if (log_enabled(LogLevel::kDebug)) print_options(2, &g_shim.options);
     g_shim.init_state.store(2, std::memory_order_release);
     return;
@@ -124,14 +382,36 @@ void format_uuid(const CUuuid& uuid, char* out, size_t capacity) {
                 b[14], b[15]);
 }
 
+uint64_t shares_generation() {
+  uint64_t sum = 0;
+  for (int r = 0; r < g_shim.region_count; ++r) sum += g_shim.regions[r].generation();
+  return sum & 0x00ffffffffffffffull;
+}
+
+int share_device(int index, int region) {
+  if (index < 0 || index >= g_shim.gpu_count.load(std::memory_order_acquire) || region < 0 ||
+      region >= g_shim.region_count) {
+    return -1;
+  }
+  Gpu& gpu = g_shim.gpus[index];
+  const Region& share = g_shim.regions[region];
+  const uint64_t generation = share.generation() & 0x00ffffffffffffffull;
+  const uint64_t cached = gpu.index_cache[region].load(std::memory_order_acquire);
+  if (cached != 0 && (cached >> 8) == generation) return static_cast<int>(cached & 0xff) - 2;
+  const int found = share.find_device(gpu.uuid);
+  gpu.index_cache[region].store(generation << 8 | static_cast<uint64_t>(found + 2),
+                                std::memory_order_release);
+  return found;
+}
+
 int device_for_ordinal(CUdevice ordinal) {
   if (!enforcing()) return kPassThrough;
   const int region = ensure_region(true);
   if (region == 0) return kPassThrough;  // CUDA not initialised: the driver call fails anyway
   if (region == 3) return kBlocked;
-  compute::maybe_start();  // the share's compute meter, once it has a compute setting
+  compute::maybe_start();  // the shares' compute meters, once one has a compute setting
   if (ordinal < 0 || ordinal >= kMaxOrdinals) return kBlocked;
-  const uint64_t generation = g_shim.region.generation() & 0x00ffffffffffffffull;
+  const uint64_t generation = shares_generation();
   const uint64_t cached = g_shim.ordinal_cache[ordinal].load(std::memory_order_acquire);
   if (cached != 0 && (cached >> 8) == generation) return static_cast<int>(cached & 0xff) - 2;
   auto get_uuid = real_cuDeviceGetUuid_v2();
@@ -139,7 +419,7 @@ int device_for_ordinal(CUdevice ordinal) {
   if (!get_uuid || get_uuid(&uuid, ordinal) != CUDA_SUCCESS) return kPassThrough;
   char text[share::kUuidBytes];
   format_uuid(uuid, text, sizeof text);
-  int index = g_shim.region.find_device(text);
+  int index = gpu_for_uuid(text);
   if (index < 0) {
     TESSERA_WARN("device %d (%s) is not part of the share: allocations on it fail", ordinal, text);
     index = kBlocked;
@@ -154,9 +434,16 @@ int device_for_uuid(const char* uuid) {
   const int region = ensure_region(false);
   if (region == 0) return kPassThrough;
   if (region == 3) return kBlocked;
-  const int index = g_shim.region.find_device(uuid);
+  const int index = gpu_for_uuid(uuid);
   if (index >= 0) return index;
-  return g_shim.options.share_dir[0] ? kBlocked : kPassThrough;
+  return g_shim.uses_shares() ? kBlocked : kPassThrough;
+}
+
+bool shares_refused() {
+  ensure_initialized();
+  if (!g_shim.uses_shares()) return false;
+  ensure_region(false);
+  return g_shim.mps_conflict;
 }
 
 int current_device(CUdevice* ordinal, CUcontext* context) {
@@ -173,19 +460,135 @@ int current_device(CUdevice* ordinal, CUcontext* context) {
   return device_for_ordinal(device);
 }
 
-bool reserve_bytes(int index, uint64_t bytes) {
-  g_shim.region.maybe_reclaim();
-  if (g_shim.region.reserve(index, bytes)) return true;
-  if (BeforeRefusal settle = g_before_refusal.load(std::memory_order_acquire)) settle();
-  if (g_shim.region.reserve(index, bytes)) return true;
-  TESSERA_DEBUG("reservation of %llu bytes on share device %d refused (limit %llu, in use %llu)",
-                static_cast<unsigned long long>(bytes), index,
-                static_cast<unsigned long long>(g_shim.region.limit(index)),
-                static_cast<unsigned long long>(g_shim.region.usage(index)));
-  // For the agent's metrics (tessera_share_allocations_denied_total).
-  if (share::ProcessSlot* slot = g_shim.region.own_slot())
-    slot->allocations_denied.fetch_add(1, std::memory_order_relaxed);
+namespace {
+
+// The shares holding GPU `index`, in their stable order: share numbers and limits-page indices.
+int holders(int index, int* regions, int* devices) {
+  int count = 0;
+  for (int r = 0; r < g_shim.region_count; ++r) {
+    const int device = share_device(index, r);
+    if (device < 0) continue;
+    regions[count] = r;
+    devices[count] = device;
+    ++count;
+  }
+  return count;
+}
+
+uint64_t room_in(const Region& region, int device) {
+  const uint64_t limit = region.limit(device);
+  if (limit == share::kUnlimited) return share::kUnlimited;
+  const uint64_t used = region.usage(device);
+  return limit > used ? limit - used : 0;
+}
+
+bool try_reserve(int index, uint64_t bytes) {
+  int regions[kMaxShares];
+  int devices[kMaxShares];
+  const int count = holders(index, regions, devices);
+  if (count == 0) return false;
+  if (count == 1) return g_shim.regions[regions[0]].reserve(devices[0], bytes);
+  // The first share that seems to have room (a cheap look, so a full share does not pay for a
+  // refused reservation on every allocation), then each in turn for real.
+  for (int i = 0; i < count; ++i) {
+    Region& region = g_shim.regions[regions[i]];
+    if (room_in(region, devices[i]) >= bytes && region.reserve(devices[i], bytes)) return true;
+  }
+  for (int i = 0; i < count; ++i) {
+    if (g_shim.regions[regions[i]].reserve(devices[i], bytes)) return true;
+  }
+  // No single share has room: split over the shares' headroom, all or nothing.
+  uint64_t taken[kMaxShares] = {};
+  uint64_t remaining = bytes;
+  for (int i = 0; i < count && remaining > 0; ++i) {
+    Region& region = g_shim.regions[regions[i]];
+    const uint64_t room = room_in(region, devices[i]);
+    const uint64_t take = room < remaining ? room : remaining;
+    if (take > 0 && region.reserve(devices[i], take)) {
+      taken[i] = take;
+      remaining -= take;
+    }
+  }
+  if (remaining == 0) return true;
+  for (int i = 0; i < count; ++i) {
+    if (taken[i] > 0) g_shim.regions[regions[i]].release(devices[i], taken[i]);
+  }
   return false;
+}
+
+}  // namespace
+
+bool reserve_bytes(int index, uint64_t bytes) {
+  if (index < 0) return false;
+  maybe_reclaim();
+  if (try_reserve(index, bytes)) return true;
+  if (BeforeRefusal settle = g_before_refusal.load(std::memory_order_acquire)) settle();
+  if (try_reserve(index, bytes)) return true;
+  TESSERA_DEBUG("reservation of %llu bytes on device %d refused (limit %llu, in use %llu)",
+                static_cast<unsigned long long>(bytes), index,
+                static_cast<unsigned long long>(device_limit(index)),
+                static_cast<unsigned long long>(device_usage(index)));
+  // For the agent's metrics (tessera_share_allocations_denied_total): in the process's slot of
+  // every share that holds the GPU (none of them had room).
+  int regions[kMaxShares];
+  int devices[kMaxShares];
+  const int count = holders(index, regions, devices);
+  for (int i = 0; i < count; ++i) {
+    if (share::ProcessSlot* slot = g_shim.regions[regions[i]].own_slot())
+      slot->allocations_denied.fetch_add(1, std::memory_order_relaxed);
+  }
+  return false;
+}
+
+void release_bytes(int index, uint64_t bytes) {
+  if (index < 0) return;
+  // Last share first: the shares earlier in the order stay as full as they were.
+  for (int r = g_shim.region_count - 1; r >= 0 && bytes > 0; --r) {
+    const int device = share_device(index, r);
+    if (device >= 0) bytes -= g_shim.regions[r].release(device, bytes);
+  }
+}
+
+void charge_bytes(int index, uint64_t bytes) {
+  int regions[kMaxShares];
+  int devices[kMaxShares];
+  const int count = index < 0 ? 0 : holders(index, regions, devices);
+  if (count == 0) return;
+  for (int i = 0; i < count && bytes > 0; ++i) {
+    Region& region = g_shim.regions[regions[i]];
+    const uint64_t room = room_in(region, devices[i]);
+    const uint64_t take = room < bytes ? room : bytes;
+    if (take > 0) region.charge(devices[i], take);
+    bytes -= take;
+  }
+  if (bytes > 0) g_shim.regions[regions[0]].charge(devices[0], bytes);
+}
+
+uint64_t device_limit(int index) {
+  uint64_t sum = 0;
+  for (int r = 0; r < g_shim.region_count; ++r) {
+    const int device = share_device(index, r);
+    if (device < 0) continue;
+    const uint64_t limit = g_shim.regions[r].limit(device);
+    if (limit == share::kUnlimited || sum + limit < sum) return share::kUnlimited;
+    sum += limit;
+  }
+  return sum;
+}
+
+uint64_t device_usage(int index) {
+  uint64_t sum = 0;
+  for (int r = 0; r < g_shim.region_count; ++r) {
+    const int device = share_device(index, r);
+    if (device < 0) continue;
+    const uint64_t used = g_shim.regions[r].usage(device);
+    sum = sum + used < sum ? ~0ull : sum + used;
+  }
+  return sum;
+}
+
+void maybe_reclaim() {
+  for (int r = 0; r < g_shim.region_count; ++r) g_shim.regions[r].maybe_reclaim();
 }
 
 void set_before_refusal(BeforeRefusal callback) {
@@ -194,10 +597,6 @@ void set_before_refusal(BeforeRefusal callback) {
 
 void on_fork_child(void (*reset)()) {
   __register_atfork(nullptr, nullptr, reset, &__dso_handle);
-}
-
-void release_bytes(int index, uint64_t bytes) {
-  g_shim.region.release(index, bytes);
 }
 
 bool charged_size(uint64_t requested, uint64_t* charged) {

@@ -1,5 +1,13 @@
-// The shim's process-wide state: options (read once, on first use), the share region, the handle
-// tracker, and the CUDA-ordinal -> share-device cache. Everything here is off the launch path.
+// The shim's process-wide state: options (read once, on first use), the shares (every share
+// folder the process was given, each one Region), the process's GPUs (each one held through one or
+// more shares), the handle tracker, and the CUDA-ordinal -> GPU cache. Everything here is off the
+// launch path.
+//
+// A device index, as the allocators pass it around, is an index into Shim::gpus: one GPU of the
+// process by UUID, whatever shares hold it. Its limit is the sum of those shares' limits; a
+// reservation is charged to one share with room, in the shares' stable order (split over several
+// only when no single one has room), so no share's usage ever exceeds its own limit; a release
+// takes the bytes back from this process's slots of those shares, last share first.
 #pragma once
 
 #include <cuda.h>
@@ -14,6 +22,23 @@
 namespace tessera::vgpu {
 
 inline constexpr int kMaxOrdinals = 64;
+// Shares one process can be given (CDI devices of its container) and GPUs it can see through them.
+inline constexpr int kMaxShares = 8;
+inline constexpr int kMaxGpus = 32;
+
+// One GPU of the process (by UUID) and where it is in each share's limits page.
+struct Gpu {
+  char uuid[share::kUuidBytes] = {};
+  std::atomic<uint64_t> index_cache[kMaxShares] = {};  // generation << 8 | (limits index + 2)
+};
+
+// A share folder picked when the shim initialises (docs/libvgpu.md, "Finding the shares"): its
+// limits file is opened (and, where required, checked read-only) then, and mapped from that same
+// fd when the shares open.
+struct ShareCandidate {
+  char dir[256] = {};
+  int limits_fd = -1;  // -1: the limits file could not be opened (the share fails closed)
+};
 
 // Where an operation on a device is accounted.
 inline constexpr int kPassThrough = -1;  // no limits configured (or CUDA not ready): no accounting
@@ -24,10 +49,22 @@ struct Shim {
   Options options;
   bool enforcing = false;
 
+  // Share folders given to the process (found at initialisation; none: a standalone region).
+  int candidate_count = 0;
+  ShareCandidate candidates[kMaxShares];
+  bool uses_shares() const { return candidate_count > 0; }
+
   std::atomic<int> region_state{0};  // 0 not open, 1 opening, 2 open, 3 failed (fail closed)
-  Region region;
+  int region_count = 0;              // regions[0, region_count) are open once region_state is 2
+  Region regions[kMaxShares];
+  bool mps_conflict = false;  // two MPS shares: refused (cuInit fails, every device is blocked)
+
+  std::atomic<bool> gpu_lock{false};
+  std::atomic<int> gpu_count{0};  // append-only: an index, once handed out, always names its GPU
+  Gpu gpus[kMaxGpus];
+
   Tracker tracker;
-  std::atomic<uint64_t> ordinal_cache[kMaxOrdinals] = {};  // generation << 8 | (index + 2)
+  std::atomic<uint64_t> ordinal_cache[kMaxOrdinals] = {};  // generation << 8 | (gpu index + 2)
   // The allocators' own state (pools, contexts, graph memory) lives in their files.
 };
 
@@ -50,10 +87,30 @@ int current_device(CUdevice* ordinal, CUcontext* context);
 
 void format_uuid(const CUuuid& uuid, char* out, size_t capacity);
 
-// Reserve on the share (with the periodic dead-process reclaim) / give back. When a reservation
-// would fail, the before-refusal callback runs first and the reservation is tried once more.
+// Reserve on the GPU's shares (with the periodic dead-process reclaim) / give back. When a
+// reservation would fail, the before-refusal callback runs first and the reservation is tried once
+// more. charge_bytes adds without a limit check (memory the driver already handed out), to the
+// shares with room first.
 bool reserve_bytes(int index, uint64_t bytes);
 void release_bytes(int index, uint64_t bytes);
+void charge_bytes(int index, uint64_t bytes);
+
+// The GPU's limit (the sum of its shares' limits; share::kUnlimited if any is unlimited; 0 for
+// kBlocked or a GPU no share holds any more) and what its shares hold (every process of them).
+uint64_t device_limit(int index);
+uint64_t device_usage(int index);
+// Region::maybe_reclaim on every open share.
+void maybe_reclaim();
+
+// Where GPU `index` is in share `region`'s limits page, or -1 (that share does not hold it).
+int share_device(int index, int region);
+
+// True when the process was given shares the shim cannot honour together (two MPS shares): cuInit
+// fails and every device is blocked. Opens the shares if they are not open yet.
+bool shares_refused();
+
+// Combined generation of the open shares (changes when any share's limits page changes).
+uint64_t shares_generation();
 
 // Registered by a layer above that can give memory back to the share on demand (the stream-ordered
 // pools, pools.cc: a pool trimmed at synchronisation may have given memory back since its last

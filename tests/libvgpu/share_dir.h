@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "region.h"
+#include "tessera/share_contract.h"
 #include "tessera/share_region.h"
 
 namespace tessera::vgpu::testing {
@@ -52,11 +53,22 @@ class ShareDir {
     if (usage_) munmap(usage_, sizeof(share::UsagePage));
     unlink((path_ + "/limits").c_str());
     unlink((path_ + "/usage").c_str());
+    unlink((path_ + "/" + share::kMpsMarkerFile).c_str());
     rmdir(path_.c_str());
   }
   const std::string& path() const { return path_; }
+  // Marks the share as served by an MPS control daemon, as the agent's MPS backend does.
+  void mark_mps() {
+    const int fd = open((path_ + "/" + share::kMpsMarkerFile).c_str(), O_WRONLY | O_CREAT, 0644);
+    if (fd < 0) std::abort();
+    close(fd);
+  }
   void set_limit(int device, uint64_t bytes) {
     limits_->devices[device].memory_limit.store(bytes);
+    limits_->generation.fetch_add(1);
+  }
+  void set_cores(int device, uint32_t percent) {
+    limits_->devices[device].cores_limit.store(percent);
     limits_->generation.fetch_add(1);
   }
   share::UsagePage* usage() {

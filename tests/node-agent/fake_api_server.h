@@ -3,7 +3,10 @@
 // ResourceClaims and Nodes as the API server returns them, stores ResourceSlices (with
 // resourceVersion) after kube-apiserver's own validation (kube/apiserver_rules.h: a refused
 // create or update is answered 422 with the API server's Status, an undecodable one 400),
-// records every write, checks the bearer token, and can fail the next N requests with 503.
+// records every write, checks the bearer token, and can fail the next N requests with 503. A
+// device taint written without timeAdded gets the server's time, as kube-apiserver's defaulting
+// does (set_time() fixes that time for a test); with device_taints_gate off it drops them, as a
+// server without DRADeviceTaints does.
 #pragma once
 
 #include <openssl/evp.h>
@@ -11,6 +14,7 @@
 #include <openssl/x509v3.h>
 
 #include <atomic>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <string>
@@ -81,6 +85,7 @@ class FakeApiServer {
     server_->Get(R"(/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+))",
                  [this](const httplib::Request& req, httplib::Response& res) {
                    std::lock_guard lock(mutex_);
+                   ++claim_gets_[req.matches[1].str() + "/" + req.matches[2].str()];
                    const auto it = claims_.find(req.matches[1].str() + "/" + req.matches[2].str());
                    if (it == claims_.end())
                      return status(res, 404,
@@ -116,6 +121,8 @@ class FakeApiServer {
                     std::lock_guard lock(mutex_);
                     auto body = nlohmann::json::parse(req.body);
                     writes.push_back({"POST", req.path, body});
+                    kube::default_resource_slice(body, now());
+                    if (!device_taints_gate) kube::drop_disabled_device_taints(body, nullptr);
                     const std::string name = body["metadata"]["name"];
                     if (auto refused = kube::check_resource_slice_write(body, nullptr))
                       return refuse(res, *refused);
@@ -132,10 +139,12 @@ class FakeApiServer {
           std::lock_guard lock(mutex_);
           auto body = nlohmann::json::parse(req.body);
           writes.push_back({"PUT", req.path, body});
+          kube::default_resource_slice(body, now());
           const auto it = slices.find(req.matches[1].str());
           if (it == slices.end()) return status(res, 404, "not found");
           if (body["metadata"]["resourceVersion"] != it->second["metadata"]["resourceVersion"])
             return status(res, 409, "the object has been modified");
+          if (!device_taints_gate) kube::drop_disabled_device_taints(body, &it->second);
           if (auto refused = kube::check_resource_slice_write(body, &it->second))
             return refuse(res, *refused);
           body["metadata"]["resourceVersion"] = std::to_string(++version_);
@@ -188,6 +197,12 @@ class FakeApiServer {
     std::lock_guard lock(mutex_);
     return requests_;
   }
+  // GETs of one ResourceClaim so far (a prepare does one; an answer from the checkpoint none).
+  int claim_gets(const std::string& ns, const std::string& name) {
+    std::lock_guard lock(mutex_);
+    const auto it = claim_gets_.find(ns + "/" + name);
+    return it == claim_gets_.end() ? 0 : it->second;
+  }
   std::vector<RecordedWrite> take_writes() {
     std::lock_guard lock(mutex_);
     return std::exchange(writes, {});
@@ -196,12 +211,17 @@ class FakeApiServer {
     std::lock_guard lock(mutex_);
     return slices;
   }
+  // The time the server stamps on a taint without timeAdded (0: the real time).
+  void set_time(std::time_t when) { time_.store(when); }
   // What someone else's `kubectl delete resourceslice` does (not recorded as the agent's write).
   void delete_slices() {
     std::lock_guard lock(mutex_);
     slices.clear();
   }
 
+  // kube-apiserver's DRADeviceTaints gate (on by default from 1.36, off before): off, the taints
+  // of a write are dropped unless the stored slice already has some.
+  std::atomic<bool> device_taints_gate{true};
   std::string node_name = "node-a";
   std::string node_uid = "3d7c0b8e-node-uid";
   std::map<std::string, nlohmann::json> slices;  // guarded by mutex_ while serving
@@ -220,6 +240,11 @@ class FakeApiServer {
                     "application/json");
   }
 
+  std::time_t now() const {
+    const std::time_t fixed = time_.load();
+    return fixed != 0 ? fixed : std::time(nullptr);
+  }
+
   static void refuse(httplib::Response& res, const kube::Refusal& refusal) {
     res.status = refusal.code;
     res.set_content(refusal.status.dump(), "application/json");
@@ -236,7 +261,9 @@ class FakeApiServer {
   std::map<std::string, std::string> claims_;
   int fail_next_ = 0;
   int requests_ = 0;
+  std::map<std::string, int> claim_gets_;  // "<namespace>/<name>" -> GETs
   uint64_t version_ = 100;
+  std::atomic<std::time_t> time_{0};
 };
 
 }  // namespace tessera::agent::testing

@@ -43,6 +43,11 @@ int read_process_start_time(std::string_view proc_root, int pid, uint64_t& start
 // The inode of <proc_root>/<pid>/ns/pid (kSelfPid: the caller's). 0 or an errno.
 int read_pid_namespace(std::string_view proc_root, int pid, uint64_t& pid_namespace);
 
+// <dir>/mps: an empty file the node agent writes into the folder of a share served by an MPS
+// control daemon. libvgpu reads it to refuse a process given two MPS shares (one MPS client talks
+// to one control daemon: CUDA_MPS_PIPE_DIRECTORY is one path). Absent on every other share.
+inline constexpr char kMpsMarkerFile[] = "mps";
+
 // ---- the usage page
 // ------------------------------------------------------------------------------
 

@@ -20,10 +20,12 @@ namespace tessera::vgpu::compute {
 
 namespace {
 constinit std::atomic<uint64_t> g_always_open{0};
-constinit std::atomic<bool> g_started{false};
+constinit std::atomic<bool> g_started{false};         // every open share has its meter
+constinit std::atomic<uint32_t> g_started_shares{0};  // bit r: share r's meter was started
 constinit std::atomic<bool> g_checking{false};
 constinit std::atomic<bool> g_exiting{false};
-constinit std::atomic<Meter*> g_meter{nullptr};
+constinit std::atomic<Meter*> g_meters[kMaxShares] = {};
+constinit std::atomic<std::atomic<uint64_t>*> g_more_closed[kMaxShares] = {};
 
 int64_t monotonic_ns() {
   timespec now{};
@@ -63,15 +65,15 @@ struct MeterThread {
   AgentSource* agent = nullptr;
   FileBoard* board = nullptr;
   Meter* meter = nullptr;
+  Region* region = nullptr;
 };
 
 void* meter_main(void* argument) {
   auto* parts = static_cast<MeterThread*>(argument);
-  Shim& s = shim();
   Meter& meter = *parts->meter;
   while (true) {
     const int64_t now = monotonic_ns();
-    if (share::ProcessSlot* slot = s.region.own_slot()) {
+    if (share::ProcessSlot* slot = parts->region->own_slot()) {
       slot->launches.store(own_launches(), std::memory_order_relaxed);
     }
     int64_t next = now + meter.timing().follower_period_ns;
@@ -81,22 +83,30 @@ void* meter_main(void* argument) {
   return nullptr;
 }
 
-void start_thread() {
+// The meter of share `r` (shim().regions[r]).
+void start_thread(int r) {
   Shim& s = shim();
-  const share::LimitsPage* limits = s.region.limits_page();
-  share::UsagePage* usage = s.region.usage_page();
-  share::ProcessSlot* slot = s.region.own_slot();
+  Region& region = s.regions[r];
+  const share::LimitsPage* limits = region.limits_page();
+  share::UsagePage* usage = region.usage_page();
+  share::ProcessSlot* slot = region.own_slot();
   if (!slot) {
     TESSERA_ERROR("no process slot: this process cannot take part in the share's compute meter");
     return;
   }
   // Static storage, built in place (the shim allocates nothing: no operator new from the static
   // libstdc++). A forked child builds its own again over the parent's copies.
-  alignas(NvmlSource) static unsigned char nvml_storage[sizeof(NvmlSource)];
-  alignas(AgentSource) static unsigned char agent_storage[sizeof(AgentSource)];
-  alignas(FileBoard) static unsigned char board_storage[sizeof(FileBoard)];
-  alignas(Meter) static unsigned char meter_storage[sizeof(Meter)];
-  static MeterThread parts;
+  alignas(NvmlSource) static unsigned char nvml_storages[kMaxShares][sizeof(NvmlSource)];
+  alignas(AgentSource) static unsigned char agent_storages[kMaxShares][sizeof(AgentSource)];
+  alignas(FileBoard) static unsigned char board_storages[kMaxShares][sizeof(FileBoard)];
+  alignas(Meter) static unsigned char meter_storages[kMaxShares][sizeof(Meter)];
+  static MeterThread all_parts[kMaxShares];
+  MeterThread& parts = all_parts[r];
+  unsigned char* nvml_storage = nvml_storages[r];
+  unsigned char* agent_storage = agent_storages[r];
+  unsigned char* board_storage = board_storages[r];
+  unsigned char* meter_storage = meter_storages[r];
+  parts.region = &region;
   BusySource* source = nullptr;
   if (limits->measure_source.load(std::memory_order_acquire) == share::kMeasureAgent) {
     parts.agent = new (agent_storage) AgentSource(limits);
@@ -116,9 +126,16 @@ void start_thread() {
   }
   if (!parts.board) parts.board = new (board_storage) FileBoard(limits, s.options.device_dir);
   parts.meter = new (meter_storage)
-      Meter(limits, usage, source, parts.board, s.region.owner(), owner_alive, &s.region);
-  g_meter.store(parts.meter, std::memory_order_release);
-  g_closed_word.store(&usage->compute.closed_mask, std::memory_order_release);
+      Meter(limits, usage, source, parts.board, region.owner(), owner_alive, &region);
+  g_meters[r].store(parts.meter, std::memory_order_release);
+  // The first share with a meter has the fast path's word; the others are looked at after it.
+  std::atomic<uint64_t>* closed = &usage->compute.closed_mask;
+  std::atomic<uint64_t>* expected = &g_always_open;
+  if (!g_closed_word.compare_exchange_strong(expected, closed, std::memory_order_acq_rel) &&
+      expected != closed) {
+    g_more_closed[r].store(closed, std::memory_order_release);
+    g_more_closed_count.fetch_add(1, std::memory_order_acq_rel);
+  }
 
   sigset_t all;
   sigset_t previous;
@@ -136,69 +153,109 @@ void start_thread() {
     TESSERA_ERROR("cannot start the compute meter thread (error %d)", failed);
     return;
   }
-  TESSERA_INFO("compute meter started");
+  TESSERA_INFO("compute meter of share %s started",
+               region.dir()[0] ? region.dir() : "(standalone)");
 }
 
 // A leader that exits cleanly hands the lead over at once (the others would otherwise wait for
 // its heartbeat to go stale).
 __attribute__((destructor)) void resign_at_exit() {
   g_exiting.store(true, std::memory_order_release);
-  Meter* meter = g_meter.load(std::memory_order_acquire);
-  if (!meter) return;
-  meter->resign();
-  // The last launches since the thread's last publication.
-  if (share::ProcessSlot* slot = shim().region.own_slot()) {
-    slot->launches.store(own_launches(), std::memory_order_relaxed);
+  for (int r = 0; r < kMaxShares; ++r) {
+    Meter* meter = g_meters[r].load(std::memory_order_acquire);
+    if (!meter) continue;
+    meter->resign();
+    // The last launches since the thread's last publication.
+    if (share::ProcessSlot* slot = shim().regions[r].own_slot()) {
+      slot->launches.store(own_launches(), std::memory_order_relaxed);
+    }
   }
 }
 
 }  // namespace
 
 constinit std::atomic<std::atomic<uint64_t>*> g_closed_word{&g_always_open};
+constinit std::atomic<int> g_more_closed_count{0};
+
+bool more_gates_closed() {
+  for (const auto& word : g_more_closed) {
+    const std::atomic<uint64_t>* closed = word.load(std::memory_order_relaxed);
+    if (closed && closed->load(std::memory_order_relaxed) != 0) return true;
+  }
+  return false;
+}
 
 void maybe_start() {
   if (__builtin_expect(g_started.load(std::memory_order_acquire), 1)) return;
   Shim& s = shim();
-  if (!s.region.is_open() || !Meter::share_has_compute(*s.region.limits_page())) return;
-  if (g_checking.exchange(true, std::memory_order_acq_rel)) return;
-  if (!g_started.load(std::memory_order_acquire)) {
-    start_thread();
-    g_started.store(true, std::memory_order_release);
+  if (s.region_state.load(std::memory_order_acquire) != 2) return;
+  // The usual case on the allocation path: no share (still) without a meter has a compute
+  // setting. Looked at without the flag, as cheaply as one share's check was.
+  uint32_t started = g_started_shares.load(std::memory_order_acquire);
+  bool wanted = false;
+  for (int r = 0; r < s.region_count && !wanted; ++r) {
+    wanted = (started & (1u << r)) == 0 && Meter::share_has_compute(*s.regions[r].limits_page());
   }
+  if (!wanted) return;
+  if (g_checking.exchange(true, std::memory_order_acq_rel)) return;
+  started = g_started_shares.load(std::memory_order_acquire);
+  bool all = true;
+  for (int r = 0; r < s.region_count; ++r) {
+    if (started & (1u << r)) continue;
+    if (!Meter::share_has_compute(*s.regions[r].limits_page())) {
+      all = false;  // the agent may give it a compute setting later
+      continue;
+    }
+    start_thread(r);
+    started |= 1u << r;
+  }
+  g_started_shares.store(started, std::memory_order_release);
+  if (all) g_started.store(true, std::memory_order_release);
   g_checking.store(false, std::memory_order_release);
 }
 
 void reset_after_fork() {
   g_started.store(false, std::memory_order_relaxed);
+  g_started_shares.store(0, std::memory_order_relaxed);
   g_checking.store(false, std::memory_order_relaxed);
-  // Until the child's own meter starts it keeps obeying the share's gates (same page).
+  // Until the child's own meters start it keeps obeying the shares' gates (same pages).
 }
 
 void wait_at_gate() {
   Shim& s = shim();
-  if (!s.region.is_open()) return;
+  if (s.region_state.load(std::memory_order_acquire) != 2) return;
   maybe_start();
-  share::ComputeArea& area = s.region.usage_page()->compute;
   CUdevice ordinal = 0;
   const int index = current_device(&ordinal, nullptr);
-  if (index < 0 || index >= static_cast<int>(share::kMaxDevices)) return;
-  const uint64_t bit = 1ull << index;
+  if (index < 0) return;
+  // Every share of this GPU that has a meter gates its launches (docs/libvgpu.md, "Compute").
+  const uint32_t started = g_started_shares.load(std::memory_order_acquire);
   const int64_t began = monotonic_ns();
   int64_t now = began;
-  while ((area.closed_mask.load(std::memory_order_acquire) & bit) != 0) {
-    const int64_t reopen =
-        static_cast<int64_t>(area.devices[index].reopen_at_ns.load(std::memory_order_acquire));
-    // Sleep until the expected reopening, re-checking at least every 2 ms (the meter may open
-    // the gate earlier: a burst, a higher-priority share going quiet) and never spinning.
-    int64_t wake = reopen;
-    if (wake > now + 2 * kMillisecond) wake = now + 2 * kMillisecond;
-    if (wake < now + 100'000) wake = now + 100'000;
-    sleep_until(wake);
-    now = monotonic_ns();
-    // A gate left closed by a leader that died stays closed only until this process's own meter
-    // takes the lead over (MeterTiming::leader_timeout_ns).
+  Region* waited = nullptr;
+  for (int r = 0; r < s.region_count; ++r) {
+    if ((started & (1u << r)) == 0) continue;
+    const int device = share_device(index, r);
+    if (device < 0 || device >= static_cast<int>(share::kMaxDevices)) continue;
+    share::ComputeArea& area = s.regions[r].usage_page()->compute;
+    const uint64_t bit = 1ull << device;
+    while ((area.closed_mask.load(std::memory_order_acquire) & bit) != 0) {
+      waited = &s.regions[r];
+      const int64_t reopen =
+          static_cast<int64_t>(area.devices[device].reopen_at_ns.load(std::memory_order_acquire));
+      // Sleep until the expected reopening, re-checking at least every 2 ms (the meter may open
+      // the gate earlier: a burst, a higher-priority share going quiet) and never spinning.
+      int64_t wake = reopen;
+      if (wake > now + 2 * kMillisecond) wake = now + 2 * kMillisecond;
+      if (wake < now + 100'000) wake = now + 100'000;
+      sleep_until(wake);
+      now = monotonic_ns();
+      // A gate left closed by a leader that died stays closed only until this process's own
+      // meter takes the lead over (MeterTiming::leader_timeout_ns).
+    }
   }
-  if (share::ProcessSlot* slot = s.region.own_slot()) {
+  if (!waited) return;
+  if (share::ProcessSlot* slot = waited->own_slot()) {
     slot->throttled_ns.fetch_add(static_cast<uint64_t>(now - began), std::memory_order_relaxed);
   }
 }

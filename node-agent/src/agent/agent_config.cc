@@ -37,6 +37,21 @@ Status node_name_error(const std::string& name) {
       "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)");
 }
 
+Status pod_uid_error(const std::string& uid) {
+  // The API server generates UIDs as RFC 4122 UUIDs; it also goes into socket file names.
+  bool uuid = uid.size() == 36;
+  for (size_t i = 0; uuid && i < uid.size(); ++i) {
+    const char c = uid[i];
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    uuid = dash ? c == '-'
+                : (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+  }
+  if (uuid) return Status::ok();
+  return invalid_argument("\"" + uid +
+                          "\" is not a pod UID: it must be the pod's metadata.uid, a UUID of "
+                          "8-4-4-4-12 hexadecimal digits (set it from the downward API)");
+}
+
 void add_agent_flags(CLI::App& app, AgentConfig& config) {
   app.add_option("--node-name", config.node_name, "Name of this Kubernetes node")
       ->envname("NODE_NAME")
@@ -75,6 +90,12 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
       ->envname("RECONCILE_INTERVAL")
       ->check(CLI::Range(0u, 86400u))
       ->capture_default_str();
+  app.add_option("--pod-uid", config.pod_uid,
+                 "This agent pod's UID (metadata.uid): per-pod kubelet socket names, so the old "
+                 "and the new pod of a rolling update run side by side")
+      ->envname("POD_UID")
+      ->check(CLI::Validator([](const std::string& uid) { return pod_uid_error(uid).message(); },
+                             "UUID", "pod UID"));
   app.add_option("--device-poll-interval", config.device_poll_interval_s,
                  "Seconds between GPU inventory checks (ResourceSlices are republished on change)")
       ->envname("DEVICE_POLL_INTERVAL")

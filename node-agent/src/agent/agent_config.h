@@ -24,7 +24,15 @@ struct AgentConfig {
   unsigned reconcile_interval_s = 60;     // --reconcile-interval / RECONCILE_INTERVAL; 0 = at start
   unsigned device_poll_interval_s = 30;   // --device-poll-interval / DEVICE_POLL_INTERVAL
   std::string metrics_address = ":9464";  // --metrics-address / METRICS_ADDRESS; empty: none
+  // --pod-uid / POD_UID: the agent pod's metadata.uid (downward API). Given, the kubelet sockets
+  // carry it and a second agent (the new pod of a rolling update) may run beside this one on the
+  // state folder; empty: the fixed socket names, one agent per state folder.
+  std::string pod_uid;
 };
+
+// Ok when `uid` can be a pod's metadata.uid (a UUID: 8-4-4-4-12 hexadecimal digits), else
+// kInvalidArgument naming it.
+Status pod_uid_error(const std::string& uid);
 
 // Ok when `name` can be a Kubernetes Node's name (a DNS subdomain), else kInvalidArgument saying
 // why not (naming it).

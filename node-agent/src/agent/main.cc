@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   options.driver_name = kDriverName;
   options.registry_dir = config.kubelet_registry_dir;
   options.plugins_dir = config.kubelet_plugins_dir;
+  options.pod_uid = config.pod_uid;
   PluginServer server(options, agent.preparer(), &agent.health());
   if (const tessera::Status started = server.start(); !started.is_ok())
     return report_failure(started);

@@ -46,7 +46,11 @@ Status NodeAgent::lock_state_dir() {
   const std::string path = config_.state_dir + "/agent.lock";
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return internal_error("cannot open " + path + ": " + std::strerror(errno));
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  // With a pod UID (per-pod kubelet sockets) the old and the new agent of a rolling update share
+  // the folder, their prepares kept apart by the share manager's file locks (share_manager.h):
+  // a shared lock, which only an agent without one (fixed socket names) refuses, and is refused by.
+  const int mode = config_.pod_uid.empty() ? LOCK_EX : LOCK_SH;
+  if (flock(fd, mode | LOCK_NB) != 0) {
     char holder[32] = {};
     (void)!pread(fd, holder, sizeof holder - 1, 0);
     close(fd);
@@ -193,11 +197,17 @@ Status NodeAgent::on_devices(const std::vector<GpuInfo>& gpus) {
 
 Status NodeAgent::publish(const std::vector<GpuInfo>& gpus) {
   std::lock_guard lock(slices_mutex_);
-  if (const Status published = slices_->publish(gpus); !published.is_ok())
+  // The board is current: the monitor reports a fault before it delivers (taints follow health).
+  if (const Status published = slices_->publish(gpus, health_.snapshot().devices);
+      !published.is_ok())
     return unavailable("cannot publish ResourceSlices: " + published.message());
   if (slices_->writes() > 0)
     std::cerr << "tessera-node-agent: published " << gpus.size() << " GPUs in " << slices_->writes()
               << " ResourceSlice writes (pool generation " << slices_->generation() << ")\n";
+  if (slices_->writes() > 0 && slices_->taints_dropped())
+    std::cerr << "tessera-node-agent: the API server dropped the unhealthy GPUs' device taints (is "
+                 "its DRADeviceTaints feature gate off? It is before Kubernetes 1.36): the "
+                 "scheduler is not told; kubelet still gets their health\n";
   return Status::ok();
 }
 

@@ -43,11 +43,11 @@ class NodeAgent {
   NodeAgent(const NodeAgent&) = delete;
   NodeAgent& operator=(const NodeAgent&) = delete;
 
-  // Takes the state folder (one agent per folder: a second one, e.g. a surge pod of a rolling
-  // update, is refused until the first exits), connects to the API server, loads the checkpoint
-  // and reconciles the host with it, lists the GPUs and publishes them, then starts the monitor,
-  // the GPU-time meter, the reconcile loop and the metrics endpoint (unless its address is
-  // empty). Ok or why not.
+  // Takes the state folder (one agent per folder, unless every agent on it has a pod UID: then
+  // the old and the new pod of a rolling update share it), connects to the API server, loads the
+  // checkpoint and reconciles the host with it, lists the GPUs and publishes them, then starts the
+  // monitor, the GPU-time meter, the reconcile loop and the metrics endpoint (unless its address
+  // is empty). Ok or why not.
   Status start();
   // Stops the loops (the share state stays on disk for the next start).
   void stop();
@@ -82,7 +82,7 @@ class NodeAgent {
 
   AgentConfig config_;
   Clock& clock_;
-  int lock_fd_ = -1;  // <state-dir>/agent.lock, held (flock) while this agent lives
+  int lock_fd_ = -1;  // <state-dir>/agent.lock, held (flock: exclusive, shared with a pod UID)
   std::unique_ptr<HttpKubeClient> kube_;
   std::mutex slices_mutex_;  // the monitor's thread and the reconcile loop both publish
   std::unique_ptr<SlicePublisher> slices_;

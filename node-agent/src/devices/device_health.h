@@ -20,6 +20,11 @@ struct DeviceHealthReport {
   DeviceHealthState state = DeviceHealthState::kUnknown;
   std::int64_t last_updated_unix_s = 0;           // when this state was last checked
   std::int64_t health_check_timeout_seconds = 0;  // 0: kubelet's default
+  // Why the device is in this state, for people (kubelet's `message`, the Pod status):
+  // "XID 79: GPU has fallen off the bus". Empty for a Healthy device.
+  std::string message;
+  // The XID that made the device Unhealthy; 0 when none did (another cause, or Healthy).
+  unsigned long long xid = 0;
 };
 
 struct DeviceHealthSnapshot {

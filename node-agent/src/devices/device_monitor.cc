@@ -25,6 +25,27 @@ constexpr unsigned long long kApplicationXids[] = {
     109,  // context switch timeout
 };
 
+// NVIDIA's names (docs.nvidia.com/deploy/xid-errors) of the XIDs that mark a GPU Unhealthy most
+// often; for the health message only.
+struct XidName {
+  unsigned long long xid;
+  const char* name;
+};
+constexpr XidName kXidNames[] = {
+    {48, "double-bit ECC error"},
+    {61, "internal micro-controller breakpoint/warning"},
+    {62, "internal micro-controller halt"},
+    {63, "ECC page retirement or row remapping recording event"},
+    {64, "ECC page retirement or row remapper recording failure"},
+    {74, "NVLink error"},
+    {79, "GPU has fallen off the bus"},
+    {92, "high single-bit ECC error rate"},
+    {94, "contained ECC error"},
+    {95, "uncontained ECC error"},
+    {119, "GSP RPC timeout"},
+    {120, "GSP error"},
+};
+
 void log(const std::string& message) {
   // One write per line, so lines of other threads do not interleave.
   std::cerr << ("tessera-node-agent: " + message + "\n");
@@ -39,6 +60,13 @@ std::int64_t now_unix_s() {
 bool xid_marks_unhealthy(unsigned long long xid) {
   return std::find(std::begin(kApplicationXids), std::end(kApplicationXids), xid) ==
          std::end(kApplicationXids);
+}
+
+std::string describe_xid(unsigned long long xid) {
+  const std::string number = "XID " + std::to_string(xid);
+  for (const XidName& known : kXidNames)
+    if (known.xid == xid) return number + ": " + known.name;
+  return number;
 }
 
 struct DeviceMonitor::Nvml {
@@ -186,8 +214,11 @@ void DeviceMonitor::inventory_turn() {
   }
   // Unchanged: refresh each report's time, so the board says when health was last checked.
   for (const NodeDevice& device : node_devices(gpus)) {
-    report(device.name, unhealthy_uuids_.count(device.uuid) ? DeviceHealthState::kUnhealthy
-                                                            : DeviceHealthState::kHealthy);
+    const auto fault = faults_.find(device.uuid);
+    if (fault == faults_.end())
+      report(device.name, DeviceHealthState::kHealthy);
+    else
+      report(device.name, DeviceHealthState::kUnhealthy, fault->second);
   }
 }
 
@@ -212,7 +243,7 @@ void DeviceMonitor::apply_inventory(const std::vector<GpuInfo>& gpus) {
     if (std::any_of(after.begin(), after.end(), [&](const NodeDevice& d) { return same(d, old); }))
       continue;
     // Gone: forget its fault; a device that comes back (after a reset) starts Healthy.
-    unhealthy_uuids_.erase(old.uuid);
+    faults_.erase(old.uuid);
     if (std::none_of(after.begin(), after.end(),
                      [&](const NodeDevice& d) { return d.name == old.name; })) {
       health_.remove(options_.pool, old.name);
@@ -223,7 +254,7 @@ void DeviceMonitor::apply_inventory(const std::vector<GpuInfo>& gpus) {
     if (std::any_of(before.begin(), before.end(),
                     [&](const NodeDevice& d) { return same(d, device); }))
       continue;
-    unhealthy_uuids_.erase(device.uuid);
+    faults_.erase(device.uuid);
     report(device.name, DeviceHealthState::kHealthy);
   }
   std::lock_guard lock(mutex_);
@@ -247,10 +278,10 @@ void DeviceMonitor::register_events() {
       // A device NVML cannot watch for another reason than "not supported" is not usable:
       // Unhealthy, as the NVIDIA device plugin does.
       auto failed = [&](const char* call, nvmlReturn_t result) {
-        log(device.name + " (" + device.uuid + "): " + call +
-            " failed: " + nvml.error_string(result) + "; marked Unhealthy");
-        unhealthy_uuids_.insert(device.uuid);
-        report(device.name, DeviceHealthState::kUnhealthy);
+        const std::string why = std::string("NVML cannot watch the GPU: ") + call +
+                                " failed: " + nvml.error_string(result);
+        log(device.name + " (" + device.uuid + "): " + why + "; marked Unhealthy");
+        mark_unhealthy(device.name, device.uuid, Fault{why, 0});
       };
       nvmlDevice_t handle = nullptr;
       unsigned long long types = 0;
@@ -312,18 +343,29 @@ void DeviceMonitor::collect_events() {
       log(name + " (" + uuid + "): XID " + xid + " (an application error): still Healthy");
       continue;
     }
-    log(name + " (" + uuid + "): XID " + xid + ": marked Unhealthy");
-    unhealthy_uuids_.insert(uuid);
-    report(name, DeviceHealthState::kUnhealthy);
+    const std::string why = describe_xid(event.eventData);
+    log(name + " (" + uuid + "): " + why + ": marked Unhealthy");
+    mark_unhealthy(name, uuid, Fault{why, event.eventData});
   }
 }
 
-void DeviceMonitor::report(const std::string& name, DeviceHealthState state) {
+void DeviceMonitor::mark_unhealthy(const std::string& name, const std::string& uuid, Fault fault) {
+  const auto known = faults_.find(uuid);
+  const bool changed = known == faults_.end() || !(known->second == fault);
+  faults_[uuid] = fault;
+  report(name, DeviceHealthState::kUnhealthy, fault);
+  // The board has the report: the delivery republishes the slices with the device's taint.
+  if (changed) pending_ = true;
+}
+
+void DeviceMonitor::report(const std::string& name, DeviceHealthState state, const Fault& fault) {
   DeviceHealthReport report;
   report.pool_name = options_.pool;
   report.device_name = name;
   report.state = state;
   report.last_updated_unix_s = now_unix_s();
+  report.message = fault.message;
+  report.xid = fault.xid;
   health_.set(report);
 }
 

@@ -1,8 +1,11 @@
 // DeviceMonitor keeps the node's published GPUs and their health current. Every turn
 // (poll_interval, on a PeriodicLoop) it collects the NVML XID events that arrived (marking devices
-// Unhealthy on the health board), re-lists the GPUs (NVML inventory) once inventory_interval has
-// passed and hands a changed list to on_devices (the agent republishes ResourceSlices), and retries
-// a failed delivery. NVML is loaded with dlopen, so the agent starts (and start() says why it
+// Unhealthy on the health board, with the XID and why), re-lists the GPUs (NVML inventory) once
+// inventory_interval has passed and hands a changed list to on_devices (the agent republishes
+// ResourceSlices), and retries a failed delivery. A device that turns Unhealthy (or gets another
+// fault) is delivered again too, after its report is on the board: the agent republishes its slices
+// with the device's taint. A device stays Unhealthy until it leaves the inventory (a GPU reset) and
+// comes back Healthy. NVML is loaded with dlopen, so the agent starts (and start() says why it
 // cannot monitor) on a node without a driver.
 #pragma once
 
@@ -50,6 +53,8 @@ struct DeviceHealthSink {
 // False for the XIDs the NVIDIA device plugin ignores as application errors (13, 31, 43, 45, 68,
 // 109): the GPU is still usable. Every other XID marks the device Unhealthy.
 bool xid_marks_unhealthy(unsigned long long xid);
+// "XID 79: GPU has fallen off the bus" (NVIDIA's name for the XIDs we know; "XID <n>" otherwise).
+std::string describe_xid(unsigned long long xid);
 
 class DeviceMonitor {
  public:
@@ -102,7 +107,16 @@ class DeviceMonitor {
   void apply_inventory(const std::vector<GpuInfo>& gpus);
   void register_events();
   void collect_events();
-  void report(const std::string& name, DeviceHealthState state);
+  // Why a device is Unhealthy: the health report's message and XID (0: not an XID).
+  struct Fault {
+    std::string message;
+    unsigned long long xid = 0;
+    bool operator==(const Fault&) const = default;
+  };
+  void report(const std::string& name, DeviceHealthState state, const Fault& fault);
+  void report(const std::string& name, DeviceHealthState state) { report(name, state, Fault{}); }
+  // Marks the device Unhealthy for `fault`; a new or different fault is delivered again.
+  void mark_unhealthy(const std::string& name, const std::string& uuid, Fault fault);
   void log_once(std::string& last, const std::string& message);
 
   DeviceMonitorOptions options_;
@@ -116,8 +130,8 @@ class DeviceMonitor {
   bool events_supported_ = false;
 
   // The loop's thread only (and start() before the loop exists).
-  bool pending_ = false;                   // listed_ not yet delivered to on_devices
-  std::set<std::string> unhealthy_uuids_;  // stays Unhealthy while listed
+  bool pending_ = false;                 // listed_ not yet delivered to on_devices
+  std::map<std::string, Fault> faults_;  // by UUID: stays Unhealthy while listed
   Clock::time_point next_inventory_;
   std::string last_list_error_, last_deliver_error_, last_wait_error_;
   bool logged_no_events_ = false;

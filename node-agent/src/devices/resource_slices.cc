@@ -50,6 +50,58 @@ json memory_capacity(uint64_t total_bytes) {
            {{"default", total}, {"validRange", {{"min", min}, {"max", total}, {"step", "1Mi"}}}}}};
 }
 
+// kube-apiserver sets a taint's timeAdded when it is missing (SetDefaults_DeviceTaint): a taint
+// still published (same device, key, value and effect, in whichever slice) keeps its time, so
+// republishing neither moves it nor looks like a change.
+void keep_taint_times(std::vector<json>& desired, const std::map<std::string, json>& existing) {
+  std::map<std::string, const json*> published;  // device name -> its published taints
+  for (const auto& [name, slice] : existing) {
+    if (!slice.contains("spec") || !slice["spec"].contains("devices")) continue;
+    for (const json& device : slice["spec"]["devices"])
+      if (device.contains("taints") && device.contains("name"))
+        published[device["name"].get<std::string>()] = &device["taints"];
+  }
+  for (json& slice : desired) {
+    for (json& device : slice["spec"]["devices"]) {
+      if (!device.contains("taints")) continue;
+      const auto found = published.find(device["name"].get<std::string>());
+      if (found == published.end()) continue;
+      for (json& taint : device["taints"]) {
+        for (const json& old : *found->second) {
+          if (old.value("key", "") == taint.value("key", "") &&
+              old.value("value", "") == taint.value("value", "") &&
+              old.value("effect", "") == taint.value("effect", "") && old.contains("timeAdded")) {
+            taint["timeAdded"] = old["timeAdded"];
+            break;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every device's taints (without timeAdded), by device name: what a publish asks for, or what
+// the API server kept.
+json taint_set(const std::vector<json>& slices) {
+  json set = json::object();
+  for (const json& slice : slices) {
+    if (!slice.is_object() || !slice.contains("spec") || !slice["spec"].contains("devices"))
+      continue;
+    for (const json& device : slice["spec"]["devices"]) {
+      if (!device.contains("taints") || device["taints"].empty()) continue;
+      json taints = device["taints"];
+      for (json& taint : taints) taint.erase("timeAdded");
+      set[device.value("name", "")] = taints;
+    }
+  }
+  return set;
+}
+
+void strip_taints(std::vector<json>& slices) {
+  for (json& slice : slices)
+    for (json& device : slice["spec"]["devices"]) device.erase("taints");
+}
+
 }  // namespace
 
 uint64_t published_memory_bytes(const GpuInfo& gpu) {
@@ -69,7 +121,17 @@ std::string to_semver(const std::string& version) {
   return std::to_string(parts[0]) + "." + std::to_string(parts[1]) + "." + std::to_string(parts[2]);
 }
 
-json build_device(const GpuInfo& gpu) {
+json device_taints(const DeviceHealthReport& health) {
+  json taints = json::array();
+  if (health.state != DeviceHealthState::kUnhealthy) return taints;
+  json taint = {{"key", kUnhealthyTaintKey}, {"effect", kUnhealthyTaintEffect}};
+  // A label value: "xid-79" (alphanumerics and '-', at most 63 characters).
+  if (health.xid != 0) taint["value"] = "xid-" + std::to_string(health.xid);
+  taints.push_back(taint);
+  return taints;
+}
+
+json build_device(const GpuInfo& gpu, const DeviceHealthReport* health) {
   json attributes = {
       {"uuid", {{"string", gpu.uuid}}},
       {"productName", {{"string", gpu.product_name.substr(0, 64)}}},
@@ -89,10 +151,13 @@ json build_device(const GpuInfo& gpu) {
        {{"value", "100"},
         {"requestPolicy",
          {{"default", "100"}, {"validRange", {{"min", "1"}, {"max", "100"}, {"step", "1"}}}}}}}};
-  return {{"name", device_name(gpu)},
-          {"attributes", attributes},
-          {"capacity", capacity},
-          {"allowMultipleAllocations", true}};
+  json device = {{"name", device_name(gpu)},
+                 {"attributes", attributes},
+                 {"capacity", capacity},
+                 {"allowMultipleAllocations", true}};
+  if (health != nullptr)
+    if (json taints = device_taints(*health); !taints.empty()) device["taints"] = taints;
+  return device;
 }
 
 std::vector<NodeDevice> node_devices(const std::vector<GpuInfo>& gpus) {
@@ -103,18 +168,32 @@ std::vector<NodeDevice> node_devices(const std::vector<GpuInfo>& gpus) {
 }
 
 std::vector<json> build_resource_slices(const std::vector<GpuInfo>& gpus,
-                                        const SliceIdentity& identity, int64_t generation) {
+                                        const SliceIdentity& identity, int64_t generation,
+                                        const std::vector<DeviceHealthReport>& health) {
   std::vector<GpuInfo> sorted = gpus;
   std::sort(sorted.begin(), sorted.end(),
             [](const GpuInfo& a, const GpuInfo& b) { return a.minor < b.minor; });
-  const size_t count =
-      std::max<size_t>(1, (sorted.size() + kMaxDevicesPerSlice - 1) / kMaxDevicesPerSlice);
+  std::vector<json> entries;
+  bool tainted = false;
+  for (const GpuInfo& gpu : sorted) {
+    const std::string name = device_name(gpu);
+    const auto report =
+        std::find_if(health.begin(), health.end(), [&](const DeviceHealthReport& r) {
+          return r.device_name == name &&
+                 (r.pool_name.empty() || r.pool_name == identity.node_name);
+        });
+    entries.push_back(build_device(gpu, report == health.end() ? nullptr : &*report));
+    tainted = tainted || entries.back().contains("taints");
+  }
+  // One limit for every slice of the pool while any device is tainted: a slice never holds more
+  // than kube-apiserver takes, whichever device the taint is on.
+  const size_t per_slice = tainted ? kMaxDevicesPerSliceWithTaints : kMaxDevicesPerSlice;
+  const size_t count = std::max<size_t>(1, (entries.size() + per_slice - 1) / per_slice);
   std::vector<json> slices;
   for (size_t i = 0; i < count; ++i) {
     json devices = json::array();
-    for (size_t d = i * kMaxDevicesPerSlice; d < sorted.size() && d < (i + 1) * kMaxDevicesPerSlice;
-         ++d)
-      devices.push_back(build_device(sorted[d]));
+    for (size_t d = i * per_slice; d < entries.size() && d < (i + 1) * per_slice; ++d)
+      devices.push_back(entries[d]);
     slices.push_back({{"apiVersion", "resource.k8s.io/v1"},
                       {"kind", "ResourceSlice"},
                       {"metadata",
@@ -137,7 +216,8 @@ std::vector<json> build_resource_slices(const std::vector<GpuInfo>& gpus,
   return slices;
 }
 
-Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus) {
+Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
+                               const std::vector<DeviceHealthReport>& health) {
   writes_ = 0;
   if (identity_.node_uid.empty()) {
     const std::string path = node_path(identity_.node_name);
@@ -167,8 +247,21 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus) {
     existing[item["metadata"]["name"].get<std::string>()] = item;
     generation = std::max(generation, item["spec"]["pool"]["generation"].get<int64_t>());
   }
-  // Unchanged: the same slice names, devices and owner; nothing is written.
-  auto desired = build_resource_slices(gpus, identity_, generation);
+  // The taints asked for; the ones the API server dropped last time (DRADeviceTaints off) are not
+  // sent again until the health changes, so an unhealthy GPU does not rewrite the slices on every
+  // publish.
+  const json wanted = taint_set(build_resource_slices(gpus, identity_, generation, health));
+  if (wanted.empty()) dropped_taints_ = json();  // all Healthy: the next fault is tried again
+  const bool send_taints = wanted.empty() || wanted != dropped_taints_;
+  auto build = [&](int64_t at) {
+    auto slices = build_resource_slices(gpus, identity_, at, health);
+    if (!send_taints) strip_taints(slices);
+    keep_taint_times(slices, existing);
+    return slices;
+  };
+  // Unchanged: the same slice names, devices (taints with the times the API gave them) and owner;
+  // nothing is written.
+  auto desired = build(generation);
   bool same = existing.size() == desired.size();
   for (const auto& slice : desired) {
     const auto it = existing.find(slice["metadata"]["name"].get<std::string>());
@@ -183,20 +276,23 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus) {
     return Status::ok();
   }
   generation_ = existing.empty() ? std::max<int64_t>(generation, 1) : generation + 1;
-  desired = build_resource_slices(gpus, identity_, generation_);
+  desired = build(generation_);
+  std::vector<json> stored;  // the objects as the API server answered the writes
   for (auto& slice : desired) {
     const std::string name = slice["metadata"]["name"].get<std::string>();
-    Status answer;
+    Result<ApiResponse> answer = unavailable("not sent");
     if (const auto it = existing.find(name); it != existing.end()) {
       slice["metadata"]["resourceVersion"] = it->second["metadata"]["resourceVersion"];
-      answer = kube_.request("PUT", resource_slice_path(name), slice.dump()).status();
+      answer = kube_.request("PUT", resource_slice_path(name), slice.dump());
       existing.erase(it);
     } else {
-      answer = kube_.request("POST", kResourceSlicesPath, slice.dump()).status();
+      answer = kube_.request("POST", kResourceSlicesPath, slice.dump());
     }
-    if (!answer.is_ok()) return answer;
+    if (!answer.is_ok()) return answer.status();
+    stored.push_back(json::parse(answer->body, nullptr, false));
     ++writes_;
   }
+  if (send_taints) dropped_taints_ = !wanted.empty() && taint_set(stored).empty() ? wanted : json();
   for (const auto& [name, slice] : existing) {
     const Status answer = kube_.request("DELETE", resource_slice_path(name)).status();
     if (!answer.is_ok() && answer.code() != StatusCode::kNotFound) return answer;

@@ -1,8 +1,11 @@
 // The node's ResourceSlices (resource.k8s.io/v1): one device "gpu-<minor>" per GPU with its NVML
 // attributes and the consumable capacities `memory` (bytes) and `cores` (100 = the whole GPU's
-// time), allowMultipleAllocations: true. Pool = the node name; at most 128 devices per slice.
-// build_* is pure; SlicePublisher makes the API match (create/update/delete), bumping
-// pool.generation whenever the devices change.
+// time), allowMultipleAllocations: true. An Unhealthy device carries the device taint
+// vgpu.tessera.dev/unhealthy (effect NoSchedule, value "xid-<n>" when an XID made it so), which
+// keeps the scheduler from allocating it until it is Healthy again. Pool = the node name; at most
+// 128 devices per slice, 64 while any device of the node is tainted (kube-apiserver's lower limit
+// for slices with taints). build_* is pure; SlicePublisher makes the API match
+// (create/update/delete), bumping pool.generation whenever the devices (or their taints) change.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "devices/device_health.h"
 #include "kube/kube_client.h"
 #include "model/driver_name.h"
 #include "model/node_device.h"
@@ -20,6 +24,11 @@
 namespace tessera::agent {
 
 inline constexpr size_t kMaxDevicesPerSlice = 128;
+// kube-apiserver's ResourceSliceMaxDevicesWithTaintsOrConsumesCounters: once one device of a slice
+// has a taint, the slice may hold no more than this many devices.
+inline constexpr size_t kMaxDevicesPerSliceWithTaints = 64;
+inline constexpr char kUnhealthyTaintKey[] = "vgpu.tessera.dev/unhealthy";
+inline constexpr char kUnhealthyTaintEffect[] = "NoSchedule";
 // Memory's request policy: requests round up to whole MiB (the step), at least 256Mi (the min);
 // the published total is the GPU's memory in whole MiB, so that the total, the default and the
 // max are all on the step grid kube-apiserver requires (docs/node-agent.md, "ResourceSlices").
@@ -32,12 +41,16 @@ struct SliceIdentity {
   std::string node_uid;  // for ownerReferences (GET /api/v1/nodes/<name>)
 };
 
-// One device entry of a slice's spec.devices.
-nlohmann::json build_device(const GpuInfo& gpu);
-// Full ResourceSlice objects (without resourceVersion), named "<node>-<driver>-<i>".
-std::vector<nlohmann::json> build_resource_slices(const std::vector<GpuInfo>& gpus,
-                                                  const SliceIdentity& identity,
-                                                  int64_t generation);
+// The taints of a device with this health: one for an Unhealthy device ({key, effect, and value
+// "xid-<n>" when the report names an XID}; no timeAdded: the API server sets it), none otherwise.
+nlohmann::json device_taints(const DeviceHealthReport& health);
+// One device entry of a slice's spec.devices; `health` null or Healthy: no taints.
+nlohmann::json build_device(const GpuInfo& gpu, const DeviceHealthReport* health = nullptr);
+// Full ResourceSlice objects (without resourceVersion), named "<node>-<driver>-<i>". `health`:
+// the devices' reports (matched by device name; a device without one is untainted).
+std::vector<nlohmann::json> build_resource_slices(
+    const std::vector<GpuInfo>& gpus, const SliceIdentity& identity, int64_t generation,
+    const std::vector<DeviceHealthReport>& health = {});
 // The devices share_spec.h checks allocations against (memory = the published memory).
 std::vector<NodeDevice> node_devices(const std::vector<GpuInfo>& gpus);
 // The memory a GPU is published with: its total rounded down to a whole MiB (the same on every
@@ -49,18 +62,25 @@ std::string to_semver(const std::string& version);
 class SlicePublisher {
  public:
   SlicePublisher(KubeClient& kube, SliceIdentity identity) : kube_(kube), identity_(identity) {}
-  // Makes the API's slices of this node and driver match `gpus`. Reads the Node's UID once.
+  // Makes the API's slices of this node and driver match `gpus` and their `health` (taints). Reads
+  // the Node's UID once. A taint already published keeps the timeAdded the API server gave it.
   // Ok, or the first error (naming the request): the API's code, or kInternal for an answer
   // that is not the object asked for.
-  Status publish(const std::vector<GpuInfo>& gpus);
+  Status publish(const std::vector<GpuInfo>& gpus,
+                 const std::vector<DeviceHealthReport>& health = {});
   int64_t generation() const { return generation_; }
   int writes() const { return writes_; }  // creates + updates + deletes of the last publish()
+  // The API server stored the slices without the taints it was sent (its DRADeviceTaints gate is
+  // off: the default before Kubernetes 1.36). Those taints are then left out of later publishes
+  // until the health changes (one try per change), so the pool does not churn.
+  bool taints_dropped() const { return !dropped_taints_.is_null(); }
 
  private:
   KubeClient& kube_;
   SliceIdentity identity_;
   int64_t generation_ = 0;
   int writes_ = 0;
+  nlohmann::json dropped_taints_;  // device name -> taints the API server dropped; null: none
 };
 
 }  // namespace tessera::agent

@@ -1,9 +1,11 @@
 #include "files/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 
@@ -68,6 +70,9 @@ std::vector<std::string> remove_stale_temporaries(const std::string& dir,
     const std::string name = item.path().filename().string();
     const int writer = temporary_writer(name, target_prefix);
     if (writer == 0 || writer == self) continue;
+    // A live writer's (another agent of a rolling update, in the host's pid namespace) is in
+    // flight: only a dead one's is stale.
+    if (::kill(writer, 0) == 0 || errno == EPERM) continue;
     if (::unlink(item.path().c_str()) == 0) removed.push_back(name);
   }
   return removed;

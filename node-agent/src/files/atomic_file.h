@@ -25,8 +25,9 @@ int temporary_writer(const std::string& file_name, const std::string& target_pre
 
 // Removes from `dir` the temporaries of write_file_atomically for files whose name starts with
 // `target_prefix` that another process left (one that died while writing: its pid is in the
-// name). This process's own are never touched, so a write in flight keeps its file. Returns the
-// names removed.
+// name). This process's own and those of any live process (another agent beside this one during
+// a rolling update) are never touched, so a write in flight keeps its file. Returns the names
+// removed.
 std::vector<std::string> remove_stale_temporaries(const std::string& dir,
                                                   const std::string& target_prefix);
 

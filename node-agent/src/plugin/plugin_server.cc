@@ -64,12 +64,14 @@ PluginServer::~PluginServer() {
 }
 
 fs::path PluginServer::registration_socket() const {
-  return (fs::absolute(options_.registry_dir) / (options_.driver_name + "-reg.sock"))
+  const std::string pod = options_.pod_uid.empty() ? "" : "-" + options_.pod_uid;
+  return (fs::absolute(options_.registry_dir) / (options_.driver_name + pod + "-reg.sock"))
       .lexically_normal();
 }
 
 fs::path PluginServer::dra_socket() const {
-  return (fs::absolute(options_.plugins_dir) / options_.driver_name / "dra.sock")
+  const std::string pod = options_.pod_uid.empty() ? "" : "-" + options_.pod_uid;
+  return (fs::absolute(options_.plugins_dir) / options_.driver_name / ("dra" + pod + ".sock"))
       .lexically_normal();
 }
 
@@ -99,8 +101,8 @@ Status PluginServer::start() {
   std::vector<std::string> versions{"v1.DRAPlugin", "v1beta1.DRAPlugin"};
   if (health_ != nullptr) {
     health_service_ = std::make_unique<HealthService>(*health_);
-    dra_services.push_back(health_service_.get());
-    versions.emplace_back("v1alpha1.DRAResourceHealth");
+    for (grpc::Service* service : health_service_->services()) dra_services.push_back(service);
+    for (std::string& name : HealthService::service_names()) versions.push_back(std::move(name));
   }
   dra_server_ = serve(dra, dra_services);
   if (!dra_server_) {

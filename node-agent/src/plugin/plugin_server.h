@@ -1,6 +1,11 @@
 // The kubelet plugin: registration on <registry dir>/<driver>-reg.sock, and the DRA services
-// (v1, v1beta1, and the v1alpha1 health service when a health provider is given) on
+// (v1, v1beta1, and the v1 and v1alpha1 health services when a health provider is given) on
 // <plugins dir>/<driver>/dra.sock. Two gRPC servers over unix sockets.
+//
+// Given the agent pod's UID (a DaemonSet rolling update with maxSurge runs the old and the new pod
+// side by side), kubelet's per-pod names instead: <driver>-<podUID>-reg.sock and
+// <driver>/dra-<podUID>.sock, as the Go helper's RollingUpdate(uid) option names them
+// (docs/node-agent.md, "Rolling updates"); each agent then replaces and removes only its own.
 //
 // Concurrency: gRPC's synchronous server runs each kubelet call on its own thread. Claims of one
 // batch are prepared one after the other, in request order; different batches (kubelet prepares
@@ -35,6 +40,7 @@ struct PluginServerOptions {
   std::string driver_name = kDriverName;
   std::filesystem::path registry_dir = "/var/lib/kubelet/plugins_registry";
   std::filesystem::path plugins_dir = "/var/lib/kubelet/plugins";
+  std::string pod_uid;  // empty: the fixed socket names (one agent per node at a time)
   PluginLogger log = log_to_stderr;
 };
 

@@ -18,6 +18,9 @@ std::string build_cdi_spec(const std::vector<ShareSpec>& shares, const CdiPaths&
   for (const auto& share : shares) {
     const std::string host_dir = paths.host_shares_dir + "/" + share.folder_name();
     const std::string container_dir = paths.container_shares_dir + "/" + share.folder_name();
+    // A container given several shares sees one TESSERA_SHARE_DIR (the last device's): libvgpu
+    // finds every share under container_shares_dir by itself (docs/libvgpu.md, "Several
+    // shares"), so nothing may depend on this value being the container's only share.
     json env = json::array({"TESSERA_SHARE_DIR=" + container_dir, "LD_PRELOAD=" + paths.shim_path});
     // For people and tools in the container only: with TESSERA_SHARE_DIR set the shim reads the
     // limits page and ignores limits in the environment, so these names are not the shim's own.

@@ -130,6 +130,18 @@ void ShareManager::remove_orphans(ReconcileReport& report) {
   // hand. Entries still being prepared name their files before writing them, so are never here;
   // a candidate is reserved (reserve_orphan) before it is removed, so a prepare that names it
   // meanwhile waits instead of losing what it writes.
+  // Decided from checkpoint.json under the state lock, held to the end: the other agent of a
+  // rolling update writes a claim's entry (under it) before any file of the claim, so what it
+  // prepares is either named here or not on the host yet.
+  Result<FileLock> state = lock_state();
+  if (!state.is_ok()) {
+    report.items.push_back({"node", "orphan removal skipped", "", state.status().message()});
+    return;
+  }
+  if (Status fresh = refresh_checkpoint(); !fresh.is_ok()) {
+    report.items.push_back({"node", "orphan removal skipped", "", fresh.message()});
+    return;
+  }
   std::set<std::string> owned;
   std::vector<ShareSpec> named;  // what the backends keep for a share not in it is theirs to remove
   {
@@ -165,6 +177,19 @@ void ShareManager::remove_orphans(ReconcileReport& report) {
                        remove_error ? remove_error.message() : ""};
     });
   }
+  // Lock files of claims no entry names (an agent died between an unprepare's save and the file's
+  // removal); one a call holds is in use.
+  std::set<std::string> entries;
+  {
+    std::lock_guard lock(checkpoint_mutex_);
+    for (const auto& [uid, entry] : checkpoint_) entries.insert(uid + ".lock");
+  }
+  for (const auto& item : fs::directory_iterator(options_.root + "/claims", ec)) {
+    const std::string name = item.path().filename().string();
+    if (entries.count(name) != 0) continue;
+    Result<std::optional<FileLock>> unused = FileLock::try_acquire(item.path().string());
+    if (unused.is_ok() && *unused) (*unused)->remove_and_release();
+  }
   for (const SharingStrategy strategy :
        {SharingStrategy::kQuota, SharingStrategy::kMps, SharingStrategy::kTimeSlicing})
     if (ShareBackend* backend = backend_for(strategy))
@@ -182,14 +207,32 @@ ReconcileReport ShareManager::reconcile() {
   try {
     std::vector<std::string> completed;
     {
+      // The claims either agent completed, from disk.
+      Result<FileLock> state = lock_state();
+      if (!state.is_ok()) {
+        report.items.push_back({"node", "reconcile stopped", "", state.status().message()});
+        return report;
+      }
+      if (Status fresh = refresh_checkpoint(); !fresh.is_ok()) {
+        report.items.push_back({"node", "reconcile stopped", "", fresh.message()});
+        return report;
+      }
       std::lock_guard lock(checkpoint_mutex_);
       for (const auto& [uid, entry] : checkpoint_)
         if (entry.state == ClaimState::kPrepareCompleted) completed.push_back(uid);
     }
     for (const auto& uid : completed) {
-      // A claim a prepare or unprepare holds is changing: the next pass checks it.
+      // A claim a prepare or unprepare (of this agent, or of the other one) holds is changing:
+      // the next pass checks it. Holding it reads its entry from disk: an unprepare the other
+      // agent finished meanwhile leaves nothing to repair.
       const std::optional<ClaimLocks::Guard> claim_lock = claim_locks_.try_lock(uid);
       if (!claim_lock) continue;
+      Result<std::optional<ClaimHold>> hold = hold_claim(uid, /*wait=*/false);
+      if (!hold.is_ok()) {
+        report.items.push_back({"claim " + uid, "not checked", "", hold.status().message()});
+        continue;
+      }
+      if (!*hold) continue;
       std::optional<ClaimEntry> entry;
       {
         std::lock_guard lock(checkpoint_mutex_);

@@ -92,30 +92,135 @@ Status ShareManager::start(ReconcileReport* report) {
   if (ec) return internal_error("cannot create " + options_.root + "/shares: " + ec.message());
   fs::create_directories(options_.cdi_dir, ec);
   if (ec) return internal_error("cannot create " + options_.cdi_dir + ": " + ec.message());
-  Checkpoint loaded;
-  if (const auto text = read_file(options_.root + "/checkpoint.json")) {
-    Result<Checkpoint> parsed = checkpoint_from_json(*text);
-    if (!parsed.is_ok()) return parsed.status().with_context(options_.root + "/checkpoint.json");
-    loaded = std::move(parsed).value();
-  }
+  fs::create_directories(options_.root + "/claims", ec);
+  if (ec) return internal_error("cannot create " + options_.root + "/claims: " + ec.message());
   {
-    std::lock_guard lock(checkpoint_mutex_);
-    checkpoint_ = std::move(loaded);
-    ++version_;
-    // Completed entries hold their settings; a PrepareStarted one redoes its prepare when retried.
-    holders_.clear();
-    for (const auto& [uid, entry] : checkpoint_) {
-      if (entry.state != ClaimState::kPrepareCompleted) continue;
-      for (const auto& share : entry.shares) holders_[{share.strategy(), share.uuid}][uid] = share;
-    }
-  }
-  {
+    // The other agent of a rolling update may be writing it: read under the state lock.
+    // Completed entries hold their settings (holders_, rebuilt by the refresh); a PrepareStarted
+    // one redoes its prepare when retried.
+    Result<FileLock> state = lock_state();
+    if (!state.is_ok()) return state.status();
+    TESSERA_RETURN_IF_ERROR(refresh_checkpoint());
     std::lock_guard save(save_mutex_);
     std::lock_guard lock(checkpoint_mutex_);
+    ++version_;
     saved_version_ = version_;  // what was just read is what the file holds
   }
   ReconcileReport found = reconcile();
   if (report) *report = std::move(found);
+  return Status::ok();
+}
+
+ShareManager::ClaimHold::ClaimHold(ShareManager& manager, std::string uid, FileLock lock)
+    : manager_(&manager), uid_(std::move(uid)), lock_(std::move(lock)) {}
+
+ShareManager::ClaimHold::ClaimHold(ClaimHold&& other) noexcept
+    : manager_(other.manager_),
+      uid_(std::move(other.uid_)),
+      lock_(std::move(other.lock_)),
+      remove_lock_file_(other.remove_lock_file_) {
+  other.manager_ = nullptr;
+}
+
+ShareManager::ClaimHold::~ClaimHold() {
+  if (!manager_) return;
+  {
+    // From here the entry on disk is the claim's truth again (every change of this call was saved
+    // or undone), which the next refresh brings into memory.
+    std::lock_guard lock(manager_->checkpoint_mutex_);
+    manager_->held_claims_.erase(uid_);
+  }
+  if (remove_lock_file_) lock_->remove_and_release();
+}
+
+Result<FileLock> ShareManager::lock_state() {
+  return FileLock::acquire(options_.root + "/state.lock");
+}
+
+Result<std::optional<ShareManager::ClaimHold>> ShareManager::hold_claim(const std::string& uid,
+                                                                        bool wait) {
+  const std::string path = options_.root + "/claims/" + uid + ".lock";
+  std::optional<FileLock> claim_file;
+  if (wait) {
+    Result<FileLock> locked = FileLock::acquire(path);
+    if (!locked.is_ok()) return locked.status();
+    claim_file = std::move(locked).value();
+  } else {
+    Result<std::optional<FileLock>> locked = FileLock::try_acquire(path);
+    if (!locked.is_ok()) return locked.status();
+    if (!*locked) return std::optional<ClaimHold>();
+    claim_file = std::move(**locked);
+  }
+  // Not held yet, so the refresh takes its entry from disk: what the other agent did with it last.
+  Result<FileLock> state = lock_state();
+  if (!state.is_ok()) return state.status();
+  TESSERA_RETURN_IF_ERROR(refresh_checkpoint());
+  {
+    std::lock_guard lock(checkpoint_mutex_);
+    held_claims_.insert(uid);
+  }
+  return std::optional<ClaimHold>(ClaimHold(*this, uid, std::move(*claim_file)));
+}
+
+std::optional<ShareManager::FileSignature> ShareManager::signature_of(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) return std::nullopt;
+  FileSignature signature;
+  signature.device = static_cast<uint64_t>(info.st_dev);
+  signature.inode = static_cast<uint64_t>(info.st_ino);
+  signature.size = static_cast<uint64_t>(info.st_size);
+  signature.mtime_ns =
+      static_cast<int64_t>(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
+  signature.ctime_ns =
+      static_cast<int64_t>(info.st_ctim.tv_sec) * 1000000000 + info.st_ctim.tv_nsec;
+  return signature;
+}
+
+Status ShareManager::refresh_checkpoint() {
+  // Every write replaces the file (a new inode, renamed into place), so an unchanged signature
+  // means nobody wrote since: the common case of one agent costs a stat.
+  const std::optional<FileSignature> now = signature_of(checkpoint_path());
+  {
+    std::lock_guard lock(checkpoint_mutex_);
+    if (now == disk_signature_) return Status::ok();
+  }
+  Checkpoint disk;
+  if (now) {
+    const std::optional<std::string> text = read_file(checkpoint_path());
+    if (!text) return internal_error("cannot read " + checkpoint_path());
+    Result<Checkpoint> parsed = checkpoint_from_json(*text);
+    if (!parsed.is_ok()) return parsed.status().with_context(checkpoint_path());
+    disk = std::move(parsed).value();
+  }
+  std::lock_guard lock(checkpoint_mutex_);
+  for (const std::string& uid : held_claims_) {
+    if (const auto it = checkpoint_.find(uid); it != checkpoint_.end()) {
+      disk[uid] = it->second;
+    } else {
+      disk.erase(uid);
+    }
+  }
+  // The claims the other agent changed: their GPU-wide settings are held as its entries say
+  // (completed ones hold theirs, as at start()). An entry both agree on keeps what this process
+  // knows, such as a half-prepared claim's successful backend prepare.
+  std::set<std::string> changed;
+  for (const auto& [uid, entry] : checkpoint_)
+    if (const auto it = disk.find(uid); it == disk.end() || it->second != entry)
+      changed.insert(uid);
+  for (const auto& [uid, entry] : disk)
+    if (checkpoint_.count(uid) == 0) changed.insert(uid);
+  for (auto gpu = holders_.begin(); gpu != holders_.end();) {
+    std::erase_if(gpu->second,
+                  [&](const auto& holder) { return changed.count(holder.first) != 0; });
+    gpu = gpu->second.empty() ? holders_.erase(gpu) : std::next(gpu);
+  }
+  for (const std::string& uid : changed)
+    if (const auto it = disk.find(uid);
+        it != disk.end() && it->second.state == ClaimState::kPrepareCompleted)
+      for (const auto& share : it->second.shares)
+        holders_[{share.strategy(), share.uuid}][uid] = share;
+  checkpoint_ = std::move(disk);
+  disk_signature_ = now;
   return Status::ok();
 }
 
@@ -129,6 +234,18 @@ Status ShareManager::save_checkpoint(uint64_t version,
                                      const std::function<void(Checkpoint&)>& undo) {
   std::lock_guard save(save_mutex_);
   if (saved_version_ >= version) return Status::ok();  // a later save wrote it along
+  auto undone = [&](Status failed) {
+    if (undo) {
+      std::lock_guard lock(checkpoint_mutex_);
+      undo(checkpoint_);
+      ++version_;
+    }
+    return failed;
+  };
+  // The read-modify-write of the file the other agent writes too: its entries as it left them.
+  Result<FileLock> state = lock_state();
+  if (!state.is_ok()) return undone(state.status());
+  if (Status fresh = refresh_checkpoint(); !fresh.is_ok()) return undone(fresh);
   Checkpoint snapshot;
   uint64_t snapshot_version = 0;
   {
@@ -136,15 +253,12 @@ Status ShareManager::save_checkpoint(uint64_t version,
     snapshot = checkpoint_;
     snapshot_version = version_;
   }
-  if (Status written = write_file_atomically(options_.root + "/checkpoint.json",
-                                             checkpoint_to_json(snapshot), 0600);
-      !written.is_ok()) {
-    if (undo) {
-      std::lock_guard lock(checkpoint_mutex_);
-      undo(checkpoint_);
-      ++version_;
-    }
-    return written;
+  if (Status written = write_file_atomically(checkpoint_path(), checkpoint_to_json(snapshot), 0600);
+      !written.is_ok())
+    return undone(written);
+  {
+    std::lock_guard lock(checkpoint_mutex_);
+    disk_signature_ = signature_of(checkpoint_path());
   }
   saved_version_ = snapshot_version;
   return Status::ok();
@@ -173,6 +287,27 @@ uint32_t share_priority(const ShareSpec& share) {
   return share::kPriorityNormal;
 }
 
+namespace {
+
+// <dir>/mps (share::kMpsMarkerFile): tells libvgpu the share is served by an MPS daemon, so a
+// process given two of them is refused. The folder is the tenants' to write: never through a
+// symlink they left there (removed, then created afresh).
+Status write_mps_marker(const std::string& dir) {
+  const std::string path = dir + "/" + share::kMpsMarkerFile;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int fd =
+        open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      close(fd);
+      return Status::ok();
+    }
+    if (attempt == 0) unlink(path.c_str());
+  }
+  return internal_error("cannot create " + path + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
 Status ShareManager::write_share_folder(const std::vector<ShareSpec>& members, bool unused) {
   const std::string dir = share_dir(members.front());
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
@@ -194,6 +329,7 @@ Status ShareManager::write_share_folder(const std::vector<ShareSpec>& members, b
                                               options_.measure_source);
       !error.empty())
     return internal_error(std::move(error));
+  if (members.front().strategy() == SharingStrategy::kMps) return write_mps_marker(dir);
   return Status::ok();
 }
 
@@ -294,8 +430,13 @@ PrepareResult ShareManager::result_of(const ClaimEntry& entry) {
 
 PrepareResult ShareManager::prepare(const ClaimRef& claim) {
   try {
-    // Kubelet's retry of a call still running waits here, then answers from the checkpoint.
+    if (!safe_name_component(claim.uid))
+      return invalid_argument("claim UID " + claim.uid + " is not a safe name");
+    // Kubelet's retry of a call still running waits here, then answers from the checkpoint; so
+    // does one sent to the other agent of a rolling update (the claim's lock file).
     ClaimLocks::Guard claim_lock = claim_locks_.lock(claim.uid);
+    Result<std::optional<ClaimHold>> hold = hold_claim(claim.uid, /*wait=*/true);
+    if (!hold.is_ok()) return hold.status();
     {
       std::lock_guard lock(checkpoint_mutex_);
       const auto it = checkpoint_.find(claim.uid);
@@ -388,14 +529,19 @@ std::string ShareManager::live_processes(const std::string& folder) const {
 
 Status ShareManager::unprepare(const ClaimRef& claim) {
   try {
+    if (!safe_name_component(claim.uid)) return Status::ok();  // no entry can name it
     ClaimLocks::Guard claim_lock = claim_locks_.lock(claim.uid);
-    // A copy: only this call changes the entry while it holds the claim's lock.
+    Result<std::optional<ClaimHold>> hold = hold_claim(claim.uid, /*wait=*/true);
+    if (!hold.is_ok()) return hold.status();
+    // A copy: only this call changes the entry while it holds the claim's locks.
     ClaimEntry entry;
     {
       std::lock_guard lock(checkpoint_mutex_);
       const auto it = checkpoint_.find(claim.uid);
-      if (it == checkpoint_.end())
-        return Status::ok();  // never prepared here, or already unprepared
+      if (it == checkpoint_.end()) {
+        (*hold)->remove_lock_file();
+        return Status::ok();  // never prepared on this node, or already unprepared
+      }
       entry = it->second;
     }
     const auto folders = shares_by_folder(entry.shares);
@@ -452,6 +598,7 @@ Status ShareManager::unprepare(const ClaimRef& claim) {
         update_checkpoint([&claim](Checkpoint& checkpoint) { checkpoint.erase(claim.uid); });
     TESSERA_RETURN_IF_ERROR(save_checkpoint(
         version, [&claim, &entry](Checkpoint& checkpoint) { checkpoint[claim.uid] = entry; }));
+    (*hold)->remove_lock_file();
     step();
     return Status::ok();
   } catch (const std::exception& e) {

@@ -45,6 +45,28 @@
 //  - devices_ has its own lock: prepare takes a copy before computing the shares, so set_devices
 //    changes only what later prepares are checked against (prepared shares live on from the
 //    checkpoint).
+//
+// Two agents. During a rolling update (DaemonSet maxSurge) an old and a new agent run side by side
+// on the state folder, and kubelet may send any claim's call to either. Two file locks
+// (files/file_lock.h; flock, so a crashed holder releases by dying) make that safe:
+//  2b. the claim's lock file, <root>/claims/<uid>.lock: held from just after claim_locks_ for the
+//      same span (so across the API GET: only calls for the same claim wait, as they must), so a
+//      claim is changed by one call on the whole node. Taking it reads the claim's entry from
+//      disk (below), so a prepare the other agent completed is answered, not redone; a successful
+//      unprepare removes the file.
+//  4b. the state lock, <root>/state.lock: held only for checkpoint.json's read-modify-write
+//      (inside save_mutex_), for reading entries when a claim lock is taken and a reconcile pass
+//      starts, and through orphan removal (its decisions come from the checkpoint on disk, and no
+//      agent writes an entry, so no file of one, while it runs; the backends' remove_orphans
+//      take their GPU locks (3.) under it, which cannot deadlock: no thread waits for save_mutex_
+//      or the state lock while holding a GPU lock). Never across the API GET, a backend call of
+//      a claim, or a share folder's or CDI spec's write.
+// Under the state lock, checkpoint.json is read again when it changed since this process last
+// read or wrote it (device, inode, size, mtime, ctime); its entries replace the in-memory ones of
+// every claim this process does not hold (held_claims_: their entries are only this process's to
+// change, and memory is newer), and holders_ of those claims are rebuilt from it. So every save
+// writes the other agent's entries as it left them, reconcile repairs and keeps what the other
+// agent prepared, and temporaries of a live writer are never taken for a dead one's.
 #pragma once
 
 #include <atomic>
@@ -60,6 +82,7 @@
 #include <vector>
 
 #include "backends/quota_backend.h"
+#include "files/file_lock.h"
 #include "kube/kube_client.h"
 #include "model/claim_locks.h"
 #include "model/claim_preparer.h"
@@ -126,6 +149,34 @@ class ShareManager final : public ClaimPreparer {
   std::string cdi_spec_path(const std::string& claim_uid) const;
 
  private:
+  // This call's hold of a claim across agents (2b above): while it lives the claim's lock file is
+  // held and its entry in memory is this process's to change.
+  class ClaimHold {
+   public:
+    ClaimHold(ShareManager& manager, std::string uid, FileLock lock);
+    ClaimHold(ClaimHold&& other) noexcept;
+    ClaimHold(const ClaimHold&) = delete;
+    ClaimHold& operator=(const ClaimHold&) = delete;
+    ClaimHold& operator=(ClaimHold&&) = delete;
+    ~ClaimHold();
+    // The claim is gone from the checkpoint: its lock file goes too when the hold ends.
+    void remove_lock_file() { remove_lock_file_ = true; }
+
+   private:
+    ShareManager* manager_;
+    std::string uid_;
+    std::optional<FileLock> lock_;
+    bool remove_lock_file_ = false;
+  };
+  // Takes the claim's lock file (waiting, or nullopt at once when `wait` is false and another
+  // call of either agent holds it), then reads its entry from disk under the state lock.
+  Result<std::optional<ClaimHold>> hold_claim(const std::string& uid, bool wait);
+  Result<FileLock> lock_state();
+  // Under lock_state(): what another agent wrote to checkpoint.json since this process read or
+  // wrote it replaces the in-memory entries (and holders_) of the claims this process does not
+  // hold. kInternal naming the file when it cannot be read or parsed.
+  Status refresh_checkpoint();
+  std::string checkpoint_path() const { return options_.root + "/checkpoint.json"; }
   // Changes the in-memory checkpoint (under checkpoint_mutex_); returns its new version.
   uint64_t update_checkpoint(const std::function<void(Checkpoint&)>& change);
   // Makes `version` of the checkpoint durable: writes the newest in-memory checkpoint unless a
@@ -179,7 +230,17 @@ class ShareManager final : public ClaimPreparer {
   uint64_t version_ = 0;  // bumped by every change of checkpoint_
   // (strategy, GPU UUID) -> claim UID -> its share there, from its successful backend prepare.
   std::map<std::pair<SharingStrategy, std::string>, std::map<std::string, ShareSpec>> holders_;
-  std::set<std::string> removing_;  // names reserve_orphan handed out
+  std::set<std::string> removing_;     // names reserve_orphan handed out
+  std::set<std::string> held_claims_;  // claims a ClaimHold of this process has (checkpoint_mutex_)
+  // checkpoint.json as this process last read or wrote it (nullopt: absent); under
+  // checkpoint_mutex_, changed only under the state lock.
+  struct FileSignature {
+    uint64_t device = 0, inode = 0, size = 0;
+    int64_t mtime_ns = 0, ctime_ns = 0;
+    bool operator==(const FileSignature&) const = default;
+  };
+  std::optional<FileSignature> disk_signature_;
+  static std::optional<FileSignature> signature_of(const std::string& path);
   std::atomic<int> steps_{0};
 };
 

@@ -9,10 +9,17 @@
 namespace tessera::agent {
 namespace {
 
-const char* const kEnvNames[] = {"NODE_NAME",           "STATE_DIR",  "KUBELET_REGISTRY_DIR",
-                                 "KUBELET_PLUGINS_DIR", "CDI_DIR",    "KUBECONFIG",
-                                 "MPS_CONTROL",         "NVIDIA_SMI", "RECONCILE_INTERVAL",
-                                 "DEVICE_POLL_INTERVAL"};
+const char* const kEnvNames[] = {"NODE_NAME",
+                                 "STATE_DIR",
+                                 "KUBELET_REGISTRY_DIR",
+                                 "KUBELET_PLUGINS_DIR",
+                                 "CDI_DIR",
+                                 "KUBECONFIG",
+                                 "MPS_CONTROL",
+                                 "NVIDIA_SMI",
+                                 "RECONCILE_INTERVAL",
+                                 "DEVICE_POLL_INTERVAL",
+                                 "POD_UID"};
 
 class AgentConfigTest : public ::testing::Test {
  protected:
@@ -145,6 +152,35 @@ TEST_F(AgentConfigTest, MetricsAddressFlagAndEnvironment) {
     EXPECT_NE(std::string(e.what()).find("9100"), std::string::npos) << e.what();
   }
   unsetenv("METRICS_ADDRESS");
+}
+
+// The pod UID names the kubelet sockets (rolling updates): absent by default, from --pod-uid or
+// POD_UID (the flag wins), and only a UUID, as metadata.uid is.
+TEST_F(AgentConfigTest, PodUidComesFromTheFlagOrPodUidAndMustBeAUuid) {
+  EXPECT_EQ(parse({"--node-name", "n"}).pod_uid, "");
+  const std::string uid = "3f2c6d1e-8b4a-4c1d-9e7f-0a1b2c3d4e5f";
+  EXPECT_EQ(parse({"--node-name", "n", "--pod-uid", uid}).pod_uid, uid);
+  setenv("POD_UID", "0f6b3f0e-7c59-4d0e-9b4e-2f7a5d1c9e01", 1);
+  EXPECT_EQ(parse({"--node-name", "n"}).pod_uid, "0f6b3f0e-7c59-4d0e-9b4e-2f7a5d1c9e01");
+  EXPECT_EQ(parse({"--node-name", "n", "--pod-uid", uid}).pod_uid, uid);
+  EXPECT_TRUE(pod_uid_error("3F2C6D1E-8B4A-4C1D-9E7F-0A1B2C3D4E5F").is_ok());
+  for (const std::string& bad : std::vector<std::string>{
+           "pod-1", "3f2c6d1e8b4a4c1d9e7f0a1b2c3d4e5f", "3f2c6d1e-8b4a-4c1d-9e7f-0a1b2c3d4e5",
+           "3f2c6d1e-8b4a-4c1d-9e7f-0a1b2c3d4e5fa", "3f2c6d1e-8b4a-4c1d-9e7f_0a1b2c3d4e5f",
+           "../../../../tmp/x-8b4a-4c1d-9e7f-0a1b", "3f2c6d1e-8b4a-4c1d-9e7f-0a1b2c3d4e5g"}) {
+    EXPECT_EQ(pod_uid_error(bad).code(), StatusCode::kInvalidArgument) << bad;
+    try {
+      parse({"--node-name", "n", "--pod-uid", bad});
+      FAIL() << "accepted --pod-uid " << bad;
+    } catch (const CLI::ValidationError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "--pod-uid: \"" + bad +
+                    "\" is not a pod UID: it must be the pod's metadata.uid, a UUID of 8-4-4-4-12 "
+                    "hexadecimal digits (set it from the downward API)");
+    }
+  }
+  setenv("POD_UID", "not-a-uid", 1);
+  EXPECT_THROW(parse({"--node-name", "n"}), CLI::ValidationError);
 }
 
 }  // namespace

@@ -5,11 +5,17 @@
 #include "agent/node_agent.h"
 #include "devices/device_monitor.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -40,6 +46,89 @@ namespace dra1b1 = testing::dra1b1;
 constexpr char kQuotaUid[] = "b1111111-0000-4000-8000-000000000001";
 constexpr char kMpsUid[] = "b2222222-0000-4000-8000-000000000002";
 constexpr char kReplacedUid[] = "b3333333-0000-4000-8000-000000000003";
+
+extern "C" char** environ;
+
+// A tessera-node-agent process as its DaemonSet pod runs it (this test's flags, its pod's UID),
+// stopped with SIGTERM as kubelet stops a pod; its output goes to `log`.
+class AgentProcess {
+ public:
+  AgentProcess(const AgentConfig& config, const std::string& pod_uid, const fs::path& log) {
+    std::vector<std::string> args{NODE_AGENT,
+                                  "--node-name",
+                                  config.node_name,
+                                  "--state-dir",
+                                  config.state_dir,
+                                  "--kubelet-registry-dir",
+                                  config.kubelet_registry_dir,
+                                  "--kubelet-plugins-dir",
+                                  config.kubelet_plugins_dir,
+                                  "--cdi-dir",
+                                  config.cdi_dir,
+                                  "--kubeconfig",
+                                  config.kubeconfig,
+                                  "--mps-control",
+                                  config.mps_control,
+                                  "--nvidia-smi",
+                                  config.nvidia_smi,
+                                  "--reconcile-interval",
+                                  "1",
+                                  "--device-poll-interval",
+                                  "1",
+                                  "--pod-uid",
+                                  pod_uid,
+                                  "--metrics-address",
+                                  config.metrics_address};
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    const int spawned = posix_spawn(&pid_, NODE_AGENT, &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (spawned != 0) pid_ = -1;
+    EXPECT_EQ(spawned, 0) << std::strerror(spawned);
+  }
+  ~AgentProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  AgentProcess(const AgentProcess&) = delete;
+  AgentProcess& operator=(const AgentProcess&) = delete;
+
+  // SIGTERM, then its exit status (128 + the signal when one ended it).
+  int stop() {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  bool running() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// Whether `path` became a socket within 30 s (an agent registers once it has started).
+bool wait_for_socket(const fs::path& path) {
+  for (int i = 0; i < 1500; ++i) {
+    if (fs::is_socket(path)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t count = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++count;
+  return count;
+}
 
 class NodeAgentTest : public ::testing::Test {
  protected:
@@ -185,7 +274,23 @@ TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
   while (!unhealthy && stream->Read(&health))
     unhealthy = health.devices_size() == 1 && health.devices(0).health() == v1alpha1::UNHEALTHY;
   EXPECT_TRUE(unhealthy);
+  EXPECT_EQ(health.devices(0).message(), "XID 79: GPU has fallen off the bus");
   watch.TryCancel();
+  // ...and the scheduler learns it too: the slice is republished (next generation) with the
+  // device's taint, which the API server accepted and stamped.
+  json taints;
+  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       std::chrono::steady_clock::now() < deadline && !taints.is_array();
+       std::this_thread::sleep_for(std::chrono::milliseconds(10))) {
+    const auto stored = api_.stored_slices();
+    if (stored.size() == 1) taints = stored.begin()->second["spec"]["devices"][0]["taints"];
+  }
+  ASSERT_TRUE(taints.is_array()) << "the slice was not republished with a taint";
+  ASSERT_EQ(taints.size(), 1u);
+  EXPECT_EQ(taints[0]["key"], "vgpu.tessera.dev/unhealthy");
+  EXPECT_EQ(taints[0]["value"], "xid-79");
+  EXPECT_EQ(taints[0]["effect"], "NoSchedule");
+  EXPECT_TRUE(taints[0]["timeAdded"].is_string());
 
   // Unprepare in both versions leaves nothing behind.
   dra1::NodeUnprepareResourcesResponse unprepared;
@@ -283,6 +388,153 @@ TEST_F(NodeAgentTest, ServesMetricsAndHealth) {
   agent.stop();
   EXPECT_EQ(agent.liveness().code(), StatusCode::kUnavailable);
   EXPECT_FALSE(client.Get("/healthz"));  // the endpoint is closed
+}
+
+// Agents given a pod UID share the state folder (the old and the new pod of a rolling update);
+// one without (fixed socket names) still has it alone, either way round.
+TEST_F(NodeAgentTest, AgentsWithPodUidsShareTheStateFolderAnAgentWithoutOneDoesNot) {
+  AgentConfig old_pod = config_, new_pod = config_;
+  old_pod.pod_uid = "0a0a0a0a-0000-4000-8000-00000000000a";
+  new_pod.pod_uid = "0b0b0b0b-0000-4000-8000-00000000000b";
+  {
+    NodeAgent first(old_pod);
+    ASSERT_EQ(first.start().message(), "");
+    NodeAgent second(new_pod);
+    EXPECT_EQ(second.start().message(), "");
+    NodeAgent fixed(config_);
+    EXPECT_EQ(fixed.start().code(), StatusCode::kFailedPrecondition);
+    second.stop();
+    first.stop();
+  }
+  NodeAgent fixed(config_);
+  ASSERT_EQ(fixed.start().message(), "");
+  NodeAgent surge(new_pod);
+  EXPECT_EQ(surge.start().code(), StatusCode::kFailedPrecondition);
+  fixed.stop();
+}
+
+// A DaemonSet rolling update with maxSurge, with two real tessera-node-agent processes on one
+// state folder and one kubelet plugins folder: the new pod registers beside the old one under its
+// own socket names; kubelet's retries on it answer what the old one prepared (no second GET, no
+// second MPS daemon); claims prepared on either are unprepared on the other; prepares through both
+// at once (while both reconcile every second) all land in the checkpoint and stay; the old pod's
+// SIGTERM removes only its own sockets, and the new one carries on alone until nothing is left.
+TEST_F(NodeAgentTest, RollingUpdateHandsEveryClaimOverBetweenTwoAgentProcesses) {
+  const std::string old_pod = "0a0a0a0a-0000-4000-8000-00000000000a";
+  const std::string new_pod = "0b0b0b0b-0000-4000-8000-00000000000b";
+  std::vector<std::string> quota_uids;  // more claims, for the two agents at once
+  for (int i = 0; i < 9; ++i) {
+    quota_uids.push_back("d000000" + std::to_string(i) + "-0000-4000-8000-00000000000d");
+    add_claim(quota_uids.back(), {{"a", "gpu-0", "q-" + std::to_string(i), "1Gi", "5"}});
+  }
+  auto gets = [&](const std::string& uid) { return api_.claim_gets("ns-" + uid, "claim-" + uid); };
+  const fs::path registry = config_.kubelet_registry_dir;
+  const fs::path plugin_dir = fs::path(config_.kubelet_plugins_dir) / kDriverName;
+  auto registration = [&](const std::string& pod) {
+    return registry / (std::string(kDriverName) + "-" + pod + "-reg.sock");
+  };
+  auto dra = [&](const std::string& pod) { return plugin_dir / ("dra-" + pod + ".sock"); };
+  const fs::path old_log = base_ / "old-agent.log", new_log = base_ / "new-agent.log";
+  auto logs = [&] {
+    return "old agent:\n" + RecordingDoubles::read(old_log) + "new agent:\n" +
+           RecordingDoubles::read(new_log);
+  };
+  const std::string shares = config_.state_dir + "/shares/";
+
+  AgentProcess old_agent(config_, old_pod, old_log);
+  ASSERT_TRUE(wait_for_socket(registration(old_pod))) << logs();
+  KubeletSimulator old_kubelet(registration(old_pod));
+  old_kubelet.connect();
+  dra1::NodePrepareResourcesResponse on_old;
+  ASSERT_TRUE(old_kubelet.prepare_v1({kQuotaUid, kMpsUid}, &on_old).ok());
+  for (const char* uid : {kQuotaUid, kMpsUid}) ASSERT_EQ(on_old.claims().at(uid).error(), "");
+  EXPECT_EQ(occurrences(doubles_.calls(), "mps-control -d"), 1u);
+
+  // The new pod starts beside it: both registered, each under its own names.
+  AgentProcess new_agent(config_, new_pod, new_log);
+  ASSERT_TRUE(wait_for_socket(registration(new_pod))) << logs();
+  for (const std::string& pod : {old_pod, new_pod}) {
+    EXPECT_TRUE(fs::is_socket(registration(pod))) << pod;
+    EXPECT_TRUE(fs::is_socket(dra(pod))) << pod;
+  }
+  EXPECT_FALSE(fs::exists(registry / (std::string(kDriverName) + "-reg.sock")));
+  EXPECT_FALSE(fs::exists(plugin_dir / "dra.sock"));
+  KubeletSimulator new_kubelet(registration(new_pod));
+  pluginregistration::PluginInfo info;
+  ASSERT_TRUE(new_kubelet.get_info(&info).ok());
+  EXPECT_EQ(info.endpoint(), dra(new_pod).native());
+  new_kubelet.connect();
+
+  // Kubelet retries on the newest registration: the same answer, from the checkpoint.
+  dra1::NodePrepareResourcesResponse on_new;
+  ASSERT_TRUE(new_kubelet.prepare_v1({kQuotaUid, kMpsUid}, &on_new).ok());
+  for (const char* uid : {kQuotaUid, kMpsUid}) {
+    EXPECT_EQ(on_new.claims().at(uid).SerializeAsString(),
+              on_old.claims().at(uid).SerializeAsString());
+    EXPECT_EQ(gets(uid), 1) << uid;
+  }
+  EXPECT_EQ(occurrences(doubles_.calls(), "mps-control -d"), 1u);
+
+  // Prepared on the old agent, unprepared on the new one; and the other way round.
+  dra1::NodeUnprepareResourcesResponse unprepared;
+  ASSERT_TRUE(new_kubelet.unprepare_v1({kMpsUid}, &unprepared).ok());
+  EXPECT_EQ(unprepared.claims().at(kMpsUid).error(), "");
+  EXPECT_FALSE(fs::exists(shares + kMpsUid + "-gpu-0-s-m"));
+  EXPECT_EQ(occurrences(doubles_.calls(), "  quit"), 1u);
+  dra1::NodePrepareResourcesResponse prepared;
+  ASSERT_TRUE(new_kubelet.prepare_v1({quota_uids[0]}, &prepared).ok());
+  ASSERT_EQ(prepared.claims().at(quota_uids[0]).error(), "");
+  ASSERT_TRUE(old_kubelet.unprepare_v1({quota_uids[0]}, &unprepared).ok());
+  EXPECT_EQ(unprepared.claims().at(quota_uids[0]).error(), "");
+  EXPECT_FALSE(fs::exists(shares + quota_uids[0] + "-gpu-0-q-0"));
+
+  // Both agents at once, each claim through one of them, while both reconcile every second.
+  std::vector<std::string> errors(quota_uids.size());
+  std::vector<std::thread> calls;
+  for (size_t i = 1; i < quota_uids.size(); ++i)
+    calls.emplace_back([&, i] {
+      KubeletSimulator& kubelet = i % 2 ? old_kubelet : new_kubelet;
+      dra1::NodePrepareResourcesResponse response;
+      const grpc::Status status = kubelet.prepare_v1({quota_uids[i]}, &response);
+      errors[i] =
+          status.ok() ? response.claims().at(quota_uids[i]).error() : status.error_message();
+    });
+  for (auto& call : calls) call.join();
+  for (size_t i = 1; i < quota_uids.size(); ++i) EXPECT_EQ(errors[i], "") << quota_uids[i];
+  const std::string checkpoint = config_.state_dir + "/checkpoint.json";
+  const json saved = json::parse(RecordingDoubles::read(checkpoint));
+  ASSERT_EQ(saved["claims"].size(), quota_uids.size()) << saved.dump(2);  // + kQuotaUid
+  for (const auto& [uid, entry] : saved["claims"].items())
+    EXPECT_EQ(entry["state"], "PrepareCompleted") << uid;
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // reconcile passes of both
+  EXPECT_EQ(json::parse(RecordingDoubles::read(checkpoint)), saved);
+  for (size_t i = 1; i < quota_uids.size(); ++i) {
+    EXPECT_TRUE(fs::exists(shares + quota_uids[i] + "-gpu-0-q-" + std::to_string(i) + "/limits"));
+    EXPECT_TRUE(fs::exists(config_.cdi_dir + "/" + cdi_spec_file_name(quota_uids[i])));
+  }
+  EXPECT_TRUE(fs::exists(shares + kQuotaUid + "-gpu-0-s-a/limits"));
+
+  // The old pod is stopped: only its sockets go; the new one serves on and unprepares the rest.
+  EXPECT_EQ(old_agent.stop(), 0) << logs();
+  EXPECT_FALSE(fs::exists(registration(old_pod)));
+  EXPECT_FALSE(fs::exists(dra(old_pod)));
+  EXPECT_TRUE(fs::is_socket(registration(new_pod)));
+  EXPECT_TRUE(fs::is_socket(dra(new_pod)));
+  std::vector<std::string> rest(quota_uids.begin() + 1, quota_uids.end());
+  rest.push_back(kQuotaUid);
+  ASSERT_TRUE(new_kubelet.unprepare_v1(rest, &unprepared).ok());
+  for (const auto& uid : rest) EXPECT_EQ(unprepared.claims().at(uid).error(), "") << uid;
+  EXPECT_EQ(json::parse(RecordingDoubles::read(checkpoint))["claims"], json::object());
+  EXPECT_TRUE(fs::is_empty(config_.state_dir + "/shares"));
+  EXPECT_TRUE(fs::is_empty(config_.cdi_dir));
+  // Nothing was prepared twice: one GET per claim, one MPS daemon started and stopped.
+  for (const auto& uid : quota_uids) EXPECT_EQ(gets(uid), 1) << uid;
+  EXPECT_EQ(occurrences(doubles_.calls(), "mps-control -d"), 1u);
+  EXPECT_EQ(occurrences(doubles_.calls(), "  quit"), 1u);
+  EXPECT_TRUE(new_agent.running());
+  EXPECT_EQ(new_agent.stop(), 0) << logs();
+  EXPECT_FALSE(fs::exists(registration(new_pod)));
+  EXPECT_FALSE(fs::exists(dra(new_pod)));
 }
 
 }  // namespace

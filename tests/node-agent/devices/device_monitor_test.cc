@@ -199,6 +199,15 @@ TEST(DeviceMonitor, XidEventMarksThatDeviceUnhealthy) {
     run_turns(clock, monitor);         // the turn that collects it
     ASSERT_TRUE(wait_for_state(board, "gpu-1", DeviceHealthState::kUnhealthy));
     EXPECT_EQ(state_of(board, "gpu-0"), DeviceHealthState::kHealthy);
+    // The report says which XID and why (kubelet's message); the same GPUs are delivered again
+    // so that the agent republishes the slices with the device's taint.
+    for (const DeviceHealthReport& report : board.snapshot().devices) {
+      if (report.device_name != "gpu-1") continue;
+      EXPECT_EQ(report.xid, 79u);
+      EXPECT_EQ(report.message, "XID 79: GPU has fallen off the bus");
+    }
+    ASSERT_TRUE(recorder.wait_for(2));
+    EXPECT_EQ(recorder.call(1), recorder.call(0));
 
     // The lost GPU makes later listings fail (its memory cannot be read): the monitor keeps
     // both devices, their health, and publishes nothing new.
@@ -206,8 +215,15 @@ TEST(DeviceMonitor, XidEventMarksThatDeviceUnhealthy) {
     EXPECT_EQ(state_of(board, "gpu-1"), DeviceHealthState::kUnhealthy);
     EXPECT_EQ(state_of(board, "gpu-0"), DeviceHealthState::kHealthy);
     EXPECT_EQ(monitor.devices().size(), 2u);
-    EXPECT_EQ(recorder.count(), 1u);
+    EXPECT_EQ(recorder.count(), 2u);
   });
+}
+
+TEST(DeviceMonitor, XidsAreDescribedForPeople) {
+  EXPECT_EQ(describe_xid(79), "XID 79: GPU has fallen off the bus");
+  EXPECT_EQ(describe_xid(48), "XID 48: double-bit ECC error");
+  EXPECT_EQ(describe_xid(95), "XID 95: uncontained ECC error");
+  EXPECT_EQ(describe_xid(1234), "XID 1234");
 }
 
 TEST(DeviceMonitor, ApplicationXidsLeaveTheDeviceHealthy) {
@@ -235,14 +251,15 @@ TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
     retry.initial_backoff = milliseconds(1);
     HttpKubeClient kube(connection, retry);
     SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
+    DeviceHealthBoard board;
     Recorder recorder;
+    // What the agent does: the slices follow the GPUs and the board's health (taints).
     recorder.reply = [&](const std::vector<GpuInfo>& gpus) {
-      const Status published = publisher.publish(gpus);
+      const Status published = publisher.publish(gpus, board.snapshot().devices);
       return published.is_ok() ? Status::ok() : unavailable(published.message());
     };
 
     SimulatedClock clock;
-    DeviceHealthBoard board;
     DeviceMonitor monitor(options, board, recorder.callback(), clock);
     ASSERT_EQ(monitor.start().message(), "");
     auto writes = server.take_writes();
@@ -250,44 +267,62 @@ TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
     EXPECT_EQ(writes[0].method, "POST");
     EXPECT_EQ(device_names(writes[0].body), (std::vector<std::string>{"gpu-0", "gpu-1"}));
     EXPECT_EQ(writes[0].body["spec"]["pool"]["generation"], 1);
+    EXPECT_FALSE(writes[0].body["spec"]["devices"][1].contains("taints"));
 
-    // gpu-1 faults, then leaves the inventory (taken out for a reset).
+    // gpu-1 faults: XID 79 on the simulated GPU. The slice is republished (next generation) with
+    // the device's taint, which the (ported) kube-apiserver validation accepts and stamps.
     simgpu_ctl("health 1 unhealthy");
     run_turns(clock, monitor);
     ASSERT_TRUE(wait_for_state(board, "gpu-1", DeviceHealthState::kUnhealthy));
+    ASSERT_TRUE(recorder.wait_for(2));
+    EXPECT_EQ(recorder.call(1), all);
+    writes = server.take_writes();
+    ASSERT_EQ(writes.size(), 1u);
+    EXPECT_EQ(writes[0].method, "PUT");
+    EXPECT_EQ(writes[0].body["spec"]["pool"]["generation"], 2);
+    EXPECT_FALSE(writes[0].body["spec"]["devices"][0].contains("taints"));
+    EXPECT_EQ(writes[0].body["spec"]["devices"][1]["taints"],
+              json::array({{{"key", "vgpu.tessera.dev/unhealthy"},
+                            {"value", "xid-79"},
+                            {"effect", "NoSchedule"}}}));
+    const json stored = server.stored_slices().begin()->second;
+    EXPECT_TRUE(stored["spec"]["devices"][1]["taints"][0]["timeAdded"].is_string());
+
+    // Then it leaves the inventory (taken out for a reset).
     drop = true;
     run_turns(clock, monitor);
-    ASSERT_TRUE(recorder.wait_for(2));
-    EXPECT_EQ(recorder.call(1), std::vector<GpuInfo>{all[0]});
+    ASSERT_TRUE(recorder.wait_for(3));
+    EXPECT_EQ(recorder.call(2), std::vector<GpuInfo>{all[0]});
     writes = server.take_writes();
     ASSERT_EQ(writes.size(), 1u);
     EXPECT_EQ(writes[0].method, "PUT");
     EXPECT_EQ(writes[0].path, "/apis/resource.k8s.io/v1/resourceslices/node-a-vgpu.tessera.dev-0");
     EXPECT_EQ(writes[0].body["spec"]["pool"],
-              json({{"name", "node-a"}, {"generation", 2}, {"resourceSliceCount", 1}}));
+              json({{"name", "node-a"}, {"generation", 3}, {"resourceSliceCount", 1}}));
     ASSERT_EQ(writes[0].body["spec"]["devices"].size(), 1u);
     EXPECT_EQ(writes[0].body["spec"]["devices"][0], build_device(all[0]));
     EXPECT_EQ(state_of(board, "gpu-1"), std::nullopt);
     EXPECT_EQ(state_of(board, "gpu-0"), DeviceHealthState::kHealthy);
     EXPECT_EQ(board.snapshot().devices.size(), 1u);
 
-    // Reset and back: Healthy again, republished at the next generation.
+    // Reset and back: Healthy again, republished at the next generation without the taint.
     simgpu_ctl("health 1 healthy");
     drop = false;
     run_turns(clock, monitor);
-    ASSERT_TRUE(recorder.wait_for(3));
-    EXPECT_EQ(recorder.call(2), all);
+    ASSERT_TRUE(recorder.wait_for(4));
+    EXPECT_EQ(recorder.call(3), all);
     writes = server.take_writes();
     ASSERT_EQ(writes.size(), 1u);
     EXPECT_EQ(writes[0].method, "PUT");
-    EXPECT_EQ(writes[0].body["spec"]["pool"]["generation"], 3);
+    EXPECT_EQ(writes[0].body["spec"]["pool"]["generation"], 4);
     EXPECT_EQ(device_names(writes[0].body), (std::vector<std::string>{"gpu-0", "gpu-1"}));
     EXPECT_EQ(writes[0].body["spec"]["devices"][1], build_device(all[1]));
+    EXPECT_FALSE(writes[0].body["spec"]["devices"][1].contains("taints"));
     EXPECT_EQ(state_of(board, "gpu-1"), DeviceHealthState::kHealthy);
     EXPECT_EQ(state_of(board, "gpu-0"), DeviceHealthState::kHealthy);
     EXPECT_EQ(server.stored_slices().size(), 1u);
     monitor.stop();
-    EXPECT_EQ(recorder.count(), 3u);
+    EXPECT_EQ(recorder.count(), 4u);
   });
 }
 

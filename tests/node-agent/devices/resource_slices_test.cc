@@ -156,6 +156,215 @@ TEST(ResourceSlices, PublishCreatesUpdatesAndDeletesSoTheApiMatches) {
   EXPECT_EQ(writes[0].body["spec"]["pool"]["generation"], 5);
 }
 
+DeviceHealthReport unhealthy(unsigned minor, unsigned long long xid) {
+  DeviceHealthReport report;
+  report.pool_name = "node-a";
+  report.device_name = "gpu-" + std::to_string(minor);
+  report.state = DeviceHealthState::kUnhealthy;
+  report.xid = xid;
+  report.message = xid ? "XID " + std::to_string(xid) : "NVML cannot watch the GPU";
+  return report;
+}
+
+DeviceHealthReport healthy(unsigned minor) {
+  DeviceHealthReport report = unhealthy(minor, 0);
+  report.state = DeviceHealthState::kHealthy;
+  report.message.clear();
+  return report;
+}
+
+TEST(ResourceSlices, AnUnhealthyDeviceCarriesTheUnhealthyTaint) {
+  const DeviceHealthReport xid = unhealthy(3, 79);
+  EXPECT_EQ(build_device(h200(3), &xid)["taints"],
+            json::array({{{"key", "vgpu.tessera.dev/unhealthy"},
+                          {"value", "xid-79"},
+                          {"effect", "NoSchedule"}}}));
+  // Unhealthy for another reason than an XID: the taint without a value.
+  const DeviceHealthReport other = unhealthy(3, 0);
+  EXPECT_EQ(build_device(h200(3), &other)["taints"],
+            json::array({{{"key", "vgpu.tessera.dev/unhealthy"}, {"effect", "NoSchedule"}}}));
+  // Healthy, Unknown or no report: no taints at all (the entry is as it always was).
+  const DeviceHealthReport fine = healthy(3);
+  EXPECT_EQ(build_device(h200(3), &fine), build_device(h200(3)));
+  DeviceHealthReport unknown = fine;
+  unknown.state = DeviceHealthState::kUnknown;
+  EXPECT_EQ(build_device(h200(3), &unknown), build_device(h200(3)));
+  EXPECT_FALSE(build_device(h200(3)).contains("taints"));
+}
+
+// The taint value is a label value (at most 63 characters, alphanumerics and '-', '_', '.'): the
+// largest XID NVML can report still is one, and the whole taint passes the API server's rules.
+TEST(ResourceSlices, EveryXidTaintPassesTheApiServersRules) {
+  for (unsigned long long xid : {1ull, 79ull, 4294967295ull, 18446744073709551615ull}) {
+    SCOPED_TRACE(xid);
+    const json taints = device_taints(unhealthy(0, xid));
+    ASSERT_EQ(taints.size(), 1u);
+    const std::string value = taints[0]["value"];
+    EXPECT_EQ(value, "xid-" + std::to_string(xid));
+    EXPECT_TRUE(testing::kube::is_label_value(value).empty()) << value;
+    EXPECT_TRUE(testing::kube::is_label_key(taints[0]["key"]).empty());
+    const auto slices = build_resource_slices({h200(0)}, {"vgpu.tessera.dev", "node-a", "uid-n"}, 1,
+                                              {unhealthy(0, xid)});
+    ASSERT_EQ(slices.size(), 1u);
+    EXPECT_EQ(testing::kube::check_resource_slice_write(slices[0], nullptr), std::nullopt);
+  }
+}
+
+// kube-apiserver takes at most 64 devices in a slice once one of them has a taint: with a tainted
+// device the node's devices go 64 to a slice, every slice accepted; healthy again, 128.
+TEST(ResourceSlices, ATaintedNodeIsSplitIntoSlicesOf64) {
+  std::vector<GpuInfo> gpus;
+  for (unsigned i = 0; i < 130; ++i) gpus.push_back(h200(i));
+  const SliceIdentity identity{"vgpu.tessera.dev", "node-a", "uid-n"};
+  for (unsigned tainted : {0u, 64u, 129u}) {
+    SCOPED_TRACE(tainted);
+    const auto slices = build_resource_slices(gpus, identity, 4, {unhealthy(tainted, 79)});
+    ASSERT_EQ(slices.size(), 3u);
+    EXPECT_EQ(slices[0]["spec"]["devices"].size(), 64u);
+    EXPECT_EQ(slices[1]["spec"]["devices"].size(), 64u);
+    EXPECT_EQ(slices[2]["spec"]["devices"].size(), 2u);
+    size_t taints = 0;
+    for (const json& slice : slices) {
+      EXPECT_EQ(slice["spec"]["pool"]["resourceSliceCount"], 3);
+      EXPECT_EQ(testing::kube::check_resource_slice_write(slice, nullptr), std::nullopt);
+      for (const json& device : slice["spec"]["devices"]) taints += device.contains("taints");
+    }
+    EXPECT_EQ(taints, 1u);
+  }
+  // 64 GPUs with every one tainted: still one slice.
+  std::vector<GpuInfo> sixty_four(gpus.begin(), gpus.begin() + 64);
+  std::vector<DeviceHealthReport> all_bad;
+  for (unsigned i = 0; i < 64; ++i) all_bad.push_back(unhealthy(i, 48));
+  const auto full = build_resource_slices(sixty_four, identity, 1, all_bad);
+  ASSERT_EQ(full.size(), 1u);
+  EXPECT_EQ(testing::kube::check_resource_slice_write(full[0], nullptr), std::nullopt);
+  // Healthy reports change nothing: 128 to a slice.
+  EXPECT_EQ(build_resource_slices(gpus, identity, 4, {healthy(0), healthy(64)}).size(), 2u);
+  // A report for another pool (node) is not this node's.
+  DeviceHealthReport elsewhere = unhealthy(0, 79);
+  elsewhere.pool_name = "node-b";
+  EXPECT_EQ(build_resource_slices(gpus, identity, 4, {elsewhere}).size(), 2u);
+}
+
+// Through the (ported) API server: a taint on a 100-GPU node splits its one slice in two, the
+// taint keeps the time the server gave it while it stays, and recovery brings back one slice
+// without taints; every step at the next pool generation and accepted.
+TEST(ResourceSlices, PublishTaintsSplitsAndRecovers) {
+  FakeApiServer server;
+  RetryPolicy retry;
+  retry.initial_backoff = std::chrono::milliseconds(1);
+  HttpKubeClient kube(server.connection(), retry);
+  SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
+  std::vector<GpuInfo> gpus;
+  for (unsigned i = 0; i < 100; ++i) gpus.push_back(h200(i));
+  auto taint_of = [&](const std::string& device) -> json {
+    for (const auto& [name, slice] : server.stored_slices())
+      for (const json& entry : slice["spec"]["devices"])
+        if (entry["name"] == device) return entry.value("taints", json::array());
+    return nullptr;
+  };
+
+  ASSERT_EQ(publisher.publish(gpus).message(), "");
+  EXPECT_EQ(server.take_writes().size(), 1u);
+  EXPECT_EQ(server.stored_slices().size(), 1u);
+
+  // gpu-70 faults (XID 79) at 12:00: two slices of 64 and 36 (update + create), generation 2.
+  server.set_time(1764590400);
+  ASSERT_EQ(publisher.publish(gpus, {healthy(0), unhealthy(70, 79)}).message(), "");
+  auto writes = server.take_writes();
+  ASSERT_EQ(writes.size(), 2u);
+  EXPECT_EQ(writes[0].method, "PUT");
+  EXPECT_EQ(writes[0].body["spec"]["devices"].size(), 64u);
+  EXPECT_EQ(writes[1].method, "POST");
+  EXPECT_EQ(writes[1].body["spec"]["devices"].size(), 36u);
+  EXPECT_EQ(writes[1].body["spec"]["pool"],
+            json({{"name", "node-a"}, {"generation", 2}, {"resourceSliceCount", 2}}));
+  EXPECT_FALSE(writes[1].body["spec"]["devices"][6]["taints"][0].contains("timeAdded"));
+  EXPECT_EQ(taint_of("gpu-70"), json::array({{{"key", "vgpu.tessera.dev/unhealthy"},
+                                              {"value", "xid-79"},
+                                              {"effect", "NoSchedule"},
+                                              {"timeAdded", "2025-12-01T12:00:00Z"}}}));
+
+  // The same health an hour later: nothing to write (the stamped time is the published one).
+  server.set_time(1764594000);
+  ASSERT_EQ(publisher.publish(gpus, {unhealthy(70, 79)}).message(), "");
+  EXPECT_TRUE(server.take_writes().empty());
+  EXPECT_EQ(publisher.generation(), 2);
+
+  // gpu-3 faults too: the new taint gets the new time, gpu-70's keeps its own.
+  ASSERT_EQ(publisher.publish(gpus, {unhealthy(70, 79), unhealthy(3, 48)}).message(), "");
+  writes = server.take_writes();
+  ASSERT_EQ(writes.size(), 2u);
+  EXPECT_EQ(writes[1].body["spec"]["devices"][6]["taints"][0]["timeAdded"], "2025-12-01T12:00:00Z");
+  EXPECT_EQ(taint_of("gpu-70")[0]["timeAdded"], "2025-12-01T12:00:00Z");
+  EXPECT_EQ(taint_of("gpu-3")[0]["timeAdded"], "2025-12-01T13:00:00Z");
+  EXPECT_EQ(taint_of("gpu-3")[0]["value"], "xid-48");
+  EXPECT_EQ(publisher.generation(), 3);
+
+  // A different XID on gpu-70 is a different taint: a new time.
+  ASSERT_EQ(publisher.publish(gpus, {unhealthy(70, 94), unhealthy(3, 48)}).message(), "");
+  EXPECT_EQ(server.take_writes().size(), 2u);
+  EXPECT_EQ(taint_of("gpu-70")[0]["value"], "xid-94");
+  EXPECT_EQ(taint_of("gpu-70")[0]["timeAdded"], "2025-12-01T13:00:00Z");
+
+  // Both healthy again: one slice of 100 without taints (update + delete), generation 5.
+  ASSERT_EQ(publisher.publish(gpus, {healthy(70), healthy(3)}).message(), "");
+  writes = server.take_writes();
+  ASSERT_EQ(writes.size(), 2u);
+  EXPECT_EQ(writes[0].method, "PUT");
+  EXPECT_EQ(writes[0].body["spec"]["devices"].size(), 100u);
+  EXPECT_EQ(writes[0].body["spec"]["pool"],
+            json({{"name", "node-a"}, {"generation", 5}, {"resourceSliceCount", 1}}));
+  EXPECT_EQ(writes[1].method, "DELETE");
+  EXPECT_EQ(server.stored_slices().size(), 1u);
+  EXPECT_EQ(taint_of("gpu-70"), json::array());
+  EXPECT_EQ(taint_of("gpu-3"), json::array());
+}
+
+// An API server without DRADeviceTaints (the default before 1.36) drops the taints and stores the
+// slice: the publisher sees it, does not rewrite the pool on every publish for them, and tries
+// again when the health changes.
+TEST(ResourceSlices, TaintsTheApiServerDropsAreNotSentAgainUntilTheHealthChanges) {
+  FakeApiServer server;
+  server.device_taints_gate = false;
+  RetryPolicy retry;
+  retry.initial_backoff = std::chrono::milliseconds(1);
+  HttpKubeClient kube(server.connection(), retry);
+  SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
+  const std::vector<GpuInfo> gpus{h200(0), h200(1)};
+  ASSERT_EQ(publisher.publish(gpus).message(), "");
+  EXPECT_FALSE(publisher.taints_dropped());
+
+  ASSERT_EQ(publisher.publish(gpus, {unhealthy(1, 79)}).message(), "");
+  EXPECT_EQ(publisher.writes(), 1);
+  EXPECT_TRUE(publisher.taints_dropped());
+  EXPECT_FALSE(server.stored_slices().begin()->second["spec"]["devices"][1].contains("taints"));
+  EXPECT_EQ(publisher.generation(), 2);
+  server.take_writes();
+  for (int i = 0; i < 3; ++i) {  // the reconcile loop's publishes: nothing written
+    ASSERT_EQ(publisher.publish(gpus, {unhealthy(1, 79)}).message(), "");
+    EXPECT_EQ(publisher.writes(), 0);
+  }
+  EXPECT_EQ(publisher.generation(), 2);
+  EXPECT_TRUE(server.take_writes().empty());
+
+  // Another fault: one more try (dropped again), then quiet again.
+  ASSERT_EQ(publisher.publish(gpus, {unhealthy(1, 79), unhealthy(0, 48)}).message(), "");
+  EXPECT_EQ(publisher.writes(), 1);
+  ASSERT_EQ(publisher.publish(gpus, {unhealthy(1, 79), unhealthy(0, 48)}).message(), "");
+  EXPECT_EQ(publisher.writes(), 0);
+
+  // The gate turned on (the API server upgraded) and the devices healthy, then a fault: stored.
+  server.device_taints_gate = true;
+  ASSERT_EQ(publisher.publish(gpus, {healthy(0), healthy(1)}).message(), "");
+  EXPECT_FALSE(publisher.taints_dropped());
+  ASSERT_EQ(publisher.publish(gpus, {unhealthy(1, 79)}).message(), "");
+  EXPECT_EQ(publisher.writes(), 1);
+  EXPECT_FALSE(publisher.taints_dropped());
+  EXPECT_EQ(server.stored_slices().begin()->second["spec"]["devices"][1]["taints"][0]["value"],
+            "xid-79");
+}
+
 TEST(ResourceSlices, PublishReportsApiErrors) {
   FakeApiServer server;
   server.node_name = "elsewhere";

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <climits>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <regex>
 #include <set>
@@ -680,6 +681,21 @@ std::optional<std::string> undecodable_quantity(const json& slice) {
   return std::nullopt;
 }
 
+// A taint's timeAdded decodes as a metav1.Time: an RFC 3339 string (or null).
+std::optional<std::string> undecodable_time(const json& slice) {
+  static const std::regex rfc3339(
+      R"(^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$)");
+  const json devices = slice.value("spec", json::object()).value("devices", json::array());
+  for (const auto& device : devices)
+    for (const auto& taint : device.value("taints", json::array())) {
+      if (!taint.contains("timeAdded") || taint["timeAdded"].is_null()) continue;
+      const json& time = taint["timeAdded"];
+      if (!time.is_string() || !std::regex_match(time.get<std::string>(), rfc3339))
+        return "fake API server: timeAdded " + time.dump() + " is not an RFC 3339 time";
+    }
+  return std::nullopt;
+}
+
 json status(int code, const std::string& reason, const std::string& message) {
   return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", json::object()},
           {"status", "Failure"}, {"message", message}, {"reason", reason},
@@ -852,9 +868,42 @@ ErrorList validate_resource_slice_update(const json& slice, const json& old) {
   return validate_resource_slice_spec(slice.value("spec", json::object()), &old_spec);
 }
 
+std::string rfc3339_utc(std::time_t when) {
+  std::tm utc{};
+  gmtime_r(&when, &utc);
+  char text[sizeof "2006-01-02T15:04:05Z"];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+void default_resource_slice(json& slice, std::time_t now) {
+  if (!slice.contains("spec") || !slice["spec"].contains("devices")) return;
+  for (auto& device : slice["spec"]["devices"]) {
+    if (!device.is_object() || !device.contains("taints") || !device["taints"].is_array()) continue;
+    for (auto& taint : device["taints"])
+      if (taint.is_object() && (!taint.contains("timeAdded") || taint["timeAdded"].is_null()))
+        taint["timeAdded"] = rfc3339_utc(now);
+  }
+}
+
+void drop_disabled_device_taints(json& slice, const json* old) {
+  auto has_taints = [](const json& object) {
+    if (!object.contains("spec") || !object["spec"].contains("devices")) return false;
+    for (const auto& device : object["spec"]["devices"])
+      if (device.is_object() && !device.value("taints", json::array()).empty()) return true;
+    return false;
+  };
+  if (old && has_taints(*old)) return;  // draDeviceTaintsFeatureInUse(old)
+  if (!slice.contains("spec") || !slice["spec"].contains("devices")) return;
+  for (auto& device : slice["spec"]["devices"])
+    if (device.is_object()) device.erase("taints");
+}
+
 std::optional<Refusal> check_resource_slice_write(const json& slice, const json* old) {
   const std::string name = slice.value("metadata", json::object()).value("name", "");
-  if (auto message = undecodable_quantity(slice))
+  auto message = undecodable_quantity(slice);
+  if (!message) message = undecodable_time(slice);
+  if (message)
     return Refusal{400, status(400, "BadRequest",
                                "ResourceSlice in version \"v1\" cannot be handled as a "
                                "ResourceSlice: " +

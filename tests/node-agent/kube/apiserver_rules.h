@@ -12,8 +12,13 @@
 //     validateRequestPolicyRangeStep, validateInt64Range, validateQualifiedName,
 //     validateCIdentifier, validateDeviceTaint, validateLabelValue, validateMap (key paths,
 //     truncateIfTooLong), validateSlice / validateSet (size short-circuit, duplicates);
+//   pkg/apis/resource/v1/defaults.go: SetDefaults_DeviceTaint (timeAdded = now, whole seconds);
+//   pkg/registry/resource/resourceslice/strategy.go: dropDisabledDRADeviceTaintsFields;
 //   pkg/apis/resource/types.go: ResourceSliceMaxDevices (128),
-//     ResourceSliceMaxDevicesWithAdvancedFeatures (64), ResourceSliceMaxAttributesAndCapacities-
+//     ResourceSliceMaxDevicesWithAdvancedFeatures (64 once any device has a taint, consumes
+//     counters, or has a list-type attribute; v1.36.0 types.go L264; 1.34 and 1.35 call it
+//     ResourceSliceMaxDevicesWithTaintsOrConsumesCounters, taints and counters only),
+//     ResourceSliceMaxAttributesAndCapacities-
 //     PerDevice (32), DeviceMaxDomainLength (63), DeviceMaxIDLength (32),
 //     DeviceAttributeMaxValueLength (64), PoolNameMaxLength (253), DeviceTaintsMaxLength (16),
 //     CapacityRequestPolicyDiscreteMaxOptions (10);
@@ -42,6 +47,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <optional>
 #include <string>
 #include <vector>
@@ -87,6 +93,16 @@ std::vector<std::string> is_c_identifier(const std::string& value);
 // ValidateResourceSlice (create) and ValidateResourceSliceUpdate (`old` = the stored object).
 ErrorList validate_resource_slice(const nlohmann::json& slice);
 ErrorList validate_resource_slice_update(const nlohmann::json& slice, const nlohmann::json& old);
+
+// The defaulting the API server does as it decodes a write: a device taint without timeAdded gets
+// `now` (RFC 3339, UTC, whole seconds). The stored object keeps it; a client that sends the taint
+// back with that time keeps it, one that leaves it out gets a new time.
+void default_resource_slice(nlohmann::json& slice, std::time_t now);
+std::string rfc3339_utc(std::time_t when);
+// dropDisabledDRADeviceTaintsFields (pkg/registry/resource/resourceslice/strategy.go), for a
+// server whose DRADeviceTaints gate is off: the devices' taints are dropped from a write, unless
+// the stored object (`old`) already has some.
+void drop_disabled_device_taints(nlohmann::json& slice, const nlohmann::json* old);
 
 // What the API server answers a create or update: nullopt = accepted, else the HTTP code and its
 // Status body (400 when the body does not decode, 422 with NewInvalid's Status when invalid).

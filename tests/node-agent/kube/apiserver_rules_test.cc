@@ -186,6 +186,97 @@ TEST(ApiServerRules, AtMost128DevicesPerSliceAnd64WithTaints) {
   EXPECT_EQ(errors_of(slice), "spec.devices: Too many: 65: must have at most 64 items");
 }
 
+// kube-apiserver counts a device as tainted by len(taints) > 0: an empty list keeps 128.
+TEST(ApiServerRules, AnEmptyTaintListKeepsThe128Limit) {
+  json slice = valid_slice();
+  slice["spec"]["devices"] = json::array();
+  for (int i = 0; i < 128; ++i) {
+    slice["spec"]["devices"].push_back(valid_device("gpu-" + std::to_string(i)));
+    slice["spec"]["devices"].back()["taints"] = json::array();
+  }
+  EXPECT_EQ(errors_of(slice), "");
+}
+
+// The limit is the slice's: one tainted device anywhere in it lowers it for all (here the last).
+TEST(ApiServerRules, OneTaintedDeviceAnywhereLowersTheLimit) {
+  json slice = valid_slice();
+  slice["spec"]["devices"] = json::array();
+  for (int i = 0; i < 65; ++i)
+    slice["spec"]["devices"].push_back(valid_device("gpu-" + std::to_string(i)));
+  EXPECT_EQ(errors_of(slice), "");
+  slice["spec"]["devices"][64]["taints"] =
+      json::array({{{"key", "vgpu.tessera.dev/unhealthy"}, {"effect", "NoSchedule"}}});
+  EXPECT_EQ(errors_of(slice), "spec.devices: Too many: 65: must have at most 64 items");
+}
+
+// consumesCounters is the other "advanced feature" that lowers the limit to 64.
+TEST(ApiServerRules, ConsumesCountersAlsoLowerTheLimitTo64) {
+  json slice = valid_slice();
+  slice["spec"]["devices"] = json::array();
+  for (int i = 0; i < 65; ++i)
+    slice["spec"]["devices"].push_back(valid_device("gpu-" + std::to_string(i)));
+  slice["spec"]["devices"][0]["consumesCounters"] = json::array(
+      {{{"counterSet", "gpu-0-counters"}, {"counters", {{"memory", {{"value", "1"}}}}}}});
+  EXPECT_EQ(errors_of(slice), "spec.devices: Too many: 65: must have at most 64 items");
+}
+
+// SetDefaults_DeviceTaint: a taint without timeAdded gets the time of the write, whole seconds.
+TEST(ApiServerRules, ATaintWithoutTimeAddedGetsTheServersTime) {
+  EXPECT_EQ(rfc3339_utc(1764590400), "2025-12-01T12:00:00Z");
+  json slice = valid_slice();
+  slice["spec"]["devices"][0]["taints"] = json::array(
+      {{{"key", "vgpu.tessera.dev/unhealthy"}, {"value", "xid-79"}, {"effect", "NoSchedule"}},
+       {{"key", "vgpu.tessera.dev/other"},
+        {"effect", "None"},
+        {"timeAdded", "2025-11-30T08:00:00Z"}}});
+  default_resource_slice(slice, 1764590400);
+  EXPECT_EQ(slice["spec"]["devices"][0]["taints"][0]["timeAdded"], "2025-12-01T12:00:00Z");
+  EXPECT_EQ(slice["spec"]["devices"][0]["taints"][1]["timeAdded"], "2025-11-30T08:00:00Z");
+  EXPECT_EQ(check_resource_slice_write(slice, nullptr), std::nullopt);
+}
+
+// dropDisabledDRADeviceTaintsFields: without the gate the taints go, unless the stored object
+// already uses them (then an update may keep or change them).
+TEST(ApiServerRules, WithoutTheTaintsGateTaintsAreDroppedUnlessAlreadyStored) {
+  json tainted = valid_slice();
+  tainted["spec"]["devices"][0]["taints"] =
+      json::array({{{"key", "vgpu.tessera.dev/unhealthy"}, {"effect", "NoSchedule"}}});
+  json created = tainted;
+  drop_disabled_device_taints(created, nullptr);
+  EXPECT_FALSE(created["spec"]["devices"][0].contains("taints"));
+  EXPECT_EQ(created, valid_slice());
+  json updated = tainted;
+  drop_disabled_device_taints(updated, &created);
+  EXPECT_FALSE(updated["spec"]["devices"][0].contains("taints"));
+  updated = tainted;
+  drop_disabled_device_taints(updated, &tainted);
+  EXPECT_EQ(updated, tainted);
+}
+
+// metav1.Time decodes RFC 3339 only: anything else fails the decoding (400), not validation.
+TEST(ApiServerRules, ATimeAddedThatIsNoTimeIsABadRequest) {
+  json slice = valid_slice();
+  slice["spec"]["devices"][0]["taints"] = json::array(
+      {{{"key", "vgpu.tessera.dev/unhealthy"}, {"effect", "NoSchedule"}, {"timeAdded", "today"}}});
+  const auto refusal = check_resource_slice_write(slice, nullptr);
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->code, 400);
+  EXPECT_EQ(refusal->status["reason"], "BadRequest");
+}
+
+// Taints the update leaves as they were are not validated again (ratcheting); changed ones are.
+TEST(ApiServerRules, UnchangedTaintsAreNotValidatedAgain) {
+  json old = valid_slice();
+  old["spec"]["devices"][0]["taints"] =
+      json::array({{{"key", "vgpu.tessera.dev/unhealthy"}, {"effect", "PreferNoSchedule"}}});
+  EXPECT_EQ(aggregate(validate_resource_slice_update(old, old)), "");
+  json slice = old;
+  slice["spec"]["devices"][0]["taints"][0]["value"] = "xid-79";
+  EXPECT_EQ(aggregate(validate_resource_slice_update(slice, old)),
+            "spec.devices[0].taints[0].effect: Unsupported value: \"PreferNoSchedule\": "
+            "supported values: \"NoExecute\", \"NoSchedule\", \"None\"");
+}
+
 TEST(ApiServerRules, AtMost32AttributesAndCapacitiesPerDevice) {
   json slice = valid_slice();
   json& attributes = slice["spec"]["devices"][0]["attributes"];

@@ -138,6 +138,14 @@ std::map<std::string, double> parse_samples(const std::string& text) {
   return samples;
 }
 
+DeviceHealthReport health_report(const std::string& device, DeviceHealthState state) {
+  DeviceHealthReport report;
+  report.pool_name = "node-a";
+  report.device_name = device;
+  report.state = state;
+  return report;
+}
+
 std::string run(const std::string& command) {
   FILE* pipe = popen(command.c_str(), "r");
   std::string out;
@@ -214,7 +222,7 @@ TEST_F(MetricsEndToEnd, PromtoolAcceptsTheExposition) {
   requests.prepare_ok = 3;
   requests.prepare_durations.observe(milliseconds(12));
   DeviceHealthBoard health;
-  health.set({"node-a", "gpu-0", DeviceHealthState::kUnhealthy, 0, 0});
+  health.set(health_report("gpu-0", DeviceHealthState::kUnhealthy));
   MetricsSources sources;
   sources.node_name = "node-a";
   sources.shares_dir = shares;
@@ -261,7 +269,7 @@ TEST_F(MetricsEndToEnd, EveryMetricOfARunningTwoShareClaim) {
   ShareManager manager(options, kube, devices);
   ASSERT_EQ(manager.start().message(), "");
   DeviceHealthBoard health;
-  health.set({"node-a", device, DeviceHealthState::kHealthy, 0, 0});
+  health.set(health_report(device, DeviceHealthState::kHealthy));
   RequestMetrics requests;
   SteadyClock clock;
   InstrumentedPreparer preparer(manager, requests, clock);

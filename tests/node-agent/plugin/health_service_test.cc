@@ -1,7 +1,9 @@
-// The DRA health service: kubelet's NodeWatchResources stream over the DRA socket, fed by a
-// DeviceHealthBoard.
+// The DRA health service: kubelet's NodeWatchResources stream over the DRA socket, in both
+// versions (v1alpha1 for kubelet 1.34 to 1.39, v1 for 1.37 and later), fed by a DeviceHealthBoard.
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -14,7 +16,19 @@ namespace tessera::agent::testing {
 namespace {
 
 DeviceHealthReport report(const std::string& device, DeviceHealthState state, std::int64_t t) {
-  return DeviceHealthReport{"node-a", device, state, t, 0};
+  DeviceHealthReport r;
+  r.pool_name = "node-a";
+  r.device_name = device;
+  r.state = state;
+  r.last_updated_unix_s = t;
+  return r;
+}
+
+DeviceHealthReport xid_report(const std::string& device, std::int64_t t) {
+  DeviceHealthReport r = report(device, DeviceHealthState::kUnhealthy, t);
+  r.message = "XID 79: GPU has fallen off the bus";
+  r.xid = 79;
+  return r;
 }
 
 TEST(DeviceHealthBoard, KeepsOneEntryPerDeviceAndBumpsTheGeneration) {
@@ -52,6 +66,41 @@ TEST(HealthService, ResponseCarriesEveryDevice) {
   EXPECT_EQ(r.devices(1).last_updated_time(), 6);
   EXPECT_EQ(r.devices(1).health_check_timeout_seconds(), 30);
   EXPECT_EQ(r.devices(2).health(), v1alpha1::UNKNOWN);
+  EXPECT_EQ(r.devices(0).message(), "");
+}
+
+TEST(HealthService, BothVersionsCarryTheReasonAsMessage) {
+  DeviceHealthSnapshot snapshot{
+      1, {report("gpu-0", DeviceHealthState::kHealthy, 5), xid_report("gpu-1", 6)}};
+  snapshot.devices[1].health_check_timeout_seconds = 30;
+  const v1alpha1::NodeWatchResourcesResponse alpha = to_watch_response(snapshot);
+  const v1::NodeWatchResourcesResponse stable = to_watch_response_v1(snapshot);
+  ASSERT_EQ(alpha.devices_size(), 2);
+  ASSERT_EQ(stable.devices_size(), 2);
+  EXPECT_EQ(alpha.devices(1).message(), "XID 79: GPU has fallen off the bus");
+  EXPECT_EQ(stable.devices(1).message(), "XID 79: GPU has fallen off the bus");
+  EXPECT_EQ(stable.devices(1).health(), v1::UNHEALTHY);
+  EXPECT_EQ(stable.devices(0).health(), v1::HEALTHY);
+  EXPECT_EQ(stable.devices(1).device().pool_name(), "node-a");
+  EXPECT_EQ(stable.devices(1).device().device_name(), "gpu-1");
+  EXPECT_EQ(stable.devices(1).last_updated_time(), 6);
+  EXPECT_EQ(stable.devices(1).health_check_timeout_seconds(), 30);
+  // The two versions are one wire format: v1's bytes read as v1alpha1 give the same message.
+  v1alpha1::NodeWatchResourcesResponse decoded;
+  ASSERT_TRUE(decoded.ParseFromString(stable.SerializeAsString()));
+  EXPECT_EQ(decoded.SerializeAsString(), alpha.SerializeAsString());
+}
+
+TEST(HealthService, MessageIsCutToWhatKubeletKeeps) {
+  DeviceHealthSnapshot snapshot{1, {xid_report("gpu-0", 5)}};
+  snapshot.devices[0].message = std::string(3000, 'x');
+  EXPECT_EQ(to_watch_response(snapshot).devices(0).message().size(), kHealthMessageMaxLength);
+  EXPECT_EQ(to_watch_response_v1(snapshot).devices(0).message().size(), kHealthMessageMaxLength);
+}
+
+TEST(HealthService, NamesEveryVersionKubeletPicksFrom) {
+  EXPECT_EQ(HealthService::service_names(),
+            (std::vector<std::string>{"v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"}));
 }
 
 class HealthOverSocket : public ::testing::Test {
@@ -76,13 +125,73 @@ class HealthOverSocket : public ::testing::Test {
   std::unique_ptr<KubeletSimulator> kubelet_;
 };
 
-TEST_F(HealthOverSocket, GetInfoAdvertisesTheHealthService) {
+TEST_F(HealthOverSocket, GetInfoAdvertisesEveryHealthVersion) {
   pluginregistration::PluginInfo info;
   ASSERT_TRUE(kubelet_->get_info(&info).ok());
-  ASSERT_EQ(info.supported_versions_size(), 3);
+  ASSERT_EQ(info.supported_versions_size(), 4);
   EXPECT_EQ(info.supported_versions(0), "v1.DRAPlugin");
   EXPECT_EQ(info.supported_versions(1), "v1beta1.DRAPlugin");
-  EXPECT_EQ(info.supported_versions(2), "v1alpha1.DRAResourceHealth");
+  // kubelet 1.37+ takes v1 when both are listed; 1.34 to 1.36 know v1alpha1 only.
+  EXPECT_EQ(info.supported_versions(2), "v1.DRAResourceHealth");
+  EXPECT_EQ(info.supported_versions(3), "v1alpha1.DRAResourceHealth");
+}
+
+// A kubelet 1.37+ client: the v1 service on the same DRA socket, fed by the same board.
+TEST_F(HealthOverSocket, V1ClientGetsTheStreamWithMessages) {
+  auto stub = v1::DRAResourceHealth::NewStub(dial(server_->dra_socket()));
+  grpc::ClientContext context;
+  set_deadline(context);
+  auto reader = stub->NodeWatchResources(&context, v1::NodeWatchResourcesRequest{});
+  v1::NodeWatchResourcesResponse message;
+  ASSERT_TRUE(reader->Read(&message));
+  ASSERT_EQ(message.devices_size(), 2);
+  EXPECT_EQ(message.devices(0).health(), v1::HEALTHY);
+  EXPECT_EQ(message.devices(1).health(), v1::HEALTHY);
+  EXPECT_EQ(message.devices(1).message(), "");
+
+  board_.set(xid_report("gpu-1", 101));
+  ASSERT_TRUE(reader->Read(&message));
+  ASSERT_EQ(message.devices_size(), 2);
+  EXPECT_EQ(message.devices(0).health(), v1::HEALTHY);
+  EXPECT_EQ(message.devices(1).device().device_name(), "gpu-1");
+  EXPECT_EQ(message.devices(1).health(), v1::UNHEALTHY);
+  EXPECT_EQ(message.devices(1).last_updated_time(), 101);
+  EXPECT_EQ(message.devices(1).message(), "XID 79: GPU has fallen off the bus");
+
+  context.TryCancel();
+  while (reader->Read(&message)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+// Two kubelet versions at once (an upgrade): each stream gets every change.
+TEST_F(HealthOverSocket, V1AndV1Alpha1StreamsRunSideBySide) {
+  auto stub_v1 = v1::DRAResourceHealth::NewStub(dial(server_->dra_socket()));
+  grpc::ClientContext context_v1, context_alpha;
+  set_deadline(context_v1);
+  set_deadline(context_alpha);
+  auto reader_v1 = stub_v1->NodeWatchResources(&context_v1, v1::NodeWatchResourcesRequest{});
+  auto reader_alpha =
+      kubelet_->health().NodeWatchResources(&context_alpha, v1alpha1::NodeWatchResourcesRequest{});
+  v1::NodeWatchResourcesResponse message_v1;
+  v1alpha1::NodeWatchResourcesResponse message_alpha;
+  ASSERT_TRUE(reader_v1->Read(&message_v1));
+  ASSERT_TRUE(reader_alpha->Read(&message_alpha));
+  board_.set(xid_report("gpu-0", 102));
+  ASSERT_TRUE(reader_v1->Read(&message_v1));
+  ASSERT_TRUE(reader_alpha->Read(&message_alpha));
+  EXPECT_EQ(message_v1.devices(0).health(), v1::UNHEALTHY);
+  EXPECT_EQ(message_alpha.devices(0).health(), v1alpha1::UNHEALTHY);
+  EXPECT_EQ(message_alpha.devices(0).message(), "XID 79: GPU has fallen off the bus");
+  const auto begin = std::chrono::steady_clock::now();
+  server_->stop();  // ends both
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, std::chrono::seconds(5));
+  while (reader_v1->Read(&message_v1)) {
+  }
+  while (reader_alpha->Read(&message_alpha)) {
+  }
+  EXPECT_TRUE(reader_v1->Finish().ok());
+  EXPECT_TRUE(reader_alpha->Finish().ok());
 }
 
 TEST_F(HealthOverSocket, StreamsTheFullListAtOnceAndOnEveryChange) {

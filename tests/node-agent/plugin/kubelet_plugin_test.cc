@@ -66,6 +66,46 @@ TEST_F(PluginTest, SocketsLiveWhereKubeletLooks) {
   EXPECT_TRUE(fs::is_socket(server_->dra_socket()));
 }
 
+// A rolling update: the old and the new agent pod serve side by side under kubelet's per-pod
+// names, each registration naming its own DRA socket; stopping the old one removes only its own.
+TEST_F(PluginTest, PerPodSocketsOfTwoAgentsLiveSideBySideAndEachRemovesOnlyItsOwn) {
+  const std::string old_uid = "11111111-2222-4333-8444-555555555555";
+  const std::string new_uid = "66666666-7777-4888-9999-aaaaaaaaaaaa";
+  PluginServerOptions old_options = options(), new_options = options();
+  old_options.pod_uid = old_uid;
+  new_options.pod_uid = new_uid;
+  PluginServer old_server(old_options, preparer_), new_server(new_options, preparer_);
+  ASSERT_EQ(old_server.start().message(), "");
+  ASSERT_EQ(new_server.start().message(), "");
+  EXPECT_EQ(old_server.registration_socket(),
+            dir_.path() / "plugins_registry" / ("vgpu.tessera.dev-" + old_uid + "-reg.sock"));
+  EXPECT_EQ(old_server.dra_socket(),
+            dir_.path() / "plugins" / "vgpu.tessera.dev" / ("dra-" + old_uid + ".sock"));
+  EXPECT_EQ(new_server.registration_socket(),
+            dir_.path() / "plugins_registry" / ("vgpu.tessera.dev-" + new_uid + "-reg.sock"));
+  EXPECT_EQ(new_server.dra_socket(),
+            dir_.path() / "plugins" / "vgpu.tessera.dev" / ("dra-" + new_uid + ".sock"));
+  for (PluginServer* server : {&old_server, &new_server}) {
+    KubeletSimulator kubelet(server->registration_socket());
+    pluginregistration::PluginInfo info;
+    ASSERT_TRUE(kubelet.get_info(&info).ok());
+    EXPECT_EQ(info.name(), "vgpu.tessera.dev");
+    EXPECT_EQ(info.endpoint(), server->dra_socket().native());  // kubelet keeps one per endpoint
+    kubelet.connect();
+    dra1::NodeUnprepareResourcesResponse response;
+    EXPECT_TRUE(kubelet.unprepare_v1({"uid-a"}, &response).ok());
+  }
+  old_server.stop();
+  EXPECT_FALSE(fs::exists(old_server.registration_socket()));
+  EXPECT_FALSE(fs::exists(old_server.dra_socket()));
+  EXPECT_TRUE(fs::is_socket(new_server.registration_socket()));
+  EXPECT_TRUE(fs::is_socket(new_server.dra_socket()));
+  KubeletSimulator kubelet(new_server.registration_socket());
+  kubelet.connect();
+  dra1::NodeUnprepareResourcesResponse response;
+  EXPECT_TRUE(kubelet.unprepare_v1({"uid-b"}, &response).ok());
+}
+
 TEST_F(PluginTest, GetInfoDescribesTheDraPlugin) {
   start();
   pluginregistration::PluginInfo info;

@@ -8,6 +8,7 @@
 #include <google/protobuf/descriptor.h>
 #include <gtest/gtest.h>
 
+#include "kubelet/dra-health/v1/api.grpc.pb.h"
 #include "kubelet/dra-health/v1alpha1/api.grpc.pb.h"
 #include "kubelet/dra/v1/api.grpc.pb.h"
 #include "kubelet/dra/v1beta1/api.grpc.pb.h"
@@ -86,17 +87,22 @@ std::vector<Message> all_messages() {
        {{"plugin_registered", 1, kBool, Card::kSingular}, {"error", 2, kString, Card::kSingular}}},
       {"pluginregistration.InfoRequest", {}},
       {"pluginregistration.RegistrationStatusResponse", {}},
-      {"v1alpha1.NodeWatchResourcesRequest", {}},
-      {"v1alpha1.NodeWatchResourcesResponse",
-       {{"devices", 1, kMessage, Card::kRepeated, "v1alpha1.DeviceHealth"}}},
-      {"v1alpha1.DeviceHealth",
-       {{"device", 1, kMessage, Card::kSingular, "v1alpha1.DeviceIdentifier"},
-        {"health", 2, kEnum, Card::kSingular, "v1alpha1.HealthStatus"},
-        {"last_updated_time", 3, kInt64, Card::kSingular},
-        {"health_check_timeout_seconds", 4, kInt64, Card::kSingular}}},
-      {"v1alpha1.DeviceIdentifier",
-       {{"pool_name", 1, kString, Card::kSingular}, {"device_name", 2, kString, Card::kSingular}}},
   };
+  // dra-health: v1alpha1 and v1 have the same messages (k8s.io/kubelet/pkg/apis/dra-health/*).
+  for (std::string pkg : {"v1alpha1", "v1"}) {
+    all.push_back({pkg + ".NodeWatchResourcesRequest", {}});
+    all.push_back({pkg + ".NodeWatchResourcesResponse",
+                   {{"devices", 1, kMessage, Card::kRepeated, pkg + ".DeviceHealth"}}});
+    all.push_back({pkg + ".DeviceHealth",
+                   {{"device", 1, kMessage, Card::kSingular, pkg + ".DeviceIdentifier"},
+                    {"health", 2, kEnum, Card::kSingular, pkg + ".HealthStatus"},
+                    {"last_updated_time", 3, kInt64, Card::kSingular},
+                    {"health_check_timeout_seconds", 4, kInt64, Card::kSingular},
+                    {"message", 5, kString, Card::kSingular}}});
+    all.push_back({pkg + ".DeviceIdentifier",
+                   {{"pool_name", 1, kString, Card::kSingular},
+                    {"device_name", 2, kString, Card::kSingular}}});
+  }
   for (auto& m : dra_messages("k8s.io.kubelet.pkg.apis.dra.v1", true)) all.push_back(m);
   for (auto& m : dra_messages("k8s.io.kubelet.pkg.apis.dra.v1beta1", false)) all.push_back(m);
   return all;
@@ -144,12 +150,15 @@ TEST(ProtoWire, EveryMessageMatchesKubeletsFieldByField) {
 }
 
 TEST(ProtoWire, HealthStatusValues) {
-  const auto* e = DescriptorPool::generated_pool()->FindEnumTypeByName("v1alpha1.HealthStatus");
-  ASSERT_NE(e, nullptr);
-  ASSERT_EQ(e->value_count(), 3);
-  EXPECT_EQ(e->FindValueByName("UNKNOWN")->number(), 0);
-  EXPECT_EQ(e->FindValueByName("HEALTHY")->number(), 1);
-  EXPECT_EQ(e->FindValueByName("UNHEALTHY")->number(), 2);
+  for (const char* name : {"v1alpha1.HealthStatus", "v1.HealthStatus"}) {
+    SCOPED_TRACE(name);
+    const auto* e = DescriptorPool::generated_pool()->FindEnumTypeByName(name);
+    ASSERT_NE(e, nullptr);
+    ASSERT_EQ(e->value_count(), 3);
+    EXPECT_EQ(e->FindValueByName("UNKNOWN")->number(), 0);
+    EXPECT_EQ(e->FindValueByName("HEALTHY")->number(), 1);
+    EXPECT_EQ(e->FindValueByName("UNHEALTHY")->number(), 2);
+  }
 }
 
 struct Method {
@@ -169,6 +178,8 @@ TEST(ProtoWire, ServicesAndMethodsHaveKubeletsNames) {
        false},
       {"v1alpha1.DRAResourceHealth", "NodeWatchResources", "v1alpha1.NodeWatchResourcesRequest",
        "v1alpha1.NodeWatchResourcesResponse", true},
+      {"v1.DRAResourceHealth", "NodeWatchResources", "v1.NodeWatchResourcesRequest",
+       "v1.NodeWatchResourcesResponse", true},
   };
   for (std::string pkg :
        {"k8s.io.kubelet.pkg.apis.dra.v1", "k8s.io.kubelet.pkg.apis.dra.v1beta1"}) {
@@ -195,6 +206,7 @@ TEST(ProtoWire, ServicesAndMethodsHaveKubeletsNames) {
   EXPECT_STREQ(k8s::io::kubelet::pkg::apis::dra::v1::DRAPlugin::service_full_name(),
                "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin");
   EXPECT_STREQ(v1alpha1::DRAResourceHealth::service_full_name(), "v1alpha1.DRAResourceHealth");
+  EXPECT_STREQ(v1::DRAResourceHealth::service_full_name(), "v1.DRAResourceHealth");
   EXPECT_STREQ(pluginregistration::Registration::service_full_name(),
                "pluginregistration.Registration");
 }
@@ -223,6 +235,14 @@ TEST(ProtoWire, EncodedBytesAreKubelets) {
   health.set_health(v1alpha1::UNHEALTHY);
   health.set_last_updated_time(300);
   EXPECT_EQ(health.SerializeAsString(), std::string("\x10\x02\x18\xac\x02", 5));
+  // message = 5, length-delimited (tag 0x2a): the same bytes in v1.
+  health.set_message("m");
+  EXPECT_EQ(health.SerializeAsString(), std::string("\x10\x02\x18\xac\x02\x2a\x01m", 8));
+  v1::DeviceHealth health_v1;
+  health_v1.set_health(v1::UNHEALTHY);
+  health_v1.set_last_updated_time(300);
+  health_v1.set_message("m");
+  EXPECT_EQ(health_v1.SerializeAsString(), health.SerializeAsString());
 
   // A map entry is {key = 1, value = 2}: NodeUnprepareResourcesResponse{claims: {"u": {error:
   // "x"}}}.

@@ -23,6 +23,7 @@
 #include "claim_fixture.h"
 #include "share/share_manager.h"
 #include "share/share_test_support.h"
+#include "tessera/share_contract.h"
 
 namespace tessera::agent {
 namespace {
@@ -61,10 +62,12 @@ class ReconcileTest : public ::testing::Test {
     mps.private_dev_shm = testing::private_dev_shm_supported();
     mps.timeout = std::chrono::milliseconds(5000);
     mps_ = std::make_unique<MpsBackend>(mps);
+    mps_options_ = mps;
     TimeSliceOptions slices;
     slices.nvidia_smi = RecordingDoubles::nvidia_smi();
     slices.root = (doubles_.dir() / "timeslice").string();
     time_slice_ = std::make_unique<TimeSliceBackend>(slices);
+    time_slice_options_ = slices;
     options_.mps = mps_.get();
     options_.time_slice = time_slice_.get();
     devices_ = {{"gpu-0", kGpu0, 0, 150ull << 30}, {"gpu-1", kGpu1, 1, 150ull << 30}};
@@ -105,6 +108,8 @@ class ReconcileTest : public ::testing::Test {
   ShareManagerOptions options_;
   std::unique_ptr<MpsBackend> mps_;
   std::unique_ptr<TimeSliceBackend> time_slice_;
+  MpsOptions mps_options_;  // what they were made with (another agent's backends use the same)
+  TimeSliceOptions time_slice_options_;
   std::vector<NodeDevice> devices_;
   FakeKube kube_;
   const ClaimRef mps_claim_{"tenants", kMpsUid, "mps"};
@@ -128,6 +133,8 @@ TEST_F(ReconcileTest, MpsClaimGetsADaemonPerShareAndItsCdiEdits) {
   const auto limits = read_limits(share_dir(share_a_) + "/limits");
   EXPECT_EQ(limits.memory, 8ull << 30);
   EXPECT_EQ(limits.cores, 100u);
+  // The marker libvgpu reads to refuse a process given two MPS shares.
+  EXPECT_TRUE(fs::is_regular_file(share_dir(share_a_) + "/" + share::kMpsMarkerFile));
 
   const json spec = json::parse(RecordingDoubles::read(m->cdi_spec_path(kMpsUid)));
   const json& edits = spec["devices"][0]["containerEdits"];
@@ -243,6 +250,7 @@ TEST_F(ReconcileTest, DriftIsRepairedAndReported) {
 TEST_F(ReconcileTest, WhatNoClaimNamesIsRemoved) {
   auto m = manager();
   ASSERT_EQ(m->prepare(quota_claim_).status().message(), "");
+  EXPECT_FALSE(fs::exists(share_dir(share_c_) + "/" + share::kMpsMarkerFile));  // not an MPS share
   fs::create_directories(options_.root + "/shares/stray-gpu-0-x");
   std::ofstream(options_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_stray.json") << "{}";
   std::ofstream(options_.cdi_dir + "/other-vendor.json") << "{}";
@@ -474,6 +482,52 @@ TEST_F(ReconcileTest, CrashDuringConcurrentPreparesWithBackendsConverges) {
     EXPECT_TRUE(mps_->share_folders().empty());
     EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "0");
   }
+}
+
+// A rolling update: the old agent (its own manager and backends, on the same folders) beside the
+// new one. Its reconcile passes never stop an MPS daemon, restore an interval or remove a file of
+// the claims the new agent prepared after it started; it unprepares them like its own, and an
+// interval the new agent set is held against its claims too.
+TEST_F(ReconcileTest, TheOldAgentKeepsAndUnpreparesWhatTheNewAgentPrepared) {
+  MpsBackend old_mps(mps_options_);
+  TimeSliceBackend old_time_slice(time_slice_options_);
+  ShareManagerOptions old_options = options_;
+  old_options.mps = &old_mps;
+  old_options.time_slice = &old_time_slice;
+  ShareManager old_manager(old_options, kube_, devices_);
+  ASSERT_EQ(old_manager.start().message(), "");
+
+  auto new_agent = manager();
+  for (const auto* claim : {&mps_claim_, &whole_claim_, &quota_claim_})
+    ASSERT_EQ(new_agent->prepare(*claim).status().message(), "");
+  const auto prepared = snapshot(base_);
+  const std::string calls = doubles_.calls();
+  const ReconcileReport passed = old_manager.reconcile();
+  EXPECT_TRUE(passed.clean()) << passed.to_text();
+  EXPECT_EQ(snapshot(base_), prepared);
+  EXPECT_TRUE(mps_->inspect(share_a_).running);
+  EXPECT_EQ(mps_->inspect(share_b_).active_thread_percentage, 70.0);
+  EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "3");
+  EXPECT_EQ(doubles_.calls().find("mps-control -d", calls.size()), std::string::npos)
+      << "a daemon was started again";
+  EXPECT_EQ(doubles_.calls().find("quit", calls.size()), std::string::npos);
+
+  EXPECT_EQ(old_manager.prepare(other_whole_claim_).status().message(),
+            std::string("share ") + kOtherWholeUid +
+                "-gpu-1: sharing.timeSlice Short conflicts with claim " + kWholeUid +
+                ", which set Long on gpu-1");
+  EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "3");
+
+  for (const auto* claim : {&mps_claim_, &whole_claim_, &quota_claim_})
+    ASSERT_EQ(old_manager.unprepare(*claim).message(), "");
+  EXPECT_FALSE(mps_->inspect(share_a_).running);
+  EXPECT_FALSE(mps_->inspect(share_b_).running);
+  EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), "0");
+  ASSERT_EQ(new_agent->unprepare(other_whole_claim_).message(), "");  // its half-prepared entry
+  EXPECT_TRUE(new_agent->reconcile().clean());
+  EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+  EXPECT_TRUE(fs::is_empty(options_.cdi_dir));
+  EXPECT_TRUE(mps_->share_folders().empty());
 }
 
 }  // namespace

@@ -406,7 +406,11 @@ TEST_F(ShareManagerTest, CrashAfterAnyStepConverges) {
     ASSERT_EQ(m->unprepare(claim_).message(), "");
   }
   const auto empty = snapshot(base_);
-  ASSERT_EQ(empty.size(), 1u);  // checkpoint.json with no claims
+  // checkpoint.json with no claims, and the state lock file (the claim's lock file went with it).
+  std::string names;
+  for (const auto& [name, contents] : empty) names += name + " ";
+  ASSERT_EQ(empty.size(), 2u) << names;
+  EXPECT_EQ(empty.count("state/state.lock"), 1u);
   ASSERT_EQ(total_steps, (1 + 2 + 1 + 1) + (1 + 1 + 2 + 1));
 
   for (int crash_at = 1; crash_at < total_steps; ++crash_at) {
@@ -558,6 +562,154 @@ TEST_F(ShareManagerTest, CrashDuringConcurrentClaimsConverges) {
       EXPECT_TRUE(fs::is_empty(options_.cdi_dir));
     }
   }
+}
+
+// Two agents on one state folder (a rolling update): an old and a new manager, each with its
+// own memory, share checkpoint.json through the state and claim lock files.
+
+// The new agent started before the old one prepared: kubelet's retry of that prepare on the new
+// agent answers from the checkpoint on disk, with no API GET and no file written again.
+TEST_F(ShareManagerTest, PrepareRetriedOnTheOtherAgentAnswersFromTheCheckpointWithoutRedoingIt) {
+  auto old_agent = manager(options_);
+  auto new_agent = manager(options_);
+  const PrepareResult first = old_agent->prepare(claim_);
+  ASSERT_EQ(first.status().message(), "");
+  const auto prepared = snapshot(base_);
+  const auto limits_written = fs::last_write_time(share_dir(kShareA) + "/limits");
+  const PrepareResult retried = new_agent->prepare(claim_);
+  ASSERT_EQ(retried.status().message(), "");
+  EXPECT_EQ(kube_.requests, 1);  // the old agent's GET only
+  ASSERT_EQ(retried->size(), first->size());
+  for (size_t i = 0; i < first->size(); ++i) {
+    EXPECT_EQ((*retried)[i].cdi_device_ids, (*first)[i].cdi_device_ids);
+    EXPECT_EQ((*retried)[i].share_id, (*first)[i].share_id);
+  }
+  EXPECT_EQ(snapshot(base_), prepared);
+  EXPECT_EQ(fs::last_write_time(share_dir(kShareA) + "/limits"), limits_written);
+  EXPECT_EQ(new_agent->checkpoint().at(kUid).state, ClaimState::kPrepareCompleted);
+}
+
+// Claims prepared on one agent are unprepared on the other, both ways; each then sees the claim
+// gone (a prepare again redoes it in full) and neither leaves a file behind.
+TEST_F(ShareManagerTest, ClaimsPreparedOnOneAgentAreUnpreparedOnTheOther) {
+  const std::vector<ClaimRef> claims = add_claims(2);
+  auto old_agent = manager(options_);
+  auto new_agent = manager(options_);
+  ASSERT_EQ(old_agent->prepare(claims[0]).status().message(), "");
+  ASSERT_EQ(new_agent->prepare(claims[1]).status().message(), "");
+  const json both = json::parse(read(options_.root + "/checkpoint.json"));
+  EXPECT_EQ(both["claims"].size(), 2u) << both.dump(2);
+
+  ASSERT_EQ(new_agent->unprepare(claims[0]).message(), "");
+  ASSERT_EQ(old_agent->unprepare(claims[1]).message(), "");
+  EXPECT_EQ(json::parse(read(options_.root + "/checkpoint.json"))["claims"], json::object());
+  EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+  EXPECT_TRUE(fs::is_empty(options_.cdi_dir));
+  for (const auto& left : fs::directory_iterator(options_.root + "/claims"))
+    ADD_FAILURE() << "left behind: " << left.path();  // their lock files went with them
+
+  // The old agent's memory still had claims[0] completed: it must not answer from it.
+  const int gets = kube_.requests;
+  ASSERT_EQ(old_agent->prepare(claims[0]).status().message(), "");
+  EXPECT_EQ(kube_.requests, gets + 1);
+  EXPECT_TRUE(fs::exists(old_agent->cdi_spec_path(claims[0].uid)));
+  EXPECT_TRUE(new_agent->reconcile().clean());
+  ASSERT_EQ(new_agent->unprepare(claims[0]).message(), "");
+  EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+}
+
+// The old agent's reconcile decides from the checkpoint on disk: the share folders and CDI spec
+// the new agent prepared after the old one last read it are kept (and checked), a stray folder
+// still goes.
+TEST_F(ShareManagerTest, ReconcileOfTheOldAgentKeepsWhatTheNewOnePrepared) {
+  auto old_agent = manager(options_);
+  auto new_agent = manager(options_);
+  ASSERT_EQ(new_agent->prepare(claim_).status().message(), "");
+  const auto prepared = snapshot(base_);
+  fs::create_directories(options_.root + "/shares/stray-gpu-0-x");
+  const ReconcileReport report = old_agent->reconcile();
+  ASSERT_EQ(report.items.size(), 1u) << report.to_text();
+  EXPECT_EQ(report.items[0].subject, "share stray-gpu-0-x");
+  EXPECT_EQ(snapshot(base_), prepared);
+  // ...and repairs it like its own: the new agent's share folder deleted by hand comes back.
+  fs::remove_all(share_dir(kShareA));
+  const ReconcileReport repaired = old_agent->reconcile();
+  ASSERT_EQ(repaired.items.size(), 1u) << repaired.to_text();
+  EXPECT_EQ(repaired.items[0].problem, "share folder missing");
+  EXPECT_EQ(snapshot(base_), prepared);
+}
+
+// Prepares and unprepares of different claims on both agents at once, each unprepared on the
+// agent that did not prepare it: every change lands in checkpoint.json (neither agent's save
+// writes over the other's entries), and nothing is left.
+TEST_F(ShareManagerTest, ConcurrentClaimsOnTwoAgentsAllLandInTheCheckpoint) {
+  const std::vector<ClaimRef> claims = add_claims(8);
+  auto old_agent = manager(options_);
+  auto new_agent = manager(options_);
+  ShareManager* agents[] = {old_agent.get(), new_agent.get()};
+  std::vector<PrepareResult> results(claims.size(), internal_error("not prepared"));
+  on_threads(claims,
+             [&](size_t i, const ClaimRef& claim) { results[i] = agents[i % 2]->prepare(claim); });
+  for (size_t i = 0; i < claims.size(); ++i) EXPECT_EQ(results[i].status().message(), "");
+  EXPECT_EQ(kube_.requests, static_cast<int>(claims.size()));
+  const json saved = json::parse(read(options_.root + "/checkpoint.json"));
+  ASSERT_EQ(saved["claims"].size(), claims.size()) << saved.dump(2);
+  for (const auto& claim : claims)
+    EXPECT_EQ(saved["claims"][claim.uid]["state"], "PrepareCompleted");
+  EXPECT_TRUE(old_agent->reconcile().clean());
+  EXPECT_TRUE(new_agent->reconcile().clean());
+
+  std::vector<std::string> errors(claims.size());
+  on_threads(claims, [&](size_t i, const ClaimRef& claim) {
+    errors[i] = agents[(i + 1) % 2]->unprepare(claim).message();
+  });
+  for (const auto& error : errors) EXPECT_EQ(error, "");
+  EXPECT_EQ(json::parse(read(options_.root + "/checkpoint.json"))["claims"], json::object());
+  EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+  EXPECT_TRUE(fs::is_empty(options_.cdi_dir));
+}
+
+// Kubelet's calls for one claim split between the agents, all at once: one prepare does the work
+// (one GET), the others wait for it on the claim's lock file and answer from the checkpoint.
+TEST_F(ShareManagerTest, ConcurrentPreparesOfOneClaimOnTwoAgentsRunOneAtATime) {
+  auto old_agent = manager(options_);
+  auto new_agent = manager(options_);
+  ShareManager* agents[] = {old_agent.get(), new_agent.get()};
+  const std::vector<ClaimRef> same(6, claim_);
+  std::vector<PrepareResult> results(same.size(), internal_error("not prepared"));
+  on_threads(same,
+             [&](size_t i, const ClaimRef& claim) { results[i] = agents[i % 2]->prepare(claim); });
+  EXPECT_EQ(kube_.requests, 1);
+  for (const auto& result : results) {
+    EXPECT_EQ(result.status().message(), "");
+    ASSERT_EQ(result->size(), 2u);
+    EXPECT_EQ((*result)[1].cdi_device_ids, (*results[0])[1].cdi_device_ids);
+  }
+  std::vector<std::string> errors(same.size());
+  on_threads(same, [&](size_t i, const ClaimRef& claim) {
+    errors[i] = agents[i % 2]->unprepare(claim).message();
+  });
+  EXPECT_EQ(errors, std::vector<std::string>(same.size(), ""));
+  EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+}
+
+// The checkpoint is read again only when it changed: an agent that alone writes it never
+// rereads, and the other agent's write is seen at the next call (a corrupt file then is an error
+// of that call, not a silently kept stale view).
+TEST_F(ShareManagerTest, TheCheckpointIsReadAgainWhenTheOtherAgentChangedIt) {
+  const std::vector<ClaimRef> claims = add_claims(1);
+  auto old_agent = manager(options_);
+  auto new_agent = manager(options_);
+  ASSERT_EQ(new_agent->prepare(claims[0]).status().message(), "");
+  EXPECT_EQ(old_agent->checkpoint().count(claims[0].uid), 0u);  // not read yet
+  EXPECT_TRUE(old_agent->reconcile().clean());                  // reads it
+  EXPECT_EQ(old_agent->checkpoint().at(claims[0].uid).state, ClaimState::kPrepareCompleted);
+
+  std::ofstream(options_.root + "/checkpoint.json") << R"({"version": 9, "claims": {}})";
+  const Status refused = old_agent->unprepare(claims[0]);
+  EXPECT_EQ(refused.code(), StatusCode::kInternal);
+  EXPECT_EQ(refused.message(), options_.root + "/checkpoint.json: checkpoint version 9 is not 1");
+  EXPECT_TRUE(fs::exists(old_agent->cdi_spec_path(claims[0].uid)));  // nothing undone blindly
 }
 
 }  // namespace

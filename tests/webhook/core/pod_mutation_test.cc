@@ -249,7 +249,8 @@ TEST(PodMutation, EveryBypassIsNamedInOneRefusal) {
                                  {"name": "CUDA_DEVICE_SM_LIMIT_0", "value": "100"},
                                  {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}])");
   train["volumeMounts"].push_back({{"name", "etc"}, {"mountPath", "/etc/"}});
-  train["volumeMounts"].push_back({{"name", "state"}, {"mountPath", "/var/lib/tessera/shares"}});
+  train["volumeMounts"].push_back(
+      {{"name", "state"}, {"mountPath", "/var/run/tessera/shares/x/limits"}});
   train["volumeMounts"].push_back({{"name", "data"}, {"mountPath", "/var/lib/data"}});
   FakeClaimLookup claims;
   const Mutated out = run(request, {}, claims);
@@ -259,9 +260,10 @@ TEST(PodMutation, EveryBypassIsNamedInOneRefusal) {
   EXPECT_EQ(message.find("CUDA_DEVICE_ORDER"), std::string::npos);
   EXPECT_NE(message.find("mounts volume \"etc\" at /etc/: it covers /etc/ld.so.preload"),
             std::string::npos);
-  EXPECT_NE(message.find("mounts volume \"state\" at /var/lib/tessera/shares: it covers the "
-                         "share folder"),
-            std::string::npos);
+  EXPECT_NE(
+      message.find("mounts volume \"state\" at /var/run/tessera/shares/x/limits: it covers the "
+                   "share folder"),
+      std::string::npos);
   EXPECT_EQ(message.find("\"data\""), std::string::npos);
   EXPECT_TRUE(out.templates.empty());  // a refused pod creates nothing
 }

@@ -34,8 +34,8 @@ struct Policy {
 
 struct MutateConfig {
   Policy policy;
-  bool hami_names = false;  // the namespace opted in to nvidia.com/gpu* names
-  std::string share_root = "/var/lib/tessera";
+  bool hami_names = false;                      // the namespace opted in to nvidia.com/gpu* names
+  std::string share_root = "/var/run/tessera";  // where CDI mounts shares and MPS pipes
   std::string preload_file = "/etc/ld.so.preload";
 };
 

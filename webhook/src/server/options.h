@@ -21,7 +21,7 @@ struct WebhookOptions {
   std::string config_file;
   Policy policy;
   std::set<std::string> device_classes = {"vgpu.tessera.dev"};
-  std::string share_root = "/var/lib/tessera";
+  std::string share_root = "/var/run/tessera";  // where CDI mounts shares and MPS pipes
   std::chrono::seconds cache_ttl{60};
   std::chrono::milliseconds certificate_check_interval{1000};
   // Between SIGTERM (readyz turns 503) and closing the listener, for endpoints to drop the pod.

@@ -15,8 +15,9 @@ namespace tessera::vgpu {
 //        id                name                          default   unit      description
 #define TESSERA_VGPU_OPTIONS(X)                                                                  \
   X(kShareDir, "TESSERA_SHARE_DIR", "", "path",                                                  \
-    "share directory (limits, usage) written by the node agent; unset: a private share built "   \
-    "from the limits below")                                                                     \
+    "share directory (limits, usage) written by the node agent, or a ':'-separated list, used "  \
+    "beside the shares under /var/run/tessera/shares; none: a private share from the limits "    \
+    "below")                                                                                     \
   X(kMemoryLimit, "TESSERA_MEMORY_LIMIT", "", "bytes",                                           \
     "memory limit for every device (8Gi, 8G, 8192Mi, bytes) or per device: 0=8Gi,1=4Gi or "      \
     "GPU-<uuid>=8Gi; unset: no limit")                                                           \
@@ -101,7 +102,7 @@ bool parse_priority(std::string_view text, uint32_t* out);
 using GetEnv = const char* (*)(const char* name);
 
 struct Options {
-  char share_dir[256] = {};
+  char share_dir[1024] = {};  // TESSERA_SHARE_DIR: one folder or a ':'-separated list
   LogLevel log_level = LogLevel::kError;
   uint64_t context_overhead = 500ull << 20;
 

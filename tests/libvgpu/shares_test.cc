@@ -1,0 +1,290 @@
+// A process given several shares (libvgpu/src/state.cc; docs/libvgpu.md, "Several shares"):
+// vgpu_probe under the shim against the simulated driver, with share folders named in
+// TESSERA_SHARE_DIR or mounted under the fixed share root /var/run/tessera/shares. The share-root
+// tests run the probe in a private user and mount namespace (unshare -rm) with a tmpfs over /run,
+// so they can bind-mount limits files read-only as the container runtime does, without touching
+// the machine's /run; where such namespaces are not allowed they are skipped and say so.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <string>
+#include <vector>
+
+#include "shim_test_support.h"
+#include "sim_test_support.h"
+
+namespace {
+
+using tessera::vgpu::testing::Env;
+using tessera::vgpu::testing::Probe;
+using tessera::vgpu::testing::ProbeRun;
+using tessera::vgpu::testing::run_probe;
+using tessera::vgpu::testing::ShareDir;
+using tessera::vgpu::testing::sim_uuid;
+using tessera::vgpu::testing::words;
+
+constexpr uint64_t kMi = 1ull << 20;
+constexpr uint64_t kGi = 1ull << 30;
+constexpr uint64_t kContext = 500 * kMi;
+constexpr char kUnshare[] = "/usr/bin/unshare";
+constexpr char kOneGpu[] = "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0";
+constexpr char kTwoGpus[] =
+    "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0;name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0";
+
+uint64_t field(const std::string& line, size_t index) {
+  const auto w = words(line);
+  return index < w.size() ? std::stoull(w[index]) : ~0ull;
+}
+
+// A folder under the share root inside the namespace: a share folder bind-mounted as the CDI spec
+// mounts it (limits read-only over itself), or, for a tenant's fake, a plain folder with a copy of
+// a limits page.
+struct Folder {
+  std::string name;
+  const ShareDir* share;
+  bool read_only_limits;
+};
+
+std::string quoted(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs vgpu_probe under the shim in a new user + mount namespace whose /run is a private tmpfs
+// holding `folders` under /run/tessera/shares. The probe's environment is cleared (env -i), as a
+// program that empties its environment would have it, except for the simulator's settings, the
+// preload, ASAN_OPTIONS and `env`.
+ProbeRun run_in_share_root(const std::vector<Folder>& folders, const Env& env,
+                           const std::vector<std::string>& args) {
+  std::string script = "set -e; mount -t tmpfs tessera-test /run; mkdir -p /run/tessera/shares; ";
+  for (const Folder& folder : folders) {
+    const std::string target = "/run/tessera/shares/" + folder.name;
+    script += "mkdir " + quoted(target) + "; ";
+    if (folder.read_only_limits) {
+      script += "mount --bind " + quoted(folder.share->path()) + " " + quoted(target) + "; ";
+      script += "mount --bind " + quoted(folder.share->path() + "/limits") + " " +
+                quoted(target + "/limits") + "; ";
+      script += "mount -o remount,bind,ro " + quoted(target + "/limits") + "; ";
+    } else {
+      script += "cp " + quoted(folder.share->path() + "/limits") + " " + quoted(target) + "/; ";
+    }
+  }
+  script += "exec env -i";
+  for (const char* name : {"SIMGPU_STATE", "SIMGPU_DEVICES", "SIMGPU_CONTEXT_OVERHEAD"}) {
+    script += std::string(" ") + name + "=" + quoted(std::getenv(name) ? std::getenv(name) : "");
+  }
+  script += " LD_LIBRARY_PATH=" + quoted(SIMGPU_LIB_DIR) + " LD_PRELOAD=" + quoted(LIBVGPU_SO);
+  // Kept for sanitized probes (Probe sets it: the preloaded shim precedes the ASan runtime).
+  script += " ${ASAN_OPTIONS:+\"ASAN_OPTIONS=$ASAN_OPTIONS\"}";
+  for (const auto& [name, value] : env) script += " " + name + "=" + quoted(value);
+  script += " " + quoted(VGPU_PROBE);
+  for (const std::string& arg : args) script += " " + quoted(arg);
+  return run_probe({}, {"-rm", "/bin/sh", "-c", script}, /*with_shim=*/false, kUnshare);
+}
+
+// Whether this machine lets the tests make user + mount namespaces with read-only bind mounts.
+std::string namespaces_unavailable() {
+  struct stat status {};
+  if (stat(kUnshare, &status) != 0) return std::string(kUnshare) + " is not installed";
+  ProbeRun run = run_probe({},
+                           {"-rm", "/bin/sh", "-c",
+                            "mount -t tmpfs t /run && touch /run/f && mount --bind /run/f /run/f "
+                            "&& mount -o remount,bind,ro /run/f && ! touch /run/f 2>/dev/null"},
+                           /*with_shim=*/false, kUnshare);
+  if (run.status != 0) {
+    return "unshare -rm cannot make a read-only bind mount here (user namespaces disallowed?): " +
+           run.err;
+  }
+  return "";
+}
+
+class SharesTest : public ::testing::Test {
+ protected:
+  simgpu::testing::SimEnvironment sim_{kOneGpu};
+};
+
+class SharesOnTwoGpusTest : public ::testing::Test {
+ protected:
+  simgpu::testing::SimEnvironment sim_{kTwoGpus};
+};
+
+TEST_F(SharesTest, TwoSharesOfOneGpuHoldTheirSumAndEachStaysWithinItsLimit) {
+  ShareDir a({{sim_uuid(0), kGi}});
+  ShareDir b({{sim_uuid(0), 512 * kMi}});
+  Probe probe({{"TESSERA_SHARE_DIR", a.path() + ":" + b.path()}, {"TESSERA_CONTEXT_OVERHEAD", "0"}},
+              {"init", "info", "nvml", "fill:mem:64Mi", "info", "ready", "hold"});
+  EXPECT_EQ(probe.read_line(), "init CUDA_SUCCESS");
+  const std::string info = probe.read_line().value_or("");
+  EXPECT_EQ(field(info, 3), kGi + 512 * kMi) << info;  // total: the sum of the limits
+  EXPECT_EQ(field(info, 2), kGi + 512 * kMi) << info;  // free: nothing held yet
+  const std::string nvml = probe.read_line().value_or("");
+  EXPECT_EQ(field(nvml, 2), kGi + 512 * kMi) << nvml;
+  const std::string fill = probe.read_line().value_or("");
+  EXPECT_EQ(field(fill, 2), 24u) << fill;  // 1.5Gi in 64Mi allocations
+  EXPECT_EQ(field(fill, 3), kGi + 512 * kMi) << fill;
+  EXPECT_EQ(words(fill).back(), "CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(field(probe.read_line().value_or(""), 2), 0u);  // free: none left
+  EXPECT_EQ(probe.read_line(), "ready");
+  // Each share's usage page holds its own part, never more than its own limit.
+  EXPECT_EQ(a.used(), kGi);
+  EXPECT_EQ(b.used(), 512 * kMi);
+}
+
+TEST_F(SharesTest, AnAllocationLargerThanAnyOneShareIsSplitAndGivenBackInFull) {
+  ShareDir a({{sim_uuid(0), kGi}});
+  ShareDir b({{sim_uuid(0), 512 * kMi}});
+  const std::string go = a.path() + "/go";
+  Probe probe({{"TESSERA_SHARE_DIR", a.path() + ":" + b.path()}, {"TESSERA_CONTEXT_OVERHEAD", "0"}},
+              {"init", "alloc:mem:1280Mi", "ready", "waitfile:" + go, "free", "ready", "hold"});
+  EXPECT_EQ(probe.read_line(), "init CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "alloc mem CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "ready");
+  EXPECT_EQ(a.used(), kGi);
+  EXPECT_EQ(b.used(), 256 * kMi);
+  const int fd = open(go.c_str(), O_WRONLY | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  EXPECT_EQ(probe.read_line(), "free CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "ready");
+  EXPECT_EQ(a.used(), 0u);
+  EXPECT_EQ(b.used(), 0u);
+  unlink(go.c_str());
+}
+
+TEST_F(SharesOnTwoGpusTest, EachGpuIsHeldToItsOwnShare) {
+  ShareDir a({{sim_uuid(0), kGi}});
+  ShareDir b({{sim_uuid(1), 512 * kMi}});
+  ProbeRun run = run_probe(
+      {{"TESSERA_SHARE_DIR", a.path() + ":" + b.path()}, {"TESSERA_CONTEXT_OVERHEAD", "0"}},
+      {"init:0", "total:0", "fill:mem:64Mi", "init:1", "total:1", "fill:mem:64Mi"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  ASSERT_EQ(run.lines.size(), 6u) << run.err;
+  EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi));
+  EXPECT_EQ(field(run.lines[2], 3), kGi) << run.lines[2];
+  EXPECT_EQ(run.lines[3], "init CUDA_SUCCESS");
+  EXPECT_EQ(run.lines[4], "total CUDA_SUCCESS " + std::to_string(512 * kMi));
+  EXPECT_EQ(field(run.lines[5], 3), 512 * kMi) << run.lines[5];
+  // Each share's page counts its own GPU only (device 0 of each limits page).
+  EXPECT_EQ(a.used(), kGi);
+  EXPECT_EQ(b.used(), 512 * kMi);
+}
+
+TEST_F(SharesTest, SharesUnderTheShareRootAreEnforcedWithAClearedEnvironment) {
+  if (const std::string why = namespaces_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  ShareDir a({{sim_uuid(0), kGi}});
+  ShareDir b({{sim_uuid(0), 512 * kMi}});
+  // No TESSERA_* variable at all: the shares are found under the root.
+  ProbeRun run =
+      run_in_share_root({{"a", &a, true}, {"b", &b, true}}, {}, {"init", "total", "fill:mem:64Mi"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  ASSERT_EQ(run.lines.size(), 3u) << run.err;
+  EXPECT_EQ(run.lines[0], "init CUDA_SUCCESS");
+  EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi + 512 * kMi));
+  // The context (500Mi) and 64Mi allocations fill both shares up to what is left in each.
+  EXPECT_EQ(field(run.lines[2], 2), 16u) << run.lines[2];
+  EXPECT_LE(a.used(), kGi);
+  EXPECT_LE(b.used(), 512 * kMi);
+  EXPECT_EQ(a.used() + b.used(), kContext + 16 * 64 * kMi);
+
+  // A limit in the environment raises nothing beside them, and the shim says it is ignored.
+  run = run_in_share_root({{"a", &a, true}, {"b", &b, true}}, {{"TESSERA_MEMORY_LIMIT", "8Gi"}},
+                          {"init", "total"});
+  ASSERT_EQ(run.lines.size(), 2u) << run.err;
+  EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi + 512 * kMi));
+  EXPECT_NE(run.err.find("limits in the environment are ignored"), std::string::npos) << run.err;
+}
+
+TEST_F(SharesTest, AFolderWhoseLimitsAreNotOnAReadOnlyMountIsIgnored) {
+  if (const std::string why = namespaces_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  ShareDir real({{sim_uuid(0), kGi}});
+  ShareDir fake({{sim_uuid(0), 8 * kGi}});   // a tenant's own folder under the root
+  ShareDir named({{sim_uuid(0), 4 * kGi}});  // a tenant's folder named in TESSERA_SHARE_DIR
+  ProbeRun run = run_in_share_root(
+      {{"a", &real, true}, {"b-fake", &fake, false}},
+      {{"TESSERA_LOG_LEVEL", "warn"}, {"TESSERA_SHARE_DIR", named.path()}}, {"init", "total"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  ASSERT_EQ(run.lines.size(), 2u) << run.err;
+  EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi)) << run.err;
+  EXPECT_NE(run.err.find("/run/tessera/shares/b-fake/limits is not on a read-only mount"),
+            std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("TESSERA_SHARE_DIR names " + named.path()), std::string::npos) << run.err;
+  EXPECT_EQ(named.usage(), nullptr);  // never opened
+
+  // Only a fake under the root: it raises nothing (no share: the device passes through as it
+  // would with no Tessera share at all).
+  run = run_in_share_root({{"b-fake", &fake, false}}, {{"TESSERA_LOG_LEVEL", "warn"}},
+                          {"init", "total"});
+  ASSERT_EQ(run.lines.size(), 2u) << run.err;
+  EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(16 * kGi)) << run.err;
+  EXPECT_NE(run.err.find("not on a read-only mount"), std::string::npos) << run.err;
+}
+
+TEST_F(SharesTest, TheEnvironmentNamingAShareUnderTheRootCountsItOnce) {
+  if (const std::string why = namespaces_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  ShareDir a({{sim_uuid(0), kGi}});
+  // As the CDI spec sets it: TESSERA_SHARE_DIR names the same folder the root holds.
+  ProbeRun run = run_in_share_root(
+      {{"a", &a, true}}, {{"TESSERA_SHARE_DIR", "/var/run/tessera/shares/a"}}, {"init", "total"});
+  ASSERT_EQ(run.lines.size(), 2u) << run.err;
+  EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi)) << run.err;
+}
+
+TEST_F(SharesTest, TwoMpsSharesAreRefusedAndOneBesideAQuotaShareIsFine) {
+  ShareDir a({{sim_uuid(0), kGi}});
+  ShareDir b({{sim_uuid(0), 512 * kMi}});
+  ShareDir quota({{sim_uuid(0), 256 * kMi}});
+  a.mark_mps();
+  b.mark_mps();
+  ProbeRun run =
+      run_probe({{"TESSERA_SHARE_DIR", a.path() + ":" + b.path()}}, {"init", "alloc:mem:1Mi"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(run.lines.at(0), "init CUDA_ERROR_MPS_CONNECTION_FAILED");
+  EXPECT_NE(run.lines.at(1).find("alloc mem CUDA_ERROR"), std::string::npos) << run.lines.at(1);
+  EXPECT_NE(run.err.find("given 2 MPS shares"), std::string::npos) << run.err;
+
+  run = run_probe(
+      {{"TESSERA_SHARE_DIR", a.path() + ":" + quota.path()}, {"TESSERA_CONTEXT_OVERHEAD", "0"}},
+      {"init", "total"});
+  ASSERT_EQ(run.lines.size(), 2u) << run.err;
+  EXPECT_EQ(run.lines[0], "init CUDA_SUCCESS");
+  EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi + 256 * kMi));
+}
+
+TEST_F(SharesTest, EachShareWithAComputeSettingRunsItsOwnMeter) {
+  ShareDir a({{sim_uuid(0), kGi}});
+  ShareDir b({{sim_uuid(0), kGi}});
+  ShareDir none({{sim_uuid(0), kGi}});
+  a.set_cores(0, 50);
+  b.set_cores(0, 40);
+  Probe probe({{"TESSERA_SHARE_DIR", a.path() + ":" + b.path() + ":" + none.path()},
+               {"TESSERA_LOG_LEVEL", "info"}},
+              {"init", "sleepms:100", "ready", "hold"});
+  EXPECT_EQ(probe.read_line(), "init CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "ready");
+  // The probe leads the meter of each share with a compute setting (its launches wait at both
+  // gates) and of no other.
+  ASSERT_NE(a.usage(), nullptr);
+  ASSERT_NE(b.usage(), nullptr);
+  ASSERT_NE(none.usage(), nullptr);
+  const uint64_t owner = a.usage()->compute.meter_owner.load();
+  EXPECT_NE(owner, 0u);
+  EXPECT_EQ(b.usage()->compute.meter_owner.load(), owner);
+  EXPECT_EQ(none.usage()->compute.meter_owner.load(), 0u);
+  probe.kill_now();
+  probe.wait_exit();
+  const std::string err = probe.stderr_text();
+  EXPECT_NE(err.find("compute meter of share " + a.path() + " started"), std::string::npos) << err;
+  EXPECT_NE(err.find("compute meter of share " + b.path() + " started"), std::string::npos) << err;
+  EXPECT_EQ(err.find("compute meter of share " + none.path()), std::string::npos) << err;
+}
+
+TEST_F(SharesTest, ABrokenShareBlocksTheProcessAndSaysWhich) {
+  ShareDir a({{sim_uuid(0), kGi}});
+  ProbeRun run = run_probe({{"TESSERA_SHARE_DIR", a.path() + ":/nonexistent/share"}}, {"init"});
+  EXPECT_EQ(run.lines.at(0), "init CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_NE(run.err.find("/nonexistent/share/limits"), std::string::npos) << run.err;
+}
+
+}  // namespace
