@@ -13,6 +13,7 @@ packages=(
   libspdlog-dev wrk  # the webhook's logging, and its load test over TLS on loopback
   # a real container runtime applying the agent's CDI specs (runc: crun refuses this cgroup layout)
   podman runc conmon netavark catatonit uidmap
+  prometheus  # promtool: the node agent's metrics test checks its /metrics output with it
 )
 
 missing=()

@@ -204,6 +204,7 @@ ProcessSlot* Region::claim_slot() {
         candidate.launches.store(0, std::memory_order_relaxed);
         candidate.throttled_ns.store(0, std::memory_order_relaxed);
         candidate.gpu_busy_ns.store(0, std::memory_order_relaxed);
+        candidate.allocations_denied.store(0, std::memory_order_relaxed);
         candidate.pid.store(pid, std::memory_order_relaxed);
         candidate.start_time.store(start_time, std::memory_order_relaxed);
         candidate.generation.fetch_add(1, std::memory_order_release);

@@ -528,6 +528,15 @@ bool reserve_bytes(int index, uint64_t bytes) {
                 static_cast<unsigned long long>(bytes), index,
                 static_cast<unsigned long long>(device_limit(index)),
                 static_cast<unsigned long long>(device_usage(index)));
+  // For the agent's metrics (tessera_share_allocations_denied_total): in the process's slot of
+  // every share that holds the GPU (none of them had room).
+  int regions[kMaxShares];
+  int devices[kMaxShares];
+  const int count = holders(index, regions, devices);
+  for (int i = 0; i < count; ++i) {
+    if (share::ProcessSlot* slot = g_shim.regions[regions[i]].own_slot())
+      slot->allocations_denied.fetch_add(1, std::memory_order_relaxed);
+  }
   return false;
 }
 

@@ -97,11 +97,16 @@ struct ProcessSlot {
   std::atomic<uint64_t> launches;            // kernel and graph launches (published by the process)
   std::atomic<uint64_t> throttled_ns;  // wall time its launching threads waited at a closed gate
   std::atomic<uint64_t> gpu_busy_ns;   // GPU time measured for this pid (written by the meter)
-  uint64_t reserved1;
+  // Reservations the shim refused (over the limit). Was reserved (always 0) before, so no version
+  // bump: a shim that does not count leaves it 0.
+  std::atomic<uint64_t> allocations_denied;
 };
 static_assert(sizeof(ProcessSlot) == 192);
 static_assert(offsetof(ProcessSlot, bytes) == 32);
 static_assert(offsetof(ProcessSlot, launches) == 160);
+static_assert(offsetof(ProcessSlot, throttled_ns) == 168);
+static_assert(offsetof(ProcessSlot, gpu_busy_ns) == 176);
+static_assert(offsetof(ProcessSlot, allocations_denied) == 184);
 
 // Compute state of the share (docs/compute.md). Written by the share's meter (one leader process,
 // elected by CAS on meter_owner and kept by meter_heartbeat_ns) and read by every launch.

@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "metrics/metrics_server.h"
+
 namespace tessera::agent {
 
 namespace {
@@ -122,6 +124,17 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
                  "Seconds between GPU inventory checks (ResourceSlices are republished on change)")
       ->envname("DEVICE_POLL_INTERVAL")
       ->check(CLI::Range(1u, 3600u))
+      ->capture_default_str();
+  app.add_option(
+         "--metrics-address", config.metrics_address,
+         "host:port (or :port) of the Prometheus /metrics and /healthz endpoint; empty: none")
+      ->envname("METRICS_ADDRESS")
+      ->check(CLI::Validator(
+          [](const std::string& address) {
+            return address.empty() ? std::string()
+                                   : parse_listen_address(address).status().message();
+          },
+          "[HOST]:PORT", "metrics address"))
       ->capture_default_str();
 }
 

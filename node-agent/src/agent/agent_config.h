@@ -29,8 +29,9 @@ struct AgentConfig {
   std::string driver_mode = "auto";
   std::string toolkit_spec_dirs = "/etc/cdi,/var/run/cdi";
   std::string driver_root = "/";
-  unsigned reconcile_interval_s = 60;    // --reconcile-interval / RECONCILE_INTERVAL; 0 = at start
-  unsigned device_poll_interval_s = 30;  // --device-poll-interval / DEVICE_POLL_INTERVAL
+  unsigned reconcile_interval_s = 60;     // --reconcile-interval / RECONCILE_INTERVAL; 0 = at start
+  unsigned device_poll_interval_s = 30;   // --device-poll-interval / DEVICE_POLL_INTERVAL
+  std::string metrics_address = ":9464";  // --metrics-address / METRICS_ADDRESS; empty: none
   // --pod-uid / POD_UID: the agent pod's metadata.uid (downward API). Given, the kubelet sockets
   // carry it and a second agent (the new pod of a rolling update) may run beside this one on the
   // state folder; empty: the fixed socket names, one agent per state folder.

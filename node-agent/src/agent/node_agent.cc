@@ -15,6 +15,9 @@
 #include "devices/device_monitor.h"
 #include "devices/resource_slices.h"
 #include "kube/http_kube_client.h"
+#include "metrics/collector.h"
+#include "metrics/gpu_stats.h"
+#include "metrics/metrics_server.h"
 #include "share/share_manager.h"
 #include "share/shim_library.h"
 #include "usage/gpu_time_meter.h"
@@ -108,7 +111,7 @@ Status NodeAgent::lock_state_dir() {
 }
 
 ClaimPreparer& NodeAgent::preparer() {
-  return *shares_;
+  return *preparer_;
 }
 
 Status NodeAgent::start() {
@@ -141,6 +144,7 @@ Status NodeAgent::start() {
   // Containers' pids are not NVML's: the agent measures every share's GPU time (the meter below).
   options.measure_source = share::kMeasureAgent;
   shares_ = std::make_unique<ShareManager>(options, *kube_, std::vector<NodeDevice>{});
+  preparer_ = std::make_unique<InstrumentedPreparer>(*shares_, requests_, clock_);
   ReconcileReport report;
   TESSERA_RETURN_IF_ERROR(shares_->start(&report));
   log_report("start", report);
@@ -167,6 +171,64 @@ Status NodeAgent::start() {
                                     [this] { reconcile_pass(); });
     if (!loop.is_ok()) return loop.status().with_context("cannot start the reconcile loop");
     reconciler_ = std::move(loop).value();
+  }
+  {
+    std::lock_guard lock(liveness_mutex_);
+    started_ = true;
+    monitor_moved_at_ = reconcile_moved_at_ = clock_.now();
+  }
+  if (!config_.metrics_address.empty()) {
+    gpu_stats_ = std::make_unique<NvmlGpuStats>();
+    MetricsServerOptions serving;
+    serving.address = config_.metrics_address;
+    serving.metrics = [this] { return scrape_metrics(); };
+    serving.healthy = [this] { return liveness(); };
+    metrics_ = std::make_unique<MetricsServer>(serving);
+    TESSERA_RETURN_IF_ERROR(metrics_->start());
+  }
+  return Status::ok();
+}
+
+std::string NodeAgent::scrape_metrics() const {
+  MetricsSources sources;
+  sources.node_name = config_.node_name;
+  sources.shares_dir = config_.state_dir + "/shares";
+  sources.checkpoint = [this] { return shares_->checkpoint(); };
+  sources.devices = [this] { return shares_->devices(); };
+  sources.health = [this] { return health_.snapshot(); };
+  sources.gpu_stats = gpu_stats_.get();
+  sources.requests = &requests_;
+  sources.version = TESSERA_VERSION;
+  return collect_metrics(sources);
+}
+
+int NodeAgent::metrics_port() const {
+  return metrics_ ? metrics_->port() : 0;
+}
+
+Status NodeAgent::liveness() {
+  std::lock_guard lock(liveness_mutex_);
+  if (!started_) return unavailable("the agent has not started");
+  if (stopped_) return unavailable("the agent is stopping");
+  const Clock::time_point now = clock_.now();
+  // A loop is stuck when it has not moved for many of its intervals (a slow pass, an NVML call
+  // or an API request, takes seconds, not minutes).
+  const auto monitor_limit = std::chrono::seconds(60);
+  if (const std::uint64_t turns = monitor_->turns(); turns != monitor_turns_seen_) {
+    monitor_turns_seen_ = turns;
+    monitor_moved_at_ = now;
+  } else if (now - monitor_moved_at_ > monitor_limit) {
+    return unavailable("the device monitor has not turned for 60 s");
+  }
+  if (reconciler_) {
+    const auto reconcile_limit = std::chrono::seconds(3 * config_.reconcile_interval_s + 300);
+    if (const std::uint64_t passes = reconciler_->ticks(); passes != reconcile_passes_seen_) {
+      reconcile_passes_seen_ = passes;
+      reconcile_moved_at_ = now;
+    } else if (now - reconcile_moved_at_ > reconcile_limit) {
+      return unavailable("the reconcile loop has not passed for " +
+                         std::to_string(reconcile_limit.count()) + " s");
+    }
   }
   return Status::ok();
 }
@@ -217,7 +279,12 @@ bool NodeAgent::wait_for_device_turns(std::uint64_t count,
 }
 
 void NodeAgent::stop() {
-  reconciler_.reset();  // joins: no pass runs past here
+  {
+    std::lock_guard lock(liveness_mutex_);
+    stopped_ = started_;
+  }
+  if (metrics_) metrics_->stop();  // no scrape runs past here
+  reconciler_.reset();             // joins: no pass runs past here
   if (meter_) meter_->stop();
   if (monitor_) monitor_->stop();
 }

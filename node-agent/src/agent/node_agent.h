@@ -1,8 +1,8 @@
 // The node agent assembled: the Kubernetes client, the share manager with its MPS and TimeSlicing
 // backends, the device monitor (ResourceSlices republished when the GPUs change, health from NVML
 // events), the GPU-time meter (the shares' GPU time from host NVML, for compute quotas in
-// containers), and the reconcile loop. main.cc serves its preparer and health board over the
-// kubelet plugin sockets.
+// containers), the reconcile loop, and the Prometheus endpoint (/metrics, /healthz). main.cc serves
+// its preparer and health board over the kubelet plugin sockets.
 #pragma once
 
 #include <chrono>
@@ -17,6 +17,7 @@
 #include "clock/clock.h"
 #include "clock/periodic_loop.h"
 #include "devices/device_health.h"
+#include "metrics/request_metrics.h"
 #include "model/claim_preparer.h"
 #include "tessera/gpu_info.h"
 #include "tessera/status.h"
@@ -26,7 +27,10 @@ namespace tessera::agent {
 class DeviceMonitor;
 class GpuTimeMeter;
 class HttpKubeClient;
+class InstrumentedPreparer;
+class MetricsServer;
 class MpsBackend;
+class NvmlGpuStats;
 class ShareManager;
 class SlicePublisher;
 class TimeSliceBackend;
@@ -51,11 +55,13 @@ class NodeAgent {
   // Takes the state folder (one agent per folder, unless every agent on it has a pod UID: then
   // the old and the new pod of a rolling update share it), connects to the API server, loads the
   // checkpoint and reconciles the host with it, lists the GPUs and publishes them, then starts the
-  // monitor, the GPU-time meter and the reconcile loop. Ok or why not.
+  // monitor, the GPU-time meter, the reconcile loop and the metrics endpoint (unless its address
+  // is empty). Ok or why not.
   Status start();
   // Stops the loops (the share state stays on disk for the next start).
   void stop();
 
+  // The share manager's, counted for the metrics (prepare/unprepare results and durations).
   ClaimPreparer& preparer();
   const DeviceHealthProvider& health() const { return health_; }
   ShareManager& shares() { return *shares_; }
@@ -68,6 +74,14 @@ class NodeAgent {
   // The same for the device monitor's turns.
   bool wait_for_device_turns(std::uint64_t count,
                              std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+
+  // What /healthz answers: ok once start() succeeded, while the device monitor turns and the
+  // reconcile loop passes (a loop that has not moved for much longer than its interval, by the
+  // agent's clock, is reported), until stop().
+  Status liveness();
+  // The metrics endpoint's port (0 when it is off), and one scrape's text.
+  int metrics_port() const;
+  std::string scrape_metrics() const;
 
  private:
   Status lock_state_dir();
@@ -88,6 +102,15 @@ class NodeAgent {
   std::unique_ptr<DeviceMonitor> monitor_;
   std::unique_ptr<GpuTimeMeter> meter_;
   std::unique_ptr<PeriodicLoop> reconciler_;  // after what its passes use
+
+  RequestMetrics requests_;
+  std::unique_ptr<InstrumentedPreparer> preparer_;  // counts into requests_
+  std::unique_ptr<NvmlGpuStats> gpu_stats_;
+  std::mutex liveness_mutex_;  // what liveness() last saw
+  bool started_ = false, stopped_ = false;
+  std::uint64_t monitor_turns_seen_ = 0, reconcile_passes_seen_ = 0;
+  Clock::time_point monitor_moved_at_{}, reconcile_moved_at_{};
+  std::unique_ptr<MetricsServer> metrics_;  // last: its scrapes use everything above
 };
 
 }  // namespace tessera::agent

@@ -175,6 +175,24 @@ TEST_F(AgentConfigTest, NodeNameMustBeADnsSubdomain) {
   EXPECT_THROW(parse({}), CLI::ValidationError);
 }
 
+TEST_F(AgentConfigTest, MetricsAddressFlagAndEnvironment) {
+  unsetenv("METRICS_ADDRESS");
+  EXPECT_EQ(parse({"--node-name", "n"}).metrics_address, ":9464");
+  EXPECT_EQ(parse({"--node-name", "n", "--metrics-address", "127.0.0.1:9000"}).metrics_address,
+            "127.0.0.1:9000");
+  EXPECT_EQ(parse({"--node-name", "n", "--metrics-address", ""}).metrics_address, "");  // off
+  setenv("METRICS_ADDRESS", "[::]:9100", 1);
+  EXPECT_EQ(parse({"--node-name", "n"}).metrics_address, "[::]:9100");
+  setenv("METRICS_ADDRESS", "9100", 1);  // no colon: not an address
+  try {
+    parse({"--node-name", "n"});
+    FAIL() << "accepted METRICS_ADDRESS=9100";
+  } catch (const CLI::ValidationError& e) {
+    EXPECT_NE(std::string(e.what()).find("9100"), std::string::npos) << e.what();
+  }
+  unsetenv("METRICS_ADDRESS");
+}
+
 // The pod UID names the kubelet sockets (rolling updates): absent by default, from --pod-uid or
 // POD_UID (the flag wins), and only a UUID, as metadata.uid is.
 TEST_F(AgentConfigTest, PodUidComesFromTheFlagOrPodUidAndMustBeAUuid) {

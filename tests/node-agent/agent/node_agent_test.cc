@@ -83,7 +83,9 @@ class AgentProcess {
                                   "--device-poll-interval",
                                   "1",
                                   "--pod-uid",
-                                  pod_uid};
+                                  pod_uid,
+                                  "--metrics-address",
+                                  config.metrics_address};
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -167,6 +169,7 @@ class NodeAgentTest : public ::testing::Test {
     config_.toolkit_spec_dirs = (base_ / "toolkit").string();
     config_.reconcile_interval_s = 1;
     config_.device_poll_interval_s = 1;
+    config_.metrics_address = "127.0.0.1:0";  // any free port: tests run side by side
 
     add_claim(kQuotaUid, {{"a", "gpu-0", "s-a", "8Gi", "30"}, {"b", "gpu-0", "s-b", "4Gi", "70"}});
     add_claim(kMpsUid, {{"m", "gpu-0", "s-m", "2Gi", "20"}},
@@ -421,6 +424,53 @@ TEST_F(NodeAgentTest, OneAgentPerStateFolder) {
                                    ") is using " + config_.state_dir + " (" + config_.state_dir +
                                    "/agent.lock is locked); one agent per state folder");
   first.stop();
+}
+
+// The Prometheus endpoint of a running agent: /healthz, and /metrics with the claims prepared
+// through the agent's preparer (what the plugin calls), counted by result, their shares' series
+// present while prepared. (Every metric's value against the simulator: agent.MetricsEndToEnd.*.)
+TEST_F(NodeAgentTest, ServesMetricsAndHealth) {
+  NodeAgent agent(config_, clock_);
+  ASSERT_EQ(agent.start().message(), "");
+  ASSERT_GT(agent.metrics_port(), 0);
+  httplib::Client client("127.0.0.1", agent.metrics_port());
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(agent.liveness().message(), "");
+
+  const ClaimRef quota{std::string("ns-") + kQuotaUid, kQuotaUid,
+                       std::string("claim-") + kQuotaUid};
+  ASSERT_EQ(agent.preparer().prepare(quota).status().message(), "");
+  const ClaimRef replaced{std::string("ns-") + kReplacedUid, kReplacedUid,
+                          std::string("claim-") + kReplacedUid};
+  EXPECT_FALSE(agent.preparer().prepare(replaced).is_ok());
+  auto scraped = client.Get("/metrics");
+  ASSERT_TRUE(scraped);
+  ASSERT_EQ(scraped->status, 200);
+  const std::string text = scraped->body;
+  EXPECT_NE(text.find("tessera_prepare_requests_total{result=\"ok\"} 1\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tessera_prepare_requests_total{result=\"error\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("tessera_prepare_duration_seconds_count 2\n"), std::string::npos);
+  for (const char* share : {"-gpu-0-s-a", "-gpu-0-s-b"}) {
+    const std::string series = "tessera_share_memory_limit_bytes{namespace=\"ns-" +
+                               std::string(kQuotaUid) + "\",claim=\"claim-" + kQuotaUid +
+                               "\",share=\"" + kQuotaUid + share + "\",pod=\"\",uuid=\"GPU-";
+    EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
+  }
+  EXPECT_NE(text.find("tessera_gpu_shares{uuid=\"GPU-"), std::string::npos);
+  EXPECT_NE(text.find(",device=\"gpu-0\",node=\"node-a\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("tessera_build_info{version=\""), std::string::npos);
+
+  ASSERT_EQ(agent.preparer().unprepare(quota).message(), "");
+  const std::string after = agent.scrape_metrics();
+  EXPECT_EQ(after.find(kQuotaUid), std::string::npos) << after;
+  EXPECT_NE(after.find("tessera_unprepare_requests_total{result=\"ok\"} 1\n"), std::string::npos);
+
+  agent.stop();
+  EXPECT_EQ(agent.liveness().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(client.Get("/healthz"));  // the endpoint is closed
 }
 
 // Agents given a pod UID share the state folder (the old and the new pod of a rolling update);

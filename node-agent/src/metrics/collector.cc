@@ -1,0 +1,110 @@
+#include "metrics/collector.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <optional>
+
+#include "metrics/exposition.h"
+#include "metrics/share_usage.h"
+#include "share/share_manager.h"
+
+namespace tessera::agent {
+
+namespace {
+
+constexpr double kNsPerSecond = 1e9;
+
+void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
+                  const std::vector<NodeDevice>& devices, std::map<std::string, uint64_t>& shares,
+                  Exposition& out) {
+  ShareReadBuffers buffers;
+  // A folder can hold several shares of a claim (one per GPU): it is read once.
+  std::map<std::string, std::optional<ShareFolderUsage>> folders;
+  for (const auto& [claim_uid, entry] : checkpoint) {
+    // A claim still being prepared may have no folder yet; its series appear when it completes.
+    if (entry.state != ClaimState::kPrepareCompleted) continue;
+    for (const ShareSpec& share : entry.shares) {
+      ++shares[share.uuid];
+      const std::string folder_name = share.folder_name();
+      auto folder = folders.find(folder_name);
+      if (folder == folders.end()) {
+        Result<ShareFolderUsage> read =
+            read_share_folder(sources.shares_dir + "/" + folder_name, buffers);
+        folder = folders
+                     .emplace(folder_name,
+                              read.is_ok() ? std::optional(std::move(read).value()) : std::nullopt)
+                     .first;
+      }
+      // The pod is not in the checkpoint (kubelet names no pod at prepare): empty for now.
+      const std::string labels[] = {entry.namespace_name, entry.name,       share.name(), "",
+                                    share.uuid,           sources.node_name};
+      const share::DeviceLimit limit = share_limits(share);
+      double memory_limit = static_cast<double>(limit.memory_limit);
+      if (limit.memory_limit == share::kUnlimited) {
+        memory_limit = std::numeric_limits<double>::infinity();
+        for (const NodeDevice& device : devices)
+          if (device.uuid == share.uuid && device.memory_bytes > 0)
+            memory_limit = static_cast<double>(device.memory_bytes);
+      }
+      out.add(MetricId::kShareMemoryLimitBytes, labels, memory_limit);
+      out.add(MetricId::kShareCoresQuotaPercent, labels, uint64_t{limit.cores_limit});
+      out.add(MetricId::kShareCoresBurstPercent, labels,
+              uint64_t{std::max(limit.cores_limit, limit.cores_burst)});
+      // Zero until a process of the share has written its usage page.
+      ShareFolderUsage none;
+      const ShareFolderUsage& usage = folder->second ? *folder->second : none;
+      const int index = usage.device_index(share.uuid);
+      const uint64_t memory = index >= 0 ? usage.memory_bytes[index] : 0;
+      const uint64_t busy_ns = index >= 0 ? usage.gpu_busy_ns[index] : 0;
+      out.add(MetricId::kShareMemoryUsedBytes, labels, memory);
+      out.add(MetricId::kShareGpuTimeSecondsTotal, labels,
+              static_cast<double>(busy_ns) / kNsPerSecond);
+      out.add(MetricId::kShareThrottledSecondsTotal, labels,
+              static_cast<double>(usage.throttled_ns) / kNsPerSecond);
+      out.add(MetricId::kShareLaunchesTotal, labels, usage.launches);
+      out.add(MetricId::kShareAllocationsDeniedTotal, labels, usage.allocations_denied);
+      out.add(MetricId::kShareProcesses, labels, uint64_t{usage.processes});
+    }
+  }
+}
+
+void write_gpus(const MetricsSources& sources, const std::vector<NodeDevice>& devices,
+                const std::map<std::string, uint64_t>& shares, Exposition& out) {
+  const DeviceHealthSnapshot health = sources.health ? sources.health() : DeviceHealthSnapshot{};
+  for (const NodeDevice& device : devices) {
+    const std::string labels[] = {device.uuid, device.name, sources.node_name};
+    if (sources.gpu_stats) {
+      if (Result<GpuFigures> figures = sources.gpu_stats->read(device.uuid); figures.is_ok()) {
+        out.add(MetricId::kGpuMemoryUsedBytes, labels, figures->memory_used_bytes);
+        out.add(MetricId::kGpuMemoryTotalBytes, labels, figures->memory_total_bytes);
+        out.add(MetricId::kGpuUtilizationPercent, labels, uint64_t{figures->utilization_percent});
+      }
+    }
+    bool healthy = false;
+    for (const DeviceHealthReport& report : health.devices)
+      if (report.pool_name == sources.node_name && report.device_name == device.name)
+        healthy = report.state == DeviceHealthState::kHealthy;
+    out.add(MetricId::kGpuHealthy, labels, uint64_t{healthy ? 1u : 0u});
+    const auto count = shares.find(device.uuid);
+    out.add(MetricId::kGpuShares, labels, count == shares.end() ? uint64_t{0} : count->second);
+  }
+}
+
+}  // namespace
+
+std::string collect_metrics(const MetricsSources& sources) {
+  Exposition out;
+  const Checkpoint checkpoint = sources.checkpoint ? sources.checkpoint() : Checkpoint{};
+  const std::vector<NodeDevice> devices =
+      sources.devices ? sources.devices() : std::vector<NodeDevice>{};
+  std::map<std::string, uint64_t> shares;  // prepared shares per GPU UUID
+  write_shares(sources, checkpoint, devices, shares, out);
+  write_gpus(sources, devices, shares, out);
+  if (sources.requests) sources.requests->write(out);
+  const std::string version[] = {sources.version};
+  out.add(MetricId::kBuildInfo, version, uint64_t{1});
+  return out.text();
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,34 @@
+// One scrape: the agent's state turned into the exposition. The share list is a copy of the
+// checkpoint (taken under the share manager's in-memory lock, which is held only for the copy), the
+// pages are read afterwards without any lock, so a scrape never holds what a prepare needs; the
+// cost is one limits-page and one usage-page read per share folder (linear in shares and their
+// processes) and three NVML calls per GPU.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "devices/device_health.h"
+#include "metrics/gpu_stats.h"
+#include "metrics/request_metrics.h"
+#include "model/node_device.h"
+#include "share/checkpoint.h"
+
+namespace tessera::agent {
+
+struct MetricsSources {
+  std::string node_name;
+  std::string shares_dir;                  // "<state>/shares"
+  std::function<Checkpoint()> checkpoint;  // the prepared claims (ShareManager::checkpoint)
+  std::function<std::vector<NodeDevice>()> devices;  // the published GPUs
+  std::function<DeviceHealthSnapshot()> health;      // null: every GPU unknown
+  NvmlGpuStats* gpu_stats = nullptr;                 // null: no NVML figures
+  const RequestMetrics* requests = nullptr;          // null: no request figures
+  std::string version;                               // tessera_build_info's label
+};
+
+// The exposition text of one scrape.
+std::string collect_metrics(const MetricsSources& sources);
+
+}  // namespace tessera::agent

@@ -1,0 +1,131 @@
+// Every metric the node agent exports, declared once: name, type, help and label names. The
+// exposition writer (exposition.h) takes values by MetricId and writes HELP and TYPE from here;
+// the tests check the naming rules on this table and docs/node-agent.md's Metrics section against
+// it (metrics_markdown_table), so the code, the endpoint and the doc cannot disagree.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace tessera::agent {
+
+enum class MetricType { kCounter, kGauge, kHistogram };
+
+// Which labels a metric's series carry, in this order.
+enum class LabelSet {
+  kNone,
+  kShare,   // namespace, claim, share, pod, uuid, node
+  kGpu,     // uuid, device, node
+  kResult,  // result: "ok" or "error"
+  kBuild,   // version
+};
+
+// The order of kMetricTable below (checked at compile time).
+enum class MetricId : size_t {
+  kShareMemoryUsedBytes,
+  kShareMemoryLimitBytes,
+  kShareCoresQuotaPercent,
+  kShareCoresBurstPercent,
+  kShareGpuTimeSecondsTotal,
+  kShareThrottledSecondsTotal,
+  kShareLaunchesTotal,
+  kShareAllocationsDeniedTotal,
+  kShareProcesses,
+  kGpuMemoryUsedBytes,
+  kGpuMemoryTotalBytes,
+  kGpuUtilizationPercent,
+  kGpuHealthy,
+  kGpuShares,
+  kPrepareRequestsTotal,
+  kPrepareDurationSeconds,
+  kUnprepareRequestsTotal,
+  kUnprepareDurationSeconds,
+  kBuildInfo,
+  kCount,
+};
+inline constexpr size_t kMetricCount = static_cast<size_t>(MetricId::kCount);
+
+struct MetricInfo {
+  MetricId id;
+  std::string_view name;
+  MetricType type;
+  LabelSet labels;
+  std::string_view help;
+};
+
+inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
+    {MetricId::kShareMemoryUsedBytes, "tessera_share_memory_used_bytes", MetricType::kGauge,
+     LabelSet::kShare,
+     "Device memory the share's processes hold on the GPU (the sum over the usage page's process "
+     "slots, as the shim enforces it)"},
+    {MetricId::kShareMemoryLimitBytes, "tessera_share_memory_limit_bytes", MetricType::kGauge,
+     LabelSet::kShare,
+     "Memory limit of the share on the GPU (the GPU's memory when the claim sets none)"},
+    {MetricId::kShareCoresQuotaPercent, "tessera_share_cores_quota_percent", MetricType::kGauge,
+     LabelSet::kShare, "Compute quota of the share: percent of the GPU's time (100 = no limit)"},
+    {MetricId::kShareCoresBurstPercent, "tessera_share_cores_burst_percent", MetricType::kGauge,
+     LabelSet::kShare,
+     "Percent of the GPU's time the share may reach while the GPU has idle time (the quota when "
+     "it may not burst)"},
+    {MetricId::kShareGpuTimeSecondsTotal, "tessera_share_gpu_time_seconds_total",
+     MetricType::kCounter, LabelSet::kShare,
+     "GPU time the share's processes held the GPU, as its compute meter measured it (the agent's "
+     "or the shim's)"},
+    {MetricId::kShareThrottledSecondsTotal, "tessera_share_throttled_seconds_total",
+     MetricType::kCounter, LabelSet::kShare,
+     "Wall time the share's launching threads waited at a closed compute gate (summed over its "
+     "processes)"},
+    {MetricId::kShareLaunchesTotal, "tessera_share_launches_total", MetricType::kCounter,
+     LabelSet::kShare, "Kernel and graph launches of the share's processes"},
+    {MetricId::kShareAllocationsDeniedTotal, "tessera_share_allocations_denied_total",
+     MetricType::kCounter, LabelSet::kShare,
+     "Device memory allocations the shim refused because they would exceed the share's limit"},
+    {MetricId::kShareProcesses, "tessera_share_processes", MetricType::kGauge, LabelSet::kShare,
+     "Processes holding a slot in the share's usage page (a killed process counts until its slot "
+     "is reclaimed)"},
+    {MetricId::kGpuMemoryUsedBytes, "tessera_gpu_memory_used_bytes", MetricType::kGauge,
+     LabelSet::kGpu, "Device memory in use on the GPU (NVML), all processes"},
+    {MetricId::kGpuMemoryTotalBytes, "tessera_gpu_memory_total_bytes", MetricType::kGauge,
+     LabelSet::kGpu, "Device memory of the GPU (NVML)"},
+    {MetricId::kGpuUtilizationPercent, "tessera_gpu_utilization_percent", MetricType::kGauge,
+     LabelSet::kGpu,
+     "Percent of the last sample period during which a kernel ran on the GPU (NVML)"},
+    {MetricId::kGpuHealthy, "tessera_gpu_healthy", MetricType::kGauge, LabelSet::kGpu,
+     "1 when the GPU is reported Healthy to kubelet, 0 when Unhealthy or not yet known"},
+    {MetricId::kGpuShares, "tessera_gpu_shares", MetricType::kGauge, LabelSet::kGpu,
+     "Prepared shares of the GPU"},
+    {MetricId::kPrepareRequestsTotal, "tessera_prepare_requests_total", MetricType::kCounter,
+     LabelSet::kResult, "NodePrepareResources claims handled, by result"},
+    {MetricId::kPrepareDurationSeconds, "tessera_prepare_duration_seconds", MetricType::kHistogram,
+     LabelSet::kNone, "Time to prepare one claim"},
+    {MetricId::kUnprepareRequestsTotal, "tessera_unprepare_requests_total", MetricType::kCounter,
+     LabelSet::kResult, "NodeUnprepareResources claims handled, by result"},
+    {MetricId::kUnprepareDurationSeconds, "tessera_unprepare_duration_seconds",
+     MetricType::kHistogram, LabelSet::kNone, "Time to unprepare one claim"},
+    {MetricId::kBuildInfo, "tessera_build_info", MetricType::kGauge, LabelSet::kBuild,
+     "Always 1; the version label names the agent's build"},
+}};
+
+constexpr bool table_in_id_order() {
+  for (size_t i = 0; i < kMetricCount; ++i)
+    if (static_cast<size_t>(kMetricTable[i].id) != i) return false;
+  return true;
+}
+static_assert(table_in_id_order(), "kMetricTable must list the metrics in MetricId order");
+
+const MetricInfo& metric_info(MetricId id);
+std::span<const std::string_view> label_names(LabelSet labels);
+std::string_view type_name(MetricType type);  // "counter", "gauge", "histogram"
+
+// The durations' bucket bounds (seconds): prepare and unprepare take milliseconds when only files
+// are written and seconds when an MPS daemon starts or the API server is slow.
+inline constexpr std::array<double, 12> kRequestDurationBuckets = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
+
+// The table as the Markdown table docs/node-agent.md carries (name, type, labels, help).
+std::string metrics_markdown_table();
+
+}  // namespace tessera::agent

@@ -1,0 +1,57 @@
+// The agent's HTTP endpoint for Prometheus (cpp-httplib, plain HTTP: the data is the node's own
+// figures, and the chart's ServiceMonitor scrapes the pod): GET /metrics answers collect_metrics()
+// in the text exposition format 0.0.4, GET /healthz answers 200 "ok" while `healthy` says ok (else
+// 503 and why), anything else 404.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "tessera/status.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace tessera::agent {
+
+struct ListenAddress {
+  std::string host;  // "0.0.0.0" for ":port"
+  int port = 0;      // 0: any free port (tests)
+};
+
+// "host:port", ":port" (every address) or "[v6]:port"; kInvalidArgument saying what is wrong.
+Result<ListenAddress> parse_listen_address(const std::string& address);
+
+struct MetricsServerOptions {
+  std::string address = ":9464";
+  std::function<std::string()> metrics;  // the exposition text of one scrape
+  std::function<Status()> healthy;       // ok: /healthz answers 200
+  int threads = 2;                       // scrapes served at once
+};
+
+class MetricsServer {
+ public:
+  explicit MetricsServer(MetricsServerOptions options);
+  ~MetricsServer();  // stops
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  // Binds and starts serving on a thread of its own. Ok, or kInvalidArgument for a bad address,
+  // kUnavailable when it cannot listen there (the port taken).
+  Status start();
+  void stop();                        // idempotent
+  int port() const { return port_; }  // the bound port (after start)
+
+ private:
+  MetricsServerOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  std::atomic<bool> listening_done_{false};  // the serving thread's listen returned
+  int port_ = 0;
+};
+
+}  // namespace tessera::agent
