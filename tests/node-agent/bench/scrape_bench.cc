@@ -26,6 +26,7 @@
 #include "metrics/collector.h"
 #include "metrics/metrics_server.h"
 #include "metrics/request_metrics.h"
+#include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "tessera/share_contract.h"
 
@@ -125,6 +126,8 @@ int main(int argc, char** argv) {
   ShareManagerOptions options;
   options.root = (base / "state").string();
   options.cdi_dir = (base / "cdi").string();
+  options.shim_path = tessera::agent::testing::write_fake_shim(base / "shim/libvgpu.so");
+  options.container_driver = tessera::agent::testing::fake_container_driver(base / "driver");
   options.node_name = "node-a";
   HttpKubeClient kube({server.url(), server.ca_pem(), server.token(), "", "", ""});
   ShareManager manager(options, kube, {{"gpu-0", kUuid, 0, 150ull << 30}});

@@ -27,6 +27,7 @@
 #include "metrics/gpu_stats.h"
 #include "metrics/metrics_server.h"
 #include "metrics/request_metrics.h"
+#include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "tessera/gpu_info.h"
 #include "tessera/share_contract.h"
@@ -265,6 +266,7 @@ TEST_F(MetricsEndToEnd, EveryMetricOfARunningTwoShareClaim) {
   options.cdi_dir = (base_ / "cdi").string();
   options.node_name = "node-a";
   options.shim_path = LIBVGPU_SO;
+  options.container_driver = testing::fake_container_driver(base_ / "driver");
   options.measure_source = share::kMeasureAgent;  // as NodeAgent: the agent's meter below
   ShareManager manager(options, kube, devices);
   ASSERT_EQ(manager.start().message(), "");
