@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks a Grafana dashboard against the metrics the node agent exports.
 
-Usage: dashboard_check.py --metric-table-tool PATH DASHBOARD.json
+Usage: dashboard_check.py --metric-table-tool PATH [--promtool promtool] DASHBOARD.json
 
 The table comes from the agent's own metric table (agent_print_metric_table prints
 node-agent/src/metrics/metric_table.h: name, type, labels), never from the header's text. The check
@@ -10,13 +10,16 @@ a target has no expression or a datasource other than ${datasource}, or a query 
 or a variable's label_values) names a metric the endpoint does not export, a label in a selector, a
 `by (...)`/`without (...)`/`on (...)` clause or a legend that its metrics do not carry, or a
 function PromQL does not have. A histogram is queried as NAME_bucket (which adds `le`), NAME_sum or
-NAME_count, never by its bare name.
+NAME_count, never by its bare name. With --promtool, Prometheus's own parser also reads every
+expression (`promtool check rules` on them as recording rules), so a syntax error fails too.
 """
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 # PromQL's functions and aggregation operators (prometheus/promql/parser/functions.go, lex.go).
 FUNCTIONS = {
@@ -181,12 +184,12 @@ def aggregation_scope(tokens, keyword_index):
 
 
 def check_dashboard(dashboard, table):
-    problems = []
+    """Problems found, and every PromQL expression checked (for the syntax check)."""
+    problems, expressions = [], []
     panels = []
     for panel in dashboard.get("panels", []):
         panels.append(panel)
         panels.extend(panel.get("panels", []))  # a collapsed row holds its panels
-    checked = 0
     for panel in panels:
         if panel.get("type") == "row":
             if not panel.get("title"):
@@ -209,7 +212,7 @@ def check_dashboard(dashboard, table):
                 continue
             expr_problems, label_sets = check_expr(expr, table, target_where)
             problems += expr_problems
-            checked += 1
+            expressions.append((target_where, expr))
             for label in re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}",
                                     target.get("legendFormat", "")):
                 if not any(label in labels for labels in label_sets):
@@ -229,17 +232,41 @@ def check_dashboard(dashboard, table):
             continue
         expr_problems, label_sets = check_expr(match.group(1), table, where)
         problems += expr_problems
-        checked += 1
+        expressions.append((where, match.group(1)))
         if not label_sets or any(match.group(2) not in labels for labels in label_sets):
             problems.append(f"{where}: the metric has no label {match.group(2)}")
-    if checked == 0:
+    if not expressions:
         problems.append("no query to check")
-    return problems, checked
+    return problems, expressions
+
+
+def promtool_problems(promtool, expressions):
+    """PromQL syntax, by Prometheus's own parser: every expression as a recording rule, with the
+    dashboard's variables as Grafana would fill them ($__rate_interval a duration, the others
+    regexes, as they only appear in =~ matchers)."""
+    rules = []
+    for number, (_, expr) in enumerate(expressions):
+        filled = re.sub(r"\$\{?__(rate_)?interval\}?", "5m", expr)
+        filled = re.sub(r"\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*", ".*", filled)
+        rules.append({"record": f"dashboard_query_{number}", "expr": filled})
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", encoding="utf-8") as file:
+        json.dump({"groups": [{"name": "dashboard", "rules": rules}]}, file)  # JSON is YAML
+        file.flush()
+        result = subprocess.run([promtool, "check", "rules", file.name], capture_output=True,
+                                text=True)
+    if result.returncode == 0:
+        return []
+    output = result.stdout + result.stderr
+    named = [f"{where}: promtool: {line.strip()}" for number, (where, _) in enumerate(expressions)
+             for line in output.splitlines() if f"dashboard_query_{number}\"" in line
+             or f"dashboard_query_{number}:" in line]
+    return named or [f"promtool check rules failed: {output.strip()}"]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--metric-table-tool", required=True)
+    parser.add_argument("--promtool", help="also check the PromQL syntax with promtool")
     parser.add_argument("dashboard")
     arguments = parser.parse_args()
     printed = subprocess.run([arguments.metric_table_tool], check=True, capture_output=True,
@@ -254,13 +281,20 @@ def main():
     except (OSError, json.JSONDecodeError) as error:
         print(f"{arguments.dashboard}: {error}", file=sys.stderr)
         return 1
-    problems, checked = check_dashboard(dashboard, table)
+    problems, expressions = check_dashboard(dashboard, table)
+    if arguments.promtool:
+        promtool = shutil.which(arguments.promtool)
+        if not promtool:
+            problems.append(f"no {arguments.promtool} (scripts/install-deps.sh installs it)")
+        else:
+            problems += promtool_problems(promtool, expressions)
     for problem in problems:
         print(f"{arguments.dashboard}: {problem}", file=sys.stderr)
     if problems:
         return 1
-    print(f"{arguments.dashboard}: {checked} queries, every metric and label exported "
-          f"({len(table.metrics)} metrics in the table)")
+    print(f"{arguments.dashboard}: {len(expressions)} queries, every metric and label exported "
+          f"({len(table.metrics)} metrics in the table)"
+          + (", PromQL syntax checked by promtool" if arguments.promtool else ""))
     return 0
 
 

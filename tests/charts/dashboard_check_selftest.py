@@ -81,6 +81,8 @@ CASES = [
     ("a variable whose shown definition differs from its query",
      replace_once("label_values(tessera_gpu_shares, node)", "label_values(tessera_gpu_healthy, node)"),
      "is not the query"),
+    ("a PromQL syntax error", replace_once("100 * rate(", "100 * * rate("),
+     "promtool: "),
     ("a panel without a title", drop_title, "no title"),
     ("a panel without a target", drop_targets, "no target"),
     ("JSON that does not parse", lambda text: text[: len(text) // 2], "line "),
@@ -88,7 +90,8 @@ CASES = [
 
 
 def run_checker(checker, tool, path):
-    result = subprocess.run([sys.executable, checker, "--metric-table-tool", tool, path],
+    result = subprocess.run([sys.executable, checker, "--metric-table-tool", tool,
+                             "--promtool", "promtool", path],
                             capture_output=True, text=True)
     return result.returncode, result.stdout + result.stderr
 
