@@ -33,14 +33,14 @@ FUNCTIONS = {
     "predict_linear", "present_over_time", "quantile_over_time", "rad", "rate", "resets", "round",
     "scalar", "sgn", "sin", "sinh", "sort", "sort_by_label", "sort_by_label_desc", "sort_desc",
     "sqrt", "stddev_over_time", "stdvar_over_time", "sum_over_time", "tan", "tanh", "time",
-    "timestamp", "vector", "year",
+    "timestamp", "vector", "year", "start", "end",  # the last two after @
 }
 AGGREGATORS = {
     "sum", "avg", "count", "min", "max", "group", "stddev", "stdvar", "topk", "bottomk",
     "count_values", "quantile", "limitk", "limit_ratio",
 }
 LABEL_LIST_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
-OTHER_KEYWORDS = {"and", "or", "unless", "bool", "offset", "atan2", "inf", "nan", "start", "end"}
+OTHER_KEYWORDS = {"and", "or", "unless", "bool", "offset", "atan2", "inf", "nan"}
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 TOKEN = re.compile(
@@ -190,6 +190,10 @@ def check_dashboard(dashboard, table):
     for panel in dashboard.get("panels", []):
         panels.append(panel)
         panels.extend(panel.get("panels", []))  # a collapsed row holds its panels
+    ids = [panel.get("id") for panel in panels]
+    for duplicate in sorted({i for i in ids if ids.count(i) > 1}, key=str):
+        problems.append(f"panel id {duplicate} is used more than once")
+    problems += layout_problems([p for p in dashboard.get("panels", []) if "gridPos" in p])
     for panel in panels:
         if panel.get("type") == "row":
             if not panel.get("title"):
@@ -218,6 +222,9 @@ def check_dashboard(dashboard, table):
                 if not any(label in labels for labels in label_sets):
                     problems.append(f"{target_where}: legend names {label}, which no metric has")
     variables = dashboard.get("templating", {}).get("list", [])
+    if not any(v.get("name") == "datasource" and v.get("type") == "datasource"
+               and v.get("query") == "prometheus" for v in variables):
+        problems.append("no Prometheus datasource variable named datasource")
     for variable in variables:
         if variable.get("type") != "query":
             continue
@@ -238,6 +245,27 @@ def check_dashboard(dashboard, table):
     if not expressions:
         problems.append("no query to check")
     return problems, expressions
+
+
+def layout_problems(panels):
+    """Panels on Grafana's 24-column grid must not leave it or overlap (Grafana would move them)."""
+    problems, cells = [], {}
+    for panel in panels:
+        grid = panel["gridPos"]
+        name = panel.get("title") or panel.get("id")
+        if grid["x"] < 0 or grid["w"] <= 0 or grid["x"] + grid["w"] > 24 or grid["h"] <= 0:
+            problems.append(f"panel {name!r}: gridPos {grid} leaves the 24-column grid")
+            continue
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                if (x, y) in cells:
+                    problems.append(f"panel {name!r} overlaps panel {cells[(x, y)]!r}")
+                    break
+                cells[(x, y)] = name
+            else:
+                continue
+            break
+    return problems
 
 
 def promtool_problems(promtool, expressions):

@@ -29,6 +29,25 @@ def drop_targets(text):
     return json.dumps(dashboard)
 
 
+def overlap_panels(text):
+    dashboard = json.loads(text)
+    first_panel(dashboard, "GPU shares")["gridPos"]["x"] = 6
+    return json.dumps(dashboard)
+
+
+def reuse_panel_id(text):
+    dashboard = json.loads(text)
+    first_panel(dashboard, "GPU shares")["id"] = first_panel(dashboard, "GPU health")["id"]
+    return json.dumps(dashboard)
+
+
+def drop_datasource_variable(text):
+    dashboard = json.loads(text)
+    variables = dashboard["templating"]["list"]
+    dashboard["templating"]["list"] = [v for v in variables if v["type"] != "datasource"]
+    return json.dumps(dashboard)
+
+
 def replace_once(old, new, count=1):
     """Replaces the first `old` in the dashboard's strings (as the JSON text escapes them)."""
 
@@ -85,6 +104,9 @@ CASES = [
      "promtool: "),
     ("a panel without a title", drop_title, "no title"),
     ("a panel without a target", drop_targets, "no target"),
+    ("overlapping panels", overlap_panels, "overlaps panel"),
+    ("two panels with one id", reuse_panel_id, "is used more than once"),
+    ("no datasource variable", drop_datasource_variable, "no Prometheus datasource variable"),
     ("JSON that does not parse", lambda text: text[: len(text) // 2], "line "),
 ]
 
