@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include "backends/command_runner.h"
 #include "claim_fixture.h"
 #include "devices/device_health.h"
 #include "devices/resource_slices.h"
@@ -147,15 +148,6 @@ DeviceHealthReport health_report(const std::string& device, DeviceHealthState st
   return report;
 }
 
-std::string run(const std::string& command) {
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string out;
-  char buffer[4096];
-  while (pipe && fgets(buffer, sizeof buffer, pipe)) out += buffer;
-  if (pipe) pclose(pipe);
-  return out;
-}
-
 class MetricsEndToEnd : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -188,11 +180,12 @@ std::string share_series(const std::string& name, const std::string& share,
 // promtool check metrics on `text`: "" when it passes, else what it said. promtool must be
 // installed (Debian's prometheus package, scripts/install-deps.sh): a missing one fails.
 std::string promtool_problems(const fs::path& folder, const std::string& text) {
-  const std::string file = (folder / "scrape.txt").string();
-  std::ofstream(file) << text;
-  const std::string said = run("promtool check metrics < " + file + " 2>&1; echo \"exit $?\"");
-  if (said.size() >= 7 && said.substr(said.size() - 7) == "exit 0\n") return "";
-  return "promtool check metrics (promtool must be installed: scripts/install-deps.sh):\n" + said;
+  std::ofstream(folder / "scrape.txt") << text;  // kept beside the test's output for a failure
+  const Result<CommandResult> said =
+      run_command(Command({"promtool", "check", "metrics"}, {}, text));
+  if (said.is_ok() && said->ok()) return "";
+  return "promtool check metrics (promtool must be installed: scripts/install-deps.sh):\n" +
+         (said.is_ok() ? said->output : said.status().message());
 }
 
 TEST_F(MetricsEndToEnd, PromtoolAcceptsTheExposition) {
@@ -369,7 +362,9 @@ TEST_F(MetricsEndToEnd, EveryMetricOfARunningTwoShareClaim) {
   ASSERT_TRUE(fill.running()) << "memory-fill stopped holding before the checks";
 
   // The simulator's own figures now, and a scrape.
-  const json status = json::parse(run(std::string(SIMGPU_CTL) + " status"));
+  const Result<CommandResult> simulator = run_command(Command({SIMGPU_CTL, "status"}));
+  ASSERT_TRUE(simulator.is_ok() && simulator->ok()) << (simulator.is_ok() ? simulator->output : "");
+  const json status = json::parse(simulator->output);
   const std::string text = scrape();
   samples = parse_samples(text);
   const json& sim_device = status["devices"][0];
