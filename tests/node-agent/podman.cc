@@ -91,10 +91,7 @@ Status Podman::import_image(const std::string& tag,
   for (const auto& library : libraries)
     TESSERA_RETURN_IF_ERROR(copy_into(rootfs, library, library));
   const std::string tar = (base_ / "images" / (rootfs.filename().string() + ".tar")).string();
-  Result<CommandResult> packed =
-      run_command(Command({"tar", "-C", rootfs.string(), "-cf", tar, "."}));
-  if (Status status = command_status(Command({"tar", "-cf", tar}), packed); !status.is_ok())
-    return status;
+  TESSERA_RETURN_IF_ERROR(run_checked(Command({"tar", "-C", rootfs.string(), "-cf", tar, "."})));
   std::vector<std::string> args = {"import"};
   for (const auto& entry : env) {
     args.push_back("--change");
