@@ -193,6 +193,15 @@ class NodeAgentTest : public ::testing::Test {
                    make_claim("claim-" + uid, uid, shares, configs).dump());
   }
 
+  // The kubelet folders of config_, for a PluginServer in front of the agent under test.
+  PluginServerOptions plugin_options() const {
+    PluginServerOptions options;
+    options.driver_name = kDriverName;
+    options.registry_dir = config_.kubelet_registry_dir;
+    options.plugins_dir = config_.kubelet_plugins_dir;
+    return options;
+  }
+
   // The agent's loops run on it: the reconcile loop's and the device monitor's intervals pass when
   // a test advances it. Outlives the agents (declared before them in each test).
   SimulatedClock clock_;
@@ -205,11 +214,7 @@ class NodeAgentTest : public ::testing::Test {
 TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
   NodeAgent agent(config_, clock_);
   ASSERT_EQ(agent.start().message(), "");
-  PluginServerOptions options;
-  options.driver_name = kDriverName;
-  options.registry_dir = config_.kubelet_registry_dir;
-  options.plugins_dir = config_.kubelet_plugins_dir;
-  PluginServer server(options, agent.preparer(), &agent.health());
+  PluginServer server(plugin_options(), agent.preparer(), &agent.health());
   ASSERT_EQ(server.start().message(), "");
 
   // The node's GPU was published before kubelet could ask for anything.
@@ -348,11 +353,7 @@ TEST_F(NodeAgentTest, KubeletGetsTheShimErrorAndNoShareIsHandedOut) {
   testing::write_text(base_ / "shim/libvgpu.so", "not a library\n");
   NodeAgent agent(config_, clock_);
   ASSERT_EQ(agent.start().message(), "");
-  PluginServerOptions options;
-  options.driver_name = kDriverName;
-  options.registry_dir = config_.kubelet_registry_dir;
-  options.plugins_dir = config_.kubelet_plugins_dir;
-  PluginServer server(options, agent.preparer(), &agent.health());
+  PluginServer server(plugin_options(), agent.preparer(), &agent.health());
   ASSERT_EQ(server.start().message(), "");
   KubeletSimulator kubelet(server.registration_socket());
   kubelet.connect();
