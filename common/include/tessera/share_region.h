@@ -60,14 +60,21 @@ struct LimitsPage {
   // pid namespace with NVML: a single machine). kMeasureAgent: the node agent, which can map
   // container pids to host pids, publishes the share's GPU time in `measured` below instead.
   std::atomic<uint32_t> measure_source;
-  uint8_t reserved0[32];
+  // Priority is owned by whoever measures every share of a device (the agent, when
+  // measure_source == kMeasureAgent): bit d set = a share of higher priority is busy on device d,
+  // so this share's gate yields it. No file written by one share is read by another.
+  std::atomic<uint64_t> yield_mask;
+  uint8_t reserved0[24];
   DeviceLimits devices[kMaxDevices];
   // Written by the agent when measure_source == kMeasureAgent (cumulative, monotonic clock).
   struct Measured {
     std::atomic<uint64_t> sampled_at_ns;   // CLOCK_MONOTONIC of the last update (0 = none yet)
     std::atomic<uint64_t> share_busy_ns;   // GPU time the share's processes held the device
     std::atomic<uint64_t> others_busy_ns;  // GPU time every other process held it
-    uint64_t reserved0;
+    // Device memory one CUDA context costs on this GPU, as the agent measured it (NVML's figure
+    // for a process minus what its slot reserved). 0 = not measured yet: the shim charges its
+    // built-in default. Inside a share this, never the environment, sets the charge.
+    std::atomic<uint64_t> context_overhead;
   } measured[kMaxDevices];
 };
 inline constexpr uint32_t kPriorityNormal = 0;
@@ -79,9 +86,11 @@ static_assert(offsetof(LimitsPage, device_count) == 12);
 static_assert(offsetof(LimitsPage, generation) == 16);
 static_assert(offsetof(LimitsPage, priority) == 24);
 static_assert(offsetof(LimitsPage, measure_source) == 28);
+static_assert(offsetof(LimitsPage, yield_mask) == 32);
 static_assert(offsetof(LimitsPage, devices) == 64);
 static_assert(offsetof(LimitsPage, measured) == 64 + 64 * kMaxDevices);
 static_assert(sizeof(LimitsPage) == 64 + 64 * kMaxDevices + 32 * kMaxDevices);
+static_assert(offsetof(LimitsPage::Measured, context_overhead) == 24);
 
 // ---- usage (the share's processes write, the agent reads as untrusted input) -------------------
 

@@ -1,0 +1,74 @@
+// What the out-of-band checks and the process watcher report about a share's processes, and what
+// the agent does about it. Pure values: the checks (enforcement/), the eBPF watcher (watcher/),
+// the metrics and the local API all speak these types.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tessera::agent {
+
+enum class FindingKind : uint8_t {
+  kOverMemoryLimit,   // the share holds more device memory (as NVML sees it) than its limit
+  kUnshimmedProcess,  // a process uses the share's GPU but is not in its usage page
+  kCorruptUsagePage,  // the usage page's header or slots are not what any shim writes
+  kUsageDisagrees,    // a slot claims a figure NVML contradicts (beyond the context overhead)
+  kOverCoresBurst,    // the share used more GPU time than its burst for longer than the grace
+};
+inline constexpr FindingKind kAllFindingKinds[] = {
+    FindingKind::kOverMemoryLimit, FindingKind::kUnshimmedProcess, FindingKind::kCorruptUsagePage,
+    FindingKind::kUsageDisagrees, FindingKind::kOverCoresBurst};
+
+// The `kind` label of tessera_findings_total and the word in log lines and events.
+constexpr std::string_view finding_kind_name(FindingKind kind) {
+  switch (kind) {
+    case FindingKind::kOverMemoryLimit:
+      return "over_memory_limit";
+    case FindingKind::kUnshimmedProcess:
+      return "unshimmed_process";
+    case FindingKind::kCorruptUsagePage:
+      return "corrupt_usage_page";
+    case FindingKind::kUsageDisagrees:
+      return "usage_disagrees";
+    case FindingKind::kOverCoresBurst:
+      return "over_cores_burst";
+  }
+  return "unknown";
+}
+
+// What the agent does with a finding about a share (VgpuConfig field, with an agent default):
+// report it (log, count, event), or also SIGKILL the offending process - never one of another
+// share.
+enum class EnforcementPolicy : uint8_t { kReport, kKill };
+
+constexpr std::string_view enforcement_policy_name(EnforcementPolicy policy) {
+  return policy == EnforcementPolicy::kKill ? "kill" : "report";
+}
+constexpr std::optional<EnforcementPolicy> parse_enforcement_policy(std::string_view text) {
+  if (text == "report") return EnforcementPolicy::kReport;
+  if (text == "kill") return EnforcementPolicy::kKill;
+  return std::nullopt;
+}
+
+struct Finding {
+  FindingKind kind = FindingKind::kOverMemoryLimit;
+  int host_pid = 0;   // the offending process on the host; 0 = the share as a whole
+  std::string share;  // share folder name (ShareSpec id)
+  std::string claim_namespace;
+  std::string claim_name;
+  std::string claim_uid;
+  std::string pod;       // namespace/name where known, else empty
+  std::string gpu_uuid;  // empty when the finding is not about one GPU
+  std::string detail;    // one human sentence: the figures that made it a finding
+};
+
+// Where findings go: the agent's policy (log, count, kill), the local API's event stream.
+class FindingHandler {
+ public:
+  virtual ~FindingHandler() = default;
+  virtual void handle(const Finding& finding) = 0;
+};
+
+}  // namespace tessera::agent
