@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "run_command.h"
+#include "tessera/log.h"
 
 namespace {
 // tessera's own failures, as `env`, `timeout` and `docker run` report them.
@@ -12,6 +13,18 @@ constexpr int kCannotRun = 125;
 int main(int argc, char** argv) {
   CLI::App app{"Tessera: share NVIDIA GPUs between tenants with enforced quotas"};
   app.require_subcommand(1);
+  // Logs (not a command's output): given before or after the subcommand.
+  app.fallthrough();
+  int verbosity = 0;
+  std::string log_format = "text";
+  app.add_flag("-v", verbosity, "More detail in the log on stderr: -v debug, -vv trace");
+  app.add_option("--log-format", log_format, "Log lines as text or json (one object per line)")
+      ->check(CLI::Validator(
+          [](const std::string& format) {
+            return tessera::log::parse_format(format).status().message();
+          },
+          "text|json", "log format"))
+      ->capture_default_str();
 
   tessera::cli::RunOptions run;
   auto* run_cmd = app.add_subcommand(
@@ -42,10 +55,17 @@ int main(int argc, char** argv) {
   run_cmd->prefix_command(false);
 
   CLI11_PARSE(app, argc, argv);
+  tessera::log::Options logging;
+  logging.logger = "tessera";
+  for (const CLI::App* command : app.get_subcommands()) logging.logger += " " + command->get_name();
+  logging.level = tessera::log::verbose(tessera::log::Level::kInfo, verbosity);
+  logging.format = tessera::log::parse_format(log_format).value();
+  logging.text_style = tessera::log::TextStyle::kCommand;
+  tessera::log::configure(std::move(logging));
   if (!*run_cmd) return 0;
   const tessera::Result<int> status = tessera::cli::run(run);
   if (!status.is_ok()) {
-    std::fprintf(stderr, "tessera run: %s\n", status.status().message().c_str());
+    tessera::log::error(status.status().message());
     return kCannotRun;
   }
   return *status;

@@ -171,13 +171,17 @@ std::string format_line(const Options& options, std::chrono::system_clock::time_
     return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   std::string line;
-  if (options.timestamps) {
+  const std::string_view name = level_name(level);
+  if (options.text_style == TextStyle::kDaemon) {
     line = rfc3339_millis(time);
     line.push_back(' ');
+    line.append(name);
+    line.append(6 - name.size(), ' ');
+  } else {
+    line = options.logger + ": ";
+    if (level == Level::kWarn) line += "warning: ";
+    if (level < Level::kInfo) line += std::string(name) + ": ";
   }
-  std::string_view name = level_name(level);
-  line.append(name);
-  line.append(6 - name.size(), ' ');
   // The message is ours, but may carry a value: escaped the same way, without the quotes.
   const std::string escaped = quote_text(message);
   line.append(plain_word(message) ? escaped : escaped.substr(1, escaped.size() - 2));

@@ -15,12 +15,13 @@ using std::chrono::system_clock;
 // Captures lines and drives the clock the logger reads.
 class LogTest : public ::testing::Test {
  protected:
-  void configure_with(Format format, Level level = Level::kInfo, bool timestamps = true) {
+  void configure_with(Format format, Level level = Level::kInfo,
+                      TextStyle style = TextStyle::kDaemon) {
     Options options;
-    options.logger = "tessera-node-agent";
+    options.logger = style == TextStyle::kDaemon ? "tessera-node-agent" : "tessera events";
     options.level = level;
     options.format = format;
-    options.timestamps = timestamps;
+    options.text_style = style;
     options.repeat_window = milliseconds(10000);
     options.now = [this] { return now_; };
     options.sink = [this](std::string_view line) { lines_.emplace_back(line); };
@@ -40,11 +41,16 @@ TEST_F(LogTest, TextLineHasTimeLevelMessageAndFields) {
             "2026-12-01T16:00:00.123Z info  prepared share claim=team-a/train devices=2");
 }
 
-TEST_F(LogTest, TextWithoutTimestampsForTheCli) {
-  configure_with(Format::kText, Level::kInfo, /*timestamps=*/false);
+TEST_F(LogTest, CommandStyleReadsLikeACliMessage) {
+  configure_with(Format::kText, Level::kDebug, TextStyle::kCommand);
   error("cannot open the agent socket", {{"path", "/var/lib/tessera/api.sock"}});
-  ASSERT_EQ(lines_.size(), 1u);
-  EXPECT_EQ(lines_[0], "error cannot open the agent socket path=/var/lib/tessera/api.sock");
+  warn("no agent: local shares only");
+  debug("polling", {{"interval_ms", 1000}});
+  ASSERT_EQ(lines_.size(), 3u);
+  EXPECT_EQ(lines_[0],
+            "tessera events: cannot open the agent socket path=/var/lib/tessera/api.sock");
+  EXPECT_EQ(lines_[1], "tessera events: warning: no agent: local shares only");
+  EXPECT_EQ(lines_[2], "tessera events: debug: polling interval_ms=1000");
 }
 
 TEST_F(LogTest, JsonIsOneObjectPerLineWithTheFields) {

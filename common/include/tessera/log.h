@@ -3,6 +3,7 @@
 // spdlog to stderr as one line each, either human text or one JSON object per line.
 //
 //   text: 2026-12-01T16:00:00.123Z info  prepared share claim=team-a/train share=c1-gpu0-0
+//         tessera run: cannot run train.py: No such file or directory      (TextStyle::kCommand)
 //   json: {"time":"2026-12-01T16:00:00.123Z","level":"info","logger":"tessera-node-agent",
 //          "message":"prepared share","claim":"team-a/train","share":"c1-gpu0-0"}
 //
@@ -27,12 +28,15 @@ namespace tessera::log {
 
 enum class Level : uint8_t { kTrace, kDebug, kInfo, kWarn, kError };
 enum class Format : uint8_t { kText, kJson };
+// How text lines look: a daemon's ("<time> <level> <message> k=v"), or a command's, as CLI tools
+// print ("<logger>: <message> k=v", "<logger>: warning: <message>"; no time).
+enum class TextStyle : uint8_t { kDaemon, kCommand };
 
 struct Options {
   std::string logger;  // the program: "tessera-node-agent", "tessera"
   Level level = Level::kInfo;
   Format format = Format::kText;
-  bool timestamps = true;  // text only (json always has "time"); the CLI prints none
+  TextStyle text_style = TextStyle::kDaemon;  // json always has time, level and logger
   std::chrono::milliseconds repeat_window{10000};
   // Wall clock for timestamps and the repeat window (injected by tests).
   std::function<std::chrono::system_clock::time_point()> now;

@@ -11,8 +11,8 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
-#include <iostream>
 
+#include "tessera/log.h"
 #include "tessera/nvml_abi.h"
 #include "tessera/nvml_library.h"
 #include "tessera/share_region.h"
@@ -22,10 +22,6 @@ namespace tessera::agent {
 namespace {
 
 constexpr unsigned kInitialSamples = 64;  // grown on NVML_ERROR_INSUFFICIENT_SIZE
-
-void log(const std::string& message) {
-  std::cerr << ("tessera-node-agent: gpu-time meter: " + message + "\n");
-}
 
 uint64_t monotonic_ns() {
   timespec now{};
@@ -157,7 +153,11 @@ void GpuTimeMeter::loop_pass() {
     problem = pass();
   }
   if (problem != last_loop_problem_) {  // one line per change, not one per period
-    log(problem.empty() ? "measuring again" : problem);
+    if (problem.empty()) {
+      log::info("GPU-time meter measuring again");
+    } else {
+      log::warn("GPU-time meter cannot measure", {{"error", problem}});
+    }
     last_loop_problem_ = problem;
   }
 }
