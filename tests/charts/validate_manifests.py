@@ -5,8 +5,9 @@
 
 Every object (multi-document YAML; Lists are expanded) must be a kind that release serves under
 its apiVersion, and match that kind's schema: no unknown field at any depth, every value of the
-API's type, every required field present. Objects of the CRD groups below are validated with the
-CRD projects' own schemas. Exit status 0 when all objects pass, 1 with one line per problem.
+API's type, every required field present. For 1.36, each object is also validated with
+kubernetes-models (its enums, too). Objects of the CRD groups below are validated with the CRD
+projects' own schemas. Exit status 0 when all objects pass, 1 with one line per problem.
 
 Where the schemas come from (scripts/install-helm.sh installs them into --tools, default
 $TESSERA_CHART_TOOLS or /opt/tessera/chart-tools):
@@ -18,9 +19,15 @@ $TESSERA_CHART_TOOLS or /opt/tessera/chart-tools):
   is written by hand, except one documented relaxation: resource.Quantity is a string in the
   generated types but the API also takes a JSON number, so numbers are accepted in the Quantity
   fields listed in QUANTITY_FIELDS.
+- Kubernetes 1.36, a second time: kubernetes-models 5.1.0, validators compiled from Kubernetes
+  v1.36.0's OpenAPI spec with its enums (failurePolicy, sideEffects, operators, ...), which the
+  generated client does not carry. It does not refuse unknown fields; the first check does.
+  There is no kubernetes-models release for 1.34 (4.5 is 1.33.0, 5.0 is 1.36.0), so 1.34 has
+  the first check only.
 - monitoring.coreos.com (ServiceMonitor) and cert-manager.io (Issuer, Certificate):
   @kubernetes-models/prometheus-operator and cert-manager, validators compiled from those
-  projects' CRD schemas, run by validate_crds.mjs under node.
+  projects' CRD schemas.
+Both compiled kinds run in validate_models.mjs under node.
 """
 import argparse
 import functools
@@ -34,6 +41,7 @@ import yaml
 
 SUPPORTED = {"1.34": "k8s-1.34", "1.36": "k8s-1.36"}
 CRD_GROUPS = {"monitoring.coreos.com", "cert-manager.io"}
+COMPILED_CORE = {"1.36"}  # releases that kubernetes-models was compiled for
 
 # (model, property) whose values are resource.Quantity (string or number in the API's JSON).
 QUANTITY_FIELDS = {
@@ -217,7 +225,7 @@ def main():
     args = parser.parse_args()
 
     validator = Validator(Api(os.path.join(args.tools, SUPPORTED[args.kube_version])))
-    crd_objects = []
+    compiled = []  # objects for validate_models.mjs
     count = 0
     for path in args.files:
         for label, document in documents(path):
@@ -227,13 +235,18 @@ def main():
                 continue
             group = str(document.get("apiVersion", "")).split("/")[0]
             if group in CRD_GROUPS:
-                crd_objects.append({"label": label, "object": document})
-            else:
-                validator.check_document(label, document, args.kube_version)
-    if crd_objects:
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "validate_crds.mjs")
-        result = subprocess.run([args.node, script, os.path.join(args.tools, "crds")],
-                                input=json.dumps(crd_objects), capture_output=True, text=True)
+                compiled.append({"label": label, "object": document})
+                continue
+            before = len(validator.errors)
+            validator.check_document(label, document, args.kube_version)
+            # Only a kind that release serves has a compiled model to try.
+            if args.kube_version in COMPILED_CORE and (len(validator.errors) == before or
+                                                       "serves no kind" not in validator.errors[-1]):
+                compiled.append({"label": label, "object": document})
+    if compiled:
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "validate_models.mjs")
+        result = subprocess.run([args.node, script, os.path.join(args.tools, "models")],
+                                input=json.dumps(compiled), capture_output=True, text=True)
         if result.returncode not in (0, 1):
             raise SystemExit(f"validate_manifests: {script} failed: {result.stderr.strip()}")
         validator.errors += [line for line in result.stdout.splitlines() if line]
