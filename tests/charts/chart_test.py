@@ -207,6 +207,16 @@ def check_variants(ctx):
 def check_variant(ctx, name, docs):
     if name == "default":
         check_promises(ctx, docs)
+    if name == "agent-settings":  # every row of the agent's flag table, and the webhook's logs
+        args = find(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"]
+        for flag in ("--reconcile-interval=30", "--device-poll-interval=15", "--check-interval=5",
+                     "--enforcement-default=report", "--api-socket=/var/lib/tessera/api.sock",
+                     "--log-format=json", "--mps-control=/usr/bin/nvidia-cuda-mps-control",
+                     "--nvidia-smi=/usr/bin/nvidia-smi", "--shim-loading=LD_PRELOAD", "--api-socket-mode=0660"):
+            expect(flag in args, f"agent flag {flag} in {args}")
+        expect(args.count("-v") == 1, f"verbosity 1 is one -v: {args}")
+        webhook = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        expect("--log-format=json" in webhook and webhook.count("-v") == 2, f"webhook log flags: {webhook}")
     if name == "service-monitor":
         monitor = find(docs, "ServiceMonitor")
         expect(all(e["honorLabels"] is True for e in monitor["spec"]["endpoints"]), "honorLabels")

@@ -86,10 +86,9 @@ app.kubernetes.io/component: {{ .component }}
 The node agent's settings that are passed as flags: values key (under agent.config) -> flag.
 One row per flag; add a row when the agent gets a flag. "count" flags are repeated N times (-v),
 others are rendered --flag=<value>. A null value leaves the agent's default.
-Flags taken from the agent's branches at the time of writing: --reconcile-interval,
---device-poll-interval, --mps-control, --nvidia-smi (main); --api-socket (local API); --log-format
-and -v/--verbose (structured logs). Assumed, not yet in any branch: --check-interval,
---enforcement-default.
+Flags on main: --reconcile-interval, --device-poll-interval, --mps-control, --nvidia-smi,
+--log-format, -v/--verbose. In the local API's branch: --api-socket. Assumed, not yet in any
+branch: --check-interval, --enforcement-default (and --process-watch=false, in the args below).
 */}}
 {{- define "tessera.agent.flagTable" -}}
 reconcileInterval: {flag: --reconcile-interval}
