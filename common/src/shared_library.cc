@@ -1,0 +1,66 @@
+#include "tessera/shared_library.h"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "tessera/unique_fd.h"
+
+namespace tessera {
+namespace {
+
+#if defined(__x86_64__)
+constexpr unsigned kHostMachine = EM_X86_64;
+#elif defined(__aarch64__)
+constexpr unsigned kHostMachine = EM_AARCH64;
+#elif defined(__i386__)
+constexpr unsigned kHostMachine = EM_386;
+#else
+#error "check_shared_library: add this architecture's ELF machine"
+#endif
+constexpr unsigned char kHostClass = sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32;
+constexpr unsigned char kHostData =
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB;
+
+Status unusable(const std::string& path, const std::string& why) {
+  return failed_precondition(path + " " + why);
+}
+
+}  // namespace
+
+Status check_shared_library(const std::string& path) {
+  const UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) return unusable(path, std::string("cannot be opened: ") + std::strerror(errno));
+  struct stat info {};
+  if (fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode))
+    return unusable(path, "is not a regular file");
+  // Both headers begin with e_ident, e_type and e_machine at the same offsets.
+  Elf64_Ehdr header{};
+  const ssize_t got = pread(fd.get(), &header, sizeof(header), 0);
+  if (got < static_cast<ssize_t>(EI_NIDENT + 4) ||
+      std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0)
+    return unusable(path, "is not an ELF shared library (no ELF header)");
+  if (header.e_ident[EI_CLASS] != kHostClass)
+    return unusable(path, std::string("is a ") +
+                              (header.e_ident[EI_CLASS] == ELFCLASS32 ? "32" : "64") +
+                              "-bit ELF file; this host loads " +
+                              (kHostClass == ELFCLASS64 ? "64" : "32") + "-bit libraries");
+  if (header.e_ident[EI_DATA] != kHostData)
+    return unusable(path, "has the other byte order than this host");
+  if (header.e_type != ET_DYN)
+    return unusable(path, "is an ELF file of type " + std::to_string(header.e_type) +
+                              (header.e_type == ET_EXEC  ? " (an executable)"
+                               : header.e_type == ET_REL ? " (an object file)"
+                                                         : "") +
+                              ", not a shared library (ET_DYN)");
+  if (header.e_machine != kHostMachine)
+    return unusable(path, "is built for ELF machine " + std::to_string(header.e_machine) +
+                              ", this host is machine " + std::to_string(kHostMachine));
+  return Status::ok();
+}
+
+}  // namespace tessera
