@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -28,6 +29,32 @@ constexpr unsigned char kHostData =
 
 Status unusable(const std::string& path, const std::string& why) {
   return failed_precondition(path + " " + why);
+}
+
+// Whether a 64-bit ELF's dynamic section carries DF_1_PIE: a position-independent executable is
+// ET_DYN too, but ld.so refuses to preload it (and then only warns). Bounded reads of the program
+// headers and of PT_DYNAMIC; a file whose headers cannot be read says nothing here.
+bool is_pie_executable(int fd, const Elf64_Ehdr& header) {
+  if (header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_phentsize != sizeof(Elf64_Phdr) ||
+      header.e_phnum == 0 || header.e_phnum > 256)
+    return false;
+  Elf64_Phdr programs[256];
+  const size_t bytes = sizeof(Elf64_Phdr) * header.e_phnum;
+  if (pread(fd, programs, bytes, static_cast<off_t>(header.e_phoff)) != static_cast<ssize_t>(bytes))
+    return false;
+  for (unsigned i = 0; i < header.e_phnum; ++i) {
+    if (programs[i].p_type != PT_DYNAMIC) continue;
+    Elf64_Dyn entries[512];
+    const size_t size = std::min<uint64_t>(programs[i].p_filesz, sizeof entries);
+    const ssize_t got = pread(fd, entries, size, static_cast<off_t>(programs[i].p_offset));
+    if (got <= 0) return false;
+    for (size_t e = 0; e < static_cast<size_t>(got) / sizeof(Elf64_Dyn); ++e) {
+      if (entries[e].d_tag == DT_NULL) return false;
+      if (entries[e].d_tag == DT_FLAGS_1) return (entries[e].d_un.d_val & DF_1_PIE) != 0;
+    }
+    return false;
+  }
+  return false;
 }
 
 }  // namespace
@@ -60,6 +87,10 @@ Status check_shared_library(const std::string& path) {
   if (header.e_machine != kHostMachine)
     return unusable(path, "is built for ELF machine " + std::to_string(header.e_machine) +
                               ", this host is machine " + std::to_string(kHostMachine));
+  if (is_pie_executable(fd.get(), header))
+    return unusable(path,
+                    "is a position-independent executable (DF_1_PIE), not a shared library: the "
+                    "loader cannot preload it");
   return Status::ok();
 }
 

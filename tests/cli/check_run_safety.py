@@ -118,6 +118,10 @@ def main():
                 f.write(header)
             cases.append((["--libvgpu", path], [path, why]))
         cases.append((["--libvgpu", os.path.join(fake, "missing.so")], ["not found"]))
+        with open("/bin/true", "rb") as f:  # ET_DYN as a PIE: ld.so would not preload it
+            if f.read(18)[16] == 3:
+                cases.append((["--libvgpu", "/bin/true"], ["/bin/true",
+                                                            "position-independent executable"]))
         for flag in ["--memory", "--cores", "--cores-burst", "--priority"]:
             cases.append(([flag, ""], [flag, "empty value"]))
         for flag, value in [("--memory", "8Gx"), ("--memory", "-1"), ("--memory", "0=abc"),

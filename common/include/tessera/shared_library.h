@@ -11,7 +11,8 @@
 namespace tessera {
 
 // Ok when `path` is a regular file with an ELF header of this process's class (64-bit), byte order
-// and machine, of type ET_DYN; else kFailedPrecondition "<path> <what is wrong>".
+// and machine, of type ET_DYN and not a position-independent executable (DF_1_PIE); else
+// kFailedPrecondition "<path> <what is wrong>".
 Status check_shared_library(const std::string& path);
 
 }  // namespace tessera
