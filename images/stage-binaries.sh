@@ -1,7 +1,9 @@
 #!/bin/sh
 # Stages one image's files from a build folder into OUT, laid out as they go into the image:
 #   node-agent: /usr/local/bin/{tessera-node-agent,tessera,memory-fill,compute-burn},
-#               /usr/local/tessera/lib/libvgpu.so, /usr/local/tessera/bin/install-shim
+#               /opt/tessera/lib/libvgpu.so (the chart's init container copies it to the host's
+#               /usr/local/tessera/lib, which the agent's container mounts at that same path, so
+#               the image keeps its copy elsewhere)
 #   webhook:    /usr/local/bin/tessera-webhook
 # plus every shared library the loader maps for them (ldd), at its canonical folder, so the image
 # needs no package manager. The same script runs in the Dockerfiles' build stage (on what it just
@@ -10,7 +12,6 @@
 # Usage: stage-binaries.sh node-agent|webhook BUILD_DIR OUT_DIR
 set -eu
 component=$1 build=$2 out=$3
-here=$(cd "$(dirname "$0")" && pwd)
 
 case "$component" in
   node-agent)
@@ -48,9 +49,7 @@ for binary in $binaries; do
   libraries_of "$build/$binary" >>"$libs"
 done
 if [ "$component" = node-agent ]; then
-  put "$build/libvgpu/libvgpu.so" /usr/local/tessera/lib/libvgpu.so
-  put "$here/node-agent/install-shim" /usr/local/tessera/bin/install-shim
-  chmod 0755 "$out/usr/local/tessera/bin/install-shim"
+  put "$build/libvgpu/libvgpu.so" /opt/tessera/lib/libvgpu.so
 fi
 sort -u "$libs" | while read -r library; do
   # /lib/x86_64-linux-gnu/libc.so.6 goes to /usr/lib/x86_64-linux-gnu/libc.so.6 on a merged-/usr

@@ -14,6 +14,11 @@ packages=(
   # a real container runtime applying the agent's CDI specs (runc: crun refuses this cgroup layout)
   podman runc conmon netavark catatonit uidmap
   prometheus  # promtool: the node agent's metrics test checks its /metrics output with it
+  # the images (scripts/build-images.sh): mmdebstrap makes the release build stage's Debian base;
+  # shellcheck checks the image and kind-demo scripts
+  mmdebstrap shellcheck
+  # samples/k8s checks: the manifests (YAML) and the webhook's patches (RFC 6902) applied to them
+  python3-yaml python3-jsonpatch
 )
 
 missing=()

@@ -7,7 +7,7 @@
 # Usage: make-runtime-rootfs.sh ROOTFS_DIR
 set -eu
 rootfs=${1:?usage: make-runtime-rootfs.sh ROOTFS_DIR}
-tools="sh cat cp mv rm ln ls mkdir chmod cmp sleep env"
+tools="sh cat cp mv rm ln ls mkdir chmod cmp sync sleep env"
 
 rm -rf "$rootfs"
 mkdir -p "$rootfs"
