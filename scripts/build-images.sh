@@ -117,7 +117,7 @@ for component in "${components[@]}"; do
     if [[ $engine == podman ]]; then
       e save --quiet --format docker-archive -o "$save/tessera-$component-$tag.tar" "$image"
     else
-      e push "$image" "docker-archive:$save/tessera-$component-$tag.tar:$image"
+      e push --quiet "$image" "docker-archive:$save/tessera-$component-$tag.tar:$image"
     fi
     echo "build-images: saved $save/tessera-$component-$tag.tar"
   fi

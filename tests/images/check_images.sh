@@ -8,11 +8,12 @@
 #     host folder with the image's own tools, as the chart's init container does;
 #   - memory-fill on the simulated GPU, its driver mounted from outside (as the CDI spec brings the
 #     host's driver), so the samples' program runs in the image;
-#   - the webhook image runs as 65532; no NVIDIA driver file is in either image.
+#   - the webhook image runs as 65532; no NVIDIA driver file is in either image;
+#   - the archive --save writes (for kind load image-archive) loads back and runs.
 # Exits 77 (ctest: skipped) with the reason where podman cannot run here.
 # Usage: check_images.sh REPO BUILD_DIR SIMGPU_LIB_DIR
 set -euo pipefail
-repo=$1 build=$2 simgpu_lib=$3
+repo=$(cd "$1" && pwd) build=$(cd "$2" && pwd) simgpu_lib=$(cd "$3" && pwd)
 total_start=$(date +%s)
 
 skip() {
@@ -55,8 +56,8 @@ rm -rf "$work/probe-rootfs" "$work/probe.tar"
 tag=ctest
 start=$(date +%s)
 # --rebuild-bases: the runtime base as the script makes it, not left from an earlier run.
-"$repo/scripts/build-images.sh" --engine podman --prebuilt "$build" --tag "$tag" --rebuild-bases ||
-  fail "scripts/build-images.sh failed"
+"$repo/scripts/build-images.sh" --engine podman --prebuilt "$build" --tag "$tag" --rebuild-bases \
+  --save "$work/archives" || fail "scripts/build-images.sh failed"
 build_seconds=$(($(date +%s) - start))
 agent=localhost/tessera-node-agent:$tag webhook=localhost/tessera-webhook:$tag
 
@@ -103,6 +104,12 @@ done
 user=$(p image inspect --format '{{.Config.User}}' "$webhook")
 [[ $user == 65532:65532 ]] || fail "$webhook runs as '$user', not 65532:65532"
 echo "ok: no NVIDIA driver file in either image; $webhook runs as $user"
+
+# The saved archive (what kind-demo.sh loads into the kind node) holds a working image.
+p rmi "$webhook" >/dev/null
+p load --quiet -i "$work/archives/tessera-webhook-$tag.tar" >/dev/null ||
+  fail "podman load of $work/archives/tessera-webhook-$tag.tar failed"
+expect_help "$webhook" /usr/local/bin/tessera-webhook "tessera-webhook: the admission webhook"
 
 # memory-fill in the agent image on the simulated GPU, the driver mounted from outside.
 out=$(run -v "$simgpu_lib:/driver:ro" -e LD_LIBRARY_PATH=/driver \
