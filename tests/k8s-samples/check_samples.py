@@ -9,6 +9,10 @@
   fit             the two-tenant sample's claims fit one GPU of every size the agent is tested
                   with, as the agent publishes it (tessera-node-agent --print-resource-slices on the
                   simulated GPU), and a third tenant's does not; every other sample fits alone.
+  chart           the chart (charts/tessera, rendered with helm as scripts/kind-demo.sh installs
+                  it, for 1.34 and 1.36) makes every DeviceClass the samples name, the MPS preset
+                  carries VgpuConfig MPS, and the default class has the extended resource name;
+                  skipped (77) where the chart or helm is missing.
   webhook         the shorthand and HAMi-style pods sent through the real tessera-webhook (over
                   TLS, with a fake API server that records the templates it creates): the patch
                   gives each the template its README names, and that template fits too.
@@ -27,6 +31,7 @@ import json
 import math
 import os
 import re
+import shutil
 import socket
 import ssl
 import subprocess
@@ -394,6 +399,69 @@ def check_fit(samples, agent, simgpu_lib, work):
         print(f"fit: {folder}: {len(shares)} share(s) fit alone on each of the {len(GPUS)} GPUs")
 
 
+# --- the chart --------------------------------------------------------------------------------
+
+# The settings scripts/kind-demo.sh installs the chart with (besides the images).
+CHART_SETTINGS = ["deviceClasses.mps.name=vgpu-mps.tessera.dev",
+                  f"deviceClasses.default.extendedResourceName={EXTENDED_RESOURCE}"]
+
+
+def find_helm():
+    tools = os.environ.get("TESSERA_CHART_TOOLS", "/opt/tessera/chart-tools")
+    for helm in (os.path.join(tools, "bin", "helm"), shutil.which("helm")):
+        if helm and os.access(helm, os.X_OK):
+            return helm
+    return None
+
+
+def check_chart(samples, chart):
+    if not (chart / "Chart.yaml").is_file():
+        print(f"SKIPPED: no chart at {chart} (charts/tessera)")
+        return 77
+    helm = find_helm()
+    if helm is None:
+        print("SKIPPED: helm not found ($TESSERA_CHART_TOOLS/bin, /opt/tessera/chart-tools/bin or "
+              "PATH; scripts/install-helm.sh installs it)")
+        return 77
+    wanted = set()
+    for path in sorted(samples.rglob("*.yaml")):
+        for doc in documents(path):
+            spec = doc.get("spec", {})
+            spec = spec.get("spec", spec) if doc["kind"] == "ResourceClaimTemplate" else spec
+            for request in spec.get("devices", {}).get("requests", []) \
+                    if doc["kind"] in ("ResourceClaim", "ResourceClaimTemplate") else []:
+                wanted.add(request["exactly"]["deviceClassName"])
+    for kube, extra in (("1.34.0", ["deviceClasses.extendedResourceGateEnabled=true"]),
+                        ("1.36.0", [])):
+        args = [helm, "template", "tessera", str(chart), "--namespace", "tessera-system",
+                "--kube-version", kube]
+        for setting in CHART_SETTINGS + extra:
+            args += ["--set", setting]
+        out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            fail(f"chart: helm template for {kube}: {out.stderr.strip()}")
+            continue
+        failed_before = len(failures)
+        classes = {d["metadata"]["name"]: d["spec"] for d in yaml.safe_load_all(out.stdout)
+                   if d and d.get("kind") == "DeviceClass"}
+        missing = wanted - set(classes)
+        if missing:
+            fail(f"chart ({kube}): the samples name DeviceClasses the chart does not make: "
+                 f"{sorted(missing)} (it makes {sorted(classes)})")
+        mps = classes.get("vgpu-mps.tessera.dev", {})
+        strategies = [c.get("opaque", {}).get("parameters", {}).get("sharing", {}).get("strategy")
+                      for c in mps.get("config", [])]
+        if "MPS" not in strategies:
+            fail(f"chart ({kube}): vgpu-mps.tessera.dev carries no VgpuConfig with MPS: {mps}")
+        names = {spec.get("extendedResourceName") for spec in classes.values()}
+        if EXTENDED_RESOURCE not in names:
+            fail(f"chart ({kube}): no DeviceClass has extendedResourceName {EXTENDED_RESOURCE}")
+        if len(failures) == failed_before:
+            print(f"chart ({kube}): DeviceClasses {sorted(classes)}; the samples' {sorted(wanted)} "
+                  f"are there, the MPS preset is MPS, {EXTENDED_RESOURCE} is the default class's")
+    return 0
+
+
 # --- the webhook ------------------------------------------------------------------------------
 
 class FakeApi(BaseHTTPRequestHandler):
@@ -561,14 +629,23 @@ def check_webhook(samples, webhook, agent, simgpu_lib, work):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("check", choices=["consistent", "rules", "fit", "webhook"])
+    parser.add_argument("check", choices=["consistent", "rules", "fit", "chart", "webhook"])
+    parser.add_argument("--chart", type=Path, help="the chart folder (default: charts/tessera "
+                        "beside samples/)")
     parser.add_argument("--samples", required=True, type=Path)
     parser.add_argument("--agent")
     parser.add_argument("--webhook")
     parser.add_argument("--simgpu-lib")
     args = parser.parse_args()
+    if args.check == "chart":
+        chart = args.chart or args.samples.parent.parent / "charts" / "tessera"
+        code = check_chart(args.samples, chart)
+        if code == 77:
+            return 77
     with tempfile.TemporaryDirectory() as work:
-        if args.check == "consistent":
+        if args.check == "chart":
+            pass
+        elif args.check == "consistent":
             check_consistent(args.samples)
         elif args.check == "rules":
             check_rules(args.agent, args.simgpu_lib, work)
