@@ -1,7 +1,8 @@
 #!/bin/sh
 # Assembles the runtime base image's root filesystem from this Debian host's own files, without a
 # registry or a network: a merged-/usr layout, root and a non-root user (65532), the CA bundle,
-# /tmp, and a few tools for the chart's init container and for debugging (sh, cp, mv, cmp, ...),
+# /tmp, the loader's configuration with ldconfig, and a few tools for the chart's init container
+# and for debugging (sh, cp, mv, cmp, ...),
 # each with the shared libraries ldd names for it. The images' own programs and libraries are
 # added on top by their Dockerfiles (stage-binaries.sh), so this base holds no Tessera file.
 # Usage: make-runtime-rootfs.sh ROOTFS_DIR
@@ -30,6 +31,12 @@ nonroot:x:65532:
 EOF
 chown 65532:65532 home/nonroot
 printf 'passwd: files\ngroup: files\nhosts: files dns\n' >etc/nsswitch.conf
+# The loader's configuration and ldconfig: the NVIDIA Container Toolkit's update-ldcache hook runs
+# ldconfig in the container after mounting the driver's libraries (Debian's ldconfig is static).
+mkdir -p etc/ld.so.conf.d
+echo 'include /etc/ld.so.conf.d/*.conf' >etc/ld.so.conf
+printf '/usr/local/lib\n/usr/lib/x86_64-linux-gnu\n' >etc/ld.so.conf.d/x86_64-linux-gnu.conf
+cp -L /sbin/ldconfig usr/sbin/ldconfig
 cp -L /etc/ssl/certs/ca-certificates.crt etc/ssl/certs/ca-certificates.crt
 [ -f /etc/os-release ] && cp -L /etc/os-release etc/os-release
 

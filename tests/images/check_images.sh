@@ -101,9 +101,13 @@ for image in "$agent" "$webhook"; do
     '^(nvidia-smi|nvidia-cuda-mps-control|libcuda\.so|libnvidia-ml\.so)' || true)
   [[ -z $found ]] || fail "$image holds NVIDIA driver files: $found"
 done
+# ldconfig works in the agent image (the NVIDIA Container Toolkit's update-ldcache hook runs it).
+out=$(run --entrypoint /usr/bin/sh "$agent" -c 'ldconfig && ldconfig -p' 2>&1) ||
+  fail "ldconfig in $agent: $out"
+grep -q 'libc.so.6 (libc6,x86-64)' <<<"$out" || fail "ldconfig in $agent cached no libc: $out"
 user=$(p image inspect --format '{{.Config.User}}' "$webhook")
 [[ $user == 65532:65532 ]] || fail "$webhook runs as '$user', not 65532:65532"
-echo "ok: no NVIDIA driver file in either image; $webhook runs as $user"
+echo "ok: no NVIDIA driver file in either image; ldconfig runs in $agent; $webhook runs as $user"
 
 # The saved archive (what kind-demo.sh loads into the kind node) holds a working image.
 p rmi "$webhook" >/dev/null
