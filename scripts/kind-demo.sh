@@ -5,9 +5,10 @@
 # kubectl and helm, and an NVIDIA GPU: its driver and the NVIDIA Container Toolkit configured for
 # that engine with `accept-nvidia-visible-devices-as-volume-mounts = true`, so that the kind node
 # gets the GPU through the /dev/null mount below (the way NVIDIA's DRA driver's kind demo does).
-# The node gets the toolkit's CDI spec (nvidia-ctk cdi generate, with the host's nvidia-ctk) and
-# the label the chart's agent selects nodes by. NOT RUN on the build machine (it has no container
-# engine daemon and no kind); checked there with shellcheck only (ctest images.scripts_pass_shellcheck).
+# In the node it installs the toolkit from NVIDIA's apt repository (the node needs network), makes
+# it containerd's default runtime, writes its CDI spec, and sets the label the chart's agent
+# selects nodes by. NOT RUN on the build machine (it has no container engine daemon, no kind and
+# no GPU); checked there with shellcheck only (ctest images.scripts_pass_shellcheck).
 #
 # Usage: scripts/kind-demo.sh [options]
 #   --k8s 1.34|1.36     Kubernetes minor (default 1.36). 1.34 turns the alpha gates on:
@@ -45,7 +46,6 @@ need() { command -v "$1" >/dev/null || { echo "kind-demo: $1 is not installed ($
 need kind "https://kind.sigs.k8s.io"
 need kubectl "https://kubernetes.io/docs/tasks/tools/"
 need helm "https://helm.sh/docs/intro/install/"
-need nvidia-ctk "the NVIDIA Container Toolkit, on the host"
 if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
   engine=docker
 elif command -v podman >/dev/null; then
@@ -79,15 +79,32 @@ kind get clusters 2>/dev/null | grep -qx "$name" || kind create cluster --name "
 kubectl config use-context "kind-$name" >/dev/null
 node=$name-control-plane
 
-say "the GPU in the node, the toolkit's CDI spec, the chart's node label"
+say "the GPU in the node; the NVIDIA Container Toolkit there (the agent's NVML, the CDI spec)"
 "$engine" exec "$node" nvidia-smi -L || {
   echo "kind-demo: the kind node sees no GPU: configure the NVIDIA Container Toolkit for $engine" \
     "(nvidia-ctk runtime configure; accept-nvidia-visible-devices-as-volume-mounts = true)" >&2
   exit 1
 }
-"$engine" cp "$(command -v nvidia-ctk)" "$node:/usr/local/bin/nvidia-ctk"
-"$engine" exec "$node" nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml
-"$engine" exec "$node" sh -c 'containerd config dump | grep -E "enable_cdi|cdi_spec_dirs"' || true
+# In the node: the toolkit from NVIDIA's apt repository (the steps of its install guide), made
+# containerd's default runtime so the agent's pod gets NVML and the GPUs, and its CDI spec, which
+# the agent gives tenants' containers (agent.driver.mode auto finds it).
+# shellcheck disable=SC2016 # expanded in the node
+"$engine" exec "$node" bash -c '
+  set -euo pipefail
+  if ! command -v nvidia-ctk >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq curl gnupg >/dev/null
+    keyring=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg
+    curl -fsSL https://nvidia.github.io/libnvidia-container/gpgkey | gpg --dearmor -o "$keyring"
+    curl -fsSL https://nvidia.github.io/libnvidia-container/stable/deb/nvidia-container-toolkit.list |
+      sed "s#deb https://#deb [signed-by=$keyring] https://#g" \
+        >/etc/apt/sources.list.d/nvidia-container-toolkit.list
+    apt-get update -qq && apt-get install -y -qq nvidia-container-toolkit >/dev/null
+  fi
+  nvidia-ctk runtime configure --runtime=containerd --set-as-default
+  systemctl restart containerd
+  nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml
+  containerd config dump | grep -E "enable_cdi|cdi_spec_dirs|default_runtime_name"'
+kubectl wait --for=condition=Ready --timeout=3m "node/$node"
 kubectl label node "$node" nvidia.com/gpu.present=true --overwrite
 
 say "images"
