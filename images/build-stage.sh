@@ -13,6 +13,15 @@ case "$component" in
     ;;
 esac
 start=$(date +%s)
+# Debian 12's CMake 3.25 marks CUDA::nvToolsExt deprecated without checking that the target exists,
+# and CUDA 13 has no nvToolsExt, so the configure stops there. Later CMake releases check first;
+# this is the same one-line change (the machine these images were first built on carries it too).
+module=/usr/share/cmake-3.25/Modules/FindCUDAToolkit.cmake
+unchecked='    if(CMAKE_MINIMUM_REQUIRED_VERSION VERSION_GREATER_EQUAL 3.25)'
+if [ -f "$module" ] && grep -qxF "$unchecked" "$module"; then
+  sed -i "s/^$unchecked\$/    if(TARGET CUDA::nvToolsExt AND CMAKE_MINIMUM_REQUIRED_VERSION VERSION_GREATER_EQUAL 3.25)/" \
+    "$module"
+fi
 cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_TESTS=OFF \
   -DTESSERA_BUILD_SIMGPU=OFF -DTESSERA_BUILD_SAMPLES="$samples" \
   -DCUDAToolkit_ROOT=/usr/local/cuda -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >/dev/null
