@@ -123,7 +123,6 @@ say "helm install tessera (namespace tessera-system)"
 helm_args=(--namespace tessera-system --create-namespace --wait --timeout 5m
   --set agent.image.repository=localhost/tessera-node-agent --set "agent.image.tag=$tag"
   --set webhook.image.repository=localhost/tessera-webhook --set "webhook.image.tag=$tag"
-  --set deviceClasses.mps.name=vgpu-mps.tessera.dev
   --set deviceClasses.default.extendedResourceName=vgpu.tessera.dev/gpu)
 [[ $k8s == 1.36 ]] || helm_args+=(--set deviceClasses.extendedResourceGateEnabled=true)
 helm upgrade --install tessera "$repo/charts/tessera" "${helm_args[@]}"
@@ -205,7 +204,7 @@ kubectl delete -f "$samples/extended-resource/" --wait
 say "what to look at"
 cat <<EOF
   kubectl get resourceslices -o yaml            # the GPU, its memory and cores capacity
-  kubectl get deviceclasses                     # vgpu.tessera.dev, vgpu-mps.tessera.dev
+  kubectl get deviceclasses                     # vgpu.tessera.dev, mps.vgpu.tessera.dev
   kubectl -n tessera-system logs ds/tessera-node-agent -c node-agent
   kubectl -n tessera-system exec -it ds/tessera-node-agent -c node-agent -- tessera top
   kubectl -n tessera-system port-forward ds/tessera-node-agent 9464 & curl -s localhost:9464/metrics | grep ^tessera_

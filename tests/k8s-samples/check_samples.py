@@ -50,7 +50,7 @@ import yaml
 
 # The names the chart creates (charts/tessera): the default class, the MPS preset, the extended
 # resource name the default class is given for the extended-resource sample.
-DEVICE_CLASSES = {"vgpu.tessera.dev", "vgpu-mps.tessera.dev"}
+DEVICE_CLASSES = {"vgpu.tessera.dev", "mps.vgpu.tessera.dev"}
 EXTENDED_RESOURCE = "vgpu.tessera.dev/gpu"
 SAMPLE_IMAGE = "localhost/tessera-node-agent:latest"
 NAMESPACED = {"ResourceClaimTemplate", "ResourceClaim", "Pod", "Deployment"}
@@ -402,8 +402,7 @@ def check_fit(samples, agent, simgpu_lib, work):
 # --- the chart --------------------------------------------------------------------------------
 
 # The settings scripts/kind-demo.sh installs the chart with (besides the images).
-CHART_SETTINGS = ["deviceClasses.mps.name=vgpu-mps.tessera.dev",
-                  f"deviceClasses.default.extendedResourceName={EXTENDED_RESOURCE}"]
+CHART_SETTINGS = [f"deviceClasses.default.extendedResourceName={EXTENDED_RESOURCE}"]
 
 
 def find_helm():
@@ -448,11 +447,11 @@ def check_chart(samples, chart):
         if missing:
             fail(f"chart ({kube}): the samples name DeviceClasses the chart does not make: "
                  f"{sorted(missing)} (it makes {sorted(classes)})")
-        mps = classes.get("vgpu-mps.tessera.dev", {})
+        mps = classes.get("mps.vgpu.tessera.dev", {})
         strategies = [c.get("opaque", {}).get("parameters", {}).get("sharing", {}).get("strategy")
                       for c in mps.get("config", [])]
         if "MPS" not in strategies:
-            fail(f"chart ({kube}): vgpu-mps.tessera.dev carries no VgpuConfig with MPS: {mps}")
+            fail(f"chart ({kube}): mps.vgpu.tessera.dev carries no VgpuConfig with MPS: {mps}")
         names = {spec.get("extendedResourceName") for spec in classes.values()}
         if EXTENDED_RESOURCE not in names:
             fail(f"chart ({kube}): no DeviceClass has extendedResourceName {EXTENDED_RESOURCE}")
