@@ -14,6 +14,7 @@ packages=(
   # a real container runtime applying the agent's CDI specs (runc: crun refuses this cgroup layout)
   podman runc conmon netavark catatonit uidmap
   prometheus  # promtool: the node agent's metrics test checks its /metrics output with it
+  tmux  # `tessera top` is tested on a real terminal (tests/cli/check_top_tmux.py)
 )
 
 missing=()

@@ -3,6 +3,8 @@
 #include <cstdio>
 
 #include "run_command.h"
+#include "views/shares_view.h"
+#include "views/top_view.h"
 
 namespace {
 // tessera's own failures, as `env`, `timeout` and `docker run` report them.
@@ -40,6 +42,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("command", run.command, "The command and its arguments (after --)")
       ->required();
   run_cmd->prefix_command(false);
+  tessera::cli::add_shares_command(app);
+  tessera::cli::add_top_command(app);
 
   CLI11_PARSE(app, argc, argv);
   if (!*run_cmd) return 0;
