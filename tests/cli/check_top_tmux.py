@@ -190,6 +190,27 @@ def main():
             if tmux.alive():
                 fail("'q' did not end tessera top", tmux.capture())
 
+            # ^C ends it too, with the terminal as it was: no alternate screen, the cursor shown,
+            # line editing and echo back on (the shell after it ignores SIGINT, so it reports).
+            after = (f"trap '' INT; {top[len('exec '):]}; echo exit=$?; "
+                     "stty -a | tr ' ' '\\n' | grep -x -e '-*icanon' -e '-*echo'; sleep 30")
+            tmux.run("new-session", "-d", "-x", "80", "-y", "24", "-s", "top", after)
+            deadline = time.time() + 10
+            while "tessera top - " not in tmux.capture() and time.time() < deadline:
+                time.sleep(0.2)
+            tmux.run("send-keys", "-t", "top", "C-c")
+            deadline = time.time() + 5
+            while "exit=" not in tmux.capture() and time.time() < deadline:
+                time.sleep(0.2)
+            restored = tmux.capture()
+            state = tmux.run("display-message", "-p", "-t", "top",
+                             "#{alternate_on} #{cursor_flag}").stdout.split()
+            if "exit=130" not in restored or "icanon" not in restored.split() or \
+                    "echo" not in restored.split() or state != ["0", "1"]:
+                fail(f"after ^C: terminal state {state} (alternate screen, cursor shown)",
+                     restored)
+            tmux.run("kill-session", "-t", "top")
+
             # Without a terminal: plain lines, once.
             once = subprocess.run([args.tessera, "top", "--local", "--once"], env=env,
                                   capture_output=True, text=True, timeout=20)

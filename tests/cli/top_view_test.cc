@@ -308,10 +308,13 @@ TEST_F(TopRender, PlainOutputPrintsEachSnapshotWholeAtTheInterval) {
       });
   ASSERT_TRUE(done.is_ok());
   ASSERT_EQ(written.size(), 3u);
-  EXPECT_EQ(slept, (std::vector<int64_t>{800, 800}));  // none after the last
+  EXPECT_EQ(taken, 4);  // one more, an interval before the first print, for rates
+  EXPECT_EQ(slept, (std::vector<int64_t>{800, 800, 800}));  // none after the last
   for (const std::string& text : written) {
-    EXPECT_EQ(text.find('\x1b'), std::string::npos);    // no terminal sequences
-    EXPECT_NE(text.find("\ns29 "), std::string::npos);  // every share: no height limit
+    EXPECT_EQ(text.find('\x1b'), std::string::npos);     // no terminal sequences
+    EXPECT_NE(text.find("\ns29 "), std::string::npos);   // every share: no height limit
+    EXPECT_NE(text.find(" 0/10% "), std::string::npos);  // a rate, from the first print on
+    EXPECT_EQ(text.find(" \n"), std::string::npos);      // no trailing blanks
     EXPECT_EQ(text.substr(text.size() - 2), "\n\n");
   }
 

@@ -193,7 +193,10 @@ class Renderer {
     }
     for (std::string& line : problem_lines) lines.push_back(std::move(line));
 
-    for (std::string& line : lines) line = cut(std::move(line), width_);
+    for (std::string& line : lines) {
+      line = cut(std::move(line), width_);
+      line.erase(line.find_last_not_of(' ') + 1);  // no trailing blanks (the last column pads)
+    }
     if (limited && static_cast<int>(lines.size()) > size_.height)
       lines.resize(static_cast<size_t>(std::max(size_.height, 0)));
     return lines;
@@ -549,22 +552,25 @@ Status run_top_plain(const SnapshotSource& source, int iterations, int width,
                      const std::function<void(const std::string&)>& write,
                      const std::function<void(int64_t)>& sleep_ms) {
   const auto clock = options.monotonic_ms ? options.monotonic_ms : steady_ms;
-  std::optional<Snapshot> before;
   TopLayout layout;
   layout.width = width;
   layout.height = 0;
   layout.sort = options.sort;
+  // One snapshot an interval before the first print, so every print has rates (cores used,
+  // throttled), as vmstat's and iostat's reports after their first do.
+  int64_t started = clock();
+  Result<Snapshot> first = source();
+  if (!first.is_ok()) return first.status();
+  Snapshot before = std::move(first).value();
   for (int i = 0; iterations == 0 || i < iterations; ++i) {
-    const int64_t started = clock();
+    sleep_ms(std::max<int64_t>(0, started + options.interval_ms - clock()));
+    started = clock();
     Result<Snapshot> now = source();
     if (!now.is_ok()) return now.status();
     std::string text;
-    for (const std::string& line : render_top(*now, before ? &*before : nullptr, layout))
-      text += line + "\n";
+    for (const std::string& line : render_top(*now, &before, layout)) text += line + "\n";
     write(text + "\n");
     before = std::move(now).value();
-    if (iterations == 0 || i + 1 < iterations)
-      sleep_ms(std::max<int64_t>(0, started + options.interval_ms - clock()));
   }
   return Status::ok();
 }

@@ -61,8 +61,9 @@ struct TopLoopOptions {
 void run_top_screen(const SnapshotSource& source, TopScreen& screen, const TopLoopOptions& options);
 
 // Plain lines: `iterations` snapshots (0: until killed) `interval_ms` apart, each rendered at
-// `width` with no height limit and followed by an empty line. Fails with the first snapshot that
-// cannot be taken.
+// `width` with no height limit and followed by an empty line. A first snapshot, one interval
+// before the first print, gives every print its rates. Fails with the first snapshot that cannot
+// be taken.
 Status run_top_plain(const SnapshotSource& source, int iterations, int width,
                      const TopLoopOptions& options,
                      const std::function<void(const std::string&)>& write,
