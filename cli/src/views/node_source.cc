@@ -39,8 +39,9 @@ SnapshotSource make_snapshot_source(SourceOptions options, AgentLister agent) {
 void add_source_options(CLI::App& command, SourceOptions& options) {
   command.add_flag("--local", options.local_only,
                    "Read the `tessera run` shares of this machine, without asking the node agent");
-  command.add_option("--agent-socket", options.agent_socket,
-                     "The node agent's API socket (default: the agent's own)");
+  command.add_option("--socket,--agent-socket", options.agent_socket,
+                     "The node agent's local API socket (default: $TESSERA_API_SOCKET, else the "
+                     "agent's own)");
   command.add_option("--share-root", options.local.share_root,
                      "Folder of the local shares (default: $XDG_RUNTIME_DIR/tessera/shares, or "
                      "/tmp/tessera-<uid>/shares)");

@@ -25,7 +25,7 @@ struct Snapshot {
 
 struct SourceOptions {
   bool local_only = false;   // --local
-  std::string agent_socket;  // --agent-socket; empty: the agent's default
+  std::string agent_socket;  // --socket; empty: the agent's default
   LocalNodeOptions local;    // --share-root, --share-dir
 };
 
@@ -41,7 +41,7 @@ AgentLister default_agent_lister();
 // A source that asks `agent` first (unless local_only or no agent), then the local folders.
 SnapshotSource make_snapshot_source(SourceOptions options, AgentLister agent);
 
-// --local, --agent-socket, --share-root and --share-dir on `command`, into `options`.
+// --local, --socket, --share-root and --share-dir on `command`, into `options`.
 void add_source_options(CLI::App& command, SourceOptions& options);
 
 }  // namespace tessera::cli
