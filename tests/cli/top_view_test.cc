@@ -203,6 +203,18 @@ TEST_F(TopRender, ProcessesShowTheCommandsThatFitWhole) {
   EXPECT_EQ(processes(shares[2]), "0");
 }
 
+TEST_F(TopRender, TinyTerminalsGetWhatFits) {
+  v1::ListSharesResponse node = two_shares();
+  for (int g = 0; g < 4; ++g) add_gpu(node, std::string("GPU-") + std::to_string(g), 0, kGiB, 0);
+  for (const TopLayout size : {TopLayout{40, 10, TopSort::kMemory}, TopLayout{20, 5},
+                               TopLayout{1, 1}, TopLayout{80, 7}, TopLayout{300, 200}}) {
+    const std::vector<std::string> screen = render_top(snapshot_of(node), nullptr, size);
+    expect_fits(screen, size);
+    EXPECT_FALSE(screen.empty());
+    expect_fits(render_top_error(internal_error("x"), size), size);
+  }
+}
+
 TEST_F(TopRender, AnEmptyNodeSaysSo) {
   const TopLayout size{80, 24, TopSort::kMemory};
   const std::vector<std::string> screen = render_top(snapshot_of({}), nullptr, size);
