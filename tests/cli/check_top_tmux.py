@@ -193,14 +193,14 @@ def main():
             # ^C ends it too, with the terminal as it was: no alternate screen, the cursor shown,
             # line editing and echo back on (the shell after it ignores SIGINT, so it reports).
             after = (f"trap '' INT; {top[len('exec '):]}; echo exit=$?; "
-                     "stty -a | tr ' ' '\\n' | grep -x -e '-*icanon' -e '-*echo'; sleep 30")
+                     "stty -a | tr ' ' '\\n' | grep -x -e '-*icanon' -e '-*echo'; echo checked; sleep 30")
             tmux.run("new-session", "-d", "-x", "80", "-y", "24", "-s", "top", after)
             deadline = time.time() + 10
             while "tessera top - " not in tmux.capture() and time.time() < deadline:
                 time.sleep(0.2)
             tmux.run("send-keys", "-t", "top", "C-c")
             deadline = time.time() + 5
-            while "exit=" not in tmux.capture() and time.time() < deadline:
+            while "checked" not in tmux.capture().split() and time.time() < deadline:
                 time.sleep(0.2)
             restored = tmux.capture()
             state = tmux.run("display-message", "-p", "-t", "top",

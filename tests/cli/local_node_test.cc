@@ -225,8 +225,9 @@ TEST_F(LocalNode, ATruncatedUsagePageIsAProblemOfThatShareOnly) {
   EXPECT_EQ(node->shares(0).devices(0).memory_used_bytes(), 0u);
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_EQ(problems[0].share, "bad");
-  EXPECT_EQ(problems[0].status.message(), "usage page " + bad + "/usage is truncated: 1000 of " +
-                                              std::to_string(sizeof(share::UsagePage)) + " bytes");
+  EXPECT_EQ(problems[0].status.message(), "usage page is truncated (1000 of " +
+                                              std::to_string(sizeof(share::UsagePage)) +
+                                              " bytes): " + bad + "/usage");
 }
 
 TEST_F(LocalNode, GarbageSymlinksAndFifosAreRefusedWithoutBlocking) {
@@ -250,16 +251,16 @@ TEST_F(LocalNode, GarbageSymlinksAndFifosAreRefusedWithoutBlocking) {
   EXPECT_EQ(node->shares_size(), 4);
   ASSERT_EQ(problems.size(), 4u);
   EXPECT_EQ(problems[0].share, "garbage");
-  EXPECT_NE(problems[0].status.message().find("is not a valid usage page"), std::string::npos)
+  EXPECT_NE(problems[0].status.message().find("usage page is not valid"), std::string::npos)
       << problems[0].status.message();
   EXPECT_EQ(problems[1].share, "linked");
-  EXPECT_EQ(problems[1].status.message(), linked + "/usage is not a regular file");
+  EXPECT_EQ(problems[1].status.message(), "usage page is not a regular file: " + linked + "/usage");
   EXPECT_EQ(problems[2].share, "piped");
-  EXPECT_EQ(problems[2].status.message(), piped + "/usage is not a regular file");
+  EXPECT_EQ(problems[2].status.message(), "usage page is not a regular file: " + piped + "/usage");
   EXPECT_EQ(problems[3].share, "short");
-  EXPECT_EQ(problems[3].status.message(), "limits page " + short_limits +
-                                              "/limits is truncated: 4 of " +
-                                              std::to_string(sizeof(share::LimitsPage)) + " bytes");
+  EXPECT_EQ(problems[3].status.message(), "limits page is truncated (4 of " +
+                                              std::to_string(sizeof(share::LimitsPage)) +
+                                              " bytes): " + short_limits + "/limits");
   EXPECT_EQ(node->shares(3).devices_size(), 0);
 }
 

@@ -172,9 +172,10 @@ TEST_F(TopRender, LongNamesUnknownGpusAndProblemsStayInsideTheWidth) {
   add_share(node, "tessera-run-0123456789abcdef", "GPU-without-nvml", 5 * kGiB, 0, 100, 0, 0,
             {"a-process-with-a-long-name", "python3", "python3", "torchrun"});
   Snapshot now = snapshot_of(node);
-  now.problems.push_back({"broken", "/tmp/broken",
-                          failed_precondition("usage page /tmp/broken/usage is truncated: 1000 of "
-                                              "99520 bytes, and this message goes on and on")});
+  now.problems.push_back(
+      {"broken", "/tmp/broken",
+       failed_precondition("usage page is truncated (1000 of 99520 bytes): "
+                           "/tmp/a/folder/deep/down/where/paths/go/broken/usage")});
   const TopLayout size{80, 24, TopSort::kMemory};
   const std::vector<std::string> screen = render_top(now, nullptr, size);
   expect_fits(screen, size);
@@ -184,7 +185,8 @@ TEST_F(TopRender, LongNamesUnknownGpusAndProblemsStayInsideTheWidth) {
   EXPECT_NE(shares[0].find(" 5Gi/- "), std::string::npos);
   EXPECT_NE(shares[0].find(" -/100% "), std::string::npos) << shares[0];  // no rate yet
   EXPECT_NE(shares[0].find(" 4 a-process-wit"), std::string::npos) << shares[0];
-  EXPECT_EQ(shares[1].rfind("! broken: usage page /tmp/broken/usage is truncated", 0), 0u);
+  EXPECT_EQ(shares[1].rfind("! broken: usage page is truncated (1000 of 99520 bytes): /tmp/a/", 0),
+            0u);
   EXPECT_EQ(shares[1].size(), 80u);
 }
 

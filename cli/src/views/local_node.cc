@@ -70,14 +70,17 @@ size_t read_at(int fd, void* out, size_t size, size_t offset) {
 Status read_page(const std::string& path, void* out, size_t size, const char* what) {
   UniqueFd fd;
   const int error = open_file(path.c_str(), O_RDONLY, FileSource::kUntrusted, fd);
-  if (error == ENOENT) return not_found("no " + std::string(what) + " (" + path + ")");
+  // What is wrong first, then the path: a line cut to the terminal's width keeps the reason.
+  if (error == ENOENT) return not_found("no " + std::string(what) + ": " + path);
   if (error == EINVAL || error == ELOOP)
-    return failed_precondition(path + " is not a regular file");
-  if (error != 0) return internal_error("cannot open " + path + ": " + std::strerror(error));
+    return failed_precondition(std::string(what) + " is not a regular file: " + path);
+  if (error != 0)
+    return internal_error("cannot open the " + std::string(what) + " (" + std::strerror(error) +
+                          "): " + path);
   const size_t got = read_at(fd.get(), out, size, 0);
   if (got < size) {
-    return failed_precondition(std::string(what) + " " + path + " is truncated: " +
-                               std::to_string(got) + " of " + std::to_string(size) + " bytes");
+    return failed_precondition(std::string(what) + " is truncated (" + std::to_string(got) +
+                               " of " + std::to_string(size) + " bytes): " + path);
   }
   return Status::ok();
 }
@@ -153,8 +156,7 @@ Status add_usage(const std::string& folder, const share::LimitsPage& limits,
     return read.code() == StatusCode::kNotFound ? Status::ok() : read;
   }
   if (!share::valid_usage_page(*usage))
-    return failed_precondition("usage page " + path + " is not a valid usage page (magic, " +
-                               "version or size)");
+    return failed_precondition("usage page is not valid (magic, version or size): " + path);
   const uint32_t devices = static_cast<uint32_t>(out.devices_size());
   uint32_t high = usage->slot_high_water.load(std::memory_order_relaxed);
   if (high > share::kMaxSlots) high = share::kMaxSlots;
@@ -239,8 +241,8 @@ ReadShare read_share(const std::string& folder, const LocalNodeOptions& options,
     return result;
   }
   if (!share::valid_limits_page(*limits)) {
-    report(failed_precondition("limits page " + limits_path +
-                               " is not a valid limits page (magic, version, size or devices)"));
+    report(failed_precondition("limits page is not valid (magic, version, size or devices): " +
+                               limits_path));
     return result;
   }
   if (out.prepared_unix_ms() == 0) {
