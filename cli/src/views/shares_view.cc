@@ -297,12 +297,13 @@ void add_shares_command(CLI::App& app) {
   command->add_option("-o,--output", options->output, "Output format: table, json or yaml")
       ->check(CLI::IsMember({"table", "json", "yaml"}));
   add_source_options(*command, options->source);
+  // Exit statuses by std::exit: main.cc reports anything CLI11 throws as a usage error.
   command->callback([options] {
     const Result<Snapshot> snapshot =
         make_snapshot_source(options->source, default_agent_lister())();
     if (!snapshot.is_ok()) {
       std::fprintf(stderr, "tessera shares: %s\n", snapshot.status().message().c_str());
-      throw CLI::RuntimeError(kFailed);
+      std::exit(kFailed);
     }
     for (const ShareProblem& problem : snapshot->problems)
       std::fprintf(stderr, "tessera shares: warning: share %s: %s\n", problem.share.c_str(),
@@ -310,7 +311,7 @@ void add_shares_command(CLI::App& app) {
     const Result<std::string> text = render_shares(*snapshot, options->output, system_unix_ms());
     if (!text.is_ok()) {
       std::fprintf(stderr, "tessera shares: %s\n", text.status().message().c_str());
-      throw CLI::RuntimeError(kFailed);
+      std::exit(kFailed);
     }
     if (text->empty()) {
       const std::string where =

@@ -598,6 +598,7 @@ void add_top_command(CLI::App& app) {
   command->add_option("--sort", options->sort, "Sort shares by memory, cores, throttled or name")
       ->check(CLI::IsMember({"memory", "cores", "throttled", "name"}));
   add_source_options(*command, options->source);
+  // Exit statuses by std::exit: main.cc reports anything CLI11 throws as a usage error.
   command->callback([options] {
     const SnapshotSource source = make_snapshot_source(options->source, default_agent_lister());
     TopLoopOptions loop;
@@ -611,7 +612,7 @@ void add_top_command(CLI::App& app) {
         run_top_screen(source, screen, loop);
         stopped_by = screen.stop_signal();
       }  // the terminal is restored here
-      if (stopped_by != 0) throw CLI::RuntimeError(128 + stopped_by);
+      if (stopped_by != 0) std::exit(128 + stopped_by);
       return;
     }
     int width = 80;
@@ -626,7 +627,7 @@ void add_top_command(CLI::App& app) {
         [](int64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); });
     if (!done.is_ok()) {
       std::fprintf(stderr, "tessera top: %s\n", done.message().c_str());
-      throw CLI::RuntimeError(1);
+      std::exit(1);
     }
   });
 }
