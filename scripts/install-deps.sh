@@ -20,6 +20,7 @@ packages=(
   mmdebstrap shellcheck
   # samples/k8s and chart checks: the manifests (YAML) and the webhook's patches (RFC 6902)
   python3-yaml python3-jsonpatch
+  tmux  # `tessera top` is tested on a real terminal (tests/cli/check_top_tmux.py)
 )
 
 missing=()

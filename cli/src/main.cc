@@ -4,6 +4,8 @@
 
 #include "run_command.h"
 #include "tessera/log.h"
+#include "views/shares_view.h"
+#include "views/top_view.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Tessera: share NVIDIA GPUs between tenants with enforced quotas"};
@@ -57,6 +59,8 @@ int main(int argc, char** argv) {
       ->required();
   run_cmd->prefix_command(false);
   run_cmd->footer(tessera::cli::kRunExitStatusHelp);
+  tessera::cli::add_shares_command(app);
+  tessera::cli::add_top_command(app);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,47 @@
+// Where `tessera shares` and `tessera top` get the node from: the node agent's local API when an
+// agent answers, else the `tessera run` shares of this machine (views/local_node.h). `--local`
+// skips the agent. Both give a Snapshot of one shape.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tessera/node/v1/node_api.pb.h"
+#include "tessera/status.h"
+#include "views/local_node.h"
+
+namespace CLI {
+class App;
+}
+
+namespace tessera::cli {
+
+struct Snapshot {
+  node::v1::ListSharesResponse node;
+  std::vector<ShareProblem> problems;  // shares the local reader could not read whole
+  std::string source;                  // "agent" or "local"
+};
+
+struct SourceOptions {
+  bool local_only = false;   // --local
+  std::string agent_socket;  // --socket; empty: the agent's default
+  LocalNodeOptions local;    // --share-root, --share-dir
+};
+
+// The agent's ListShares over its socket (empty: its default). kUnavailable or kNotFound when no
+// agent listens there: then the local shares are read.
+using AgentLister =
+    std::function<Result<node::v1::ListSharesResponse>(const std::string& agent_socket)>;
+using SnapshotSource = std::function<Result<Snapshot>()>;
+
+// The agent's client when this build has one, else an empty function (local shares only).
+AgentLister default_agent_lister();
+
+// A source that asks `agent` first (unless local_only or no agent), then the local folders.
+SnapshotSource make_snapshot_source(SourceOptions options, AgentLister agent);
+
+// --local, --socket, --share-root and --share-dir on `command`, into `options`.
+void add_source_options(CLI::App& command, SourceOptions& options);
+
+}  // namespace tessera::cli

@@ -1,0 +1,44 @@
+// `tessera shares [-o table|json|yaml]`: the shares on this node, as `kubectl get` lists objects.
+// The table has one line per GPU of a share, in a fixed column order; json and yaml print the
+// whole ListSharesResponse under its proto field names (every field, defaults included), and
+// parse back into the same message.
+#pragma once
+
+#include <google/protobuf/message.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tessera/node/v1/node_api.pb.h"
+#include "tessera/status.h"
+#include "views/node_source.h"
+
+namespace CLI {
+class App;
+}
+
+namespace tessera::cli {
+
+// NAMESPACE CLAIM SHARE GPU MEMORY CORES PROCESSES AGE, columns as wide as their widest cell;
+// "" when there are no shares (the caller says so on stderr, as kubectl does).
+std::string render_shares_table(const node::v1::ListSharesResponse& node, int64_t now_unix_ms);
+
+// A message as JSON: fields in declaration order under their proto names, every field (proto3
+// defaults too), 64-bit integers as numbers, enums by name, maps as objects.
+nlohmann::ordered_json message_to_json(const google::protobuf::Message& message);
+// JSON (as message_to_json writes it, or protobuf's own JSON) into `message`.
+Status message_from_json(const nlohmann::ordered_json& json, google::protobuf::Message& message);
+// JSON as block YAML. Strings that YAML would read as something else ("", "123", "true") are
+// quoted, so yaml_to_json gives the same JSON back.
+std::string json_to_yaml(const nlohmann::ordered_json& json);
+Result<nlohmann::ordered_json> yaml_to_json(const std::string& yaml);
+
+// What `tessera shares -o <format>` prints ("table", "json" or "yaml").
+Result<std::string> render_shares(const Snapshot& snapshot, const std::string& format,
+                                  int64_t now_unix_ms);
+
+// Registers `tessera shares` on `app`.
+void add_shares_command(CLI::App& app);
+
+}  // namespace tessera::cli

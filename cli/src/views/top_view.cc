@@ -1,0 +1,635 @@
+#include "views/top_view.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "views/format.h"
+#include "views/local_node.h"
+
+namespace tessera::cli {
+namespace {
+
+namespace v1 = tessera::node::v1;
+
+// ---- rendering ---------------------------------------------------------------------------------
+
+// Columns of a share line at 80 characters: name, GPU, bar, used/limit, cores, throttled, then
+// the bar and the processes share what is left (more of both on a wider screen).
+constexpr int kNameWidth = 14;
+constexpr int kGpuWidth = 3;
+constexpr int kMemoryTextWidth = 13;
+constexpr int kCoresWidth = 9;
+constexpr int kThrottledWidth = 4;
+constexpr int kShareFixed = kNameWidth + 1 + kGpuWidth + 1 + 1 + kMemoryTextWidth + 1 +
+                            kCoresWidth + 1 + kThrottledWidth + 1;
+constexpr int kShareBarAt80 = 16;
+constexpr int kShareBarMax = 40;
+// Columns of a GPU line: index, name, bar, used/total, utilisation, shares.
+constexpr int kGpuNameWidth = 16;
+constexpr int kUtilWidth = 4;
+constexpr int kSharesWidth = 6;
+constexpr int kGpuFixed =
+    kGpuWidth + 1 + kGpuNameWidth + 1 + 1 + kMemoryTextWidth + 1 + kUtilWidth + 1 + kSharesWidth;
+constexpr int kGpuBarMax = 60;
+// Header, summary, blank, GPU header, blank, share header.
+constexpr int kFixedLines = 6;
+
+const char* sort_name(TopSort sort) {
+  switch (sort) {
+    case TopSort::kCores:
+      return "cores";
+    case TopSort::kThrottled:
+      return "throttled";
+    case TopSort::kName:
+      return "name";
+    case TopSort::kMemory:
+      break;
+  }
+  return "memory";
+}
+
+std::string clock_text(int64_t unix_ms) {
+  const time_t seconds = static_cast<time_t>(unix_ms / 1000);
+  struct tm local {};
+  localtime_r(&seconds, &local);
+  char text[16];
+  std::strftime(text, sizeof text, "%H:%M:%S", &local);
+  return text;
+}
+
+std::string percent_text(double value) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%.0f", value);
+  return text;
+}
+
+// "1 GPU", "2 shares", "3 processes".
+std::string counted(size_t n, const std::string& noun) {
+  const char* plural = noun.back() == 's' ? "es" : "s";
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : plural);
+}
+
+std::string cut(std::string line, int width) {
+  if (static_cast<int>(line.size()) > width) line.resize(static_cast<size_t>(std::max(width, 0)));
+  return line;
+}
+
+// `left` and `right` on one line of `width`, right-aligned when there is room.
+std::string spread(const std::string& left, const std::string& right, int width) {
+  const int gap = width - static_cast<int>(left.size()) - static_cast<int>(right.size());
+  if (gap < 1) return cut(left, width);
+  return left + std::string(static_cast<size_t>(gap), ' ') + right;
+}
+
+const v1::Gpu* find_gpu(const v1::ListSharesResponse& node, const std::string& uuid) {
+  for (const v1::Gpu& gpu : node.gpus())
+    if (gpu.uuid() == uuid) return &gpu;
+  return nullptr;
+}
+
+// What one share shows, and what it is sorted by.
+struct ShareLine {
+  const v1::Share* share = nullptr;
+  uint64_t memory = 0;
+  double cores = 0;
+  double throttled = 0;
+};
+
+class Renderer {
+ public:
+  Renderer(const Snapshot& now, const Snapshot* before, const TopLayout& size)
+      : now_(now), size_(size), width_(std::max(size.width, 1)) {
+    if (before) rates_ = rates_between(before->node, now.node);
+    has_rates_ = before != nullptr;
+    share_bar_ = std::clamp(kShareBarAt80 + (width_ - 80) / 2, kShareBarAt80, kShareBarMax);
+    process_width_ = std::max(1, width_ - kShareFixed - share_bar_);
+    gpu_bar_ = std::clamp(width_ - kGpuFixed, 10, kGpuBarMax);
+  }
+
+  std::vector<std::string> render() {
+    const v1::ListSharesResponse& node = now_.node;
+    std::vector<ShareLine> shares = sorted_shares();
+    size_t processes = 0;
+    for (const ShareLine& line : shares)
+      processes += static_cast<size_t>(line.share->processes_size());
+
+    std::vector<std::string> lines;
+    lines.push_back(
+        spread("tessera top - " + node.node() + " - " + clock_text(node.sampled_unix_ms()),
+               "source: " + now_.source, width_));
+    lines.push_back(spread(counted(static_cast<size_t>(node.gpus_size()), "GPU") + ", " +
+                               counted(static_cast<size_t>(node.shares_size()), "share") + ", " +
+                               counted(processes, "process"),
+                           std::string("sort: ") + sort_name(size_.sort) + " (m c t n)  q: quit",
+                           width_));
+    lines.emplace_back();
+
+    std::vector<std::string> problem_lines;
+    if (!now_.problems.empty()) {
+      const ShareProblem& first = now_.problems.front();
+      std::string text = "! " + first.share + ": " + first.status.message();
+      if (now_.problems.size() > 1)
+        text = "! " + std::to_string(now_.problems.size()) + " shares not read whole; " +
+               text.substr(2);
+      problem_lines.push_back(text);
+    }
+
+    // Rows for GPUs and shares: all when they fit (or there is no height), else as many as fit
+    // with a line saying how many were left out.
+    const int gpu_count = node.gpus_size();
+    int share_rows_total = 0;
+    for (const ShareLine& line : shares) share_rows_total += rows_of(*line.share);
+    const bool limited = size_.height > 0;
+    const int available =
+        limited ? size_.height - kFixedLines - static_cast<int>(problem_lines.size()) : 1 << 30;
+    int gpu_budget = gpu_count;
+    if (gpu_count + std::max(share_rows_total, 1) > available)
+      gpu_budget = std::min(gpu_count, std::max(1, available / 3));
+
+    lines.push_back(gpu_header());
+    if (gpu_count == 0) {
+      lines.push_back("No GPUs seen (NVML unavailable and no share names one)");
+      gpu_budget = 1;
+    } else if (gpu_budget >= gpu_count) {
+      for (const v1::Gpu& gpu : node.gpus()) lines.push_back(gpu_line(gpu));
+    } else {
+      for (int g = 0; g < gpu_budget - 1; ++g) lines.push_back(gpu_line(node.gpus(g)));
+      lines.push_back("+" + std::to_string(gpu_count - std::max(gpu_budget - 1, 0)) + " more GPUs");
+    }
+    lines.emplace_back();
+
+    lines.push_back(share_header());
+    int share_budget = available - gpu_budget;
+    if (shares.empty()) {
+      lines.push_back("No shares (`tessera run --memory 4Gi -- <command>` starts one)");
+    }
+    for (size_t s = 0; s < shares.size(); ++s) {
+      const int rows = rows_of(*shares[s].share);
+      const int reserve = s + 1 < shares.size() ? 1 : 0;
+      if (limited && rows + reserve > share_budget) {
+        lines.push_back("+" + std::to_string(shares.size() - s) + " more shares (sorted by " +
+                        sort_name(size_.sort) + "; enlarge the window to see them)");
+        break;
+      }
+      share_budget -= rows;
+      add_share_lines(shares[s], lines);
+    }
+    for (std::string& line : problem_lines) lines.push_back(std::move(line));
+
+    for (std::string& line : lines) {
+      line = cut(std::move(line), width_);
+      line.erase(line.find_last_not_of(' ') + 1);  // no trailing blanks (the last column pads)
+    }
+    if (limited && static_cast<int>(lines.size()) > size_.height)
+      lines.resize(static_cast<size_t>(std::max(size_.height, 0)));
+    return lines;
+  }
+
+ private:
+  int rows_of(const v1::Share& share) const { return std::max(1, share.devices_size()); }
+
+  const DeviceRates* rates_of(const v1::Share& share, const v1::ShareDevice& device) const {
+    const auto found = rates_.find(share_device_key(share.name(), device.gpu_uuid()));
+    return found == rates_.end() ? nullptr : &found->second;
+  }
+
+  // GPU time used: the rate between the two snapshots, else what the agent measured.
+  std::optional<double> cores_used(const v1::Share& share, const v1::ShareDevice& device) const {
+    if (const DeviceRates* rates = rates_of(share, device)) return rates->cores_used_percent;
+    if (!has_rates_ && now_.source == "agent") return device.cores_used_percent();
+    return std::nullopt;
+  }
+
+  std::vector<ShareLine> sorted_shares() const {
+    std::vector<ShareLine> shares;
+    for (const v1::Share& share : now_.node.shares()) {
+      ShareLine line;
+      line.share = &share;
+      for (const v1::ShareDevice& device : share.devices()) {
+        line.memory += device.memory_used_bytes();
+        line.cores += cores_used(share, device).value_or(0);
+        if (const DeviceRates* rates = rates_of(share, device))
+          line.throttled = std::max(line.throttled, rates->throttled_percent);
+      }
+      shares.push_back(line);
+    }
+    const TopSort sort = size_.sort;
+    std::stable_sort(shares.begin(), shares.end(), [sort](const ShareLine& a, const ShareLine& b) {
+      switch (sort) {
+        case TopSort::kMemory:
+          if (a.memory != b.memory) return a.memory > b.memory;
+          break;
+        case TopSort::kCores:
+          if (a.cores != b.cores) return a.cores > b.cores;
+          break;
+        case TopSort::kThrottled:
+          if (a.throttled != b.throttled) return a.throttled > b.throttled;
+          break;
+        case TopSort::kName:
+          break;
+      }
+      return a.share->name() < b.share->name();
+    });
+    return shares;
+  }
+
+  std::string gpu_header() const {
+    return pad_right("GPU", kGpuWidth) + " " + pad_right("NAME", kGpuNameWidth) + " " +
+           pad_right("MEMORY", gpu_bar_) + " " + pad_left("USED/TOTAL", kMemoryTextWidth) + " " +
+           pad_left("UTIL", kUtilWidth) + " " + pad_left("SHARES", kSharesWidth);
+  }
+
+  std::string gpu_line(const v1::Gpu& gpu) const {
+    const bool seen = !gpu.name().empty() || gpu.memory_total_bytes() > 0;
+    std::string memory = "-";
+    double fraction = 0;
+    if (gpu.memory_total_bytes() > 0) {
+      memory = format_bytes(gpu.memory_used_bytes()) + "/" + format_bytes(gpu.memory_total_bytes());
+      fraction = static_cast<double>(gpu.memory_used_bytes()) /
+                 static_cast<double>(gpu.memory_total_bytes());
+    }
+    const std::string name = seen ? gpu.name() : gpu.uuid();
+    return pad_right(seen ? std::to_string(gpu.index()) : "?", kGpuWidth) + " " +
+           pad_right(name, kGpuNameWidth) + " " + format_bar(fraction, gpu_bar_) + " " +
+           pad_left(memory, kMemoryTextWidth) + " " +
+           pad_left(seen ? percent_text(gpu.utilization_percent()) + "%" : "-", kUtilWidth) + " " +
+           pad_left(std::to_string(gpu.shares()), kSharesWidth);
+  }
+
+  std::string share_header() const {
+    return pad_right("SHARE", kNameWidth) + " " + pad_right("GPU", kGpuWidth) + " " +
+           pad_right("MEMORY", share_bar_) + " " + pad_left("USED/LIMIT", kMemoryTextWidth) + " " +
+           pad_left("CORES", kCoresWidth) + " " + pad_left("THR", kThrottledWidth) + " " +
+           pad_right("PROCESSES", process_width_);
+  }
+
+  // "2 compute-burn,sh": how many processes, then their distinct commands, as many as fit whole
+  // ("+" when some did not).
+  std::string processes_text(const v1::Share& share) const {
+    std::string text = std::to_string(share.processes_size());
+    std::vector<std::string> commands;
+    for (const v1::Process& process : share.processes()) {
+      std::string command =
+          process.command().empty() ? "pid " + std::to_string(process.pid()) : process.command();
+      if (std::find(commands.begin(), commands.end(), command) == commands.end())
+        commands.push_back(std::move(command));
+    }
+    for (size_t i = 0; i < commands.size(); ++i) {
+      const std::string next = text + (i == 0 ? " " : ",") + commands[i];
+      const int room = process_width_ - (i + 1 < commands.size() ? 1 : 0);
+      if (static_cast<int>(next.size()) > room) {
+        // The first command is cut rather than left out: a name is better than a count.
+        if (i == 0) return cut(next, process_width_);
+        return cut(text + "+", process_width_);
+      }
+      text = next;
+    }
+    return text;
+  }
+
+  void add_share_lines(const ShareLine& line, std::vector<std::string>& lines) const {
+    const v1::Share& share = *line.share;
+    const std::string name = pad_right(share.name(), kNameWidth);
+    if (share.devices().empty()) {
+      lines.push_back(name + " " + pad_right("-", kGpuWidth) + " " + format_bar(0, share_bar_) +
+                      " " + pad_left("-", kMemoryTextWidth) + " " + pad_left("-", kCoresWidth) +
+                      " " + pad_left("-", kThrottledWidth) + " " + processes_text(share));
+      return;
+    }
+    bool first = true;
+    for (const v1::ShareDevice& device : share.devices()) {
+      const v1::Gpu* gpu = find_gpu(now_.node, device.gpu_uuid());
+      const bool gpu_seen = gpu && (!gpu->name().empty() || gpu->memory_total_bytes() > 0);
+      double fraction = 0;
+      std::string limit = "-";
+      if (!device.memory_unlimited()) {
+        limit = format_bytes(device.memory_limit_bytes());
+        fraction = device.memory_limit_bytes() == 0
+                       ? (device.memory_used_bytes() > 0 ? 1.0 : 0.0)
+                       : static_cast<double>(device.memory_used_bytes()) /
+                             static_cast<double>(device.memory_limit_bytes());
+      } else if (gpu && gpu->memory_total_bytes() > 0) {
+        // No limit: the bar is the share's part of the whole GPU.
+        fraction = static_cast<double>(device.memory_used_bytes()) /
+                   static_cast<double>(gpu->memory_total_bytes());
+      }
+      const std::optional<double> used = cores_used(share, device);
+      const DeviceRates* rates = rates_of(share, device);
+      const std::string cores = (used ? percent_text(*used) : std::string("-")) + "/" +
+                                std::to_string(device.cores_limit_percent()) + "%";
+      const std::string throttled = rates ? percent_text(rates->throttled_percent) + "%" : "-";
+      lines.push_back(
+          (first ? name : std::string(kNameWidth, ' ')) + " " +
+          pad_right(gpu_seen ? std::to_string(gpu->index()) : "?", kGpuWidth) + " " +
+          format_bar(fraction, share_bar_) + " " +
+          pad_left(format_bytes(device.memory_used_bytes()) + "/" + limit, kMemoryTextWidth) + " " +
+          pad_left(cores, kCoresWidth) + " " + pad_left(throttled, kThrottledWidth) + " " +
+          (first ? processes_text(share) : std::string()));
+      first = false;
+    }
+  }
+
+  const Snapshot& now_;
+  const TopLayout& size_;
+  const int width_;
+  std::map<std::string, DeviceRates> rates_;
+  bool has_rates_ = false;
+  int share_bar_ = kShareBarAt80;
+  int process_width_ = 1;
+  int gpu_bar_ = 10;
+};
+
+// ---- the terminal ------------------------------------------------------------------------------
+
+volatile sig_atomic_t g_stop_signal = 0;
+volatile sig_atomic_t g_resized = 0;
+
+void on_stop_signal(int signal_number) {
+  g_stop_signal = signal_number;
+}
+void on_resize(int) {
+  g_resized = 1;
+}
+
+void write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+// The real terminal, for as long as it lives: keys unbuffered and not echoed, the alternate
+// screen, the cursor hidden, signal handlers that end the loop; everything restored when it goes
+// (after 'q', SIGINT, SIGTERM or SIGHUP alike).
+class AnsiScreen : public TopScreen {
+ public:
+  AnsiScreen() {
+    g_stop_signal = 0;
+    g_resized = 0;
+    struct sigaction action {};
+    sigemptyset(&action.sa_mask);
+    action.sa_handler = on_stop_signal;  // no SA_RESTART: poll returns at once with EINTR
+    for (size_t i = 0; i < kStopSignals.size(); ++i)
+      ::sigaction(kStopSignals[i], &action, &saved_actions_[i]);
+    action.sa_handler = on_resize;
+    ::sigaction(SIGWINCH, &action, &saved_winch_);
+    if (::isatty(STDIN_FILENO) && ::tcgetattr(STDIN_FILENO, &saved_termios_) == 0) {
+      termios raw = saved_termios_;
+      raw.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);  // ISIG stays: ^C is SIGINT
+      raw.c_cc[VMIN] = 0;
+      raw.c_cc[VTIME] = 0;
+      raw_ = ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &raw) == 0;
+      keys_ = true;
+    }
+    write_all(STDOUT_FILENO, "\x1b[?1049h\x1b[?25l");
+  }
+  ~AnsiScreen() override {
+    write_all(STDOUT_FILENO, "\x1b[?25h\x1b[?1049l");
+    if (raw_) ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_termios_);
+    for (size_t i = 0; i < kStopSignals.size(); ++i)
+      ::sigaction(kStopSignals[i], &saved_actions_[i], nullptr);
+    ::sigaction(SIGWINCH, &saved_winch_, nullptr);
+  }
+  AnsiScreen(const AnsiScreen&) = delete;
+  AnsiScreen& operator=(const AnsiScreen&) = delete;
+
+  // The signal that ended the loop, 0 when none did.
+  int stop_signal() const { return g_stop_signal; }
+
+  TopLayout size() override {
+    TopLayout layout;
+    struct winsize window {};
+    if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &window) == 0 && window.ws_col > 0 &&
+        window.ws_row > 0) {
+      layout.width = window.ws_col;
+      layout.height = window.ws_row;
+    }
+    return layout;
+  }
+
+  int wait_key(int64_t timeout_ms) override {
+    if (g_stop_signal) return kStop;
+    if (g_resized) {
+      g_resized = 0;
+      return kResized;
+    }
+    pollfd input{STDIN_FILENO, POLLIN, 0};
+    const int timeout = static_cast<int>(std::clamp<int64_t>(timeout_ms, 0, 60'000));
+    const int ready = ::poll(keys_ ? &input : nullptr, keys_ ? 1 : 0, timeout);
+    if (g_stop_signal) return kStop;
+    if (g_resized) {
+      g_resized = 0;
+      return kResized;
+    }
+    if (ready <= 0) return 0;
+    unsigned char key = 0;
+    const ssize_t n = ::read(STDIN_FILENO, &key, 1);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) keys_ = false;  // input closed
+    return n == 1 ? key : 0;
+  }
+
+  void draw(const std::vector<std::string>& lines) override {
+    std::string frame = "\x1b[H";
+    for (size_t i = 0; i < lines.size(); ++i) {
+      frame += lines[i];
+      frame += "\x1b[K";
+      // No newline after the last line: on the bottom row it would scroll the screen.
+      if (i + 1 < lines.size()) frame += "\r\n";
+    }
+    frame += "\x1b[J";
+    write_all(STDOUT_FILENO, frame);
+  }
+
+ private:
+  static constexpr std::array<int, 3> kStopSignals = {SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> saved_actions_{};
+  struct sigaction saved_winch_ {};
+  termios saved_termios_{};
+  bool raw_ = false;
+  bool keys_ = false;
+};
+
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::optional<TopSort> parse_sort(const std::string& text) {
+  if (text == "memory") return TopSort::kMemory;
+  if (text == "cores") return TopSort::kCores;
+  if (text == "throttled") return TopSort::kThrottled;
+  if (text == "name") return TopSort::kName;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<std::string> render_top(const Snapshot& now, const Snapshot* before,
+                                    const TopLayout& size) {
+  return Renderer(now, before, size).render();
+}
+
+std::vector<std::string> render_top_error(const Status& status, const TopLayout& size) {
+  const int width = std::max(size.width, 1);
+  std::vector<std::string> lines = {cut("tessera top", width), "",
+                                    cut("cannot read the node: " + status.message(), width),
+                                    cut("(retrying every interval; q quits)", width)};
+  if (size.height > 0 && static_cast<int>(lines.size()) > size.height)
+    lines.resize(static_cast<size_t>(size.height));
+  return lines;
+}
+
+void run_top_screen(const SnapshotSource& source, TopScreen& screen,
+                    const TopLoopOptions& options) {
+  const auto clock = options.monotonic_ms ? options.monotonic_ms : steady_ms;
+  TopSort sort = options.sort;
+  std::optional<Snapshot> now, before;
+  Status error;
+  int64_t next_sample = clock();
+  for (;;) {
+    if (clock() >= next_sample) {
+      Result<Snapshot> taken = source();
+      if (taken.is_ok()) {
+        before = std::move(now);
+        now = std::move(taken).value();
+        error = Status::ok();
+      } else {
+        error = taken.status();
+      }
+      next_sample = clock() + options.interval_ms;
+    }
+    TopLayout layout = screen.size();
+    layout.sort = sort;
+    screen.draw(error.is_ok() && now ? render_top(*now, before ? &*before : nullptr, layout)
+                                     : render_top_error(error, layout));
+    const int key = screen.wait_key(std::max<int64_t>(0, next_sample - clock()));
+    switch (key) {
+      case TopScreen::kStop:
+      case 'q':
+      case 'Q':
+        return;
+      case 'm':
+        sort = TopSort::kMemory;
+        break;
+      case 'c':
+        sort = TopSort::kCores;
+        break;
+      case 't':
+        sort = TopSort::kThrottled;
+        break;
+      case 'n':
+        sort = TopSort::kName;
+        break;
+      default:
+        break;  // a timeout, a resize or another key: draw again
+    }
+  }
+}
+
+Status run_top_plain(const SnapshotSource& source, int iterations, int width,
+                     const TopLoopOptions& options,
+                     const std::function<void(const std::string&)>& write,
+                     const std::function<void(int64_t)>& sleep_ms) {
+  const auto clock = options.monotonic_ms ? options.monotonic_ms : steady_ms;
+  TopLayout layout;
+  layout.width = width;
+  layout.height = 0;
+  layout.sort = options.sort;
+  // One snapshot an interval before the first print, so every print has rates (cores used,
+  // throttled), as vmstat's and iostat's reports after their first do.
+  int64_t started = clock();
+  Result<Snapshot> first = source();
+  if (!first.is_ok()) return first.status();
+  Snapshot before = std::move(first).value();
+  for (int i = 0; iterations == 0 || i < iterations; ++i) {
+    sleep_ms(std::max<int64_t>(0, started + options.interval_ms - clock()));
+    started = clock();
+    Result<Snapshot> now = source();
+    if (!now.is_ok()) return now.status();
+    std::string text;
+    for (const std::string& line : render_top(*now, &before, layout)) text += line + "\n";
+    write(text + "\n");
+    before = std::move(now).value();
+  }
+  return Status::ok();
+}
+
+void add_top_command(CLI::App& app) {
+  struct Options {
+    bool once = false;
+    int iterations = 0;
+    double interval_s = 1.0;
+    std::string sort = "memory";
+    SourceOptions source;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* command = app.add_subcommand(
+      "top",
+      "Live usage of the node's GPUs and shares (q quits); plain lines when not on a "
+      "terminal");
+  command->add_flag("--once", options->once, "Print one snapshot as plain lines and exit");
+  command
+      ->add_option("-n,--iterations", options->iterations,
+                   "Print this many snapshots as plain lines, one per interval, and exit")
+      ->check(CLI::PositiveNumber);
+  command->add_option("-d,--interval", options->interval_s, "Seconds between snapshots")
+      ->check(CLI::Range(0.1, 3600.0));
+  command->add_option("--sort", options->sort, "Sort shares by memory, cores, throttled or name")
+      ->check(CLI::IsMember({"memory", "cores", "throttled", "name"}));
+  add_source_options(*command, options->source);
+  // Exit statuses by std::exit: main.cc reports anything CLI11 throws as a usage error.
+  command->callback([options] {
+    const SnapshotSource source = make_snapshot_source(options->source, default_agent_lister());
+    TopLoopOptions loop;
+    loop.interval_ms = static_cast<int64_t>(std::llround(options->interval_s * 1000.0));
+    loop.sort = parse_sort(options->sort).value_or(TopSort::kMemory);
+    const int iterations = options->once ? 1 : options->iterations;
+    if (iterations == 0 && ::isatty(STDOUT_FILENO)) {
+      int stopped_by = 0;
+      {
+        AnsiScreen screen;
+        run_top_screen(source, screen, loop);
+        stopped_by = screen.stop_signal();
+      }  // the terminal is restored here
+      if (stopped_by != 0) std::exit(128 + stopped_by);
+      return;
+    }
+    int width = 80;
+    if (const char* columns = std::getenv("COLUMNS"); columns && std::atoi(columns) > 80)
+      width = std::atoi(columns);
+    const Status done = run_top_plain(
+        source, iterations, width, loop,
+        [](const std::string& text) {
+          std::fputs(text.c_str(), stdout);
+          std::fflush(stdout);
+        },
+        [](int64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); });
+    if (!done.is_ok()) {
+      std::fprintf(stderr, "tessera top: %s\n", done.message().c_str());
+      std::exit(1);
+    }
+  });
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,148 @@
+// `tessera shares`: the table's columns and cells, and -o json / -o yaml parsing back into the
+// message they were printed from.
+#include "views/shares_view.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "node_fixture.h"
+
+namespace tessera::cli {
+namespace {
+
+using namespace tessera::cli::testing;
+namespace v1 = tessera::node::v1;
+using google::protobuf::util::MessageDifferencer;
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream stream(text);
+  for (std::string line; std::getline(stream, line);) lines.push_back(line);
+  return lines;
+}
+
+// A node with every kind of field set: two GPUs, a claim's share with two devices and a process,
+// a local share without a memory limit, names YAML would read as other types.
+v1::ListSharesResponse full_node() {
+  v1::ListSharesResponse node;
+  add_gpu(node, "GPU-11111111-2222-3333-4444-555555555555", 6 * kGiB, 141 * kGiB, 45);
+  add_gpu(node, "GPU-66666666-7777-8888-9999-000000000000", 0, 141 * kGiB, 0);
+  v1::Share& claim = add_share(node, "tenants-train-0a1b", node.gpus(0).uuid(),
+                               3 * kGiB + 512 * kMiB, 4 * kGiB, 30, 12.25, 0.5, {"python3"});
+  claim.set_namespace_("tenants");
+  claim.set_claim("train");
+  claim.set_claim_uid("0a1b2c3d-0000-1111-2222-333344445555");
+  claim.set_pod("tenants/train-7d9f");
+  claim.set_backend("quota");
+  claim.set_policy("report");
+  claim.set_source("agent");
+  v1::ShareDevice& second = *claim.add_devices();
+  second.set_gpu_uuid(node.gpus(1).uuid());
+  second.set_memory_limit_bytes(8 * kGiB);
+  second.set_cores_limit_percent(50);
+  second.set_cores_burst_percent(80);
+  second.set_cores_used_percent(33.3333333333333);
+  second.set_launches(18446744073709551615ull);  // the largest uint64 survives both formats
+  second.set_allocations_denied(2);
+  second.set_context_overhead_bytes(500 * kMiB);
+  claim.mutable_processes(0)->add_memory_bytes(kGiB);
+  claim.mutable_processes(0)->set_launches(7);
+  claim.mutable_processes(0)->set_gpu_seconds(0.1);
+  add_share(node, "123", node.gpus(0).uuid(), kGiB, 0, 100).set_priority("true");
+  node.mutable_gpus(0)->set_health_reason("");
+  node.mutable_gpus(1)->set_healthy(false);
+  node.mutable_gpus(1)->set_health_reason("xid-79");
+  node.set_node("gpu-node-1");
+  node.set_sampled_unix_ms(kSampledAt);
+  return node;
+}
+
+TEST(SharesTable, HasKubectlColumnsAndOneLinePerShareGpu) {
+  const std::string table = render_shares_table(full_node(), kSampledAt);
+  const std::vector<std::string> lines = lines_of(table);
+  ASSERT_EQ(lines.size(), 4u) << table;
+  EXPECT_EQ(lines[0],
+            "NAMESPACE   CLAIM   SHARE                GPU   MEMORY      CORES     PROCESSES   AGE");
+  EXPECT_EQ(lines[1],
+            "tenants     train   tenants-train-0a1b   0     3.5Gi/4Gi   30%       1           90s");
+  EXPECT_EQ(lines[2],
+            "tenants     train   tenants-train-0a1b   1     0/8Gi       50%/80%   1           90s");
+  EXPECT_EQ(lines[3],
+            "-           -       123                  0     1Gi/-       100%      0           90s");
+}
+
+TEST(SharesTable, CutsLongNamesAndShowsUnknownGpusByUuid) {
+  v1::ListSharesResponse node;
+  add_share(node, "a-very-long-share-name-that-goes-on-and-on-and-on-0123456789",
+            "GPU-abcdef012345", 0, kGiB, 100);
+  const std::vector<std::string> lines = lines_of(render_shares_table(node, kSampledAt));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("a-very-long-share-na~n-and-on-0123456789 "), std::string::npos)
+      << lines[1];
+  EXPECT_NE(lines[1].find(" GPU-abcdef01 "), std::string::npos) << lines[1];
+}
+
+TEST(SharesTable, IsEmptyWithoutShares) {
+  v1::ListSharesResponse node;
+  add_gpu(node, "GPU-a", 0, kGiB, 0);
+  EXPECT_EQ(render_shares_table(node, kSampledAt), "");
+}
+
+TEST(SharesJson, ParsesBackIntoTheSameMessage) {
+  const v1::ListSharesResponse node = full_node();
+  Snapshot snapshot;
+  snapshot.node = node;
+  const Result<std::string> text = render_shares(snapshot, "json", kSampledAt);
+  ASSERT_TRUE(text.is_ok());
+  const nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(*text);
+  // Proto field names, numbers as numbers, defaults printed.
+  EXPECT_EQ(parsed["shares"][0]["devices"][1]["launches"].get<uint64_t>(), 18446744073709551615ull);
+  EXPECT_EQ(parsed["shares"][1]["namespace"], "");
+  EXPECT_EQ(parsed["sampled_unix_ms"].get<int64_t>(), kSampledAt);
+  v1::ListSharesResponse back;
+  ASSERT_TRUE(message_from_json(parsed, back).is_ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(node, back)) << back.DebugString();
+}
+
+TEST(SharesYaml, ParsesBackIntoTheSameMessage) {
+  const v1::ListSharesResponse node = full_node();
+  Snapshot snapshot;
+  snapshot.node = node;
+  const Result<std::string> text = render_shares(snapshot, "yaml", kSampledAt);
+  ASSERT_TRUE(text.is_ok());
+  // Strings that read as numbers or booleans are quoted; numbers are not.
+  EXPECT_NE(text->find("name: \"123\""), std::string::npos) << *text;
+  EXPECT_NE(text->find("priority: \"true\""), std::string::npos) << *text;
+  EXPECT_NE(text->find("namespace: \"\""), std::string::npos) << *text;
+  EXPECT_NE(text->find("sampled_unix_ms: 1700000000000"), std::string::npos) << *text;
+  const Result<nlohmann::ordered_json> json = yaml_to_json(*text);
+  ASSERT_TRUE(json.is_ok()) << json.status().message();
+  v1::ListSharesResponse back;
+  const Status parsed = message_from_json(*json, back);
+  ASSERT_TRUE(parsed.is_ok()) << parsed.message() << "\n" << *text;
+  EXPECT_TRUE(MessageDifferencer::Equals(node, back)) << back.DebugString();
+}
+
+TEST(SharesYaml, AnEmptyNodeRoundTripsToo) {
+  v1::ListSharesResponse node;
+  const nlohmann::ordered_json json = message_to_json(node);
+  const Result<nlohmann::ordered_json> back = yaml_to_json(json_to_yaml(json));
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(*back, json);
+  EXPECT_EQ(json_to_yaml(json), "node: \"\"\ngpus: []\nshares: []\nsampled_unix_ms: 0\n");
+}
+
+TEST(SharesOutput, RefusesAnUnknownFormatAndBadInput) {
+  Snapshot snapshot;
+  const Result<std::string> text = render_shares(snapshot, "xml", kSampledAt);
+  ASSERT_FALSE(text.is_ok());
+  EXPECT_EQ(text.status().message(), "-o 'xml' is not table, json or yaml");
+  EXPECT_FALSE(yaml_to_json("a: [1, 2").is_ok());
+  v1::ListSharesResponse back;
+  EXPECT_FALSE(message_from_json(nlohmann::ordered_json{{"shares", "not a list"}}, back).is_ok());
+}
+
+}  // namespace
+}  // namespace tessera::cli
