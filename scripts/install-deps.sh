@@ -10,7 +10,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # the node agent's Kubernetes client (libcurl, OpenSSL, kubeconfig YAML) and its HTTPS test server
   libcurl4-openssl-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev
-  libspdlog-dev wrk  # the webhook's logging, and its load test over TLS on loopback
+  libspdlog-dev wrk  # structured logs (agent, webhook, CLI); the webhook load test over TLS
   # a real container runtime applying the agent's CDI specs (runc: crun refuses this cgroup layout)
   podman runc conmon netavark catatonit uidmap
   prometheus  # promtool: the node agent's metrics test checks its /metrics output with it
