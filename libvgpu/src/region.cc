@@ -205,6 +205,7 @@ ProcessSlot* Region::claim_slot() {
         candidate.throttled_ns.store(0, std::memory_order_relaxed);
         candidate.gpu_busy_ns.store(0, std::memory_order_relaxed);
         candidate.allocations_denied.store(0, std::memory_order_relaxed);
+        candidate.contexts.store(0, std::memory_order_relaxed);
         candidate.pid.store(pid, std::memory_order_relaxed);
         candidate.start_time.store(start_time, std::memory_order_relaxed);
         candidate.generation.fetch_add(1, std::memory_order_release);
@@ -297,6 +298,7 @@ int Region::reclaim_dead() {
       continue;
     }
     for (auto& bytes : candidate.bytes) bytes.store(0, std::memory_order_seq_cst);
+    candidate.contexts.store(0, std::memory_order_relaxed);
     candidate.pid.store(0, std::memory_order_relaxed);
     candidate.owner.store(0, std::memory_order_seq_cst);
     ++reclaimed;
@@ -323,6 +325,7 @@ void Region::release_slot() {
   ProcessSlot* mine = slot_.exchange(nullptr, std::memory_order_acq_rel);
   if (!mine) return;
   for (auto& bytes : mine->bytes) bytes.store(0, std::memory_order_seq_cst);
+  mine->contexts.store(0, std::memory_order_relaxed);
   mine->pid.store(0, std::memory_order_relaxed);
   mine->owner.store(0, std::memory_order_seq_cst);
 }

@@ -69,6 +69,8 @@ class Region {
   // This process's slot (claimed on first use; null when none is free), its owner word, and
   // whether the process an owner word names is still alive (for the compute meter's election).
   share::ProcessSlot* own_slot() { return slot(); }
+  // The slot if this process claimed one already (never claims).
+  share::ProcessSlot* claimed_slot() const { return slot_.load(std::memory_order_acquire); }
   uint64_t owner() const { return owner_.load(std::memory_order_relaxed); }
   bool owner_alive(uint64_t owner) const;
 
