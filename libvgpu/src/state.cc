@@ -560,8 +560,6 @@ bool reserve_at_current_cost(int index, uint64_t bytes) {
   return false;
 }
 
-constexpr uint64_t kDefaultContextCharge = 500ull << 20;  // the table's TESSERA_CONTEXT_OVERHEAD
-
 // Tells each share holding a GPU of this process what contexts the process is charged for there
 // (ProcessSlot::contexts), for the agent's measurement. Under g_ledger_lock.
 void publish_contexts() {
@@ -630,19 +628,14 @@ bool reserve_bytes(int index, uint64_t bytes) {
 
 uint64_t context_charge(int index) {
   if (!g_shim.uses_shares()) return g_shim.options.context_overhead;
-  uint64_t measured = 0;
+  uint64_t charge = 0;
   for (int r = 0; r < g_shim.region_count; ++r) {
     const int device = share_device(index, r);
     if (device < 0) continue;
-    const uint64_t cost = g_shim.regions[r].limits_page()->measured[device].context_overhead.load(
-        std::memory_order_acquire);
-    if (cost > measured) measured = cost;
+    const uint64_t cost = g_shim.regions[r].context_charge(device);
+    if (cost > charge) charge = cost;
   }
-  if (measured == 0) return kDefaultContextCharge;
-  // Whole MiB (what ProcessSlot::contexts can tell the agent), rounded up: never under-charged.
-  if (measured > ~0ull - share::kContextChargeUnit) return ~0ull;
-  return (measured + share::kContextChargeUnit - 1) / share::kContextChargeUnit *
-         share::kContextChargeUnit;
+  return charge == 0 ? kDefaultContextCharge : charge;
 }
 
 void update_context_charge(int index) {

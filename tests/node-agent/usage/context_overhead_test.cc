@@ -210,6 +210,9 @@ class Fill {
     if (pid_ == 0) {
       const int fd = open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd >= 0) dup2(fd, 1);
+      // The shim's lines (none when all is well) beside the report.
+      const int err = open((out_ + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (err >= 0) dup2(err, 2);
       execve(MEMORY_FILL, argv.data(), envp.data());
       _exit(127);
     }
