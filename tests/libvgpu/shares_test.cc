@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -283,6 +284,23 @@ TEST_F(SharesTest, EachShareWithAComputeSettingRunsItsOwnMeter) {
   EXPECT_NE(err.find("compute meter of share " + a.path() + " started"), std::string::npos) << err;
   EXPECT_NE(err.find("compute meter of share " + b.path() + " started"), std::string::npos) << err;
   EXPECT_EQ(err.find("compute meter of share " + none.path()), std::string::npos) << err;
+}
+
+// Inside a share the environment's limits are ignored, one line each naming the variable and its
+// value, even those that would fail closed without a share: the limits page alone decides.
+TEST_F(SharesTest, InsideAShareEnvironmentLimitsAreIgnoredWithOneLineEach) {
+  ShareDir a({{sim_uuid(0), kGi + kContext}});
+  ProbeRun run = run_probe({{"TESSERA_SHARE_DIR", a.path()},
+                            {"TESSERA_MEMORY_LIMIT", ""},
+                            {"CUDA_DEVICE_MEMORY_LIMIT_00", "1Gi"}},
+                           {"init", "total"});
+  ASSERT_EQ(run.lines.size(), 2u) << run.err;
+  EXPECT_EQ(run.lines[0], "init CUDA_SUCCESS");
+  EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi + kContext));
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 2) << run.err;
+  EXPECT_NE(run.err.find("TESSERA_MEMORY_LIMIT='' is ignored"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("CUDA_DEVICE_MEMORY_LIMIT_00='1Gi' is ignored"), std::string::npos)
+      << run.err;
 }
 
 void touch(const std::string& path) {
