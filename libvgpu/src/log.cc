@@ -36,39 +36,46 @@ struct Writer {
     while (*text) put(*text++);
   }
   // A value copied into a line (a %s argument): control characters and the backslash escaped, so
-  // no value can end the line or forge another; cut after kMaxValueBytes, saying how long it was.
+  // no value can end the line or forge another; cut once its escaped form reaches kMaxValueBytes,
+  // saying how long it was, so the reason that follows always fits.
   void put_value(const char* text) {
     if (!text) {
       put("(null)");
       return;
     }
+    static constexpr char kHex[] = "0123456789abcdef";
     size_t i = 0;
-    for (; text[i] && i < kMaxValueBytes; ++i) {
+    size_t written = 0;
+    for (; text[i] && written < kMaxValueBytes; ++i) {
       const auto c = static_cast<unsigned char>(text[i]);
+      char escaped[4] = {'\\', 0, 0, 0};
+      size_t size = 2;
       switch (c) {
         case '\n':
-          put("\\n");
+          escaped[1] = 'n';
           break;
         case '\r':
-          put("\\r");
+          escaped[1] = 'r';
           break;
         case '\t':
-          put("\\t");
+          escaped[1] = 't';
           break;
         case '\\':
-          put("\\\\");
+          escaped[1] = '\\';
           break;
         default:
           if (c < 0x20 || c == 0x7f) {
-            static constexpr char kHex[] = "0123456789abcdef";
-            put('\\');
-            put('x');
-            put(kHex[c >> 4]);
-            put(kHex[c & 15]);
+            escaped[1] = 'x';
+            escaped[2] = kHex[c >> 4];
+            escaped[3] = kHex[c & 15];
+            size = 4;
           } else {
-            put(static_cast<char>(c));
+            escaped[0] = static_cast<char>(c);
+            size = 1;
           }
       }
+      for (size_t k = 0; k < size; ++k) put(escaped[k]);
+      written += size;
     }
     if (text[i]) {
       while (text[i]) ++i;

@@ -14,7 +14,8 @@
 namespace tessera::vgpu {
 
 inline constexpr uint32_t kMaxRepeats = 8;
-// A %s value longer than this is cut, marked "...(N bytes)"; the rest of the line follows.
+// A %s value whose escaped form reaches this many bytes is cut there, marked "...(N bytes)" (N: its
+// full length); the rest of the line follows.
 inline constexpr size_t kMaxValueBytes = 256;
 
 void set_log_level(LogLevel level);

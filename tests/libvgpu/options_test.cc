@@ -16,6 +16,7 @@ using tessera::vgpu::check_visible_devices;
 using tessera::vgpu::cores_burst_for;
 using tessera::vgpu::cores_limit_for;
 using tessera::vgpu::format_message;
+using tessera::vgpu::kMaxValueBytes;
 using tessera::vgpu::kNoLimit;
 using tessera::vgpu::LogLevel;
 using tessera::vgpu::memory_limit_for;
@@ -367,7 +368,16 @@ TEST(FormatMessage, LongValuesAreCutAndTheReasonKept) {
   const std::string newlines(1000, '\n');
   const std::string escaped = format_long("%s; why", newlines.c_str());
   EXPECT_EQ(escaped.find('\n'), std::string::npos);
-  EXPECT_NE(escaped.find("...(1000 bytes); why"), std::string::npos);
+  EXPECT_EQ(escaped, [] {
+    std::string expected;
+    for (int i = 0; i < 128; ++i) expected += "\\n";
+    return expected + "...(1000 bytes); why";
+  }());
+  // The longest a value can take in a line still leaves room for the reason.
+  const std::string controls(300, '\x01');
+  const std::string line2 = format_long("X='%s' is bad: every device gets 0", controls.c_str());
+  EXPECT_NE(line2.find("...(300 bytes)' is bad: every device gets 0"), std::string::npos) << line2;
+  EXPECT_LE(line2.size(), 3 + kMaxValueBytes + 3 + 14 + 29);  // at most one escape past the cut
 }
 
 }  // namespace
