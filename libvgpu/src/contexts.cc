@@ -1,6 +1,8 @@
 // Contexts: each one the program creates, and each device's primary context while the program
-// retains it, is charged TESSERA_CONTEXT_OVERHEAD; destroying a context gives back its overhead
-// and everything it owned (the driver frees that with the context).
+// retains it, is charged the context cost (state.h context_charge: inside a share what the agent
+// measured, else the default; without a share TESSERA_CONTEXT_OVERHEAD), kept current for the live
+// contexts when that cost changes; destroying a context gives back its charge and everything it
+// owned (the driver frees that with the context).
 #include <cuda.h>
 
 #include <atomic>
@@ -31,7 +33,9 @@ void drain_context(uint64_t context) {
   do {
     taken = shim().tracker.take_context(context, records, kDrainBatch);
     for (size_t i = 0; i < taken; ++i) {
-      if (records[i].kind == HandleKind::kPoolPointer) {
+      if (records[i].kind == HandleKind::kContext) {
+        release_context(records[i].device);  // its charge, at what it is now
+      } else if (records[i].kind == HandleKind::kPoolPointer) {
         pool_pointer_freed(records[i]);  // charged through its pool
       } else {
         release_bytes(records[i].device, records[i].bytes);
@@ -58,22 +62,22 @@ template <typename Call>
 CUresult create_context(CUcontext* context, CUdevice device, Call call) {
   const int index = context ? device_for_ordinal(device) : kPassThrough;
   if (index == kPassThrough) return call();
-  const uint64_t overhead = shim().options.context_overhead;
-  if (index == kBlocked || !reserve_bytes(index, overhead)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (index == kBlocked || !charge_context(index)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult result = call();
   if (result != CUDA_SUCCESS) {
-    release_bytes(index, overhead);
+    release_context(index);
     return result;
   }
   const uint64_t handle = reinterpret_cast<uint64_t>(*context);
-  track(HandleKind::kContext, handle, index, overhead, handle);
+  // The record holds no bytes: the context's charge is the ledger's (release_context).
+  track(HandleKind::kContext, handle, index, 0, handle);
   return result;
 }
 
 void primary_released(CUdevice device) {
   if (device < 0 || device >= kMaxOrdinals || g_primary_refcount[device] == 0) return;
   if (--g_primary_refcount[device] > 0) return;
-  release_bytes(g_primary_index[device], shim().options.context_overhead);
+  release_context(g_primary_index[device]);
   drain_context(g_primary_context[device]);
 }
 
@@ -131,13 +135,11 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
   if (index == kPassThrough || device < 0 || device >= kMaxOrdinals) return real(context, device);
   SpinGuard guard(g_context_lock);
   const bool first = g_primary_refcount[device] == 0;
-  const uint64_t overhead = shim().options.context_overhead;
-  if (first && (index == kBlocked || !reserve_bytes(index, overhead))) {
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
+  if (first && (index == kBlocked || !charge_context(index))) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!first) update_context_charge(index);  // a retain is a context creation for the cost
   const CUresult result = real(context, device);
   if (result != CUDA_SUCCESS) {
-    if (first) release_bytes(index, overhead);
+    if (first) release_context(index);
     return result;
   }
   if (first) {

@@ -35,6 +35,55 @@ struct Writer {
     if (!text) text = "(null)";
     while (*text) put(*text++);
   }
+  // A value copied into a line (a %s argument): control characters and the backslash escaped, so
+  // no value can end the line or forge another; cut once its escaped form reaches kMaxValueBytes,
+  // saying how long it was, so the reason that follows always fits.
+  void put_value(const char* text) {
+    if (!text) {
+      put("(null)");
+      return;
+    }
+    static constexpr char kHex[] = "0123456789abcdef";
+    size_t i = 0;
+    size_t written = 0;
+    for (; text[i] && written < kMaxValueBytes; ++i) {
+      const auto c = static_cast<unsigned char>(text[i]);
+      char escaped[4] = {'\\', 0, 0, 0};
+      size_t size = 2;
+      switch (c) {
+        case '\n':
+          escaped[1] = 'n';
+          break;
+        case '\r':
+          escaped[1] = 'r';
+          break;
+        case '\t':
+          escaped[1] = 't';
+          break;
+        case '\\':
+          escaped[1] = '\\';
+          break;
+        default:
+          if (c < 0x20 || c == 0x7f) {
+            escaped[1] = 'x';
+            escaped[2] = kHex[c >> 4];
+            escaped[3] = kHex[c & 15];
+            size = 4;
+          } else {
+            escaped[0] = static_cast<char>(c);
+            size = 1;
+          }
+      }
+      for (size_t k = 0; k < size; ++k) put(escaped[k]);
+      written += size;
+    }
+    if (text[i]) {
+      while (text[i]) ++i;
+      put("...(");
+      put_unsigned(i, 10);
+      put(" bytes)");
+    }
+  }
   void put_unsigned(unsigned long long value, unsigned base) {
     char digits[24];
     int n = 0;
@@ -97,7 +146,7 @@ size_t format_message(char* out, size_t capacity, const char* format, va_list ar
     }
     switch (*p) {
       case 's':
-        w.put(va_arg(args, const char*));
+        w.put_value(va_arg(args, const char*));
         break;
       case 'd':
         if (longs >= 2) {
@@ -138,8 +187,33 @@ size_t format_message(char* out, size_t capacity, const char* format, va_list ar
   return w.length;
 }
 
+size_t format_text(char* out, size_t capacity, const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  const size_t length = format_message(out, capacity, format, args);
+  va_end(args);
+  return length;
+}
+
+void write_line(LogLevel level, const char* text) {
+  char buffer[kMessageBytes + 32];
+  Writer line{buffer, sizeof buffer - 1};
+  line.put("tessera: ");
+  line.put(level_name(level));
+  line.put(": ");
+  line.put(text);
+  size_t length = line.length;
+  buffer[length++] = '\n';
+  size_t written = 0;
+  while (written < length) {
+    const ssize_t n = write(2, buffer + written, length - written);
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+}
+
 void log_message(LogLevel level, const char* format, ...) {
-  char buffer[512];
+  char buffer[kMessageBytes];
   Writer prefix{buffer, sizeof buffer};
   prefix.put("tessera: ");
   prefix.put(level_name(level));

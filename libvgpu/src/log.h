@@ -5,13 +5,18 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "tessera/vgpu/log_level.h"
+#include "tessera/vgpu/options.h"
 
 namespace tessera::vgpu {
 
 inline constexpr uint32_t kMaxRepeats = 8;
+// A %s value whose escaped form reaches this many bytes is cut there, marked "...(N bytes)" (N: its
+// full length); the rest of the line follows.
+inline constexpr size_t kMaxValueBytes = 256;
 
 void set_log_level(LogLevel level);
 bool log_enabled(LogLevel level);
@@ -20,7 +25,15 @@ bool log_enabled(LogLevel level);
 // width. Writes "tessera: <level>: <message>\n" to fd 2.
 void log_message(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
 // Formats into `out` (always NUL-terminated, truncated if needed); returns the length written.
+// Every %s value is escaped (\n \r \t \\ and \xNN for other control characters) and cut after
+// kMaxValueBytes ("...(N bytes)"), so a value can neither forge a line nor push out the reason that
+// follows it.
 size_t format_message(char* out, size_t capacity, const char* format, __builtin_va_list args);
+size_t format_text(char* out, size_t capacity, const char* format, ...)
+    __attribute__((format(printf, 3, 4)));
+// Writes "tessera: <level>: <text>\n" to fd 2 with `text` as it is (a line format_message made
+// already, whose values are escaped: not escaped twice).
+void write_line(LogLevel level, const char* text);
 
 // Per-call-site repeat cap.
 bool log_site_allows(std::atomic<uint32_t>& counter, LogLevel level);

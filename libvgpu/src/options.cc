@@ -13,7 +13,8 @@ namespace tessera::vgpu {
 namespace {
 
 constexpr OptionInfo kOptionTable[] = {
-#define TESSERA_OPTION_ROW(id, name, def, unit, description) {name, def, unit, description},
+#define TESSERA_OPTION_ROW(id, name, def, unit, kind, description) \
+  {name, def, unit, OptionKind::kind, description},
     TESSERA_VGPU_OPTIONS(TESSERA_OPTION_ROW)
 #undef TESSERA_OPTION_ROW
 };
@@ -39,18 +40,28 @@ bool parse_decimal(std::string_view text, uint64_t* out) {
   return true;
 }
 
-void add_message(Options* options, const char* format, ...) __attribute__((format(printf, 2, 3)));
-void add_message(Options* options, const char* format, ...) {
-  if (options->message_count >=
-      static_cast<int>(sizeof options->messages / sizeof options->messages[0])) {
-    return;
-  }
+// A problem line. `standalone_only`: a problem of an environment limit, moot inside a share
+// (where the limit is ignored).
+void add_message(Options* options, bool standalone_only, const char* format, ...)
+    __attribute__((format(printf, 3, 4)));
+void add_message(Options* options, bool standalone_only, const char* format, ...) {
+  if (options->message_count >= kMaxMessages) return;
   va_list args;
   va_start(args, format);
-  format_message(options->messages[options->message_count], sizeof options->messages[0], format,
-                 args);
+  format_message(options->messages[options->message_count], kMessageBytes, format, args);
   va_end(args);
+  options->standalone_only[options->message_count] = standalone_only;
   ++options->message_count;
+}
+
+// The line printed inside a share for an accounting variable set in the environment.
+void add_share_message(Options* options, const char* name, const char* value) {
+  if (options->share_message_count >= kMaxMessages) return;
+  char* line = options->share_messages[options->share_message_count++];
+  format_text(line, kMessageBytes,
+              "%s='%s' is ignored: inside a share every limit and charge comes from the share's "
+              "limits page",
+              name, value);
 }
 
 void write_all(int fd, const char* text) {
@@ -232,7 +243,7 @@ bool parse_log_level(std::string_view text, LogLevel* out) {
 }
 
 bool Options::any_compute() const {
-  if (cores_set || burst_set || hami_cores_all_set || priority != 0) return true;
+  if (cores_set || burst_set || hami_cores_all_set || cores_blocked || priority != 0) return true;
   for (uint8_t state : hami_cores_state) {
     if (state != 0) return true;
   }
@@ -240,7 +251,7 @@ bool Options::any_compute() const {
 }
 
 bool Options::any_limit() const {
-  if (tessera_set || hami_all_set) return true;
+  if (tessera_set || hami_all_set || memory_blocked) return true;
   for (uint8_t state : hami_device_state) {
     if (state != 0) return true;
   }
@@ -249,7 +260,7 @@ bool Options::any_limit() const {
 
 namespace {
 
-// The option's value; nullptr when unset or empty.
+// The option's value; nullptr when unset or empty (for settings, where empty means unset).
 const char* env_value(GetEnv get_env, const char* name) {
   const char* value = get_env(name);
   return value && *value ? value : nullptr;
@@ -262,56 +273,82 @@ void ordinal_name(OptionId id, int ordinal, char* out, size_t capacity) {
   std::snprintf(out, capacity, "%.*s%d", static_cast<int>(marker), pattern.data(), ordinal);
 }
 
+// The prefix of a per-ordinal option's name ("CUDA_DEVICE_MEMORY_LIMIT_").
+std::string_view ordinal_prefix(OptionId id) {
+  const std::string_view pattern = option_info(id).name;
+  return pattern.substr(0, pattern.find("<i>"));
+}
+
+// HAMi's ordinal suffixes: 0..15, written without a leading zero.
+bool valid_ordinal_suffix(std::string_view suffix) {
+  if (suffix.size() == 1) return suffix[0] >= '0' && suffix[0] <= '9';
+  return suffix.size() == 2 && suffix[0] == '1' && suffix[1] >= '0' && suffix[1] <= '5';
+}
+
+void copy_text(char* out, size_t capacity, const char* text) {
+  std::snprintf(out, capacity, "%s", text);
+}
+
+// Why a value was refused: empty, or not of the expected form.
+const char* why(const char* value) {
+  return *value ? "is not" : "is empty, not";
+}
+
 void read_compute_options(GetEnv get_env, Options* options) {
   auto value_of = [&](OptionId id) { return env_value(get_env, option_info(id).name); };
+  auto raw_of = [&](OptionId id) { return get_env(option_info(id).name); };
   if (const char* dir = value_of(OptionId::kDeviceDir)) {
     if (std::strlen(dir) < sizeof options->device_dir) {
       std::strcpy(options->device_dir, dir);
     } else {
-      add_message(options, "TESSERA_DEVICE_DIR is longer than %zu bytes; using /dev/shm",
+      add_message(options, false, "TESSERA_DEVICE_DIR is longer than %zu bytes; using /dev/shm",
                   sizeof options->device_dir - 1);
     }
   }
-  if (const char* priority = value_of(OptionId::kPriority)) {
+  if (const char* priority = raw_of(OptionId::kPriority)) {
     if (!parse_priority(priority, &options->priority)) {
-      add_message(options, "TESSERA_PRIORITY='%s' is not a priority (high, normal, low); using low",
-                  priority);
+      add_message(options, true,
+                  "TESSERA_PRIORITY='%s' %s a priority (high, normal, low); using low", priority,
+                  why(priority));
       options->priority = 2;  // never more than was asked for
     }
   }
-  if (const char* cores = value_of(OptionId::kCoresLimit)) {
+  if (const char* cores = raw_of(OptionId::kCoresLimit)) {
     options->cores_set = true;
+    copy_text(options->cores_text, sizeof options->cores_text, cores);
     if (!parse_percent_list(cores, &options->cores)) {
       options->cores_invalid = true;
-      add_message(options,
-                  "TESSERA_CORES_LIMIT='%s' is not a cores limit (expected 1..100, or "
-                  "0=30,GPU-<uuid>=50); every device is limited to 1%% of its time",
-                  cores);
+      add_message(options, true,
+                  "TESSERA_CORES_LIMIT='%s' %s a cores limit (expected 1..100, or "
+                  "0=30,GPU-<uuid>=50); every device is limited to 0%% of its time",
+                  cores, why(cores));
     }
   }
-  if (const char* burst = value_of(OptionId::kCoresBurst)) {
+  if (const char* burst = raw_of(OptionId::kCoresBurst)) {
     options->burst_set = true;
+    copy_text(options->burst_text, sizeof options->burst_text, burst);
     if (!parse_percent_list(burst, &options->burst)) {
       options->burst_invalid = true;
-      add_message(options,
-                  "TESSERA_CORES_BURST='%s' is not a percent list (expected 1..100, or "
-                  "0=30,GPU-<uuid>=50); no device bursts",
-                  burst);
+      add_message(options, true,
+                  "TESSERA_CORES_BURST='%s' %s a percent list (expected 1..100, or "
+                  "0=30,GPU-<uuid>=50); every device is limited to 0%% of its time",
+                  burst, why(burst));
     }
   }
   bool hami_ignored = false;
   auto hami_percent = [&](const char* name, const char* text, uint32_t* out) {
     uint64_t value = 0;
     if (!parse_decimal(trim(text), &value) || value > 100) {
-      add_message(options,
-                  "%s='%s' is not a percent (0..100); the device is limited to 1%% of its time",
-                  name, text);
-      *out = 1;
+      add_message(options, true,
+                  "%s='%s' %s a percent (0..100); every device it names is limited to 0%% of its "
+                  "time",
+                  name, text, why(text));
+      *out = 0;
       return;
     }
     *out = value == 0 ? 100 : static_cast<uint32_t>(value);  // HAMi: 0 = no limit
   };
-  if (const char* limit = value_of(OptionId::kHamiCoresLimit)) {
+  if (const char* limit = raw_of(OptionId::kHamiCoresLimit)) {
     if (options->cores_set) {
       hami_ignored = true;
     } else {
@@ -322,19 +359,57 @@ void read_compute_options(GetEnv get_env, Options* options) {
   for (int i = 0; i < kMaxLimitEntries; ++i) {
     char name[48];
     ordinal_name(OptionId::kHamiCoresLimitN, i, name, sizeof name);
-    const char* limit = env_value(get_env, name);
+    const char* limit = get_env(name);
     if (!limit) continue;
     if (options->cores_set) {
       hami_ignored = true;
       continue;
     }
     options->hami_cores_state[i] = 1;
+    copy_text(options->hami_cores_text[i], sizeof options->hami_cores_text[i], limit);
     hami_percent(name, limit, &options->hami_cores[i]);
   }
   if (hami_ignored) {
-    add_message(options,
+    add_message(options, true,
                 "TESSERA_CORES_LIMIT is set: the HAMi names CUDA_DEVICE_SM_LIMIT[_<i>] are "
                 "ignored");
+  }
+}
+
+// Every environment entry NAME=VALUE whose NAME starts with a per-ordinal option's prefix but
+// whose suffix is no ordinal 0..15 (CUDA_DEVICE_MEMORY_LIMIT_00, _16, _x): the device meant cannot
+// be known, so every device is blocked (unless TESSERA_* wins and the HAMi names are ignored).
+void scan_ordinal_names(const char* const* environment, Options* options) {
+  if (!environment) return;
+  for (const char* const* entry = environment; *entry; ++entry) {
+    const std::string_view text = *entry;
+    const size_t equals = text.find('=');
+    if (equals == std::string_view::npos) continue;
+    const std::string_view name = text.substr(0, equals);
+    const char* value = *entry + equals + 1;
+    for (OptionId id : {OptionId::kHamiMemoryLimitN, OptionId::kHamiCoresLimitN}) {
+      const std::string_view prefix = ordinal_prefix(id);
+      if (!name.starts_with(prefix) || valid_ordinal_suffix(name.substr(prefix.size()))) continue;
+      char printable[128];
+      std::snprintf(printable, sizeof printable, "%.*s", static_cast<int>(name.size()),
+                    name.data());
+      add_share_message(options, printable, value);
+      const bool memory = id == OptionId::kHamiMemoryLimitN;
+      if (memory ? options->tessera_set : options->cores_set) {
+        add_message(options, true, "%s is set: %s is ignored",
+                    memory ? "TESSERA_MEMORY_LIMIT" : "TESSERA_CORES_LIMIT", printable);
+        continue;
+      }
+      if (memory) {
+        options->memory_blocked = true;
+      } else {
+        options->cores_blocked = true;
+      }
+      add_message(options, true,
+                  "%s='%s' names no device (HAMi's ordinals are 0..15, without a leading zero); "
+                  "which device was meant cannot be known, so every device is limited to 0%s",
+                  printable, value, memory ? " bytes" : "% of its time");
+    }
   }
 }
 
@@ -353,11 +428,42 @@ uint64_t spec_value_for(const MemoryLimitSpec& spec, int ordinal, const char* uu
   return spec.has_all ? spec.all : otherwise;
 }
 
+// The first entry of `spec` that names none of `devices`, or -1.
+int unmatched_entry(const MemoryLimitSpec& spec, const VisibleDevice* devices, int count) {
+  for (int i = 0; i < spec.count; ++i) {
+    bool found = false;
+    for (int d = 0; d < count && !found; ++d) {
+      found = spec.entries[i].ordinal >= 0
+                  ? spec.entries[i].ordinal == devices[d].ordinal
+                  : devices[d].uuid && std::strcmp(spec.entries[i].uuid, devices[d].uuid) == 0;
+    }
+    if (!found) return i;
+  }
+  return -1;
+}
+
+void entry_key(const LimitEntry& entry, char* out, size_t capacity) {
+  if (entry.ordinal >= 0) {
+    std::snprintf(out, capacity, "%d", entry.ordinal);
+  } else {
+    std::snprintf(out, capacity, "%s", entry.uuid);
+  }
+}
+
+bool ordinal_visible(int ordinal, const VisibleDevice* devices, int count) {
+  for (int d = 0; d < count; ++d) {
+    if (devices[d].ordinal == ordinal) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 uint32_t cores_limit_for(const Options& options, int ordinal, const char* uuid) {
+  if (options.cores_blocked || options.burst_invalid) return 0;
+  if (ordinal >= 0 && ordinal < 32 && (options.cores_blocked_mask >> ordinal & 1) != 0) return 0;
   if (options.cores_set) {
-    if (options.cores_invalid) return 1;
+    if (options.cores_invalid) return 0;
     return static_cast<uint32_t>(spec_value_for(options.cores, ordinal, uuid, 100));
   }
   if (ordinal >= 0 && ordinal < kMaxLimitEntries && options.hami_cores_state[ordinal] != 0) {
@@ -371,9 +477,10 @@ uint32_t cores_burst_for(const Options& options, int ordinal, const char* uuid) 
   return static_cast<uint32_t>(spec_value_for(options.burst, ordinal, uuid, 0));
 }
 
-void read_options(GetEnv get_env, Options* out) {
+void read_options(GetEnv get_env, Options* out, const char* const* environment) {
   Options options;
   auto value_of = [&](OptionId id) { return env_value(get_env, option_info(id).name); };
+  auto raw_of = [&](OptionId id) { return get_env(option_info(id).name); };
   // Defaults come from the table, like the names.
   parse_log_level(option_info(OptionId::kLogLevel).default_value, &options.log_level);
   parse_size(option_info(OptionId::kContextOverhead).default_value, false,
@@ -381,26 +488,41 @@ void read_options(GetEnv get_env, Options* out) {
 
   if (const char* level = value_of(OptionId::kLogLevel)) {
     if (!parse_log_level(level, &options.log_level)) {
-      add_message(&options,
+      add_message(&options, false,
                   "TESSERA_LOG_LEVEL='%s' is not a log level (error, warn, info, debug); using "
                   "error",
                   level);
     }
   }
-  if (const char* overhead = value_of(OptionId::kContextOverhead)) {
+  // Inside a share every accounting variable of the environment is ignored, with one line each.
+  for (int id = 0; id < static_cast<int>(OptionId::kCount); ++id) {
+    const OptionInfo& info = option_info(static_cast<OptionId>(id));
+    if (info.kind != OptionKind::kAccounting) continue;
+    if (std::strstr(info.name, "<i>")) {
+      for (int i = 0; i < kMaxLimitEntries; ++i) {
+        char name[48];
+        ordinal_name(static_cast<OptionId>(id), i, name, sizeof name);
+        if (const char* value = get_env(name)) add_share_message(&options, name, value);
+      }
+    } else if (const char* value = get_env(info.name)) {
+      add_share_message(&options, info.name, value);
+    }
+  }
+  if (const char* overhead = raw_of(OptionId::kContextOverhead)) {
     uint64_t bytes = 0;
-    if (parse_size(overhead, false, &bytes)) {
+    if (parse_size(trim(overhead), false, &bytes)) {
       options.context_overhead = bytes;
+      options.context_overhead_set = true;
     } else {
-      add_message(&options,
-                  "TESSERA_CONTEXT_OVERHEAD='%s' is not a byte size (e.g. 500Mi); counting the "
+      add_message(&options, true,
+                  "TESSERA_CONTEXT_OVERHEAD='%s' %s a byte size (e.g. 500Mi); counting the "
                   "default 500Mi per context",
-                  overhead);
+                  overhead, why(overhead));
     }
   }
   if (const char* dir = value_of(OptionId::kShareDir)) {
     if (std::strlen(dir) >= sizeof options.share_dir - 16) {
-      add_message(&options,
+      add_message(&options, false,
                   "TESSERA_SHARE_DIR is longer than %zu bytes; no share can be opened, so every "
                   "device is limited to 0 bytes (allocations fail with CUDA_ERROR_OUT_OF_MEMORY)",
                   sizeof options.share_dir - 16);
@@ -410,65 +532,146 @@ void read_options(GetEnv get_env, Options* out) {
       std::strcpy(options.share_dir, dir);
     }
   }
-  if (const char* limit = value_of(OptionId::kMemoryLimit)) {
+  if (const char* limit = raw_of(OptionId::kMemoryLimit)) {
     options.tessera_set = true;
+    copy_text(options.tessera_text, sizeof options.tessera_text, limit);
     if (!parse_memory_limit(limit, false, &options.tessera)) {
       options.tessera_invalid = true;
-      add_message(&options,
-                  "TESSERA_MEMORY_LIMIT='%s' is not a memory limit (expected 8Gi, 8G, 8192Mi, "
+      add_message(&options, true,
+                  "TESSERA_MEMORY_LIMIT='%s' %s a memory limit (expected 8Gi, 8G, 8192Mi, "
                   "bytes, or 0=8Gi,GPU-<uuid>=4Gi); every device is limited to 0 bytes: "
                   "allocations fail with CUDA_ERROR_OUT_OF_MEMORY",
-                  limit);
+                  limit, why(limit));
     }
   }
   bool hami_ignored = false;
-  if (const char* limit = value_of(OptionId::kHamiMemoryLimit); limit && options.tessera_set) {
+  if (const char* limit = raw_of(OptionId::kHamiMemoryLimit); limit && options.tessera_set) {
     hami_ignored = true;
   } else if (limit) {
     options.hami_all_set = true;
     if (!parse_size(trim(limit), true, &options.hami_all)) {
       options.hami_all_invalid = true;
-      add_message(&options,
-                  "CUDA_DEVICE_MEMORY_LIMIT='%s' is not a memory limit (expected e.g. 8g, 8192m, "
+      add_message(&options, true,
+                  "CUDA_DEVICE_MEMORY_LIMIT='%s' %s a memory limit (expected e.g. 8g, 8192m, "
                   "8Gi); devices without their own limit are limited to 0 bytes: allocations "
                   "fail with CUDA_ERROR_OUT_OF_MEMORY",
-                  limit);
+                  limit, why(limit));
     }
   }
   for (int i = 0; i < kMaxLimitEntries; ++i) {
     char name[48];
     ordinal_name(OptionId::kHamiMemoryLimitN, i, name, sizeof name);
-    const char* limit = env_value(get_env, name);
+    const char* limit = get_env(name);
     if (!limit) continue;
     if (options.tessera_set) {
       hami_ignored = true;
       continue;
     }
+    copy_text(options.hami_device_text[i], sizeof options.hami_device_text[i], limit);
     if (parse_size(trim(limit), true, &options.hami_device[i])) {
       options.hami_device_state[i] = 1;
     } else {
       options.hami_device_state[i] = 2;
-      add_message(&options,
-                  "%s='%s' is not a memory limit (expected e.g. 8g, 8192m, 8Gi); device %d is "
+      add_message(&options, true,
+                  "%s='%s' %s a memory limit (expected e.g. 8g, 8192m, 8Gi); device %d is "
                   "limited to 0 bytes: allocations fail with CUDA_ERROR_OUT_OF_MEMORY",
-                  name, limit, i);
+                  name, limit, why(limit), i);
     }
   }
   if (hami_ignored) {
-    add_message(&options,
+    add_message(&options, true,
                 "TESSERA_MEMORY_LIMIT is set: the HAMi names CUDA_DEVICE_MEMORY_LIMIT[_<i>] are "
                 "ignored");
   }
   read_compute_options(get_env, &options);
-  if (options.share_dir[0] && (options.any_limit() || options.any_compute())) {
-    add_message(&options,
-                "TESSERA_SHARE_DIR is set: the share's limits apply and the memory and compute "
-                "limits in the environment are ignored");
-  }
+  scan_ordinal_names(environment, &options);
   *out = options;
 }
 
+void check_visible_devices(Options* options, const VisibleDevice* devices, int count) {
+  char key[kMaxUuid];
+  struct Spec {
+    const char* name;
+    bool set;
+    bool invalid;
+    const MemoryLimitSpec* spec;
+    const char* text;
+    bool memory;
+  };
+  const Spec specs[] = {
+      {"TESSERA_MEMORY_LIMIT", options->tessera_set, options->tessera_invalid, &options->tessera,
+       options->tessera_text, true},
+      {"TESSERA_CORES_LIMIT", options->cores_set, options->cores_invalid, &options->cores,
+       options->cores_text, false},
+      {"TESSERA_CORES_BURST", options->burst_set, options->burst_invalid, &options->burst,
+       options->burst_text, false},
+  };
+  for (const Spec& spec : specs) {
+    if (!spec.set || spec.invalid) continue;
+    const int unmatched = unmatched_entry(*spec.spec, devices, count);
+    if (unmatched < 0) continue;
+    entry_key(spec.spec->entries[unmatched], key, sizeof key);
+    (spec.memory ? options->memory_blocked : options->cores_blocked) = true;
+    add_message(options, true,
+                "%s='%s' names %s, which is not a device this process sees; which device was "
+                "meant cannot be known, so every device is limited to 0%s",
+                spec.name, spec.text, key, spec.memory ? " bytes" : "% of its time");
+  }
+  for (int i = 0; i < kMaxLimitEntries; ++i) {
+    if (ordinal_visible(i, devices, count)) continue;
+    char name[48];
+    if (!options->tessera_set && options->hami_device_state[i] != 0 && !options->memory_blocked) {
+      ordinal_name(OptionId::kHamiMemoryLimitN, i, name, sizeof name);
+      options->memory_blocked = true;
+      add_message(options, true,
+                  "%s='%s' names device %d, which is not a device this process sees; which "
+                  "device was meant cannot be known, so every device is limited to 0 bytes",
+                  name, options->hami_device_text[i], i);
+    }
+    if (!options->cores_set && options->hami_cores_state[i] != 0 && !options->cores_blocked) {
+      ordinal_name(OptionId::kHamiCoresLimitN, i, name, sizeof name);
+      options->cores_blocked = true;
+      add_message(options, true,
+                  "%s='%s' names device %d, which is not a device this process sees; which "
+                  "device was meant cannot be known, so every device is limited to 0%% of its "
+                  "time",
+                  name, options->hami_cores_text[i], i);
+    }
+  }
+  // A burst below the device's cores limit (the burst must be at least the limit).
+  char below[160] = {};
+  size_t length = 0;
+  uint32_t first_limit = 0;
+  uint32_t first_burst = 0;
+  for (int d = 0; d < count; ++d) {
+    const uint32_t limit = cores_limit_for(*options, devices[d].ordinal, devices[d].uuid);
+    const uint32_t burst = cores_burst_for(*options, devices[d].ordinal, devices[d].uuid);
+    if (limit >= 100 || limit == 0 || burst == 0 || burst >= limit) continue;
+    if (first_limit == 0) {
+      first_limit = limit;
+      first_burst = burst;
+    }
+    if (devices[d].ordinal >= 0 && devices[d].ordinal < 32) {
+      options->cores_blocked_mask |= 1u << devices[d].ordinal;
+    } else {
+      options->cores_blocked = true;
+    }
+    if (length + 8 < sizeof below) {
+      length += static_cast<size_t>(std::snprintf(below + length, sizeof below - length, "%s%d",
+                                                  length ? "," : "", devices[d].ordinal));
+    }
+  }
+  if (first_limit != 0) {
+    add_message(options, true,
+                "TESSERA_CORES_BURST='%s' is below the cores limit of device %s (%u%% < %u%%); a "
+                "burst must be at least the limit, so those devices are limited to 0%% of their "
+                "time",
+                options->burst_text, below, first_burst, first_limit);
+  }
+}
+
 uint64_t memory_limit_for(const Options& options, int ordinal, const char* uuid) {
+  if (options.memory_blocked) return 0;
   if (options.tessera_set) {
     if (options.tessera_invalid) return 0;
     // A per-device list that does not name this device: no limit.
@@ -497,7 +700,24 @@ void print_options(int fd, const Options* options) {
   write_format(fd, "  context overhead: %s\n", text);
   static constexpr const char* kLevels[] = {"error", "warn", "info", "debug"};
   write_format(fd, "  log level: %s\n", kLevels[static_cast<int>(options->log_level)]);
-  if (options->share_dir[0]) return;
+  // The lines are escaped already when formatted: written as they are.
+  auto print_problems = [fd, options](bool in_share) {
+    for (int i = 0; i < options->message_count; ++i) {
+      if (in_share && options->standalone_only[i]) continue;
+      write_all(fd, "  problem: ");
+      write_all(fd, options->messages[i]);
+      write_all(fd, "\n");
+    }
+    for (int i = 0; in_share && i < options->share_message_count; ++i) {
+      write_all(fd, "  problem: ");
+      write_all(fd, options->share_messages[i]);
+      write_all(fd, "\n");
+    }
+  };
+  if (options->share_dir[0]) {
+    print_problems(true);
+    return;
+  }
   static constexpr const char* kPriorities[] = {"normal", "high", "low"};
   write_format(fd, "  priority: %s\n", kPriorities[options->priority % 3]);
   for (int ordinal = 0; ordinal < kMaxLimitEntries; ++ordinal) {
@@ -507,7 +727,9 @@ void print_options(int fd, const Options* options) {
       write_format(fd, "  device %d cores limit: %u%%, burst: %u%%\n", ordinal, cores, burst);
     }
   }
-  if (options->tessera_set) {
+  if (options->memory_blocked) {
+    write_all(fd, "  memory limit: 0 on every device (a limit names no device seen)\n");
+  } else if (options->tessera_set) {
     const MemoryLimitSpec& spec = options->tessera;
     if (options->tessera_invalid) write_all(fd, "  memory limit: 0 on every device (invalid)\n");
     for (int i = 0; !options->tessera_invalid && i < spec.count; ++i) {
@@ -529,9 +751,7 @@ void print_options(int fd, const Options* options) {
     format_limit(memory_limit_for(*options, -1, nullptr), text, sizeof text);  // no ordinal: all
     write_format(fd, "  memory limit of other devices: %s\n", text);
   }
-  for (int i = 0; i < options->message_count; ++i) {
-    write_format(fd, "  problem: %s\n", options->messages[i]);
-  }
+  print_problems(false);
 }
 
 }  // namespace tessera::vgpu

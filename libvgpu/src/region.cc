@@ -152,9 +152,42 @@ uint64_t Region::limit(int index) const {
   return limits_->devices[index].memory_limit.load(std::memory_order_acquire);
 }
 
+uint64_t Region::context_charge(int index) const {
+  if (!limits_ || index < 0 || index >= static_cast<int>(share::kMaxDevices)) {
+    return kDefaultContextCharge;
+  }
+  const uint64_t measured =
+      limits_->measured[index].context_overhead.load(std::memory_order_acquire);
+  if (measured == 0) return kDefaultContextCharge;
+  // Whole MiB (what ProcessSlot::contexts can state), rounded up: never under-charged.
+  if (measured > ~0ull - share::kContextChargeUnit) return ~0ull;
+  return (measured + share::kContextChargeUnit - 1) / share::kContextChargeUnit *
+         share::kContextChargeUnit;
+}
+
 uint64_t Region::usage(int index) const {
   if (!usage_ || index < 0 || index >= static_cast<int>(share::kMaxDevices)) return 0;
-  return share::share_usage(*usage_, static_cast<uint32_t>(index));
+  // share::share_usage, plus what the slots' contexts are under-charged at the current cost: a
+  // process brings its own contexts to a higher cost only at its next reservation, and until then
+  // the others must not hand out that memory (it is in use).
+  const uint64_t target = context_charge(index);
+  uint32_t high = usage_->slot_high_water.load(std::memory_order_acquire);
+  if (high > share::kMaxSlots) high = share::kMaxSlots;
+  uint64_t sum = 0;
+  auto add = [&sum](uint64_t bytes) { sum = sum + bytes < sum ? ~0ull : sum + bytes; };
+  for (uint32_t i = 0; i < high; ++i) {
+    const ProcessSlot& slot = usage_->slots[i];
+    add(slot.bytes[index].load(std::memory_order_seq_cst));
+    const uint32_t contexts = slot.contexts.load(std::memory_order_relaxed);
+    const uint32_t count = share::contexts_count(contexts);
+    if (count == 0 || count == share::kContextsUnmeasurable ||
+        share::contexts_device(contexts) != static_cast<uint32_t>(index)) {
+      continue;
+    }
+    const uint64_t charged = share::contexts_charge(contexts);
+    if (target > charged) add((target - charged) * count);
+  }
+  return sum;
 }
 
 uint64_t Region::own_usage(int index) const {
@@ -205,6 +238,7 @@ ProcessSlot* Region::claim_slot() {
         candidate.throttled_ns.store(0, std::memory_order_relaxed);
         candidate.gpu_busy_ns.store(0, std::memory_order_relaxed);
         candidate.allocations_denied.store(0, std::memory_order_relaxed);
+        candidate.contexts.store(0, std::memory_order_relaxed);
         candidate.pid.store(pid, std::memory_order_relaxed);
         candidate.start_time.store(start_time, std::memory_order_relaxed);
         candidate.generation.fetch_add(1, std::memory_order_release);
@@ -297,6 +331,7 @@ int Region::reclaim_dead() {
       continue;
     }
     for (auto& bytes : candidate.bytes) bytes.store(0, std::memory_order_seq_cst);
+    candidate.contexts.store(0, std::memory_order_relaxed);
     candidate.pid.store(0, std::memory_order_relaxed);
     candidate.owner.store(0, std::memory_order_seq_cst);
     ++reclaimed;
@@ -323,6 +358,7 @@ void Region::release_slot() {
   ProcessSlot* mine = slot_.exchange(nullptr, std::memory_order_acq_rel);
   if (!mine) return;
   for (auto& bytes : mine->bytes) bytes.store(0, std::memory_order_seq_cst);
+  mine->contexts.store(0, std::memory_order_relaxed);
   mine->pid.store(0, std::memory_order_relaxed);
   mine->owner.store(0, std::memory_order_seq_cst);
 }

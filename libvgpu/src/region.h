@@ -17,6 +17,10 @@
 
 namespace tessera::vgpu {
 
+// The charge per context inside a share while the agent has not measured it (LimitsPage::Measured
+// ::context_overhead 0): the table's TESSERA_CONTEXT_OVERHEAD default.
+inline constexpr uint64_t kDefaultContextCharge = 500ull << 20;
+
 struct DeviceId {
   int ordinal;
   char uuid[share::kUuidBytes];
@@ -43,7 +47,13 @@ class Region {
   int find_device(const char* uuid) const;
   uint64_t generation() const { return limits_->generation.load(std::memory_order_acquire); }
   uint64_t limit(int index) const;
+  // What the share holds on device `index`: the sum over its slots, plus what their contexts are
+  // under-charged at the current context cost (a slot states its contexts and their charge in
+  // ProcessSlot::contexts; its process charges a rise at its next reservation only).
   uint64_t usage(int index) const;
+  // The charge per context on device `index` that the limits page sets: the agent's measured cost
+  // (rounded up to whole MiB), or kDefaultContextCharge when it has not measured one.
+  uint64_t context_charge(int index) const;
   uint64_t own_usage(int index) const;
 
   // Reserves `bytes` on device `index` for this process; false if that would exceed the limit
@@ -69,6 +79,8 @@ class Region {
   // This process's slot (claimed on first use; null when none is free), its owner word, and
   // whether the process an owner word names is still alive (for the compute meter's election).
   share::ProcessSlot* own_slot() { return slot(); }
+  // The slot if this process claimed one already (never claims).
+  share::ProcessSlot* claimed_slot() const { return slot_.load(std::memory_order_acquire); }
   uint64_t owner() const { return owner_.load(std::memory_order_relaxed); }
   bool owner_alive(uint64_t owner) const;
 

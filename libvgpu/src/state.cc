@@ -8,6 +8,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+extern char** environ;
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,8 +35,16 @@ const char* environment(const char* name) {
 
 constinit std::atomic<BeforeRefusal> g_before_refusal{nullptr};
 
+constinit std::atomic<bool> g_ledger_lock{false};  // the contexts of every Gpu
+
 void after_fork_in_child() {
   for (Region& region : g_shim.regions) region.forget_slot_after_fork();
+  // The parent's contexts are not the child's.
+  g_ledger_lock.store(false, std::memory_order_relaxed);
+  for (Gpu& gpu : g_shim.gpus) {
+    gpu.contexts.store(0, std::memory_order_relaxed);
+    gpu.charge_per_context.store(0, std::memory_order_relaxed);
+  }
   g_shim.tracker.reset_after_fork();
   compute::reset_after_fork();
 }
@@ -303,6 +313,14 @@ bool open_regions() {
     format_uuid(uuid, devices[listed].uuid, sizeof devices[listed].uuid);
     ++listed;
   }
+  // An environment limit naming a device this process does not see blocks every device.
+  VisibleDevice visible[share::kMaxDevices];
+  for (int i = 0; i < listed; ++i) visible[i] = {devices[i].ordinal, devices[i].uuid};
+  const int known_messages = s.options.message_count;
+  check_visible_devices(&s.options, visible, listed);
+  for (int i = known_messages; i < s.options.message_count; ++i) {
+    write_line(LogLevel::kError, s.options.messages[i]);
+  }
   if (!s.regions[0].open_standalone(s.options, devices, listed)) return false;
   s.region_count = 1;
   return true;
@@ -352,18 +370,18 @@ void ensure_initialized() {
   int state = g_shim.init_state.load(std::memory_order_acquire);
   if (__builtin_expect(state == 2, 1)) return;
   if (state == 0 && g_shim.init_state.compare_exchange_strong(state, 1)) {
-    read_options(environment, &g_shim.options);
+    read_options(environment, &g_shim.options, environ);
     set_log_level(g_shim.options.log_level);
-    for (int i = 0; i < g_shim.options.message_count; ++i) {
-      log_message(LogLevel::kError, "%s", g_shim.options.messages[i]);
-    }
     select_shares(g_shim);
-    if (g_shim.uses_shares() && !g_shim.options.share_dir[0] &&
-        (g_shim.options.any_limit() || g_shim.options.any_compute())) {
-      log_message(LogLevel::kError,
-                  "shares were found under %s: their limits apply and the memory and compute "
-                  "limits in the environment are ignored",
-                  kShareRoot);
+    // Inside a share the limits page sets every limit and charge: the environment's accounting
+    // variables are ignored (one line each) and their problems are moot.
+    const bool in_share = g_shim.uses_shares();
+    for (int i = 0; i < g_shim.options.message_count; ++i) {
+      if (in_share && g_shim.options.standalone_only[i]) continue;
+      write_line(LogLevel::kError, g_shim.options.messages[i]);
+    }
+    for (int i = 0; in_share && i < g_shim.options.share_message_count; ++i) {
+      write_line(LogLevel::kError, g_shim.options.share_messages[i]);
     }
     g_shim.enforcing =
         g_shim.uses_shares() || g_shim.options.any_limit() || g_shim.options.any_compute();
@@ -518,7 +536,9 @@ bool try_reserve(int index, uint64_t bytes) {
 
 }  // namespace
 
-bool reserve_bytes(int index, uint64_t bytes) {
+namespace {
+
+bool reserve_at_current_cost(int index, uint64_t bytes) {
   if (index < 0) return false;
   maybe_reclaim();
   if (try_reserve(index, bytes)) return true;
@@ -538,6 +558,115 @@ bool reserve_bytes(int index, uint64_t bytes) {
       slot->allocations_denied.fetch_add(1, std::memory_order_relaxed);
   }
   return false;
+}
+
+// Tells each share holding a GPU of this process what contexts the process is charged for there
+// (ProcessSlot::contexts), for the agent's measurement. Under g_ledger_lock.
+void publish_contexts() {
+  const int gpus = g_shim.gpu_count.load(std::memory_order_acquire);
+  for (int r = 0; r < g_shim.region_count; ++r) {
+    if (!g_shim.uses_shares()) break;  // a private region has no agent
+    uint32_t word = 0;
+    bool several = false;
+    for (int g = 0; g < gpus; ++g) {
+      const uint32_t count = g_shim.gpus[g].contexts.load(std::memory_order_relaxed);
+      const int device = count == 0 ? -1 : share_device(g, r);
+      if (device < 0) continue;
+      several = several || word != 0;
+      word =
+          share::pack_contexts(static_cast<uint32_t>(device), count,
+                               g_shim.gpus[g].charge_per_context.load(std::memory_order_relaxed));
+    }
+    if (several) word = share::kContextsUnmeasurable << 4;
+    // A share this process never reserved on has no slot to tell (and needs none).
+    share::ProcessSlot* slot =
+        word != 0 ? g_shim.regions[r].own_slot() : g_shim.regions[r].claimed_slot();
+    if (slot) slot->contexts.store(word, std::memory_order_seq_cst);
+  }
+}
+
+// update_context_charge under g_ledger_lock.
+void update_context_charge_locked(int index) {
+  Gpu& gpu = g_shim.gpus[index];
+  const uint64_t target = context_charge(index);
+  const uint64_t applied = gpu.charge_per_context.load(std::memory_order_relaxed);
+  const uint32_t count = gpu.contexts.load(std::memory_order_relaxed);
+  if (target == applied) return;
+  if (count == 0) {
+    gpu.charge_per_context.store(target, std::memory_order_relaxed);
+    return;
+  }
+  // The slot's bytes and its contexts word change in the order that keeps the agent's estimate
+  // (NVML's figure minus the allocations the slot implies) from overshooting in between: a rise
+  // adds the bytes first, a fall announces the lower charge first.
+  if (target > applied) {
+    TESSERA_INFO(
+        "the context cost on device %d rose from %llu to %llu bytes: %u live contexts "
+        "charged the difference",
+        index, static_cast<unsigned long long>(applied), static_cast<unsigned long long>(target),
+        count);
+    charge_bytes(index, (target - applied) * count);
+    gpu.charge_per_context.store(target, std::memory_order_relaxed);
+    publish_contexts();
+  } else {
+    gpu.charge_per_context.store(target, std::memory_order_relaxed);
+    publish_contexts();
+    release_bytes(index, (applied - target) * count);
+  }
+}
+
+bool valid_gpu(int index) {
+  return index >= 0 && index < g_shim.gpu_count.load(std::memory_order_acquire);
+}
+
+}  // namespace
+
+bool reserve_bytes(int index, uint64_t bytes) {
+  update_context_charge(index);
+  return reserve_at_current_cost(index, bytes);
+}
+
+uint64_t context_charge(int index) {
+  if (!g_shim.uses_shares()) return g_shim.options.context_overhead;
+  uint64_t charge = 0;
+  for (int r = 0; r < g_shim.region_count; ++r) {
+    const int device = share_device(index, r);
+    if (device < 0) continue;
+    const uint64_t cost = g_shim.regions[r].context_charge(device);
+    if (cost > charge) charge = cost;
+  }
+  return charge == 0 ? kDefaultContextCharge : charge;
+}
+
+void update_context_charge(int index) {
+  if (!valid_gpu(index)) return;
+  Gpu& gpu = g_shim.gpus[index];
+  if (gpu.contexts.load(std::memory_order_relaxed) == 0) return;
+  if (context_charge(index) == gpu.charge_per_context.load(std::memory_order_relaxed)) return;
+  SpinGuard guard(g_ledger_lock);
+  update_context_charge_locked(index);
+}
+
+bool charge_context(int index) {
+  if (!valid_gpu(index)) return false;
+  Gpu& gpu = g_shim.gpus[index];
+  SpinGuard guard(g_ledger_lock);
+  update_context_charge_locked(index);  // the live contexts at the current cost, and so the new one
+  const uint64_t charge = gpu.charge_per_context.load(std::memory_order_relaxed);
+  if (!reserve_at_current_cost(index, charge)) return false;
+  gpu.contexts.fetch_add(1, std::memory_order_relaxed);
+  publish_contexts();
+  return true;
+}
+
+void release_context(int index) {
+  if (!valid_gpu(index)) return;
+  Gpu& gpu = g_shim.gpus[index];
+  SpinGuard guard(g_ledger_lock);
+  if (gpu.contexts.load(std::memory_order_relaxed) == 0) return;
+  gpu.contexts.fetch_sub(1, std::memory_order_relaxed);
+  publish_contexts();
+  release_bytes(index, gpu.charge_per_context.load(std::memory_order_relaxed));
 }
 
 void release_bytes(int index, uint64_t bytes) {

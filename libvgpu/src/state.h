@@ -30,6 +30,10 @@ inline constexpr int kMaxGpus = 32;
 struct Gpu {
   char uuid[share::kUuidBytes] = {};
   std::atomic<uint64_t> index_cache[kMaxShares] = {};  // generation << 8 | (limits index + 2)
+  // This process's live contexts on the GPU and what each is charged now (under the context
+  // ledger's lock; read without it on the reservation path to see whether anything changed).
+  std::atomic<uint32_t> contexts{0};
+  std::atomic<uint64_t> charge_per_context{0};
 };
 
 // A share folder picked when the shim initialises (docs/libvgpu.md, "Finding the shares"): its
@@ -94,6 +98,20 @@ void format_uuid(const CUuuid& uuid, char* out, size_t capacity);
 bool reserve_bytes(int index, uint64_t bytes);
 void release_bytes(int index, uint64_t bytes);
 void charge_bytes(int index, uint64_t bytes);
+
+// Contexts (docs/libvgpu.md, "The context cost"). The charge per context on GPU `index`: inside a
+// share the largest measured[].context_overhead its shares' limits pages publish (0 there: the
+// built-in 500 MiB), never the environment; without a share TESSERA_CONTEXT_OVERHEAD.
+uint64_t context_charge(int index);
+// Charges one new context at the current cost (the live ones brought to it first); false, with
+// nothing charged, when it does not fit.
+bool charge_context(int index);
+// Gives one context's charge back (at what it is charged now).
+void release_context(int index);
+// Brings the charge of this process's live contexts on GPU `index` to the current cost: a rise is
+// charged (even above the limit: the memory is in use, so new allocations then fail), a fall given
+// back. Every reservation calls it; lock-free when nothing changed.
+void update_context_charge(int index);
 
 // The GPU's limit (the sum of its shares' limits; share::kUnlimited if any is unlimited; 0 for
 // kBlocked or a GPU no share holds any more) and what its shares hold (every process of them).

@@ -5,6 +5,8 @@
 
 #include "tessera/vgpu/options.h"
 
+extern char** environ;
+
 int main(int argc, char** argv) {
   if (argc != 2 || std::strcmp(argv[1], "--print") != 0) {
     tessera::vgpu::print_options(2, nullptr);
@@ -12,7 +14,7 @@ int main(int argc, char** argv) {
   }
   tessera::vgpu::Options options;
   tessera::vgpu::read_options([](const char* name) -> const char* { return std::getenv(name); },
-                              &options);
+                              &options, environ);
   tessera::vgpu::print_options(1, &options);
   return options.message_count > 0 ? 1 : 0;
 }

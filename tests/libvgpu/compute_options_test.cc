@@ -76,16 +76,17 @@ TEST(ReadComputeOptions, PrecedenceUuidThenOrdinalThenAllThenHami) {
 
 TEST(ReadComputeOptions, InvalidValuesNeverGrantMore) {
   Options options = read({{"TESSERA_CORES_LIMIT", "most"}});
-  EXPECT_EQ(cores_limit_for(options, 0, "GPU-x"), 1u);
+  EXPECT_EQ(cores_limit_for(options, 0, "GPU-x"), 0u);
   ASSERT_EQ(options.message_count, 1);
   EXPECT_NE(std::strstr(options.messages[0], "TESSERA_CORES_LIMIT='most'"), nullptr);
 
   options = read({{"CUDA_DEVICE_SM_LIMIT_0", "lots"}});
-  EXPECT_EQ(cores_limit_for(options, 0, nullptr), 1u);
+  EXPECT_EQ(cores_limit_for(options, 0, nullptr), 0u);
   EXPECT_EQ(options.message_count, 1);
 
   options = read({{"TESSERA_CORES_BURST", "all"}, {"TESSERA_CORES_LIMIT", "30"}});
   EXPECT_EQ(cores_burst_for(options, 0, nullptr), 0u) << "an unreadable burst does not burst";
+  EXPECT_EQ(cores_limit_for(options, 0, nullptr), 0u) << "and it fails closed: 0% everywhere";
   EXPECT_EQ(options.message_count, 1);
 
   options = read({{"TESSERA_PRIORITY", "urgent"}});
@@ -96,8 +97,9 @@ TEST(ReadComputeOptions, InvalidValuesNeverGrantMore) {
 TEST(ReadComputeOptions, ShareDirWinsOverEnvironmentCompute) {
   const Options options =
       read({{"TESSERA_SHARE_DIR", "/var/lib/tessera/shares/a"}, {"TESSERA_CORES_LIMIT", "30"}});
-  ASSERT_EQ(options.message_count, 1);
-  EXPECT_NE(std::strstr(options.messages[0], "ignored"), nullptr);
+  EXPECT_EQ(options.message_count, 0);
+  ASSERT_EQ(options.share_message_count, 1);
+  EXPECT_NE(std::strstr(options.share_messages[0], "TESSERA_CORES_LIMIT='30' is ignored"), nullptr);
 }
 
 }  // namespace

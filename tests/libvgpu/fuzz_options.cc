@@ -62,13 +62,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(options.message_count >= 0 &&
         options.message_count <=
             static_cast<int>(sizeof options.messages / sizeof options.messages[0]));
+  check(options.share_message_count >= 0 && options.share_message_count <= kMaxMessages);
   const uint64_t limit = memory_limit_for(options, 0, g_value.c_str());
   if (options.tessera_invalid) check(limit == 0);
-  // Compute limits fail closed too: never more than 100, 1 when unreadable, never 0 (a share
-  // with 0% could never launch).
+  if (options.memory_blocked) check(limit == 0);
+  // Compute limits fail closed too: never more than 100, 0 when unreadable (compute/meter.cc
+  // floors a 0 in the limits page at 1%).
   const uint32_t cores = cores_limit_for(options, 0, g_value.c_str());
-  check(cores >= 1 && cores <= 100);
-  if (options.cores_invalid) check(cores == 1);
+  check(cores <= 100);
+  if (options.cores_invalid || options.burst_invalid || options.cores_blocked) check(cores == 0);
   check(cores_burst_for(options, 0, g_value.c_str()) <= 100);
   return 0;
 }

@@ -12,7 +12,11 @@
 
 namespace {
 
+using tessera::vgpu::check_visible_devices;
+using tessera::vgpu::cores_burst_for;
+using tessera::vgpu::cores_limit_for;
 using tessera::vgpu::format_message;
+using tessera::vgpu::kMaxValueBytes;
 using tessera::vgpu::kNoLimit;
 using tessera::vgpu::LogLevel;
 using tessera::vgpu::memory_limit_for;
@@ -21,6 +25,7 @@ using tessera::vgpu::Options;
 using tessera::vgpu::parse_log_level;
 using tessera::vgpu::parse_memory_limit;
 using tessera::vgpu::parse_size;
+using tessera::vgpu::VisibleDevice;
 
 constexpr uint64_t kMi = 1ull << 20;
 constexpr uint64_t kGi = 1ull << 30;
@@ -149,8 +154,177 @@ TEST(ReadOptions, ShareDirWinsOverEnvironmentLimits) {
   const Options options =
       read({{"TESSERA_SHARE_DIR", "/var/lib/tessera/shares/a"}, {"TESSERA_MEMORY_LIMIT", "8Gi"}});
   EXPECT_STREQ(options.share_dir, "/var/lib/tessera/shares/a");
+  EXPECT_EQ(options.message_count, 0);
+  ASSERT_EQ(options.share_message_count, 1) << "one line inside a share, naming the variable";
+  EXPECT_NE(std::strstr(options.share_messages[0], "TESSERA_MEMORY_LIMIT='8Gi' is ignored"),
+            nullptr);
+}
+
+// Counts the lines printed without a share that contain `text`.
+int lines_with(const Options& options, const char* text) {
+  int count = 0;
+  for (int i = 0; i < options.message_count; ++i)
+    count += std::strstr(options.messages[i], text) != nullptr;
+  return count;
+}
+
+TEST(ReadOptions, EmptyLimitsFailClosed) {
+  Options options = read({{"TESSERA_MEMORY_LIMIT", ""}});
+  EXPECT_EQ(memory_limit_for(options, 0, "GPU-x"), 0u) << "an empty limit is no 'unset'";
   ASSERT_EQ(options.message_count, 1);
-  EXPECT_NE(std::strstr(options.messages[0], "ignored"), nullptr);
+  EXPECT_NE(std::strstr(options.messages[0], "TESSERA_MEMORY_LIMIT='' is empty"), nullptr);
+
+  options = read({{"CUDA_DEVICE_MEMORY_LIMIT", ""}});
+  EXPECT_EQ(memory_limit_for(options, 0, nullptr), 0u);
+  EXPECT_EQ(options.message_count, 1);
+  options = read({{"CUDA_DEVICE_MEMORY_LIMIT_1", ""}});
+  EXPECT_EQ(memory_limit_for(options, 1, nullptr), 0u);
+  EXPECT_EQ(options.message_count, 1);
+  for (const char* name : {"TESSERA_CORES_LIMIT", "TESSERA_CORES_BURST", "CUDA_DEVICE_SM_LIMIT",
+                           "CUDA_DEVICE_SM_LIMIT_0"}) {
+    options = read({{name, ""}});
+    EXPECT_EQ(cores_limit_for(options, 0, nullptr), 0u) << name;
+    EXPECT_EQ(lines_with(options, (std::string(name) + "=''").c_str()), 1) << name;
+    EXPECT_EQ(options.message_count, 1) << name;
+  }
+}
+
+TEST(ReadOptions, UnparseableLimitsFailClosedWithOneLineNamingVariableAndValue) {
+  for (const char* value : {"8Gx", "-1", "abc", "1.5.2Gi", "0x10"}) {
+    for (const char* name :
+         {"TESSERA_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_0"}) {
+      const Options options = read({{name, value}});
+      EXPECT_EQ(memory_limit_for(options, 0, "GPU-x"), 0u) << name << "=" << value;
+      ASSERT_EQ(options.message_count, 1) << name << "=" << value;
+      EXPECT_NE(std::strstr(options.messages[0], (std::string(name) + "='" + value + "'").c_str()),
+                nullptr)
+          << options.messages[0];
+      EXPECT_TRUE(options.standalone_only[0]);
+    }
+    for (const char* name : {"TESSERA_CORES_LIMIT", "TESSERA_CORES_BURST", "CUDA_DEVICE_SM_LIMIT",
+                             "CUDA_DEVICE_SM_LIMIT_0"}) {
+      const Options options = read({{name, value}});
+      EXPECT_EQ(cores_limit_for(options, 0, "GPU-x"), 0u) << name << "=" << value;
+      ASSERT_EQ(options.message_count, 1) << name << "=" << value;
+      EXPECT_NE(std::strstr(options.messages[0], (std::string(name) + "='" + value + "'").c_str()),
+                nullptr)
+          << options.messages[0];
+    }
+  }
+}
+
+TEST(ReadOptions, HamiNamesWithoutAValidOrdinalBlockEveryDevice) {
+  for (const char* name :
+       {"CUDA_DEVICE_MEMORY_LIMIT_00", "CUDA_DEVICE_MEMORY_LIMIT_16", "CUDA_DEVICE_MEMORY_LIMIT_01",
+        "CUDA_DEVICE_MEMORY_LIMIT_x", "CUDA_DEVICE_MEMORY_LIMIT_"}) {
+    const Options options = read({{name, "1Gi"}, {"CUDA_DEVICE_MEMORY_LIMIT", "4g"}});
+    for (int ordinal : {0, 1, 15}) {
+      EXPECT_EQ(memory_limit_for(options, ordinal, "GPU-x"), 0u) << name << " device " << ordinal;
+    }
+    ASSERT_EQ(options.message_count, 1) << name;
+    EXPECT_NE(std::strstr(options.messages[0], (std::string(name) + "='1Gi'").c_str()), nullptr)
+        << options.messages[0];
+  }
+  for (const char* name : {"CUDA_DEVICE_SM_LIMIT_00", "CUDA_DEVICE_SM_LIMIT_16"}) {
+    const Options options = read({{name, "30"}});
+    EXPECT_EQ(cores_limit_for(options, 0, nullptr), 0u) << name;
+    EXPECT_EQ(cores_limit_for(options, 3, nullptr), 0u) << name;
+    EXPECT_EQ(options.message_count, 1) << name;
+  }
+  // The valid names still work, and TESSERA_MEMORY_LIMIT still makes every HAMi name moot.
+  Options options = read({{"CUDA_DEVICE_MEMORY_LIMIT_15", "1g"}});
+  EXPECT_EQ(memory_limit_for(options, 15, nullptr), kGi);
+  EXPECT_EQ(options.message_count, 0);
+  options = read({{"CUDA_DEVICE_MEMORY_LIMIT_00", "1g"}, {"TESSERA_MEMORY_LIMIT", "2Gi"}});
+  EXPECT_EQ(memory_limit_for(options, 0, nullptr), 2 * kGi);
+  EXPECT_EQ(lines_with(options, "ignored"), 1);
+}
+
+const VisibleDevice kTwoDevices[] = {{0, "GPU-aaa"}, {1, "GPU-bbb"}};
+
+TEST(CheckVisibleDevices, AnEntryNamingNoDeviceSeenBlocksEveryDevice) {
+  for (const char* value : {"GPU-ccc=4Gi", "GPU-aaa=1Gi,GPU-ccc=4Gi", "2=4Gi", "0=1Gi,7=2Gi"}) {
+    Options options = read({{"TESSERA_MEMORY_LIMIT", value}});
+    EXPECT_EQ(options.message_count, 0) << "nothing is wrong before the devices are known";
+    check_visible_devices(&options, kTwoDevices, 2);
+    EXPECT_EQ(memory_limit_for(options, 0, "GPU-aaa"), 0u) << value;
+    EXPECT_EQ(memory_limit_for(options, 1, "GPU-bbb"), 0u) << value;
+    ASSERT_EQ(options.message_count, 1) << value;
+    EXPECT_NE(std::strstr(options.messages[0],
+                          (std::string("TESSERA_MEMORY_LIMIT='") + value + "'").c_str()),
+              nullptr)
+        << options.messages[0];
+    EXPECT_NE(std::strstr(options.messages[0], "not a device this process sees"), nullptr);
+  }
+  Options options = read({{"TESSERA_MEMORY_LIMIT", "GPU-bbb=4Gi,0=1Gi"}});
+  check_visible_devices(&options, kTwoDevices, 2);
+  EXPECT_EQ(options.message_count, 0);
+  EXPECT_EQ(memory_limit_for(options, 0, "GPU-aaa"), kGi);
+  EXPECT_EQ(memory_limit_for(options, 1, "GPU-bbb"), 4 * kGi);
+
+  options = read({{"CUDA_DEVICE_MEMORY_LIMIT_3", "1g"}, {"CUDA_DEVICE_MEMORY_LIMIT_0", "2g"}});
+  check_visible_devices(&options, kTwoDevices, 2);
+  EXPECT_EQ(memory_limit_for(options, 0, "GPU-aaa"), 0u);
+  EXPECT_EQ(memory_limit_for(options, 1, "GPU-bbb"), 0u);
+  EXPECT_EQ(lines_with(options, "CUDA_DEVICE_MEMORY_LIMIT_3"), 1);
+
+  for (const char* name : {"TESSERA_CORES_LIMIT", "TESSERA_CORES_BURST"}) {
+    options = read({{name, "GPU-ccc=40"}});
+    check_visible_devices(&options, kTwoDevices, 2);
+    EXPECT_EQ(cores_limit_for(options, 0, "GPU-aaa"), 0u) << name;
+    EXPECT_EQ(cores_limit_for(options, 1, "GPU-bbb"), 0u) << name;
+    EXPECT_EQ(options.message_count, 1) << name;
+  }
+  options = read({{"CUDA_DEVICE_SM_LIMIT_4", "40"}});
+  check_visible_devices(&options, kTwoDevices, 2);
+  EXPECT_EQ(cores_limit_for(options, 0, "GPU-aaa"), 0u);
+  EXPECT_EQ(options.message_count, 1);
+}
+
+TEST(CheckVisibleDevices, BurstBelowTheCoresLimitGivesThatDevice0) {
+  Options options = read({{"TESSERA_CORES_LIMIT", "0=50,1=30"}, {"TESSERA_CORES_BURST", "40"}});
+  check_visible_devices(&options, kTwoDevices, 2);
+  EXPECT_EQ(cores_limit_for(options, 0, "GPU-aaa"), 0u) << "burst 40 < limit 50";
+  EXPECT_EQ(cores_limit_for(options, 1, "GPU-bbb"), 30u) << "burst 40 >= limit 30: fine";
+  ASSERT_EQ(options.message_count, 1);
+  EXPECT_NE(std::strstr(options.messages[0], "TESSERA_CORES_BURST='40' is below"), nullptr)
+      << options.messages[0];
+  options = read({{"CUDA_DEVICE_SM_LIMIT", "60"}, {"TESSERA_CORES_BURST", "GPU-bbb=20"}});
+  check_visible_devices(&options, kTwoDevices, 2);
+  EXPECT_EQ(cores_limit_for(options, 0, "GPU-aaa"), 60u);
+  EXPECT_EQ(cores_limit_for(options, 1, "GPU-bbb"), 0u);
+  EXPECT_EQ(options.message_count, 1);
+  options = read({{"TESSERA_CORES_LIMIT", "30"}, {"TESSERA_CORES_BURST", "30"}});
+  check_visible_devices(&options, kTwoDevices, 2);
+  EXPECT_EQ(cores_limit_for(options, 0, "GPU-aaa"), 30u) << "a burst equal to the limit is fine";
+  EXPECT_EQ(options.message_count, 0);
+}
+
+TEST(ReadOptions, InsideAShareEveryAccountingVariableIsNamedOnceAndItsProblemsAreMoot) {
+  const Options options = read({{"TESSERA_SHARE_DIR", "/var/lib/tessera/shares/a"},
+                                {"TESSERA_MEMORY_LIMIT", "lots"},
+                                {"CUDA_DEVICE_MEMORY_LIMIT_00", "1Gi"},
+                                {"CUDA_DEVICE_MEMORY_LIMIT_3", "1Gi"},
+                                {"TESSERA_CONTEXT_OVERHEAD", "1Mi"},
+                                {"TESSERA_PRIORITY", "high"},
+                                {"TESSERA_LOG_LEVEL", "loud"}});
+  ASSERT_EQ(options.share_message_count, 5);
+  for (const char* named :
+       {"TESSERA_MEMORY_LIMIT='lots' is ignored", "CUDA_DEVICE_MEMORY_LIMIT_00='1Gi' is ignored",
+        "CUDA_DEVICE_MEMORY_LIMIT_3='1Gi' is ignored", "TESSERA_CONTEXT_OVERHEAD='1Mi' is ignored",
+        "TESSERA_PRIORITY='high' is ignored"}) {
+    int found = 0;
+    for (int i = 0; i < options.share_message_count; ++i) {
+      found += std::strstr(options.share_messages[i], named) != nullptr;
+    }
+    EXPECT_EQ(found, 1) << named;
+  }
+  // What would be printed inside the share: the log level's problem only.
+  int printed = 0;
+  for (int i = 0; i < options.message_count; ++i) printed += !options.standalone_only[i];
+  EXPECT_EQ(printed, 1);
+  EXPECT_EQ(options.context_overhead, kMi) << "still honoured without a share";
+  EXPECT_TRUE(options.context_overhead_set);
 }
 
 std::string format(const char* text, ...) {
@@ -167,6 +341,43 @@ TEST(FormatMessage, SupportedConversionsAndTruncation) {
             "a=-5 7 1099511627776 3 ff %");
   EXPECT_EQ(format("%s", nullptr), "(null)");
   EXPECT_EQ(format("%s", std::string(100, 'x').c_str()), std::string(63, 'x'));
+}
+
+std::string format_long(const char* text, ...) {
+  char buffer[1024];
+  va_list args;
+  va_start(args, text);
+  format_message(buffer, sizeof buffer, text, args);
+  va_end(args);
+  return buffer;
+}
+
+TEST(FormatMessage, ValuesCannotForgeALine) {
+  EXPECT_EQ(format_long("X='%s' is bad", "8Gi\ntessera: error: all fine"),
+            "X='8Gi\\ntessera: error: all fine' is bad");
+  EXPECT_EQ(format_long("%s", "a\rb\tc\\d\x01\x1b[2J\x7f"), "a\\rb\\tc\\\\d\\x01\\x1b[2J\\x7f");
+  EXPECT_EQ(format_long("%s", "caf\xc3\xa9"), "caf\xc3\xa9") << "UTF-8 is kept";
+}
+
+TEST(FormatMessage, LongValuesAreCutAndTheReasonKept) {
+  const std::string value(5000, 'v');
+  const std::string line = format_long("X='%s' is not a limit; every device gets 0", value.c_str());
+  EXPECT_EQ(line,
+            "X='" + std::string(256, 'v') + "...(5000 bytes)' is not a limit; every device gets 0");
+  // An escaped value stays within the line too.
+  const std::string newlines(1000, '\n');
+  const std::string escaped = format_long("%s; why", newlines.c_str());
+  EXPECT_EQ(escaped.find('\n'), std::string::npos);
+  EXPECT_EQ(escaped, [] {
+    std::string expected;
+    for (int i = 0; i < 128; ++i) expected += "\\n";
+    return expected + "...(1000 bytes); why";
+  }());
+  // The longest a value can take in a line still leaves room for the reason.
+  const std::string controls(300, '\x01');
+  const std::string line2 = format_long("X='%s' is bad: every device gets 0", controls.c_str());
+  EXPECT_NE(line2.find("...(300 bytes)' is bad: every device gets 0"), std::string::npos) << line2;
+  EXPECT_LE(line2.size(), 3 + kMaxValueBytes + 3 + 14 + 29);  // at most one escape past the cut
 }
 
 }  // namespace

@@ -67,6 +67,10 @@ class ShareDir {
     limits_->devices[device].memory_limit.store(bytes);
     limits_->generation.fetch_add(1);
   }
+  // The context cost the agent measured on `device` (LimitsPage::Measured::context_overhead).
+  void set_context_overhead(int device, uint64_t bytes) {
+    limits_->measured[device].context_overhead.store(bytes);
+  }
   void set_cores(int device, uint32_t percent) {
     limits_->devices[device].cores_limit.store(percent);
     limits_->generation.fetch_add(1);
@@ -87,6 +91,15 @@ class ShareDir {
   int reclaim() {
     Region region;
     return region.open_share_dir(path_.c_str()) ? region.reclaim_dead() : -1;
+  }
+  // The contexts word of the first claimed slot (0 when none).
+  uint32_t contexts_word() {
+    share::UsagePage* page = usage();
+    if (!page) return 0;
+    for (const auto& slot : page->slots) {
+      if (slot.owner.load() != 0) return slot.contexts.load();
+    }
+    return 0;
   }
   // What the share holds on `device` (0 when no process ever opened the usage page).
   uint64_t used(int device = 0) {

@@ -4,9 +4,12 @@
 // tests run the probe in a private user and mount namespace (unshare -rm) with a tmpfs over /run,
 // so they can bind-mount limits files read-only as the container runtime does, without touching
 // the machine's /run; where such namespaces are not allowed they are skipped and say so.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -22,6 +25,7 @@ using tessera::vgpu::testing::run_probe;
 using tessera::vgpu::testing::ShareDir;
 using tessera::vgpu::testing::sim_uuid;
 using tessera::vgpu::testing::words;
+namespace share = tessera::share;
 
 constexpr uint64_t kMi = 1ull << 20;
 constexpr uint64_t kGi = 1ull << 30;
@@ -109,17 +113,20 @@ class SharesOnTwoGpusTest : public ::testing::Test {
   simgpu::testing::SimEnvironment sim_{kTwoGpus};
 };
 
+// Inside a share the context costs what the limits page says (the built-in 500Mi here:
+// TESSERA_CONTEXT_OVERHEAD is ignored there), charged to the first share with room: `a` has room
+// for it on top of its 1 GiB.
 TEST_F(SharesTest, TwoSharesOfOneGpuHoldTheirSumAndEachStaysWithinItsLimit) {
-  ShareDir a({{sim_uuid(0), kGi}});
+  ShareDir a({{sim_uuid(0), kGi + kContext}});
   ShareDir b({{sim_uuid(0), 512 * kMi}});
-  Probe probe({{"TESSERA_SHARE_DIR", a.path() + ":" + b.path()}, {"TESSERA_CONTEXT_OVERHEAD", "0"}},
+  Probe probe({{"TESSERA_SHARE_DIR", a.path() + ":" + b.path()}},
               {"init", "info", "nvml", "fill:mem:64Mi", "info", "ready", "hold"});
   EXPECT_EQ(probe.read_line(), "init CUDA_SUCCESS");
   const std::string info = probe.read_line().value_or("");
-  EXPECT_EQ(field(info, 3), kGi + 512 * kMi) << info;  // total: the sum of the limits
-  EXPECT_EQ(field(info, 2), kGi + 512 * kMi) << info;  // free: nothing held yet
+  EXPECT_EQ(field(info, 3), kGi + 512 * kMi + kContext) << info;  // total: the sum of the limits
+  EXPECT_EQ(field(info, 2), kGi + 512 * kMi) << info;             // free: the context only held
   const std::string nvml = probe.read_line().value_or("");
-  EXPECT_EQ(field(nvml, 2), kGi + 512 * kMi) << nvml;
+  EXPECT_EQ(field(nvml, 2), kGi + 512 * kMi + kContext) << nvml;
   const std::string fill = probe.read_line().value_or("");
   EXPECT_EQ(field(fill, 2), 24u) << fill;  // 1.5Gi in 64Mi allocations
   EXPECT_EQ(field(fill, 3), kGi + 512 * kMi) << fill;
@@ -127,47 +134,47 @@ TEST_F(SharesTest, TwoSharesOfOneGpuHoldTheirSumAndEachStaysWithinItsLimit) {
   EXPECT_EQ(field(probe.read_line().value_or(""), 2), 0u);  // free: none left
   EXPECT_EQ(probe.read_line(), "ready");
   // Each share's usage page holds its own part, never more than its own limit.
-  EXPECT_EQ(a.used(), kGi);
+  EXPECT_EQ(a.used(), kGi + kContext);
   EXPECT_EQ(b.used(), 512 * kMi);
 }
 
 TEST_F(SharesTest, AnAllocationLargerThanAnyOneShareIsSplitAndGivenBackInFull) {
-  ShareDir a({{sim_uuid(0), kGi}});
+  ShareDir a({{sim_uuid(0), kGi + kContext}});  // room for the context besides 1 GiB
   ShareDir b({{sim_uuid(0), 512 * kMi}});
   const std::string go = a.path() + "/go";
-  Probe probe({{"TESSERA_SHARE_DIR", a.path() + ":" + b.path()}, {"TESSERA_CONTEXT_OVERHEAD", "0"}},
+  Probe probe({{"TESSERA_SHARE_DIR", a.path() + ":" + b.path()}},
               {"init", "alloc:mem:1280Mi", "ready", "waitfile:" + go, "free", "ready", "hold"});
   EXPECT_EQ(probe.read_line(), "init CUDA_SUCCESS");
   EXPECT_EQ(probe.read_line(), "alloc mem CUDA_SUCCESS");
   EXPECT_EQ(probe.read_line(), "ready");
-  EXPECT_EQ(a.used(), kGi);
+  EXPECT_EQ(a.used(), kGi + kContext);
   EXPECT_EQ(b.used(), 256 * kMi);
   const int fd = open(go.c_str(), O_WRONLY | O_CREAT, 0644);
   ASSERT_GE(fd, 0);
   close(fd);
   EXPECT_EQ(probe.read_line(), "free CUDA_SUCCESS");
   EXPECT_EQ(probe.read_line(), "ready");
-  EXPECT_EQ(a.used(), 0u);
+  EXPECT_EQ(a.used(), kContext) << "the context is still held";
   EXPECT_EQ(b.used(), 0u);
   unlink(go.c_str());
 }
 
 TEST_F(SharesOnTwoGpusTest, EachGpuIsHeldToItsOwnShare) {
-  ShareDir a({{sim_uuid(0), kGi}});
-  ShareDir b({{sim_uuid(1), 512 * kMi}});
-  ProbeRun run = run_probe(
-      {{"TESSERA_SHARE_DIR", a.path() + ":" + b.path()}, {"TESSERA_CONTEXT_OVERHEAD", "0"}},
-      {"init:0", "total:0", "fill:mem:64Mi", "init:1", "total:1", "fill:mem:64Mi"});
+  ShareDir a({{sim_uuid(0), kGi + kContext}});  // each with room for its GPU's context
+  ShareDir b({{sim_uuid(1), 512 * kMi + kContext}});
+  ProbeRun run =
+      run_probe({{"TESSERA_SHARE_DIR", a.path() + ":" + b.path()}},
+                {"init:0", "total:0", "fill:mem:64Mi", "init:1", "total:1", "fill:mem:64Mi"});
   ASSERT_EQ(run.status, 0) << run.err;
   ASSERT_EQ(run.lines.size(), 6u) << run.err;
-  EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi));
+  EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi + kContext));
   EXPECT_EQ(field(run.lines[2], 3), kGi) << run.lines[2];
   EXPECT_EQ(run.lines[3], "init CUDA_SUCCESS");
-  EXPECT_EQ(run.lines[4], "total CUDA_SUCCESS " + std::to_string(512 * kMi));
+  EXPECT_EQ(run.lines[4], "total CUDA_SUCCESS " + std::to_string(512 * kMi + kContext));
   EXPECT_EQ(field(run.lines[5], 3), 512 * kMi) << run.lines[5];
   // Each share's page counts its own GPU only (device 0 of each limits page).
-  EXPECT_EQ(a.used(), kGi);
-  EXPECT_EQ(b.used(), 512 * kMi);
+  EXPECT_EQ(a.used(), kGi + kContext);
+  EXPECT_EQ(b.used(), 512 * kMi + kContext);
 }
 
 TEST_F(SharesTest, SharesUnderTheShareRootAreEnforcedWithAClearedEnvironment) {
@@ -192,7 +199,7 @@ TEST_F(SharesTest, SharesUnderTheShareRootAreEnforcedWithAClearedEnvironment) {
                           {"init", "total"});
   ASSERT_EQ(run.lines.size(), 2u) << run.err;
   EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi + 512 * kMi));
-  EXPECT_NE(run.err.find("limits in the environment are ignored"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("TESSERA_MEMORY_LIMIT='8Gi' is ignored"), std::string::npos) << run.err;
 }
 
 TEST_F(SharesTest, AFolderWhoseLimitsAreNotOnAReadOnlyMountIsIgnored) {
@@ -235,6 +242,7 @@ TEST_F(SharesTest, TwoMpsSharesAreRefusedAndOneBesideAQuotaShareIsFine) {
   ShareDir a({{sim_uuid(0), kGi}});
   ShareDir b({{sim_uuid(0), 512 * kMi}});
   ShareDir quota({{sim_uuid(0), 256 * kMi}});
+  a.set_limit(0, kGi + kContext);  // room for the context
   a.mark_mps();
   b.mark_mps();
   ProbeRun run =
@@ -244,12 +252,10 @@ TEST_F(SharesTest, TwoMpsSharesAreRefusedAndOneBesideAQuotaShareIsFine) {
   EXPECT_NE(run.lines.at(1).find("alloc mem CUDA_ERROR"), std::string::npos) << run.lines.at(1);
   EXPECT_NE(run.err.find("given 2 MPS shares"), std::string::npos) << run.err;
 
-  run = run_probe(
-      {{"TESSERA_SHARE_DIR", a.path() + ":" + quota.path()}, {"TESSERA_CONTEXT_OVERHEAD", "0"}},
-      {"init", "total"});
+  run = run_probe({{"TESSERA_SHARE_DIR", a.path() + ":" + quota.path()}}, {"init", "total"});
   ASSERT_EQ(run.lines.size(), 2u) << run.err;
   EXPECT_EQ(run.lines[0], "init CUDA_SUCCESS");
-  EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi + 256 * kMi));
+  EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi + kContext + 256 * kMi));
 }
 
 TEST_F(SharesTest, EachShareWithAComputeSettingRunsItsOwnMeter) {
@@ -278,6 +284,78 @@ TEST_F(SharesTest, EachShareWithAComputeSettingRunsItsOwnMeter) {
   EXPECT_NE(err.find("compute meter of share " + a.path() + " started"), std::string::npos) << err;
   EXPECT_NE(err.find("compute meter of share " + b.path() + " started"), std::string::npos) << err;
   EXPECT_EQ(err.find("compute meter of share " + none.path()), std::string::npos) << err;
+}
+
+// Inside a share the environment's limits are ignored, one line each naming the variable and its
+// value, even those that would fail closed without a share: the limits page alone decides.
+TEST_F(SharesTest, InsideAShareEnvironmentLimitsAreIgnoredWithOneLineEach) {
+  ShareDir a({{sim_uuid(0), kGi + kContext}});
+  ProbeRun run = run_probe({{"TESSERA_SHARE_DIR", a.path()},
+                            {"TESSERA_MEMORY_LIMIT", ""},
+                            {"CUDA_DEVICE_MEMORY_LIMIT_00", "1Gi"}},
+                           {"init", "total"});
+  ASSERT_EQ(run.lines.size(), 2u) << run.err;
+  EXPECT_EQ(run.lines[0], "init CUDA_SUCCESS");
+  EXPECT_EQ(run.lines[1], "total CUDA_SUCCESS " + std::to_string(kGi + kContext));
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 2) << run.err;
+  EXPECT_NE(run.err.find("TESSERA_MEMORY_LIMIT='' is ignored"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("CUDA_DEVICE_MEMORY_LIMIT_00='1Gi' is ignored"), std::string::npos)
+      << run.err;
+}
+
+void touch(const std::string& path) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+  if (fd >= 0) close(fd);
+}
+
+// Inside a share the context costs what the agent measured (the limits page), never
+// TESSERA_CONTEXT_OVERHEAD; when the figure changes, the live context is charged the difference at
+// the next reservation; a rise that no longer fits makes new allocations fail.
+TEST_F(SharesTest, TheContextChargeIsTheMeasuredCostAndFollowsIt) {
+  ShareDir a({{sim_uuid(0), 2 * kGi}});
+  a.set_context_overhead(0, 520 * kMi);
+  const std::string go = a.path() + "/go";
+  Probe probe(
+      {{"TESSERA_SHARE_DIR", a.path()}, {"TESSERA_CONTEXT_OVERHEAD", "1Mi"}},
+      {"init", "ready", "waitfile:" + go + "1", "alloc:mem:64Mi", "ready", "waitfile:" + go + "2",
+       "alloc:mem:64Mi", "ready", "waitfile:" + go + "3", "alloc:mem:64Mi", "info", "ready",
+       "waitfile:" + go + "4", "release", "ready", "hold"});
+  EXPECT_EQ(probe.read_line(), "init CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "ready");
+  EXPECT_EQ(a.used(), 520 * kMi);
+  EXPECT_EQ(a.contexts_word(), share::pack_contexts(0, 1, 520 * kMi)) << "told to the agent";
+
+  a.set_context_overhead(0, 600 * kMi);  // a rise: charged at the next reservation
+  touch(go + "1");
+  EXPECT_EQ(probe.read_line(), "alloc mem CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "ready");
+  EXPECT_EQ(a.used(), 600 * kMi + 64 * kMi);
+  EXPECT_EQ(a.contexts_word(), share::pack_contexts(0, 1, 600 * kMi));
+
+  a.set_context_overhead(0, 0);  // not measured: the built-in default
+  touch(go + "2");
+  EXPECT_EQ(probe.read_line(), "alloc mem CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "ready");
+  EXPECT_EQ(a.used(), kContext + 128 * kMi);
+
+  a.set_context_overhead(0, 2 * kGi);  // a rise beyond the limit: charged, and nothing more fits
+  touch(go + "3");
+  EXPECT_EQ(probe.read_line(), "alloc mem CUDA_ERROR_OUT_OF_MEMORY");
+  const std::string info = probe.read_line().value_or("");
+  EXPECT_EQ(field(info, 2), 0u) << "free: none (never negative) " << info;
+  EXPECT_EQ(probe.read_line(), "ready");
+  EXPECT_EQ(a.used(), 2 * kGi + 128 * kMi);
+
+  touch(go + "4");  // the context goes: its charge (at what it is now) and its memory come back
+  EXPECT_EQ(probe.read_line(), "release CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "ready");
+  EXPECT_EQ(a.used(), 0u);
+  EXPECT_EQ(a.contexts_word(), 0u);
+  probe.kill_now();
+  probe.wait_exit();
+  const std::string err = probe.stderr_text();
+  EXPECT_NE(err.find("TESSERA_CONTEXT_OVERHEAD='1Mi' is ignored"), std::string::npos) << err;
+  for (int i = 1; i <= 4; ++i) unlink((go + std::to_string(i)).c_str());
 }
 
 TEST_F(SharesTest, ABrokenShareBlocksTheProcessAndSaysWhich) {

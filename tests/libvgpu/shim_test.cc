@@ -417,6 +417,45 @@ TEST_F(ShimTest, InvalidLimitRefusesTheDeviceAndSaysWhy) {
   EXPECT_NE(run.err.find("/nonexistent/share/limits"), std::string::npos) << run.err;
 }
 
+// Inputs that used to fail open (the whole GPU, or a device left unlimited without a word): each
+// is now one stderr line naming the variable and its value, and every device it may concern is
+// limited to 0 bytes (so the context cannot even be charged).
+TEST_F(ShimTest, EmptyUnreadableOrUnmatchedLimitsFailClosedWithOneLine) {
+  const std::string unknown = "GPU-5e1a0000-7e55-4e2a-9000-0000000000ff";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"TESSERA_MEMORY_LIMIT", ""},           {"TESSERA_MEMORY_LIMIT", unknown + "=4Gi"},
+      {"TESSERA_MEMORY_LIMIT", "1=4Gi"},  // one GPU: ordinal 1 is nothing this process sees
+      {"TESSERA_MEMORY_LIMIT", "8Gx"},        {"TESSERA_MEMORY_LIMIT", "-1"},
+      {"CUDA_DEVICE_MEMORY_LIMIT", "abc"},    {"CUDA_DEVICE_MEMORY_LIMIT_00", "1Gi"},
+      {"CUDA_DEVICE_MEMORY_LIMIT_16", "1Gi"}, {"CUDA_DEVICE_MEMORY_LIMIT_3", "1Gi"},
+  };
+  for (const auto& [name, value] : cases) {
+    ProbeRun run = run_probe({{name, value}}, {"init", "alloc:mem:1"});
+    ASSERT_EQ(run.status, 0) << name << "=" << value << ": " << run.err;
+    EXPECT_EQ(run.lines.at(0), "init CUDA_ERROR_OUT_OF_MEMORY") << name << "=" << value;
+    EXPECT_NE(run.lines.at(1), "alloc mem CUDA_SUCCESS") << name << "=" << value;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+    EXPECT_NE(run.err.find(name + "='" + value + "'"), std::string::npos) << run.err;
+    EXPECT_NE(run.err.find("limited to 0 bytes"), std::string::npos) << run.err;
+  }
+  // A value that would forge a second line is escaped into the one line.
+  ProbeRun run = run_probe({{"TESSERA_MEMORY_LIMIT", "8Gi\ntessera: info: limit 80Gi"}}, {"init"});
+  EXPECT_EQ(run.lines.at(0), "init CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_NE(run.err.find("TESSERA_MEMORY_LIMIT='8Gi\\ntessera: info: limit 80Gi'"),
+            std::string::npos)
+      << run.err;
+}
+
+// Without a share TESSERA_CONTEXT_OVERHEAD still sets the charge per context.
+TEST_F(ShimTest, WithoutAShareTheContextOverheadComesFromTheEnvironment) {
+  ProbeRun run = run_probe({{"TESSERA_MEMORY_LIMIT", "1Gi"}, {"TESSERA_CONTEXT_OVERHEAD", "100Mi"}},
+                           {"init", "info"});
+  ASSERT_EQ(run.lines.size(), 2u) << run.err;
+  EXPECT_EQ(std::stoull(words(run.lines[1]).at(2)), kGi - 100 * kMi);
+  EXPECT_EQ(run.err, "");
+}
+
 TEST_F(ShimTest, UnknownPointersGoToTheDriverUnchanged) {
   ProbeRun with = run_probe({{"TESSERA_MEMORY_LIMIT", "8Gi"}}, {"init", "freebad"});
   ProbeRun without = run_probe({}, {"init", "freebad"}, /*with_shim=*/false);

@@ -101,7 +101,10 @@ struct ProcessSlot {
   std::atomic<uint64_t> generation;  // bumped on every claim, so readers can see reuse
   std::atomic<uint64_t> start_time;  // /proc/<pid>/stat field 22 (clock ticks since boot)
   std::atomic<uint32_t> pid;         // the pid in the owner's namespace, for readers
-  uint32_t reserved0;
+  // The CUDA contexts this process is charged for in the share, for the agent's measurement of
+  // the context cost (pack_contexts below). Was reserved (always 0) before, so no version bump: a
+  // shim that does not say leaves 0, "no contexts", and the agent does not measure it.
+  std::atomic<uint32_t> contexts;
   std::atomic<uint64_t> bytes[kMaxDevices];  // reserved by this process, per limits-page device
   std::atomic<uint64_t> launches;            // kernel and graph launches (published by the process)
   std::atomic<uint64_t> throttled_ns;  // wall time its launching threads waited at a closed gate
@@ -111,11 +114,40 @@ struct ProcessSlot {
   std::atomic<uint64_t> allocations_denied;
 };
 static_assert(sizeof(ProcessSlot) == 192);
+static_assert(offsetof(ProcessSlot, contexts) == 28);
 static_assert(offsetof(ProcessSlot, bytes) == 32);
 static_assert(offsetof(ProcessSlot, launches) == 160);
 static_assert(offsetof(ProcessSlot, throttled_ns) == 168);
 static_assert(offsetof(ProcessSlot, gpu_busy_ns) == 176);
 static_assert(offsetof(ProcessSlot, allocations_denied) == 184);
+
+// ProcessSlot::contexts: bits 0-3 the limits-page device of the process's contexts, bits 4-7 how
+// many (0 = none; kContextsUnmeasurable = on several devices of the share, 15 or more, or a charge
+// that is no whole MiB), bits 8-31 what the slot charges per context, in MiB. The slot's bytes on
+// that device are then count x charge for the contexts plus what the process allocated.
+inline constexpr uint32_t kContextsUnmeasurable = 15;
+inline constexpr uint64_t kContextChargeUnit = 1ull << 20;
+inline constexpr uint32_t pack_contexts(uint32_t device, uint32_t count, uint64_t charge_bytes) {
+  if (count == 0) return 0;
+  if (device >= kMaxDevices || count >= kContextsUnmeasurable ||
+      charge_bytes % kContextChargeUnit != 0 || charge_bytes / kContextChargeUnit > 0xffffff)
+    return kContextsUnmeasurable << 4;
+  return static_cast<uint32_t>(charge_bytes / kContextChargeUnit) << 8 | count << 4 | device;
+}
+inline constexpr uint32_t contexts_device(uint32_t word) {
+  return word & 0xf;
+}
+inline constexpr uint32_t contexts_count(uint32_t word) {
+  return (word >> 4) & 0xf;
+}
+inline constexpr uint64_t contexts_charge(uint32_t word) {
+  return static_cast<uint64_t>(word >> 8) * kContextChargeUnit;
+}
+static_assert(contexts_count(pack_contexts(3, 2, 520 * kContextChargeUnit)) == 2);
+static_assert(contexts_device(pack_contexts(3, 2, 520 * kContextChargeUnit)) == 3);
+static_assert(contexts_charge(pack_contexts(3, 2, 520 * kContextChargeUnit)) ==
+              520 * kContextChargeUnit);
+static_assert(contexts_count(pack_contexts(0, 1, 1000)) == kContextsUnmeasurable);
 
 // Compute state of the share (docs/compute.md). Written by the share's meter (one leader process,
 // elected by CAS on meter_owner and kept by meter_heartbeat_ns) and read by every launch.

@@ -23,6 +23,7 @@
 #include "clock/clock.h"
 #include "clock/periodic_loop.h"
 #include "tessera/status.h"
+#include "usage/context_overhead.h"
 #include "usage/share_processes.h"
 
 namespace tessera::agent {
@@ -107,6 +108,7 @@ class GpuTimeMeter {
   Clock::time_point next_rescan_{};
   std::string rescan_problems_;  // what the last rescan found wrong
   GpuTimeMeterStats stats_;
+  ContextOverheadMeter context_costs_;  // measured per pass (at its own period) for every share
 
   std::string last_loop_problem_;       // the loop's thread only: one log line per change
   std::unique_ptr<PeriodicLoop> loop_;  // last: its passes use everything above
