@@ -9,10 +9,10 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
-#include <iostream>
 #include <set>
 #include <utility>
 
+#include "tessera/log.h"
 #include "tessera/nvml_abi.h"
 #include "tessera/nvml_library.h"
 #include "tessera/share_region.h"
@@ -23,10 +23,6 @@ namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr unsigned kInitialProcesses = 64;  // grown on NVML_ERROR_INSUFFICIENT_SIZE
-
-void log(const std::string& message) {
-  std::cerr << ("tessera-node-agent: context cost: " + message + "\n");
-}
 
 uint64_t round_up_mib(uint64_t bytes) {
   return (bytes + kMiB - 1) / kMiB * kMiB;
@@ -304,9 +300,11 @@ std::string ContextOverheadMeter::measure() {
       field.store(figure, std::memory_order_release);
       ++stats_.publications;
       if (before == 0 || figure > before + (before >> 3) || figure + (before >> 3) < before) {
-        log(view.dir + " device " + std::to_string(d) + " (" + uuid +
-            "): " + std::to_string(figure >> 20) + " MiB per context (was " +
-            std::to_string(before >> 20) + " MiB)");
+        log::info("measured context cost", {{"share", view.dir},
+                                            {"device", d},
+                                            {"uuid", uuid},
+                                            {"mib_per_context", figure >> 20},
+                                            {"was_mib", before >> 20}});
       }
     }
   }
