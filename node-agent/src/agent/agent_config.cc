@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "metrics/metrics_server.h"
+#include "model/vgpu_config.h"
 
 namespace tessera::agent {
 
@@ -124,6 +125,33 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
                  "Seconds between GPU inventory checks (ResourceSlices are republished on change)")
       ->envname("DEVICE_POLL_INTERVAL")
       ->check(CLI::Range(1u, 3600u))
+      ->capture_default_str();
+  app.add_option("--check-interval", config.check_interval_s,
+                 "Seconds between out-of-band checks of the shares' processes (0: off)")
+      ->envname("CHECK_INTERVAL")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--memory-grace", config.memory_grace_s,
+                 "Seconds a share may be over its memory limit (as NVML sees it) before a finding")
+      ->envname("MEMORY_GRACE")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--cores-grace", config.cores_grace_s,
+                 "Seconds a share may be over its cores burst before a finding")
+      ->envname("CORES_GRACE")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--enforcement-default", config.enforcement_default,
+                 "What a finding in a share without its own VgpuConfig enforcement does: report, "
+                 "or kill (SIGKILL of the offending process)")
+      ->envname("ENFORCEMENT_DEFAULT")
+      ->check(CLI::Validator(
+          [](const std::string& value) {
+            return decode_enforcement_policy(nlohmann::json(value), "--enforcement-default")
+                .status()
+                .message();
+          },
+          "report|kill", "enforcement policy"))
       ->capture_default_str();
   app.add_option(
          "--metrics-address", config.metrics_address,
