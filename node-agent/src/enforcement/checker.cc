@@ -536,9 +536,10 @@ std::vector<Finding> OutOfBandChecker::pass() {
       bool clear = false;
       if (slot.owner == 0) {
         // A free slot counts in the share's sum (every slot below the mark does): bytes there
-        // block the share. A claiming shim zeroes them itself, after raising the mark.
-        clear = slot.index < folder.page.high_water;
-        if (clear) ++stale;
+        // block the share. No shim leaves them (it zeroes a slot's bytes before freeing it, and
+        // claims a slot by its owner word first), so they are a tenant's.
+        clear = true;
+        ++stale;
       } else {
         // The GPU's processes were looked up already; the host's are scanned only for others.
         auto known = gpu_owners.find(owner);
