@@ -419,7 +419,11 @@ std::vector<Finding> OutOfBandChecker::pass() {
       const uint64_t difference =
           m.used > m.slot.bytes ? m.used - m.slot.bytes : m.slot.bytes - m.used;
       if (difference <= options_.memory_margin || !m.slot.first || d < 0) continue;
-      if (due({FindingKind::kUsageDisagrees, share.name, m.pid}, now, Clock::duration::zero()))
+      // Repaired below, so seeing it again is a new lie (one episode per sighting); unrepaired
+      // (report only), one per episode.
+      const EpisodeKey lie{FindingKind::kUsageDisagrees, share.name, m.pid};
+      if (options_.repair) episodes_.erase(lie);
+      if (due(lie, now, Clock::duration::zero()))
         findings.push_back(
             finding(FindingKind::kUsageDisagrees, share, m.pid, m.start_time,
                     "its slot says " + mib(m.slot.bytes) + ", NVML says " + mib(m.used) +
@@ -458,11 +462,17 @@ std::vector<Finding> OutOfBandChecker::pass() {
                                          mib(*share.memory_limit) + "; this process holds " +
                                          mib(m.used) + ", its slot says " + mib(m.slot.bytes)));
         }
-        if (!any)
-          findings.push_back(finding(FindingKind::kOverMemoryLimit, share, 0, 0,
-                                     "the share holds " + mib(total) + " (NVML) of its " +
-                                         mib(*share.memory_limit) +
-                                         "; no process holds more than its slot says"));
+        // Nobody's slot lies, yet the share is over: the page was got round another way (its
+        // high-water mark reset, slots hidden from the sum). The share's biggest holder is the
+        // offender: whoever it is, it is this share's process.
+        const auto biggest =
+            std::max_element(members.begin(), members.end(),
+                             [](const Member& a, const Member& b) { return a.used < b.used; });
+        if (!any && biggest != members.end())
+          findings.push_back(finding(
+              FindingKind::kOverMemoryLimit, share, biggest->pid, biggest->start_time,
+              "the share holds " + mib(total) + " (NVML) of its " + mib(*share.memory_limit) +
+                  "; no slot lies, this process holds the most (" + mib(biggest->used) + ")"));
       }
     }
 
@@ -579,8 +589,9 @@ std::vector<Finding> OutOfBandChecker::pass() {
         (below_mark || folder.page.high_water > share::kMaxSlots || !repair.clears.empty() ||
          repair.extend || repair.rewrite_header))
       repair.high_water = sound_high;
-    if (!corrupt.empty() &&
-        due({FindingKind::kCorruptUsagePage, share.name, 0}, now, Clock::duration::zero()))
+    const EpisodeKey scribbled{FindingKind::kCorruptUsagePage, share.name, 0};
+    if (options_.repair) episodes_.erase(scribbled);  // as for a lie: each sighting is new
+    if (!corrupt.empty() && due(scribbled, now, Clock::duration::zero()))
       findings.push_back(finding(FindingKind::kCorruptUsagePage, share, 0, 0,
                                  corrupt + (options_.repair ? ": repaired" : "")));
   }

@@ -219,7 +219,10 @@ TEST(OutOfBandChecker, GracesDelayMemoryAndCoresFindings) {
   node.checker->check_once();
   const auto over = node.of(FindingKind::kOverMemoryLimit);
   ASSERT_EQ(over.size(), 1u);
-  EXPECT_EQ(over[0].host_pid, 0);  // nobody lies: the share as a whole, nothing to kill
+  EXPECT_EQ(over[0].host_pid, 100);  // nobody lies: the share's biggest holder
+  EXPECT_NE(over[0].detail.find("no slot lies, this process holds the most (5120 MiB)"),
+            std::string::npos)
+      << over[0].detail;
   EXPECT_TRUE(node.of(FindingKind::kOverCoresBurst).empty());
   node.clock.advance(std::chrono::seconds(3));
   node.checker->check_once();
