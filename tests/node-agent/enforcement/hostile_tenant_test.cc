@@ -155,12 +155,27 @@ struct Tenant {
   }
 };
 
+// One simulated GPU for the whole test program: the simulated NVML reads its state file's name
+// once per process, so tests run one after another in one process share it (each with its own
+// share; a tenant's memory is free again once it is killed).
+const std::string& simulator_state() {
+  static const std::string path = [] {
+    const std::string name =
+        (fs::temp_directory_path() / ("hostile-simgpu-" + std::to_string(getpid()) + ".state"))
+            .string();
+    fs::remove(name);
+    std::atexit([] { fs::remove(simulator_state()); });
+    return name;
+  }();
+  return path;
+}
+
 class HostileTenant : public ::testing::Test {
  protected:
   void prepare(const std::string& policy) {
     base_ = testing::fresh_folder(
         "hostile-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    state_ = (base_ / "simgpu.state").string();
+    state_ = simulator_state();
     setenv("SIMGPU_STATE", state_.c_str(), 1);
     setenv("SIMGPU_DEVICES", kDevices, 1);
     Result<std::vector<GpuInfo>> gpus = list_gpus();
