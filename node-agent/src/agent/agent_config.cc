@@ -4,6 +4,7 @@
 
 #include "metrics/metrics_server.h"
 #include "tessera/log.h"
+#include "model/vgpu_config.h"
 
 namespace tessera::agent {
 
@@ -135,6 +136,33 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
           "text|json", "log format"))
       ->capture_default_str();
   app.add_flag("-v,--verbose", config.verbosity, "More detail in the log: -v debug, -vv trace");
+  app.add_option("--check-interval", config.check_interval_s,
+                 "Seconds between out-of-band checks of the shares' processes (0: off)")
+      ->envname("CHECK_INTERVAL")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--memory-grace", config.memory_grace_s,
+                 "Seconds a share may be over its memory limit (as NVML sees it) before a finding")
+      ->envname("MEMORY_GRACE")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--cores-grace", config.cores_grace_s,
+                 "Seconds a share may be over its cores burst before a finding")
+      ->envname("CORES_GRACE")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--enforcement-default", config.enforcement_default,
+                 "What a finding in a share without its own VgpuConfig enforcement does: report, "
+                 "or kill (SIGKILL of the offending process)")
+      ->envname("ENFORCEMENT_DEFAULT")
+      ->check(CLI::Validator(
+          [](const std::string& value) {
+            return decode_enforcement_policy(nlohmann::json(value), "--enforcement-default")
+                .status()
+                .message();
+          },
+          "report|kill", "enforcement policy"))
+      ->capture_default_str();
   app.add_option(
          "--metrics-address", config.metrics_address,
          "host:port (or :port) of the Prometheus /metrics and /healthz endpoint; empty: none")

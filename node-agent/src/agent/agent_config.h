@@ -32,6 +32,14 @@ struct AgentConfig {
   unsigned reconcile_interval_s = 60;     // --reconcile-interval / RECONCILE_INTERVAL; 0 = at start
   unsigned device_poll_interval_s = 30;   // --device-poll-interval / DEVICE_POLL_INTERVAL
   std::string metrics_address = ":9464";  // --metrics-address / METRICS_ADDRESS; empty: none
+  // The out-of-band checks (enforcement/checker.h): seconds between passes (--check-interval /
+  // CHECK_INTERVAL, 0: off), how long a share may be over its memory limit (--memory-grace) or
+  // its cores burst (--cores-grace) before it is a finding, and what a share without its own
+  // VgpuConfig `enforcement` gets (--enforcement-default: report or kill).
+  double check_interval_s = 1;
+  double memory_grace_s = 0;
+  double cores_grace_s = 5;
+  std::string enforcement_default = "report";
   // --pod-uid / POD_UID: the agent pod's metadata.uid (downward API). Given, the kubelet sockets
   // carry it and a second agent (the new pod of a rolling update) may run beside this one on the
   // state folder; empty: the fixed socket names, one agent per state folder.

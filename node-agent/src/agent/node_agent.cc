@@ -13,6 +13,8 @@
 #include "backends/time_slice_backend.h"
 #include "devices/device_monitor.h"
 #include "devices/resource_slices.h"
+#include "enforcement/checker.h"
+#include "enforcement/enforcement_handler.h"
 #include "kube/http_kube_client.h"
 #include "metrics/collector.h"
 #include "metrics/gpu_stats.h"
@@ -176,6 +178,8 @@ Status NodeAgent::start() {
     log::error("GPU-time meter not running, so compute limits (cores) are not enforced",
                {{"error", metering_started.message()}});
 
+  TESSERA_RETURN_IF_ERROR(start_enforcement());
+
   if (config_.reconcile_interval_s > 0) {
     auto loop = PeriodicLoop::start(clock_, std::chrono::seconds(config_.reconcile_interval_s),
                                     [this] { reconcile_pass(); });
@@ -209,6 +213,7 @@ std::string NodeAgent::scrape_metrics() const {
   sources.gpu_stats = gpu_stats_.get();
   sources.requests = &requests_;
   sources.version = TESSERA_VERSION;
+  sources.findings = findings_ ? &findings_->counters() : nullptr;
   return collect_metrics(sources);
 }
 
@@ -268,6 +273,45 @@ Status NodeAgent::publish(const std::vector<GpuInfo>& gpus) {
   return Status::ok();
 }
 
+Status NodeAgent::start_enforcement() {
+  Result<EnforcementPolicy> fallback = decode_enforcement_policy(
+      nlohmann::json(config_.enforcement_default), "--enforcement-default");
+  if (!fallback.is_ok()) return fallback.status();
+  EnforcementHandlerOptions handling;
+  handling.default_policy = *fallback;
+  handling.share_policy = [this](const std::string& name) -> std::optional<EnforcementPolicy> {
+    for (const auto& [uid, entry] : shares_->checkpoint())
+      for (const ShareSpec& share : entry.shares)
+        if (share.name() == name) return share.config.enforcement;
+    return std::nullopt;
+  };
+  handling.belongs = [this](int pid, uint64_t start_time, const std::string& share) {
+    return checker_ && checker_->belongs(pid, start_time, share);
+  };
+  findings_ = std::make_unique<EnforcementHandler>(handling);
+  if (config_.check_interval_s <= 0) return Status::ok();
+  Result<std::unique_ptr<GpuProcessSource>> source = nvml_process_source();
+  if (!source.is_ok()) {
+    std::cerr << "tessera-node-agent: out-of-band checks not running (memory limits hold only "
+                 "for processes that load the shim): "
+              << source.status().message() << '\n';
+    return Status::ok();
+  }
+  gpu_processes_ = std::move(source).value();
+  CheckerOptions checking;
+  auto millis = [](double seconds) {
+    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  };
+  checking.interval = millis(config_.check_interval_s);
+  checking.memory_grace = millis(config_.memory_grace_s);
+  checking.cores_grace = millis(config_.cores_grace_s);
+  const std::string shares_dir = config_.state_dir + "/shares";
+  checker_ = std::make_unique<OutOfBandChecker>(
+      checking, [this, shares_dir] { return checked_shares(shares_->checkpoint(), shares_dir); },
+      *gpu_processes_, *findings_, clock_);
+  return checker_->start();
+}
+
 void NodeAgent::reconcile_pass() {
   log_report("periodic", shares_->reconcile());
   // The API side too: a slice deleted or edited by someone else is put back (no writes when the
@@ -298,6 +342,7 @@ void NodeAgent::stop() {
   }
   if (metrics_) metrics_->stop();  // no scrape runs past here
   reconciler_.reset();             // joins: no pass runs past here
+  if (checker_) checker_->stop();
   if (meter_) meter_->stop();
   if (monitor_) monitor_->stop();
 }

@@ -25,6 +25,9 @@
 namespace tessera::agent {
 
 class DeviceMonitor;
+class EnforcementHandler;
+class GpuProcessSource;
+class OutOfBandChecker;
 class GpuTimeMeter;
 class HttpKubeClient;
 class InstrumentedPreparer;
@@ -65,6 +68,11 @@ class NodeAgent {
   ClaimPreparer& preparer();
   const DeviceHealthProvider& health() const { return health_; }
   ShareManager& shares() { return *shares_; }
+  // The policy every finding goes through (log, count, kill): the out-of-band checker's, and the
+  // one to hand to the process watcher. Valid after start().
+  EnforcementHandler& findings() { return *findings_; }
+  // The out-of-band checks (null when --check-interval is 0 or NVML is missing).
+  OutOfBandChecker* checker() { return checker_.get(); }
 
   // Reconcile passes completed since start() (0 without the loop), and a bounded wait for a count
   // of them: tests advance their clock by the interval and wait for the pass.
@@ -88,6 +96,9 @@ class NodeAgent {
   Status on_devices(const std::vector<GpuInfo>& gpus);
   Status publish(const std::vector<GpuInfo>& gpus);
   void reconcile_pass();
+  // The finding policy, and the out-of-band checks unless --check-interval is 0 (without NVML
+  // they are off, and said so).
+  Status start_enforcement();
 
   AgentConfig config_;
   Clock& clock_;
@@ -101,7 +112,10 @@ class NodeAgent {
   DeviceHealthBoard health_;
   std::unique_ptr<DeviceMonitor> monitor_;
   std::unique_ptr<GpuTimeMeter> meter_;
-  std::unique_ptr<PeriodicLoop> reconciler_;  // after what its passes use
+  std::unique_ptr<EnforcementHandler> findings_;
+  std::unique_ptr<GpuProcessSource> gpu_processes_;
+  std::unique_ptr<OutOfBandChecker> checker_;  // after what its passes use
+  std::unique_ptr<PeriodicLoop> reconciler_;   // after what its passes use
 
   RequestMetrics requests_;
   std::unique_ptr<InstrumentedPreparer> preparer_;  // counts into requests_

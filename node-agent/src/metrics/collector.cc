@@ -36,8 +36,11 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
                               read.is_ok() ? std::optional(std::move(read).value()) : std::nullopt)
                      .first;
       }
-      // The pod is not in the checkpoint (kubelet names no pod at prepare): empty for now.
-      const std::string labels[] = {entry.namespace_name, entry.name,       share.name(), "",
+      // The pod the claim was reserved for at prepare (status.reservedFor, in the checkpoint);
+      // several (a shared claim): comma-separated; none known (an old checkpoint): empty.
+      std::string pod;
+      for (const PodRef& reserved : entry.pods) pod += (pod.empty() ? "" : ",") + reserved.name;
+      const std::string labels[] = {entry.namespace_name, entry.name,       share.name(), pod,
                                     share.uuid,           sources.node_name};
       const share::DeviceLimit limit = share_limits(share);
       double memory_limit = static_cast<double>(limit.memory_limit);
@@ -104,6 +107,12 @@ std::string collect_metrics(const MetricsSources& sources) {
   if (sources.requests) sources.requests->write(out);
   const std::string version[] = {sources.version};
   out.add(MetricId::kBuildInfo, version, uint64_t{1});
+  // Every kind from the start, 0 until its first finding (a rate() then sees the first one).
+  for (const FindingKind kind : kAllFindingKinds) {
+    const std::string labels[] = {std::string(finding_kind_name(kind)), sources.node_name};
+    out.add(MetricId::kFindingsTotal, labels,
+            sources.findings ? sources.findings->count(kind) : uint64_t{0});
+  }
   return out.text();
 }
 

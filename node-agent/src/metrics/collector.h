@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "devices/device_health.h"
+#include "enforcement/enforcement_handler.h"
 #include "metrics/gpu_stats.h"
 #include "metrics/request_metrics.h"
 #include "model/node_device.h"
@@ -26,6 +27,7 @@ struct MetricsSources {
   NvmlGpuStats* gpu_stats = nullptr;                 // null: no NVML figures
   const RequestMetrics* requests = nullptr;          // null: no request figures
   std::string version;                               // tessera_build_info's label
+  const FindingCounters* findings = nullptr;         // null: every kind 0
 };
 
 // The exposition text of one scrape.

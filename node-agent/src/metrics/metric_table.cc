@@ -12,6 +12,7 @@ std::span<const std::string_view> label_names(LabelSet labels) {
   static constexpr std::string_view kGpuLabels[] = {"uuid", "device", "node"};
   static constexpr std::string_view kResultLabels[] = {"result"};
   static constexpr std::string_view kBuildLabels[] = {"version"};
+  static constexpr std::string_view kFindingLabels[] = {"kind", "node"};
   switch (labels) {
     case LabelSet::kNone:
       return {};
@@ -23,6 +24,8 @@ std::span<const std::string_view> label_names(LabelSet labels) {
       return kResultLabels;
     case LabelSet::kBuild:
       return kBuildLabels;
+    case LabelSet::kFinding:
+      return kFindingLabels;
   }
   return {};
 }

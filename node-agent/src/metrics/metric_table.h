@@ -17,10 +17,11 @@ enum class MetricType { kCounter, kGauge, kHistogram };
 // Which labels a metric's series carry, in this order.
 enum class LabelSet {
   kNone,
-  kShare,   // namespace, claim, share, pod, uuid, node
-  kGpu,     // uuid, device, node
-  kResult,  // result: "ok" or "error"
-  kBuild,   // version
+  kShare,    // namespace, claim, share, pod, uuid, node
+  kGpu,      // uuid, device, node
+  kResult,   // result: "ok" or "error"
+  kBuild,    // version
+  kFinding,  // kind (model/finding.h finding_kind_name), node
 };
 
 // The order of kMetricTable below (checked at compile time).
@@ -44,6 +45,7 @@ enum class MetricId : size_t {
   kUnprepareRequestsTotal,
   kUnprepareDurationSeconds,
   kBuildInfo,
+  kFindingsTotal,
   kCount,
 };
 inline constexpr size_t kMetricCount = static_cast<size_t>(MetricId::kCount);
@@ -107,6 +109,10 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
      MetricType::kHistogram, LabelSet::kNone, "Time to unprepare one claim"},
     {MetricId::kBuildInfo, "tessera_build_info", MetricType::kGauge, LabelSet::kBuild,
      "Always 1; the version label names the agent's build"},
+    {MetricId::kFindingsTotal, "tessera_findings_total", MetricType::kCounter, LabelSet::kFinding,
+     "Findings of the out-of-band checks (and the process watcher) since the agent started, by "
+     "kind: a share over its memory limit or cores burst, an unshimmed process, a corrupt or "
+     "lying usage page"},
 }};
 
 constexpr bool table_in_id_order() {

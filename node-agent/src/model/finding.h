@@ -54,7 +54,10 @@ constexpr std::optional<EnforcementPolicy> parse_enforcement_policy(std::string_
 
 struct Finding {
   FindingKind kind = FindingKind::kOverMemoryLimit;
-  int host_pid = 0;   // the offending process on the host; 0 = the share as a whole
+  int host_pid = 0;  // the offending process on the host; 0 = the share as a whole
+  // /proc/<host_pid>/stat field 22 when the finding was made (0 = unknown): a kill is sent only
+  // to a process with this start time, never to a later process that reused the pid.
+  uint64_t host_pid_start_time = 0;
   std::string share;  // share folder name (ShareSpec id)
   std::string claim_namespace;
   std::string claim_name;

@@ -79,8 +79,8 @@ Status decode_enum_member(const json& object, const char* key, const std::string
 Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
   VgpuConfig out;
   TESSERA_RETURN_IF_ERROR(expect_object(parameters, "parameters"));
-  TESSERA_RETURN_IF_ERROR(
-      unknown_fields(parameters, "", {"apiVersion", "kind", "compute", "memory", "sharing"}));
+  TESSERA_RETURN_IF_ERROR(unknown_fields(
+      parameters, "", {"apiVersion", "kind", "compute", "memory", "sharing", "enforcement"}));
   const auto api = parameters.find("apiVersion");
   if (api == parameters.end()) return invalid_argument("apiVersion: required");
   if (!api->is_string() || api->get_ref<const std::string&>() != kConfigApiVersion)
@@ -120,7 +120,19 @@ Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
         return invalid_argument("sharing.timeSlice: only valid with sharing.strategy TimeSlicing");
     }
   }
+  if (const auto enforcement = parameters.find("enforcement"); enforcement != parameters.end()) {
+    Result<EnforcementPolicy> policy = decode_enforcement_policy(*enforcement);
+    if (!policy.is_ok()) return policy.status();
+    out.enforcement = *policy;
+  }
   return out;
+}
+
+Result<EnforcementPolicy> decode_enforcement_policy(const json& value, const std::string& path) {
+  if (value.is_string())
+    if (const auto policy = parse_enforcement_policy(value.get_ref<const std::string&>()))
+      return *policy;
+  return invalid_argument(path + ": invalid value " + value.dump() + " (one of report|kill)");
 }
 
 VgpuConfig merge_vgpu_config(const VgpuConfig& base, const VgpuConfig& later) {
@@ -129,6 +141,7 @@ VgpuConfig merge_vgpu_config(const VgpuConfig& base, const VgpuConfig& later) {
   if (later.priority) merged.priority = later.priority;
   if (later.strategy) merged.strategy = later.strategy;
   if (later.time_slice) merged.time_slice = later.time_slice;
+  if (later.enforcement) merged.enforcement = later.enforcement;
   return merged;
 }
 

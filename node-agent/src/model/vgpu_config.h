@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/driver_name.h"
+#include "model/finding.h"
 #include "tessera/status.h"
 
 namespace tessera::agent {
@@ -33,6 +34,9 @@ struct VgpuConfig {
   std::optional<Priority> priority;
   std::optional<SharingStrategy> strategy;
   std::optional<TimeSlice> time_slice;
+  // enforcement: what the agent's out-of-band checks do about a finding in this share (report,
+  // or kill the offending process); unset: the agent's --enforcement-default.
+  std::optional<EnforcementPolicy> enforcement;
 
   bool operator==(const VgpuConfig&) const = default;
 };
@@ -52,5 +56,11 @@ Status check_supported(const VgpuConfig& config);
 const char* to_string(Priority priority);
 const char* to_string(SharingStrategy strategy);
 const char* to_string(TimeSlice time_slice);
+
+// Decodes the value of `enforcement` ("report" or "kill"), or kInvalidArgument naming the field
+// and the value: `enforcement: invalid value "kil" (one of report|kill)`. The agent's
+// --enforcement-default is checked with it too.
+Result<EnforcementPolicy> decode_enforcement_policy(const nlohmann::json& value,
+                                                    const std::string& path = "enforcement");
 
 }  // namespace tessera::agent

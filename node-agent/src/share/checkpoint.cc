@@ -24,7 +24,11 @@ using nlohmann::json;
 // - per share: everything its folder name, CDI device and limits derive from (claim UID, pool,
 //   device, shareID, request names, UUID, minor, memory, cores, merged config), so unprepare and
 //   restart recovery never need the ResourceClaim, and a completed prepare can be answered again
-//   byte for byte.
+//   byte for byte;
+// - per claim, optional: the pods it was reserved for ("pods": [{name, uid}]) and per share the
+//   merged config's enforcement policy. Both are additions a version-1 reader without them skips
+//   (unknown keys are ignored) and a checkpoint without them reads as "none": old files stay
+//   readable both ways, so the version is unchanged.
 // A reader refuses any other version rather than guessing: bump it on any change of meaning.
 constexpr int kCheckpointVersion = 1;
 
@@ -39,6 +43,7 @@ json share_to_json(const ShareSpec& s) {
   if (s.config.strategy) j["strategy"] = static_cast<int>(*s.config.strategy);
   if (s.config.time_slice) j["timeSlice"] = static_cast<int>(*s.config.time_slice);
   if (!s.folder.empty()) j["folder"] = s.folder;
+  if (s.config.enforcement) j["enforcement"] = enforcement_policy_name(*s.config.enforcement);
   return j;
 }
 
@@ -60,6 +65,11 @@ ShareSpec share_from_json(const json& j) {
   if (j.contains("timeSlice"))
     s.config.time_slice = static_cast<TimeSlice>(j["timeSlice"].get<int>());
   if (j.contains("folder")) s.folder = j["folder"].get<std::string>();
+  if (j.contains("enforcement")) {
+    const auto policy = parse_enforcement_policy(j["enforcement"].get<std::string>());
+    if (!policy) throw std::runtime_error("unknown enforcement " + j["enforcement"].dump());
+    s.config.enforcement = *policy;
+  }
   if (!safe_name_component(s.claim_uid) || !safe_name_component(s.device) ||
       (!s.share_id.empty() && !safe_name_component(s.share_id)) ||
       (!s.folder.empty() && !safe_name_component(s.folder)))
@@ -79,6 +89,11 @@ std::string checkpoint_to_json(const Checkpoint& checkpoint) {
                    {"state", entry.state == ClaimState::kPrepareCompleted ? "PrepareCompleted"
                                                                           : "PrepareStarted"},
                    {"shares", shares}};
+    if (!entry.pods.empty()) {
+      json pods = json::array();
+      for (const auto& pod : entry.pods) pods.push_back({{"name", pod.name}, {"uid", pod.uid}});
+      claims[uid]["pods"] = pods;
+    }
   }
   return json{{"version", kCheckpointVersion}, {"claims", claims}}.dump(2) + "\n";
 }
@@ -103,6 +118,10 @@ Result<Checkpoint> checkpoint_from_json(const std::string& text) {
         return internal_error("checkpoint: claim " + uid + ": unknown state " + state);
       }
       for (const auto& share : value.at("shares")) entry.shares.push_back(share_from_json(share));
+      if (value.contains("pods"))
+        for (const auto& pod : value.at("pods"))
+          entry.pods.push_back(
+              {pod.at("name").get<std::string>(), pod.at("uid").get<std::string>()});
       out[uid] = std::move(entry);
     }
   } catch (const std::exception& e) {

@@ -21,6 +21,9 @@ struct ClaimEntry {
   std::string name;
   ClaimState state = ClaimState::kPrepareStarted;
   std::vector<ShareSpec> shares;
+  // The pods the claim was reserved for when it was prepared (status.reservedFor): the metrics'
+  // pod label and the out-of-band checks' cgroup mapping. Empty in checkpoints written before.
+  std::vector<PodRef> pods;
   bool operator==(const ClaimEntry&) const = default;
 };
 

@@ -483,7 +483,8 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
     // A PrepareStarted entry left by a crash: the allocation of a claim UID never changes, so the
     // same shares are recomputed and every write below is redone in place. The entry names the
     // claim's files before they exist; a removal of a stray file of the same name finishes first.
-    const ClaimEntry started{claim.namespace_name, claim.name, ClaimState::kPrepareStarted, shares};
+    const ClaimEntry started{claim.namespace_name, claim.name, ClaimState::kPrepareStarted, shares,
+                             reserved_pods(answer->body)};
     std::set<std::string> names;
     add_owned_names(claim.uid, started, names);
     uint64_t version = 0;

@@ -24,7 +24,11 @@ const char* const kEnvNames[] = {"NODE_NAME",
                                  "DRIVER_MODE",
                                  "TOOLKIT_SPEC_DIRS",
                                  "DRIVER_ROOT",
-                                 "POD_UID"};
+                                 "POD_UID",
+                                 "CHECK_INTERVAL",
+                                 "MEMORY_GRACE",
+                                 "CORES_GRACE",
+                                 "ENFORCEMENT_DEFAULT"};
 
 class AgentConfigTest : public ::testing::Test {
  protected:
@@ -148,6 +152,30 @@ TEST_F(AgentConfigTest, BadIntervalsNameTheFlagAndValue) {
     FAIL() << "accepted RECONCILE_INTERVAL=soon";
   } catch (const CLI::ParseError& e) {
     EXPECT_NE(std::string(e.what()).find("soon"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(AgentConfigTest, OutOfBandCheckFlagsAndTheEnforcementDefault) {
+  const AgentConfig defaults = parse({"--node-name", "n"});
+  EXPECT_EQ(defaults.check_interval_s, 1.0);
+  EXPECT_EQ(defaults.memory_grace_s, 0.0);
+  EXPECT_EQ(defaults.cores_grace_s, 5.0);
+  EXPECT_EQ(defaults.enforcement_default, "report");
+  setenv("ENFORCEMENT_DEFAULT", "kill", 1);
+  const AgentConfig set = parse({"--node-name", "n", "--check-interval", "0.25", "--memory-grace",
+                                 "1.5", "--cores-grace", "10"});
+  EXPECT_EQ(set.check_interval_s, 0.25);
+  EXPECT_EQ(set.memory_grace_s, 1.5);
+  EXPECT_EQ(set.cores_grace_s, 10.0);
+  EXPECT_EQ(set.enforcement_default, "kill");
+  try {
+    parse({"--node-name", "n", "--enforcement-default", "stop"});
+    FAIL() << "accepted --enforcement-default stop";
+  } catch (const CLI::ValidationError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "--enforcement-default: invalid value \"stop\" (one of report|kill)"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -457,7 +457,8 @@ TEST_F(NodeAgentTest, ServesMetricsAndHealth) {
   for (const char* share : {"-gpu-0-s-a", "-gpu-0-s-b"}) {
     const std::string series = "tessera_share_memory_limit_bytes{namespace=\"ns-" +
                                std::string(kQuotaUid) + "\",claim=\"claim-" + kQuotaUid +
-                               "\",share=\"" + kQuotaUid + share + "\",pod=\"\",uuid=\"GPU-";
+                               "\",share=\"" + kQuotaUid + share + "\",pod=\"pod-claim-" +
+                               kQuotaUid + "\",uuid=\"GPU-";
     EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
   }
   EXPECT_NE(text.find("tessera_gpu_shares{uuid=\"GPU-"), std::string::npos);

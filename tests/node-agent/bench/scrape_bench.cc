@@ -172,10 +172,16 @@ int main(int argc, char** argv) {
   const std::string text = collect_metrics(sources);
   size_t checked = 0;
   for (const auto& [share, bytes] : expected) {
-    const std::string key = "share=\"" + share + "\",pod=\"\",uuid=\"" + kUuid +
-                            "\",node=\"node-a\"} " + std::to_string(bytes) + "\n";
+    // The pod label is the claim's reserved pod ("pod-<claim name>" in the fixture).
+    const std::string key = "share=\"" + share + "\",pod=\"pod-";
+    const std::string tail =
+        "\",uuid=\"" + std::string(kUuid) + "\",node=\"node-a\"} " + std::to_string(bytes) + "\n";
     const size_t at = text.find("tessera_share_memory_used_bytes{namespace=\"tenants\",claim=\"");
-    if (at != std::string::npos && text.find(key, at) != std::string::npos) ++checked;
+    const size_t found = at == std::string::npos ? at : text.find(key, at);
+    const size_t line_end = found == std::string::npos ? found : text.find('\n', found);
+    if (line_end != std::string::npos &&
+        text.compare(line_end + 1 - tail.size(), tail.size(), tail) == 0)
+      ++checked;
   }
   if (checked != expected.size()) {
     std::fprintf(stderr, "FAIL: %zu of %zu shares have the expected memory series\n", checked,

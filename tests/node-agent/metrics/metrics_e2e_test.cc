@@ -173,8 +173,9 @@ class MetricsEndToEnd : public ::testing::Test {
 
 std::string share_series(const std::string& name, const std::string& share,
                          const std::string& uuid) {
-  return name + "{namespace=\"tenants\",claim=\"pair\",share=\"" + share + "\",pod=\"\",uuid=\"" +
-         uuid + "\",node=\"node-a\"}";
+  // The pod the fixture's claim is reserved for (status.reservedFor).
+  return name + "{namespace=\"tenants\",claim=\"pair\",share=\"" + share +
+         "\",pod=\"pod-pair\",uuid=\"" + uuid + "\",node=\"node-a\"}";
 }
 
 // promtool check metrics on `text`: "" when it passes, else what it said. promtool must be
@@ -211,7 +212,7 @@ TEST_F(MetricsEndToEnd, PromtoolAcceptsTheExposition) {
   share::unmap_usage_page(page);
   Checkpoint checkpoint;
   checkpoint["uid-1"] = {
-      "ns \"quoted\"", "back\\slash\nnewline", ClaimState::kPrepareCompleted, {spec}};
+      "ns \"quoted\"", "back\\slash\nnewline", ClaimState::kPrepareCompleted, {spec}, {}};
   RequestMetrics requests;
   requests.prepare_ok = 3;
   requests.prepare_durations.observe(milliseconds(12));

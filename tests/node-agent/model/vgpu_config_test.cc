@@ -140,5 +140,28 @@ TEST(VgpuConfig, MergedCombinationsAreChecked) {
             "compute.priority high is only supported with sharing.strategy Quota, not TimeSlicing");
 }
 
+TEST(VgpuConfig, EnforcementIsReportOrKillAndNamedWhenWrong) {
+  VgpuConfig c;
+  json p = base();
+  p["enforcement"] = "kill";
+  ASSERT_EQ(decode(p, c), "");
+  EXPECT_EQ(c.enforcement, EnforcementPolicy::kKill);
+  p["enforcement"] = "report";
+  ASSERT_EQ(decode(p, c), "");
+  EXPECT_EQ(c.enforcement, EnforcementPolicy::kReport);
+  p["enforcement"] = "kil";
+  EXPECT_EQ(decode(p, c), "enforcement: invalid value \"kil\" (one of report|kill)");
+  p["enforcement"] = 1;
+  EXPECT_EQ(decode(p, c), "enforcement: invalid value 1 (one of report|kill)");
+  // A later config overrides it; an unset one keeps it.
+  VgpuConfig klass, claim;
+  klass.enforcement = EnforcementPolicy::kKill;
+  EXPECT_EQ(merge_vgpu_config(klass, claim).enforcement, EnforcementPolicy::kKill);
+  claim.enforcement = EnforcementPolicy::kReport;
+  EXPECT_EQ(merge_vgpu_config(klass, claim).enforcement, EnforcementPolicy::kReport);
+  EXPECT_EQ(decode_enforcement_policy(json("stop"), "--enforcement-default").status().message(),
+            "--enforcement-default: invalid value \"stop\" (one of report|kill)");
+}
+
 }  // namespace
 }  // namespace tessera::agent

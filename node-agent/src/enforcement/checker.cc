@@ -1,0 +1,624 @@
+#include "enforcement/checker.h"
+
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <set>
+
+#include "enforcement/usage_page.h"
+#include "tessera/nvml_abi.h"
+#include "tessera/nvml_library.h"
+#include "tessera/share_region.h"
+#include "usage/share_processes.h"
+
+namespace tessera::agent {
+namespace {
+
+void log(const std::string& message) {
+  std::cerr << ("tessera-node-agent: out-of-band checks: " + message + "\n");
+}
+
+std::string mib(uint64_t bytes) {
+  return std::to_string(bytes >> 20) + " MiB";
+}
+
+// The limits page's device UUIDs by index (the agent's own file, read with pread all the same: it
+// lies in a folder a tenant can write to). Empty when there is no valid page.
+std::vector<std::string> limits_uuids(const std::string& folder) {
+  std::vector<std::string> uuids;
+  Result<UniqueFd> fd = open_regular(folder + "/limits", O_RDONLY, sizeof(share::LimitsPage));
+  if (!fd.is_ok()) return uuids;
+  std::vector<share::LimitsPage> buffer(1);
+  if (pread(fd->get(), buffer.data(), sizeof(share::LimitsPage), 0) !=
+          static_cast<ssize_t>(sizeof(share::LimitsPage)) ||
+      !share::valid_limits_page(buffer[0]))
+    return uuids;
+  const uint32_t count = buffer[0].device_count.load(std::memory_order_relaxed);
+  for (uint32_t d = 0; d < count && d < share::kMaxDevices; ++d)
+    uuids.emplace_back(buffer[0].devices[d].uuid,
+                       strnlen(buffer[0].devices[d].uuid, share::kUuidBytes));
+  return uuids;
+}
+
+uint64_t base_owner(uint64_t owner) {
+  return owner & ~share::kOwnerReclaiming;
+}
+
+// ---- NVML ---------------------------------------------------------------------------------------
+
+unsigned long long wall_us() {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<unsigned long long>(now.tv_sec) * 1000000ull +
+         static_cast<unsigned long long>(now.tv_nsec) / 1000ull;
+}
+
+class NvmlProcessSource final : public GpuProcessSource {
+ public:
+  Status load(const std::string& path) {
+    NvmlLibrary library;
+    TESSERA_RETURN_IF_ERROR(library.open(path));
+    library.resolve("nvmlInit_v2", init_);
+    library.resolve("nvmlShutdown", shutdown_);
+    library.resolve("nvmlErrorString", error_string_);
+    library.resolve("nvmlDeviceGetHandleByUUID", handle_by_uuid_);
+    library.resolve("nvmlDeviceGetComputeRunningProcesses_v3", processes_);
+    library.resolve("nvmlDeviceGetProcessUtilization", utilization_);
+    if (!init_ || !shutdown_ || !error_string_ || !handle_by_uuid_ || !processes_ || !utilization_)
+      return unavailable(path + " lacks an NVML entry point the out-of-band checks need");
+    if (const nvmlReturn_t result = init_(); result != NVML_SUCCESS)
+      return unavailable(std::string("nvmlInit_v2 failed: ") + error_string_(result));
+    initialised_ = true;
+    return Status::ok();
+  }
+  ~NvmlProcessSource() override {
+    if (initialised_) shutdown_();
+  }
+
+  Result<std::vector<GpuProcessMemory>> memory(const std::string& uuid) override {
+    Result<nvmlDevice_t> device = handle(uuid);
+    if (!device.is_ok()) return device.status();
+    std::vector<nvmlProcessInfo_t> infos(64);
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      unsigned count = static_cast<unsigned>(infos.size());
+      const nvmlReturn_t result = processes_(*device, &count, infos.data());
+      if (result == NVML_ERROR_INSUFFICIENT_SIZE && count < 65536) {
+        infos.resize(count + count / 2 + 1);
+        continue;
+      }
+      if (result != NVML_SUCCESS)
+        return unavailable("running processes of " + uuid + ": " + error_string_(result));
+      std::vector<GpuProcessMemory> out;
+      for (unsigned i = 0; i < count && i < infos.size(); ++i)
+        out.push_back({static_cast<int>(infos[i].pid), infos[i].usedGpuMemory});
+      return out;
+    }
+    return unavailable("running processes of " + uuid + ": the list kept growing");
+  }
+
+  Result<std::vector<GpuProcessBusy>> busy(const std::string& uuid) override {
+    Result<nvmlDevice_t> device = handle(uuid);
+    if (!device.is_ok()) return device.status();
+    unsigned long long& since = last_seen_us_[uuid];
+    const unsigned long long now = wall_us();
+    std::vector<GpuProcessBusy> out;
+    if (since == 0) {
+      since = now;
+      return out;
+    }
+    std::vector<nvmlProcessUtilizationSample_t> samples(64);
+    unsigned count = static_cast<unsigned>(samples.size());
+    nvmlReturn_t result = utilization_(*device, samples.data(), &count, since);
+    if (result == NVML_ERROR_INSUFFICIENT_SIZE && count < 65536) {
+      samples.resize(count + count / 2 + 1);
+      count = static_cast<unsigned>(samples.size());
+      result = utilization_(*device, samples.data(), &count, since);
+    }
+    if (result == NVML_ERROR_NOT_FOUND) {
+      since = now;
+      return out;
+    }
+    if (result != NVML_SUCCESS)
+      return unavailable("process utilisation of " + uuid + ": " + error_string_(result));
+    unsigned long long newest = since;
+    for (unsigned i = 0; i < count && i < samples.size(); ++i) {
+      if (samples[i].timeStamp <= since) continue;
+      newest = std::max(newest, samples[i].timeStamp);
+      out.push_back({static_cast<int>(samples[i].pid), std::min(samples[i].smUtil, 100u)});
+    }
+    since = newest > since ? newest : now;
+    return out;
+  }
+
+ private:
+  Result<nvmlDevice_t> handle(const std::string& uuid) {
+    const auto it = handles_.find(uuid);
+    if (it != handles_.end()) return it->second;
+    nvmlDevice_t device = nullptr;
+    if (const nvmlReturn_t result = handle_by_uuid_(uuid.c_str(), &device); result != NVML_SUCCESS)
+      return unavailable("no GPU " + uuid + ": " + error_string_(result));
+    handles_[uuid] = device;
+    return device;
+  }
+
+  decltype(&nvmlInit_v2) init_ = nullptr;
+  decltype(&nvmlShutdown) shutdown_ = nullptr;
+  decltype(&nvmlErrorString) error_string_ = nullptr;
+  decltype(&nvmlDeviceGetHandleByUUID) handle_by_uuid_ = nullptr;
+  decltype(&nvmlDeviceGetComputeRunningProcesses_v3) processes_ = nullptr;
+  decltype(&nvmlDeviceGetProcessUtilization) utilization_ = nullptr;
+  bool initialised_ = false;
+  std::map<std::string, nvmlDevice_t> handles_;
+  std::map<std::string, unsigned long long> last_seen_us_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<GpuProcessSource>> nvml_process_source(const std::string& library) {
+  auto source = std::make_unique<NvmlProcessSource>();
+  TESSERA_RETURN_IF_ERROR(source->load(library));
+  return std::unique_ptr<GpuProcessSource>(std::move(source));
+}
+
+std::vector<CheckedShare> checked_shares(const Checkpoint& checkpoint,
+                                         const std::string& shares_dir) {
+  std::vector<CheckedShare> out;
+  for (const auto& [uid, entry] : checkpoint) {
+    if (entry.state != ClaimState::kPrepareCompleted) continue;
+    for (const ShareSpec& spec : entry.shares) {
+      CheckedShare share;
+      share.name = spec.name();
+      share.folder = shares_dir + "/" + spec.folder_name();
+      share.uuid = spec.uuid;
+      share.memory_limit = spec.memory_bytes;
+      share.cores = spec.cores;
+      share.burst = spec.config.burst;
+      share.claim_namespace = entry.namespace_name;
+      share.claim_name = entry.name;
+      share.claim_uid = uid;
+      share.pods = entry.pods;
+      out.push_back(std::move(share));
+    }
+  }
+  return out;
+}
+
+// ---- OutOfBandChecker ---------------------------------------------------------------------------
+
+OutOfBandChecker::OutOfBandChecker(CheckerOptions options,
+                                   std::function<std::vector<CheckedShare>()> shares,
+                                   GpuProcessSource& gpus, FindingHandler& handler, Clock& clock)
+    : options_(std::move(options)),
+      shares_(std::move(shares)),
+      gpus_(gpus),
+      handler_(handler),
+      clock_(clock),
+      processes_(options_.proc_root) {
+  if (options_.interval.count() <= 0) options_.interval = std::chrono::milliseconds(1000);
+}
+
+OutOfBandChecker::~OutOfBandChecker() {
+  stop();
+}
+
+Status OutOfBandChecker::start() {
+  if (loop_) return failed_precondition("the out-of-band checks are already running");
+  auto loop = PeriodicLoop::start(
+      clock_, options_.interval, [this] { check_once(); }, PeriodicLoop::FirstTick::kAtOnce);
+  if (!loop.is_ok()) return loop.status().with_context("cannot start the out-of-band checks");
+  loop_ = std::move(loop).value();
+  return Status::ok();
+}
+
+void OutOfBandChecker::stop() {
+  loop_.reset();
+}
+
+uint64_t OutOfBandChecker::loop_passes() const {
+  return loop_ ? loop_->ticks() : 0;
+}
+
+bool OutOfBandChecker::wait_for_loop_passes(uint64_t count,
+                                            std::chrono::milliseconds timeout) const {
+  return loop_ && loop_->wait_for_ticks(count, timeout);
+}
+
+CheckerStats OutOfBandChecker::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+bool OutOfBandChecker::due(const EpisodeKey& key, Clock::time_point now, Clock::duration grace) {
+  auto [it, fresh] = episodes_.try_emplace(key, Episode{now, false, true});
+  Episode& episode = it->second;
+  episode.seen = true;
+  if (episode.reported || now - episode.since < grace) return false;
+  episode.reported = true;
+  return true;
+}
+
+std::vector<Finding> OutOfBandChecker::check_once() {
+  std::vector<Finding> findings;
+  {
+    std::lock_guard lock(mutex_);
+    findings = pass();
+  }
+  // Outside the lock: the handler's proof before a kill calls belongs(), which takes it.
+  for (const Finding& finding : findings) handler_.handle(finding);
+  return findings;
+}
+
+bool OutOfBandChecker::belongs(int pid, uint64_t start_time, const std::string& share_name) {
+  const std::vector<CheckedShare> shares = shares_();
+  const auto share = std::find_if(shares.begin(), shares.end(),
+                                  [&](const CheckedShare& s) { return s.name == share_name; });
+  if (share == shares.end()) return false;
+  // Read afresh, not through the pass's cache.
+  ProcessMap fresh(options_.proc_root);
+  fresh.begin_pass();
+  const ProcessFacts* facts = fresh.lookup(pid);
+  if (!facts || facts->start_time != start_time) return false;
+  if (facts->pod_uid)
+    for (const PodRef& pod : share->pods)
+      if (pod.uid == *facts->pod_uid) return true;
+  if (!facts->owner) return false;
+  const std::vector<uint64_t> owners = usage_page_owners(share->folder + "/usage");
+  return std::binary_search(owners.begin(), owners.end(), *facts->owner);
+}
+
+std::vector<Finding> OutOfBandChecker::pass() {
+  std::vector<Finding> findings;
+  std::string problems;
+  auto note = [&problems](const std::string& problem) {
+    problems += (problems.empty() ? "" : "; ") + problem;
+  };
+  ++stats_.passes;
+  const Clock::time_point now = clock_.now();
+  for (auto& [key, episode] : episodes_) episode.seen = false;
+  processes_.begin_pass();
+  const std::vector<CheckedShare> shares = shares_();
+
+  auto finding = [](FindingKind kind, const CheckedShare& share, int pid, uint64_t start_time,
+                    std::string detail) {
+    Finding f;
+    f.kind = kind;
+    f.host_pid = pid;
+    f.host_pid_start_time = start_time;
+    f.share = share.name;
+    f.claim_namespace = share.claim_namespace;
+    f.claim_name = share.claim_name;
+    f.claim_uid = share.claim_uid;
+    std::string pods;
+    for (const PodRef& pod : share.pods) pods += (pods.empty() ? "" : ",") + pod.name;
+    f.pod = pods.empty() ? "" : share.claim_namespace + "/" + pods;
+    f.gpu_uuid = share.uuid;
+    f.detail = std::move(detail);
+    return f;
+  };
+
+  // Each folder's usage page once (a claim's shares of several GPUs share one).
+  struct Folder {
+    UsagePageSnapshot page;
+    std::vector<std::string> uuids;  // the limits page's devices
+    std::set<uint64_t> owners;       // live-looking slot owner words
+    std::vector<const CheckedShare*> shares;
+  };
+  std::map<std::string, Folder> folders;
+  for (const CheckedShare& share : shares) {
+    auto [it, fresh] = folders.try_emplace(share.folder);
+    if (fresh) {
+      it->second.page = read_usage_page(share.folder);
+      it->second.uuids = limits_uuids(share.folder);
+      for (const SlotSnapshot& slot : it->second.page.slots)
+        if (slot.owner != 0 && (slot.owner & share::kOwnerReclaiming) == 0)
+          it->second.owners.insert(slot.owner);
+    }
+    it->second.shares.push_back(&share);
+  }
+
+  // Each GPU's processes once.
+  struct Gpu {
+    std::vector<GpuProcessMemory> memory;
+    std::map<int, unsigned> busy;  // pid -> SM percent
+    bool ok = false;
+  };
+  std::map<std::string, Gpu> gpus;
+  for (const CheckedShare& share : shares) {
+    auto [it, fresh] = gpus.try_emplace(share.uuid);
+    if (!fresh) continue;
+    Result<std::vector<GpuProcessMemory>> memory = gpus_.memory(share.uuid);
+    if (!memory.is_ok()) {
+      note(memory.status().message());
+      continue;
+    }
+    it->second.memory = std::move(memory).value();
+    it->second.ok = true;
+    if (Result<std::vector<GpuProcessBusy>> busy = gpus_.busy(share.uuid); busy.is_ok()) {
+      for (const GpuProcessBusy& b : *busy) it->second.busy[b.pid] += b.sm_percent;
+    } else {
+      note(busy.status().message());
+    }
+  }
+
+  // The process's slots in a folder on device `d`: their summed figure and the first one's index.
+  struct SlotFigure {
+    uint64_t bytes = 0;
+    std::optional<uint32_t> first;
+  };
+  auto slot_figure = [](const Folder& folder, uint64_t owner, int d) {
+    SlotFigure figure;
+    for (const SlotSnapshot& slot : folder.page.slots) {
+      if (slot.owner != owner) continue;
+      if (!figure.first) figure.first = slot.index;
+      if (d >= 0) figure.bytes += slot.bytes[d];
+    }
+    return figure;
+  };
+
+  std::map<std::string, UsagePageRepair> repairs;  // by folder
+  for (const CheckedShare& share : shares) {
+    const Gpu& gpu = gpus[share.uuid];
+    if (!gpu.ok) continue;
+    Folder& folder = folders[share.folder];
+    const auto index_it = std::find(folder.uuids.begin(), folder.uuids.end(), share.uuid);
+    const int d =
+        index_it == folder.uuids.end() ? -1 : static_cast<int>(index_it - folder.uuids.begin());
+    struct Member {
+      int pid;
+      uint64_t owner;
+      uint64_t start_time;
+      uint64_t used;
+      bool in_page;
+      SlotFigure slot;
+    };
+    std::vector<Member> members;
+    for (const GpuProcessMemory& process : gpu.memory) {
+      const ProcessFacts* facts = processes_.lookup(process.pid);
+      if (!facts) continue;
+      const bool in_page = facts->owner && folder.owners.count(*facts->owner) != 0;
+      bool in_pod = false;
+      if (facts->pod_uid)
+        for (const PodRef& pod : share.pods) in_pod = in_pod || pod.uid == *facts->pod_uid;
+      if (!in_page && !in_pod) continue;
+      if (!in_page) {
+        // The pod's process: in the page of another of the pod's shares of this GPU, it is
+        // that share's.
+        bool elsewhere = false;
+        for (const CheckedShare& other : shares) {
+          if (&other == &share || other.uuid != share.uuid || !facts->owner) continue;
+          bool same_pod = false;
+          for (const PodRef& pod : other.pods) same_pod = same_pod || pod.uid == *facts->pod_uid;
+          if (same_pod && folders[other.folder].owners.count(*facts->owner) != 0) elsewhere = true;
+        }
+        if (elsewhere) continue;
+      }
+      Member member{process.pid,       facts->owner.value_or(0),
+                    facts->start_time, process.used_bytes,
+                    in_page,           {}};
+      if (in_page) member.slot = slot_figure(folder, *facts->owner, d);
+      members.push_back(member);
+    }
+
+    uint64_t total = 0;
+    for (const Member& m : members) total += m.used;
+    auto liar = [&](const Member& m) { return m.used > m.slot.bytes + options_.memory_margin; };
+
+    for (const Member& m : members) {
+      if (!m.in_page) {
+        if (due({FindingKind::kUnshimmedProcess, share.name, m.pid}, now, Clock::duration::zero()))
+          findings.push_back(finding(FindingKind::kUnshimmedProcess, share, m.pid, m.start_time,
+                                     "a process of the share's pod holds " + mib(m.used) +
+                                         " on its GPU and has no slot in the share's usage page "
+                                         "(no shim, or the shim bypassed)"));
+        continue;
+      }
+      const uint64_t difference =
+          m.used > m.slot.bytes ? m.used - m.slot.bytes : m.slot.bytes - m.used;
+      if (difference <= options_.memory_margin || !m.slot.first || d < 0) continue;
+      // Repaired below, so seeing it again is a new lie (one episode per sighting); unrepaired
+      // (report only), one per episode.
+      const EpisodeKey lie{FindingKind::kUsageDisagrees, share.name, m.pid};
+      if (options_.repair) episodes_.erase(lie);
+      if (due(lie, now, Clock::duration::zero()))
+        findings.push_back(
+            finding(FindingKind::kUsageDisagrees, share, m.pid, m.start_time,
+                    "its slot says " + mib(m.slot.bytes) + ", NVML says " + mib(m.used) +
+                        (options_.repair ? ": NVML's figure written into the slot" : "")));
+      if (options_.repair) {
+        // NVML's figure into the process's first slot (its others keep theirs): the shim's later
+        // frees subtract from a true figure (they never go below 0), and its next reservation is
+        // checked against what the process really holds.
+        const SlotSnapshot* first = nullptr;
+        uint64_t others = 0;
+        for (const SlotSnapshot& slot : folder.page.slots) {
+          if (slot.owner != m.owner) continue;
+          if (!first) {
+            first = &slot;
+          } else {
+            others += slot.bytes[d];
+          }
+        }
+        if (first)
+          repairs[share.folder].sets.push_back({first->index, first->owner,
+                                                static_cast<uint32_t>(d), first->bytes[d],
+                                                m.used > others ? m.used - others : 0});
+      }
+    }
+
+    if (share.memory_limit && total > *share.memory_limit + options_.memory_margin) {
+      const bool report =
+          due({FindingKind::kOverMemoryLimit, share.name, 0}, now, options_.memory_grace);
+      if (report) {
+        bool any = false;
+        for (const Member& m : members) {
+          if (!liar(m)) continue;
+          any = true;
+          findings.push_back(finding(FindingKind::kOverMemoryLimit, share, m.pid, m.start_time,
+                                     "the share holds " + mib(total) + " (NVML) of its " +
+                                         mib(*share.memory_limit) + "; this process holds " +
+                                         mib(m.used) + ", its slot says " + mib(m.slot.bytes)));
+        }
+        // Nobody's slot lies, yet the share is over: the page was got round another way (its
+        // high-water mark reset, slots hidden from the sum). The share's biggest holder is the
+        // offender: whoever it is, it is this share's process.
+        const auto biggest =
+            std::max_element(members.begin(), members.end(),
+                             [](const Member& a, const Member& b) { return a.used < b.used; });
+        if (!any && biggest != members.end())
+          findings.push_back(finding(
+              FindingKind::kOverMemoryLimit, share, biggest->pid, biggest->start_time,
+              "the share holds " + mib(total) + " (NVML) of its " + mib(*share.memory_limit) +
+                  "; no slot lies, this process holds the most (" + mib(biggest->used) + ")"));
+      }
+    }
+
+    if (share.cores && !gpu.busy.empty()) {
+      const uint32_t allowed = std::max(*share.cores, share.burst.value_or(0));
+      if (allowed < 100) {
+        unsigned used = 0;
+        const Member* busiest = nullptr;
+        unsigned busiest_percent = 0;
+        for (const Member& m : members) {
+          const auto it = gpu.busy.find(m.pid);
+          if (it == gpu.busy.end()) continue;
+          used += it->second;
+          if (!busiest || it->second > busiest_percent) {
+            busiest = &m;
+            busiest_percent = it->second;
+          }
+        }
+        if (used > allowed + options_.cores_margin &&
+            due({FindingKind::kOverCoresBurst, share.name, 0}, now, options_.cores_grace))
+          findings.push_back(finding(
+              FindingKind::kOverCoresBurst, share, busiest ? busiest->pid : 0,
+              busiest ? busiest->start_time : 0,
+              "the share used " + std::to_string(used) + " % of the GPU, over its " +
+                  std::to_string(allowed) + " % (quota or burst) for longer than " +
+                  std::to_string(
+                      std::chrono::duration_cast<std::chrono::milliseconds>(options_.cores_grace)
+                          .count()) +
+                  " ms"));
+      }
+    }
+  }
+
+  // The pages themselves: shape, header, high-water mark, slots no live process of the share owns.
+  std::map<uint64_t, int> gpu_owners;  // owner word -> host pid of every GPU process seen
+  for (const auto& [uuid, gpu] : gpus)
+    for (const GpuProcessMemory& process : gpu.memory)
+      if (const ProcessFacts* facts = processes_.lookup(process.pid); facts && facts->owner)
+        gpu_owners[*facts->owner] = process.pid;
+  for (auto& [path, folder] : folders) {
+    const CheckedShare& share = *folder.shares.front();
+    UsagePageRepair& repair = repairs[path];
+    std::string corrupt;
+    auto add = [&corrupt](const std::string& what) {
+      corrupt += (corrupt.empty() ? "" : "; ") + what;
+    };
+    switch (folder.page.state) {
+      case UsagePageState::kMissing:
+      case UsagePageState::kValid:
+        break;
+      case UsagePageState::kNotRegular:
+        add(folder.page.problem);
+        repair.recreate = true;
+        break;
+      case UsagePageState::kShort:
+        add(folder.page.problem);
+        repair.extend = true;
+        break;
+      case UsagePageState::kBadHeader:
+        add(folder.page.problem);
+        repair.rewrite_header = true;
+        break;
+    }
+    std::set<std::string> pods;  // of every share in the folder
+    for (const CheckedShare* s : folder.shares)
+      for (const PodRef& pod : s->pods) pods.insert(pod.uid);
+    uint32_t sound_high = 0, foreign = 0, stale = 0;
+    bool below_mark = false;
+    for (const SlotSnapshot& slot : folder.page.slots) {
+      const uint64_t owner = base_owner(slot.owner);
+      bool clear = false;
+      if (slot.owner == 0) {
+        // A free slot counts in the share's sum (every slot below the mark does): bytes there
+        // block the share. No shim leaves them (it zeroes a slot's bytes before freeing it, and
+        // claims a slot by its owner word first), so they are a tenant's.
+        clear = true;
+        ++stale;
+      } else {
+        // The GPU's processes were looked up already; the host's are scanned only for others.
+        auto known = gpu_owners.find(owner);
+        std::optional<int> pid;
+        if (known != gpu_owners.end()) {
+          pid = known->second;
+        } else if (const auto& live = processes_.live_owners(); live.count(owner) != 0) {
+          pid = live.at(owner);
+        }
+        if (!pid) {
+          clear = true;  // dead, or an owner word no process has
+        } else if (!pods.empty()) {
+          const ProcessFacts* facts = processes_.lookup(*pid);
+          if (facts && facts->pod_uid && pods.count(*facts->pod_uid) == 0) {
+            clear = true;  // a live process of another pod: a forged owner word
+            ++foreign;
+          }
+        }
+      }
+      if (clear) {
+        repair.clears.push_back({slot.index, slot.owner});
+        continue;
+      }
+      if (slot.owner != 0) {
+        sound_high = std::max(sound_high, slot.index + 1);
+        bool holds = false;
+        for (uint64_t bytes : slot.bytes) holds = holds || bytes != 0;
+        if (holds && slot.index >= folder.page.high_water) below_mark = true;
+      }
+    }
+    if (stale > 0) add(std::to_string(stale) + " free slots hold bytes");
+    if (foreign > 0) add(std::to_string(foreign) + " slots name live processes of other pods");
+    if (below_mark || folder.page.high_water > share::kMaxSlots)
+      add("slot_high_water is " + std::to_string(folder.page.high_water) + ", slots up to " +
+          std::to_string(sound_high) + " are in use");
+    if (folder.page.state != UsagePageState::kMissing &&
+        (below_mark || folder.page.high_water > share::kMaxSlots || !repair.clears.empty() ||
+         repair.extend || repair.rewrite_header))
+      repair.high_water = sound_high;
+    const EpisodeKey scribbled{FindingKind::kCorruptUsagePage, share.name, 0};
+    if (options_.repair) episodes_.erase(scribbled);  // as for a lie: each sighting is new
+    if (!corrupt.empty() && due(scribbled, now, Clock::duration::zero()))
+      findings.push_back(finding(FindingKind::kCorruptUsagePage, share, 0, 0,
+                                 corrupt + (options_.repair ? ": repaired" : "")));
+  }
+
+  if (options_.repair) {
+    for (const auto& [path, repair] : repairs) {
+      if (repair.empty()) continue;
+      Result<RepairOutcome> outcome = repair_usage_page(path, repair);
+      if (!outcome.is_ok()) {
+        note(outcome.status().message());
+        continue;
+      }
+      ++stats_.repairs;
+      stats_.slots_cleared += outcome->cleared;
+      stats_.figures_set += outcome->set;
+    }
+  }
+
+  std::erase_if(episodes_, [](const auto& item) { return !item.second.seen; });
+  processes_.end_pass();
+  stats_.process_reads = processes_.full_reads();
+  stats_.findings += findings.size();
+  if (problems != stats_.last_problem) {
+    log(problems.empty() ? "checking again" : problems);
+    stats_.last_problem = problems;
+  }
+  return findings;
+}
+
+}  // namespace tessera::agent

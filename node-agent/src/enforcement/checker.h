@@ -1,0 +1,157 @@
+// The out-of-band checks: the layer that catches a tenant who does not cooperate with the shim.
+// Every --check-interval (1 s) the checker asks NVML, per GPU a prepared share names, which
+// processes hold memory and how busy each was; maps each host process to its share through its
+// cgroup (the pod UID kubelet puts in the path, against the pods the claim was reserved for) and
+// through the usage page's owner words; and finds:
+//  - over_memory_limit: the share's processes hold more than its limit as NVML sees it (past
+//    --memory-grace): the offenders are those holding more than their slot says (no shim, a
+//    second driver copy, a zeroed slot);
+//  - unshimmed_process: a process of the share's pod uses the share's GPU but has no slot in the
+//    usage page of any of the pod's shares there;
+//  - usage_disagrees: a slot says a figure NVML's figure for its process contradicts by more than
+//    the margin (repaired: NVML's figure is written into the slot);
+//  - corrupt_usage_page: the page is not a regular file, is short, has a header no shim writes, a
+//    high-water mark below a slot in use, bytes in a free slot, or a slot of a live process of
+//    another pod (repaired: see UsagePageRepair);
+//  - over_cores_burst: the share used more of the GPU than max(quota, burst) (+ a margin) for
+//    longer than --cores-grace.
+// Slots of dead (or never living) owners are cleared without a finding: SIGKILL leaves them.
+// Each finding is handed to the FindingHandler once per episode (again when the condition cleared
+// and came back). The usage page is read with pread only (enforcement/usage_page.h).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "clock/clock.h"
+#include "clock/periodic_loop.h"
+#include "enforcement/process_map.h"
+#include "model/finding.h"
+#include "model/share_spec.h"
+#include "share/checkpoint.h"
+#include "tessera/status.h"
+
+namespace tessera::agent {
+
+// One prepared share as the checks need it.
+struct CheckedShare {
+  std::string name;    // ShareSpec::name()
+  std::string folder;  // its folder's path (shared by a claim's shares of several GPUs)
+  std::string uuid;
+  std::optional<uint64_t> memory_limit;  // bytes; none: the whole GPU
+  std::optional<uint32_t> cores;         // percent; none: no compute limit
+  std::optional<uint32_t> burst;
+  std::string claim_namespace, claim_name, claim_uid;
+  std::vector<PodRef> pods;
+};
+
+// The PrepareCompleted shares of `checkpoint`, folders under `shares_dir`.
+std::vector<CheckedShare> checked_shares(const Checkpoint& checkpoint,
+                                         const std::string& shares_dir);
+
+struct GpuProcessMemory {
+  int pid = 0;  // host pid
+  uint64_t used_bytes = 0;
+};
+struct GpuProcessBusy {
+  int pid = 0;
+  unsigned sm_percent = 0;  // of the window since the previous query of this GPU
+};
+
+// The per-process figures of a GPU (NVML on a node; a fake in tests and the benchmark).
+class GpuProcessSource {
+ public:
+  virtual ~GpuProcessSource() = default;
+  virtual Result<std::vector<GpuProcessMemory>> memory(const std::string& uuid) = 0;
+  // Per-process SM utilisation over the window since the previous call for `uuid` (the first
+  // call only opens the window: empty).
+  virtual Result<std::vector<GpuProcessBusy>> busy(const std::string& uuid) = 0;
+};
+
+// nvmlDeviceGetComputeRunningProcesses_v3 and nvmlDeviceGetProcessUtilization through `library`;
+// kUnavailable when NVML cannot be loaded or started.
+Result<std::unique_ptr<GpuProcessSource>> nvml_process_source(
+    const std::string& library = "libnvidia-ml.so.1");
+
+struct CheckerOptions {
+  std::chrono::milliseconds interval{1000};     // --check-interval
+  std::chrono::milliseconds memory_grace{0};    // --memory-grace: NVML over the limit this long
+  std::chrono::milliseconds cores_grace{5000};  // --cores-grace: over the burst this long
+  // NVML's figure for a process may exceed what its slot says by the context's cost the shim
+  // did not charge exactly; beyond this it is a lie (or no shim).
+  uint64_t memory_margin = 256ull << 20;
+  uint32_t cores_margin = 10;       // percent points over max(quota, burst)
+  std::string proc_root = "/proc";  // the host's (hostPID)
+  bool repair = true;               // repair usage pages (off: report only)
+};
+
+struct CheckerStats {
+  uint64_t passes = 0;
+  uint64_t findings = 0;
+  uint64_t repairs = 0;        // usage pages repaired
+  uint64_t slots_cleared = 0;  // of dead, unknown or foreign owners
+  uint64_t figures_set = 0;    // slot figures set from NVML
+  uint64_t process_reads = 0;  // processes read in full (new pids)
+  std::string last_problem;    // "" = none
+};
+
+class OutOfBandChecker {
+ public:
+  // `shares` lists the prepared shares (the share manager's checkpoint); `gpus` and `handler`
+  // outlive the checker. `clock` paces the loop and times the graces.
+  OutOfBandChecker(CheckerOptions options, std::function<std::vector<CheckedShare>()> shares,
+                   GpuProcessSource& gpus, FindingHandler& handler, Clock& clock = real_clock());
+  ~OutOfBandChecker();
+  OutOfBandChecker(const OutOfBandChecker&) = delete;
+  OutOfBandChecker& operator=(const OutOfBandChecker&) = delete;
+
+  // A pass at once, then one every interval on a PeriodicLoop.
+  Status start();
+  void stop();
+
+  // One pass; the findings it handed to the handler (for tests and the benchmark).
+  std::vector<Finding> check_once();
+
+  // True when host process `pid` with `start_time` is a process of share `share` now, checked
+  // afresh (not from the pass's cache): its owner word is in the share's usage page, or its
+  // cgroup names a pod the share's claim was reserved for. The handler's proof before a kill.
+  bool belongs(int pid, uint64_t start_time, const std::string& share);
+
+  CheckerStats stats() const;
+  uint64_t loop_passes() const;
+  bool wait_for_loop_passes(uint64_t count,
+                            std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+
+ private:
+  struct Episode {
+    Clock::time_point since;
+    bool reported = false;
+    bool seen = false;
+  };
+  using EpisodeKey = std::tuple<FindingKind, std::string, int>;  // kind, share, pid
+
+  std::vector<Finding> pass();  // under mutex_
+  // True once the condition `key` has held for `grace` and was not reported in this episode.
+  bool due(const EpisodeKey& key, Clock::time_point now, Clock::duration grace);
+
+  CheckerOptions options_;
+  std::function<std::vector<CheckedShare>()> shares_;
+  GpuProcessSource& gpus_;
+  FindingHandler& handler_;
+  Clock& clock_;
+  mutable std::mutex mutex_;  // one pass at a time; guards everything below
+  ProcessMap processes_;
+  std::map<EpisodeKey, Episode> episodes_;
+  CheckerStats stats_;
+  std::unique_ptr<PeriodicLoop> loop_;  // last: its passes use everything above
+};
+
+}  // namespace tessera::agent

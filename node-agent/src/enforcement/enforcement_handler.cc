@@ -1,0 +1,91 @@
+#include "enforcement/enforcement_handler.h"
+
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+
+#include "tessera/share_contract.h"
+#include "tessera/unique_fd.h"
+
+namespace tessera::agent {
+namespace {
+
+void log(const std::string& message) {
+  std::cerr << ("tessera-node-agent: enforcement: " + message + "\n");
+}
+
+// SIGKILL through a pidfd opened before the start time is checked again, so the process signalled
+// is the one checked even if it exits and its pid is reused in between; `kill` where the kernel
+// has no pidfds (before 5.3). 0 or an errno.
+int signal_checked(const std::string& proc_root, int pid, uint64_t start_time) {
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_send_signal)
+  const long opened = syscall(SYS_pidfd_open, pid, 0);
+  if (opened >= 0) {
+    const UniqueFd pidfd(static_cast<int>(opened));
+    uint64_t now = 0;
+    if (share::read_process_start_time(proc_root, pid, now) != 0 || now != start_time) return ESRCH;
+    return syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0) == 0 ? 0 : errno;
+  }
+  if (errno != ENOSYS) return errno;
+#endif
+  uint64_t now = 0;
+  if (share::read_process_start_time(proc_root, pid, now) != 0 || now != start_time) return ESRCH;
+  return ::kill(pid, SIGKILL) == 0 ? 0 : errno;
+}
+
+}  // namespace
+
+EnforcementHandler::EnforcementHandler(EnforcementHandlerOptions options)
+    : options_(std::move(options)) {}
+
+EnforcementPolicy EnforcementHandler::policy_of(const std::string& share) const {
+  if (options_.share_policy)
+    if (const auto policy = options_.share_policy(share)) return *policy;
+  return options_.default_policy;
+}
+
+std::string EnforcementHandler::kill_offender(const Finding& finding) {
+  if (finding.host_pid <= 0 || finding.host_pid_start_time == 0)
+    return "no process to kill (the share as a whole)";
+  if (finding.host_pid == getpid()) return "not killed: the agent itself";
+  std::lock_guard lock(kill_mutex_);
+  if (!options_.belongs ||
+      !options_.belongs(finding.host_pid, finding.host_pid_start_time, finding.share))
+    return "not killed: pid " + std::to_string(finding.host_pid) +
+           " is not proven to be this share's process";
+  int error = 0;
+  if (options_.send_kill) {
+    error = options_.send_kill(finding.host_pid);
+  } else {
+    error = signal_checked(options_.proc_root, finding.host_pid, finding.host_pid_start_time);
+  }
+  if (error != 0) return "kill failed: " + std::string(std::strerror(error));
+  kills_.fetch_add(1, std::memory_order_relaxed);
+  return "killed (SIGKILL)";
+}
+
+void EnforcementHandler::handle(const Finding& finding) {
+  counters_.add(finding.kind);
+  const EnforcementPolicy policy = policy_of(finding.share);
+  std::string action = "reported";
+  if (policy == EnforcementPolicy::kKill && kill_worthy(finding.kind))
+    action = kill_offender(finding);
+  std::string line = std::string("finding ") + std::string(finding_kind_name(finding.kind)) +
+                     ": pid " + std::to_string(finding.host_pid) + ", share " + finding.share +
+                     ", claim " + finding.claim_namespace + "/" + finding.claim_name + " (" +
+                     finding.claim_uid + "), pod " + (finding.pod.empty() ? "-" : finding.pod) +
+                     (finding.gpu_uuid.empty() ? "" : ", gpu " + finding.gpu_uuid) + ": " +
+                     finding.detail + "; policy " + std::string(enforcement_policy_name(policy)) +
+                     ": " + action;
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    log(line);
+  }
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,77 @@
+// What the agent does with a finding (model/finding.h): one log line (kind, pid, share, claim, pod,
+// GPU, detail), a count per kind (tessera_findings_total), and under the share's policy `kill` a
+// SIGKILL of the offending process - only of a pid proven, just before the signal, to be that
+// share's process with the start time the finding saw (so a reused pid, or a process of another
+// share, is never signalled). The out-of-band checker and the eBPF watcher both hand their
+// findings here. Thread-safe.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+
+#include "model/finding.h"
+
+namespace tessera::agent {
+
+// Findings counted per kind, from the agent's start (the metrics read them).
+class FindingCounters {
+ public:
+  void add(FindingKind kind) { counts_[index(kind)].fetch_add(1, std::memory_order_relaxed); }
+  uint64_t count(FindingKind kind) const {
+    return counts_[index(kind)].load(std::memory_order_relaxed);
+  }
+
+ private:
+  static size_t index(FindingKind kind) { return static_cast<size_t>(kind); }
+  std::array<std::atomic<uint64_t>, std::size(kAllFindingKinds)> counts_{};
+};
+
+// Kinds whose offender is killed under `kill`: the share is over its limits or bypasses the
+// shim. A lying or corrupt usage page is repaired and reported only (the repair restores the
+// limit; the kill follows if the share then is over it).
+constexpr bool kill_worthy(FindingKind kind) {
+  return kind == FindingKind::kOverMemoryLimit || kind == FindingKind::kUnshimmedProcess ||
+         kind == FindingKind::kOverCoresBurst;
+}
+
+struct EnforcementHandlerOptions {
+  EnforcementPolicy default_policy = EnforcementPolicy::kReport;  // --enforcement-default
+  // The share's own policy (its VgpuConfig `enforcement`), nullopt: the default.
+  std::function<std::optional<EnforcementPolicy>(const std::string& share)> share_policy;
+  // True when host process `pid`, started at `start_time` (/proc/<pid>/stat field 22), is a
+  // process of `share` now (the checker's mapping: the share's usage page or its pod's cgroup).
+  // Without it nothing is killed.
+  std::function<bool(int pid, uint64_t start_time, const std::string& share)> belongs;
+  std::string proc_root = "/proc";
+  // Where the log lines go (tests capture them); null: standard error.
+  std::function<void(const std::string&)> log;
+  // Tests: replaces the signal (pidfd_send_signal, or kill where pidfds are missing).
+  std::function<int(int pid)> send_kill;
+};
+
+class EnforcementHandler final : public FindingHandler {
+ public:
+  explicit EnforcementHandler(EnforcementHandlerOptions options);
+
+  // `finding.host_pid_start_time` must be set for a kill (0: report only).
+  void handle(const Finding& finding) override;
+
+  const FindingCounters& counters() const { return counters_; }
+  uint64_t kills() const { return kills_.load(std::memory_order_relaxed); }
+  EnforcementPolicy policy_of(const std::string& share) const;
+
+ private:
+  // Kills `pid` if it is still the process the finding saw and `share`'s; what was done.
+  std::string kill_offender(const Finding& finding);
+
+  EnforcementHandlerOptions options_;
+  FindingCounters counters_;
+  std::atomic<uint64_t> kills_{0};
+  std::mutex kill_mutex_;  // one proof-and-signal at a time
+};
+
+}  // namespace tessera::agent

@@ -1,0 +1,264 @@
+#include "enforcement/checker.h"
+
+#include <algorithm>
+
+#include <gtest/gtest.h>
+
+#include "enforcement/fake_node.h"
+#include "enforcement/usage_page.h"
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FakeProc;
+
+constexpr char kGpu[] = "GPU-11111111-2222-3333-4444-555555555555";
+constexpr char kPodA[] = "aaaaaaaa-0000-0000-0000-000000000001";
+constexpr char kPodB[] = "bbbbbbbb-0000-0000-0000-000000000002";
+constexpr uint64_t kGiB = 1ull << 30;
+constexpr uint64_t kMiB = 1ull << 20;
+
+// Two shares of one GPU, 4 GiB each, one per pod; fake /proc and NVML.
+struct Node {
+  fs::path base;
+  FakeProc proc;
+  testing::FakeGpus gpus;
+  testing::RecordingHandler handler;
+  SimulatedClock clock;
+  std::vector<CheckedShare> shares;
+  std::unique_ptr<OutOfBandChecker> checker;
+
+  explicit Node(const std::string& name, CheckerOptions options = {})
+      : base(testing::fresh_folder(name)), proc(base / "proc") {
+    for (const auto& [share_name, pod] : {std::pair{"a", kPodA}, std::pair{"b", kPodB}}) {
+      CheckedShare share;
+      share.name = share_name;
+      share.folder = (base / "shares" / share_name).string();
+      share.uuid = kGpu;
+      share.memory_limit = 4 * kGiB;
+      share.cores = 30;
+      share.burst = 50;
+      share.claim_namespace = "tenants";
+      share.claim_name = std::string("claim-") + share_name;
+      share.claim_uid = std::string("uid-") + share_name;
+      share.pods = {{std::string("pod-") + share_name, pod}};
+      testing::make_share_folder(share.folder, kGpu, 4 * kGiB);
+      shares.push_back(share);
+    }
+    options.proc_root = proc.root().string();
+    checker = std::make_unique<OutOfBandChecker>(
+        options, [this] { return shares; }, gpus, handler, clock);
+  }
+  ~Node() { fs::remove_all(base); }
+  fs::path folder(const std::string& share) const { return base / "shares" / share; }
+  // A shimmed process of `share` (pod cgroup, a slot holding `slot_bytes`), NVML: `used`.
+  void shimmed(const std::string& share, int pid, uint32_t slot, uint64_t slot_bytes,
+               uint64_t used) {
+    proc.add(pid, 1000 + pid, testing::pod_cgroup_file(share == "a" ? kPodA : kPodB));
+    testing::write_slot(folder(share), slot, FakeProc::owner(pid, 1000 + pid), slot_bytes);
+    gpus.processes[kGpu].push_back({pid, used});
+  }
+  std::vector<Finding> of(FindingKind kind) const {
+    std::vector<Finding> out;
+    for (const Finding& f : handler.findings)
+      if (f.kind == kind) out.push_back(f);
+    return out;
+  }
+};
+
+TEST(OutOfBandChecker, AnHonestNodeHasNoFindings) {
+  Node node("checker-honest");
+  node.shimmed("a", 100, 0, 2 * kGiB, 2 * kGiB + 100 * kMiB);  // within the margin
+  node.shimmed("b", 200, 0, 3 * kGiB, 3 * kGiB);
+  EXPECT_TRUE(node.checker->check_once().empty());
+  EXPECT_TRUE(node.checker->check_once().empty());
+  EXPECT_EQ(node.checker->stats().passes, 2u);
+  EXPECT_EQ(node.checker->stats().repairs, 0u);
+}
+
+TEST(OutOfBandChecker, AZeroedSlotIsReportedRepairedAndItsProcessNamed) {
+  Node node("checker-zeroed");
+  node.shimmed("a", 100, 0, 0, 7680 * kMiB);  // allocated 7.5 GiB, then zeroed its slot
+  node.shimmed("b", 200, 0, kGiB, kGiB);
+  node.checker->check_once();
+  const auto over = node.of(FindingKind::kOverMemoryLimit);
+  ASSERT_EQ(over.size(), 1u);
+  EXPECT_EQ(over[0].host_pid, 100);
+  EXPECT_EQ(over[0].host_pid_start_time, 1100u);
+  EXPECT_EQ(over[0].share, "a");
+  EXPECT_EQ(over[0].claim_name, "claim-a");
+  EXPECT_EQ(over[0].pod, "tenants/pod-a");
+  EXPECT_EQ(over[0].detail,
+            "the share holds 7680 MiB (NVML) of its 4096 MiB; this process holds 7680 MiB, its "
+            "slot says 0 MiB");
+  const auto lies = node.of(FindingKind::kUsageDisagrees);
+  ASSERT_EQ(lies.size(), 1u);
+  EXPECT_EQ(lies[0].host_pid, 100);
+  // Repaired: the slot holds NVML's figure, so the shim refuses the next allocation.
+  EXPECT_EQ(testing::copy_page(node.folder("a")).bytes[0], 7680 * kMiB);
+  // Share b's process is named in no finding.
+  for (const Finding& f : node.handler.findings) EXPECT_NE(f.host_pid, 200);
+  // Once per episode: the next pass repeats nothing (the slot agrees now; still over the limit).
+  node.handler.findings.clear();
+  node.checker->check_once();
+  EXPECT_TRUE(node.handler.findings.empty());
+  // It frees down to the limit, then goes over again: a new episode.
+  node.gpus.processes[kGpu][0].used_bytes = 3 * kGiB;
+  testing::write_slot(node.folder("a"), 0, FakeProc::owner(100, 1100), 3 * kGiB);
+  node.checker->check_once();
+  EXPECT_TRUE(node.handler.findings.empty());
+  node.gpus.processes[kGpu][0].used_bytes = 5 * kGiB;
+  node.checker->check_once();
+  EXPECT_EQ(node.of(FindingKind::kOverMemoryLimit).size(), 1u);
+}
+
+TEST(OutOfBandChecker, AnUnshimmedProcessOfTheSharesPodIsFoundOthersAreNot) {
+  Node node("checker-unshimmed");
+  node.shimmed("a", 100, 0, kGiB, kGiB);
+  // Pod a's process without the shim: no slot, 5 GiB.
+  node.proc.add(101, 2000, testing::pod_cgroup_file(kPodA));
+  node.gpus.processes[kGpu].push_back({101, 5 * kGiB});
+  // A host process of no pod on the same GPU (not a share's): no finding.
+  node.proc.add(300, 3000);
+  node.gpus.processes[kGpu].push_back({300, 8 * kGiB});
+  node.checker->check_once();
+  const auto unshimmed = node.of(FindingKind::kUnshimmedProcess);
+  ASSERT_EQ(unshimmed.size(), 1u);
+  EXPECT_EQ(unshimmed[0].host_pid, 101);
+  EXPECT_EQ(unshimmed[0].share, "a");
+  const auto over = node.of(FindingKind::kOverMemoryLimit);
+  ASSERT_EQ(over.size(), 1u);  // 6 GiB of 4: the unshimmed process is the offender
+  EXPECT_EQ(over[0].host_pid, 101);
+  for (const Finding& f : node.handler.findings) {
+    EXPECT_NE(f.host_pid, 300);
+    EXPECT_NE(f.share, "b");
+  }
+  // The handler's proof: pod a's processes are share a's, not share b's; a wrong start time is
+  // no proof.
+  EXPECT_TRUE(node.checker->belongs(101, 2000, "a"));
+  EXPECT_TRUE(node.checker->belongs(100, 1100, "a"));
+  EXPECT_FALSE(node.checker->belongs(101, 2000, "b"));
+  EXPECT_FALSE(node.checker->belongs(101, 2001, "a"));
+  EXPECT_FALSE(node.checker->belongs(300, 3000, "a"));
+  EXPECT_FALSE(node.checker->belongs(101, 2000, "no-such-share"));
+}
+
+TEST(OutOfBandChecker, AScribbledPageIsRepairedAndNoLongerBlocksTheShare) {
+  Node node("checker-scribbled");
+  node.shimmed("a", 100, 0, kGiB, kGiB);
+  node.shimmed("b", 200, 0, kGiB, kGiB);
+  // Share a's tenant fills its page: 510 fake owners with huge byte counts, a free slot with
+  // bytes, a forged copy of share b's process's owner word, the mark reset.
+  for (uint32_t i = 1; i < 511; ++i)
+    testing::write_slot(node.folder("a"), i, 0x1234500 + i, ~0ull >> 2);
+  testing::write_slot(node.folder("a"), 511, FakeProc::owner(200, 1200), 64 * kGiB);
+  {
+    share::UsagePage* page = nullptr;
+    ASSERT_EQ(share::map_usage_page((node.folder("a") / "usage").c_str(), true, page), 0);
+    page->slots[300].owner.store(0);  // free, bytes left
+    page->slot_high_water.store(0);
+    share::unmap_usage_page(page);
+  }
+  node.checker->check_once();
+  const auto corrupt = node.of(FindingKind::kCorruptUsagePage);
+  ASSERT_EQ(corrupt.size(), 1u);
+  EXPECT_EQ(corrupt[0].share, "a");
+  EXPECT_NE(corrupt[0].detail.find("1 free slots hold bytes"), std::string::npos)
+      << corrupt[0].detail;
+  EXPECT_NE(corrupt[0].detail.find("1 slots name live processes of other pods"), std::string::npos);
+  EXPECT_NE(corrupt[0].detail.find("slot_high_water is 0"), std::string::npos);
+  const testing::PageCopy page = testing::copy_page(node.folder("a"));
+  EXPECT_EQ(page.high_water, 1u);  // only the honest process's slot 0 is left
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < page.high_water; ++i) sum += page.bytes[i];
+  EXPECT_EQ(sum, kGiB);
+  for (uint32_t i = 1; i < share::kMaxSlots; ++i) ASSERT_EQ(page.owners[i], 0u) << i;
+  // Share b's page was never touched.
+  EXPECT_EQ(testing::copy_page(node.folder("b")).bytes[0], kGiB);
+  EXPECT_EQ(node.checker->stats().slots_cleared, 511u);
+}
+
+TEST(OutOfBandChecker, TruncatedGarbageAndMissingPagesNeitherCrashNorStopTheOthers) {
+  Node node("checker-truncated");
+  node.shimmed("a", 100, 0, kGiB, kGiB);
+  node.shimmed("b", 200, 0, 0, 6 * kGiB);  // share b lies: still caught beside a's broken page
+  ASSERT_EQ(truncate((node.folder("a") / "usage").c_str(), 7), 0);
+  node.checker->check_once();
+  EXPECT_EQ(node.of(FindingKind::kCorruptUsagePage).size(), 1u);
+  EXPECT_EQ(node.of(FindingKind::kOverMemoryLimit).size(), 1u);
+  EXPECT_EQ(read_usage_page(node.folder("a").string()).state, UsagePageState::kValid);
+  // Garbage: random bytes over the whole page, then a FIFO in its place.
+  {
+    std::ofstream garbage(node.folder("a") / "usage", std::ios::binary | std::ios::trunc);
+    for (size_t i = 0; i < sizeof(share::UsagePage); ++i) garbage.put(static_cast<char>(i * 131));
+  }
+  node.checker->check_once();
+  EXPECT_EQ(read_usage_page(node.folder("a").string()).state, UsagePageState::kValid);
+  fs::remove(node.folder("a") / "usage");
+  ASSERT_EQ(mkfifo((node.folder("a") / "usage").c_str(), 0666), 0);
+  node.checker->check_once();
+  EXPECT_EQ(read_usage_page(node.folder("a").string()).state, UsagePageState::kValid);
+  // A lost GPU: the pass goes on for the others and says why.
+  node.gpus.lost.insert(kGpu);
+  node.checker->check_once();
+  EXPECT_NE(node.checker->stats().last_problem.find("is lost"), std::string::npos);
+}
+
+TEST(OutOfBandChecker, GracesDelayMemoryAndCoresFindings) {
+  CheckerOptions options;
+  options.memory_grace = std::chrono::seconds(2);
+  options.cores_grace = std::chrono::seconds(5);
+  Node node("checker-grace", options);
+  node.shimmed("a", 100, 0, 5 * kGiB, 5 * kGiB);  // over its limit (an honest slot: a bug)
+  node.shimmed("b", 200, 0, kGiB, kGiB);
+  node.gpus.utilization[kGpu] = {{100, 20}, {200, 70}};  // b: 70 % > burst 50 + 10
+  node.checker->check_once();
+  EXPECT_TRUE(node.handler.findings.empty());
+  node.clock.advance(std::chrono::seconds(2));
+  node.checker->check_once();
+  const auto over = node.of(FindingKind::kOverMemoryLimit);
+  ASSERT_EQ(over.size(), 1u);
+  EXPECT_EQ(over[0].host_pid, 100);  // nobody lies: the share's biggest holder
+  EXPECT_NE(over[0].detail.find("no slot lies, this process holds the most (5120 MiB)"),
+            std::string::npos)
+      << over[0].detail;
+  EXPECT_TRUE(node.of(FindingKind::kOverCoresBurst).empty());
+  node.clock.advance(std::chrono::seconds(3));
+  node.checker->check_once();
+  const auto cores = node.of(FindingKind::kOverCoresBurst);
+  ASSERT_EQ(cores.size(), 1u);
+  EXPECT_EQ(cores[0].share, "b");
+  EXPECT_EQ(cores[0].host_pid, 200);
+  // Back under the burst: the episode ends; over again, the grace starts again.
+  node.gpus.utilization[kGpu] = {{200, 40}};
+  node.checker->check_once();
+  node.gpus.utilization[kGpu] = {{200, 90}};
+  node.checker->check_once();
+  EXPECT_EQ(node.of(FindingKind::kOverCoresBurst).size(), 1u);
+}
+
+TEST(OutOfBandChecker, CheckedSharesComeFromCompletedClaimsWithTheirPods) {
+  Checkpoint checkpoint;
+  ShareSpec spec;
+  spec.claim_uid = "uid-1";
+  spec.device = "gpu-0";
+  spec.share_id = "s";
+  spec.uuid = kGpu;
+  spec.memory_bytes = 4 * kGiB;
+  spec.cores = 30;
+  spec.config.burst = 60;
+  checkpoint["uid-1"] = {"tenants", "pair", ClaimState::kPrepareCompleted, {spec}, {{"p", "u"}}};
+  checkpoint["uid-2"] = {"tenants", "half", ClaimState::kPrepareStarted, {spec}, {}};
+  const std::vector<CheckedShare> shares = checked_shares(checkpoint, "/state/shares");
+  ASSERT_EQ(shares.size(), 1u);
+  EXPECT_EQ(shares[0].name, "uid-1-gpu-0-s");
+  EXPECT_EQ(shares[0].folder, "/state/shares/uid-1-gpu-0-s");
+  EXPECT_EQ(shares[0].memory_limit, 4 * kGiB);
+  EXPECT_EQ(shares[0].burst, 60u);
+  ASSERT_EQ(shares[0].pods.size(), 1u);
+  EXPECT_EQ(shares[0].pods[0].uid, "u");
+}
+
+}  // namespace
+}  // namespace tessera::agent
