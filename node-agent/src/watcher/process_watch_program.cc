@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -19,9 +21,12 @@ namespace tessera::agent {
 
 namespace {
 
-// libbpf's own messages: only its warnings, which carry the verifier's or the kernel's reason.
+// libbpf's own messages: only its warnings, which carry the verifier's or the kernel's reason;
+// none while the LSM hook is tried (its refusal is expected on many kernels, and the sys_exit hook
+// is tried next).
+std::atomic<bool> g_quiet_libbpf{false};
 int print_libbpf(enum libbpf_print_level level, const char* format, va_list args) {
-  if (level != LIBBPF_WARN) return 0;
+  if (level != LIBBPF_WARN || g_quiet_libbpf.load()) return 0;
   return vfprintf(stderr, format, args);
 }
 
@@ -68,7 +73,9 @@ Result<std::unique_ptr<ProcessWatchProgram>> ProcessWatchProgram::load(Options o
   auto handles = std::make_unique<Handles>();
   // The LSM hook sees every open; where the kernel refuses trampolines, the sys_exit one.
   std::string open_hook = "lsm/file_open";
+  g_quiet_libbpf.store(true);
   int error = open_and_load(options, true, handles->skeleton);
+  g_quiet_libbpf.store(false);
   if (error != 0) {
     open_hook = "tp_btf/sys_exit";
     error = open_and_load(options, false, handles->skeleton);
@@ -144,6 +151,15 @@ Status ProcessWatchProgram::set_report_all_exits(bool report_all) {
   return Status::ok();
 }
 
+Status ProcessWatchProgram::watch_device_major(uint32_t major) {
+  const uint8_t one = 1;
+  if (bpf_map_update_elem(bpf_map__fd(handles_->skeleton->maps.device_majors), &major, &one,
+                          BPF_ANY) != 0)
+    return internal_error("cannot watch device major " + std::to_string(major) + ": " +
+                          std::strerror(errno));
+  return Status::ok();
+}
+
 #else  // !TESSERA_HAVE_BPF
 
 struct ProcessWatchProgram::Handles {};
@@ -168,6 +184,9 @@ Status ProcessWatchProgram::set_watched_cgroups(const std::set<uint64_t>&) {
   return unavailable("no BPF program");
 }
 Status ProcessWatchProgram::set_report_all_exits(bool) {
+  return unavailable("no BPF program");
+}
+Status ProcessWatchProgram::watch_device_major(uint32_t) {
   return unavailable("no BPF program");
 }
 

@@ -53,6 +53,8 @@ class ProcessWatchProgram final : public KernelFilter {
   // KernelFilter: the maps the program filters with.
   Status set_watched_cgroups(const std::set<uint64_t>& cgroup_ids) override;
   Status set_report_all_exits(bool report_all) override;
+  // Adds a character device major to those whose opens are reported.
+  Status watch_device_major(uint32_t major);
 
   // Which open hook is attached ("lsm/file_open" or "tp_btf/sys_exit").
   const std::string& open_hook() const { return open_hook_; }
