@@ -125,6 +125,12 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
       ->envname("DEVICE_POLL_INTERVAL")
       ->check(CLI::Range(1u, 3600u))
       ->capture_default_str();
+  app.add_option("--process-watch", config.process_watch,
+                 "The eBPF process watcher (slots of exited processes reclaimed at once, unshimmed "
+                 "GPU opens reported): auto (where BPF loads), on (required), off")
+      ->envname("PROCESS_WATCH")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   app.add_option(
          "--metrics-address", config.metrics_address,
          "host:port (or :port) of the Prometheus /metrics and /healthz endpoint; empty: none")

@@ -32,6 +32,9 @@ struct AgentConfig {
   unsigned reconcile_interval_s = 60;     // --reconcile-interval / RECONCILE_INTERVAL; 0 = at start
   unsigned device_poll_interval_s = 30;   // --device-poll-interval / DEVICE_POLL_INTERVAL
   std::string metrics_address = ":9464";  // --metrics-address / METRICS_ADDRESS; empty: none
+  // --process-watch / PROCESS_WATCH: the eBPF process watcher. auto: load it, else run on the
+  // periodic checks alone; on: the agent does not start without it; off: never loaded.
+  std::string process_watch = "auto";
   // --pod-uid / POD_UID: the agent pod's metadata.uid (downward API). Given, the kubelet sockets
   // carry it and a second agent (the new pod of a rolling update) may run beside this one on the
   // state folder; empty: the fixed socket names, one agent per state folder.

@@ -7,7 +7,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <optional>
 
 #include "backends/mps_backend.h"
@@ -21,6 +23,9 @@
 #include "share/share_manager.h"
 #include "share/shim_library.h"
 #include "usage/gpu_time_meter.h"
+#include "watcher/process_watch_program.h"
+#include "watcher/process_watcher.h"
+#include "watcher/share_folder_resolver.h"
 
 namespace tessera::agent {
 
@@ -166,6 +171,8 @@ Status NodeAgent::start() {
                  "not enforced: "
               << metering_started.message() << '\n';
 
+  TESSERA_RETURN_IF_ERROR(start_process_watch());
+
   if (config_.reconcile_interval_s > 0) {
     auto loop = PeriodicLoop::start(clock_, std::chrono::seconds(config_.reconcile_interval_s),
                                     [this] { reconcile_pass(); });
@@ -278,11 +285,61 @@ bool NodeAgent::wait_for_device_turns(std::uint64_t count,
   return monitor_ && monitor_->wait_for_turns(count, timeout);
 }
 
+namespace {
+// Until the enforcement policy handles them: each finding of the process watcher, logged.
+class LoggedFindings final : public FindingHandler {
+ public:
+  void handle(const Finding& finding) override {
+    std::cerr << ("tessera-node-agent: finding " + std::string(finding_kind_name(finding.kind)) +
+                  " in share " + finding.share + ": " + finding.detail + "\n");
+  }
+};
+}  // namespace
+
+Status NodeAgent::start_process_watch() {
+  if (config_.process_watch == "off") return Status::ok();
+  ProcessWatchProgram::Options options;
+  std::ifstream devices("/proc/devices");
+  options.device_majors = nvidia_device_majors(
+      std::string(std::istreambuf_iterator<char>(devices), std::istreambuf_iterator<char>()));
+  Result<std::unique_ptr<ProcessWatchProgram>> loaded = ProcessWatchProgram::load(options);
+  if (!loaded.is_ok()) {
+    if (config_.process_watch == "on")
+      return loaded.status().with_context("--process-watch on: the process watcher cannot load");
+    std::cerr << "tessera-node-agent: process watcher off, relying on the periodic checks: "
+              << loaded.status().message() << '\n';
+    return Status::ok();
+  }
+  watch_program_ = std::move(loaded).value();
+  watch_resolver_ = std::make_unique<ShareFolderResolver>(
+      ShareFolderResolver::Options{config_.state_dir + "/shares"});
+  watch_findings_ = std::make_unique<LoggedFindings>();
+  watcher_ = std::make_unique<ProcessWatcher>(*watch_resolver_, *watch_findings_, clock_,
+                                              watch_program_.get());
+  // Shares and their processes' cgroups come and go: re-read them every second.
+  auto refresh = [this] {
+    watch_resolver_->refresh();
+    if (Status refreshed = watcher_->refresh_shares(); !refreshed.is_ok())
+      std::cerr << "tessera-node-agent: process watcher: " << refreshed.message() << '\n';
+  };
+  refresh();
+  TESSERA_RETURN_IF_ERROR(
+      watch_program_->start([this](const tessera_watch_event& event) { watcher_->handle(event); }));
+  auto loop = PeriodicLoop::start(clock_, std::chrono::seconds(1), refresh);
+  if (!loop.is_ok()) return loop.status().with_context("cannot start the process watcher");
+  watch_refresher_ = std::move(loop).value();
+  std::cerr << "tessera-node-agent: process watcher on (exits, device opens through "
+            << watch_program_->open_hook() << ")\n";
+  return Status::ok();
+}
+
 void NodeAgent::stop() {
   {
     std::lock_guard lock(liveness_mutex_);
     stopped_ = started_;
   }
+  watch_refresher_.reset();
+  if (watch_program_) watch_program_->stop();
   if (metrics_) metrics_->stop();  // no scrape runs past here
   reconciler_.reset();             // joins: no pass runs past here
   if (meter_) meter_->stop();

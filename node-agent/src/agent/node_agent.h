@@ -25,6 +25,10 @@
 namespace tessera::agent {
 
 class DeviceMonitor;
+class FindingHandler;
+class ProcessWatchProgram;
+class ProcessWatcher;
+class ShareFolderResolver;
 class GpuTimeMeter;
 class HttpKubeClient;
 class InstrumentedPreparer;
@@ -88,6 +92,7 @@ class NodeAgent {
   Status on_devices(const std::vector<GpuInfo>& gpus);
   Status publish(const std::vector<GpuInfo>& gpus);
   void reconcile_pass();
+  Status start_process_watch();  // per --process-watch
 
   AgentConfig config_;
   Clock& clock_;
@@ -102,6 +107,13 @@ class NodeAgent {
   std::unique_ptr<DeviceMonitor> monitor_;
   std::unique_ptr<GpuTimeMeter> meter_;
   std::unique_ptr<PeriodicLoop> reconciler_;  // after what its passes use
+  // The eBPF process watcher (watcher/), when loaded: the program's poll thread calls the
+  // watcher, the refresher both, so each is declared after what it uses.
+  std::unique_ptr<ShareFolderResolver> watch_resolver_;
+  std::unique_ptr<FindingHandler> watch_findings_;
+  std::unique_ptr<ProcessWatcher> watcher_;
+  std::unique_ptr<ProcessWatchProgram> watch_program_;
+  std::unique_ptr<PeriodicLoop> watch_refresher_;
 
   RequestMetrics requests_;
   std::unique_ptr<InstrumentedPreparer> preparer_;  // counts into requests_
