@@ -114,7 +114,7 @@ Status ProcessWatcher::refresh_shares() {
   std::set<uint64_t> cgroups;
   bool unknown_cgroup = false;
   for (const WatchedShare& share : shares) {
-    if (share.cgroup_ids.empty()) unknown_cgroup = true;
+    if (share.report_all_exits) unknown_cgroup = true;
     for (const uint64_t id : share.cgroup_ids)
       if (id != 0) cgroups.insert(id);
   }

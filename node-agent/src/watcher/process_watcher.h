@@ -29,9 +29,12 @@ struct WatchedShare {
   std::string usage_path;  // <share folder>/usage
   std::string claim_namespace, claim_name, claim_uid, pod;
   // v2 cgroup ids (the inode of the cgroup's folder in the unified hierarchy) of the share's
-  // pods or containers: the kernel reports exits below them. Empty = not known (a cgroup
-  // v1-only container): exits are then reported for every process.
+  // pods or containers: the kernel reports exits below them (and those of any process that opened
+  // an nvidia device, wherever it runs).
   std::vector<uint64_t> cgroup_ids;
+  // A process of the share is in no known v2 cgroup (a cgroup v1-only container, the root
+  // cgroup): the kernel then reports every exit on the node.
+  bool report_all_exits = false;
 };
 
 // "Which share is this process in", implemented by the agent (from its prepared shares).

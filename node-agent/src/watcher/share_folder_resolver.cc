@@ -18,7 +18,8 @@ uint64_t process_cgroup_v2_id(const std::string& proc_root, int pid,
   while (std::getline(cgroups, line)) {
     if (line.rfind("0::", 0) != 0) continue;
     const std::string path = line.substr(3);
-    if (path.find("..") != std::string::npos) return 0;
+    // The root cgroup holds every process: no filter. ".." never names a cgroup.
+    if (path == "/" || path.find("..") != std::string::npos) return 0;
     for (const std::string& root : cgroup_roots) {
       struct stat info {};
       if (stat((root + "/cgroup.controllers").c_str(), &info) != 0) continue;  // not v2
@@ -49,6 +50,7 @@ void ShareFolderResolver::refresh() {
       if (found == live.end()) continue;
       const uint64_t id =
           process_cgroup_v2_id(options_.proc_root, found->second, options_.cgroup_roots);
+      if (id == 0) share.report_all_exits = true;
       if (id != 0 &&
           std::find(share.cgroup_ids.begin(), share.cgroup_ids.end(), id) == share.cgroup_ids.end())
         share.cgroup_ids.push_back(id);

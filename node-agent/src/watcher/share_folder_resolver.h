@@ -1,6 +1,7 @@
 // The resolver the agent runs the process watcher with: the share folders under its state folder
 // (<shares_dir>/<share id>/usage), each share's cgroups learned from the processes that own its
-// slots (their v2 cgroup, /proc/<pid>/cgroup's "0::" line), refreshed by the agent.
+// slots (their v2 cgroup, /proc/<pid>/cgroup's "0::" line), refreshed by the agent. A slot owner
+// in no v2 cgroup of its own makes the share report_all_exits.
 #pragma once
 
 #include <mutex>
@@ -35,7 +36,7 @@ class ShareFolderResolver final : public ShareResolver {
 };
 
 // The v2 cgroup id (the inode of its folder under one of `cgroup_roots`) of host process `pid`,
-// 0 when it has none there (a cgroup v1-only host) or is gone.
+// 0 when it has none there (a cgroup v1-only host), is in the root cgroup, or is gone.
 uint64_t process_cgroup_v2_id(const std::string& proc_root, int pid,
                               const std::vector<std::string>& cgroup_roots);
 

@@ -21,6 +21,7 @@
 #include "watch_fixture.h"
 #include "watcher/process_watch_program.h"
 #include "watcher/process_watcher.h"
+#include "watcher/share_folder_resolver.h"
 
 namespace tessera::agent {
 namespace {
@@ -95,6 +96,18 @@ void check_fallback(const std::string& why) {
   EXPECT_EQ(live_process_owners().count(child.owner), 0u);
 }
 
+TEST(ProcessWatchBpf, LoadSaysWhyWithoutKernelBtf) {
+  ProcessWatchProgram::Options options;
+  options.btf_path = "/nonexistent/vmlinux";
+  Result<std::unique_ptr<ProcessWatchProgram>> loaded = ProcessWatchProgram::load(options);
+  ASSERT_FALSE(loaded.is_ok());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kUnavailable);
+  if (process_watch_built() && geteuid() == 0) {
+    EXPECT_NE(loaded.status().message().find("/nonexistent/vmlinux"), std::string::npos)
+        << loaded.status().message();
+  }
+}
+
 TEST(ProcessWatchBpf, AKilledShareProcessSlotIsClearWithin100ms) {
   Loaded loaded = load_program();
   if (!loaded.program) return check_fallback(loaded.why_not);
@@ -134,6 +147,47 @@ TEST(ProcessWatchBpf, AKilledShareProcessSlotIsClearWithin100ms) {
   EXPECT_TRUE(usage_page_owners(usage).empty());
   EXPECT_LT(latency.count(), 100.0);
   EXPECT_EQ(watcher.counters().slots_reclaimed, 1u);
+  testing::reap(child.pid);
+  loaded.program->stop();
+}
+
+// The same through the resolver the agent runs with: the share's cgroup learned from the process
+// that owns its slot, the kernel filter set from it.
+TEST(ProcessWatchBpf, TheAgentsResolverWatchesTheCgroupOfASlotOwner) {
+  Loaded loaded = load_program();
+  if (!loaded.program) return check_fallback(loaded.why_not);
+  TestCgroup cgroup;
+  if (!cgroup.usable()) GTEST_SKIP() << "no writable cgroup v2 hierarchy to make a test cgroup in";
+  TempDir shares;
+  const std::string folder = shares.path() + "/share-agent";
+  ASSERT_EQ(mkdir(folder.c_str(), 0755), 0);
+  const Child child = testing::spawn_child(cgroup.procs(), folder, "");
+  ASSERT_TRUE(child.ok);
+
+  ShareFolderResolver resolver(ShareFolderResolver::Options{shares.path()});
+  resolver.refresh();
+  ASSERT_EQ(resolver.shares().size(), 1u);
+  EXPECT_EQ(resolver.shares()[0].cgroup_ids, std::vector<uint64_t>{cgroup.id()});
+  EXPECT_FALSE(resolver.shares()[0].report_all_exits);
+  RecordingFindings findings;
+  ProcessWatcher watcher(resolver, findings, real_clock(), loaded.program.get());
+  ASSERT_TRUE(watcher.refresh_shares().is_ok());
+  ASSERT_TRUE(
+      loaded.program->start([&](const tessera_watch_event& e) { watcher.handle(e); }).is_ok());
+
+  const std::string usage = folder + "/usage";
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(child.pid, SIGKILL), 0);
+  while (!usage_page_owners(usage).empty() &&
+         std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(2)) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  const auto latency =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed_at);
+  std::printf("process watcher (agent resolver): SIGKILL -> slot clear in %.3f ms\n",
+              latency.count());
+  EXPECT_TRUE(usage_page_owners(usage).empty());
+  EXPECT_LT(latency.count(), 100.0);
   testing::reap(child.pid);
   loaded.program->stop();
 }

@@ -1,12 +1,14 @@
 // The process watcher's user-space logic, without BPF: events built here as the kernel side
 // fills them, against real usage pages and real child processes.
 #include "watcher/process_watcher.h"
+#include "watcher/share_folder_resolver.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 
 #include "clock/clock.h"
@@ -93,8 +95,10 @@ TEST(ProcessWatcher, RefreshPutsTheSharesCgroupsIntoTheKernelFilter) {
   ASSERT_TRUE(watcher.refresh_shares().is_ok());
   EXPECT_EQ(filter.cgroups, (std::set<uint64_t>{11, 12}));
   EXPECT_FALSE(filter.report_all_exits);
-  // A share whose cgroup is not known (cgroup v1 only): every exit is reported.
-  resolver.set_shares({share_at("/nonexistent", {11}), share_at("/elsewhere", {})});
+  // A share with a process in no known cgroup (cgroup v1 only): every exit is reported.
+  WatchedShare unlocated = share_at("/elsewhere", {});
+  unlocated.report_all_exits = true;
+  resolver.set_shares({share_at("/nonexistent", {11}), unlocated});
   ASSERT_TRUE(watcher.refresh_shares().is_ok());
   EXPECT_EQ(filter.cgroups, (std::set<uint64_t>{11}));
   EXPECT_TRUE(filter.report_all_exits);
@@ -224,6 +228,53 @@ TEST(ProcessWatcher, NoFindingOutsideAShareOrWithTheShimMapped) {
   EXPECT_EQ(watcher.counters().device_opens, 2u);
   testing::reap(outside.pid);
   testing::reap(shimmed.pid);
+}
+
+TEST(ShareFolderResolver, ReadsAProcessesV2CgroupFromProcAndTheUnifiedHierarchy) {
+  TempDir dir;
+  const std::string proc = dir.path() + "/proc", unified = dir.path() + "/unified";
+  std::filesystem::create_directories(proc + "/123");
+  std::filesystem::create_directories(proc + "/124");
+  std::filesystem::create_directories(proc + "/125");
+  std::filesystem::create_directories(unified + "/kubepods/pod1/ctr");
+  std::ofstream(unified + "/cgroup.controllers") << "cpu memory\n";
+  std::ofstream(proc + "/123/cgroup") << "4:memory:/kubepods/pod1/ctr\n0::/kubepods/pod1/ctr\n";
+  std::ofstream(proc + "/124/cgroup") << "4:memory:/kubepods/pod1/ctr\n";  // v1 only
+  std::ofstream(proc + "/125/cgroup") << "0::/\n";                         // the root
+  struct stat info {};
+  ASSERT_EQ(stat((unified + "/kubepods/pod1/ctr").c_str(), &info), 0);
+  EXPECT_EQ(process_cgroup_v2_id(proc, 123, {unified}), info.st_ino);
+  EXPECT_EQ(process_cgroup_v2_id(proc, 124, {unified}), 0u);
+  EXPECT_EQ(process_cgroup_v2_id(proc, 125, {unified}), 0u);
+  EXPECT_EQ(process_cgroup_v2_id(proc, 126, {unified}), 0u);     // gone
+  EXPECT_EQ(process_cgroup_v2_id(proc, 123, {dir.path()}), 0u);  // no v2 mount there
+}
+
+TEST(ShareFolderResolver, ListsTheShareFoldersAndWhetherTheirProcessesAreLocated) {
+  TempDir dir;
+  const std::string with_process = dir.path() + "/share-p", idle = dir.path() + "/share-i";
+  std::filesystem::create_directories(with_process);
+  std::filesystem::create_directories(idle);
+  share::UsagePage* page = nullptr;
+  ASSERT_EQ(share::open_or_create_usage_page(idle.c_str(), page), 0);
+  share::unmap_usage_page(page);
+  const Child child = testing::spawn_child("", with_process, "");
+  ASSERT_TRUE(child.ok);
+  // This test's processes are in no v2 cgroup below /sys/fs/cgroup's roots of a fake layout.
+  ShareFolderResolver resolver({dir.path(), "/proc", {dir.path() + "/no-cgroup-mount"}});
+  resolver.refresh();
+  std::vector<WatchedShare> shares = resolver.shares();
+  std::sort(shares.begin(), shares.end(),
+            [](const WatchedShare& a, const WatchedShare& b) { return a.id < b.id; });
+  ASSERT_EQ(shares.size(), 2u);
+  EXPECT_EQ(shares[0].id, "share-i");
+  EXPECT_EQ(shares[0].usage_path, idle + "/usage");
+  EXPECT_FALSE(shares[0].report_all_exits);  // no process: nothing to reclaim
+  EXPECT_EQ(shares[1].id, "share-p");
+  EXPECT_TRUE(shares[1].cgroup_ids.empty());
+  EXPECT_TRUE(shares[1].report_all_exits);  // its process has no cgroup the kernel can filter on
+  EXPECT_FALSE(resolver.share_of(child.pid, 0, 0).has_value());
+  testing::reap(child.pid);
 }
 
 }  // namespace
