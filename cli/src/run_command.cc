@@ -1,6 +1,8 @@
 #include "run_command.h"
 
+#include <dirent.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <utility>
 
 #include <fcntl.h>
@@ -18,7 +21,9 @@
 
 #include "share_plan.h"
 #include "tessera/gpu_info.h"
+#include "tessera/local_shares.h"
 #include "tessera/share_contract.h"
+#include "tessera/shared_library.h"
 #include "tessera/vgpu/options.h"
 #include "tessera/vgpu/usage_counters.h"
 
@@ -26,6 +31,11 @@ namespace tessera::cli {
 namespace {
 
 volatile sig_atomic_t g_child = 0;
+
+// tessera run's own messages (one place, so that they can move to structured logs at once).
+void log(const std::string& message) {
+  std::fprintf(stderr, "tessera run: %s\n", message.c_str());
+}
 
 void forward_signal(int signal_number) {
   if (g_child > 0) kill(g_child, signal_number);
@@ -81,18 +91,71 @@ void print_summary(const std::string& dir, const std::vector<share::DeviceLimit>
   share::unmap_usage_page(page);
 }
 
-// The share directory: the one given (kept), or a temporary one removed when the command ends.
+// A folder tessera made (or will make) for this user's shares: not a symlink, a directory, this
+// user's, closed to everyone else. Created 0700 when missing.
+Status ensure_private_dir(const std::string& path) {
+  if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
+    return internal_error("cannot create " + path + ": " + std::strerror(errno));
+  struct stat info {};
+  if (lstat(path.c_str(), &info) != 0)
+    return internal_error("cannot examine " + path + ": " + std::strerror(errno));
+  if (S_ISLNK(info.st_mode)) return failed_precondition(path + " is a symlink: refused");
+  if (!S_ISDIR(info.st_mode)) return failed_precondition(path + " is not a directory");
+  if (info.st_uid != getuid())
+    return failed_precondition(path + " belongs to uid " + std::to_string(info.st_uid) +
+                               ", not to this user (uid " + std::to_string(getuid()) + ")");
+  if ((info.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(info.st_mode & 07777));
+    return failed_precondition(path + " has mode " + mode + ": other users could reach it (0700)");
+  }
+  return Status::ok();
+}
+
+// "<pid> <start time>" of this process: what tessera/local_shares.h's owner file holds.
+Result<std::string> own_owner_line() {
+  uint64_t start_time = 0;
+  if (const int error = share::read_process_start_time("/proc", getpid(), start_time); error != 0)
+    return internal_error(std::string("cannot read this process's start time: ") +
+                          std::strerror(error));
+  return std::to_string(getpid()) + " " + std::to_string(start_time) + "\n";
+}
+
+// Whether the owner file's process ("<pid> <start time>") still runs.
+bool owner_alive(const std::string& owner_file) {
+  std::ifstream in(owner_file);
+  long pid = 0;
+  uint64_t start_time = 0;
+  if (!(in >> pid >> start_time) || pid <= 0) return false;
+  uint64_t now_start = 0;
+  const int error = share::read_process_start_time("/proc", static_cast<int>(pid), now_start);
+  if (error == ESRCH) return false;
+  return error != 0 || now_start == start_time;  // unreadable: assume alive, never remove
+}
+
+// The share directory: the one given (kept), or a temporary one under this user's local share
+// root, with its owner file, removed when the command ends.
 class ShareDir {
  public:
   static Result<ShareDir> create(const std::string& given) {
     if (!given.empty()) return ShareDir(given, false);
-    const char* base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-    std::string pattern = std::string(base) + "/tessera-run-XXXXXX";
+    Result<std::string> root = prepare_local_share_root(share::local_share_root());
+    if (!root.is_ok()) return root.status();
+    remove_stale_shares(*root);
+    Result<std::string> owner = own_owner_line();
+    if (!owner.is_ok()) return owner.status();
+    std::string pattern = *root + "/run-XXXXXX";
     if (!mkdtemp(pattern.data())) {
-      return internal_error(std::string("cannot create a share directory in ") + base + ": " +
+      return internal_error("cannot create a share directory in " + *root + ": " +
                             std::strerror(errno));
     }
-    return ShareDir(std::move(pattern), true);
+    ShareDir dir(std::move(pattern), true);
+    const std::string owner_path = dir.path() + "/" + share::kLocalShareOwnerFile;
+    std::ofstream out(owner_path, std::ios::trunc);
+    out << *owner;
+    out.close();
+    if (!out) return internal_error("cannot write " + owner_path);
+    return dir;
   }
   ShareDir(ShareDir&& other) noexcept
       : path_(std::move(other.path_)), temporary_(std::exchange(other.temporary_, false)) {}
@@ -125,6 +188,10 @@ Result<std::string> libvgpu_path(const std::string& given) {
     path = std::move(found).value();
   }
   if (!is_file(path)) return not_found("libvgpu.so not found at " + path + kLibvgpuHint);
+  // ld.so only warns about a preload it cannot load, and the command would run unconfined.
+  if (Status library = check_shared_library(path); !library.is_ok())
+    return failed_precondition("libvgpu " + library.message() +
+                               ": the command would run without the shim" + kLibvgpuHint);
   return path;
 }
 
@@ -132,9 +199,13 @@ Result<std::string> libvgpu_path(const std::string& given) {
 // environment; returns its exit status once it ends.
 Result<int> run_child(const RunOptions& options, const std::string& libvgpu, const std::string& dir,
                       const std::vector<share::DeviceLimit>& limits) {
+  const pid_t parent = getpid();
   const pid_t child = fork();
   if (child < 0) return internal_error(std::string("fork failed: ") + std::strerror(errno));
   if (child == 0) {
+    // The command dies with tessera (even a SIGKILLed one). Set after fork, so a tessera that died
+    // before the prctl is caught by the getppid() check instead.
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(kRunFailed);
     std::string preload = libvgpu;
     if (const char* existing = std::getenv("LD_PRELOAD"); existing && *existing) {
       preload += ":";
@@ -149,7 +220,7 @@ Result<int> run_child(const RunOptions& options, const std::string& libvgpu, con
     execvp(argv[0], argv.data());
     // The child's own edge: what exec failed with, as a shell reports it.
     std::fprintf(stderr, "tessera run: cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(errno == ENOENT ? 127 : 126);
+    _exit(errno == ENOENT ? kCommandNotFound : kCommandNotRunnable);
   }
 
   const double started = monotonic_s();
@@ -168,6 +239,59 @@ Result<int> run_child(const RunOptions& options, const std::string& libvgpu, con
 }
 
 }  // namespace
+
+std::string refuse_empty_value(const std::string& value) {
+  return value.empty() ? "an empty value is not allowed (leave the flag out for its default)" : "";
+}
+
+Result<std::string> prepare_local_share_root(const std::string& root) {
+  // The folders tessera owns: the per-user one (/tmp/tessera-<uid> or $XDG_RUNTIME_DIR/tessera)
+  // and its shares/ folder. Anything above is the system's or XDG_RUNTIME_DIR itself.
+  const std::filesystem::path shares(root);
+  const std::filesystem::path user = shares.parent_path();
+  TESSERA_RETURN_IF_ERROR(ensure_private_dir(user.string()));
+  TESSERA_RETURN_IF_ERROR(ensure_private_dir(shares.string()));
+  return root;
+}
+
+size_t remove_stale_shares(const std::string& root) {
+  size_t removed = 0;
+  DIR* folder = opendir(root.c_str());
+  if (!folder) return 0;
+  const time_t now = time(nullptr);
+  while (const dirent* entry = readdir(folder)) {
+    if (entry->d_name[0] == '.') continue;
+    const std::string dir = root + "/" + entry->d_name;
+    struct stat info {};
+    if (lstat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode) || info.st_uid != getuid())
+      continue;
+    const std::string owner = dir + "/" + share::kLocalShareOwnerFile;
+    struct stat owner_info {};
+    std::string why;
+    if (lstat(owner.c_str(), &owner_info) != 0) {
+      // A share being created has no owner file for a moment: only an old one is abandoned.
+      if (now - info.st_mtime < 60) continue;
+      why = "it has no owner file";
+    } else if (!owner_alive(owner)) {
+      std::ifstream in(owner);
+      std::string pid;
+      in >> pid;
+      why = "its tessera run (pid " + pid + ") is gone";
+    } else {
+      continue;
+    }
+    std::error_code error;
+    std::filesystem::remove_all(dir, error);
+    if (error) {
+      log("cannot remove the stale share " + dir + ": " + error.message());
+      continue;
+    }
+    log("removed the stale share " + dir + " (" + why + ")");
+    ++removed;
+  }
+  closedir(folder);
+  return removed;
+}
 
 Result<std::string> find_libvgpu(const std::string& dir) {
   if (const char* env = std::getenv("TESSERA_LIBVGPU"); env && *env) return std::string(env);

@@ -1,6 +1,9 @@
 // `tessera run`: runs a command under a GPU share on this machine, without Kubernetes. It creates a
 // share directory (limits page) the way the node agent does for a claim, preloads libvgpu into
-// the command, forwards signals to it and returns its exit status.
+// the command, forwards signals to it and returns its exit status. Every input is checked before
+// anything is created: a bad value or a shim that is not a loadable library is an error (125),
+// never a command that runs unconfined. The command dies with tessera (PR_SET_PDEATHSIG), and the
+// next run removes the share folders a killed tessera left (tessera/local_shares.h).
 #pragma once
 
 #include <string>
@@ -22,9 +25,38 @@ struct RunOptions {
   std::vector<std::string> command;
 };
 
+// tessera's own failures (a bad flag or value, no GPU, an unusable shim), as `env`, `timeout` and
+// `docker run` report them; the command cannot be run (126) or is not found (127).
+inline constexpr int kRunFailed = 125;
+inline constexpr int kCommandNotRunnable = 126;
+inline constexpr int kCommandNotFound = 127;
+
+// The exit status section of `tessera run --help` (tests/cli/check_run_safety.py checks each).
+inline constexpr const char* kRunExitStatusHelp =
+    "Exit status:\n"
+    "  N      the command's own exit status\n"
+    "  125    tessera itself failed: a bad flag or value, no GPU, a shim that is not a loadable\n"
+    "         library, a share that cannot be created (nothing was run)\n"
+    "  126    the command was found but cannot be run (not executable)\n"
+    "  127    the command was not found\n"
+    "  128+N  the command was killed by signal N\n";
+
+// A CLI11 check for --memory, --cores and --cores-burst: an empty value is an error, never
+// "unlimited".
+std::string refuse_empty_value(const std::string& value);
+
 // The command's exit status (128 + signal when it was killed), or why tessera itself could not
-// start it (main.cc prints the message and exits 125, as `env`, `timeout` and `docker run` do).
+// start it (main.cc prints the message and exits kRunFailed).
 Result<int> run(const RunOptions& options);
+
+// The folder holding this user's local shares (share::local_share_root()), created 0700 where
+// missing; an error when it, or a folder of it tessera creates, is a symlink, not a directory,
+// another user's or open to others.
+Result<std::string> prepare_local_share_root(const std::string& root);
+
+// Removes the share folders under `root` whose `owner` process is gone (pid and start time), and
+// folders without an owner file older than a minute; one stderr line each. Returns how many.
+size_t remove_stale_shares(const std::string& root);
 
 // Where libvgpu.so is when not given: $TESSERA_LIBVGPU, then <prefix>/lib/libvgpu.so for an
 // installed <prefix>/bin/tessera, then the build tree's <build>/libvgpu/libvgpu.so.

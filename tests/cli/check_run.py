@@ -40,6 +40,14 @@ def main():
                               "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0",
         })
         env.pop("TESSERA_MEMORY_LIMIT", None)
+        # This user's local share root (tessera/local_shares.h), private to the test.
+        xdg = os.path.join(work, "xdg")
+        os.mkdir(xdg, 0o700)
+        env["XDG_RUNTIME_DIR"] = xdg
+        share_root = os.path.join(xdg, "tessera", "shares")
+
+        def temporary_shares():
+            return os.listdir(share_root) if os.path.isdir(share_root) else []
 
         def run(*command, **kwargs):
             return subprocess.run([args.tessera, "run", *command], env=env, capture_output=True,
@@ -77,7 +85,7 @@ def main():
             fail(f"--memory 1=2Gi: obtained {report['bytes_obtained']} on GPU 1")
 
         # The temporary share directory is gone afterwards; a named one is kept.
-        leftovers = [name for name in os.listdir("/dev/shm") if name.startswith("tessera-run-")]
+        leftovers = temporary_shares()
         share = os.path.join(work, "share")
         done = run("--memory", "1Gi", "--share-dir", share, "--", "true")
         if done.returncode != 0 or not os.path.exists(os.path.join(share, "limits")):
@@ -101,7 +109,7 @@ def main():
                 fail(f"{bad}: exit {done.returncode}, stderr {done.stderr!r}")
         if run("--", "/no/such/program").returncode != 127:
             fail("a missing command did not exit 127")
-        after = [name for name in os.listdir("/dev/shm") if name.startswith("tessera-run-")]
+        after = temporary_shares()
         if sorted(after) != sorted(leftovers):
             fail(f"temporary share directories left behind: {set(after) - set(leftovers)}")
     print("PASS")

@@ -4,12 +4,18 @@
 // nvmlDeviceGetProcessUtilization reports it) and runs the real controller on real share pages.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "compute/controller.h"
 #include "compute/meter.h"
+#include "compute/priority_board.h"
 
 namespace tessera::vgpu::compute {
 namespace {
@@ -130,6 +136,10 @@ bool always_alive(uint64_t, void*) {
 
 struct Tenant {
   Pages pages;
+  std::unique_ptr<UserBoard> user_board;     // this share's view of the per-user board file
+  std::unique_ptr<LimitsYield> agent_yield;  // or of the agent's yield_mask
+  int64_t agent_seen_busy_ns = 0;            // the simulated agent's last look
+  int64_t agent_active_until_ns = 0;
   std::vector<std::unique_ptr<FakeSource>> sources;
   std::vector<std::unique_ptr<Meter>> meters;  // one per process of the share
   std::vector<bool> meter_alive;
@@ -165,8 +175,28 @@ bool FakeSource::measure(int, int64_t now_ns, Busy* out) {
   return true;
 }
 
+// Where the shares' priority signal comes from: an in-memory board, the per-user board file
+// (`tessera run` without an agent), or the agent's yield_mask in each limits page.
+enum class BoardMode { kMemory, kUserFile, kAgent };
+
 class SimulatedGpu {
  public:
+  explicit SimulatedGpu(BoardMode mode = BoardMode::kMemory) : mode_(mode) {
+    if (mode_ == BoardMode::kUserFile) {
+      board_dir_ = (std::filesystem::temp_directory_path() /
+                    ("compute-board-sim-" + std::to_string(getpid())))
+                       .string();
+      std::filesystem::remove_all(board_dir_);
+      std::filesystem::create_directories(board_dir_);
+    }
+  }
+  ~SimulatedGpu() {
+    tenants_.clear();
+    if (!board_dir_.empty()) std::filesystem::remove_all(board_dir_);
+  }
+  SimulatedGpu(const SimulatedGpu&) = delete;
+  SimulatedGpu& operator=(const SimulatedGpu&) = delete;
+
   Tenant& add(uint32_t quota, uint32_t burst = 0, uint32_t priority = share::kPriorityNormal,
               int processes = 1) {
     tenants_.push_back(std::make_unique<Tenant>());
@@ -174,11 +204,20 @@ class SimulatedGpu {
     t.pages.limits->devices[0].cores_limit.store(quota);
     t.pages.limits->devices[0].cores_burst.store(burst);
     t.pages.limits->priority.store(priority);
+    PriorityBoard* board = &board_;
+    if (mode_ == BoardMode::kUserFile) {
+      t.user_board = std::make_unique<UserBoard>(t.pages.limits.get(), board_dir_.c_str());
+      board = t.user_board.get();
+    } else if (mode_ == BoardMode::kAgent) {
+      t.pages.limits->measure_source.store(share::kMeasureAgent);
+      t.agent_yield = std::make_unique<LimitsYield>(t.pages.limits.get());
+      board = t.agent_yield.get();
+    }
     for (int p = 0; p < processes; ++p) {
       t.sources.push_back(std::make_unique<FakeSource>(&t, &tenants_));
       t.meters.push_back(
           std::make_unique<Meter>(t.pages.limits.get(), t.pages.usage.get(), t.sources.back().get(),
-                                  &board_, static_cast<uint64_t>(p + 1), always_alive, nullptr));
+                                  board, static_cast<uint64_t>(p + 1), always_alive, nullptr));
       t.meter_alive.push_back(true);
     }
     // Meters start at different phases, as processes do.
@@ -190,6 +229,7 @@ class SimulatedGpu {
   // between the tenants that have work queued.
   void run_until(int64_t end_ns, int64_t dt = 10 * kUs) {
     for (; now_ < end_ns; now_ += dt) {
+      if (mode_ == BoardMode::kAgent && now_ % (20 * kMillisecond) == 0) agent_pass();
       for (auto& tenant : tenants_) {
         Tenant& t = *tenant;
         while (t.next_tick_ns <= now_) {
@@ -228,6 +268,27 @@ class SimulatedGpu {
   std::vector<std::unique_ptr<Tenant>>& tenants() { return tenants_; }
 
  private:
+  // The node agent's part (GpuTimeMeter, every 20 ms): a share that used the GPU since the last
+  // pass is active for 100 ms; a share yields while a share of higher priority is active.
+  void agent_pass() {
+    for (auto& t : tenants_) {
+      if (t->busy_ns != t->agent_seen_busy_ns) t->agent_active_until_ns = now_ + 100 * kMillisecond;
+      t->agent_seen_busy_ns = t->busy_ns;
+    }
+    for (auto& t : tenants_) {
+      const int rank = priority_rank(t->pages.limits->priority.load());
+      bool yield = false;
+      for (auto& other : tenants_) {
+        yield =
+            yield || (other != t && priority_rank(other->pages.limits->priority.load()) > rank &&
+                      other->agent_active_until_ns > now_);
+      }
+      t->pages.limits->yield_mask.store(yield ? 1 : 0);
+    }
+  }
+
+  BoardMode mode_;
+  std::string board_dir_;
   std::vector<std::unique_ptr<Tenant>> tenants_;
   MemoryBoard board_;
   int64_t now_ = 0;
@@ -293,8 +354,10 @@ TEST(SimulatedShares, BurstUsesIdleTimeAndFallsBackWithinOneSecond) {
   (void)bursting;
 }
 
-TEST(SimulatedShares, LowerPriorityYieldsWhileHigherIsActive) {
-  SimulatedGpu gpu;
+class PriorityModes : public ::testing::TestWithParam<BoardMode> {};
+
+TEST_P(PriorityModes, LowerPriorityYieldsWhileHigherIsActive) {
+  SimulatedGpu gpu(GetParam());
   Tenant& high = gpu.add(100, 0, share::kPriorityHigh);
   Tenant& low = gpu.add(100, 0, share::kPriorityLow);
   high.started_ns = 1 * kSecond;
@@ -309,6 +372,16 @@ TEST(SimulatedShares, LowerPriorityYieldsWhileHigherIsActive) {
   (void)high;
   (void)low;
 }
+
+INSTANTIATE_TEST_SUITE_P(SimulatedShares, PriorityModes,
+                         ::testing::Values(BoardMode::kMemory, BoardMode::kUserFile,
+                                           BoardMode::kAgent),
+                         [](const ::testing::TestParamInfo<BoardMode>& mode) {
+                           return mode.param == BoardMode::kMemory ? std::string("MemoryBoard")
+                                  : mode.param == BoardMode::kUserFile
+                                      ? std::string("UserBoardFile")
+                                      : std::string("AgentYieldMask");
+                         });
 
 TEST(SimulatedShares, AnotherProcessTakesTheLeadWhenTheLeaderStops) {
   SimulatedGpu gpu;

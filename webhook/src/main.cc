@@ -2,7 +2,6 @@
 // SIGTERM and SIGINT are taken by a thread of their own (sigwait), which starts the graceful
 // shutdown: in-flight requests finish, then the process exits 0.
 #include <pthread.h>
-#include <spdlog/spdlog.h>
 
 #include <csignal>
 #include <iostream>
@@ -11,6 +10,7 @@
 #include "kube/http_kube_client.h"
 #include "server/options.h"
 #include "server/webhook_server.h"
+#include "tessera/log.h"
 
 int main(int argc, char** argv) {
   using namespace tessera;
@@ -20,12 +20,19 @@ int main(int argc, char** argv) {
     return *parsed.exit_code;
   }
   const webhook::WebhookOptions& options = parsed.options;
+  {
+    log::Options logging;
+    logging.logger = "tessera-webhook";
+    logging.level = log::verbose(log::Level::kInfo, options.verbosity);
+    logging.format = options.log_format;
+    log::configure(std::move(logging));
+  }
 
   const Result<agent::KubeConnection> connection =
       options.kubeconfig.empty() ? agent::in_cluster_connection()
                                  : agent::kubeconfig_connection(options.kubeconfig);
   if (!connection.is_ok()) {
-    spdlog::error("no Kubernetes API: {}", connection.status().message());
+    log::error("no Kubernetes API", {{"error", connection.status().message()}});
     return 1;
   }
   // A webhook call has a deadline (10 s by default): two quick tries, not the agent's five.
@@ -45,17 +52,17 @@ int main(int argc, char** argv) {
 
   webhook::WebhookServer server(options, api, [] { return std::chrono::steady_clock::now(); });
   if (Status started = server.start(); !started.is_ok()) {
-    spdlog::error("{}", started.message());
+    log::error(started.message());
     return 1;
   }
   std::thread waiter([&] {
     int signal = 0;
     sigwait(&signals, &signal);
-    spdlog::info("signal {}", signal);
+    log::info("stopping", {{"signal", signal}});
     server.shutdown();
   });
   server.serve();
   waiter.join();
-  spdlog::info("stopped");
+  log::info("stopped");
   return 0;
 }

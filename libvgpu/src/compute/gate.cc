@@ -12,6 +12,7 @@
 
 #include "compute/meter.h"
 #include "compute/nvml_source.h"
+#include "compute/priority_board.h"
 #include "hooks.h"
 #include "log.h"
 #include "state.h"
@@ -63,7 +64,8 @@ bool owner_alive(uint64_t owner, void* context) {
 struct MeterThread {
   NvmlSource* nvml = nullptr;
   AgentSource* agent = nullptr;
-  FileBoard* board = nullptr;
+  LimitsYield* agent_yield = nullptr;
+  UserBoard* user_board = nullptr;
   Meter* meter = nullptr;
   Region* region = nullptr;
 };
@@ -98,19 +100,26 @@ void start_thread(int r) {
   // libstdc++). A forked child builds its own again over the parent's copies.
   alignas(NvmlSource) static unsigned char nvml_storages[kMaxShares][sizeof(NvmlSource)];
   alignas(AgentSource) static unsigned char agent_storages[kMaxShares][sizeof(AgentSource)];
-  alignas(FileBoard) static unsigned char board_storages[kMaxShares][sizeof(FileBoard)];
+  alignas(LimitsYield) static unsigned char yield_storages[kMaxShares][sizeof(LimitsYield)];
+  alignas(UserBoard) static unsigned char board_storages[kMaxShares][sizeof(UserBoard)];
   alignas(Meter) static unsigned char meter_storages[kMaxShares][sizeof(Meter)];
   static MeterThread all_parts[kMaxShares];
   MeterThread& parts = all_parts[r];
   unsigned char* nvml_storage = nvml_storages[r];
   unsigned char* agent_storage = agent_storages[r];
+  unsigned char* yield_storage = yield_storages[r];
   unsigned char* board_storage = board_storages[r];
   unsigned char* meter_storage = meter_storages[r];
   parts.region = &region;
   BusySource* source = nullptr;
+  PriorityBoard* board = nullptr;
   if (limits->measure_source.load(std::memory_order_acquire) == share::kMeasureAgent) {
     parts.agent = new (agent_storage) AgentSource(limits);
     source = parts.agent;
+    // The agent measures every share and publishes yield_mask: no file shared with other shares
+    // is opened, created or mapped.
+    if (!parts.agent_yield) parts.agent_yield = new (yield_storage) LimitsYield(limits);
+    board = parts.agent_yield;
   } else {
     if (!parts.nvml) {
       parts.nvml = new (nvml_storage) NvmlSource(limits, usage);
@@ -123,10 +132,13 @@ void start_thread(int r) {
       parts.nvml->reset();
     }
     source = parts.nvml;
+    // One machine without an agent: this user's board (priority_board.h).
+    if (!parts.user_board)
+      parts.user_board = new (board_storage) UserBoard(limits, s.options.device_dir);
+    board = parts.user_board;
   }
-  if (!parts.board) parts.board = new (board_storage) FileBoard(limits, s.options.device_dir);
-  parts.meter = new (meter_storage)
-      Meter(limits, usage, source, parts.board, region.owner(), owner_alive, &region);
+  parts.meter =
+      new (meter_storage) Meter(limits, usage, source, board, region.owner(), owner_alive, &region);
   g_meters[r].store(parts.meter, std::memory_order_release);
   // The first share with a meter has the fast path's word; the others are looked at after it.
   std::atomic<uint64_t>* closed = &usage->compute.closed_mask;

@@ -32,7 +32,8 @@ class BusySource {
 };
 
 // The device-wide priority signal: shares announce that they are active at their priority, and
-// lower ones look for an active higher one (priority_board.cc: a file per device).
+// lower ones look for an active higher one (priority_board.h: the agent's yield_mask in the
+// limits page, or a per-user file per device for `tessera run` shares without an agent).
 class PriorityBoard {
  public:
   virtual void announce(int device, uint32_t priority, int64_t until_ns) = 0;

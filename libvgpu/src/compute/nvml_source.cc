@@ -1,13 +1,7 @@
 #include "compute/nvml_source.h"
 
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
-
-#include <cstdio>
 
 #include "glibc_compat.h"
 #include "log.h"
@@ -19,8 +13,6 @@ DlsymFn real_dlsym();  // interpose.cc: the real dlsym, not the shim's
 
 namespace tessera::vgpu::compute {
 namespace {
-
-constexpr uint32_t kBoardMagic = 0x50444754;  // "TGDP"
 
 unsigned long long wall_us() {
   timespec now{};
@@ -92,72 +84,6 @@ bool NvmlSource::measure(int device, int64_t, Busy* out) {
   }
   last_seen_us_[device] = newest > since ? newest : now_us;
   return true;
-}
-
-FileBoard::Page* FileBoard::page(int device) {
-  if (pages_[device] || failed_[device]) return pages_[device];
-  const char* uuid = limits_->devices[device].uuid;
-  char path[320];
-  std::snprintf(path, sizeof path, "%s/tessera-device-%s", dir_, uuid);
-  int fd = ::open(path, O_RDWR | O_CLOEXEC);
-  if (fd < 0) {
-    // Created fully initialised under a temporary name, then linked into place.
-    char temporary[352];
-    std::snprintf(temporary, sizeof temporary, "%s.%d.tmp", path, static_cast<int>(getpid()));
-    const int created = ::open(temporary, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (created >= 0) {
-      Page initial{};
-      initial.magic = kBoardMagic;
-      initial.version = 1;
-      fchmod(created, 0666);  // every share on the machine writes it (see docs/compute.md)
-      if (write(created, &initial, sizeof initial) == static_cast<ssize_t>(sizeof initial)) {
-        link(temporary, path);
-      }
-      close(created);
-      unlink(temporary);
-    }
-    fd = ::open(path, O_RDWR | O_CLOEXEC);
-  }
-  if (fd < 0) {
-    failed_[device] = true;
-    TESSERA_WARN("cannot open the priority board %s: priorities are not applied on device %d", path,
-                 device);
-    return nullptr;
-  }
-  void* memory = mmap(nullptr, sizeof(Page), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  auto* mapped = memory == MAP_FAILED ? nullptr : static_cast<Page*>(memory);
-  if (!mapped || mapped->magic != kBoardMagic || mapped->version != 1) {
-    failed_[device] = true;
-    if (mapped) munmap(mapped, sizeof(Page));
-    TESSERA_WARN("%s is not a priority board: priorities are not applied on device %d", path,
-                 device);
-    return nullptr;
-  }
-  return pages_[device] = mapped;
-}
-
-void FileBoard::announce(int device, uint32_t priority, int64_t until_ns) {
-  Page* board = page(device);
-  if (!board) return;
-  std::atomic<uint64_t>& slot = board->active_until_ns[priority_rank(priority)];
-  uint64_t current = slot.load(std::memory_order_relaxed);
-  while (current < static_cast<uint64_t>(until_ns) &&
-         !slot.compare_exchange_weak(current, static_cast<uint64_t>(until_ns),
-                                     std::memory_order_acq_rel)) {
-  }
-}
-
-bool FileBoard::higher_active(int device, uint32_t priority, int64_t now_ns) {
-  Page* board = page(device);
-  if (!board) return false;
-  for (int rank = priority_rank(priority) + 1; rank < 3; ++rank) {
-    if (board->active_until_ns[rank].load(std::memory_order_acquire) >
-        static_cast<uint64_t>(now_ns)) {
-      return true;
-    }
-  }
-  return false;
 }
 
 }  // namespace tessera::vgpu::compute

@@ -34,29 +34,4 @@ class NvmlSource final : public BusySource {
   nvmlProcessUtilizationSample_t samples_[kMaxSamples] = {};
 };
 
-// The device-wide priority board: one small file per device (`<dir>/tessera-device-<uuid>`)
-// that every share on the machine maps read-write (docs/compute.md: trust).
-class FileBoard final : public PriorityBoard {
- public:
-  FileBoard(const share::LimitsPage* limits, const char* dir) : limits_(limits), dir_(dir) {}
-  void announce(int device, uint32_t priority, int64_t until_ns) override;
-  bool higher_active(int device, uint32_t priority, int64_t now_ns) override;
-
-  struct Page {
-    uint32_t magic;
-    uint32_t version;
-    uint64_t reserved0;
-    std::atomic<uint64_t> active_until_ns[3];  // by rank: low, normal, high (CLOCK_MONOTONIC)
-    uint64_t reserved1[3];
-  };
-  static_assert(sizeof(Page) == 64);
-
- private:
-  Page* page(int device);
-  const share::LimitsPage* limits_;
-  const char* dir_;
-  Page* pages_[share::kMaxDevices] = {};
-  bool failed_[share::kMaxDevices] = {};
-};
-
 }  // namespace tessera::vgpu::compute

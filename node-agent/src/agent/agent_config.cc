@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "metrics/metrics_server.h"
+#include "tessera/log.h"
 
 namespace tessera::agent {
 
@@ -131,6 +132,15 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
       ->envname("PROCESS_WATCH")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+  app.add_option("--log-format", config.log_format,
+                 "text (one line per record) or json (one JSON object per line, with fields such "
+                 "as claim and share)")
+      ->envname("LOG_FORMAT")
+      ->check(CLI::Validator(
+          [](const std::string& format) { return log::parse_format(format).status().message(); },
+          "text|json", "log format"))
+      ->capture_default_str();
+  app.add_flag("-v,--verbose", config.verbosity, "More detail in the log: -v debug, -vv trace");
   app.add_option(
          "--metrics-address", config.metrics_address,
          "host:port (or :port) of the Prometheus /metrics and /healthz endpoint; empty: none")

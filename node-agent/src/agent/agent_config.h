@@ -39,6 +39,9 @@ struct AgentConfig {
   // carry it and a second agent (the new pod of a rolling update) may run beside this one on the
   // state folder; empty: the fixed socket names, one agent per state folder.
   std::string pod_uid;
+  // Logs: --log-format / LOG_FORMAT (text or json: one object per line), -v (debug), -vv (trace).
+  std::string log_format = "text";
+  int verbosity = 0;
 };
 
 // Ok when `uid` can be a pod's metadata.uid (a UUID: 8-4-4-4-12 hexadecimal digits), else

@@ -10,6 +10,7 @@
 #include "agent/node_agent.h"
 #include "devices/resource_slices.h"
 #include "plugin/plugin_server.h"
+#include "tessera/log.h"
 #include "tessera/status.h"
 
 namespace {
@@ -18,7 +19,7 @@ namespace {
 // can help. 2: the configuration is wrong (flags, kubeconfig, socket paths), so a restart fails the
 // same way; 1: anything else (no driver yet, the API server away), which a restart may cure.
 int report_failure(const tessera::Status& status) {
-  std::cerr << "tessera-node-agent: " << status.message() << '\n';
+  tessera::log::error(status.message());
   return status.code() == tessera::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
@@ -34,6 +35,14 @@ int main(int argc, char** argv) {
   app.add_flag("--print-resource-slices", print_slices,
                "Print the ResourceSlices this node would publish (GPUs from NVML) and exit");
   CLI11_PARSE(app, argc, argv);
+  {
+    tessera::log::Options logging;
+    logging.logger = "tessera-node-agent";
+    logging.level = tessera::log::verbose(tessera::log::Level::kInfo, config.verbosity);
+    // Checked by the flag's validator already.
+    logging.format = tessera::log::parse_format(config.log_format).value();
+    tessera::log::configure(std::move(logging));
+  }
 
   if (print_slices) {
     // A dry run for admins and GPU checks: no API server, no sockets. The owner reference's uid
@@ -56,7 +65,7 @@ int main(int argc, char** argv) {
 
   NodeAgent agent(config);
   if (tessera::Status started = agent.start(); !started.is_ok()) {
-    std::cerr << "tessera-node-agent: " << started.message() << '\n';
+    tessera::log::error(started.message());
     return 1;
   }
 
@@ -68,13 +77,14 @@ int main(int argc, char** argv) {
   PluginServer server(options, agent.preparer(), &agent.health());
   if (const tessera::Status started = server.start(); !started.is_ok())
     return report_failure(started);
-  std::cerr << "tessera-node-agent: serving " << kDriverName << " on node " << config.node_name
-            << ": registration " << server.registration_socket().native() << ", DRA "
-            << server.dra_socket().native() << '\n';
+  tessera::log::info("serving", {{"driver", kDriverName},
+                                 {"node", config.node_name},
+                                 {"registration_socket", server.registration_socket().native()},
+                                 {"dra_socket", server.dra_socket().native()}});
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
-  std::cerr << "tessera-node-agent: signal " << signal_number << ", stopping\n";
+  tessera::log::info("stopping", {{"signal", signal_number}});
   server.stop();
   agent.stop();
   return 0;

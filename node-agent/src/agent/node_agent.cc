@@ -8,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <iterator>
 #include <optional>
 
@@ -22,6 +21,7 @@
 #include "metrics/metrics_server.h"
 #include "share/share_manager.h"
 #include "share/shim_library.h"
+#include "tessera/log.h"
 #include "usage/gpu_time_meter.h"
 #include "watcher/process_watch_program.h"
 #include "watcher/process_watcher.h"
@@ -43,14 +43,23 @@ std::vector<std::string> split_list(const std::string& text) {
 
 void log_report(const char* when, const ReconcileReport& report) {
   if (report.clean()) return;
-  std::cerr << "tessera-node-agent: reconcile (" << when << "): " << report.items.size()
-            << " differences, " << report.failures() << " not repaired\n"
-            << report.to_text();
+  log::warn(
+      "reconcile found differences",
+      {{"pass", when}, {"differences", report.items.size()}, {"not_repaired", report.failures()}});
+  for (const auto& item : report.items) {
+    if (item.repaired()) {
+      log::info("reconcile repaired",
+                {{"subject", item.subject}, {"problem", item.problem}, {"action", item.action}});
+    } else {
+      log::error("reconcile could not repair",
+                 {{"subject", item.subject}, {"problem", item.problem}, {"error", item.error}});
+    }
+  }
 }
 }  // namespace
 
 Status apply_container_flags(const AgentConfig& config, ShareManagerOptions& options,
-                             std::ostream* log) {
+                             bool announce) {
   const std::optional<ShimLoading> loading = parse_shim_loading(config.shim_loading);
   if (!loading)
     return invalid_argument("--shim-loading \"" + config.shim_loading +
@@ -69,13 +78,15 @@ Status apply_container_flags(const AgentConfig& config, ShareManagerOptions& opt
   options.shim_path = config.shim_path;
   options.shim_loading = *loading;
   options.container_driver = std::move(found).value();
-  if (log) {
-    *log << "tessera-node-agent: containers get the driver from "
-         << describe(options.container_driver) << "; the shim " << options.shim_path << " via "
-         << to_string(options.shim_loading) << '\n';
+  if (announce) {
+    log::info("containers get the driver and the shim",
+              {{"driver", describe(options.container_driver)},
+               {"shim", options.shim_path},
+               {"shim_loading", to_string(options.shim_loading)}});
     // Prepare refuses claims until it is fixed; said now so it is seen before the first claim.
     if (const Status shim = check_shim_library(options.shim_path); !shim.is_ok())
-      *log << "tessera-node-agent: " << shim.message() << '\n';
+      log::error("the shim cannot be loaded: claims will be refused",
+                 {{"shim", options.shim_path}, {"error", shim.message()}});
   }
   return Status::ok();
 }
@@ -140,7 +151,7 @@ Status NodeAgent::start() {
   time_slice_ = std::make_unique<TimeSliceBackend>(slices);
 
   ShareManagerOptions options;
-  TESSERA_RETURN_IF_ERROR(apply_container_flags(config_, options, &std::cerr));
+  TESSERA_RETURN_IF_ERROR(apply_container_flags(config_, options, /*announce=*/true));
   options.root = config_.state_dir;
   options.cdi_dir = config_.cdi_dir;
   options.node_name = config_.node_name;
@@ -167,9 +178,8 @@ Status NodeAgent::start() {
   metering.shares_dir = config_.state_dir + "/shares";
   meter_ = std::make_unique<GpuTimeMeter>(metering, clock_);
   if (Status metering_started = meter_->start(); !metering_started.is_ok())
-    std::cerr << "tessera-node-agent: GPU-time meter not running, so compute limits (cores) are "
-                 "not enforced: "
-              << metering_started.message() << '\n';
+    log::error("GPU-time meter not running, so compute limits (cores) are not enforced",
+               {{"error", metering_started.message()}});
 
   TESSERA_RETURN_IF_ERROR(start_process_watch());
 
@@ -254,12 +264,14 @@ Status NodeAgent::publish(const std::vector<GpuInfo>& gpus) {
       !published.is_ok())
     return unavailable("cannot publish ResourceSlices: " + published.message());
   if (slices_->writes() > 0)
-    std::cerr << "tessera-node-agent: published " << gpus.size() << " GPUs in " << slices_->writes()
-              << " ResourceSlice writes (pool generation " << slices_->generation() << ")\n";
+    log::info("published ResourceSlices", {{"gpus", gpus.size()},
+                                           {"writes", slices_->writes()},
+                                           {"pool_generation", slices_->generation()}});
   if (slices_->writes() > 0 && slices_->taints_dropped())
-    std::cerr << "tessera-node-agent: the API server dropped the unhealthy GPUs' device taints (is "
-                 "its DRADeviceTaints feature gate off? It is before Kubernetes 1.36): the "
-                 "scheduler is not told; kubelet still gets their health\n";
+    log::warn(
+        "the API server dropped the unhealthy GPUs' device taints (is its DRADeviceTaints feature "
+        "gate off? It is before Kubernetes 1.36): the scheduler is not told; kubelet still gets "
+        "their health");
   return Status::ok();
 }
 
@@ -268,7 +280,8 @@ void NodeAgent::reconcile_pass() {
   // The API side too: a slice deleted or edited by someone else is put back (no writes when the
   // API already matches).
   if (Status published = publish(monitor_->devices()); !published.is_ok())
-    std::cerr << "tessera-node-agent: reconcile (periodic): " << published.message() << '\n';
+    log::error("reconcile could not publish ResourceSlices",
+               {{"pass", "periodic"}, {"error", published.message()}});
 }
 
 std::uint64_t NodeAgent::reconcile_passes() const {
@@ -290,8 +303,10 @@ namespace {
 class LoggedFindings final : public FindingHandler {
  public:
   void handle(const Finding& finding) override {
-    std::cerr << ("tessera-node-agent: finding " + std::string(finding_kind_name(finding.kind)) +
-                  " in share " + finding.share + ": " + finding.detail + "\n");
+    log::warn("finding", {{"kind", finding_kind_name(finding.kind)},
+                          {"share", finding.share},
+                          {"pid", finding.host_pid},
+                          {"detail", finding.detail}});
   }
 };
 }  // namespace
@@ -306,8 +321,8 @@ Status NodeAgent::start_process_watch() {
   if (!loaded.is_ok()) {
     if (config_.process_watch == "on")
       return loaded.status().with_context("--process-watch on: the process watcher cannot load");
-    std::cerr << "tessera-node-agent: process watcher off, relying on the periodic checks: "
-              << loaded.status().message() << '\n';
+    log::warn("process watcher off, relying on the periodic checks",
+              {{"reason", loaded.status().message()}});
     return Status::ok();
   }
   watch_program_ = std::move(loaded).value();
@@ -320,7 +335,7 @@ Status NodeAgent::start_process_watch() {
   auto refresh = [this] {
     watch_resolver_->refresh();
     if (Status refreshed = watcher_->refresh_shares(); !refreshed.is_ok())
-      std::cerr << "tessera-node-agent: process watcher: " << refreshed.message() << '\n';
+      log::error("process watcher cannot refresh its shares", {{"error", refreshed.message()}});
   };
   refresh();
   TESSERA_RETURN_IF_ERROR(
@@ -328,8 +343,8 @@ Status NodeAgent::start_process_watch() {
   auto loop = PeriodicLoop::start(clock_, std::chrono::seconds(1), refresh);
   if (!loop.is_ok()) return loop.status().with_context("cannot start the process watcher");
   watch_refresher_ = std::move(loop).value();
-  std::cerr << "tessera-node-agent: process watcher on (exits, device opens through "
-            << watch_program_->open_hook() << ")\n";
+  log::info("process watcher on", {{"exits", "tp_btf/sched_process_exit"},
+                                   {"device_opens", watch_program_->open_hook()}});
   return Status::ok();
 }
 

@@ -42,10 +42,10 @@ struct ShareManagerOptions;
 
 // The shim and driver flags of `config` applied to `options`: the shim's path and loading, and the
 // driver for containers, discovered now (toolkit spec or driver root, per --driver-mode). An error
-// names the flag or the path; `log` (when given) gets one line saying which driver was found.
+// names the flag or the path; with `announce`, one log line says which driver was found.
 // NodeAgent::start calls it; so does the spec-writing tool of tests/node-agent/tools.
 Status apply_container_flags(const AgentConfig& config, ShareManagerOptions& options,
-                             std::ostream* log = nullptr);
+                             bool announce = false);
 
 class NodeAgent {
  public:

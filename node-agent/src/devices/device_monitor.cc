@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <ctime>
-#include <iostream>
 
 #include "devices/resource_slices.h"
+#include "tessera/log.h"
 #include "tessera/nvml_abi.h"
 #include "tessera/nvml_library.h"
 
@@ -46,9 +46,8 @@ constexpr XidName kXidNames[] = {
     {120, "GSP error"},
 };
 
-void log(const std::string& message) {
-  // One write per line, so lines of other threads do not interleave.
-  std::cerr << ("tessera-node-agent: " + message + "\n");
+void log_warning(const std::string& message) {
+  log::warn(message, {{"component", "device-monitor"}});
 }
 
 std::int64_t now_unix_s() {
@@ -228,7 +227,7 @@ void DeviceMonitor::deliver() {
     log_once(last_deliver_error_, "cannot publish the GPUs (retrying): " + delivered.message());
     return;
   }
-  if (!last_deliver_error_.empty()) log("published the GPUs after the earlier error");
+  if (!last_deliver_error_.empty()) log::info("published the GPUs after the earlier error");
   last_deliver_error_.clear();
   pending_ = false;
 }
@@ -247,7 +246,7 @@ void DeviceMonitor::apply_inventory(const std::vector<GpuInfo>& gpus) {
     if (std::none_of(after.begin(), after.end(),
                      [&](const NodeDevice& d) { return d.name == old.name; })) {
       health_.remove(options_.pool, old.name);
-      log(old.name + " (" + old.uuid + ") is gone");
+      log::warn("GPU is gone", {{"gpu", old.name}, {"uuid", old.uuid}});
     }
   }
   for (const NodeDevice& device : after) {
@@ -271,7 +270,7 @@ void DeviceMonitor::register_events() {
   } else if (nvmlReturn_t created = nvml.set_create(&nvml.set); created != NVML_SUCCESS) {
     nvml.set = nullptr;
     if (created != NVML_ERROR_NOT_SUPPORTED)
-      log(std::string("nvmlEventSetCreate failed: ") + nvml.error_string(created));
+      log_warning(std::string("nvmlEventSetCreate failed: ") + nvml.error_string(created));
     for (const NodeDevice& device : listed) unsupported.push_back(device.name);
   } else {
     for (const NodeDevice& device : listed) {
@@ -280,7 +279,8 @@ void DeviceMonitor::register_events() {
       auto failed = [&](const char* call, nvmlReturn_t result) {
         const std::string why = std::string("NVML cannot watch the GPU: ") + call +
                                 " failed: " + nvml.error_string(result);
-        log(device.name + " (" + device.uuid + "): " + why + "; marked Unhealthy");
+        log::warn("GPU marked Unhealthy",
+                  {{"gpu", device.name}, {"uuid", device.uuid}, {"reason", why}});
         mark_unhealthy(device.name, device.uuid, Fault{why, 0});
       };
       nvmlDevice_t handle = nullptr;
@@ -308,8 +308,9 @@ void DeviceMonitor::register_events() {
   if (!unsupported.empty() && !logged_no_events_) {
     std::string names;
     for (const std::string& name : unsupported) names += (names.empty() ? "" : ", ") + name;
-    log("NVML events are not supported for " + names +
-        ": their health follows the inventory only (Healthy while listed)");
+    log::warn(
+        "NVML events are not supported: health follows the inventory only (Healthy while listed)",
+        {{"gpus", names}});
     logged_no_events_ = true;
   }
   std::lock_guard lock(mutex_);
@@ -340,11 +341,13 @@ void DeviceMonitor::collect_events() {
     if (name.empty()) continue;
     const std::string xid = std::to_string(event.eventData);
     if (!xid_marks_unhealthy(event.eventData)) {
-      log(name + " (" + uuid + "): XID " + xid + " (an application error): still Healthy");
+      log::info("XID of an application error: GPU still Healthy",
+                {{"gpu", name}, {"uuid", uuid}, {"xid", xid}});
       continue;
     }
     const std::string why = describe_xid(event.eventData);
-    log(name + " (" + uuid + "): " + why + ": marked Unhealthy");
+    log::warn("GPU marked Unhealthy",
+              {{"gpu", name}, {"uuid", uuid}, {"xid", xid}, {"reason", why}});
     mark_unhealthy(name, uuid, Fault{why, event.eventData});
   }
 }
@@ -372,7 +375,7 @@ void DeviceMonitor::report(const std::string& name, DeviceHealthState state, con
 void DeviceMonitor::log_once(std::string& last, const std::string& message) {
   if (message == last) return;
   last = message;
-  log(message);
+  log_warning(message);
 }
 
 }  // namespace tessera::agent

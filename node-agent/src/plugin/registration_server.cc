@@ -1,12 +1,13 @@
 #include "registration_server.h"
 
-#include <iostream>
 #include <utility>
+
+#include "tessera/log.h"
 
 namespace tessera::agent {
 
 void log_to_stderr(std::string_view message) {
-  std::cerr << "tessera-node-agent: " << message << '\n';
+  log::info(message);
 }
 
 RegistrationService::RegistrationService(RegistrationInfo info, PluginLogger log)

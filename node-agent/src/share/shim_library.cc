@@ -1,82 +1,18 @@
 #include "share/shim_library.h"
 
-#include <elf.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
+#include "tessera/shared_library.h"
 
 namespace tessera::agent {
 
-namespace {
-
-#if defined(__x86_64__)
-constexpr unsigned kHostMachine = EM_X86_64;
-#elif defined(__aarch64__)
-constexpr unsigned kHostMachine = EM_AARCH64;
-#elif defined(__i386__)
-constexpr unsigned kHostMachine = EM_386;
-#else
-#error "check_shim_library: add this architecture's ELF machine"
-#endif
-constexpr unsigned char kHostClass = sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32;
-constexpr unsigned char kHostData =
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB;
-
-// Closes the fd it holds.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-Status unusable(const std::string& path, const std::string& why) {
-  return failed_precondition("shim " + path + " " + why +
-                             ": no share is handed out without it (--shim-path)");
-}
-
-}  // namespace
-
 Status check_shim_library(const std::string& path) {
+  auto unusable = [](const std::string& what) {
+    return failed_precondition("shim " + what +
+                               ": no share is handed out without it (--shim-path)");
+  };
   if (path.empty() || path[0] != '/')
-    return unusable(path, "is not an absolute path (it is the same path in the container)");
-  const FileDescriptor fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return unusable(path, std::string("cannot be opened: ") + std::strerror(errno));
-  struct stat info {};
-  if (fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode))
-    return unusable(path, "is not a regular file");
-  // Both headers begin with e_ident, e_type and e_machine at the same offsets.
-  Elf64_Ehdr header{};
-  const ssize_t got = pread(fd.get(), &header, sizeof(header), 0);
-  if (got < static_cast<ssize_t>(EI_NIDENT + 4) ||
-      std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0)
-    return unusable(path, "is not an ELF shared library (no ELF header)");
-  if (header.e_ident[EI_CLASS] != kHostClass)
-    return unusable(path, std::string("is a ") +
-                              (header.e_ident[EI_CLASS] == ELFCLASS32 ? "32" : "64") +
-                              "-bit ELF file; this host loads " +
-                              (kHostClass == ELFCLASS64 ? "64" : "32") + "-bit libraries");
-  if (header.e_ident[EI_DATA] != kHostData)
-    return unusable(path, "has the other byte order than this host");
-  if (header.e_type != ET_DYN)
-    return unusable(path, "is an ELF file of type " + std::to_string(header.e_type) +
-                              (header.e_type == ET_EXEC  ? " (an executable)"
-                               : header.e_type == ET_REL ? " (an object file)"
-                                                         : "") +
-                              ", not a shared library (ET_DYN)");
-  if (header.e_machine != kHostMachine)
-    return unusable(path, "is built for ELF machine " + std::to_string(header.e_machine) +
-                              ", this host is machine " + std::to_string(kHostMachine));
+    return unusable(path + " is not an absolute path (it is the same path in the container)");
+  if (Status library = check_shared_library(path); !library.is_ok())
+    return unusable(library.message());
   return Status::ok();
 }
 

@@ -1,6 +1,7 @@
 // The shim (libvgpu.so) must be a shared library this host's loader can load before the agent
 // hands out a share: a container whose preload fails runs unenforced (ld.so only warns). Checked
-// from the ELF header alone; the agent never loads the shim itself.
+// from the ELF header alone (tessera/shared_library.h, shared with `tessera run`); the agent never
+// loads the shim itself.
 #pragma once
 
 #include <string>

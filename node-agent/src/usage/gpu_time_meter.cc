@@ -11,8 +11,8 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
-#include <iostream>
 
+#include "tessera/log.h"
 #include "tessera/nvml_abi.h"
 #include "tessera/nvml_library.h"
 #include "tessera/share_region.h"
@@ -22,10 +22,6 @@ namespace tessera::agent {
 namespace {
 
 constexpr unsigned kInitialSamples = 64;  // grown on NVML_ERROR_INSUFFICIENT_SIZE
-
-void log(const std::string& message) {
-  std::cerr << ("tessera-node-agent: gpu-time meter: " + message + "\n");
-}
 
 uint64_t monotonic_ns() {
   timespec now{};
@@ -88,13 +84,24 @@ struct GpuTimeMeter::Share {
   ino_t inode = 0;
   share::LimitsPage* limits = nullptr;
   std::vector<uint64_t> owners;  // live slot owner words of the last read, sorted
-  bool seen = false;             // found by the current rescan
+  // GPU uuid -> until when the share counts as active there (it used the GPU within the hold).
+  std::map<std::string, Clock::time_point> active_until;
+  bool seen = false;  // found by the current rescan
 
   bool measured_by_agent() const {
     return limits->measure_source.load(std::memory_order_acquire) == share::kMeasureAgent;
   }
   uint32_t device_count() const {
     return std::min(limits->device_count.load(std::memory_order_acquire), share::kMaxDevices);
+  }
+  // Rank of the share's priority: low 0 < normal 1 < high 2 (as the shim ranks them).
+  int priority_rank() const {
+    const uint32_t priority = limits->priority.load(std::memory_order_acquire);
+    return priority == share::kPriorityHigh ? 2 : priority == share::kPriorityLow ? 0 : 1;
+  }
+  bool active_on(const std::string& uuid, Clock::time_point now) const {
+    const auto it = active_until.find(uuid);
+    return it != active_until.end() && it->second > now;
   }
   bool owns(uint64_t owner) const {
     return std::binary_search(owners.begin(), owners.end(), owner);
@@ -117,6 +124,7 @@ GpuTimeMeter::GpuTimeMeter(GpuTimeMeterOptions options, Clock& clock)
     : options_(std::move(options)), clock_(clock) {
   if (options_.period.count() <= 0) options_.period = std::chrono::milliseconds(20);
   if (options_.pid_refresh.count() <= 0) options_.pid_refresh = std::chrono::milliseconds(500);
+  if (options_.priority_hold.count() <= 0) options_.priority_hold = std::chrono::milliseconds(100);
 }
 
 GpuTimeMeter::~GpuTimeMeter() {
@@ -157,7 +165,11 @@ void GpuTimeMeter::loop_pass() {
     problem = pass();
   }
   if (problem != last_loop_problem_) {  // one line per change, not one per period
-    log(problem.empty() ? "measuring again" : problem);
+    if (problem.empty()) {
+      log::info("GPU-time meter measuring again");
+    } else {
+      log::warn("GPU-time meter cannot measure", {{"error", problem}});
+    }
     last_loop_problem_ = problem;
   }
 }
@@ -389,11 +401,36 @@ std::string GpuTimeMeter::pass() {
         m.others_busy_ns.fetch_add(total_ns - share_ns, std::memory_order_relaxed);
         m.sampled_at_ns.store(stamp, std::memory_order_release);  // last: readers see the sums
         ++stats_.publications;
+        if (share_ns > 0) share->active_until[gpu->uuid] = now + options_.priority_hold;
       }
     }
   }
+  publish_yield(now);
   if (!problems.empty()) stats_.last_error = problems;
   return problems;
+}
+
+// Every agent-measured share's yield_mask: bit d set while another agent-measured share of higher
+// priority is active on the share's device d. Activity decays after the hold even when a GPU stops
+// answering, so a lost GPU never keeps a share closed.
+void GpuTimeMeter::publish_yield(Clock::time_point now) {
+  for (auto& share : shares_) {
+    if (!share->measured_by_agent()) continue;
+    const int rank = share->priority_rank();
+    uint64_t mask = 0;
+    for (uint32_t d = 0; d < share->device_count(); ++d) {
+      const char* uuid = share->limits->devices[d].uuid;
+      const std::string name(uuid, strnlen(uuid, share::kUuidBytes));
+      if (name.empty()) continue;
+      const bool higher_busy = std::any_of(shares_.begin(), shares_.end(), [&](const auto& other) {
+        return other.get() != share.get() && other->measured_by_agent() &&
+               other->priority_rank() > rank && other->active_on(name, now);
+      });
+      if (higher_busy) mask |= 1ull << d;
+    }
+    if (share->limits->yield_mask.exchange(mask, std::memory_order_acq_rel) != mask)
+      ++stats_.yield_changes;
+  }
 }
 
 }  // namespace tessera::agent

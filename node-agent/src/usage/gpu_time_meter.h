@@ -4,7 +4,10 @@
 // per-process utilisation per GPU on the host, attributes each host pid to the shares whose usage
 // page holds a live slot owned by that process (owner word: innermost pid, pid namespace, start
 // time), and publishes cumulative `measured[]` figures into the limits page of every share whose
-// `measure_source` is kMeasureAgent. The shim's AgentSource differences them.
+// `measure_source` is kMeasureAgent. The shim's AgentSource differences them. It also owns
+// priority: from the same samples it sets each such share's `yield_mask` (bit d: a share of higher
+// priority was busy on the share's device d within `priority_hold`), so no share reads a file
+// another share writes.
 #pragma once
 
 #include <chrono>
@@ -30,6 +33,8 @@ struct GpuTimeMeterOptions {
   // Full rescan of share folders, usage-page owners and host pids. A process NVML reports that the
   // last scan did not know triggers a re-read of the usage pages at once (once per process).
   std::chrono::milliseconds pid_refresh{500};
+  // A share that used its GPU counts as active on it this long (the shim's announcement hold).
+  std::chrono::milliseconds priority_hold{100};
   std::string nvml_library = "libnvidia-ml.so.1";
   std::string proc_root = "/proc";  // the host's: the agent runs with hostPID: true
 };
@@ -42,6 +47,7 @@ struct GpuTimeMeterStats {
   uint64_t nvml_errors = 0;      // queries that failed (GPU lost, ...): nothing published
   uint64_t usage_rereads = 0;    // usage pages re-read because an unknown process appeared
   uint64_t unattributed_ns = 0;  // GPU time of processes in no agent-measured share
+  uint64_t yield_changes = 0;    // yield_mask stores that changed a share's mask
   size_t shares = 0;             // valid limits pages found in the last scan
   size_t agent_shares = 0;       // of them, measure_source == kMeasureAgent
   size_t gpus = 0;               // GPUs queried
@@ -88,6 +94,7 @@ class GpuTimeMeter {
   void read_owners(Share& share);
   std::optional<uint64_t> owner_of(int host_pid);
   void loop_pass();
+  void publish_yield(Clock::time_point now);
 
   GpuTimeMeterOptions options_;
   Clock& clock_;

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <utility>
 
+#include "tessera/log.h"
+
 #if TESSERA_HAVE_BPF
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -220,8 +222,7 @@ Status ProcessWatchProgram::start(EventSink sink) {
     while (!stopping_.load(std::memory_order_relaxed)) {
       Result<int> polled = poll(sink, std::chrono::milliseconds(100));
       if (!polled.is_ok()) {
-        std::fprintf(stderr, "tessera-node-agent: process watcher: %s\n",
-                     polled.status().message().c_str());
+        log::error("process watcher stops polling", {{"error", polled.status().message()}});
         return;
       }
     }

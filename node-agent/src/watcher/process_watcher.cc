@@ -5,19 +5,14 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <iostream>
 #include <sstream>
 
+#include "tessera/log.h"
 #include "tessera/share_contract.h"
 #include "tessera/share_region.h"
 
 namespace tessera::agent {
 namespace {
-
-void log(const std::string& message) {
-  // One write per line, so lines of other threads do not interleave.
-  std::cerr << ("tessera-node-agent: process watcher: " + message + "\n");
-}
 
 constexpr uint32_t kNvidiaMajor = 195;
 
@@ -166,14 +161,15 @@ void ProcessWatcher::handle_exit(const tessera_watch_event& event) {
     if (!mapping) continue;
     Result<int> result = mapping->reclaim_owner(owner, reclaimer_owner_);
     if (!result.is_ok()) {
-      log("share " + share.id + ": " + result.status().message());
+      log::warn("process watcher cannot use a usage page",
+                {{"share", share.id}, {"error", result.status().message()}});
       mappings_.erase(share.id);  // remapped on the next exit, if the page is usable again
       continue;
     }
     if (*result > 0) {
       cleared += *result;
-      log("share " + share.id + ": process " + std::to_string(event.host_tgid) + " (" +
-          comm_of(event) + ") exited, its slot was reclaimed");
+      log::info("process watcher reclaimed the slot of an exited process",
+                {{"share", share.id}, {"pid", event.host_tgid}, {"comm", comm_of(event)}});
     }
   }
   if (cleared > 0) {
@@ -219,7 +215,8 @@ void ProcessWatcher::handle_device_open(const tessera_watch_event& event) {
     reported_.insert({event.host_tgid, event.start_boottime_ns});
     ++counters_.unshimmed_findings;
   }
-  log("share " + share->id + ": " + finding.detail);
+  log::warn("process watcher saw an unshimmed device open",
+            {{"share", share->id}, {"pid", event.host_tgid}, {"detail", finding.detail}});
   findings_.handle(finding);
 }
 

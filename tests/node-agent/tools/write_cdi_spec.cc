@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   const std::optional<uint64_t> total = tessera::parse_byte_quantity(gpu_memory);
   if (!total) return fail("--gpu-memory " + gpu_memory + " is not a byte quantity");
   ShareManagerOptions options;
-  if (const tessera::Status applied = apply_container_flags(config, options, &std::cerr);
+  if (const tessera::Status applied = apply_container_flags(config, options, /*announce=*/true);
       !applied.is_ok())
     return fail(applied.message());
   options.root = config.state_dir;

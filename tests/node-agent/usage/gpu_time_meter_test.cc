@@ -98,12 +98,13 @@ void create_usage_page(const std::string& dir) {
 // A share folder as the agent prepares it: limits (cores, measure source) and an initialised usage
 // page.
 std::string make_share(const TempDir& base, const std::string& name, const std::string& uuid,
-                       uint32_t cores, uint32_t source) {
+                       uint32_t cores, uint32_t source,
+                       uint32_t priority = share::kPriorityNormal) {
   const std::string dir = base.shares() + "/" + name;
   share::DeviceLimit device;
   device.uuid = uuid;
   device.cores_limit = cores;
-  EXPECT_EQ(share::write_limits(dir, {device}, share::kPriorityNormal, source), "");
+  EXPECT_EQ(share::write_limits(dir, {device}, priority, source), "");
   create_usage_page(dir);
   return dir;
 }
@@ -111,6 +112,17 @@ std::string make_share(const TempDir& base, const std::string& name, const std::
 struct Measured {
   uint64_t at = 0, share = 0, others = 0;
 };
+
+// The limits page's yield_mask as the shim reads it.
+uint64_t yield_mask(const std::string& dir) {
+  share::LimitsPage page;
+  std::memset(static_cast<void*>(&page), 0, sizeof page);
+  const int fd = open((dir + "/limits").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ~0ull;
+  const ssize_t n = pread(fd, &page, sizeof page, 0);
+  close(fd);
+  return n == static_cast<ssize_t>(sizeof page) ? page.yield_mask.load() : ~0ull;
+}
 
 Measured measured(const std::string& dir, uint32_t device = 0) {
   share::LimitsPage page;
@@ -609,6 +621,106 @@ TEST(GpuTimeMeterQuota, CoresThirtyHoldsWithTheAgentsMeasurements) {
   std::printf("FIGURE cores 30, measure_source agent, no meter: %.1f%% of unlimited\n",
               control_percent);
   EXPECT_GT(control_percent, 80.0);
+}
+
+// ---- priority -----------------------------------------------------------------------------------
+
+// The agent owns priority: while a high share is busy, the normal and low shares on its GPU get
+// their yield bit (and the normal share makes the low one yield); the bits stay for the hold after
+// the last busy window, by the injected clock, and then clear. The high share never yields, and an
+// NVML-measured share's page is never written.
+TEST(GpuTimeMeterPriority, HigherPriorityBusySetsTheOthersYieldBitForTheHold) {
+  REQUIRE_SAMPLES();
+  const std::string uuid = gpu_uuid();
+  ASSERT_FALSE(uuid.empty());
+  TempDir base("gpu-time-meter-yield");
+  const std::string high =
+      make_share(base, "high", uuid, 100, share::kMeasureAgent, share::kPriorityHigh);
+  const std::string normal = make_share(base, "normal", uuid, 100, share::kMeasureAgent);
+  const std::string low =
+      make_share(base, "low", uuid, 100, share::kMeasureAgent, share::kPriorityLow);
+  const std::string other =
+      make_share(base, "other", uuid, 100, share::kMeasureNvml, share::kPriorityLow);
+  SimulatedClock clock;
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  options.priority_hold = milliseconds(100);
+  GpuTimeMeter meter(options, clock);
+  ASSERT_EQ(meter.sample_once().message(), "");  // primes
+  EXPECT_EQ(yield_mask(low), 0u);
+  EXPECT_EQ(yield_mask(normal), 0u);
+
+  // The agent's clock stands still while the high share runs: every busy window is then seen at
+  // the same time, so the hold is timed from a known instant.
+  bool high_seen_busy = false;
+  {
+    Burn burn(base, high.c_str(), 0.5);
+    while (burn.running()) {
+      std::this_thread::sleep_for(milliseconds(20));
+      ASSERT_EQ(meter.sample_once().message(), "");
+      if (measured(high).share > 0) {
+        high_seen_busy = true;
+        EXPECT_EQ(yield_mask(low), 1u);
+        EXPECT_EQ(yield_mask(normal), 1u);
+        EXPECT_EQ(yield_mask(high), 0u);
+      }
+    }
+    ASSERT_FALSE(burn.finish().empty());
+  }
+  ASSERT_TRUE(high_seen_busy);
+  for (int i = 0; i < 3; ++i) {  // the high share's last windows, after it exited
+    std::this_thread::sleep_for(milliseconds(20));
+    ASSERT_EQ(meter.sample_once().message(), "");
+  }
+  EXPECT_EQ(yield_mask(low), 1u);  // within the hold
+  clock.advance(milliseconds(99));
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(yield_mask(low), 1u);
+  EXPECT_EQ(yield_mask(normal), 1u);
+  clock.advance(milliseconds(1));
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(yield_mask(low), 0u);
+  EXPECT_EQ(yield_mask(normal), 0u);
+  EXPECT_GE(meter.stats().yield_changes, 4u);
+  EXPECT_EQ(yield_mask(other), 0u);
+  EXPECT_EQ(measured(other).at, 0u);
+}
+
+// End to end in agent mode: a low share yields to a busy high one through the agent's yield_mask
+// alone, and neither shim creates, opens or maps a priority board (TESSERA_DEVICE_DIR is `base`:
+// no per-user board folder appears there).
+TEST(GpuTimeMeterPriority, LowShareYieldsThroughTheLimitsPageWithoutABoard) {
+  REQUIRE_SAMPLES();
+#ifdef GPU_TIME_METER_SANITIZED
+  GTEST_SKIP() << "timing test: not in a sanitizer build (as libvgpu.compute.*)";
+#endif
+  const std::string uuid = gpu_uuid();
+  ASSERT_FALSE(uuid.empty());
+  TempDir base("gpu-time-meter-priority");
+  const std::string high =
+      make_share(base, "high", uuid, 100, share::kMeasureAgent, share::kPriorityHigh);
+  const std::string low =
+      make_share(base, "low", uuid, 100, share::kMeasureAgent, share::kPriorityLow);
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  GpuTimeMeter meter(options);
+  ASSERT_EQ(meter.start().message(), "");
+  Burn burn_low(base, low.c_str(), 2.0);
+  Burn burn_high(base, high.c_str(), 2.0);
+  const auto report_high = burn_high.finish();
+  const auto report_low = burn_low.finish();
+  meter.stop();
+  ASSERT_FALSE(report_high.empty());
+  ASSERT_FALSE(report_low.empty());
+  std::printf("FIGURE agent-owned priority: high %.3f s of GPU time, low %.3f s (2 s each)\n",
+              gpu_seconds(report_high), gpu_seconds(report_low));
+  // The low share runs before the high one's first windows are seen and after it ends; while both
+  // run, the high one has the GPU. Without yielding they would split it about evenly.
+  EXPECT_GT(gpu_seconds(report_high), 3 * gpu_seconds(report_low));
+  for (const auto& entry : fs::directory_iterator(base.str())) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_NE(name.rfind("tessera-", 0), 0u) << "a priority board appeared: " << entry.path();
+  }
 }
 
 }  // namespace

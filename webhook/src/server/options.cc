@@ -160,6 +160,14 @@ ParsedOptions parse_options(int argc, const char* const* argv) {
       ->envname("TESSERA_WEBHOOK_THREADS")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format, "log lines as text or json (one object per line)")
+      ->envname("TESSERA_WEBHOOK_LOG_FORMAT")
+      ->check(CLI::Validator(
+          [](const std::string& format) { return log::parse_format(format).status().message(); },
+          "text|json", "log format"))
+      ->capture_default_str();
+  app.add_flag("-v,--verbose", out.verbosity, "more detail in the log: -v debug, -vv trace");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -167,6 +175,7 @@ ParsedOptions parse_options(int argc, const char* const* argv) {
     parsed.message = e.get_exit_code() == 0 ? app.help() : std::string(e.what());
     return parsed;
   }
+  out.log_format = log::parse_format(log_format).value();
   auto fail = [&](const Status& status) {
     parsed.exit_code = 2;
     parsed.message = status.message();

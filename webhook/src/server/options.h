@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/pod_mutation.h"
+#include "tessera/log.h"
 #include "tessera/status.h"
 
 namespace tessera::webhook {
@@ -27,6 +28,8 @@ struct WebhookOptions {
   // Between SIGTERM (readyz turns 503) and closing the listener, for endpoints to drop the pod.
   std::chrono::milliseconds shutdown_delay{2000};
   int threads = 8;
+  log::Format log_format = log::Format::kText;  // --log-format text|json
+  int verbosity = 0;                            // -v debug, -vv trace
 };
 
 struct ParsedOptions {

@@ -1,7 +1,5 @@
 #include "server/webhook_server.h"
 
-#include <spdlog/spdlog.h>
-
 #include <thread>
 
 #include "core/claim_validation.h"
@@ -90,7 +88,7 @@ Status WebhookServer::start() {
           what = e.what();
         } catch (...) {
         }
-        spdlog::error("{} {}: {}", req.method, req.path, what);
+        log::error("request failed", {{"method", req.method}, {"path", req.path}, {"error", what}});
         res.status = 500;
         res.set_content("internal error\n", "text/plain");
       });
@@ -101,8 +99,9 @@ Status WebhookServer::start() {
   }
   if (port_ <= 0) return unavailable("cannot listen on " + options_.listen);
   ready_ = true;
-  spdlog::info("serving HTTPS on {}:{} (certificate serial {})", listen->host, port_,
-               certificates_.current()->serial_hex);
+  log::info("serving HTTPS", {{"host", listen->host},
+                              {"port", port_},
+                              {"certificate_serial", certificates_.current()->serial_hex}});
   return Status::ok();
 }
 
@@ -115,8 +114,8 @@ void WebhookServer::serve() {
 
 void WebhookServer::shutdown() {
   stopping_ = true;
-  spdlog::info("shutting down: not ready; closing the listener in {} ms",
-               options_.shutdown_delay.count());
+  log::info("shutting down: not ready; closing the listener after the delay",
+            {{"delay_ms", options_.shutdown_delay.count()}});
   std::this_thread::sleep_for(options_.shutdown_delay);
   stop();
 }
@@ -144,7 +143,8 @@ void WebhookServer::handle_mutate(const httplib::Request& request, httplib::Resp
     if (!result->dry_run && outcome == Outcome::kPatched) {
       for (const auto& claim_template : result->templates) {
         if (Status s = writer_.ensure(claim_template); !s.is_ok()) {
-          spdlog::warn("pod in {} refused: {}", result->namespace_name, s.message());
+          log::warn("pod refused: cannot create its ResourceClaimTemplate",
+                    {{"namespace", result->namespace_name}, {"error", s.message()}});
           refuse(result->review, 500, "InternalError",
                  "tessera-webhook could not create the ResourceClaimTemplate the GPU request "
                  "needs: " +

@@ -38,7 +38,7 @@ namespace tessera::vgpu {
   X(kPriority, "TESSERA_PRIORITY", "normal", "level",                                            \
     "high, normal or low: a share yields the device to active shares of higher priority")        \
   X(kDeviceDir, "TESSERA_DEVICE_DIR", "/dev/shm", "path",                                        \
-    "where the per-device priority boards (tessera-device-<uuid>) of all shares live")           \
+    "where this user's priority boards (tessera-<uid>/tessera-device-<uuid>) live, no agent")    \
   X(kHamiCoresLimit, "CUDA_DEVICE_SM_LIMIT", "", "percent",                                      \
     "HAMi-core alias of TESSERA_CORES_LIMIT for every device (0 = no limit, as in HAMi)")        \
   X(kHamiCoresLimitN, "CUDA_DEVICE_SM_LIMIT_<i>", "", "percent",                                 \

@@ -1,0 +1,145 @@
+{{/* Names and labels. */}}
+{{- define "tessera.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "tessera.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tessera.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "tessera.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "root" $ "component" "node-agent"). */}}
+{{- define "tessera.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tessera.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "tessera.componentLabels" -}}
+{{ include "tessera.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "tessera.agent.fullname" -}}
+{{- printf "%s-node-agent" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "tessera.webhook.fullname" -}}
+{{- printf "%s-webhook" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "tessera.agent.serviceAccountName" -}}
+{{- default (include "tessera.agent.fullname" .) .Values.agent.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "tessera.webhook.serviceAccountName" -}}
+{{- default (include "tessera.webhook.fullname" .) .Values.webhook.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "tessera.webhook.tlsSecretName" -}}
+{{- if eq (include "tessera.webhook.tlsMode" .) "provided" -}}
+{{- .Values.webhook.tls.secretName -}}
+{{- else -}}
+{{- printf "%s-tls" (include "tessera.webhook.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tessera.image" -}}
+{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) -}}
+{{- end -}}
+
+{{/* The TLS mode after "auto" is resolved: certManager, helm or provided. */}}
+{{- define "tessera.webhook.tlsMode" -}}
+{{- $mode := .Values.webhook.tls.mode -}}
+{{- if eq $mode "auto" -}}
+{{- if .Capabilities.APIVersions.Has "cert-manager.io/v1" -}}certManager{{- else -}}helm{{- end -}}
+{{- else -}}
+{{- $mode -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Kubernetes minor version as an integer (1.36.0 -> 36). */}}
+{{- define "tessera.kubeMinor" -}}
+{{- .Capabilities.KubeVersion.Minor | trimSuffix "+" | atoi -}}
+{{- end -}}
+
+{{/*
+The node agent's settings that are passed as flags: values key (under agent.config) -> flag.
+One row per flag; add a row when the agent gets a flag. "count" flags are repeated N times (-v),
+others are rendered --flag=<value>. A null value leaves the agent's default.
+Flags on main: --reconcile-interval, --device-poll-interval, --mps-control, --nvidia-smi,
+--log-format, -v/--verbose. In the local API's branch: --api-socket. Assumed, not yet in any
+branch: --check-interval, --enforcement-default (and --process-watch=false, in the args below).
+*/}}
+{{- define "tessera.agent.flagTable" -}}
+reconcileInterval: {flag: --reconcile-interval}
+devicePollInterval: {flag: --device-poll-interval}
+checkInterval: {flag: --check-interval}
+enforcementDefault: {flag: --enforcement-default}
+apiSocket: {flag: --api-socket}
+logFormat: {flag: --log-format}
+verbosity: {flag: -v, count: true}
+mpsControl: {flag: --mps-control}
+nvidiaSmi: {flag: --nvidia-smi}
+{{- end -}}
+
+{{/* The agent's arguments: the chart's wiring, then agent.config through the table, then extraArgs. */}}
+{{- define "tessera.agent.args" -}}
+{{- $a := .Values.agent -}}
+{{- $h := $a.hostPaths -}}
+{{- $args := list
+  (printf "--state-dir=%s" $h.stateDir)
+  (printf "--kubelet-registry-dir=%s/plugins_registry" $h.kubeletDir)
+  (printf "--kubelet-plugins-dir=%s/plugins" $h.kubeletDir)
+  (printf "--cdi-dir=%s" $h.cdiDir)
+  (printf "--shim-path=%s/libvgpu.so" $h.shimDir)
+  (printf "--shim-loading=%s" $a.shimLoading)
+  (printf "--driver-mode=%s" $a.driver.mode)
+  (printf "--toolkit-spec-dirs=%s" (join "," $a.driver.toolkitSpecDirs))
+  (printf "--driver-root=%s" $a.driver.root)
+  (printf "--metrics-address=:%d" (int $a.metrics.port))
+-}}
+{{- if not $a.processWatch.enabled -}}
+{{- $args = append $args "--process-watch=false" -}}
+{{- end -}}
+{{- $table := include "tessera.agent.flagTable" . | fromYaml -}}
+{{- range $key := keys $a.config | sortAlpha -}}
+{{- $value := index $a.config $key -}}
+{{- if not (hasKey $table $key) -}}
+{{- fail (printf "agent.config.%s: no such agent setting (known: %s); pass other flags in agent.extraArgs" $key (keys $table | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- if not (kindIs "invalid" $value) -}}
+{{- $row := index $table $key -}}
+{{- if $row.count -}}
+{{- range until (int $value) -}}
+{{- $args = append $args $row.flag -}}
+{{- end -}}
+{{- else -}}
+{{- $args = append $args (printf "%s=%v" $row.flag $value) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $a.extraArgs -}}
+{{- $args = append $args . -}}
+{{- end -}}
+{{- toYaml $args -}}
+{{- end -}}

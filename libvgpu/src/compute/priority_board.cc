@@ -1,0 +1,161 @@
+#include "compute/priority_board.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+
+#include "log.h"
+
+namespace tessera::vgpu::compute {
+namespace {
+
+constexpr off_t kActiveOffset = offsetof(UserBoard::Page, active_until_ns);
+
+// Closes on scope exit unless released.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_;
+};
+
+// A file or folder only this user can reach: ours, no group or other bits.
+bool private_to_user(const struct stat& info) {
+  return info.st_uid == geteuid() && (info.st_mode & 077) == 0;
+}
+
+}  // namespace
+
+void UserBoard::refuse(int device, const char* why) {
+  failed_[device] = true;
+  if (fds_[device] > 0) close(fds_[device] - 1);
+  fds_[device] = 0;
+  TESSERA_ERROR(
+      "priority board of device %d (%s/tessera-%u/tessera-device-%s) %s: priorities are "
+      "not applied on this device by this process",
+      device, dir_, static_cast<unsigned>(geteuid()), limits_->devices[device].uuid, why);
+}
+
+int UserBoard::board_fd(int device) {
+  if (failed_[device]) return -1;
+  if (fds_[device] > 0) return fds_[device] - 1;
+  const char* uuid = limits_->devices[device].uuid;
+  if (!uuid[0] || std::strchr(uuid, '/')) {
+    refuse(device, "has no usable device name");
+    return -1;
+  }
+  char folder[320];
+  std::snprintf(folder, sizeof folder, "%s/tessera-%u", dir_, static_cast<unsigned>(geteuid()));
+  if (mkdir(folder, 0700) != 0 && errno != EEXIST) {
+    refuse(device, "cannot be created (mkdir of its folder failed)");
+    return -1;
+  }
+  const Fd dir(open(folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat info {};
+  if (dir.get() < 0 || fstat(dir.get(), &info) != 0) {
+    refuse(device, "is in a folder that cannot be opened (or is a symlink)");
+    return -1;
+  }
+  if (!private_to_user(info)) {
+    refuse(device, "is in a folder of another user or open to others (must be 0700, ours)");
+    return -1;
+  }
+  char name[96];
+  std::snprintf(name, sizeof name, "tessera-device-%s", uuid);
+  constexpr int kOpenFlags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+  int fd = openat(dir.get(), name, kOpenFlags);
+  if (fd < 0 && errno == ENOENT) {
+    // Created fully initialised under a temporary name, then linked into place.
+    char temporary[128];
+    std::snprintf(temporary, sizeof temporary, ".%s.%d.tmp", name, static_cast<int>(getpid()));
+    const Fd created(
+        openat(dir.get(), temporary, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (created.get() >= 0) {
+      Page initial{};
+      initial.magic = kMagic;
+      initial.version = kVersion;
+      if (fchmod(created.get(), 0600) == 0 && pwrite(created.get(), &initial, sizeof initial, 0) ==
+                                                  static_cast<ssize_t>(sizeof initial)) {
+        linkat(dir.get(), temporary, dir.get(), name, 0);  // EEXIST: another process was first
+      }
+      unlinkat(dir.get(), temporary, 0);
+    }
+    fd = openat(dir.get(), name, kOpenFlags);
+  }
+  Fd board(fd);
+  if (board.get() < 0) {
+    refuse(device, "cannot be opened");
+    return -1;
+  }
+  if (fstat(board.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    refuse(device, "is not a regular file");
+    return -1;
+  }
+  if (!private_to_user(info)) {
+    refuse(device, "belongs to another user or is open to others (must be 0600, ours)");
+    return -1;
+  }
+  if (info.st_size != static_cast<off_t>(sizeof(Page))) {
+    refuse(device, "has the wrong size (remove it to start a new one)");
+    return -1;
+  }
+  Page page{};
+  if (pread(board.get(), &page, sizeof page, 0) != static_cast<ssize_t>(sizeof page) ||
+      page.magic != kMagic || page.version != kVersion) {
+    refuse(device, "is not a priority board (remove it to start a new one)");
+    return -1;
+  }
+  fds_[device] = board.release() + 1;
+  return fds_[device] - 1;
+}
+
+// Never mapped: a board truncated under us makes a short read here, not a SIGBUS. Two processes
+// that announce the same level at once may overwrite each other's extension by at most a period;
+// a read racing a write can see a torn value for one period. Both only shift one decision.
+void UserBoard::announce(int device, uint32_t priority, int64_t until_ns) {
+  const int fd = board_fd(device);
+  if (fd < 0) return;
+  const off_t at = kActiveOffset + 8 * priority_rank(priority);
+  uint64_t current = 0;
+  if (pread(fd, &current, sizeof current, at) != static_cast<ssize_t>(sizeof current)) {
+    refuse(device, "was truncated");
+    return;
+  }
+  if (current >= static_cast<uint64_t>(until_ns)) return;
+  const uint64_t until = static_cast<uint64_t>(until_ns);
+  if (pwrite(fd, &until, sizeof until, at) != static_cast<ssize_t>(sizeof until))
+    refuse(device, "cannot be written");
+}
+
+bool UserBoard::higher_active(int device, uint32_t priority, int64_t now_ns) {
+  const int fd = board_fd(device);
+  if (fd < 0) return false;
+  uint64_t until[3] = {};
+  if (pread(fd, until, sizeof until, kActiveOffset) != static_cast<ssize_t>(sizeof until)) {
+    refuse(device, "was truncated");
+    return false;
+  }
+  for (int rank = priority_rank(priority) + 1; rank < 3; ++rank) {
+    if (until[rank] > static_cast<uint64_t>(now_ns)) return true;
+  }
+  return false;
+}
+
+}  // namespace tessera::vgpu::compute

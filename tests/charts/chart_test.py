@@ -1,0 +1,571 @@
+#!/usr/bin/env python3
+"""Tests of charts/tessera with helm, the Kubernetes 1.34 and 1.36 schemas and the RBAC check.
+
+    chart_test.py --repo REPO --tools DIR CHECK
+
+CHECK is one of:
+  variants        helm lint and helm template of the default values and every ci/*-values.yaml,
+                  each rendered for Kubernetes 1.34 and 1.36 (a file's "# kube-versions:" line
+                  narrows that, "# helm-args:" adds flags such as --api-versions), every object
+                  validated against that release's schema (validate_manifests.py), and what the
+                  chart promises checked in the default rendering
+  contradictions  each contradictory combination of values fails with its message
+  rbac            the rendered roles grant exactly the API calls of the agent's and webhook's code
+  rbac-drift      rbac_check.py fails on a role with a rule too many or too few, and on a source
+                  tree with a call the roles lack
+  validator       validate_manifests.py refuses broken objects, each with its reason
+  cel             the webhooks' matchConditions and the ResourceSlice policy evaluated on sample
+                  requests (@marcbachmann/cel-js): pods without GPU requests never reach the
+                  webhook, claims without a VgpuConfig never reach /validate, an agent writes
+                  only its own node's slices
+  samples         every samples/k8s/**/*.yaml validates against 1.34 and 1.36 (skipped, exit 77,
+                  while there are none)
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+KUBE_VERSIONS = ("1.34", "1.36")
+HERE = os.path.dirname(os.path.abspath(__file__))
+NAMESPACE = "tessera-system"
+SKIP = 77
+
+
+class Failure(Exception):
+    pass
+
+
+class Context:
+    def __init__(self, repo, tools):
+        self.repo = repo
+        self.tools = tools
+        self.chart = os.path.join(repo, "charts", "tessera")
+        self.helm = os.path.join(tools, "bin", "helm")
+        if not os.access(self.helm, os.X_OK):
+            raise Failure(f"no helm at {self.helm}: run scripts/install-helm.sh")
+
+    def run(self, argv, check=True):
+        result = subprocess.run(argv, capture_output=True, text=True)
+        if check and result.returncode != 0:
+            raise Failure(f"{' '.join(argv)} failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+        return result
+
+    def template(self, kube_version, values_files=(), sets=(), extra=(), check=True):
+        argv = [self.helm, "template", "tessera", self.chart, "--namespace", NAMESPACE,
+                "--kube-version", f"{kube_version}.0"]
+        for f in values_files:
+            argv += ["-f", f]
+        for s in sets:
+            argv += ["--set", s]
+        return self.run(argv + list(extra), check=check)
+
+    def validate(self, kube_version, paths):
+        result = self.run([sys.executable, os.path.join(HERE, "validate_manifests.py"),
+                           "--kube-version", kube_version, "--tools", self.tools] + list(paths),
+                          check=False)
+        return result
+
+    def variants(self):
+        files = sorted(glob.glob(os.path.join(self.chart, "ci", "*-values.yaml")))
+        if not files:
+            raise Failure("no ci/*-values.yaml variants")
+        return [("default", None)] + [(os.path.basename(f)[:-len("-values.yaml")], f) for f in files]
+
+
+def header(path, key):
+    if path is None:
+        return None
+    for line in open(path, encoding="utf-8"):
+        if line.startswith(f"# {key}:"):
+            return line.split(":", 1)[1].split()
+    return None
+
+
+def objects(text):
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def find(docs, kind, name_suffix="", exact=False):
+    found = [d for d in docs if d["kind"] == kind and (d["metadata"]["name"] == name_suffix if exact
+                                                       else d["metadata"]["name"].endswith(name_suffix))]
+    if len(found) != 1:
+        raise Failure(f"expected one {kind} named {'' if exact else '*'}{name_suffix}, found {len(found)}")
+    return found[0]
+
+
+def expect(condition, message):
+    if not condition:
+        raise Failure(message)
+
+
+def check_promises(ctx, docs):
+    """What the chart promises, in the default rendering."""
+    ds = find(docs, "DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    expect(spec.get("hostPID") is True, "the agent needs hostPID")
+    expect(spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}, "GPU-node selector")
+    rolling = ds["spec"]["updateStrategy"]
+    expect(rolling["type"] == "RollingUpdate" and rolling["rollingUpdate"]["maxSurge"] == 1
+           and rolling["rollingUpdate"]["maxUnavailable"] == 0, "maxSurge rolling update")
+    agent = spec["containers"][0]
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in agent["env"]}
+    expect(env.get("POD_UID") == "metadata.uid" and env.get("NODE_NAME") == "spec.nodeName",
+           "POD_UID and NODE_NAME from the downward API")
+    expect(agent["livenessProbe"]["httpGet"]["path"] == "/healthz" and agent["readinessProbe"],
+           "liveness and readiness on /healthz")
+    expect(agent["resources"].get("requests") and agent["resources"].get("limits"), "resources")
+    mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
+    for path in ("/var/lib/tessera", "/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins",
+                 "/var/run/cdi", "/etc/cdi", "/usr/local/tessera/lib", "/run/nvidia/driver", "/dev",
+                 "/sys/kernel/btf", "/sys/fs/cgroup"):
+        expect(path in mounts, f"the agent mounts {path}")
+    volumes = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+    for m in agent["volumeMounts"]:
+        expect(volumes[m["name"]] == m["mountPath"] or m["mountPath"] == "/host-shim",
+               f"{m['mountPath']} is mounted at its host path ({volumes[m['name']]})")
+    args = agent["args"]
+    for flag in ("--shim-path=/usr/local/tessera/lib/libvgpu.so", "--state-dir=/var/lib/tessera",
+                 "--driver-root=/run/nvidia/driver", "--toolkit-spec-dirs=/etc/cdi,/var/run/cdi",
+                 "--metrics-address=:9464"):
+        expect(flag in args, f"agent flag {flag}")
+    init = spec["initContainers"][0]
+    script = init["args"][0]
+    expect(re.search(r'cp "\$source" "\$temporary".*sync "\$temporary".*mv -f "\$temporary" "\$target".*sync /host-shim',
+                     script, re.S), "the shim is installed by new file, fsync, rename, fsync of the folder")
+    expect(init["volumeMounts"][0]["mountPath"] == "/host-shim"
+           and volumes[init["volumeMounts"][0]["name"]] == "/usr/local/tessera/lib", "shim host folder")
+
+    deployment = find(docs, "Deployment")
+    expect(deployment["spec"]["replicas"] == 2, "two webhook replicas")
+    pdb = find(docs, "PodDisruptionBudget")
+    expect(pdb["spec"]["minAvailable"] == 1, "PDB minAvailable 1")
+    mutating = find(docs, "MutatingWebhookConfiguration")
+    validating = find(docs, "ValidatingWebhookConfiguration")
+    for hook in mutating["webhooks"] + validating["webhooks"]:
+        excluded = hook["namespaceSelector"]["matchExpressions"][0]
+        expect(excluded["key"] == "kubernetes.io/metadata.name" and excluded["operator"] == "NotIn"
+               and {"kube-system", NAMESPACE} <= set(excluded["values"]),
+               f"{hook['name']} excludes kube-system and its own namespace")
+        expect(hook["failurePolicy"] == "Fail" and hook.get("matchConditions"),
+               f"{hook['name']}: failurePolicy Fail, narrowed by matchConditions")
+        expect(hook["clientConfig"].get("caBundle"), f"{hook['name']} has the CA bundle")
+    secret = find(docs, "Secret", "-tls")
+    expect(secret["data"]["ca.crt"] == mutating["webhooks"][0]["clientConfig"]["caBundle"],
+           "the generated Secret's CA is the configurations' caBundle")
+
+    classes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "DeviceClass"}
+    expect(set(classes) == {"vgpu.tessera.dev", "mps.vgpu.tessera.dev"}, f"DeviceClasses {set(classes)}")
+    mps = classes["mps.vgpu.tessera.dev"]["spec"]["config"][0]["opaque"]["parameters"]
+    expect(mps["sharing"] == {"strategy": "MPS"}, "the MPS preset")
+    expect("extendedResourceName" not in classes["vgpu.tessera.dev"]["spec"], "no extended resource by default")
+
+    policy = find(docs, "ValidatingAdmissionPolicy")
+    expect("authentication.kubernetes.io/node-name" in json.dumps(policy), "per-node slice policy")
+    find(docs, "ValidatingAdmissionPolicyBinding")
+    dashboard = find(docs, "ConfigMap", "-dashboard")
+    expect(dashboard["metadata"]["labels"].get("grafana_dashboard") == "1", "grafana sidecar label")
+    shipped = json.load(open(os.path.join(ctx.chart, "dashboards", "tessera-gpu-sharing.json")))
+    expect(json.loads(dashboard["data"]["tessera-gpu-sharing.json"]) == shipped, "the dashboard as shipped")
+
+
+def check_variants(ctx):
+    renderings = {version: [] for version in KUBE_VERSIONS}  # release -> rendered files
+    with tempfile.TemporaryDirectory() as directory:
+        for name, values in ctx.variants():
+            files = [values] if values else []
+            for kube_version in header(values, "kube-versions") or KUBE_VERSIONS:
+                lint = ctx.run([ctx.helm, "lint", ctx.chart, "--strict", "--kube-version", f"{kube_version}.0"]
+                               + sum((["-f", f] for f in files), []))
+                # helm lint logs a template's fail() and passes; a variant that needs no
+                # --api-versions (which lint cannot take) must not hit one.
+                if not header(values, "helm-args") and "funcMap fail" in lint.stdout + lint.stderr:
+                    raise Failure(f"variant {name}: helm lint hit a fail():\n{lint.stdout}{lint.stderr}")
+                rendered = ctx.template(kube_version, files, extra=header(values, "helm-args") or [])
+                docs = objects(rendered.stdout)
+                path = os.path.join(directory, f"{name}-{kube_version}.yaml")
+                with open(path, "w") as out:
+                    out.write(rendered.stdout)
+                renderings[kube_version].append(path)
+                check_variant(ctx, name, docs)
+                print(f"ok: variant {name}, Kubernetes {kube_version}: helm lint, {len(docs)} objects rendered")
+        # One validator run per release over all renderings (node starts once).
+        for kube_version, paths in renderings.items():
+            result = ctx.validate(kube_version, paths)
+            if result.returncode != 0:
+                raise Failure(f"Kubernetes {kube_version}:\n{result.stdout}{result.stderr}")
+            print(f"ok: {len(paths)} renderings valid for Kubernetes {kube_version}: {result.stderr.strip()}")
+
+
+def check_variant(ctx, name, docs):
+    if name == "default":
+        check_promises(ctx, docs)
+    if name == "agent-settings":  # every row of the agent's flag table, and the webhook's logs
+        args = find(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"]
+        for flag in ("--reconcile-interval=30", "--device-poll-interval=15", "--check-interval=5",
+                     "--enforcement-default=report", "--api-socket=/var/lib/tessera/api.sock",
+                     "--log-format=json", "--mps-control=/usr/bin/nvidia-cuda-mps-control",
+                     "--nvidia-smi=/usr/bin/nvidia-smi", "--shim-loading=LD_PRELOAD", "--api-socket-mode=0660"):
+            expect(flag in args, f"agent flag {flag} in {args}")
+        expect(args.count("-v") == 1, f"verbosity 1 is one -v: {args}")
+        webhook = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        expect("--log-format=json" in webhook and webhook.count("-v") == 2, f"webhook log flags: {webhook}")
+    if name == "service-monitor":
+        monitor = find(docs, "ServiceMonitor")
+        expect(all(e["honorLabels"] is True for e in monitor["spec"]["endpoints"]), "honorLabels")
+    if name.startswith("extended-resource"):
+        spec = find(docs, "DeviceClass", "vgpu.tessera.dev", exact=True)["spec"]
+        expect(spec.get("extendedResourceName") == "vgpu.tessera.dev/gpu", "extendedResourceName")
+    if name.startswith("tls-") and "cert-manager" in name:
+        find(docs, "Certificate")
+        expect(not [d for d in docs if d["kind"] == "Secret"], "no generated Secret with cert-manager")
+        hook = find(docs, "MutatingWebhookConfiguration")
+        expect("cert-manager.io/inject-ca-from" in hook["metadata"].get("annotations", {}),
+               "the cainjector annotation")
+
+
+# (what, --set values, kube version, helm args, the message's words)
+CONTRADICTIONS = [
+    ("maxSurge and maxUnavailable both 0", ["agent.updateStrategy.maxSurge=0"], "1.36", [],
+     "maxSurge and maxUnavailable are both 0"),
+    ("cert-manager mode and a provided certificate",
+     ["webhook.tls.mode=certManager", "webhook.tls.secretName=mine"], "1.36",
+     ["--api-versions", "cert-manager.io/v1"], "a provided certificate is used only with mode provided"),
+    ("cert-manager mode without cert-manager", ["webhook.tls.mode=certManager"], "1.36", [],
+     "does not serve cert-manager.io/v1"),
+    ("provided mode without the CA", ["webhook.tls.mode=provided", "webhook.tls.secretName=mine"],
+     "1.36", [], "needs both webhook.tls.secretName"),
+    ("extendedResourceName on 1.34 without the gate",
+     ["deviceClasses.default.extendedResourceName=vgpu.tessera.dev/gpu"], "1.34", [],
+     "Kubernetes 1.34 has as an alpha gate"),
+    ("extendedResourceName without its class",
+     ["deviceClasses.default.extendedResourceName=vgpu.tessera.dev/gpu",
+      "deviceClasses.default.enabled=false"], "1.36", [], "deviceClasses.default.enabled is false"),
+    ("PDB minAvailable not below replicas",
+     ["webhook.replicas=1", "webhook.podDisruptionBudget.minAvailable=1", "webhook.failurePolicy=Ignore"],
+     "1.36", [], "minAvailable 1 with webhook.replicas 1: no replica could ever be evicted"),
+    ("one replica with failurePolicy Fail", ["webhook.replicas=1", "webhook.podDisruptionBudget.enabled=false"],
+     "1.36", [], "webhook.replicas 1 with failurePolicy Fail"),
+    ("driver-root mode with the host's root", ["agent.driver.mode=driver-root", "agent.driver.root=/"],
+     "1.36", [], "the host's root cannot be mounted"),
+    ("an agent setting the chart does not know", ["agent.config.nosuch=1"], "1.36", [],
+     "additional properties 'nosuch' not allowed"),
+    ("the MPS preset named like the default class", ["deviceClasses.mps.name=vgpu.tessera.dev"],
+     "1.36", [], "the MPS preset needs a name of its own"),
+]
+
+
+def check_contradictions(ctx):
+    for what, sets, kube_version, extra, message in CONTRADICTIONS:
+        result = ctx.template(kube_version, sets=sets, extra=extra, check=False)
+        expect(result.returncode != 0, f"{what}: rendered, expected a failure")
+        expect(message in result.stderr, f"{what}: the message lacks {message!r}:\n{result.stderr}")
+        print(f"ok: {what}: {message}")
+    print(f"{len(CONTRADICTIONS)} contradictions refused")
+
+
+def render_default(ctx, directory):
+    path = os.path.join(directory, "rendered.yaml")
+    with open(path, "w") as out:
+        out.write(ctx.template("1.36").stdout)
+    return path
+
+
+def rbac_check(ctx, rendered, source_root=None):
+    return ctx.run([sys.executable, os.path.join(HERE, "rbac_check.py"), "--source-root",
+                    source_root or ctx.repo, rendered], check=False)
+
+
+def check_rbac(ctx):
+    with tempfile.TemporaryDirectory() as directory:
+        result = rbac_check(ctx, render_default(ctx, directory))
+    print(result.stdout + result.stderr)
+    expect(result.returncode == 0, "the chart's RBAC differs from the code's API calls")
+
+
+def check_rbac_drift(ctx):
+    with tempfile.TemporaryDirectory() as directory:
+        rendered = render_default(ctx, directory)
+        docs = objects(open(rendered).read())
+
+        def write(mutate, name):
+            changed = json.loads(json.dumps(docs))
+            mutate(changed)
+            path = os.path.join(directory, name)
+            with open(path, "w") as out:
+                yaml.safe_dump_all(changed, out)
+            return path
+
+        def role(changed, component):
+            return next(d for d in changed if d["kind"] == "ClusterRole"
+                        and d["metadata"]["labels"]["app.kubernetes.io/component"] == component)
+
+        cases = [
+            ("a verb too many", write(lambda c: role(c, "node-agent")["rules"][0]["verbs"].append("list"),
+                                      "extra.yaml"), None, "which the code never calls"),
+            ("a verb too few", write(lambda c: role(c, "webhook")["rules"][1]["verbs"].remove("create"),
+                                     "missing.yaml"), None, "but no rule grants it"),
+            ("a wildcard", write(lambda c: role(c, "webhook")["rules"].append(
+                {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}), "wildcard.yaml"), None,
+             "a wildcard"),
+        ]
+        # A source tree where the agent calls one more API: the unchanged chart must fail.
+        tree = os.path.join(directory, "src")
+        for folder in ("node-agent/src", "webhook/src"):
+            shutil.copytree(os.path.join(ctx.repo, folder), os.path.join(tree, folder))
+        added = os.path.join(tree, "node-agent/src/devices/resource_slices.cc")
+        with open(added, "a") as out:
+            out.write('\nvoid watch_slices(tessera::agent::KubeClient& kube_) {\n'
+                      '  kube_.request("GET", std::string(kResourceSlicesPath) + "?watch=true");\n'
+                      '  kube_.request("PATCH", "/api/v1/nodes/" + url_escape(name) + "/status", "{}");\n}\n')
+        cases.append(("a new call in the code", rendered, tree, "watch resource.k8s.io/resourceslices"))
+        cases.append(("a new subresource call", rendered, tree, "patch core/nodes/status"))
+        computed = os.path.join(directory, "computed")
+        shutil.copytree(os.path.join(ctx.repo, "node-agent/src"), os.path.join(computed, "node-agent/src"))
+        shutil.copytree(os.path.join(ctx.repo, "webhook/src"), os.path.join(computed, "webhook/src"))
+        with open(os.path.join(computed, "webhook/src/kube/template_writer.cc"), "a") as out:
+            out.write('\nvoid any(tessera::agent::KubeClient& api_, const std::string& kind) {\n'
+                      '  api_.request("GET", "/apis/resource.k8s.io/v1/" + kind);\n}\n')
+        cases.append(("a call whose resource is computed", rendered, computed,
+                      "the group or resource is not fixed"))
+        for what, path, tree_root, message in cases:
+            result = rbac_check(ctx, path, tree_root)
+            expect(result.returncode != 0, f"{what}: rbac_check passed")
+            expect(message in result.stdout, f"{what}: expected {message!r} in:\n{result.stdout}")
+            print(f"ok: {what}: {message}")
+
+
+BROKEN = """\
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: typo, labels: {enabled: true}}
+spec:
+  selector: {matchLabels: {a: b}}
+  updateStrategy: {rollingUpdate: {maxSurge: 1, maxUnavialable: 0}}
+  template:
+    spec:
+      hostPID: "yes"
+      containers:
+      - name: c
+        resources: {limits: {cpu: 1, memory: 1Gi}}
+        ports: [{containerPort: "80"}]
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: no-expression}
+spec: {selectors: [{cel: {}}]}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: wrong-field}
+spec: {extendedResource: vgpu.tessera.dev/gpu}
+---
+apiVersion: resource.k8s.io/v1alpha9
+kind: DeviceClass
+metadata: {name: no-such-version}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: bad-policy}
+spec: {validations: [{message: no expression}]}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: bad-enum}
+webhooks:
+- {name: a.tessera.dev, admissionReviewVersions: [v1], sideEffects: None, failurePolicy: Sometimes,
+   clientConfig: {service: {name: s, namespace: n}}}
+---
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata: {name: bad-monitor}
+spec: {endpoints: [{port: metrics, honorLabels: "yes"}]}
+"""
+BROKEN_REASONS = {
+    "1.34": [
+        "DaemonSet typo: DaemonSet.metadata.labels.enabled: expected a string, found a boolean",
+        "DaemonSet.spec.updateStrategy.rollingUpdate.maxUnavialable: unknown field",
+        "DaemonSet.spec.template.spec.hostPID: expected a boolean",
+        "containers[0].ports[0].containerPort: expected an integer",
+        "DeviceClass no-expression: DeviceClass.spec.selectors[0].cel.expression: required field is missing",
+        "DeviceClass wrong-field: DeviceClass.spec.extendedResource: unknown field",
+        "serves no kind DeviceClass in resource.k8s.io/v1alpha9",
+        "ValidatingAdmissionPolicy bad-policy: ValidatingAdmissionPolicy.spec.validations[0].expression: required",
+        "ServiceMonitor bad-monitor: /spec must have required property selector",
+        "/spec/endpoints/0/honorLabels must be boolean",
+    ],
+}
+# Enums are in kubernetes-models' 1.36 schema only (the generated client has none): 1.34 misses it.
+BROKEN_REASONS["1.36"] = BROKEN_REASONS["1.34"] + [
+    "ValidatingWebhookConfiguration bad-enum: /webhooks/0/failurePolicy must be equal to one of the allowed values",
+]
+# A field that 1.36 has and 1.34 lacks: DeviceClass.spec.extendedResourceName is in both (alpha in
+# 1.34), so the release difference is shown with MutatingAdmissionPolicy, GA (v1) only in 1.36.
+RELEASE_ONLY = """\
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: new-in-1-36}
+spec: {mutations: [{patchType: ApplyConfiguration, applyConfiguration: {expression: "Object{}"}}]}
+"""
+
+
+def check_validator(ctx):
+    with tempfile.TemporaryDirectory() as directory:
+        broken = os.path.join(directory, "broken.yaml")
+        open(broken, "w").write(BROKEN)
+        for kube_version, reasons in BROKEN_REASONS.items():
+            result = ctx.validate(kube_version, [broken])
+            expect(result.returncode == 1, f"{kube_version}: broken objects passed:\n{result.stderr}")
+            for reason in reasons:
+                expect(reason in result.stdout, f"{kube_version}: no {reason!r} in:\n{result.stdout}")
+            expect(not [line for line in result.stdout.splitlines()
+                        if "resources.limits" in line], "a Quantity as a number is accepted")
+            print(f"ok: Kubernetes {kube_version}: {len(reasons)} reasons found")
+        newer = os.path.join(directory, "newer.yaml")
+        open(newer, "w").write(RELEASE_ONLY)
+        old, new = ctx.validate("1.34", [newer]), ctx.validate("1.36", [newer])
+        expect(old.returncode == 1 and "serves no kind MutatingAdmissionPolicy" in old.stdout,
+               f"1.34 accepted a 1.36 kind:\n{old.stdout}")
+        expect(new.returncode == 0, f"1.36 refused its own kind:\n{new.stdout}")
+        print("ok: MutatingAdmissionPolicy v1: refused by 1.34, accepted by 1.36")
+
+
+def pod(containers=(), init=(), claims=False):
+    spec = {"containers": [{"name": f"c{i}", "resources": {"limits": dict(l)}} for i, l in enumerate(containers)]
+            or [{"name": "main"}]}
+    if init:
+        spec["initContainers"] = [{"name": f"i{i}", "resources": {"requests": dict(l)}} for i, l in enumerate(init)]
+    if claims:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "team-a-gpu"}]
+    return {"apiVersion": "v1", "kind": "Pod", "spec": spec}
+
+
+def claim(drivers, template=False):
+    devices = {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "vgpu.tessera.dev"}}]}
+    if drivers:
+        devices["config"] = [{"opaque": {"driver": d, "parameters": {}}} for d in drivers]
+    return {"spec": {"spec": {"devices": devices}}} if template else {"spec": {"devices": devices}}
+
+
+def evaluate(ctx, cases):
+    """cases: [(expression, variables)] -> [value], through @marcbachmann/cel-js."""
+    payload = json.dumps([{"expression": e, "variables": v} for e, v in cases])
+    result = subprocess.run(["node", os.path.join(HERE, "evaluate_cel.mjs"), os.path.join(ctx.tools, "models")],
+                            input=payload, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise Failure(f"evaluate_cel.mjs failed: {result.stderr}")
+    answers = json.loads(result.stdout)
+    for (expression, _), answer in zip(cases, answers):
+        if "error" in answer:
+            raise Failure(f"CEL error in {expression!r}: {answer['error']}")
+    return [a["value"] for a in answers]
+
+
+def check_cel(ctx):
+    docs = objects(ctx.template("1.36").stdout)
+    hooks = {h["name"]: h for d in docs if d["kind"].endswith("WebhookConfiguration") for h in d["webhooks"]}
+    condition = lambda name: hooks[name]["matchConditions"][0]["expression"]
+    gpu, hami = {"tessera.dev/gpu": "1"}, {"nvidia.com/gpu": "1"}
+    pods = [  # (what, pod, sent to /mutate, sent to /mutate/hami)
+        ("a pod without GPU requests", pod([{"cpu": "1", "memory": "1Gi"}]), False, False),
+        ("a pod with no resources at all", pod(), False, False),
+        ("tessera.dev/gpu in a container's limits", pod([{"cpu": "1"}, gpu]), True, True),
+        ("tessera.dev/gpu-memory in an init container's requests", pod(init=[{"tessera.dev/gpu-memory": "8Gi"}]), True, True),
+        ("a pod with resourceClaims", pod(claims=True), True, True),
+        ("HAMi's nvidia.com/gpu", pod([hami]), False, True),
+    ]
+    cases, expected = [], []
+    for what, obj, plain, with_hami in pods:
+        cases += [(condition("pods.vgpu.tessera.dev"), {"object": obj}),
+                  (condition("hami-pods.vgpu.tessera.dev"), {"object": obj})]
+        expected += [(what, "/mutate", plain), (what, "/mutate/hami", with_hami)]
+    claims = [
+        ("a claim with a VgpuConfig", "resourceclaims", claim(["vgpu.tessera.dev"]), True),
+        ("a claim with another driver's config", "resourceclaims", claim(["gpu.nvidia.com"]), False),
+        ("a claim without config", "resourceclaims", claim([]), False),
+        ("a template with a VgpuConfig", "resourceclaimtemplates", claim(["gpu.nvidia.com", "vgpu.tessera.dev"], True), True),
+        ("a template without config", "resourceclaimtemplates", claim([], True), False),
+    ]
+    for what, resource, obj, sent in claims:
+        cases.append((condition("claims.vgpu.tessera.dev"), {"object": obj, "request": {"resource": {"resource": resource}}}))
+        expected.append((what, "/validate", sent))
+
+    policy = find(docs, "ValidatingAdmissionPolicy")["spec"]
+    agent = f"system:serviceaccount:{NAMESPACE}:{find(docs, 'DaemonSet')['spec']['template']['spec']['serviceAccountName']}"
+    requests = [  # (what, request, object, oldObject, matched, allowed)
+        ("the agent writes its own node's slice", {"operation": "CREATE", "userInfo": {"username": agent, "extra": {"authentication.kubernetes.io/node-name": ["gpu-1"]}}},
+         {"spec": {"nodeName": "gpu-1"}}, None, True, True),
+        ("the agent writes another node's slice", {"operation": "UPDATE", "userInfo": {"username": agent, "extra": {"authentication.kubernetes.io/node-name": ["gpu-1"]}}},
+         {"spec": {"nodeName": "gpu-2"}}, {"spec": {"nodeName": "gpu-2"}}, True, False),
+        ("the agent deletes another node's slice", {"operation": "DELETE", "userInfo": {"username": agent, "extra": {"authentication.kubernetes.io/node-name": ["gpu-1"]}}},
+         None, {"spec": {"nodeName": "gpu-2"}}, True, False),
+        ("the agent writes a slice for all nodes", {"operation": "CREATE", "userInfo": {"username": agent, "extra": {"authentication.kubernetes.io/node-name": ["gpu-1"]}}},
+         {"spec": {"allNodes": True}}, None, True, False),
+        ("a token without a node", {"operation": "CREATE", "userInfo": {"username": agent, "extra": {}}},
+         {"spec": {"nodeName": "gpu-1"}}, None, True, False),
+        ("another user", {"operation": "CREATE", "userInfo": {"username": "system:serviceaccount:x:y"}},
+         {"spec": {"nodeName": "gpu-2"}}, None, False, None),
+    ]
+    policy_cases = []
+    for what, request, obj, old, matched, allowed in requests:
+        variables = {"request": request, "object": obj, "oldObject": old}
+        policy_cases.append((what, variables, matched, allowed))
+    values = evaluate(ctx, cases)
+    for (what, endpoint, want), got in zip(expected, values):
+        expect(got is want, f"{what}: sent to {endpoint} is {got}, expected {want}")
+        print(f"ok: {what}: {'sent to' if want else 'never reaches'} {endpoint}")
+    for what, variables, matched, allowed in policy_cases:
+        got_match = evaluate(ctx, [(policy["matchConditions"][0]["expression"], variables)])[0]
+        expect(got_match is matched, f"{what}: policy matched {got_match}, expected {matched}")
+        if not matched:
+            print(f"ok: {what}: not the agent, the policy does not apply")
+            continue
+        computed = {}
+        for variable in policy["variables"]:
+            computed[variable["name"]] = evaluate(ctx, [(variable["expression"], {**variables, "variables": computed})])[0]
+        outcomes = evaluate(ctx, [(v["expression"], {**variables, "variables": computed}) for v in policy["validations"]])
+        expect(all(outcomes) is allowed, f"{what}: allowed {all(outcomes)}, expected {allowed} ({outcomes})")
+        messages = [v["messageExpression"] for v, ok in zip(policy["validations"], outcomes) if not ok and "messageExpression" in v]
+        shown = evaluate(ctx, [(m, {**variables, "variables": computed}) for m in messages]) if messages else []
+        print(f"ok: {what}: {'allowed' if allowed else 'denied'}{': ' + shown[0] if shown else ''}")
+
+
+def check_samples(ctx):
+    samples = sorted(glob.glob(os.path.join(ctx.repo, "samples", "k8s", "**", "*.yaml"), recursive=True))
+    if not samples:
+        print("no samples/k8s/**/*.yaml yet: skipped")
+        return SKIP
+    for kube_version in KUBE_VERSIONS:
+        result = ctx.validate(kube_version, samples)
+        if result.returncode != 0:
+            raise Failure(f"samples, Kubernetes {kube_version}:\n{result.stdout}{result.stderr}")
+        print(f"ok: {len(samples)} sample files, Kubernetes {kube_version}: {result.stderr.strip()}")
+    return 0
+
+
+CHECKS = {"cel": check_cel, "variants": check_variants, "contradictions": check_contradictions, "rbac": check_rbac,
+          "rbac-drift": check_rbac_drift, "validator": check_validator, "samples": check_samples}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", required=True)
+    parser.add_argument("--tools", default=os.environ.get("TESSERA_CHART_TOOLS", "/opt/tessera/chart-tools"))
+    parser.add_argument("check", choices=sorted(CHECKS))
+    args = parser.parse_args()
+    try:
+        return CHECKS[args.check](Context(os.path.abspath(args.repo), args.tools)) or 0
+    except Failure as failure:
+        print(f"FAILED: {failure}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

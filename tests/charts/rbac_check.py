@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""The chart's RBAC grants exactly what the node agent's and the webhook's code calls.
+
+    rbac_check.py --source-root REPO RENDERED.yaml
+    rbac_check.py --source-root REPO --print-calls
+
+The calls are read from the sources, not from a list kept beside them: every call of the
+KubeClient interface (`<client>.request("METHOD", <path expression>, ...)`) under node-agent/src
+and webhook/src is found, and its path expression is evaluated symbolically: string literals,
+`+`, `cond ? a : b` (both branches), constants (`kResourceSlicesPath[] = "..."`), local variables
+assigned earlier in the same file, and functions that return a path expression (kube_client.cc's
+`resource_claim_path` and friends). Whatever else is a value at run time (url_escape(name), a
+namespace) becomes a placeholder. A call whose method is not a literal, or whose path does not
+resolve to an API path with a literal group and resource, fails the test naming the file and
+line: a new call cannot be added
+without the test seeing it.
+
+Each path gives (group, resource, subresource, named or collection) and the method the verb:
+GET of a named object -> get, of a collection -> list (watch with ?watch=true), POST -> create,
+PUT -> update, PATCH -> patch, DELETE -> delete (deletecollection on a collection).
+
+The rendered chart's ClusterRoles and Roles of each component (label app.kubernetes.io/component:
+node-agent or webhook) must grant exactly those (verb, group, resource[/subresource]) triples: a
+rule the code does not use fails as much as a call without a rule. No wildcards, no
+resourceNames, no nonResourceURLs.
+"""
+import argparse
+import os
+import re
+import sys
+
+import yaml
+
+COMPONENTS = {"node-agent": "node-agent/src", "webhook": "webhook/src"}
+PLACEHOLDER = "\x00"
+
+CALL_RE = re.compile(r"(?:\.|->)request\(")
+STRING_RE = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def strip_comments(text):
+    # Keeps line numbers: a comment's characters become spaces (strings are left alone).
+    def blank(match):
+        return re.sub(r"[^\n]", " ", match.group(0))
+    return re.sub(r'//[^\n]*|/\*.*?\*/|"(?:[^"\\\n]|\\.)*"',
+                  lambda m: m.group(0) if m.group(0).startswith('"') else blank(m), text, flags=re.S)
+
+
+def split_top(text, separators):
+    """Splits at separators outside brackets and strings."""
+    parts, depth, current, i, in_string = [], 0, "", 0, False
+    while i < len(text):
+        c = text[i]
+        if in_string:
+            current += c
+            if c == "\\":
+                current += text[i + 1]
+                i += 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+            current += c
+        elif c in "([{":
+            depth += 1
+            current += c
+        elif c in ")]}":
+            depth -= 1
+            current += c
+        elif depth == 0 and c in separators:
+            parts.append(current)
+            current = ""
+        else:
+            current += c
+        i += 1
+    parts.append(current)
+    return [p.strip() for p in parts]
+
+
+def call_arguments(text, start):
+    """The argument text of a call whose '(' is at text[start - 1]; and the end offset."""
+    depth, i, in_string = 1, start, False
+    while depth:
+        c = text[i]
+        if in_string:
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        i += 1
+    return text[start:i - 1], i
+
+
+class Resolver:
+    def __init__(self, files):
+        self.files = files  # path -> comment-free text
+        self.functions = {}  # name -> return expression, from every file
+        self.constants = {}
+        for text in files.values():
+            for m in re.finditer(r"std::string\s+(\w+)\([^)]*\)\s*\{\s*return\s+(.*?);\s*\}", text, re.S):
+                self.functions[m.group(1)] = m.group(2)
+            for m in re.finditer(r"constexpr\s+char\s+(\w+)\[\]\s*=\s*(\"[^\"]*\")\s*;", text):
+                self.constants[m.group(1)] = m.group(2)
+
+    def resolve(self, expression, path, offset, depth=0):
+        """Every value the expression can have, with PLACEHOLDER for run-time parts."""
+        if depth > 20:
+            raise ValueError(f"too deep: {expression}")
+        expression = expression.strip()
+        while expression.startswith("(") and call_arguments(expression, 1)[1] == len(expression):
+            expression = expression[1:-1].strip()
+        ternary = split_top(expression, "?")
+        if len(ternary) == 2:
+            branches = split_top(ternary[1], ":")
+            return self.resolve(branches[0], path, offset, depth + 1) + \
+                self.resolve(branches[1], path, offset, depth + 1)
+        terms = split_top(expression, "+")
+        if len(terms) > 1:
+            values = [""]
+            for term in terms:
+                values = [v + t for v in values for t in self.resolve(term, path, offset, depth + 1)]
+            return values
+        term = expression
+        if m := re.fullmatch(r'"((?:[^"\\]|\\.)*)"', term):
+            return [m.group(1)]
+        if m := re.fullmatch(r"'(.)'", term):
+            return [m.group(1)]
+        if m := re.fullmatch(r"std::string\((.*)\)", term, re.S):
+            return self.resolve(m.group(1), path, offset, depth + 1)
+        if m := re.fullmatch(r"(\w+)\((.*)\)", term, re.S):
+            if m.group(1) in self.functions:
+                return self.resolve(self.functions[m.group(1)], path, offset, depth + 1)
+            return [PLACEHOLDER]  # url_escape(...), field_selector(...): run-time values
+        if re.fullmatch(r"[\w.:\->\[\]]+", term):
+            if term in self.constants:
+                return self.resolve(self.constants[term], path, offset, depth + 1)
+            local = self.local_definition(term, path, offset)
+            if local is not None:
+                return self.resolve(local[0], path, local[1], depth + 1)
+            return [PLACEHOLDER]  # a parameter or member: a run-time value
+        # Anything else (a JSON lookup, a method call) is a run-time value too. That is safe:
+        # parse_path refuses a path whose group or resource is not made of literals.
+        return [PLACEHOLDER]
+
+    def local_definition(self, name, path, offset):
+        """The nearest `[const] type name = expr;` before offset in the same file."""
+        if not re.fullmatch(r"\w+", name):
+            return None
+        text = self.files[path][:offset]
+        found = None
+        for m in re.finditer(r"(?:const\s+)?(?:std::string|const\s+char\s*\*|char\s+const\s*\*|auto)\s+" +
+                             name + r"\s*=\s*", text):
+            found = m
+        if found is None:
+            return None
+        end = found.end()
+        depth, i, in_string = 0, end, False
+        while True:
+            c = self.files[path][i]
+            if in_string:
+                if c == "\\":
+                    i += 1
+                elif c == '"':
+                    in_string = False
+            elif c == '"':
+                in_string = True
+            elif c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth -= 1
+            elif c == ";" and depth == 0:
+                return self.files[path][end:i], found.start()
+            i += 1
+
+
+def parse_path(value):
+    """'/apis/g/v/namespaces/x/res/name/sub?q' -> (group, resource, subresource, named, query)."""
+    path, _, query = value.partition("?")
+    segments = path.split("/")
+    if segments[:3] == ["", "api", "v1"]:
+        group, rest = "", segments[3:]
+    elif len(segments) >= 4 and segments[1] == "apis":
+        group, rest = segments[2], segments[4:]
+    else:
+        raise ValueError(f"not an API path: {value!r}")
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    if PLACEHOLDER in group or (rest and PLACEHOLDER in rest[0]) or (len(rest) == 3 and PLACEHOLDER in rest[2]):
+        raise ValueError(f"the group or resource is not fixed: {value!r}")
+    if not rest or not re.fullmatch(r"[a-z0-9]+", rest[0]) or len(rest) > 3:
+        raise ValueError(f"not an API path: {value!r}")
+    resource = rest[0]
+    named = len(rest) >= 2
+    subresource = rest[2] if len(rest) == 3 else ""
+    return group, resource, subresource, named, query
+
+
+def verb_for(method, named, query):
+    if method == "GET":
+        if named:
+            return "get"
+        return "watch" if re.search(r"(^|&)watch=(true|1)", query) else "list"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch",
+            "DELETE": "delete" if named else "deletecollection"}.get(method)
+
+
+def calls_in(source_root, folder):
+    """{(verb, group, resource[/sub]): [file:line, ...]} of the KubeClient calls under folder."""
+    files = {}
+    for directory, _, names in os.walk(os.path.join(source_root, folder)):
+        for name in names:
+            if name.endswith((".cc", ".h")):
+                path = os.path.join(directory, name)
+                files[path] = strip_comments(open(path, encoding="utf-8").read())
+    # Path helpers live in the agent's kube client, which the webhook links too.
+    for helper in ("node-agent/src/kube/kube_client.cc", "node-agent/src/kube/kube_client.h"):
+        path = os.path.join(source_root, helper)
+        files.setdefault(path, strip_comments(open(path, encoding="utf-8").read()))
+    resolver = Resolver(files)
+    calls, problems = {}, []
+    for path, text in sorted(files.items()):
+        if not path.startswith(os.path.join(source_root, folder)):
+            continue
+        for m in CALL_RE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            where = f"{os.path.relpath(path, source_root)}:{line}"
+            arguments, _ = call_arguments(text, m.end())
+            parts = split_top(arguments, ",")
+            # The declaration and definition of request() itself take typed parameters.
+            if parts and re.match(r"(const\s+)?std::string", parts[0]):
+                continue
+            method = re.fullmatch(r'"([A-Z]+)"', parts[0]) if parts else None
+            if not method or len(parts) < 2:
+                problems.append(f"{where}: the method of request({arguments}) is not a literal")
+                continue
+            try:
+                for value in resolver.resolve(parts[1], path, m.start()):
+                    group, resource, sub, named, query = parse_path(value)
+                    verb = verb_for(method.group(1), named, query)
+                    if verb is None:
+                        raise ValueError(f"unknown method {method.group(1)}")
+                    key = (verb, group, resource + (f"/{sub}" if sub else ""))
+                    calls.setdefault(key, []).append(where)
+            except ValueError as error:
+                problems.append(f"{where}: request({arguments.strip()}): {error}")
+    return calls, problems
+
+
+def granted(rendered, component):
+    rules, problems = set(), []
+    for document in yaml.safe_load_all(open(rendered, encoding="utf-8")):
+        if not document or document.get("kind") not in ("ClusterRole", "Role"):
+            continue
+        labels = document.get("metadata", {}).get("labels", {})
+        if labels.get("app.kubernetes.io/component") != component:
+            continue
+        name = document["metadata"]["name"]
+        for rule in document.get("rules") or []:
+            if rule.get("nonResourceURLs") or rule.get("resourceNames"):
+                problems.append(f"{document['kind']} {name}: nonResourceURLs/resourceNames are not used")
+            for group in rule.get("apiGroups", []):
+                for resource in rule.get("resources", []):
+                    for verb in rule.get("verbs", []):
+                        if "*" in (group, resource, verb):
+                            problems.append(f"{document['kind']} {name}: a wildcard in {rule}")
+                        rules.add((verb, group, resource))
+    return rules, problems
+
+
+def show(triple):
+    verb, group, resource = triple
+    return f"{verb} {group or 'core'}/{resource}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source-root", required=True)
+    parser.add_argument("--print-calls", action="store_true")
+    parser.add_argument("rendered", nargs="?")
+    args = parser.parse_args()
+
+    failures = []
+    for component, folder in COMPONENTS.items():
+        calls, problems = calls_in(args.source_root, folder)
+        failures += problems
+        if not calls:
+            failures.append(f"{component}: no API call found under {folder}: the search is broken")
+        if args.print_calls:
+            for triple in sorted(calls):
+                print(f"{component}: {show(triple)}  ({', '.join(calls[triple])})")
+            continue
+        rules, problems = granted(args.rendered, component)
+        failures += problems
+        for triple in sorted(set(calls) - rules):
+            failures.append(f"{component}: the code calls {show(triple)} ({', '.join(calls[triple])}) "
+                            "but no rule grants it")
+        for triple in sorted(rules - set(calls)):
+            failures.append(f"{component}: a rule grants {show(triple)}, which the code never calls")
+        if not failures:
+            print(f"{component}: {len(rules)} grants, each called: "
+                  + ", ".join(show(t) for t in sorted(rules)))
+    for line in failures:
+        print(line)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
