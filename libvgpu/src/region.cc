@@ -326,15 +326,7 @@ int Region::reclaim_dead() {
     // A process of another pid namespace cannot be checked from here: never touch its slot.
     if (share::owner_namespace_hash(base) != my_namespace) continue;
     if (owner_alive(base)) continue;
-    if (!candidate.owner.compare_exchange_strong(owner, mine | share::kOwnerReclaiming,
-                                                 std::memory_order_seq_cst)) {
-      continue;
-    }
-    for (auto& bytes : candidate.bytes) bytes.store(0, std::memory_order_seq_cst);
-    candidate.contexts.store(0, std::memory_order_relaxed);
-    candidate.pid.store(0, std::memory_order_relaxed);
-    candidate.owner.store(0, std::memory_order_seq_cst);
-    ++reclaimed;
+    if (share::reclaim_slot(candidate, owner, mine)) ++reclaimed;
   }
   if (reclaimed > 0) TESSERA_INFO("reclaimed the slots of %d dead processes", reclaimed);
   return reclaimed;

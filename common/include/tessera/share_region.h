@@ -213,6 +213,24 @@ static_assert(owner_pid(make_owner(4194303, 7, 9)) == 4194303);
 static_assert(make_owner(1, 0, 0) != 0);
 static_assert((make_owner(4194303, ~0ull, ~0ull) & kOwnerReclaiming) == 0);
 
+// Clears `slot` if its owner word still reads `dead_owner` (a process known to be gone, or a dead
+// reclaimer's marked word): the word is first set to `reclaimer | kOwnerReclaiming` (an owner word
+// of the live process doing this, so no other reclaimer takes the slot meanwhile), then the bytes
+// are zeroed and the slot freed. True when this call cleared it. The shim's reclaim of dead owners
+// and the agent's process watcher both clear slots through this.
+inline bool reclaim_slot(ProcessSlot& slot, uint64_t dead_owner, uint64_t reclaimer) {
+  uint64_t expected = dead_owner;
+  if (dead_owner == 0 || !slot.owner.compare_exchange_strong(expected, reclaimer | kOwnerReclaiming,
+                                                             std::memory_order_seq_cst)) {
+    return false;
+  }
+  for (auto& bytes : slot.bytes) bytes.store(0, std::memory_order_seq_cst);
+  slot.contexts.store(0, std::memory_order_relaxed);
+  slot.pid.store(0, std::memory_order_relaxed);
+  slot.owner.store(0, std::memory_order_seq_cst);
+  return true;
+}
+
 // Initialises a zero-filled limits page (the writer then fills devices and bumps generation).
 inline void init_limits_page(LimitsPage& page) {
   page.magic = kLimitsMagic;

@@ -3,8 +3,8 @@
 #include <CLI/CLI.hpp>
 
 #include "metrics/metrics_server.h"
-#include "tessera/log.h"
 #include "model/vgpu_config.h"
+#include "tessera/log.h"
 
 namespace tessera::agent {
 
@@ -126,6 +126,12 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
                  "Seconds between GPU inventory checks (ResourceSlices are republished on change)")
       ->envname("DEVICE_POLL_INTERVAL")
       ->check(CLI::Range(1u, 3600u))
+      ->capture_default_str();
+  app.add_option("--process-watch", config.process_watch,
+                 "The eBPF process watcher (slots of exited processes reclaimed at once, unshimmed "
+                 "GPU opens reported): auto (where BPF loads), on (required), off")
+      ->envname("PROCESS_WATCH")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_option("--log-format", config.log_format,
                  "text (one line per record) or json (one JSON object per line, with fields such "

@@ -40,6 +40,9 @@ struct AgentConfig {
   double memory_grace_s = 0;
   double cores_grace_s = 5;
   std::string enforcement_default = "report";
+  // --process-watch / PROCESS_WATCH: the eBPF process watcher. auto: load it, else run on the
+  // periodic checks alone; on: the agent does not start without it; off: never loaded.
+  std::string process_watch = "auto";
   // --pod-uid / POD_UID: the agent pod's metadata.uid (downward API). Given, the kubelet sockets
   // carry it and a second agent (the new pod of a rolling update) may run beside this one on the
   // state folder; empty: the fixed socket names, one agent per state folder.

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 
 #include "backends/mps_backend.h"
@@ -23,6 +25,9 @@
 #include "share/shim_library.h"
 #include "tessera/log.h"
 #include "usage/gpu_time_meter.h"
+#include "watcher/process_watch_program.h"
+#include "watcher/process_watcher.h"
+#include "watcher/share_folder_resolver.h"
 
 namespace tessera::agent {
 
@@ -179,6 +184,7 @@ Status NodeAgent::start() {
                {{"error", metering_started.message()}});
 
   TESSERA_RETURN_IF_ERROR(start_enforcement());
+  TESSERA_RETURN_IF_ERROR(start_process_watch());
 
   if (config_.reconcile_interval_s > 0) {
     auto loop = PeriodicLoop::start(clock_, std::chrono::seconds(config_.reconcile_interval_s),
@@ -292,9 +298,10 @@ Status NodeAgent::start_enforcement() {
   if (config_.check_interval_s <= 0) return Status::ok();
   Result<std::unique_ptr<GpuProcessSource>> source = nvml_process_source();
   if (!source.is_ok()) {
-    std::cerr << "tessera-node-agent: out-of-band checks not running (memory limits hold only "
-                 "for processes that load the shim): "
-              << source.status().message() << '\n';
+    log::error(
+        "out-of-band checks not running (memory limits hold only for processes that load the "
+        "shim)",
+        {{"error", source.status().message()}});
     return Status::ok();
   }
   gpu_processes_ = std::move(source).value();
@@ -335,11 +342,50 @@ bool NodeAgent::wait_for_device_turns(std::uint64_t count,
   return monitor_ && monitor_->wait_for_turns(count, timeout);
 }
 
+Status NodeAgent::start_process_watch() {
+  if (config_.process_watch == "off") return Status::ok();
+  ProcessWatchProgram::Options options;
+  std::ifstream devices("/proc/devices");
+  options.device_majors = nvidia_device_majors(
+      std::string(std::istreambuf_iterator<char>(devices), std::istreambuf_iterator<char>()));
+  Result<std::unique_ptr<ProcessWatchProgram>> loaded = ProcessWatchProgram::load(options);
+  if (!loaded.is_ok()) {
+    if (config_.process_watch == "on")
+      return loaded.status().with_context("--process-watch on: the process watcher cannot load");
+    log::warn("process watcher off, relying on the periodic checks",
+              {{"reason", loaded.status().message()}});
+    return Status::ok();
+  }
+  watch_program_ = std::move(loaded).value();
+  watch_resolver_ = std::make_unique<ShareFolderResolver>(
+      ShareFolderResolver::Options{config_.state_dir + "/shares"});
+  // Its findings go through the same policy as the periodic checks' (log, count, kill).
+  watcher_ =
+      std::make_unique<ProcessWatcher>(*watch_resolver_, *findings_, clock_, watch_program_.get());
+  // Shares and their processes' cgroups come and go: re-read them every second.
+  auto refresh = [this] {
+    watch_resolver_->refresh();
+    if (Status refreshed = watcher_->refresh_shares(); !refreshed.is_ok())
+      log::error("process watcher cannot refresh its shares", {{"error", refreshed.message()}});
+  };
+  refresh();
+  TESSERA_RETURN_IF_ERROR(
+      watch_program_->start([this](const tessera_watch_event& event) { watcher_->handle(event); }));
+  auto loop = PeriodicLoop::start(clock_, std::chrono::seconds(1), refresh);
+  if (!loop.is_ok()) return loop.status().with_context("cannot start the process watcher");
+  watch_refresher_ = std::move(loop).value();
+  log::info("process watcher on", {{"exits", "tp_btf/sched_process_exit"},
+                                   {"device_opens", watch_program_->open_hook()}});
+  return Status::ok();
+}
+
 void NodeAgent::stop() {
   {
     std::lock_guard lock(liveness_mutex_);
     stopped_ = started_;
   }
+  watch_refresher_.reset();
+  if (watch_program_) watch_program_->stop();
   if (metrics_) metrics_->stop();  // no scrape runs past here
   reconciler_.reset();             // joins: no pass runs past here
   if (checker_) checker_->stop();

@@ -28,6 +28,10 @@ class DeviceMonitor;
 class EnforcementHandler;
 class GpuProcessSource;
 class OutOfBandChecker;
+class FindingHandler;
+class ProcessWatchProgram;
+class ProcessWatcher;
+class ShareFolderResolver;
 class GpuTimeMeter;
 class HttpKubeClient;
 class InstrumentedPreparer;
@@ -99,6 +103,7 @@ class NodeAgent {
   // The finding policy, and the out-of-band checks unless --check-interval is 0 (without NVML
   // they are off, and said so).
   Status start_enforcement();
+  Status start_process_watch();  // per --process-watch
 
   AgentConfig config_;
   Clock& clock_;
@@ -116,6 +121,13 @@ class NodeAgent {
   std::unique_ptr<GpuProcessSource> gpu_processes_;
   std::unique_ptr<OutOfBandChecker> checker_;  // after what its passes use
   std::unique_ptr<PeriodicLoop> reconciler_;   // after what its passes use
+  std::unique_ptr<PeriodicLoop> reconciler_;   // after what its passes use
+  // The eBPF process watcher (watcher/), when loaded: the program's poll thread calls the
+  // watcher, the refresher both, so each is declared after what it uses.
+  std::unique_ptr<ShareFolderResolver> watch_resolver_;
+  std::unique_ptr<ProcessWatcher> watcher_;
+  std::unique_ptr<ProcessWatchProgram> watch_program_;
+  std::unique_ptr<PeriodicLoop> watch_refresher_;
 
   RequestMetrics requests_;
   std::unique_ptr<InstrumentedPreparer> preparer_;  // counts into requests_

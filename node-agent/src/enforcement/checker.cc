@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <iostream>
 #include <set>
 
 #include "enforcement/usage_page.h"
+#include "tessera/log.h"
 #include "tessera/nvml_abi.h"
 #include "tessera/nvml_library.h"
 #include "tessera/share_region.h"
@@ -17,10 +17,6 @@
 
 namespace tessera::agent {
 namespace {
-
-void log(const std::string& message) {
-  std::cerr << ("tessera-node-agent: out-of-band checks: " + message + "\n");
-}
 
 std::string mib(uint64_t bytes) {
   return std::to_string(bytes >> 20) + " MiB";
@@ -615,7 +611,11 @@ std::vector<Finding> OutOfBandChecker::pass() {
   stats_.process_reads = processes_.full_reads();
   stats_.findings += findings.size();
   if (problems != stats_.last_problem) {
-    log(problems.empty() ? "checking again" : problems);
+    if (problems.empty()) {
+      log::info("out-of-band checks running again");
+    } else {
+      log::warn("out-of-band checks cannot check", {{"problems", problems}});
+    }
     stats_.last_problem = problems;
   }
   return findings;

@@ -6,17 +6,13 @@
 
 #include <cerrno>
 #include <cstring>
-#include <iostream>
 
+#include "tessera/log.h"
 #include "tessera/share_contract.h"
 #include "tessera/unique_fd.h"
 
 namespace tessera::agent {
 namespace {
-
-void log(const std::string& message) {
-  std::cerr << ("tessera-node-agent: enforcement: " + message + "\n");
-}
 
 // SIGKILL through a pidfd opened before the start time is checked again, so the process signalled
 // is the one checked even if it exits and its pid is reused in between; `kill` where the kernel
@@ -83,9 +79,18 @@ void EnforcementHandler::handle(const Finding& finding) {
                      ": " + action;
   if (options_.log) {
     options_.log(line);
-  } else {
-    log(line);
+    return;
   }
+  log::warn("finding", {{"kind", finding_kind_name(finding.kind)},
+                        {"pid", finding.host_pid},
+                        {"share", finding.share},
+                        {"claim", finding.claim_namespace + "/" + finding.claim_name},
+                        {"claim_uid", finding.claim_uid},
+                        {"pod", finding.pod},
+                        {"gpu", finding.gpu_uuid},
+                        {"detail", finding.detail},
+                        {"policy", enforcement_policy_name(policy)},
+                        {"action", action}});
 }
 
 }  // namespace tessera::agent

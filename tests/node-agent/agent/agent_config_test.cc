@@ -28,7 +28,8 @@ const char* const kEnvNames[] = {"NODE_NAME",
                                  "CHECK_INTERVAL",
                                  "MEMORY_GRACE",
                                  "CORES_GRACE",
-                                 "ENFORCEMENT_DEFAULT"};
+                                 "ENFORCEMENT_DEFAULT",
+                                 "PROCESS_WATCH"};
 
 class AgentConfigTest : public ::testing::Test {
  protected:
@@ -67,6 +68,14 @@ TEST_F(AgentConfigTest, Defaults) {
   EXPECT_EQ(c.driver_mode, "auto");
   EXPECT_EQ(c.toolkit_spec_dirs, "/etc/cdi,/var/run/cdi");
   EXPECT_EQ(c.driver_root, "/");
+  EXPECT_EQ(c.process_watch, "auto");
+}
+
+TEST_F(AgentConfigTest, ProcessWatchTakesAutoOnOffFromFlagOrEnvironment) {
+  EXPECT_EQ(parse({"--node-name", "n", "--process-watch", "off"}).process_watch, "off");
+  setenv("PROCESS_WATCH", "on", 1);
+  EXPECT_EQ(parse({"--node-name", "n"}).process_watch, "on");
+  EXPECT_THROW(parse({"--node-name", "n", "--process-watch", "yes"}), CLI::ValidationError);
 }
 
 TEST_F(AgentConfigTest, NodeNameIsRequired) {
