@@ -86,9 +86,8 @@ app.kubernetes.io/component: {{ .component }}
 The node agent's settings that are passed as flags: values key (under agent.config) -> flag.
 One row per flag; add a row when the agent gets a flag. "count" flags are repeated N times (-v),
 others are rendered --flag=<value>. A null value leaves the agent's default.
-Flags on main: --reconcile-interval, --device-poll-interval, --mps-control, --nvidia-smi,
---log-format, -v/--verbose. In the local API's branch: --api-socket. Assumed, not yet in any
-branch: --check-interval, --enforcement-default (and --process-watch=false, in the args below).
+The agent's flags are listed by `tessera-node-agent --help`; --process-watch=off is in the args
+below (agent.processWatch.enabled: false).
 */}}
 {{- define "tessera.agent.flagTable" -}}
 reconcileInterval: {flag: --reconcile-interval}
@@ -119,7 +118,7 @@ nvidiaSmi: {flag: --nvidia-smi}
   (printf "--metrics-address=:%d" (int $a.metrics.port))
 -}}
 {{- if not $a.processWatch.enabled -}}
-{{- $args = append $args "--process-watch=false" -}}
+{{- $args = append $args "--process-watch=off" -}}
 {{- end -}}
 {{- $table := include "tessera.agent.flagTable" . | fromYaml -}}
 {{- range $key := keys $a.config | sortAlpha -}}
