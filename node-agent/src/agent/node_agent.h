@@ -121,7 +121,6 @@ class NodeAgent {
   std::unique_ptr<GpuProcessSource> gpu_processes_;
   std::unique_ptr<OutOfBandChecker> checker_;  // after what its passes use
   std::unique_ptr<PeriodicLoop> reconciler_;   // after what its passes use
-  std::unique_ptr<PeriodicLoop> reconciler_;   // after what its passes use
   // The eBPF process watcher (watcher/), when loaded: the program's poll thread calls the
   // watcher, the refresher both, so each is declared after what it uses.
   std::unique_ptr<ShareFolderResolver> watch_resolver_;
