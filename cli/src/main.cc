@@ -4,6 +4,7 @@
 
 #include "run_command.h"
 #include "tessera/log.h"
+#include "views/events.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Tessera: share NVIDIA GPUs between tenants with enforced quotas"};
@@ -57,6 +58,8 @@ int main(int argc, char** argv) {
       ->required();
   run_cmd->prefix_command(false);
   run_cmd->footer(tessera::cli::kRunExitStatusHelp);
+
+  tessera::cli::add_events_command(app);
 
   try {
     app.parse(argc, argv);

@@ -9,6 +9,9 @@
 #include <filesystem>
 #include <optional>
 
+#include "api/event_log.h"
+#include "api/node_api_server.h"
+#include "api/node_snapshot.h"
 #include "backends/mps_backend.h"
 #include "backends/time_slice_backend.h"
 #include "devices/device_monitor.h"
@@ -187,8 +190,9 @@ Status NodeAgent::start() {
     started_ = true;
     monitor_moved_at_ = reconcile_moved_at_ = clock_.now();
   }
+  gpu_stats_ = std::make_unique<NvmlGpuStats>();  // NVML loads on the first read
+  TESSERA_RETURN_IF_ERROR(start_api());
   if (!config_.metrics_address.empty()) {
-    gpu_stats_ = std::make_unique<NvmlGpuStats>();
     MetricsServerOptions serving;
     serving.address = config_.metrics_address;
     serving.metrics = [this] { return scrape_metrics(); };
@@ -197,6 +201,35 @@ Status NodeAgent::start() {
     TESSERA_RETURN_IF_ERROR(metrics_->start());
   }
   return Status::ok();
+}
+
+Status NodeAgent::start_api() {
+  events_ = std::make_unique<EventLog>(clock_);
+  if (config_.api_socket == "off") return Status::ok();
+  NodeApiServerOptions serving;
+  serving.socket =
+      config_.api_socket.empty() ? config_.state_dir + "/api.sock" : config_.api_socket;
+  serving.pod_uid = config_.pod_uid;
+  Result<mode_t> mode = parse_socket_mode(config_.api_socket_mode);
+  if (!mode.is_ok()) return mode.status();
+  serving.mode = *mode;
+  serving.group = config_.api_socket_group;
+  serving.snapshot = [this](std::int64_t unix_ms) {
+    NodeSnapshotSources sources;
+    sources.node_name = config_.node_name;
+    sources.shares_dir = config_.state_dir + "/shares";
+    sources.checkpoint = [this] { return shares_->checkpoint(); };
+    sources.devices = [this] { return shares_->devices(); };
+    sources.health = [this] { return health_.snapshot(); };
+    sources.gpu_stats = gpu_stats_.get();
+    return read_node_snapshot(sources, unix_ms);
+  };
+  api_ = std::make_unique<NodeApiServer>(serving, *events_, clock_);
+  return api_->start();
+}
+
+std::string NodeAgent::api_socket() const {
+  return api_ ? api_->socket().native() : "";
 }
 
 std::string NodeAgent::scrape_metrics() const {
@@ -297,6 +330,7 @@ void NodeAgent::stop() {
     stopped_ = started_;
   }
   if (metrics_) metrics_->stop();  // no scrape runs past here
+  if (api_) api_->stop();          // no call nor pass runs past here
   reconciler_.reset();             // joins: no pass runs past here
   if (meter_) meter_->stop();
   if (monitor_) monitor_->stop();

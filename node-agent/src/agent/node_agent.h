@@ -25,6 +25,8 @@
 namespace tessera::agent {
 
 class DeviceMonitor;
+class EventLog;
+class NodeApiServer;
 class GpuTimeMeter;
 class HttpKubeClient;
 class InstrumentedPreparer;
@@ -65,6 +67,10 @@ class NodeAgent {
   ClaimPreparer& preparer();
   const DeviceHealthProvider& health() const { return health_; }
   ShareManager& shares() { return *shares_; }
+  // The local API's events (null before start()): an EventFindingHandler on it puts findings on
+  // the stream. The API server's socket, empty when it is off.
+  EventLog* events() { return events_.get(); }
+  std::string api_socket() const;
 
   // Reconcile passes completed since start() (0 without the loop), and a bounded wait for a count
   // of them: tests advance their clock by the interval and wait for the pass.
@@ -88,6 +94,7 @@ class NodeAgent {
   Status on_devices(const std::vector<GpuInfo>& gpus);
   Status publish(const std::vector<GpuInfo>& gpus);
   void reconcile_pass();
+  Status start_api();
 
   AgentConfig config_;
   Clock& clock_;
@@ -110,6 +117,8 @@ class NodeAgent {
   bool started_ = false, stopped_ = false;
   std::uint64_t monitor_turns_seen_ = 0, reconcile_passes_seen_ = 0;
   Clock::time_point monitor_moved_at_{}, reconcile_moved_at_{};
+  std::unique_ptr<EventLog> events_;
+  std::unique_ptr<NodeApiServer> api_;      // its snapshots use everything above
   std::unique_ptr<MetricsServer> metrics_;  // last: its scrapes use everything above
 };
 
