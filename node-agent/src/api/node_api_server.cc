@@ -55,7 +55,7 @@ Status replaceable(const fs::path& path) {
 class BindFolder {
  public:
   static Result<BindFolder> create(const fs::path& beside) {
-    std::string pattern = (beside.parent_path() / ".api-bind-XXXXXX").native();
+    std::string pattern = (beside.parent_path() / ".api-XXXXXX").native();
     if (mkdtemp(pattern.data()) == nullptr)  // mode 0700
       return internal_error("cannot create a folder beside " + beside.native() + ": " +
                             errno_text());
@@ -78,6 +78,21 @@ class BindFolder {
 };
 
 }  // namespace
+
+Status check_socket_paths(const NodeApiServerOptions& options) {
+  std::vector<fs::path> paths{options.socket};
+  if (!options.pod_uid.empty())
+    paths.push_back(options.socket.parent_path() / ("api-" + options.pod_uid + ".sock"));
+  // The private folder's socket (see BindFolder) is this much longer than api.sock.
+  paths.push_back(options.socket.parent_path() / ".api-XXXXXX" / "api.sock");
+  // gRPC refuses paths near sun_path's 108 bytes (one of 106 was refused here): a margin.
+  constexpr size_t kLongest = sizeof(sockaddr_un{}.sun_path) - 8;
+  for (const fs::path& path : paths)
+    if (path.native().size() > kLongest)
+      return invalid_argument("socket path " + path.native() + " is longer than " +
+                              std::to_string(kLongest) + " bytes");
+  return Status::ok();
+}
 
 Result<mode_t> parse_socket_mode(const std::string& text) {
   char* end = nullptr;
@@ -229,14 +244,9 @@ Status NodeApiServer::publish_socket(const fs::path& bound) {
 Status NodeApiServer::start() {
   if (server_) return failed_precondition("local API server already started");
   if (!options_.snapshot) return invalid_argument("local API server without a snapshot source");
-  const fs::path own = own_socket();
-  for (const fs::path& path : {options_.socket, own}) {
-    // The bind folder's name is longer than the final one's: checked there.
-    if (path.native().size() >= sizeof(sockaddr_un{}.sun_path))
-      return invalid_argument("socket path " + path.native() + " is longer than " +
-                              std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes");
+  TESSERA_RETURN_IF_ERROR(check_socket_paths(options_));
+  for (const fs::path& path : {options_.socket, own_socket()})
     TESSERA_RETURN_IF_ERROR(replaceable(path));
-  }
   std::error_code ec;
   fs::create_directories(options_.socket.parent_path(), ec);
   if (ec)
@@ -249,8 +259,6 @@ Status NodeApiServer::start() {
   Result<BindFolder> folder = BindFolder::create(options_.socket);
   if (!folder.is_ok()) return folder.status();
   const fs::path bound = folder->socket();
-  if (bound.native().size() >= sizeof(sockaddr_un{}.sun_path))
-    return invalid_argument("socket path " + bound.native() + " is too long for a unix socket");
 
   service_ = std::make_unique<NodeApiService>(*this, events_);
   grpc::ServerBuilder builder;

@@ -103,6 +103,10 @@ class NodeApiServer {
 // How often an open WatchEvents stream looks for events and for the end of the call.
 inline constexpr std::chrono::milliseconds kStreamPoll{200};
 
+// Ok when every path the server binds and publishes fits a unix socket address, else
+// kInvalidArgument naming the one too long.
+Status check_socket_paths(const NodeApiServerOptions& options);
+
 // "0600" -> 0600 (octal, at most 0777), or kInvalidArgument naming the text.
 Result<mode_t> parse_socket_mode(const std::string& text);
 

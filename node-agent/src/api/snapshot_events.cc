@@ -16,9 +16,16 @@ std::string seconds_text(double seconds) {
   return text;
 }
 
+// "tenants/alpha" for a claim's share, "share run-1234" for a local one.
 std::string share_label(const v1::Share& share) {
   if (!share.claim().empty()) return share.namespace_() + "/" + share.claim();
-  return share.name();
+  return "share " + share.name();
+}
+
+// "share X of tenants/alpha", or "share X" for a local one.
+std::string share_title(const v1::Share& share) {
+  if (share.claim().empty()) return "share " + share.name();
+  return "share " + share.name() + " of " + share.namespace_() + "/" + share.claim();
 }
 
 std::string devices_text(const v1::Share& share) {
@@ -103,7 +110,7 @@ std::vector<v1::Event> snapshot_events(const v1::ListSharesResponse& before,
     shares_before[share.name()] = &share;
     if (shares_after.count(share.name())) continue;
     v1::Event event = share_event(share, v1::Event::UNPREPARED, now);
-    event.set_message("share " + share.name() + " of " + share_label(share) + " is gone");
+    event.set_message(share_title(share) + " is gone");
     events.push_back(std::move(event));
   }
 
@@ -111,8 +118,8 @@ std::vector<v1::Event> snapshot_events(const v1::ListSharesResponse& before,
     const auto old = shares_before.find(share.name());
     if (old == shares_before.end()) {
       v1::Event event = share_event(share, v1::Event::PREPARED, now);
-      event.set_message("share " + share.name() + " of " + share_label(share) + " prepared on " +
-                        devices_text(share) + " (" + share.backend() + ")");
+      event.set_message(share_title(share) + " prepared on " + devices_text(share) +
+                        (share.backend().empty() ? "" : " (" + share.backend() + ")"));
       (*event.mutable_fields())["backend"] = share.backend();
       events.push_back(std::move(event));
       continue;
