@@ -39,11 +39,6 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
-// New log lines of this file go through here (one place to switch to structured logging).
-void log_line(const std::string& line) {
-  std::cerr << "tessera-node-agent: " << line << '\n';
-}
-
 void log_report(const char* when, const ReconcileReport& report) {
   if (report.clean()) return;
   log::warn(
@@ -223,7 +218,8 @@ Status NodeAgent::start_api() {
   // by name (it serves tools; kubelet's sockets are what the node needs), else the flag is wrong.
   if (Status fits = check_socket_paths(serving); !fits.is_ok()) {
     if (!config_.api_socket.empty()) return fits.with_context("--api-socket");
-    log_line("local API off: " + fits.message() + "; give --api-socket a shorter path");
+    log::warn("local API off: its socket path is too long; give --api-socket a shorter path",
+              {{"reason", fits.message()}});
     return Status::ok();
   }
   serving.snapshot = [this](std::int64_t unix_ms) {

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iostream>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -18,6 +17,7 @@
 
 #include "api/node_snapshot.h"
 #include "api/snapshot_events.h"
+#include "tessera/log.h"
 #include "tessera/node/v1/node_api.grpc.pb.h"
 
 namespace tessera::agent {
@@ -29,11 +29,6 @@ namespace {
 
 // How long stop() lets unary calls in flight finish before gRPC cancels them.
 constexpr auto kShutdownGrace = std::chrono::seconds(2);
-
-// New log lines of this file go through here (one place to switch to structured logging).
-void log(const std::string& line) {
-  std::cerr << "tessera-node-agent: local API: " << line << '\n';
-}
 
 std::string errno_text() {
   return std::strerror(errno);
@@ -205,7 +200,8 @@ void NodeApiServer::poll_once() {
   // creates it only where it is absent, so a live newer peer keeps it).
   if (!options_.pod_uid.empty() && server_ &&
       link(own_socket().c_str(), options_.socket.c_str()) == 0)
-    log("serving " + options_.socket.native() + " again (linked to " + own_socket().native() + ")");
+    log::info("local API socket linked again (the peer agent that held it stopped)",
+              {{"socket", options_.socket.native()}, {"own_socket", own_socket().native()}});
   passes_.fetch_add(1);
 }
 
