@@ -4,6 +4,8 @@
 
 #include "run_command.h"
 #include "tessera/log.h"
+#include "views/events.h"
+#include "views/local_node.h"
 #include "views/shares_view.h"
 #include "views/top_view.h"
 
@@ -61,6 +63,9 @@ int main(int argc, char** argv) {
   run_cmd->footer(tessera::cli::kRunExitStatusHelp);
   tessera::cli::add_shares_command(app);
   tessera::cli::add_top_command(app);
+
+  // Without an agent, `tessera events` diffs snapshots of this user's `tessera run` shares.
+  tessera::cli::add_events_command(app, [] { return tessera::cli::read_local_node({}); });
 
   try {
     app.parse(argc, argv);

@@ -1,4 +1,5 @@
 #include "views/node_source.h"
+#include "views/agent_client.h"
 
 #include <CLI/CLI.hpp>
 #include <utility>
@@ -6,8 +7,7 @@
 namespace tessera::cli {
 
 AgentLister default_agent_lister() {
-  // The agent's gRPC client (views/agent_client.h) plugs in here.
-  return {};
+  return list_agent_shares;
 }
 
 SnapshotSource make_snapshot_source(SourceOptions options, AgentLister agent) {

@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "api/node_api_server.h"
 #include "metrics/metrics_server.h"
 #include "model/vgpu_config.h"
 #include "tessera/log.h"
@@ -180,6 +181,21 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
           },
           "[HOST]:PORT", "metrics address"))
       ->capture_default_str();
+  app.add_option("--api-socket", config.api_socket,
+                 "Unix socket of the local API for tools on the node (tessera events, shares, "
+                 "top); empty: <state-dir>/api.sock; off: none")
+      ->envname("API_SOCKET");
+  app.add_option("--api-socket-mode", config.api_socket_mode,
+                 "Octal mode of the local API socket (0600: root only; 0660 with "
+                 "--api-socket-group)")
+      ->envname("API_SOCKET_MODE")
+      ->check(CLI::Validator(
+          [](const std::string& mode) { return parse_socket_mode(mode).status().message(); },
+          "MODE", "socket mode"))
+      ->capture_default_str();
+  app.add_option("--api-socket-group", config.api_socket_group,
+                 "Group of the local API socket (its members connect when the mode allows)")
+      ->envname("API_SOCKET_GROUP");
 }
 
 }  // namespace tessera::agent

@@ -50,6 +50,12 @@ struct AgentConfig {
   // Logs: --log-format / LOG_FORMAT (text or json: one object per line), -v (debug), -vv (trace).
   std::string log_format = "text";
   int verbosity = 0;
+  // The local API (docs/node-agent.md, "Local API"): --api-socket / API_SOCKET (empty:
+  // <state-dir>/api.sock; "off": none), --api-socket-mode / API_SOCKET_MODE (octal),
+  // --api-socket-group / API_SOCKET_GROUP (empty: root's).
+  std::string api_socket;
+  std::string api_socket_mode = "0600";
+  std::string api_socket_group;
 };
 
 // Ok when `uid` can be a pod's metadata.uid (a UUID: 8-4-4-4-12 hexadecimal digits), else

@@ -11,6 +11,9 @@
 #include <iterator>
 #include <optional>
 
+#include "api/event_log.h"
+#include "api/node_api_server.h"
+#include "api/node_snapshot.h"
 #include "backends/mps_backend.h"
 #include "backends/time_slice_backend.h"
 #include "devices/device_monitor.h"
@@ -183,6 +186,9 @@ Status NodeAgent::start() {
     log::error("GPU-time meter not running, so compute limits (cores) are not enforced",
                {{"error", metering_started.message()}});
 
+  // Before anything that reports into it (the findings' policy, the API server).
+  events_ = std::make_unique<EventLog>(clock_);
+  event_findings_ = std::make_unique<EventFindingHandler>(*events_);
   TESSERA_RETURN_IF_ERROR(start_enforcement());
   TESSERA_RETURN_IF_ERROR(start_process_watch());
 
@@ -197,8 +203,9 @@ Status NodeAgent::start() {
     started_ = true;
     monitor_moved_at_ = reconcile_moved_at_ = clock_.now();
   }
+  gpu_stats_ = std::make_unique<NvmlGpuStats>();  // NVML loads on the first read
+  TESSERA_RETURN_IF_ERROR(start_api());
   if (!config_.metrics_address.empty()) {
-    gpu_stats_ = std::make_unique<NvmlGpuStats>();
     MetricsServerOptions serving;
     serving.address = config_.metrics_address;
     serving.metrics = [this] { return scrape_metrics(); };
@@ -207,6 +214,43 @@ Status NodeAgent::start() {
     TESSERA_RETURN_IF_ERROR(metrics_->start());
   }
   return Status::ok();
+}
+
+Status NodeAgent::start_api() {
+  if (config_.api_socket == "off") return Status::ok();
+  NodeApiServerOptions serving;
+  serving.socket =
+      config_.api_socket.empty() ? config_.state_dir + "/api.sock" : config_.api_socket;
+  serving.pod_uid = config_.pod_uid;
+  Result<mode_t> mode = parse_socket_mode(config_.api_socket_mode);
+  if (!mode.is_ok()) return mode.status();
+  serving.mode = *mode;
+  serving.group = config_.api_socket_group;
+  // A state folder too deep for a unix socket address: without the API when it was not asked for
+  // by name (it serves tools; kubelet's sockets are what the node needs), else the flag is wrong.
+  if (Status fits = check_socket_paths(serving); !fits.is_ok()) {
+    if (!config_.api_socket.empty()) return fits.with_context("--api-socket");
+    log::warn("local API off: its socket path is too long; give --api-socket a shorter path",
+              {{"reason", fits.message()}});
+    return Status::ok();
+  }
+  serving.snapshot = [this](std::int64_t unix_ms) {
+    NodeSnapshotSources sources;
+    sources.node_name = config_.node_name;
+    sources.shares_dir = config_.state_dir + "/shares";
+    sources.checkpoint = [this] { return shares_->checkpoint(); };
+    sources.devices = [this] { return shares_->devices(); };
+    sources.health = [this] { return health_.snapshot(); };
+    sources.gpu_stats = gpu_stats_.get();
+    sources.default_policy = findings_->policy_of("");  // no share of that name: the default
+    return read_node_snapshot(sources, unix_ms);
+  };
+  api_ = std::make_unique<NodeApiServer>(serving, *events_, clock_);
+  return api_->start();
+}
+
+std::string NodeAgent::api_socket() const {
+  return api_ ? api_->socket().native() : "";
 }
 
 std::string NodeAgent::scrape_metrics() const {
@@ -294,6 +338,7 @@ Status NodeAgent::start_enforcement() {
   handling.belongs = [this](int pid, uint64_t start_time, const std::string& share) {
     return checker_ && checker_->belongs(pid, start_time, share);
   };
+  handling.then = event_findings_.get();  // on the local API's event stream too
   findings_ = std::make_unique<EnforcementHandler>(handling);
   if (config_.check_interval_s <= 0) return Status::ok();
   Result<std::unique_ptr<GpuProcessSource>> source = nvml_process_source();
@@ -387,6 +432,7 @@ void NodeAgent::stop() {
   watch_refresher_.reset();
   if (watch_program_) watch_program_->stop();
   if (metrics_) metrics_->stop();  // no scrape runs past here
+  if (api_) api_->stop();          // no call nor pass runs past here
   reconciler_.reset();             // joins: no pass runs past here
   if (checker_) checker_->stop();
   if (meter_) meter_->stop();

@@ -32,6 +32,9 @@ class FindingHandler;
 class ProcessWatchProgram;
 class ProcessWatcher;
 class ShareFolderResolver;
+class EventFindingHandler;
+class EventLog;
+class NodeApiServer;
 class GpuTimeMeter;
 class HttpKubeClient;
 class InstrumentedPreparer;
@@ -77,6 +80,10 @@ class NodeAgent {
   EnforcementHandler& findings() { return *findings_; }
   // The out-of-band checks (null when --check-interval is 0 or NVML is missing).
   OutOfBandChecker* checker() { return checker_.get(); }
+  // The local API's events (null before start()): an EventFindingHandler on it puts findings on
+  // the stream. The API server's socket, empty when it is off.
+  EventLog* events() { return events_.get(); }
+  std::string api_socket() const;
 
   // Reconcile passes completed since start() (0 without the loop), and a bounded wait for a count
   // of them: tests advance their clock by the interval and wait for the pass.
@@ -104,6 +111,7 @@ class NodeAgent {
   // they are off, and said so).
   Status start_enforcement();
   Status start_process_watch();  // per --process-watch
+  Status start_api();
 
   AgentConfig config_;
   Clock& clock_;
@@ -117,6 +125,9 @@ class NodeAgent {
   DeviceHealthBoard health_;
   std::unique_ptr<DeviceMonitor> monitor_;
   std::unique_ptr<GpuTimeMeter> meter_;
+  // The local API's events, before everything that reports into them (the findings' policy).
+  std::unique_ptr<EventLog> events_;
+  std::unique_ptr<EventFindingHandler> event_findings_;
   std::unique_ptr<EnforcementHandler> findings_;
   std::unique_ptr<GpuProcessSource> gpu_processes_;
   std::unique_ptr<OutOfBandChecker> checker_;  // after what its passes use
@@ -135,6 +146,7 @@ class NodeAgent {
   bool started_ = false, stopped_ = false;
   std::uint64_t monitor_turns_seen_ = 0, reconcile_passes_seen_ = 0;
   Clock::time_point monitor_moved_at_{}, reconcile_moved_at_{};
+  std::unique_ptr<NodeApiServer> api_;      // its snapshots use everything above
   std::unique_ptr<MetricsServer> metrics_;  // last: its scrapes use everything above
 };
 

@@ -77,6 +77,11 @@ void EnforcementHandler::handle(const Finding& finding) {
                      (finding.gpu_uuid.empty() ? "" : ", gpu " + finding.gpu_uuid) + ": " +
                      finding.detail + "; policy " + std::string(enforcement_policy_name(policy)) +
                      ": " + action;
+  if (options_.then) {
+    Finding handled = finding;
+    handled.detail += "; policy " + std::string(enforcement_policy_name(policy)) + ": " + action;
+    options_.then->handle(handled);
+  }
   if (options_.log) {
     options_.log(line);
     return;

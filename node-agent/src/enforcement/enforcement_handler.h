@@ -51,6 +51,9 @@ struct EnforcementHandlerOptions {
   std::function<void(const std::string&)> log;
   // Tests: replaces the signal (pidfd_send_signal, or kill where pidfds are missing).
   std::function<int(int pid)> send_kill;
+  // Handed every finding once the policy acted, its detail ending in what it did ("; policy
+  // kill: killed (SIGKILL)"): the local API's event stream. Null: none.
+  FindingHandler* then = nullptr;
 };
 
 class EnforcementHandler final : public FindingHandler {

@@ -54,6 +54,8 @@ Result<ShareFolderUsage> read_share_folder(const std::string& folder, ShareReadB
   for (uint32_t d = 0; d < devices; ++d) {
     const char* uuid = limits->devices[d].uuid;
     result.uuids.emplace_back(uuid, strnlen(uuid, share::kUuidBytes));
+    result.context_overhead_bytes[d] =
+        limits->measured[d].context_overhead.load(std::memory_order_relaxed);
   }
   const bool agent_measures =
       limits->measure_source.load(std::memory_order_relaxed) == share::kMeasureAgent;
@@ -91,7 +93,17 @@ Result<ShareFolderUsage> read_share_folder(const std::string& folder, ShareReadB
     result.allocations_denied = saturating_add(
         result.allocations_denied, slot.allocations_denied.load(std::memory_order_relaxed));
     const uint64_t owner = slot.owner.load(std::memory_order_relaxed);
-    if (owner != 0 && (owner & share::kOwnerReclaiming) == 0) ++result.processes;
+    if (owner != 0 && (owner & share::kOwnerReclaiming) == 0) {
+      ++result.processes;
+      ProcessSlotUsage process;
+      process.owner = owner;
+      process.pid = slot.pid.load(std::memory_order_relaxed);
+      for (uint32_t d = 0; d < devices; ++d)
+        process.memory_bytes[d] = slot.bytes[d].load(std::memory_order_relaxed);
+      process.launches = slot.launches.load(std::memory_order_relaxed);
+      process.gpu_busy_ns = slot.gpu_busy_ns.load(std::memory_order_relaxed);
+      result.process_slots.push_back(process);
+    }
   }
   if (!agent_measures) {
     constexpr size_t kCompute = offsetof(share::UsagePage, compute);

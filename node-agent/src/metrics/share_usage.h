@@ -14,8 +14,19 @@
 
 namespace tessera::agent {
 
+// One owned slot of a usage page (a live process of the share, as the shim wrote it).
+struct ProcessSlotUsage {
+  uint64_t owner = 0;  // the owner word (share::make_owner): pid, namespace and start hashes
+  uint32_t pid = 0;    // in the process's own pid namespace
+  std::array<uint64_t, share::kMaxDevices> memory_bytes{};  // per limits-page device
+  uint64_t launches = 0;
+  uint64_t gpu_busy_ns = 0;  // the meter's per-process figure (0 where nothing measures it)
+};
+
 struct ShareFolderUsage {
   std::vector<std::string> uuids;  // the limits page's devices, by index
+  // Per limits-page device: what one context costs, as the agent measured it (0: not measured).
+  std::array<uint64_t, share::kMaxDevices> context_overhead_bytes{};
   // Per limits-page device.
   std::array<uint64_t, share::kMaxDevices> memory_bytes{};
   std::array<uint64_t, share::kMaxDevices> gpu_busy_ns{};
@@ -25,6 +36,7 @@ struct ShareFolderUsage {
   uint64_t throttled_ns = 0;
   uint64_t allocations_denied = 0;
   uint32_t processes = 0;
+  std::vector<ProcessSlotUsage> process_slots;  // the owned slots (the local API lists them)
   bool usage_valid = false;  // false: no usable usage page (yet); the figures above are 0
 
   // Index of `uuid` in the limits page, or -1.

@@ -9,12 +9,14 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -620,6 +622,80 @@ TEST_F(NodeAgentTest, RollingUpdateHandsEveryClaimOverBetweenTwoAgentProcesses) 
   EXPECT_EQ(new_agent.stop(), 0) << logs();
   EXPECT_FALSE(fs::exists(registration(new_pod)));
   EXPECT_FALSE(fs::exists(dra(new_pod)));
+}
+
+// The local API of a running agent, as `tessera events --follow -o json` (the CLI binary) sees it:
+// the claim's two shares prepared, then unprepared, as the agent's loop diffs its snapshots.
+TEST_F(NodeAgentTest, TesseraEventsFollowsTheAgentsLocalApi) {
+  config_.api_socket = (sockets_ / "api.sock").string();  // the state folder's path is too long
+  NodeAgent agent(config_, clock_);
+  ASSERT_EQ(agent.start().message(), "");
+  ASSERT_EQ(agent.api_socket(), config_.api_socket);
+  struct stat st {};
+  ASSERT_EQ(lstat(config_.api_socket.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_NE(agent.events(), nullptr);
+
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  std::vector<std::string> args = {TESSERA_CLI, "events",   "--follow",        "-o",
+                                   "json",      "--socket", config_.api_socket};
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  pid_t cli = -1;
+  ASSERT_EQ(posix_spawn(&cli, argv[0], &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  std::string output;
+  // Moves the agent's clock a second at a time (its API loop diffs once a second) until the CLI
+  // printed `count` lines.
+  const auto lines_until = [&](size_t count) {
+    std::vector<json> lines;
+    for (int i = 0; i < 100 && lines.size() < count; ++i) {
+      clock_.advance(std::chrono::seconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      char chunk[4096];
+      ssize_t n;
+      while ((n = read(fds[0], chunk, sizeof chunk)) > 0) output.append(chunk, n);
+      lines.clear();
+      std::istringstream text(output);
+      for (std::string line; std::getline(text, line);) lines.push_back(json::parse(line));
+    }
+    return lines;
+  };
+  const ClaimRef quota{std::string("ns-") + kQuotaUid, kQuotaUid,
+                       std::string("claim-") + kQuotaUid};
+  ASSERT_EQ(agent.preparer().prepare(quota).status().message(), "");
+  std::vector<json> lines = lines_until(2);
+  ASSERT_EQ(lines.size(), 2u) << output;
+  for (const json& line : lines) {
+    EXPECT_EQ(line["kind"], "PREPARED");
+    EXPECT_EQ(line["claim"], std::string("claim-") + kQuotaUid);
+    EXPECT_EQ(line["namespace"], std::string("ns-") + kQuotaUid);
+  }
+  EXPECT_EQ(lines[0]["share"], std::string(kQuotaUid) + "-gpu-0-s-a");
+  EXPECT_EQ(lines[1]["share"], std::string(kQuotaUid) + "-gpu-0-s-b");
+  ASSERT_EQ(agent.preparer().unprepare(quota).message(), "");
+  lines = lines_until(4);
+  ASSERT_EQ(lines.size(), 4u) << output;
+  EXPECT_EQ(lines[2]["kind"], "UNPREPARED");
+  EXPECT_EQ(lines[3]["kind"], "UNPREPARED");
+  EXPECT_EQ(lines[3]["sequence"], "4");
+
+  kill(cli, SIGINT);
+  int status = 0;
+  ASSERT_EQ(waitpid(cli, &status, 0), cli);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  close(fds[0]);
+  agent.stop();
+  EXPECT_FALSE(fs::exists(fs::symlink_status(config_.api_socket)));
 }
 
 }  // namespace

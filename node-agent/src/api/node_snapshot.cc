@@ -1,0 +1,192 @@
+#include "api/node_snapshot.h"
+
+#include <map>
+#include <optional>
+
+#include "metrics/share_usage.h"
+#include "share/share_manager.h"
+#include "tessera/file_io.h"
+#include "usage/share_processes.h"
+
+namespace tessera::agent {
+
+namespace v1 = tessera::node::v1;
+
+namespace {
+
+constexpr double kNsPerSecond = 1e9;
+
+const char* backend_name(SharingStrategy strategy) {
+  switch (strategy) {
+    case SharingStrategy::kQuota:
+      return "quota";
+    case SharingStrategy::kMps:
+      return "mps";
+    case SharingStrategy::kTimeSlicing:
+      return "time-slicing";
+  }
+  return "quota";
+}
+
+// /proc/<pid>/comm without its newline; "" when unreadable (the process is gone, or no /proc).
+std::string process_command(const std::string& proc_root, int host_pid) {
+  if (host_pid <= 0) return "";
+  char text[64];
+  const std::string path = proc_root + "/" + std::to_string(host_pid) + "/comm";
+  if (!read_small_file(path.c_str(), text, sizeof text).ok()) return "";
+  std::string command = text;
+  while (!command.empty() && (command.back() == '\n' || command.back() == '\0')) command.pop_back();
+  return command;
+}
+
+void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
+               const std::string& claim_uid, const std::vector<ShareSpec>& folder_shares,
+               ShareReadBuffers& buffers, std::optional<std::map<uint64_t, int>>& host_pids,
+               v1::ListSharesResponse& out) {
+  const ShareSpec& first = folder_shares.front();
+  v1::Share& share = *out.add_shares();
+  share.set_name(first.folder_name());
+  share.set_namespace_(entry.namespace_name);
+  share.set_claim(entry.name);
+  share.set_claim_uid(claim_uid);
+  share.set_backend(backend_name(first.strategy()));
+  share.set_priority(to_string(first.config.priority.value_or(Priority::kNormal)));
+  // The pods the claim was reserved for at prepare, "<namespace>/<name>" (as kubectl names them).
+  std::string pods;
+  for (const PodRef& pod : entry.pods)
+    pods += (pods.empty() ? "" : ",") + entry.namespace_name + "/" + pod.name;
+  share.set_pod(pods);
+  share.set_policy(std::string(
+      enforcement_policy_name(first.config.enforcement.value_or(sources.default_policy))));
+  share.set_source("agent");
+  share.set_folder(sources.shares_dir + "/" + first.folder_name());
+
+  Result<ShareFolderUsage> read = read_share_folder(share.folder(), buffers);
+  const ShareFolderUsage usage = read.is_ok() ? std::move(read).value() : ShareFolderUsage{};
+  share.set_allocations_denied(usage.allocations_denied);
+  share.set_throttled_seconds(static_cast<double>(usage.throttled_ns) / kNsPerSecond);
+  share.set_launches(usage.launches);
+
+  std::vector<int> page_index;  // per ShareDevice: its index in the limits page, or -1
+  for (const ShareSpec& spec : folder_shares) {
+    v1::ShareDevice& device = *share.add_devices();
+    device.set_gpu_uuid(spec.uuid);
+    const share::DeviceLimit limit = share_limits(spec);
+    device.set_memory_unlimited(limit.memory_limit == share::kUnlimited);
+    if (limit.memory_limit != share::kUnlimited) device.set_memory_limit_bytes(limit.memory_limit);
+    device.set_cores_limit_percent(limit.cores_limit);
+    device.set_cores_burst_percent(limit.cores_burst);
+    const int index = usage.device_index(spec.uuid);
+    page_index.push_back(index);
+    if (index >= 0) {
+      device.set_memory_used_bytes(usage.memory_bytes[index]);
+      device.set_gpu_seconds(static_cast<double>(usage.gpu_busy_ns[index]) / kNsPerSecond);
+      device.set_context_overhead_bytes(usage.context_overhead_bytes[index]);
+    }
+    device.set_throttled_seconds(share.throttled_seconds());
+    device.set_launches(usage.launches);
+    device.set_allocations_denied(usage.allocations_denied);
+  }
+
+  if (!usage.process_slots.empty() && !host_pids)
+    host_pids = live_process_owners(sources.proc_root);  // one /proc scan per snapshot, if needed
+  for (const ProcessSlotUsage& slot : usage.process_slots) {
+    v1::Process& process = *share.add_processes();
+    process.set_pid(static_cast<int32_t>(slot.pid));
+    const auto host = host_pids->find(slot.owner);
+    const int host_pid = host == host_pids->end() ? 0 : host->second;
+    process.set_host_pid(host_pid);
+    for (const int index : page_index)
+      process.add_memory_bytes(index >= 0 ? slot.memory_bytes[index] : 0);
+    process.set_launches(slot.launches);
+    process.set_gpu_seconds(static_cast<double>(slot.gpu_busy_ns) / kNsPerSecond);
+    process.set_command(process_command(sources.proc_root, host_pid));
+  }
+}
+
+}  // namespace
+
+v1::ListSharesResponse read_node_snapshot(const NodeSnapshotSources& sources,
+                                          std::int64_t unix_ms) {
+  v1::ListSharesResponse out;
+  out.set_node(sources.node_name);
+  out.set_sampled_unix_ms(unix_ms);
+  const Checkpoint checkpoint = sources.checkpoint ? sources.checkpoint() : Checkpoint{};
+  const std::vector<NodeDevice> devices =
+      sources.devices ? sources.devices() : std::vector<NodeDevice>{};
+
+  std::map<std::string, uint32_t> shares_per_gpu;
+  ShareReadBuffers buffers;
+  std::optional<std::map<uint64_t, int>> host_pids;
+  for (const auto& [claim_uid, entry] : checkpoint) {
+    // A claim still being prepared may have no folder yet; it is listed once it completes.
+    if (entry.state != ClaimState::kPrepareCompleted) continue;
+    for (const ShareSpec& spec : entry.shares) ++shares_per_gpu[spec.uuid];
+    for (const std::vector<ShareSpec>& folder : shares_by_folder(entry.shares))
+      add_share(sources, entry, claim_uid, folder, buffers, host_pids, out);
+  }
+
+  const DeviceHealthSnapshot health = sources.health ? sources.health() : DeviceHealthSnapshot{};
+  uint32_t index = 0;
+  for (const NodeDevice& device : devices) {
+    v1::Gpu& gpu = *out.add_gpus();
+    gpu.set_uuid(device.uuid);
+    gpu.set_name(device.name);
+    gpu.set_index(index++);
+    gpu.set_memory_total_bytes(device.memory_bytes);
+    if (sources.gpu_stats) {
+      if (Result<GpuFigures> figures = sources.gpu_stats->read(device.uuid); figures.is_ok()) {
+        gpu.set_memory_used_bytes(figures->memory_used_bytes);
+        if (figures->memory_total_bytes > 0)
+          gpu.set_memory_total_bytes(figures->memory_total_bytes);
+        gpu.set_utilization_percent(figures->utilization_percent);
+      }
+    }
+    std::string reason = "health not known yet";
+    for (const DeviceHealthReport& report : health.devices) {
+      if (report.pool_name != sources.node_name || report.device_name != device.name) continue;
+      gpu.set_healthy(report.state == DeviceHealthState::kHealthy);
+      if (report.state == DeviceHealthState::kHealthy) {
+        reason.clear();
+      } else {
+        reason = report.xid != 0 ? "xid-" + std::to_string(report.xid) : "";
+        if (!report.message.empty()) reason += (reason.empty() ? "" : ": ") + report.message;
+        if (reason.empty()) reason = "unhealthy";
+      }
+    }
+    gpu.set_health_reason(reason);
+    const auto count = shares_per_gpu.find(device.uuid);
+    gpu.set_shares(count == shares_per_gpu.end() ? 0 : count->second);
+  }
+  return out;
+}
+
+void fill_cores_used(const v1::ListSharesResponse& previous, v1::ListSharesResponse& current) {
+  const double seconds =
+      static_cast<double>(current.sampled_unix_ms() - previous.sampled_unix_ms()) / 1000.0;
+  if (seconds <= 0) return;
+  std::map<std::pair<std::string, std::string>, double> before;  // (share, GPU) -> GPU seconds
+  for (const v1::Share& share : previous.shares())
+    for (const v1::ShareDevice& device : share.devices())
+      before[{share.name(), device.gpu_uuid()}] = device.gpu_seconds();
+  for (v1::Share& share : *current.mutable_shares()) {
+    for (v1::ShareDevice& device : *share.mutable_devices()) {
+      const auto was = before.find({share.name(), device.gpu_uuid()});
+      if (was == before.end() || device.gpu_seconds() < was->second) continue;
+      device.set_cores_used_percent(100.0 * (device.gpu_seconds() - was->second) / seconds);
+    }
+  }
+}
+
+const v1::Share* find_share(const v1::ListSharesResponse& snapshot, const std::string& key) {
+  for (const v1::Share& share : snapshot.shares())
+    if (share.name() == key) return &share;
+  const size_t slash = key.find('/');
+  if (slash == std::string::npos) return nullptr;
+  for (const v1::Share& share : snapshot.shares())
+    if (share.namespace_() == key.substr(0, slash) && share.claim() == key.substr(slash + 1))
+      return &share;
+  return nullptr;
+}
+
+}  // namespace tessera::agent
