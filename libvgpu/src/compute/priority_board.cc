@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +14,12 @@
 
 namespace tessera::vgpu::compute {
 namespace {
+
+// fstat(2) through syscall(2): glibc 2.33 made fstat a symbol of its own (GLIBC_2.33), and the
+// shim must load with glibc 2.17 (tessera::file_io does the same).
+int stat_fd(int fd, struct stat* info) {
+  return static_cast<int>(syscall(SYS_fstat, fd, info));
+}
 
 constexpr off_t kActiveOffset = offsetof(UserBoard::Page, active_until_ns);
 
@@ -69,7 +76,7 @@ int UserBoard::board_fd(int device) {
   }
   const Fd dir(open(folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat info {};
-  if (dir.get() < 0 || fstat(dir.get(), &info) != 0) {
+  if (dir.get() < 0 || stat_fd(dir.get(), &info) != 0) {
     refuse(device, "is in a folder that cannot be opened (or is a symlink)");
     return -1;
   }
@@ -104,7 +111,7 @@ int UserBoard::board_fd(int device) {
     refuse(device, "cannot be opened");
     return -1;
   }
-  if (fstat(board.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+  if (stat_fd(board.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
     refuse(device, "is not a regular file");
     return -1;
   }

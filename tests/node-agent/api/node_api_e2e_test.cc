@@ -268,7 +268,7 @@ TEST_F(NodeApiOnASimulatedNode, TwoClaimsListedWithTheirLimitsThenHealthAndUnpre
     EXPECT_EQ(share->backend(), "quota");
     EXPECT_EQ(share->priority(), "normal");
     EXPECT_EQ(share->source(), "agent");
-    EXPECT_EQ(share->policy(), "");  // until enforcement reports it
+    EXPECT_EQ(share->policy(), "report");  // no VgpuConfig enforcement: the agent default
     EXPECT_TRUE(fs::is_directory(share->folder()));
     ASSERT_EQ(share->devices_size(), 1);
     EXPECT_EQ(share->devices(0).gpu_uuid(), uuid_);
