@@ -26,7 +26,8 @@
 // limits are in the tree) applies to it here too.
 #if __has_include("compute/gate.h")
 #include "compute/gate.h"
-#define TESSERA_GRAPH_GATE() ::tessera::vgpu::compute::gate_launch()
+#define TESSERA_GRAPH_GATE() \
+  if (!::tessera::vgpu::compute::gate_launch()) return CUDA_ERROR_NOT_PERMITTED
 #else
 #define TESSERA_GRAPH_GATE() static_cast<void>(0)
 #endif

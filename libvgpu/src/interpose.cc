@@ -148,7 +148,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
 #define TESSERA_HOOK_CUSTOM(symbol, ret, params, args)
 #define TESSERA_HOOK_COUNTED(symbol, ret, params, args)                          \
   [[gnu::cold, gnu::noinline]] static ret symbol##_at_closed_gate params {       \
-    compute::wait_at_gate();                                                     \
+    if (!compute::wait_at_gate()) return CUDA_ERROR_NOT_PERMITTED;               \
     auto real = real_##symbol();                                                 \
     if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                      \
     return real args;                                                            \

@@ -327,12 +327,37 @@ def probe_path(h, seconds, entry):
            100.0 * limited["kernels_per_s"] / base["kernels_per_s"], 30, 3)
 
 
+def no_time(h, seconds):
+    """A cores value that fails closed gives the device no GPU time: every launch entry point is
+    refused (CUDA_ERROR_NOT_PERMITTED, 800), never slowed to a rate; a valid value still runs."""
+    h.kernel(SHORT_US)
+    entries = ["cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
+               "cuLaunchCooperativeKernel", "cuGraphLaunch", "cuGraphLaunch_ptsz"]
+    for value in ["", "abc", "150"]:
+        for entry in entries:
+            env = dict(h.env, LD_PRELOAD=h.args.libvgpu, TESSERA_CORES_LIMIT=value)
+            run = subprocess.run([h.args.probe, entry, str(seconds)], env=env, text=True,
+                                 capture_output=True, timeout=60)
+            shown = f"TESSERA_CORES_LIMIT='{value}' {entry}"
+            if run.returncode == 0 or "failed: 800" not in run.stderr:
+                FAILURES.append(f"{shown}: exit {run.returncode}, stderr {run.stderr.strip()!r}")
+            if f"TESSERA_CORES_LIMIT='{value}'" not in run.stderr:
+                FAILURES.append(f"{shown}: no line naming the variable: {run.stderr.strip()!r}")
+        figure(f"cores_{value or 'empty'}_entry_points_refused", len(entries))
+    env = dict(h.env, LD_PRELOAD=h.args.libvgpu, TESSERA_CORES_LIMIT="30")
+    control = subprocess.run([h.args.probe, "cuLaunchKernel", str(seconds)], env=env, text=True,
+                             capture_output=True, timeout=60)
+    if control.returncode != 0:
+        FAILURES.append(f"the control (cores 30) failed: {control.stderr.strip()!r}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--tessera", required=True)
     parser.add_argument("--burn", required=True)
     parser.add_argument("--probe", help="compute_probe, for the probe-<entry point> scenarios")
     parser.add_argument("--lib-dir", required=True)
+    parser.add_argument("--libvgpu", help="libvgpu.so, for the no-time scenario")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("scenario")
     args = parser.parse_args()
@@ -357,6 +382,8 @@ def main():
             priority(h, s)
         elif args.scenario == "takeover":
             takeover(h, s)
+        elif args.scenario == "no-time":
+            no_time(h, s)
         elif args.scenario.startswith("probe-"):
             probe_path(h, s, args.scenario[len("probe-"):])
         elif args.scenario.startswith("path-"):

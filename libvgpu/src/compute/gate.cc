@@ -140,6 +140,10 @@ void start_thread(int r) {
   parts.meter =
       new (meter_storage) Meter(limits, usage, source, board, region.owner(), owner_alive, &region);
   g_meters[r].store(parts.meter, std::memory_order_release);
+  // Devices the share gives no GPU time are closed before any launch can pass (the meter keeps
+  // them closed; wait_at_gate refuses their launches).
+  if (const uint64_t none = Meter::no_time_mask(*limits); none != 0)
+    usage->compute.closed_mask.fetch_or(none, std::memory_order_acq_rel);
   // The first share with a meter has the fast path's word; the others are looked at after it.
   std::atomic<uint64_t>* closed = &usage->compute.closed_mask;
   std::atomic<uint64_t>* expected = &g_always_open;
@@ -233,13 +237,13 @@ void reset_after_fork() {
   // Until the child's own meters start it keeps obeying the shares' gates (same pages).
 }
 
-void wait_at_gate() {
+bool wait_at_gate() {
   Shim& s = shim();
-  if (s.region_state.load(std::memory_order_acquire) != 2) return;
+  if (s.region_state.load(std::memory_order_acquire) != 2) return true;
   maybe_start();
   CUdevice ordinal = 0;
   const int index = current_device(&ordinal, nullptr);
-  if (index < 0) return;
+  if (index < 0) return true;
   // Every share of this GPU that has a meter gates its launches (docs/libvgpu.md, "Compute").
   const uint32_t started = g_started_shares.load(std::memory_order_acquire);
   const int64_t began = monotonic_ns();
@@ -251,6 +255,16 @@ void wait_at_gate() {
     if (device < 0 || device >= static_cast<int>(share::kMaxDevices)) continue;
     share::ComputeArea& area = s.regions[r].usage_page()->compute;
     const uint64_t bit = 1ull << device;
+    if ((area.closed_mask.load(std::memory_order_acquire) & bit) != 0 &&
+        s.regions[r].limits_page()->devices[device].cores_limit.load(std::memory_order_acquire) ==
+            0) {
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true, std::memory_order_relaxed)) {
+        TESSERA_ERROR("share %s gives this GPU no GPU time (cores 0): launches are refused",
+                      s.regions[r].dir()[0] ? s.regions[r].dir() : "(standalone)");
+      }
+      return false;
+    }
     while ((area.closed_mask.load(std::memory_order_acquire) & bit) != 0) {
       waited = &s.regions[r];
       const int64_t reopen =
@@ -266,10 +280,11 @@ void wait_at_gate() {
       // meter takes the lead over (MeterTiming::leader_timeout_ns).
     }
   }
-  if (!waited) return;
+  if (!waited) return true;
   if (share::ProcessSlot* slot = waited->own_slot()) {
     slot->throttled_ns.fetch_add(static_cast<uint64_t>(now - began), std::memory_order_relaxed);
   }
+  return true;
 }
 
 }  // namespace tessera::vgpu::compute

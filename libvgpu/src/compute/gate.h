@@ -15,7 +15,7 @@ namespace tessera::vgpu::compute {
 extern std::atomic<std::atomic<uint64_t>*> g_closed_word;
 extern std::atomic<int> g_more_closed_count;
 
-[[gnu::cold, gnu::noinline]] void wait_at_gate();
+[[gnu::cold, gnu::noinline]] bool wait_at_gate();
 [[gnu::noinline]] bool more_gates_closed();
 
 // True when any gate of the shares is closed (the wrapper then takes its slow path).
@@ -27,8 +27,10 @@ inline bool gate_closed() {
   return more_gates_closed();
 }
 
-inline void gate_launch() {
-  if (__builtin_expect(gate_closed(), 0)) wait_at_gate();
+// False: the launch is refused (a share gives the device no GPU time); the wrapper returns
+// CUDA_ERROR_NOT_PERMITTED instead of calling the driver.
+inline bool gate_launch() {
+  return !__builtin_expect(gate_closed(), 0) || wait_at_gate();
 }
 
 // Starts a meter thread of this process for each share with a compute setting (called on the

@@ -46,6 +46,16 @@ bool Meter::share_has_compute(const share::LimitsPage& limits) {
   return false;
 }
 
+uint64_t Meter::no_time_mask(const share::LimitsPage& limits) {
+  uint32_t count = limits.device_count.load(std::memory_order_acquire);
+  if (count > share::kMaxDevices) count = share::kMaxDevices;
+  uint64_t mask = 0;
+  for (uint32_t d = 0; d < count; ++d) {
+    if (limits.devices[d].cores_limit.load(std::memory_order_acquire) == 0) mask |= 1ull << d;
+  }
+  return mask;
+}
+
 Config Meter::config_for(int device) const {
   Config config = base_config_;
   const share::DeviceLimits& entry = limits_->devices[device];
@@ -113,6 +123,13 @@ int64_t Meter::tick(int64_t now_ns) {
     ComputeDevice& device = area.devices[d];
     const Config config = config_for(static_cast<int>(d));
     const uint64_t bit = 1ull << d;
+    if (limits_->devices[d].cores_limit.load(std::memory_order_acquire) == 0) {
+      // No GPU time at all: closed for good, its launches are refused at the gate.
+      area.closed_mask.fetch_or(bit, std::memory_order_acq_rel);
+      device.rate_percent.store(0, std::memory_order_relaxed);
+      device.last_tick_ns.store(static_cast<uint64_t>(now_ns), std::memory_order_release);
+      continue;
+    }
     const bool limited = config.quota_percent < 100 || config.priority != share::kPriorityNormal;
     Busy busy;
     const bool measured = source_->measure(static_cast<int>(d), now_ns, &busy);

@@ -96,6 +96,10 @@ class Meter {
 
   // Whether any device of the share has a compute setting (limit, burst or priority).
   static bool share_has_compute(const share::LimitsPage& limits);
+  // Bit d set: the share gives device d no GPU time at all (cores 0, what a limit that failed
+  // closed leaves). Its gate stays closed and launches on it are refused (gate.cc), never slowed
+  // to a rate.
+  static uint64_t no_time_mask(const share::LimitsPage& limits);
   Config config_for(int device) const;
 
  private:
