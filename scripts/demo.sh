@@ -72,6 +72,19 @@ for tenant in "${TENANTS[@]}"; do
     --start-at "$fill_start" --hold-seconds "$HOLD_SECONDS"
 done
 
+# While the tenants run: what `tessera top` shows of their shares (one snapshot as plain lines;
+# on a terminal `tessera top` is a live full-screen table).
+top_args=()
+for tenant in "${TENANTS[@]}"; do
+  IFS='|' read -r name memory cores <<<"$tenant"
+  [[ -n $memory || -n $cores ]] && top_args+=(--share-dir "$workdir/share-$name")
+done
+if ((${#top_args[@]})); then
+  sleep 3  # the fills have taken their memory (they start 1.5 s in) and the burns are running
+  echo "demo: tessera top --once, while they run:"
+  build/release/bin/tessera top --once "${top_args[@]}" | sed 's/^/  /' || true
+fi
+
 failed=0
 for i in "${!pids[@]}"; do
   if ! wait "${pids[$i]}"; then
