@@ -38,6 +38,7 @@
 #include "model/share_spec.h"
 #include "share/checkpoint.h"
 #include "tessera/status.h"
+#include "usage/gpu_processes.h"
 
 namespace tessera::agent {
 
@@ -56,30 +57,6 @@ struct CheckedShare {
 // The PrepareCompleted shares of `checkpoint`, folders under `shares_dir`.
 std::vector<CheckedShare> checked_shares(const Checkpoint& checkpoint,
                                          const std::string& shares_dir);
-
-struct GpuProcessMemory {
-  int pid = 0;  // host pid
-  uint64_t used_bytes = 0;
-};
-struct GpuProcessBusy {
-  int pid = 0;
-  unsigned sm_percent = 0;  // of the window since the previous query of this GPU
-};
-
-// The per-process figures of a GPU (NVML on a node; a fake in tests and the benchmark).
-class GpuProcessSource {
- public:
-  virtual ~GpuProcessSource() = default;
-  virtual Result<std::vector<GpuProcessMemory>> memory(const std::string& uuid) = 0;
-  // Per-process SM utilisation over the window since the previous call for `uuid` (the first
-  // call only opens the window: empty).
-  virtual Result<std::vector<GpuProcessBusy>> busy(const std::string& uuid) = 0;
-};
-
-// nvmlDeviceGetComputeRunningProcesses_v3 and nvmlDeviceGetProcessUtilization through `library`;
-// kUnavailable when NVML cannot be loaded or started.
-Result<std::unique_ptr<GpuProcessSource>> nvml_process_source(
-    const std::string& library = "libnvidia-ml.so.1");
 
 struct CheckerOptions {
   std::chrono::milliseconds interval{1000};     // --check-interval

@@ -13,8 +13,6 @@
 #include <utility>
 
 #include "tessera/log.h"
-#include "tessera/nvml_abi.h"
-#include "tessera/nvml_library.h"
 #include "tessera/share_region.h"
 #include "usage/share_processes.h"
 
@@ -22,7 +20,6 @@ namespace tessera::agent {
 namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
-constexpr unsigned kInitialProcesses = 64;  // grown on NVML_ERROR_INSUFFICIENT_SIZE
 
 uint64_t round_up_mib(uint64_t bytes) {
   return (bytes + kMiB - 1) / kMiB * kMiB;
@@ -139,64 +136,6 @@ uint64_t ContextCostWindow::published() const {
 
 // ---- ContextOverheadMeter ------------------------------------------------------------------
 
-struct ContextOverheadMeter::Nvml {
-  decltype(&nvmlInit_v2) init = nullptr;
-  decltype(&nvmlShutdown) shutdown = nullptr;
-  decltype(&nvmlErrorString) error_string = nullptr;
-  decltype(&nvmlDeviceGetHandleByUUID) handle_by_uuid = nullptr;
-  decltype(&nvmlDeviceGetComputeRunningProcesses_v3) processes = nullptr;
-  bool initialised = false;
-
-  std::string load(const std::string& path) {
-    NvmlLibrary library;
-    if (Status opened = library.open(path); !opened.is_ok()) return opened.message();
-    library.resolve("nvmlInit_v2", init);
-    library.resolve("nvmlShutdown", shutdown);
-    library.resolve("nvmlErrorString", error_string);
-    library.resolve("nvmlDeviceGetHandleByUUID", handle_by_uuid);
-    library.resolve("nvmlDeviceGetComputeRunningProcesses_v3", processes);
-    if (!init || !shutdown || !error_string || !handle_by_uuid || !processes)
-      return path + " lacks nvmlDeviceGetComputeRunningProcesses_v3 or another entry point";
-    if (const nvmlReturn_t result = init(); result != NVML_SUCCESS)
-      return std::string("nvmlInit_v2 failed: ") + error_string(result);
-    initialised = true;
-    return "";
-  }
-
-  // Host pid -> bytes NVML sees the process hold on the GPU; nullopt with `problem` on failure.
-  std::optional<std::map<int, uint64_t>> used_by_process(const std::string& uuid,
-                                                         std::string& problem) const {
-    nvmlDevice_t device = nullptr;
-    if (const nvmlReturn_t found = handle_by_uuid(uuid.c_str(), &device); found != NVML_SUCCESS) {
-      problem = "no GPU " + uuid + ": " + error_string(found);
-      return std::nullopt;
-    }
-    std::vector<nvmlProcessInfo_t> infos(kInitialProcesses);
-    unsigned int count = static_cast<unsigned int>(infos.size());
-    nvmlReturn_t result = processes(device, &count, infos.data());
-    if (result == NVML_ERROR_INSUFFICIENT_SIZE && count > infos.size() && count < 65536) {
-      infos.resize(count + count / 2);
-      count = static_cast<unsigned int>(infos.size());
-      result = processes(device, &count, infos.data());
-    }
-    if (result != NVML_SUCCESS) {
-      problem = "running processes of " + uuid + ": " + error_string(result);
-      return std::nullopt;
-    }
-    std::map<int, uint64_t> used;
-    for (unsigned int i = 0; i < count && i < infos.size(); ++i) {
-      if (infos[i].usedGpuMemory == static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE))
-        continue;
-      used[static_cast<int>(infos[i].pid)] += infos[i].usedGpuMemory;
-    }
-    return used;
-  }
-
-  ~Nvml() {
-    if (initialised) shutdown();
-  }
-};
-
 ContextOverheadMeter::ContextOverheadMeter(ContextOverheadOptions options)
     : options_(std::move(options)) {
   if (options_.period.count() <= 0) options_.period = std::chrono::milliseconds(1000);
@@ -222,9 +161,9 @@ std::string ContextOverheadMeter::measure() {
     if (!problem.empty()) problems += (problems.empty() ? "" : "; ") + problem;
   };
   if (!nvml_) {
-    auto nvml = std::make_unique<Nvml>();
-    if (std::string failed = nvml->load(options_.nvml_library); !failed.empty()) return failed;
-    nvml_ = std::move(nvml);
+    Result<std::unique_ptr<GpuProcessSource>> nvml = nvml_process_source(options_.nvml_library);
+    if (!nvml.is_ok()) return nvml.status().message();
+    nvml_ = std::move(nvml).value();
   }
   ++stats_.passes;
 
@@ -267,9 +206,15 @@ std::string ContextOverheadMeter::measure() {
       if (view.slots == 0) continue;
       auto found = used_on.find(uuid);
       if (found == used_on.end()) {
-        std::string problem;
-        found = used_on.emplace(uuid, nvml_->used_by_process(uuid, problem)).first;
-        note(problem);
+        std::optional<std::map<int, uint64_t>> used;
+        if (Result<std::vector<GpuProcessMemory>> listed = nvml_->memory(uuid); listed.is_ok()) {
+          used.emplace();
+          for (const GpuProcessMemory& process : *listed)
+            (*used)[process.pid] += process.used_bytes;
+        } else {
+          note(listed.status().message());
+        }
+        found = used_on.emplace(uuid, std::move(used)).first;
       }
       if (!found->second) continue;
       std::vector<uint64_t> costs;

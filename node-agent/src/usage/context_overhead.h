@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "clock/clock.h"
+#include "usage/gpu_processes.h"
 
 namespace tessera::agent {
 
@@ -96,10 +97,8 @@ class ContextOverheadMeter {
   uint64_t published(const std::string& share_dir, uint32_t device) const;
 
  private:
-  struct Nvml;
-
   ContextOverheadOptions options_;
-  std::unique_ptr<Nvml> nvml_;
+  std::unique_ptr<GpuProcessSource> nvml_;            // loaded at the first measurement
   std::map<std::string, ContextCostWindow> windows_;  // "<dir>#<device>"
   std::optional<Clock::time_point> last_;
   std::string last_problems_;

@@ -1,0 +1,40 @@
+// The per-process figures of a GPU from host NVML: memory (nvmlDeviceGetComputeRunningProcesses_v3)
+// and SM utilisation (nvmlDeviceGetProcessUtilization), behind an interface so tests and the
+// benchmarks give their own. One implementation for the out-of-band checks (enforcement/) and the
+// context-cost meter (usage/context_overhead.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/status.h"
+
+namespace tessera::agent {
+
+struct GpuProcessMemory {
+  int pid = 0;  // host pid
+  uint64_t used_bytes = 0;
+};
+struct GpuProcessBusy {
+  int pid = 0;
+  unsigned sm_percent = 0;  // of the window since the previous query of this GPU
+};
+
+// The per-process figures of a GPU (NVML on a node; a fake in tests and the benchmark).
+class GpuProcessSource {
+ public:
+  virtual ~GpuProcessSource() = default;
+  virtual Result<std::vector<GpuProcessMemory>> memory(const std::string& uuid) = 0;
+  // Per-process SM utilisation over the window since the previous call for `uuid` (the first
+  // call only opens the window: empty).
+  virtual Result<std::vector<GpuProcessBusy>> busy(const std::string& uuid) = 0;
+};
+
+// nvmlDeviceGetComputeRunningProcesses_v3 and nvmlDeviceGetProcessUtilization through `library`;
+// kUnavailable when NVML cannot be loaded or started.
+Result<std::unique_ptr<GpuProcessSource>> nvml_process_source(
+    const std::string& library = "libnvidia-ml.so.1");
+
+}  // namespace tessera::agent
