@@ -1,6 +1,5 @@
 #include "watcher/process_watch_program.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -53,22 +52,6 @@ int open_and_load(const ProcessWatchProgram::Options& options, bool use_lsm, Ske
   return 0;
 }
 
-// Whether the program with the LSM open hook loads here, tried in a child process (which exits
-// at once, taking whatever the attempt allocated with it).
-bool lsm_hook_loads(const ProcessWatchProgram::Options& options) {
-  const pid_t child = fork();
-  if (child < 0) return false;
-  if (child == 0) {
-    g_quiet_libbpf.store(true);
-    Skeleton skeleton;
-    _exit(open_and_load(options, true, skeleton) == 0 ? 0 : 1);
-  }
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
 }  // namespace
 
 struct ProcessWatchProgram::Handles {
@@ -90,12 +73,18 @@ Result<std::unique_ptr<ProcessWatchProgram>> ProcessWatchProgram::load(Options o
   libbpf_set_print(print_libbpf);
 
   auto handles = std::make_unique<Handles>();
-  // The LSM hook sees every open; where the kernel refuses trampolines, the sys_exit one. Which
-  // one loads is tried in a child: a refused load leaves libbpf's parse of the kernel's BTF (some
-  // 10 MB) in the process, which would make every later fork of the agent slower.
-  const bool use_lsm = lsm_hook_loads(options);
-  std::string open_hook = use_lsm ? "lsm/file_open" : "tp_btf/sys_exit";
-  const int error = open_and_load(options, use_lsm, handles->skeleton);
+  // The LSM hook sees every open; where the kernel refuses trampolines, the sys_exit one. Tried
+  // here, not in a forked child: a child of the multithreaded agent that allocates can deadlock
+  // on a lock another thread held at the fork, and the agent's start would wait for it forever.
+  // A refused load leaves libbpf's parse of the kernel's BTF (some 10 MB) in the process.
+  std::string open_hook = "lsm/file_open";
+  g_quiet_libbpf.store(true);  // its refusal is expected on many kernels
+  int error = open_and_load(options, true, handles->skeleton);
+  g_quiet_libbpf.store(false);
+  if (error != 0) {
+    open_hook = "tp_btf/sys_exit";
+    error = open_and_load(options, false, handles->skeleton);
+  }
   if (error != 0)
     return unavailable(std::string("cannot load the BPF program: ") + std::strerror(error));
   if (const int attach = process_watch_bpf__attach(handles->skeleton.get()); attach != 0)

@@ -159,11 +159,12 @@ struct Tenant {
 // once per process, so tests run one after another in one process share it (each with its own
 // share; a tenant's memory is free again once it is killed).
 const std::string& simulator_state() {
-  static const std::string path = [] {
-    const std::string name =
+  // Never destroyed: the exit handler that removes the file runs after static destructors would.
+  static const std::string& path = *[] {
+    auto* name = new std::string(
         (fs::temp_directory_path() / ("hostile-simgpu-" + std::to_string(getpid()) + ".state"))
-            .string();
-    fs::remove(name);
+            .string());
+    fs::remove(*name);
     std::atexit([] { fs::remove(simulator_state()); });
     return name;
   }();
