@@ -216,12 +216,13 @@ static_assert((make_owner(4194303, ~0ull, ~0ull) & kOwnerReclaiming) == 0);
 // Clears `slot` if its owner word still reads `dead_owner` (a process known to be gone, or a dead
 // reclaimer's marked word): the word is first set to `reclaimer | kOwnerReclaiming` (an owner word
 // of the live process doing this, so no other reclaimer takes the slot meanwhile), then the bytes
-// are zeroed and the slot freed. True when this call cleared it. The shim's reclaim of dead owners
-// and the agent's process watcher both clear slots through this.
-inline bool reclaim_slot(ProcessSlot& slot, uint64_t dead_owner, uint64_t reclaimer) {
-  uint64_t expected = dead_owner;
-  if (dead_owner == 0 || !slot.owner.compare_exchange_strong(expected, reclaimer | kOwnerReclaiming,
-                                                             std::memory_order_seq_cst)) {
+// are zeroed and the slot freed. True when this call cleared it. `expected_owner` 0 takes a free
+// slot that still holds bytes (the agent's repair of a scribbled page); the CAS from 0 keeps a
+// process from claiming it meanwhile.
+inline bool clear_slot(ProcessSlot& slot, uint64_t expected_owner, uint64_t reclaimer) {
+  uint64_t expected = expected_owner;
+  if (!slot.owner.compare_exchange_strong(expected, reclaimer | kOwnerReclaiming,
+                                          std::memory_order_seq_cst)) {
     return false;
   }
   for (auto& bytes : slot.bytes) bytes.store(0, std::memory_order_seq_cst);
@@ -229,6 +230,12 @@ inline bool reclaim_slot(ProcessSlot& slot, uint64_t dead_owner, uint64_t reclai
   slot.pid.store(0, std::memory_order_relaxed);
   slot.owner.store(0, std::memory_order_seq_cst);
   return true;
+}
+
+// clear_slot of a slot whose owner `dead_owner` (never 0) is gone: the shim's reclaim of dead
+// owners and the agent's process watcher.
+inline bool reclaim_slot(ProcessSlot& slot, uint64_t dead_owner, uint64_t reclaimer) {
+  return dead_owner != 0 && clear_slot(slot, dead_owner, reclaimer);
 }
 
 // Initialises a zero-filled limits page (the writer then fills devices and bumps generation).

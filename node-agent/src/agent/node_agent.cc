@@ -242,7 +242,7 @@ Status NodeAgent::start_api() {
     sources.devices = [this] { return shares_->devices(); };
     sources.health = [this] { return health_.snapshot(); };
     sources.gpu_stats = gpu_stats_.get();
-    sources.default_policy = findings_->policy_of("");  // no share of that name: the default
+    sources.default_policy = findings_->default_policy();
     return read_node_snapshot(sources, unix_ms);
   };
   api_ = std::make_unique<NodeApiServer>(serving, *events_, clock_);

@@ -70,20 +70,19 @@ void EnforcementHandler::handle(const Finding& finding) {
   std::string action = "reported";
   if (policy == EnforcementPolicy::kKill && kill_worthy(finding.kind))
     action = kill_offender(finding);
-  std::string line = std::string("finding ") + std::string(finding_kind_name(finding.kind)) +
-                     ": pid " + std::to_string(finding.host_pid) + ", share " + finding.share +
-                     ", claim " + finding.claim_namespace + "/" + finding.claim_name + " (" +
-                     finding.claim_uid + "), pod " + (finding.pod.empty() ? "-" : finding.pod) +
-                     (finding.gpu_uuid.empty() ? "" : ", gpu " + finding.gpu_uuid) + ": " +
-                     finding.detail + "; policy " + std::string(enforcement_policy_name(policy)) +
-                     ": " + action;
   if (options_.then) {
     Finding handled = finding;
     handled.detail += "; policy " + std::string(enforcement_policy_name(policy)) + ": " + action;
     options_.then->handle(handled);
   }
-  if (options_.log) {
-    options_.log(line);
+  if (options_.log) {  // tests read the whole finding as one line
+    options_.log(std::string("finding ") + std::string(finding_kind_name(finding.kind)) + ": pid " +
+                 std::to_string(finding.host_pid) + ", share " + finding.share + ", claim " +
+                 finding.claim_namespace + "/" + finding.claim_name + " (" + finding.claim_uid +
+                 "), pod " + (finding.pod.empty() ? "-" : finding.pod) +
+                 (finding.gpu_uuid.empty() ? "" : ", gpu " + finding.gpu_uuid) + ": " +
+                 finding.detail + "; policy " + std::string(enforcement_policy_name(policy)) +
+                 ": " + action);
     return;
   }
   log::warn("finding", {{"kind", finding_kind_name(finding.kind)},

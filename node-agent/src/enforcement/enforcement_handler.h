@@ -66,6 +66,8 @@ class EnforcementHandler final : public FindingHandler {
   const FindingCounters& counters() const { return counters_; }
   uint64_t kills() const { return kills_.load(std::memory_order_relaxed); }
   EnforcementPolicy policy_of(const std::string& share) const;
+  // What a share whose VgpuConfig names no policy gets (--enforcement-default).
+  EnforcementPolicy default_policy() const { return options_.default_policy; }
 
  private:
   // Kills `pid` if it is still the process the finding saw and `share`'s; what was done.

@@ -79,20 +79,12 @@ void apply_slots(SlotWork& work) {
   for (const UsagePageRepair::Clear& clear : work.repair->clears) {
     if (clear.index >= share::kMaxSlots) continue;
     share::ProcessSlot& slot = page.slots[clear.index];
-    uint64_t owner = clear.owner;
-    // The shim's reclaim protocol (share::reclaim_slot): mark the slot reclaiming, zero it, free
-    // it; a slot whose owner changed meanwhile is left alone. Unlike reclaim_slot this also takes
-    // a free slot (owner 0) that holds bytes: the CAS from 0 keeps a process from claiming it
-    // while it is cleared.
-    if (!slot.owner.compare_exchange_strong(owner, clear.owner | share::kOwnerReclaiming,
-                                            std::memory_order_seq_cst)) {
+    // The shim's protocol (share::clear_slot), also for a free slot that holds bytes (owner 0); a
+    // slot whose owner changed meanwhile is left alone.
+    if (!share::clear_slot(slot, clear.owner, clear.owner)) {
       ++work.outcome.skipped;
       continue;
     }
-    for (auto& bytes : slot.bytes) bytes.store(0, std::memory_order_seq_cst);
-    slot.contexts.store(0, std::memory_order_relaxed);
-    slot.pid.store(0, std::memory_order_relaxed);
-    slot.owner.store(0, std::memory_order_seq_cst);
     ++work.outcome.cleared;
   }
   for (const UsagePageRepair::SetBytes& set : work.repair->sets) {
