@@ -298,12 +298,16 @@ TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
   watch.TryCancel();
   // ...and the scheduler learns it too: the slice is republished (next generation) with the
   // device's taint, which the API server accepted and stamped.
+  // Looked up by pointer: a const json's operator[] on a key the slice lacks (the taint before the
+  // republish) is undefined behaviour, not null.
+  const json::json_pointer taints_path("/spec/devices/0/taints");
   json taints;
   for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
        std::chrono::steady_clock::now() < deadline && !taints.is_array();
        std::this_thread::sleep_for(std::chrono::milliseconds(10))) {
     const auto stored = api_.stored_slices();
-    if (stored.size() == 1) taints = stored.begin()->second["spec"]["devices"][0]["taints"];
+    if (stored.size() == 1 && stored.begin()->second.contains(taints_path))
+      taints = stored.begin()->second.at(taints_path);
   }
   ASSERT_TRUE(taints.is_array()) << "the slice was not republished with a taint";
   ASSERT_EQ(taints.size(), 1u);

@@ -286,7 +286,7 @@ TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
                             {"value", "xid-79"},
                             {"effect", "NoSchedule"}}}));
     const json stored = server.stored_slices().begin()->second;
-    EXPECT_TRUE(stored["spec"]["devices"][1]["taints"][0]["timeAdded"].is_string());
+    EXPECT_TRUE(stored.at(json::json_pointer("/spec/devices/1/taints/0/timeAdded")).is_string());
 
     // Then it leaves the inventory (taken out for a reset).
     drop = true;

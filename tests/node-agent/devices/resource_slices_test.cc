@@ -466,7 +466,7 @@ TEST(ResourceSlices, SimulatedGpusOfEverySizeArePublishedAndAccepted) {
   ASSERT_EQ(publisher.publish(gpus).message(), "");
   const auto stored = server.stored_slices();
   ASSERT_EQ(stored.size(), 1u);
-  const json& devices = stored.begin()->second["spec"]["devices"];
+  const json& devices = stored.begin()->second.at("spec").at("devices");
   ASSERT_EQ(devices.size(), 7u);
   for (size_t i = 0; i < gpus.size(); ++i)
     EXPECT_EQ(devices[i]["capacity"]["memory"]["value"], std::to_string(gpus[i].memory_bytes))
