@@ -74,9 +74,7 @@ class LocalNode : public ::testing::Test {
     std::ofstream(folder + "/owner") << pid << " " << start_time << "\n";
   }
 
-  Result<v1::ListSharesResponse> read(std::vector<ShareProblem>* problems = nullptr) {
-    return read_local_node(options_, problems);
-  }
+  Result<v1::ListSharesResponse> read() { return read_local_node(options_); }
 
   void TearDownPages() {
     for (share::UsagePage* page : mapped_) share::unmap_usage_page(page);
@@ -216,18 +214,19 @@ TEST_F(LocalNode, ATruncatedUsagePageIsAProblemOfThatShareOnly) {
   TearDownPages();
   ASSERT_EQ(truncate((bad + "/usage").c_str(), 1000), 0);
 
-  std::vector<ShareProblem> problems;
-  const auto node = read(&problems);
+  const auto node = read();
   ASSERT_TRUE(node.is_ok()) << node.status().message();
   ASSERT_EQ(node->shares_size(), 2);
-  // Its limits are still shown; its usage is not made up.
+  // Its limits are still shown; its usage is not made up: it says why it is unknown.
+  EXPECT_EQ(node->shares(0).name(), "bad");
   EXPECT_EQ(node->shares(0).devices(0).memory_limit_bytes(), 2 * kGiB);
   EXPECT_EQ(node->shares(0).devices(0).memory_used_bytes(), 0u);
-  ASSERT_EQ(problems.size(), 1u);
-  EXPECT_EQ(problems[0].share, "bad");
-  EXPECT_EQ(problems[0].status.message(), "usage page is truncated (1000 of " +
+  EXPECT_EQ(node->shares(0).processes_size(), 0);
+  EXPECT_EQ(node->shares(0).read_error(), "usage page is truncated (1000 of " +
                                               std::to_string(sizeof(share::UsagePage)) +
                                               " bytes): " + bad + "/usage");
+  EXPECT_EQ(node->shares(1).name(), "good");
+  EXPECT_EQ(node->shares(1).read_error(), "");
 }
 
 TEST_F(LocalNode, GarbageSymlinksAndFifosAreRefusedWithoutBlocking) {
@@ -245,22 +244,21 @@ TEST_F(LocalNode, GarbageSymlinksAndFifosAreRefusedWithoutBlocking) {
   fs::create_directories(short_limits);
   std::ofstream(short_limits + "/limits") << "TLIM";
 
-  std::vector<ShareProblem> problems;
-  const auto node = read(&problems);
+  const auto node = read();
   ASSERT_TRUE(node.is_ok());
-  EXPECT_EQ(node->shares_size(), 4);
-  ASSERT_EQ(problems.size(), 4u);
-  EXPECT_EQ(problems[0].share, "garbage");
-  EXPECT_NE(problems[0].status.message().find("usage page is not valid"), std::string::npos)
-      << problems[0].status.message();
-  EXPECT_EQ(problems[1].share, "linked");
-  EXPECT_EQ(problems[1].status.message(), "usage page is not a regular file: " + linked + "/usage");
-  EXPECT_EQ(problems[2].share, "piped");
-  EXPECT_EQ(problems[2].status.message(), "usage page is not a regular file: " + piped + "/usage");
-  EXPECT_EQ(problems[3].share, "short");
-  EXPECT_EQ(problems[3].status.message(), "limits page is truncated (4 of " +
-                                              std::to_string(sizeof(share::LimitsPage)) +
-                                              " bytes): " + short_limits + "/limits");
+  ASSERT_EQ(node->shares_size(), 4);
+  const auto& shares = node->shares();
+  EXPECT_EQ(shares[0].name(), "garbage");
+  EXPECT_NE(shares[0].read_error().find("usage page is not valid"), std::string::npos)
+      << shares[0].read_error();
+  EXPECT_EQ(shares[1].name(), "linked");
+  EXPECT_EQ(shares[1].read_error(), "usage page is not a regular file: " + linked + "/usage");
+  EXPECT_EQ(shares[2].name(), "piped");
+  EXPECT_EQ(shares[2].read_error(), "usage page is not a regular file: " + piped + "/usage");
+  EXPECT_EQ(shares[3].name(), "short");
+  EXPECT_EQ(shares[3].read_error(), "limits page is truncated (4 of " +
+                                        std::to_string(sizeof(share::LimitsPage)) +
+                                        " bytes): " + short_limits + "/limits");
   EXPECT_EQ(node->shares(3).devices_size(), 0);
 }
 
@@ -334,6 +332,31 @@ TEST(Rates, ComeFromCounterDifferencesOverTheInterval) {
   EXPECT_NEAR(now.shares(0).devices(0).cores_used_percent(), 30.0, 1e-9);
   // No interval, no rates.
   EXPECT_TRUE(rates_between(now, now).empty());
+}
+
+TEST(Rates, NoneForAShareThatCouldNotBeReadInEitherSnapshot) {
+  v1::ListSharesResponse first, unread, again;
+  first.set_sampled_unix_ms(10'000);
+  unread.set_sampled_unix_ms(11'000);
+  again.set_sampled_unix_ms(12'000);
+  auto add = [](v1::ListSharesResponse& node, double gpu_seconds, const std::string& error) {
+    v1::Share& share = *node.add_shares();
+    share.set_name("s");
+    share.set_read_error(error);
+    v1::ShareDevice& device = *share.add_devices();
+    device.set_gpu_uuid("GPU-a");
+    device.set_gpu_seconds(gpu_seconds);
+  };
+  add(first, 100.0, "");
+  add(unread, 0, "usage page is truncated");
+  add(again, 100.5, "");
+  // Unknown is not 0: no drop to 0 and no jump from 0 to everything since the share began.
+  EXPECT_TRUE(rates_between(first, unread).empty());
+  EXPECT_TRUE(rates_between(unread, again).empty());
+  apply_rates(unread, again);
+  EXPECT_EQ(again.shares(0).devices(0).cores_used_percent(), 0.0);
+  EXPECT_NEAR(rates_between(first, again).at(share_device_key("s", "GPU-a")).cores_used_percent,
+              25.0, 1e-9);
 }
 
 }  // namespace

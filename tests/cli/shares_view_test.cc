@@ -90,6 +90,53 @@ TEST(SharesTable, IsEmptyWithoutShares) {
   EXPECT_EQ(render_shares_table(node, kSampledAt), "");
 }
 
+TEST(SharesTable, AShareThatCouldNotBeReadShowsItsUsageAsUnknownNotZero) {
+  v1::ListSharesResponse node;
+  add_gpu(node, "GPU-a", 0, 141 * kGiB, 0);
+  add_share(node, "fine", "GPU-a", kGiB, 4 * kGiB, 50, 0, 0, {"python3"});
+  v1::Share& broken = add_share(node, "broken", "GPU-a", 0, 8 * kGiB, 30);
+  broken.set_read_error(
+      "/var/lib/tessera/shares/broken/usage is truncated (64 of 4160 bytes its "
+      "slots need)");
+  const std::vector<std::string> lines = lines_of(render_shares_table(node, kSampledAt));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1], "-           -       fine     0     1Gi/4Gi   50%     1           90s");
+  // Its limit is known (the agent set it), what it uses is not: "?", never "0".
+  EXPECT_EQ(lines[2], "-           -       broken   0     ?/8Gi     30%     ?           90s");
+  const std::vector<std::string> warnings = unread_share_warnings(node);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0],
+            "share broken: /var/lib/tessera/shares/broken/usage is truncated (64 of 4160 bytes "
+            "its slots need) (its usage is unknown)");
+  // A share without devices (its limits page could not be read either) shows no figure at all.
+  node.mutable_shares(1)->clear_devices();
+  EXPECT_EQ(lines_of(render_shares_table(node, kSampledAt))[2],
+            "-           -       broken   -     -         -       ?           90s");
+  EXPECT_TRUE(unread_share_warnings(v1::ListSharesResponse{}).empty());
+}
+
+TEST(SharesJson, CarriesTheReadErrorAndYamlToo) {
+  v1::ListSharesResponse node;
+  add_share(node, "broken", "GPU-a", 0, kGiB, 100).set_read_error("usage page is not valid");
+  add_share(node, "fine", "GPU-a", 0, kGiB, 100);
+  Snapshot snapshot;
+  snapshot.node = node;
+  const Result<std::string> json = render_shares(snapshot, "json", kSampledAt);
+  ASSERT_TRUE(json.is_ok());
+  const nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(*json);
+  EXPECT_EQ(parsed.at("shares").at(0).at("read_error"), "usage page is not valid");
+  EXPECT_EQ(parsed.at("shares").at(1).at("read_error"), "");
+  const Result<std::string> yaml = render_shares(snapshot, "yaml", kSampledAt);
+  ASSERT_TRUE(yaml.is_ok());
+  EXPECT_NE(yaml->find("read_error: usage page is not valid\n"), std::string::npos) << *yaml;
+  EXPECT_NE(yaml->find("read_error: \"\"\n"), std::string::npos) << *yaml;
+  const Result<nlohmann::ordered_json> back_json = yaml_to_json(*yaml);
+  ASSERT_TRUE(back_json.is_ok());
+  v1::ListSharesResponse back;
+  ASSERT_TRUE(message_from_json(*back_json, back).is_ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(node, back)) << back.DebugString();
+}
+
 TEST(SharesJson, ParsesBackIntoTheSameMessage) {
   const v1::ListSharesResponse node = full_node();
   Snapshot snapshot;

@@ -171,23 +171,67 @@ TEST_F(TopRender, LongNamesUnknownGpusAndProblemsStayInsideTheWidth) {
   v1::ListSharesResponse node;
   add_share(node, "tessera-run-0123456789abcdef", "GPU-without-nvml", 5 * kGiB, 0, 100, 0, 0,
             {"a-process-with-a-long-name", "python3", "python3", "torchrun"});
+  add_share(node, "broken", "GPU-without-nvml", 0, kGiB, 100)
+      .set_read_error(
+          "usage page is truncated (1000 of 99520 bytes): "
+          "/tmp/a/folder/deep/down/where/paths/go/broken/usage");
   Snapshot now = snapshot_of(node);
-  now.problems.push_back(
-      {"broken", "/tmp/broken",
-       failed_precondition("usage page is truncated (1000 of 99520 bytes): "
-                           "/tmp/a/folder/deep/down/where/paths/go/broken/usage")});
   const TopLayout size{80, 24, TopSort::kMemory};
   const std::vector<std::string> screen = render_top(now, nullptr, size);
   expect_fits(screen, size);
   const std::vector<std::string> shares = share_lines(screen);
-  ASSERT_EQ(shares.size(), 2u);
+  ASSERT_EQ(shares.size(), 3u);
   EXPECT_EQ(shares[0].rfind("tessera~abcdef ? ", 0), 0u) << shares[0];
   EXPECT_NE(shares[0].find(" 5Gi/- "), std::string::npos);
   EXPECT_NE(shares[0].find(" -/100% "), std::string::npos) << shares[0];  // no rate yet
   EXPECT_NE(shares[0].find(" 4 a-process-wit"), std::string::npos) << shares[0];
-  EXPECT_EQ(shares[1].rfind("! broken: usage page is truncated (1000 of 99520 bytes): /tmp/a/", 0),
+  EXPECT_EQ(shares[1].rfind("broken ", 0), 0u) << shares[1];
+  EXPECT_EQ(shares[2].rfind("! broken: usage page is truncated (1000 of 99520 bytes): /tmp/a/", 0),
             0u);
-  EXPECT_EQ(shares[1].size(), 80u);
+  EXPECT_EQ(shares[2].size(), 80u);
+}
+
+TEST_F(TopRender, AShareThatCouldNotBeReadShowsUnknownFiguresAndIsCounted) {
+  v1::ListSharesResponse before_node = two_shares(10.0, 20.0, 1.0);
+  v1::ListSharesResponse node = two_shares(10.5, 20.5, 1.5);
+  for (v1::ListSharesResponse* each : {&before_node, &node}) {
+    v1::Share& broken = add_share(*each, "broken", "GPU-aaaa", 0, 2 * kGiB, 40);
+    broken.set_source("agent");
+  }
+  node.mutable_shares(2)->set_read_error("/var/lib/tessera/shares/broken/usage is a symlink");
+  // The agent's source and the local reader fill the one field: a second one is counted.
+  v1::Share& limits_gone = add_share(node, "gone", "GPU-aaaa", 0, kGiB, 10);
+  limits_gone.clear_devices();
+  limits_gone.set_read_error("limits page is truncated (4 of 4096 bytes): /x/gone/limits");
+  const Snapshot before = snapshot_of(before_node, kSampledAt - 1000);
+  const Snapshot now = snapshot_of(node);
+  const TopLayout size{80, 24, TopSort::kMemory};
+  const std::vector<std::string> screen = render_top(now, &before, size);
+  expect_fits(screen, size);
+  const std::vector<std::string> shares = share_lines(screen);
+  ASSERT_EQ(shares.size(), 5u) << ::testing::PrintToString(screen);
+  EXPECT_EQ(shares[0].rfind("alpha ", 0), 0u);
+  EXPECT_NE(shares[0].find(" 50/30% "), std::string::npos) << shares[0];  // a rate: readable
+  EXPECT_EQ(shares[2].rfind("broken ", 0), 0u) << shares[2];
+  // Limits known, usage unknown: "?" for memory used, cores used, throttled and processes, and
+  // a bar with no fill (never an empty one that reads as 0).
+  EXPECT_NE(shares[2].find(" ?/2Gi "), std::string::npos) << shares[2];
+  EXPECT_NE(shares[2].find(" ?/40% "), std::string::npos) << shares[2];
+  EXPECT_NE(shares[2].find("    ? ?"), std::string::npos) << shares[2];
+  EXPECT_EQ(shares[2].back(), '?') << shares[2];
+  EXPECT_EQ(bar_of(shares[2]).first, 0);
+  EXPECT_EQ(shares[2].find("[...."), std::string::npos) << shares[2];
+  EXPECT_NE(shares[2].find("[       ?      ]"), std::string::npos) << shares[2];
+  EXPECT_EQ(shares[3].rfind("gone ", 0), 0u) << shares[3];
+  EXPECT_EQ(shares[3].back(), '?') << shares[3];
+  EXPECT_EQ(shares[4],  // cut at the width
+            "! 2 shares not read whole; broken: /var/lib/tessera/shares/broken/usage is a sym");
+  // Read again, it is shown as any other share, and the line is gone.
+  node.mutable_shares(2)->clear_read_error();
+  node.mutable_shares()->RemoveLast();
+  const std::vector<std::string> healed = share_lines(render_top(snapshot_of(node), &before, size));
+  ASSERT_EQ(healed.size(), 3u);
+  EXPECT_NE(healed[2].find(" 0/2Gi "), std::string::npos) << healed[2];
 }
 
 TEST_F(TopRender, ProcessesShowTheCommandsThatFitWhole) {

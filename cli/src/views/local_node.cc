@@ -144,7 +144,8 @@ struct ReadShare {
   bool stale = false;  // its `tessera run` is gone
 };
 
-// The usage page's figures added to `share` (whose devices come from the limits page).
+// The usage page's figures added to `share` (whose devices come from the limits page). Fails
+// before it sets any figure: a page that cannot be read whole adds nothing.
 Status add_usage(const std::string& folder, const share::LimitsPage& limits,
                  const LocalNodeOptions& options, std::optional<uint64_t> namespace_hash,
                  v1::Share& out) {
@@ -217,16 +218,14 @@ Status add_usage(const std::string& folder, const share::LimitsPage& limits,
 }
 
 ReadShare read_share(const std::string& folder, const LocalNodeOptions& options,
-                     std::optional<uint64_t> namespace_hash, std::vector<ShareProblem>* problems) {
+                     std::optional<uint64_t> namespace_hash) {
   ReadShare result;
   v1::Share& out = result.share;
   out.set_name(base_name(folder));
   out.set_folder(folder);
   out.set_source("tessera-run");
   out.set_backend("quota");
-  auto report = [&](const Status& status) {
-    if (problems) problems->push_back({out.name(), folder, status});
-  };
+  auto report = [&](const Status& status) { out.set_read_error(status.message()); };
 
   if (const std::optional<ShareOwner> owner = read_owner(folder)) {
     result.stale = !process_alive(options.proc_root, owner->pid, owner->start_time);
@@ -383,8 +382,7 @@ std::string host_name() {
 
 }  // namespace
 
-Result<v1::ListSharesResponse> read_local_node(const LocalNodeOptions& options,
-                                               std::vector<ShareProblem>* problems) {
+Result<v1::ListSharesResponse> read_local_node(const LocalNodeOptions& options) {
   std::vector<std::string> folders = options.share_folders;
   const bool scanned = folders.empty();
   if (scanned) {
@@ -397,12 +395,10 @@ Result<v1::ListSharesResponse> read_local_node(const LocalNodeOptions& options,
   const std::optional<uint64_t> namespace_hash = own_namespace_hash(options.proc_root);
   std::vector<v1::Share> shares;
   for (const std::string& folder : folders) {
-    std::vector<ShareProblem> found;
-    ReadShare read = read_share(folder, options, namespace_hash, &found);
+    ReadShare read = read_share(folder, options, namespace_hash);
     // A scanned folder whose `tessera run` is gone is a leftover, not a share; one named
     // explicitly is always shown.
     if (scanned && read.stale && !options.include_stale) continue;
-    if (problems) problems->insert(problems->end(), found.begin(), found.end());
     shares.push_back(std::move(read.share));
   }
 
@@ -425,10 +421,13 @@ std::map<std::string, DeviceRates> rates_between(const v1::ListSharesResponse& b
   if (interval_ms <= 0) return rates;
   const double interval_s = static_cast<double>(interval_ms) / 1000.0;
   std::map<std::string, const v1::ShareDevice*> earlier;
-  for (const v1::Share& share : before.shares())
+  for (const v1::Share& share : before.shares()) {
+    if (!share.read_error().empty()) continue;  // its figures are unknown: no base for a rate
     for (const v1::ShareDevice& device : share.devices())
       earlier[share_device_key(share.name(), device.gpu_uuid())] = &device;
+  }
   for (const v1::Share& share : now.shares()) {
+    if (!share.read_error().empty()) continue;
     for (const v1::ShareDevice& device : share.devices()) {
       const std::string key = share_device_key(share.name(), device.gpu_uuid());
       const auto found = earlier.find(key);

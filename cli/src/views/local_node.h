@@ -32,19 +32,12 @@ struct LocalNodeOptions {
   std::function<int64_t()> now_unix_ms;
 };
 
-// What could not be read of one share: the share is still listed, with what could be read.
-struct ShareProblem {
-  std::string share;   // the folder's name
-  std::string folder;  // its path
-  Status status;       // names the file and what is wrong with it
-};
-
 // The local node: every share folder (sorted by name) with its limits, usage and live processes,
 // and the GPUs (NVML's when libnvidia-ml loads, else one entry per UUID the shares name). Fails
-// only when the share root exists but cannot be listed; a share that cannot be read is listed
-// with a ShareProblem appended to `problems` (when given).
-Result<node::v1::ListSharesResponse> read_local_node(const LocalNodeOptions& options,
-                                                     std::vector<ShareProblem>* problems = nullptr);
+// only when the share root exists but cannot be listed; a share that cannot be read whole is
+// listed with what could be read (its limits) and its read_error saying why (names the file and
+// what is wrong with it), its usage figures left unknown.
+Result<node::v1::ListSharesResponse> read_local_node(const LocalNodeOptions& options);
 
 // Rates between two snapshots of the same node, per share device (key: share_device_key).
 struct DeviceRates {
@@ -54,7 +47,8 @@ struct DeviceRates {
 std::string share_device_key(const std::string& share, const std::string& gpu_uuid);
 // Rates of every share device of `now` that `before` also has, over the interval between their
 // sampled_unix_ms; empty when that interval is not positive. Counters that went backwards (a
-// share re-created under the same name) give 0, never a negative rate.
+// share re-created under the same name) give 0, never a negative rate; a share that could not be
+// read (read_error) in either snapshot has no rates.
 std::map<std::string, DeviceRates> rates_between(const node::v1::ListSharesResponse& before,
                                                  const node::v1::ListSharesResponse& now);
 // Sets cores_used_percent of every share device of `now` from rates_between(before, now).

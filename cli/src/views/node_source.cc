@@ -28,7 +28,7 @@ SnapshotSource make_snapshot_source(SourceOptions options, AgentLister agent) {
       if (code != StatusCode::kUnavailable && code != StatusCode::kNotFound)
         return answered.status().with_context("node agent");
     }
-    Result<node::v1::ListSharesResponse> local = read_local_node(options.local, &snapshot.problems);
+    Result<node::v1::ListSharesResponse> local = read_local_node(options.local);
     if (!local.is_ok()) return local.status();
     snapshot.node = std::move(local).value();
     snapshot.source = "local";

@@ -18,9 +18,8 @@ class App;
 namespace tessera::cli {
 
 struct Snapshot {
-  node::v1::ListSharesResponse node;
-  std::vector<ShareProblem> problems;  // shares the local reader could not read whole
-  std::string source;                  // "agent" or "local"
+  node::v1::ListSharesResponse node;  // a share that could not be read whole has a read_error
+  std::string source;                 // "agent" or "local"
 };
 
 struct SourceOptions {

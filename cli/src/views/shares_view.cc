@@ -37,8 +37,11 @@ std::string gpu_column(const v1::ListSharesResponse& node, const std::string& uu
   return uuid.substr(0, 12);
 }
 
-std::string memory_column(const v1::ShareDevice& device) {
-  return format_bytes(device.memory_used_bytes()) + "/" +
+// Used/limit; "?" for the used figure of a share that could not be read (unknown, not 0).
+std::string memory_column(const v1::Share& share, const v1::ShareDevice& device) {
+  const std::string used =
+      share.read_error().empty() ? format_bytes(device.memory_used_bytes()) : std::string("?");
+  return used + "/" +
          (device.memory_unlimited() ? std::string("-") : format_bytes(device.memory_limit_bytes()));
 }
 
@@ -201,14 +204,15 @@ std::string render_shares_table(const v1::ListSharesResponse& node, int64_t now_
     const std::vector<std::string> common = {fit(dash_if_empty(share.namespace_()), kMaxNameColumn),
                                              fit(dash_if_empty(share.claim()), kMaxNameColumn),
                                              fit(share.name(), kMaxNameColumn)};
-    const std::string processes = std::to_string(share.processes_size());
+    const std::string processes =
+        share.read_error().empty() ? std::to_string(share.processes_size()) : std::string("?");
     if (share.devices().empty()) {
       rows.push_back({common[0], common[1], common[2], "-", "-", "-", processes, age});
       continue;
     }
     for (const v1::ShareDevice& device : share.devices()) {
       rows.push_back({common[0], common[1], common[2], gpu_column(node, device.gpu_uuid()),
-                      memory_column(device), cores_column(device), processes, age});
+                      memory_column(share, device), cores_column(device), processes, age});
     }
   }
   std::vector<size_t> widths(rows[0].size(), 0);
@@ -224,6 +228,15 @@ std::string render_shares_table(const v1::ListSharesResponse& node, int64_t now_
     out += line + "\n";
   }
   return out;
+}
+
+std::vector<std::string> unread_share_warnings(const v1::ListSharesResponse& node) {
+  std::vector<std::string> warnings;
+  for (const v1::Share& share : node.shares())
+    if (!share.read_error().empty())
+      warnings.push_back("share " + share.name() + ": " + share.read_error() +
+                         " (its usage is unknown)");
+  return warnings;
 }
 
 json message_to_json(const pb::Message& message) {
@@ -305,9 +318,9 @@ void add_shares_command(CLI::App& app) {
       std::fprintf(stderr, "tessera shares: %s\n", snapshot.status().message().c_str());
       std::exit(kFailed);
     }
-    for (const ShareProblem& problem : snapshot->problems)
-      std::fprintf(stderr, "tessera shares: warning: share %s: %s\n", problem.share.c_str(),
-                   problem.status.message().c_str());
+    // Table or not, on stderr (as kubectl's warnings): stdout stays what -o asked for.
+    for (const std::string& warning : unread_share_warnings(snapshot->node))
+      std::fprintf(stderr, "tessera shares: warning: %s\n", warning.c_str());
     const Result<std::string> text = render_shares(*snapshot, options->output, system_unix_ms());
     if (!text.is_ok()) {
       std::fprintf(stderr, "tessera shares: %s\n", text.status().message().c_str());

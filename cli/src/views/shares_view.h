@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tessera/node/v1/node_api.pb.h"
 #include "tessera/status.h"
@@ -21,8 +22,13 @@ class App;
 namespace tessera::cli {
 
 // NAMESPACE CLAIM SHARE GPU MEMORY CORES PROCESSES AGE, columns as wide as their widest cell;
-// "" when there are no shares (the caller says so on stderr, as kubectl does).
+// "" when there are no shares (the caller says so on stderr, as kubectl does). A share that could
+// not be read (read_error) shows "?" for its memory used and its processes: unknown, not 0.
 std::string render_shares_table(const node::v1::ListSharesResponse& node, int64_t now_unix_ms);
+
+// "share <name>: <read_error> (its usage is unknown)" for each share that could not be read whole,
+// in order; what `tessera shares` warns of on stderr, whatever the format.
+std::vector<std::string> unread_share_warnings(const node::v1::ListSharesResponse& node);
 
 // A message as JSON: fields in declaration order under their proto names, every field (proto3
 // defaults too), 64-bit integers as numbers, enums by name, maps as objects.

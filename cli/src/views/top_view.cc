@@ -141,14 +141,20 @@ class Renderer {
                            width_));
     lines.emplace_back();
 
+    // Shares whose folder could not be read whole (the agent's or the local reader's): one line,
+    // the first one's reason and how many there are.
     std::vector<std::string> problem_lines;
-    if (!now_.problems.empty()) {
-      const ShareProblem& first = now_.problems.front();
-      std::string text = "! " + first.share + ": " + first.status.message();
-      if (now_.problems.size() > 1)
-        text = "! " + std::to_string(now_.problems.size()) + " shares not read whole; " +
-               text.substr(2);
-      problem_lines.push_back(text);
+    const v1::Share* first_unread = nullptr;
+    size_t unread = 0;
+    for (const v1::Share& share : node.shares()) {
+      if (share.read_error().empty()) continue;
+      if (!first_unread) first_unread = &share;
+      ++unread;
+    }
+    if (first_unread) {
+      std::string text = first_unread->name() + ": " + first_unread->read_error();
+      if (unread > 1) text = std::to_string(unread) + " shares not read whole; " + text;
+      problem_lines.push_back("! " + text);
     }
 
     // Rows for GPUs and shares: all when they fit (or there is no height), else as many as fit
@@ -304,13 +310,24 @@ class Renderer {
     return text;
   }
 
+  // The bar of a share whose usage is unknown: no fill that could be read as 0.
+  std::string unknown_bar() const {
+    std::string bar = format_bar(0, share_bar_);
+    std::fill(bar.begin() + 1, bar.end() - 1, ' ');
+    if (share_bar_ > 2) bar[static_cast<size_t>(1 + (share_bar_ - 2) / 2)] = '?';
+    return bar;
+  }
+
   void add_share_lines(const ShareLine& line, std::vector<std::string>& lines) const {
     const v1::Share& share = *line.share;
     const std::string name = pad_right(share.name(), kNameWidth);
+    const bool known = share.read_error().empty();
+    const std::string processes = known ? processes_text(share) : std::string("?");
     if (share.devices().empty()) {
-      lines.push_back(name + " " + pad_right("-", kGpuWidth) + " " + format_bar(0, share_bar_) +
-                      " " + pad_left("-", kMemoryTextWidth) + " " + pad_left("-", kCoresWidth) +
-                      " " + pad_left("-", kThrottledWidth) + " " + processes_text(share));
+      lines.push_back(name + " " + pad_right("-", kGpuWidth) + " " +
+                      (known ? format_bar(0, share_bar_) : unknown_bar()) + " " +
+                      pad_left("-", kMemoryTextWidth) + " " + pad_left("-", kCoresWidth) + " " +
+                      pad_left("-", kThrottledWidth) + " " + processes);
       return;
     }
     bool first = true;
@@ -330,18 +347,21 @@ class Renderer {
         fraction = static_cast<double>(device.memory_used_bytes()) /
                    static_cast<double>(gpu->memory_total_bytes());
       }
-      const std::optional<double> used = cores_used(share, device);
-      const DeviceRates* rates = rates_of(share, device);
-      const std::string cores = (used ? percent_text(*used) : std::string("-")) + "/" +
-                                std::to_string(device.cores_limit_percent()) + "%";
-      const std::string throttled = rates ? percent_text(rates->throttled_percent) + "%" : "-";
-      lines.push_back(
-          (first ? name : std::string(kNameWidth, ' ')) + " " +
-          pad_right(gpu_seen ? std::to_string(gpu->index()) : "?", kGpuWidth) + " " +
-          format_bar(fraction, share_bar_) + " " +
-          pad_left(format_bytes(device.memory_used_bytes()) + "/" + limit, kMemoryTextWidth) + " " +
-          pad_left(cores, kCoresWidth) + " " + pad_left(throttled, kThrottledWidth) + " " +
-          (first ? processes_text(share) : std::string()));
+      // A share that could not be read: its limits are known, what it uses is not ("?").
+      const std::optional<double> used = known ? cores_used(share, device) : std::nullopt;
+      const DeviceRates* rates = known ? rates_of(share, device) : nullptr;
+      const std::string cores = (used ? percent_text(*used) : std::string(known ? "-" : "?")) +
+                                "/" + std::to_string(device.cores_limit_percent()) + "%";
+      const std::string throttled =
+          rates ? percent_text(rates->throttled_percent) + "%" : std::string(known ? "-" : "?");
+      const std::string memory =
+          (known ? format_bytes(device.memory_used_bytes()) : std::string("?")) + "/" + limit;
+      lines.push_back((first ? name : std::string(kNameWidth, ' ')) + " " +
+                      pad_right(gpu_seen ? std::to_string(gpu->index()) : "?", kGpuWidth) + " " +
+                      (known ? format_bar(fraction, share_bar_) : unknown_bar()) + " " +
+                      pad_left(memory, kMemoryTextWidth) + " " + pad_left(cores, kCoresWidth) +
+                      " " + pad_left(throttled, kThrottledWidth) + " " +
+                      (first ? processes : std::string()));
       first = false;
     }
   }

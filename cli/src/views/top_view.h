@@ -29,9 +29,11 @@ struct TopLayout {
 // The screen: a header (node, time, source), one line per GPU (memory bar, utilisation), one line
 // per GPU of each share (memory used/limit with a bar, cores used/quota, throttled %, processes),
 // shares sorted by `size.sort` (largest first; names A-Z), and a line for shares that could not be
-// read. No line is longer than size.width and, with a height, there are at most size.height lines:
-// shares that do not fit are counted in a "+N more shares" line. Rates (cores used, throttled)
-// need `before` (the previous snapshot); without it the agent's cores_used_percent is shown, and
+// read (read_error: the first one's reason, and how many; their usage figures show as "?",
+// unknown, never 0). No line is longer than size.width and, with a height, there are at most
+// size.height lines: shares that do not fit are counted in a "+N more shares" line. Rates (cores
+// used, throttled) need `before` (the previous snapshot); without it the agent's cores_used_percent
+// is shown, and
 // "-" where there is none.
 std::vector<std::string> render_top(const Snapshot& now, const Snapshot* before,
                                     const TopLayout& size);

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 
 #include "metrics/share_usage.h"
 #include "share/share_manager.h"
@@ -61,8 +62,21 @@ void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
   share.set_source("agent");
   share.set_folder(sources.shares_dir + "/" + first.folder_name());
 
+  // A folder that cannot be read whole says so (read_error): its figures are unknown, not 0, and
+  // are left out rather than taken from what part of it could be read.
   Result<ShareFolderUsage> read = read_share_folder(share.folder(), buffers);
-  const ShareFolderUsage usage = read.is_ok() ? std::move(read).value() : ShareFolderUsage{};
+  if (!read.is_ok()) {
+    share.set_read_error(read.status().message());
+  } else if (!read->usage_error.empty()) {
+    share.set_read_error(read->usage_error);
+  }
+  ShareFolderUsage usage = read.is_ok() ? std::move(read).value() : ShareFolderUsage{};
+  if (!share.read_error().empty()) {
+    ShareFolderUsage limits_only;  // what the limits page says (the agent's figures) is kept
+    limits_only.uuids = std::move(usage.uuids);
+    limits_only.context_overhead_bytes = usage.context_overhead_bytes;
+    usage = std::move(limits_only);
+  }
   share.set_allocations_denied(usage.allocations_denied);
   share.set_throttled_seconds(static_cast<double>(usage.throttled_ns) / kNsPerSecond);
   share.set_launches(usage.launches);
@@ -169,7 +183,11 @@ void fill_cores_used(const v1::ListSharesResponse& previous, v1::ListSharesRespo
   for (const v1::Share& share : previous.shares())
     for (const v1::ShareDevice& device : share.devices())
       before[{share.name(), device.gpu_uuid()}] = device.gpu_seconds();
+  std::set<std::string> unread_before;  // no figures to take a rate from
+  for (const v1::Share& share : previous.shares())
+    if (!share.read_error().empty()) unread_before.insert(share.name());
   for (v1::Share& share : *current.mutable_shares()) {
+    if (!share.read_error().empty() || unread_before.count(share.name())) continue;
     for (v1::ShareDevice& device : *share.mutable_devices()) {
       const auto was = before.find({share.name(), device.gpu_uuid()});
       if (was == before.end() || device.gpu_seconds() < was->second) continue;

@@ -40,7 +40,8 @@ tessera::node::v1::ListSharesResponse read_node_snapshot(const NodeSnapshotSourc
 
 // Each device's cores_used_percent in `current`: its GPU time since `previous` (the same share and
 // GPU) over the wall time between the two snapshots, in percent of the GPU. Left 0 where
-// `previous` lacks the share or the time did not move.
+// `previous` lacks the share, either snapshot could not read it (read_error) or the time did not
+// move.
 void fill_cores_used(const tessera::node::v1::ListSharesResponse& previous,
                      tessera::node::v1::ListSharesResponse& current);
 

@@ -125,6 +125,10 @@ std::vector<v1::Event> snapshot_events(const v1::ListSharesResponse& before,
       continue;
     }
     const v1::Share& was = *old->second;
+    // A share whose folder could not be read (now, or the time before) has unknown counters, not
+    // 0: a diff against them would report everything since the share began as new. What happens
+    // while it cannot be read is counted from its next readable figures on.
+    if (!share.read_error().empty() || !was.read_error().empty()) continue;
     const uint64_t denied = share.allocations_denied() >= was.allocations_denied()
                                 ? share.allocations_denied() - was.allocations_denied()
                                 : share.allocations_denied();

@@ -17,7 +17,8 @@ namespace tessera::api {
 // throttled. Per share and pass one ALLOCATION_DENIED with the count's increase (fields "denied",
 // "total") and one THROTTLED with the throttled time's increase (fields "throttled_seconds",
 // "total_seconds"); a counter that went down (a slot reused by a new process) counts from 0. A
-// share newly in `after` gets only PREPARED: its counters so far are its start, not a change.
+// share newly in `after` gets only PREPARED: its counters so far are its start, not a change. A
+// share with a read_error in either snapshot gets no counter events: its counters are unknown.
 std::vector<tessera::node::v1::Event> snapshot_events(
     const tessera::node::v1::ListSharesResponse& before,
     const tessera::node::v1::ListSharesResponse& after);

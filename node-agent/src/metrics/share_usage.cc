@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <string>
 
 #include "usage/share_processes.h"
 
@@ -65,17 +66,31 @@ Result<ShareFolderUsage> read_share_folder(const std::string& folder, ShareReadB
 
   // The usage page: absent until the first process of the share creates it.
   constexpr size_t kHeader = offsetof(share::UsagePage, slots);
-  Result<UniqueFd> usage_fd = open_regular(folder + "/usage", O_RDONLY, kHeader);
-  if (!usage_fd.is_ok()) return result;
+  const std::string usage_path = folder + "/usage";
+  Result<UniqueFd> usage_fd = open_regular(usage_path, O_RDONLY, kHeader);
+  if (!usage_fd.is_ok()) {
+    if (usage_fd.status().code() != StatusCode::kNotFound)
+      result.usage_error = usage_fd.status().message();
+    return result;
+  }
   buffers.usage.assign(sizeof(share::UsagePage), 0);
   const auto* usage = reinterpret_cast<const share::UsagePage*>(buffers.usage.data());
-  if (read_at(usage_fd->get(), buffers.usage, 0, kHeader) != kHeader ||
-      !share::valid_usage_page(*usage))
+  if (read_at(usage_fd->get(), buffers.usage, 0, kHeader) != kHeader) {
+    result.usage_error = usage_path + " is shorter than its header";
     return result;
+  }
+  if (!share::valid_usage_page(*usage)) {
+    result.usage_error = usage_path + " is no valid usage page (magic, version or size)";
+    return result;
+  }
   uint32_t high = usage->slot_high_water.load(std::memory_order_relaxed);
   if (high > share::kMaxSlots) high = share::kMaxSlots;
-  const size_t got =
-      read_at(usage_fd->get(), buffers.usage, kHeader, high * sizeof(share::ProcessSlot));
+  const size_t wanted = high * sizeof(share::ProcessSlot);
+  const size_t got = read_at(usage_fd->get(), buffers.usage, kHeader, wanted);
+  // The shim creates the page whole: a short one was cut by someone, and its sums would be short.
+  if (got < wanted)
+    result.usage_error = usage_path + " is truncated (" + std::to_string(kHeader + got) + " of " +
+                         std::to_string(kHeader + wanted) + " bytes its slots need)";
   const uint32_t whole = static_cast<uint32_t>(got / sizeof(share::ProcessSlot));
   result.usage_valid = true;
   for (uint32_t i = 0; i < whole; ++i) {
@@ -108,9 +123,12 @@ Result<ShareFolderUsage> read_share_folder(const std::string& folder, ShareReadB
   if (!agent_measures) {
     constexpr size_t kCompute = offsetof(share::UsagePage, compute);
     if (read_at(usage_fd->get(), buffers.usage, kCompute, sizeof(share::ComputeArea)) ==
-        sizeof(share::ComputeArea))
+        sizeof(share::ComputeArea)) {
       for (uint32_t d = 0; d < devices; ++d)
         result.gpu_busy_ns[d] = usage->compute.devices[d].busy_ns.load(std::memory_order_relaxed);
+    } else if (result.usage_error.empty()) {
+      result.usage_error = usage_path + " is truncated (no whole compute area)";
+    }
   }
   return result;
 }

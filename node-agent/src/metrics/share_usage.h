@@ -38,6 +38,9 @@ struct ShareFolderUsage {
   uint32_t processes = 0;
   std::vector<ProcessSlotUsage> process_slots;  // the owned slots (the local API lists them)
   bool usage_valid = false;  // false: no usable usage page (yet); the figures above are 0
+  // Why a usage page that is there could not be read whole (a symlink, a FIFO, shorter than its
+  // header or its slots, not valid); empty when it was read or is absent (nothing used yet).
+  std::string usage_error;
 
   // Index of `uuid` in the limits page, or -1.
   int device_index(const std::string& uuid) const;

@@ -70,6 +70,32 @@ TEST(SnapshotEvents, OneDeniedAndOneThrottledEventPerShareWithTheDelta) {
   EXPECT_TRUE(snapshot_events(after, after).empty());
 }
 
+TEST(SnapshotEvents, AShareThatCouldNotBeReadMakesNoCounterEvents) {
+  v1::ListSharesResponse readable, unread, again, later;
+  v1::Share* share = add_share(readable, "s", "c");
+  share->set_allocations_denied(5);
+  share->set_throttled_seconds(3.0);
+  // Unknown figures are 0 in the message: not a counter that went down and up again.
+  add_share(unread, "s", "c")->set_read_error("/shares/s/usage is truncated");
+  share = add_share(again, "s", "c");
+  share->set_allocations_denied(7);
+  share->set_throttled_seconds(3.5);
+  share = add_share(later, "s", "c");
+  share->set_allocations_denied(8);
+  share->set_throttled_seconds(3.5);
+  EXPECT_TRUE(snapshot_events(readable, unread).empty());
+  // Read again: its counters since it began are no change of the last pass.
+  EXPECT_TRUE(snapshot_events(unread, again).empty());
+  // From then on, as any share; and gone while unreadable is still gone.
+  const auto events = snapshot_events(again, later);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind(), v1::Event::ALLOCATION_DENIED);
+  EXPECT_EQ(events[0].fields().at("denied"), "1");
+  const auto gone = snapshot_events(unread, v1::ListSharesResponse{});
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].kind(), v1::Event::UNPREPARED);
+}
+
 TEST(SnapshotEvents, ACounterThatWentDownCountsFromZero) {
   v1::ListSharesResponse before, after;
   add_share(before, "s", "c")->set_allocations_denied(9);

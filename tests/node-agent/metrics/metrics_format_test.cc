@@ -275,6 +275,8 @@ TEST_F(ShareFolder, NoUsablePageReadsAsZero) {
   Result<ShareFolderUsage> usage = read();
   ASSERT_EQ(usage.status().message(), "");
   EXPECT_EQ(usage->memory_bytes[0], 0u);
+  EXPECT_EQ(usage->usage_error,
+            (dir_ / "usage").string() + " is truncated (no whole compute area)");
   // A symlink in place of the page (to a file the agent could read): not followed.
   fs::remove(dir_ / "usage");
   std::ofstream(dir_ / "elsewhere") << std::string(sizeof(share::UsagePage), 'x');
@@ -282,12 +284,19 @@ TEST_F(ShareFolder, NoUsablePageReadsAsZero) {
   usage = read();
   ASSERT_EQ(usage.status().message(), "");
   EXPECT_FALSE(usage->usage_valid);
+  EXPECT_EQ(usage->usage_error, (dir_ / "usage").string() + " is a symlink");
   // A FIFO: never blocks.
   fs::remove(dir_ / "usage");
   ASSERT_EQ(mkfifo((dir_ / "usage").c_str(), 0666), 0);
   usage = read();
   ASSERT_EQ(usage.status().message(), "");
   EXPECT_FALSE(usage->usage_valid);
+  EXPECT_FALSE(usage->usage_error.empty());
+  // Absent: nothing used yet, no error.
+  fs::remove(dir_ / "usage");
+  usage = read();
+  ASSERT_EQ(usage.status().message(), "");
+  EXPECT_EQ(usage->usage_error, "");
   // No limits page: no share here.
   fs::remove(dir_ / "limits");
   EXPECT_EQ(read().status().code(), StatusCode::kNotFound);

@@ -1,0 +1,201 @@
+// The agent's snapshot of its shares (api/node_snapshot.h) on share folders a tenant may have
+// damaged: a usage page cut short, a symlink or a FIFO in its place, no limits page. Such a share
+// is listed with its limits and a read_error, never with usage figures of 0 that look read.
+#include "api/node_snapshot.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "share/share_manager.h"
+#include "tessera/share_contract.h"
+#include "tessera/share_files.h"
+#include "tessera/share_region.h"
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+namespace v1 = tessera::node::v1;
+
+constexpr uint64_t kGiB = 1ull << 30;
+constexpr size_t kUsageHeader = offsetof(share::UsagePage, slots);
+
+class NodeSnapshot : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = fs::temp_directory_path() / ("node-snapshot-" + std::to_string(getpid()));
+    fs::remove_all(base_);
+    fs::create_directories(base_ / "shares");
+    fs::create_directories(base_ / "proc");  // no processes to map: host pids stay 0
+
+    spec_.claim_uid = "uid-1";
+    spec_.pool = "node-1";
+    spec_.device = "gpu-0";
+    spec_.uuid = "GPU-aaaa";
+    spec_.memory_bytes = 4 * kGiB;
+    spec_.cores = 30;
+    ClaimEntry entry;
+    entry.namespace_name = "tenants";
+    entry.name = "train";
+    entry.state = ClaimState::kPrepareCompleted;
+    entry.shares = {spec_};
+    checkpoint_["uid-1"] = entry;
+    folder_ = base_ / "shares" / spec_.folder_name();
+    fs::create_directories(folder_);
+    ASSERT_EQ(share::write_limits(folder_.string(), {share_limits(spec_)}), "");
+
+    // One process holding 1 GiB, with 3 allocations denied and 2 s throttled so far.
+    ASSERT_EQ(share::create_usage_page(folder_.c_str()), 0);
+    share::UsagePage* page = nullptr;
+    ASSERT_EQ(share::map_usage_page((folder_ / "usage").c_str(), true, page), 0);
+    page->slot_high_water = 1;
+    page->slots[0].owner = share::make_owner(100, 1, 1);
+    page->slots[0].pid = 100;
+    page->slots[0].bytes[0] = kGiB;
+    page->slots[0].allocations_denied = 3;
+    page->slots[0].throttled_ns = 2'000'000'000;
+    page->slots[0].launches = 50;
+    page->compute.devices[0].busy_ns = 10'000'000'000;
+    share::unmap_usage_page(page);
+  }
+  void TearDown() override { fs::remove_all(base_); }
+
+  v1::ListSharesResponse snapshot(int64_t unix_ms = 1000) {
+    NodeSnapshotSources sources;
+    sources.node_name = "node-1";
+    sources.shares_dir = (base_ / "shares").string();
+    sources.checkpoint = [this] { return checkpoint_; };
+    sources.proc_root = (base_ / "proc").string();
+    return read_node_snapshot(sources, unix_ms);
+  }
+
+  // The share's figures are all unknown (0 in the message) and its limits still there.
+  static void expect_limits_only(const v1::Share& share) {
+    EXPECT_EQ(share.allocations_denied(), 0u);
+    EXPECT_EQ(share.throttled_seconds(), 0.0);
+    EXPECT_EQ(share.launches(), 0u);
+    EXPECT_EQ(share.processes_size(), 0);
+    ASSERT_EQ(share.devices_size(), 1);
+    EXPECT_EQ(share.devices(0).gpu_uuid(), "GPU-aaaa");
+    EXPECT_EQ(share.devices(0).memory_limit_bytes(), 4 * kGiB);
+    EXPECT_EQ(share.devices(0).cores_limit_percent(), 30u);
+    EXPECT_EQ(share.devices(0).memory_used_bytes(), 0u);
+    EXPECT_EQ(share.devices(0).gpu_seconds(), 0.0);
+  }
+
+  fs::path base_;
+  fs::path folder_;
+  ShareSpec spec_;
+  Checkpoint checkpoint_;
+};
+
+TEST_F(NodeSnapshot, AReadableFolderHasItsUsageAndNoReadError) {
+  const v1::ListSharesResponse node = snapshot();
+  ASSERT_EQ(node.shares_size(), 1);
+  const v1::Share& share = node.shares(0);
+  EXPECT_EQ(share.read_error(), "");
+  EXPECT_EQ(share.allocations_denied(), 3u);
+  EXPECT_DOUBLE_EQ(share.throttled_seconds(), 2.0);
+  EXPECT_EQ(share.launches(), 50u);
+  ASSERT_EQ(share.processes_size(), 1);
+  EXPECT_EQ(share.devices(0).memory_used_bytes(), kGiB);
+  EXPECT_DOUBLE_EQ(share.devices(0).gpu_seconds(), 10.0);
+}
+
+TEST_F(NodeSnapshot, NoUsagePageYetIsNothingUsedNotAnError) {
+  fs::remove(folder_ / "usage");
+  const v1::ListSharesResponse node = snapshot();
+  ASSERT_EQ(node.shares_size(), 1);
+  EXPECT_EQ(node.shares(0).read_error(), "");
+  expect_limits_only(node.shares(0));
+}
+
+TEST_F(NodeSnapshot, ATruncatedUsagePageIsAReadErrorNotZeroUsage) {
+  // The header survives and names one slot; half of that slot is gone.
+  const size_t cut = kUsageHeader + sizeof(share::ProcessSlot) / 2;
+  ASSERT_EQ(truncate((folder_ / "usage").c_str(), static_cast<off_t>(cut)), 0);
+  const v1::ListSharesResponse node = snapshot();
+  ASSERT_EQ(node.shares_size(), 1);
+  const v1::Share& share = node.shares(0);
+  EXPECT_EQ(share.read_error(), (folder_ / "usage").string() + " is truncated (" +
+                                    std::to_string(cut) + " of " +
+                                    std::to_string(kUsageHeader + sizeof(share::ProcessSlot)) +
+                                    " bytes its slots need)");
+  expect_limits_only(share);
+
+  // Shorter than its header: refused when opened.
+  ASSERT_EQ(truncate((folder_ / "usage").c_str(), static_cast<off_t>(kUsageHeader / 2)), 0);
+  const v1::Share again = snapshot().shares(0);
+  EXPECT_NE(again.read_error().find((folder_ / "usage").string()), std::string::npos);
+  EXPECT_NE(again.read_error().find("not a regular file of at least"), std::string::npos)
+      << again.read_error();
+  expect_limits_only(again);
+}
+
+TEST_F(NodeSnapshot, ASymlinkFifoOrGarbageInPlaceOfTheUsagePageIsAReadError) {
+  const fs::path usage = folder_ / "usage";
+  fs::remove(usage);
+  std::ofstream(base_ / "elsewhere") << std::string(sizeof(share::UsagePage), 'x');
+  fs::create_symlink(base_ / "elsewhere", usage);
+  v1::Share share = snapshot().shares(0);
+  EXPECT_EQ(share.read_error(), usage.string() + " is a symlink");
+  expect_limits_only(share);
+
+  fs::remove(usage);
+  ASSERT_EQ(mkfifo(usage.c_str(), 0666), 0);
+  share = snapshot().shares(0);  // never blocks on the FIFO
+  EXPECT_NE(share.read_error().find("is not a regular file"), std::string::npos)
+      << share.read_error();
+  expect_limits_only(share);
+
+  fs::remove(usage);
+  std::ofstream(usage) << std::string(sizeof(share::UsagePage), 'x');
+  share = snapshot().shares(0);
+  EXPECT_EQ(share.read_error(),
+            usage.string() + " is no valid usage page (magic, version or size)");
+  expect_limits_only(share);
+}
+
+TEST_F(NodeSnapshot, NoLimitsPageIsAReadErrorWithTheCheckpointsLimits) {
+  fs::remove(folder_ / "limits");
+  const v1::Share share = snapshot().shares(0);
+  EXPECT_NE(share.read_error().find((folder_ / "limits").string()), std::string::npos)
+      << share.read_error();
+  expect_limits_only(share);
+}
+
+TEST_F(NodeSnapshot, NoCoresRateAcrossASnapshotThatCouldNotRead) {
+  const v1::ListSharesResponse readable = snapshot(1000);
+  const fs::path usage = folder_ / "usage";
+  fs::rename(usage, base_ / "usage.kept");
+  fs::create_symlink(base_ / "usage.kept", usage);
+  v1::ListSharesResponse unread = snapshot(2000);
+  ASSERT_FALSE(unread.shares(0).read_error().empty());
+  fill_cores_used(readable, unread);
+  EXPECT_EQ(unread.shares(0).devices(0).cores_used_percent(), 0.0);
+  // Read again: its 10 s of GPU time are not 10 s used in the last second (from an unknown 0).
+  fs::remove(usage);
+  fs::rename(base_ / "usage.kept", usage);
+  v1::ListSharesResponse again = snapshot(3000);
+  ASSERT_EQ(again.shares(0).read_error(), "");
+  fill_cores_used(unread, again);
+  EXPECT_EQ(again.shares(0).devices(0).cores_used_percent(), 0.0);
+  // Between two readable snapshots the rate is as before.
+  v1::ListSharesResponse later = snapshot(4000);
+  share::UsagePage* page = nullptr;
+  ASSERT_EQ(share::map_usage_page(usage.c_str(), true, page), 0);
+  page->compute.devices[0].busy_ns = 10'500'000'000;
+  share::unmap_usage_page(page);
+  later = snapshot(4000);
+  fill_cores_used(again, later);
+  EXPECT_NEAR(later.shares(0).devices(0).cores_used_percent(), 50.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace tessera::agent
