@@ -2,7 +2,8 @@
 """`tessera top` on a real terminal: tmux at 80x24 runs `tessera top --local` while two
 `tessera run` shares work on the simulated GPU (memory-fill holding memory, compute-burn
 launching). The captured screen must show both shares, their limits and their memory bars, fit
-80x24, and 'q' must end it. `tessera top --once` and `tessera shares -o table|json|yaml` are
+80x24, and 'q' must end it; ^Z in an interactive shell must give the terminal back (the normal
+screen, the cursor shown) and `fg` must take it again. `tessera top --once` and `tessera shares -o table|json|yaml` are
 checked against the same shares. The capture is saved (--capture) for docs/cli.md.
 
   check_top_tmux.py --tessera T --burn B --memory-fill M --lib-dir D [--capture FILE]
@@ -73,6 +74,61 @@ def share_lines(screen):
         if line.startswith("SHARE "):
             return lines[i + 1:]
     return []
+
+
+def wait_for(check, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return check()
+
+
+def check_suspend(tmux, top):
+    """^Z in an interactive shell: top gives the terminal back before it stops (the shell's prompt
+    on the normal screen, the cursor shown), `fg` takes it again and top draws, 'q' ends it."""
+    prompt = "shell$"
+    tmux.run("new-session", "-d", "-x", "80", "-y", "24", "-s", "top",
+             f"env PS1='{prompt} ' bash --norc --noprofile -i")
+
+    def state():
+        return tmux.run("display-message", "-p", "-t", "top",
+                        "#{alternate_on} #{cursor_flag}").stdout.split()
+
+    def at_prompt():
+        lines = [line for line in tmux.capture().splitlines() if line.strip()]
+        return bool(lines) and lines[-1].rstrip() == prompt
+
+    def drawing():
+        return tmux.capture().startswith("tessera top - ") and state()[0] == "1"
+
+    if not wait_for(at_prompt):
+        fail("no shell prompt", tmux.capture())
+    tmux.run("send-keys", "-t", "top", "-l", top)
+    tmux.run("send-keys", "-t", "top", "Enter")
+    if not wait_for(drawing):
+        fail("tessera top did not start in the shell", tmux.capture())
+    tmux.run("send-keys", "-t", "top", "C-z")
+    if not wait_for(lambda: at_prompt() and "Stopped" in tmux.capture()):
+        fail(f"^Z did not give the shell its prompt back (terminal state {state()})",
+             tmux.capture())
+    if state() != ["0", "1"]:
+        fail(f"after ^Z: terminal state {state()} (alternate screen, cursor shown); expected "
+             "the normal screen and the cursor", tmux.capture())
+    tmux.run("send-keys", "-t", "top", "-l", "fg")
+    tmux.run("send-keys", "-t", "top", "Enter")
+    if not wait_for(drawing):
+        fail(f"after fg: tessera top did not draw again (terminal state {state()})",
+             tmux.capture())
+    if state() != ["1", "0"]:
+        fail(f"after fg: terminal state {state()}; expected top's alternate screen, no cursor",
+             tmux.capture())
+    tmux.run("send-keys", "-t", "top", "q")
+    if not wait_for(at_prompt) or state() != ["0", "1"]:
+        fail(f"after fg and q: terminal state {state()}", tmux.capture())
+    tmux.run("kill-session", "-t", "top")
+    print("^Z, fg and q in bash: the terminal given back and taken again")
 
 
 def main():
@@ -210,6 +266,8 @@ def main():
                 fail(f"after ^C: terminal state {state} (alternate screen, cursor shown)",
                      restored)
             tmux.run("kill-session", "-t", "top")
+
+            check_suspend(tmux, top[len("exec "):])
 
             # Without a terminal: plain lines, once.
             once = subprocess.run([args.tessera, "top", "--local", "--once"], env=env,

@@ -294,8 +294,14 @@ class FakeScreen : public TopScreen {
     return 0;
   }
   void draw(const std::vector<std::string>& lines) override { frames.push_back(lines); }
+  // Stopped for 5 s, as a shell's job between ^Z and fg.
+  void suspend() override {
+    suspended_after_frames.push_back(frames.size());
+    now_ms += 5000;
+  }
 
   int64_t now_ms = 0;
+  std::vector<size_t> suspended_after_frames;  // frames drawn before each suspend
   std::vector<int64_t> waits;
   std::vector<std::vector<std::string>> frames;
 
@@ -325,6 +331,25 @@ TEST_F(TopRender, TheScreenLoopRefreshesEachIntervalSortsOnKeysAndQuitsOnQ) {
   // From the second frame on, rates: alpha used 0.5 s of each second.
   EXPECT_NE(share_lines(screen.frames[1])[0].find(" 50/30% "), std::string::npos)
       << share_lines(screen.frames[1])[0];
+}
+
+TEST_F(TopRender, TheScreenLoopSuspendsOnCtrlZAndDrawsAFreshSnapshotWhenBack) {
+  int taken = 0;
+  const SnapshotSource source = [&]() -> Result<Snapshot> {
+    ++taken;
+    return snapshot_of(two_shares(), kSampledAt + taken * 1000);
+  };
+  // ^Z 400 ms into the first interval, back after 5 s, then 'q'.
+  FakeScreen screen({{400, TopScreen::kSuspend}, {100, 'q'}});
+  TopLoopOptions options;
+  options.monotonic_ms = [&] { return screen.now_ms; };
+  run_top_screen(source, screen, options);
+  ASSERT_EQ(screen.suspended_after_frames, std::vector<size_t>{1});
+  // Drawn again at once when continued, from a snapshot taken then (the old one is 5 s stale).
+  ASSERT_EQ(screen.frames.size(), 2u);
+  EXPECT_EQ(taken, 2);
+  EXPECT_EQ(screen.waits[1], 1000);
+  EXPECT_EQ(screen.frames[1][0].rfind("tessera top - gpu-node-1", 0), 0u);
 }
 
 TEST_F(TopRender, TheScreenLoopShowsASourceErrorAndRetries) {

@@ -1,5 +1,6 @@
 #include "views/top_view.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -20,6 +21,7 @@
 #include <optional>
 #include <thread>
 
+#include "tessera/unique_fd.h"
 #include "views/format.h"
 #include "views/local_node.h"
 
@@ -378,14 +380,37 @@ class Renderer {
 
 // ---- the terminal ------------------------------------------------------------------------------
 
+// Set by the signal handlers, acted on by the loop (wait_key and suspend): a handler only sets its
+// flag and writes a byte to the self-pipe, so a signal that lands just before poll still wakes it.
 volatile sig_atomic_t g_stop_signal = 0;
 volatile sig_atomic_t g_resized = 0;
+volatile sig_atomic_t g_suspend = 0;    // SIGTSTP (^Z): give the terminal back, then stop
+volatile sig_atomic_t g_continued = 0;  // SIGCONT: take the terminal again and redraw
+volatile sig_atomic_t g_wake_fd = -1;   // the self-pipe's write end while a screen lives
 
+void wake_loop() {
+  const int saved_errno = errno;
+  if (const int fd = g_wake_fd; fd >= 0) {
+    const char byte = 0;
+    [[maybe_unused]] const ssize_t ignored = ::write(fd, &byte, 1);  // full pipe: already awake
+  }
+  errno = saved_errno;
+}
 void on_stop_signal(int signal_number) {
   g_stop_signal = signal_number;
+  wake_loop();
 }
 void on_resize(int) {
   g_resized = 1;
+  wake_loop();
+}
+void on_suspend(int) {
+  g_suspend = 1;
+  wake_loop();
+}
+void on_continue(int) {
+  g_continued = 1;
+  wake_loop();
 }
 
 void write_all(int fd, const std::string& text) {
@@ -400,12 +425,22 @@ void write_all(int fd, const std::string& text) {
 
 // The real terminal, for as long as it lives: keys unbuffered and not echoed, the alternate
 // screen, the cursor hidden, signal handlers that end the loop; everything restored when it goes
-// (after 'q', SIGINT, SIGTERM or SIGHUP alike).
+// (after 'q', SIGINT, SIGTERM or SIGHUP alike). ^Z gives the terminal back before the process
+// stops, as top, htop and less do, and SIGCONT takes it again (also after a SIGSTOP from outside,
+// which left no chance to give it back).
 class AnsiScreen : public TopScreen {
  public:
   AnsiScreen() {
     g_stop_signal = 0;
     g_resized = 0;
+    g_suspend = 0;
+    g_continued = 0;
+    int ends[2] = {-1, -1};
+    if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) == 0) {
+      wake_read_.reset(ends[0]);
+      wake_write_.reset(ends[1]);
+      g_wake_fd = wake_write_.get();
+    }
     struct sigaction action {};
     sigemptyset(&action.sa_mask);
     action.sa_handler = on_stop_signal;  // no SA_RESTART: poll returns at once with EINTR
@@ -413,22 +448,21 @@ class AnsiScreen : public TopScreen {
       ::sigaction(kStopSignals[i], &action, &saved_actions_[i]);
     action.sa_handler = on_resize;
     ::sigaction(SIGWINCH, &action, &saved_winch_);
-    if (::isatty(STDIN_FILENO) && ::tcgetattr(STDIN_FILENO, &saved_termios_) == 0) {
-      termios raw = saved_termios_;
-      raw.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);  // ISIG stays: ^C is SIGINT
-      raw.c_cc[VMIN] = 0;
-      raw.c_cc[VTIME] = 0;
-      raw_ = ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &raw) == 0;
-      keys_ = true;
-    }
-    write_all(STDOUT_FILENO, "\x1b[?1049h\x1b[?25l");
+    action.sa_handler = on_suspend;
+    ::sigaction(SIGTSTP, &action, &saved_tstp_);
+    action.sa_handler = on_continue;
+    ::sigaction(SIGCONT, &action, &saved_cont_);
+    keys_ = ::isatty(STDIN_FILENO) != 0;
+    enter();
   }
   ~AnsiScreen() override {
-    write_all(STDOUT_FILENO, "\x1b[?25h\x1b[?1049l");
-    if (raw_) ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_termios_);
+    leave();
     for (size_t i = 0; i < kStopSignals.size(); ++i)
       ::sigaction(kStopSignals[i], &saved_actions_[i], nullptr);
     ::sigaction(SIGWINCH, &saved_winch_, nullptr);
+    ::sigaction(SIGTSTP, &saved_tstp_, nullptr);
+    ::sigaction(SIGCONT, &saved_cont_, nullptr);
+    g_wake_fd = -1;
   }
   AnsiScreen(const AnsiScreen&) = delete;
   AnsiScreen& operator=(const AnsiScreen&) = delete;
@@ -448,20 +482,17 @@ class AnsiScreen : public TopScreen {
   }
 
   int wait_key(int64_t timeout_ms) override {
-    if (g_stop_signal) return kStop;
-    if (g_resized) {
-      g_resized = 0;
-      return kResized;
-    }
-    pollfd input{STDIN_FILENO, POLLIN, 0};
+    if (const int event = pending_event()) return event;
+    std::array<pollfd, 2> fds = {pollfd{wake_read_.get(), POLLIN, 0},
+                                 pollfd{STDIN_FILENO, POLLIN, 0}};
     const int timeout = static_cast<int>(std::clamp<int64_t>(timeout_ms, 0, 60'000));
-    const int ready = ::poll(keys_ ? &input : nullptr, keys_ ? 1 : 0, timeout);
-    if (g_stop_signal) return kStop;
-    if (g_resized) {
-      g_resized = 0;
-      return kResized;
-    }
-    if (ready <= 0) return 0;
+    // Without a self-pipe (pipe2 failed) a signal still ends poll with EINTR.
+    pollfd* first = wake_read_ ? &fds[0] : &fds[1];
+    const nfds_t count = (wake_read_ ? 1 : 0) + (keys_ ? 1 : 0);
+    const int ready = ::poll(count > 0 ? first : nullptr, count, timeout);
+    if (wake_read_ && (fds[0].revents & POLLIN)) drain_wake_pipe();
+    if (const int event = pending_event()) return event;
+    if (ready <= 0 || !keys_ || (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) == 0) return 0;
     unsigned char key = 0;
     const ssize_t n = ::read(STDIN_FILENO, &key, 1);
     if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) keys_ = false;  // input closed
@@ -480,12 +511,82 @@ class AnsiScreen : public TopScreen {
     write_all(STDOUT_FILENO, frame);
   }
 
+  // ^Z: the terminal as it was, then stopped with SIGTSTP's own action (the shell sees a stopped
+  // job); once continued (fg, bg, SIGCONT), the handler back and the terminal taken again.
+  void suspend() override {
+    leave();
+    struct sigaction default_action {};
+    sigemptyset(&default_action.sa_mask);
+    default_action.sa_handler = SIG_DFL;
+    struct sigaction ours {};
+    ::sigaction(SIGTSTP, &default_action, &ours);
+    sigset_t tstp;
+    sigemptyset(&tstp);
+    sigaddset(&tstp, SIGTSTP);
+    ::sigprocmask(SIG_UNBLOCK, &tstp, nullptr);
+    ::raise(SIGTSTP);  // returns once continued
+    ::sigaction(SIGTSTP, &ours, nullptr);
+    g_suspend = 0;
+    g_continued = 0;  // this resume is handled here
+    drain_wake_pipe();
+    enter();
+  }
+
  private:
+  // An event a signal flagged, acted on here (never in the handler); 0 when none.
+  int pending_event() {
+    if (g_stop_signal) return kStop;
+    if (g_suspend) return kSuspend;
+    if (g_continued) {
+      // Continued without our ^Z (a SIGSTOP from outside): whoever had the terminal meanwhile
+      // may have reset it.
+      g_continued = 0;
+      enter();
+      return kResized;
+    }
+    if (g_resized) {
+      g_resized = 0;
+      return kResized;
+    }
+    return 0;
+  }
+
+  void drain_wake_pipe() {
+    char bytes[64];
+    while (::read(wake_read_.get(), bytes, sizeof bytes) > 0) {
+    }
+  }
+
+  // Keys unbuffered and not echoed, the alternate screen, the cursor hidden. The terminal's own
+  // settings are taken when this screen does not hold it (the shell may have changed them while
+  // the process was stopped), kept when it does (continued after a SIGSTOP from outside).
+  void enter() {
+    if (keys_ && !raw_ && ::tcgetattr(STDIN_FILENO, &saved_termios_) == 0) have_saved_ = true;
+    if (have_saved_) {
+      termios raw = saved_termios_;
+      raw.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);  // ISIG stays: ^C is SIGINT, ^Z SIGTSTP
+      raw.c_cc[VMIN] = 0;
+      raw.c_cc[VTIME] = 0;
+      if (::tcsetattr(STDIN_FILENO, TCSAFLUSH, &raw) == 0) raw_ = true;
+    }
+    write_all(STDOUT_FILENO, "\x1b[?1049h\x1b[?25l");
+  }
+
+  void leave() {
+    write_all(STDOUT_FILENO, "\x1b[?25h\x1b[?1049l");
+    if (raw_) ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_termios_);
+    raw_ = false;
+  }
+
   static constexpr std::array<int, 3> kStopSignals = {SIGINT, SIGTERM, SIGHUP};
   std::array<struct sigaction, 3> saved_actions_{};
   struct sigaction saved_winch_ {};
+  struct sigaction saved_tstp_ {};
+  struct sigaction saved_cont_ {};
   termios saved_termios_{};
-  bool raw_ = false;
+  UniqueFd wake_read_, wake_write_;
+  bool have_saved_ = false;  // saved_termios_ holds the terminal's own settings
+  bool raw_ = false;         // the terminal is in this screen's mode
   bool keys_ = false;
 };
 
@@ -549,6 +650,9 @@ void run_top_screen(const SnapshotSource& source, TopScreen& screen,
       case 'q':
       case 'Q':
         return;
+      case TopScreen::kSuspend:
+        screen.suspend();  // returns once continued: drawn again at once
+        break;
       case 'm':
         sort = TopSort::kMemory;
         break;

@@ -43,13 +43,17 @@ std::vector<std::string> render_top_error(const Status& status, const TopLayout&
 // What the full-screen loop needs of a terminal.
 class TopScreen {
  public:
-  static constexpr int kResized = -2;  // wait_key: the terminal changed size
+  static constexpr int kSuspend = -3;  // wait_key: ^Z (SIGTSTP): the loop calls suspend()
+  static constexpr int kResized = -2;  // wait_key: the terminal changed size (or must be redrawn)
   static constexpr int kStop = -1;     // wait_key: a signal asks the loop to end
   virtual ~TopScreen() = default;
   virtual TopLayout size() = 0;
   // A key pressed within `timeout_ms` (its byte), 0 when none was, kResized or kStop.
   virtual int wait_key(int64_t timeout_ms) = 0;
   virtual void draw(const std::vector<std::string>& lines) = 0;
+  // Gives the terminal back, stops the process until it is continued, then takes the terminal
+  // again (the loop draws at once). A screen that is no terminal has nothing to give back.
+  virtual void suspend() {}
 };
 
 struct TopLoopOptions {
@@ -59,7 +63,8 @@ struct TopLoopOptions {
 };
 
 // Full screen: a snapshot every interval, redrawn at once on a key or a resize. 'q' quits; 'm',
-// 'c', 't', 'n' sort by memory, cores, throttled, name. Ends with kStop too.
+// 'c', 't', 'n' sort by memory, cores, throttled, name. Ends with kStop too; kSuspend suspends the
+// screen and redraws once it is back.
 void run_top_screen(const SnapshotSource& source, TopScreen& screen, const TopLoopOptions& options);
 
 // Plain lines: `iterations` snapshots (0: until killed) `interval_ms` apart, each rendered at
