@@ -402,8 +402,9 @@ Status NodeAgent::start_process_watch() {
     return Status::ok();
   }
   watch_program_ = std::move(loaded).value();
-  watch_resolver_ = std::make_unique<ShareFolderResolver>(
-      ShareFolderResolver::Options{config_.state_dir + "/shares"});
+  ShareFolderResolver::Options resolver_options{config_.state_dir + "/shares"};
+  warn_if_cgroup_v1_only(resolver_options.cgroup_roots);
+  watch_resolver_ = std::make_unique<ShareFolderResolver>(std::move(resolver_options));
   // Its findings go through the same policy as the periodic checks' (log, count, kill).
   watcher_ =
       std::make_unique<ProcessWatcher>(*watch_resolver_, *findings_, clock_, watch_program_.get());

@@ -7,9 +7,33 @@
 #include <fstream>
 #include <map>
 
+#include "tessera/log.h"
 #include "usage/share_processes.h"
 
 namespace tessera::agent {
+
+bool has_unified_cgroup_hierarchy(const std::vector<std::string>& cgroup_roots) {
+  for (const std::string& root : cgroup_roots) {
+    struct stat info {};
+    if (stat((root + "/cgroup.controllers").c_str(), &info) == 0 && S_ISREG(info.st_mode))
+      return true;
+  }
+  return false;
+}
+
+bool warn_if_cgroup_v1_only(const std::vector<std::string>& cgroup_roots) {
+  if (has_unified_cgroup_hierarchy(cgroup_roots)) return false;
+  std::string roots;
+  for (const std::string& root : cgroup_roots) roots += (roots.empty() ? "" : ",") + root;
+  // Exits are still reclaimed (the kernel then reports every exit on the node); only a device
+  // open cannot be tied to a share without a v2 cgroup id.
+  log::warn(
+      "cgroup v1 host: the process watcher's device-open check needs cgroup v2 and finds nothing "
+      "here; the periodic out-of-band check finds unshimmed GPU processes instead",
+      {{"cgroup_roots", roots},
+       {"kubernetes", "kubelet 1.35+ refuses to start on cgroup v1 unless failCgroupV1 is false"}});
+  return true;
+}
 
 uint64_t process_cgroup_v2_id(const std::string& proc_root, int pid,
                               const std::vector<std::string>& cgroup_roots) {

@@ -35,6 +35,16 @@ class ShareFolderResolver final : public ShareResolver {
   std::vector<WatchedShare> shares_;
 };
 
+// Whether one of `cgroup_roots` is a cgroup v2 (unified) hierarchy: its root has
+// cgroup.controllers, as process_cgroup_v2_id requires. False on a cgroup v1-only host, where no
+// process has a v2 cgroup id for the watcher to match.
+bool has_unified_cgroup_hierarchy(const std::vector<std::string>& cgroup_roots);
+
+// At the process watcher's start: on a cgroup v1-only host (no unified hierarchy under
+// `cgroup_roots`), one warning that the watcher's device-open check needs cgroup v2 and the
+// periodic out-of-band check covers unshimmed processes instead. Returns whether it warned.
+bool warn_if_cgroup_v1_only(const std::vector<std::string>& cgroup_roots);
+
 // The v2 cgroup id (the inode of its folder under one of `cgroup_roots`) of host process `pid`,
 // 0 when it has none there (a cgroup v1-only host), is in the root cgroup, or is gone.
 uint64_t process_cgroup_v2_id(const std::string& proc_root, int pid,

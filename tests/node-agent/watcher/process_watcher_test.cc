@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "clock/clock.h"
+#include "tessera/log.h"
 #include "usage/share_processes.h"
 #include "watch_fixture.h"
 
@@ -248,6 +249,51 @@ TEST(ShareFolderResolver, ReadsAProcessesV2CgroupFromProcAndTheUnifiedHierarchy)
   EXPECT_EQ(process_cgroup_v2_id(proc, 125, {unified}), 0u);
   EXPECT_EQ(process_cgroup_v2_id(proc, 126, {unified}), 0u);     // gone
   EXPECT_EQ(process_cgroup_v2_id(proc, 123, {dir.path()}), 0u);  // no v2 mount there
+}
+
+TEST(ShareFolderResolver, TellsACgroupV1OnlyHostFromUnifiedAndHybridOnes) {
+  TempDir dir;
+  std::vector<std::string> lines;
+  log::Options capture;
+  capture.sink = [&lines](std::string_view line) { lines.emplace_back(line); };
+  log::configure(std::move(capture));
+  auto roots_of = [&](const std::string& host) {
+    const std::string cgroup = dir.path() + "/" + host + "/sys/fs/cgroup";
+    return std::vector<std::string>{cgroup + "/unified", cgroup};
+  };
+  // cgroup v2: the unified hierarchy at /sys/fs/cgroup itself.
+  std::filesystem::create_directories(dir.path() + "/v2/sys/fs/cgroup/kubepods.slice");
+  std::ofstream(dir.path() + "/v2/sys/fs/cgroup/cgroup.controllers") << "cpu memory pids\n";
+  // Hybrid: v1 controllers, the unified hierarchy at /sys/fs/cgroup/unified.
+  for (const char* controller : {"memory", "cpu,cpuacct", "systemd", "unified"})
+    std::filesystem::create_directories(dir.path() + "/hybrid/sys/fs/cgroup/" + controller);
+  std::ofstream(dir.path() + "/hybrid/sys/fs/cgroup/unified/cgroup.controllers") << "\n";
+  // cgroup v1 only: controllers' folders (a tmpfs at /sys/fs/cgroup), no unified hierarchy; a
+  // folder named cgroup.controllers is no such file.
+  for (const char* controller : {"memory", "cpu,cpuacct", "systemd", "cgroup.controllers"})
+    std::filesystem::create_directories(dir.path() + "/v1/sys/fs/cgroup/" + controller);
+
+  EXPECT_TRUE(has_unified_cgroup_hierarchy(roots_of("v2")));
+  EXPECT_TRUE(has_unified_cgroup_hierarchy(roots_of("hybrid")));
+  EXPECT_FALSE(has_unified_cgroup_hierarchy(roots_of("v1")));
+  EXPECT_FALSE(has_unified_cgroup_hierarchy(roots_of("no-such-host")));
+
+  EXPECT_FALSE(warn_if_cgroup_v1_only(roots_of("v2")));
+  EXPECT_FALSE(warn_if_cgroup_v1_only(roots_of("hybrid")));
+  EXPECT_TRUE(lines.empty());
+  EXPECT_TRUE(warn_if_cgroup_v1_only(roots_of("v1")));
+  log::configure(log::Options{});
+  ASSERT_EQ(lines.size(), 1u);  // one line, saying what does not work and what covers it
+  EXPECT_NE(lines[0].find(" warn "), std::string::npos) << lines[0];
+  EXPECT_NE(
+      lines[0].find("cgroup v1 host: the process watcher's device-open check needs cgroup v2"),
+      std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[0].find("the periodic out-of-band check finds unshimmed GPU processes instead"),
+            std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[0].find(roots_of("v1")[1]), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("failCgroupV1"), std::string::npos) << lines[0];
 }
 
 TEST(ShareFolderResolver, ListsTheShareFoldersAndWhetherTheirProcessesAreLocated) {
