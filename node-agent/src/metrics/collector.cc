@@ -54,9 +54,12 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
       out.add(MetricId::kShareCoresQuotaPercent, labels, uint64_t{limit.cores_limit});
       out.add(MetricId::kShareCoresBurstPercent, labels,
               uint64_t{std::max(limit.cores_limit, limit.cores_burst)});
-      // Zero until a process of the share has written its usage page.
-      ShareFolderUsage none;
-      const ShareFolderUsage& usage = folder->second ? *folder->second : none;
+      // A page that cannot be read whole (a tenant may truncate or replace it) leaves the usage
+      // series out: 0 would read as "nothing used". Zero until a process has written the page.
+      const bool readable = folder->second && folder->second->usage_error.empty();
+      out.add(MetricId::kShareUsageReadable, labels, uint64_t{readable ? 1u : 0u});
+      if (!readable) continue;
+      const ShareFolderUsage& usage = *folder->second;
       const int index = usage.device_index(share.uuid);
       const uint64_t memory = index >= 0 ? usage.memory_bytes[index] : 0;
       const uint64_t busy_ns = index >= 0 ? usage.gpu_busy_ns[index] : 0;

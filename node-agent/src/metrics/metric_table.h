@@ -35,6 +35,7 @@ enum class MetricId : size_t {
   kShareLaunchesTotal,
   kShareAllocationsDeniedTotal,
   kShareProcesses,
+  kShareUsageReadable,
   kGpuMemoryUsedBytes,
   kGpuMemoryTotalBytes,
   kGpuUtilizationPercent,
@@ -88,6 +89,10 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
     {MetricId::kShareProcesses, "tessera_share_processes", MetricType::kGauge, LabelSet::kShare,
      "Processes holding a slot in the share's usage page (a killed process counts until its slot "
      "is reclaimed)"},
+    {MetricId::kShareUsageReadable, "tessera_share_usage_readable", MetricType::kGauge,
+     LabelSet::kShare,
+     "1 when the share's usage page was read whole (or no process has written it yet), 0 when it "
+     "could not be: its usage series are then left out, never reported as 0"},
     {MetricId::kGpuMemoryUsedBytes, "tessera_gpu_memory_used_bytes", MetricType::kGauge,
      LabelSet::kGpu, "Device memory in use on the GPU (NVML), all processes"},
     {MetricId::kGpuMemoryTotalBytes, "tessera_gpu_memory_total_bytes", MetricType::kGauge,

@@ -304,6 +304,7 @@ TEST_F(MetricsEndToEnd, EveryMetricOfARunningTwoShareClaim) {
         EXPECT_EQ(samples[share_series(name, share, uuid)], 0) << name;
       }
     }
+    EXPECT_EQ(samples[share_series("tessera_share_usage_readable", a, uuid)], 1);
     EXPECT_EQ(samples[share_series("tessera_share_memory_limit_bytes", a, uuid)], 8.0 * kGiB);
     EXPECT_EQ(samples[share_series("tessera_share_memory_limit_bytes", b, uuid)], 4.0 * kGiB);
     EXPECT_EQ(samples[share_series("tessera_share_cores_quota_percent", a, uuid)], 30);
@@ -422,6 +423,21 @@ TEST_F(MetricsEndToEnd, EveryMetricOfARunningTwoShareClaim) {
   const json filled = fill.finish();
   EXPECT_EQ(filled["bytes_obtained"], 30 * 256 * kMiB);
   EXPECT_EQ(filled["stop_reason"], "CUDA_ERROR_OUT_OF_MEMORY");
+
+  // A usage page cut short (a tenant can write its share folder): that share's usage is unknown,
+  // so its usage series are left out rather than read as 0; its limits and the other share stay.
+  fs::resize_file(options.root + "/shares/" + b + "/usage", 100);
+  samples = parse_samples(scrape());
+  EXPECT_EQ(samples[share_series("tessera_share_usage_readable", b, uuid)], 0);
+  EXPECT_EQ(samples[share_series("tessera_share_usage_readable", a, uuid)], 1);
+  for (const char* name :
+       {"tessera_share_memory_used_bytes", "tessera_share_gpu_time_seconds_total",
+        "tessera_share_throttled_seconds_total", "tessera_share_launches_total",
+        "tessera_share_allocations_denied_total", "tessera_share_processes"}) {
+    EXPECT_EQ(samples.count(share_series(name, b, uuid)), 0u) << name;
+    EXPECT_EQ(samples.count(share_series(name, a, uuid)), 1u) << name;
+  }
+  EXPECT_EQ(samples[share_series("tessera_share_memory_limit_bytes", b, uuid)], 4.0 * kGiB);
 
   // Unprepared: the claim's series are gone, the GPU's stay.
   ASSERT_EQ(preparer.unprepare(claim).message(), "");
