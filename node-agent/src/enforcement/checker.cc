@@ -161,7 +161,14 @@ OutOfBandChecker::PodVerdict OutOfBandChecker::pod_verdict(std::vector<CheckedSh
           if (pod.uid == pod_uid) return true;
     return false;
   };
-  if (named()) return PodVerdict::kClaims;
+  // A pod the claim has is not unknown any more: should a stale read drop it from the checkpoint
+  // later, an answer about it is asked for afresh, not taken from before.
+  auto known = [&] {
+    if (const auto it = pods_questions_.find(claim_uid); it != pods_questions_.end())
+      it->second.unknown.erase(pod_uid);
+    return PodVerdict::kClaims;
+  };
+  if (named()) return known();
   if (!options_.claim_pods) return PodVerdict::kOther;
   PodsQuestion& question = pods_questions_[claim_uid];
   const uint64_t first_seen = question.unknown.try_emplace(pod_uid, stats_.passes).first->second;
@@ -177,7 +184,7 @@ OutOfBandChecker::PodVerdict OutOfBandChecker::pod_verdict(std::vector<CheckedSh
   question.answered_pass = stats_.passes;
   for (CheckedShare& share : shares)
     if (share.claim_uid == claim_uid) share.pods = *pods;
-  return named() ? PodVerdict::kClaims : PodVerdict::kOther;
+  return named() ? known() : PodVerdict::kOther;
 }
 
 std::vector<Finding> OutOfBandChecker::pass() {

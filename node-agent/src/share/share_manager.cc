@@ -552,15 +552,11 @@ Result<std::vector<PodRef>> ShareManager::refresh_claim_pods(const std::string& 
   try {
     const std::optional<ClaimLocks::Guard> claim_lock = claim_locks_.try_lock(claim_uid);
     if (!claim_lock)
-      return unavailable("claim " + claim_uid +
-                         " is being prepared or unprepared: its pods are "
-                         "read again later");
+      return unavailable("claim " + claim_uid + " is being prepared or unprepared: later");
     Result<std::optional<ClaimHold>> hold = hold_claim(claim_uid, /*wait=*/false);
     if (!hold.is_ok()) return kept(hold.status());
     if (!*hold)
-      return unavailable("claim " + claim_uid +
-                         " is being changed by the other agent: its pods "
-                         "are read again later");
+      return unavailable("claim " + claim_uid + " is being changed by the other agent: later");
     ClaimEntry entry;
     {
       std::lock_guard lock(checkpoint_mutex_);

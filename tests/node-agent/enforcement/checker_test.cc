@@ -298,6 +298,28 @@ TEST(OutOfBandChecker, APodThatJoinedTheSharedClaimKeepsItsSlot) {
   EXPECT_TRUE(node.of(FindingKind::kCorruptUsagePage).empty());
 }
 
+// The reconcile loop reads claims from the API server's watch cache, which may lag: a pod the claim
+// was found to have, dropped again by such a read, is asked about afresh before its slot is
+// touched.
+TEST(OutOfBandChecker, AStaleCheckpointNeverClearsAPodTheClaimWasFoundToHave) {
+  ApiPods api;
+  api.reserved["uid-a"] = {{"pod-a", kPodA}, {"pod-c", kPodC}};
+  Node node("checker-stale", api.options());
+  api.saved = &node.shares;
+  node.shimmed("a", 100, 0, kGiB, kGiB);
+  slot_of_pod_c(node, 300, 1, kGiB);
+  EXPECT_TRUE(node.checker->check_once().empty());
+  EXPECT_EQ(api.asked, 1);
+  node.shares[0].pods = {{"pod-a", kPodA}};  // a stale read saved
+  for (int second = 1; second <= 6; ++second) {
+    node.clock.advance(std::chrono::seconds(1));
+    EXPECT_TRUE(node.checker->check_once().empty()) << second;
+    EXPECT_EQ(testing::copy_page(node.folder("a")).owners[1], FakeProc::owner(300, 1300));
+  }
+  EXPECT_EQ(api.asked, 2);  // at 5 s
+  EXPECT_EQ(node.shares[0].pods.size(), 2u);
+}
+
 TEST(OutOfBandChecker, ASlotOfAPodTheClaimIsNotReservedForIsStillRepaired) {
   ApiPods api;
   api.reserved["uid-a"] = {{"pod-a", kPodA}};
