@@ -552,11 +552,12 @@ Result<std::vector<PodRef>> ShareManager::refresh_claim_pods(const std::string& 
   try {
     const std::optional<ClaimLocks::Guard> claim_lock = claim_locks_.try_lock(claim_uid);
     if (!claim_lock)
-      return unavailable("claim " + claim_uid + " is being prepared or unprepared: later");
+      return failed_precondition("claim " + claim_uid + " is being prepared or unprepared: later");
     Result<std::optional<ClaimHold>> hold = hold_claim(claim_uid, /*wait=*/false);
     if (!hold.is_ok()) return kept(hold.status());
     if (!*hold)
-      return unavailable("claim " + claim_uid + " is being changed by the other agent: later");
+      return failed_precondition("claim " + claim_uid +
+                                 " is being changed by the other agent: later");
     ClaimEntry entry;
     {
       std::lock_guard lock(checkpoint_mutex_);
@@ -608,6 +609,9 @@ size_t ShareManager::refresh_all_claim_pods() {
   size_t changed = 0;
   for (const auto& [uid, pods] : completed) {
     Result<std::vector<PodRef>> now = refresh_claim_pods(uid, PodsRead::kCache);
+    // The API server is down (its retries spent): the rest wait for the next pass rather than
+    // each spending the client's retries too, which would hold up the loop for minutes.
+    if (!now.is_ok() && now.status().code() == StatusCode::kUnavailable) break;
     if (now.is_ok() && *now != pods) ++changed;
   }
   return changed;

@@ -151,7 +151,7 @@ class ShareManager final : public ClaimPreparer {
   // `claim_uid` (GET by the checkpoint's namespace and name) and, when status.reservedFor's pods
   // differ from the entry's, saves the entry with the new pods (atomically, as every checkpoint
   // write) under the claim's locks, taken with try_lock: a claim being prepared or unprepared (by
-  // either agent) is kUnavailable at once, to be asked again later. Answers the entry's pods
+  // either agent) is kFailedPrecondition at once, to be asked again later. Answers the entry's pods
   // after the call: unchanged when the claim was deleted (404) or replaced (another UID), which
   // kubelet's unprepare follows. An API, parse or save error is returned, the old pods kept, and
   // said in one warn line; kNotFound when no entry has the UID. kLatest reads what the API server
@@ -161,7 +161,8 @@ class ShareManager final : public ClaimPreparer {
   Result<std::vector<PodRef>> refresh_claim_pods(const std::string& claim_uid,
                                                  PodsRead read = PodsRead::kLatest);
   // refresh_claim_pods(kCache) of every PrepareCompleted claim (the reconcile loop's, one GET per
-  // claim per pass); how many entries changed.
+  // claim per pass; the first kUnavailable ends the pass: the API server is down); how many
+  // entries changed.
   size_t refresh_all_claim_pods();
 
   // The GPUs claims are checked against; the device monitor replaces them when the node's GPUs

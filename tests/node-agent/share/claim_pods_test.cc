@@ -199,6 +199,29 @@ TEST_F(RefreshClaimPods, AnApiErrorKeepsTheOldPodsAndSaysSoInOneLine) {
   EXPECT_NE(lines[0].find("HTTP 503"), std::string::npos) << lines[0];
 }
 
+// The API server down: the pass stops at the first claim instead of spending the client's retries
+// on each.
+TEST_F(RefreshClaimPods, TheReconcilePassStopsAtTheFirstUnavailableAnswer) {
+  json second = testing::make_claim("eval", "0f6b3f0e-7c59-4d0e-9b4e-2f7a5d1c9e02",
+                                    {{"a", "gpu-0", "s-e", "1Gi", "10"}});
+  api_.add_claim("tenants", "eval", second.dump());
+  ASSERT_EQ(manager_->prepare({"tenants", "0f6b3f0e-7c59-4d0e-9b4e-2f7a5d1c9e02", "eval"})
+                .status()
+                .message(),
+            "");
+  testing::CapturedLog log;
+  api_.fail_next(100);
+  const int before = api_.requests();
+  EXPECT_EQ(manager_->refresh_all_claim_pods(), 0u);
+  EXPECT_EQ(api_.requests() - before, 1);
+  EXPECT_EQ(log.count("keeping the checkpoint's"), 1u);
+  api_.fail_next(0);
+  ASSERT_TRUE(api_.set_reserved_pods("tenants", "eval", {{"e", kPodB}}));
+  EXPECT_EQ(manager_->refresh_all_claim_pods(), 1u);  // the next pass reads both
+  EXPECT_EQ(api_.claim_cache_gets("tenants", "train") + api_.claim_cache_gets("tenants", "eval"),
+            2);
+}
+
 TEST_F(RefreshClaimPods, AnOddReservationIsAnErrorNamingTheFieldAndChangesNothing) {
   json claim = claim_with(json::array({{{"resource", "pods"}, {"name", "a"}, {"uid", kPodA}},
                                        {{"resource", "pods"}, {"name", "b"}}}));
