@@ -82,17 +82,30 @@ class FakeApiServer {
       }
       return httplib::Server::HandlerResponse::Unhandled;
     });
-    server_->Get(R"(/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+))",
-                 [this](const httplib::Request& req, httplib::Response& res) {
-                   std::lock_guard lock(mutex_);
-                   ++claim_gets_[req.matches[1].str() + "/" + req.matches[2].str()];
-                   const auto it = claims_.find(req.matches[1].str() + "/" + req.matches[2].str());
-                   if (it == claims_.end())
-                     return status(res, 404,
-                                   "resourceclaims.resource.k8s.io \"" + req.matches[2].str() +
-                                       "\" not found");
-                   res.set_content(it->second, "application/json");
-                 });
+    // A GET as kube-apiserver answers it: resourceVersion "" (a consistent read, counted in
+    // claim_gets) or "0" (any version, from the watch cache; claim_cache_gets), another number
+    // (not older than it: the stored one here), anything else 400; a missing claim 404 with the
+    // NotFound Status naming it.
+    server_->Get(
+        R"(/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+))",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          std::lock_guard lock(mutex_);
+          const std::string key = req.matches[1].str() + "/" + req.matches[2].str();
+          const std::string version = req.get_param_value("resourceVersion");
+          if (!version.empty() && version.find_first_not_of("0123456789") != std::string::npos)
+            return status(res, 400, "invalid resource version \"" + version + "\"", "BadRequest");
+          ++(version == "0" ? claim_cache_gets_ : claim_gets_)[key];
+          const auto it = claims_.find(key);
+          if (it == claims_.end())
+            return status(
+                res, 404,
+                "resourceclaims.resource.k8s.io \"" + req.matches[2].str() + "\" not found",
+                "NotFound",
+                {{"name", req.matches[2].str()},
+                 {"group", "resource.k8s.io"},
+                 {"kind", "resourceclaims"}});
+          res.set_content(it->second, "application/json");
+        });
     server_->Get(
         R"(/api/v1/nodes/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
           std::lock_guard lock(mutex_);
@@ -189,6 +202,27 @@ class FakeApiServer {
     std::lock_guard lock(mutex_);
     claims_[ns + "/" + name] = json;
   }
+  // The claim deleted (a GET answers 404 from now on).
+  void delete_claim(const std::string& ns, const std::string& name) {
+    std::lock_guard lock(mutex_);
+    claims_.erase(ns + "/" + name);
+  }
+  // What the scheduler's status update does when another pod shares the claim: status.reservedFor
+  // replaced (pods: {name, uid} each), the resourceVersion bumped. False when there is no claim.
+  bool set_reserved_pods(const std::string& ns, const std::string& name,
+                         const std::vector<std::pair<std::string, std::string>>& pods) {
+    std::lock_guard lock(mutex_);
+    const auto it = claims_.find(ns + "/" + name);
+    if (it == claims_.end()) return false;
+    nlohmann::json claim = nlohmann::json::parse(it->second);
+    nlohmann::json reserved = nlohmann::json::array();
+    for (const auto& [pod, uid] : pods)
+      reserved.push_back({{"resource", "pods"}, {"name", pod}, {"uid", uid}});
+    claim["status"]["reservedFor"] = reserved;
+    claim["metadata"]["resourceVersion"] = std::to_string(++version_);
+    it->second = claim.dump();
+    return true;
+  }
   void fail_next(int n) {
     std::lock_guard lock(mutex_);
     fail_next_ = n;
@@ -197,11 +231,18 @@ class FakeApiServer {
     std::lock_guard lock(mutex_);
     return requests_;
   }
-  // GETs of one ResourceClaim so far (a prepare does one; an answer from the checkpoint none).
+  // Consistent GETs of one ResourceClaim so far (a prepare does one; an answer from the
+  // checkpoint none; the agent's periodic re-reads are claim_cache_gets).
   int claim_gets(const std::string& ns, const std::string& name) {
     std::lock_guard lock(mutex_);
     const auto it = claim_gets_.find(ns + "/" + name);
     return it == claim_gets_.end() ? 0 : it->second;
+  }
+  // GETs of it with resourceVersion=0 (served from the watch cache: the agent's periodic reads).
+  int claim_cache_gets(const std::string& ns, const std::string& name) {
+    std::lock_guard lock(mutex_);
+    const auto it = claim_cache_gets_.find(ns + "/" + name);
+    return it == claim_cache_gets_.end() ? 0 : it->second;
   }
   std::vector<RecordedWrite> take_writes() {
     std::lock_guard lock(mutex_);
@@ -229,15 +270,16 @@ class FakeApiServer {
   std::string last_list_query;
 
  private:
-  static void status(httplib::Response& res, int code, const std::string& message) {
+  static void status(httplib::Response& res, int code, const std::string& message,
+                     const std::string& reason = "",
+                     const nlohmann::json& details = nlohmann::json()) {
     res.status = code;
-    res.set_content(nlohmann::json{{"kind", "Status"},
-                                   {"apiVersion", "v1"},
-                                   {"status", "Failure"},
-                                   {"message", message},
-                                   {"code", code}}
-                        .dump(),
-                    "application/json");
+    nlohmann::json body = {
+        {"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", nlohmann::json::object()},
+        {"status", "Failure"}, {"message", message}, {"code", code}};
+    if (!reason.empty()) body["reason"] = reason;
+    if (!details.is_null()) body["details"] = details;
+    res.set_content(body.dump(), "application/json");
   }
 
   std::time_t now() const {
@@ -261,7 +303,8 @@ class FakeApiServer {
   std::map<std::string, std::string> claims_;
   int fail_next_ = 0;
   int requests_ = 0;
-  std::map<std::string, int> claim_gets_;  // "<namespace>/<name>" -> GETs
+  std::map<std::string, int> claim_gets_;        // "<namespace>/<name>" -> GETs
+  std::map<std::string, int> claim_cache_gets_;  // the same, resourceVersion=0
   uint64_t version_ = 100;
   std::atomic<std::time_t> time_{0};
 };

@@ -357,6 +357,10 @@ Status NodeAgent::start_enforcement() {
   checking.interval = millis(config_.check_interval_s);
   checking.memory_grace = millis(config_.memory_grace_s);
   checking.cores_grace = millis(config_.cores_grace_s);
+  // A pod that joined a shared claim after its prepare (kubelet prepares for the first pod only).
+  checking.claim_pods = [this](const std::string& claim_uid) {
+    return shares_->refresh_claim_pods(claim_uid);
+  };
   const std::string shares_dir = config_.state_dir + "/shares";
   checker_ = std::make_unique<OutOfBandChecker>(
       checking, [this, shares_dir] { return checked_shares(shares_->checkpoint(), shares_dir); },
@@ -366,6 +370,7 @@ Status NodeAgent::start_enforcement() {
 
 void NodeAgent::reconcile_pass() {
   log_report("periodic", shares_->reconcile());
+  shares_->refresh_all_claim_pods();  // shared claims' later pods (it logs what changed)
   // The API side too: a slice deleted or edited by someone else is put back (no writes when the
   // API already matches).
   if (Status published = publish(monitor_->devices()); !published.is_ok())

@@ -52,7 +52,8 @@ void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
   share.set_claim_uid(claim_uid);
   share.set_backend(backend_name(first.strategy()));
   share.set_priority(to_string(first.config.priority.value_or(Priority::kNormal)));
-  // The pods the claim was reserved for at prepare, "<namespace>/<name>" (as kubectl names them).
+  // The pods the claim is reserved for (the checkpoint's, kept current by the reconcile loop),
+  // "<namespace>/<name>" (as kubectl names them).
   std::string pods;
   for (const PodRef& pod : entry.pods)
     pods += (pods.empty() ? "" : ",") + entry.namespace_name + "/" + pod.name;

@@ -150,6 +150,43 @@ bool OutOfBandChecker::belongs(int pid, uint64_t start_time, const std::string& 
   return std::binary_search(owners.begin(), owners.end(), *facts->owner);
 }
 
+OutOfBandChecker::PodVerdict OutOfBandChecker::pod_verdict(std::vector<CheckedShare>& shares,
+                                                           const std::string& claim_uid,
+                                                           const std::string& pod_uid,
+                                                           Clock::time_point now) {
+  auto named = [&] {
+    for (const CheckedShare& share : shares)
+      if (share.claim_uid == claim_uid)
+        for (const PodRef& pod : share.pods)
+          if (pod.uid == pod_uid) return true;
+    return false;
+  };
+  // A pod the claim has is not unknown any more: should a stale read drop it from the checkpoint
+  // later, an answer about it is asked for afresh, not taken from before.
+  auto known = [&] {
+    if (const auto it = pods_questions_.find(claim_uid); it != pods_questions_.end())
+      it->second.unknown.erase(pod_uid);
+    return PodVerdict::kClaims;
+  };
+  if (named()) return known();
+  if (!options_.claim_pods) return PodVerdict::kOther;
+  PodsQuestion& question = pods_questions_[claim_uid];
+  const uint64_t first_seen = question.unknown.try_emplace(pod_uid, stats_.passes).first->second;
+  // An answer got in the pass that first saw the pod or later (after what the pass read) left it
+  // out: final, as a pod is reserved before it runs, so a process of it cannot predate that.
+  if (question.answered_pass >= first_seen) return PodVerdict::kOther;
+  if (question.asked && now - *question.asked < options_.claim_pods_interval)
+    return PodVerdict::kUndecided;
+  question.asked = now;
+  ++stats_.claim_pods_asked;
+  Result<std::vector<PodRef>> pods = options_.claim_pods(claim_uid);
+  if (!pods.is_ok()) return PodVerdict::kUndecided;  // asked again after the interval
+  question.answered_pass = stats_.passes;
+  for (CheckedShare& share : shares)
+    if (share.claim_uid == claim_uid) share.pods = *pods;
+  return named() ? known() : PodVerdict::kOther;
+}
+
 std::vector<Finding> OutOfBandChecker::pass() {
   std::vector<Finding> findings;
   std::string problems;
@@ -160,7 +197,13 @@ std::vector<Finding> OutOfBandChecker::pass() {
   const Clock::time_point now = clock_.now();
   for (auto& [key, episode] : episodes_) episode.seen = false;
   processes_.begin_pass();
-  const std::vector<CheckedShare> shares = shares_();
+  // Not const: a claim's pods asked for afresh (pod_verdict) replace its shares' here.
+  std::vector<CheckedShare> shares = shares_();
+  std::erase_if(pods_questions_, [&shares](const auto& question) {
+    return std::none_of(shares.begin(), shares.end(), [&](const CheckedShare& share) {
+      return share.claim_uid == question.first;
+    });
+  });
 
   auto finding = [](FindingKind kind, const CheckedShare& share, int pid, uint64_t start_time,
                     std::string detail) {
@@ -263,6 +306,18 @@ std::vector<Finding> OutOfBandChecker::pass() {
       bool in_pod = false;
       if (facts->pod_uid)
         for (const PodRef& pod : share.pods) in_pod = in_pod || pod.uid == *facts->pod_uid;
+      if (!in_page && !in_pod && facts->pod_uid) {
+        // A pod no share of this GPU names, of a process in no page of them: maybe a pod that
+        // joined a shared claim after its prepare (the page side asks for a process in a page).
+        bool anyones = false;
+        for (const CheckedShare& other : shares) {
+          if (other.uuid != share.uuid) continue;
+          for (const PodRef& pod : other.pods) anyones = anyones || pod.uid == *facts->pod_uid;
+          anyones = anyones || (facts->owner && folders[other.folder].owners.count(*facts->owner));
+        }
+        in_pod = !anyones &&
+                 pod_verdict(shares, share.claim_uid, *facts->pod_uid, now) == PodVerdict::kClaims;
+      }
       if (!in_page && !in_pod) continue;
       if (!in_page) {
         // The pod's process: in the page of another of the pod's shares of this GPU, it is
@@ -444,8 +499,24 @@ std::vector<Finding> OutOfBandChecker::pass() {
         } else if (!pods.empty()) {
           const ProcessFacts* facts = processes_.lookup(*pid);
           if (facts && facts->pod_uid && pods.count(*facts->pod_uid) == 0) {
-            clear = true;  // a live process of another pod: a forged owner word
-            ++foreign;
+            // Another pod's, unless the folder's claim was reserved for it since it was
+            // prepared. Undecided (no answer yet): left as it is, neither cleared nor reported.
+            PodVerdict verdict = PodVerdict::kOther;
+            std::set<std::string> claims;
+            for (const CheckedShare* s : folder.shares) claims.insert(s->claim_uid);
+            for (const std::string& claim : claims) {
+              const PodVerdict of_claim = pod_verdict(shares, claim, *facts->pod_uid, now);
+              if (of_claim == PodVerdict::kClaims) {
+                verdict = of_claim;
+                break;
+              }
+              if (of_claim == PodVerdict::kUndecided) verdict = of_claim;
+            }
+            if (verdict == PodVerdict::kClaims) pods.insert(*facts->pod_uid);
+            if (verdict == PodVerdict::kOther) {
+              clear = true;  // a live process of another pod: a forged owner word
+              ++foreign;
+            }
           }
         }
       }

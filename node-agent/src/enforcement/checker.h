@@ -16,6 +16,11 @@
 //  - over_cores_burst: the share used more of the GPU than max(quota, burst) (+ a margin) for
 //    longer than --cores-grace.
 // Slots of dead (or never living) owners are cleared without a finding: SIGKILL leaves them.
+// A pod the checkpoint does not name may be the claim's all the same (kubelet prepares a shared
+// claim for its first pod only): before a slot or process of such a pod counts as another pod's,
+// the claim's pods are asked for afresh (CheckerOptions::claim_pods, at most once per claim per
+// claim_pods_interval); until an answer given after the pod was first seen leaves it out, its
+// slots are neither cleared nor reported.
 // Each finding is handed to the FindingHandler once per episode (again when the condition cleared
 // and came back). The usage page is read with pread only (enforcement/usage_page.h).
 #pragma once
@@ -68,16 +73,22 @@ struct CheckerOptions {
   uint32_t cores_margin = 10;       // percent points over max(quota, burst)
   std::string proc_root = "/proc";  // the host's (hostPID)
   bool repair = true;               // repair usage pages (off: report only)
+  // The pods claim `claim_uid` is reserved for now, asked of the API server (the share manager's
+  // refresh_claim_pods, which also saves them), for a pod its shares' pods do not name. An error:
+  // no answer yet (asked again after the interval). Null: such a pod is another pod at once.
+  std::function<Result<std::vector<PodRef>>(const std::string& claim_uid)> claim_pods;
+  std::chrono::milliseconds claim_pods_interval{5000};  // per claim, on the checker's clock
 };
 
 struct CheckerStats {
   uint64_t passes = 0;
   uint64_t findings = 0;
-  uint64_t repairs = 0;        // usage pages repaired
-  uint64_t slots_cleared = 0;  // of dead, unknown or foreign owners
-  uint64_t figures_set = 0;    // slot figures set from NVML
-  uint64_t process_reads = 0;  // processes read in full (new pids)
-  std::string last_problem;    // "" = none
+  uint64_t repairs = 0;           // usage pages repaired
+  uint64_t slots_cleared = 0;     // of dead, unknown or foreign owners
+  uint64_t figures_set = 0;       // slot figures set from NVML
+  uint64_t process_reads = 0;     // processes read in full (new pids)
+  uint64_t claim_pods_asked = 0;  // claim_pods calls
+  std::string last_problem;       // "" = none
 };
 
 class OutOfBandChecker {
@@ -116,6 +127,12 @@ class OutOfBandChecker {
   using EpisodeKey = std::tuple<FindingKind, std::string, int>;  // kind, share, pid
 
   std::vector<Finding> pass();  // under mutex_
+  // Whether pod `pod_uid` is one claim `claim_uid` is reserved for: named by its shares in
+  // `shares`, or by claim_pods' answer (then written into `shares`); kUndecided until an answer
+  // got in the pass that first saw the pod, or a later one, has come.
+  enum class PodVerdict { kClaims, kOther, kUndecided };
+  PodVerdict pod_verdict(std::vector<CheckedShare>& shares, const std::string& claim_uid,
+                         const std::string& pod_uid, Clock::time_point now);
   // True once the condition `key` has held for `grace` and was not reported in this episode.
   bool due(const EpisodeKey& key, Clock::time_point now, Clock::duration grace);
 
@@ -127,6 +144,13 @@ class OutOfBandChecker {
   mutable std::mutex mutex_;  // one pass at a time; guards everything below
   ProcessMap processes_;
   std::map<EpisodeKey, Episode> episodes_;
+  // Per claim UID: the asks of claim_pods, and the pods its shares did not name when seen.
+  struct PodsQuestion {
+    std::optional<Clock::time_point> asked;   // the last ask, answered or not
+    uint64_t answered_pass = 0;               // the pass of the last answer (0: none)
+    std::map<std::string, uint64_t> unknown;  // pod UID -> the pass that first saw it
+  };
+  std::map<std::string, PodsQuestion> pods_questions_;
   CheckerStats stats_;
   std::unique_ptr<PeriodicLoop> loop_;  // last: its passes use everything above
 };

@@ -21,8 +21,10 @@ struct ClaimEntry {
   std::string name;
   ClaimState state = ClaimState::kPrepareStarted;
   std::vector<ShareSpec> shares;
-  // The pods the claim was reserved for when it was prepared (status.reservedFor): the metrics'
-  // pod label and the out-of-band checks' cgroup mapping. Empty in checkpoints written before.
+  // The pods the claim is reserved for (status.reservedFor) as last read: at prepare, then again
+  // by ShareManager::refresh_claim_pods (kubelet prepares a shared claim for its first pod only).
+  // The metrics' pod label and the out-of-band checks' cgroup mapping. Empty in checkpoints
+  // written before.
   std::vector<PodRef> pods;
   bool operator==(const ClaimEntry&) const = default;
 };

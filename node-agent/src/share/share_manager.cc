@@ -16,7 +16,9 @@
 #include "backends/mps_backend.h"
 #include "backends/time_slice_backend.h"
 #include "files/atomic_file.h"
+#include "share/claim_pods.h"
 #include "share/shim_library.h"
+#include "tessera/log.h"
 #include "tessera/share_contract.h"
 #include "tessera/share_files.h"
 #include "tessera/share_region.h"
@@ -537,6 +539,82 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
   } catch (const std::exception& e) {
     return internal_error(std::string("prepare failed: ") + e.what());
   }
+}
+
+Result<std::vector<PodRef>> ShareManager::refresh_claim_pods(const std::string& claim_uid,
+                                                             PodsRead read) {
+  // The old pods stay, and the agent's log says why (once per failed read).
+  auto kept = [&claim_uid](const Status& failed) -> Status {
+    log::warn("cannot read the claim's pods again: keeping the checkpoint's",
+              {{"claim_uid", claim_uid}, {"error", failed.message()}});
+    return failed;
+  };
+  try {
+    const std::optional<ClaimLocks::Guard> claim_lock = claim_locks_.try_lock(claim_uid);
+    if (!claim_lock)
+      return failed_precondition("claim " + claim_uid + " is being prepared or unprepared: later");
+    Result<std::optional<ClaimHold>> hold = hold_claim(claim_uid, /*wait=*/false);
+    if (!hold.is_ok()) return kept(hold.status());
+    if (!*hold)
+      return failed_precondition("claim " + claim_uid +
+                                 " is being changed by the other agent: later");
+    ClaimEntry entry;
+    {
+      std::lock_guard lock(checkpoint_mutex_);
+      const auto it = checkpoint_.find(claim_uid);
+      if (it == checkpoint_.end())
+        return not_found("claim " + claim_uid + " is not prepared on this node");
+      entry = it->second;
+    }
+    const std::string subject = entry.namespace_name + "/" + entry.name;
+    std::string path = resource_claim_path(entry.namespace_name, entry.name);
+    if (read == PodsRead::kCache) path += "?resourceVersion=0";
+    const Result<ApiResponse> answer = kube_.request("GET", path);
+    if (!answer.is_ok()) {
+      // Deleted: its pods are gone, and kubelet's unprepare follows. Nothing to learn.
+      if (answer.status().code() == StatusCode::kNotFound) return entry.pods;
+      return kept(answer.status().with_context("cannot get ResourceClaim " + subject));
+    }
+    Result<ClaimPods> parsed = parse_claim_pods(answer->body);
+    if (!parsed.is_ok()) return kept(parsed.status().with_context("ResourceClaim " + subject));
+    // Replaced (deleted and created again under the name): the new claim's pods are not this
+    // entry's, and kubelet unprepares the old one.
+    if (parsed->uid != claim_uid || parsed->pods == entry.pods) return entry.pods;
+    const std::vector<PodRef> before = entry.pods;
+    const std::vector<PodRef> now = parsed->pods;
+    const uint64_t version = update_checkpoint(
+        [&claim_uid, &now](Checkpoint& checkpoint) { checkpoint[claim_uid].pods = now; });
+    if (Status saved = save_checkpoint(
+            version,
+            [&claim_uid, &before](Checkpoint& checkpoint) { checkpoint[claim_uid].pods = before; });
+        !saved.is_ok())
+      return kept(saved);
+    std::string names;
+    for (const PodRef& pod : now) names += (names.empty() ? "" : ",") + pod.name;
+    log::info("the claim's pods changed",
+              {{"claim", subject}, {"claim_uid", claim_uid}, {"pods", names}});
+    return now;
+  } catch (const std::exception& e) {
+    return kept(internal_error(std::string("refreshing the claim's pods failed: ") + e.what()));
+  }
+}
+
+size_t ShareManager::refresh_all_claim_pods() {
+  std::vector<std::pair<std::string, std::vector<PodRef>>> completed;
+  {
+    std::lock_guard lock(checkpoint_mutex_);
+    for (const auto& [uid, entry] : checkpoint_)
+      if (entry.state == ClaimState::kPrepareCompleted) completed.emplace_back(uid, entry.pods);
+  }
+  size_t changed = 0;
+  for (const auto& [uid, pods] : completed) {
+    Result<std::vector<PodRef>> now = refresh_claim_pods(uid, PodsRead::kCache);
+    // The API server is down (its retries spent): the rest wait for the next pass rather than
+    // each spending the client's retries too, which would hold up the loop for minutes.
+    if (!now.is_ok() && now.status().code() == StatusCode::kUnavailable) break;
+    if (now.is_ok() && *now != pods) ++changed;
+  }
+  return changed;
 }
 
 std::string ShareManager::live_processes(const std::string& folder) const {

@@ -146,6 +146,25 @@ class ShareManager final : public ClaimPreparer {
   PrepareResult prepare(const ClaimRef& claim) override;
   Status unprepare(const ClaimRef& claim) override;
 
+  // The pods a claim is reserved for change after prepare: kubelet calls NodePrepareResources
+  // only for the first pod of a shared claim on the node. This re-reads the prepared claim
+  // `claim_uid` (GET by the checkpoint's namespace and name) and, when status.reservedFor's pods
+  // differ from the entry's, saves the entry with the new pods (atomically, as every checkpoint
+  // write) under the claim's locks, taken with try_lock: a claim being prepared or unprepared (by
+  // either agent) is kFailedPrecondition at once, to be asked again later. Answers the entry's pods
+  // after the call: unchanged when the claim was deleted (404) or replaced (another UID), which
+  // kubelet's unprepare follows. An API, parse or save error is returned, the old pods kept, and
+  // said in one warn line; kNotFound when no entry has the UID. kLatest reads what the API server
+  // has now (the checks' question about one pod); kCache (?resourceVersion=0) lets it answer from
+  // its watch cache, which is what a periodic pass over every claim should cost it.
+  enum class PodsRead { kLatest, kCache };
+  Result<std::vector<PodRef>> refresh_claim_pods(const std::string& claim_uid,
+                                                 PodsRead read = PodsRead::kLatest);
+  // refresh_claim_pods(kCache) of every PrepareCompleted claim (the reconcile loop's, one GET per
+  // claim per pass; the first kUnavailable ends the pass: the API server is down); how many
+  // entries changed.
+  size_t refresh_all_claim_pods();
+
   // The GPUs claims are checked against; the device monitor replaces them when the node's GPUs
   // change (prepared shares keep working from the checkpoint).
   std::vector<NodeDevice> devices() const;

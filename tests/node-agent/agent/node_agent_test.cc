@@ -704,3 +704,34 @@ TEST_F(NodeAgentTest, TesseraEventsFollowsTheAgentsLocalApi) {
 
 }  // namespace
 }  // namespace tessera::agent
+
+namespace tessera::agent {
+namespace {
+
+// A shared claim: kubelet prepares it for its first pod only. The reconcile loop reads every
+// prepared claim again (from the API server's watch cache) and saves the pods that joined it.
+TEST_F(NodeAgentTest, TheReconcileLoopLearnsThePodsThatJoinedASharedClaim) {
+  NodeAgent agent(config_, clock_);
+  ASSERT_EQ(agent.start().message(), "");
+  const std::string ns = std::string("ns-") + kQuotaUid, name = std::string("claim-") + kQuotaUid;
+  ASSERT_EQ(agent.preparer().prepare({ns, kQuotaUid, name}).status().message(), "");
+  const std::string checkpoint = config_.state_dir + "/checkpoint.json";
+  auto saved_pods = [&] {
+    return json::parse(RecordingDoubles::read(checkpoint))["claims"][kQuotaUid]["pods"];
+  };
+  EXPECT_EQ(saved_pods(), json::parse(R"([{"name":"pod-claim-)" + std::string(kQuotaUid) +
+                                      R"(","uid":"pod-uid-1"}])"));
+  ASSERT_TRUE(api_.set_reserved_pods(
+      ns, name, {{"pod-claim-" + std::string(kQuotaUid), "pod-uid-1"}, {"second", "pod-uid-2"}}));
+  clock_.advance(std::chrono::seconds(config_.reconcile_interval_s));
+  ASSERT_TRUE(agent.wait_for_reconcile_passes(1));
+  EXPECT_EQ(saved_pods(),
+            json::parse(R"([{"name":"pod-claim-)" + std::string(kQuotaUid) +
+                        R"(","uid":"pod-uid-1"},{"name":"second","uid":"pod-uid-2"}])"));
+  EXPECT_EQ(api_.claim_cache_gets(ns, name), 1);  // one read per claim per pass
+  EXPECT_EQ(api_.claim_gets(ns, name), 1);        // the prepare's
+  ASSERT_EQ(agent.preparer().unprepare({ns, kQuotaUid, name}).message(), "");
+}
+
+}  // namespace
+}  // namespace tessera::agent

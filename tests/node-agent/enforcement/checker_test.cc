@@ -238,6 +238,170 @@ TEST(OutOfBandChecker, GracesDelayMemoryAndCoresFindings) {
   EXPECT_EQ(node.of(FindingKind::kOverCoresBurst).size(), 1u);
 }
 
+// CheckerOptions::claim_pods as the share manager answers it: the pods the API server has for
+// each claim (by claim UID), saved into the node's shares as into the checkpoint; an error while
+// `failing`. Counts the asks.
+struct ApiPods {
+  std::map<std::string, std::vector<PodRef>> reserved;
+  bool failing = false;
+  int asked = 0;
+  std::vector<CheckedShare>* saved = nullptr;  // the node's shares (its "checkpoint")
+  CheckerOptions options() {
+    CheckerOptions options;
+    options.claim_pods = [this](const std::string& uid) -> Result<std::vector<PodRef>> {
+      ++asked;
+      if (failing) return unavailable("cannot get ResourceClaim tenants/claim-a: HTTP 503");
+      const auto it = reserved.find(uid);
+      if (it == reserved.end()) return not_found("claim " + uid + " is not prepared");
+      if (saved)
+        for (CheckedShare& share : *saved)
+          if (share.claim_uid == uid) share.pods = it->second;
+      return it->second;
+    };
+    return options;
+  }
+};
+
+constexpr char kPodC[] = "cccccccc-0000-0000-0000-000000000003";
+
+// A process of pod C (a live one, of C's cgroup) with a slot in share a's page.
+void slot_of_pod_c(Node& node, int pid, uint32_t slot, uint64_t bytes) {
+  node.proc.add(pid, 1000 + pid, testing::pod_cgroup_file(kPodC));
+  testing::write_slot(node.folder("a"), slot, FakeProc::owner(pid, 1000 + pid), bytes);
+  node.gpus.processes[kGpu].push_back({pid, bytes});
+}
+
+TEST(OutOfBandChecker, APodThatJoinedTheSharedClaimKeepsItsSlot) {
+  ApiPods api;
+  api.reserved["uid-a"] = {{"pod-a", kPodA}, {"pod-c", kPodC}};  // C joined after the prepare
+  Node node("checker-joined", api.options());
+  api.saved = &node.shares;
+  node.shimmed("a", 100, 0, kGiB, kGiB);
+  slot_of_pod_c(node, 300, 1, 2 * kGiB);
+  EXPECT_TRUE(node.checker->check_once().empty());
+  EXPECT_EQ(api.asked, 1);
+  const testing::PageCopy page = testing::copy_page(node.folder("a"));
+  EXPECT_EQ(page.owners[1], FakeProc::owner(300, 1300));
+  EXPECT_EQ(page.bytes[1], 2 * kGiB);
+  EXPECT_EQ(node.checker->stats().slots_cleared, 0u);
+  EXPECT_TRUE(node.checker->belongs(300, 1300, "a"));
+  // Its pods saved, the claim is not asked again; C's process is the share's like A's: over the
+  // limit together, C's lie is found.
+  node.clock.advance(std::chrono::seconds(10));
+  node.gpus.processes[kGpu].back().used_bytes = 4 * kGiB;
+  node.checker->check_once();
+  EXPECT_EQ(api.asked, 1);
+  const auto lies = node.of(FindingKind::kUsageDisagrees);
+  ASSERT_EQ(lies.size(), 1u);
+  EXPECT_EQ(lies[0].host_pid, 300);
+  EXPECT_EQ(lies[0].pod, "tenants/pod-a,pod-c");
+  EXPECT_TRUE(node.of(FindingKind::kCorruptUsagePage).empty());
+}
+
+// The reconcile loop reads claims from the API server's watch cache, which may lag: a pod the claim
+// was found to have, dropped again by such a read, is asked about afresh before its slot is
+// touched.
+TEST(OutOfBandChecker, AStaleCheckpointNeverClearsAPodTheClaimWasFoundToHave) {
+  ApiPods api;
+  api.reserved["uid-a"] = {{"pod-a", kPodA}, {"pod-c", kPodC}};
+  Node node("checker-stale", api.options());
+  api.saved = &node.shares;
+  node.shimmed("a", 100, 0, kGiB, kGiB);
+  slot_of_pod_c(node, 300, 1, kGiB);
+  EXPECT_TRUE(node.checker->check_once().empty());
+  EXPECT_EQ(api.asked, 1);
+  node.shares[0].pods = {{"pod-a", kPodA}};  // a stale read saved
+  for (int second = 1; second <= 6; ++second) {
+    node.clock.advance(std::chrono::seconds(1));
+    EXPECT_TRUE(node.checker->check_once().empty()) << second;
+    EXPECT_EQ(testing::copy_page(node.folder("a")).owners[1], FakeProc::owner(300, 1300));
+  }
+  EXPECT_EQ(api.asked, 2);  // at 5 s
+  EXPECT_EQ(node.shares[0].pods.size(), 2u);
+}
+
+TEST(OutOfBandChecker, ASlotOfAPodTheClaimIsNotReservedForIsStillRepaired) {
+  ApiPods api;
+  api.reserved["uid-a"] = {{"pod-a", kPodA}};
+  Node node("checker-foreign-asked", api.options());
+  api.saved = &node.shares;
+  node.shimmed("a", 100, 0, kGiB, kGiB);
+  node.shimmed("b", 200, 0, kGiB, kGiB);
+  // Share a's tenant forges share b's process's owner word, and pod C's.
+  testing::write_slot(node.folder("a"), 1, FakeProc::owner(200, 1200), 64 * kGiB);
+  slot_of_pod_c(node, 300, 2, 0);
+  node.checker->check_once();
+  EXPECT_EQ(api.asked, 1);  // one ask of claim a answers for both pods
+  const auto corrupt = node.of(FindingKind::kCorruptUsagePage);
+  ASSERT_EQ(corrupt.size(), 1u);
+  EXPECT_EQ(corrupt[0].share, "a");
+  EXPECT_NE(corrupt[0].detail.find("2 slots name live processes of other pods"), std::string::npos)
+      << corrupt[0].detail;
+  const testing::PageCopy page = testing::copy_page(node.folder("a"));
+  EXPECT_EQ(page.owners[1], 0u);
+  EXPECT_EQ(page.owners[2], 0u);
+  EXPECT_EQ(page.owners[0], FakeProc::owner(100, 1100));  // the share's own process keeps its slot
+  // Forged again at once: the answer stands (a pod is reserved before it runs), no new ask.
+  node.clock.advance(std::chrono::seconds(1));
+  testing::write_slot(node.folder("a"), 2, FakeProc::owner(300, 1300), kGiB);
+  node.checker->check_once();
+  EXPECT_EQ(api.asked, 1);
+  EXPECT_EQ(node.of(FindingKind::kCorruptUsagePage).size(), 2u);
+  EXPECT_EQ(testing::copy_page(node.folder("a")).owners[2], 0u);
+}
+
+TEST(OutOfBandChecker, AnUnansweredPodIsLeftAloneAndTheClaimAskedAtMostOncePerInterval) {
+  ApiPods api;
+  api.reserved["uid-a"] = {{"pod-a", kPodA}};
+  api.failing = true;
+  Node node("checker-rate", api.options());
+  api.saved = &node.shares;
+  node.shimmed("a", 100, 0, kGiB, kGiB);
+  slot_of_pod_c(node, 300, 1, kGiB);
+  // The API server fails for 12 s, a pass a second: claim a asked at 0, 5 and 10 s only, and the
+  // slot neither reported nor cleared meanwhile.
+  for (int second = 0; second <= 12; ++second) {
+    node.checker->check_once();
+    node.clock.advance(std::chrono::seconds(1));
+  }
+  EXPECT_EQ(api.asked, 3);
+  EXPECT_EQ(node.checker->stats().claim_pods_asked, 3u);
+  EXPECT_TRUE(node.handler.findings.empty());
+  EXPECT_EQ(testing::copy_page(node.folder("a")).owners[1], FakeProc::owner(300, 1300));
+  EXPECT_EQ(node.checker->stats().slots_cleared, 0u);
+  // Answered (at 15 s): C is not the claim's; its slot goes.
+  api.failing = false;
+  for (int second = 13; second <= 15; ++second) {
+    node.checker->check_once();
+    node.clock.advance(std::chrono::seconds(1));
+  }
+  EXPECT_EQ(api.asked, 4);
+  ASSERT_EQ(node.of(FindingKind::kCorruptUsagePage).size(), 1u);
+  EXPECT_EQ(testing::copy_page(node.folder("a")).owners[1], 0u);
+}
+
+TEST(OutOfBandChecker, AnUnshimmedProcessOfAPodThatJoinedTheClaimIsFound) {
+  ApiPods api;
+  api.reserved["uid-a"] = {{"pod-a", kPodA}, {"pod-c", kPodC}};
+  api.reserved["uid-b"] = {{"pod-b", kPodB}};
+  Node node("checker-joined-unshimmed", api.options());
+  api.saved = &node.shares;
+  node.shimmed("a", 100, 0, kGiB, kGiB);
+  node.shimmed("b", 200, 0, kGiB, kGiB);
+  node.proc.add(301, 2301, testing::pod_cgroup_file(kPodC));  // C's process without the shim
+  node.gpus.processes[kGpu].push_back({301, 5 * kGiB});
+  node.checker->check_once();
+  const auto unshimmed = node.of(FindingKind::kUnshimmedProcess);
+  ASSERT_EQ(unshimmed.size(), 1u);
+  EXPECT_EQ(unshimmed[0].host_pid, 301);
+  EXPECT_EQ(unshimmed[0].share, "a");
+  EXPECT_EQ(api.asked, 1);  // claim a named C: claim b is not asked about a pod a share names
+  // Processes of pods the checkpoint names ask nothing.
+  node.clock.advance(std::chrono::seconds(10));
+  node.checker->check_once();
+  EXPECT_EQ(api.asked, 1);
+}
+
 TEST(OutOfBandChecker, CheckedSharesComeFromCompletedClaimsWithTheirPods) {
   Checkpoint checkpoint;
   ShareSpec spec;
