@@ -75,7 +75,8 @@ uint64_t unsigned_member(const json& object, const std::string& at, const char* 
   return value->get<uint64_t>();
 }
 
-// An enum written as its number (share_to_json): one of the `count` members.
+// An enum written as its number (share_to_json): one of the `count` members (vgpu_config.h:
+// Priority and SharingStrategy have 3, TimeSlice 4).
 template <typename Enum>
 Enum enum_member(const json& object, const std::string& at, const char* key, uint64_t count) {
   return static_cast<Enum>(unsigned_member(object, at, key, count - 1));
