@@ -17,6 +17,7 @@
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -111,6 +112,7 @@ class FakeApiServer {
           std::lock_guard lock(mutex_);
           if (req.matches[1].str() != node_name)
             return status(res, 404, "nodes \"" + req.matches[1].str() + "\" not found");
+          if (node_body) return res.set_content(*node_body, "application/json");
           res.set_content(nlohmann::json{{"apiVersion", "v1"},
                                          {"kind", "Node"},
                                          {"metadata", {{"name", node_name}, {"uid", node_uid}}}}
@@ -265,6 +267,7 @@ class FakeApiServer {
   std::atomic<bool> device_taints_gate{true};
   std::string node_name = "node-a";
   std::string node_uid = "3d7c0b8e-node-uid";
+  std::optional<std::string> node_body;          // set: the Node GET answers this instead
   std::map<std::string, nlohmann::json> slices;  // guarded by mutex_ while serving
   std::vector<RecordedWrite> writes;
   std::string last_list_query;

@@ -1,10 +1,12 @@
 #include "devices/resource_slices.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <sstream>
 
+#include "model/json_access.h"
 #include "tessera/quantity.h"
 
 namespace tessera::agent {
@@ -56,10 +58,14 @@ json memory_capacity(uint64_t total_bytes) {
 void keep_taint_times(std::vector<json>& desired, const std::map<std::string, json>& existing) {
   std::map<std::string, const json*> published;  // device name -> its published taints
   for (const auto& [name, slice] : existing) {
-    if (!slice.contains("spec") || !slice["spec"].contains("devices")) continue;
-    for (const json& device : slice["spec"]["devices"])
-      if (device.contains("taints") && device.contains("name"))
-        published[device["name"].get<std::string>()] = &device["taints"];
+    const json* devices = json_at(slice, "/spec/devices");
+    if (!devices || !devices->is_array()) continue;
+    for (const json& device : *devices) {
+      const json* taints = json_member(device, "taints");
+      const json* device_name = json_member(device, "name");
+      if (taints && taints->is_array() && device_name && device_name->is_string())
+        published[device_name->get<std::string>()] = taints;
+    }
   }
   for (json& slice : desired) {
     for (json& device : slice["spec"]["devices"]) {
@@ -68,10 +74,11 @@ void keep_taint_times(std::vector<json>& desired, const std::map<std::string, js
       if (found == published.end()) continue;
       for (json& taint : device["taints"]) {
         for (const json& old : *found->second) {
-          if (old.value("key", "") == taint.value("key", "") &&
-              old.value("value", "") == taint.value("value", "") &&
-              old.value("effect", "") == taint.value("effect", "") && old.contains("timeAdded")) {
-            taint["timeAdded"] = old["timeAdded"];
+          const json* time_added = json_member(old, "timeAdded");
+          if (json_string(old, "key") == taint.value("key", "") &&
+              json_string(old, "value") == taint.value("value", "") &&
+              json_string(old, "effect") == taint.value("effect", "") && time_added) {
+            taint["timeAdded"] = *time_added;
             break;
           }
         }
@@ -85,13 +92,15 @@ void keep_taint_times(std::vector<json>& desired, const std::map<std::string, js
 json taint_set(const std::vector<json>& slices) {
   json set = json::object();
   for (const json& slice : slices) {
-    if (!slice.is_object() || !slice.contains("spec") || !slice["spec"].contains("devices"))
-      continue;
-    for (const json& device : slice["spec"]["devices"]) {
-      if (!device.contains("taints") || device["taints"].empty()) continue;
-      json taints = device["taints"];
-      for (json& taint : taints) taint.erase("timeAdded");
-      set[device.value("name", "")] = taints;
+    const json* devices = json_at(slice, "/spec/devices");
+    if (!devices || !devices->is_array()) continue;
+    for (const json& device : *devices) {
+      const json* published = json_member(device, "taints");
+      if (!published || !published->is_array() || published->empty()) continue;
+      json taints = *published;
+      for (json& taint : taints)
+        if (taint.is_object()) taint.erase("timeAdded");
+      set[json_string(device, "name")] = taints;
     }
   }
   return set;
@@ -224,9 +233,11 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
     const Result<ApiResponse> node = kube_.request("GET", path);
     if (!node.is_ok()) return node.status().with_context("cannot read the Node's UID");
     const json body = json::parse(node->body, nullptr, false);
-    if (!body.is_object() || !body["metadata"]["uid"].is_string())
-      return internal_error("GET " + path + ": no metadata.uid");
-    identity_.node_uid = body["metadata"]["uid"].get<std::string>();
+    const std::string* uid = json_string_at(body, "/metadata/uid");
+    if (!uid || uid->empty())
+      return internal_error("GET " + path + ": metadata.uid: expected a non-empty string, got " +
+                            json_shown(json_at(body, "/metadata/uid")));
+    identity_.node_uid = *uid;
   }
   const std::string list_path =
       std::string(kResourceSlicesPath) + "?fieldSelector=" +
@@ -234,18 +245,36 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
   const Result<ApiResponse> listed = kube_.request("GET", list_path);
   if (!listed.is_ok()) return listed.status();
   const json list = json::parse(listed->body, nullptr, false);
-  if (!list.is_object() || !list["items"].is_array())
-    return internal_error("GET " + list_path + ": no items");
+  const json* items = json_member(list, "items");
+  if (!items || !items->is_array())
+    return internal_error("GET " + list_path + ": items: expected an array, got " +
+                          json_shown(items));
   std::map<std::string, json> existing;
   int64_t generation = generation_;
-  for (const auto& item : list["items"]) {
+  for (size_t i = 0; i < items->size(); ++i) {
+    const json& item = (*items)[i];
     // The field selector is the server's; check again so a fake or older server cannot make us
-    // touch another driver's or node's slices.
-    if (item["spec"]["driver"] != identity_.driver ||
-        item["spec"]["nodeName"] != identity_.node_name)
+    // touch another driver's or node's slices (one without a driver or node is not ours either).
+    const std::string* driver = json_string_at(item, "/spec/driver");
+    const std::string* node_name = json_string_at(item, "/spec/nodeName");
+    if (!driver || *driver != identity_.driver || !node_name || *node_name != identity_.node_name)
       continue;
-    existing[item["metadata"]["name"].get<std::string>()] = item;
-    generation = std::max(generation, item["spec"]["pool"]["generation"].get<int64_t>());
+    // One of ours that cannot be read stops the publish: guessing could delete or clobber it.
+    const std::string at = "GET " + list_path + ": items[" + std::to_string(i) + "].";
+    const std::string* name = json_string_at(item, "/metadata/name");
+    if (!name || name->empty())
+      return internal_error(at + "metadata.name: expected a non-empty string, got " +
+                            json_shown(json_at(item, "/metadata/name")));
+    if (!json_string_at(item, "/metadata/resourceVersion"))
+      return internal_error(at + "metadata.resourceVersion: expected a string, got " +
+                            json_shown(json_at(item, "/metadata/resourceVersion")));
+    const json* published = json_at(item, "/spec/pool/generation");
+    if (!published || !published->is_number_integer() ||
+        (published->is_number_unsigned() && published->get<uint64_t>() > INT64_MAX))
+      return internal_error(at + "spec.pool.generation: expected an integer, got " +
+                            json_shown(published));
+    existing[*name] = item;
+    generation = std::max(generation, published->get<int64_t>());
   }
   // The taints asked for; the ones the API server dropped last time (DRADeviceTaints off) are not
   // sent again until the health changes, so an unhealthy GPU does not rewrite the slices on every
@@ -265,11 +294,17 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
   bool same = existing.size() == desired.size();
   for (const auto& slice : desired) {
     const auto it = existing.find(slice["metadata"]["name"].get<std::string>());
-    same = same && it != existing.end() &&
-           normalise(it->second["spec"]["devices"]) == normalise(slice["spec"]["devices"]) &&
-           it->second["spec"]["pool"]["generation"] == generation &&
-           it->second["spec"]["pool"]["resourceSliceCount"] == desired.size() &&
-           it->second["metadata"]["ownerReferences"] == slice["metadata"]["ownerReferences"];
+    if (it == existing.end()) {
+      same = false;
+      continue;
+    }
+    const json& published = it->second;
+    const json* devices = json_at(published, "/spec/devices");
+    const json* count = json_at(published, "/spec/pool/resourceSliceCount");
+    const json* owners = json_at(published, "/metadata/ownerReferences");
+    same = same && devices && normalise(*devices) == normalise(slice["spec"]["devices"]) &&
+           *json_at(published, "/spec/pool/generation") == generation && count &&
+           *count == desired.size() && owners && *owners == slice["metadata"]["ownerReferences"];
   }
   if (same && !existing.empty()) {
     generation_ = generation;
@@ -282,7 +317,7 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
     const std::string name = slice["metadata"]["name"].get<std::string>();
     Result<ApiResponse> answer = unavailable("not sent");
     if (const auto it = existing.find(name); it != existing.end()) {
-      slice["metadata"]["resourceVersion"] = it->second["metadata"]["resourceVersion"];
+      slice["metadata"]["resourceVersion"] = *json_at(it->second, "/metadata/resourceVersion");
       answer = kube_.request("PUT", resource_slice_path(name), slice.dump());
       existing.erase(it);
     } else {

@@ -90,7 +90,9 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
     return invalid_argument("claim: not a JSON object");
   const json* metadata = json_member(claim, "metadata");
   const std::string* uid = metadata ? string_member(*metadata, "uid") : nullptr;
-  if (!uid) return invalid_argument("claim: metadata.uid missing");
+  if (!uid)
+    return invalid_argument("claim: metadata.uid: expected a string, got " +
+                            json_shown(json_at(claim, "/metadata/uid")));
   if (*uid != input.expected_uid)
     return failed_precondition("claim was replaced: metadata.uid is " + *uid +
                                ", kubelet asked for " + input.expected_uid);
@@ -98,12 +100,21 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
     return invalid_argument("claim: metadata.uid " + json(*uid).dump() + " is not a safe name");
   const json* status = json_member(claim, "status");
   const json* allocation = status ? json_member(*status, "allocation") : nullptr;
-  if (!allocation || !allocation->is_object())
+  if (!allocation)
     return failed_precondition("claim " + *uid + " is not allocated (no status.allocation)");
+  if (!allocation->is_object())
+    return invalid_argument("status.allocation: expected an object, got " + json_shown(allocation));
+  // Optional, read by reserved_pods(): of another shape it is refused here, not read as none.
+  if (const json* reserved = json_member(*status, "reservedFor"); reserved && !reserved->is_array())
+    return invalid_argument("status.reservedFor: expected an array, got " + json_shown(reserved));
   const json* devices = json_member(*allocation, "devices");
+  if (devices && !devices->is_object())
+    return invalid_argument("status.allocation.devices: expected an object, got " +
+                            json_shown(devices));
   const json* results = devices ? json_member(*devices, "results") : nullptr;
   if (results && !results->is_array())
-    return invalid_argument("status.allocation.devices.results: not an array");
+    return invalid_argument("status.allocation.devices.results: expected an array, got " +
+                            json_shown(results));
 
   // Configs of this driver in API order (FromClass before FromClaim, as the API server lists them).
   struct Entry {
@@ -113,7 +124,8 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
   std::vector<Entry> configs;
   if (const json* list = devices ? json_member(*devices, "config") : nullptr) {
     if (!list->is_array())
-      return invalid_argument("status.allocation.devices.config: not an array");
+      return invalid_argument("status.allocation.devices.config: expected an array, got " +
+                              json_shown(list));
     for (size_t i = 0; i < list->size(); ++i) {
       const json& entry = (*list)[i];
       const std::string path = "status.allocation.devices.config[" + std::to_string(i) + "]";
@@ -135,13 +147,18 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
   for (size_t i = 0; results && i < results->size(); ++i) {
     const json& result = (*results)[i];
     const std::string path = "status.allocation.devices.results[" + std::to_string(i) + "]";
+    if (!result.is_object())
+      return invalid_argument(path + ": expected an object, got " + json_shown(&result));
     const std::string* driver = string_member(result, "driver");
     if (!driver || *driver != input.driver) continue;
     const std::string* request = string_member(result, "request");
     const std::string* pool = string_member(result, "pool");
     const std::string* device = string_member(result, "device");
-    if (!request || !pool || !device)
-      return invalid_argument(path + ": request, pool and device are required");
+    for (const auto& [key, value] :
+         {std::pair{"request", request}, std::pair{"pool", pool}, std::pair{"device", device}})
+      if (!value)
+        return invalid_argument(path + "." + key + ": expected a string, got " +
+                                json_shown(json_member(result, key)));
     if (*pool != input.pool)
       return invalid_argument(path + ": pool " + *pool + " is not this node's pool " + input.pool);
     const NodeDevice* node_device = nullptr;

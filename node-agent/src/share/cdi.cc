@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/json_access.h"
+
 namespace tessera::agent {
 
 namespace {
@@ -42,9 +44,8 @@ bool requires_v110(const json& spec) {
     if (non_empty_member(*edits, "netDevices")) return true;
     if (edits->is_object() && edits->contains("intelRdt")) {
       const json& rdt = (*edits)["intelRdt"];
-      if (non_empty_member(rdt, "schemata") ||
-          (rdt.is_object() && rdt.value("enableMonitoring", false)))
-        return true;
+      const json* monitoring = json_member(rdt, "enableMonitoring");
+      if (non_empty_member(rdt, "schemata") || (monitoring && *monitoring == true)) return true;
     }
   }
   return false;
@@ -63,7 +64,7 @@ bool requires_v060(const json& spec) {
   if (spec.contains("devices") && spec["devices"].is_array())
     for (const auto& device : spec["devices"])
       if (non_empty_member(device, "annotations")) return true;
-  const std::string kind = spec.is_object() ? spec.value("kind", "") : "";
+  const std::string kind = json_string(spec, "kind");
   const size_t slash = kind.find('/');
   return slash != std::string::npos && kind.find('.', slash + 1) != std::string::npos;
 }

@@ -5,12 +5,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "model/json_access.h"
 
 namespace tessera::agent {
 namespace {
@@ -47,27 +50,66 @@ json share_to_json(const ShareSpec& s) {
   return j;
 }
 
-ShareSpec share_from_json(const json& j) {
+// A member that is missing or of another type stops the read, naming the field and its value.
+[[noreturn]] void bad_field(const std::string& field, const char* expected, const json* value) {
+  throw std::runtime_error(field + ": expected " + expected + ", got " + json_shown(value));
+}
+
+const json& member(const json& object, const std::string& at, const char* key) {
+  const json* value = json_member(object, key);
+  if (!value) bad_field(at + key, "a value", value);
+  return *value;
+}
+
+std::string string_member(const json& object, const std::string& at, const char* key) {
+  const json* value = json_member(object, key);
+  if (!value || !value->is_string()) bad_field(at + key, "a string", value);
+  return value->get<std::string>();
+}
+
+// An unsigned integer of at most `max`.
+uint64_t unsigned_member(const json& object, const std::string& at, const char* key, uint64_t max) {
+  const json* value = json_member(object, key);
+  if (!value || !value->is_number_unsigned() || value->get<uint64_t>() > max)
+    bad_field(at + key, ("an integer 0.." + std::to_string(max)).c_str(), value);
+  return value->get<uint64_t>();
+}
+
+// An enum written as its number (share_to_json): one of the `count` members (vgpu_config.h:
+// Priority and SharingStrategy have 3, TimeSlice 4).
+template <typename Enum>
+Enum enum_member(const json& object, const std::string& at, const char* key, uint64_t count) {
+  return static_cast<Enum>(unsigned_member(object, at, key, count - 1));
+}
+
+ShareSpec share_from_json(const json& j, const std::string& at) {
+  if (!j.is_object()) bad_field(at.substr(0, at.size() - 1), "an object", &j);
   ShareSpec s;
-  s.claim_uid = j.at("claimUID").get<std::string>();
-  s.pool = j.at("pool").get<std::string>();
-  s.device = j.at("device").get<std::string>();
-  s.share_id = j.at("shareID").get<std::string>();
-  s.uuid = j.at("uuid").get<std::string>();
-  s.minor = j.at("minor").get<unsigned>();
-  s.request_names = j.at("requestNames").get<std::vector<std::string>>();
-  if (j.contains("memoryBytes")) s.memory_bytes = j["memoryBytes"].get<uint64_t>();
-  if (j.contains("cores")) s.cores = j["cores"].get<uint32_t>();
-  if (j.contains("burst")) s.config.burst = j["burst"].get<uint32_t>();
-  if (j.contains("priority")) s.config.priority = static_cast<Priority>(j["priority"].get<int>());
+  s.claim_uid = string_member(j, at, "claimUID");
+  s.pool = string_member(j, at, "pool");
+  s.device = string_member(j, at, "device");
+  s.share_id = string_member(j, at, "shareID");
+  s.uuid = string_member(j, at, "uuid");
+  s.minor = static_cast<unsigned>(unsigned_member(j, at, "minor", UINT32_MAX));
+  const json& names = member(j, at, "requestNames");
+  if (!names.is_array()) bad_field(at + "requestNames", "an array of strings", &names);
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!names[i].is_string())
+      bad_field(at + "requestNames[" + std::to_string(i) + "]", "a string", &names[i]);
+    s.request_names.push_back(names[i].get<std::string>());
+  }
+  if (j.contains("memoryBytes")) s.memory_bytes = unsigned_member(j, at, "memoryBytes", UINT64_MAX);
+  if (j.contains("cores")) s.cores = static_cast<uint32_t>(unsigned_member(j, at, "cores", 100));
+  if (j.contains("burst"))
+    s.config.burst = static_cast<uint32_t>(unsigned_member(j, at, "burst", 100));
+  if (j.contains("priority")) s.config.priority = enum_member<Priority>(j, at, "priority", 3);
   if (j.contains("strategy"))
-    s.config.strategy = static_cast<SharingStrategy>(j["strategy"].get<int>());
-  if (j.contains("timeSlice"))
-    s.config.time_slice = static_cast<TimeSlice>(j["timeSlice"].get<int>());
-  if (j.contains("folder")) s.folder = j["folder"].get<std::string>();
+    s.config.strategy = enum_member<SharingStrategy>(j, at, "strategy", 3);
+  if (j.contains("timeSlice")) s.config.time_slice = enum_member<TimeSlice>(j, at, "timeSlice", 4);
+  if (j.contains("folder")) s.folder = string_member(j, at, "folder");
   if (j.contains("enforcement")) {
-    const auto policy = parse_enforcement_policy(j["enforcement"].get<std::string>());
-    if (!policy) throw std::runtime_error("unknown enforcement " + j["enforcement"].dump());
+    const auto policy = parse_enforcement_policy(string_member(j, at, "enforcement"));
+    if (!policy) throw std::runtime_error(at + "enforcement: unknown " + j["enforcement"].dump());
     s.config.enforcement = *policy;
   }
   if (!safe_name_component(s.claim_uid) || !safe_name_component(s.device) ||
@@ -102,14 +144,20 @@ Result<Checkpoint> checkpoint_from_json(const std::string& text) {
   Checkpoint out;
   try {
     const json j = json::parse(text);
-    if (j.at("version").get<int>() != kCheckpointVersion)
-      return internal_error("checkpoint version " + j.at("version").dump() + " is not " +
+    if (!j.is_object()) bad_field("the file", "an object", &j);
+    const json& version = member(j, "", "version");
+    if (version != kCheckpointVersion)
+      return internal_error("checkpoint version " + version.dump() + " is not " +
                             std::to_string(kCheckpointVersion));
-    for (const auto& [uid, value] : j.at("claims").items()) {
+    const json& claims = member(j, "", "claims");
+    if (!claims.is_object()) bad_field("claims", "an object", &claims);
+    for (const auto& [uid, value] : claims.items()) {
+      const std::string at = "claims." + uid + ".";
+      if (!value.is_object()) bad_field("claims." + uid, "an object", &value);
       ClaimEntry entry;
-      entry.namespace_name = value.at("namespace").get<std::string>();
-      entry.name = value.at("name").get<std::string>();
-      const auto state = value.at("state").get<std::string>();
+      entry.namespace_name = string_member(value, at, "namespace");
+      entry.name = string_member(value, at, "name");
+      const auto state = string_member(value, at, "state");
       if (state == "PrepareCompleted") {
         entry.state = ClaimState::kPrepareCompleted;
       } else if (state == "PrepareStarted") {
@@ -117,11 +165,22 @@ Result<Checkpoint> checkpoint_from_json(const std::string& text) {
       } else {
         return internal_error("checkpoint: claim " + uid + ": unknown state " + state);
       }
-      for (const auto& share : value.at("shares")) entry.shares.push_back(share_from_json(share));
-      if (value.contains("pods"))
-        for (const auto& pod : value.at("pods"))
+      const json& shares = member(value, at, "shares");
+      if (!shares.is_array()) bad_field(at + "shares", "an array", &shares);
+      for (size_t i = 0; i < shares.size(); ++i)
+        entry.shares.push_back(
+            share_from_json(shares[i], at + "shares[" + std::to_string(i) + "]."));
+      if (value.contains("pods")) {
+        const json& pods = member(value, at, "pods");
+        if (!pods.is_array()) bad_field(at + "pods", "an array", &pods);
+        for (size_t i = 0; i < pods.size(); ++i) {
+          const std::string pod_at = at + "pods[" + std::to_string(i) + "].";
+          if (!pods[i].is_object())
+            bad_field(pod_at.substr(0, pod_at.size() - 1), "an object", &pods[i]);
           entry.pods.push_back(
-              {pod.at("name").get<std::string>(), pod.at("uid").get<std::string>()});
+              {string_member(pods[i], pod_at, "name"), string_member(pods[i], pod_at, "uid")});
+        }
+      }
       out[uid] = std::move(entry);
     }
   } catch (const std::exception& e) {

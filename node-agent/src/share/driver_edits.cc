@@ -159,8 +159,11 @@ bool add_toolkit_devices(const YAML::Node& spec, ContainerDriver& driver) {
       found = true;
       continue;
     }
-    // Index-named ("0", "gpu0"): the device whose one GPU node is /dev/nvidia<minor>.
-    const YAML::Node nodes = device["containerEdits"]["deviceNodes"];
+    // Index-named ("0", "gpu0"): the device whose one GPU node is /dev/nvidia<minor>. (A const
+    // YAML node's [] throws on a missing or scalar parent: each step is checked first.)
+    const YAML::Node edits = device["containerEdits"];
+    if (!edits || !edits.IsMap()) continue;
+    const YAML::Node nodes = edits["deviceNodes"];
     if (!nodes || !nodes.IsSequence()) continue;
     for (const auto& node : nodes) {
       if (!node.IsMap() || !node["path"] || !node["path"].IsScalar()) continue;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include <gtest/gtest.h>
@@ -378,6 +379,163 @@ TEST(ResourceSlices, PublishReportsApiErrors) {
       published.message(),
       "cannot read the Node's UID: GET /api/v1/nodes/node-a: HTTP 404: nodes \"node-a\" not found");
   EXPECT_EQ(published.code(), StatusCode::kNotFound);
+}
+
+// A publisher against `server` whose Node UID is read from the server.
+struct PublishFixture {
+  explicit PublishFixture(FakeApiServer& server)
+      : kube(server.connection(), quick_retry()),
+        publisher(kube, {"vgpu.tessera.dev", "node-a", ""}) {}
+  static RetryPolicy quick_retry() {
+    RetryPolicy retry;
+    retry.initial_backoff = std::chrono::milliseconds(1);
+    return retry;
+  }
+  HttpKubeClient kube;
+  SlicePublisher publisher;
+};
+
+TEST(ResourceSlices, ANodeWithoutAStringUidIsAnErrorAndNothingIsWritten) {
+  FakeApiServer server;
+  PublishFixture fixture(server);
+  const std::pair<const char*, const char*> answers[] = {
+      {R"({"kind":"Node","metadata":{"name":"node-a"}})", "nothing"},
+      {R"({"kind":"Node"})", "nothing"},
+      {R"({"kind":"Node","metadata":{"uid":7}})", "7"},
+      {R"({"kind":"Node","metadata":{"uid":""}})", "\"\""},
+      {R"({"kind":"Node","metadata":"node-a"})", "nothing"},
+      {R"(["not","a","node"])", "nothing"},
+      {"not json", "nothing"}};
+  for (const auto& [body, shown] : answers) {
+    server.node_body = body;
+    const Status published = fixture.publisher.publish({h200(0)});
+    EXPECT_EQ(published.code(), StatusCode::kInternal) << body;
+    EXPECT_EQ(published.message(),
+              std::string("GET /api/v1/nodes/node-a: metadata.uid: expected a non-empty string, "
+                          "got ") +
+                  shown)
+        << body;
+    EXPECT_TRUE(server.take_writes().empty()) << body;
+    EXPECT_TRUE(server.stored_slices().empty()) << body;
+  }
+  // The UID is read again on the next publish, not kept from a bad answer.
+  server.node_body.reset();
+  ASSERT_EQ(fixture.publisher.publish({h200(0)}).message(), "");
+  const auto stored = server.stored_slices();
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored.begin()->second["metadata"]["ownerReferences"][0]["uid"], "3d7c0b8e-node-uid");
+}
+
+TEST(ResourceSlices, ListedItemsWithoutSpecOrOfAnotherShapeAreNotOurs) {
+  FakeApiServer server;
+  PublishFixture fixture(server);
+  const std::map<std::string, json> foreign = {
+      {"a-no-spec", {{"kind", "ResourceSlice"}, {"metadata", {{"name", "a-no-spec"}}}}},
+      {"b-spec-not-object", {{"metadata", {{"name", "b"}}}, {"spec", "vgpu.tessera.dev"}}},
+      {"c-driver-not-string",
+       {{"metadata", {{"name", "c"}}}, {"spec", {{"driver", 5}, {"nodeName", "node-a"}}}}},
+      {"d-no-node", {{"metadata", {{"name", "d"}}}, {"spec", {{"driver", "vgpu.tessera.dev"}}}}},
+      {"e-not-an-object", json::array({1, 2})},
+      {"f-null", nullptr}};
+  server.slices = foreign;
+  ASSERT_EQ(fixture.publisher.publish({h200(0)}).message(), "");
+  const auto writes = server.take_writes();
+  ASSERT_EQ(writes.size(), 1u);  // ours created; none of the others touched
+  EXPECT_EQ(writes[0].method, "POST");
+  const auto stored = server.stored_slices();
+  for (const auto& [name, item] : foreign) EXPECT_EQ(stored.at(name), item) << name;
+  EXPECT_EQ(stored.count("node-a-vgpu.tessera.dev-0"), 1u);
+}
+
+TEST(ResourceSlices, OurListedSliceThatCannotBeReadStopsThePublishBeforeAnyWrite) {
+  const std::string list =
+      "GET /apis/resource.k8s.io/v1/resourceslices?fieldSelector="
+      "spec.nodeName%3Dnode-a%2Cspec.driver%3Dvgpu.tessera.dev: items[1].";
+  const json ours_spec = {{"driver", "vgpu.tessera.dev"},
+                          {"nodeName", "node-a"},
+                          {"pool", {{"name", "node-a"}, {"generation", 4}}}};
+  const json good = {{"metadata", {{"name", "a-good"}, {"resourceVersion", "9"}}},
+                     {"spec", ours_spec}};
+  struct Case {
+    json metadata;
+    json pool;
+    std::string error;
+  };
+  const Case cases[] = {
+      {json(), ours_spec["pool"], "metadata.name: expected a non-empty string, got nothing"},
+      {{{"resourceVersion", "9"}},
+       ours_spec["pool"],
+       "metadata.name: expected a non-empty string, got nothing"},
+      {{{"name", 12}, {"resourceVersion", "9"}},
+       ours_spec["pool"],
+       "metadata.name: expected a non-empty string, got 12"},
+      {{{"name", "b-bad"}},
+       ours_spec["pool"],
+       "metadata.resourceVersion: expected a string, got nothing"},
+      {{{"name", "b-bad"}, {"resourceVersion", "9"}},
+       {{"name", "node-a"}, {"generation", "4"}},
+       "spec.pool.generation: expected an integer, got \"4\""},
+      {{{"name", "b-bad"}, {"resourceVersion", "9"}},
+       {{"name", "node-a"}, {"generation", 4.5}},
+       "spec.pool.generation: expected an integer, got 4.5"},
+      {{{"name", "b-bad"}, {"resourceVersion", "9"}},
+       {{"name", "node-a"}},
+       "spec.pool.generation: expected an integer, got nothing"},
+      {{{"name", "b-bad"}, {"resourceVersion", "9"}},
+       "node-a",
+       "spec.pool.generation: expected an integer, got nothing"},
+      {{{"name", "b-bad"}, {"resourceVersion", "9"}},
+       {{"name", "node-a"}, {"generation", 18446744073709551615ull}},
+       "spec.pool.generation: expected an integer, got 18446744073709551615"},
+  };
+  for (const Case& c : cases) {
+    FakeApiServer server;
+    PublishFixture fixture(server);
+    json bad = {{"spec", ours_spec}};
+    bad["spec"]["pool"] = c.pool;
+    if (!c.metadata.is_null()) bad["metadata"] = c.metadata;
+    server.slices = {{"a-good", good}, {"b-bad", bad}};
+    const Status published = fixture.publisher.publish({h200(0)});
+    EXPECT_EQ(published.code(), StatusCode::kInternal) << bad.dump();
+    EXPECT_EQ(published.message(), list + c.error) << bad.dump();
+    EXPECT_TRUE(server.take_writes().empty()) << bad.dump();
+    const auto stored = server.stored_slices();
+    EXPECT_EQ(stored.at("a-good"), good);
+    EXPECT_EQ(stored.at("b-bad"), bad);
+    EXPECT_EQ(fixture.publisher.generation(), 0);
+  }
+}
+
+TEST(ResourceSlices, PublishedTaintsOfAnotherShapeAreIgnoredNotRead) {
+  FakeApiServer server;
+  PublishFixture fixture(server);
+  // A slice of ours (by driver and node) as someone left it: taints that are no list, a device
+  // without a name, a taint that is no object. Its published taints are skipped, not read; the
+  // publish makes the slices the health says and removes this one.
+  server.slices["node-a-vgpu.tessera.dev-7"] = {
+      {"metadata", {{"name", "node-a-vgpu.tessera.dev-7"}, {"resourceVersion", "3"}}},
+      {"spec",
+       {{"driver", "vgpu.tessera.dev"},
+        {"nodeName", "node-a"},
+        {"pool", {{"name", "node-a"}, {"generation", 2}, {"resourceSliceCount", 1}}},
+        {"devices",
+         json::array({{{"name", "gpu-0"}, {"taints", "unhealthy"}},
+                      {{"taints", json::array({{{"key", "k"}}})}},
+                      {{"name", 3}, {"taints", json::array({1})}},
+                      {{"name", "gpu-1"}, {"taints", json::array({7, {{"key", 1}}})}}})}}}};
+  DeviceHealthReport unhealthy;
+  unhealthy.device_name = "gpu-0";
+  unhealthy.state = DeviceHealthState::kUnhealthy;
+  ASSERT_EQ(fixture.publisher.publish({h200(0), h200(1)}, {unhealthy}).message(), "");
+  const auto writes = server.take_writes();
+  ASSERT_EQ(writes.size(), 2u);
+  EXPECT_EQ(writes[0].method, "POST");
+  EXPECT_EQ(writes[0].body["spec"]["pool"]["generation"], 3);
+  EXPECT_EQ(writes[0].body["spec"]["devices"][0]["taints"],
+            json::array({{{"key", kUnhealthyTaintKey}, {"effect", kUnhealthyTaintEffect}}}));
+  EXPECT_FALSE(writes[0].body["spec"]["devices"][1].contains("taints"));
+  EXPECT_EQ(writes[1].method, "DELETE");
+  EXPECT_EQ(writes[1].path, "/apis/resource.k8s.io/v1/resourceslices/node-a-vgpu.tessera.dev-7");
 }
 
 // Real GPUs' memory as NVML reports it, in MiB: H200, H100 80GB, A100 40GB and 80GB, L40S, L4, T4.

@@ -1,5 +1,7 @@
 #include "model/share_spec.h"
 
+#include <functional>
+
 #include <gtest/gtest.h>
 
 #include "claim_fixture.h"
@@ -226,6 +228,57 @@ TEST(ShareSpec, ErrorsNameWhatIsWrong) {
   EXPECT_EQ(specs_or_error({"not json", kUid, "vgpu.tessera.dev", "node-a", {}}, specs),
             "claim: not a JSON object");
   EXPECT_TRUE(specs.empty());
+}
+
+// A claim the API server (or something in its place) answers in another shape: each field is
+// refused, named with the value it had, and no share is computed.
+TEST(ShareSpec, ClaimFieldsOfAnotherShapeAreRefusedNamingTheFieldAndValue) {
+  const json good = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}});
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string error;
+  };
+  const Case cases[] = {
+      {[](json& c) { c.erase("metadata"); }, "claim: metadata.uid: expected a string, got nothing"},
+      {[](json& c) { c["metadata"] = "c"; }, "claim: metadata.uid: expected a string, got nothing"},
+      {[](json& c) { c["metadata"]["uid"] = 17; },
+       "claim: metadata.uid: expected a string, got 17"},
+      {[](json& c) { c["status"]["allocation"] = "yes"; },
+       "status.allocation: expected an object, got \"yes\""},
+      {[](json& c) { c["status"]["allocation"]["devices"] = json::array(); },
+       "status.allocation.devices: expected an object, got []"},
+      {[](json& c) { c["status"]["allocation"]["devices"]["results"] = json::object(); },
+       "status.allocation.devices.results: expected an array, got {}"},
+      {[](json& c) { c["status"]["allocation"]["devices"]["results"][0] = "gpu-0"; },
+       "status.allocation.devices.results[0]: expected an object, got \"gpu-0\""},
+      {[](json& c) { c["status"]["allocation"]["devices"]["results"][0].erase("request"); },
+       "status.allocation.devices.results[0].request: expected a string, got nothing"},
+      {[](json& c) { c["status"]["allocation"]["devices"]["results"][0]["pool"] = 3; },
+       "status.allocation.devices.results[0].pool: expected a string, got 3"},
+      {[](json& c) { c["status"]["allocation"]["devices"]["results"][0]["device"] = nullptr; },
+       "status.allocation.devices.results[0].device: expected a string, got null"},
+      {[](json& c) { c["status"]["allocation"]["devices"]["config"] = "none"; },
+       "status.allocation.devices.config: expected an array, got \"none\""},
+      {[](json& c) {
+         c["status"]["reservedFor"] = {{"name", "trainer"}};
+       },
+       "status.reservedFor: expected an array, got {\"name\":\"trainer\"}"},
+      {[](json& c) { c["status"]["reservedFor"] = "trainer"; },
+       "status.reservedFor: expected an array, got \"trainer\""},
+  };
+  for (const Case& c : cases) {
+    json claim = good;
+    c.edit(claim);
+    std::vector<ShareSpec> specs;
+    EXPECT_EQ(specs_or_error(input_for(claim), specs), c.error) << claim.dump();
+    EXPECT_TRUE(specs.empty()) << claim.dump();
+  }
+  // Absent, status.reservedFor is none: the claim is prepared and its pods are none.
+  json unreserved = good;
+  unreserved["status"].erase("reservedFor");
+  std::vector<ShareSpec> specs;
+  EXPECT_EQ(specs_or_error(input_for(unreserved), specs), "");
+  EXPECT_TRUE(reserved_pods(unreserved.dump()).empty());
 }
 
 // The code says what prepare's caller can do: a replaced or unallocated claim is not in a state to

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -197,6 +198,18 @@ TEST(MinimumCdiVersion, RdtSchemataMonitoringOrNetDevicesNeed110) {
                                  {"containerEdits", {{"netDevices", {{{"name", "x"}}}}}},
                                  {"devices", {{{"name", "0"}}}}}),
             "1.1.0");
+}
+
+TEST(MinimumCdiVersion, MembersOfAnotherTypeAreReadAsAbsentNotThrown) {
+  EXPECT_EQ(minimum_cdi_version(json::array()), "0.3.0");
+  EXPECT_EQ(minimum_cdi_version({{"kind", 7}, {"devices", "gpu0"}}), "0.3.0");
+  EXPECT_EQ(minimum_cdi_version({{"kind", "vendor.com/gpu"},
+                                 {"containerEdits", {{"intelRdt", {{"enableMonitoring", "yes"}}}}},
+                                 {"devices", json::array({"a", 1, {{"name", 0}}})}}),
+            "0.7.0");  // intelRdt set: 0.7.0; a monitoring flag that is no boolean is not set
+  EXPECT_EQ(minimum_cdi_version(
+                {{"containerEdits", "edits"}, {"devices", json::array({{{"containerEdits", 3}}})}}),
+            "0.3.0");
 }
 
 // --- the spec, golden ---------------------------------------------------------------------------
@@ -423,6 +436,45 @@ TEST_F(CdiTest, AnUnparsableToolkitSpecIsAnErrorNamingIt) {
   EXPECT_EQ(read.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(read.status().message().find((base_ / "cdi/nvidia.yaml").string()), std::string::npos)
       << read.status().message();
+}
+
+TEST_F(CdiTest, ToolkitSpecEntriesOfAnotherTypeAreSkippedNotRead) {
+  // Each device but the last is malformed somewhere a reader would step through: skipped.
+  write_text(base_ / "cdi/nvidia.yaml", R"(kind: nvidia.com/gpu
+devices:
+  - just-a-string
+  - name: {a: map}
+  - name: gpu0
+  - name: gpu1
+    containerEdits: a-scalar
+  - name: gpu2
+    containerEdits: [a, sequence]
+  - name: gpu3
+    containerEdits: {deviceNodes: {path: /dev/nvidia3}}
+  - name: gpu4
+    containerEdits: {deviceNodes: [a-scalar, {path: [/dev/nvidia4]}, {other: /dev/nvidia4}]}
+  - name: gpu5
+    containerEdits: {deviceNodes: [{path: /dev/nvidia5}]}
+)");
+  const Result<std::optional<ContainerDriver>> read =
+      read_toolkit_specs({(base_ / "cdi").string()});
+  ASSERT_EQ(read.status().message(), "");
+  ASSERT_TRUE(read->has_value());
+  EXPECT_TRUE((*read)->toolkit_by_uuid.empty());
+  EXPECT_EQ((*read)->toolkit_by_minor,
+            (std::map<unsigned, std::string>{{5, "nvidia.com/gpu=gpu5"}}));
+
+  // Nothing readable: no toolkit spec (not an error), whatever the shape of kind and devices.
+  for (const char* text :
+       {"kind: [nvidia.com/gpu]\ndevices: []\n", "kind: nvidia.com/gpu\ndevices: {name: gpu0}\n",
+        "kind: nvidia.com/gpu\ndevices: nvidia.com/gpu\n", "- kind: nvidia.com/gpu\n",
+        "nvidia.com/gpu\n", "kind: nvidia.com/gpu\ndevices: [{name: gpu0}]\n"}) {
+    write_text(base_ / "cdi/nvidia.yaml", text);
+    const Result<std::optional<ContainerDriver>> none =
+        read_toolkit_specs({(base_ / "cdi").string()});
+    EXPECT_EQ(none.status().message(), "") << text;
+    EXPECT_TRUE(none.is_ok() && !none->has_value()) << text;
+  }
 }
 
 // --- the shim -----------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 #include "share/checkpoint.h"
 
+#include <functional>
+
 #include <gtest/gtest.h>
 
 namespace tessera::agent {
@@ -51,6 +53,87 @@ TEST(Checkpoint, ReservedPodsAreTheClaimsPodConsumers) {
   EXPECT_EQ(pods[1], (PodRef{"b", "u-b"}));
   EXPECT_TRUE(reserved_pods("not json").empty());
   EXPECT_TRUE(reserved_pods(R"({"status": {}})").empty());
+}
+
+// A version-1 checkpoint of one claim with one share, as text; `edit` changes it first.
+std::string checkpoint_text(const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(R"({"version": 1, "claims": {"uid-1": {
+      "namespace": "tenants", "name": "pair", "state": "PrepareCompleted",
+      "pods": [{"name": "trainer", "uid": "u-t"}],
+      "shares": [{"claimUID": "uid-1", "pool": "node-a", "device": "gpu-0", "shareID": "s",
+                  "uuid": "GPU-1", "minor": 0, "requestNames": ["gpu"], "memoryBytes": 1024,
+                  "cores": 30, "burst": 10, "priority": 1, "strategy": 0, "folder": "f",
+                  "enforcement": "kill"}]}}})");
+  edit(j);
+  return j.dump();
+}
+
+TEST(Checkpoint, EveryFieldOfAnotherTypeIsRefusedNamingTheFieldAndTheValue) {
+  using nlohmann::json;
+  ASSERT_EQ(checkpoint_from_json(checkpoint_text([](json&) {})).status().message(), "");
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string error;
+  };
+  auto share = [](json& j) -> json& { return j["claims"]["uid-1"]["shares"][0]; };
+  const Case cases[] = {
+      {[](json& j) { j = json::array(); }, "the file: expected an object, got []"},
+      {[](json& j) { j.erase("version"); }, "version: expected a value, got nothing"},
+      {[](json& j) { j.erase("claims"); }, "claims: expected a value, got nothing"},
+      {[](json& j) { j["claims"] = json::array(); }, "claims: expected an object, got []"},
+      {[](json& j) { j["claims"]["uid-1"] = "pair"; },
+       "claims.uid-1: expected an object, got \"pair\""},
+      {[](json& j) { j["claims"]["uid-1"]["namespace"] = 3; },
+       "claims.uid-1.namespace: expected a string, got 3"},
+      {[](json& j) { j["claims"]["uid-1"].erase("name"); },
+       "claims.uid-1.name: expected a string, got nothing"},
+      {[](json& j) { j["claims"]["uid-1"]["state"] = true; },
+       "claims.uid-1.state: expected a string, got true"},
+      {[](json& j) { j["claims"]["uid-1"]["shares"] = json::object(); },
+       "claims.uid-1.shares: expected an array, got {}"},
+      {[&](json& j) { share(j) = 5; }, "claims.uid-1.shares[0]: expected an object, got 5"},
+      {[&](json& j) { share(j)["minor"] = "0"; },
+       "claims.uid-1.shares[0].minor: expected an integer 0..4294967295, got \"0\""},
+      {[&](json& j) { share(j)["minor"] = -1; },
+       "claims.uid-1.shares[0].minor: expected an integer 0..4294967295, got -1"},
+      {[&](json& j) { share(j)["uuid"] = nullptr; },
+       "claims.uid-1.shares[0].uuid: expected a string, got null"},
+      {[&](json& j) { share(j)["requestNames"] = "gpu"; },
+       "claims.uid-1.shares[0].requestNames: expected an array of strings, got \"gpu\""},
+      {[&](json& j) {
+         share(j)["requestNames"] = json::array({"gpu", 2});
+       },
+       "claims.uid-1.shares[0].requestNames[1]: expected a string, got 2"},
+      {[&](json& j) { share(j)["memoryBytes"] = 1.5; },
+       "claims.uid-1.shares[0].memoryBytes: expected an integer 0..18446744073709551615, got "
+       "1.5"},
+      {[&](json& j) { share(j)["cores"] = 101; },
+       "claims.uid-1.shares[0].cores: expected an integer 0..100, got 101"},
+      {[&](json& j) { share(j)["burst"] = "10"; },
+       "claims.uid-1.shares[0].burst: expected an integer 0..100, got \"10\""},
+      {[&](json& j) { share(j)["priority"] = 3; },
+       "claims.uid-1.shares[0].priority: expected an integer 0..2, got 3"},
+      {[&](json& j) { share(j)["strategy"] = "MPS"; },
+       "claims.uid-1.shares[0].strategy: expected an integer 0..2, got \"MPS\""},
+      {[&](json& j) { share(j)["timeSlice"] = 4; },
+       "claims.uid-1.shares[0].timeSlice: expected an integer 0..3, got 4"},
+      {[&](json& j) { share(j)["folder"] = json::array(); },
+       "claims.uid-1.shares[0].folder: expected a string, got []"},
+      {[&](json& j) { share(j)["enforcement"] = 1; },
+       "claims.uid-1.shares[0].enforcement: expected a string, got 1"},
+      {[](json& j) { j["claims"]["uid-1"]["pods"] = "trainer"; },
+       "claims.uid-1.pods: expected an array, got \"trainer\""},
+      {[](json& j) { j["claims"]["uid-1"]["pods"][0] = "trainer"; },
+       "claims.uid-1.pods[0]: expected an object, got \"trainer\""},
+      {[](json& j) { j["claims"]["uid-1"]["pods"][0]["uid"] = 5; },
+       "claims.uid-1.pods[0].uid: expected a string, got 5"},
+  };
+  for (const Case& c : cases) {
+    const std::string text = checkpoint_text(c.edit);
+    const Result<Checkpoint> read = checkpoint_from_json(text);
+    EXPECT_EQ(read.status().code(), StatusCode::kInternal) << text;
+    EXPECT_EQ(read.status().message(), "checkpoint: " + c.error) << text;
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <latch>
 #include <map>
 #include <sstream>
@@ -478,6 +479,51 @@ TEST_F(ShareManagerTest, CorruptCheckpointIsAnError) {
   const Status started = m.start();
   EXPECT_EQ(started.message(), options_.root + "/checkpoint.json: checkpoint version 9 is not 1");
   EXPECT_EQ(started.code(), StatusCode::kInternal);
+}
+
+TEST_F(ShareManagerTest, ACheckpointWithAFieldOfAnotherTypeIsAnErrorAndIsLeftAsItIs) {
+  fs::create_directories(options_.root);
+  const std::string text = R"({"version": 1, "claims": {"uid-1": {"namespace": "tenants",
+      "name": "pair", "state": "PrepareCompleted", "shares": [{"claimUID": "uid-1",
+      "pool": "node-a", "device": "gpu-0", "shareID": "s", "uuid": "GPU-1", "minor": "0",
+      "requestNames": ["gpu"]}]}}})";
+  std::ofstream(options_.root + "/checkpoint.json") << text;
+  ShareManager m(options_, kube_, devices_);
+  const Status started = m.start();
+  EXPECT_EQ(started.message(), options_.root +
+                                   "/checkpoint.json: checkpoint: claims.uid-1.shares[0].minor: "
+                                   "expected an integer 0..4294967295, got \"0\"");
+  EXPECT_EQ(started.code(), StatusCode::kInternal);
+  EXPECT_EQ(read(options_.root + "/checkpoint.json"), text);  // kept for a person to look at
+  EXPECT_TRUE(m.checkpoint().empty());
+}
+
+TEST_F(ShareManagerTest, AClaimOfAnotherShapeFailsThePrepareBeforeAnyWrite) {
+  auto m = manager(options_);
+  const json good = json::parse(kube_.objects[resource_claim_path("tenants", "train")]);
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string error;
+  };
+  const Case cases[] = {
+      {[](json& c) { c["status"]["reservedFor"] = "pod-train"; },
+       "status.reservedFor: expected an array, got \"pod-train\""},
+      {[](json& c) { c["status"]["allocation"] = json::array(); },
+       "status.allocation: expected an object, got []"},
+      {[](json& c) { c["status"]["allocation"]["devices"]["results"][1]["device"] = 0; },
+       "status.allocation.devices.results[1].device: expected a string, got 0"},
+  };
+  for (const Case& c : cases) {
+    json claim = good;
+    c.edit(claim);
+    kube_.objects[resource_claim_path("tenants", "train")] = claim.dump();
+    const Status prepared = m->prepare(claim_).status();
+    EXPECT_EQ(prepared.code(), StatusCode::kInvalidArgument) << claim.dump();
+    EXPECT_EQ(prepared.message(), "ResourceClaim tenants/train: " + c.error) << claim.dump();
+    EXPECT_TRUE(m->checkpoint().empty());
+    EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+    EXPECT_FALSE(fs::exists(options_.cdi_dir) && !fs::is_empty(options_.cdi_dir));
+  }
 }
 
 // A crash (the process exits) after each durable step of prepare and unprepare: a restarted agent

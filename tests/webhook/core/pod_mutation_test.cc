@@ -2,7 +2,11 @@
 // patch applied to the pod (nlohmann::json::patch, RFC 6902) and the result checked.
 #include "core/pod_mutation.h"
 
+#include <functional>
+
 #include <gtest/gtest.h>
+
+#include "core/claim_validation.h"
 
 #include "review_fixture.h"
 
@@ -374,6 +378,72 @@ TEST(PodMutation, WhatIsNotAnAdmissionReviewIsAnError) {
   Result<MutateResult> result = mutate(deep, {}, claims);
   ASSERT_FALSE(result.is_ok());
   EXPECT_NE(result.status().message().find("deeper than"), std::string::npos);
+}
+
+// Fields kube-apiserver always sends, missing or of another type: an error naming the field and
+// the value (the request is answered 400, so the pod is not admitted unchecked), for /mutate and
+// /validate alike; nothing is patched and no template is asked for.
+TEST(PodMutation, ARequestWithAFieldMissingOrOfAnotherTypeIsAnErrorNamingIt) {
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string error;
+  };
+  const Case cases[] = {
+      {[](json& r) { r["request"] = "pod"; }, "request: missing"},
+      {[](json& r) { r["request"].erase("uid"); },
+       "request.uid: expected a non-empty string, got nothing"},
+      {[](json& r) { r["request"]["uid"] = 42; },
+       "request.uid: expected a non-empty string, got 42"},
+      {[](json& r) { r["request"]["uid"] = ""; },
+       "request.uid: expected a non-empty string, got \"\""},
+      {[](json& r) { r["request"].erase("kind"); },
+       "request.kind: expected an object, got nothing"},
+      {[](json& r) { r["request"]["kind"] = "Pod"; },
+       "request.kind: expected an object, got \"Pod\""},
+      {[](json& r) { r["request"]["kind"].erase("group"); },
+       "request.kind.group: expected a string, got nothing"},
+      {[](json& r) { r["request"]["kind"]["version"] = 1; },
+       "request.kind.version: expected a string, got 1"},
+      {[](json& r) { r["request"]["kind"]["kind"] = json::array({"Pod"}); },
+       "request.kind.kind: expected a string, got [\"Pod\"]"},
+      {[](json& r) { r["request"].erase("operation"); },
+       "request.operation: expected a string, got nothing"},
+      {[](json& r) { r["request"]["operation"] = true; },
+       "request.operation: expected a string, got true"},
+      {[](json& r) { r["request"]["namespace"] = nullptr; },
+       "request.namespace: expected a string, got null"},
+      {[](json& r) { r["request"]["subResource"] = 0; },
+       "request.subResource: expected a string, got 0"},
+      {[](json& r) { r["request"]["name"] = json::object(); },
+       "request.name: expected a string, got {}"},
+      {[](json& r) { r["request"]["dryRun"] = "false"; },
+       "request.dryRun: expected a boolean, got \"false\""},
+      {[](json& r) { r["request"]["object"] = "a pod"; },
+       "request.object: expected an object, got \"a pod\""},
+      {[](json& r) { r["request"]["object"] = json::array({1}); },
+       "request.object: expected an object, got [1]"},
+  };
+  for (const char* file : {"pod_shorthand.json", "claim_vgpu_config.json"}) {
+    for (const Case& c : cases) {
+      json request = golden(file);
+      c.edit(request);
+      FakeClaimLookup claims;
+      Result<MutateResult> mutated = mutate(request.dump(), {}, claims);
+      EXPECT_EQ(mutated.status().code(), StatusCode::kInvalidArgument) << request.dump();
+      EXPECT_EQ(mutated.status().message(), c.error) << request.dump();
+      EXPECT_EQ(claims.calls, 0);
+      Result<json> validated = validate(request.dump());
+      EXPECT_EQ(validated.status().message(), c.error) << request.dump();
+    }
+  }
+  // Optional fields left out are read as absent: a pod without dryRun or subResource is mutated.
+  json minimal = golden("pod_shorthand.json");
+  minimal["request"].erase("dryRun");
+  minimal["request"].erase("subResource");
+  FakeClaimLookup claims;
+  const Mutated out = run(minimal, {}, claims);
+  EXPECT_FALSE(out.dry_run);
+  EXPECT_EQ(out.templates.size(), 1u);
 }
 
 TEST(PodMutation, WrongKindsAndOperationsPassUnchanged) {

@@ -38,6 +38,29 @@ TEST(TemplateWriter, CreatesOnceAndRemembersForTheTtl) {
   EXPECT_EQ(writer.counts().existed, 1u);
 }
 
+TEST(TemplateWriter, ATemplateWithoutNamespaceNameOrSpecIsRefusedBeforeAnyRequest) {
+  FakeKube api;
+  ManualClock clock;
+  TemplateWriter writer(api, std::chrono::seconds(60), clock.function());
+  json no_metadata = eight_gi();
+  no_metadata.erase("metadata");
+  json numbered = eight_gi();
+  numbered["metadata"]["name"] = 7;
+  json no_spec = eight_gi();
+  no_spec.erase("spec");
+  const std::pair<json, std::string> cases[] = {
+      {no_metadata, "metadata.namespace nothing, metadata.name nothing, spec set"},
+      {numbered, "metadata.namespace \"ml\", metadata.name 7, spec set"},
+      {no_spec, "metadata.namespace \"ml\", metadata.name \"tessera-vgpu-1-m8gi\", spec missing"},
+      {json::array(), "metadata.namespace nothing, metadata.name nothing, spec missing"}};
+  for (const auto& [claim_template, shown] : cases) {
+    const Status refused = writer.ensure(claim_template);
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(refused.message(), "not a ResourceClaimTemplate to create (" + shown + ")");
+  }
+  EXPECT_EQ(api.request_count(), 0u);
+}
+
 TEST(TemplateWriter, AnEqualTemplateMadeElsewhereIsAcceptedAndADifferentOneRefused) {
   FakeKube api;
   ManualClock clock;

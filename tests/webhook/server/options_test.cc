@@ -111,6 +111,32 @@ TEST(Options, BadValuesAreRefusedNamingThem) {
   EXPECT_NE(missing.message.find("/nonexistent/webhook.yaml"), std::string::npos);
 }
 
+TEST(Options, AFileValueOfAnotherTypeIsRefusedNamingTheKeyAndTheValue) {
+  const char* cert[] = {"--tls-cert-file", "c", "--tls-private-key-file", "k"};
+  const std::pair<const char*, const char*> cases[] = {
+      {"threads: many\n", "threads: expected an integer, got many"},
+      {"listen: [a, b]\n", "listen: expected a string, got [a, b]"},
+      {"deviceClasses: vgpu.tessera.dev\n",
+       "deviceClasses: expected a list of strings, got vgpu.tessera.dev"},
+      {"deviceClasses: [{a: b}]\n", "deviceClasses: expected a list of strings, got [{a: b}]"},
+      {"cacheTTLSeconds: 1.5\n", "cacheTTLSeconds: expected an integer, got 1.5"},
+      {"shutdownDelayMs: {ms: 5}\n", "shutdownDelayMs: expected an integer, got {ms: 5}"},
+      {"certificateCheckIntervalMs: soon\n",
+       "certificateCheckIntervalMs: expected an integer, got soon"},
+      {"policy: {mounts: [deny]}\n", "policy.mounts: expected a string, got [deny]"},
+  };
+  for (const auto& [text, error] : cases) {
+    const std::string config = write_config(text);
+    std::vector<const char*> args(std::begin(cert), std::end(cert));
+    args.push_back("--config");
+    args.push_back(config.c_str());
+    const ParsedOptions parsed = parse(args);
+    EXPECT_TRUE(parsed.exit_code) << text;
+    EXPECT_EQ(parsed.message, "--config " + config + ": " + error) << text;
+    std::filesystem::remove(config);
+  }
+}
+
 TEST(Options, ListenAddresses) {
   auto any = parse_listen(":8443");
   ASSERT_TRUE(any.is_ok());

@@ -6,11 +6,26 @@
 namespace tessera::webhook {
 
 using agent::json_member;
+using agent::json_shown;
 using agent::json_string;
 
 namespace {
 
 using nlohmann::json;
+
+// <at><key> into `out`: a string, or (when `required` is false) absent. kube-apiserver always
+// sends these as strings; any other value is refused rather than read as "" (a request read as
+// no Pod, or as no CREATE, would pass unchecked).
+Status read_string(const json& object, const char* at, const char* key, bool required,
+                   std::string& out) {
+  const json* value = json_member(object, key);
+  if (!value && !required) return Status::ok();
+  if (!value || !value->is_string())
+    return invalid_argument(std::string(at) + key + ": expected a string, got " +
+                            json_shown(value));
+  out = value->get<std::string>();
+  return Status::ok();
+}
 
 }  // namespace
 
@@ -41,21 +56,34 @@ Result<AdmissionRequest> read_admission_request(const json& review) {
     return invalid_argument("kind must be AdmissionReview");
   const json* request = json_member(review, "request");
   if (!request || !request->is_object()) return invalid_argument("request: missing");
-  out.uid = json_string(*request, "uid");
-  if (out.uid.empty()) return invalid_argument("request.uid: missing");
-  if (const json* kind = json_member(*request, "kind")) {
-    out.kind.group = json_string(*kind, "group");
-    out.kind.version = json_string(*kind, "version");
-    out.kind.kind = json_string(*kind, "kind");
-  }
-  out.sub_resource = json_string(*request, "subResource");
-  out.name = json_string(*request, "name");
-  out.namespace_name = json_string(*request, "namespace");
-  out.operation = json_string(*request, "operation");
-  if (const json* dry_run = json_member(*request, "dryRun"); dry_run && dry_run->is_boolean())
+  const json* uid = json_member(*request, "uid");
+  if (!uid || !uid->is_string() || uid->get_ref<const std::string&>().empty())
+    return invalid_argument("request.uid: expected a non-empty string, got " + json_shown(uid));
+  out.uid = uid->get<std::string>();
+  const json* kind = json_member(*request, "kind");
+  if (!kind || !kind->is_object())
+    return invalid_argument("request.kind: expected an object, got " + json_shown(kind));
+  // group is "" for the core group (Pods), and sent so.
+  TESSERA_RETURN_IF_ERROR(read_string(*kind, "request.kind.", "group", true, out.kind.group));
+  TESSERA_RETURN_IF_ERROR(read_string(*kind, "request.kind.", "version", true, out.kind.version));
+  TESSERA_RETURN_IF_ERROR(read_string(*kind, "request.kind.", "kind", true, out.kind.kind));
+  TESSERA_RETURN_IF_ERROR(
+      read_string(*request, "request.", "subResource", false, out.sub_resource));
+  TESSERA_RETURN_IF_ERROR(read_string(*request, "request.", "name", false, out.name));
+  TESSERA_RETURN_IF_ERROR(
+      read_string(*request, "request.", "namespace", false, out.namespace_name));
+  TESSERA_RETURN_IF_ERROR(read_string(*request, "request.", "operation", true, out.operation));
+  if (const json* dry_run = json_member(*request, "dryRun")) {
+    if (!dry_run->is_boolean())
+      return invalid_argument("request.dryRun: expected a boolean, got " + json_shown(dry_run));
     out.dry_run = dry_run->get<bool>();
-  if (const json* object = json_member(*request, "object"); object && object->is_object())
-    out.object = object;
+  }
+  if (const json* object = json_member(*request, "object")) {
+    // null for a DELETE; an object otherwise.
+    if (!object->is_object() && !object->is_null())
+      return invalid_argument("request.object: expected an object, got " + json_shown(object));
+    if (object->is_object()) out.object = object;
+  }
   return out;
 }
 

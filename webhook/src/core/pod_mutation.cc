@@ -289,7 +289,9 @@ PodMutation mutate_pod(const AdmissionRequest& request, const MutateConfig& conf
       for (const auto& key : asked.request_keys)
         patch.push_back({{"op", "remove"},
                          {"path", (json::json_pointer(base + "/requests") / key).to_string()}});
-      const json* claims_list = json_member(*json_member(*container.spec, "resources"), "claims");
+      // The shorthand was read from resources, so it is there; checked regardless.
+      const json* resources = json_member(*container.spec, "resources");
+      const json* claims_list = resources ? json_member(*resources, "claims") : nullptr;
       if (!claims_list || !claims_list->is_array())  // "add" replaces whatever is there
         patch.push_back({{"op", "add"},
                          {"path", base + "/claims"},

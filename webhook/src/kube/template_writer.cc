@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "model/json_access.h"
+
 namespace tessera::webhook {
 
 using nlohmann::json;
@@ -10,9 +12,18 @@ TemplateWriter::TemplateWriter(agent::KubeClient& api, std::chrono::seconds ttl,
     : api_(api), ttl_(ttl), clock_(std::move(clock)) {}
 
 Status TemplateWriter::ensure(const json& claim_template) {
-  const std::string namespace_name = claim_template["metadata"]["namespace"];
-  const std::string name = claim_template["metadata"]["name"];
-  const std::string key = namespace_name + "/" + name;
+  const std::string* namespace_name = agent::json_string_at(claim_template, "/metadata/namespace");
+  const std::string* template_name = agent::json_string_at(claim_template, "/metadata/name");
+  const json* spec = agent::json_member(claim_template, "spec");
+  if (!namespace_name || namespace_name->empty() || !template_name || template_name->empty() ||
+      !spec)
+    return invalid_argument(
+        "not a ResourceClaimTemplate to create (metadata.namespace " +
+        agent::json_shown(agent::json_at(claim_template, "/metadata/namespace")) +
+        ", metadata.name " + agent::json_shown(agent::json_at(claim_template, "/metadata/name")) +
+        ", spec " + (spec ? "set" : "missing") + ")");
+  const std::string& name = *template_name;
+  const std::string key = *namespace_name + "/" + name;
   {
     std::lock_guard lock(mutex_);
     if (const auto it = known_.find(key); it != known_.end() && clock_() < it->second) {
@@ -21,7 +32,7 @@ Status TemplateWriter::ensure(const json& claim_template) {
     }
   }
   const std::string collection =
-      "/apis/resource.k8s.io/v1/namespaces/" + namespace_name + "/resourceclaimtemplates";
+      "/apis/resource.k8s.io/v1/namespaces/" + *namespace_name + "/resourceclaimtemplates";
   const Result<agent::ApiResponse> created =
       api_.request("POST", collection, claim_template.dump());
   Status result;
@@ -33,8 +44,8 @@ Status TemplateWriter::ensure(const json& claim_template) {
       result = unavailable(current.status().message());
     } else {
       const json existing = json::parse(current->body, nullptr, /*allow_exceptions=*/false);
-      if (!existing.is_object() || !existing.contains("spec") ||
-          existing["spec"] != claim_template["spec"])
+      const json* existing_spec = agent::json_member(existing, "spec");
+      if (!existing_spec || *existing_spec != *spec)
         result = already_exists("ResourceClaimTemplate " + key +
                                 " exists with another spec; delete it or rename it");
       existed = result.is_ok();

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
+#include <type_traits>
 #include <vector>
 
 namespace tessera::webhook {
@@ -10,6 +11,27 @@ namespace {
 
 std::string action_name(PolicyAction action) {
   return action == PolicyAction::kDeny ? "deny" : "warn";
+}
+
+template <typename T>
+const char* expected_type() {
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  if constexpr (std::is_same_v<T, std::vector<std::string>>) return "a list of strings";
+  if constexpr (std::is_integral_v<T>) return "an integer";
+  return "another type";
+}
+
+// `node` (the file's `field`) as a T, or an error naming the field and the value.
+template <typename T>
+Status convert(const YAML::Node& node, const std::string& where, T& target) {
+  try {
+    target = node.as<T>();
+    return Status::ok();
+  } catch (const YAML::BadConversion&) {
+    YAML::Emitter shown;
+    shown << YAML::Flow << node;
+    return invalid_argument(where + ": expected " + expected_type<T>() + ", got " + shown.c_str());
+  }
 }
 
 // Settings that a flag or its environment variable did not set are taken from the file.
@@ -40,23 +62,33 @@ Status apply_config_file(const std::string& path, const CLI::App& app, WebhookOp
       const std::string key = entry.first.as<std::string>();
       if (!kKnown.count(key)) return invalid_argument("--config " + path + ": unknown key " + key);
     }
+    const std::string in_file = "--config " + path + ": ";
     auto take = [&](const char* key, const char* flag, auto& target) {
-      if (file[key] && unset(flag)) target = file[key].as<std::decay_t<decltype(target)>>();
+      if (!file[key] || !unset(flag)) return Status::ok();
+      return convert(file[key], in_file + key, target);
     };
-    take("listen", "--listen", out.listen);
-    take("tlsCertFile", "--tls-cert-file", out.tls_cert_file);
-    take("tlsPrivateKeyFile", "--tls-private-key-file", out.tls_private_key_file);
-    take("kubeconfig", "--kubeconfig", out.kubeconfig);
-    take("shareRoot", "--share-root", out.share_root);
-    take("threads", "--threads", out.threads);
-    take("deviceClasses", "--device-class", classes);
-    if (file["cacheTTLSeconds"] && unset("--cache-ttl-seconds"))
-      out.cache_ttl = std::chrono::seconds(file["cacheTTLSeconds"].as<int64_t>());
-    if (file["shutdownDelayMs"] && unset("--shutdown-delay-ms"))
-      out.shutdown_delay = std::chrono::milliseconds(file["shutdownDelayMs"].as<int64_t>());
-    if (file["certificateCheckIntervalMs"] && unset("--certificate-check-interval-ms"))
-      out.certificate_check_interval =
-          std::chrono::milliseconds(file["certificateCheckIntervalMs"].as<int64_t>());
+    TESSERA_RETURN_IF_ERROR(take("listen", "--listen", out.listen));
+    TESSERA_RETURN_IF_ERROR(take("tlsCertFile", "--tls-cert-file", out.tls_cert_file));
+    TESSERA_RETURN_IF_ERROR(
+        take("tlsPrivateKeyFile", "--tls-private-key-file", out.tls_private_key_file));
+    TESSERA_RETURN_IF_ERROR(take("kubeconfig", "--kubeconfig", out.kubeconfig));
+    TESSERA_RETURN_IF_ERROR(take("shareRoot", "--share-root", out.share_root));
+    TESSERA_RETURN_IF_ERROR(take("threads", "--threads", out.threads));
+    TESSERA_RETURN_IF_ERROR(take("deviceClasses", "--device-class", classes));
+    int64_t count = 0;
+    if (file["cacheTTLSeconds"] && unset("--cache-ttl-seconds")) {
+      TESSERA_RETURN_IF_ERROR(convert(file["cacheTTLSeconds"], in_file + "cacheTTLSeconds", count));
+      out.cache_ttl = std::chrono::seconds(count);
+    }
+    if (file["shutdownDelayMs"] && unset("--shutdown-delay-ms")) {
+      TESSERA_RETURN_IF_ERROR(convert(file["shutdownDelayMs"], in_file + "shutdownDelayMs", count));
+      out.shutdown_delay = std::chrono::milliseconds(count);
+    }
+    if (file["certificateCheckIntervalMs"] && unset("--certificate-check-interval-ms")) {
+      TESSERA_RETURN_IF_ERROR(convert(file["certificateCheckIntervalMs"],
+                                      in_file + "certificateCheckIntervalMs", count));
+      out.certificate_check_interval = std::chrono::milliseconds(count);
+    }
     if (const YAML::Node policy = file["policy"]) {
       if (!policy.IsMap()) return invalid_argument("--config " + path + ": policy: not a map");
       for (const auto& entry : policy) {
@@ -66,11 +98,14 @@ Status apply_config_file(const std::string& path, const CLI::App& app, WebhookOp
                                   ": unknown (environment, mounts, privileged)");
       }
       if (policy["environment"] && unset("--policy-environment"))
-        policy_environment = policy["environment"].as<std::string>();
+        TESSERA_RETURN_IF_ERROR(
+            convert(policy["environment"], in_file + "policy.environment", policy_environment));
       if (policy["mounts"] && unset("--policy-mounts"))
-        policy_mounts = policy["mounts"].as<std::string>();
+        TESSERA_RETURN_IF_ERROR(
+            convert(policy["mounts"], in_file + "policy.mounts", policy_mounts));
       if (policy["privileged"] && unset("--policy-privileged"))
-        policy_privileged = policy["privileged"].as<std::string>();
+        TESSERA_RETURN_IF_ERROR(
+            convert(policy["privileged"], in_file + "policy.privileged", policy_privileged));
     }
   } catch (const YAML::Exception& e) {
     return invalid_argument("--config " + path + ": " + e.what());

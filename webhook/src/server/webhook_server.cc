@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "core/claim_validation.h"
+#include "model/json_access.h"
 
 namespace tessera::webhook {
 namespace {
@@ -10,10 +11,12 @@ namespace {
 // kube-apiserver's own limit on a request is 3 MiB; a review carries the object and some more.
 constexpr size_t kMaxBodyBytes = 4 * 1024 * 1024;
 
+// `review` is an answer of ours (review_response): a response with a boolean "allowed".
 Outcome outcome_of(const nlohmann::json& review) {
-  const auto& response = review["response"];
-  if (!response.value("allowed", false)) return Outcome::kDenied;
-  return response.contains("patch") ? Outcome::kPatched : Outcome::kAllowed;
+  const nlohmann::json* response = agent::json_member(review, "response");
+  const nlohmann::json* allowed = response ? agent::json_member(*response, "allowed") : nullptr;
+  if (!allowed || *allowed != true) return Outcome::kDenied;
+  return response->contains("patch") ? Outcome::kPatched : Outcome::kAllowed;
 }
 
 void bad_request(httplib::Response& response, const std::string& message) {
