@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -68,14 +69,37 @@ Status failed(const Library& library, const char* call, nvmlReturn_t result) {
   return unavailable(std::move(message));
 }
 
-// Calls `entry` (a slot of the table) when the library has it; the result, or why it failed.
-#define TESSERA_NVML_CALL(library, entry, ...)                                    \
-  do {                                                                            \
-    const auto call_ = (library).entry_points().entry;                            \
-    if (call_ == nullptr) return missing((library), EntryPoint::entry);           \
-    if (const nvmlReturn_t result_ = call_(__VA_ARGS__); result_ != NVML_SUCCESS) \
-      return failed((library), #entry, result_);                                  \
-  } while (false)
+// Calls an entry point (`slot`, its member of EntryPoints) when the library has it: ok, or why not.
+template <typename Function, typename... Args>
+Status call(const Library& library, EntryPoint entry, Function EntryPoints::*slot, Args... args) {
+  const Function function = library.entry_points().*slot;
+  if (function == nullptr) return missing(library, entry);
+  if (const nvmlReturn_t result = function(args...); result != NVML_SUCCESS)
+    return failed(library, symbol_name(entry), result);
+  return Status::ok();
+}
+
+// An entry point whose last parameter is where NVML writes its answer.
+template <typename Value, typename Function, typename... Args>
+Result<Value> answer(const Library& library, EntryPoint entry, Function EntryPoints::*slot,
+                     Args... args) {
+  Value value{};
+  TESSERA_RETURN_IF_ERROR(call(library, entry, slot, args..., &value));
+  return value;
+}
+
+// An entry point that writes a string of at most kSize bytes (NUL included) into its last two
+// parameters (buffer, length).
+template <unsigned kSize, typename Function, typename... Args>
+Result<std::string> text(const Library& library, EntryPoint entry, Function EntryPoints::*slot,
+                         Args... args) {
+  char buffer[kSize] = {};
+  TESSERA_RETURN_IF_ERROR(call(library, entry, slot, args..., buffer, kSize));
+  return std::string(buffer, strnlen(buffer, kSize));
+}
+
+// The first three arguments of call/answer/text for a Session's entry point `entry`.
+#define TESSERA_NVML(entry) *library_, EntryPoint::entry, &EntryPoints::entry
 
 // The NVML protocol for lists: `count` is the buffer's capacity on the way in and the list's length
 // on the way out; a buffer too small gets NVML_ERROR_INSUFFICIENT_SIZE with the length it needs.
@@ -100,14 +124,6 @@ Result<std::vector<Item>> grown_list(const Library& library, EntryPoint entry,
     return items;
   }
   return unavailable(std::string(name) + ": the list kept growing");
-}
-
-// A fixed-size text field (UUID, name, driver version).
-template <size_t kSize, typename Call>
-Result<std::string> text_field(Call call) {
-  char text[kSize] = {};
-  TESSERA_RETURN_IF_ERROR(call(text, static_cast<unsigned>(kSize)));
-  return std::string(text);
 }
 
 }  // namespace
@@ -205,85 +221,58 @@ Session::~Session() {
 }
 
 Result<std::string> Session::driver_version() const {
-  return text_field<NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE>([this](char* text, unsigned size) {
-    TESSERA_NVML_CALL(*library_, nvmlSystemGetDriverVersion, text, size);
-    return Status::ok();
-  });
+  return text<NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE>(TESSERA_NVML(nvmlSystemGetDriverVersion));
 }
 
 Result<unsigned> Session::device_count() const {
-  unsigned count = 0;
-  TESSERA_NVML_CALL(*library_, nvmlDeviceGetCount_v2, &count);
-  return count;
+  return answer<unsigned>(TESSERA_NVML(nvmlDeviceGetCount_v2));
 }
 
 Result<nvmlDevice_t> Session::device_by_index(unsigned index) const {
-  nvmlDevice_t device = nullptr;
-  TESSERA_NVML_CALL(*library_, nvmlDeviceGetHandleByIndex_v2, index, &device);
-  return device;
+  return answer<nvmlDevice_t>(TESSERA_NVML(nvmlDeviceGetHandleByIndex_v2), index);
 }
 
 Result<nvmlDevice_t> Session::device_by_uuid(const std::string& uuid) const {
-  nvmlDevice_t device = nullptr;
-  TESSERA_NVML_CALL(*library_, nvmlDeviceGetHandleByUUID, uuid.c_str(), &device);
-  return device;
+  return answer<nvmlDevice_t>(TESSERA_NVML(nvmlDeviceGetHandleByUUID), uuid.c_str());
 }
 
 Result<std::string> Session::uuid(nvmlDevice_t device) const {
-  return text_field<NVML_DEVICE_UUID_V2_BUFFER_SIZE>([&](char* text, unsigned size) {
-    TESSERA_NVML_CALL(*library_, nvmlDeviceGetUUID, device, text, size);
-    return Status::ok();
-  });
+  return text<NVML_DEVICE_UUID_V2_BUFFER_SIZE>(TESSERA_NVML(nvmlDeviceGetUUID), device);
 }
 
 Result<std::string> Session::name(nvmlDevice_t device) const {
-  return text_field<NVML_DEVICE_NAME_V2_BUFFER_SIZE>([&](char* text, unsigned size) {
-    TESSERA_NVML_CALL(*library_, nvmlDeviceGetName, device, text, size);
-    return Status::ok();
-  });
+  return text<NVML_DEVICE_NAME_V2_BUFFER_SIZE>(TESSERA_NVML(nvmlDeviceGetName), device);
 }
 
 Result<unsigned> Session::minor_number(nvmlDevice_t device) const {
-  unsigned minor = 0;
-  TESSERA_NVML_CALL(*library_, nvmlDeviceGetMinorNumber, device, &minor);
-  return minor;
+  return answer<unsigned>(TESSERA_NVML(nvmlDeviceGetMinorNumber), device);
 }
 
 Result<nvmlPciInfo_t> Session::pci_info(nvmlDevice_t device) const {
-  nvmlPciInfo_t pci{};
-  TESSERA_NVML_CALL(*library_, nvmlDeviceGetPciInfo_v3, device, &pci);
-  return pci;
+  return answer<nvmlPciInfo_t>(TESSERA_NVML(nvmlDeviceGetPciInfo_v3), device);
 }
 
 Result<nvmlBrandType_t> Session::brand(nvmlDevice_t device) const {
-  nvmlBrandType_t brand{};
-  TESSERA_NVML_CALL(*library_, nvmlDeviceGetBrand, device, &brand);
-  return brand;
+  return answer<nvmlBrandType_t>(TESSERA_NVML(nvmlDeviceGetBrand), device);
 }
 
 Result<nvmlDeviceArchitecture_t> Session::architecture(nvmlDevice_t device) const {
-  nvmlDeviceArchitecture_t architecture{};
-  TESSERA_NVML_CALL(*library_, nvmlDeviceGetArchitecture, device, &architecture);
-  return architecture;
+  return answer<nvmlDeviceArchitecture_t>(TESSERA_NVML(nvmlDeviceGetArchitecture), device);
 }
 
 Result<ComputeCapability> Session::compute_capability(nvmlDevice_t device) const {
   ComputeCapability capability;
-  TESSERA_NVML_CALL(*library_, nvmlDeviceGetCudaComputeCapability, device, &capability.major,
-                    &capability.minor);
+  TESSERA_RETURN_IF_ERROR(call(TESSERA_NVML(nvmlDeviceGetCudaComputeCapability), device,
+                               &capability.major, &capability.minor));
   return capability;
 }
 
 Result<nvmlMemory_t> Session::memory(nvmlDevice_t device) const {
-  nvmlMemory_t memory{};
-  TESSERA_NVML_CALL(*library_, nvmlDeviceGetMemoryInfo, device, &memory);
-  return memory;
+  return answer<nvmlMemory_t>(TESSERA_NVML(nvmlDeviceGetMemoryInfo), device);
 }
 
 Result<nvmlUtilization_t> Session::utilization(nvmlDevice_t device) const {
-  nvmlUtilization_t utilization{};
-  TESSERA_NVML_CALL(*library_, nvmlDeviceGetUtilizationRates, device, &utilization);
-  return utilization;
+  return answer<nvmlUtilization_t>(TESSERA_NVML(nvmlDeviceGetUtilizationRates), device);
 }
 
 Result<std::vector<nvmlProcessInfo_t>> Session::compute_processes(nvmlDevice_t device) const {
@@ -308,21 +297,18 @@ Result<std::vector<nvmlProcessUtilizationSample_t>> Session::process_utilization
 
 Result<EventSet> Session::create_event_set() const {
   TESSERA_RETURN_IF_ERROR(library_->require({EntryPoint::nvmlEventSetFree}));
-  nvmlEventSet_t set = nullptr;
-  TESSERA_NVML_CALL(*library_, nvmlEventSetCreate, &set);
-  return EventSet(library_, set);
+  Result<nvmlEventSet_t> set = answer<nvmlEventSet_t>(TESSERA_NVML(nvmlEventSetCreate));
+  if (!set.is_ok()) return set.status();
+  return EventSet(library_, *set);
 }
 
 Result<unsigned long long> Session::supported_event_types(nvmlDevice_t device) const {
-  unsigned long long types = 0;
-  TESSERA_NVML_CALL(*library_, nvmlDeviceGetSupportedEventTypes, device, &types);
-  return types;
+  return answer<unsigned long long>(TESSERA_NVML(nvmlDeviceGetSupportedEventTypes), device);
 }
 
 Status Session::register_events(nvmlDevice_t device, unsigned long long event_types,
                                 const EventSet& set) const {
-  TESSERA_NVML_CALL(*library_, nvmlDeviceRegisterEvents, device, event_types, set.get());
-  return Status::ok();
+  return call(TESSERA_NVML(nvmlDeviceRegisterEvents), device, event_types, set.get());
 }
 
 Result<std::optional<nvmlEventData_t>> Session::wait_event(const EventSet& set,
