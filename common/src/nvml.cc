@@ -1,6 +1,7 @@
 #include "tessera/nvml.h"
 
 #include <dlfcn.h>
+#include <time.h>
 
 #include <cstring>
 #include <map>
@@ -139,8 +140,14 @@ const char* symbol_name(EntryPoint entry) {
   return "an unknown NVML entry point";
 }
 
-// ---- Library
-// -------------------------------------------------------------------------------------
+unsigned long long wall_clock_us() {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<unsigned long long>(now.tv_sec) * 1000000ull +
+         static_cast<unsigned long long>(now.tv_nsec) / 1000ull;
+}
+
+// ---- Library ------------------------------------------------------------------------------------
 
 Result<const Library*> Library::load(const std::string& path) {
   Registry& loaded = registry();
@@ -168,8 +175,7 @@ Status Library::require(std::initializer_list<EntryPoint> entries) const {
   return Status::ok();
 }
 
-// ---- EventSet
-// ------------------------------------------------------------------------------------
+// ---- EventSet -----------------------------------------------------------------------------------
 
 EventSet::EventSet(EventSet&& other) noexcept
     : library_(std::exchange(other.library_, nullptr)), set_(std::exchange(other.set_, nullptr)) {}
@@ -189,8 +195,7 @@ void EventSet::reset() {
   set_ = nullptr;
 }
 
-// ---- Session
-// -------------------------------------------------------------------------------------
+// ---- Session ------------------------------------------------------------------------------------
 
 Result<Session> Session::open(const std::string& path, std::initializer_list<EntryPoint> required) {
   Result<const Library*> loaded = Library::load(path);

@@ -118,6 +118,10 @@ class EventSet {
   nvmlEventSet_t set_ = nullptr;
 };
 
+// Now as NVML stamps its samples: CPU wall-clock microseconds (the `since_us` of
+// Session::process_utilization).
+unsigned long long wall_clock_us();
+
 struct ComputeCapability {
   int major = 0;
   int minor = 0;

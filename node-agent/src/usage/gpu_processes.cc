@@ -1,7 +1,5 @@
 #include "usage/gpu_processes.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <map>
 
@@ -9,13 +7,6 @@
 
 namespace tessera::agent {
 namespace {
-
-unsigned long long wall_us() {
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  return static_cast<unsigned long long>(now.tv_sec) * 1000000ull +
-         static_cast<unsigned long long>(now.tv_nsec) / 1000ull;
-}
 
 class NvmlProcessSource final : public GpuProcessSource {
  public:
@@ -41,7 +32,7 @@ class NvmlProcessSource final : public GpuProcessSource {
     Result<nvmlDevice_t> device = handle(uuid);
     if (!device.is_ok()) return device.status();
     unsigned long long& since = last_seen_us_[uuid];
-    const unsigned long long now = wall_us();
+    const unsigned long long now = nvml::wall_clock_us();
     std::vector<GpuProcessBusy> out;
     if (since == 0) {
       since = now;

@@ -25,14 +25,6 @@ uint64_t monotonic_ns() {
   clock_gettime(CLOCK_MONOTONIC, &now);
   return static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec);
 }
-
-// NVML's timestamps are CPU wall-clock microseconds (as in libvgpu's NvmlSource).
-unsigned long long wall_us() {
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  return static_cast<unsigned long long>(now.tv_sec) * 1000000ull +
-         static_cast<unsigned long long>(now.tv_nsec) / 1000ull;
-}
 }  // namespace
 
 // ---- GpuTimeMeter ------------------------------------------------------------------------------
@@ -285,7 +277,7 @@ std::string GpuTimeMeter::pass() {
     }
     // The window (last_seen, now], exactly as libvgpu's NvmlSource queries it.
     const unsigned long long since = gpu->last_seen_us;
-    const unsigned long long now_us = wall_us();
+    const unsigned long long now_us = nvml::wall_clock_us();
     if (since == 0) {
       gpu->last_seen_us = now_us;  // priming: the first window starts now
       continue;
