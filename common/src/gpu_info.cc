@@ -2,8 +2,7 @@
 
 #include <cctype>
 
-#include "tessera/nvml_abi.h"
-#include "tessera/nvml_library.h"
+#include "tessera/nvml.h"
 
 namespace tessera {
 namespace {
@@ -68,86 +67,66 @@ std::string normalise_bus_id(const char* bus_id) {
   return text;
 }
 
+// GPU `index` as NVML describes it (all but the driver version).
+Result<GpuInfo> describe_gpu(const nvml::Session& session, unsigned index) {
+  GpuInfo gpu;
+  gpu.index = index;
+  Result<nvmlDevice_t> device = session.device_by_index(index);
+  if (!device.is_ok()) return device.status();
+  Result<std::string> uuid = session.uuid(*device);
+  if (!uuid.is_ok()) return uuid.status();
+  Result<std::string> name = session.name(*device);
+  if (!name.is_ok()) return name.status();
+  Result<nvmlMemory_t> memory = session.memory(*device);
+  if (!memory.is_ok()) return memory.status();
+  Result<unsigned> minor = session.minor_number(*device);
+  if (!minor.is_ok()) return minor.status();
+  Result<nvmlPciInfo_t> pci = session.pci_info(*device);
+  if (!pci.is_ok()) return pci.status();
+  Result<nvmlBrandType_t> brand = session.brand(*device);
+  if (!brand.is_ok()) return brand.status();
+  Result<nvmlDeviceArchitecture_t> architecture = session.architecture(*device);
+  if (!architecture.is_ok()) return architecture.status();
+  Result<nvml::ComputeCapability> capability = session.compute_capability(*device);
+  if (!capability.is_ok()) return capability.status();
+  gpu.uuid = *uuid;
+  gpu.product_name = *name;
+  gpu.memory_bytes = memory->total;
+  gpu.minor = *minor;
+  gpu.pci_bus_id = normalise_bus_id(pci->busId);
+  gpu.brand = brand_name(*brand);
+  gpu.architecture = architecture_name(*architecture);
+  gpu.cc_major = capability->major;
+  gpu.cc_minor = capability->minor;
+  return gpu;
+}
+
 }  // namespace
 
 Result<std::vector<GpuInfo>> list_gpus() {
+  using nvml::EntryPoint;
+  // Every entry point up front: a driver too old fails before NVML starts.
+  Result<nvml::Session> opened = nvml::Session::open(
+      nvml::kDefaultLibrary,
+      {EntryPoint::nvmlSystemGetDriverVersion, EntryPoint::nvmlDeviceGetCount_v2,
+       EntryPoint::nvmlDeviceGetHandleByIndex_v2, EntryPoint::nvmlDeviceGetUUID,
+       EntryPoint::nvmlDeviceGetName, EntryPoint::nvmlDeviceGetMemoryInfo,
+       EntryPoint::nvmlDeviceGetMinorNumber, EntryPoint::nvmlDeviceGetPciInfo_v3,
+       EntryPoint::nvmlDeviceGetBrand, EntryPoint::nvmlDeviceGetArchitecture,
+       EntryPoint::nvmlDeviceGetCudaComputeCapability});
+  if (!opened.is_ok()) return opened.status();
+  const nvml::Session& session = *opened;
+  Result<std::string> version = session.driver_version();
+  if (!version.is_ok()) return version.status();
+  Result<unsigned> count = session.device_count();
+  if (!count.is_ok()) return count.status();
   std::vector<GpuInfo> gpus;
-  NvmlLibrary library;
-  TESSERA_RETURN_IF_ERROR(library.open());
-  std::string error;
-  auto resolve = [&library, &error](const char* symbol, auto& out) {
-    if (!library.resolve(symbol, out)) error = std::string("libnvidia-ml.so.1 has no ") + symbol;
-    return error.empty();
-  };
-  decltype(&nvmlInit_v2) init = nullptr;
-  decltype(&nvmlShutdown) shutdown = nullptr;
-  decltype(&nvmlErrorString) error_string = nullptr;
-  decltype(&nvmlSystemGetDriverVersion) driver_version = nullptr;
-  decltype(&nvmlDeviceGetCount_v2) count = nullptr;
-  decltype(&nvmlDeviceGetHandleByIndex_v2) handle = nullptr;
-  decltype(&nvmlDeviceGetUUID) uuid = nullptr;
-  decltype(&nvmlDeviceGetName) name = nullptr;
-  decltype(&nvmlDeviceGetMemoryInfo) memory = nullptr;
-  decltype(&nvmlDeviceGetMinorNumber) minor = nullptr;
-  decltype(&nvmlDeviceGetPciInfo_v3) pci = nullptr;
-  decltype(&nvmlDeviceGetBrand) brand = nullptr;
-  decltype(&nvmlDeviceGetArchitecture) architecture = nullptr;
-  decltype(&nvmlDeviceGetCudaComputeCapability) capability = nullptr;
-  if (!resolve("nvmlInit_v2", init) || !resolve("nvmlShutdown", shutdown) ||
-      !resolve("nvmlErrorString", error_string) ||
-      !resolve("nvmlSystemGetDriverVersion", driver_version) ||
-      !resolve("nvmlDeviceGetCount_v2", count) ||
-      !resolve("nvmlDeviceGetHandleByIndex_v2", handle) || !resolve("nvmlDeviceGetUUID", uuid) ||
-      !resolve("nvmlDeviceGetName", name) || !resolve("nvmlDeviceGetMemoryInfo", memory) ||
-      !resolve("nvmlDeviceGetMinorNumber", minor) || !resolve("nvmlDeviceGetPciInfo_v3", pci) ||
-      !resolve("nvmlDeviceGetBrand", brand) ||
-      !resolve("nvmlDeviceGetArchitecture", architecture) ||
-      !resolve("nvmlDeviceGetCudaComputeCapability", capability)) {
-    return failed_precondition(error);
+  for (unsigned i = 0; i < *count; ++i) {
+    Result<GpuInfo> gpu = describe_gpu(session, i);
+    if (!gpu.is_ok()) return gpu.status();
+    gpu->driver_version = *version;
+    gpus.push_back(std::move(gpu).value());
   }
-  auto check = [&](const char* call, nvmlReturn_t result) {
-    if (result != NVML_SUCCESS && error.empty())
-      error = std::string(call) + " failed: " + error_string(result);
-    return result == NVML_SUCCESS;
-  };
-  if (!check("nvmlInit_v2", init())) return unavailable(error);
-  char version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
-  unsigned n = 0;
-  if (check("nvmlSystemGetDriverVersion", driver_version(version, sizeof version)) &&
-      check("nvmlDeviceGetCount_v2", count(&n))) {
-    for (unsigned i = 0; i < n && error.empty(); ++i) {
-      GpuInfo gpu;
-      gpu.index = i;
-      gpu.driver_version = version;
-      nvmlDevice_t device = nullptr;
-      char uuid_text[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
-      char name_text[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
-      nvmlMemory_t mem{};
-      nvmlPciInfo_t pci_info{};
-      nvmlBrandType_t brand_type{};
-      nvmlDeviceArchitecture_t arch{};
-      if (check("nvmlDeviceGetHandleByIndex_v2", handle(i, &device)) &&
-          check("nvmlDeviceGetUUID", uuid(device, uuid_text, sizeof uuid_text)) &&
-          check("nvmlDeviceGetName", name(device, name_text, sizeof name_text)) &&
-          check("nvmlDeviceGetMemoryInfo", memory(device, &mem)) &&
-          check("nvmlDeviceGetMinorNumber", minor(device, &gpu.minor)) &&
-          check("nvmlDeviceGetPciInfo_v3", pci(device, &pci_info)) &&
-          check("nvmlDeviceGetBrand", brand(device, &brand_type)) &&
-          check("nvmlDeviceGetArchitecture", architecture(device, &arch)) &&
-          check("nvmlDeviceGetCudaComputeCapability",
-                capability(device, &gpu.cc_major, &gpu.cc_minor))) {
-        gpu.uuid = uuid_text;
-        gpu.product_name = name_text;
-        gpu.memory_bytes = mem.total;
-        gpu.pci_bus_id = normalise_bus_id(pci_info.busId);
-        gpu.architecture = architecture_name(arch);
-        gpu.brand = brand_name(brand_type);
-        gpus.push_back(gpu);
-      }
-    }
-  }
-  shutdown();
-  if (!error.empty()) return unavailable(error);
   return gpus;
 }
 

@@ -16,8 +16,7 @@
 
 #include "tessera/file_io.h"
 #include "tessera/local_shares.h"
-#include "tessera/nvml_abi.h"
-#include "tessera/nvml_library.h"
+#include "tessera/nvml.h"
 #include "tessera/share_contract.h"
 #include "tessera/share_region.h"
 
@@ -289,52 +288,35 @@ Result<std::vector<std::string>> list_share_folders(const std::string& root) {
 
 // The node's GPUs as NVML sees them, or why not.
 Result<std::vector<v1::Gpu>> nvml_gpus(const std::string& library_path) {
-  NvmlLibrary library;
-  TESSERA_RETURN_IF_ERROR(library.open(library_path));
-  decltype(&nvmlInit_v2) init = nullptr;
-  decltype(&nvmlShutdown) shutdown = nullptr;
-  decltype(&nvmlDeviceGetCount_v2) count = nullptr;
-  decltype(&nvmlDeviceGetHandleByIndex_v2) handle = nullptr;
-  decltype(&nvmlDeviceGetUUID) uuid = nullptr;
-  decltype(&nvmlDeviceGetName) name = nullptr;
-  decltype(&nvmlDeviceGetMemoryInfo) memory = nullptr;
-  decltype(&nvmlDeviceGetUtilizationRates) utilization = nullptr;
-  if (!library.resolve("nvmlInit_v2", init) || !library.resolve("nvmlShutdown", shutdown) ||
-      !library.resolve("nvmlDeviceGetCount_v2", count) ||
-      !library.resolve("nvmlDeviceGetHandleByIndex_v2", handle) ||
-      !library.resolve("nvmlDeviceGetUUID", uuid) || !library.resolve("nvmlDeviceGetName", name) ||
-      !library.resolve("nvmlDeviceGetMemoryInfo", memory)) {
-    return failed_precondition(library_path + " lacks an NVML entry point tessera needs");
-  }
-  library.resolve("nvmlDeviceGetUtilizationRates", utilization);  // optional
-  if (const nvmlReturn_t result = init(); result != NVML_SUCCESS)
-    return unavailable("nvmlInit_v2 failed: error " + std::to_string(result));
+  using nvml::EntryPoint;
+  // nvmlDeviceGetUtilizationRates is optional: a GPU without it shows no utilisation.
+  Result<nvml::Session> opened = nvml::Session::open(
+      library_path, {EntryPoint::nvmlDeviceGetCount_v2, EntryPoint::nvmlDeviceGetHandleByIndex_v2,
+                     EntryPoint::nvmlDeviceGetUUID, EntryPoint::nvmlDeviceGetName,
+                     EntryPoint::nvmlDeviceGetMemoryInfo});
+  if (!opened.is_ok()) return opened.status();
+  const nvml::Session& session = *opened;
   std::vector<v1::Gpu> gpus;
-  unsigned n = 0;
-  if (count(&n) != NVML_SUCCESS) n = 0;
-  for (unsigned i = 0; i < n; ++i) {
-    nvmlDevice_t device = nullptr;
-    char uuid_text[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
-    char name_text[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
-    if (handle(i, &device) != NVML_SUCCESS ||
-        uuid(device, uuid_text, sizeof uuid_text) != NVML_SUCCESS)
-      continue;
+  const Result<unsigned> count = session.device_count();
+  // Each figure NVML cannot give is left out; a GPU without a UUID is left out.
+  for (unsigned i = 0; count.is_ok() && i < *count; ++i) {
+    const Result<nvmlDevice_t> device = session.device_by_index(i);
+    if (!device.is_ok()) continue;
+    const Result<std::string> uuid = session.uuid(*device);
+    if (!uuid.is_ok()) continue;
     v1::Gpu gpu;
     gpu.set_index(i);
-    gpu.set_uuid(uuid_text);
-    if (name(device, name_text, sizeof name_text) == NVML_SUCCESS) gpu.set_name(name_text);
-    nvmlMemory_t info{};
-    if (memory(device, &info) == NVML_SUCCESS) {
-      gpu.set_memory_total_bytes(info.total);
-      gpu.set_memory_used_bytes(info.used);
+    gpu.set_uuid(*uuid);
+    if (const Result<std::string> name = session.name(*device); name.is_ok()) gpu.set_name(*name);
+    if (const Result<nvmlMemory_t> memory = session.memory(*device); memory.is_ok()) {
+      gpu.set_memory_total_bytes(memory->total);
+      gpu.set_memory_used_bytes(memory->used);
     }
-    nvmlUtilization_t rates{};
-    if (utilization && utilization(device, &rates) == NVML_SUCCESS)
-      gpu.set_utilization_percent(rates.gpu);
+    if (const Result<nvmlUtilization_t> rates = session.utilization(*device); rates.is_ok())
+      gpu.set_utilization_percent(rates->gpu);
     gpu.set_healthy(true);
     gpus.push_back(std::move(gpu));
   }
-  shutdown();
   return gpus;
 }
 

@@ -1,6 +1,7 @@
-// The GPUs of this node as NVML describes them, loaded with dlopen (libnvidia-ml.so.1, real or
-// simulated) so a program starts and says why on a machine without a driver. Used by the node
-// agent (the fields a ResourceSlice publishes) and by `tessera run` (UUIDs for the limits page).
+// The GPUs of this node as NVML describes them (tessera/nvml.h: libnvidia-ml.so.1, real or
+// simulated, loaded with dlopen) so a program starts and says why on a machine without a driver.
+// Used by the node agent (the fields a ResourceSlice publishes) and by `tessera run` (UUIDs for the
+// limits page).
 #pragma once
 
 #include <cstdint>
@@ -25,9 +26,10 @@ struct GpuInfo {
   bool operator==(const GpuInfo&) const = default;
 };
 
-// The node's GPUs, or the error (names the library or the NVML call): kUnavailable when NVML
-// cannot be loaded or a call fails (the driver may be starting), kFailedPrecondition when the
-// library lacks an entry point (a driver too old).
+// The node's GPUs, or the error (names the library or the NVML call, "nvmlDeviceGetUUID: GPU is
+// lost"): kUnavailable when NVML cannot be loaded or a call fails (the driver may be starting),
+// kFailedPrecondition when the library lacks an entry point or NVML says Not Supported (a driver
+// or GPU too old).
 Result<std::vector<GpuInfo>> list_gpus();
 
 }  // namespace tessera

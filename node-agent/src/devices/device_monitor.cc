@@ -5,8 +5,7 @@
 
 #include "devices/resource_slices.h"
 #include "tessera/log.h"
-#include "tessera/nvml_abi.h"
-#include "tessera/nvml_library.h"
+#include "tessera/nvml.h"
 
 namespace tessera::agent {
 namespace {
@@ -69,52 +68,16 @@ std::string describe_xid(unsigned long long xid) {
 }
 
 struct DeviceMonitor::Nvml {
-  NvmlLibrary library;
-  decltype(&nvmlInit_v2) init = nullptr;
-  decltype(&nvmlShutdown) shutdown = nullptr;
-  decltype(&nvmlErrorString) error_string = nullptr;
-  // The event API; all null when the library lacks any of it (polling only).
-  decltype(&nvmlEventSetCreate) set_create = nullptr;
-  decltype(&nvmlEventSetFree) set_free = nullptr;
-  decltype(&nvmlEventSetWait_v2) set_wait = nullptr;
-  decltype(&nvmlDeviceGetHandleByUUID) handle_by_uuid = nullptr;
-  decltype(&nvmlDeviceGetSupportedEventTypes) supported_events = nullptr;
-  decltype(&nvmlDeviceRegisterEvents) register_events = nullptr;
+  explicit Nvml(nvml::Session opened) : session(std::move(opened)) {}
 
-  bool initialised = false;
-  nvmlEventSet_t set = nullptr;
+  nvml::Session session;
+  // Declared after the session: freed before NVML shuts down.
+  nvml::EventSet set;
   std::map<nvmlDevice_t, std::string> uuid_of;  // the devices registered in `set`
 
-  // kUnavailable: no NVML here, or one that does not start.
-  Status load(const std::string& path) {
-    TESSERA_RETURN_IF_ERROR(library.open(path));
-    if (!library.resolve("nvmlInit_v2", init) || !library.resolve("nvmlShutdown", shutdown) ||
-        !library.resolve("nvmlErrorString", error_string))
-      return unavailable(path + " lacks nvmlInit_v2, nvmlShutdown or nvmlErrorString");
-    if (!library.resolve("nvmlEventSetCreate", set_create) ||
-        !library.resolve("nvmlEventSetFree", set_free) ||
-        !library.resolve("nvmlEventSetWait_v2", set_wait) ||
-        !library.resolve("nvmlDeviceGetHandleByUUID", handle_by_uuid) ||
-        !library.resolve("nvmlDeviceGetSupportedEventTypes", supported_events) ||
-        !library.resolve("nvmlDeviceRegisterEvents", register_events))
-      set_create = nullptr;
-    const nvmlReturn_t result = init();
-    if (result != NVML_SUCCESS)
-      return unavailable(std::string("nvmlInit_v2 failed: ") + error_string(result));
-    initialised = true;
-    return Status::ok();
-  }
-
   void free_set() {
-    if (set != nullptr) set_free(set);
-    set = nullptr;
+    set.reset();
     uuid_of.clear();
-  }
-
-  void release() {
-    free_set();
-    if (initialised) shutdown();
-    initialised = false;
   }
 };
 
@@ -131,15 +94,12 @@ DeviceMonitor::~DeviceMonitor() {
 
 Status DeviceMonitor::start() {
   if (loop_) return failed_precondition("the device monitor is already running");
-  nvml_ = std::make_unique<Nvml>();
-  if (Status loaded = nvml_->load(options_.nvml_library); !loaded.is_ok()) {
-    nvml_->release();
-    nvml_.reset();
-    return loaded;
-  }
+  // kUnavailable: no NVML here, or one that does not start.
+  Result<nvml::Session> session = nvml::Session::open(options_.nvml_library);
+  if (!session.is_ok()) return unavailable(session.status().message());
+  nvml_ = std::make_unique<Nvml>(std::move(session).value());
   std::vector<GpuInfo> gpus;
   if (std::string error = options_.list(gpus); !error.empty()) {
-    nvml_->release();
     nvml_.reset();
     return unavailable("cannot list the GPUs: " + error);
   }
@@ -150,7 +110,6 @@ Status DeviceMonitor::start() {
   next_inventory_ = clock_.now() + options_.inventory_interval;
   auto loop = PeriodicLoop::start(clock_, options_.poll_interval, [this] { turn(); });
   if (!loop.is_ok()) {
-    nvml_->release();
     nvml_.reset();
     return loop.status().with_context("cannot start the device monitor");
   }
@@ -160,10 +119,7 @@ Status DeviceMonitor::start() {
 
 void DeviceMonitor::stop() {
   loop_.reset();  // joins: the NVML below is no longer used
-  if (nvml_) {
-    nvml_->release();
-    nvml_.reset();
-  }
+  nvml_.reset();  // frees the event set, then shuts NVML down
 }
 
 std::vector<GpuInfo> DeviceMonitor::devices() const {
@@ -265,42 +221,48 @@ void DeviceMonitor::register_events() {
   nvml.free_set();  // NVML cannot unregister: a new set replaces the old one
   std::vector<std::string> unsupported;
   const std::vector<NodeDevice> listed = node_devices(devices());
-  if (nvml.set_create == nullptr) {
-    for (const NodeDevice& device : listed) unsupported.push_back(device.name);
-  } else if (nvmlReturn_t created = nvml.set_create(&nvml.set); created != NVML_SUCCESS) {
-    nvml.set = nullptr;
-    if (created != NVML_ERROR_NOT_SUPPORTED)
-      log_warning(std::string("nvmlEventSetCreate failed: ") + nvml.error_string(created));
+  // kFailedPrecondition from an event call: this driver or GPU has no events (Not Supported).
+  auto not_supported = [](const Status& status) {
+    return status.code() == StatusCode::kFailedPrecondition;
+  };
+  // A library lacking part of the event API: polling only, as with events Not Supported.
+  const Status has_events = nvml.session.library().require(nvml::kEventEntryPoints);
+  Result<nvml::EventSet> created =
+      has_events.is_ok() ? nvml.session.create_event_set() : Result<nvml::EventSet>(has_events);
+  if (!created.is_ok()) {
+    if (!not_supported(created.status())) log_warning(created.status().message());
     for (const NodeDevice& device : listed) unsupported.push_back(device.name);
   } else {
+    nvml.set = std::move(created).value();
     for (const NodeDevice& device : listed) {
       // A device NVML cannot watch for another reason than "not supported" is not usable:
       // Unhealthy, as the NVIDIA device plugin does.
-      auto failed = [&](const char* call, nvmlReturn_t result) {
-        const std::string why = std::string("NVML cannot watch the GPU: ") + call +
-                                " failed: " + nvml.error_string(result);
+      auto failed = [&](const Status& status) {
+        const std::string why = "NVML cannot watch the GPU: " + status.message();
         log::warn("GPU marked Unhealthy",
                   {{"gpu", device.name}, {"uuid", device.uuid}, {"reason", why}});
         mark_unhealthy(device.name, device.uuid, Fault{why, 0});
       };
-      nvmlDevice_t handle = nullptr;
-      unsigned long long types = 0;
-      nvmlReturn_t r = nvml.handle_by_uuid(device.uuid.c_str(), &handle);
-      if (r != NVML_SUCCESS) {
-        failed("nvmlDeviceGetHandleByUUID", r);
+      Result<nvmlDevice_t> handle = nvml.session.device_by_uuid(device.uuid);
+      if (!handle.is_ok()) {
+        failed(handle.status());
         continue;
       }
-      r = nvml.supported_events(handle, &types);
-      if (r == NVML_SUCCESS && (types & nvmlEventTypeXidCriticalError) == 0)
-        r = NVML_ERROR_NOT_SUPPORTED;
-      if (r == NVML_SUCCESS)
-        r = nvml.register_events(handle, nvmlEventTypeXidCriticalError, nvml.set);
-      if (r == NVML_ERROR_NOT_SUPPORTED) {
+      Result<unsigned long long> types = nvml.session.supported_event_types(*handle);
+      if (types.is_ok() && (*types & nvmlEventTypeXidCriticalError) == 0) {
+        unsupported.push_back(device.name);  // events, but not XIDs
+        continue;
+      }
+      const Status registered =
+          types.is_ok()
+              ? nvml.session.register_events(*handle, nvmlEventTypeXidCriticalError, nvml.set)
+              : types.status();
+      if (not_supported(registered)) {
         unsupported.push_back(device.name);
-      } else if (r != NVML_SUCCESS) {
-        failed("registering for XID events", r);
+      } else if (!registered.is_ok()) {
+        failed(registered);
       } else {
-        nvml.uuid_of[handle] = device.uuid;
+        nvml.uuid_of[*handle] = device.uuid;
       }
     }
     if (nvml.uuid_of.empty()) nvml.free_set();
@@ -314,23 +276,23 @@ void DeviceMonitor::register_events() {
     logged_no_events_ = true;
   }
   std::lock_guard lock(mutex_);
-  events_supported_ = nvml.set != nullptr;
+  events_supported_ = static_cast<bool>(nvml.set);
 }
 
 void DeviceMonitor::collect_events() {
   Nvml& nvml = *nvml_;
-  if (nvml.set == nullptr) return;
+  if (!nvml.set) return;
   for (int taken = 0; taken < kMaxEventsPerTurn; ++taken) {
-    nvmlEventData_t event{};
-    const nvmlReturn_t r = nvml.set_wait(nvml.set, &event, 0);  // what is there, no waiting
-    if (r == NVML_ERROR_TIMEOUT) return;
-    if (r != NVML_SUCCESS) {
+    // What is there, no waiting (none: the set is drained).
+    Result<std::optional<nvmlEventData_t>> waited = nvml.session.wait_event(nvml.set, 0);
+    if (!waited.is_ok()) {
       // Logged once; tried again next turn (the loop's pace: no busy loop on a lasting error).
-      log_once(last_wait_error_,
-               std::string("nvmlEventSetWait_v2 failed: ") + nvml.error_string(r));
+      log_once(last_wait_error_, waited.status().message());
       return;
     }
+    if (!*waited) return;
     last_wait_error_.clear();
+    const nvmlEventData_t& event = **waited;
     if ((event.eventType & nvmlEventTypeXidCriticalError) == 0) continue;
     const auto registered = nvml.uuid_of.find(event.device);
     if (registered == nvml.uuid_of.end()) continue;

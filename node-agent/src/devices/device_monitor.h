@@ -99,7 +99,7 @@ class DeviceMonitor {
                       std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
 
  private:
-  struct Nvml;  // the dlopen'ed entry points and the event set (the loop's thread after start)
+  struct Nvml;  // the NVML session and the event set (the loop's thread after start)
 
   void turn();
   void inventory_turn();

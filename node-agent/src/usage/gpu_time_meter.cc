@@ -13,66 +13,24 @@
 #include <cstring>
 
 #include "tessera/log.h"
-#include "tessera/nvml_abi.h"
-#include "tessera/nvml_library.h"
+#include "tessera/nvml.h"
 #include "tessera/share_region.h"
 #include "usage/share_processes.h"
 
 namespace tessera::agent {
 namespace {
 
-constexpr unsigned kInitialSamples = 64;  // grown on NVML_ERROR_INSUFFICIENT_SIZE
-
 uint64_t monotonic_ns() {
   timespec now{};
   clock_gettime(CLOCK_MONOTONIC, &now);
   return static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec);
-}
-
-// NVML's timestamps are CPU wall-clock microseconds (as in libvgpu's NvmlSource).
-unsigned long long wall_us() {
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  return static_cast<unsigned long long>(now.tv_sec) * 1000000ull +
-         static_cast<unsigned long long>(now.tv_nsec) / 1000ull;
 }
 }  // namespace
 
 // ---- GpuTimeMeter ------------------------------------------------------------------------------
 
 struct GpuTimeMeter::Nvml {
-  decltype(&nvmlInit_v2) init = nullptr;
-  decltype(&nvmlShutdown) shutdown = nullptr;
-  decltype(&nvmlErrorString) error_string = nullptr;
-  decltype(&nvmlDeviceGetHandleByUUID) handle_by_uuid = nullptr;
-  decltype(&nvmlDeviceGetProcessUtilization) utilization = nullptr;
-  bool initialised = false;
-
-  // kUnavailable: no NVML here, or one that does not start.
-  Status load(const std::string& path) {
-    NvmlLibrary library;
-    TESSERA_RETURN_IF_ERROR(library.open(path));
-    library.resolve("nvmlInit_v2", init);
-    library.resolve("nvmlShutdown", shutdown);
-    library.resolve("nvmlErrorString", error_string);
-    library.resolve("nvmlDeviceGetHandleByUUID", handle_by_uuid);
-    library.resolve("nvmlDeviceGetProcessUtilization", utilization);
-    if (!init || !shutdown || !error_string || !handle_by_uuid || !utilization)
-      return unavailable(path +
-                         " lacks nvmlInit_v2, nvmlShutdown, nvmlErrorString, "
-                         "nvmlDeviceGetHandleByUUID or nvmlDeviceGetProcessUtilization");
-    const nvmlReturn_t result = init();
-    if (result != NVML_SUCCESS)
-      return unavailable(std::string("nvmlInit_v2 failed: ") + error_string(result));
-    initialised = true;
-    return Status::ok();
-  }
-
-  std::string error(nvmlReturn_t result) const { return error_string(result); }
-
-  ~Nvml() {
-    if (initialised) shutdown();
-  }
+  nvml::Session session;
 };
 
 // One share folder with a valid limits page. The limits page is the agent's own file (0444, owned
@@ -116,8 +74,7 @@ struct GpuTimeMeter::Gpu {
   std::string uuid;
   nvmlDevice_t handle = nullptr;
   unsigned long long last_seen_us = 0;  // 0: not primed
-  std::vector<nvmlProcessUtilizationSample_t> samples;
-  bool named = false;  // named by an agent-measured share in the current rescan
+  bool named = false;                   // named by an agent-measured share in the current rescan
 };
 
 GpuTimeMeter::GpuTimeMeter(GpuTimeMeterOptions options, Clock& clock)
@@ -136,9 +93,12 @@ GpuTimeMeter::~GpuTimeMeter() {
 
 Status GpuTimeMeter::load_nvml() {
   if (nvml_) return Status::ok();
-  auto nvml = std::make_unique<Nvml>();
-  TESSERA_RETURN_IF_ERROR(nvml->load(options_.nvml_library));
-  nvml_ = std::move(nvml);
+  using nvml::EntryPoint;
+  Result<nvml::Session> session = nvml::Session::open(
+      options_.nvml_library,
+      {EntryPoint::nvmlDeviceGetHandleByUUID, EntryPoint::nvmlDeviceGetProcessUtilization});
+  if (!session.is_ok()) return unavailable(session.status().message());  // NVML missing: no meter
+  nvml_ = std::make_unique<Nvml>(std::move(session).value());
   return Status::ok();
 }
 
@@ -308,36 +268,29 @@ std::string GpuTimeMeter::pass() {
 
   for (auto& gpu : gpus_) {
     if (!gpu->handle) {
-      const nvmlReturn_t found = nvml_->handle_by_uuid(gpu->uuid.c_str(), &gpu->handle);
-      if (found != NVML_SUCCESS) {
-        gpu->handle = nullptr;
-        note("no GPU " + gpu->uuid + ": " + nvml_->error(found));
+      Result<nvmlDevice_t> found = nvml_->session.device_by_uuid(gpu->uuid);
+      if (!found.is_ok()) {
+        note(found.status().with_context("no GPU " + gpu->uuid).message());
         continue;
       }
+      gpu->handle = *found;
     }
     // The window (last_seen, now], exactly as libvgpu's NvmlSource queries it.
     const unsigned long long since = gpu->last_seen_us;
-    const unsigned long long now_us = wall_us();
+    const unsigned long long now_us = nvml::wall_clock_us();
     if (since == 0) {
       gpu->last_seen_us = now_us;  // priming: the first window starts now
       continue;
     }
-    if (gpu->samples.empty()) gpu->samples.resize(kInitialSamples);
-    unsigned int count = static_cast<unsigned int>(gpu->samples.size());
-    nvmlReturn_t result = nvml_->utilization(gpu->handle, gpu->samples.data(), &count, since);
-    if (result == NVML_ERROR_INSUFFICIENT_SIZE && count > gpu->samples.size() && count < 65536) {
-      gpu->samples.resize(count + count / 2);
-      count = static_cast<unsigned int>(gpu->samples.size());
-      result = nvml_->utilization(gpu->handle, gpu->samples.data(), &count, since);
-    }
-    if (result == NVML_ERROR_NOT_FOUND) {
-      count = 0;  // nobody ran in the window: publish zeros (the shim sees a fresh window)
-    } else if (result != NVML_SUCCESS) {
+    // None (NVML_ERROR_NOT_FOUND): nobody ran in the window, publish zeros (the shim sees a
+    // fresh window).
+    Result<std::vector<nvmlProcessUtilizationSample_t>> samples =
+        nvml_->session.process_utilization(gpu->handle, since);
+    if (!samples.is_ok()) {
       ++stats_.nvml_errors;
-      note("per-process utilisation of " + gpu->uuid + ": " + nvml_->error(result));
+      note(samples.status().with_context("per-process utilisation of " + gpu->uuid).message());
       continue;
     }
-    if (count > gpu->samples.size()) count = static_cast<unsigned int>(gpu->samples.size());
     ++stats_.windows;
 
     // Each sample: its GPU time in the window and the owner word of its host process.
@@ -346,11 +299,10 @@ std::string GpuTimeMeter::pass() {
       std::optional<uint64_t> owner;
     };
     std::vector<Busy> busy;
-    busy.reserve(count);
+    busy.reserve(samples->size());
     uint64_t total_ns = 0;
     unsigned long long newest = since;
-    for (unsigned int i = 0; i < count; ++i) {
-      const nvmlProcessUtilizationSample_t& sample = gpu->samples[i];
+    for (const nvmlProcessUtilizationSample_t& sample : *samples) {
       if (sample.timeStamp <= since) continue;
       const unsigned long long window_us = sample.timeStamp - since;
       const uint64_t ns = static_cast<uint64_t>(std::min(sample.smUtil, 100u)) * window_us * 10;

@@ -493,5 +493,28 @@ TEST(DeviceMonitor, StartReportsAFailedListing) {
   });
 }
 
+// A library without the event API (an older driver): the monitor starts, polls the inventory
+// only, and reports the listed GPUs Healthy.
+TEST(DeviceMonitor, StartsWithoutTheEventApiAndPollsOnly) {
+  DeviceHealthBoard board;
+  Recorder recorder;
+  DeviceMonitorOptions options = fast_options();
+  options.nvml_library = NVML_PARTIAL_LIBRARY;
+  GpuInfo gpu;
+  gpu.uuid = "GPU-without-events";
+  gpu.product_name = "NVIDIA H200";
+  options.list = [&gpu](std::vector<GpuInfo>& gpus) {
+    gpus = {gpu};
+    return std::string();
+  };
+  DeviceMonitor monitor(options, board, recorder.callback());
+  ASSERT_EQ(monitor.start().message(), "");
+  EXPECT_FALSE(monitor.events_supported());
+  ASSERT_TRUE(recorder.wait_for(1));
+  EXPECT_EQ(recorder.call(0), std::vector<GpuInfo>{gpu});
+  EXPECT_EQ(state_of(board, "gpu-0"), DeviceHealthState::kHealthy);
+  monitor.stop();
+}
+
 }  // namespace
 }  // namespace tessera::agent

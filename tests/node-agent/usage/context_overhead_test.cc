@@ -16,14 +16,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "tessera/gpu_info.h"
-#include "tessera/nvml_abi.h"
-#include "tessera/nvml_library.h"
+#include "tessera/nvml.h"
 #include "tessera/share_files.h"
 #include "tessera/share_region.h"
 #include "usage/gpu_time_meter.h"
@@ -150,29 +150,26 @@ class TempDir {
 
 // NVML of the simulator, for the figures the test checks (the driver's view, not the shim's).
 struct TestNvml {
-  decltype(&nvmlInit_v2) init = nullptr;
-  decltype(&nvmlDeviceGetHandleByUUID) handle_by_uuid = nullptr;
-  decltype(&nvmlDeviceGetComputeRunningProcesses_v3) processes = nullptr;
+  std::optional<nvml::Session> session;
   nvmlDevice_t device = nullptr;
 
   bool load(const std::string& uuid) {
-    NvmlLibrary library;
-    if (!library.open().is_ok()) return false;
-    library.resolve("nvmlInit_v2", init);
-    library.resolve("nvmlDeviceGetHandleByUUID", handle_by_uuid);
-    library.resolve("nvmlDeviceGetComputeRunningProcesses_v3", processes);
-    return init && handle_by_uuid && processes && init() == NVML_SUCCESS &&
-           handle_by_uuid(uuid.c_str(), &device) == NVML_SUCCESS;
+    Result<nvml::Session> opened = nvml::Session::open();
+    if (!opened.is_ok()) return false;
+    session = std::move(opened).value();
+    Result<nvmlDevice_t> found = session->device_by_uuid(uuid);
+    if (!found.is_ok()) return false;
+    device = *found;
+    return true;
   }
   // What NVML sees the processes `pids` hold on the GPU.
   uint64_t used_by(const std::vector<pid_t>& pids) const {
-    nvmlProcessInfo_t infos[64];
-    unsigned int count = 64;
-    if (processes(device, &count, infos) != NVML_SUCCESS) return 0;
+    Result<std::vector<nvmlProcessInfo_t>> infos = session->compute_processes(device);
+    if (!infos.is_ok()) return 0;
     uint64_t sum = 0;
-    for (unsigned int i = 0; i < count; ++i) {
+    for (const nvmlProcessInfo_t& info : *infos) {
       for (pid_t pid : pids) {
-        if (static_cast<pid_t>(infos[i].pid) == pid) sum += infos[i].usedGpuMemory;
+        if (static_cast<pid_t>(info.pid) == pid) sum += info.usedGpuMemory;
       }
     }
     return sum;

@@ -1,0 +1,184 @@
+// The product's one NVML binding: libnvidia-ml.so.1 (the real one, or the simulated one in tests)
+// loaded with dlopen, so a program starts on a machine without a driver and says why.
+//
+// - Library: the library at one path, loaded and its entry points resolved once per process, under
+//   a lock (the agent calls NVML from several threads), and never unloaded: NVML keeps
+//   process-wide state that outlives nvmlShutdown, and its users list GPUs again later. A failed
+//   load is not remembered: a driver installed or upgraded later makes the next try succeed.
+// - Session: one nvmlInit_v2 with an owner (nvmlShutdown when it goes; NVML's init is reference
+//   counted, so sessions of several components coexist). Every NVML call goes through a session.
+// - Typed calls: a value, or a Status naming the call and NVML's error string
+//   ("nvmlDeviceGetMemoryInfo: GPU is lost"). Codes: kFailedPrecondition when this driver or GPU
+//   cannot do it (the entry point is missing: "<path> has no <symbol>"; or
+//   NVML_ERROR_NOT_SUPPORTED), kUnavailable for every other NVML error (a lost GPU, a driver
+//   starting: asking again may help).
+//
+// Thread-safe: a Library is immutable once loaded, NVML's calls are thread-safe, and a Session's
+// calls keep no state of their own.
+#pragma once
+
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/nvml_abi.h"
+#include "tessera/status.h"
+
+namespace tessera::nvml {
+
+inline constexpr char kDefaultLibrary[] = "libnvidia-ml.so.1";
+
+// Every NVML entry point the product calls. A library lacking one still loads: the calls that need
+// it fail with "<path> has no <symbol>", and callers that cannot do without it require it up front
+// (Session::open's `required`, Library::require).
+#define TESSERA_NVML_ENTRY_POINTS(X)         \
+  X(nvmlInit_v2)                             \
+  X(nvmlShutdown)                            \
+  X(nvmlErrorString)                         \
+  X(nvmlSystemGetDriverVersion)              \
+  X(nvmlDeviceGetCount_v2)                   \
+  X(nvmlDeviceGetHandleByIndex_v2)           \
+  X(nvmlDeviceGetHandleByUUID)               \
+  X(nvmlDeviceGetUUID)                       \
+  X(nvmlDeviceGetName)                       \
+  X(nvmlDeviceGetMemoryInfo)                 \
+  X(nvmlDeviceGetMinorNumber)                \
+  X(nvmlDeviceGetPciInfo_v3)                 \
+  X(nvmlDeviceGetBrand)                      \
+  X(nvmlDeviceGetArchitecture)               \
+  X(nvmlDeviceGetCudaComputeCapability)      \
+  X(nvmlDeviceGetUtilizationRates)           \
+  X(nvmlDeviceGetComputeRunningProcesses_v3) \
+  X(nvmlDeviceGetProcessUtilization)         \
+  X(nvmlEventSetCreate)                      \
+  X(nvmlEventSetFree)                        \
+  X(nvmlEventSetWait_v2)                     \
+  X(nvmlDeviceGetSupportedEventTypes)        \
+  X(nvmlDeviceRegisterEvents)
+
+// Named as the C functions are, so a requirement reads as the symbol it is.
+enum class EntryPoint {
+#define TESSERA_NVML_ENUMERATOR(name) name,
+  TESSERA_NVML_ENTRY_POINTS(TESSERA_NVML_ENUMERATOR)
+#undef TESSERA_NVML_ENUMERATOR
+};
+const char* symbol_name(EntryPoint entry);
+
+// The event entry points; a driver lacking any of them has no events for this product.
+inline constexpr std::initializer_list<EntryPoint> kEventEntryPoints = {
+    EntryPoint::nvmlEventSetCreate,
+    EntryPoint::nvmlEventSetFree,
+    EntryPoint::nvmlEventSetWait_v2,
+    EntryPoint::nvmlDeviceGetHandleByUUID,
+    EntryPoint::nvmlDeviceGetSupportedEventTypes,
+    EntryPoint::nvmlDeviceRegisterEvents};
+
+struct EntryPoints;  // the resolved table (nvml.cc)
+
+class Library {
+ public:
+  // The library at `path`, loaded and resolved at the first call for that path; the same object
+  // for every later call. kUnavailable "cannot load <path> (is the NVIDIA driver installed?):
+  // <why>" when dlopen fails (tried again on the next call).
+  static Result<const Library*> load(const std::string& path = kDefaultLibrary);
+
+  const std::string& path() const { return path_; }
+  bool has(EntryPoint entry) const;
+  // Ok, or kFailedPrecondition "<path> has no <symbol>" for the first of `entries` it lacks.
+  Status require(std::initializer_list<EntryPoint> entries) const;
+  const EntryPoints& entry_points() const { return *entry_points_; }
+
+  Library(const Library&) = delete;
+  Library& operator=(const Library&) = delete;
+
+ private:
+  Library(std::string path, const EntryPoints* entry_points)
+      : path_(std::move(path)), entry_points_(entry_points) {}
+  std::string path_;
+  const EntryPoints* entry_points_;
+};
+
+// An NVML event set with its owner: nvmlEventSetFree when it goes. Free it before the session
+// that created it (declare it after the session).
+class EventSet {
+ public:
+  EventSet() = default;
+  EventSet(const Library* library, nvmlEventSet_t set) : library_(library), set_(set) {}
+  EventSet(EventSet&& other) noexcept;
+  EventSet& operator=(EventSet&& other) noexcept;
+  ~EventSet() { reset(); }
+
+  nvmlEventSet_t get() const { return set_; }
+  explicit operator bool() const { return set_ != nullptr; }
+  void reset();  // frees the set now (NVML cannot unregister devices: a new set replaces one)
+
+ private:
+  const Library* library_ = nullptr;
+  nvmlEventSet_t set_ = nullptr;
+};
+
+// Now as NVML stamps its samples: CPU wall-clock microseconds (the `since_us` of
+// Session::process_utilization).
+unsigned long long wall_clock_us();
+
+struct ComputeCapability {
+  int major = 0;
+  int minor = 0;
+};
+
+class Session {
+ public:
+  // Loads `path` (Library::load), checks that it has nvmlInit_v2, nvmlShutdown, nvmlErrorString and
+  // every one of `required`, and initialises NVML. kUnavailable when the library cannot be loaded
+  // or nvmlInit_v2 fails ("nvmlInit_v2: Driver Not Loaded"), kFailedPrecondition when an entry
+  // point is missing ("<path> has no <symbol>").
+  static Result<Session> open(const std::string& path = kDefaultLibrary,
+                              std::initializer_list<EntryPoint> required = {});
+
+  Session(Session&& other) noexcept;
+  Session& operator=(Session&& other) noexcept;
+  ~Session();  // nvmlShutdown (once per successful open)
+
+  const Library& library() const { return *library_; }
+
+  // System and enumeration.
+  Result<std::string> driver_version() const;
+  Result<unsigned> device_count() const;
+  Result<nvmlDevice_t> device_by_index(unsigned index) const;
+  Result<nvmlDevice_t> device_by_uuid(const std::string& uuid) const;
+
+  // Identity.
+  Result<std::string> uuid(nvmlDevice_t device) const;
+  Result<std::string> name(nvmlDevice_t device) const;
+  Result<unsigned> minor_number(nvmlDevice_t device) const;
+  Result<nvmlPciInfo_t> pci_info(nvmlDevice_t device) const;
+  Result<nvmlBrandType_t> brand(nvmlDevice_t device) const;
+  Result<nvmlDeviceArchitecture_t> architecture(nvmlDevice_t device) const;
+  Result<ComputeCapability> compute_capability(nvmlDevice_t device) const;
+
+  // Memory, utilisation, processes.
+  Result<nvmlMemory_t> memory(nvmlDevice_t device) const;
+  Result<nvmlUtilization_t> utilization(nvmlDevice_t device) const;
+  // nvmlDeviceGetComputeRunningProcesses_v3, the buffer grown while NVML says
+  // NVML_ERROR_INSUFFICIENT_SIZE (a few tries: "<call>: the list kept growing" after them).
+  Result<std::vector<nvmlProcessInfo_t>> compute_processes(nvmlDevice_t device) const;
+  // nvmlDeviceGetProcessUtilization's samples newer than `since_us` (CPU wall-clock microseconds),
+  // the buffer grown as above; none when NVML has none (NVML_ERROR_NOT_FOUND).
+  Result<std::vector<nvmlProcessUtilizationSample_t>> process_utilization(
+      nvmlDevice_t device, unsigned long long since_us) const;
+
+  // Events.
+  Result<EventSet> create_event_set() const;
+  Result<unsigned long long> supported_event_types(nvmlDevice_t device) const;
+  Status register_events(nvmlDevice_t device, unsigned long long event_types,
+                         const EventSet& set) const;
+  // The next event of `set`, waiting up to `timeout_ms` (0: only what is there); none on timeout.
+  Result<std::optional<nvmlEventData_t>> wait_event(const EventSet& set, unsigned timeout_ms) const;
+
+ private:
+  explicit Session(const Library* library) : library_(library) {}
+  const Library* library_ = nullptr;  // null once moved from
+};
+
+}  // namespace tessera::nvml

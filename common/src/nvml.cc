@@ -1,0 +1,331 @@
+#include "tessera/nvml.h"
+
+#include <dlfcn.h>
+#include <time.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+namespace tessera::nvml {
+
+// One slot per entry point, null where the library lacks it. Named as the functions, typed by
+// their declarations in nvml_abi.h: a wrong signature is a compile error, never a bad call.
+struct EntryPoints {
+#define TESSERA_NVML_SLOT(name) decltype(&::name) name = nullptr;
+  TESSERA_NVML_ENTRY_POINTS(TESSERA_NVML_SLOT)
+#undef TESSERA_NVML_SLOT
+
+  bool has(EntryPoint entry) const {
+    switch (entry) {
+#define TESSERA_NVML_HAS(name) \
+  case EntryPoint::name:       \
+    return name != nullptr;
+      TESSERA_NVML_ENTRY_POINTS(TESSERA_NVML_HAS)
+#undef TESSERA_NVML_HAS
+    }
+    return false;
+  }
+};
+
+namespace {
+
+// A process list longer than this is a driver's error, not a list to grow a buffer for.
+constexpr unsigned kMaxListLength = 65536;
+constexpr unsigned kInitialListLength = 64;
+constexpr int kListTries = 4;
+
+// The libraries loaded so far, by path. Leaked on purpose: never unloaded, and still there for
+// sessions that static destructors end.
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, const Library*> loaded;
+};
+
+Registry& registry() {
+  static Registry* const instance = new Registry;
+  return *instance;
+}
+
+EntryPoints* resolve_all(void* handle) {
+  auto* table = new EntryPoints;
+#define TESSERA_NVML_RESOLVE(name) \
+  table->name = reinterpret_cast<decltype(&::name)>(dlsym(handle, #name));
+  TESSERA_NVML_ENTRY_POINTS(TESSERA_NVML_RESOLVE)
+#undef TESSERA_NVML_RESOLVE
+  return table;
+}
+
+Status missing(const Library& library, EntryPoint entry) {
+  return failed_precondition(library.path() + " has no " + symbol_name(entry));
+}
+
+// The Status of an NVML call that did not succeed: "<call>: <NVML's error string>".
+Status failed(const Library& library, const char* call, nvmlReturn_t result) {
+  const char* why = library.entry_points().nvmlErrorString(result);
+  std::string message = std::string(call) + ": " + (why ? why : "error " + std::to_string(result));
+  if (result == NVML_ERROR_NOT_SUPPORTED) return failed_precondition(std::move(message));
+  return unavailable(std::move(message));
+}
+
+// Calls an entry point (`slot`, its member of EntryPoints) when the library has it: ok, or why not.
+template <typename Function, typename... Args>
+Status call(const Library& library, EntryPoint entry, Function EntryPoints::*slot, Args... args) {
+  const Function function = library.entry_points().*slot;
+  if (function == nullptr) return missing(library, entry);
+  if (const nvmlReturn_t result = function(args...); result != NVML_SUCCESS)
+    return failed(library, symbol_name(entry), result);
+  return Status::ok();
+}
+
+// An entry point whose last parameter is where NVML writes its answer.
+template <typename Value, typename Function, typename... Args>
+Result<Value> answer(const Library& library, EntryPoint entry, Function EntryPoints::*slot,
+                     Args... args) {
+  Value value{};
+  TESSERA_RETURN_IF_ERROR(call(library, entry, slot, args..., &value));
+  return value;
+}
+
+// An entry point that writes a string of at most kSize bytes (NUL included) into its last two
+// parameters (buffer, length).
+template <unsigned kSize, typename Function, typename... Args>
+Result<std::string> text(const Library& library, EntryPoint entry, Function EntryPoints::*slot,
+                         Args... args) {
+  char buffer[kSize] = {};
+  TESSERA_RETURN_IF_ERROR(call(library, entry, slot, args..., buffer, kSize));
+  return std::string(buffer, strnlen(buffer, kSize));
+}
+
+// The first three arguments of call/answer/text for a Session's entry point `entry`.
+#define TESSERA_NVML(entry) *library_, EntryPoint::entry, &EntryPoints::entry
+
+// The NVML protocol for lists: `count` is the buffer's capacity on the way in and the list's length
+// on the way out; a buffer too small gets NVML_ERROR_INSUFFICIENT_SIZE with the length it needs.
+// `call(count, data)` is tried with a buffer grown to that length (and some, for a list still
+// growing), a few times. With `none_if_not_found`, NVML_ERROR_NOT_FOUND is an empty list.
+template <typename Item, typename Call>
+Result<std::vector<Item>> grown_list(const Library& library, EntryPoint entry,
+                                     bool none_if_not_found, Call call) {
+  const char* name = symbol_name(entry);
+  if (!library.has(entry)) return missing(library, entry);
+  std::vector<Item> items(kInitialListLength);
+  for (int attempt = 0; attempt < kListTries; ++attempt) {
+    unsigned count = static_cast<unsigned>(items.size());
+    const nvmlReturn_t result = call(&count, items.data());
+    if (result == NVML_ERROR_INSUFFICIENT_SIZE && count > items.size() && count < kMaxListLength) {
+      items.resize(count + count / 2 + 1);
+      continue;
+    }
+    if (result == NVML_ERROR_NOT_FOUND && none_if_not_found) return std::vector<Item>{};
+    if (result != NVML_SUCCESS) return failed(library, name, result);
+    if (count < items.size()) items.resize(count);
+    return items;
+  }
+  return unavailable(std::string(name) + ": the list kept growing");
+}
+
+}  // namespace
+
+const char* symbol_name(EntryPoint entry) {
+  switch (entry) {
+#define TESSERA_NVML_NAME(name) \
+  case EntryPoint::name:        \
+    return #name;
+    TESSERA_NVML_ENTRY_POINTS(TESSERA_NVML_NAME)
+#undef TESSERA_NVML_NAME
+  }
+  return "an unknown NVML entry point";
+}
+
+unsigned long long wall_clock_us() {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<unsigned long long>(now.tv_sec) * 1000000ull +
+         static_cast<unsigned long long>(now.tv_nsec) / 1000ull;
+}
+
+// ---- Library ------------------------------------------------------------------------------------
+
+Result<const Library*> Library::load(const std::string& path) {
+  Registry& loaded = registry();
+  std::lock_guard lock(loaded.mutex);
+  if (const auto found = loaded.loaded.find(path); found != loaded.loaded.end())
+    return found->second;
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    return unavailable("cannot load " + path +
+                       " (is the NVIDIA driver installed?): " + (why ? why : "unknown error"));
+  }
+  const Library* library = new Library(path, resolve_all(handle));
+  loaded.loaded.emplace(path, library);
+  return library;
+}
+
+bool Library::has(EntryPoint entry) const {
+  return entry_points_->has(entry);
+}
+
+Status Library::require(std::initializer_list<EntryPoint> entries) const {
+  for (const EntryPoint entry : entries)
+    if (!has(entry)) return missing(*this, entry);
+  return Status::ok();
+}
+
+// ---- EventSet -----------------------------------------------------------------------------------
+
+EventSet::EventSet(EventSet&& other) noexcept
+    : library_(std::exchange(other.library_, nullptr)), set_(std::exchange(other.set_, nullptr)) {}
+
+EventSet& EventSet::operator=(EventSet&& other) noexcept {
+  if (this != &other) {
+    reset();
+    library_ = std::exchange(other.library_, nullptr);
+    set_ = std::exchange(other.set_, nullptr);
+  }
+  return *this;
+}
+
+void EventSet::reset() {
+  if (set_ != nullptr && library_ != nullptr && library_->entry_points().nvmlEventSetFree)
+    library_->entry_points().nvmlEventSetFree(set_);
+  set_ = nullptr;
+}
+
+// ---- Session ------------------------------------------------------------------------------------
+
+Result<Session> Session::open(const std::string& path, std::initializer_list<EntryPoint> required) {
+  Result<const Library*> loaded = Library::load(path);
+  if (!loaded.is_ok()) return loaded.status();
+  const Library& library = **loaded;
+  TESSERA_RETURN_IF_ERROR(library.require(
+      {EntryPoint::nvmlInit_v2, EntryPoint::nvmlShutdown, EntryPoint::nvmlErrorString}));
+  TESSERA_RETURN_IF_ERROR(library.require(required));
+  if (const nvmlReturn_t result = library.entry_points().nvmlInit_v2(); result != NVML_SUCCESS) {
+    // "Not Supported" from nvmlInit_v2 still means NVML did not start: asking again may help.
+    return unavailable(failed(library, "nvmlInit_v2", result).message());
+  }
+  return Session(&library);
+}
+
+Session::Session(Session&& other) noexcept : library_(std::exchange(other.library_, nullptr)) {}
+
+Session& Session::operator=(Session&& other) noexcept {
+  if (this != &other) {
+    if (library_ != nullptr) library_->entry_points().nvmlShutdown();
+    library_ = std::exchange(other.library_, nullptr);
+  }
+  return *this;
+}
+
+Session::~Session() {
+  if (library_ != nullptr) library_->entry_points().nvmlShutdown();
+}
+
+Result<std::string> Session::driver_version() const {
+  return text<NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE>(TESSERA_NVML(nvmlSystemGetDriverVersion));
+}
+
+Result<unsigned> Session::device_count() const {
+  return answer<unsigned>(TESSERA_NVML(nvmlDeviceGetCount_v2));
+}
+
+Result<nvmlDevice_t> Session::device_by_index(unsigned index) const {
+  return answer<nvmlDevice_t>(TESSERA_NVML(nvmlDeviceGetHandleByIndex_v2), index);
+}
+
+Result<nvmlDevice_t> Session::device_by_uuid(const std::string& uuid) const {
+  return answer<nvmlDevice_t>(TESSERA_NVML(nvmlDeviceGetHandleByUUID), uuid.c_str());
+}
+
+Result<std::string> Session::uuid(nvmlDevice_t device) const {
+  return text<NVML_DEVICE_UUID_V2_BUFFER_SIZE>(TESSERA_NVML(nvmlDeviceGetUUID), device);
+}
+
+Result<std::string> Session::name(nvmlDevice_t device) const {
+  return text<NVML_DEVICE_NAME_V2_BUFFER_SIZE>(TESSERA_NVML(nvmlDeviceGetName), device);
+}
+
+Result<unsigned> Session::minor_number(nvmlDevice_t device) const {
+  return answer<unsigned>(TESSERA_NVML(nvmlDeviceGetMinorNumber), device);
+}
+
+Result<nvmlPciInfo_t> Session::pci_info(nvmlDevice_t device) const {
+  return answer<nvmlPciInfo_t>(TESSERA_NVML(nvmlDeviceGetPciInfo_v3), device);
+}
+
+Result<nvmlBrandType_t> Session::brand(nvmlDevice_t device) const {
+  return answer<nvmlBrandType_t>(TESSERA_NVML(nvmlDeviceGetBrand), device);
+}
+
+Result<nvmlDeviceArchitecture_t> Session::architecture(nvmlDevice_t device) const {
+  return answer<nvmlDeviceArchitecture_t>(TESSERA_NVML(nvmlDeviceGetArchitecture), device);
+}
+
+Result<ComputeCapability> Session::compute_capability(nvmlDevice_t device) const {
+  ComputeCapability capability;
+  TESSERA_RETURN_IF_ERROR(call(TESSERA_NVML(nvmlDeviceGetCudaComputeCapability), device,
+                               &capability.major, &capability.minor));
+  return capability;
+}
+
+Result<nvmlMemory_t> Session::memory(nvmlDevice_t device) const {
+  return answer<nvmlMemory_t>(TESSERA_NVML(nvmlDeviceGetMemoryInfo), device);
+}
+
+Result<nvmlUtilization_t> Session::utilization(nvmlDevice_t device) const {
+  return answer<nvmlUtilization_t>(TESSERA_NVML(nvmlDeviceGetUtilizationRates), device);
+}
+
+Result<std::vector<nvmlProcessInfo_t>> Session::compute_processes(nvmlDevice_t device) const {
+  const EntryPoints& table = library_->entry_points();
+  return grown_list<nvmlProcessInfo_t>(
+      *library_, EntryPoint::nvmlDeviceGetComputeRunningProcesses_v3, false,
+      [&](unsigned* count, nvmlProcessInfo_t* infos) {
+        return table.nvmlDeviceGetComputeRunningProcesses_v3(device, count, infos);
+      });
+}
+
+Result<std::vector<nvmlProcessUtilizationSample_t>> Session::process_utilization(
+    nvmlDevice_t device, unsigned long long since_us) const {
+  const EntryPoints& table = library_->entry_points();
+  return grown_list<nvmlProcessUtilizationSample_t>(
+      // NVML_ERROR_NOT_FOUND: no samples newer than the timestamp (nobody ran).
+      *library_, EntryPoint::nvmlDeviceGetProcessUtilization, true,
+      [&](unsigned* count, nvmlProcessUtilizationSample_t* samples) {
+        return table.nvmlDeviceGetProcessUtilization(device, samples, count, since_us);
+      });
+}
+
+Result<EventSet> Session::create_event_set() const {
+  TESSERA_RETURN_IF_ERROR(library_->require({EntryPoint::nvmlEventSetFree}));
+  Result<nvmlEventSet_t> set = answer<nvmlEventSet_t>(TESSERA_NVML(nvmlEventSetCreate));
+  if (!set.is_ok()) return set.status();
+  return EventSet(library_, *set);
+}
+
+Result<unsigned long long> Session::supported_event_types(nvmlDevice_t device) const {
+  return answer<unsigned long long>(TESSERA_NVML(nvmlDeviceGetSupportedEventTypes), device);
+}
+
+Status Session::register_events(nvmlDevice_t device, unsigned long long event_types,
+                                const EventSet& set) const {
+  return call(TESSERA_NVML(nvmlDeviceRegisterEvents), device, event_types, set.get());
+}
+
+Result<std::optional<nvmlEventData_t>> Session::wait_event(const EventSet& set,
+                                                           unsigned timeout_ms) const {
+  const EntryPoints& table = library_->entry_points();
+  if (table.nvmlEventSetWait_v2 == nullptr)
+    return missing(*library_, EntryPoint::nvmlEventSetWait_v2);
+  nvmlEventData_t event{};
+  const nvmlReturn_t result = table.nvmlEventSetWait_v2(set.get(), &event, timeout_ms);
+  if (result == NVML_ERROR_TIMEOUT) return std::optional<nvmlEventData_t>();
+  if (result != NVML_SUCCESS) return failed(*library_, "nvmlEventSetWait_v2", result);
+  return std::optional<nvmlEventData_t>(event);
+}
+
+}  // namespace tessera::nvml
