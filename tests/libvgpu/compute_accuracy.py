@@ -103,14 +103,24 @@ class Harness:
         return reports[0]
 
 
+def quota_figures(h, name, report, base, cores):
+    """A quota caps the share's GPU time as a percent of wall time. Where this machine cannot drive
+    the GPU that hard even unlimited (launches are CPU-bound on a loaded machine), the share is
+    owed what it reached alone: the ratio to the unlimited rate alone would call 90% of a GPU that
+    the baseline drove to 93% "97%" (it is printed, not judged)."""
+    figure(f"{name}_percent_of_unlimited", 100.0 * report["kernels_per_s"] / base["kernels_per_s"])
+    reachable = h.busy_percent([base])
+    figure(f"{name}_gpu_percent", h.busy_percent([report]), round(min(cores, reachable), 2), 3)
+
+
 def single(h, seconds):
     h.kernel(SHORT_US)
     base = h.baseline(seconds)
+    figure("unlimited_gpu_percent", h.busy_percent([base]))
     for cores in (10, 30, 50, 90):
         process = h.start(["--cores", str(cores), "--verbose"], seconds=seconds)
         r = h.finish(process)[0]
-        figure(f"cores{cores}_percent_of_unlimited",
-               100.0 * r["kernels_per_s"] / base["kernels_per_s"], cores, 3)
+        quota_figures(h, f"cores{cores}", r, base, cores)
         check_summary(h, process.summary, r, cores)
 
 
@@ -301,8 +311,7 @@ def path(h, seconds, launch):
     h.kernel(SHORT_US)
     base = h.baseline(seconds, launch)
     r = h.finish(h.start(["--cores", "30"], seconds=seconds, launch=launch))[0]
-    figure(f"{launch}_cores30_percent_of_unlimited",
-           100.0 * r["kernels_per_s"] / base["kernels_per_s"], 30, 3)
+    quota_figures(h, f"{launch}_cores30", r, base, 30)
 
 
 def probe_path(h, seconds, entry):
