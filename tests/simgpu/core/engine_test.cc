@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -173,13 +174,24 @@ TEST_F(SimEngine, EveryLaunchPathRunsTheKernel) {
 }
 
 TEST_F(SimEngine, TwoBusyProcessesShareTheDeviceEvenly) {
-  // Both start within a few ms of each other and count kernels completed in the same 2 s window.
-  auto worker = [](FILE* out) {
+  // Both count kernels completed in the same 2 s window, which opens at a time fixed before either
+  // is forked: on a loaded machine one child's start-up (fork, context, module) can take far longer
+  // than the other's, and a window of its own would give the first the device alone meanwhile.
+  const double start = now_seconds() + 2.0;
+  auto worker = [start](FILE* out) {
     CUfunction function;
     if (load_kernel(&function) != CUDA_SUCCESS) return 1;
     CUevent done_event;
     cuEventCreate(&done_event, CU_EVENT_DISABLE_TIMING);
-    const double start = now_seconds();
+    if (now_seconds() > start) {  // not ready within 2 s: the window would not be shared
+      std::fprintf(out, "-1\n");
+      return 2;
+    }
+    while (now_seconds() < start) {
+      const double left = start - now_seconds();
+      timespec pause{0, static_cast<long>(std::min(left, 0.001) * 1e9)};
+      nanosleep(&pause, nullptr);
+    }
     int completed = 0;
     // Keep 4 kernels in flight; count those finished within the window.
     while (now_seconds() - start < 2.0) {
