@@ -53,25 +53,6 @@ std::vector<std::vector<ShareSpec>> shares_by_folder(const std::vector<ShareSpec
   return folders;
 }
 
-std::vector<PodRef> reserved_pods(const std::string& claim_json) {
-  std::vector<PodRef> pods;
-  const json claim = json::parse(claim_json, nullptr, /*allow_exceptions=*/false);
-  if (claim.is_discarded() || !claim.is_object()) return pods;
-  const json* status = json_member(claim, "status");
-  const json* reserved = status ? json_member(*status, "reservedFor") : nullptr;
-  if (!reserved || !reserved->is_array()) return pods;
-  for (const json& consumer : *reserved) {
-    const std::string* resource = string_member(consumer, "resource");
-    const std::string* name = string_member(consumer, "name");
-    const std::string* uid = string_member(consumer, "uid");
-    if (!resource || *resource != "pods" || !name || !uid || uid->empty()) continue;
-    const json* group = json_member(consumer, "apiGroup");
-    if (group && !(group->is_string() && group->get_ref<const std::string&>().empty())) continue;
-    pods.push_back({*name, *uid});
-  }
-  return pods;
-}
-
 bool safe_name_component(const std::string& text) {
   if (text.empty() || text.size() > 253 || text[0] == '.') return false;
   for (char c : text) {
@@ -104,7 +85,7 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
     return failed_precondition("claim " + *uid + " is not allocated (no status.allocation)");
   if (!allocation->is_object())
     return invalid_argument("status.allocation: expected an object, got " + json_shown(allocation));
-  // Optional, read by reserved_pods(): of another shape it is refused here, not read as none.
+  // Optional, read by parse_claim_pods(): of another shape it is refused here, not read as none.
   if (const json* reserved = json_member(*status, "reservedFor"); reserved && !reserved->is_array())
     return invalid_argument("status.reservedFor: expected an array, got " + json_shown(reserved));
   const json* devices = json_member(*allocation, "devices");

@@ -60,10 +60,6 @@ struct PodRef {
   bool operator==(const PodRef&) const = default;
 };
 
-// The pods of status.reservedFor (resource "pods", with a name and a uid), in API order; entries of
-// other resources or without both are skipped, a claim that is no JSON object has none.
-std::vector<PodRef> reserved_pods(const std::string& claim_json);
-
 // The claim's shares in results order, or an error naming what is wrong: kFailedPrecondition when
 // the claim is not (or no longer) the one kubelet asked for or is not allocated yet, kNotFound for
 // a device this node does not have, kInvalidArgument for everything else the claim says wrongly.

@@ -16,7 +16,7 @@
 #include "backends/mps_backend.h"
 #include "backends/time_slice_backend.h"
 #include "files/atomic_file.h"
-#include "share/claim_pods.h"
+#include "model/claim_pods.h"
 #include "share/shim_library.h"
 #include "tessera/log.h"
 #include "tessera/share_contract.h"
@@ -485,8 +485,12 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
     // A PrepareStarted entry left by a crash: the allocation of a claim UID never changes, so the
     // same shares are recomputed and every write below is redone in place. The entry names the
     // claim's files before they exist; a removal of a stray file of the same name finishes first.
+    Result<ClaimPods> reserved = parse_claim_pods(answer->body);
+    if (!reserved.is_ok())
+      return reserved.status().with_context("ResourceClaim " + claim.namespace_name + "/" +
+                                            claim.name);
     const ClaimEntry started{claim.namespace_name, claim.name, ClaimState::kPrepareStarted, shares,
-                             reserved_pods(answer->body)};
+                             std::move(reserved)->pods};
     std::set<std::string> names;
     add_owned_names(claim.uid, started, names);
     uint64_t version = 0;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "claim_fixture.h"
+#include "model/claim_pods.h"
 
 namespace tessera::agent {
 namespace {
@@ -278,7 +279,8 @@ TEST(ShareSpec, ClaimFieldsOfAnotherShapeAreRefusedNamingTheFieldAndValue) {
   unreserved["status"].erase("reservedFor");
   std::vector<ShareSpec> specs;
   EXPECT_EQ(specs_or_error(input_for(unreserved), specs), "");
-  EXPECT_TRUE(reserved_pods(unreserved.dump()).empty());
+  ASSERT_TRUE(parse_claim_pods(unreserved).is_ok());
+  EXPECT_TRUE(parse_claim_pods(unreserved)->pods.empty());
 }
 
 // The code says what prepare's caller can do: a replaced or unallocated claim is not in a state to

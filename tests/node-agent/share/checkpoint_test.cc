@@ -40,21 +40,6 @@ TEST(Checkpoint, PodsAndEnforcementRoundTripAndOldCheckpointsStayReadable) {
   EXPECT_NE(checkpoint_from_json(unknown).status().message().find("maim"), std::string::npos);
 }
 
-TEST(Checkpoint, ReservedPodsAreTheClaimsPodConsumers) {
-  const std::string claim = R"({"status": {"reservedFor": [
-      {"resource": "pods", "name": "a", "uid": "u-a"},
-      {"apiGroup": "", "resource": "pods", "name": "b", "uid": "u-b"},
-      {"apiGroup": "example.com", "resource": "pods", "name": "c", "uid": "u-c"},
-      {"resource": "jobs", "name": "d", "uid": "u-d"},
-      {"resource": "pods", "name": "e"}]}})";
-  const std::vector<PodRef> pods = reserved_pods(claim);
-  ASSERT_EQ(pods.size(), 2u);
-  EXPECT_EQ(pods[0], (PodRef{"a", "u-a"}));
-  EXPECT_EQ(pods[1], (PodRef{"b", "u-b"}));
-  EXPECT_TRUE(reserved_pods("not json").empty());
-  EXPECT_TRUE(reserved_pods(R"({"status": {}})").empty());
-}
-
 // A version-1 checkpoint of one claim with one share, as text; `edit` changes it first.
 std::string checkpoint_text(const std::function<void(nlohmann::json&)>& edit) {
   nlohmann::json j = nlohmann::json::parse(R"({"version": 1, "claims": {"uid-1": {

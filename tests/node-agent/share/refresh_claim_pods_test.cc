@@ -1,4 +1,5 @@
-#include "share/claim_pods.h"
+// ShareManager::refresh_claim_pods: a shared claim's pods read again from the API server.
+#include "share/share_manager.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,7 +15,6 @@
 #include "claim_fixture.h"
 #include "fake_api_server.h"
 #include "share/fake_driver.h"
-#include "share/share_manager.h"
 #include "share/share_test_support.h"
 
 namespace tessera::agent {
@@ -32,72 +32,6 @@ json claim_with(const json& reserved) {
   json claim = testing::make_claim("train", kUid, {{"a", "gpu-0", "s-a", "8Gi", "30"}});
   claim["status"]["reservedFor"] = reserved;
   return claim;
-}
-
-TEST(ParseClaimPods, PodsInApiOrderOtherConsumersSkipped) {
-  const json claim = claim_with(json::array(
-      {{{"resource", "pods"}, {"name", "a"}, {"uid", kPodA}},
-       {{"apiGroup", "example.com"}, {"resource", "pods"}, {"name", "x"}, {"uid", "x-uid"}},
-       {{"apiGroup", ""}, {"resource", "pods"}, {"name", "b"}, {"uid", kPodB}},
-       {{"apiGroup", "batch"}, {"resource", "jobs"}, {"name", "j"}, {"uid", "j-uid"}}}));
-  const Result<ClaimPods> parsed = parse_claim_pods(claim.dump());
-  ASSERT_EQ(parsed.status().message(), "");
-  EXPECT_EQ(parsed->uid, kUid);
-  EXPECT_EQ(parsed->pods, (std::vector<PodRef>{{"a", kPodA}, {"b", kPodB}}));
-}
-
-TEST(ParseClaimPods, NoStatusOrNoReservationIsNoPods) {
-  json claim = claim_with(json::array());
-  claim["status"].erase("reservedFor");
-  Result<ClaimPods> parsed = parse_claim_pods(claim);
-  ASSERT_EQ(parsed.status().message(), "");
-  EXPECT_TRUE(parsed->pods.empty());
-  claim.erase("status");
-  parsed = parse_claim_pods(claim);
-  ASSERT_EQ(parsed.status().message(), "");
-  EXPECT_TRUE(parsed->pods.empty());
-}
-
-TEST(ParseClaimPods, AFieldOfTheWrongShapeIsAnErrorNamingIt) {
-  const json pod = {{"resource", "pods"}, {"name", "a"}, {"uid", kPodA}};
-  auto error_of = [](const json& claim) {
-    const Result<ClaimPods> parsed = parse_claim_pods(claim);
-    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
-    return parsed.status().message();
-  };
-  EXPECT_EQ(error_of(json::array()), "ResourceClaim: not a JSON object");
-  EXPECT_EQ(parse_claim_pods(std::string("{not json")).status().message(),
-            "ResourceClaim: not JSON");
-  json claim = claim_with(json::array({pod}));
-  claim["metadata"].erase("uid");
-  EXPECT_EQ(error_of(claim), "metadata.uid: missing");
-  claim["metadata"]["uid"] = 7;
-  EXPECT_EQ(error_of(claim), "metadata.uid: not a non-empty string");
-  claim.erase("metadata");
-  EXPECT_EQ(error_of(claim), "metadata: not an object");
-  claim = claim_with(json::array({pod}));
-  claim["status"] = "Allocated";
-  EXPECT_EQ(error_of(claim), "status: not an object");
-  EXPECT_EQ(error_of(claim_with(pod)), "status.reservedFor: not an array");
-  EXPECT_EQ(error_of(claim_with(json::array({pod, "b"}))), "status.reservedFor[1]: not an object");
-  json odd = pod;
-  odd.erase("uid");
-  EXPECT_EQ(error_of(claim_with(json::array({pod, odd}))), "status.reservedFor[1].uid: missing");
-  odd = pod;
-  odd["uid"] = "";
-  EXPECT_EQ(error_of(claim_with(json::array({odd}))),
-            "status.reservedFor[0].uid: not a non-empty string");
-  odd = pod;
-  odd["name"] = json::array();
-  EXPECT_EQ(error_of(claim_with(json::array({odd}))),
-            "status.reservedFor[0].name: not a non-empty string");
-  odd = pod;
-  odd.erase("resource");
-  EXPECT_EQ(error_of(claim_with(json::array({odd}))), "status.reservedFor[0].resource: missing");
-  odd = pod;
-  odd["apiGroup"] = 1;
-  EXPECT_EQ(error_of(claim_with(json::array({odd}))),
-            "status.reservedFor[0].apiGroup: not a string");
 }
 
 // A claim prepared for pod A through the real HTTPS client, then shared with pod B in the API.

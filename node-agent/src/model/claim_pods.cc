@@ -1,4 +1,4 @@
-#include "share/claim_pods.h"
+#include "model/claim_pods.h"
 
 #include "model/json_access.h"
 
