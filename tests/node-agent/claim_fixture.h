@@ -66,6 +66,14 @@ inline nlohmann::json make_claim(const std::string& name, const std::string& uid
         {"reservedFor", {{{"resource", "pods"}, {"name", "pod-" + name}, {"uid", "pod-uid-1"}}}}}}};
 }
 
+// The one-share claim "train" (share s-a of gpu-0, 8Gi, 30 cores) with `reserved` as its
+// status.reservedFor: the claim-pods tests read and re-read it.
+inline nlohmann::json reserved_claim(const std::string& uid, const nlohmann::json& reserved) {
+  nlohmann::json claim = make_claim("train", uid, {{"a", "gpu-0", "s-a", "8Gi", "30"}});
+  claim["status"]["reservedFor"] = reserved;
+  return claim;
+}
+
 // An entry of status.allocation.devices.config for this driver.
 inline nlohmann::json opaque_config(const std::string& source, const nlohmann::json& parameters,
                                     const std::vector<std::string>& requests = {}) {

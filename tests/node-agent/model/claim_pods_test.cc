@@ -18,9 +18,7 @@ constexpr char kPodA[] = "aaaaaaaa-0000-4000-8000-000000000001";
 constexpr char kPodB[] = "bbbbbbbb-0000-4000-8000-000000000002";
 
 json claim_with(const json& reserved) {
-  json claim = testing::make_claim("train", kUid, {{"a", "gpu-0", "s-a", "8Gi", "30"}});
-  claim["status"]["reservedFor"] = reserved;
-  return claim;
+  return testing::reserved_claim(kUid, reserved);
 }
 
 TEST(ParseClaimPods, PodsInApiOrderOtherConsumersSkipped) {
