@@ -21,7 +21,9 @@ FILL_CHUNK=4Gi    # memory-fill's first chunk size (it then halves down to 2 MiB
 # -----------------------------------------------------------------------------------------------
 
 ./scripts/install-deps.sh
-./scripts/build.sh release
+# Only what the demo runs: the shim, the CLI, the simulated GPU and the samples (the tests are
+# built by scripts/test.sh).
+./scripts/build.sh release tessera libvgpu simgpu_cuda simgpu_nvml memory-fill compute-burn
 samples=build/release/samples
 simulator_lib=$PWD/build/release/simgpu/lib
 

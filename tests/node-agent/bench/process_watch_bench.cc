@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   }
   struct stat info {};
   stat(cgroup.c_str(), &info);
-  testing::TempDir dir;
+  testing::WatchTempDir dir;
   WatchedShare share;
   share.id = "bench";
   share.usage_path = dir.path() + "/usage";

@@ -28,7 +28,7 @@ namespace {
 
 using testing::Child;
 using testing::RecordingFindings;
-using testing::TempDir;
+using testing::WatchTempDir;
 
 constexpr char kUnifiedRoot[] = "/sys/fs/cgroup/unified";
 
@@ -87,7 +87,7 @@ void check_fallback(const std::string& why) {
   std::printf("process watcher: BPF cannot load here (%s); testing the periodic fallback\n",
               why.c_str());
   EXPECT_FALSE(why.empty());
-  TempDir dir;
+  WatchTempDir dir;
   const Child child = testing::spawn_child("", dir.path(), "");
   ASSERT_TRUE(child.ok);
   EXPECT_EQ(live_process_owners().count(child.owner), 1u);
@@ -113,7 +113,7 @@ TEST(ProcessWatchBpf, AKilledShareProcessSlotIsClearWithin100ms) {
   if (!loaded.program) return check_fallback(loaded.why_not);
   TestCgroup cgroup;
   if (!cgroup.usable()) GTEST_SKIP() << "no writable cgroup v2 hierarchy to make a test cgroup in";
-  TempDir dir;
+  WatchTempDir dir;
   share::UsagePage* page = nullptr;
   ASSERT_EQ(share::open_or_create_usage_page(dir.path().c_str(), page), 0);
   share::unmap_usage_page(page);
@@ -158,7 +158,7 @@ TEST(ProcessWatchBpf, TheAgentsResolverWatchesTheCgroupOfASlotOwner) {
   if (!loaded.program) return check_fallback(loaded.why_not);
   TestCgroup cgroup;
   if (!cgroup.usable()) GTEST_SKIP() << "no writable cgroup v2 hierarchy to make a test cgroup in";
-  TempDir shares;
+  WatchTempDir shares;
   const std::string folder = shares.path() + "/share-agent";
   ASSERT_EQ(mkdir(folder.c_str(), 0755), 0);
   const Child child = testing::spawn_child(cgroup.procs(), folder, "");
@@ -197,7 +197,7 @@ TEST(ProcessWatchBpf, AnUnshimmedOpenOfAFakeNvidiaNodeInTheCgroupIsAFinding) {
   if (!loaded.program) return check_fallback(loaded.why_not);
   TestCgroup cgroup;
   if (!cgroup.usable()) GTEST_SKIP() << "no writable cgroup v2 hierarchy to make a test cgroup in";
-  TempDir dir;
+  WatchTempDir dir;
   // The node: major 195 as /dev/nvidia*. The LSM hook sees its open before the driver does; the
   // sys_exit hook sees only opens that succeed, and without an nvidia driver this kernel has no
   // driver for 195 (ENXIO): there the fake node borrows /dev/null's numbers (1:3), watched for

@@ -21,7 +21,7 @@ namespace {
 
 using testing::Child;
 using testing::RecordingFindings;
-using testing::TempDir;
+using testing::WatchTempDir;
 
 class RecordingFilter final : public KernelFilter {
  public:
@@ -106,7 +106,7 @@ TEST(ProcessWatcher, RefreshPutsTheSharesCgroupsIntoTheKernelFilter) {
 }
 
 TEST(ProcessWatcher, AnExitClearsTheSlotOfThatProcessOnly) {
-  TempDir dir;
+  WatchTempDir dir;
   share::UsagePage* page = nullptr;
   ASSERT_EQ(share::open_or_create_usage_page(dir.path().c_str(), page), 0);
   const Child dying = testing::spawn_child("", dir.path(), "");
@@ -145,7 +145,7 @@ TEST(ProcessWatcher, AnExitClearsTheSlotOfThatProcessOnly) {
 }
 
 TEST(ProcessWatcher, ATruncatedUsagePageIsAnErrorNotACrash) {
-  TempDir dir;
+  WatchTempDir dir;
   share::UsagePage* page = nullptr;
   ASSERT_EQ(share::open_or_create_usage_page(dir.path().c_str(), page), 0);
   share::unmap_usage_page(page);
@@ -167,7 +167,7 @@ TEST(ProcessWatcher, ATruncatedUsagePageIsAnErrorNotACrash) {
 }
 
 TEST(UsagePageMapping, RefusesWhatIsNoUsagePage) {
-  TempDir dir;
+  WatchTempDir dir;
   std::ofstream(dir.path() + "/usage") << "not a page";
   EXPECT_FALSE(UsagePageMapping::open(dir.path() + "/usage").is_ok());
   ASSERT_EQ(symlink("/etc/passwd", (dir.path() + "/link").c_str()), 0);
@@ -176,7 +176,7 @@ TEST(UsagePageMapping, RefusesWhatIsNoUsagePage) {
 }
 
 TEST(ProcessWatcher, AnUnshimmedDeviceOpenInAShareIsOneFindingWithItsPid) {
-  TempDir dir;
+  WatchTempDir dir;
   const Child opener = testing::spawn_child("", "", "");
   ASSERT_TRUE(opener.ok);
   StaticShareResolver resolver({share_at(dir.path(), {77})});
@@ -205,7 +205,7 @@ TEST(ProcessWatcher, AnUnshimmedDeviceOpenInAShareIsOneFindingWithItsPid) {
 }
 
 TEST(ProcessWatcher, NoFindingOutsideAShareOrWithTheShimMapped) {
-  TempDir dir;
+  WatchTempDir dir;
   std::ofstream(dir.path() + "/libvgpu.so") << std::string(4096, '\0');
   const Child outside = testing::spawn_child("", "", "");
   const Child shimmed = testing::spawn_child("", "", "", dir.path() + "/libvgpu.so");
@@ -232,7 +232,7 @@ TEST(ProcessWatcher, NoFindingOutsideAShareOrWithTheShimMapped) {
 }
 
 TEST(ShareFolderResolver, ReadsAProcessesV2CgroupFromProcAndTheUnifiedHierarchy) {
-  TempDir dir;
+  WatchTempDir dir;
   const std::string proc = dir.path() + "/proc", unified = dir.path() + "/unified";
   std::filesystem::create_directories(proc + "/123");
   std::filesystem::create_directories(proc + "/124");
@@ -252,7 +252,7 @@ TEST(ShareFolderResolver, ReadsAProcessesV2CgroupFromProcAndTheUnifiedHierarchy)
 }
 
 TEST(ShareFolderResolver, TellsACgroupV1OnlyHostFromUnifiedAndHybridOnes) {
-  TempDir dir;
+  WatchTempDir dir;
   std::vector<std::string> lines;
   log::Options capture;
   capture.sink = [&lines](std::string_view line) { lines.emplace_back(line); };
@@ -297,7 +297,7 @@ TEST(ShareFolderResolver, TellsACgroupV1OnlyHostFromUnifiedAndHybridOnes) {
 }
 
 TEST(ShareFolderResolver, ListsTheShareFoldersAndWhetherTheirProcessesAreLocated) {
-  TempDir dir;
+  WatchTempDir dir;
   const std::string with_process = dir.path() + "/share-p", idle = dir.path() + "/share-i";
   std::filesystem::create_directories(with_process);
   std::filesystem::create_directories(idle);

@@ -24,13 +24,15 @@
 
 namespace tessera::agent::testing {
 
-class TempDir {
+// (Not TempDir: the plugin's test_support.h has one in this namespace, and both are linked into
+// agent_tests.)
+class WatchTempDir {
  public:
-  TempDir() {
+  WatchTempDir() {
     char pattern[] = "/tmp/tessera-watch-XXXXXX";
     path_ = mkdtemp(pattern);
   }
-  ~TempDir() {
+  ~WatchTempDir() {
     std::error_code ignored;
     std::filesystem::remove_all(path_, ignored);
   }
