@@ -67,7 +67,9 @@ def main():
                 fail(f"{api}: cuMemGetInfo total {report['mem_get_info_total']}, expected 4Gi")
 
         # Several processes of one command share one quota: two fills at once obtain 4Gi together.
-        start = time.time() + 1.0  # both begin filling together, after both contexts exist
+        # Both begin filling together, after both contexts exist: 5 s, over ten times what the two
+        # start-ups take on a loaded machine (a context made late would find the memory taken).
+        start = time.time() + 5.0
         fill = f"{args.memory_fill} --chunk 256Mi --hold-seconds 1 --start-at {start:.3f}"
         script = f"{fill} & {fill}; wait"
         done = run("--memory", "4Gi", "--", "sh", "-c", script)

@@ -186,11 +186,13 @@ def main():
         killed_at = time.monotonic()
         tessera.kill()
         tessera.wait()
-        while not gone(child) and time.monotonic() - killed_at < 2.0:
+        # The kernel kills it with tessera (PR_SET_PDEATHSIG): at once, give or take a loaded
+        # machine's scheduling, so 30 s is a liveness bound (the time is printed, not judged).
+        while not gone(child) and time.monotonic() - killed_at < 30.0:
             time.sleep(0.01)
         if not gone(child):
             os.kill(child, signal.SIGKILL)
-            fail("the command outlived a SIGKILLed tessera by 2 s")
+            fail("the command outlived a SIGKILLed tessera by 30 s")
         print(f"FIGURE command gone {1000 * (time.monotonic() - killed_at):.0f} ms after "
               f"tessera's SIGKILL")
         if not os.path.isdir(stale):

@@ -164,9 +164,11 @@ def main():
         # Two shares under load: each holds memory (a fill) and launches kernels (a burn).
         loads = []
 
+        # The loads outlive the test (killed at its end): they must run through every check, however
+        # long the machine takes for them.
         def start_share(name, memory, cores, hold):
-            burn = f"{args.burn} --seconds 30 --blocks-per-sm 8 --sync-every 64 --launch kernel"
-            fill = f"{args.memory_fill} --chunk 512Mi --max {hold} --no-fine --hold-seconds 30"
+            burn = f"{args.burn} --seconds 600 --blocks-per-sm 8 --sync-every 64 --launch kernel"
+            fill = f"{args.memory_fill} --chunk 512Mi --max {hold} --no-fine --hold-seconds 600"
             command = [args.tessera, "run", "--memory", memory, "--cores", cores, "--share-dir",
                        os.path.join(shares, name), "--", "sh", "-c", f"{fill} & {burn} & wait"]
             loads.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,

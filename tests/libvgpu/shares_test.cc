@@ -274,6 +274,12 @@ TEST_F(SharesTest, EachShareWithAComputeSettingRunsItsOwnMeter) {
   ASSERT_NE(a.usage(), nullptr);
   ASSERT_NE(b.usage(), nullptr);
   ASSERT_NE(none.usage(), nullptr);
+  // Each meter takes its share's lead on its own thread, soon after init: waited for (liveness: it
+  // takes microseconds), not taken as done after the probe's pause.
+  for (const int64_t deadline = tessera::vgpu::testing::monotonic_ms() + 30000;
+       tessera::vgpu::testing::monotonic_ms() < deadline &&
+       (a.usage()->compute.meter_owner.load() == 0 || b.usage()->compute.meter_owner.load() == 0);)
+    usleep(1000);
   const uint64_t owner = a.usage()->compute.meter_owner.load();
   EXPECT_NE(owner, 0u);
   EXPECT_EQ(b.usage()->compute.meter_owner.load(), owner);

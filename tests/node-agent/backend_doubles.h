@@ -47,6 +47,9 @@ class RecordingDoubles {
   void slow_mps_start(double seconds) const {
     std::ofstream(dir_ / "state" / "mps-start-delay") << seconds;
   }
+  // Every MPS daemon start from now on waits until release_mps_starts().
+  void hold_mps_starts() const { std::ofstream(dir_ / "state" / "mps-start-held") << "1"; }
+  void release_mps_starts() const { std::filesystem::remove(dir_ / "state" / "mps-start-held"); }
   const std::filesystem::path& dir() const { return dir_; }
 
   static std::string read(const std::filesystem::path& path) {

@@ -3,8 +3,10 @@
 // HTTPS fake API server, while the recording nvidia-cuda-mps-control double takes --delay-ms to
 // start each daemon. First some claims one at a time (the serial figure: what every claim cost
 // while one lock covered the whole prepare), then --claims claims in concurrent kubelet calls.
-// Prints both; with --max-wall-s, fails unless the concurrent wall time is below that bound and
-// below half the serial sum (a CTest runs it so). docs/node-agent.md has the figures.
+// Prints both. With --max-wall-fraction, fails unless the concurrent wall time is below that
+// fraction of what the same claims cost one at a time, both measured in this run (the CTest passes
+// 0.5, so its verdict does not depend on the machine's speed); --max-wall-s adds an absolute bound,
+// for manual runs only. docs/node-agent.md has the figures.
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -81,13 +83,19 @@ std::string unprepare_all(testing::KubeletSimulator& kubelet,
 int main(int argc, char** argv) {
   CLI::App app{"prepare latency with a slow backend step, serial and concurrent"};
   int claims = 32, serial_claims = 32, delay_ms = 1000;
-  double max_wall_s = 0;
+  double max_wall_s = 0, max_wall_fraction = 0;
   app.add_option("--claims", claims, "claims prepared concurrently")->check(CLI::Range(1, 1000));
   app.add_option("--serial-claims", serial_claims, "claims prepared one at a time first")
       ->check(CLI::Range(1, 1000));
   app.add_option("--delay-ms", delay_ms, "how long each MPS daemon start takes")
       ->check(CLI::Range(0, 60000));
-  app.add_option("--max-wall-s", max_wall_s, "fail unless the concurrent wall time is below this");
+  app.add_option("--max-wall-fraction", max_wall_fraction,
+                 "fail unless the concurrent wall time is below this fraction of the serial "
+                 "estimate (both measured in this run)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--max-wall-s", max_wall_s,
+                 "fail unless the concurrent wall time is below this (manual runs: an absolute "
+                 "bound depends on the machine)");
   CLI11_PARSE(app, argc, argv);
 
   testing::TempDir dir;  // short: unix socket paths are limited to 107 bytes
@@ -197,13 +205,23 @@ int main(int argc, char** argv) {
               percentile(concurrent_ms, 0.5), percentile(concurrent_ms, 0.99),
               concurrent_uids.size());
   std::printf("FIGURE concurrent_wall_s %.2f (one at a time: %.2f s)\n", wall_s, serial_estimate_s);
+  std::printf("FIGURE concurrent_wall_fraction %.3f (of the serial estimate)\n",
+              wall_s / serial_estimate_s);
   std::printf("FIGURE unprepare_wall_s %.2f (%zu claims, one batch)\n", unprepare_s,
               concurrent_uids.size());
-  if (max_wall_s > 0 && (wall_s >= max_wall_s || wall_s >= serial_estimate_s / 2)) {
-    std::fprintf(stderr,
-                 "FAIL: concurrent wall time %.2f s is not below %.2f s and half of %.2f s\n",
-                 wall_s, max_wall_s, serial_estimate_s);
-    return 1;
+  int failures = 0;
+  if (max_wall_fraction > 0 && wall_s >= max_wall_fraction * serial_estimate_s) {
+    std::fprintf(
+        stderr,
+        "FAIL: concurrent wall time %.2f s is not below %.2f of the %.2f s the same claims "
+        "cost one at a time\n",
+        wall_s, max_wall_fraction, serial_estimate_s);
+    ++failures;
   }
-  return 0;
+  if (max_wall_s > 0 && wall_s >= max_wall_s) {
+    std::fprintf(stderr, "FAIL: concurrent wall time %.2f s is not below %.2f s\n", wall_s,
+                 max_wall_s);
+    ++failures;
+  }
+  return failures == 0 ? 0 : 1;
 }

@@ -6,7 +6,10 @@
 //     in the kernel, sends nothing);
 //  3. SIGKILL -> slot clear for --kills processes that own a slot in a share of a test cgroup:
 //     p50 and max, and kernel event -> slot clear.
-// --max-reclaim-ms makes a slower max reclaim a failure (the ctest smoke run sets 100).
+// Fails unless every killed process's slot is cleared, by its exit event (the watcher has no other
+// path), within a liveness bound of 30 s; the times are printed, not judged (the ctest smoke run's
+// verdict must not depend on the machine's speed). --max-reclaim-ms makes a slower max reclaim a
+// failure, for manual runs.
 // Usage: agent_process_watch_bench [--syscalls N] [--forks N] [--kills N] [--max-reclaim-ms MS]
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -95,7 +98,8 @@ int main(int argc, char** argv) {
   app.add_option("--syscalls", syscalls)->check(CLI::PositiveNumber);
   app.add_option("--forks", forks)->check(CLI::PositiveNumber);
   app.add_option("--kills", kills)->check(CLI::PositiveNumber);
-  app.add_option("--max-reclaim-ms", max_reclaim_ms, "0: no bound");
+  app.add_option("--max-reclaim-ms", max_reclaim_ms,
+                 "0: no bound (manual runs: an absolute bound depends on the machine)");
   CLI11_PARSE(app, argc, argv);
 
   ForkWorker worker(forks);
@@ -143,9 +147,17 @@ int main(int argc, char** argv) {
     }
     const auto killed_at = Steady::now();
     kill(child.pid, SIGKILL);
+    // Liveness only: a slot the exit event clears at all is cleared in well under a second.
     while (!tessera::agent::usage_page_owners(share.usage_path).empty() &&
-           Steady::now() - killed_at < std::chrono::seconds(2)) {
+           Steady::now() - killed_at < std::chrono::seconds(30)) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (!tessera::agent::usage_page_owners(share.usage_path).empty()) {
+      std::printf("FAIL: kill %d: the slot of pid %d is not cleared after 30 s\n", i + 1,
+                  static_cast<int>(child.pid));
+      ++failures;
+      testing::reap(child.pid);
+      break;
     }
     reclaim_ms.push_back(
         std::chrono::duration<double, std::milli>(Steady::now() - killed_at).count());

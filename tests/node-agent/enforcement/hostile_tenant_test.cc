@@ -4,7 +4,8 @@
 // and, where the host lets the test make cgroups (root), moved into its pod's cgroup
 // (<cgroup root>/tessera-e2e-<pid>/kubepods/besteffort/pod<uid>/ctr; TESSERA_TEST_CGROUP_ROOT
 // picks the root, default the v1 pids hierarchy). Each test prints how long detection took and
-// requires it under 2 s.
+// requires it by the second check pass after the attack at the latest (counted in passes, not
+// seconds: a loaded machine makes passes late, not fewer).
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -43,37 +44,60 @@ constexpr char kDevices[] = "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0";
 constexpr char kPodUid[] = "5e1f0c2a-7b3d-4e5f-8a9b-0c1d2e3f4a5b";
 constexpr char kClaimUid[] = "hostile-claim-uid";
 
-// Findings with the time they came, forwarded to the agent's policy.
+// Findings with the time they came and the check pass that found them, forwarded to the agent's
+// policy.
 class TimedHandler final : public FindingHandler {
  public:
+  struct Seen {
+    Finding finding;
+    Steady::time_point at;
+    uint64_t pass;  // CheckerStats::passes when it was handed on: the pass that found it
+  };
   explicit TimedHandler(FindingHandler& policy) : policy_(policy) {}
+  // The checker whose findings these are (its passes are read at each finding).
+  void watch(const OutOfBandChecker& checker) { checker_ = &checker; }
   void handle(const Finding& finding) override {
+    // Called outside the checker's lock, after the pass that found it began (and counted itself).
+    const uint64_t pass = checker_ ? checker_->stats().passes : 0;
     {
       std::lock_guard lock(mutex_);
-      seen_.push_back({finding, Steady::now()});
+      seen_.push_back({finding, Steady::now(), pass});
     }
     policy_.handle(finding);
   }
-  // When the first finding of `kind` about `pid` (0: any) came, waiting up to `timeout`.
-  std::optional<Steady::time_point> wait_for(FindingKind kind, int pid,
-                                             std::chrono::seconds timeout) {
-    const auto deadline = Steady::now() + timeout;
-    while (Steady::now() < deadline) {
+  // How many findings came so far (the `from` of a later wait_for).
+  size_t count() {
+    std::lock_guard lock(mutex_);
+    return seen_.size();
+  }
+  // The first finding of `kind` about `pid` (0: any) from the `from`th on, waiting up to `timeout`.
+  std::optional<Seen> wait_for(FindingKind kind, int pid, std::chrono::seconds timeout,
+                               size_t from = 0) {
+    for (const auto deadline = Steady::now() + timeout;;) {
       {
         std::lock_guard lock(mutex_);
-        for (const auto& [finding, at] : seen_)
-          if (finding.kind == kind && (pid == 0 || finding.host_pid == pid)) return at;
+        for (size_t i = from; i < seen_.size(); ++i)
+          if (seen_[i].finding.kind == kind && (pid == 0 || seen_[i].finding.host_pid == pid))
+            return seen_[i];
       }
+      if (Steady::now() >= deadline) return std::nullopt;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    return std::nullopt;
   }
 
  private:
   FindingHandler& policy_;
+  const OutOfBandChecker* checker_ = nullptr;
   std::mutex mutex_;
-  std::vector<std::pair<Finding, Steady::time_point>> seen_;
+  std::vector<Seen> seen_;
 };
+
+// A finding is due in the first pass that reads the attack's effect: the pass under way at the
+// attack may have read NVML and the page before it, the next one cannot have. One more pass of
+// slack, as the former 2 s bound gave at 1 s passes.
+constexpr uint64_t kPassesToDetect = 2;
+// How long a test waits for a finding or a death: liveness only (passes come every second).
+constexpr std::chrono::seconds kLiveness{30};
 
 // A pod's cgroup for the test (removed again), or why there is none.
 class PodCgroup {
@@ -225,6 +249,7 @@ class HostileTenant : public ::testing::Test {
         CheckerOptions{},
         [this, shares_dir] { return checked_shares(manager_->checkpoint(), shares_dir); }, *nvml_,
         *timed_);
+    timed_->watch(*checker_);
     ASSERT_EQ(checker_->start().message(), "");
   }
   void TearDown() override {
@@ -266,17 +291,21 @@ class HostileTenant : public ::testing::Test {
   }
 
   // Waits for the tenant's "held" line, then for a finding of `kind` about it; the detection
-  // time (from the line) is printed and must be under 2 s.
+  // time (from the line) is printed, and the finding must come by the kPassesToDetect-th pass
+  // after the one under way when the line was read.
   void expect_detected(Tenant& tenant, FindingKind kind, const char* what) {
     const std::string held = tenant.line(std::chrono::seconds(60));
     ASSERT_EQ(held.rfind("held ", 0), 0u) << "tenant said: " << held;
     const auto attacked = Steady::now();
-    const auto found = timed_->wait_for(kind, tenant.pid, std::chrono::seconds(10));
+    const uint64_t pass_at_attack = checker_->stats().passes;
+    const auto found = timed_->wait_for(kind, tenant.pid, kLiveness);
     ASSERT_TRUE(found) << what << ": no " << finding_kind_name(kind) << " finding";
-    const double seconds = std::chrono::duration<double>(*found - attacked).count();
-    std::printf("%s (%s): %s, detected after %.3f s\n", what, held.c_str(),
-                std::string(finding_kind_name(kind)).c_str(), seconds);
-    EXPECT_LT(seconds, 2.0);
+    const double seconds = std::chrono::duration<double>(found->at - attacked).count();
+    std::printf("%s (%s): %s, detected after %.3f s, in pass %llu (pass %llu at the attack)\n",
+                what, held.c_str(), std::string(finding_kind_name(kind)).c_str(), seconds,
+                static_cast<unsigned long long>(found->pass),
+                static_cast<unsigned long long>(pass_at_attack));
+    EXPECT_LE(found->pass, pass_at_attack + kPassesToDetect);
   }
 
   fs::path base_;
@@ -290,13 +319,13 @@ class HostileTenant : public ::testing::Test {
   std::unique_ptr<OutOfBandChecker> checker_;
 };
 
-TEST_F(HostileTenant, ASlotZeroingTenantIsReportedWithinTwoSecondsAndKilledUnderKill) {
+TEST_F(HostileTenant, ASlotZeroingTenantIsReportedWithinTwoPassesAndKilledUnderKill) {
   ASSERT_NO_FATAL_FAILURE(prepare("kill"));
   Tenant tenant;
   ASSERT_NO_FATAL_FAILURE(
       start(tenant, {"--attack", "zero-slot", "--bytes", std::to_string(7 * kGiB)}, true));
   expect_detected(tenant, FindingKind::kOverMemoryLimit, "slot-zeroing tenant in a 4 GiB share");
-  EXPECT_TRUE(tenant.killed_within(std::chrono::seconds(5)));
+  EXPECT_TRUE(tenant.killed_within(kLiveness));
   EXPECT_EQ(policy_->kills(), 1u);
   EXPECT_GE(policy_->counters().count(FindingKind::kUsageDisagrees), 1u);
 }
@@ -322,7 +351,7 @@ TEST_F(HostileTenant, AHighWaterResettingTenantIsKilledUnderKill) {
   ASSERT_NO_FATAL_FAILURE(
       start(tenant, {"--attack", "reset-high-water", "--bytes", std::to_string(12 * kGiB)}, true));
   expect_detected(tenant, FindingKind::kOverMemoryLimit, "high-water-resetting tenant");
-  EXPECT_TRUE(tenant.killed_within(std::chrono::seconds(5)));
+  EXPECT_TRUE(tenant.killed_within(kLiveness));
   EXPECT_GE(policy_->counters().count(FindingKind::kCorruptUsagePage), 1u);
 }
 
@@ -333,7 +362,7 @@ TEST_F(HostileTenant, AnUnshimmedProcessInTheSharesPodIsReportedAndKilled) {
   ASSERT_NO_FATAL_FAILURE(
       start(tenant, {"--attack", "none", "--bytes", std::to_string(6 * kGiB)}, false));
   expect_detected(tenant, FindingKind::kUnshimmedProcess, "unshimmed process in the pod");
-  EXPECT_TRUE(tenant.killed_within(std::chrono::seconds(5)));
+  EXPECT_TRUE(tenant.killed_within(kLiveness));
   EXPECT_GE(policy_->counters().count(FindingKind::kOverMemoryLimit), 1u);
 }
 
@@ -348,7 +377,7 @@ TEST_F(HostileTenant, ASecondDriverCopyIsReportedAndKilled) {
       {"--attack", "second-driver", "--bytes", std::to_string(8 * kGiB), "--copy", copy.string()},
       true));
   expect_detected(tenant, FindingKind::kOverMemoryLimit, "second libcuda copy");
-  EXPECT_TRUE(tenant.killed_within(std::chrono::seconds(5)));
+  EXPECT_TRUE(tenant.killed_within(kLiveness));
 }
 
 // memory-fill in the share: what it obtained ("" when it did not report).
@@ -371,6 +400,8 @@ TEST_F(HostileTenant, ATruncatedOrGarbagePageNeitherCrashesTheAgentNorBlocksTheS
   const std::string usage = share_dir_ + "/usage";
   for (const char* attack : {"truncated", "garbage"}) {
     const uint64_t before = policy_->counters().count(FindingKind::kCorruptUsagePage);
+    const size_t findings_before = timed_->count();
+    const uint64_t pass_at_attack = checker_->stats().passes;
     if (std::string(attack) == "truncated") {
       ASSERT_EQ(truncate(usage.c_str(), 0), 0);
     } else {
@@ -379,16 +410,24 @@ TEST_F(HostileTenant, ATruncatedOrGarbagePageNeitherCrashesTheAgentNorBlocksTheS
         garbage.put(static_cast<char>(0x5a ^ (i * 7)));
     }
     const auto attacked = Steady::now();
-    const auto deadline = attacked + std::chrono::seconds(10);
+    const auto deadline = attacked + kLiveness;
     while (policy_->counters().count(FindingKind::kCorruptUsagePage) == before &&
            Steady::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     const double seconds = std::chrono::duration<double>(Steady::now() - attacked).count();
-    std::printf("%s usage page: corrupt_usage_page after %.3f s\n", attack, seconds);
     ASSERT_GT(policy_->counters().count(FindingKind::kCorruptUsagePage), before)
         << "passes " << checker_->stats().passes << ", problem: " << checker_->stats().last_problem
         << ", page state " << static_cast<int>(read_usage_page(share_dir_).state);
-    EXPECT_LT(seconds, 2.0);
+    // The policy counts a finding after this handler saw it: it is there already.
+    const auto found = timed_->wait_for(FindingKind::kCorruptUsagePage, 0, std::chrono::seconds(0),
+                                        findings_before);
+    ASSERT_TRUE(found);
+    std::printf(
+        "%s usage page: corrupt_usage_page after %.3f s, in pass %llu (pass %llu at the "
+        "attack)\n",
+        attack, seconds, static_cast<unsigned long long>(found->pass),
+        static_cast<unsigned long long>(pass_at_attack));
+    EXPECT_LE(found->pass, pass_at_attack + kPassesToDetect);
     // Repaired before the finding was handed on: the shim of a new process uses the share.
     for (int i = 0; i < 100 && read_usage_page(share_dir_).state != UsagePageState::kValid; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -318,9 +318,10 @@ TEST_F(MetricsEndToEnd, EveryMetricOfARunningTwoShareClaim) {
   }
 
   // Share a: filled to its limit in 256Mi chunks, the first refusal ends the fill (--no-fine),
-  // and the memory is held while the rest runs.
+  // and the memory is held while the rest runs: 30 s, over ten times what the burn and the checks
+  // below take (its report, checked at the end, comes once the hold is over).
   Child fill(base_, options.root + "/shares/" + a,
-             {MEMORY_FILL, "--chunk", "256Mi", "--no-fine", "--hold-seconds", "6"}, "fill");
+             {MEMORY_FILL, "--chunk", "256Mi", "--no-fine", "--hold-seconds", "30"}, "fill");
   const std::string a_memory = share_series("tessera_share_memory_used_bytes", a, uuid);
   std::map<std::string, double> samples;
   const auto deadline = steady_clock::now() + std::chrono::seconds(30);

@@ -408,30 +408,53 @@ TEST_F(ReconcileTest, RacingTimeSliceClaimsWithDifferentIntervalsYieldOneSuccess
   }
 }
 
-// While one claim's MPS daemons take seconds to start, other claims (quota, time slice on another
-// GPU) prepare and unprepare at their own pace, and reconcile passes remove nothing of the slow
-// claim (PrepareStarted, its folders written): it then completes as if alone.
+// While one claim's MPS daemon start is held (the double waits until the test releases it), other
+// claims (quota, time slice on another GPU) prepare and unprepare at their own pace, and reconcile
+// passes remove nothing of the slow claim (PrepareStarted, its folders written): it then completes
+// as if alone. Held rather than slowed by a delay, so no verdict depends on how fast the others go.
 TEST_F(ReconcileTest, SlowMpsStartBlocksNoOtherClaim) {
+  mps_options_.timeout = std::chrono::seconds(120);  // the held start is slow, not hung
+  mps_ = std::make_unique<MpsBackend>(mps_options_);
+  options_.mps = mps_.get();
   auto m = manager();
-  const double delay_s = 1.5;
-  doubles_.slow_mps_start(delay_s);
+  doubles_.hold_mps_starts();
   auto slow =
       std::async(std::launch::async, [&] { return m->prepare(mps_claim_).status().message(); });
-  // Its first daemon start is under way once its MPS folder exists.
-  for (int i = 0; i < 400 && !fs::exists(mps_->folder(share_a_)); ++i)
+  // Released on every way out, before `slow` is waited for.
+  struct ReleaseAtExit {
+    const RecordingDoubles& doubles;
+    ~ReleaseAtExit() { doubles.release_mps_starts(); }
+  } release_at_exit{doubles_};
+  // Its first daemon start is under way (held) once its MPS folder exists.
+  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       !fs::exists(mps_->folder(share_a_)) && std::chrono::steady_clock::now() < deadline;)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(fs::exists(mps_->folder(share_a_)));
 
-  const auto started = std::chrono::steady_clock::now();
-  ASSERT_EQ(m->prepare(quota_claim_).status().message(), "");
-  ASSERT_EQ(m->prepare(whole_claim_).status().message(), "");
-  const ReconcileReport beside = m->reconcile();
-  ASSERT_EQ(m->unprepare(quota_claim_).message(), "");
-  const auto took = std::chrono::steady_clock::now() - started;
-  EXPECT_LT(took, std::chrono::duration<double>(delay_s)) << "waited for the MPS start";
+  struct Beside {
+    std::string quota, whole, unprepared;
+    ReconcileReport reconciled;
+  };
+  auto beside = std::async(std::launch::async, [&] {
+    Beside done;
+    done.quota = m->prepare(quota_claim_).status().message();
+    done.whole = m->prepare(whole_claim_).status().message();
+    done.reconciled = m->reconcile();
+    done.unprepared = m->unprepare(quota_claim_).message();
+    return done;
+  });
+  // Had any of them waited for the MPS start, it would wait until the release below (liveness
+  // bound: they take well under a second).
+  EXPECT_EQ(beside.wait_for(std::chrono::seconds(60)), std::future_status::ready)
+      << "waited for the MPS start";
   EXPECT_EQ(slow.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
-  EXPECT_TRUE(beside.clean()) << beside.to_text();
   EXPECT_EQ(m->checkpoint().at(kMpsUid).state, ClaimState::kPrepareStarted);
+  doubles_.release_mps_starts();
+  const Beside done = beside.get();
+  ASSERT_EQ(done.quota, "");
+  ASSERT_EQ(done.whole, "");
+  EXPECT_TRUE(done.reconciled.clean()) << done.reconciled.to_text();
+  ASSERT_EQ(done.unprepared, "");
 
   EXPECT_EQ(slow.get(), "");
   EXPECT_EQ(mps_->inspect(share_a_).active_thread_percentage, 30.0);

@@ -304,7 +304,10 @@ FillOutcome fill_share(bool measure) {
   GpuTimeMeterOptions options;
   options.shares_dir = base.shares();
   GpuTimeMeter meter(options);
-  const double start_at = epoch_seconds() + 4.0;
+  // The fills start together at a fixed time; before it, the three contexts must exist and the
+  // agent's figure be published (about a second: its measurement runs once a second), with over
+  // ten times that to spare on a loaded machine. The loops below end as soon as both are done.
+  const double start_at = epoch_seconds() + 10.0;
   std::vector<std::unique_ptr<Fill>> fills;
   for (int i = 0; i < 3; ++i) fills.push_back(std::make_unique<Fill>(base, dir, start_at, 2.0));
   std::vector<pid_t> pids;

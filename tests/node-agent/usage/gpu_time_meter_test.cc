@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -349,10 +350,13 @@ TEST(GpuTimeMeterLifecycle, StopReturnsPromptly) {
     ASSERT_TRUE(meter.wait_for_loop_passes(1));  // the pass at start
     clock.advance(period);
     ASSERT_TRUE(meter.wait_for_loop_passes(2));  // stopped between passes, as the agent is
-    const auto began = steady_clock::now();
-    meter.stop();
-    const auto took = std::chrono::duration_cast<milliseconds>(steady_clock::now() - began);
-    EXPECT_LT(took.count(), 100) << "period " << period.count() << " ms";
+    // Simulated time stands still: only stop()'s wake can end the loop's wait for the next pass.
+    // Bounded (liveness: it takes milliseconds), so that a stop that does not wake it fails here.
+    auto stopping = std::async(std::launch::async, [&meter] { meter.stop(); });
+    const bool stopped = stopping.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+    EXPECT_TRUE(stopped) << "stop() waited for the next pass; period " << period.count() << " ms";
+    if (!stopped) clock.advance(period);  // the pass it waits for, so that the test ends
+    stopping.get();
     EXPECT_GE(meter.stats().passes, 1u);
     meter.stop();  // idempotent
   }

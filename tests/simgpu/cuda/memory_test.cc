@@ -2,6 +2,7 @@
 // what cuMemGetInfo reports, and memory returning when a process dies.
 #include <cuda.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <vector>
 
@@ -491,7 +492,9 @@ TEST(SimMemory, MemoryOfAKilledUnreapedProcessIsReclaimed) {
   });
   ASSERT_EQ(holder.read_line(), "ready");
   holder.kill_now();  // a zombie until reaped: it must not count as alive
-  usleep(50'000);
+  // Until it is one (however long the machine takes to let it die), left unreaped.
+  siginfo_t exited{};
+  ASSERT_EQ(waitid(P_PID, static_cast<id_t>(holder.pid()), &exited, WEXITED | WNOWAIT), 0);
   EXPECT_EQ(run([](FILE*) {
               CUcontext context;
               if (CUresult r = init_primary(&context); r) return static_cast<int>(r);

@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -202,46 +204,85 @@ TEST_F(WebhookServerTest, OnlyTls12AndUpIsSpoken) {
   EXPECT_FALSE(answer && answer->status == 200);
 }
 
+// A fixed amount of work, not a count in a fixed time: 4 clients post 11 steps of 6 requests each
+// (a new client every 3, as kube-apiserver's connection pool makes new connections). Rotation k
+// comes once a client has posted the first half of step k, and no client posts the second half of
+// step k before the server presents certificate k: every rotation falls among the requests, on
+// connections opened before it and after it, whatever the machine's speed.
 TEST_F(WebhookServerTest, CertificateRotationUnderLoadFailsNoRequest) {
   start();
   const json request = golden("pod_shorthand.json");
   const std::string body = request.dump();
-  std::atomic<bool> running{true};
+  constexpr int kClients = 4, kRotations = 10, kRequestsPerConnection = 3;
+  constexpr int kRequests = kClients * (kRotations + 1) * 2 * kRequestsPerConnection;
   std::atomic<int> ok{0}, failed{0};
+  std::atomic<int> half_posted{0};  // the highest step whose first half a client has posted
+  std::atomic<int> rotated{0};      // the rotations the server has been seen to present
   std::mutex errors_mutex;
   std::vector<std::string> errors;
+  auto post_some = [&] {
+    auto c = client();
+    for (int i = 0; i < kRequestsPerConnection; ++i) {
+      auto answer = c->Post("/mutate", body, "application/json");
+      const bool good = answer && answer->status == 200 &&
+                        json::parse(answer->body)["response"]["allowed"] == true;
+      (good ? ok : failed)++;
+      if (!good) {
+        std::lock_guard lock(errors_mutex);
+        errors.push_back(answer ? std::to_string(answer->status) + " " + answer->body
+                                : httplib::to_string(answer.error()));
+      }
+    }
+  };
   std::vector<std::thread> clients;
-  for (int t = 0; t < 4; ++t) {
+  for (int t = 0; t < kClients; ++t) {
     clients.emplace_back([&] {
-      while (running) {
-        // A new connection (a new handshake) every few requests, as kube-apiserver's pool makes.
-        auto c = client();
-        for (int i = 0; i < 5 && running; ++i) {
-          auto answer = c->Post("/mutate", body, "application/json");
-          const bool good = answer && answer->status == 200 &&
-                            json::parse(answer->body)["response"]["allowed"] == true;
-          (good ? ok : failed)++;
-          if (!good) {
-            std::lock_guard lock(errors_mutex);
-            errors.push_back(answer ? std::to_string(answer->status) + " " + answer->body
-                                    : httplib::to_string(answer.error()));
-          }
+      for (int step = 0; step <= kRotations; ++step) {
+        post_some();
+        int seen = half_posted.load();
+        while (seen < step && !half_posted.compare_exchange_weak(seen, step)) {
         }
+        half_posted.notify_all();
+        for (int done = rotated.load(); done < step; done = rotated.load()) rotated.wait(done);
+        post_some();
       }
     });
   }
-  for (long serial = 101; serial <= 110; ++serial) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::vector<int> answered_at_rotation;  // requests answered when each rotation was served
+  std::vector<std::string> unserved;
+  for (int k = 1; k <= kRotations; ++k) {
+    for (int seen = half_posted.load(); seen < k; seen = half_posted.load()) half_posted.wait(seen);
+    const long serial = 100 + k;
     pki_.rotate(cert_file_, key_file_, serial);
+    // The server takes the new pair at its next handshake; a handshake racing the two renames may
+    // take a half-written pair and refuse it, so a later one is looked at (liveness: 30 s).
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%lX", serial);
+    bool served = false;
+    for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+         !served && std::chrono::steady_clock::now() < deadline;) {
+      served = testing::handshake_serial(server_->port(), pki_.ca_pem()) == hex;
+      if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!served) unserved.push_back(hex);
+    answered_at_rotation.push_back(ok + failed);
+    rotated = k;
+    rotated.notify_all();
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  running = false;
   for (auto& t : clients) t.join();
   EXPECT_EQ(failed, 0);
   for (const auto& error : errors) ADD_FAILURE() << error;
-  EXPECT_GT(ok, 100);
+  EXPECT_EQ(ok, kRequests);
+  EXPECT_TRUE(unserved.empty()) << "certificates never presented: "
+                                << ::testing::PrintToString(unserved);
+  // Each rotation came after some requests were answered and before all of them were.
+  for (int k = 0; k < kRotations; ++k) {
+    EXPECT_GT(answered_at_rotation[k], 0) << "rotation " << k + 1;
+    EXPECT_LT(answered_at_rotation[k], kRequests) << "rotation " << k + 1;
+  }
   EXPECT_EQ(testing::handshake_serial(server_->port(), pki_.ca_pem()), "6E");  // serial 110
-  EXPECT_GE(server_->certificates().reloads(), 1u);
+  // Each presented pair was loaded once at least.
+  EXPECT_GE(server_->certificates().reloads(), static_cast<size_t>(kRotations));
 }
 
 TEST_F(WebhookServerTest, AHalfWrittenRotationKeepsTheOldPairUntilTheKeyFollows) {
