@@ -1,41 +1,20 @@
 #include "enforcement/checker.h"
 
-#include <fcntl.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <set>
 
-#include "enforcement/usage_page.h"
 #include "tessera/log.h"
+#include "tessera/share_folder/snapshot.h"
+#include "tessera/share_folder/usage_repair.h"
 #include "tessera/share_region.h"
-#include "usage/share_processes.h"
 
 namespace tessera::agent {
 namespace {
 
 std::string mib(uint64_t bytes) {
   return std::to_string(bytes >> 20) + " MiB";
-}
-
-// The limits page's device UUIDs by index (the agent's own file, read with pread all the same: it
-// lies in a folder a tenant can write to). Empty when there is no valid page.
-std::vector<std::string> limits_uuids(const std::string& folder) {
-  std::vector<std::string> uuids;
-  Result<UniqueFd> fd = open_regular(folder + "/limits", O_RDONLY, sizeof(share::LimitsPage));
-  if (!fd.is_ok()) return uuids;
-  std::vector<share::LimitsPage> buffer(1);
-  if (pread(fd->get(), buffer.data(), sizeof(share::LimitsPage), 0) !=
-          static_cast<ssize_t>(sizeof(share::LimitsPage)) ||
-      !share::valid_limits_page(buffer[0]))
-    return uuids;
-  const uint32_t count = buffer[0].device_count.load(std::memory_order_relaxed);
-  for (uint32_t d = 0; d < count && d < share::kMaxDevices; ++d)
-    uuids.emplace_back(buffer[0].devices[d].uuid,
-                       strnlen(buffer[0].devices[d].uuid, share::kUuidBytes));
-  return uuids;
 }
 
 uint64_t base_owner(uint64_t owner) {
@@ -146,8 +125,7 @@ bool OutOfBandChecker::belongs(int pid, uint64_t start_time, const std::string& 
     for (const PodRef& pod : share->pods)
       if (pod.uid == *facts->pod_uid) return true;
   if (!facts->owner) return false;
-  const std::vector<uint64_t> owners = usage_page_owners(share->folder + "/usage");
-  return std::binary_search(owners.begin(), owners.end(), *facts->owner);
+  return share_folder::read_usage_page(share->folder + "/usage").owns(*facts->owner);
 }
 
 OutOfBandChecker::PodVerdict OutOfBandChecker::pod_verdict(std::vector<CheckedShare>& shares,
@@ -225,8 +203,11 @@ std::vector<Finding> OutOfBandChecker::pass() {
 
   // Each folder's usage page once (a claim's shares of several GPUs share one).
   struct Folder {
-    UsagePageSnapshot page;
-    std::vector<std::string> uuids;  // the limits page's devices
+    share_folder::UsagePageCopy page;
+    // Every slot of a page read whole (above the high-water mark too) that holds an owner or
+    // bytes; none of a page that is no regular file or is truncated.
+    std::vector<share_folder::SlotCopy> slots;
+    std::vector<std::string> uuids;  // the limits page's devices (none without a valid page)
     std::set<uint64_t> owners;       // live-looking slot owner words
     std::vector<const CheckedShare*> shares;
   };
@@ -234,11 +215,19 @@ std::vector<Finding> OutOfBandChecker::pass() {
   for (const CheckedShare& share : shares) {
     auto [it, fresh] = folders.try_emplace(share.folder);
     if (fresh) {
-      it->second.page = read_usage_page(share.folder);
-      it->second.uuids = limits_uuids(share.folder);
-      for (const SlotSnapshot& slot : it->second.page.slots)
-        if (slot.owner != 0 && (slot.owner & share::kOwnerReclaiming) == 0)
-          it->second.owners.insert(slot.owner);
+      const share_folder::ShareFolderSnapshot read = share_folder::read_share_folder(share.folder);
+      Folder& folder = it->second;
+      folder.page = read.usage;
+      if (read.limits.valid())
+        for (const share_folder::LimitsDevice& device : read.limits.devices)
+          folder.uuids.push_back(device.uuid);
+      const bool whole = folder.page.problem == share_folder::UsageProblem::kNone ||
+                         folder.page.problem == share_folder::UsageProblem::kBadHeader;
+      if (!whole) folder.page.high_water = 0;  // not read: nothing to judge it by
+      for (const share_folder::SlotCopy& slot : folder.page.slots)
+        if (whole && (slot.owner != 0 || slot.holds_bytes())) folder.slots.push_back(slot);
+      for (const share_folder::SlotCopy& slot : folder.slots)
+        if (slot.live()) folder.owners.insert(slot.owner);
     }
     it->second.shares.push_back(&share);
   }
@@ -274,7 +263,7 @@ std::vector<Finding> OutOfBandChecker::pass() {
   };
   auto slot_figure = [](const Folder& folder, uint64_t owner, int d) {
     SlotFigure figure;
-    for (const SlotSnapshot& slot : folder.page.slots) {
+    for (const share_folder::SlotCopy& slot : folder.slots) {
       if (slot.owner != owner) continue;
       if (!figure.first) figure.first = slot.index;
       if (d >= 0) figure.bytes += slot.bytes[d];
@@ -282,7 +271,7 @@ std::vector<Finding> OutOfBandChecker::pass() {
     return figure;
   };
 
-  std::map<std::string, UsagePageRepair> repairs;  // by folder
+  std::map<std::string, share_folder::UsagePageRepair> repairs;  // by folder
   for (const CheckedShare& share : shares) {
     const Gpu& gpu = gpus[share.uuid];
     if (!gpu.ok) continue;
@@ -367,9 +356,9 @@ std::vector<Finding> OutOfBandChecker::pass() {
         // NVML's figure into the process's first slot (its others keep theirs): the shim's later
         // frees subtract from a true figure (they never go below 0), and its next reservation is
         // checked against what the process really holds.
-        const SlotSnapshot* first = nullptr;
+        const share_folder::SlotCopy* first = nullptr;
         uint64_t others = 0;
-        for (const SlotSnapshot& slot : folder.page.slots) {
+        for (const share_folder::SlotCopy& slot : folder.slots) {
           if (slot.owner != m.owner) continue;
           if (!first) {
             first = &slot;
@@ -449,25 +438,27 @@ std::vector<Finding> OutOfBandChecker::pass() {
         gpu_owners[*facts->owner] = process.pid;
   for (auto& [path, folder] : folders) {
     const CheckedShare& share = *folder.shares.front();
-    UsagePageRepair& repair = repairs[path];
+    share_folder::UsagePageRepair& repair = repairs[path];
     std::string corrupt;
     auto add = [&corrupt](const std::string& what) {
       corrupt += (corrupt.empty() ? "" : "; ") + what;
     };
-    switch (folder.page.state) {
-      case UsagePageState::kMissing:
-      case UsagePageState::kValid:
+    switch (folder.page.problem) {
+      case share_folder::UsageProblem::kMissing:
+      case share_folder::UsageProblem::kNone:
         break;
-      case UsagePageState::kNotRegular:
-        add(folder.page.problem);
+      case share_folder::UsageProblem::kSymlink:
+      case share_folder::UsageProblem::kNotRegular:
+      case share_folder::UsageProblem::kCannotRead:
+        add(folder.page.message);
         repair.recreate = true;
         break;
-      case UsagePageState::kShort:
-        add(folder.page.problem);
+      case share_folder::UsageProblem::kTruncated:
+        add(folder.page.message);
         repair.extend = true;
         break;
-      case UsagePageState::kBadHeader:
-        add(folder.page.problem);
+      case share_folder::UsageProblem::kBadHeader:
+        add(folder.page.message);
         repair.rewrite_header = true;
         break;
     }
@@ -476,7 +467,7 @@ std::vector<Finding> OutOfBandChecker::pass() {
       for (const PodRef& pod : s->pods) pods.insert(pod.uid);
     uint32_t sound_high = 0, foreign = 0, stale = 0;
     bool below_mark = false;
-    for (const SlotSnapshot& slot : folder.page.slots) {
+    for (const share_folder::SlotCopy& slot : folder.slots) {
       const uint64_t owner = base_owner(slot.owner);
       bool clear = false;
       if (slot.owner == 0) {
@@ -526,9 +517,7 @@ std::vector<Finding> OutOfBandChecker::pass() {
       }
       if (slot.owner != 0) {
         sound_high = std::max(sound_high, slot.index + 1);
-        bool holds = false;
-        for (uint64_t bytes : slot.bytes) holds = holds || bytes != 0;
-        if (holds && slot.index >= folder.page.high_water) below_mark = true;
+        if (slot.holds_bytes() && slot.index >= folder.page.high_water) below_mark = true;
       }
     }
     if (stale > 0) add(std::to_string(stale) + " free slots hold bytes");
@@ -536,7 +525,7 @@ std::vector<Finding> OutOfBandChecker::pass() {
     if (below_mark || folder.page.high_water > share::kMaxSlots)
       add("slot_high_water is " + std::to_string(folder.page.high_water) + ", slots up to " +
           std::to_string(sound_high) + " are in use");
-    if (folder.page.state != UsagePageState::kMissing &&
+    if (folder.page.problem != share_folder::UsageProblem::kMissing &&
         (below_mark || folder.page.high_water > share::kMaxSlots || !repair.clears.empty() ||
          repair.extend || repair.rewrite_header))
       repair.high_water = sound_high;
@@ -550,7 +539,7 @@ std::vector<Finding> OutOfBandChecker::pass() {
   if (options_.repair) {
     for (const auto& [path, repair] : repairs) {
       if (repair.empty()) continue;
-      Result<RepairOutcome> outcome = repair_usage_page(path, repair);
+      Result<share_folder::RepairOutcome> outcome = share_folder::repair_usage_page(path, repair);
       if (!outcome.is_ok()) {
         note(outcome.status().message());
         continue;

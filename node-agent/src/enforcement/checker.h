@@ -22,7 +22,8 @@
 // claim_pods_interval); until an answer given after the pod was first seen leaves it out, its
 // slots are neither cleared nor reported.
 // Each finding is handed to the FindingHandler once per episode (again when the condition cleared
-// and came back). The usage page is read with pread only (enforcement/usage_page.h).
+// and came back). The pages are read with the one reader (tessera/share_folder/snapshot.h: pread
+// copies, never a mapping) and repaired through tessera/share_folder/usage_repair.h.
 #pragma once
 
 #include <chrono>

@@ -20,6 +20,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tessera/share_folder/snapshot.h"
 #include "usage/share_processes.h"
 #include "watch_fixture.h"
 #include "watcher/process_watch_program.h"
@@ -143,7 +144,7 @@ int main(int argc, char** argv) {
     }
     const auto killed_at = Steady::now();
     kill(child.pid, SIGKILL);
-    while (!tessera::agent::usage_page_owners(share.usage_path).empty() &&
+    while (!tessera::share_folder::read_usage_page(share.usage_path).live_owners().empty() &&
            Steady::now() - killed_at < std::chrono::seconds(2)) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "clock/clock.h"
+#include "tessera/share_folder/snapshot.h"
 #include "usage/share_processes.h"
 #include "watch_fixture.h"
 #include "watcher/process_watch_program.h"
@@ -92,7 +93,8 @@ void check_fallback(const std::string& why) {
   ASSERT_TRUE(child.ok);
   EXPECT_EQ(live_process_owners().count(child.owner), 1u);
   testing::reap(child.pid);
-  EXPECT_EQ(usage_page_owners(dir.path() + "/usage"), std::vector<uint64_t>{child.owner});
+  EXPECT_EQ(share_folder::read_usage_page(dir.path() + "/usage").live_owners(),
+            std::vector<uint64_t>{child.owner});
   EXPECT_EQ(live_process_owners().count(child.owner), 0u);
 }
 
@@ -128,12 +130,12 @@ TEST(ProcessWatchBpf, AKilledShareProcessSlotIsClearWithin100ms) {
   const Child child = testing::spawn_child(cgroup.procs(), dir.path(), "");
   ASSERT_TRUE(child.ok);
   const std::string usage = dir.path() + "/usage";
-  ASSERT_EQ(usage_page_owners(usage), std::vector<uint64_t>{child.owner});
+  ASSERT_EQ(share_folder::read_usage_page(usage).live_owners(), std::vector<uint64_t>{child.owner});
 
   const auto killed_at = std::chrono::steady_clock::now();
   ASSERT_EQ(kill(child.pid, SIGKILL), 0);
   auto cleared_at = killed_at;
-  while (!usage_page_owners(usage).empty() &&
+  while (!share_folder::read_usage_page(usage).live_owners().empty() &&
          std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(2)) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -144,7 +146,7 @@ TEST(ProcessWatchBpf, AKilledShareProcessSlotIsClearWithin100ms) {
   if (const auto kernel = watcher.counters().last_reclaim_latency)
     std::printf("process watcher: kernel event -> slot clear in %.3f ms\n",
                 std::chrono::duration<double, std::milli>(*kernel).count());
-  EXPECT_TRUE(usage_page_owners(usage).empty());
+  EXPECT_TRUE(share_folder::read_usage_page(usage).live_owners().empty());
   EXPECT_LT(latency.count(), 100.0);
   EXPECT_EQ(watcher.counters().slots_reclaimed, 1u);
   testing::reap(child.pid);
@@ -178,7 +180,7 @@ TEST(ProcessWatchBpf, TheAgentsResolverWatchesTheCgroupOfASlotOwner) {
   const std::string usage = folder + "/usage";
   const auto killed_at = std::chrono::steady_clock::now();
   ASSERT_EQ(kill(child.pid, SIGKILL), 0);
-  while (!usage_page_owners(usage).empty() &&
+  while (!share_folder::read_usage_page(usage).live_owners().empty() &&
          std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(2)) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -186,7 +188,7 @@ TEST(ProcessWatchBpf, TheAgentsResolverWatchesTheCgroupOfASlotOwner) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed_at);
   std::printf("process watcher (agent resolver): SIGKILL -> slot clear in %.3f ms\n",
               latency.count());
-  EXPECT_TRUE(usage_page_owners(usage).empty());
+  EXPECT_TRUE(share_folder::read_usage_page(usage).live_owners().empty());
   EXPECT_LT(latency.count(), 100.0);
   testing::reap(child.pid);
   loaded.program->stop();
