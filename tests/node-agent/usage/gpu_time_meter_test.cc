@@ -285,7 +285,7 @@ TEST(GpuTimeMeterOwners, ContainerProcessFromAFakeProc) {
   EXPECT_EQ(owners.begin()->second, 4242);
 }
 
-// ---- share_files: measure_source ---------------------------------------------------------------
+// ---- write_limits: measure_source --------------------------------------------------------------
 
 TEST(GpuTimeMeterLimits, WriteLimitsMeasureSource) {
   TempDir base("gpu-time-meter-limits");
