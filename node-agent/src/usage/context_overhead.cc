@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "tessera/log.h"
+#include "tessera/share_folder/fault_guard.h"
 #include "tessera/share_folder/snapshot.h"
 #include "tessera/share_region.h"
 #include "usage/share_processes.h"
@@ -26,17 +27,19 @@ uint64_t round_up_mib(uint64_t bytes) {
   return (bytes + kMiB - 1) / kMiB * kMiB;
 }
 
-// A share folder as one measurement reads it: its limits page (the agent's own file, mapped
-// read-write to publish) and a copy of its usage page (the tenants' file: the one reader's, never
-// mapped, so a truncated file cannot fault).
+// A share folder as one measurement reads it: copies of both pages (the one reader's, never a
+// mapping to read), and its limits page mapped read-write to publish (the agent's own file, in a
+// folder a tenant can write to: stores go through the SIGBUS guard).
 struct ShareView {
   std::string dir;
+  share_folder::LimitsPageCopy limits_copy;
   share::LimitsPage* limits = nullptr;
   share_folder::UsagePageCopy usage;
 
   ShareView() = default;
   ShareView(ShareView&& other) noexcept
       : dir(std::move(other.dir)),
+        limits_copy(std::move(other.limits_copy)),
         limits(std::exchange(other.limits, nullptr)),
         usage(std::move(other.usage)) {}
   ShareView(const ShareView&) = delete;
@@ -46,13 +49,8 @@ struct ShareView {
     if (limits) munmap(limits, sizeof(share::LimitsPage));
   }
 
-  uint32_t device_count() const {
-    return std::min(limits->device_count.load(std::memory_order_acquire), share::kMaxDevices);
-  }
-  std::string uuid(uint32_t device) const {
-    const char* text = limits->devices[device].uuid;
-    return std::string(text, strnlen(text, share::kUuidBytes));
-  }
+  uint32_t device_count() const { return static_cast<uint32_t>(limits_copy.devices.size()); }
+  const std::string& uuid(uint32_t device) const { return limits_copy.devices[device].uuid; }
   // The live slot that `owner` holds, or null.
   const share_folder::SlotCopy* slot_of(uint64_t owner) const {
     for (const share_folder::SlotCopy* slot : usage.owned_slots())
@@ -64,6 +62,12 @@ struct ShareView {
 // Opens <dir>: its limits page mapped read-write, its usage page copied. The view, or why the
 // folder is no usable share (none without a limits page yet: no problem, nothing to measure).
 Result<std::optional<ShareView>> open_share(const std::string& dir) {
+  ShareView view;
+  view.dir = dir;
+  view.limits_copy = share_folder::read_limits_page(dir + "/limits");
+  if (view.limits_copy.problem == share_folder::LimitsProblem::kMissing)
+    return std::optional<ShareView>();
+  if (!view.limits_copy.valid()) return failed_precondition(view.limits_copy.message);
   Result<UniqueFd> limits = open_regular(dir + "/limits", O_RDWR, sizeof(share::LimitsPage));
   if (!limits.is_ok()) {
     if (limits.status().code() == StatusCode::kNotFound) return std::optional<ShareView>();
@@ -73,11 +77,7 @@ Result<std::optional<ShareView>> open_share(const std::string& dir) {
                       limits->get(), 0);
   if (memory == MAP_FAILED)
     return internal_error("cannot map " + dir + "/limits: " + std::strerror(errno));
-  ShareView view;
-  view.dir = dir;
   view.limits = static_cast<share::LimitsPage*>(memory);
-  if (!share::valid_limits_page(*view.limits))
-    return failed_precondition(dir + "/limits is not a valid limits page");
   // No usable page (none yet, or a scribbled one): no slots to measure; the checks report it.
   view.usage = share_folder::read_usage_page(dir + "/usage");
   return std::optional<ShareView>(std::move(view));
@@ -209,9 +209,18 @@ Problems ContextOverheadMeter::measure() {
       const uint64_t figure = window.published();
       if (figure == 0) continue;
       std::atomic<uint64_t>& field = view.limits->measured[d].context_overhead;
-      const uint64_t before = field.load(std::memory_order_acquire);
+      uint64_t before = 0;
+      const bool whole =
+          share_folder::run_fault_guarded(view.limits, sizeof(share::LimitsPage), [&] {
+            before = field.load(std::memory_order_acquire);
+            if (before != figure) field.store(figure, std::memory_order_release);
+          });
+      if (!whole) {
+        problems.push_back(
+            failed_precondition(view.dir + "/limits was truncated under its mapping"));
+        continue;
+      }
       if (before == figure) continue;
-      field.store(figure, std::memory_order_release);
       ++stats_.publications;
       if (before == 0 || figure > before + (before >> 3) || figure + (before >> 3) < before) {
         log::info("measured context cost", {{"share", view.dir},
