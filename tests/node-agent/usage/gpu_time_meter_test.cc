@@ -304,7 +304,7 @@ TEST(GpuTimeMeterLimits, WriteLimitsMeasureSource) {
                 .message(),
             "");
   EXPECT_EQ(source(), share::kMeasureAgent);
-  // The overloads without a source leave an existing page's as it is.
+  // Without a source, an existing page keeps its own.
   device.cores_limit = 40;
   ASSERT_EQ(share_folder::write_limits(dir, {device}, {share::kPriorityNormal}).message(), "");
   EXPECT_EQ(source(), share::kMeasureAgent);
