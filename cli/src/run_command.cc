@@ -16,16 +16,16 @@
 #include <utility>
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "share_plan.h"
 #include "tessera/gpu_info.h"
 #include "tessera/local_shares.h"
 #include "tessera/share_contract.h"
+#include "tessera/share_folder/limits_writer.h"
+#include "tessera/share_folder/snapshot.h"
 #include "tessera/shared_library.h"
 #include "tessera/vgpu/options.h"
-#include "tessera/vgpu/usage_counters.h"
 
 namespace tessera::cli {
 namespace {
@@ -58,37 +58,38 @@ double monotonic_s() {
   return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
 }
 
-// --verbose: what the share used, from its usage page (the shim's counters, docs/compute.md).
-void print_summary(const std::string& dir, const std::vector<share::DeviceLimit>& limits,
+// --verbose: what the share used, from its usage page (the shim's counters, docs/compute.md). The
+// page is written by the command's processes: read as a copy (a process may truncate it), never
+// through a mapping.
+void print_summary(const std::string& dir, const std::vector<share_folder::DeviceLimit>& limits,
                    double seconds) {
-  const std::string path = dir + "/usage";
-  share::UsagePage* page = nullptr;
-  if (const int error = share::map_usage_page(path.c_str(), false, page); error != 0) {
-    if (error == ENOENT)
-      std::fprintf(stderr, "tessera run: summary: no usage page (the command used no GPU)\n");
+  const share_folder::UsagePageCopy usage = share_folder::read_usage_page(dir + "/usage");
+  if (usage.problem == share_folder::UsageProblem::kMissing) {
+    std::fprintf(stderr, "tessera run: summary: no usage page (the command used no GPU)\n");
     return;
   }
-  const auto& usage = *page;
+  if (!usage.usable()) {
+    std::fprintf(stderr, "tessera run: summary: %s\n", usage.message.c_str());
+    return;
+  }
   std::fprintf(stderr,
                "tessera run: summary: %.2f s, %llu launches, launching threads waited %.3f s "
                "at the compute gate\n",
-               seconds, static_cast<unsigned long long>(vgpu::compute::share_launches(usage)),
-               static_cast<double>(vgpu::compute::share_throttled_ns(usage)) / 1e9);
+               seconds, static_cast<unsigned long long>(usage.launches()),
+               static_cast<double>(usage.throttled_ns()) / 1e9);
   for (size_t d = 0; d < limits.size() && d < share::kMaxDevices; ++d) {
-    const share::ComputeDevice& device = usage.compute.devices[d];
-    const double busy = static_cast<double>(device.busy_ns.load()) / 1e9;
-    const double others = static_cast<double>(device.others_busy_ns.load()) / 1e9;
-    const double closed = static_cast<double>(device.closed_ns.load()) / 1e9;
-    std::fprintf(
-        stderr,
-        "tessera run: summary: GPU %zu %s: cores limit %u%%, burst %u%%; GPU time "
-        "used %.3f s (%.1f%% of the wall time), others %.3f s, gate closed %.3f s, "
-        "memory held at exit %llu bytes\n",
-        d, limits[d].uuid.c_str(), limits[d].cores_limit, limits[d].cores_burst, busy,
-        seconds > 0 ? 100 * busy / seconds : 0.0, others, closed,
-        static_cast<unsigned long long>(share::share_usage(usage, static_cast<uint32_t>(d))));
+    const share_folder::ComputeDeviceCopy& device = usage.compute[d];
+    const double busy = static_cast<double>(device.busy_ns) / 1e9;
+    const double others = static_cast<double>(device.others_busy_ns) / 1e9;
+    const double closed = static_cast<double>(device.closed_ns) / 1e9;
+    std::fprintf(stderr,
+                 "tessera run: summary: GPU %zu %s: cores limit %u%%, burst %u%%; GPU time "
+                 "used %.3f s (%.1f%% of the wall time), others %.3f s, gate closed %.3f s, "
+                 "memory held at exit %llu bytes\n",
+                 d, limits[d].uuid.c_str(), limits[d].cores_limit, limits[d].cores_burst, busy,
+                 seconds > 0 ? 100 * busy / seconds : 0.0, others, closed,
+                 static_cast<unsigned long long>(usage.memory_bytes(static_cast<uint32_t>(d))));
   }
-  share::unmap_usage_page(page);
 }
 
 // A folder tessera made (or will make) for this user's shares: not a symlink, a directory, this
@@ -198,7 +199,7 @@ Result<std::string> libvgpu_path(const std::string& given) {
 // Runs the command in a child with libvgpu preloaded and the share's directory in its
 // environment; returns its exit status once it ends.
 Result<int> run_child(const RunOptions& options, const std::string& libvgpu, const std::string& dir,
-                      const std::vector<share::DeviceLimit>& limits) {
+                      const std::vector<share_folder::DeviceLimit>& limits) {
   const pid_t parent = getpid();
   const pid_t child = fork();
   if (child < 0) return internal_error(std::string("fork failed: ") + std::strerror(errno));
@@ -310,7 +311,7 @@ Result<int> run(const RunOptions& options) {
   if (!options.priority.empty() && !vgpu::parse_priority(options.priority, &priority)) {
     return invalid_argument("--priority '" + options.priority + "' is not high, normal or low");
   }
-  Result<std::vector<share::DeviceLimit>> limits =
+  Result<std::vector<share_folder::DeviceLimit>> limits =
       plan_share(gpus, options.memory, options.cores, options.burst);
   if (!limits.is_ok()) return limits.status();
   Result<std::string> libvgpu = libvgpu_path(options.libvgpu);
@@ -318,9 +319,7 @@ Result<int> run(const RunOptions& options) {
 
   Result<ShareDir> dir = ShareDir::create(options.share_dir);
   if (!dir.is_ok()) return dir.status();
-  if (std::string written = share::write_limits(dir->path(), *limits, priority); !written.empty()) {
-    return internal_error(written);
-  }
+  TESSERA_RETURN_IF_ERROR(share_folder::write_limits(dir->path(), *limits, {priority}));
   return run_child(options, *libvgpu, dir->path(), *limits);
 }
 

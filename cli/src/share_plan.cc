@@ -13,10 +13,11 @@ namespace {
 // have.
 template <typename Apply>
 Status apply_entries(const std::vector<GpuInfo>& gpus, const vgpu::MemoryLimitSpec& spec,
-                     const char* option, std::vector<share::DeviceLimit>& limits, Apply apply) {
+                     const char* option, std::vector<share_folder::DeviceLimit>& limits,
+                     Apply apply) {
   for (int i = 0; i < spec.count; ++i) {
     const vgpu::LimitEntry& entry = spec.entries[i];
-    share::DeviceLimit* target = nullptr;
+    share_folder::DeviceLimit* target = nullptr;
     for (size_t g = 0; g < gpus.size(); ++g) {
       const bool match = entry.ordinal >= 0 ? gpus[g].index == static_cast<unsigned>(entry.ordinal)
                                             : gpus[g].uuid == entry.uuid;
@@ -35,7 +36,8 @@ Status apply_entries(const std::vector<GpuInfo>& gpus, const vgpu::MemoryLimitSp
 
 // One percent list into one field of every GPU's limits.
 Status plan_percent(const std::vector<GpuInfo>& gpus, const char* option, std::string_view text,
-                    uint32_t share::DeviceLimit::*field, std::vector<share::DeviceLimit>& limits) {
+                    uint32_t share_folder::DeviceLimit::*field,
+                    std::vector<share_folder::DeviceLimit>& limits) {
   if (text.empty()) return Status::ok();
   vgpu::MemoryLimitSpec spec;
   if (!vgpu::parse_percent_list(text, &spec)) {
@@ -44,28 +46,28 @@ Status plan_percent(const std::vector<GpuInfo>& gpus, const char* option, std::s
                             "GPU-<uuid>=<percent>");
   }
   if (spec.has_all) {
-    for (share::DeviceLimit& limit : limits) limit.*field = static_cast<uint32_t>(spec.all);
+    for (share_folder::DeviceLimit& limit : limits) limit.*field = static_cast<uint32_t>(spec.all);
   }
   return apply_entries(gpus, spec, option, limits,
-                       [field](share::DeviceLimit& limit, uint64_t percent) {
+                       [field](share_folder::DeviceLimit& limit, uint64_t percent) {
                          limit.*field = static_cast<uint32_t>(percent);
                        });
 }
 
 }  // namespace
 
-Result<std::vector<share::DeviceLimit>> plan_share(const std::vector<GpuInfo>& gpus,
-                                                   std::string_view memory_spec,
-                                                   std::string_view cores_spec,
-                                                   std::string_view burst_spec) {
-  Result<std::vector<share::DeviceLimit>> planned = plan_share(gpus, memory_spec);
+Result<std::vector<share_folder::DeviceLimit>> plan_share(const std::vector<GpuInfo>& gpus,
+                                                          std::string_view memory_spec,
+                                                          std::string_view cores_spec,
+                                                          std::string_view burst_spec) {
+  Result<std::vector<share_folder::DeviceLimit>> planned = plan_share(gpus, memory_spec);
   if (!planned.is_ok()) return planned.status();
-  std::vector<share::DeviceLimit>& limits = *planned;
+  std::vector<share_folder::DeviceLimit>& limits = *planned;
   TESSERA_RETURN_IF_ERROR(
-      plan_percent(gpus, "--cores", cores_spec, &share::DeviceLimit::cores_limit, limits));
-  TESSERA_RETURN_IF_ERROR(
-      plan_percent(gpus, "--cores-burst", burst_spec, &share::DeviceLimit::cores_burst, limits));
-  for (const share::DeviceLimit& limit : limits) {
+      plan_percent(gpus, "--cores", cores_spec, &share_folder::DeviceLimit::cores_limit, limits));
+  TESSERA_RETURN_IF_ERROR(plan_percent(gpus, "--cores-burst", burst_spec,
+                                       &share_folder::DeviceLimit::cores_burst, limits));
+  for (const share_folder::DeviceLimit& limit : limits) {
     if (limit.cores_burst != 0 && limit.cores_burst < limit.cores_limit) {
       return invalid_argument("--cores-burst " + std::to_string(limit.cores_burst) + " of " +
                               limit.uuid + " is below its cores limit " +
@@ -75,21 +77,21 @@ Result<std::vector<share::DeviceLimit>> plan_share(const std::vector<GpuInfo>& g
   return planned;
 }
 
-Result<std::vector<share::DeviceLimit>> plan_share(const std::vector<GpuInfo>& gpus,
-                                                   std::string_view memory_spec) {
+Result<std::vector<share_folder::DeviceLimit>> plan_share(const std::vector<GpuInfo>& gpus,
+                                                          std::string_view memory_spec) {
   vgpu::MemoryLimitSpec spec;
   if (!memory_spec.empty() && !vgpu::parse_memory_limit(memory_spec, false, &spec)) {
     return invalid_argument("--memory '" + std::string(memory_spec) +
                             "' is not a size (8Gi, 8G, 8192Mi, bytes) or a list of "
                             "<index>=<size> / GPU-<uuid>=<size>");
   }
-  std::vector<share::DeviceLimit> limits;
+  std::vector<share_folder::DeviceLimit> limits;
   for (const GpuInfo& gpu : gpus) {
     limits.push_back({gpu.uuid, spec.has_all ? spec.all : share::kUnlimited, 100});
   }
-  TESSERA_RETURN_IF_ERROR(
-      apply_entries(gpus, spec, "--memory", limits,
-                    [](share::DeviceLimit& limit, uint64_t bytes) { limit.memory_limit = bytes; }));
+  TESSERA_RETURN_IF_ERROR(apply_entries(
+      gpus, spec, "--memory", limits,
+      [](share_folder::DeviceLimit& limit, uint64_t bytes) { limit.memory_limit = bytes; }));
   return limits;
 }
 

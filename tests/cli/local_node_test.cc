@@ -12,7 +12,7 @@
 #include <fstream>
 
 #include "tessera/share_contract.h"
-#include "tessera/share_files.h"
+#include "tessera/share_folder/limits_writer.h"
 #include "tessera/share_region.h"
 
 namespace tessera::cli {
@@ -35,11 +35,11 @@ class LocalNode : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  std::string make_share(const std::string& name, std::vector<share::DeviceLimit> limits,
+  std::string make_share(const std::string& name, std::vector<share_folder::DeviceLimit> limits,
                          uint32_t priority = share::kPriorityNormal) {
     const std::string folder = root_ + "/" + name;
     fs::create_directories(folder);
-    EXPECT_EQ(share::write_limits(folder, limits, priority), "");
+    EXPECT_EQ(share_folder::write_limits(folder, limits, {priority}).message(), "");
     return folder;
   }
 
@@ -252,7 +252,7 @@ TEST_F(LocalNode, GarbageSymlinksAndFifosAreRefusedWithoutBlocking) {
   EXPECT_NE(shares[0].read_error().find("usage page is not valid"), std::string::npos)
       << shares[0].read_error();
   EXPECT_EQ(shares[1].name(), "linked");
-  EXPECT_EQ(shares[1].read_error(), "usage page is not a regular file: " + linked + "/usage");
+  EXPECT_EQ(shares[1].read_error(), "usage page is a symlink: " + linked + "/usage");
   EXPECT_EQ(shares[2].name(), "piped");
   EXPECT_EQ(shares[2].read_error(), "usage page is not a regular file: " + piped + "/usage");
   EXPECT_EQ(shares[3].name(), "short");

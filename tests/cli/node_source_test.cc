@@ -6,7 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 
-#include "tessera/share_files.h"
+#include "tessera/share_folder/limits_writer.h"
 
 namespace tessera::cli {
 namespace {
@@ -21,7 +21,9 @@ class NodeSource : public ::testing::Test {
     root_ = mkdtemp(pattern);
     shares_ = root_ + "/xdg/tessera/shares";
     fs::create_directories(shares_ + "/local-share");
-    ASSERT_EQ(share::write_limits(shares_ + "/local-share", {{"GPU-aaaa", 1ull << 30, 100}}), "");
+    ASSERT_EQ(share_folder::write_limits(shares_ + "/local-share", {{"GPU-aaaa", 1ull << 30, 100}})
+                  .message(),
+              "");
     options_.local.nvml_library = "";
     setenv("XDG_RUNTIME_DIR", (root_ + "/xdg").c_str(), 1);  // as a workstation finds them
   }

@@ -19,8 +19,8 @@ const std::vector<GpuInfo> kGpus = {h200(0, "GPU-aaaa"), h200(1, "GPU-bbbb")};
 
 // Unpacks a plan into the limits (on success) or the message (on failure); a failed plan is always
 // an invalid argument.
-bool planned(const Result<std::vector<share::DeviceLimit>>& plan,
-             std::vector<share::DeviceLimit>& limits, std::string& error) {
+bool planned(const Result<std::vector<share_folder::DeviceLimit>>& plan,
+             std::vector<share_folder::DeviceLimit>& limits, std::string& error) {
   if (!plan.is_ok()) {
     EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << plan.status().message();
     error = plan.status().message();
@@ -32,7 +32,7 @@ bool planned(const Result<std::vector<share::DeviceLimit>>& plan,
 }
 
 TEST(PlanShare, OneSizeLimitsEveryGpu) {
-  std::vector<share::DeviceLimit> limits;
+  std::vector<share_folder::DeviceLimit> limits;
   std::string error;
   ASSERT_TRUE(planned(plan_share(kGpus, "8Gi"), limits, error)) << error;
   ASSERT_EQ(limits.size(), 2u);
@@ -43,7 +43,7 @@ TEST(PlanShare, OneSizeLimitsEveryGpu) {
 }
 
 TEST(PlanShare, PerGpuByIndexAndUuid) {
-  std::vector<share::DeviceLimit> limits;
+  std::vector<share_folder::DeviceLimit> limits;
   std::string error;
   ASSERT_TRUE(planned(plan_share(kGpus, "0=4Gi,GPU-bbbb=2Gi"), limits, error)) << error;
   EXPECT_EQ(limits[0].memory_limit, 4ull << 30);
@@ -54,14 +54,14 @@ TEST(PlanShare, PerGpuByIndexAndUuid) {
 }
 
 TEST(PlanShare, NoSpecMeansNoLimit) {
-  std::vector<share::DeviceLimit> limits;
+  std::vector<share_folder::DeviceLimit> limits;
   std::string error;
   ASSERT_TRUE(planned(plan_share(kGpus, ""), limits, error)) << error;
   EXPECT_EQ(limits[0].memory_limit, share::kUnlimited);
 }
 
 TEST(PlanShare, ErrorsNameTheBadItem) {
-  std::vector<share::DeviceLimit> limits;
+  std::vector<share_folder::DeviceLimit> limits;
   std::string error;
   EXPECT_FALSE(planned(plan_share(kGpus, "lots"), limits, error));
   EXPECT_NE(error.find("'lots'"), std::string::npos) << error;
@@ -78,7 +78,7 @@ namespace tessera::cli {
 namespace {
 
 TEST(PlanShareCompute, CoresAndBurstForEveryGpuOrPerGpu) {
-  std::vector<share::DeviceLimit> limits;
+  std::vector<share_folder::DeviceLimit> limits;
   std::string error;
   ASSERT_TRUE(planned(plan_share(kGpus, "", "30", ""), limits, error)) << error;
   EXPECT_EQ(limits[0].cores_limit, 30u);
@@ -96,7 +96,7 @@ TEST(PlanShareCompute, CoresAndBurstForEveryGpuOrPerGpu) {
 }
 
 TEST(PlanShareCompute, ErrorsNameTheOption) {
-  std::vector<share::DeviceLimit> limits;
+  std::vector<share_folder::DeviceLimit> limits;
   std::string error;
   EXPECT_FALSE(planned(plan_share(kGpus, "", "150", ""), limits, error));
   EXPECT_NE(error.find("--cores '150'"), std::string::npos) << error;

@@ -18,20 +18,13 @@
 #include "tessera/local_shares.h"
 #include "tessera/nvml.h"
 #include "tessera/share_contract.h"
+#include "tessera/share_folder/share_view.h"
 #include "tessera/share_region.h"
 
 namespace tessera::cli {
 namespace {
 
 namespace v1 = tessera::node::v1;
-
-uint64_t saturating_add(uint64_t a, uint64_t b) {
-  return a + b < a ? ~0ull : a + b;
-}
-
-double seconds_of(uint64_t ns) {
-  return static_cast<double>(ns) / 1e9;
-}
 
 std::string base_name(const std::string& path) {
   std::string trimmed = path;
@@ -48,51 +41,6 @@ int64_t system_unix_ms() {
 
 int64_t modified_unix_ms(const struct stat& info) {
   return static_cast<int64_t>(info.st_mtim.tv_sec) * 1000 + info.st_mtim.tv_nsec / 1000000;
-}
-
-// Reads [offset, offset + size) of `fd` into `out`; the bytes got (short at end of file).
-size_t read_at(int fd, void* out, size_t size, size_t offset) {
-  auto* bytes = static_cast<unsigned char*>(out);
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t got = ::pread(fd, bytes + done, size - done, static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    done += static_cast<size_t>(got);
-  }
-  return done;
-}
-
-// A page file of a share folder, opened as untrusted input and read whole into `out` (a buffer of
-// `size` bytes). kNotFound when absent, kFailedPrecondition when it is no regular file or shorter
-// than a page (the message says how long it is).
-Status read_page(const std::string& path, void* out, size_t size, const char* what) {
-  UniqueFd fd;
-  const int error = open_file(path.c_str(), O_RDONLY, FileSource::kUntrusted, fd);
-  // What is wrong first, then the path: a line cut to the terminal's width keeps the reason.
-  if (error == ENOENT) return not_found("no " + std::string(what) + ": " + path);
-  if (error == EINVAL || error == ELOOP)
-    return failed_precondition(std::string(what) + " is not a regular file: " + path);
-  if (error != 0)
-    return internal_error("cannot open the " + std::string(what) + " (" + std::strerror(error) +
-                          "): " + path);
-  const size_t got = read_at(fd.get(), out, size, 0);
-  if (got < size) {
-    return failed_precondition(std::string(what) + " is truncated (" + std::to_string(got) +
-                               " of " + std::to_string(size) + " bytes): " + path);
-  }
-  return Status::ok();
-}
-
-std::string priority_name(uint32_t priority) {
-  switch (priority) {
-    case share::kPriorityHigh:
-      return "high";
-    case share::kPriorityLow:
-      return "low";
-    default:
-      return "normal";
-  }
 }
 
 // The `owner` file: "<pid> <start time>" of the `tessera run` that created the share.
@@ -120,15 +68,6 @@ bool process_alive(const std::string& proc_root, int pid, uint64_t start_time) {
   return share::read_process_start_time(proc_root, pid, now_start) == 0 && now_start == start_time;
 }
 
-std::string process_command(const std::string& proc_root, int pid) {
-  const std::string path = proc_root + "/" + std::to_string(pid) + "/comm";
-  char text[64];
-  if (!read_small_file(path.c_str(), text, sizeof text).ok()) return "";
-  std::string command = text;
-  while (!command.empty() && (command.back() == '\n' || command.back() == '\r')) command.pop_back();
-  return command;
-}
-
 // The owner-word bits of this process's pid namespace: slots with others belong to processes
 // whose pids mean nothing here (a container's).
 std::optional<uint64_t> own_namespace_hash(const std::string& proc_root) {
@@ -143,79 +82,6 @@ struct ReadShare {
   bool stale = false;  // its `tessera run` is gone
 };
 
-// The usage page's figures added to `share` (whose devices come from the limits page). Fails
-// before it sets any figure: a page that cannot be read whole adds nothing.
-Status add_usage(const std::string& folder, const share::LimitsPage& limits,
-                 const LocalNodeOptions& options, std::optional<uint64_t> namespace_hash,
-                 v1::Share& out) {
-  auto usage = std::make_unique<share::UsagePage>();
-  const std::string path = folder + "/usage";
-  if (Status read = read_page(path, usage.get(), sizeof(share::UsagePage), "usage page");
-      !read.is_ok()) {
-    // Absent until the share's first CUDA process creates it: nothing used yet.
-    return read.code() == StatusCode::kNotFound ? Status::ok() : read;
-  }
-  if (!share::valid_usage_page(*usage))
-    return failed_precondition("usage page is not valid (magic, version or size): " + path);
-  const uint32_t devices = static_cast<uint32_t>(out.devices_size());
-  uint32_t high = usage->slot_high_water.load(std::memory_order_relaxed);
-  if (high > share::kMaxSlots) high = share::kMaxSlots;
-
-  std::vector<uint64_t> memory(devices, 0);
-  uint64_t launches = 0, throttled_ns = 0, denied = 0;
-  for (uint32_t i = 0; i < high; ++i) {
-    const share::ProcessSlot& slot = usage->slots[i];
-    // As share::share_usage: every slot below the high-water mark counts (a free slot holds 0).
-    // Counters stay in a slot after its process is gone, so the sums only grow (until a slot is
-    // claimed again), which is what rates between two samples need.
-    for (uint32_t d = 0; d < devices; ++d)
-      memory[d] = saturating_add(memory[d], slot.bytes[d].load(std::memory_order_relaxed));
-    launches = saturating_add(launches, slot.launches.load(std::memory_order_relaxed));
-    throttled_ns = saturating_add(throttled_ns, slot.throttled_ns.load(std::memory_order_relaxed));
-    denied = saturating_add(denied, slot.allocations_denied.load(std::memory_order_relaxed));
-
-    const uint64_t owner = slot.owner.load(std::memory_order_relaxed);
-    if (owner == 0 || (owner & share::kOwnerReclaiming) != 0) continue;
-    v1::Process process;
-    const uint32_t pid = slot.pid.load(std::memory_order_relaxed);
-    process.set_pid(static_cast<int32_t>(pid));
-    if (namespace_hash && share::owner_namespace_hash(owner) == *namespace_hash) {
-      // A process of this pid namespace: its pid is a host pid here, and a slot whose process
-      // is gone (killed before it cleared it) lists no process.
-      if (!process_alive(options.proc_root, static_cast<int>(pid),
-                         slot.start_time.load(std::memory_order_relaxed)))
-        continue;
-      process.set_host_pid(static_cast<int32_t>(pid));
-      process.set_command(process_command(options.proc_root, static_cast<int>(pid)));
-    }
-    for (uint32_t d = 0; d < devices; ++d)
-      process.add_memory_bytes(slot.bytes[d].load(std::memory_order_relaxed));
-    process.set_launches(slot.launches.load(std::memory_order_relaxed));
-    process.set_gpu_seconds(seconds_of(slot.gpu_busy_ns.load(std::memory_order_relaxed)));
-    *out.add_processes() = std::move(process);
-  }
-
-  const bool agent_measures =
-      limits.measure_source.load(std::memory_order_relaxed) == share::kMeasureAgent;
-  for (uint32_t d = 0; d < devices; ++d) {
-    v1::ShareDevice& device = *out.mutable_devices(static_cast<int>(d));
-    device.set_memory_used_bytes(memory[d]);
-    const uint64_t busy = agent_measures
-                              ? limits.measured[d].share_busy_ns.load(std::memory_order_relaxed)
-                              : usage->compute.devices[d].busy_ns.load(std::memory_order_relaxed);
-    device.set_gpu_seconds(seconds_of(busy));
-  }
-  // The page counts launches, gate waits and refusals per process, not per device: they are the
-  // share's, reported on its first device (so sums over devices stay right).
-  if (devices > 0) {
-    v1::ShareDevice& first = *out.mutable_devices(0);
-    first.set_launches(launches);
-    first.set_throttled_seconds(seconds_of(throttled_ns));
-    first.set_allocations_denied(denied);
-  }
-  return Status::ok();
-}
-
 ReadShare read_share(const std::string& folder, const LocalNodeOptions& options,
                      std::optional<uint64_t> namespace_hash) {
   ReadShare result;
@@ -224,45 +90,33 @@ ReadShare read_share(const std::string& folder, const LocalNodeOptions& options,
   out.set_folder(folder);
   out.set_source("tessera-run");
   out.set_backend("quota");
-  auto report = [&](const Status& status) { out.set_read_error(status.message()); };
 
   if (const std::optional<ShareOwner> owner = read_owner(folder)) {
     result.stale = !process_alive(options.proc_root, owner->pid, owner->start_time);
     out.set_prepared_unix_ms(owner->written_unix_ms);
   }
-
-  auto limits = std::make_unique<share::LimitsPage>();
-  const std::string limits_path = folder + "/limits";
-  if (Status read = read_page(limits_path, limits.get(), sizeof(share::LimitsPage), "limits page");
-      !read.is_ok()) {
-    report(read);
-    return result;
-  }
-  if (!share::valid_limits_page(*limits)) {
-    report(failed_precondition("limits page is not valid (magic, version, size or devices): " +
-                               limits_path));
-    return result;
-  }
-  if (out.prepared_unix_ms() == 0) {
+  const share_folder::ShareFolderSnapshot snapshot = share_folder::read_share_folder(folder);
+  if (snapshot.limits.valid() && out.prepared_unix_ms() == 0) {
     struct stat info {};
-    if (::stat(limits_path.c_str(), &info) == 0) out.set_prepared_unix_ms(modified_unix_ms(info));
+    if (::stat(snapshot.limits.path.c_str(), &info) == 0)
+      out.set_prepared_unix_ms(modified_unix_ms(info));
   }
-  out.set_priority(priority_name(limits->priority.load(std::memory_order_relaxed)));
-  const uint32_t devices = limits->device_count.load(std::memory_order_relaxed);
-  for (uint32_t d = 0; d < devices; ++d) {
-    const share::DeviceLimits& entry = limits->devices[d];
-    v1::ShareDevice& device = *out.add_devices();
-    device.set_gpu_uuid(std::string(entry.uuid, strnlen(entry.uuid, share::kUuidBytes)));
-    const uint64_t memory_limit = entry.memory_limit.load(std::memory_order_relaxed);
-    device.set_memory_unlimited(memory_limit == share::kUnlimited);
-    if (memory_limit != share::kUnlimited) device.set_memory_limit_bytes(memory_limit);
-    device.set_cores_limit_percent(entry.cores_limit.load(std::memory_order_relaxed));
-    device.set_cores_burst_percent(entry.cores_burst.load(std::memory_order_relaxed));
-    device.set_context_overhead_bytes(
-        limits->measured[d].context_overhead.load(std::memory_order_relaxed));
-  }
-  if (Status usage = add_usage(folder, *limits, options, namespace_hash, out); !usage.is_ok())
-    report(usage);
+  share_folder::ShareViewOptions view;
+  view.devices_from_limits_page = true;
+  view.counters = share_folder::ShareViewOptions::Counters::kFirstDevice;
+  view.host_process =
+      [&](const share_folder::SlotCopy& slot) -> std::optional<share_folder::HostProcess> {
+    share_folder::HostProcess host;
+    if (!namespace_hash || share::owner_namespace_hash(slot.owner) != *namespace_hash) return host;
+    // A process of this pid namespace: its pid is a host pid here, and a slot whose process is
+    // gone (killed before it cleared it) lists no process.
+    const int pid = static_cast<int>(slot.pid);
+    if (!process_alive(options.proc_root, pid, slot.start_time)) return std::nullopt;
+    host.pid = pid;
+    host.command = share_folder::process_command(options.proc_root, pid);
+    return host;
+  };
+  share_folder::fill_share_from_folder(snapshot, view, out);
   return result;
 }
 

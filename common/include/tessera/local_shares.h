@@ -6,7 +6,7 @@
 //   $XDG_RUNTIME_DIR/tessera/shares/<share>/   when XDG_RUNTIME_DIR is set (an absolute path)
 //   /tmp/tessera-<uid>/shares/<share>/         otherwise
 //
-// A share folder holds the share files (tessera/share_files.h: limits, usage) and `owner`, the
+// A share folder holds the share files (tessera/share_region.h: limits, usage) and `owner`, the
 // creating `tessera run` process: "<pid> <start time>\n" (start time: field 22 of
 // /proc/<pid>/stat), so a reader can tell a live share from one whose creator is gone.
 #pragma once

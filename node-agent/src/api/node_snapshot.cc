@@ -4,9 +4,8 @@
 #include <optional>
 #include <set>
 
-#include "metrics/share_usage.h"
 #include "share/share_manager.h"
-#include "tessera/file_io.h"
+#include "tessera/share_folder/share_view.h"
 #include "usage/share_processes.h"
 
 namespace tessera::agent {
@@ -14,8 +13,6 @@ namespace tessera::agent {
 namespace v1 = tessera::node::v1;
 
 namespace {
-
-constexpr double kNsPerSecond = 1e9;
 
 const char* backend_name(SharingStrategy strategy) {
   switch (strategy) {
@@ -29,21 +26,9 @@ const char* backend_name(SharingStrategy strategy) {
   return "quota";
 }
 
-// /proc/<pid>/comm without its newline; "" when unreadable (the process is gone, or no /proc).
-std::string process_command(const std::string& proc_root, int host_pid) {
-  if (host_pid <= 0) return "";
-  char text[64];
-  const std::string path = proc_root + "/" + std::to_string(host_pid) + "/comm";
-  if (!read_small_file(path.c_str(), text, sizeof text).ok()) return "";
-  std::string command = text;
-  while (!command.empty() && (command.back() == '\n' || command.back() == '\0')) command.pop_back();
-  return command;
-}
-
 void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
                const std::string& claim_uid, const std::vector<ShareSpec>& folder_shares,
-               ShareReadBuffers& buffers, std::optional<std::map<uint64_t, int>>& host_pids,
-               v1::ListSharesResponse& out) {
+               std::optional<std::map<uint64_t, int>>& host_pids, v1::ListSharesResponse& out) {
   const ShareSpec& first = folder_shares.front();
   v1::Share& share = *out.add_shares();
   share.set_name(first.folder_name());
@@ -63,60 +48,30 @@ void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
   share.set_source("agent");
   share.set_folder(sources.shares_dir + "/" + first.folder_name());
 
-  // A folder that cannot be read whole says so (read_error): its figures are unknown, not 0, and
-  // are left out rather than taken from what part of it could be read.
-  Result<ShareFolderUsage> read = read_share_folder(share.folder(), buffers);
-  if (!read.is_ok()) {
-    share.set_read_error(read.status().message());
-  } else if (!read->usage_error.empty()) {
-    share.set_read_error(read->usage_error);
-  }
-  ShareFolderUsage usage = read.is_ok() ? std::move(read).value() : ShareFolderUsage{};
-  if (!share.read_error().empty()) {
-    ShareFolderUsage limits_only;  // what the limits page says (the agent's figures) is kept
-    limits_only.uuids = std::move(usage.uuids);
-    limits_only.context_overhead_bytes = usage.context_overhead_bytes;
-    usage = std::move(limits_only);
-  }
-  share.set_allocations_denied(usage.allocations_denied);
-  share.set_throttled_seconds(static_cast<double>(usage.throttled_ns) / kNsPerSecond);
-  share.set_launches(usage.launches);
-
-  std::vector<int> page_index;  // per ShareDevice: its index in the limits page, or -1
   for (const ShareSpec& spec : folder_shares) {
     v1::ShareDevice& device = *share.add_devices();
     device.set_gpu_uuid(spec.uuid);
-    const share::DeviceLimit limit = share_limits(spec);
+    const share_folder::DeviceLimit limit = share_limits(spec);
     device.set_memory_unlimited(limit.memory_limit == share::kUnlimited);
     if (limit.memory_limit != share::kUnlimited) device.set_memory_limit_bytes(limit.memory_limit);
     device.set_cores_limit_percent(limit.cores_limit);
     device.set_cores_burst_percent(limit.cores_burst);
-    const int index = usage.device_index(spec.uuid);
-    page_index.push_back(index);
-    if (index >= 0) {
-      device.set_memory_used_bytes(usage.memory_bytes[index]);
-      device.set_gpu_seconds(static_cast<double>(usage.gpu_busy_ns[index]) / kNsPerSecond);
-      device.set_context_overhead_bytes(usage.context_overhead_bytes[index]);
-    }
-    device.set_throttled_seconds(share.throttled_seconds());
-    device.set_launches(usage.launches);
-    device.set_allocations_denied(usage.allocations_denied);
   }
 
-  if (!usage.process_slots.empty() && !host_pids)
-    host_pids = live_process_owners(sources.proc_root);  // one /proc scan per snapshot, if needed
-  for (const ProcessSlotUsage& slot : usage.process_slots) {
-    v1::Process& process = *share.add_processes();
-    process.set_pid(static_cast<int32_t>(slot.pid));
+  // A folder that cannot be read whole says so (read_error): its figures are unknown, not 0, and
+  // are left out rather than taken from what part of it could be read.
+  share_folder::ShareViewOptions view;
+  view.counters = share_folder::ShareViewOptions::Counters::kShare;
+  view.host_process = [&](const share_folder::SlotCopy& slot) {
+    if (!host_pids) host_pids = live_process_owners(sources.proc_root);  // one /proc scan, if any
     const auto host = host_pids->find(slot.owner);
-    const int host_pid = host == host_pids->end() ? 0 : host->second;
-    process.set_host_pid(host_pid);
-    for (const int index : page_index)
-      process.add_memory_bytes(index >= 0 ? slot.memory_bytes[index] : 0);
-    process.set_launches(slot.launches);
-    process.set_gpu_seconds(static_cast<double>(slot.gpu_busy_ns) / kNsPerSecond);
-    process.set_command(process_command(sources.proc_root, host_pid));
-  }
+    share_folder::HostProcess process;
+    process.pid = host == host_pids->end() ? 0 : host->second;
+    process.command = share_folder::process_command(sources.proc_root, process.pid);
+    return std::optional(process);
+  };
+  share_folder::fill_share_from_folder(share_folder::read_share_folder(share.folder()), view,
+                                       share);
 }
 
 }  // namespace
@@ -131,14 +86,13 @@ v1::ListSharesResponse read_node_snapshot(const NodeSnapshotSources& sources,
       sources.devices ? sources.devices() : std::vector<NodeDevice>{};
 
   std::map<std::string, uint32_t> shares_per_gpu;
-  ShareReadBuffers buffers;
   std::optional<std::map<uint64_t, int>> host_pids;
   for (const auto& [claim_uid, entry] : checkpoint) {
     // A claim still being prepared may have no folder yet; it is listed once it completes.
     if (entry.state != ClaimState::kPrepareCompleted) continue;
     for (const ShareSpec& spec : entry.shares) ++shares_per_gpu[spec.uuid];
     for (const std::vector<ShareSpec>& folder : shares_by_folder(entry.shares))
-      add_share(sources, entry, claim_uid, folder, buffers, host_pids, out);
+      add_share(sources, entry, claim_uid, folder, host_pids, out);
   }
 
   const DeviceHealthSnapshot health = sources.health ? sources.health() : DeviceHealthSnapshot{};

@@ -1,9 +1,9 @@
 // The node as the local API lists it (ListSharesResponse): the published GPUs with NVML's figures
 // and the health board's state, and every prepared share folder with its limits, the usage its
 // processes wrote, and those processes mapped to host pids. Built as a /metrics scrape is
-// (metrics/collector.h): a copy of the checkpoint, then the share folders read with the
-// collector's reader (read_share_folder) without any lock of the agent's, so listing never delays
-// a prepare.
+// (metrics/collector.h): a copy of the checkpoint, then the share folders read with the one reader
+// and builder (tessera/share_folder/share_view.h, shared with the CLI's local mode) without any
+// lock of the agent's, so listing never delays a prepare.
 #pragma once
 
 #include <cstdint>

@@ -1,41 +1,21 @@
 #include "enforcement/checker.h"
 
-#include <fcntl.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <set>
 
-#include "enforcement/usage_page.h"
 #include "tessera/log.h"
+#include "tessera/share_folder/snapshot.h"
+#include "tessera/share_folder/usage_repair.h"
 #include "tessera/share_region.h"
-#include "usage/share_processes.h"
+#include "usage/problems.h"
 
 namespace tessera::agent {
 namespace {
 
 std::string mib(uint64_t bytes) {
   return std::to_string(bytes >> 20) + " MiB";
-}
-
-// The limits page's device UUIDs by index (the agent's own file, read with pread all the same: it
-// lies in a folder a tenant can write to). Empty when there is no valid page.
-std::vector<std::string> limits_uuids(const std::string& folder) {
-  std::vector<std::string> uuids;
-  Result<UniqueFd> fd = open_regular(folder + "/limits", O_RDONLY, sizeof(share::LimitsPage));
-  if (!fd.is_ok()) return uuids;
-  std::vector<share::LimitsPage> buffer(1);
-  if (pread(fd->get(), buffer.data(), sizeof(share::LimitsPage), 0) !=
-          static_cast<ssize_t>(sizeof(share::LimitsPage)) ||
-      !share::valid_limits_page(buffer[0]))
-    return uuids;
-  const uint32_t count = buffer[0].device_count.load(std::memory_order_relaxed);
-  for (uint32_t d = 0; d < count && d < share::kMaxDevices; ++d)
-    uuids.emplace_back(buffer[0].devices[d].uuid,
-                       strnlen(buffer[0].devices[d].uuid, share::kUuidBytes));
-  return uuids;
 }
 
 uint64_t base_owner(uint64_t owner) {
@@ -146,8 +126,7 @@ bool OutOfBandChecker::belongs(int pid, uint64_t start_time, const std::string& 
     for (const PodRef& pod : share->pods)
       if (pod.uid == *facts->pod_uid) return true;
   if (!facts->owner) return false;
-  const std::vector<uint64_t> owners = usage_page_owners(share->folder + "/usage");
-  return std::binary_search(owners.begin(), owners.end(), *facts->owner);
+  return share_folder::read_usage_page(share->folder + "/usage").owns(*facts->owner);
 }
 
 OutOfBandChecker::PodVerdict OutOfBandChecker::pod_verdict(std::vector<CheckedShare>& shares,
@@ -187,384 +166,491 @@ OutOfBandChecker::PodVerdict OutOfBandChecker::pod_verdict(std::vector<CheckedSh
   return named() ? known() : PodVerdict::kOther;
 }
 
-std::vector<Finding> OutOfBandChecker::pass() {
-  std::vector<Finding> findings;
-  std::string problems;
-  auto note = [&problems](const std::string& problem) {
-    problems += (problems.empty() ? "" : "; ") + problem;
-  };
-  ++stats_.passes;
-  const Clock::time_point now = clock_.now();
-  for (auto& [key, episode] : episodes_) episode.seen = false;
-  processes_.begin_pass();
-  // Not const: a claim's pods asked for afresh (pod_verdict) replace its shares' here.
-  std::vector<CheckedShare> shares = shares_();
-  std::erase_if(pods_questions_, [&shares](const auto& question) {
-    return std::none_of(shares.begin(), shares.end(), [&](const CheckedShare& share) {
-      return share.claim_uid == question.first;
-    });
-  });
+// ---- One pass, in steps -------------------------------------------------------------------------
 
-  auto finding = [](FindingKind kind, const CheckedShare& share, int pid, uint64_t start_time,
-                    std::string detail) {
-    Finding f;
-    f.kind = kind;
-    f.host_pid = pid;
-    f.host_pid_start_time = start_time;
-    f.share = share.name;
-    f.claim_namespace = share.claim_namespace;
-    f.claim_name = share.claim_name;
-    f.claim_uid = share.claim_uid;
-    std::string pods;
-    for (const PodRef& pod : share.pods) pods += (pods.empty() ? "" : ",") + pod.name;
-    f.pod = pods.empty() ? "" : share.claim_namespace + "/" + pods;
-    f.gpu_uuid = share.uuid;
-    f.detail = std::move(detail);
-    return f;
-  };
+namespace {
 
-  // Each folder's usage page once (a claim's shares of several GPUs share one).
-  struct Folder {
-    UsagePageSnapshot page;
-    std::vector<std::string> uuids;  // the limits page's devices
-    std::set<uint64_t> owners;       // live-looking slot owner words
-    std::vector<const CheckedShare*> shares;
-  };
-  std::map<std::string, Folder> folders;
+Finding make_finding(FindingKind kind, const CheckedShare& share, int pid, uint64_t start_time,
+                     std::string detail) {
+  Finding f;
+  f.kind = kind;
+  f.host_pid = pid;
+  f.host_pid_start_time = start_time;
+  f.share = share.name;
+  f.claim_namespace = share.claim_namespace;
+  f.claim_name = share.claim_name;
+  f.claim_uid = share.claim_uid;
+  std::string pods;
+  for (const PodRef& pod : share.pods) pods += (pods.empty() ? "" : ",") + pod.name;
+  f.pod = pods.empty() ? "" : share.claim_namespace + "/" + pods;
+  f.gpu_uuid = share.uuid;
+  f.detail = std::move(detail);
+  return f;
+}
+
+// A folder's pages as one pass reads them (a claim's shares of several GPUs share one folder).
+struct CheckedFolder {
+  share_folder::UsagePageCopy page;
+  // Every slot of a page read whole (above the high-water mark too) that holds an owner or
+  // bytes; none of a page that is no regular file or is truncated.
+  std::vector<share_folder::SlotCopy> slots;
+  std::vector<std::string> uuids;  // the limits page's devices (none without a valid page)
+  std::set<uint64_t> owners;       // live-looking slot owner words
+  std::vector<const CheckedShare*> shares;
+};
+
+// A GPU's processes as NVML answered for them in this pass.
+struct CheckedGpu {
+  std::vector<GpuProcessMemory> memory;
+  std::map<int, unsigned> busy;  // pid -> SM percent
+  bool ok = false;
+};
+
+// The process's slots in a folder on device `d`: their summed figure and the first one's index.
+struct SlotFigure {
+  uint64_t bytes = 0;
+  std::optional<uint32_t> first;
+};
+
+SlotFigure slot_figure(const CheckedFolder& folder, uint64_t owner, int d) {
+  SlotFigure figure;
+  for (const share_folder::SlotCopy& slot : folder.slots) {
+    if (slot.owner != owner) continue;
+    if (!figure.first) figure.first = slot.index;
+    if (d >= 0) figure.bytes += slot.bytes[d];
+  }
+  return figure;
+}
+
+// A process NVML sees on a share's GPU that belongs to the share (its page or its pod).
+struct Member {
+  int pid;
+  uint64_t owner;
+  uint64_t start_time;
+  uint64_t used;  // NVML's figure
+  bool in_page;
+  SlotFigure slot;
+};
+
+// Each folder's pages once.
+std::map<std::string, CheckedFolder> read_folders(const std::vector<CheckedShare>& shares) {
+  std::map<std::string, CheckedFolder> folders;
   for (const CheckedShare& share : shares) {
     auto [it, fresh] = folders.try_emplace(share.folder);
+    CheckedFolder& folder = it->second;
     if (fresh) {
-      it->second.page = read_usage_page(share.folder);
-      it->second.uuids = limits_uuids(share.folder);
-      for (const SlotSnapshot& slot : it->second.page.slots)
-        if (slot.owner != 0 && (slot.owner & share::kOwnerReclaiming) == 0)
-          it->second.owners.insert(slot.owner);
+      const share_folder::ShareFolderSnapshot read = share_folder::read_share_folder(share.folder);
+      folder.page = read.usage;
+      if (read.limits.valid())
+        for (const share_folder::LimitsDevice& device : read.limits.devices)
+          folder.uuids.push_back(device.uuid);
+      const bool whole = folder.page.problem == share_folder::UsageProblem::kNone ||
+                         folder.page.problem == share_folder::UsageProblem::kBadHeader;
+      if (!whole) folder.page.high_water = 0;  // not read: nothing to judge it by
+      for (const share_folder::SlotCopy& slot : folder.page.slots)
+        if (whole && (slot.owner != 0 || slot.holds_bytes())) folder.slots.push_back(slot);
+      for (const share_folder::SlotCopy& slot : folder.slots)
+        if (slot.live()) folder.owners.insert(slot.owner);
     }
-    it->second.shares.push_back(&share);
+    folder.shares.push_back(&share);
   }
+  return folders;
+}
 
-  // Each GPU's processes once.
-  struct Gpu {
-    std::vector<GpuProcessMemory> memory;
-    std::map<int, unsigned> busy;  // pid -> SM percent
-    bool ok = false;
-  };
-  std::map<std::string, Gpu> gpus;
+// Each GPU's processes once; a GPU NVML does not answer for is a problem of the pass.
+std::map<std::string, CheckedGpu> read_gpus(const std::vector<CheckedShare>& shares,
+                                            GpuProcessSource& source, Problems& problems) {
+  std::map<std::string, CheckedGpu> gpus;
   for (const CheckedShare& share : shares) {
     auto [it, fresh] = gpus.try_emplace(share.uuid);
     if (!fresh) continue;
-    Result<std::vector<GpuProcessMemory>> memory = gpus_.memory(share.uuid);
+    Result<std::vector<GpuProcessMemory>> memory = source.memory(share.uuid);
     if (!memory.is_ok()) {
-      note(memory.status().message());
+      problems.push_back(memory.status());
       continue;
     }
     it->second.memory = std::move(memory).value();
     it->second.ok = true;
-    if (Result<std::vector<GpuProcessBusy>> busy = gpus_.busy(share.uuid); busy.is_ok()) {
+    if (Result<std::vector<GpuProcessBusy>> busy = source.busy(share.uuid); busy.is_ok()) {
       for (const GpuProcessBusy& b : *busy) it->second.busy[b.pid] += b.sm_percent;
     } else {
-      note(busy.status().message());
+      problems.push_back(busy.status());
     }
   }
+  return gpus;
+}
 
-  // The process's slots in a folder on device `d`: their summed figure and the first one's index.
-  struct SlotFigure {
-    uint64_t bytes = 0;
-    std::optional<uint32_t> first;
-  };
-  auto slot_figure = [](const Folder& folder, uint64_t owner, int d) {
-    SlotFigure figure;
-    for (const SlotSnapshot& slot : folder.page.slots) {
-      if (slot.owner != owner) continue;
-      if (!figure.first) figure.first = slot.index;
-      if (d >= 0) figure.bytes += slot.bytes[d];
+}  // namespace
+
+// What one pass reads once and what it decides (the steps below fill it in order).
+struct OutOfBandChecker::Pass {
+  Clock::time_point now;
+  // Not const: a claim's pods asked for afresh (pod_verdict) replace its shares' here.
+  std::vector<CheckedShare> shares;
+  std::map<std::string, CheckedFolder> folders;                  // by folder path
+  std::map<std::string, CheckedGpu> gpus;                        // by UUID
+  std::map<std::string, share_folder::UsagePageRepair> repairs;  // by folder path
+  std::vector<Finding> findings;
+  Problems problems;  // what could not be checked (NVML, a repair that failed)
+};
+
+// One share on its GPU: its folder, its page's device index and its processes.
+struct OutOfBandChecker::ShareCheck {
+  const CheckedShare& share;
+  const CheckedGpu& gpu;
+  CheckedFolder& folder;
+  int device = -1;  // the share's GPU in the limits page; -1 when the page does not name it
+  std::vector<Member> members;
+};
+
+std::vector<Finding> OutOfBandChecker::pass() {
+  Pass pass;
+  begin_pass(pass);
+  pass.folders = read_folders(pass.shares);
+  pass.gpus = read_gpus(pass.shares, gpus_, pass.problems);
+  for (const CheckedShare& share : pass.shares) check_share(pass, share);
+  check_pages(pass);
+  if (options_.repair) apply_repairs(pass);
+  end_pass(pass);
+  return std::move(pass.findings);
+}
+
+void OutOfBandChecker::begin_pass(Pass& pass) {
+  ++stats_.passes;
+  pass.now = clock_.now();
+  for (auto& [key, episode] : episodes_) episode.seen = false;
+  processes_.begin_pass();
+  pass.shares = shares_();
+  std::erase_if(pods_questions_, [&pass](const auto& question) {
+    return std::none_of(pass.shares.begin(), pass.shares.end(), [&](const CheckedShare& share) {
+      return share.claim_uid == question.first;
+    });
+  });
+}
+
+void OutOfBandChecker::check_share(Pass& pass, const CheckedShare& share) {
+  const CheckedGpu& gpu = pass.gpus[share.uuid];
+  if (!gpu.ok) return;
+  CheckedFolder& folder = pass.folders[share.folder];
+  const auto index = std::find(folder.uuids.begin(), folder.uuids.end(), share.uuid);
+  ShareCheck check{
+      share,
+      gpu,
+      folder,
+      index == folder.uuids.end() ? -1 : static_cast<int>(index - folder.uuids.begin()),
+      {}};
+  find_members(pass, check);
+  find_slot_lies(pass, check);
+  find_over_memory(pass, check);
+  find_over_cores(pass, check);
+}
+
+// The processes NVML sees on the share's GPU that are the share's: in its page, or of its pod (and
+// in no page of another of the pod's shares there).
+void OutOfBandChecker::find_members(Pass& pass, ShareCheck& check) {
+  const CheckedShare& share = check.share;
+  std::vector<Member>& members = check.members;
+  for (const GpuProcessMemory& process : check.gpu.memory) {
+    const ProcessFacts* facts = processes_.lookup(process.pid);
+    if (!facts) continue;
+    const bool in_page = facts->owner && check.folder.owners.count(*facts->owner) != 0;
+    bool in_pod = false;
+    if (facts->pod_uid)
+      for (const PodRef& pod : share.pods) in_pod = in_pod || pod.uid == *facts->pod_uid;
+    if (!in_page && !in_pod && facts->pod_uid) {
+      // A pod no share of this GPU names, of a process in no page of them: maybe a pod that
+      // joined a shared claim after its prepare (the page side asks for a process in a page).
+      bool anyones = false;
+      for (const CheckedShare& other : pass.shares) {
+        if (other.uuid != share.uuid) continue;
+        for (const PodRef& pod : other.pods) anyones = anyones || pod.uid == *facts->pod_uid;
+        anyones =
+            anyones || (facts->owner && pass.folders[other.folder].owners.count(*facts->owner));
+      }
+      in_pod = !anyones && pod_verdict(pass.shares, share.claim_uid, *facts->pod_uid, pass.now) ==
+                               PodVerdict::kClaims;
     }
-    return figure;
-  };
-
-  std::map<std::string, UsagePageRepair> repairs;  // by folder
-  for (const CheckedShare& share : shares) {
-    const Gpu& gpu = gpus[share.uuid];
-    if (!gpu.ok) continue;
-    Folder& folder = folders[share.folder];
-    const auto index_it = std::find(folder.uuids.begin(), folder.uuids.end(), share.uuid);
-    const int d =
-        index_it == folder.uuids.end() ? -1 : static_cast<int>(index_it - folder.uuids.begin());
-    struct Member {
-      int pid;
-      uint64_t owner;
-      uint64_t start_time;
-      uint64_t used;
-      bool in_page;
-      SlotFigure slot;
-    };
-    std::vector<Member> members;
-    for (const GpuProcessMemory& process : gpu.memory) {
-      const ProcessFacts* facts = processes_.lookup(process.pid);
-      if (!facts) continue;
-      const bool in_page = facts->owner && folder.owners.count(*facts->owner) != 0;
-      bool in_pod = false;
-      if (facts->pod_uid)
-        for (const PodRef& pod : share.pods) in_pod = in_pod || pod.uid == *facts->pod_uid;
-      if (!in_page && !in_pod && facts->pod_uid) {
-        // A pod no share of this GPU names, of a process in no page of them: maybe a pod that
-        // joined a shared claim after its prepare (the page side asks for a process in a page).
-        bool anyones = false;
-        for (const CheckedShare& other : shares) {
-          if (other.uuid != share.uuid) continue;
-          for (const PodRef& pod : other.pods) anyones = anyones || pod.uid == *facts->pod_uid;
-          anyones = anyones || (facts->owner && folders[other.folder].owners.count(*facts->owner));
-        }
-        in_pod = !anyones &&
-                 pod_verdict(shares, share.claim_uid, *facts->pod_uid, now) == PodVerdict::kClaims;
+    if (!in_page && !in_pod) continue;
+    if (!in_page) {
+      // The pod's process: in the page of another of the pod's shares of this GPU, it is
+      // that share's.
+      bool elsewhere = false;
+      for (const CheckedShare& other : pass.shares) {
+        if (&other == &share || other.uuid != share.uuid || !facts->owner) continue;
+        bool same_pod = false;
+        for (const PodRef& pod : other.pods) same_pod = same_pod || pod.uid == *facts->pod_uid;
+        if (same_pod && pass.folders[other.folder].owners.count(*facts->owner) != 0)
+          elsewhere = true;
       }
-      if (!in_page && !in_pod) continue;
-      if (!in_page) {
-        // The pod's process: in the page of another of the pod's shares of this GPU, it is
-        // that share's.
-        bool elsewhere = false;
-        for (const CheckedShare& other : shares) {
-          if (&other == &share || other.uuid != share.uuid || !facts->owner) continue;
-          bool same_pod = false;
-          for (const PodRef& pod : other.pods) same_pod = same_pod || pod.uid == *facts->pod_uid;
-          if (same_pod && folders[other.folder].owners.count(*facts->owner) != 0) elsewhere = true;
-        }
-        if (elsewhere) continue;
-      }
-      Member member{process.pid,       facts->owner.value_or(0),
-                    facts->start_time, process.used_bytes,
-                    in_page,           {}};
-      if (in_page) member.slot = slot_figure(folder, *facts->owner, d);
-      members.push_back(member);
+      if (elsewhere) continue;
     }
+    Member member{
+        process.pid, facts->owner.value_or(0), facts->start_time, process.used_bytes, in_page, {}};
+    if (in_page) member.slot = slot_figure(check.folder, *facts->owner, check.device);
+    members.push_back(member);
+  }
+}
 
-    uint64_t total = 0;
-    for (const Member& m : members) total += m.used;
-    auto liar = [&](const Member& m) { return m.used > m.slot.bytes + options_.memory_margin; };
-
-    for (const Member& m : members) {
-      if (!m.in_page) {
-        if (due({FindingKind::kUnshimmedProcess, share.name, m.pid}, now, Clock::duration::zero()))
-          findings.push_back(finding(FindingKind::kUnshimmedProcess, share, m.pid, m.start_time,
-                                     "a process of the share's pod holds " + mib(m.used) +
-                                         " on its GPU and has no slot in the share's usage page "
-                                         "(no shim, or the shim bypassed)"));
-        continue;
-      }
-      const uint64_t difference =
-          m.used > m.slot.bytes ? m.used - m.slot.bytes : m.slot.bytes - m.used;
-      if (difference <= options_.memory_margin || !m.slot.first || d < 0) continue;
-      // Repaired below, so seeing it again is a new lie (one episode per sighting); unrepaired
-      // (report only), one per episode.
-      const EpisodeKey lie{FindingKind::kUsageDisagrees, share.name, m.pid};
-      if (options_.repair) episodes_.erase(lie);
-      if (due(lie, now, Clock::duration::zero()))
-        findings.push_back(
-            finding(FindingKind::kUsageDisagrees, share, m.pid, m.start_time,
-                    "its slot says " + mib(m.slot.bytes) + ", NVML says " + mib(m.used) +
-                        (options_.repair ? ": NVML's figure written into the slot" : "")));
-      if (options_.repair) {
-        // NVML's figure into the process's first slot (its others keep theirs): the shim's later
-        // frees subtract from a true figure (they never go below 0), and its next reservation is
-        // checked against what the process really holds.
-        const SlotSnapshot* first = nullptr;
-        uint64_t others = 0;
-        for (const SlotSnapshot& slot : folder.page.slots) {
-          if (slot.owner != m.owner) continue;
-          if (!first) {
-            first = &slot;
-          } else {
-            others += slot.bytes[d];
-          }
-        }
-        if (first)
-          repairs[share.folder].sets.push_back({first->index, first->owner,
-                                                static_cast<uint32_t>(d), first->bytes[d],
-                                                m.used > others ? m.used - others : 0});
-      }
+void OutOfBandChecker::find_slot_lies(Pass& pass, const ShareCheck& check) {
+  const CheckedShare& share = check.share;
+  const int d = check.device;
+  for (const Member& m : check.members) {
+    if (!m.in_page) {
+      if (due({FindingKind::kUnshimmedProcess, share.name, m.pid}, pass.now,
+              Clock::duration::zero()))
+        pass.findings.push_back(
+            make_finding(FindingKind::kUnshimmedProcess, share, m.pid, m.start_time,
+                         "a process of the share's pod holds " + mib(m.used) +
+                             " on its GPU and has no slot in the share's usage page "
+                             "(no shim, or the shim bypassed)"));
+      continue;
     }
-
-    if (share.memory_limit && total > *share.memory_limit + options_.memory_margin) {
-      const bool report =
-          due({FindingKind::kOverMemoryLimit, share.name, 0}, now, options_.memory_grace);
-      if (report) {
-        bool any = false;
-        for (const Member& m : members) {
-          if (!liar(m)) continue;
-          any = true;
-          findings.push_back(finding(FindingKind::kOverMemoryLimit, share, m.pid, m.start_time,
-                                     "the share holds " + mib(total) + " (NVML) of its " +
-                                         mib(*share.memory_limit) + "; this process holds " +
-                                         mib(m.used) + ", its slot says " + mib(m.slot.bytes)));
+    const uint64_t difference =
+        m.used > m.slot.bytes ? m.used - m.slot.bytes : m.slot.bytes - m.used;
+    if (difference <= options_.memory_margin || !m.slot.first || d < 0) continue;
+    // Repaired below, so seeing it again is a new lie (one episode per sighting); unrepaired
+    // (report only), one per episode.
+    const EpisodeKey lie{FindingKind::kUsageDisagrees, share.name, m.pid};
+    if (options_.repair) episodes_.erase(lie);
+    if (due(lie, pass.now, Clock::duration::zero()))
+      pass.findings.push_back(
+          make_finding(FindingKind::kUsageDisagrees, share, m.pid, m.start_time,
+                       "its slot says " + mib(m.slot.bytes) + ", NVML says " + mib(m.used) +
+                           (options_.repair ? ": NVML's figure written into the slot" : "")));
+    if (options_.repair) {
+      // NVML's figure into the process's first slot (its others keep theirs): the shim's later
+      // frees subtract from a true figure (they never go below 0), and its next reservation is
+      // checked against what the process really holds.
+      const share_folder::SlotCopy* first = nullptr;
+      uint64_t others = 0;
+      for (const share_folder::SlotCopy& slot : check.folder.slots) {
+        if (slot.owner != m.owner) continue;
+        if (!first) {
+          first = &slot;
+        } else {
+          others += slot.bytes[d];
         }
-        // Nobody's slot lies, yet the share is over: the page was got round another way (its
-        // high-water mark reset, slots hidden from the sum). The share's biggest holder is the
-        // offender: whoever it is, it is this share's process.
-        const auto biggest =
-            std::max_element(members.begin(), members.end(),
-                             [](const Member& a, const Member& b) { return a.used < b.used; });
-        if (!any && biggest != members.end())
-          findings.push_back(finding(
-              FindingKind::kOverMemoryLimit, share, biggest->pid, biggest->start_time,
-              "the share holds " + mib(total) + " (NVML) of its " + mib(*share.memory_limit) +
-                  "; no slot lies, this process holds the most (" + mib(biggest->used) + ")"));
       }
-    }
-
-    if (share.cores && !gpu.busy.empty()) {
-      const uint32_t allowed = std::max(*share.cores, share.burst.value_or(0));
-      if (allowed < 100) {
-        unsigned used = 0;
-        const Member* busiest = nullptr;
-        unsigned busiest_percent = 0;
-        for (const Member& m : members) {
-          const auto it = gpu.busy.find(m.pid);
-          if (it == gpu.busy.end()) continue;
-          used += it->second;
-          if (!busiest || it->second > busiest_percent) {
-            busiest = &m;
-            busiest_percent = it->second;
-          }
-        }
-        if (used > allowed + options_.cores_margin &&
-            due({FindingKind::kOverCoresBurst, share.name, 0}, now, options_.cores_grace))
-          findings.push_back(finding(
-              FindingKind::kOverCoresBurst, share, busiest ? busiest->pid : 0,
-              busiest ? busiest->start_time : 0,
-              "the share used " + std::to_string(used) + " % of the GPU, over its " +
-                  std::to_string(allowed) + " % (quota or burst) for longer than " +
-                  std::to_string(
-                      std::chrono::duration_cast<std::chrono::milliseconds>(options_.cores_grace)
-                          .count()) +
-                  " ms"));
-      }
+      if (first)
+        pass.repairs[share.folder].sets.push_back({first->index, first->owner,
+                                                   static_cast<uint32_t>(d), first->bytes[d],
+                                                   m.used > others ? m.used - others : 0});
     }
   }
+}
 
-  // The pages themselves: shape, header, high-water mark, slots no live process of the share owns.
-  std::map<uint64_t, int> gpu_owners;  // owner word -> host pid of every GPU process seen
-  for (const auto& [uuid, gpu] : gpus)
+void OutOfBandChecker::find_over_memory(Pass& pass, const ShareCheck& check) {
+  const CheckedShare& share = check.share;
+  const std::vector<Member>& members = check.members;
+  uint64_t total = 0;
+  for (const Member& m : members) total += m.used;
+  if (!share.memory_limit || total <= *share.memory_limit + options_.memory_margin) return;
+  if (!due({FindingKind::kOverMemoryLimit, share.name, 0}, pass.now, options_.memory_grace)) return;
+  auto liar = [&](const Member& m) { return m.used > m.slot.bytes + options_.memory_margin; };
+  bool any = false;
+  for (const Member& m : members) {
+    if (!liar(m)) continue;
+    any = true;
+    pass.findings.push_back(make_finding(FindingKind::kOverMemoryLimit, share, m.pid, m.start_time,
+                                         "the share holds " + mib(total) + " (NVML) of its " +
+                                             mib(*share.memory_limit) + "; this process holds " +
+                                             mib(m.used) + ", its slot says " + mib(m.slot.bytes)));
+  }
+  // Nobody's slot lies, yet the share is over: the page was got round another way (its
+  // high-water mark reset, slots hidden from the sum). The share's biggest holder is the
+  // offender: whoever it is, it is this share's process.
+  const auto biggest =
+      std::max_element(members.begin(), members.end(),
+                       [](const Member& a, const Member& b) { return a.used < b.used; });
+  if (!any && biggest != members.end())
+    pass.findings.push_back(make_finding(
+        FindingKind::kOverMemoryLimit, share, biggest->pid, biggest->start_time,
+        "the share holds " + mib(total) + " (NVML) of its " + mib(*share.memory_limit) +
+            "; no slot lies, this process holds the most (" + mib(biggest->used) + ")"));
+}
+
+void OutOfBandChecker::find_over_cores(Pass& pass, const ShareCheck& check) {
+  const CheckedShare& share = check.share;
+  if (!share.cores || check.gpu.busy.empty()) return;
+  const uint32_t allowed = std::max(*share.cores, share.burst.value_or(0));
+  if (allowed >= 100) return;
+  unsigned used = 0;
+  const Member* busiest = nullptr;
+  unsigned busiest_percent = 0;
+  for (const Member& m : check.members) {
+    const auto it = check.gpu.busy.find(m.pid);
+    if (it == check.gpu.busy.end()) continue;
+    used += it->second;
+    if (!busiest || it->second > busiest_percent) {
+      busiest = &m;
+      busiest_percent = it->second;
+    }
+  }
+  if (used > allowed + options_.cores_margin &&
+      due({FindingKind::kOverCoresBurst, share.name, 0}, pass.now, options_.cores_grace))
+    pass.findings.push_back(make_finding(
+        FindingKind::kOverCoresBurst, share, busiest ? busiest->pid : 0,
+        busiest ? busiest->start_time : 0,
+        "the share used " + std::to_string(used) + " % of the GPU, over its " +
+            std::to_string(allowed) + " % (quota or burst) for longer than " +
+            std::to_string(
+                std::chrono::duration_cast<std::chrono::milliseconds>(options_.cores_grace)
+                    .count()) +
+            " ms"));
+}
+
+void OutOfBandChecker::check_pages(Pass& pass) {
+  // The owner word -> host pid of every GPU process seen: the slots' owners are looked up here
+  // first, the host's processes only for the others.
+  std::map<uint64_t, int> gpu_owners;
+  for (const auto& [uuid, gpu] : pass.gpus)
     for (const GpuProcessMemory& process : gpu.memory)
       if (const ProcessFacts* facts = processes_.lookup(process.pid); facts && facts->owner)
         gpu_owners[*facts->owner] = process.pid;
-  for (auto& [path, folder] : folders) {
-    const CheckedShare& share = *folder.shares.front();
-    UsagePageRepair& repair = repairs[path];
-    std::string corrupt;
-    auto add = [&corrupt](const std::string& what) {
-      corrupt += (corrupt.empty() ? "" : "; ") + what;
-    };
-    switch (folder.page.state) {
-      case UsagePageState::kMissing:
-      case UsagePageState::kValid:
-        break;
-      case UsagePageState::kNotRegular:
-        add(folder.page.problem);
-        repair.recreate = true;
-        break;
-      case UsagePageState::kShort:
-        add(folder.page.problem);
-        repair.extend = true;
-        break;
-      case UsagePageState::kBadHeader:
-        add(folder.page.problem);
-        repair.rewrite_header = true;
-        break;
-    }
-    std::set<std::string> pods;  // of every share in the folder
-    for (const CheckedShare* s : folder.shares)
-      for (const PodRef& pod : s->pods) pods.insert(pod.uid);
-    uint32_t sound_high = 0, foreign = 0, stale = 0;
-    bool below_mark = false;
-    for (const SlotSnapshot& slot : folder.page.slots) {
-      const uint64_t owner = base_owner(slot.owner);
-      bool clear = false;
-      if (slot.owner == 0) {
-        // A free slot counts in the share's sum (every slot below the mark does): bytes there
-        // block the share. No shim leaves them (it zeroes a slot's bytes before freeing it, and
-        // claims a slot by its owner word first), so they are a tenant's.
-        clear = true;
-        ++stale;
-      } else {
-        // The GPU's processes were looked up already; the host's are scanned only for others.
-        auto known = gpu_owners.find(owner);
-        std::optional<int> pid;
-        if (known != gpu_owners.end()) {
-          pid = known->second;
-        } else if (const auto& live = processes_.live_owners(); live.count(owner) != 0) {
-          pid = live.at(owner);
-        }
-        if (!pid) {
-          clear = true;  // dead, or an owner word no process has
-        } else if (!pods.empty()) {
-          const ProcessFacts* facts = processes_.lookup(*pid);
-          if (facts && facts->pod_uid && pods.count(*facts->pod_uid) == 0) {
-            // Another pod's, unless the folder's claim was reserved for it since it was
-            // prepared. Undecided (no answer yet): left as it is, neither cleared nor reported.
-            PodVerdict verdict = PodVerdict::kOther;
-            std::set<std::string> claims;
-            for (const CheckedShare* s : folder.shares) claims.insert(s->claim_uid);
-            for (const std::string& claim : claims) {
-              const PodVerdict of_claim = pod_verdict(shares, claim, *facts->pod_uid, now);
-              if (of_claim == PodVerdict::kClaims) {
-                verdict = of_claim;
-                break;
-              }
-              if (of_claim == PodVerdict::kUndecided) verdict = of_claim;
-            }
-            if (verdict == PodVerdict::kClaims) pods.insert(*facts->pod_uid);
-            if (verdict == PodVerdict::kOther) {
-              clear = true;  // a live process of another pod: a forged owner word
-              ++foreign;
-            }
+  for (const auto& [path, folder] : pass.folders) check_page(pass, path, gpu_owners);
+}
+
+// The page's shape, header, high-water mark, and the slots no live process of the share owns.
+void OutOfBandChecker::check_page(Pass& pass, const std::string& path,
+                                  const std::map<uint64_t, int>& gpu_owners) {
+  const CheckedFolder& folder = pass.folders.at(path);
+  const CheckedShare& share = *folder.shares.front();
+  share_folder::UsagePageRepair& repair = pass.repairs[path];
+  std::string corrupt;
+  auto add = [&corrupt](const std::string& what) {
+    corrupt += (corrupt.empty() ? "" : "; ") + what;
+  };
+  switch (folder.page.problem) {
+    case share_folder::UsageProblem::kMissing:
+    case share_folder::UsageProblem::kNone:
+      break;
+    case share_folder::UsageProblem::kSymlink:
+    case share_folder::UsageProblem::kNotRegular:
+    case share_folder::UsageProblem::kCannotRead:
+      add(folder.page.message);
+      repair.recreate = true;
+      break;
+    case share_folder::UsageProblem::kTruncated:
+      add(folder.page.message);
+      repair.extend = true;
+      break;
+    case share_folder::UsageProblem::kBadHeader:
+      add(folder.page.message);
+      repair.rewrite_header = true;
+      break;
+  }
+  const SlotVerdicts verdicts = judge_slots(pass, path, gpu_owners, repair);
+  if (verdicts.stale > 0) add(std::to_string(verdicts.stale) + " free slots hold bytes");
+  if (verdicts.foreign > 0)
+    add(std::to_string(verdicts.foreign) + " slots name live processes of other pods");
+  const bool mark_wrong = verdicts.below_mark || folder.page.high_water > share::kMaxSlots;
+  if (mark_wrong)
+    add("slot_high_water is " + std::to_string(folder.page.high_water) + ", slots up to " +
+        std::to_string(verdicts.sound_high) + " are in use");
+  if (folder.page.problem != share_folder::UsageProblem::kMissing &&
+      (mark_wrong || !repair.clears.empty() || repair.extend || repair.rewrite_header))
+    repair.high_water = verdicts.sound_high;
+  const EpisodeKey scribbled{FindingKind::kCorruptUsagePage, share.name, 0};
+  if (options_.repair) episodes_.erase(scribbled);  // as for a lie: each sighting is new
+  if (!corrupt.empty() && due(scribbled, pass.now, Clock::duration::zero()))
+    pass.findings.push_back(make_finding(FindingKind::kCorruptUsagePage, share, 0, 0,
+                                         corrupt + (options_.repair ? ": repaired" : "")));
+}
+
+// Each slot of the folder's page: kept, or cleared (into `repair`) when it holds bytes while free,
+// names no live process, or names a live process of another pod.
+OutOfBandChecker::SlotVerdicts OutOfBandChecker::judge_slots(
+    Pass& pass, const std::string& path, const std::map<uint64_t, int>& gpu_owners,
+    share_folder::UsagePageRepair& repair) {
+  const CheckedFolder& folder = pass.folders.at(path);
+  SlotVerdicts verdicts;
+  std::set<std::string> pods;  // of every share in the folder
+  for (const CheckedShare* s : folder.shares)
+    for (const PodRef& pod : s->pods) pods.insert(pod.uid);
+  for (const share_folder::SlotCopy& slot : folder.slots) {
+    const uint64_t owner = base_owner(slot.owner);
+    bool clear = false;
+    if (slot.owner == 0) {
+      // A free slot counts in the share's sum (every slot below the mark does): bytes there
+      // block the share. No shim leaves them (it zeroes a slot's bytes before freeing it, and
+      // claims a slot by its owner word first), so they are a tenant's.
+      clear = true;
+      ++verdicts.stale;
+    } else {
+      // The GPU's processes were looked up already; the host's are scanned only for others.
+      auto known = gpu_owners.find(owner);
+      std::optional<int> pid;
+      if (known != gpu_owners.end()) {
+        pid = known->second;
+      } else if (const auto& live = processes_.live_owners(); live.count(owner) != 0) {
+        pid = live.at(owner);
+      }
+      if (!pid) {
+        clear = true;  // dead, or an owner word no process has
+      } else if (!pods.empty()) {
+        const ProcessFacts* facts = processes_.lookup(*pid);
+        if (facts && facts->pod_uid && pods.count(*facts->pod_uid) == 0) {
+          // Another pod's, unless the folder's claim was reserved for it since it was
+          // prepared. Undecided (no answer yet): left as it is, neither cleared nor reported.
+          const PodVerdict verdict = folder_pod_verdict(pass, path, *facts->pod_uid);
+          if (verdict == PodVerdict::kClaims) pods.insert(*facts->pod_uid);
+          if (verdict == PodVerdict::kOther) {
+            clear = true;  // a live process of another pod: a forged owner word
+            ++verdicts.foreign;
           }
         }
       }
-      if (clear) {
-        repair.clears.push_back({slot.index, slot.owner});
-        continue;
-      }
-      if (slot.owner != 0) {
-        sound_high = std::max(sound_high, slot.index + 1);
-        bool holds = false;
-        for (uint64_t bytes : slot.bytes) holds = holds || bytes != 0;
-        if (holds && slot.index >= folder.page.high_water) below_mark = true;
-      }
     }
-    if (stale > 0) add(std::to_string(stale) + " free slots hold bytes");
-    if (foreign > 0) add(std::to_string(foreign) + " slots name live processes of other pods");
-    if (below_mark || folder.page.high_water > share::kMaxSlots)
-      add("slot_high_water is " + std::to_string(folder.page.high_water) + ", slots up to " +
-          std::to_string(sound_high) + " are in use");
-    if (folder.page.state != UsagePageState::kMissing &&
-        (below_mark || folder.page.high_water > share::kMaxSlots || !repair.clears.empty() ||
-         repair.extend || repair.rewrite_header))
-      repair.high_water = sound_high;
-    const EpisodeKey scribbled{FindingKind::kCorruptUsagePage, share.name, 0};
-    if (options_.repair) episodes_.erase(scribbled);  // as for a lie: each sighting is new
-    if (!corrupt.empty() && due(scribbled, now, Clock::duration::zero()))
-      findings.push_back(finding(FindingKind::kCorruptUsagePage, share, 0, 0,
-                                 corrupt + (options_.repair ? ": repaired" : "")));
-  }
-
-  if (options_.repair) {
-    for (const auto& [path, repair] : repairs) {
-      if (repair.empty()) continue;
-      Result<RepairOutcome> outcome = repair_usage_page(path, repair);
-      if (!outcome.is_ok()) {
-        note(outcome.status().message());
-        continue;
-      }
-      ++stats_.repairs;
-      stats_.slots_cleared += outcome->cleared;
-      stats_.figures_set += outcome->set;
+    if (clear) {
+      repair.clears.push_back({slot.index, slot.owner});
+      continue;
+    }
+    if (slot.owner != 0) {
+      verdicts.sound_high = std::max(verdicts.sound_high, slot.index + 1);
+      if (slot.holds_bytes() && slot.index >= folder.page.high_water) verdicts.below_mark = true;
     }
   }
+  return verdicts;
+}
 
+// Whether pod `pod_uid` is one that a claim of the folder's shares is reserved for: kClaims as
+// soon as one claim says so, kUndecided while one has no answer yet, kOther otherwise.
+OutOfBandChecker::PodVerdict OutOfBandChecker::folder_pod_verdict(Pass& pass,
+                                                                  const std::string& path,
+                                                                  const std::string& pod_uid) {
+  const CheckedFolder& folder = pass.folders.at(path);
+  PodVerdict verdict = PodVerdict::kOther;
+  std::set<std::string> claims;
+  for (const CheckedShare* s : folder.shares) claims.insert(s->claim_uid);
+  for (const std::string& claim : claims) {
+    const PodVerdict of_claim = pod_verdict(pass.shares, claim, pod_uid, pass.now);
+    if (of_claim == PodVerdict::kClaims) return of_claim;
+    if (of_claim == PodVerdict::kUndecided) verdict = of_claim;
+  }
+  return verdict;
+}
+
+void OutOfBandChecker::apply_repairs(Pass& pass) {
+  for (const auto& [path, repair] : pass.repairs) {
+    if (repair.empty()) continue;
+    Result<share_folder::RepairOutcome> outcome = share_folder::repair_usage_page(path, repair);
+    if (!outcome.is_ok()) {
+      pass.problems.push_back(outcome.status());
+      continue;
+    }
+    ++stats_.repairs;
+    stats_.slots_cleared += outcome->cleared;
+    stats_.figures_set += outcome->set;
+  }
+}
+
+void OutOfBandChecker::end_pass(Pass& pass) {
   std::erase_if(episodes_, [](const auto& item) { return !item.second.seen; });
   processes_.end_pass();
   stats_.process_reads = processes_.full_reads();
-  stats_.findings += findings.size();
+  stats_.findings += pass.findings.size();
+  // One log line per change of what could not be checked, not one per pass.
+  const std::string problems = join_problems(pass.problems);
   if (problems != stats_.last_problem) {
     if (problems.empty()) {
       log::info("out-of-band checks running again");
@@ -573,7 +659,6 @@ std::vector<Finding> OutOfBandChecker::pass() {
     }
     stats_.last_problem = problems;
   }
-  return findings;
 }
 
 }  // namespace tessera::agent

@@ -22,7 +22,8 @@
 // claim_pods_interval); until an answer given after the pod was first seen leaves it out, its
 // slots are neither cleared nor reported.
 // Each finding is handed to the FindingHandler once per episode (again when the condition cleared
-// and came back). The usage page is read with pread only (enforcement/usage_page.h).
+// and came back). The pages are read with the one reader (tessera/share_folder/snapshot.h: pread
+// copies, never a mapping) and repaired through tessera/share_folder/usage_repair.h.
 #pragma once
 
 #include <chrono>
@@ -44,6 +45,10 @@
 #include "share/checkpoint.h"
 #include "tessera/status.h"
 #include "usage/gpu_processes.h"
+
+namespace tessera::share_folder {
+struct UsagePageRepair;
+}  // namespace tessera::share_folder
 
 namespace tessera::agent {
 
@@ -126,7 +131,6 @@ class OutOfBandChecker {
   };
   using EpisodeKey = std::tuple<FindingKind, std::string, int>;  // kind, share, pid
 
-  std::vector<Finding> pass();  // under mutex_
   // Whether pod `pod_uid` is one claim `claim_uid` is reserved for: named by its shares in
   // `shares`, or by claim_pods' answer (then written into `shares`); kUndecided until an answer
   // got in the pass that first saw the pod, or a later one, has come.
@@ -135,6 +139,39 @@ class OutOfBandChecker {
                          const std::string& pod_uid, Clock::time_point now);
   // True once the condition `key` has held for `grace` and was not reported in this episode.
   bool due(const EpisodeKey& key, Clock::time_point now, Clock::duration grace);
+
+  std::vector<Finding> pass();  // under mutex_: the steps below, in this order
+  // The steps of a pass (checker.cc). Pass holds what the pass read and decided; ShareCheck one
+  // share on its GPU.
+  struct Pass;
+  struct ShareCheck;
+  // What judge_slots found in one page.
+  struct SlotVerdicts {
+    uint32_t sound_high = 0;  // one past the last slot a live process of the share holds
+    uint32_t foreign = 0;     // slots of live processes of other pods (cleared)
+    uint32_t stale = 0;       // free slots holding bytes (cleared)
+    bool below_mark = false;  // a slot in use at or above the high-water mark
+  };
+  // Starts the pass: its clock reading, the prepared shares, a fresh view of the processes.
+  void begin_pass(Pass& pass);
+  // One share on its GPU: its processes, then each kind of lie and overuse.
+  void check_share(Pass& pass, const CheckedShare& share);
+  void find_members(Pass& pass, ShareCheck& check);
+  // unshimmed_process and usage_disagrees (with the slot's repair).
+  void find_slot_lies(Pass& pass, const ShareCheck& check);
+  void find_over_memory(Pass& pass, const ShareCheck& check);
+  void find_over_cores(Pass& pass, const ShareCheck& check);
+  // corrupt_usage_page: each folder's page, its shape and its slots, and what to repair.
+  void check_pages(Pass& pass);
+  void check_page(Pass& pass, const std::string& path, const std::map<uint64_t, int>& gpu_owners);
+  SlotVerdicts judge_slots(Pass& pass, const std::string& path,
+                           const std::map<uint64_t, int>& gpu_owners,
+                           share_folder::UsagePageRepair& repair);
+  // pod_verdict for a slot's pod against every claim of a folder's shares.
+  PodVerdict folder_pod_verdict(Pass& pass, const std::string& path, const std::string& pod_uid);
+  void apply_repairs(Pass& pass);
+  // Ends the pass: forgets conditions no longer seen, counts, logs what could not be checked.
+  void end_pass(Pass& pass);
 
   CheckerOptions options_;
   std::function<std::vector<CheckedShare>()> shares_;

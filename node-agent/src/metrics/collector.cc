@@ -6,8 +6,8 @@
 #include <optional>
 
 #include "metrics/exposition.h"
-#include "metrics/share_usage.h"
 #include "share/share_manager.h"
+#include "tessera/share_folder/snapshot.h"
 
 namespace tessera::agent {
 
@@ -18,9 +18,8 @@ constexpr double kNsPerSecond = 1e9;
 void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
                   const std::vector<NodeDevice>& devices, std::map<std::string, uint64_t>& shares,
                   Exposition& out) {
-  ShareReadBuffers buffers;
   // A folder can hold several shares of a claim (one per GPU): it is read once.
-  std::map<std::string, std::optional<ShareFolderUsage>> folders;
+  std::map<std::string, share_folder::ShareFolderSnapshot> folders;
   for (const auto& [claim_uid, entry] : checkpoint) {
     // A claim still being prepared may have no folder yet; its series appear when it completes.
     if (entry.state != ClaimState::kPrepareCompleted) continue;
@@ -28,21 +27,18 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
       ++shares[share.uuid];
       const std::string folder_name = share.folder_name();
       auto folder = folders.find(folder_name);
-      if (folder == folders.end()) {
-        Result<ShareFolderUsage> read =
-            read_share_folder(sources.shares_dir + "/" + folder_name, buffers);
+      if (folder == folders.end())
         folder = folders
-                     .emplace(folder_name,
-                              read.is_ok() ? std::optional(std::move(read).value()) : std::nullopt)
+                     .emplace(folder_name, share_folder::read_share_folder(sources.shares_dir +
+                                                                           "/" + folder_name))
                      .first;
-      }
       // The pod the claim was reserved for at prepare (status.reservedFor, in the checkpoint);
       // several (a shared claim): comma-separated; none known (an old checkpoint): empty.
       std::string pod;
       for (const PodRef& reserved : entry.pods) pod += (pod.empty() ? "" : ",") + reserved.name;
       const std::string labels[] = {entry.namespace_name, entry.name,       share.name(), pod,
                                     share.uuid,           sources.node_name};
-      const share::DeviceLimit limit = share_limits(share);
+      const share_folder::DeviceLimit limit = share_limits(share);
       double memory_limit = static_cast<double>(limit.memory_limit);
       if (limit.memory_limit == share::kUnlimited) {
         memory_limit = std::numeric_limits<double>::infinity();
@@ -56,21 +52,22 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
               uint64_t{std::max(limit.cores_limit, limit.cores_burst)});
       // A page that cannot be read whole (a tenant may truncate or replace it) leaves the usage
       // series out: 0 would read as "nothing used". Zero until a process has written the page.
-      const bool readable = folder->second && folder->second->usage_error.empty();
+      const share_folder::ShareFolderSnapshot& usage = folder->second;
+      const bool readable = usage.readable();
       out.add(MetricId::kShareUsageReadable, labels, uint64_t{readable ? 1u : 0u});
       if (!readable) continue;
-      const ShareFolderUsage& usage = *folder->second;
-      const int index = usage.device_index(share.uuid);
-      const uint64_t memory = index >= 0 ? usage.memory_bytes[index] : 0;
-      const uint64_t busy_ns = index >= 0 ? usage.gpu_busy_ns[index] : 0;
+      const int index = usage.limits.device_index(share.uuid);
+      const uint64_t memory =
+          index >= 0 ? usage.usage.memory_bytes(static_cast<uint32_t>(index)) : 0;
+      const uint64_t busy_ns = index >= 0 ? usage.gpu_busy_ns(static_cast<uint32_t>(index)) : 0;
       out.add(MetricId::kShareMemoryUsedBytes, labels, memory);
       out.add(MetricId::kShareGpuTimeSecondsTotal, labels,
               static_cast<double>(busy_ns) / kNsPerSecond);
       out.add(MetricId::kShareThrottledSecondsTotal, labels,
-              static_cast<double>(usage.throttled_ns) / kNsPerSecond);
-      out.add(MetricId::kShareLaunchesTotal, labels, usage.launches);
-      out.add(MetricId::kShareAllocationsDeniedTotal, labels, usage.allocations_denied);
-      out.add(MetricId::kShareProcesses, labels, uint64_t{usage.processes});
+              static_cast<double>(usage.usage.throttled_ns()) / kNsPerSecond);
+      out.add(MetricId::kShareLaunchesTotal, labels, usage.usage.launches());
+      out.add(MetricId::kShareAllocationsDeniedTotal, labels, usage.usage.allocations_denied());
+      out.add(MetricId::kShareProcesses, labels, uint64_t{usage.usage.processes()});
     }
   }
 }

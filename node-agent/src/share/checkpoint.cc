@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -50,73 +51,195 @@ json share_to_json(const ShareSpec& s) {
   return j;
 }
 
-// A member that is missing or of another type stops the read, naming the field and its value.
-[[noreturn]] void bad_field(const std::string& field, const char* expected, const json* value) {
-  throw std::runtime_error(field + ": expected " + expected + ", got " + json_shown(value));
-}
+// Reads the members of the checkpoint's JSON. The first member that is missing or of another type
+// is kept as the error (naming the field and its value) and every later read returns an empty
+// value, so a parser reads on in a straight line and asks ok() before it trusts what it read.
+class FieldReader {
+ public:
+  bool ok() const { return !error_; }
+  Status status() const { return error_ ? *error_ : Status::ok(); }
 
-const json& member(const json& object, const std::string& at, const char* key) {
-  const json* value = json_member(object, key);
-  if (!value) bad_field(at + key, "a value", value);
-  return *value;
-}
+  // A member that is missing or of another type stops the read, naming the field and its value.
+  void bad_field(const std::string& field, const char* expected, const json* value) {
+    fail(field + ": expected " + expected + ", got " + json_shown(value));
+  }
+  void fail(const std::string& message) {
+    if (!error_) error_ = internal_error("checkpoint: " + message);
+  }
 
-std::string string_member(const json& object, const std::string& at, const char* key) {
-  const json* value = json_member(object, key);
-  if (!value || !value->is_string()) bad_field(at + key, "a string", value);
-  return value->get<std::string>();
-}
+  const json* member(const json& object, const std::string& at, const char* key) {
+    if (!ok()) return nullptr;
+    const json* value = json_member(object, key);
+    if (!value) bad_field(at + key, "a value", value);
+    return value;
+  }
 
-// An unsigned integer of at most `max`.
-uint64_t unsigned_member(const json& object, const std::string& at, const char* key, uint64_t max) {
-  const json* value = json_member(object, key);
-  if (!value || !value->is_number_unsigned() || value->get<uint64_t>() > max)
-    bad_field(at + key, ("an integer 0.." + std::to_string(max)).c_str(), value);
-  return value->get<uint64_t>();
-}
+  std::string string_member(const json& object, const std::string& at, const char* key) {
+    if (!ok()) return "";
+    const json* value = json_member(object, key);
+    if (!value || !value->is_string()) {
+      bad_field(at + key, "a string", value);
+      return "";
+    }
+    return value->get<std::string>();
+  }
 
-// An enum written as its number (share_to_json): one of the `count` members (vgpu_config.h:
-// Priority and SharingStrategy have 3, TimeSlice 4).
-template <typename Enum>
-Enum enum_member(const json& object, const std::string& at, const char* key, uint64_t count) {
-  return static_cast<Enum>(unsigned_member(object, at, key, count - 1));
-}
+  // An unsigned integer of at most `max`.
+  uint64_t unsigned_member(const json& object, const std::string& at, const char* key,
+                           uint64_t max) {
+    if (!ok()) return 0;
+    const json* value = json_member(object, key);
+    if (!value || !value->is_number_unsigned() || value->get<uint64_t>() > max) {
+      bad_field(at + key, ("an integer 0.." + std::to_string(max)).c_str(), value);
+      return 0;
+    }
+    return value->get<uint64_t>();
+  }
 
-ShareSpec share_from_json(const json& j, const std::string& at) {
-  if (!j.is_object()) bad_field(at.substr(0, at.size() - 1), "an object", &j);
+  // An enum written as its number (share_to_json): one of the `count` members (vgpu_config.h:
+  // Priority and SharingStrategy have 3, TimeSlice 4).
+  template <typename Enum>
+  Enum enum_member(const json& object, const std::string& at, const char* key, uint64_t count) {
+    return static_cast<Enum>(unsigned_member(object, at, key, count - 1));
+  }
+
+ private:
+  std::optional<Status> error_;
+};
+
+Result<ShareSpec> share_from_json(const json& j, const std::string& at) {
+  FieldReader read;
+  if (!j.is_object()) {
+    read.bad_field(at.substr(0, at.size() - 1), "an object", &j);
+    return read.status();
+  }
   ShareSpec s;
-  s.claim_uid = string_member(j, at, "claimUID");
-  s.pool = string_member(j, at, "pool");
-  s.device = string_member(j, at, "device");
-  s.share_id = string_member(j, at, "shareID");
-  s.uuid = string_member(j, at, "uuid");
-  s.minor = static_cast<unsigned>(unsigned_member(j, at, "minor", UINT32_MAX));
-  const json& names = member(j, at, "requestNames");
-  if (!names.is_array()) bad_field(at + "requestNames", "an array of strings", &names);
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (!names[i].is_string())
-      bad_field(at + "requestNames[" + std::to_string(i) + "]", "a string", &names[i]);
-    s.request_names.push_back(names[i].get<std::string>());
+  s.claim_uid = read.string_member(j, at, "claimUID");
+  s.pool = read.string_member(j, at, "pool");
+  s.device = read.string_member(j, at, "device");
+  s.share_id = read.string_member(j, at, "shareID");
+  s.uuid = read.string_member(j, at, "uuid");
+  s.minor = static_cast<unsigned>(read.unsigned_member(j, at, "minor", UINT32_MAX));
+  const json* names = read.member(j, at, "requestNames");
+  if (!read.ok()) return read.status();
+  if (!names->is_array()) read.bad_field(at + "requestNames", "an array of strings", names);
+  for (size_t i = 0; read.ok() && i < names->size(); ++i) {
+    const json& name = (*names)[i];
+    if (!name.is_string()) {
+      read.bad_field(at + "requestNames[" + std::to_string(i) + "]", "a string", &name);
+      break;
+    }
+    s.request_names.push_back(name.get<std::string>());
   }
-  if (j.contains("memoryBytes")) s.memory_bytes = unsigned_member(j, at, "memoryBytes", UINT64_MAX);
-  if (j.contains("cores")) s.cores = static_cast<uint32_t>(unsigned_member(j, at, "cores", 100));
+  if (j.contains("memoryBytes"))
+    s.memory_bytes = read.unsigned_member(j, at, "memoryBytes", UINT64_MAX);
+  if (j.contains("cores"))
+    s.cores = static_cast<uint32_t>(read.unsigned_member(j, at, "cores", 100));
   if (j.contains("burst"))
-    s.config.burst = static_cast<uint32_t>(unsigned_member(j, at, "burst", 100));
-  if (j.contains("priority")) s.config.priority = enum_member<Priority>(j, at, "priority", 3);
+    s.config.burst = static_cast<uint32_t>(read.unsigned_member(j, at, "burst", 100));
+  if (j.contains("priority")) s.config.priority = read.enum_member<Priority>(j, at, "priority", 3);
   if (j.contains("strategy"))
-    s.config.strategy = enum_member<SharingStrategy>(j, at, "strategy", 3);
-  if (j.contains("timeSlice")) s.config.time_slice = enum_member<TimeSlice>(j, at, "timeSlice", 4);
-  if (j.contains("folder")) s.folder = string_member(j, at, "folder");
+    s.config.strategy = read.enum_member<SharingStrategy>(j, at, "strategy", 3);
+  if (j.contains("timeSlice"))
+    s.config.time_slice = read.enum_member<TimeSlice>(j, at, "timeSlice", 4);
+  if (j.contains("folder")) s.folder = read.string_member(j, at, "folder");
   if (j.contains("enforcement")) {
-    const auto policy = parse_enforcement_policy(string_member(j, at, "enforcement"));
-    if (!policy) throw std::runtime_error(at + "enforcement: unknown " + j["enforcement"].dump());
-    s.config.enforcement = *policy;
+    const std::string name = read.string_member(j, at, "enforcement");
+    if (!read.ok()) return read.status();
+    const auto policy = parse_enforcement_policy(name);
+    if (!policy) read.fail(at + "enforcement: unknown " + j["enforcement"].dump());
+    if (policy) s.config.enforcement = *policy;
   }
+  if (!read.ok()) return read.status();
   if (!safe_name_component(s.claim_uid) || !safe_name_component(s.device) ||
       (!s.share_id.empty() && !safe_name_component(s.share_id)) ||
       (!s.folder.empty() && !safe_name_component(s.folder)))
-    throw std::runtime_error("unsafe share name " + s.name());
+    read.fail("unsafe share name " + s.name());
+  if (!read.ok()) return read.status();
   return s;
+}
+
+// The optional "pods" of a claim: [{name, uid}].
+Status pods_from_json(const json& value, const std::string& at, std::vector<PodRef>& out) {
+  FieldReader read;
+  const json* pods = read.member(value, at, "pods");
+  if (!read.ok()) return read.status();
+  if (!pods->is_array()) read.bad_field(at + "pods", "an array", pods);
+  for (size_t i = 0; read.ok() && i < pods->size(); ++i) {
+    const json& pod = (*pods)[i];
+    const std::string pod_at = at + "pods[" + std::to_string(i) + "].";
+    if (!pod.is_object()) {
+      read.bad_field(pod_at.substr(0, pod_at.size() - 1), "an object", &pod);
+      break;
+    }
+    PodRef ref;
+    ref.name = read.string_member(pod, pod_at, "name");
+    ref.uid = read.string_member(pod, pod_at, "uid");
+    if (read.ok()) out.push_back(std::move(ref));
+  }
+  return read.status();
+}
+
+Result<ClaimEntry> claim_from_json(const std::string& uid, const json& value) {
+  FieldReader read;
+  const std::string at = "claims." + uid + ".";
+  if (!value.is_object()) {
+    read.bad_field("claims." + uid, "an object", &value);
+    return read.status();
+  }
+  ClaimEntry entry;
+  entry.namespace_name = read.string_member(value, at, "namespace");
+  entry.name = read.string_member(value, at, "name");
+  const std::string state = read.string_member(value, at, "state");
+  if (!read.ok()) return read.status();
+  if (state == "PrepareCompleted") {
+    entry.state = ClaimState::kPrepareCompleted;
+  } else if (state == "PrepareStarted") {
+    entry.state = ClaimState::kPrepareStarted;
+  } else {
+    return internal_error("checkpoint: claim " + uid + ": unknown state " + state);
+  }
+  const json* shares = read.member(value, at, "shares");
+  if (!read.ok()) return read.status();
+  if (!shares->is_array()) {
+    read.bad_field(at + "shares", "an array", shares);
+    return read.status();
+  }
+  for (size_t i = 0; i < shares->size(); ++i) {
+    Result<ShareSpec> share =
+        share_from_json((*shares)[i], at + "shares[" + std::to_string(i) + "].");
+    if (!share.is_ok()) return share.status();
+    entry.shares.push_back(std::move(share).value());
+  }
+  if (value.contains("pods")) TESSERA_RETURN_IF_ERROR(pods_from_json(value, at, entry.pods));
+  return entry;
+}
+
+// Why `text` is no JSON (nlohmann's parse error, as it would have thrown it), or "" when it is.
+// A SAX pass that keeps only the error: the parser reports it here instead of throwing.
+std::string json_syntax_error(const std::string& text) {
+  struct ErrorOnly : nlohmann::json_sax<json> {
+    std::string error;
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool string(string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
+    bool start_object(std::size_t) override { return true; }
+    bool key(string_t&) override { return true; }
+    bool end_object() override { return true; }
+    bool start_array(std::size_t) override { return true; }
+    bool end_array() override { return true; }
+    bool parse_error(std::size_t, const std::string&,
+                     const nlohmann::detail::exception& problem) override {
+      error = problem.what();
+      return false;
+    }
+  } sax;
+  if (json::sax_parse(text, &sax)) return "";
+  return sax.error.empty() ? "not JSON" : sax.error;
 }
 
 }  // namespace
@@ -141,50 +264,30 @@ std::string checkpoint_to_json(const Checkpoint& checkpoint) {
 }
 
 Result<Checkpoint> checkpoint_from_json(const std::string& text) {
+  if (const std::string error = json_syntax_error(text); !error.empty())
+    return internal_error("checkpoint: " + error);
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  FieldReader read;
+  if (!j.is_object()) {
+    read.bad_field("the file", "an object", &j);
+    return read.status();
+  }
+  const json* version = read.member(j, "", "version");
+  if (!read.ok()) return read.status();
+  if (*version != kCheckpointVersion)
+    return internal_error("checkpoint version " + version->dump() + " is not " +
+                          std::to_string(kCheckpointVersion));
+  const json* claims = read.member(j, "", "claims");
+  if (!read.ok()) return read.status();
+  if (!claims->is_object()) {
+    read.bad_field("claims", "an object", claims);
+    return read.status();
+  }
   Checkpoint out;
-  try {
-    const json j = json::parse(text);
-    if (!j.is_object()) bad_field("the file", "an object", &j);
-    const json& version = member(j, "", "version");
-    if (version != kCheckpointVersion)
-      return internal_error("checkpoint version " + version.dump() + " is not " +
-                            std::to_string(kCheckpointVersion));
-    const json& claims = member(j, "", "claims");
-    if (!claims.is_object()) bad_field("claims", "an object", &claims);
-    for (const auto& [uid, value] : claims.items()) {
-      const std::string at = "claims." + uid + ".";
-      if (!value.is_object()) bad_field("claims." + uid, "an object", &value);
-      ClaimEntry entry;
-      entry.namespace_name = string_member(value, at, "namespace");
-      entry.name = string_member(value, at, "name");
-      const auto state = string_member(value, at, "state");
-      if (state == "PrepareCompleted") {
-        entry.state = ClaimState::kPrepareCompleted;
-      } else if (state == "PrepareStarted") {
-        entry.state = ClaimState::kPrepareStarted;
-      } else {
-        return internal_error("checkpoint: claim " + uid + ": unknown state " + state);
-      }
-      const json& shares = member(value, at, "shares");
-      if (!shares.is_array()) bad_field(at + "shares", "an array", &shares);
-      for (size_t i = 0; i < shares.size(); ++i)
-        entry.shares.push_back(
-            share_from_json(shares[i], at + "shares[" + std::to_string(i) + "]."));
-      if (value.contains("pods")) {
-        const json& pods = member(value, at, "pods");
-        if (!pods.is_array()) bad_field(at + "pods", "an array", &pods);
-        for (size_t i = 0; i < pods.size(); ++i) {
-          const std::string pod_at = at + "pods[" + std::to_string(i) + "].";
-          if (!pods[i].is_object())
-            bad_field(pod_at.substr(0, pod_at.size() - 1), "an object", &pods[i]);
-          entry.pods.push_back(
-              {string_member(pods[i], pod_at, "name"), string_member(pods[i], pod_at, "uid")});
-        }
-      }
-      out[uid] = std::move(entry);
-    }
-  } catch (const std::exception& e) {
-    return internal_error(std::string("checkpoint: ") + e.what());
+  for (const auto& [uid, value] : claims->items()) {
+    Result<ClaimEntry> entry = claim_from_json(uid, value);
+    if (!entry.is_ok()) return entry.status();
+    out[uid] = std::move(entry).value();
   }
   return out;
 }

@@ -1,13 +1,7 @@
 // ShareManager::reconcile(): desired state from the checkpoint, actual state from the host.
 #include "share/reconcile.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -15,6 +9,7 @@
 
 #include "files/atomic_file.h"
 #include "share/share_manager.h"
+#include "tessera/share_folder/snapshot.h"
 #include "tessera/share_region.h"
 
 namespace tessera::agent {
@@ -39,49 +34,42 @@ namespace {
 // "" when <dir>/limits holds exactly `expected` (in order), `priority` and `measure_source`, else
 // what differs.
 std::string limits_difference(const std::string& dir,
-                              const std::vector<share::DeviceLimit>& expected, uint32_t priority,
-                              uint32_t measure_source) {
-  const std::string path = dir + "/limits";
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "limits page missing";
-  struct stat info {};
-  std::string difference;
-  if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) < sizeof(share::LimitsPage)) {
-    difference = "limits page truncated";
-  } else {
-    void* memory = mmap(nullptr, sizeof(share::LimitsPage), PROT_READ, MAP_SHARED, fd, 0);
-    if (memory == MAP_FAILED) {
-      difference = std::string("limits page unreadable: ") + std::strerror(errno);
-    } else {
-      const auto& page = *static_cast<const share::LimitsPage*>(memory);
-      auto field = [&](const char* name, uint64_t actual, uint64_t wanted) {
-        if (difference.empty() && actual != wanted)
-          difference = std::string("limits page ") + name + " is " + std::to_string(actual) +
-                       ", expected " + std::to_string(wanted);
-      };
-      if (!share::valid_limits_page(page)) {
-        difference = "limits page invalid";
-      } else if (page.device_count.load() != expected.size()) {
-        difference = "limits page lists " + std::to_string(page.device_count.load()) +
-                     " GPUs, expected " + std::to_string(expected.size());
-      } else {
-        for (size_t d = 0; d < expected.size() && difference.empty(); ++d) {
-          const auto& device = page.devices[d];
-          if (strncmp(device.uuid, expected[d].uuid.c_str(), share::kUuidBytes) != 0) {
-            difference = "limits page names another GPU";
-            break;
-          }
-          field("memory_limit", device.memory_limit.load(), expected[d].memory_limit);
-          field("cores_limit", device.cores_limit.load(), expected[d].cores_limit);
-          field("cores_burst", device.cores_burst.load(), expected[d].cores_burst);
-        }
-        field("priority", page.priority.load(), priority);
-        field("measure_source", page.measure_source.load(), measure_source);
-      }
-      munmap(memory, sizeof(share::LimitsPage));
-    }
+                              const std::vector<share_folder::DeviceLimit>& expected,
+                              uint32_t priority, uint32_t measure_source) {
+  const share_folder::LimitsPageCopy page = share_folder::read_limits_page(dir + "/limits");
+  switch (page.problem) {
+    case share_folder::LimitsProblem::kNone:
+      break;
+    case share_folder::LimitsProblem::kMissing:
+      return "limits page missing";
+    case share_folder::LimitsProblem::kTruncated:
+      return "limits page truncated";
+    case share_folder::LimitsProblem::kBadHeader:
+      return "limits page invalid";
+    case share_folder::LimitsProblem::kSymlink:
+    case share_folder::LimitsProblem::kNotRegular:
+    case share_folder::LimitsProblem::kCannotRead:
+      return "limits page unreadable: " + page.message;
   }
-  close(fd);
+  std::string difference;
+  auto field = [&](const char* name, uint64_t actual, uint64_t wanted) {
+    if (difference.empty() && actual != wanted)
+      difference = std::string("limits page ") + name + " is " + std::to_string(actual) +
+                   ", expected " + std::to_string(wanted);
+  };
+  if (page.devices.size() != expected.size()) {
+    return "limits page lists " + std::to_string(page.devices.size()) + " GPUs, expected " +
+           std::to_string(expected.size());
+  }
+  for (size_t d = 0; d < expected.size() && difference.empty(); ++d) {
+    const share_folder::LimitsDevice& device = page.devices[d];
+    if (device.uuid != expected[d].uuid) return "limits page names another GPU";
+    field("memory_limit", device.memory_limit, expected[d].memory_limit);
+    field("cores_limit", device.cores_limit, expected[d].cores_limit);
+    field("cores_burst", device.cores_burst, expected[d].cores_burst);
+  }
+  field("priority", page.priority, priority);
+  field("measure_source", page.measure_source, measure_source);
   return difference;
 }
 
@@ -95,7 +83,7 @@ void ShareManager::reconcile_entry(const std::string& claim_uid, const ClaimEntr
   };
   for (const auto& members : shares_by_folder(entry.shares)) {
     const std::string dir = share_dir(members.front());
-    std::vector<share::DeviceLimit> expected;
+    std::vector<share_folder::DeviceLimit> expected;
     for (const auto& share : members) expected.push_back(share_limits(share));
     std::string problem;
     if (!fs::exists(dir)) {

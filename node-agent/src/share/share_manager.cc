@@ -20,7 +20,8 @@
 #include "share/shim_library.h"
 #include "tessera/log.h"
 #include "tessera/share_contract.h"
-#include "tessera/share_files.h"
+#include "tessera/share_folder/limits_writer.h"
+#include "tessera/share_folder/snapshot.h"
 #include "tessera/share_region.h"
 #include "usage/share_processes.h"
 
@@ -276,8 +277,8 @@ Status ShareManager::save_checkpoint(uint64_t version,
   return Status::ok();
 }
 
-share::DeviceLimit share_limits(const ShareSpec& share) {
-  share::DeviceLimit limit;
+share_folder::DeviceLimit share_limits(const ShareSpec& share) {
+  share_folder::DeviceLimit limit;
   limit.uuid = share.uuid;
   limit.memory_limit = share.memory_bytes.value_or(share::kUnlimited);
   // Under MPS the daemon's active-thread percentage limits compute; the shim limiting GPU time
@@ -334,13 +335,11 @@ Status ShareManager::write_share_folder(const std::vector<ShareSpec>& members, b
       if (stale_usage_temporary(item.path().filename().string())) unlink(item.path().c_str());
   }
   TESSERA_RETURN_IF_ERROR(create_usage_page(dir));
-  std::vector<share::DeviceLimit> limits;
+  std::vector<share_folder::DeviceLimit> limits;
   for (const auto& share : members) limits.push_back(share_limits(share));
-  // share::write_limits is shared with the CLI and answers "" or what went wrong.
-  if (std::string error = share::write_limits(dir, limits, share_priority(members.front()),
-                                              options_.measure_source);
-      !error.empty())
-    return internal_error(std::move(error));
+  // share_folder::write_limits is shared with the CLI.
+  TESSERA_RETURN_IF_ERROR(share_folder::write_limits(
+      dir, limits, {share_priority(members.front()), options_.measure_source}));
   if (members.front().strategy() == SharingStrategy::kMps) return write_mps_marker(dir);
   return Status::ok();
 }
@@ -622,8 +621,9 @@ size_t ShareManager::refresh_all_claim_pods() {
 }
 
 std::string ShareManager::live_processes(const std::string& folder) const {
-  // The usage page is tenant-written: read through the meter's safe reader (never mapped).
-  const std::vector<uint64_t> owners = usage_page_owners(folder + "/usage");
+  // The usage page is tenant-written: read through the one reader (a copy, never mapped).
+  const std::vector<uint64_t> owners =
+      share_folder::read_usage_page(folder + "/usage").live_owners();
   if (owners.empty()) return "";
   const std::map<uint64_t, int> live = live_process_owners();
   std::string found;

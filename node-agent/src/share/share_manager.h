@@ -91,7 +91,7 @@
 #include "share/checkpoint.h"
 #include "share/driver_edits.h"
 #include "share/reconcile.h"
-#include "tessera/share_files.h"
+#include "tessera/share_folder/limits_writer.h"
 #include "tessera/status.h"
 
 namespace tessera::agent {
@@ -127,7 +127,7 @@ struct ShareManagerOptions {
 
 // The limits a share's folder holds for it (what write_share_folder writes and reconcile
 // expects). A folder's shares have one config, so its first share's priority is the page's.
-share::DeviceLimit share_limits(const ShareSpec& share);
+share_folder::DeviceLimit share_limits(const ShareSpec& share);
 uint32_t share_priority(const ShareSpec& share);
 
 class ShareManager final : public ClaimPreparer {

@@ -13,6 +13,8 @@
 #include <utility>
 
 #include "tessera/log.h"
+#include "tessera/share_folder/fault_guard.h"
+#include "tessera/share_folder/snapshot.h"
 #include "tessera/share_region.h"
 #include "usage/share_processes.h"
 
@@ -25,21 +27,21 @@ uint64_t round_up_mib(uint64_t bytes) {
   return (bytes + kMiB - 1) / kMiB * kMiB;
 }
 
-// A share folder as one measurement reads it: its limits page (the agent's own file, mapped
-// read-write to publish) and a private copy of its usage page (the tenants' file: read with pread,
-// never mapped, so a truncated file cannot fault).
+// A share folder as one measurement reads it: copies of both pages (the one reader's, never a
+// mapping to read), and its limits page mapped read-write to publish (the agent's own file, in a
+// folder a tenant can write to: stores go through the SIGBUS guard).
 struct ShareView {
   std::string dir;
+  share_folder::LimitsPageCopy limits_copy;
   share::LimitsPage* limits = nullptr;
-  std::vector<unsigned char> usage;  // sizeof(UsagePage) bytes; slots past `slots` are zero
-  uint32_t slots = 0;                // slots read whole
+  share_folder::UsagePageCopy usage;
 
   ShareView() = default;
   ShareView(ShareView&& other) noexcept
       : dir(std::move(other.dir)),
+        limits_copy(std::move(other.limits_copy)),
         limits(std::exchange(other.limits, nullptr)),
-        usage(std::move(other.usage)),
-        slots(other.slots) {}
+        usage(std::move(other.usage)) {}
   ShareView(const ShareView&) = delete;
   ShareView& operator=(const ShareView&) = delete;
   ShareView& operator=(ShareView&&) = delete;
@@ -47,63 +49,38 @@ struct ShareView {
     if (limits) munmap(limits, sizeof(share::LimitsPage));
   }
 
-  const share::UsagePage& page() const {
-    return *reinterpret_cast<const share::UsagePage*>(usage.data());
-  }
-  uint32_t device_count() const {
-    return std::min(limits->device_count.load(std::memory_order_acquire), share::kMaxDevices);
-  }
-  std::string uuid(uint32_t device) const {
-    const char* text = limits->devices[device].uuid;
-    return std::string(text, strnlen(text, share::kUuidBytes));
-  }
+  uint32_t device_count() const { return static_cast<uint32_t>(limits_copy.devices.size()); }
+  const std::string& uuid(uint32_t device) const { return limits_copy.devices[device].uuid; }
   // The live slot that `owner` holds, or null.
-  const share::ProcessSlot* slot_of(uint64_t owner) const {
-    for (uint32_t i = 0; i < slots; ++i) {
-      if (page().slots[i].owner.load(std::memory_order_relaxed) == owner) return &page().slots[i];
-    }
+  const share_folder::SlotCopy* slot_of(uint64_t owner) const {
+    for (const share_folder::SlotCopy* slot : usage.owned_slots())
+      if (slot->owner == owner) return slot;
     return nullptr;
   }
 };
 
-// Opens <dir>: its limits page mapped read-write, its usage page copied. nullopt with `problem`
-// set when the folder is no usable share (no limits page yet is no problem).
-std::optional<ShareView> open_share(const std::string& dir, std::string& problem) {
+// Opens <dir>: its limits page mapped read-write, its usage page copied. The view, or why the
+// folder is no usable share (none without a limits page yet: no problem, nothing to measure).
+Result<std::optional<ShareView>> open_share(const std::string& dir) {
+  ShareView view;
+  view.dir = dir;
+  view.limits_copy = share_folder::read_limits_page(dir + "/limits");
+  if (view.limits_copy.problem == share_folder::LimitsProblem::kMissing)
+    return std::optional<ShareView>();
+  if (!view.limits_copy.valid()) return failed_precondition(view.limits_copy.message);
   Result<UniqueFd> limits = open_regular(dir + "/limits", O_RDWR, sizeof(share::LimitsPage));
   if (!limits.is_ok()) {
-    if (limits.status().code() != StatusCode::kNotFound) problem = dir + "/limits cannot be opened";
-    return std::nullopt;
+    if (limits.status().code() == StatusCode::kNotFound) return std::optional<ShareView>();
+    return limits.status().with_context(dir + "/limits cannot be opened");
   }
   void* memory = mmap(nullptr, sizeof(share::LimitsPage), PROT_READ | PROT_WRITE, MAP_SHARED,
                       limits->get(), 0);
-  if (memory == MAP_FAILED) {
-    problem = "cannot map " + dir + "/limits: " + std::strerror(errno);
-    return std::nullopt;
-  }
-  ShareView view;
-  view.dir = dir;
+  if (memory == MAP_FAILED)
+    return internal_error("cannot map " + dir + "/limits: " + std::strerror(errno));
   view.limits = static_cast<share::LimitsPage*>(memory);
-  if (!share::valid_limits_page(*view.limits)) {
-    problem = dir + "/limits is not a valid limits page";
-    return std::nullopt;
-  }
-  view.usage.assign(sizeof(share::UsagePage), 0);
-  constexpr size_t kHeader = offsetof(share::UsagePage, slots);
-  Result<UniqueFd> usage = open_regular(dir + "/usage", O_RDONLY, kHeader);
-  if (!usage.is_ok()) return view;  // no process yet: nothing to measure, nothing wrong
-  if (pread(usage->get(), view.usage.data(), kHeader, 0) != static_cast<ssize_t>(kHeader) ||
-      !share::valid_usage_page(view.page())) {
-    view.usage.assign(sizeof(share::UsagePage), 0);
-    return view;
-  }
-  uint32_t high = view.page().slot_high_water.load(std::memory_order_relaxed);
-  if (high > share::kMaxSlots) high = share::kMaxSlots;
-  const ssize_t got =
-      pread(usage->get(), view.usage.data() + kHeader, high * sizeof(share::ProcessSlot), kHeader);
-  view.slots = got > 0 ? std::min<uint32_t>(high, static_cast<uint32_t>(static_cast<size_t>(got) /
-                                                                        sizeof(share::ProcessSlot)))
-                       : 0;
-  return view;
+  // No usable page (none yet, or a scribbled one): no slots to measure; the checks report it.
+  view.usage = share_folder::read_usage_page(dir + "/usage");
+  return std::optional<ShareView>(std::move(view));
 }
 
 }  // namespace
@@ -148,21 +125,18 @@ uint64_t ContextOverheadMeter::published(const std::string& share_dir, uint32_t 
   return it == windows_.end() ? 0 : it->second.published();
 }
 
-std::string ContextOverheadMeter::maybe_measure(Clock::time_point now) {
+Problems ContextOverheadMeter::maybe_measure(Clock::time_point now) {
   if (last_ && now - *last_ < options_.period) return last_problems_;
   last_ = now;
   last_problems_ = measure();
   return last_problems_;
 }
 
-std::string ContextOverheadMeter::measure() {
-  std::string problems;
-  auto note = [&problems](const std::string& problem) {
-    if (!problem.empty()) problems += (problems.empty() ? "" : "; ") + problem;
-  };
+Problems ContextOverheadMeter::measure() {
+  Problems problems;
   if (!nvml_) {
     Result<std::unique_ptr<GpuProcessSource>> nvml = nvml_process_source(options_.nvml_library);
-    if (!nvml.is_ok()) return nvml.status().message();
+    if (!nvml.is_ok()) return {nvml.status()};
     nvml_ = std::move(nvml).value();
   }
   ++stats_.passes;
@@ -172,14 +146,12 @@ std::string ContextOverheadMeter::measure() {
     while (const dirent* entry = readdir(folder)) {
       if (entry->d_name[0] == '.') continue;  // ".", "..", and temporary names
       // A folder that is no usable share is skipped here; the GPU-time meter's rescan reports it.
-      std::string problem;
-      if (auto view = open_share(options_.shares_dir + "/" + entry->d_name, problem)) {
-        shares.push_back(std::move(*view));
-      }
+      Result<std::optional<ShareView>> view = open_share(options_.shares_dir + "/" + entry->d_name);
+      if (view.is_ok() && view->has_value()) shares.push_back(std::move(**view));
     }
     closedir(folder);
   } else {
-    return "cannot read " + options_.shares_dir + ": " + std::strerror(errno);
+    return {internal_error("cannot read " + options_.shares_dir + ": " + std::strerror(errno))};
   }
 
   // Which (owner, GPU) pairs appear in more than one share: not measured (see the header).
@@ -187,11 +159,8 @@ std::string ContextOverheadMeter::measure() {
   for (const ShareView& view : shares) {
     std::set<std::string> gpus;
     for (uint32_t d = 0; d < view.device_count(); ++d) gpus.insert(view.uuid(d));
-    for (uint32_t i = 0; i < view.slots; ++i) {
-      const uint64_t owner = view.page().slots[i].owner.load(std::memory_order_relaxed);
-      if (owner == 0 || (owner & share::kOwnerReclaiming) != 0) continue;
-      for (const std::string& uuid : gpus) ++holders[{owner, uuid}];
-    }
+    for (const share_folder::SlotCopy* slot : view.usage.owned_slots())
+      for (const std::string& uuid : gpus) ++holders[{slot->owner, uuid}];
   }
 
   std::map<std::string, std::optional<std::map<int, uint64_t>>> used_on;  // per GPU, this pass
@@ -203,7 +172,7 @@ std::string ContextOverheadMeter::measure() {
       if (uuid.empty() || uuid.size() >= share::kUuidBytes) continue;
       const std::string key = view.dir + "#" + std::to_string(d);
       live.insert(key);
-      if (view.slots == 0) continue;
+      if (view.usage.owned_slots().empty()) continue;
       auto found = used_on.find(uuid);
       if (found == used_on.end()) {
         std::optional<std::map<int, uint64_t>> used;
@@ -212,7 +181,7 @@ std::string ContextOverheadMeter::measure() {
           for (const GpuProcessMemory& process : *listed)
             (*used)[process.pid] += process.used_bytes;
         } else {
-          note(listed.status().message());
+          problems.push_back(listed.status());
         }
         found = used_on.emplace(uuid, std::move(used)).first;
       }
@@ -223,12 +192,12 @@ std::string ContextOverheadMeter::measure() {
         if (owner == owners.end())
           owner = owners.emplace(pid, process_owner(options_.proc_root, pid)).first;
         if (!owner->second || holders[{*owner->second, uuid}] != 1) continue;
-        const share::ProcessSlot* slot = view.slot_of(*owner->second);
+        const share_folder::SlotCopy* slot = view.slot_of(*owner->second);
         if (!slot) continue;  // not a process of this share
         ContextSample sample;
         sample.nvml_used_bytes = used;
-        sample.slot_bytes = slot->bytes[d].load(std::memory_order_relaxed);
-        sample.contexts_word = slot->contexts.load(std::memory_order_relaxed);
+        sample.slot_bytes = slot->bytes[d];
+        sample.contexts_word = slot->contexts;
         sample.device = d;
         if (const std::optional<uint64_t> cost = context_cost_of(sample)) {
           costs.push_back(*cost);
@@ -240,9 +209,18 @@ std::string ContextOverheadMeter::measure() {
       const uint64_t figure = window.published();
       if (figure == 0) continue;
       std::atomic<uint64_t>& field = view.limits->measured[d].context_overhead;
-      const uint64_t before = field.load(std::memory_order_acquire);
+      uint64_t before = 0;
+      const bool whole =
+          share_folder::run_fault_guarded(view.limits, sizeof(share::LimitsPage), [&] {
+            before = field.load(std::memory_order_acquire);
+            if (before != figure) field.store(figure, std::memory_order_release);
+          });
+      if (!whole) {
+        problems.push_back(
+            failed_precondition(view.dir + "/limits was truncated under its mapping"));
+        continue;
+      }
       if (before == figure) continue;
-      field.store(figure, std::memory_order_release);
       ++stats_.publications;
       if (before == 0 || figure > before + (before >> 3) || figure + (before >> 3) < before) {
         log::info("measured context cost", {{"share", view.dir},

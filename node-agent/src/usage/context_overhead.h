@@ -27,6 +27,7 @@
 
 #include "clock/clock.h"
 #include "usage/gpu_processes.h"
+#include "usage/problems.h"
 
 namespace tessera::agent {
 
@@ -86,11 +87,11 @@ class ContextOverheadMeter {
   ContextOverheadMeter& operator=(const ContextOverheadMeter&) = delete;
 
   // Measures once `period` has passed since the last measurement (at once the first time).
-  // Returns the problems of the last measurement ("" = none), "; "-separated (NVML's: a folder
-  // that is no usable share is skipped, and never stops the others).
-  std::string maybe_measure(Clock::time_point now);
+  // Returns the problems of the last measurement (none: empty), NVML's (a folder that is no usable
+  // share is skipped, and never stops the others).
+  Problems maybe_measure(Clock::time_point now);
   // Measures now.
-  std::string measure();
+  Problems measure();
 
   ContextOverheadStats stats() const { return stats_; }
   // The figure this meter holds for a share folder and limits-page device (0 = none yet).
@@ -101,7 +102,7 @@ class ContextOverheadMeter {
   std::unique_ptr<GpuProcessSource> nvml_;            // loaded at the first measurement
   std::map<std::string, ContextCostWindow> windows_;  // "<dir>#<device>"
   std::optional<Clock::time_point> last_;
-  std::string last_problems_;
+  Problems last_problems_;
   ContextOverheadStats stats_;
 };
 

@@ -14,6 +14,7 @@
 
 #include "tessera/log.h"
 #include "tessera/nvml.h"
+#include "tessera/share_folder/snapshot.h"
 #include "tessera/share_region.h"
 #include "usage/share_processes.h"
 
@@ -125,7 +126,7 @@ void GpuTimeMeter::loop_pass() {
   std::string problem;
   {
     std::lock_guard lock(mutex_);
-    problem = pass();
+    problem = join_problems(pass());
   }
   if (problem != last_loop_problem_) {  // one line per change, not one per period
     if (problem.empty()) {
@@ -148,7 +149,8 @@ bool GpuTimeMeter::wait_for_loop_passes(uint64_t count, std::chrono::millisecond
 Status GpuTimeMeter::sample_once() {
   std::lock_guard lock(mutex_);
   TESSERA_RETURN_IF_ERROR(load_nvml());
-  if (std::string problems = pass(); !problems.empty()) return unavailable(std::move(problems));
+  if (const Problems problems = pass(); !problems.empty())
+    return unavailable(join_problems(problems));
   return Status::ok();
 }
 
@@ -166,12 +168,12 @@ std::optional<uint64_t> GpuTimeMeter::owner_of(int host_pid) {
 }
 
 void GpuTimeMeter::read_owners(Share& share) {
-  share.owners = usage_page_owners(share.dir + "/usage");
+  share.owners = share_folder::read_usage_page(share.dir + "/usage").live_owners();
 }
 
-void GpuTimeMeter::rescan(std::string& problems) {
-  auto note = [&problems](const std::string& problem) {
-    problems += (problems.empty() ? "" : "; ") + problem;
+void GpuTimeMeter::rescan(Problems& problems) {
+  auto note = [&problems](std::string problem) {
+    problems.push_back(failed_precondition(std::move(problem)));
   };
   for (auto& share : shares_) share->seen = false;
   if (DIR* folder = opendir(options_.shares_dir.c_str())) {
@@ -217,7 +219,8 @@ void GpuTimeMeter::rescan(std::string& problems) {
     }
     closedir(folder);
   } else {
-    note("cannot read " + options_.shares_dir + ": " + std::strerror(errno));
+    problems.push_back(
+        internal_error("cannot read " + options_.shares_dir + ": " + std::strerror(errno)));
   }
   std::erase_if(shares_, [](const auto& share) { return !share->seen; });
 
@@ -250,11 +253,9 @@ void GpuTimeMeter::rescan(std::string& problems) {
   stats_.gpus = gpus_.size();
 }
 
-std::string GpuTimeMeter::pass() {
-  std::string problems;
-  auto note = [&problems](const std::string& problem) {
-    problems += (problems.empty() ? "" : "; ") + problem;
-  };
+Problems GpuTimeMeter::pass() {
+  Problems problems;
+  auto note = [&problems](Status problem) { problems.push_back(std::move(problem)); };
   ++stats_.passes;
   const Clock::time_point now = clock_.now();
   if (now >= next_rescan_) {
@@ -263,14 +264,14 @@ std::string GpuTimeMeter::pass() {
     next_rescan_ = now + options_.pid_refresh;
   }
   problems = rescan_problems_;  // repeated until the next rescan: the log line stays the same
-  note(context_costs_.maybe_measure(now));  // the context cost (usage/context_overhead.h)
-  bool reread = false;                      // the usage pages were re-read in this pass
+  add_problems(problems, context_costs_.maybe_measure(now));  // usage/context_overhead.h
+  bool reread = false;  // the usage pages were re-read in this pass
 
   for (auto& gpu : gpus_) {
     if (!gpu->handle) {
       Result<nvmlDevice_t> found = nvml_->session.device_by_uuid(gpu->uuid);
       if (!found.is_ok()) {
-        note(found.status().with_context("no GPU " + gpu->uuid).message());
+        note(found.status().with_context("no GPU " + gpu->uuid));
         continue;
       }
       gpu->handle = *found;
@@ -288,7 +289,7 @@ std::string GpuTimeMeter::pass() {
         nvml_->session.process_utilization(gpu->handle, since);
     if (!samples.is_ok()) {
       ++stats_.nvml_errors;
-      note(samples.status().with_context("per-process utilisation of " + gpu->uuid).message());
+      note(samples.status().with_context("per-process utilisation of " + gpu->uuid));
       continue;
     }
     ++stats_.windows;
@@ -362,7 +363,7 @@ std::string GpuTimeMeter::pass() {
     }
   }
   publish_yield(now);
-  if (!problems.empty()) stats_.last_error = problems;
+  if (!problems.empty()) stats_.last_error = join_problems(problems);
   return problems;
 }
 

@@ -24,6 +24,7 @@
 #include "clock/periodic_loop.h"
 #include "tessera/status.h"
 #include "usage/context_overhead.h"
+#include "usage/problems.h"
 #include "usage/share_processes.h"
 
 namespace tessera::agent {
@@ -90,8 +91,8 @@ class GpuTimeMeter {
   struct Gpu;
 
   Status load_nvml();  // under mutex_; kUnavailable when NVML cannot be used
-  std::string pass();  // under mutex_
-  void rescan(std::string& problems);
+  Problems pass();     // under mutex_
+  void rescan(Problems& problems);
   void read_owners(Share& share);
   std::optional<uint64_t> owner_of(int host_pid);
   void loop_pass();
@@ -106,7 +107,7 @@ class GpuTimeMeter {
   std::map<int, std::optional<uint64_t>> owner_cache_;  // host pid -> owner word, per rescan
   std::set<uint64_t> strangers_;  // owner words in no share's page (usage pages re-read since)
   Clock::time_point next_rescan_{};
-  std::string rescan_problems_;  // what the last rescan found wrong
+  Problems rescan_problems_;  // what the last rescan found wrong
   GpuTimeMeterStats stats_;
   ContextOverheadMeter context_costs_;  // measured per pass (at its own period) for every share
 

@@ -5,16 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
 
 #include "tessera/file_io.h"
 #include "tessera/share_contract.h"
-#include "tessera/share_region.h"
 
 namespace tessera::agent {
 
@@ -31,35 +28,6 @@ Result<UniqueFd> open_regular(const std::string& path, int flags, size_t size) {
                                " bytes");
   if (error != 0) return internal_error("cannot open " + path + ": " + std::strerror(error));
   return fd;
-}
-
-std::vector<uint64_t> usage_page_owners(const std::string& path) {
-  std::vector<uint64_t> owners;
-  constexpr size_t kHeader = offsetof(share::UsagePage, slots);
-  Result<UniqueFd> opened = open_regular(path, O_RDONLY, kHeader);
-  if (!opened.is_ok()) return owners;
-  const UniqueFd fd = std::move(opened).value();
-  std::vector<unsigned char> buffer(sizeof(share::UsagePage), 0);
-  unsigned char* bytes = buffer.data();
-  const auto* page = reinterpret_cast<const share::UsagePage*>(bytes);
-  if (pread(fd.get(), bytes, kHeader, 0) == static_cast<ssize_t>(kHeader) &&
-      share::valid_usage_page(*page)) {
-    uint32_t high = page->slot_high_water.load(std::memory_order_relaxed);
-    if (high > share::kMaxSlots) high = share::kMaxSlots;
-    const ssize_t got =
-        pread(fd.get(), bytes + kHeader, high * sizeof(share::ProcessSlot), kHeader);
-    const uint32_t whole =
-        got > 0 ? static_cast<uint32_t>(static_cast<size_t>(got) / sizeof(share::ProcessSlot)) : 0;
-    for (uint32_t i = 0; i < whole && i < high; ++i) {
-      const uint64_t owner = page->slots[i].owner.load(std::memory_order_relaxed);
-      // Free, or being reclaimed by another process of the share (its owner is dead).
-      if (owner == 0 || (owner & share::kOwnerReclaiming) != 0) continue;
-      owners.push_back(owner);
-    }
-  }
-  std::sort(owners.begin(), owners.end());
-  owners.erase(std::unique(owners.begin(), owners.end()), owners.end());
-  return owners;
 }
 
 std::optional<uint64_t> process_owner(const std::string& proc_root, int host_pid) {

@@ -1,8 +1,8 @@
 // Which host processes belong to which share: the owner words the shim writes into a share's usage
 // page (tessera/share_region.h make_owner: innermost pid, pid namespace, start time) matched with
 // the host's processes. Used by the GPU-time meter (attribution) and the share manager (the live
-// processes that keep a share at unprepare). Usage pages and share folders are tenant-writable:
-// everything here reads them as untrusted input.
+// processes that keep a share at unprepare). The usage pages' owner words come from the one reader
+// (tessera/share_folder/snapshot.h: UsagePageCopy::live_owners).
 #pragma once
 
 #include <cstdint>
@@ -25,12 +25,6 @@ std::optional<uint64_t> process_owner(const std::string& proc_root, int host_pid
 
 // Owner words of every live process on the host -> its host pid (a scan of <proc_root>).
 std::map<uint64_t, int> live_process_owners(const std::string& proc_root = "/proc");
-
-// The live owner words (sorted, unique) in the usage page at `path`, which a tenant may have
-// written anything into: read with pread (never mapped, so a truncated file cannot fault), never
-// through a symlink, never blocking on a FIFO, only from a regular file with a valid header; slots
-// bounded by kMaxSlots and by the bytes read. Empty when there is no usable page.
-std::vector<uint64_t> usage_page_owners(const std::string& path);
 
 // Opens a file in a tenant-writable folder: never follows a final symlink, never blocks on a FIFO;
 // only a regular file of at least `size` bytes is accepted (tessera::open_file, kUntrusted). The

@@ -145,10 +145,11 @@ ProcessWatcherCounters ProcessWatcher::counters() const {
   return counters_;
 }
 
-UsagePageMapping* ProcessWatcher::mapping_for(const WatchedShare& share) {
+share_folder::UsagePageMapping* ProcessWatcher::mapping_for(const WatchedShare& share) {
   auto found = mappings_.find(share.id);
   if (found != mappings_.end()) return &found->second;
-  Result<UsagePageMapping> opened = UsagePageMapping::open(share.usage_path);
+  Result<share_folder::UsagePageMapping> opened =
+      share_folder::UsagePageMapping::open(share.usage_path);
   if (!opened.is_ok()) return nullptr;  // no page yet (no process ran), or not a usage page
   return &mappings_.emplace(share.id, std::move(opened).value()).first->second;
 }
@@ -160,7 +161,7 @@ void ProcessWatcher::handle_exit(const tessera_watch_event& event) {
   reported_.erase({event.host_tgid, event.start_boottime_ns});
   int cleared = 0;
   for (const WatchedShare& share : shares_) {
-    UsagePageMapping* mapping = mapping_for(share);
+    share_folder::UsagePageMapping* mapping = mapping_for(share);
     if (!mapping) continue;
     Result<int> result = mapping->reclaim_owner(owner, reclaimer_owner_);
     if (!result.is_ok()) {

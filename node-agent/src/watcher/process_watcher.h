@@ -17,9 +17,9 @@
 
 #include "clock/clock.h"
 #include "model/finding.h"
+#include "tessera/share_folder/usage_repair.h"
 #include "tessera/status.h"
 #include "watcher/process_watch_events.h"
-#include "watcher/usage_page_mapping.h"
 
 namespace tessera::agent {
 
@@ -124,7 +124,7 @@ class ProcessWatcher {
   void handle_exit(const tessera_watch_event& event);
   void handle_device_open(const tessera_watch_event& event);
   // The mapping of the share's page, opened on first use; null when it cannot be mapped.
-  UsagePageMapping* mapping_for(const WatchedShare& share);
+  share_folder::UsagePageMapping* mapping_for(const WatchedShare& share);
 
   const ShareResolver& resolver_;
   FindingHandler& findings_;
@@ -135,7 +135,7 @@ class ProcessWatcher {
 
   mutable std::mutex mutex_;  // guards everything below (handle() and refresh_shares() race)
   std::vector<WatchedShare> shares_;
-  std::map<std::string, UsagePageMapping> mappings_;  // share id -> its page
+  std::map<std::string, share_folder::UsagePageMapping> mappings_;  // share id -> its page
   // Processes already reported (host tgid, start): one finding per process, not per device.
   std::set<std::pair<uint32_t, uint64_t>> reported_;
   ProcessWatcherCounters counters_;

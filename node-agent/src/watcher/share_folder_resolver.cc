@@ -8,6 +8,7 @@
 #include <map>
 
 #include "tessera/log.h"
+#include "tessera/share_folder/snapshot.h"
 #include "usage/share_processes.h"
 
 namespace tessera::agent {
@@ -64,7 +65,8 @@ void ShareFolderResolver::refresh() {
     WatchedShare share;
     share.id = folders->path().filename().string();
     share.usage_path = folders->path().string() + "/usage";
-    const std::vector<uint64_t> owners = usage_page_owners(share.usage_path);
+    const std::vector<uint64_t> owners =
+        share_folder::read_usage_page(share.usage_path).live_owners();
     if (!owners.empty() && !live_read) {
       live = live_process_owners(options_.proc_root);
       live_read = true;

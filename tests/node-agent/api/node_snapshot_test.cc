@@ -14,7 +14,7 @@
 
 #include "share/share_manager.h"
 #include "tessera/share_contract.h"
-#include "tessera/share_files.h"
+#include "tessera/share_folder/limits_writer.h"
 #include "tessera/share_region.h"
 
 namespace tessera::agent {
@@ -48,7 +48,7 @@ class NodeSnapshot : public ::testing::Test {
     checkpoint_["uid-1"] = entry;
     folder_ = base_ / "shares" / spec_.folder_name();
     fs::create_directories(folder_);
-    ASSERT_EQ(share::write_limits(folder_.string(), {share_limits(spec_)}), "");
+    ASSERT_EQ(share_folder::write_limits(folder_.string(), {share_limits(spec_)}).message(), "");
 
     // One process holding 1 GiB, with 3 allocations denied and 2 s throttled so far.
     ASSERT_EQ(share::create_usage_page(folder_.c_str()), 0);
@@ -123,17 +123,16 @@ TEST_F(NodeSnapshot, ATruncatedUsagePageIsAReadErrorNotZeroUsage) {
   const v1::ListSharesResponse node = snapshot();
   ASSERT_EQ(node.shares_size(), 1);
   const v1::Share& share = node.shares(0);
-  EXPECT_EQ(share.read_error(), (folder_ / "usage").string() + " is truncated (" +
-                                    std::to_string(cut) + " of " +
-                                    std::to_string(kUsageHeader + sizeof(share::ProcessSlot)) +
-                                    " bytes its slots need)");
+  EXPECT_EQ(share.read_error(), "usage page is truncated (" + std::to_string(cut) + " of " +
+                                    std::to_string(sizeof(share::UsagePage)) +
+                                    " bytes): " + (folder_ / "usage").string());
   expect_limits_only(share);
 
-  // Shorter than its header: refused when opened.
+  // Shorter than its header.
   ASSERT_EQ(truncate((folder_ / "usage").c_str(), static_cast<off_t>(kUsageHeader / 2)), 0);
   const v1::Share again = snapshot().shares(0);
   EXPECT_NE(again.read_error().find((folder_ / "usage").string()), std::string::npos);
-  EXPECT_NE(again.read_error().find("not a regular file of at least"), std::string::npos)
+  EXPECT_NE(again.read_error().find("usage page is truncated"), std::string::npos)
       << again.read_error();
   expect_limits_only(again);
 }
@@ -144,7 +143,7 @@ TEST_F(NodeSnapshot, ASymlinkFifoOrGarbageInPlaceOfTheUsagePageIsAReadError) {
   std::ofstream(base_ / "elsewhere") << std::string(sizeof(share::UsagePage), 'x');
   fs::create_symlink(base_ / "elsewhere", usage);
   v1::Share share = snapshot().shares(0);
-  EXPECT_EQ(share.read_error(), usage.string() + " is a symlink");
+  EXPECT_EQ(share.read_error(), "usage page is a symlink: " + usage.string());
   expect_limits_only(share);
 
   fs::remove(usage);
@@ -157,8 +156,9 @@ TEST_F(NodeSnapshot, ASymlinkFifoOrGarbageInPlaceOfTheUsagePageIsAReadError) {
   fs::remove(usage);
   std::ofstream(usage) << std::string(sizeof(share::UsagePage), 'x');
   share = snapshot().shares(0);
-  EXPECT_EQ(share.read_error(),
-            usage.string() + " is no valid usage page (magic, version or size)");
+  EXPECT_EQ(share.read_error().rfind("usage page is not valid (magic ", 0), 0u)
+      << share.read_error();
+  EXPECT_NE(share.read_error().find(usage.string()), std::string::npos) << share.read_error();
   expect_limits_only(share);
 }
 

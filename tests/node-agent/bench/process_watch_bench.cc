@@ -23,6 +23,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tessera/share_folder/snapshot.h"
 #include "usage/share_processes.h"
 #include "watch_fixture.h"
 #include "watcher/process_watch_program.h"
@@ -148,11 +149,11 @@ int main(int argc, char** argv) {
     const auto killed_at = Steady::now();
     kill(child.pid, SIGKILL);
     // Liveness only: a slot the exit event clears at all is cleared in well under a second.
-    while (!tessera::agent::usage_page_owners(share.usage_path).empty() &&
+    while (!tessera::share_folder::read_usage_page(share.usage_path).live_owners().empty() &&
            Steady::now() - killed_at < std::chrono::seconds(30)) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
-    if (!tessera::agent::usage_page_owners(share.usage_path).empty()) {
+    if (!tessera::share_folder::read_usage_page(share.usage_path).live_owners().empty()) {
       std::printf("FAIL: kill %d: the slot of pid %d is not cleared after 30 s\n", i + 1,
                   static_cast<int>(child.pid));
       ++failures;

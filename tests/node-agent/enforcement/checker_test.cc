@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "enforcement/fake_node.h"
-#include "enforcement/usage_page.h"
+#include "tessera/share_folder/snapshot.h"
 
 namespace tessera::agent {
 namespace {
@@ -187,18 +187,21 @@ TEST(OutOfBandChecker, TruncatedGarbageAndMissingPagesNeitherCrashNorStopTheOthe
   node.checker->check_once();
   EXPECT_EQ(node.of(FindingKind::kCorruptUsagePage).size(), 1u);
   EXPECT_EQ(node.of(FindingKind::kOverMemoryLimit).size(), 1u);
-  EXPECT_EQ(read_usage_page(node.folder("a").string()).state, UsagePageState::kValid);
+  EXPECT_EQ(share_folder::read_usage_page((node.folder("a") / "usage").string()).problem,
+            share_folder::UsageProblem::kNone);
   // Garbage: random bytes over the whole page, then a FIFO in its place.
   {
     std::ofstream garbage(node.folder("a") / "usage", std::ios::binary | std::ios::trunc);
     for (size_t i = 0; i < sizeof(share::UsagePage); ++i) garbage.put(static_cast<char>(i * 131));
   }
   node.checker->check_once();
-  EXPECT_EQ(read_usage_page(node.folder("a").string()).state, UsagePageState::kValid);
+  EXPECT_EQ(share_folder::read_usage_page((node.folder("a") / "usage").string()).problem,
+            share_folder::UsageProblem::kNone);
   fs::remove(node.folder("a") / "usage");
   ASSERT_EQ(mkfifo((node.folder("a") / "usage").c_str(), 0666), 0);
   node.checker->check_once();
-  EXPECT_EQ(read_usage_page(node.folder("a").string()).state, UsagePageState::kValid);
+  EXPECT_EQ(share_folder::read_usage_page((node.folder("a") / "usage").string()).problem,
+            share_folder::UsageProblem::kNone);
   // A lost GPU: the pass goes on for the others and says why.
   node.gpus.lost.insert(kGpu);
   node.checker->check_once();

@@ -17,7 +17,7 @@
 
 #include "enforcement/checker.h"
 #include "tessera/share_contract.h"
-#include "tessera/share_files.h"
+#include "tessera/share_folder/limits_writer.h"
 #include "tessera/share_region.h"
 
 namespace tessera::agent::testing {
@@ -95,10 +95,10 @@ class RecordingHandler final : public FindingHandler {
 // A share folder with a limits page for `uuid` and an empty usage page.
 inline void make_share_folder(const fs::path& folder, const std::string& uuid, uint64_t limit) {
   fs::create_directories(folder);
-  share::DeviceLimit device;
+  share_folder::DeviceLimit device;
   device.uuid = uuid;
   device.memory_limit = limit;
-  ASSERT_EQ(share::write_limits(folder.string(), {device}), "");
+  ASSERT_EQ(share_folder::write_limits(folder.string(), {device}).message(), "");
   ASSERT_EQ(share::create_usage_page(folder.string().c_str()), 0);
 }
 

@@ -25,11 +25,11 @@
 #include "enforcement/checker.h"
 #include "enforcement/enforcement_handler.h"
 #include "enforcement/fake_node.h"
-#include "enforcement/usage_page.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "tenant_claims.h"
 #include "tessera/gpu_info.h"
+#include "tessera/share_folder/snapshot.h"
 
 namespace tessera::agent {
 namespace {
@@ -339,9 +339,9 @@ TEST_F(HostileTenant, UnderReportTheZeroedSlotIsRepairedAndTheTenantLives) {
   EXPECT_FALSE(tenant.killed_within(std::chrono::seconds(1)));
   EXPECT_EQ(policy_->kills(), 0u);
   // The slot says again what the process holds (NVML's figure): the shim refuses more.
-  const UsagePageSnapshot page = read_usage_page(share_dir_);
+  const share_folder::UsagePageCopy page = share_folder::read_usage_page(share_dir_ + "/usage");
   uint64_t sum = 0;
-  for (const SlotSnapshot& slot : page.slots) sum += slot.bytes[0];
+  for (const share_folder::SlotCopy& slot : page.slots) sum += slot.bytes[0];
   EXPECT_GT(sum, 4 * kGiB);
 }
 
@@ -417,7 +417,9 @@ TEST_F(HostileTenant, ATruncatedOrGarbagePageNeitherCrashesTheAgentNorBlocksTheS
     const double seconds = std::chrono::duration<double>(Steady::now() - attacked).count();
     ASSERT_GT(policy_->counters().count(FindingKind::kCorruptUsagePage), before)
         << "passes " << checker_->stats().passes << ", problem: " << checker_->stats().last_problem
-        << ", page state " << static_cast<int>(read_usage_page(share_dir_).state);
+        << ", page state "
+        << share_folder::usage_problem_name(
+               share_folder::read_usage_page(share_dir_ + "/usage").problem);
     // The policy counts a finding after this handler saw it: it is there already.
     const auto found = timed_->wait_for(FindingKind::kCorruptUsagePage, 0, std::chrono::seconds(0),
                                         findings_before);
@@ -429,9 +431,12 @@ TEST_F(HostileTenant, ATruncatedOrGarbagePageNeitherCrashesTheAgentNorBlocksTheS
         static_cast<unsigned long long>(pass_at_attack));
     EXPECT_LE(found->pass, pass_at_attack + kPassesToDetect);
     // Repaired before the finding was handed on: the shim of a new process uses the share.
-    for (int i = 0; i < 100 && read_usage_page(share_dir_).state != UsagePageState::kValid; ++i)
+    for (int i = 0; i < 100 && share_folder::read_usage_page(share_dir_ + "/usage").problem !=
+                                   share_folder::UsageProblem::kNone;
+         ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    ASSERT_EQ(read_usage_page(share_dir_).state, UsagePageState::kValid);
+    ASSERT_EQ(share_folder::read_usage_page(share_dir_ + "/usage").problem,
+              share_folder::UsageProblem::kNone);
     const std::string out = fill_report(share_dir_, state_);
     const json report = json::parse(out.substr(0, out.find('\n')), nullptr, false);
     ASSERT_TRUE(report.is_object()) << out;

@@ -32,7 +32,7 @@
 #include "share/share_manager.h"
 #include "tessera/gpu_info.h"
 #include "tessera/share_contract.h"
-#include "tessera/share_files.h"
+#include "tessera/share_folder/limits_writer.h"
 #include "usage/gpu_time_meter.h"
 
 // Without the samples (TESSERA_BUILD_SAMPLES off) the scrape of a running claim is skipped, saying
@@ -200,7 +200,8 @@ TEST_F(MetricsEndToEnd, PromtoolAcceptsTheExposition) {
   spec.memory_bytes = 2 * kGiB;
   spec.cores = 25;
   fs::create_directories(shares + "/" + spec.name());
-  ASSERT_EQ(share::write_limits(shares + "/" + spec.name(), {share_limits(spec)}), "");
+  ASSERT_EQ(share_folder::write_limits(shares + "/" + spec.name(), {share_limits(spec)}).message(),
+            "");
   ASSERT_EQ(share::create_usage_page((shares + "/" + spec.name()).c_str()), 0);
   share::UsagePage* page = nullptr;
   ASSERT_EQ(share::map_usage_page((shares + "/" + spec.name() + "/usage").c_str(), true, page), 0);

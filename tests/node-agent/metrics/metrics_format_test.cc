@@ -1,8 +1,6 @@
 // The metric table (naming rules, help and type everywhere, the doc's copy), the exposition
-// format (escaping, values, grouping, histograms) and the share-folder reader on pages a tenant
-// may have written anything into.
-#include <fcntl.h>
-#include <sys/mman.h>
+// format (escaping, values, grouping, histograms). The share-folder reader's tests are in
+// tests/common/share_folder/.
 #include <unistd.h>
 
 #include <cmath>
@@ -17,10 +15,6 @@
 #include "metrics/exposition.h"
 #include "metrics/metric_table.h"
 #include "metrics/request_metrics.h"
-#include "metrics/share_usage.h"
-#include "tessera/share_contract.h"
-#include "tessera/share_files.h"
-#include "tessera/share_region.h"
 
 namespace tessera::agent {
 namespace {
@@ -195,133 +189,6 @@ TEST(Exposition, HistogramsHaveCumulativeBucketsSumAndCount) {
       << text;
   EXPECT_NE(text.find("\ntessera_prepare_duration_seconds_count 3\n"), std::string::npos);
   EXPECT_NE(text.find("tessera_unprepare_duration_seconds_count 0\n"), std::string::npos);
-}
-
-// ---- the share folder reader ------------------------------------------------------------------
-
-class ShareFolder : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("metrics-share-" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    share::DeviceLimit a, b;
-    a.uuid = "GPU-aaaa";
-    a.memory_limit = 1ull << 30;
-    b.uuid = "GPU-bbbb";
-    ASSERT_EQ(share::write_limits(dir_.string(), {a, b}), "");
-    ASSERT_EQ(share::create_usage_page(dir_.c_str()), 0);
-    ASSERT_EQ(share::map_usage_page((dir_ / "usage").c_str(), true, page_), 0);
-  }
-  void TearDown() override {
-    if (page_) share::unmap_usage_page(page_);
-    fs::remove_all(dir_);
-  }
-  Result<ShareFolderUsage> read() { return read_share_folder(dir_.string(), buffers_); }
-
-  fs::path dir_;
-  share::UsagePage* page_ = nullptr;
-  ShareReadBuffers buffers_;
-};
-
-TEST_F(ShareFolder, SumsSlotsPerDeviceAndCountsOwnedSlots) {
-  page_->slot_high_water = 3;
-  page_->slots[0].owner = share::make_owner(100, 1, 1);
-  page_->slots[0].bytes[0] = 1000;
-  page_->slots[0].bytes[1] = 7;
-  page_->slots[0].launches = 10;
-  page_->slots[0].throttled_ns = 500;
-  page_->slots[0].allocations_denied = 2;
-  // A reclaimed slot (owner gone): its counters stay, it is no process.
-  page_->slots[1].launches = 5;
-  page_->slots[1].throttled_ns = 100;
-  page_->slots[2].owner = share::make_owner(101, 1, 1);
-  page_->slots[2].bytes[0] = 24;
-  page_->slots[3].owner = share::make_owner(102, 1, 1);  // above the high-water mark: unseen
-  page_->slots[3].bytes[0] = 1ull << 40;
-  page_->compute.devices[0].busy_ns = 3'000'000'000;
-  const Result<ShareFolderUsage> usage = read();
-  ASSERT_EQ(usage.status().message(), "");
-  EXPECT_TRUE(usage->usage_valid);
-  EXPECT_EQ(usage->uuids, (std::vector<std::string>{"GPU-aaaa", "GPU-bbbb"}));
-  EXPECT_EQ(usage->device_index("GPU-bbbb"), 1);
-  EXPECT_EQ(usage->device_index("GPU-cccc"), -1);
-  EXPECT_EQ(usage->memory_bytes[0], 1024u);
-  EXPECT_EQ(usage->memory_bytes[1], 7u);
-  EXPECT_EQ(usage->launches, 15u);
-  EXPECT_EQ(usage->throttled_ns, 600u);
-  EXPECT_EQ(usage->allocations_denied, 2u);
-  EXPECT_EQ(usage->processes, 2u);
-  // The shim's meter measures (kMeasureNvml): GPU time from the usage page's compute area.
-  EXPECT_EQ(usage->gpu_busy_ns[0], 3'000'000'000u);
-}
-
-TEST_F(ShareFolder, GarbageIsBoundedAndSaturates) {
-  page_->slot_high_water = 0xffffffff;  // bounded by kMaxSlots
-  page_->slots[0].bytes[0] = ~0ull - 1;
-  page_->slots[1].bytes[0] = 10;  // would wrap
-  page_->slots[share::kMaxSlots - 1].launches = 1;
-  const Result<ShareFolderUsage> usage = read();
-  ASSERT_EQ(usage.status().message(), "");
-  EXPECT_EQ(usage->memory_bytes[0], ~0ull);
-  EXPECT_EQ(usage->launches, 1u);
-}
-
-TEST_F(ShareFolder, NoUsablePageReadsAsZero) {
-  share::unmap_usage_page(page_);
-  page_ = nullptr;
-  // Truncated: the header survives, the slots do not.
-  ASSERT_EQ(truncate((dir_ / "usage").c_str(), 64), 0);
-  Result<ShareFolderUsage> usage = read();
-  ASSERT_EQ(usage.status().message(), "");
-  EXPECT_EQ(usage->memory_bytes[0], 0u);
-  EXPECT_EQ(usage->usage_error,
-            (dir_ / "usage").string() + " is truncated (no whole compute area)");
-  // A symlink in place of the page (to a file the agent could read): not followed.
-  fs::remove(dir_ / "usage");
-  std::ofstream(dir_ / "elsewhere") << std::string(sizeof(share::UsagePage), 'x');
-  fs::create_symlink(dir_ / "elsewhere", dir_ / "usage");
-  usage = read();
-  ASSERT_EQ(usage.status().message(), "");
-  EXPECT_FALSE(usage->usage_valid);
-  EXPECT_EQ(usage->usage_error, (dir_ / "usage").string() + " is a symlink");
-  // A FIFO: never blocks.
-  fs::remove(dir_ / "usage");
-  ASSERT_EQ(mkfifo((dir_ / "usage").c_str(), 0666), 0);
-  usage = read();
-  ASSERT_EQ(usage.status().message(), "");
-  EXPECT_FALSE(usage->usage_valid);
-  EXPECT_FALSE(usage->usage_error.empty());
-  // Absent: nothing used yet, no error.
-  fs::remove(dir_ / "usage");
-  usage = read();
-  ASSERT_EQ(usage.status().message(), "");
-  EXPECT_EQ(usage->usage_error, "");
-  // No limits page: no share here.
-  fs::remove(dir_ / "limits");
-  EXPECT_EQ(read().status().code(), StatusCode::kNotFound);
-}
-
-TEST_F(ShareFolder, AgentMeasuredGpuTimeComesFromTheLimitsPage) {
-  share::DeviceLimit a, b;
-  a.uuid = "GPU-aaaa";
-  b.uuid = "GPU-bbbb";
-  ASSERT_EQ(
-      share::write_limits(dir_.string(), {a, b}, share::kPriorityNormal, share::kMeasureAgent), "");
-  // The page is the agent's (mode 0444); written here as the meter does.
-  fs::permissions(dir_ / "limits", fs::perms::owner_write, fs::perm_options::add);
-  const int fd = open((dir_ / "limits").c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  void* memory =
-      mmap(nullptr, sizeof(share::LimitsPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  ASSERT_NE(memory, MAP_FAILED);
-  static_cast<share::LimitsPage*>(memory)->measured[0].share_busy_ns = 42;
-  munmap(memory, sizeof(share::LimitsPage));
-  page_->compute.devices[0].busy_ns = 999;  // a tenant's figure: not used
-  const Result<ShareFolderUsage> usage = read();
-  ASSERT_EQ(usage.status().message(), "");
-  EXPECT_EQ(usage->gpu_busy_ns[0], 42u);
 }
 
 }  // namespace

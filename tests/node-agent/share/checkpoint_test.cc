@@ -121,5 +121,19 @@ TEST(Checkpoint, EveryFieldOfAnotherTypeIsRefusedNamingTheFieldAndTheValue) {
   }
 }
 
+TEST(Checkpoint, TextThatIsNoJsonIsAnErrorValueNamingWhereItBroke) {
+  for (const std::string text : {"", "{", "{\"version\": 1,", "not json", "{\"version\": 1} x"}) {
+    const Result<Checkpoint> read = checkpoint_from_json(text);
+    ASSERT_FALSE(read.is_ok()) << text;
+    EXPECT_EQ(read.status().code(), StatusCode::kInternal) << text;
+    EXPECT_EQ(read.status().message().rfind("checkpoint: ", 0), 0u) << read.status().message();
+    EXPECT_NE(read.status().message().find("parse error"), std::string::npos)
+        << read.status().message();
+  }
+  // Another version is refused as before, naming it.
+  EXPECT_EQ(checkpoint_from_json(R"({"version": 2, "claims": {}})").status().message(),
+            "checkpoint version 2 is not 1");
+}
+
 }  // namespace
 }  // namespace tessera::agent

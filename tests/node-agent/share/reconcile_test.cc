@@ -209,8 +209,9 @@ TEST_F(ReconcileTest, DriftIsRepairedAndReported) {
 
   // Hands and accidents on the node:
   fs::remove_all(share_dir(share_c_));  // folder deleted
-  ASSERT_EQ(share::write_limits(share_dir(share_a_), {{kGpu0, 16ull << 30, 100, 0}}),
-            "");                                             // edited
+  ASSERT_EQ(
+      share_folder::write_limits(share_dir(share_a_), {{kGpu0, 16ull << 30, 100, 0}}).message(),
+      "");                                                   // edited
   fs::remove(m->cdi_spec_path(kQuotaUid));                   // spec deleted
   ASSERT_EQ(kill(mps_->inspect(share_b_).pid, SIGKILL), 0);  // daemon died
   Command raise({RecordingDoubles::mps_control()},

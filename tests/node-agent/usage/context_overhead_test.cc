@@ -24,7 +24,7 @@
 
 #include "tessera/gpu_info.h"
 #include "tessera/nvml.h"
-#include "tessera/share_files.h"
+#include "tessera/share_folder/limits_writer.h"
 #include "tessera/share_region.h"
 #include "usage/gpu_time_meter.h"
 #include "usage/share_processes.h"
@@ -296,10 +296,10 @@ FillOutcome fill_share(bool measure) {
   EXPECT_TRUE(nvml.load(uuid));
   TempDir base(measure ? "context-overhead-measured" : "context-overhead-default");
   const std::string dir = base.shares() + "/a";
-  share::DeviceLimit device;
+  share_folder::DeviceLimit device;
   device.uuid = uuid;
   device.memory_limit = 4 * kGi;
-  EXPECT_EQ(share::write_limits(dir, {device}), "");
+  EXPECT_EQ(share_folder::write_limits(dir, {device}).message(), "");
 
   GpuTimeMeterOptions options;
   options.shares_dir = base.shares();
@@ -385,13 +385,13 @@ TEST(ContextOverheadOnSimulatedGpu, ALyingSlotMovesOnlyItsOwnShare) {
   ASSERT_TRUE(gpus.is_ok() && !gpus->empty());
   const std::string uuid = gpus->front().uuid;
   TempDir base("context-overhead-liar");
-  share::DeviceLimit device;
+  share_folder::DeviceLimit device;
   device.uuid = uuid;
   device.memory_limit = 4 * kGi;
   const std::string honest = base.shares() + "/a";
   const std::string liar = base.shares() + "/b";
-  ASSERT_EQ(share::write_limits(honest, {device}), "");
-  ASSERT_EQ(share::write_limits(liar, {device}), "");
+  ASSERT_EQ(share_folder::write_limits(honest, {device}).message(), "");
+  ASSERT_EQ(share_folder::write_limits(liar, {device}).message(), "");
   const double start_at = epoch_seconds() + 60;  // never fills: holds its context only
   Fill a(base, honest, start_at, 0);
   Fill b(base, liar, start_at, 0);
@@ -422,14 +422,14 @@ TEST(ContextOverheadOnSimulatedGpu, ALyingSlotMovesOnlyItsOwnShare) {
   // A forged "everything is allocations": B's figure would fall to the floor, A's is untouched.
   slot->bytes[0].store(520 * kMi + 400 * kMi);
   slot->contexts.store(share::pack_contexts(0, 1, 400 * kMi));
-  EXPECT_EQ(meter.measure(), "");
+  EXPECT_EQ(join_problems(meter.measure()), "");
   EXPECT_EQ(published_in_page(honest), 520 * kMi);
   EXPECT_EQ(published_in_page(liar), kMinContextCost);
   // A forged "no bytes at all" with a claim of a tiny charge: B's figure is the whole process,
   // clamped; A's stays the same.
   slot->bytes[0].store(0);
   slot->contexts.store(share::pack_contexts(0, 1, 0));
-  EXPECT_EQ(meter.measure(), "");
+  EXPECT_EQ(join_problems(meter.measure()), "");
   EXPECT_EQ(published_in_page(honest), 520 * kMi);
   EXPECT_EQ(published_in_page(liar), 520 * kMi);
   // B copies A's process's owner word into a slot of its own page: that process is then in two
@@ -441,7 +441,7 @@ TEST(ContextOverheadOnSimulatedGpu, ALyingSlotMovesOnlyItsOwnShare) {
   forged.contexts.store(share::pack_contexts(0, 1, 500 * kMi));
   forged.owner.store(*owner_a);
   page->slot_high_water.store(share::kMaxSlots);
-  EXPECT_EQ(meter.measure(), "");
+  EXPECT_EQ(join_problems(meter.measure()), "");
   EXPECT_EQ(published_in_page(honest), 520 * kMi);
   forged.owner.store(0);
   munmap(memory, sizeof(share::UsagePage));

@@ -25,7 +25,7 @@
 
 #include "clock/clock.h"
 #include "tessera/gpu_info.h"
-#include "tessera/share_files.h"
+#include "tessera/share_folder/limits_writer.h"
 #include "tessera/share_region.h"
 
 // Without the samples (TESSERA_BUILD_SAMPLES off) the tests that run compute-burn are skipped.
@@ -102,10 +102,10 @@ std::string make_share(const TempDir& base, const std::string& name, const std::
                        uint32_t cores, uint32_t source,
                        uint32_t priority = share::kPriorityNormal) {
   const std::string dir = base.shares() + "/" + name;
-  share::DeviceLimit device;
+  share_folder::DeviceLimit device;
   device.uuid = uuid;
   device.cores_limit = cores;
-  EXPECT_EQ(share::write_limits(dir, {device}, priority, source), "");
+  EXPECT_EQ(share_folder::write_limits(dir, {device}, {priority, source}).message(), "");
   create_usage_page(dir);
   return dir;
 }
@@ -286,12 +286,12 @@ TEST(GpuTimeMeterOwners, ContainerProcessFromAFakeProc) {
   EXPECT_EQ(owners.begin()->second, 4242);
 }
 
-// ---- share_files: measure_source ---------------------------------------------------------------
+// ---- write_limits: measure_source --------------------------------------------------------------
 
 TEST(GpuTimeMeterLimits, WriteLimitsMeasureSource) {
   TempDir base("gpu-time-meter-limits");
   const std::string dir = base.shares() + "/s";
-  share::DeviceLimit device;
+  share_folder::DeviceLimit device;
   device.uuid = "GPU-00000000-0000-0000-0000-000000000001";
   auto source = [&dir] {
     share::LimitsPage page;
@@ -299,23 +299,30 @@ TEST(GpuTimeMeterLimits, WriteLimitsMeasureSource) {
         .read(reinterpret_cast<char*>(&page), sizeof page);
     return page.measure_source.load();
   };
-  ASSERT_EQ(share::write_limits(dir, {device}), "");
+  ASSERT_EQ(share_folder::write_limits(dir, {device}).message(), "");
   EXPECT_EQ(source(), share::kMeasureNvml);
-  ASSERT_EQ(share::write_limits(dir, {device}, share::kPriorityHigh, share::kMeasureAgent), "");
+  ASSERT_EQ(share_folder::write_limits(dir, {device}, {share::kPriorityHigh, share::kMeasureAgent})
+                .message(),
+            "");
   EXPECT_EQ(source(), share::kMeasureAgent);
-  // The overloads without a source leave an existing page's as it is.
+  // Without a source, an existing page keeps its own.
   device.cores_limit = 40;
-  ASSERT_EQ(share::write_limits(dir, {device}, share::kPriorityNormal), "");
+  ASSERT_EQ(share_folder::write_limits(dir, {device}, {share::kPriorityNormal}).message(), "");
   EXPECT_EQ(source(), share::kMeasureAgent);
-  ASSERT_EQ(share::write_limits(dir, {device}), "");
+  ASSERT_EQ(share_folder::write_limits(dir, {device}).message(), "");
   EXPECT_EQ(source(), share::kMeasureAgent);
-  ASSERT_EQ(share::write_limits(dir, {device}, share::kPriorityNormal, share::kMeasureNvml), "");
+  ASSERT_EQ(share_folder::write_limits(dir, {device}, {share::kPriorityNormal, share::kMeasureNvml})
+                .message(),
+            "");
   EXPECT_EQ(source(), share::kMeasureNvml);
-  EXPECT_NE(share::write_limits(dir, {device}, share::kPriorityNormal, 7), "");
+  EXPECT_NE(share_folder::write_limits(dir, {device}, {share::kPriorityNormal, 7}).message(), "");
   EXPECT_EQ(source(), share::kMeasureNvml);
   // A new page written with the agent as source.
   fs::remove_all(dir);
-  ASSERT_EQ(share::write_limits(dir, {device}, share::kPriorityNormal, share::kMeasureAgent), "");
+  ASSERT_EQ(
+      share_folder::write_limits(dir, {device}, {share::kPriorityNormal, share::kMeasureAgent})
+          .message(),
+      "");
   EXPECT_EQ(source(), share::kMeasureAgent);
 }
 

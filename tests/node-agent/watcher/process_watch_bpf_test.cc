@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "clock/clock.h"
+#include "tessera/share_folder/snapshot.h"
 #include "usage/share_processes.h"
 #include "watch_fixture.h"
 #include "watcher/process_watch_program.h"
@@ -97,7 +98,8 @@ void check_fallback(const std::string& why) {
   ASSERT_TRUE(child.ok);
   EXPECT_EQ(live_process_owners().count(child.owner), 1u);
   testing::reap(child.pid);
-  EXPECT_EQ(usage_page_owners(dir.path() + "/usage"), std::vector<uint64_t>{child.owner});
+  EXPECT_EQ(share_folder::read_usage_page(dir.path() + "/usage").live_owners(),
+            std::vector<uint64_t>{child.owner});
   EXPECT_EQ(live_process_owners().count(child.owner), 0u);
 }
 
@@ -133,11 +135,11 @@ TEST(ProcessWatchBpf, AKilledShareProcessSlotIsClearedByItsExitEvent) {
   const Child child = testing::spawn_child(cgroup.procs(), dir.path(), "");
   ASSERT_TRUE(child.ok);
   const std::string usage = dir.path() + "/usage";
-  ASSERT_EQ(usage_page_owners(usage), std::vector<uint64_t>{child.owner});
+  ASSERT_EQ(share_folder::read_usage_page(usage).live_owners(), std::vector<uint64_t>{child.owner});
 
   const auto killed_at = std::chrono::steady_clock::now();
   ASSERT_EQ(kill(child.pid, SIGKILL), 0);
-  while (!usage_page_owners(usage).empty() &&
+  while (!share_folder::read_usage_page(usage).live_owners().empty() &&
          std::chrono::steady_clock::now() - killed_at < kReclaimLiveness) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -148,7 +150,7 @@ TEST(ProcessWatchBpf, AKilledShareProcessSlotIsClearedByItsExitEvent) {
   if (const auto kernel = watcher.counters().last_reclaim_latency)
     std::printf("process watcher: kernel event -> slot clear in %.3f ms\n",
                 std::chrono::duration<double, std::milli>(*kernel).count());
-  EXPECT_TRUE(usage_page_owners(usage).empty());
+  EXPECT_TRUE(share_folder::read_usage_page(usage).live_owners().empty());
   EXPECT_EQ(watcher.counters().slots_reclaimed, 1u);
   EXPECT_TRUE(watcher.counters().last_reclaim_latency.has_value());
   testing::reap(child.pid);
@@ -182,7 +184,7 @@ TEST(ProcessWatchBpf, TheAgentsResolverWatchesTheCgroupOfASlotOwner) {
   const std::string usage = folder + "/usage";
   const auto killed_at = std::chrono::steady_clock::now();
   ASSERT_EQ(kill(child.pid, SIGKILL), 0);
-  while (!usage_page_owners(usage).empty() &&
+  while (!share_folder::read_usage_page(usage).live_owners().empty() &&
          std::chrono::steady_clock::now() - killed_at < kReclaimLiveness) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -190,7 +192,7 @@ TEST(ProcessWatchBpf, TheAgentsResolverWatchesTheCgroupOfASlotOwner) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed_at);
   std::printf("process watcher (agent resolver): SIGKILL -> slot clear in %.3f ms\n",
               latency.count());
-  EXPECT_TRUE(usage_page_owners(usage).empty());
+  EXPECT_TRUE(share_folder::read_usage_page(usage).live_owners().empty());
   EXPECT_EQ(watcher.counters().slots_reclaimed, 1u);
   testing::reap(child.pid);
   loaded.program->stop();

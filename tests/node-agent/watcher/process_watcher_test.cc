@@ -13,6 +13,7 @@
 
 #include "clock/clock.h"
 #include "tessera/log.h"
+#include "tessera/share_folder/snapshot.h"
 #include "usage/share_processes.h"
 #include "watch_fixture.h"
 
@@ -112,7 +113,7 @@ TEST(ProcessWatcher, AnExitClearsTheSlotOfThatProcessOnly) {
   const Child dying = testing::spawn_child("", dir.path(), "");
   const Child staying = testing::spawn_child("", dir.path(), "");
   ASSERT_TRUE(dying.ok && staying.ok);
-  ASSERT_EQ(usage_page_owners(dir.path() + "/usage").size(), 2u);
+  ASSERT_EQ(share_folder::read_usage_page(dir.path() + "/usage").live_owners().size(), 2u);
   const tessera_watch_event exit = event_for(TESSERA_WATCH_EXIT, dying.pid);
 
   StaticShareResolver resolver({share_at(dir.path(), {})});
@@ -128,7 +129,8 @@ TEST(ProcessWatcher, AnExitClearsTheSlotOfThatProcessOnly) {
                                 .count());
   watcher.handle(seen);
 
-  EXPECT_EQ(usage_page_owners(dir.path() + "/usage"), std::vector<uint64_t>{staying.owner});
+  EXPECT_EQ(share_folder::read_usage_page(dir.path() + "/usage").live_owners(),
+            std::vector<uint64_t>{staying.owner});
   EXPECT_EQ(share::share_usage(*page, 0), 1u << 20);  // the staying process's reservation
   const ProcessWatcherCounters counters = watcher.counters();
   EXPECT_EQ(counters.exits, 1u);
@@ -139,7 +141,8 @@ TEST(ProcessWatcher, AnExitClearsTheSlotOfThatProcessOnly) {
   watcher.handle(seen);
   watcher.handle(event_for(TESSERA_WATCH_EXIT, getpid()));
   EXPECT_EQ(watcher.counters().slots_reclaimed, 1u);
-  EXPECT_EQ(usage_page_owners(dir.path() + "/usage"), std::vector<uint64_t>{staying.owner});
+  EXPECT_EQ(share_folder::read_usage_page(dir.path() + "/usage").live_owners(),
+            std::vector<uint64_t>{staying.owner});
   testing::reap(staying.pid);
   share::unmap_usage_page(page);
 }
@@ -164,15 +167,6 @@ TEST(ProcessWatcher, ATruncatedUsagePageIsAnErrorNotACrash) {
   watcher.handle(exit);
   EXPECT_EQ(watcher.counters().exits, 2u);
   EXPECT_EQ(watcher.counters().slots_reclaimed, 0u);
-}
-
-TEST(UsagePageMapping, RefusesWhatIsNoUsagePage) {
-  WatchTempDir dir;
-  std::ofstream(dir.path() + "/usage") << "not a page";
-  EXPECT_FALSE(UsagePageMapping::open(dir.path() + "/usage").is_ok());
-  ASSERT_EQ(symlink("/etc/passwd", (dir.path() + "/link").c_str()), 0);
-  EXPECT_FALSE(UsagePageMapping::open(dir.path() + "/link").is_ok());
-  EXPECT_FALSE(UsagePageMapping::open(dir.path() + "/absent").is_ok());
 }
 
 TEST(ProcessWatcher, AnUnshimmedDeviceOpenInAShareIsOneFindingWithItsPid) {

@@ -30,8 +30,8 @@ bool applies(const json* requests, const std::string& request) {
   return false;
 }
 
-// Returns "" or the first problem, prefixed with its field path.
-std::string check_devices(const json& devices, const std::string& path) {
+// Ok, or the first problem (kInvalidArgument), its message prefixed with its field path.
+Status check_devices(const json& devices, const std::string& path) {
   struct Entry {
     const json* requests;
     VgpuConfig config;
@@ -44,17 +44,18 @@ std::string check_devices(const json& devices, const std::string& path) {
       const json* opaque = json_member((*list)[i], "opaque");
       if (!opaque || json_string(*opaque, "driver") != agent::kDriverName) continue;
       const json* parameters = json_member(*opaque, "parameters");
-      if (!parameters) return at + ".opaque.parameters: missing";
+      if (!parameters) return invalid_argument(at + ".opaque.parameters: missing");
       Result<VgpuConfig> decoded = agent::decode_vgpu_config(*parameters);
-      if (!decoded.is_ok()) return at + ".opaque.parameters." + decoded.status().message();
+      if (!decoded.is_ok())
+        return invalid_argument(at + ".opaque.parameters." + decoded.status().message());
       configs.push_back({json_member((*list)[i], "requests"), std::move(decoded).value()});
     }
   }
-  if (configs.empty()) return "";
+  if (configs.empty()) return Status::ok();
   // The merge the agent makes per allocated request (claim configs in order; the class's configs
   // come first there and cannot undo a refusal here).
   const json* requests = json_member(devices, "requests");
-  if (!requests || !requests->is_array()) return "";
+  if (!requests || !requests->is_array()) return Status::ok();
   for (size_t i = 0; i < requests->size(); ++i) {
     const json& request = (*requests)[i];
     std::vector<std::string> names;
@@ -70,10 +71,11 @@ std::string check_devices(const json& devices, const std::string& path) {
       for (const auto& entry : configs)
         if (applies(entry.requests, full)) merged = agent::merge_vgpu_config(merged, entry.config);
       if (const Status supported = agent::check_supported(merged); !supported.is_ok())
-        return path + ".requests[" + std::to_string(i) + "] (" + full + "): " + supported.message();
+        return invalid_argument(path + ".requests[" + std::to_string(i) + "] (" + full +
+                                "): " + supported.message());
     }
   }
-  return "";
+  return Status::ok();
 }
 
 }  // namespace
@@ -100,8 +102,8 @@ AdmissionResponse validate_claim(const AdmissionRequest& request) {
   }
   const json* devices = spec ? json_member(*spec, "devices") : nullptr;
   if (!devices) return allow();
-  if (auto e = check_devices(*devices, path + ".devices"); !e.empty())
-    return deny(422, "Invalid", e);
+  if (const Status checked = check_devices(*devices, path + ".devices"); !checked.is_ok())
+    return deny(422, "Invalid", checked.message());
   return allow();
 }
 

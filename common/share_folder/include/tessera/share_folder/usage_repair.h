@@ -1,0 +1,92 @@
+// The agent's writes to a share's usage page: reclaiming the slots of a process that exited (the
+// process watcher) and repairing a page the out-of-band checks found scribbled (the checker). The
+// page is tenant-writable (mode 0666: any process of the share may truncate it), so slots are
+// written with atomics (compare-and-swap against what a read saw, so a live process's own update
+// is never lost) through a writable mapping whose every access runs under the SIGBUS guard
+// (fault_guard.h): a truncate racing the write makes it fail, never crash the agent.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/share_region.h"
+#include "tessera/status.h"
+
+namespace tessera::share_folder {
+
+// Slot writes of a repair, each conditional on what the read saw.
+struct SlotRepair {
+  struct Clear {  // a slot whose owner is dead or no process of the share
+    uint32_t index;
+    uint64_t owner;  // cleared only while the slot still holds this owner (0: a free slot)
+  };
+  std::vector<Clear> clears;
+  struct SetBytes {  // a slot whose figure NVML contradicts: NVML's figure written
+    uint32_t index;
+    uint64_t owner;
+    uint32_t device;
+    uint64_t expected;  // written only while the slot still holds this figure
+    uint64_t value;
+  };
+  std::vector<SetBytes> sets;
+  std::optional<uint32_t>
+      high_water;  // slot_high_water raised to this, or lowered from > kMaxSlots
+};
+
+struct RepairOutcome {
+  uint32_t cleared = 0;  // slots cleared
+  uint32_t set = 0;      // byte figures written
+  uint32_t skipped = 0;  // changed by their process since the read: left to the next pass
+};
+
+// A usage page mapped writable (MAP_SHARED): only a regular file, never through a symlink, at
+// least sizeof(UsagePage) bytes with a valid header (read with pread first, so a file that is no
+// usage page is never mapped).
+class UsagePageMapping {
+ public:
+  static Result<UsagePageMapping> open(const std::string& path);
+
+  UsagePageMapping(UsagePageMapping&& other) noexcept;
+  UsagePageMapping& operator=(UsagePageMapping&& other) noexcept;
+  UsagePageMapping(const UsagePageMapping&) = delete;
+  UsagePageMapping& operator=(const UsagePageMapping&) = delete;
+  ~UsagePageMapping();
+
+  // Clears every slot below the high-water mark whose owner word is `owner` (share::reclaim_slot,
+  // marked with `reclaimer` meanwhile). The number of slots cleared, or kFailedPrecondition when
+  // the page stopped being a valid page or the file was truncated under the mapping.
+  Result<int> reclaim_owner(uint64_t owner, uint64_t reclaimer);
+  // Applies `repair` (share::clear_slot for the clears, also of a free slot that holds bytes; a
+  // compare-and-swap for the sets). kFailedPrecondition when the file was truncated meanwhile.
+  Result<RepairOutcome> apply(const SlotRepair& repair);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  UsagePageMapping(std::string path, share::UsagePage* page)
+      : path_(std::move(path)), page_(page) {}
+
+  std::string path_;
+  share::UsagePage* page_ = nullptr;
+};
+
+// A repair of <folder>/usage: its shape first (pwrite and ftruncate, never through a symlink),
+// then its slots through a UsagePageMapping.
+struct UsagePageRepair : SlotRepair {
+  bool recreate = false;        // not a regular file: removed and created anew (an empty page)
+  bool extend = false;          // short: extended to a page (the lost slots read as free)
+  bool rewrite_header = false;  // magic, version, struct_size, max_slots written
+
+  bool empty() const {
+    return !recreate && !extend && !rewrite_header && !high_water && clears.empty() && sets.empty();
+  }
+};
+
+// Applies `repair` to <folder>/usage. kFailedPrecondition when the page changed shape meanwhile
+// (truncated during the repair: nothing the mapping would have touched is trusted), kInternal for
+// I/O errors.
+Result<RepairOutcome> repair_usage_page(const std::string& folder, const UsagePageRepair& repair);
+
+}  // namespace tessera::share_folder
