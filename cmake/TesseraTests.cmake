@@ -67,7 +67,7 @@ function(tessera_test_executable target)
   find_package(nlohmann_json 3 REQUIRED)
   target_link_libraries(${target} PRIVATE ${ARG_LIBRARIES} GTest::gtest_main
                                           nlohmann_json::nlohmann_json)
-  target_include_directories(${target} PRIVATE ${ARG_INCLUDES})
+  target_include_directories(${target} PRIVATE ${ARG_INCLUDES} ${PROJECT_SOURCE_DIR}/tests/support)
   target_compile_definitions(${target} PRIVATE ${ARG_DEFINITIONS})
   target_precompile_headers(${target} PRIVATE ${TESSERA_TEST_PRECOMPILED_HEADERS})
   tessera_warnings(${target})

@@ -112,4 +112,16 @@ size_t format_byte_quantity(uint64_t bytes, char* out, size_t capacity) {
   return length < capacity ? length : capacity - 1;
 }
 
+std::optional<uint32_t> parse_percent(std::string_view text, uint32_t min, uint32_t max) {
+  // Three digits hold 100; a longer text (leading zeros included) is no percent.
+  if (text.empty() || text.size() > 3) return std::nullopt;
+  uint32_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + static_cast<uint32_t>(c - '0');
+  }
+  if (value < min || value > max || value > 100) return std::nullopt;
+  return value;
+}
+
 }  // namespace tessera

@@ -131,9 +131,9 @@ bool parse_size(std::string_view text, bool hami_units, uint64_t* out) {
 namespace {
 
 bool parse_percent(std::string_view text, uint64_t* out) {
-  uint64_t value = 0;
-  if (!parse_decimal(trim(text), &value) || value < 1 || value > 100) return false;
-  *out = value;
+  const std::optional<uint32_t> value = tessera::parse_percent(trim(text), 1, 100);
+  if (!value) return false;
+  *out = *value;
   return true;
 }
 
@@ -337,8 +337,8 @@ void read_compute_options(GetEnv get_env, Options* options) {
   }
   bool hami_ignored = false;
   auto hami_percent = [&](const char* name, const char* text, uint32_t* out) {
-    uint64_t value = 0;
-    if (!parse_decimal(trim(text), &value) || value > 100) {
+    const std::optional<uint32_t> value = tessera::parse_percent(trim(text), 0, 100);
+    if (!value) {
       add_message(options, true,
                   "%s='%s' %s a percent (0..100); every device it names is limited to 0%% of its "
                   "time",
@@ -346,7 +346,7 @@ void read_compute_options(GetEnv get_env, Options* options) {
       *out = 0;
       return;
     }
-    *out = value == 0 ? 100 : static_cast<uint32_t>(value);  // HAMi: 0 = no limit
+    *out = *value == 0 ? 100 : *value;  // HAMi: 0 = no limit
   };
   if (const char* limit = raw_of(OptionId::kHamiCoresLimit)) {
     if (options->cores_set) {

@@ -133,13 +133,15 @@ class Resolver:
             return [m.group(1)]
         if m := re.fullmatch(r"std::string\((.*)\)", term, re.S):
             return self.resolve(m.group(1), path, offset, depth + 1)
-        if m := re.fullmatch(r"(\w+)\((.*)\)", term, re.S):
+        # A helper of the Kubernetes client is called by its qualified name (kube::node_path).
+        if m := re.fullmatch(r"(?:\w+::)*(\w+)\((.*)\)", term, re.S):
             if m.group(1) in self.functions:
                 return self.resolve(self.functions[m.group(1)], path, offset, depth + 1)
             return [PLACEHOLDER]  # url_escape(...), field_selector(...): run-time values
         if re.fullmatch(r"[\w.:\->\[\]]+", term):
-            if term in self.constants:
-                return self.resolve(self.constants[term], path, offset, depth + 1)
+            unqualified = term.rsplit("::", 1)[-1]
+            if unqualified in self.constants:
+                return self.resolve(self.constants[unqualified], path, offset, depth + 1)
             local = self.local_definition(term, path, offset)
             if local is not None:
                 return self.resolve(local[0], path, local[1], depth + 1)
@@ -218,8 +220,8 @@ def calls_in(source_root, folder):
             if name.endswith((".cc", ".h")):
                 path = os.path.join(directory, name)
                 files[path] = strip_comments(open(path, encoding="utf-8").read())
-    # Path helpers live in the agent's kube client, which the webhook links too.
-    for helper in ("node-agent/src/kube/kube_client.cc", "node-agent/src/kube/kube_client.h"):
+    # Path helpers live in the Kubernetes client (common/kube), which the webhook links too.
+    for helper in ("common/kube/src/kube_client.cc", "common/kube/include/tessera/kube/kube_client.h"):
         path = os.path.join(source_root, helper)
         files.setdefault(path, strip_comments(open(path, encoding="utf-8").read()))
     resolver = Resolver(files)

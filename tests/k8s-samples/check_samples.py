@@ -58,7 +58,7 @@ KNOWN_KINDS = {("v1", "Namespace"), ("v1", "Pod"), ("apps/v1", "Deployment"),
                ("resource.k8s.io/v1", "ResourceClaimTemplate"),
                ("resource.k8s.io/v1", "ResourceClaim")}
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-# GPU sizes as NVML reports them, as tests/node-agent/kube/validate_printed_slices.sh prints them.
+# GPU sizes as NVML reports them, as tests/support/apiserver/validate_printed_slices.sh prints them.
 GPUS = [
     "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0",
     "name=NVIDIA H100 80GB HBM3,memory=81559Mi,sms=132,cc=9.0",

@@ -5,16 +5,16 @@
 #include <map>
 #include <string>
 
-#include "kube/kube_client.h"
+#include "tessera/kube/kube_client.h"
 
 namespace tessera::agent::testing {
 
-class TenantClaims : public KubeClient {
+class TenantClaims : public kube::KubeClient {
  public:
-  Result<ApiResponse> request(const std::string&, const std::string& path,
+  Result<kube::ApiResponse> request(const std::string&, const std::string& path,
                               const std::string&) override {
     for (const auto& [name, body] : bodies)
-      if (path == resource_claim_path("tenants", name)) return ApiResponse{200, body};
+      if (path == kube::resource_claim_path("tenants", name)) return kube::ApiResponse{200, body};
     return not_found("HTTP 404: not found");
   }
   std::map<std::string, std::string> bodies;  // claim name -> its JSON

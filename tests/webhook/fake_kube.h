@@ -13,11 +13,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kube/kube_client.h"
+#include "tessera/kube/kube_client.h"
 
 namespace tessera::webhook::testing {
 
-class FakeKube : public agent::KubeClient {
+class FakeKube : public kube::KubeClient {
  public:
   std::atomic<bool> unreachable{false};
   std::chrono::milliseconds delay{0};
@@ -43,7 +43,7 @@ class FakeKube : public agent::KubeClient {
     return requests_.size();
   }
 
-  Result<agent::ApiResponse> request(const std::string& method, const std::string& path,
+  Result<kube::ApiResponse> request(const std::string& method, const std::string& path,
                                      const std::string& body = "") override {
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
     std::lock_guard lock(mutex_);
@@ -52,14 +52,14 @@ class FakeKube : public agent::KubeClient {
     if (method == "GET") {
       const auto it = objects_.find(path);
       if (it == objects_.end()) return refused(method, path, 404, "NotFound");
-      return agent::ApiResponse{200, it->second.dump()};
+      return kube::ApiResponse{200, it->second.dump()};
     }
     if (method == "POST") {
       const nlohmann::json object = nlohmann::json::parse(body);
       const std::string at = path + "/" + object["metadata"]["name"].get<std::string>();
       if (objects_.count(at)) return refused(method, path, 409, "AlreadyExists");
       objects_[at] = object;
-      return agent::ApiResponse{201, body};
+      return kube::ApiResponse{201, body};
     }
     return refused(method, path, 405, "MethodNotAllowed");
   }
@@ -68,7 +68,7 @@ class FakeKube : public agent::KubeClient {
   // A non-2xx answer as KubeClient reports it: the code by HTTP status, the API's reason.
   static Status refused(const std::string& method, const std::string& path, long code,
                         const char* reason) {
-    return Status(agent::code_for_http_status(code),
+    return Status(kube::code_for_http_status(code),
                   method + " " + path + ": HTTP " + std::to_string(code) + ": " + reason);
   }
 

@@ -10,7 +10,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <CLI/CLI.hpp>
 
-#include "api/snapshot_events.h"
+#include "tessera/node_events/snapshot_events.h"
 #include "views/agent_client.h"
 
 namespace tessera::cli {

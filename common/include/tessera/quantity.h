@@ -15,6 +15,12 @@ namespace tessera {
 // (empty, negative, unknown suffix, overflow, fractional bytes, surrounding garbage).
 std::optional<uint64_t> parse_byte_quantity(std::string_view text);
 
+// A whole percent from `min` to `max` (at most 100) written as decimal digits: "30", "100". No
+// sign, fraction, suffix or white space. The one percent syntax of a share's cores everywhere: the
+// shim's TESSERA_CORES_LIMIT (1..100) and HAMi's CUDA_DEVICE_SM_LIMIT (0..100), the capacity
+// `cores` kube-scheduler allocates (0..100), the webhook's shorthand requests.
+std::optional<uint32_t> parse_percent(std::string_view text, uint32_t min, uint32_t max);
+
 // Formats bytes the way people read them: exact binary units when they divide evenly
 // ("8Gi", "512Mi"), otherwise plain bytes.
 // Writes at most `capacity` bytes including the terminating NUL; returns the length written.

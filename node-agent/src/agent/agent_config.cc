@@ -4,7 +4,7 @@
 
 #include "api/node_api_server.h"
 #include "metrics/metrics_server.h"
-#include "model/vgpu_config.h"
+#include "tessera/vgpu_config.h"
 #include "tessera/log.h"
 
 namespace tessera::agent {

@@ -20,7 +20,7 @@
 #include "devices/resource_slices.h"
 #include "enforcement/checker.h"
 #include "enforcement/enforcement_handler.h"
-#include "kube/http_kube_client.h"
+#include "tessera/kube/http_kube_client.h"
 #include "metrics/collector.h"
 #include "metrics/gpu_stats.h"
 #include "metrics/metrics_server.h"
@@ -138,11 +138,11 @@ ClaimPreparer& NodeAgent::preparer() {
 Status NodeAgent::start() {
   if (config_.node_name.empty()) return invalid_argument("--node-name (NODE_NAME) is required");
   if (Status locked = lock_state_dir(); !locked.is_ok()) return locked;
-  Result<KubeConnection> connection = config_.kubeconfig.empty()
-                                          ? in_cluster_connection()
-                                          : kubeconfig_connection(config_.kubeconfig);
+  Result<kube::KubeConnection> connection = config_.kubeconfig.empty()
+                                          ? kube::in_cluster_connection()
+                                          : kube::kubeconfig_connection(config_.kubeconfig);
   if (!connection.is_ok()) return connection.status();
-  kube_ = std::make_unique<HttpKubeClient>(*connection);
+  kube_ = std::make_unique<kube::HttpKubeClient>(*connection);
   slices_ =
       std::make_unique<SlicePublisher>(*kube_, SliceIdentity{kDriverName, config_.node_name, ""});
 

@@ -36,7 +36,7 @@ class EventFindingHandler;
 class EventLog;
 class NodeApiServer;
 class GpuTimeMeter;
-class HttpKubeClient;
+class kube::HttpKubeClient;
 class InstrumentedPreparer;
 class MetricsServer;
 class MpsBackend;
@@ -116,7 +116,7 @@ class NodeAgent {
   AgentConfig config_;
   Clock& clock_;
   int lock_fd_ = -1;  // <state-dir>/agent.lock, held (flock: exclusive, shared with a pod UID)
-  std::unique_ptr<HttpKubeClient> kube_;
+  std::unique_ptr<kube::HttpKubeClient> kube_;
   std::mutex slices_mutex_;  // the monitor's thread and the reconcile loop both publish
   std::unique_ptr<SlicePublisher> slices_;
   std::unique_ptr<MpsBackend> mps_;

@@ -6,7 +6,7 @@
 #include <map>
 #include <sstream>
 
-#include "model/json_access.h"
+#include "tessera/json_access.h"
 #include "tessera/quantity.h"
 
 namespace tessera::agent {
@@ -229,8 +229,8 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
                                const std::vector<DeviceHealthReport>& health) {
   writes_ = 0;
   if (identity_.node_uid.empty()) {
-    const std::string path = node_path(identity_.node_name);
-    const Result<ApiResponse> node = kube_.request("GET", path);
+    const std::string path = kube::node_path(identity_.node_name);
+    const Result<kube::ApiResponse> node = kube_.request("GET", path);
     if (!node.is_ok()) return node.status().with_context("cannot read the Node's UID");
     const json body = json::parse(node->body, nullptr, false);
     const std::string* uid = json_string_at(body, "/metadata/uid");
@@ -240,9 +240,9 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
     identity_.node_uid = *uid;
   }
   const std::string list_path =
-      std::string(kResourceSlicesPath) + "?fieldSelector=" +
-      field_selector({{"spec.nodeName", identity_.node_name}, {"spec.driver", identity_.driver}});
-  const Result<ApiResponse> listed = kube_.request("GET", list_path);
+      std::string(kube::kResourceSlicesPath) + "?fieldSelector=" +
+      kube::field_selector({{"spec.nodeName", identity_.node_name}, {"spec.driver", identity_.driver}});
+  const Result<kube::ApiResponse> listed = kube_.request("GET", list_path);
   if (!listed.is_ok()) return listed.status();
   const json list = json::parse(listed->body, nullptr, false);
   const json* items = json_member(list, "items");
@@ -315,13 +315,13 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
   std::vector<json> stored;  // the objects as the API server answered the writes
   for (auto& slice : desired) {
     const std::string name = slice["metadata"]["name"].get<std::string>();
-    Result<ApiResponse> answer = unavailable("not sent");
+    Result<kube::ApiResponse> answer = unavailable("not sent");
     if (const auto it = existing.find(name); it != existing.end()) {
       slice["metadata"]["resourceVersion"] = *json_at(it->second, "/metadata/resourceVersion");
-      answer = kube_.request("PUT", resource_slice_path(name), slice.dump());
+      answer = kube_.request("PUT", kube::resource_slice_path(name), slice.dump());
       existing.erase(it);
     } else {
-      answer = kube_.request("POST", kResourceSlicesPath, slice.dump());
+      answer = kube_.request("POST", kube::kResourceSlicesPath, slice.dump());
     }
     if (!answer.is_ok()) return answer.status();
     stored.push_back(json::parse(answer->body, nullptr, false));
@@ -329,7 +329,7 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
   }
   if (send_taints) dropped_taints_ = !wanted.empty() && taint_set(stored).empty() ? wanted : json();
   for (const auto& [name, slice] : existing) {
-    const Status answer = kube_.request("DELETE", resource_slice_path(name)).status();
+    const Status answer = kube_.request("DELETE", kube::resource_slice_path(name)).status();
     if (!answer.is_ok() && answer.code() != StatusCode::kNotFound) return answer;
     ++writes_;
   }

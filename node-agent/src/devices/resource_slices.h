@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "devices/device_health.h"
-#include "kube/kube_client.h"
-#include "model/driver_name.h"
+#include "tessera/kube/kube_client.h"
+#include "tessera/driver_name.h"
 #include "model/node_device.h"
 #include "tessera/gpu_info.h"
 #include "tessera/status.h"
@@ -61,7 +61,7 @@ std::string to_semver(const std::string& version);
 
 class SlicePublisher {
  public:
-  SlicePublisher(KubeClient& kube, SliceIdentity identity) : kube_(kube), identity_(identity) {}
+  SlicePublisher(kube::KubeClient& kube, SliceIdentity identity) : kube_(kube), identity_(identity) {}
   // Makes the API's slices of this node and driver match `gpus` and their `health` (taints). Reads
   // the Node's UID once. A taint already published keeps the timeAdded the API server gave it.
   // Ok, or the first error (naming the request): the API's code, or kInternal for an answer
@@ -76,7 +76,7 @@ class SlicePublisher {
   bool taints_dropped() const { return !dropped_taints_.is_null(); }
 
  private:
-  KubeClient& kube_;
+  kube::KubeClient& kube_;
   SliceIdentity identity_;
   int64_t generation_ = 0;
   int writes_ = 0;

@@ -1,6 +1,6 @@
 #include "model/claim_pods.h"
 
-#include "model/json_access.h"
+#include "tessera/json_access.h"
 
 namespace tessera::agent {
 namespace {

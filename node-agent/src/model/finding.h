@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "tessera/vgpu_config.h"  // EnforcementPolicy: what the agent does with a finding
+
 namespace tessera::agent {
 
 enum class FindingKind : uint8_t {
@@ -36,20 +38,6 @@ constexpr std::string_view finding_kind_name(FindingKind kind) {
       return "over_cores_burst";
   }
   return "unknown";
-}
-
-// What the agent does with a finding about a share (VgpuConfig field, with an agent default):
-// report it (log, count, event), or also SIGKILL the offending process - never one of another
-// share.
-enum class EnforcementPolicy : uint8_t { kReport, kKill };
-
-constexpr std::string_view enforcement_policy_name(EnforcementPolicy policy) {
-  return policy == EnforcementPolicy::kKill ? "kill" : "report";
-}
-constexpr std::optional<EnforcementPolicy> parse_enforcement_policy(std::string_view text) {
-  if (text == "report") return EnforcementPolicy::kReport;
-  if (text == "kill") return EnforcementPolicy::kKill;
-  return std::nullopt;
 }
 
 struct Finding {

@@ -4,7 +4,7 @@
 #include <set>
 #include <tuple>
 
-#include "model/json_access.h"
+#include "tessera/json_access.h"
 #include "tessera/quantity.h"
 #include "tessera/share_region.h"
 
@@ -16,18 +16,6 @@ using nlohmann::json;
 const std::string* string_member(const json& object, const char* key) {
   const json* value = json_member(object, key);
   return value && value->is_string() ? &value->get_ref<const std::string&>() : nullptr;
-}
-
-// A config entry applies to a result when it names no requests, or names the result's request
-// (or, for a firstAvailable sub-request "req/sub", its parent "req").
-bool applies(const json& requests, const std::string& request) {
-  if (!requests.is_array() || requests.empty()) return true;
-  for (const auto& name : requests) {
-    if (!name.is_string()) continue;
-    const auto& text = name.get_ref<const std::string&>();
-    if (text == request || request.rfind(text + "/", 0) == 0) return true;
-  }
-  return false;
 }
 
 }  // namespace
@@ -98,30 +86,12 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
                             json_shown(results));
 
   // Configs of this driver in API order (FromClass before FromClaim, as the API server lists them).
-  struct Entry {
-    const json* requests;
-    VgpuConfig config;
-  };
-  std::vector<Entry> configs;
+  std::vector<VgpuConfigEntry> configs;
   if (const json* list = devices ? json_member(*devices, "config") : nullptr) {
-    if (!list->is_array())
-      return invalid_argument("status.allocation.devices.config: expected an array, got " +
-                              json_shown(list));
-    for (size_t i = 0; i < list->size(); ++i) {
-      const json& entry = (*list)[i];
-      const std::string path = "status.allocation.devices.config[" + std::to_string(i) + "]";
-      const json* opaque = json_member(entry, "opaque");
-      if (!opaque) continue;
-      const std::string* driver = string_member(*opaque, "driver");
-      if (!driver || *driver != input.driver) continue;
-      const json* parameters = json_member(*opaque, "parameters");
-      if (!parameters) return invalid_argument(path + ".opaque.parameters: missing");
-      Result<VgpuConfig> config = decode_vgpu_config(*parameters);
-      if (!config.is_ok()) {
-        return invalid_argument(path + ".opaque.parameters." + config.status().message());
-      }
-      configs.push_back({json_member(entry, "requests"), *config});
-    }
+    Result<std::vector<VgpuConfigEntry>> decoded =
+        decode_vgpu_config_list(*list, "status.allocation.devices.config", input.driver);
+    if (!decoded.is_ok()) return decoded.status();
+    configs = std::move(decoded).value();
   }
 
   std::set<std::tuple<std::string, std::string, std::string>> seen;
@@ -175,24 +145,19 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
       }
       if (const json* cores = json_member(*consumed, "cores")) {
         // An integer percent; quantities are strings ("30"); a bare JSON integer is accepted too.
-        std::optional<uint64_t> value;
+        std::optional<uint32_t> value;
         if (cores->is_string()) {
-          const std::string& text = cores->get_ref<const std::string&>();
-          if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos &&
-              text.size() <= 3)
-            value = std::stoull(text);
-        } else if (cores->is_number_unsigned()) {
-          value = cores->get<uint64_t>();
+          value = parse_percent(cores->get_ref<const std::string&>(), 0, 100);
+        } else if (cores->is_number_unsigned() && cores->get<uint64_t>() <= 100) {
+          value = static_cast<uint32_t>(cores->get<uint64_t>());
         }
-        if (!value || *value > 100)
+        if (!value)
           return invalid_argument(path + ".consumedCapacity.cores: invalid value " + cores->dump() +
                                   " (an integer percent 0..100)");
-        spec.cores = static_cast<uint32_t>(*value);
+        spec.cores = *value;
       }
     }
-    for (const auto& entry : configs)
-      if (!entry.requests || applies(*entry.requests, *request))
-        spec.config = merge_vgpu_config(spec.config, entry.config);
+    spec.config = config_for_request(configs, *request);
     TESSERA_RETURN_IF_ERROR(check_supported(spec.config).with_context(path));
     // The time-slice interval is a property of the whole GPU: only a claim that holds all of it
     // may choose it, or one tenant would change the scheduling of every other.

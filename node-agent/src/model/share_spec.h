@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "model/driver_name.h"
+#include "tessera/driver_name.h"
 #include "model/node_device.h"
-#include "model/vgpu_config.h"
+#include "tessera/vgpu_config.h"
 
 namespace tessera::agent {
 

@@ -22,7 +22,7 @@
 #include "devices/device_health.h"
 #include "model/claim_locks.h"
 #include "model/claim_preparer.h"
-#include "model/driver_name.h"
+#include "tessera/driver_name.h"
 #include "registration_server.h"
 #include "tessera/status.h"
 

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/json_access.h"
+#include "tessera/json_access.h"
 
 namespace tessera::agent {
 namespace {

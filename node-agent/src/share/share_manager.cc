@@ -58,7 +58,7 @@ bool stale_usage_temporary(const std::string& name) {
 
 }  // namespace
 
-ShareManager::ShareManager(ShareManagerOptions options, KubeClient& kube,
+ShareManager::ShareManager(ShareManagerOptions options, kube::KubeClient& kube,
                            std::vector<NodeDevice> devices)
     : options_(std::move(options)), kube_(kube), devices_(std::move(devices)) {}
 
@@ -466,8 +466,8 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
         read_file(preload_file_path()) != preload_file_contents(options_.shim_path))
       TESSERA_RETURN_IF_ERROR(
           write_file_atomically(preload_file_path(), preload_file_contents(options_.shim_path)));
-    const Result<ApiResponse> answer =
-        kube_.request("GET", resource_claim_path(claim.namespace_name, claim.name));
+    const Result<kube::ApiResponse> answer =
+        kube_.request("GET", kube::resource_claim_path(claim.namespace_name, claim.name));
     if (!answer.is_ok())
       return answer.status().with_context("cannot get ResourceClaim " + claim.namespace_name + "/" +
                                           claim.name);
@@ -570,9 +570,9 @@ Result<std::vector<PodRef>> ShareManager::refresh_claim_pods(const std::string& 
       entry = it->second;
     }
     const std::string subject = entry.namespace_name + "/" + entry.name;
-    std::string path = resource_claim_path(entry.namespace_name, entry.name);
+    std::string path = kube::resource_claim_path(entry.namespace_name, entry.name);
     if (read == PodsRead::kCache) path += "?resourceVersion=0";
-    const Result<ApiResponse> answer = kube_.request("GET", path);
+    const Result<kube::ApiResponse> answer = kube_.request("GET", path);
     if (!answer.is_ok()) {
       // Deleted: its pods are gone, and kubelet's unprepare follows. Nothing to learn.
       if (answer.status().code() == StatusCode::kNotFound) return entry.pods;

@@ -83,7 +83,7 @@
 
 #include "backends/quota_backend.h"
 #include "files/file_lock.h"
-#include "kube/kube_client.h"
+#include "tessera/kube/kube_client.h"
 #include "model/claim_locks.h"
 #include "model/claim_preparer.h"
 #include "model/share_spec.h"
@@ -132,7 +132,7 @@ uint32_t share_priority(const ShareSpec& share);
 
 class ShareManager final : public ClaimPreparer {
  public:
-  ShareManager(ShareManagerOptions options, KubeClient& kube, std::vector<NodeDevice> devices);
+  ShareManager(ShareManagerOptions options, kube::KubeClient& kube, std::vector<NodeDevice> devices);
 
   // Loads the checkpoint (a missing one is empty) and reconciles (the report goes to `report`
   // when given). Call once before use.
@@ -244,7 +244,7 @@ class ShareManager final : public ClaimPreparer {
 
   ShareManagerOptions options_;
   QuotaBackend quota_;
-  KubeClient& kube_;
+  kube::KubeClient& kube_;
   mutable std::mutex devices_mutex_;  // devices_ only: prepare reads them before any other lock
   std::vector<NodeDevice> devices_;
 

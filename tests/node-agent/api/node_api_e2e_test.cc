@@ -22,7 +22,7 @@
 #include "api/node_api_server.h"
 #include "api/node_snapshot.h"
 #include "backends/command_runner.h"
-#include "claim_fixture.h"
+#include "apiserver/claim_fixture.h"
 #include "devices/device_health.h"
 #include "devices/device_monitor.h"
 #include "devices/resource_slices.h"

@@ -17,8 +17,8 @@
 
 #include "clock/clock.h"
 #include "devices/resource_slices.h"
-#include "fake_api_server.h"
-#include "kube/http_kube_client.h"
+#include "apiserver/fake_api_server.h"
+#include "tessera/kube/http_kube_client.h"
 
 namespace tessera::agent {
 namespace {
@@ -247,10 +247,10 @@ TEST(DeviceMonitor, DeviceGoneAndBackRepublishesSlicesAndHealth) {
     options.list = inventory.source();
 
     FakeApiServer server;
-    const KubeConnection connection = server.connection();
-    RetryPolicy retry;
+    const kube::KubeConnection connection = server.connection();
+    kube::RetryPolicy retry;
     retry.initial_backoff = milliseconds(1);
-    HttpKubeClient kube(connection, retry);
+    kube::HttpKubeClient kube(connection, retry);
     SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
     DeviceHealthBoard board;
     Recorder recorder;

@@ -8,9 +8,9 @@
 
 #include <gtest/gtest.h>
 
-#include "fake_api_server.h"
-#include "kube/apiserver_rules.h"
-#include "kube/http_kube_client.h"
+#include "apiserver/fake_api_server.h"
+#include "apiserver/apiserver_rules.h"
+#include "tessera/kube/http_kube_client.h"
 #include "tessera/quantity.h"
 
 namespace tessera::agent {
@@ -83,10 +83,10 @@ TEST(ResourceSlices, AtMost128DevicesPerSlice) {
 
 TEST(ResourceSlices, PublishCreatesUpdatesAndDeletesSoTheApiMatches) {
   FakeApiServer server;
-  const KubeConnection c = server.connection();
-  RetryPolicy retry;
+  const kube::KubeConnection c = server.connection();
+  kube::RetryPolicy retry;
   retry.initial_backoff = std::chrono::milliseconds(1);
-  HttpKubeClient kube(c, retry);
+  kube::HttpKubeClient kube(c, retry);
   SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
 
   // First publish: one slice created, owned by the Node, generation 1.
@@ -252,9 +252,9 @@ TEST(ResourceSlices, ATaintedNodeIsSplitIntoSlicesOf64) {
 // without taints; every step at the next pool generation and accepted.
 TEST(ResourceSlices, PublishTaintsSplitsAndRecovers) {
   FakeApiServer server;
-  RetryPolicy retry;
+  kube::RetryPolicy retry;
   retry.initial_backoff = std::chrono::milliseconds(1);
-  HttpKubeClient kube(server.connection(), retry);
+  kube::HttpKubeClient kube(server.connection(), retry);
   SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
   std::vector<GpuInfo> gpus;
   for (unsigned i = 0; i < 100; ++i) gpus.push_back(h200(i));
@@ -328,9 +328,9 @@ TEST(ResourceSlices, PublishTaintsSplitsAndRecovers) {
 TEST(ResourceSlices, TaintsTheApiServerDropsAreNotSentAgainUntilTheHealthChanges) {
   FakeApiServer server;
   server.device_taints_gate = false;
-  RetryPolicy retry;
+  kube::RetryPolicy retry;
   retry.initial_backoff = std::chrono::milliseconds(1);
-  HttpKubeClient kube(server.connection(), retry);
+  kube::HttpKubeClient kube(server.connection(), retry);
   SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
   const std::vector<GpuInfo> gpus{h200(0), h200(1)};
   ASSERT_EQ(publisher.publish(gpus).message(), "");
@@ -369,10 +369,10 @@ TEST(ResourceSlices, TaintsTheApiServerDropsAreNotSentAgainUntilTheHealthChanges
 TEST(ResourceSlices, PublishReportsApiErrors) {
   FakeApiServer server;
   server.node_name = "elsewhere";
-  const KubeConnection c = server.connection();
-  RetryPolicy retry;
+  const kube::KubeConnection c = server.connection();
+  kube::RetryPolicy retry;
   retry.initial_backoff = std::chrono::milliseconds(1);
-  HttpKubeClient kube(c, retry);
+  kube::HttpKubeClient kube(c, retry);
   SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
   const Status published = publisher.publish({h200(0)});
   EXPECT_EQ(
@@ -386,12 +386,12 @@ struct PublishFixture {
   explicit PublishFixture(FakeApiServer& server)
       : kube(server.connection(), quick_retry()),
         publisher(kube, {"vgpu.tessera.dev", "node-a", ""}) {}
-  static RetryPolicy quick_retry() {
-    RetryPolicy retry;
+  static kube::RetryPolicy quick_retry() {
+    kube::RetryPolicy retry;
     retry.initial_backoff = std::chrono::milliseconds(1);
     return retry;
   }
-  HttpKubeClient kube;
+  kube::HttpKubeClient kube;
   SlicePublisher publisher;
 };
 
@@ -617,9 +617,9 @@ TEST(ResourceSlices, SimulatedGpusOfEverySizeArePublishedAndAccepted) {
   std::filesystem::remove(state);
   ASSERT_EQ(gpus.size(), 7u);
   FakeApiServer server;
-  RetryPolicy retry;
+  kube::RetryPolicy retry;
   retry.initial_backoff = std::chrono::milliseconds(1);
-  HttpKubeClient kube(server.connection(), retry);
+  kube::HttpKubeClient kube(server.connection(), retry);
   SlicePublisher publisher(kube, {"vgpu.tessera.dev", "node-a", ""});
   ASSERT_EQ(publisher.publish(gpus).message(), "");
   const auto stored = server.stored_slices();

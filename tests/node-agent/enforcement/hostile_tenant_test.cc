@@ -20,7 +20,7 @@
 
 #include <gtest/gtest.h>
 
-#include "claim_fixture.h"
+#include "apiserver/claim_fixture.h"
 #include "devices/resource_slices.h"
 #include "enforcement/checker.h"
 #include "enforcement/enforcement_handler.h"

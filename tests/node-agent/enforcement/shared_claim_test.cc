@@ -13,10 +13,10 @@
 
 #include "api/node_snapshot.h"
 #include "captured_log.h"
-#include "claim_fixture.h"
+#include "apiserver/claim_fixture.h"
 #include "enforcement/checker.h"
 #include "enforcement/fake_node.h"
-#include "fake_api_server.h"
+#include "apiserver/fake_api_server.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 
@@ -48,9 +48,9 @@ class SharedClaim : public ::testing::Test {
     claim["status"]["reservedFor"] =
         json::array({{{"resource", "pods"}, {"name", "a"}, {"uid", kPodA}}});
     api_.add_claim("tenants", "train", claim.dump());
-    RetryPolicy once;  // one HTTP try per request: the API server's failures count one each
+    kube::RetryPolicy once;  // one HTTP try per request: the API server's failures count one each
     once.attempts = 1;
-    kube_ = std::make_unique<HttpKubeClient>(api_.connection(), once);
+    kube_ = std::make_unique<kube::HttpKubeClient>(api_.connection(), once);
     manager_ = std::make_unique<ShareManager>(
         options, *kube_, std::vector<NodeDevice>{{"gpu-0", kGpu0, 0, 150ull << 30}});
     ASSERT_EQ(manager_->start().message(), "");
@@ -107,7 +107,7 @@ class SharedClaim : public ::testing::Test {
 
   fs::path base_, folder_;
   testing::FakeApiServer api_;
-  std::unique_ptr<HttpKubeClient> kube_;
+  std::unique_ptr<kube::HttpKubeClient> kube_;
   std::unique_ptr<ShareManager> manager_;
   FakeProc proc_{testing::fresh_folder("agent-shared-claim-proc")};
   testing::FakeGpus gpus_;

@@ -21,7 +21,7 @@
 #include <httplib.h>
 
 #include "backends/command_runner.h"
-#include "claim_fixture.h"
+#include "apiserver/claim_fixture.h"
 #include "devices/device_health.h"
 #include "devices/resource_slices.h"
 #include "metrics/collector.h"
@@ -58,12 +58,12 @@ constexpr uint64_t kContextOverhead = 500 * kMiB;  // the simulator's default pe
 constexpr uint64_t kKernelUs = 50;  // SIMGPU_KERNEL_US for burn_fma (as agent.GpuTimeMeter*)
 constexpr const char* kDevices = "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0";
 
-class OneClaim : public KubeClient {
+class OneClaim : public kube::KubeClient {
  public:
-  Result<ApiResponse> request(const std::string&, const std::string& path,
+  Result<kube::ApiResponse> request(const std::string&, const std::string& path,
                               const std::string&) override {
-    if (path != resource_claim_path("tenants", "pair")) return not_found("HTTP 404: not found");
-    return ApiResponse{200, body};
+    if (path != kube::resource_claim_path("tenants", "pair")) return not_found("HTTP 404: not found");
+    return kube::ApiResponse{200, body};
   }
   std::string body;
 };

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "claim_fixture.h"
+#include "apiserver/claim_fixture.h"
 
 namespace tessera::agent {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "claim_fixture.h"
+#include "apiserver/claim_fixture.h"
 #include "model/claim_pods.h"
 
 namespace tessera::agent {

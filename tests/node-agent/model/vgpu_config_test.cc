@@ -1,4 +1,4 @@
-#include "model/vgpu_config.h"
+#include "tessera/vgpu_config.h"
 
 #include <gtest/gtest.h>
 

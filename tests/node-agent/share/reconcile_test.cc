@@ -20,7 +20,7 @@
 #include "backends/command_runner.h"
 #include "backends/mps_backend.h"
 #include "backends/time_slice_backend.h"
-#include "claim_fixture.h"
+#include "apiserver/claim_fixture.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "share/share_test_support.h"
@@ -96,7 +96,7 @@ class ReconcileTest : public ::testing::Test {
   void add_claim(const std::string& name, const std::string& uid,
                  const std::vector<testing::FixtureShare>& shares,
                  const json& configs = json::array()) {
-    kube_.objects[resource_claim_path("tenants", name)] =
+    kube_.objects[kube::resource_claim_path("tenants", name)] =
         make_claim(name, uid, shares, configs).dump();
   }
   std::unique_ptr<ShareManager> manager(ReconcileReport* report = nullptr) {

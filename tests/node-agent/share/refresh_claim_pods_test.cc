@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "captured_log.h"
-#include "claim_fixture.h"
-#include "fake_api_server.h"
+#include "apiserver/claim_fixture.h"
+#include "apiserver/fake_api_server.h"
 #include "share/fake_driver.h"
 #include "share/share_test_support.h"
 
@@ -47,9 +47,9 @@ class RefreshClaimPods : public ::testing::Test {
     options_.container_driver = testing::fake_container_driver(base_ / "driver");
     json claim = claim_with(json::array({{{"resource", "pods"}, {"name", "a"}, {"uid", kPodA}}}));
     api_.add_claim("tenants", "train", claim.dump());
-    RetryPolicy once;
+    kube::RetryPolicy once;
     once.attempts = 1;
-    kube_ = std::make_unique<HttpKubeClient>(api_.connection(), once);
+    kube_ = std::make_unique<kube::HttpKubeClient>(api_.connection(), once);
     manager_ = std::make_unique<ShareManager>(
         options_, *kube_, std::vector<NodeDevice>{{"gpu-0", kGpu0, 0, 150ull << 30}});
     ASSERT_EQ(manager_->start().message(), "");
@@ -72,7 +72,7 @@ class RefreshClaimPods : public ::testing::Test {
   fs::path base_;
   ShareManagerOptions options_;
   testing::FakeApiServer api_;
-  std::unique_ptr<HttpKubeClient> kube_;
+  std::unique_ptr<kube::HttpKubeClient> kube_;
   std::unique_ptr<ShareManager> manager_;
 };
 

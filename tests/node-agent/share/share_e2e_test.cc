@@ -16,7 +16,7 @@
 
 #include <gtest/gtest.h>
 
-#include "claim_fixture.h"
+#include "apiserver/claim_fixture.h"
 #include "devices/resource_slices.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"

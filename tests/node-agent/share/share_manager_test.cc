@@ -16,7 +16,7 @@
 
 #include <gtest/gtest.h>
 
-#include "claim_fixture.h"
+#include "apiserver/claim_fixture.h"
 #include "share/fake_driver.h"
 #include "share/share_test_support.h"
 #include "tessera/share_region.h"
@@ -62,7 +62,7 @@ class ShareManagerTest : public ::testing::Test {
                                                {"kind", "VgpuConfig"},
                                                {"compute", {{"burst", 60}, {"priority", "high"}}}},
                                               {"b"})});
-    kube_.objects[resource_claim_path("tenants", "train")] =
+    kube_.objects[kube::resource_claim_path("tenants", "train")] =
         make_claim("train", kUid,
                    {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-0", kShareB, "4Gi", "70"}},
                    configs)
@@ -87,7 +87,7 @@ class ShareManagerTest : public ::testing::Test {
     for (int i = 0; i < n; ++i) {
       const std::string uid = "7a000000-0000-4000-8000-00000000000" + std::to_string(i);
       const std::string name = "par-" + std::to_string(i);
-      kube_.objects[resource_claim_path("tenants", name)] =
+      kube_.objects[kube::resource_claim_path("tenants", name)] =
           make_claim(name, uid,
                      {{"a", "gpu-0", "sa" + std::to_string(i), "1Gi", "10"},
                       {"b", "gpu-0", "sb" + std::to_string(i), "2Gi", "20"}})
@@ -358,7 +358,7 @@ TEST_F(ShareManagerTest, ShareWithARunningProcessIsReportedAndKept) {
 
 TEST_F(ShareManagerTest, SharesOfTwoGpusLiveInOneFolder) {
   devices_.push_back({"gpu-1", "GPU-11111111-1111-1111-1111-111111111111", 1, 150ull << 30});
-  kube_.objects[resource_claim_path("tenants", "multi")] =
+  kube_.objects[kube::resource_claim_path("tenants", "multi")] =
       make_claim("multi", "multi-gpu-uid",
                  {{"gpus", "gpu-0", "s0", "8Gi", "30"}, {"gpus", "gpu-1", "s1", "4Gi", "70"}})
           .dump();
@@ -500,7 +500,7 @@ TEST_F(ShareManagerTest, ACheckpointWithAFieldOfAnotherTypeIsAnErrorAndIsLeftAsI
 
 TEST_F(ShareManagerTest, AClaimOfAnotherShapeFailsThePrepareBeforeAnyWrite) {
   auto m = manager(options_);
-  const json good = json::parse(kube_.objects[resource_claim_path("tenants", "train")]);
+  const json good = json::parse(kube_.objects[kube::resource_claim_path("tenants", "train")]);
   struct Case {
     std::function<void(json&)> edit;
     std::string error;
@@ -516,7 +516,7 @@ TEST_F(ShareManagerTest, AClaimOfAnotherShapeFailsThePrepareBeforeAnyWrite) {
   for (const Case& c : cases) {
     json claim = good;
     c.edit(claim);
-    kube_.objects[resource_claim_path("tenants", "train")] = claim.dump();
+    kube_.objects[kube::resource_claim_path("tenants", "train")] = claim.dump();
     const Status prepared = m->prepare(claim_).status();
     EXPECT_EQ(prepared.code(), StatusCode::kInvalidArgument) << claim.dump();
     EXPECT_EQ(prepared.message(), "ResourceClaim tenants/train: " + c.error) << claim.dump();

@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kube/kube_client.h"
+#include "tessera/kube/kube_client.h"
 #include "share/share_manager.h"
 #include "tessera/share_region.h"
 
@@ -27,15 +27,15 @@ namespace tessera::agent::testing {
 
 namespace fs = std::filesystem;
 
-class FakeKube : public KubeClient {
+class FakeKube : public kube::KubeClient {
  public:
-  Result<ApiResponse> request(const std::string& method, const std::string& path,
+  Result<kube::ApiResponse> request(const std::string& method, const std::string& path,
                               const std::string&) override {
     ++requests;
     const auto it = objects.find(path);
     if (method != "GET" || it == objects.end())
       return not_found(method + " " + path + ": HTTP 404: not found");
-    return ApiResponse{200, it->second};
+    return kube::ApiResponse{200, it->second};
   }
   std::map<std::string, std::string> objects;
   std::atomic<int> requests = 0;
@@ -91,7 +91,7 @@ inline std::map<std::string, std::string> snapshot(const fs::path& base) {
 
 // An agent process (forked) that prepares then unprepares `claim` and dies right after durable
 // step `crash_at` (ShareManagerOptions::after_step). Returns how it ended: 42 = crashed there.
-inline int run_agent_crashing_after(const ShareManagerOptions& options, KubeClient& kube,
+inline int run_agent_crashing_after(const ShareManagerOptions& options, kube::KubeClient& kube,
                                     const std::vector<NodeDevice>& devices, const ClaimRef& claim,
                                     int crash_at) {
   const pid_t child = fork();
@@ -114,7 +114,7 @@ inline int run_agent_crashing_after(const ShareManagerOptions& options, KubeClie
 // As run_agent_crashing_after, for several claims at once: one thread per claim prepares it, then
 // (all prepared) one thread per claim unprepares it; the process dies right after durable step
 // `crash_at` of whichever call reaches it. 42 = crashed there, 0 = every call succeeded.
-inline int run_agent_crashing_after_concurrent(const ShareManagerOptions& options, KubeClient& kube,
+inline int run_agent_crashing_after_concurrent(const ShareManagerOptions& options, kube::KubeClient& kube,
                                                const std::vector<NodeDevice>& devices,
                                                const std::vector<ClaimRef>& claims, int crash_at) {
   const pid_t child = fork();

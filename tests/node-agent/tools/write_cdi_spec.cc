@@ -15,8 +15,8 @@
 
 #include "agent/agent_config.h"
 #include "agent/node_agent.h"
-#include "claim_fixture.h"
-#include "kube/kube_client.h"
+#include "apiserver/claim_fixture.h"
+#include "tessera/kube/kube_client.h"
 #include "share/share_manager.h"
 #include "tessera/quantity.h"
 
@@ -24,13 +24,13 @@ namespace {
 
 using namespace tessera::agent;
 
-class OneClaim : public KubeClient {
+class OneClaim : public kube::KubeClient {
  public:
-  tessera::Result<ApiResponse> request(const std::string& method, const std::string& path,
+  tessera::Result<kube::ApiResponse> request(const std::string& method, const std::string& path,
                                        const std::string&) override {
-    if (method != "GET" || path != resource_claim_path("tenants", name))
+    if (method != "GET" || path != kube::resource_claim_path("tenants", name))
       return tessera::not_found(method + " " + path + ": HTTP 404: not found");
-    return ApiResponse{200, body};
+    return kube::ApiResponse{200, body};
   }
   std::string name, body;
 };

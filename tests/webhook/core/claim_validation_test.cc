@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/vgpu_config.h"
+#include "tessera/vgpu_config.h"
 #include "review_fixture.h"
 
 namespace tessera::webhook {
@@ -44,7 +44,7 @@ json& claim_parameters(json& request) {
 
 // The agent's decoder message for `parameters`, as it prefixes it.
 std::string agent_message(const json& parameters) {
-  return agent::decode_vgpu_config(parameters).status().message();
+  return decode_vgpu_config(parameters).status().message();
 }
 
 TEST(ClaimValidation, AGoodClaimAndTemplateAreAllowed) {

@@ -1,13 +1,9 @@
 #include "core/admission_review.h"
 
 #include "core/base64.h"
-#include "model/json_access.h"
+#include "tessera/json_access.h"
 
 namespace tessera::webhook {
-
-using agent::json_member;
-using agent::json_shown;
-using agent::json_string;
 
 namespace {
 

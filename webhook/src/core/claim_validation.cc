@@ -4,53 +4,23 @@
 #include <utility>
 #include <vector>
 
-#include "model/driver_name.h"
-#include "model/json_access.h"
-#include "model/vgpu_config.h"
+#include "tessera/driver_name.h"
+#include "tessera/json_access.h"
+#include "tessera/vgpu_config.h"
 
 namespace tessera::webhook {
 
-using agent::json_member;
-using agent::json_string;
-
 namespace {
 
-using agent::VgpuConfig;
 using nlohmann::json;
 
-// Whether a config entry's `requests` (absent or empty: all requests) names `request`. A
-// firstAvailable subrequest "req/sub" is named by "req" too, as the agent matches results.
-bool applies(const json* requests, const std::string& request) {
-  if (!requests || !requests->is_array() || requests->empty()) return true;
-  for (const json& name : *requests) {
-    if (!name.is_string()) continue;
-    const std::string& text = name.get_ref<const std::string&>();
-    if (text == request || request.rfind(text + "/", 0) == 0) return true;
-  }
-  return false;
-}
-
-// Ok, or the first problem (kInvalidArgument), its message prefixed with its field path.
+// Ok, or kInvalidArgument with the first problem, prefixed with its field path.
 Status check_devices(const json& devices, const std::string& path) {
-  struct Entry {
-    const json* requests;
-    VgpuConfig config;
-  };
-  std::vector<Entry> configs;
   const json* list = json_member(devices, "config");
-  if (list && list->is_array()) {
-    for (size_t i = 0; i < list->size(); ++i) {
-      const std::string at = path + ".config[" + std::to_string(i) + "]";
-      const json* opaque = json_member((*list)[i], "opaque");
-      if (!opaque || json_string(*opaque, "driver") != agent::kDriverName) continue;
-      const json* parameters = json_member(*opaque, "parameters");
-      if (!parameters) return invalid_argument(at + ".opaque.parameters: missing");
-      Result<VgpuConfig> decoded = agent::decode_vgpu_config(*parameters);
-      if (!decoded.is_ok())
-        return invalid_argument(at + ".opaque.parameters." + decoded.status().message());
-      configs.push_back({json_member((*list)[i], "requests"), std::move(decoded).value()});
-    }
-  }
+  if (!list) return Status::ok();
+  Result<std::vector<VgpuConfigEntry>> decoded = decode_vgpu_config_list(*list, path + ".config");
+  if (!decoded.is_ok()) return decoded.status();
+  const std::vector<VgpuConfigEntry>& configs = *decoded;
   if (configs.empty()) return Status::ok();
   // The merge the agent makes per allocated request (claim configs in order; the class's configs
   // come first there and cannot undo a refusal here).
@@ -67,10 +37,8 @@ Status check_devices(const json& devices, const std::string& path) {
       names.push_back(name);
     }
     for (const auto& full : names) {
-      VgpuConfig merged;
-      for (const auto& entry : configs)
-        if (applies(entry.requests, full)) merged = agent::merge_vgpu_config(merged, entry.config);
-      if (const Status supported = agent::check_supported(merged); !supported.is_ok())
+      if (const Status supported = check_supported(config_for_request(configs, full));
+          !supported.is_ok())
         return invalid_argument(path + ".requests[" + std::to_string(i) + "] (" + full +
                                 "): " + supported.message());
     }

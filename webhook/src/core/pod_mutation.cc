@@ -7,12 +7,9 @@
 #include <utility>
 
 #include "core/share_request.h"
-#include "model/json_access.h"
+#include "tessera/json_access.h"
 
 namespace tessera::webhook {
-
-using agent::json_member;
-using agent::json_string;
 
 namespace {
 

@@ -69,6 +69,15 @@ Result<uint64_t> whole_number(const std::string& who, const char* key, const std
   return *value;
 }
 
+// A percent (tessera::parse_percent), or kInvalidArgument naming the key and the value.
+Result<uint32_t> percent(const std::string& who, const char* key, const std::string& text,
+                         uint32_t min, uint32_t max, const char* what) {
+  const std::optional<uint32_t> value = parse_percent(text, min, max);
+  if (!value)
+    return invalid_argument(who + ": " + key + " " + json(text).dump() + ": expected " + what);
+  return *value;
+}
+
 Result<std::optional<Shorthand>> read_tessera(const json& resources, const std::string& who) {
   Shorthand out;
   auto gpu = read_key(resources, who, kTesseraGpu, out);
@@ -92,10 +101,10 @@ Result<std::optional<Shorthand>> read_tessera(const json& resources, const std::
     out.request.memory_bytes = *bytes;
   }
   if (*cores) {
-    auto percent = whole_number(who, kTesseraCores, **cores, 1, 100,
-                                "a whole percent of the GPU's compute, 1..100");
-    if (!percent.is_ok()) return percent.status();
-    out.request.cores = static_cast<uint32_t>(*percent);
+    auto cores_percent = percent(who, kTesseraCores, **cores, 1, 100,
+                                 "a whole percent of the GPU's compute, 1..100");
+    if (!cores_percent.is_ok()) return cores_percent.status();
+    out.request.cores = *cores_percent;
   }
   return std::optional<Shorthand>(std::move(out));
 }
@@ -106,18 +115,18 @@ Result<std::optional<Shorthand>> read_hami(const json& resources, const std::str
   if (!gpu.is_ok()) return gpu.status();
   auto memory = read_key(resources, who, kHamiMemory, out);
   if (!memory.is_ok()) return memory.status();
-  auto percent = read_key(resources, who, kHamiMemoryPercent, out);
-  if (!percent.is_ok()) return percent.status();
+  auto memory_percent = read_key(resources, who, kHamiMemoryPercent, out);
+  if (!memory_percent.is_ok()) return memory_percent.status();
   auto cores = read_key(resources, who, kHamiCores, out);
   if (!cores.is_ok()) return cores.status();
-  if (!*gpu && !*memory && !*percent && !*cores) return std::optional<Shorthand>();
+  if (!*gpu && !*memory && !*memory_percent && !*cores) return std::optional<Shorthand>();
   if (*gpu) {
     auto count = whole_number(who, kHamiGpu, **gpu, 1, kMaxSharesPerRequest,
                               "a whole number of GPUs, 1..32");
     if (!count.is_ok()) return count.status();
     out.request.count = static_cast<uint32_t>(*count);
   }
-  if (*memory && *percent)
+  if (*memory && *memory_percent)
     return invalid_argument(who + ": " + kHamiMemory + " and " + kHamiMemoryPercent +
                             " are both set; give one");
   if (*memory) {
@@ -126,20 +135,20 @@ Result<std::optional<Shorthand>> read_hami(const json& resources, const std::str
     if (!mib.is_ok()) return mib.status();
     out.request.memory_bytes = *mib * kMiB;
   }
-  if (*percent) {
-    auto value = whole_number(who, kHamiMemoryPercent, **percent, 1, 100, "a percent, 1..100");
+  if (*memory_percent) {
+    auto value = percent(who, kHamiMemoryPercent, **memory_percent, 1, 100, "a percent, 1..100");
     if (!value.is_ok()) return value.status();
     // A claim asks for an amount of memory; a fraction of a GPU not yet chosen has no amount.
     // 100 is the whole memory, which is what a share asks for by default.
     if (*value != 100)
-      return invalid_argument(who + ": " + kHamiMemoryPercent + " " + **percent +
+      return invalid_argument(who + ": " + kHamiMemoryPercent + " " + **memory_percent +
                               ": only 100 can be translated (a share asks for an amount); use " +
                               kHamiMemory + " (MiB) or " + kTesseraMemory + " instead");
   }
   if (*cores) {
-    auto value = whole_number(who, kHamiCores, **cores, 0, 100, "a percent, 0..100");
+    auto value = percent(who, kHamiCores, **cores, 0, 100, "a percent, 0..100");
     if (!value.is_ok()) return value.status();
-    if (*value > 0) out.request.cores = static_cast<uint32_t>(*value);
+    if (*value > 0) out.request.cores = *value;
   }
   return std::optional<Shorthand>(std::move(out));
 }

@@ -2,13 +2,10 @@
 
 #include <utility>
 
-#include "model/driver_name.h"
-#include "model/json_access.h"
+#include "tessera/driver_name.h"
+#include "tessera/json_access.h"
 
 namespace tessera::webhook {
-
-using agent::json_member;
-using agent::json_string;
 
 namespace {
 
@@ -55,12 +52,12 @@ bool asks_for_tessera(const json& object, const std::set<std::string>& device_cl
       results && results->is_array())
     for (const json& result : *results)
       if (const json* driver = json_member(result, "driver");
-          driver && *driver == agent::kDriverName)
+          driver && *driver == kDriverName)
         return true;
   return false;
 }
 
-ApiClaimLookup::ApiClaimLookup(agent::KubeClient& api, std::set<std::string> device_classes,
+ApiClaimLookup::ApiClaimLookup(kube::KubeClient& api, std::set<std::string> device_classes,
                                std::chrono::seconds ttl, SteadyClock clock, size_t max_entries)
     : api_(api),
       device_classes_(std::move(device_classes)),
@@ -83,7 +80,7 @@ Result<bool> ApiClaimLookup::is_tessera(const std::string& namespace_name, Claim
       source == ClaimSource::kResourceClaim ? "resourceclaims" : "resourceclaimtemplates";
   const std::string path =
       "/apis/resource.k8s.io/v1/namespaces/" + namespace_name + "/" + resource + "/" + name;
-  const Result<agent::ApiResponse> response = api_.request("GET", path);
+  const Result<kube::ApiResponse> response = api_.request("GET", path);
   if (!response.is_ok()) {
     const std::string& error = response.status().message();
     if (response.status().code() == StatusCode::kNotFound) return not_found(error);

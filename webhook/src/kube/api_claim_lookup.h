@@ -14,7 +14,7 @@
 #include <tuple>
 
 #include "core/pod_mutation.h"
-#include "kube/kube_client.h"
+#include "tessera/kube/kube_client.h"
 
 namespace tessera::webhook {
 
@@ -25,7 +25,7 @@ bool asks_for_tessera(const nlohmann::json& object, const std::set<std::string>&
 
 class ApiClaimLookup final : public ClaimLookup {
  public:
-  ApiClaimLookup(agent::KubeClient& api, std::set<std::string> device_classes,
+  ApiClaimLookup(kube::KubeClient& api, std::set<std::string> device_classes,
                  std::chrono::seconds ttl, SteadyClock clock, size_t max_entries = 10000);
   Result<bool> is_tessera(const std::string& namespace_name, ClaimSource source,
                           const std::string& name) override;
@@ -38,7 +38,7 @@ class ApiClaimLookup final : public ClaimLookup {
     bool tessera;
     std::chrono::steady_clock::time_point expires;
   };
-  agent::KubeClient& api_;
+  kube::KubeClient& api_;
   const std::set<std::string> device_classes_;
   const std::chrono::seconds ttl_;
   const SteadyClock clock_;

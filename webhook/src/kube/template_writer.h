@@ -12,14 +12,14 @@
 #include <nlohmann/json.hpp>
 
 #include "kube/api_claim_lookup.h"
-#include "kube/kube_client.h"
+#include "tessera/kube/kube_client.h"
 #include "tessera/status.h"
 
 namespace tessera::webhook {
 
 class TemplateWriter {
  public:
-  TemplateWriter(agent::KubeClient& api, std::chrono::seconds ttl, SteadyClock clock);
+  TemplateWriter(kube::KubeClient& api, std::chrono::seconds ttl, SteadyClock clock);
 
   // `claim_template` as ShareRequest::claim_template makes it.
   Status ensure(const nlohmann::json& claim_template);
@@ -30,7 +30,7 @@ class TemplateWriter {
   Counts counts() const;
 
  private:
-  agent::KubeClient& api_;
+  kube::KubeClient& api_;
   const std::chrono::seconds ttl_;
   const SteadyClock clock_;
   mutable std::mutex mutex_;

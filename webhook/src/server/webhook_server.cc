@@ -3,7 +3,7 @@
 #include <thread>
 
 #include "core/claim_validation.h"
-#include "model/json_access.h"
+#include "tessera/json_access.h"
 
 namespace tessera::webhook {
 namespace {
@@ -13,8 +13,8 @@ constexpr size_t kMaxBodyBytes = 4 * 1024 * 1024;
 
 // `review` is an answer of ours (review_response): a response with a boolean "allowed".
 Outcome outcome_of(const nlohmann::json& review) {
-  const nlohmann::json* response = agent::json_member(review, "response");
-  const nlohmann::json* allowed = response ? agent::json_member(*response, "allowed") : nullptr;
+  const nlohmann::json* response = json_member(review, "response");
+  const nlohmann::json* allowed = response ? json_member(*response, "allowed") : nullptr;
   if (!allowed || *allowed != true) return Outcome::kDenied;
   return response->contains("patch") ? Outcome::kPatched : Outcome::kAllowed;
 }
@@ -26,7 +26,7 @@ void bad_request(httplib::Response& response, const std::string& message) {
 
 }  // namespace
 
-WebhookServer::WebhookServer(const WebhookOptions& options, agent::KubeClient& api,
+WebhookServer::WebhookServer(const WebhookOptions& options, kube::KubeClient& api,
                              SteadyClock clock)
     : options_(options),
       certificates_(options.tls_cert_file, options.tls_private_key_file,

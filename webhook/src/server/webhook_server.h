@@ -16,7 +16,7 @@
 #include <string>
 
 #include "kube/api_claim_lookup.h"
-#include "kube/kube_client.h"
+#include "tessera/kube/kube_client.h"
 #include "kube/template_writer.h"
 #include "server/certificate_reloader.h"
 #include "server/metrics.h"
@@ -26,7 +26,7 @@ namespace tessera::webhook {
 
 class WebhookServer {
  public:
-  WebhookServer(const WebhookOptions& options, agent::KubeClient& api, SteadyClock clock);
+  WebhookServer(const WebhookOptions& options, kube::KubeClient& api, SteadyClock clock);
   ~WebhookServer();
 
   // Loads the certificate and binds the listener. The bound port (for --listen host:0) after.

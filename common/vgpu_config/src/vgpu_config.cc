@@ -1,9 +1,11 @@
-#include "model/vgpu_config.h"
+#include "tessera/vgpu_config.h"
 
 #include <initializer_list>
 #include <utility>
 
-namespace tessera::agent {
+#include "tessera/json_access.h"
+
+namespace tessera {
 namespace {
 
 using nlohmann::json;
@@ -175,4 +177,59 @@ const char* to_string(TimeSlice time_slice) {
   return name_of(kTimeSliceNames, time_slice);
 }
 
-}  // namespace tessera::agent
+Result<std::vector<VgpuConfigEntry>> decode_vgpu_config_list(const json& list,
+                                                             const std::string& path,
+                                                             std::string_view driver) {
+  if (!list.is_array())
+    return invalid_argument(path + ": expected an array, got " + json_shown(&list));
+  std::vector<VgpuConfigEntry> entries;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& entry = list[i];
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    const json* opaque = json_member(entry, "opaque");
+    if (!opaque) continue;
+    const json* named = json_member(*opaque, "driver");
+    if (!named || !named->is_string() || named->get_ref<const std::string&>() != driver) continue;
+    const json* parameters = json_member(*opaque, "parameters");
+    if (!parameters) return invalid_argument(at + ".opaque.parameters: missing");
+    Result<VgpuConfig> config = decode_vgpu_config(*parameters);
+    if (!config.is_ok())
+      return invalid_argument(at + ".opaque.parameters." + config.status().message());
+    VgpuConfigEntry decoded{{}, std::move(config).value()};
+    // The API server admits only a list of request names: anything else is refused, never read
+    // as "every request".
+    if (const json* requests = json_member(entry, "requests"); requests && !requests->is_null()) {
+      if (!requests->is_array())
+        return invalid_argument(at + ".requests: expected a list of request names, got " +
+                                json_shown(requests));
+      for (size_t j = 0; j < requests->size(); ++j) {
+        const json& name = (*requests)[j];
+        if (!name.is_string())
+          return invalid_argument(at + ".requests[" + std::to_string(j) +
+                                  "]: expected a request name, got " + json_shown(&name));
+        decoded.requests.push_back(name.get<std::string>());
+      }
+    }
+    entries.push_back(std::move(decoded));
+  }
+  return entries;
+}
+
+bool config_applies(const VgpuConfigEntry& entry, std::string_view request) {
+  if (entry.requests.empty()) return true;
+  for (const std::string& name : entry.requests)
+    if (request == name || (request.size() > name.size() && request.starts_with(name) &&
+                            request[name.size()] == '/'))
+      return true;
+  return false;
+}
+
+VgpuConfig config_for_request(const std::vector<VgpuConfigEntry>& entries,
+                              std::string_view request) {
+  VgpuConfig merged;
+  for (const VgpuConfigEntry& entry : entries)
+    if (config_applies(entry, request)) merged = merge_vgpu_config(merged, entry.config);
+  return merged;
+}
+
+}  // namespace tessera

@@ -1,12 +1,12 @@
 // The ported kube-apiserver ResourceSlice rules (apiserver_rules.h): one test per rule, each
 // asserting the message the API server returns (field path + field.Error body, aggregated as
 // NewInvalid prints it).
-#include "kube/apiserver_rules.h"
+#include "apiserver/apiserver_rules.h"
 
 #include <gtest/gtest.h>
 
-#include "fake_api_server.h"
-#include "kube/http_kube_client.h"
+#include "apiserver/fake_api_server.h"
+#include "tessera/kube/http_kube_client.h"
 
 namespace tessera::agent::testing::kube {
 namespace {
@@ -575,9 +575,9 @@ TEST(ApiServerRules, UndecodableQuantitiesAreABadRequest) {
 // client's error carries the API's message.
 TEST(ApiServerRules, TheFakeApiServerRefusesWithA422Status) {
   FakeApiServer server;
-  RetryPolicy retry;
+  kube::RetryPolicy retry;
   retry.attempts = 1;
-  HttpKubeClient client(server.connection(), retry);
+  kube::HttpKubeClient client(server.connection(), retry);
   json slice = valid_slice();
   slice["spec"]["devices"][0]["name"] = "GPU-0";
   const Status refused =
@@ -598,7 +598,7 @@ TEST(ApiServerRules, TheFakeApiServerRefusesWithA422Status) {
   EXPECT_EQ(body["details"]["causes"][0]["field"], "spec.devices[0].name");
   EXPECT_TRUE(server.stored_slices().empty());
 
-  const Result<ApiResponse> created =
+  const Result<kube::ApiResponse> created =
       client.request("POST", "/apis/resource.k8s.io/v1/resourceslices", valid_slice().dump());
   ASSERT_TRUE(created.is_ok()) << created.status().message();
   EXPECT_EQ(created->status, 201);

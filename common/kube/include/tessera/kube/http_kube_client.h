@@ -8,9 +8,9 @@
 #include <mutex>
 #include <string>
 
-#include "kube/kube_client.h"
+#include "tessera/kube/kube_client.h"
 
-namespace tessera::agent {
+namespace tessera::kube {
 
 struct KubeConnection {
   std::string server;      // "https://host:port"
@@ -56,4 +56,4 @@ class HttpKubeClient final : public KubeClient {
   int tries_ = 0;
 };
 
-}  // namespace tessera::agent
+}  // namespace tessera::kube

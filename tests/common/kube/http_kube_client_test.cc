@@ -1,4 +1,4 @@
-#include "kube/http_kube_client.h"
+#include "tessera/kube/http_kube_client.h"
 
 #include <unistd.h>
 
@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include "claim_fixture.h"
-#include "fake_api_server.h"
+#include "apiserver/claim_fixture.h"
+#include "apiserver/fake_api_server.h"
 
 namespace tessera::agent {
 namespace {
@@ -16,8 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 using testing::FakeApiServer;
 
-RetryPolicy fast_retries(int attempts = 4) {
-  RetryPolicy retry;
+kube::RetryPolicy fast_retries(int attempts = 4) {
+  kube::RetryPolicy retry;
   retry.attempts = attempts;
   retry.initial_backoff = std::chrono::milliseconds(1);
   retry.max_backoff = std::chrono::milliseconds(4);
@@ -38,8 +38,8 @@ TEST(HttpKubeClient, GetsAResourceClaimOverVerifiedTls) {
   FakeApiServer server;
   const auto claim = testing::make_claim("train", "uid-1", {{"gpu", "gpu-0", "s1", "8Gi", "30"}});
   server.add_claim("tenants", "train", claim.dump());
-  HttpKubeClient client(server.connection(), fast_retries());
-  const Result<ApiResponse> r = client.request("GET", resource_claim_path("tenants", "train"));
+  kube::HttpKubeClient client(server.connection(), fast_retries());
+  const Result<kube::ApiResponse> r = client.request("GET", kube::resource_claim_path("tenants", "train"));
   ASSERT_EQ(r.status().message(), "");
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(nlohmann::json::parse(r->body), claim);
@@ -48,19 +48,19 @@ TEST(HttpKubeClient, GetsAResourceClaimOverVerifiedTls) {
 // Every value in a path or query is escaped (libcurl), so a name cannot add a segment, a query or
 // another selector term.
 TEST(KubePaths, ValuesInPathsAndQueriesAreEscaped) {
-  EXPECT_EQ(url_escape("gpu-node.zone_a~1"), "gpu-node.zone_a~1");
-  EXPECT_EQ(url_escape("a b/c?d=e&f#g%"), "a%20b%2Fc%3Fd%3De%26f%23g%25");
-  EXPECT_EQ(resource_claim_path("tenants", "train"),
+  EXPECT_EQ(kube::url_escape("gpu-node.zone_a~1"), "gpu-node.zone_a~1");
+  EXPECT_EQ(kube::url_escape("a b/c?d=e&f#g%"), "a%20b%2Fc%3Fd%3De%26f%23g%25");
+  EXPECT_EQ(kube::resource_claim_path("tenants", "train"),
             "/apis/resource.k8s.io/v1/namespaces/tenants/resourceclaims/train");
-  EXPECT_EQ(resource_claim_path("ns/../x", "c?watch=1"),
+  EXPECT_EQ(kube::resource_claim_path("ns/../x", "c?watch=1"),
             "/apis/resource.k8s.io/v1/namespaces/ns%2F..%2Fx/resourceclaims/c%3Fwatch%3D1");
-  EXPECT_EQ(node_path("node a"), "/api/v1/nodes/node%20a");
-  EXPECT_EQ(resource_slice_path("s/1"), "/apis/resource.k8s.io/v1/resourceslices/s%2F1");
-  EXPECT_EQ(field_selector({{"spec.nodeName", "node-a"}, {"spec.driver", "vgpu.tessera.dev"}}),
+  EXPECT_EQ(kube::node_path("node a"), "/api/v1/nodes/node%20a");
+  EXPECT_EQ(kube::resource_slice_path("s/1"), "/apis/resource.k8s.io/v1/resourceslices/s%2F1");
+  EXPECT_EQ(kube::field_selector({{"spec.nodeName", "node-a"}, {"spec.driver", "vgpu.tessera.dev"}}),
             "spec.nodeName%3Dnode-a%2Cspec.driver%3Dvgpu.tessera.dev");
   // fields.EscapeValue first (a backslash before each backslash, comma and equals sign), then
   // percent-encoding: the value stays one value of one term.
-  EXPECT_EQ(field_selector({{"spec.nodeName", "a,spec.driver=x\\"}}),
+  EXPECT_EQ(kube::field_selector({{"spec.nodeName", "a,spec.driver=x\\"}}),
             "spec.nodeName%3Da%5C%2Cspec.driver%5C%3Dx%5C%5C");
 }
 
@@ -69,28 +69,28 @@ TEST(HttpKubeClient, AnEscapedNameReachesTheServerAsItIs) {
   const auto claim =
       testing::make_claim("my claim", "uid-1", {{"gpu", "gpu-0", "s1", "8Gi", "30"}});
   server.add_claim("tenants", "my claim", claim.dump());
-  HttpKubeClient client(server.connection(), fast_retries());
-  const Result<ApiResponse> r = client.request("GET", resource_claim_path("tenants", "my claim"));
+  kube::HttpKubeClient client(server.connection(), fast_retries());
+  const Result<kube::ApiResponse> r = client.request("GET", kube::resource_claim_path("tenants", "my claim"));
   ASSERT_EQ(r.status().message(), "");
   EXPECT_EQ(nlohmann::json::parse(r->body), claim);
-  const Result<ApiResponse> other =
-      client.request("GET", resource_claim_path("tenants/x", "my claim"));
+  const Result<kube::ApiResponse> other =
+      client.request("GET", kube::resource_claim_path("tenants/x", "my claim"));
   EXPECT_EQ(other.status().code(), StatusCode::kNotFound) << other.status().message();  // 404
 }
 
 TEST(HttpKubeClient, ErrorsCarryTheStatusAndTheApiMessage) {
   FakeApiServer server;
-  HttpKubeClient client(server.connection(), fast_retries());
-  const Result<ApiResponse> r = client.request("GET", resource_claim_path("tenants", "gone"));
+  kube::HttpKubeClient client(server.connection(), fast_retries());
+  const Result<kube::ApiResponse> r = client.request("GET", kube::resource_claim_path("tenants", "gone"));
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);  // HTTP 404
   EXPECT_EQ(r.status().message(),
             "GET /apis/resource.k8s.io/v1/namespaces/tenants/resourceclaims/gone: HTTP 404: "
             "resourceclaims.resource.k8s.io \"gone\" not found");
   EXPECT_EQ(client.tries(), 1);  // 404 is not retried
 
-  KubeConnection wrong_token = server.connection();
+  kube::KubeConnection wrong_token = server.connection();
   wrong_token.token = "nope";
-  HttpKubeClient unauthorised(wrong_token, fast_retries());
+  kube::HttpKubeClient unauthorised(wrong_token, fast_retries());
   const Status refused = unauthorised.request("GET", "/api/v1/nodes/node-a").status();
   EXPECT_EQ(refused.message(), "GET /api/v1/nodes/node-a: HTTP 401: Unauthorized");
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);  // fix the credentials
@@ -100,15 +100,15 @@ TEST(HttpKubeClient, RetriesOn503WithBackoff) {
   FakeApiServer server;
   server.add_claim("tenants", "train", "{}");
   server.fail_next(2);
-  HttpKubeClient client(server.connection(), fast_retries(4));
-  const Result<ApiResponse> r = client.request("GET", resource_claim_path("tenants", "train"));
+  kube::HttpKubeClient client(server.connection(), fast_retries(4));
+  const Result<kube::ApiResponse> r = client.request("GET", kube::resource_claim_path("tenants", "train"));
   EXPECT_EQ(r.status().message(), "");
   EXPECT_EQ(client.tries(), 3);
 
   server.fail_next(10);
-  HttpKubeClient giving_up(server.connection(), fast_retries(3));
-  const Result<ApiResponse> failed =
-      giving_up.request("GET", resource_claim_path("tenants", "train"));
+  kube::HttpKubeClient giving_up(server.connection(), fast_retries(3));
+  const Result<kube::ApiResponse> failed =
+      giving_up.request("GET", kube::resource_claim_path("tenants", "train"));
   EXPECT_EQ(failed.status().code(), StatusCode::kUnavailable);  // HTTP 503
   EXPECT_EQ(failed.status().message(),
             "GET /apis/resource.k8s.io/v1/namespaces/tenants/resourceclaims/train: HTTP 503: the "
@@ -122,11 +122,11 @@ TEST(HttpKubeClient, RetriesConnectionErrors) {
     FakeApiServer gone;  // a port nothing listens on any more
     port = std::stoi(gone.url().substr(gone.url().rfind(':') + 1));
   }
-  KubeConnection c;
+  kube::KubeConnection c;
   c.server = "https://127.0.0.1:" + std::to_string(port);
   c.ca_pem = "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n";
-  HttpKubeClient client(c, fast_retries(3));
-  const Result<ApiResponse> r = client.request("GET", "/api/v1/nodes/x");
+  kube::HttpKubeClient client(c, fast_retries(3));
+  const Result<kube::ApiResponse> r = client.request("GET", "/api/v1/nodes/x");
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);  // no answer at all
   EXPECT_NE(r.status().message().find("GET /api/v1/nodes/x: "), std::string::npos);
   EXPECT_EQ(client.tries(), 3);
@@ -135,25 +135,25 @@ TEST(HttpKubeClient, RetriesConnectionErrors) {
 TEST(HttpKubeClient, RefusesAServerItsCaDoesNotVouchFor) {
   FakeApiServer server;
   FakeApiServer other;  // another self-signed CA
-  KubeConnection c = server.connection();
+  kube::KubeConnection c = server.connection();
   c.ca_pem = other.ca_pem();
-  HttpKubeClient client(c, fast_retries(1));
-  const Result<ApiResponse> r = client.request("GET", "/api/v1/nodes/node-a");
+  kube::HttpKubeClient client(c, fast_retries(1));
+  const Result<kube::ApiResponse> r = client.request("GET", "/api/v1/nodes/node-a");
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(r.status().message().find("SSL"), std::string::npos) << r.status().message();
   EXPECT_EQ(server.requests(), 0);
 }
 
 TEST(KubeClient, HttpStatusesMapToWhatTheCallerCanDo) {
-  EXPECT_EQ(code_for_http_status(404), StatusCode::kNotFound);
-  EXPECT_EQ(code_for_http_status(409), StatusCode::kAlreadyExists);
+  EXPECT_EQ(kube::code_for_http_status(404), StatusCode::kNotFound);
+  EXPECT_EQ(kube::code_for_http_status(409), StatusCode::kAlreadyExists);
   for (long retry : {0L, 429L, 500L, 503L, 504L})
-    EXPECT_EQ(code_for_http_status(retry), StatusCode::kUnavailable) << retry;
-  EXPECT_EQ(code_for_http_status(400), StatusCode::kInvalidArgument);
-  EXPECT_EQ(code_for_http_status(422), StatusCode::kInvalidArgument);
+    EXPECT_EQ(kube::code_for_http_status(retry), StatusCode::kUnavailable) << retry;
+  EXPECT_EQ(kube::code_for_http_status(400), StatusCode::kInvalidArgument);
+  EXPECT_EQ(kube::code_for_http_status(422), StatusCode::kInvalidArgument);
   for (long refused : {401L, 403L, 410L, 412L})
-    EXPECT_EQ(code_for_http_status(refused), StatusCode::kFailedPrecondition) << refused;
-  EXPECT_EQ(code_for_http_status(302), StatusCode::kInternal);
+    EXPECT_EQ(kube::code_for_http_status(refused), StatusCode::kFailedPrecondition) << refused;
+  EXPECT_EQ(kube::code_for_http_status(302), StatusCode::kInternal);
 }
 
 TEST(KubeConnection, ReadsAKubeconfig) {
@@ -168,13 +168,13 @@ TEST(KubeConnection, ReadsAKubeconfig) {
                                 << server.url()
                                 << "\n    certificate-authority-data: " << base64(server.ca_pem())
                                 << "\nusers:\n- name: agent\n  user:\n    token: test-token\n";
-  Result<KubeConnection> read = kubeconfig_connection((dir / "config").string());
+  Result<kube::KubeConnection> read = kube::kubeconfig_connection((dir / "config").string());
   ASSERT_EQ(read.status().message(), "");
-  KubeConnection c = *read;
+  kube::KubeConnection c = *read;
   EXPECT_EQ(c.server, server.url());
   EXPECT_EQ(c.ca_pem, server.ca_pem());
   EXPECT_EQ(c.token, "test-token");
-  HttpKubeClient client(c, fast_retries());
+  kube::HttpKubeClient client(c, fast_retries());
   EXPECT_EQ(client.request("GET", "/api/v1/nodes/node-a").status().message(), "");
 
   // The CA as a file relative to the kubeconfig; insecure-skip-tls-verify refused.
@@ -183,14 +183,14 @@ TEST(KubeConnection, ReadsAKubeconfig) {
          "clusters:\n- name: c\n  cluster: {server: 'https://h:6443', certificate-authority: "
          "ca.crt}\n"
          "users:\n- name: u\n  user: {token: abc}\n";
-  read = kubeconfig_connection((dir / "config2").string());
+  read = kube::kubeconfig_connection((dir / "config2").string());
   ASSERT_EQ(read.status().message(), "");
   EXPECT_EQ(read->ca_pem, server.ca_pem());
   std::ofstream(dir / "config3")
       << "current-context: t\ncontexts:\n- name: t\n  context: {cluster: c, user: u}\n"
          "clusters:\n- name: c\n  cluster: {server: 'https://h:6443', insecure-skip-tls-verify: "
          "true}\n";
-  read = kubeconfig_connection((dir / "config3").string());
+  read = kube::kubeconfig_connection((dir / "config3").string());
   EXPECT_EQ(read.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(read.status().message(),
             (dir / "config3").string() +
@@ -205,15 +205,15 @@ TEST(KubeConnection, InClusterFromTheServiceAccount) {
   std::ofstream(dir / "token") << "sa-token\n";
   setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1", 1);
   setenv("KUBERNETES_SERVICE_PORT", "443", 1);
-  const Result<KubeConnection> c = in_cluster_connection(dir.string());
+  const Result<kube::KubeConnection> c = kube::in_cluster_connection(dir.string());
   ASSERT_EQ(c.status().message(), "");
   EXPECT_EQ(c->server, "https://10.96.0.1:443");
   EXPECT_EQ(c->ca_pem, "CA");
   EXPECT_EQ(c->token_file, (dir / "token").string());
   fs::remove(dir / "token");
-  EXPECT_EQ(in_cluster_connection(dir.string()).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(kube::in_cluster_connection(dir.string()).status().code(), StatusCode::kNotFound);
   unsetenv("KUBERNETES_SERVICE_HOST");
-  const Status outside = in_cluster_connection(dir.string()).status();
+  const Status outside = kube::in_cluster_connection(dir.string()).status();
   EXPECT_EQ(outside.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(outside.message(),
             "not in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set");

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <istream>
 
-#include "kube/apiserver_rules.h"
+#include "apiserver/apiserver_rules.h"
 
 int main(int argc, char** argv) {
   using nlohmann::json;

@@ -1,4 +1,4 @@
-#include "kube/apiserver_rules.h"
+#include "apiserver/apiserver_rules.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,6 +1,6 @@
-#include "kube/kube_client.h"
+#include "tessera/kube/kube_client.h"
 
-namespace tessera::agent {
+namespace tessera::kube {
 
 StatusCode code_for_http_status(long http_status) {
   if (http_status == 0 || http_status == 429 || (http_status >= 500 && http_status < 600))
@@ -38,4 +38,4 @@ std::string field_selector(const std::vector<std::pair<std::string, std::string>
   return url_escape(selector);
 }
 
-}  // namespace tessera::agent
+}  // namespace tessera::kube

@@ -25,8 +25,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "kube/apiserver_rules.h"
-#include "kube/http_kube_client.h"
+#include "apiserver/apiserver_rules.h"
+#include "tessera/kube/http_kube_client.h"
 
 namespace tessera::agent::testing {
 
@@ -193,8 +193,8 @@ class FakeApiServer {
   const std::string& ca_pem() const { return ca_pem_; }
   const std::string& token() const { return token_; }
   // How a client reaches this server: its URL, CA and token.
-  KubeConnection connection() const {
-    KubeConnection c;
+  kube::KubeConnection connection() const {
+    kube::KubeConnection c;
     c.server = url();
     c.ca_pem = ca_pem_;
     c.token = token_;

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace tessera::agent {
+namespace tessera {
 
 // object[key] when `object` is an object that has it, else null.
 inline const nlohmann::json* json_member(const nlohmann::json& object, const char* key) {
@@ -43,4 +43,4 @@ inline std::string json_shown(const nlohmann::json* value) {
   return text;
 }
 
-}  // namespace tessera::agent
+}  // namespace tessera

@@ -12,16 +12,29 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/driver_name.h"
-#include "model/finding.h"
+#include "tessera/driver_name.h"
 #include "tessera/status.h"
 
-namespace tessera::agent {
+namespace tessera {
 
 inline constexpr char kConfigApiVersion[] = "vgpu.tessera.dev/v1alpha1";
 static_assert(std::string_view(kConfigApiVersion).starts_with(kDriverName),
               "the VgpuConfig API group is the driver name");
 inline constexpr char kConfigKind[] = "VgpuConfig";
+
+// What the agent does with a finding about a share (VgpuConfig field, with an agent default):
+// report it (log, count, event), or also SIGKILL the offending process - never one of another
+// share.
+enum class EnforcementPolicy : uint8_t { kReport, kKill };
+
+constexpr std::string_view enforcement_policy_name(EnforcementPolicy policy) {
+  return policy == EnforcementPolicy::kKill ? "kill" : "report";
+}
+constexpr std::optional<EnforcementPolicy> parse_enforcement_policy(std::string_view text) {
+  if (text == "report") return EnforcementPolicy::kReport;
+  if (text == "kill") return EnforcementPolicy::kKill;
+  return std::nullopt;
+}
 
 enum class Priority { kNormal, kHigh, kLow };
 enum class SharingStrategy { kQuota, kMps, kTimeSlicing };
@@ -48,6 +61,30 @@ Result<VgpuConfig> decode_vgpu_config(const nlohmann::json& parameters);
 // `later` overrides `base` field by field (the API lists class configs, then claim configs).
 VgpuConfig merge_vgpu_config(const VgpuConfig& base, const VgpuConfig& later);
 
+// One of a claim's device configs that is Tessera's (opaque.driver is the driver name), decoded,
+// with the requests it names (none: every request of the claim).
+struct VgpuConfigEntry {
+  std::vector<std::string> requests;
+  VgpuConfig config;
+};
+
+// The entries of a `config` list (a claim's spec.devices.config or its allocation's
+// status.allocation.devices.config) that are `driver`'s, in the list's order (class configs
+// before claim configs, as the API lists them); other drivers' entries are skipped. An error names
+// the entry by `path`: "<path>[1].opaque.parameters: missing",
+// "<path>[0].opaque.parameters.compute.burst: ...", "<path>: expected an array, got 3".
+Result<std::vector<VgpuConfigEntry>> decode_vgpu_config_list(const nlohmann::json& list,
+                                                             const std::string& path,
+                                                             std::string_view driver = kDriverName);
+
+// The one rule of which config applies to which request, for the agent (the allocated results) and
+// the webhook (the claim's requests alike): an entry applies when it names no request, or names
+// `request`, or, for a firstAvailable subrequest "req/sub", its parent "req".
+bool config_applies(const VgpuConfigEntry& entry, std::string_view request);
+// What `request` gets: every entry that applies, merged in order.
+VgpuConfig config_for_request(const std::vector<VgpuConfigEntry>& entries,
+                              std::string_view request);
+
 // Checks the merged config for combinations no single object shows (a timeSlice whose strategy a
 // later config replaced; burst or priority under MPS/TimeSlicing). Ok, or kInvalidArgument saying
 // why not.
@@ -63,4 +100,4 @@ const char* to_string(TimeSlice time_slice);
 Result<EnforcementPolicy> decode_enforcement_policy(const nlohmann::json& value,
                                                     const std::string& path = "enforcement");
 
-}  // namespace tessera::agent
+}  // namespace tessera

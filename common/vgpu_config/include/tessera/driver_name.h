@@ -2,8 +2,8 @@
 // the ResourceSlices and of the allocation results the agent reads, and the VgpuConfig API group.
 #pragma once
 
-namespace tessera::agent {
+namespace tessera {
 
 inline constexpr char kDriverName[] = "vgpu.tessera.dev";
 
-}  // namespace tessera::agent
+}  // namespace tessera

@@ -1,4 +1,4 @@
-#include "kube/http_kube_client.h"
+#include "tessera/kube/http_kube_client.h"
 
 #include <curl/curl.h>
 #include <openssl/evp.h>
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace tessera::agent {
+namespace tessera::kube {
 namespace {
 
 bool read_file(const std::string& path, std::string& out) {
@@ -228,4 +228,4 @@ Result<ApiResponse> HttpKubeClient::request(const std::string& method, const std
   return response;
 }
 
-}  // namespace tessera::agent
+}  // namespace tessera::kube

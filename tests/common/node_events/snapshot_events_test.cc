@@ -1,5 +1,5 @@
-// The snapshot diff (api/snapshot_events.h): which events two snapshots of a node make.
-#include "api/snapshot_events.h"
+// The snapshot diff (tessera/node_events/snapshot_events.h): which events two snapshots of a node make.
+#include "tessera/node_events/snapshot_events.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 
 #include "tessera/status.h"
 
-namespace tessera::agent {
+namespace tessera::kube {
 
 struct ApiResponse {
   long status = 0;   // HTTP status (2xx)
@@ -45,4 +45,4 @@ std::string node_path(const std::string& name);  // /api/v1/nodes/<name>
 inline constexpr char kResourceSlicesPath[] = "/apis/resource.k8s.io/v1/resourceslices";
 std::string resource_slice_path(const std::string& name);  // kResourceSlicesPath/<name>
 
-}  // namespace tessera::agent
+}  // namespace tessera::kube

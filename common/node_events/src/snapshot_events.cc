@@ -1,4 +1,4 @@
-#include "api/snapshot_events.h"
+#include "tessera/node_events/snapshot_events.h"
 
 #include <cstdio>
 #include <map>
