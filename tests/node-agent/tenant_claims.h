@@ -12,7 +12,7 @@ namespace tessera::agent::testing {
 class TenantClaims : public kube::KubeClient {
  public:
   Result<kube::ApiResponse> request(const std::string&, const std::string& path,
-                              const std::string&) override {
+                                    const std::string&) override {
     for (const auto& [name, body] : bodies)
       if (path == kube::resource_claim_path("tenants", name)) return kube::ApiResponse{200, body};
     return not_found("HTTP 404: not found");

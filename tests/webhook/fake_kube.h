@@ -44,7 +44,7 @@ class FakeKube : public kube::KubeClient {
   }
 
   Result<kube::ApiResponse> request(const std::string& method, const std::string& path,
-                                     const std::string& body = "") override {
+                                    const std::string& body = "") override {
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
     std::lock_guard lock(mutex_);
     requests_.push_back(method + " " + path);

@@ -7,9 +7,9 @@
 #include <iostream>
 #include <thread>
 
-#include "tessera/kube/http_kube_client.h"
 #include "server/options.h"
 #include "server/webhook_server.h"
+#include "tessera/kube/http_kube_client.h"
 #include "tessera/log.h"
 
 int main(int argc, char** argv) {

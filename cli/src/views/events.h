@@ -1,9 +1,9 @@
 // `tessera events [--follow] [-o text|json]`: what happened to the GPU shares of this machine. From
 // the node agent's local API when one runs here (its recent events, then, with --follow, new ones
 // as they come); without an agent, from the local `tessera run` shares: a snapshot of them once a
-// second, each diffed with the last by the agent's own function (tessera/node_events/snapshot_events.h), so the
-// events are the same kinds with the same words. The local shares keep no history: without an
-// agent only --follow shows anything.
+// second, each diffed with the last by the agent's own function
+// (tessera/node_events/snapshot_events.h), so the events are the same kinds with the same words.
+// The local shares keep no history: without an agent only --follow shows anything.
 #pragma once
 
 #include <atomic>

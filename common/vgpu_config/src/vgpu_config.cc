@@ -218,8 +218,8 @@ Result<std::vector<VgpuConfigEntry>> decode_vgpu_config_list(const json& list,
 bool config_applies(const VgpuConfigEntry& entry, std::string_view request) {
   if (entry.requests.empty()) return true;
   for (const std::string& name : entry.requests)
-    if (request == name || (request.size() > name.size() && request.starts_with(name) &&
-                            request[name.size()] == '/'))
+    if (request == name ||
+        (request.size() > name.size() && request.starts_with(name) && request[name.size()] == '/'))
       return true;
   return false;
 }

@@ -4,8 +4,8 @@
 
 #include "api/node_api_server.h"
 #include "metrics/metrics_server.h"
-#include "tessera/vgpu_config.h"
 #include "tessera/log.h"
+#include "tessera/vgpu_config.h"
 
 namespace tessera::agent {
 

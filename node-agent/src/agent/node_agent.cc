@@ -20,12 +20,12 @@
 #include "devices/resource_slices.h"
 #include "enforcement/checker.h"
 #include "enforcement/enforcement_handler.h"
-#include "tessera/kube/http_kube_client.h"
 #include "metrics/collector.h"
 #include "metrics/gpu_stats.h"
 #include "metrics/metrics_server.h"
 #include "share/share_manager.h"
 #include "share/shim_library.h"
+#include "tessera/kube/http_kube_client.h"
 #include "tessera/log.h"
 #include "usage/gpu_time_meter.h"
 #include "watcher/process_watch_program.h"
@@ -139,8 +139,8 @@ Status NodeAgent::start() {
   if (config_.node_name.empty()) return invalid_argument("--node-name (NODE_NAME) is required");
   if (Status locked = lock_state_dir(); !locked.is_ok()) return locked;
   Result<kube::KubeConnection> connection = config_.kubeconfig.empty()
-                                          ? kube::in_cluster_connection()
-                                          : kube::kubeconfig_connection(config_.kubeconfig);
+                                                ? kube::in_cluster_connection()
+                                                : kube::kubeconfig_connection(config_.kubeconfig);
   if (!connection.is_ok()) return connection.status();
   kube_ = std::make_unique<kube::HttpKubeClient>(*connection);
   slices_ =

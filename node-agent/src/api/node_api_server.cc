@@ -16,9 +16,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "api/node_snapshot.h"
-#include "tessera/node_events/snapshot_events.h"
 #include "tessera/log.h"
 #include "tessera/node/v1/node_api.grpc.pb.h"
+#include "tessera/node_events/snapshot_events.h"
 
 namespace tessera::agent {
 

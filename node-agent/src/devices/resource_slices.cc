@@ -239,9 +239,9 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
                             json_shown(json_at(body, "/metadata/uid")));
     identity_.node_uid = *uid;
   }
-  const std::string list_path =
-      std::string(kube::kResourceSlicesPath) + "?fieldSelector=" +
-      kube::field_selector({{"spec.nodeName", identity_.node_name}, {"spec.driver", identity_.driver}});
+  const std::string list_path = std::string(kube::kResourceSlicesPath) + "?fieldSelector=" +
+                                kube::field_selector({{"spec.nodeName", identity_.node_name},
+                                                      {"spec.driver", identity_.driver}});
   const Result<kube::ApiResponse> listed = kube_.request("GET", list_path);
   if (!listed.is_ok()) return listed.status();
   const json list = json::parse(listed->body, nullptr, false);

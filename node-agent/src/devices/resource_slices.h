@@ -15,10 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "devices/device_health.h"
-#include "tessera/kube/kube_client.h"
-#include "tessera/driver_name.h"
 #include "model/node_device.h"
+#include "tessera/driver_name.h"
 #include "tessera/gpu_info.h"
+#include "tessera/kube/kube_client.h"
 #include "tessera/status.h"
 
 namespace tessera::agent {
@@ -61,7 +61,8 @@ std::string to_semver(const std::string& version);
 
 class SlicePublisher {
  public:
-  SlicePublisher(kube::KubeClient& kube, SliceIdentity identity) : kube_(kube), identity_(identity) {}
+  SlicePublisher(kube::KubeClient& kube, SliceIdentity identity)
+      : kube_(kube), identity_(identity) {}
   // Makes the API's slices of this node and driver match `gpus` and their `health` (taints). Reads
   // the Node's UID once. A taint already published keeps the timeAdded the API server gave it.
   // Ok, or the first error (naming the request): the API's code, or kInternal for an answer

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/driver_name.h"
 #include "model/node_device.h"
+#include "tessera/driver_name.h"
 #include "tessera/vgpu_config.h"
 
 namespace tessera::agent {

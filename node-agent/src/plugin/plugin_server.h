@@ -22,8 +22,8 @@
 #include "devices/device_health.h"
 #include "model/claim_locks.h"
 #include "model/claim_preparer.h"
-#include "tessera/driver_name.h"
 #include "registration_server.h"
+#include "tessera/driver_name.h"
 #include "tessera/status.h"
 
 namespace grpc {

@@ -83,7 +83,6 @@
 
 #include "backends/quota_backend.h"
 #include "files/file_lock.h"
-#include "tessera/kube/kube_client.h"
 #include "model/claim_locks.h"
 #include "model/claim_preparer.h"
 #include "model/share_spec.h"
@@ -91,6 +90,7 @@
 #include "share/checkpoint.h"
 #include "share/driver_edits.h"
 #include "share/reconcile.h"
+#include "tessera/kube/kube_client.h"
 #include "tessera/share_folder/limits_writer.h"
 #include "tessera/status.h"
 
@@ -132,7 +132,8 @@ uint32_t share_priority(const ShareSpec& share);
 
 class ShareManager final : public ClaimPreparer {
  public:
-  ShareManager(ShareManagerOptions options, kube::KubeClient& kube, std::vector<NodeDevice> devices);
+  ShareManager(ShareManagerOptions options, kube::KubeClient& kube,
+               std::vector<NodeDevice> devices);
 
   // Loads the checkpoint (a missing one is empty) and reconciles (the report goes to `report`
   // when given). Call once before use.

@@ -39,7 +39,8 @@ TEST(HttpKubeClient, GetsAResourceClaimOverVerifiedTls) {
   const auto claim = testing::make_claim("train", "uid-1", {{"gpu", "gpu-0", "s1", "8Gi", "30"}});
   server.add_claim("tenants", "train", claim.dump());
   kube::HttpKubeClient client(server.connection(), fast_retries());
-  const Result<kube::ApiResponse> r = client.request("GET", kube::resource_claim_path("tenants", "train"));
+  const Result<kube::ApiResponse> r =
+      client.request("GET", kube::resource_claim_path("tenants", "train"));
   ASSERT_EQ(r.status().message(), "");
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(nlohmann::json::parse(r->body), claim);
@@ -56,8 +57,9 @@ TEST(KubePaths, ValuesInPathsAndQueriesAreEscaped) {
             "/apis/resource.k8s.io/v1/namespaces/ns%2F..%2Fx/resourceclaims/c%3Fwatch%3D1");
   EXPECT_EQ(kube::node_path("node a"), "/api/v1/nodes/node%20a");
   EXPECT_EQ(kube::resource_slice_path("s/1"), "/apis/resource.k8s.io/v1/resourceslices/s%2F1");
-  EXPECT_EQ(kube::field_selector({{"spec.nodeName", "node-a"}, {"spec.driver", "vgpu.tessera.dev"}}),
-            "spec.nodeName%3Dnode-a%2Cspec.driver%3Dvgpu.tessera.dev");
+  EXPECT_EQ(
+      kube::field_selector({{"spec.nodeName", "node-a"}, {"spec.driver", "vgpu.tessera.dev"}}),
+      "spec.nodeName%3Dnode-a%2Cspec.driver%3Dvgpu.tessera.dev");
   // fields.EscapeValue first (a backslash before each backslash, comma and equals sign), then
   // percent-encoding: the value stays one value of one term.
   EXPECT_EQ(kube::field_selector({{"spec.nodeName", "a,spec.driver=x\\"}}),
@@ -70,7 +72,8 @@ TEST(HttpKubeClient, AnEscapedNameReachesTheServerAsItIs) {
       testing::make_claim("my claim", "uid-1", {{"gpu", "gpu-0", "s1", "8Gi", "30"}});
   server.add_claim("tenants", "my claim", claim.dump());
   kube::HttpKubeClient client(server.connection(), fast_retries());
-  const Result<kube::ApiResponse> r = client.request("GET", kube::resource_claim_path("tenants", "my claim"));
+  const Result<kube::ApiResponse> r =
+      client.request("GET", kube::resource_claim_path("tenants", "my claim"));
   ASSERT_EQ(r.status().message(), "");
   EXPECT_EQ(nlohmann::json::parse(r->body), claim);
   const Result<kube::ApiResponse> other =
@@ -81,7 +84,8 @@ TEST(HttpKubeClient, AnEscapedNameReachesTheServerAsItIs) {
 TEST(HttpKubeClient, ErrorsCarryTheStatusAndTheApiMessage) {
   FakeApiServer server;
   kube::HttpKubeClient client(server.connection(), fast_retries());
-  const Result<kube::ApiResponse> r = client.request("GET", kube::resource_claim_path("tenants", "gone"));
+  const Result<kube::ApiResponse> r =
+      client.request("GET", kube::resource_claim_path("tenants", "gone"));
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);  // HTTP 404
   EXPECT_EQ(r.status().message(),
             "GET /apis/resource.k8s.io/v1/namespaces/tenants/resourceclaims/gone: HTTP 404: "
@@ -101,7 +105,8 @@ TEST(HttpKubeClient, RetriesOn503WithBackoff) {
   server.add_claim("tenants", "train", "{}");
   server.fail_next(2);
   kube::HttpKubeClient client(server.connection(), fast_retries(4));
-  const Result<kube::ApiResponse> r = client.request("GET", kube::resource_claim_path("tenants", "train"));
+  const Result<kube::ApiResponse> r =
+      client.request("GET", kube::resource_claim_path("tenants", "train"));
   EXPECT_EQ(r.status().message(), "");
   EXPECT_EQ(client.tries(), 3);
 

@@ -1,4 +1,5 @@
-// The snapshot diff (tessera/node_events/snapshot_events.h): which events two snapshots of a node make.
+// The snapshot diff (tessera/node_events/snapshot_events.h): which events two snapshots of a node
+// make.
 #include "tessera/node_events/snapshot_events.h"
 
 #include <gtest/gtest.h>

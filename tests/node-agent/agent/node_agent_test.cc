@@ -21,11 +21,11 @@
 
 #include <gtest/gtest.h>
 
+#include "apiserver/claim_fixture.h"
+#include "apiserver/fake_api_server.h"
 #include "backend_doubles.h"
 #include "backends/mps_backend.h"
-#include "apiserver/claim_fixture.h"
 #include "clock/clock.h"
-#include "apiserver/fake_api_server.h"
 #include "plugin_server.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"

@@ -24,13 +24,13 @@
 
 #include <CLI/CLI.hpp>
 
-#include "backends/mps_backend.h"
 #include "apiserver/claim_fixture.h"
 #include "apiserver/fake_api_server.h"
-#include "tessera/kube/http_kube_client.h"
+#include "backends/mps_backend.h"
 #include "plugin_server.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
+#include "tessera/kube/http_kube_client.h"
 #include "test_support.h"
 
 namespace {

@@ -10,9 +10,9 @@
 
 #include "apiserver/claim_fixture.h"
 #include "apiserver/fake_api_server.h"
-#include "tessera/kube/http_kube_client.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
+#include "tessera/kube/http_kube_client.h"
 
 namespace {
 

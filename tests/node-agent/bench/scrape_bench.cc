@@ -24,12 +24,12 @@
 
 #include "apiserver/claim_fixture.h"
 #include "apiserver/fake_api_server.h"
-#include "tessera/kube/http_kube_client.h"
 #include "metrics/collector.h"
 #include "metrics/metrics_server.h"
 #include "metrics/request_metrics.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
+#include "tessera/kube/http_kube_client.h"
 #include "tessera/share_contract.h"
 
 namespace {

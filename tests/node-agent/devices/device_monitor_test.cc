@@ -15,9 +15,9 @@
 
 #include <gtest/gtest.h>
 
+#include "apiserver/fake_api_server.h"
 #include "clock/clock.h"
 #include "devices/resource_slices.h"
-#include "apiserver/fake_api_server.h"
 #include "tessera/kube/http_kube_client.h"
 
 namespace tessera::agent {

@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "apiserver/fake_api_server.h"
 #include "apiserver/apiserver_rules.h"
+#include "apiserver/fake_api_server.h"
 #include "tessera/kube/http_kube_client.h"
 #include "tessera/quantity.h"
 

@@ -12,11 +12,11 @@
 #include <nlohmann/json.hpp>
 
 #include "api/node_snapshot.h"
-#include "captured_log.h"
 #include "apiserver/claim_fixture.h"
+#include "apiserver/fake_api_server.h"
+#include "captured_log.h"
 #include "enforcement/checker.h"
 #include "enforcement/fake_node.h"
-#include "apiserver/fake_api_server.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 

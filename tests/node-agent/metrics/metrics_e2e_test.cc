@@ -20,8 +20,8 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
-#include "backends/command_runner.h"
 #include "apiserver/claim_fixture.h"
+#include "backends/command_runner.h"
 #include "devices/device_health.h"
 #include "devices/resource_slices.h"
 #include "metrics/collector.h"
@@ -61,8 +61,9 @@ constexpr const char* kDevices = "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0";
 class OneClaim : public kube::KubeClient {
  public:
   Result<kube::ApiResponse> request(const std::string&, const std::string& path,
-                              const std::string&) override {
-    if (path != kube::resource_claim_path("tenants", "pair")) return not_found("HTTP 404: not found");
+                                    const std::string&) override {
+    if (path != kube::resource_claim_path("tenants", "pair"))
+      return not_found("HTTP 404: not found");
     return kube::ApiResponse{200, body};
   }
   std::string body;

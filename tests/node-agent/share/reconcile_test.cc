@@ -16,11 +16,11 @@
 
 #include <gtest/gtest.h>
 
+#include "apiserver/claim_fixture.h"
 #include "backend_doubles.h"
 #include "backends/command_runner.h"
 #include "backends/mps_backend.h"
 #include "backends/time_slice_backend.h"
-#include "apiserver/claim_fixture.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "share/share_test_support.h"

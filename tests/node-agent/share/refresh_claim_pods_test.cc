@@ -11,9 +11,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "captured_log.h"
 #include "apiserver/claim_fixture.h"
 #include "apiserver/fake_api_server.h"
+#include "captured_log.h"
 #include "share/fake_driver.h"
 #include "share/share_test_support.h"
 

@@ -19,8 +19,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tessera/kube/kube_client.h"
 #include "share/share_manager.h"
+#include "tessera/kube/kube_client.h"
 #include "tessera/share_region.h"
 
 namespace tessera::agent::testing {
@@ -30,7 +30,7 @@ namespace fs = std::filesystem;
 class FakeKube : public kube::KubeClient {
  public:
   Result<kube::ApiResponse> request(const std::string& method, const std::string& path,
-                              const std::string&) override {
+                                    const std::string&) override {
     ++requests;
     const auto it = objects.find(path);
     if (method != "GET" || it == objects.end())
@@ -114,7 +114,8 @@ inline int run_agent_crashing_after(const ShareManagerOptions& options, kube::Ku
 // As run_agent_crashing_after, for several claims at once: one thread per claim prepares it, then
 // (all prepared) one thread per claim unprepares it; the process dies right after durable step
 // `crash_at` of whichever call reaches it. 42 = crashed there, 0 = every call succeeded.
-inline int run_agent_crashing_after_concurrent(const ShareManagerOptions& options, kube::KubeClient& kube,
+inline int run_agent_crashing_after_concurrent(const ShareManagerOptions& options,
+                                               kube::KubeClient& kube,
                                                const std::vector<NodeDevice>& devices,
                                                const std::vector<ClaimRef>& claims, int crash_at) {
   const pid_t child = fork();

@@ -16,8 +16,8 @@
 #include "agent/agent_config.h"
 #include "agent/node_agent.h"
 #include "apiserver/claim_fixture.h"
-#include "tessera/kube/kube_client.h"
 #include "share/share_manager.h"
+#include "tessera/kube/kube_client.h"
 #include "tessera/quantity.h"
 
 namespace {
@@ -27,7 +27,7 @@ using namespace tessera::agent;
 class OneClaim : public kube::KubeClient {
  public:
   tessera::Result<kube::ApiResponse> request(const std::string& method, const std::string& path,
-                                       const std::string&) override {
+                                             const std::string&) override {
     if (method != "GET" || path != kube::resource_claim_path("tenants", name))
       return tessera::not_found(method + " " + path + ": HTTP 404: not found");
     return kube::ApiResponse{200, body};

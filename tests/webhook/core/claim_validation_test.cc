@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tessera/vgpu_config.h"
 #include "review_fixture.h"
+#include "tessera/vgpu_config.h"
 
 namespace tessera::webhook {
 namespace {

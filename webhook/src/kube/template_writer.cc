@@ -17,11 +17,11 @@ Status TemplateWriter::ensure(const json& claim_template) {
   const json* spec = json_member(claim_template, "spec");
   if (!namespace_name || namespace_name->empty() || !template_name || template_name->empty() ||
       !spec)
-    return invalid_argument(
-        "not a ResourceClaimTemplate to create (metadata.namespace " +
-        json_shown(json_at(claim_template, "/metadata/namespace")) +
-        ", metadata.name " + json_shown(json_at(claim_template, "/metadata/name")) +
-        ", spec " + (spec ? "set" : "missing") + ")");
+    return invalid_argument("not a ResourceClaimTemplate to create (metadata.namespace " +
+                            json_shown(json_at(claim_template, "/metadata/namespace")) +
+                            ", metadata.name " +
+                            json_shown(json_at(claim_template, "/metadata/name")) + ", spec " +
+                            (spec ? "set" : "missing") + ")");
   const std::string& name = *template_name;
   const std::string key = *namespace_name + "/" + name;
   {
@@ -33,8 +33,7 @@ Status TemplateWriter::ensure(const json& claim_template) {
   }
   const std::string collection =
       "/apis/resource.k8s.io/v1/namespaces/" + *namespace_name + "/resourceclaimtemplates";
-  const Result<kube::ApiResponse> created =
-      api_.request("POST", collection, claim_template.dump());
+  const Result<kube::ApiResponse> created = api_.request("POST", collection, claim_template.dump());
   Status result;
   bool existed = false;
   if (!created.is_ok() && created.status().code() == StatusCode::kAlreadyExists) {

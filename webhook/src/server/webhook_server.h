@@ -16,11 +16,11 @@
 #include <string>
 
 #include "kube/api_claim_lookup.h"
-#include "tessera/kube/kube_client.h"
 #include "kube/template_writer.h"
 #include "server/certificate_reloader.h"
 #include "server/metrics.h"
 #include "server/options.h"
+#include "tessera/kube/kube_client.h"
 
 namespace tessera::webhook {
 
