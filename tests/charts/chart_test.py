@@ -318,11 +318,11 @@ def check_rbac_drift(ctx):
         ]
         # A source tree where the agent calls one more API: the unchanged chart must fail.
         tree = os.path.join(directory, "src")
-        for folder in ("node-agent/src", "webhook/src"):
+        for folder in ("node-agent/src", "webhook/src", "common/kube"):
             shutil.copytree(os.path.join(ctx.repo, folder), os.path.join(tree, folder))
         added = os.path.join(tree, "node-agent/src/devices/resource_slices.cc")
         with open(added, "a") as out:
-            out.write('\nvoid watch_slices(tessera::agent::KubeClient& kube_) {\n'
+            out.write('\nvoid watch_slices(tessera::kube::KubeClient& kube_) {\n'
                       '  kube_.request("GET", std::string(kResourceSlicesPath) + "?watch=true");\n'
                       '  kube_.request("PATCH", "/api/v1/nodes/" + url_escape(name) + "/status", "{}");\n}\n')
         cases.append(("a new call in the code", rendered, tree, "watch resource.k8s.io/resourceslices"))
@@ -330,8 +330,9 @@ def check_rbac_drift(ctx):
         computed = os.path.join(directory, "computed")
         shutil.copytree(os.path.join(ctx.repo, "node-agent/src"), os.path.join(computed, "node-agent/src"))
         shutil.copytree(os.path.join(ctx.repo, "webhook/src"), os.path.join(computed, "webhook/src"))
+        shutil.copytree(os.path.join(ctx.repo, "common/kube"), os.path.join(computed, "common/kube"))
         with open(os.path.join(computed, "webhook/src/kube/template_writer.cc"), "a") as out:
-            out.write('\nvoid any(tessera::agent::KubeClient& api_, const std::string& kind) {\n'
+            out.write('\nvoid any(tessera::kube::KubeClient& api_, const std::string& kind) {\n'
                       '  api_.request("GET", "/apis/resource.k8s.io/v1/" + kind);\n}\n')
         cases.append(("a call whose resource is computed", rendered, computed,
                       "the group or resource is not fixed"))

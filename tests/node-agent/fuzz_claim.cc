@@ -9,6 +9,7 @@
 #include "tessera/vgpu_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace tessera;
   using namespace tessera::agent;
   const std::string text(reinterpret_cast<const char*>(data), size);
   ShareSpecInput input;

@@ -28,19 +28,19 @@ int main(int argc, char** argv) {
     log::configure(std::move(logging));
   }
 
-  const Result<kube::KubeConnection> connection =
-      options.kubeconfig.empty() ? kube::in_cluster_connection()
-                                 : kube::kubeconfig_connection(options.kubeconfig);
+  const Result<tessera::kube::KubeConnection> connection =
+      options.kubeconfig.empty() ? tessera::kube::in_cluster_connection()
+                                 : tessera::kube::kubeconfig_connection(options.kubeconfig);
   if (!connection.is_ok()) {
     log::error("no Kubernetes API", {{"error", connection.status().message()}});
     return 1;
   }
   // A webhook call has a deadline (10 s by default): two quick tries, not the agent's five.
-  kube::RetryPolicy retry;
+  tessera::kube::RetryPolicy retry;
   retry.attempts = 2;
   retry.initial_backoff = std::chrono::milliseconds(100);
   retry.timeout = std::chrono::seconds(4);
-  kube::HttpKubeClient api(*connection, retry);
+  tessera::kube::HttpKubeClient api(*connection, retry);
 
   // Blocked before any thread starts, so every thread inherits the mask and only sigwait sees
   // the signals.

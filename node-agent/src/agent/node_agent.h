@@ -22,6 +22,10 @@
 #include "tessera/gpu_info.h"
 #include "tessera/status.h"
 
+namespace tessera::kube {
+class HttpKubeClient;
+}  // namespace tessera::kube
+
 namespace tessera::agent {
 
 class DeviceMonitor;
@@ -36,7 +40,6 @@ class EventFindingHandler;
 class EventLog;
 class NodeApiServer;
 class GpuTimeMeter;
-class kube::HttpKubeClient;
 class InstrumentedPreparer;
 class MetricsServer;
 class MpsBackend;

@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   options.node_name = "node-a";
   options.shim_path = tessera::agent::testing::write_fake_shim(base / "shim/libvgpu.so");
   options.container_driver = tessera::agent::testing::fake_container_driver(base / "driver");
-  kube::HttpKubeClient kube({server.url(), server.ca_pem(), server.token(), "", "", ""});
+  tessera::kube::HttpKubeClient kube({server.url(), server.ca_pem(), server.token(), "", "", ""});
   ShareManager manager(options, kube,
                        {{"gpu-0", "GPU-00000000-0000-0000-0000-000000000000", 0, 150ull << 30}});
   if (const tessera::Status started = manager.start(); !started.is_ok()) {

@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
   options.shim_path = tessera::agent::testing::write_fake_shim(base / "shim/libvgpu.so");
   options.container_driver = tessera::agent::testing::fake_container_driver(base / "driver");
   options.node_name = "node-a";
-  kube::HttpKubeClient kube({server.url(), server.ca_pem(), server.token(), "", "", ""});
+  tessera::kube::HttpKubeClient kube({server.url(), server.ca_pem(), server.token(), "", "", ""});
   ShareManager manager(options, kube, {{"gpu-0", kUuid, 0, 150ull << 30}});
   if (const tessera::Status started = manager.start(); !started.is_ok()) {
     std::fprintf(stderr, "%s\n", started.message().c_str());

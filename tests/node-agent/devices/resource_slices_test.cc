@@ -202,12 +202,12 @@ TEST(ResourceSlices, EveryXidTaintPassesTheApiServersRules) {
     ASSERT_EQ(taints.size(), 1u);
     const std::string value = taints[0]["value"];
     EXPECT_EQ(value, "xid-" + std::to_string(xid));
-    EXPECT_TRUE(testing::kube::is_label_value(value).empty()) << value;
-    EXPECT_TRUE(testing::kube::is_label_key(taints[0]["key"]).empty());
+    EXPECT_TRUE(testing::apiserver::is_label_value(value).empty()) << value;
+    EXPECT_TRUE(testing::apiserver::is_label_key(taints[0]["key"]).empty());
     const auto slices = build_resource_slices({h200(0)}, {"vgpu.tessera.dev", "node-a", "uid-n"}, 1,
                                               {unhealthy(0, xid)});
     ASSERT_EQ(slices.size(), 1u);
-    EXPECT_EQ(testing::kube::check_resource_slice_write(slices[0], nullptr), std::nullopt);
+    EXPECT_EQ(testing::apiserver::check_resource_slice_write(slices[0], nullptr), std::nullopt);
   }
 }
 
@@ -227,7 +227,7 @@ TEST(ResourceSlices, ATaintedNodeIsSplitIntoSlicesOf64) {
     size_t taints = 0;
     for (const json& slice : slices) {
       EXPECT_EQ(slice["spec"]["pool"]["resourceSliceCount"], 3);
-      EXPECT_EQ(testing::kube::check_resource_slice_write(slice, nullptr), std::nullopt);
+      EXPECT_EQ(testing::apiserver::check_resource_slice_write(slice, nullptr), std::nullopt);
       for (const json& device : slice["spec"]["devices"]) taints += device.contains("taints");
     }
     EXPECT_EQ(taints, 1u);
@@ -238,7 +238,7 @@ TEST(ResourceSlices, ATaintedNodeIsSplitIntoSlicesOf64) {
   for (unsigned i = 0; i < 64; ++i) all_bad.push_back(unhealthy(i, 48));
   const auto full = build_resource_slices(sixty_four, identity, 1, all_bad);
   ASSERT_EQ(full.size(), 1u);
-  EXPECT_EQ(testing::kube::check_resource_slice_write(full[0], nullptr), std::nullopt);
+  EXPECT_EQ(testing::apiserver::check_resource_slice_write(full[0], nullptr), std::nullopt);
   // Healthy reports change nothing: 128 to a slice.
   EXPECT_EQ(build_resource_slices(gpus, identity, 4, {healthy(0), healthy(64)}).size(), 2u);
   // A report for another pool (node) is not this node's.
@@ -563,7 +563,8 @@ TEST(ResourceSlices, EveryGpuSizeIsAcceptedByTheApiServerRules) {
     gpu.memory_bytes = mebibytes << 20;
     const auto slices = build_resource_slices({gpu}, {"vgpu.tessera.dev", "node-a", "uid-n"}, 1);
     ASSERT_EQ(slices.size(), 1u);
-    EXPECT_EQ(testing::kube::aggregate(testing::kube::validate_resource_slice(slices[0])), "")
+    EXPECT_EQ(testing::apiserver::aggregate(testing::apiserver::validate_resource_slice(slices[0])),
+              "")
         << mebibytes << " MiB";
     const json& memory = slices[0]["spec"]["devices"][0]["capacity"]["memory"];
     EXPECT_EQ(memory["value"], std::to_string(mebibytes << 20));
@@ -583,7 +584,8 @@ TEST(ResourceSlices, ATotalOffTheMebibyteIsPublishedInWholeMebibytes) {
   GpuInfo gpu = h200(0);
   gpu.memory_bytes = (143771ull << 20) + 12345;
   const auto slices = build_resource_slices({gpu}, {"vgpu.tessera.dev", "node-a", "uid-n"}, 1);
-  EXPECT_EQ(testing::kube::aggregate(testing::kube::validate_resource_slice(slices[0])), "");
+  EXPECT_EQ(testing::apiserver::aggregate(testing::apiserver::validate_resource_slice(slices[0])),
+            "");
   const json& memory = slices[0]["spec"]["devices"][0]["capacity"]["memory"];
   EXPECT_EQ(memory["value"], std::to_string(143771ull << 20));
   EXPECT_EQ(consumed_memory(memory, 143771ull << 20), 143771ull << 20);
@@ -592,7 +594,8 @@ TEST(ResourceSlices, ATotalOffTheMebibyteIsPublishedInWholeMebibytes) {
   for (const uint64_t bytes : {200ull << 20, 1ull << 20, 4096ull}) {
     gpu.memory_bytes = bytes;
     const auto small = build_resource_slices({gpu}, {"vgpu.tessera.dev", "node-a", "uid-n"}, 1);
-    EXPECT_EQ(testing::kube::aggregate(testing::kube::validate_resource_slice(small[0])), "")
+    EXPECT_EQ(testing::apiserver::aggregate(testing::apiserver::validate_resource_slice(small[0])),
+              "")
         << bytes;
   }
 }
@@ -641,7 +644,7 @@ TEST(ResourceSlices, TheFormerQuarterGibibyteStepIsRefusedWhereTheApiServerRefus
     slices[0]["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"]["validRange"]["step"] =
         "256Mi";
     const std::string errors =
-        testing::kube::aggregate(testing::kube::validate_resource_slice(slices[0]));
+        testing::apiserver::aggregate(testing::apiserver::validate_resource_slice(slices[0]));
     if ((mebibytes - 256) % 256 == 0) {
       EXPECT_EQ(errors, "") << mebibytes;
     } else {

@@ -24,13 +24,14 @@ namespace {
 
 using namespace tessera::agent;
 
-class OneClaim : public kube::KubeClient {
+class OneClaim : public tessera::kube::KubeClient {
  public:
-  tessera::Result<kube::ApiResponse> request(const std::string& method, const std::string& path,
-                                             const std::string&) override {
-    if (method != "GET" || path != kube::resource_claim_path("tenants", name))
+  tessera::Result<tessera::kube::ApiResponse> request(const std::string& method,
+                                                      const std::string& path,
+                                                      const std::string&) override {
+    if (method != "GET" || path != tessera::kube::resource_claim_path("tenants", name))
       return tessera::not_found(method + " " + path + ": HTTP 404: not found");
-    return kube::ApiResponse{200, body};
+    return tessera::kube::ApiResponse{200, body};
   }
   std::string name, body;
 };

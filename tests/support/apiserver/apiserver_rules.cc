@@ -11,7 +11,7 @@
 
 #include "tessera/quantity.h"
 
-namespace tessera::agent::testing::kube {
+namespace tessera::agent::testing::apiserver {
 namespace {
 
 using nlohmann::json;
@@ -922,4 +922,4 @@ std::optional<Refusal> check_resource_slice_write(const json& slice, const json*
   return Refusal{422, body};
 }
 
-}  // namespace tessera::agent::testing::kube
+}  // namespace tessera::agent::testing::apiserver

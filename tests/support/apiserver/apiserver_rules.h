@@ -54,7 +54,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace tessera::agent::testing::kube {
+namespace tessera::agent::testing::apiserver {
 
 // One field.Error. `value` is the bad value already printed as Go prints it (%q for strings,
 // %v for numbers and bools), or empty when the error type prints none.
@@ -113,4 +113,4 @@ struct Refusal {
 std::optional<Refusal> check_resource_slice_write(const nlohmann::json& slice,
                                                   const nlohmann::json* old);
 
-}  // namespace tessera::agent::testing::kube
+}  // namespace tessera::agent::testing::apiserver

@@ -8,7 +8,7 @@
 #include "apiserver/fake_api_server.h"
 #include "tessera/kube/http_kube_client.h"
 
-namespace tessera::agent::testing::kube {
+namespace tessera::agent::testing::apiserver {
 namespace {
 
 using nlohmann::json;
@@ -616,4 +616,4 @@ TEST(ApiServerRules, TheFakeApiServerRefusesWithA422Status) {
 }
 
 }  // namespace
-}  // namespace tessera::agent::testing::kube
+}  // namespace tessera::agent::testing::apiserver

@@ -136,10 +136,10 @@ class FakeApiServer {
                     std::lock_guard lock(mutex_);
                     auto body = nlohmann::json::parse(req.body);
                     writes.push_back({"POST", req.path, body});
-                    kube::default_resource_slice(body, now());
-                    if (!device_taints_gate) kube::drop_disabled_device_taints(body, nullptr);
+                    apiserver::default_resource_slice(body, now());
+                    if (!device_taints_gate) apiserver::drop_disabled_device_taints(body, nullptr);
                     const std::string name = body["metadata"]["name"];
-                    if (auto refused = kube::check_resource_slice_write(body, nullptr))
+                    if (auto refused = apiserver::check_resource_slice_write(body, nullptr))
                       return refuse(res, *refused);
                     if (slices.count(name)) return status(res, 409, "already exists");
                     body["metadata"]["resourceVersion"] = std::to_string(++version_);
@@ -154,13 +154,13 @@ class FakeApiServer {
           std::lock_guard lock(mutex_);
           auto body = nlohmann::json::parse(req.body);
           writes.push_back({"PUT", req.path, body});
-          kube::default_resource_slice(body, now());
+          apiserver::default_resource_slice(body, now());
           const auto it = slices.find(req.matches[1].str());
           if (it == slices.end()) return status(res, 404, "not found");
           if (body["metadata"]["resourceVersion"] != it->second["metadata"]["resourceVersion"])
             return status(res, 409, "the object has been modified");
-          if (!device_taints_gate) kube::drop_disabled_device_taints(body, &it->second);
-          if (auto refused = kube::check_resource_slice_write(body, &it->second))
+          if (!device_taints_gate) apiserver::drop_disabled_device_taints(body, &it->second);
+          if (auto refused = apiserver::check_resource_slice_write(body, &it->second))
             return refuse(res, *refused);
           body["metadata"]["resourceVersion"] = std::to_string(++version_);
           it->second = body;
@@ -290,7 +290,7 @@ class FakeApiServer {
     return fixed != 0 ? fixed : std::time(nullptr);
   }
 
-  static void refuse(httplib::Response& res, const kube::Refusal& refusal) {
+  static void refuse(httplib::Response& res, const apiserver::Refusal& refusal) {
     res.status = refusal.code;
     res.set_content(refusal.status.dump(), "application/json");
   }

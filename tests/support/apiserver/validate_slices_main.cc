@@ -11,7 +11,7 @@
 
 int main(int argc, char** argv) {
   using nlohmann::json;
-  namespace kube = tessera::agent::testing::kube;
+  namespace apiserver = tessera::agent::testing::apiserver;
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s FILE\n", argv[0]);
     return 2;
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
       std::printf("slice %d: not JSON: %s\n", slices, error.what());
       return 1;
     }
-    const auto refusal = kube::check_resource_slice_write(slice, nullptr);
+    const auto refusal = apiserver::check_resource_slice_write(slice, nullptr);
     const std::string name = slice.value("metadata", json::object()).value("name", "");
     if (refusal) {
       ++refused;
