@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config python3 clang-format clang libclang-rt-14-dev
+  ccache  # a developer's second build compiles only what changed (docs/build.md)
   libbpf-dev bpftool  # the node agent's eBPF process watcher (libbpf, skeletons, vmlinux.h)
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   # the kubelet plugin's gRPC services (proto/ is compiled at build time)

@@ -15,34 +15,13 @@ Usage: component_includes.py --rules docs/README.md --root .
 Exit 0 when every include keeps to the rules, 1 with one line per violation otherwise."""
 import argparse
 import os
-import re
 import sys
 
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+from include_rules import includes, read_block, verdict
+
 SOURCE_SUFFIXES = (".h", ".hh", ".hpp", ".cc", ".cpp", ".c", ".cu", ".def")
 # Folders of a component that hold no code of its own (build products, manifests, data).
-SKIPPED = {"build", "k8s", "fuzz_corpus", "golden", "layers_fixture", "fixture", "doubles"}
-
-
-def read_rules(path):
-    """{component: set of components it may include}, and {component: its rule's line}."""
-    rules, lines = {}, {}
-    inside = found = False
-    with open(path, encoding="utf-8") as text:
-        for line in text:
-            stripped = line.split("#", 1)[0].strip()
-            if not inside and line.strip() == "```components":
-                inside = found = True
-                continue
-            if inside and line.strip().startswith("```"):
-                break
-            if inside and stripped:
-                name, _, used = stripped.partition(":")
-                rules[name.strip()] = set(used.split())
-                lines[name.strip()] = line.strip()
-    if not found:
-        sys.exit(f"{path}: no ```components block")
-    return rules, lines
+SKIPPED = {"build", "k8s", "fuzz_corpus", "golden", "fixtures", "doubles"}
 
 
 def public_roots(root, component):
@@ -96,7 +75,7 @@ def files_of(folder):
 
 
 def check(rules_path, root):
-    rules, lines = read_rules(rules_path)
+    rules, lines = read_block(rules_path, "components")
     components = sorted(name for name in rules if "/" not in name)
     problems = []
     for name in sorted(rules):
@@ -120,39 +99,34 @@ def check(rules_path, root):
         if is_test:
             allowed |= rules.get(who, set())
         for path in files_of(folder):
-            with open(path, encoding="utf-8", errors="replace") as text:
-                for number, line in enumerate(text, 1):
-                    match = INCLUDE.match(line)
-                    if not match:
-                        continue
-                    included = match.group(1)
-                    if os.path.isfile(os.path.join(os.path.dirname(path), included)):
-                        continue  # beside the including file
-                    found = owners(root, components, included)
-                    if not found:
-                        continue  # not ours: a system or generated header
-                    own = {component, "tests/" + component} if is_test else {component}
-                    if is_test:
-                        own.add("tests/support")
-                    if any(owner in own for owner, _ in found):
-                        continue
-                    where = os.path.relpath(path, root)
-                    public = [owner for owner, kind in found if kind == "public"]
-                    if is_test and any(owner in rules.get(who, set()) for owner, _ in found):
-                        continue  # a peer this component's tests run (their rule names it)
-                    if not public:
-                        owner = found[0][0]
-                        problems.append(
-                            f"{where}:{number}: #include \"{included}\": {who} includes a private "
-                            f"header of {owner} (its src/); move what both use to a library of "
-                            f"common/, or include {owner}'s public headers")
-                        continue
-                    if not any(owner in allowed for owner in public):
-                        rule = lines.get(who if is_test and who in lines else component,
-                                         f"{component}: (no rule)")
-                        problems.append(
-                            f"{where}:{number}: #include \"{included}\": {who} may not include "
-                            f"{public[0]} (rule \"{rule}\" in {rules_path})")
+            for number, included in includes(path):
+                if os.path.isfile(os.path.join(os.path.dirname(path), included)):
+                    continue  # beside the including file
+                found = owners(root, components, included)
+                if not found:
+                    continue  # not ours: a system or generated header
+                own = {component, "tests/" + component} if is_test else {component}
+                if is_test:
+                    own.add("tests/support")
+                if any(owner in own for owner, _ in found):
+                    continue
+                where = os.path.relpath(path, root)
+                public = [owner for owner, kind in found if kind == "public"]
+                if is_test and any(owner in rules.get(who, set()) for owner, _ in found):
+                    continue  # a peer this component's tests run (their rule names it)
+                if not public:
+                    owner = found[0][0]
+                    problems.append(
+                        f"{where}:{number}: #include \"{included}\": {who} includes a private "
+                        f"header of {owner} (its src/); move what both use to a library of "
+                        f"common/, or include {owner}'s public headers")
+                    continue
+                if not any(owner in allowed for owner in public):
+                    rule = lines.get(who if is_test and who in lines else component,
+                                     f"{component}: (no rule)")
+                    problems.append(
+                        f"{where}:{number}: #include \"{included}\": {who} may not include "
+                        f"{public[0]} (rule \"{rule}\" in {rules_path})")
     return problems
 
 
@@ -161,14 +135,8 @@ def main():
     parser.add_argument("--rules", required=True)
     parser.add_argument("--root", required=True)
     args = parser.parse_args()
-    problems = check(args.rules, args.root)
-    for problem in problems:
-        print(problem)
-    if problems:
-        print(f"{len(problems)} include rule violation(s)")
-        return 1
-    print(f"component includes kept: {args.root} against {args.rules}")
-    return 0
+    return verdict(check(args.rules, args.root),
+                   f"component includes kept: {args.root} against {args.rules}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@
 #include "tessera/file_io.h"
 #include "tessera/share_contract.h"
 #include "tessera/share_folder/fault_guard.h"
+#include "tessera/share_folder/folder_file.h"
 #include "tessera/unique_fd.h"
 
 namespace tessera::share_folder {
@@ -21,21 +22,6 @@ namespace {
 
 constexpr size_t kPageBytes = sizeof(share::UsagePage);
 constexpr size_t kHeaderBytes = offsetof(share::UsagePage, slots);
-
-// Opens a usage page as untrusted input for writing. kNotFound when absent, kFailedPrecondition
-// when it is no regular file of at least `size` bytes (a symlink, a FIFO, a short file).
-Result<UniqueFd> open_page(const std::string& path, size_t size) {
-  UniqueFd fd;
-  const int error = open_file(path.c_str(), O_RDWR, FileSource::kUntrusted, fd, size);
-  if (error == ENOENT || error == ENOTDIR)
-    return not_found("cannot open " + path + ": " + std::strerror(error));
-  if (error == ELOOP) return failed_precondition(path + " is a symlink");
-  if (error == EINVAL || error == ENODATA)
-    return failed_precondition(path + " is not a regular file of at least " + std::to_string(size) +
-                               " bytes");
-  if (error != 0) return internal_error("cannot open " + path + ": " + std::strerror(error));
-  return fd;
-}
 
 void reclaim_slots(share::UsagePage& page, uint64_t owner, uint64_t reclaimer, int& cleared,
                    bool& valid) {
@@ -88,7 +74,7 @@ void apply_slots(share::UsagePage& page, const SlotRepair& repair, RepairOutcome
 }  // namespace
 
 Result<UsagePageMapping> UsagePageMapping::open(const std::string& path) {
-  Result<UniqueFd> opened = open_page(path, kPageBytes);
+  Result<UniqueFd> opened = open_folder_file(path, O_RDWR, kPageBytes);
   if (!opened.is_ok()) return opened.status();
   const UniqueFd fd = std::move(opened).value();
   // The header through pread first: a file that is no usage page is never mapped.
@@ -153,7 +139,7 @@ Result<RepairOutcome> repair_usage_page(const std::string& folder, const UsagePa
     return RepairOutcome{};
   }
   {
-    Result<UniqueFd> opened = open_page(path, 0);
+    Result<UniqueFd> opened = open_folder_file(path, O_RDWR, 0);
     if (!opened.is_ok()) {
       if (opened.status().code() == StatusCode::kFailedPrecondition)
         return failed_precondition(path + " is no longer a regular file");

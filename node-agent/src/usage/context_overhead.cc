@@ -14,6 +14,7 @@
 
 #include "tessera/log.h"
 #include "tessera/share_folder/fault_guard.h"
+#include "tessera/share_folder/folder_file.h"
 #include "tessera/share_folder/snapshot.h"
 #include "tessera/share_region.h"
 #include "usage/share_processes.h"
@@ -68,7 +69,8 @@ Result<std::optional<ShareView>> open_share(const std::string& dir) {
   if (view.limits_copy.problem == share_folder::LimitsProblem::kMissing)
     return std::optional<ShareView>();
   if (!view.limits_copy.valid()) return failed_precondition(view.limits_copy.message);
-  Result<UniqueFd> limits = open_regular(dir + "/limits", O_RDWR, sizeof(share::LimitsPage));
+  Result<UniqueFd> limits =
+      share_folder::open_folder_file(dir + "/limits", O_RDWR, sizeof(share::LimitsPage));
   if (!limits.is_ok()) {
     if (limits.status().code() == StatusCode::kNotFound) return std::optional<ShareView>();
     return limits.status().with_context(dir + "/limits cannot be opened");

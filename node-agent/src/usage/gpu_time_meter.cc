@@ -14,6 +14,7 @@
 
 #include "tessera/log.h"
 #include "tessera/nvml.h"
+#include "tessera/share_folder/folder_file.h"
 #include "tessera/share_folder/snapshot.h"
 #include "tessera/share_region.h"
 #include "usage/share_processes.h"
@@ -180,7 +181,8 @@ void GpuTimeMeter::rescan(Problems& problems) {
     while (const dirent* entry = readdir(folder)) {
       if (entry->d_name[0] == '.') continue;  // ".", "..", and temporary names
       const std::string dir = options_.shares_dir + "/" + entry->d_name;
-      Result<UniqueFd> opened = open_regular(dir + "/limits", O_RDWR, sizeof(share::LimitsPage));
+      Result<UniqueFd> opened =
+          share_folder::open_folder_file(dir + "/limits", O_RDWR, sizeof(share::LimitsPage));
       if (!opened.is_ok()) {
         // No limits page yet (a share being created) is normal; anything else is reported.
         if (opened.status().code() != StatusCode::kNotFound) note(dir + "/limits cannot be opened");

@@ -15,21 +15,6 @@
 
 namespace tessera::agent {
 
-// Opens a file a tenant may have replaced: never follows a final symlink, never blocks on a FIFO,
-// and only a regular file of at least `size` bytes is accepted (tessera::open_file, kUntrusted).
-Result<UniqueFd> open_regular(const std::string& path, int flags, size_t size) {
-  UniqueFd fd;
-  const int error = open_file(path.c_str(), flags, FileSource::kUntrusted, fd, size);
-  if (error == ENOENT || error == ENOTDIR)
-    return not_found("cannot open " + path + ": " + std::strerror(error));
-  if (error == ELOOP) return failed_precondition(path + " is a symlink");
-  if (error == EINVAL || error == ENODATA)
-    return failed_precondition(path + " is not a regular file of at least " + std::to_string(size) +
-                               " bytes");
-  if (error != 0) return internal_error("cannot open " + path + ": " + std::strerror(error));
-  return fd;
-}
-
 std::optional<uint64_t> process_owner(const std::string& proc_root, int host_pid) {
   if (host_pid <= 0) return std::nullopt;
   share::ProcessIdentity identity;

@@ -26,11 +26,4 @@ std::optional<uint64_t> process_owner(const std::string& proc_root, int host_pid
 // Owner words of every live process on the host -> its host pid (a scan of <proc_root>).
 std::map<uint64_t, int> live_process_owners(const std::string& proc_root = "/proc");
 
-// Opens a file in a tenant-writable folder: never follows a final symlink, never blocks on a FIFO;
-// only a regular file of at least `size` bytes is accepted (tessera::open_file, kUntrusted). The
-// fd's owner, or kNotFound when it is absent (or a folder on the way is not one),
-// kFailedPrecondition when it is no regular file of `size` bytes (a symlink, a FIFO, a short
-// file), kInternal otherwise.
-Result<UniqueFd> open_regular(const std::string& path, int flags, size_t size);
-
 }  // namespace tessera::agent
