@@ -2,7 +2,7 @@
 # The container check that needs a real GPU, as one prepared run: the agent's share manager
 # prepares claims with the driver edits generated from this node's driver root (/), podman (runc)
 # applies its CDI specs to a minimal image, and memory-fill inside the container must see the
-# share's memory as the GPU's and stop exactly at the limit (agent_container_runtime_test with
+# share's memory as the GPU's and stop exactly at the limit (agent_tests' ContainerRuntimeTest with
 # TESSERA_REAL_DRIVER_ROOT, the same test CI runs against the simulated driver).
 # Writes under OUT_DIR; exits 1 when any expectation fails, saying which; 2 on a machine without a
 # GPU or without podman (nothing is made up).
@@ -21,7 +21,7 @@ if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
 fi
 # The real driver's libraries: unset any simulator settings, never the simulator's libcuda.
 unset SIMGPU_STATE SIMGPU_DEVICES
-if TESSERA_REAL_DRIVER_ROOT=/ "$build/tests/node-agent/agent_container_runtime_test" \
+if TESSERA_REAL_DRIVER_ROOT=/ "$build/tests/node-agent/agent_tests" \
   --gtest_filter='ContainerRuntimeTest.*' >"$out/container.txt" 2>&1; then
   grep -E '^\{"sample"|\[ +(OK|SKIPPED) +\]' "$out/container.txt" || true
   if grep -q "SKIPPED" "$out/container.txt" && ! grep -q "\[       OK \]" "$out/container.txt"; then
