@@ -13,19 +13,18 @@ std::string canonical(const std::string& text) {
 }
 
 TEST(KubeQuantity, CanonicalFormIsTheOneKubeApiserverStores) {
+  // Decimal: trailing zeros become a suffix, the exponent a multiple of 3; above E an exponent.
+  // Binary: the largest 1024^k that divides it; below 1024 or not whole, decimal. Finer than 1n
+  // rounds up. "1E3" is kept as written: the fast path's canonical check ignores the letter case.
   const std::pair<const char*, const char*> cases[] = {
-      {"5000000000", "5G"},  // decimal: trailing zeros become a suffix
-      {"1000", "1k"},         {"1500m", "1500m"}, {"0", "0"},           {"3000Mi", "3000Mi"},
-      {"100", "100"},         {"8Gi", "8Gi"},     {"8192Mi", "8Gi"},  // binary: the largest 1024^k
-                                                                      // that divides it
-      {"3072Mi", "3Gi"},      {"1024Ki", "1Mi"},  {"1Ki", "1Ki"},       {"1536", "1536"},
-      {"1.5Gi", "1536Mi"},    {"0.5Ki", "512"},  // binary below 1024: decimal
-      {"1.5", "1500m"},       {"1500k", "1500k"}, {"1500000", "1500k"}, {"10000", "10k"},
-      {"0.1", "100m"},        {".5", "500m"},     {"1.5G", "1500M"},    {"1e3", "1e3"},
-      {"1E3", "1E3"},  // kept as written: the fast path's canonical check ignores the letter case
-      {"1e4", "10e3"},        {"1000E", "1e21"},  // no decimal suffix above E
-      {"0.0000000001", "1n"},                     // finer than 1n rounds up
-      {"-5000000000", "-5G"}, {"00", "0"},        {"0Gi", "0"},
+      {"5000000000", "5G"}, {"1000", "1k"},         {"1500m", "1500m"},     {"0", "0"},
+      {"3000Mi", "3000Mi"}, {"100", "100"},         {"8Gi", "8Gi"},         {"8192Mi", "8Gi"},
+      {"3072Mi", "3Gi"},    {"1024Ki", "1Mi"},      {"1Ki", "1Ki"},         {"1536", "1536"},
+      {"1.5Gi", "1536Mi"},  {"0.5Ki", "512"},       {"1.5", "1500m"},       {"1500k", "1500k"},
+      {"1500000", "1500k"}, {"10000", "10k"},       {"0.1", "100m"},        {".5", "500m"},
+      {"1.5G", "1500M"},    {"1e3", "1e3"},         {"1E3", "1E3"},         {"1e4", "10e3"},
+      {"1000E", "1e21"},    {"0.0000000001", "1n"}, {"-5000000000", "-5G"}, {"00", "0"},
+      {"0Gi", "0"},
   };
   for (const auto& [text, expected] : cases) EXPECT_EQ(canonical(text), expected) << text;
 }
