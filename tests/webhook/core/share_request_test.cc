@@ -29,12 +29,14 @@ TEST(ShareRequest, TheSameAmountWrittenTwoWaysIsOneTemplate) {
 TEST(ShareRequest, NamesAreDnsSubdomainsThatSayTheRequest) {
   ShareRequest request;
   request.count = 2;
-  request.memory_bytes = 1'500'000'000;  // not a whole binary unit: bytes
+  // Not a whole KiB: the name keeps the bytes (names stay as they were); the capacity is written
+  // as kube-apiserver would store it, "1500M".
+  request.memory_bytes = 1'500'000'000;
   request.cores = 5;
   EXPECT_EQ(request.template_name(), "tessera-vgpu-2-m1500000000-c5");
   EXPECT_EQ(request.claim_template("ns")["spec"]["spec"]["devices"]["requests"][0]["exactly"],
             json::parse(R"({"deviceClassName": "vgpu.tessera.dev", "allocationMode": "ExactCount",
-                            "count": 2, "capacity": {"requests": {"memory": "1500000000",
+                            "count": 2, "capacity": {"requests": {"memory": "1500M",
                                                                   "cores": "5"}}})"));
 }
 

@@ -73,8 +73,7 @@ class WebhookServerTest : public ::testing::Test {
   }
 
   void start() {
-    server_ = std::make_unique<WebhookServer>(options_, api_,
-                                              [] { return std::chrono::steady_clock::now(); });
+    server_ = std::make_unique<WebhookServer>(options_, api_, clock());
     ASSERT_TRUE(server_->start().is_ok());
     serving_ = std::thread([this] { server_->serve(); });
   }
@@ -83,16 +82,21 @@ class WebhookServerTest : public ::testing::Test {
     if (serving_.joinable()) serving_.join();
   }
 
-  std::unique_ptr<httplib::SSLClient> client() const {
-    auto client = std::make_unique<httplib::SSLClient>("127.0.0.1", server_->port());
+  // The steady clock, moved on by `clock_ahead_` (a cache's TTL passes without waiting).
+  SteadyClock clock() {
+    return [this] { return std::chrono::steady_clock::now() + clock_ahead_.load(); };
+  }
+
+  std::unique_ptr<httplib::SSLClient> client(int port = 0) const {
+    auto client = std::make_unique<httplib::SSLClient>("127.0.0.1", port ? port : server_->port());
     client->set_ca_cert_path(ca_file_.c_str());
     client->enable_server_certificate_verification(true);
     client->set_read_timeout(std::chrono::seconds(10));
     return client;
   }
 
-  json post(const std::string& path, const json& review) const {
-    auto answer = client()->Post(path.c_str(), review.dump(), "application/json");
+  json post(const std::string& path, const json& review, int port = 0) const {
+    auto answer = client(port)->Post(path.c_str(), review.dump(), "application/json");
     EXPECT_TRUE(answer) << httplib::to_string(answer.error());
     if (!answer) return {};
     EXPECT_EQ(answer->status, 200) << answer->body;
@@ -104,6 +108,7 @@ class WebhookServerTest : public ::testing::Test {
   TestPki pki_;
   WebhookOptions options_;
   FakeKube api_;
+  std::atomic<std::chrono::seconds> clock_ahead_{std::chrono::seconds(0)};
   std::unique_ptr<WebhookServer> server_;
   std::thread serving_;
 };
@@ -141,6 +146,50 @@ TEST_F(WebhookServerTest, ATemplateThatCannotBeCreatedRefusesThePodSayingWhy) {
                 "could not create the ResourceClaimTemplate"),
             std::string::npos);
   EXPECT_EQ(server_->metrics().requests(Endpoint::kMutate, Outcome::kFailed), 1u);
+}
+
+// kube-apiserver returns a template as it stores it, not as it was sent (server metadata,
+// spec.metadata {}, canonical quantities): a pod whose template exists is admitted after a
+// restart, by a second replica and once the cache's TTL has passed.
+TEST_F(WebhookServerTest, AfterARestartPodsWhoseTemplatesExistAreAdmitted) {
+  api_.writes_back = true;
+  start();
+  const json request = golden("pod_shorthand.json");
+  ASSERT_EQ(post("/mutate", request)["response"]["allowed"], true);
+  stop();
+  start();  // an empty cache
+  const json answer = post("/mutate", request);
+  EXPECT_EQ(answer["response"]["allowed"], true) << answer.dump();
+  EXPECT_FALSE(patch_of(answer).empty());
+  EXPECT_EQ(server_->metrics().requests(Endpoint::kMutate, Outcome::kPatched), 1u);
+}
+
+TEST_F(WebhookServerTest, ASecondReplicaAdmitsPodsWhoseTemplatesExist) {
+  api_.writes_back = true;
+  start();
+  WebhookServer second(options_, api_, clock());
+  ASSERT_TRUE(second.start().is_ok());
+  std::thread serving_second([&] { second.serve(); });
+  const json request = golden("pod_shorthand.json");
+  const json first_answer = post("/mutate", request);
+  const json second_answer = post("/mutate", request, second.port());
+  second.stop();
+  serving_second.join();
+  EXPECT_EQ(first_answer["response"]["allowed"], true) << first_answer.dump();
+  EXPECT_EQ(second_answer["response"]["allowed"], true) << second_answer.dump();
+  EXPECT_EQ(patch_of(second_answer), patch_of(first_answer));
+}
+
+TEST_F(WebhookServerTest, OnceTheCacheExpiresPodsWhoseTemplatesExistAreAdmitted) {
+  api_.writes_back = true;
+  start();
+  const json request = golden("pod_shorthand.json");
+  ASSERT_EQ(post("/mutate", request)["response"]["allowed"], true);
+  clock_ahead_ = options_.cache_ttl + std::chrono::seconds(1);
+  const size_t before = api_.request_count();
+  const json answer = post("/mutate", request);
+  EXPECT_EQ(answer["response"]["allowed"], true) << answer.dump();
+  EXPECT_GT(api_.request_count(), before);  // asked the API again: the 409 and the GET
 }
 
 TEST_F(WebhookServerTest, HamiNamesAreServedOnTheirOwnPath) {

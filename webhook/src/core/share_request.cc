@@ -4,6 +4,7 @@
 #include <array>
 #include <cctype>
 
+#include "core/kube_quantity.h"
 #include "tessera/quantity.h"
 
 namespace tessera::webhook {
@@ -183,11 +184,8 @@ json ShareRequest::claim_template(const std::string& namespace_name) const {
   json exactly = {
       {"deviceClassName", kTesseraDeviceClass}, {"allocationMode", "ExactCount"}, {"count", count}};
   json capacity = json::object();
-  if (memory_bytes) {
-    char text[32];
-    format_byte_quantity(*memory_bytes, text, sizeof(text));
-    capacity["memory"] = text;
-  }
+  // Canonical, as kube-apiserver stores it: what is read back after a 409 is what was sent.
+  if (memory_bytes) capacity["memory"] = canonical_bytes(*memory_bytes);
   if (cores) capacity["cores"] = std::to_string(*cores);
   if (!capacity.empty()) exactly["capacity"] = {{"requests", capacity}};
   return {

@@ -1,5 +1,7 @@
 // Creates the ResourceClaimTemplates a mutated pod refers to, idempotently: POST, and on 409 a
-// GET that checks the existing template is the same request (ours, or one equal to it). What is
+// GET that checks the existing template is the same request (ours, or one equal to it). "The
+// same" is by meaning, not bytes: kube-apiserver writes back `spec.metadata: {}`, request
+// defaults and canonical quantities, so those are compared as values. What is
 // known to exist is remembered (on the injected clock, for a TTL) so a stream of pods with the
 // same request costs one API call per namespace and TTL, not one per pod.
 #pragma once
