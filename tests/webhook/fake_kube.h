@@ -18,8 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/kube_quantity.h"
 #include "tessera/kube/kube_client.h"
+#include "tessera/kube/quantity.h"
 
 namespace tessera::webhook::testing {
 
@@ -78,7 +78,7 @@ inline Result<nlohmann::json> apiserver_write_back(const nlohmann::json& posted,
       const std::string field = where + ".capacity.requests." + name;
       if (!quantity.is_string())
         return invalid_argument(field + ": " + quantity.dump() + ": not a quantity string");
-      const Result<std::string> canonical = canonical_quantity(quantity.get<std::string>());
+      const Result<std::string> canonical = kube::canonical_quantity(quantity.get<std::string>());
       if (!canonical.is_ok()) return invalid_argument(field + ": " + canonical.status().message());
       quantity = *canonical;
     }

@@ -4,7 +4,7 @@
 #include <array>
 #include <cctype>
 
-#include "core/kube_quantity.h"
+#include "tessera/kube/quantity.h"
 #include "tessera/quantity.h"
 
 namespace tessera::webhook {
@@ -185,7 +185,7 @@ json ShareRequest::claim_template(const std::string& namespace_name) const {
       {"deviceClassName", kTesseraDeviceClass}, {"allocationMode", "ExactCount"}, {"count", count}};
   json capacity = json::object();
   // Canonical, as kube-apiserver stores it: what is read back after a 409 is what was sent.
-  if (memory_bytes) capacity["memory"] = canonical_bytes(*memory_bytes);
+  if (memory_bytes) capacity["memory"] = kube::canonical_bytes(*memory_bytes);
   if (cores) capacity["cores"] = std::to_string(*cores);
   if (!capacity.empty()) exactly["capacity"] = {{"requests", capacity}};
   return {

@@ -2,8 +2,8 @@
 
 #include <utility>
 
-#include "core/kube_quantity.h"
 #include "tessera/json_access.h"
+#include "tessera/kube/quantity.h"
 
 namespace tessera::webhook {
 namespace {
@@ -33,10 +33,10 @@ Status quantities_as_values(json& request, const std::string& where) {
     const std::string field = where + ".capacity.requests." + name;
     if (!quantity.is_string())
       return invalid_argument(field + " " + quantity.dump() + ": not a quantity");
-    Result<Quantity> parsed = parse_quantity(quantity.get<std::string>());
+    Result<kube::Quantity> parsed = kube::parse_quantity(quantity.get<std::string>());
     if (!parsed.is_ok()) return invalid_argument(field + ": " + parsed.status().message());
-    parsed->format = QuantityFormat::kDecimalSI;
-    quantity = canonical_text(*parsed);
+    parsed->format = kube::QuantityFormat::kDecimalSI;
+    quantity = kube::canonical_text(*parsed);
   }
   return Status::ok();
 }

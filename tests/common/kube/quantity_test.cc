@@ -1,10 +1,10 @@
 // Quantities as kube-apiserver writes them back (k8s.io/apimachinery/pkg/api/resource/quantity.go
 // and the cases of its quantity_test.go), compared by value, and the bytes the webhook sends.
-#include "core/kube_quantity.h"
+#include "tessera/kube/quantity.h"
 
 #include <gtest/gtest.h>
 
-namespace tessera::webhook {
+namespace tessera::kube {
 namespace {
 
 std::string canonical(const std::string& text) {
@@ -88,4 +88,4 @@ TEST(KubeQuantity, BytesGoOutInCanonicalForm) {
 }
 
 }  // namespace
-}  // namespace tessera::webhook
+}  // namespace tessera::kube

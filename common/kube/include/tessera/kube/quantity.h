@@ -25,7 +25,7 @@
 
 #include "tessera/status.h"
 
-namespace tessera::webhook {
+namespace tessera::kube {
 
 // The exact value unscaled * 10^exponent, unscaled without trailing zeros (zero: 0, 0): two texts
 // mean the same quantity when their values are equal ("8Gi" and "8589934592").
@@ -56,4 +56,4 @@ Result<std::string> canonical_quantity(std::string_view text);
 // ("8Gi", "1000Ki"), otherwise decimal ("5G", "1500k", "1536").
 std::string canonical_bytes(uint64_t bytes);
 
-}  // namespace tessera::webhook
+}  // namespace tessera::kube

@@ -1,4 +1,4 @@
-#include "core/kube_quantity.h"
+#include "tessera/kube/quantity.h"
 
 #include <algorithm>
 #include <array>
@@ -6,7 +6,7 @@
 
 #include "tessera/quantity.h"
 
-namespace tessera::webhook {
+namespace tessera::kube {
 namespace {
 
 using Int128 = __int128;
@@ -256,4 +256,4 @@ std::string canonical_bytes(uint64_t bytes) {
   return decimal_text(value, QuantityFormat::kDecimalSI);
 }
 
-}  // namespace tessera::webhook
+}  // namespace tessera::kube
