@@ -23,6 +23,7 @@ packages=(
   # samples/k8s and chart checks: the manifests (YAML) and the webhook's patches (RFC 6902)
   python3-yaml python3-jsonpatch
   tmux  # `tessera top` is tested on a real terminal (tests/cli/check_top_tmux.py)
+  strace  # counts the simulated driver's system calls per call (tests/simgpu/cuda/process_test.cc)
 )
 
 missing=()

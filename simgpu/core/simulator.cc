@@ -14,6 +14,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "process_id.h"
+
 namespace simgpu {
 namespace {
 
@@ -122,7 +124,7 @@ SharedState* open_or_create_state(const SimConfig& config) {
   if (SharedState* state = map_existing(config.state_path)) return state;
   if (errno != ENOENT && ::access(config.state_path.c_str(), F_OK) == 0) return nullptr;
 
-  const std::string temp_path = config.state_path + ".tmp." + std::to_string(::getpid());
+  const std::string temp_path = config.state_path + ".tmp." + std::to_string(current_pid());
   const int fd = ::open(temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     std::fprintf(stderr, "simgpu: cannot create state file %s: %s\n", temp_path.c_str(),
@@ -168,7 +170,7 @@ Simulator::Simulator(SharedState* state, SimConfig config, int slot)
     : state_(state), config_(std::move(config)), slot_(slot) {}
 
 Simulator* Simulator::get() {
-  const int pid = ::getpid();
+  const int pid = current_pid();
   Simulator* instance = g_instance.load(std::memory_order_acquire);
   if (instance && g_instance_pid.load(std::memory_order_relaxed) == pid) return instance;
 
@@ -214,7 +216,7 @@ namespace {
 
 void release_slot_at_exit() {
   Simulator* sim = g_instance.load();
-  if (!sim || g_instance_pid.load() != ::getpid()) return;
+  if (!sim || g_instance_pid.load() != current_pid()) return;
   Simulator::LockGuard lock(*sim);
   SharedState* state = sim->state();
   ProcessSlot& slot = state->processes[sim->slot()];

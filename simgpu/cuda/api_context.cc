@@ -122,8 +122,8 @@ SIMGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext handle) {
 
 SIMGPU_EXPORT CUresult cuCtxGetCurrent(CUcontext* out) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
+  // No mutex: the answer is this thread's own stack, as in a real driver (a thread-local read).
   Driver& driver = Driver::get();
-  std::lock_guard<std::mutex> lock(driver.mutex);
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   *out = reinterpret_cast<CUcontext>(current_context());
   return CUDA_SUCCESS;

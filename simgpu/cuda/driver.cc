@@ -1,11 +1,11 @@
 #include "driver.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+
+#include "process_id.h"
 
 namespace simgpu::driver {
 // CUDA_VISIBLE_DEVICES as the real driver reads it: a comma-separated list of indices or UUID
@@ -44,7 +44,9 @@ std::vector<int> parse_visible_devices(const SharedState& state) {
 }
 
 CUresult Driver::initialize() {
-  if (initialized) return initialized_pid == getpid() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+  if (initialized.load(std::memory_order_relaxed)) {
+    return initialized_pid == current_pid() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+  }
   sim = Simulator::get();
   if (!sim) return CUDA_ERROR_NO_DEVICE;
   visible_devices = parse_visible_devices(*sim->state());
@@ -63,8 +65,8 @@ CUresult Driver::initialize() {
     default_pools.push_back(std::move(pool));
     graph_pools[visible_devices[ordinal]].device = visible_devices[ordinal];
   }
-  initialized = true;
-  initialized_pid = getpid();
+  initialized_pid = current_pid();
+  initialized.store(true, std::memory_order_release);  // publishes everything above
   return CUDA_SUCCESS;
 }
 
@@ -103,8 +105,12 @@ Context* current_context() {
 }
 
 CUresult check_initialized(const Driver& driver) {
-  return driver.initialized && driver.initialized_pid == getpid() ? CUDA_SUCCESS
-                                                                  : CUDA_ERROR_NOT_INITIALIZED;
+  // Lock-free (cuCtxGetCurrent calls it without the mutex): `initialized` is stored last, with
+  // release, by initialize().
+  return driver.initialized.load(std::memory_order_acquire) &&
+                 driver.initialized_pid == current_pid()
+             ? CUDA_SUCCESS
+             : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 Stream* resolve_stream(Driver& driver, CUstream handle) {

@@ -5,6 +5,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -156,7 +157,7 @@ class Driver {
   CUresult initialize();
 
   std::mutex mutex;
-  bool initialized = false;
+  std::atomic<bool> initialized{false};  // set last by initialize(); read without the mutex
   int initialized_pid = 0;  // a forked child cannot use its parent's driver, as with real CUDA
   Simulator* sim = nullptr;
   std::vector<int> visible_devices;  // ordinal -> shared-state device index (CUDA_VISIBLE_DEVICES)
