@@ -100,7 +100,7 @@ v1::ListSharesResponse read_node_snapshot(const NodeSnapshotSources& sources,
   for (const NodeDevice& device : devices) {
     v1::Gpu& gpu = *out.add_gpus();
     gpu.set_uuid(device.uuid);
-    gpu.set_name(device.name);
+    gpu.set_name(device.product_name);  // as the CLI's local mode names it (NVML's product name)
     gpu.set_index(index++);
     gpu.set_memory_total_bytes(device.memory_bytes);
     if (sources.gpu_stats) {
