@@ -445,6 +445,17 @@ PrepareResult ShareManager::result_of(const ClaimEntry& entry) const {
 }
 
 PrepareResult ShareManager::prepare(const ClaimRef& claim) {
+  PrepareResult result = prepare_claim(claim);
+  // Kubelet shows the error on the pod only; the node's log says which claim was refused and why.
+  if (!result.is_ok())
+    log::warn("claim refused: prepare failed", {{"claim", claim.namespace_name + "/" + claim.name},
+                                                {"claim_uid", claim.uid},
+                                                {"code", status_code_name(result.status().code())},
+                                                {"error", result.status().message()}});
+  return result;
+}
+
+PrepareResult ShareManager::prepare_claim(const ClaimRef& claim) {
   try {
     if (!safe_name_component(claim.uid))
       return invalid_argument("claim UID " + claim.uid + " is not a safe name");

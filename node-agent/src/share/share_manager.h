@@ -143,7 +143,9 @@ class ShareManager final : public ClaimPreparer {
   // Safe beside prepares and unprepares: a claim one of them holds is checked by the next pass.
   ReconcileReport reconcile();
 
-  // Thread-safe; calls for different claims run concurrently (see Locking above).
+  // Thread-safe; calls for different claims run concurrently (see Locking above). A refused
+  // claim is one warn line naming it and why (kubelet's retries of the same refusal are counted
+  // within the log's repeat window, not written again).
   PrepareResult prepare(const ClaimRef& claim) override;
   Status unprepare(const ClaimRef& claim) override;
 
@@ -240,6 +242,8 @@ class ShareManager final : public ClaimPreparer {
   ReserveOrphan orphan_reserver(SharingStrategy strategy);
   std::string live_processes(const std::string& folder) const;
   void step();
+  // prepare without its log line.
+  PrepareResult prepare_claim(const ClaimRef& claim);
   // The claim's answer: each share with its CDI device ids (cdi_device_ids).
   PrepareResult result_of(const ClaimEntry& entry) const;
 

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "apiserver/claim_fixture.h"
+#include "captured_log.h"
 #include "share/fake_driver.h"
 #include "share/share_test_support.h"
 #include "tessera/share_region.h"
@@ -313,6 +314,38 @@ TEST_F(ShareManagerTest, PrepareErrorsAreReportedPerClaim) {
                 kUid + ", kubelet asked for other-uid");
   EXPECT_TRUE(m->checkpoint().empty());
   EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+}
+
+TEST_F(ShareManagerTest, ARefusedClaimIsOneWarnLineNamingTheClaimAndWhy) {
+  testing::CapturedLog log;
+  auto m = manager(options_);
+  const Status replaced = m->prepare({"tenants", "other-uid", "train"}).status();
+  ASSERT_EQ(replaced.code(), StatusCode::kFailedPrecondition);
+  // Parameters the agent cannot take: the claim's allocation is of another shape.
+  json bad = json::parse(kube_.objects[kube::resource_claim_path("tenants", "train")]);
+  bad["status"]["allocation"]["devices"]["results"][1]["device"] = 0;
+  kube_.objects[kube::resource_claim_path("tenants", "bad")] = bad.dump();
+  const Status invalid = m->prepare({"tenants", kUid, "bad"}).status();
+  ASSERT_EQ(invalid.code(), StatusCode::kInvalidArgument);
+
+  std::vector<std::string> refused;
+  for (const std::string& line : log.lines())
+    if (line.find("claim refused: prepare failed") != std::string::npos) refused.push_back(line);
+  ASSERT_EQ(refused.size(), 2u);
+  EXPECT_NE(refused[0].find(" warn "), std::string::npos) << refused[0];
+  EXPECT_NE(refused[0].find("claim=tenants/train claim_uid=other-uid code=FAILED_PRECONDITION "
+                            "error=" +
+                            log::quote_text(replaced.message())),
+            std::string::npos)
+      << refused[0];
+  EXPECT_NE(refused[1].find("claim=tenants/bad claim_uid=" + std::string(kUid) +
+                            " code=INVALID_ARGUMENT error=" + log::quote_text(invalid.message())),
+            std::string::npos)
+      << refused[1];
+
+  // A claim that is prepared says nothing of the kind.
+  ASSERT_EQ(m->prepare(claim_).status().message(), "");
+  EXPECT_EQ(log.count("claim refused"), 2u);
 }
 
 TEST_F(ShareManagerTest, ShareWithARunningProcessIsReportedAndKept) {
