@@ -127,6 +127,18 @@ TEST_F(NodeSnapshot, AGpuIsNamedByItsProductNameAsTheCliLocalModeNamesIt) {
   EXPECT_EQ(node.gpus(0).shares(), 1u);
 }
 
+TEST_F(NodeSnapshot, AShareHasTheTimeItsClaimWasPreparedOrNoneWhenUnknown) {
+  checkpoint_["uid-1"].prepared_unix_ms = 1764604800123;
+  v1::ListSharesResponse node = snapshot();
+  ASSERT_EQ(node.shares_size(), 1);
+  EXPECT_EQ(node.shares(0).prepared_unix_ms(), 1764604800123);
+  // An entry from a checkpoint written before the agent recorded it: unknown (0, AGE <unknown>).
+  checkpoint_["uid-1"].prepared_unix_ms.reset();
+  node = snapshot();
+  ASSERT_EQ(node.shares_size(), 1);
+  EXPECT_EQ(node.shares(0).prepared_unix_ms(), 0);
+}
+
 TEST_F(NodeSnapshot, NoUsagePageYetIsNothingUsedNotAnError) {
   fs::remove(folder_ / "usage");
   const v1::ListSharesResponse node = snapshot();

@@ -41,6 +41,7 @@ constexpr char kUid[] = "0f6b3f0e-7c59-4d0e-9b4e-2f7a5d1c9e01";
 constexpr char kShareA[] = "5e1f0a2b-0000-4000-8000-00000000000a";
 constexpr char kShareB[] = "5e1f0a2b-0000-4000-8000-00000000000b";
 constexpr char kGpu0[] = "GPU-00000000-0000-0000-0000-000000000000";
+constexpr int64_t kPreparedAt = 1764604800123;  // 2025-12-01T16:00:00.123Z
 
 class ShareManagerTest : public ::testing::Test {
  protected:
@@ -58,6 +59,8 @@ class ShareManagerTest : public ::testing::Test {
     options_.shim_path = write_fake_shim(node_ / "shim/libvgpu.so");
     options_.container_driver = fake_container_driver(node_ / "driver");
     devices_ = {{"gpu-0", kGpu0, 0, 150ull << 30}};
+    // A fixed wall clock: the checkpoint a prepare writes is the same in every run.
+    options_.wall_clock_unix_ms = [] { return kPreparedAt; };
     json configs = json::array({opaque_config("FromClass",
                                               {{"apiVersion", "vgpu.tessera.dev/v1alpha1"},
                                                {"kind", "VgpuConfig"},
@@ -346,6 +349,23 @@ TEST_F(ShareManagerTest, ARefusedClaimIsOneWarnLineNamingTheClaimAndWhy) {
   // A claim that is prepared says nothing of the kind.
   ASSERT_EQ(m->prepare(claim_).status().message(), "");
   EXPECT_EQ(log.count("claim refused"), 2u);
+}
+
+TEST_F(ShareManagerTest, APreparedClaimKeepsItsPrepareTimeInTheCheckpoint) {
+  {
+    auto m = manager(options_);
+    ASSERT_EQ(m->prepare(claim_).status().message(), "");
+    EXPECT_EQ(m->checkpoint().at(kUid).prepared_unix_ms, kPreparedAt);
+    const json checkpoint = json::parse(read(options_.root + "/checkpoint.json"));
+    EXPECT_EQ(checkpoint["claims"][kUid]["preparedUnixMs"], kPreparedAt);
+  }
+  // A restarted agent reads it back, and a repeated prepare answers without stamping it again.
+  ShareManagerOptions later = options_;
+  later.wall_clock_unix_ms = [] { return kPreparedAt + 60'000; };
+  auto restarted = manager(later);
+  EXPECT_EQ(restarted->checkpoint().at(kUid).prepared_unix_ms, kPreparedAt);
+  ASSERT_EQ(restarted->prepare(claim_).status().message(), "");
+  EXPECT_EQ(restarted->checkpoint().at(kUid).prepared_unix_ms, kPreparedAt);
 }
 
 TEST_F(ShareManagerTest, ShareWithARunningProcessIsReportedAndKept) {
