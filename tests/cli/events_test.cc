@@ -22,6 +22,7 @@
 #include "api/node_api_server.h"
 #include "views/agent_client.h"
 #include "views/events.h"
+#include "views/shares_view.h"
 
 namespace tessera::cli {
 namespace {
@@ -138,7 +139,7 @@ TEST_F(EventsAgainstAnAgent, FollowPrintsRecentThenNewEventsAsJsonLinesUntilInte
   const json first = json::parse(tessera.line());
   const json second = json::parse(tessera.line());
   EXPECT_EQ(first["kind"], "PREPARED");
-  EXPECT_EQ(first["sequence"], "1");  // proto3 JSON: 64-bit integers are strings
+  EXPECT_EQ(first["sequence"], 1);  // a number, as in `tessera shares -o json`
   EXPECT_EQ(first["claim"], "alpha");
   EXPECT_EQ(first["namespace"], "tenants");
   EXPECT_EQ(second["kind"], "ALLOCATION_DENIED");
@@ -146,7 +147,7 @@ TEST_F(EventsAgainstAnAgent, FollowPrintsRecentThenNewEventsAsJsonLinesUntilInte
   events_.publish(event_of(v1::Event::UNPREPARED, "alpha", "share of tenants/alpha is gone"));
   const json third = json::parse(tessera.line());
   EXPECT_EQ(third["kind"], "UNPREPARED");
-  EXPECT_EQ(third["sequence"], "3");
+  EXPECT_EQ(third["sequence"], 3);
   tessera.signal(SIGINT);
   EXPECT_EQ(tessera.wait_exit(), 0);
 }
@@ -183,6 +184,23 @@ TEST(EventsFormat, TextLineHasTheTimeKindSubjectAndMessage) {
   const json line = json::parse(format_event(event, "json"));
   EXPECT_EQ(line["kind"], "THROTTLED");
   EXPECT_EQ(line["pod"], "tenants/trainer");
+}
+
+TEST(EventsFormat, JsonWritesNumbersAsNumbersAsSharesJsonDoes) {
+  v1::Event event = event_of(v1::Event::ALLOCATION_DENIED, "beta", "1 allocation denied");
+  event.set_sequence(7);
+  event.set_unix_ms(1764604800123);
+  event.set_host_pid(4242);
+  (*event.mutable_fields())["denied"] = "1";
+  const std::string text = format_event(event, "json");
+  EXPECT_EQ(text.find('\n'), std::string::npos) << text;  // one object a line
+  const json line = json::parse(text);
+  EXPECT_EQ(line["sequence"], 7u);
+  EXPECT_EQ(line["unix_ms"], 1764604800123);
+  EXPECT_EQ(line["host_pid"], 4242);
+  EXPECT_EQ(line["kind"], "ALLOCATION_DENIED");
+  EXPECT_EQ(line["fields"]["denied"], "1");
+  EXPECT_EQ(line, json::parse(message_to_json(event).dump()));  // the CLI's one JSON printer
 }
 
 TEST(AgentSocket, AbsentIsNoAgentAndADeadSocketIsUnavailable) {

@@ -7,11 +7,11 @@
 #include <iostream>
 #include <thread>
 
-#include <google/protobuf/util/json_util.h>
 #include <CLI/CLI.hpp>
 
 #include "tessera/node_events/snapshot_events.h"
 #include "views/agent_client.h"
+#include "views/shares_view.h"
 
 namespace tessera::cli {
 
@@ -94,13 +94,8 @@ void on_stop_signal(int) {
 }  // namespace
 
 std::string format_event(const v1::Event& event, const std::string& output) {
-  if (output == "json") {
-    std::string json;
-    google::protobuf::util::JsonPrintOptions print;
-    print.preserve_proto_field_names = true;
-    if (!google::protobuf::util::MessageToJsonString(event, &json, print).ok()) return "{}";
-    return json;
-  }
+  // The JSON of `tessera shares -o json` (numbers as numbers, every field), on one line.
+  if (output == "json") return message_to_json(event).dump();
   return time_text(event.unix_ms()) + "  " + tessera::api::event_kind_name(event.kind()) + "  " +
          subject(event) + "  " + event.message();
 }

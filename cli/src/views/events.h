@@ -32,7 +32,8 @@ struct EventsOptions {
 };
 
 // One event as one line (no newline): "time  kind  share/claim/pod  message" for text, the
-// event's JSON (proto3 mapping, one line) for json.
+// event's JSON for json: one line, as `tessera shares -o json` writes a message (message_to_json:
+// every field, 64-bit integers as numbers).
 std::string format_event(const node::v1::Event& event, const std::string& output);
 
 // Runs the command: events to `out`, notes (which source, why not the agent) to `err`, until the

@@ -47,6 +47,8 @@ void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
       enforcement_policy_name(first.config.enforcement.value_or(sources.default_policy))));
   share.set_source("agent");
   share.set_folder(sources.shares_dir + "/" + first.folder_name());
+  // Absent in entries of older checkpoints: left 0, which views show as unknown.
+  if (entry.prepared_unix_ms) share.set_prepared_unix_ms(*entry.prepared_unix_ms);
 
   for (const ShareSpec& spec : folder_shares) {
     v1::ShareDevice& device = *share.add_devices();
@@ -100,7 +102,7 @@ v1::ListSharesResponse read_node_snapshot(const NodeSnapshotSources& sources,
   for (const NodeDevice& device : devices) {
     v1::Gpu& gpu = *out.add_gpus();
     gpu.set_uuid(device.uuid);
-    gpu.set_name(device.name);
+    gpu.set_name(device.product_name);  // as the CLI's local mode names it (NVML's product name)
     gpu.set_index(index++);
     gpu.set_memory_total_bytes(device.memory_bytes);
     if (sources.gpu_stats) {

@@ -172,7 +172,8 @@ json build_device(const GpuInfo& gpu, const DeviceHealthReport* health) {
 std::vector<NodeDevice> node_devices(const std::vector<GpuInfo>& gpus) {
   std::vector<NodeDevice> devices;
   for (const auto& gpu : gpus)
-    devices.push_back({device_name(gpu), gpu.uuid, gpu.minor, published_memory_bytes(gpu)});
+    devices.push_back(
+        {device_name(gpu), gpu.uuid, gpu.minor, published_memory_bytes(gpu), gpu.product_name});
   return devices;
 }
 

@@ -12,6 +12,9 @@ struct NodeDevice {
   std::string uuid;  // "GPU-..."
   unsigned minor = 0;
   uint64_t memory_bytes = 0;
+  // NVML's product name ("NVIDIA H200"): the local API's Gpu.name, as the CLI's local mode shows
+  // it (`tessera top`).
+  std::string product_name{};
 };
 
 }  // namespace tessera::agent

@@ -29,10 +29,11 @@ using nlohmann::json;
 //   device, shareID, request names, UUID, minor, memory, cores, merged config), so unprepare and
 //   restart recovery never need the ResourceClaim, and a completed prepare can be answered again
 //   byte for byte;
-// - per claim, optional: the pods it was reserved for ("pods": [{name, uid}]) and per share the
-//   merged config's enforcement policy. Both are additions a version-1 reader without them skips
-//   (unknown keys are ignored) and a checkpoint without them reads as "none": old files stay
-//   readable both ways, so the version is unchanged.
+// - per claim, optional: the pods it was reserved for ("pods": [{name, uid}]), when its prepare
+//   completed ("preparedUnixMs", wall-clock ms since the epoch: the shares' age) and per share the
+//   merged config's enforcement policy. All are additions a version-1 reader without them skips
+//   (unknown keys are ignored) and a checkpoint without them reads as "none" (the age: unknown):
+//   old files stay readable both ways, so the version is unchanged.
 // A reader refuses any other version rather than guessing: bump it on any change of meaning.
 constexpr int kCheckpointVersion = 1;
 
@@ -212,6 +213,12 @@ Result<ClaimEntry> claim_from_json(const std::string& uid, const json& value) {
     entry.shares.push_back(std::move(share).value());
   }
   if (value.contains("pods")) TESSERA_RETURN_IF_ERROR(pods_from_json(value, at, entry.pods));
+  if (value.contains("preparedUnixMs")) {
+    // Never before the epoch; int64 as the local API's field is.
+    entry.prepared_unix_ms =
+        static_cast<int64_t>(read.unsigned_member(value, at, "preparedUnixMs", INT64_MAX));
+    if (!read.ok()) return read.status();
+  }
   return entry;
 }
 
@@ -259,6 +266,7 @@ std::string checkpoint_to_json(const Checkpoint& checkpoint) {
       for (const auto& pod : entry.pods) pods.push_back({{"name", pod.name}, {"uid", pod.uid}});
       claims[uid]["pods"] = pods;
     }
+    if (entry.prepared_unix_ms) claims[uid]["preparedUnixMs"] = *entry.prepared_unix_ms;
   }
   return json{{"version", kCheckpointVersion}, {"claims", claims}}.dump(2) + "\n";
 }

@@ -3,6 +3,7 @@
 // and rename (then the folder fsync'ed): a crash leaves the old or the new file, never a mix.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -26,6 +27,9 @@ struct ClaimEntry {
   // The metrics' pod label and the out-of-band checks' cgroup mapping. Empty in checkpoints
   // written before.
   std::vector<PodRef> pods;
+  // When the prepare completed, wall-clock milliseconds since the epoch (the local API's
+  // Share.prepared_unix_ms, `tessera shares`' AGE). nullopt: unknown (checkpoints written before).
+  std::optional<int64_t> prepared_unix_ms = std::nullopt;
   bool operator==(const ClaimEntry&) const = default;
 };
 

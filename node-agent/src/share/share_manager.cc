@@ -445,6 +445,17 @@ PrepareResult ShareManager::result_of(const ClaimEntry& entry) const {
 }
 
 PrepareResult ShareManager::prepare(const ClaimRef& claim) {
+  PrepareResult result = prepare_claim(claim);
+  // Kubelet shows the error on the pod only; the node's log says which claim was refused and why.
+  if (!result.is_ok())
+    log::warn("claim refused: prepare failed", {{"claim", claim.namespace_name + "/" + claim.name},
+                                                {"claim_uid", claim.uid},
+                                                {"code", status_code_name(result.status().code())},
+                                                {"error", result.status().message()}});
+  return result;
+}
+
+PrepareResult ShareManager::prepare_claim(const ClaimRef& claim) {
   try {
     if (!safe_name_component(claim.uid))
       return invalid_argument("claim UID " + claim.uid + " is not a safe name");
@@ -530,14 +541,21 @@ PrepareResult ShareManager::prepare(const ClaimRef& claim) {
     }
     TESSERA_RETURN_IF_ERROR(write_cdi_spec(claim.uid, shares));
     step();
-    auto set_state = [&claim](ClaimState state) {
-      return [&claim, state](Checkpoint& checkpoint) { checkpoint[claim.uid].state = state; };
+    // Completed now: the time the share's age counts from.
+    const int64_t prepared_unix_ms = options_.wall_clock_unix_ms();
+    auto set_state = [&claim](ClaimState state, std::optional<int64_t> prepared_at) {
+      return [&claim, state, prepared_at](Checkpoint& checkpoint) {
+        checkpoint[claim.uid].state = state;
+        checkpoint[claim.uid].prepared_unix_ms = prepared_at;
+      };
     };
-    version = update_checkpoint(set_state(ClaimState::kPrepareCompleted));
-    TESSERA_RETURN_IF_ERROR(save_checkpoint(version, set_state(ClaimState::kPrepareStarted)));
+    version = update_checkpoint(set_state(ClaimState::kPrepareCompleted, prepared_unix_ms));
+    TESSERA_RETURN_IF_ERROR(
+        save_checkpoint(version, set_state(ClaimState::kPrepareStarted, std::nullopt)));
     step();
     ClaimEntry completed = started;
     completed.state = ClaimState::kPrepareCompleted;
+    completed.prepared_unix_ms = prepared_unix_ms;
     return result_of(completed);
   } catch (const std::exception& e) {
     return internal_error(std::string("prepare failed: ") + e.what());

@@ -70,6 +70,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -120,6 +121,13 @@ struct ShareManagerOptions {
   // Who measures a share's GPU time (LimitsPage::measure_source): kMeasureAgent when the agent's
   // GpuTimeMeter runs (containers: the shim cannot see its host pids in NVML).
   uint32_t measure_source = share::kMeasureNvml;
+  // The wall clock a prepare is stamped with (the checkpoint's preparedUnixMs, the shares' age):
+  // milliseconds since the epoch. Tests inject a fixed time.
+  std::function<int64_t()> wall_clock_unix_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
   // Tests only: called after each durable step with its 1-based number (a crash test calls
   // _exit there). Steps count across prepare and unprepare calls of this manager.
   std::function<void(int step)> after_step;
@@ -143,7 +151,9 @@ class ShareManager final : public ClaimPreparer {
   // Safe beside prepares and unprepares: a claim one of them holds is checked by the next pass.
   ReconcileReport reconcile();
 
-  // Thread-safe; calls for different claims run concurrently (see Locking above).
+  // Thread-safe; calls for different claims run concurrently (see Locking above). A refused
+  // claim is one warn line naming it and why (kubelet's retries of the same refusal are counted
+  // within the log's repeat window, not written again).
   PrepareResult prepare(const ClaimRef& claim) override;
   Status unprepare(const ClaimRef& claim) override;
 
@@ -240,6 +250,8 @@ class ShareManager final : public ClaimPreparer {
   ReserveOrphan orphan_reserver(SharingStrategy strategy);
   std::string live_processes(const std::string& folder) const;
   void step();
+  // prepare without its log line.
+  PrepareResult prepare_claim(const ClaimRef& claim);
   // The claim's answer: each share with its CDI device ids (cdi_device_ids).
   PrepareResult result_of(const ClaimEntry& entry) const;
 

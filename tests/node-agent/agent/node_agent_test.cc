@@ -691,7 +691,7 @@ TEST_F(NodeAgentTest, TesseraEventsFollowsTheAgentsLocalApi) {
   ASSERT_EQ(lines.size(), 4u) << output;
   EXPECT_EQ(lines[2]["kind"], "UNPREPARED");
   EXPECT_EQ(lines[3]["kind"], "UNPREPARED");
-  EXPECT_EQ(lines[3]["sequence"], "4");
+  EXPECT_EQ(lines[3]["sequence"], 4);  // a number, as `tessera shares -o json` writes it
 
   kill(cli, SIGINT);
   int status = 0;

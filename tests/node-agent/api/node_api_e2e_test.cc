@@ -46,6 +46,7 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 
 constexpr uint64_t kGiB = 1ull << 30;
+constexpr int64_t kPreparedAt = 1764604800123;  // the share manager's wall clock
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kContextOverhead = 500 * kMiB;  // the simulator's default per context
@@ -165,6 +166,7 @@ class NodeApiOnASimulatedNode : public ::testing::Test {
     options.node_name = "node-a";
     options.shim_path = LIBVGPU_SO;
     options.container_driver = testing::fake_container_driver(base_ / "driver");
+    options.wall_clock_unix_ms = [] { return kPreparedAt; };
     manager_ = std::make_unique<ShareManager>(options, kube_, devices_);
     ASSERT_EQ(manager_->start().message(), "");
 
@@ -253,6 +255,7 @@ TEST_F(NodeApiOnASimulatedNode, TwoClaimsListedWithTheirLimitsThenHealthAndUnpre
   EXPECT_EQ(node.node(), "node-a");
   ASSERT_EQ(node.gpus_size(), 1);
   EXPECT_EQ(node.gpus(0).uuid(), uuid_);
+  EXPECT_EQ(node.gpus(0).name(), "NVIDIA H200");  // NVML's product name, as the CLI's local mode
   EXPECT_EQ(node.gpus(0).memory_total_bytes(), 16 * kGiB);
   EXPECT_EQ(node.gpus(0).shares(), 2u);
   EXPECT_TRUE(node.gpus(0).healthy());
@@ -269,6 +272,7 @@ TEST_F(NodeApiOnASimulatedNode, TwoClaimsListedWithTheirLimitsThenHealthAndUnpre
     EXPECT_EQ(share->priority(), "normal");
     EXPECT_EQ(share->source(), "agent");
     EXPECT_EQ(share->policy(), "report");  // no VgpuConfig enforcement: the agent default
+    EXPECT_EQ(share->prepared_unix_ms(), kPreparedAt);
     EXPECT_TRUE(fs::is_directory(share->folder()));
     ASSERT_EQ(share->devices_size(), 1);
     EXPECT_EQ(share->devices(0).gpu_uuid(), uuid_);

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "devices/resource_slices.h"
 #include "share/share_manager.h"
 #include "tessera/share_contract.h"
 #include "tessera/share_folder/limits_writer.h"
@@ -71,6 +72,7 @@ class NodeSnapshot : public ::testing::Test {
     sources.node_name = "node-1";
     sources.shares_dir = (base_ / "shares").string();
     sources.checkpoint = [this] { return checkpoint_; };
+    sources.devices = [this] { return devices_; };
     sources.proc_root = (base_ / "proc").string();
     return read_node_snapshot(sources, unix_ms);
   }
@@ -93,6 +95,7 @@ class NodeSnapshot : public ::testing::Test {
   fs::path folder_;
   ShareSpec spec_;
   Checkpoint checkpoint_;
+  std::vector<NodeDevice> devices_;
 };
 
 TEST_F(NodeSnapshot, AReadableFolderHasItsUsageAndNoReadError) {
@@ -106,6 +109,34 @@ TEST_F(NodeSnapshot, AReadableFolderHasItsUsageAndNoReadError) {
   ASSERT_EQ(share.processes_size(), 1);
   EXPECT_EQ(share.devices(0).memory_used_bytes(), kGiB);
   EXPECT_DOUBLE_EQ(share.devices(0).gpu_seconds(), 10.0);
+}
+
+TEST_F(NodeSnapshot, AGpuIsNamedByItsProductNameAsTheCliLocalModeNamesIt) {
+  // The inventory as NVML lists it, published as the agent publishes it (node_devices).
+  GpuInfo gpu;
+  gpu.minor = 0;
+  gpu.uuid = "GPU-aaaa";
+  gpu.product_name = "NVIDIA H200";
+  gpu.memory_bytes = 140 * kGiB;
+  devices_ = node_devices({gpu});
+  const v1::ListSharesResponse node = snapshot();
+  ASSERT_EQ(node.gpus_size(), 1);
+  EXPECT_EQ(node.gpus(0).name(), "NVIDIA H200");  // not the device name "gpu-0"
+  EXPECT_EQ(node.gpus(0).uuid(), "GPU-aaaa");
+  EXPECT_EQ(node.gpus(0).index(), 0u);
+  EXPECT_EQ(node.gpus(0).shares(), 1u);
+}
+
+TEST_F(NodeSnapshot, AShareHasTheTimeItsClaimWasPreparedOrNoneWhenUnknown) {
+  checkpoint_["uid-1"].prepared_unix_ms = 1764604800123;
+  v1::ListSharesResponse node = snapshot();
+  ASSERT_EQ(node.shares_size(), 1);
+  EXPECT_EQ(node.shares(0).prepared_unix_ms(), 1764604800123);
+  // An entry from a checkpoint written before the agent recorded it: unknown (0, AGE <unknown>).
+  checkpoint_["uid-1"].prepared_unix_ms.reset();
+  node = snapshot();
+  ASSERT_EQ(node.shares_size(), 1);
+  EXPECT_EQ(node.shares(0).prepared_unix_ms(), 0);
 }
 
 TEST_F(NodeSnapshot, NoUsagePageYetIsNothingUsedNotAnError) {

@@ -7,7 +7,7 @@
 namespace tessera::agent {
 namespace {
 
-TEST(Checkpoint, PodsAndEnforcementRoundTripAndOldCheckpointsStayReadable) {
+TEST(Checkpoint, PodsEnforcementAndPrepareTimeRoundTripAndOldCheckpointsStayReadable) {
   ShareSpec share;
   share.claim_uid = "uid-1";
   share.pool = "node-a";
@@ -20,12 +20,13 @@ TEST(Checkpoint, PodsAndEnforcementRoundTripAndOldCheckpointsStayReadable) {
                          "pair",
                          ClaimState::kPrepareCompleted,
                          {share},
-                         {{"trainer", "5e1f0c2a-7b3d-4e5f-8a9b-0c1d2e3f4a5b"}}};
+                         {{"trainer", "5e1f0c2a-7b3d-4e5f-8a9b-0c1d2e3f4a5b"}},
+                         1764604800123};
   Result<Checkpoint> again = checkpoint_from_json(checkpoint_to_json(checkpoint));
   ASSERT_EQ(again.status().message(), "");
   EXPECT_EQ(*again, checkpoint);
 
-  // Written before pods and enforcement were kept: read with none.
+  // Written before pods, enforcement and the prepare time were kept: read with none.
   const std::string old = R"({"version": 1, "claims": {"uid-1": {"namespace": "tenants",
       "name": "pair", "state": "PrepareCompleted", "shares": [{"claimUID": "uid-1",
       "pool": "node-a", "device": "gpu-0", "shareID": "s", "uuid": "GPU-1", "minor": 0,
@@ -33,6 +34,7 @@ TEST(Checkpoint, PodsAndEnforcementRoundTripAndOldCheckpointsStayReadable) {
   Result<Checkpoint> read = checkpoint_from_json(old);
   ASSERT_EQ(read.status().message(), "");
   EXPECT_TRUE(read->at("uid-1").pods.empty());
+  EXPECT_FALSE(read->at("uid-1").prepared_unix_ms.has_value());  // unknown, not 0
   EXPECT_FALSE(read->at("uid-1").shares[0].config.enforcement.has_value());
   // A policy this version does not know is refused, naming it.
   std::string unknown = checkpoint_to_json(checkpoint);
@@ -44,7 +46,7 @@ TEST(Checkpoint, PodsAndEnforcementRoundTripAndOldCheckpointsStayReadable) {
 std::string checkpoint_text(const std::function<void(nlohmann::json&)>& edit) {
   nlohmann::json j = nlohmann::json::parse(R"({"version": 1, "claims": {"uid-1": {
       "namespace": "tenants", "name": "pair", "state": "PrepareCompleted",
-      "pods": [{"name": "trainer", "uid": "u-t"}],
+      "pods": [{"name": "trainer", "uid": "u-t"}], "preparedUnixMs": 1764604800123,
       "shares": [{"claimUID": "uid-1", "pool": "node-a", "device": "gpu-0", "shareID": "s",
                   "uuid": "GPU-1", "minor": 0, "requestNames": ["gpu"], "memoryBytes": 1024,
                   "cores": 30, "burst": 10, "priority": 1, "strategy": 0, "folder": "f",
@@ -55,7 +57,9 @@ std::string checkpoint_text(const std::function<void(nlohmann::json&)>& edit) {
 
 TEST(Checkpoint, EveryFieldOfAnotherTypeIsRefusedNamingTheFieldAndTheValue) {
   using nlohmann::json;
-  ASSERT_EQ(checkpoint_from_json(checkpoint_text([](json&) {})).status().message(), "");
+  const Result<Checkpoint> whole = checkpoint_from_json(checkpoint_text([](json&) {}));
+  ASSERT_EQ(whole.status().message(), "");
+  EXPECT_EQ(whole->at("uid-1").prepared_unix_ms, 1764604800123);
   struct Case {
     std::function<void(json&)> edit;
     std::string error;
@@ -112,6 +116,16 @@ TEST(Checkpoint, EveryFieldOfAnotherTypeIsRefusedNamingTheFieldAndTheValue) {
        "claims.uid-1.pods[0]: expected an object, got \"trainer\""},
       {[](json& j) { j["claims"]["uid-1"]["pods"][0]["uid"] = 5; },
        "claims.uid-1.pods[0].uid: expected a string, got 5"},
+      {[](json& j) { j["claims"]["uid-1"]["preparedUnixMs"] = "1764604800123"; },
+       "claims.uid-1.preparedUnixMs: expected an integer 0..9223372036854775807, got "
+       "\"1764604800123\""},
+      {[](json& j) { j["claims"]["uid-1"]["preparedUnixMs"] = -1; },
+       "claims.uid-1.preparedUnixMs: expected an integer 0..9223372036854775807, got -1"},
+      {[](json& j) { j["claims"]["uid-1"]["preparedUnixMs"] = 1.5; },
+       "claims.uid-1.preparedUnixMs: expected an integer 0..9223372036854775807, got 1.5"},
+      {[](json& j) { j["claims"]["uid-1"]["preparedUnixMs"] = 9223372036854775808u; },
+       "claims.uid-1.preparedUnixMs: expected an integer 0..9223372036854775807, got "
+       "9223372036854775808"},
   };
   for (const Case& c : cases) {
     const std::string text = checkpoint_text(c.edit);

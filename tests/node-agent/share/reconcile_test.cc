@@ -59,6 +59,8 @@ class ReconcileTest : public ::testing::Test {
     options_.root = (base_ / "state").string();
     options_.cdi_dir = (base_ / "cdi").string();
     options_.node_name = "node-a";
+    // A fixed wall clock: the checkpoint a prepare writes is the same in every run.
+    options_.wall_clock_unix_ms = [] { return int64_t{1764604800123}; };
     // The node's shim and driver, beside the state (the crash tests start from an empty base_).
     options_.shim_path = write_fake_shim(doubles_.dir() / "node/shim/libvgpu.so");
     options_.container_driver = fake_container_driver(doubles_.dir() / "node/driver");

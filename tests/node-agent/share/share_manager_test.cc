@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "apiserver/claim_fixture.h"
+#include "captured_log.h"
 #include "share/fake_driver.h"
 #include "share/share_test_support.h"
 #include "tessera/share_region.h"
@@ -40,6 +41,7 @@ constexpr char kUid[] = "0f6b3f0e-7c59-4d0e-9b4e-2f7a5d1c9e01";
 constexpr char kShareA[] = "5e1f0a2b-0000-4000-8000-00000000000a";
 constexpr char kShareB[] = "5e1f0a2b-0000-4000-8000-00000000000b";
 constexpr char kGpu0[] = "GPU-00000000-0000-0000-0000-000000000000";
+constexpr int64_t kPreparedAt = 1764604800123;  // 2025-12-01T16:00:00.123Z
 
 class ShareManagerTest : public ::testing::Test {
  protected:
@@ -57,6 +59,8 @@ class ShareManagerTest : public ::testing::Test {
     options_.shim_path = write_fake_shim(node_ / "shim/libvgpu.so");
     options_.container_driver = fake_container_driver(node_ / "driver");
     devices_ = {{"gpu-0", kGpu0, 0, 150ull << 30}};
+    // A fixed wall clock: the checkpoint a prepare writes is the same in every run.
+    options_.wall_clock_unix_ms = [] { return kPreparedAt; };
     json configs = json::array({opaque_config("FromClass",
                                               {{"apiVersion", "vgpu.tessera.dev/v1alpha1"},
                                                {"kind", "VgpuConfig"},
@@ -313,6 +317,55 @@ TEST_F(ShareManagerTest, PrepareErrorsAreReportedPerClaim) {
                 kUid + ", kubelet asked for other-uid");
   EXPECT_TRUE(m->checkpoint().empty());
   EXPECT_TRUE(fs::is_empty(options_.root + "/shares"));
+}
+
+TEST_F(ShareManagerTest, ARefusedClaimIsOneWarnLineNamingTheClaimAndWhy) {
+  testing::CapturedLog log;
+  auto m = manager(options_);
+  const Status replaced = m->prepare({"tenants", "other-uid", "train"}).status();
+  ASSERT_EQ(replaced.code(), StatusCode::kFailedPrecondition);
+  // Parameters the agent cannot take: the claim's allocation is of another shape.
+  json bad = json::parse(kube_.objects[kube::resource_claim_path("tenants", "train")]);
+  bad["status"]["allocation"]["devices"]["results"][1]["device"] = 0;
+  kube_.objects[kube::resource_claim_path("tenants", "bad")] = bad.dump();
+  const Status invalid = m->prepare({"tenants", kUid, "bad"}).status();
+  ASSERT_EQ(invalid.code(), StatusCode::kInvalidArgument);
+
+  std::vector<std::string> refused;
+  for (const std::string& line : log.lines())
+    if (line.find("claim refused: prepare failed") != std::string::npos) refused.push_back(line);
+  ASSERT_EQ(refused.size(), 2u);
+  EXPECT_NE(refused[0].find(" warn "), std::string::npos) << refused[0];
+  EXPECT_NE(refused[0].find("claim=tenants/train claim_uid=other-uid code=FAILED_PRECONDITION "
+                            "error=" +
+                            log::quote_text(replaced.message())),
+            std::string::npos)
+      << refused[0];
+  EXPECT_NE(refused[1].find("claim=tenants/bad claim_uid=" + std::string(kUid) +
+                            " code=INVALID_ARGUMENT error=" + log::quote_text(invalid.message())),
+            std::string::npos)
+      << refused[1];
+
+  // A claim that is prepared says nothing of the kind.
+  ASSERT_EQ(m->prepare(claim_).status().message(), "");
+  EXPECT_EQ(log.count("claim refused"), 2u);
+}
+
+TEST_F(ShareManagerTest, APreparedClaimKeepsItsPrepareTimeInTheCheckpoint) {
+  {
+    auto m = manager(options_);
+    ASSERT_EQ(m->prepare(claim_).status().message(), "");
+    EXPECT_EQ(m->checkpoint().at(kUid).prepared_unix_ms, kPreparedAt);
+    const json checkpoint = json::parse(read(options_.root + "/checkpoint.json"));
+    EXPECT_EQ(checkpoint["claims"][kUid]["preparedUnixMs"], kPreparedAt);
+  }
+  // A restarted agent reads it back, and a repeated prepare answers without stamping it again.
+  ShareManagerOptions later = options_;
+  later.wall_clock_unix_ms = [] { return kPreparedAt + 60'000; };
+  auto restarted = manager(later);
+  EXPECT_EQ(restarted->checkpoint().at(kUid).prepared_unix_ms, kPreparedAt);
+  ASSERT_EQ(restarted->prepare(claim_).status().message(), "");
+  EXPECT_EQ(restarted->checkpoint().at(kUid).prepared_unix_ms, kPreparedAt);
 }
 
 TEST_F(ShareManagerTest, ShareWithARunningProcessIsReportedAndKept) {
