@@ -272,6 +272,24 @@ TEST(PodMutation, EveryBypassIsNamedInOneRefusal) {
   EXPECT_TRUE(out.templates.empty());  // a refused pod creates nothing
 }
 
+TEST(PodMutation, TheShareFolderIsGuardedUnderRunAsUnderVarRun) {
+  // /var/run is a symlink to /run in most images: a mount at /run/tessera covers the share folder.
+  for (const char* path : {"/run", "/run/tessera", "/run/tessera/shares/x/limits", "/var/run"}) {
+    json request = golden("pod_shorthand.json");
+    container(request, "containers", 0)["volumeMounts"].push_back(
+        {{"name", "fake"}, {"mountPath", path}});
+    FakeClaimLookup claims;
+    expect_denied(run(request, {}, claims).review, 403, "Forbidden",
+                  std::string("mounts volume \"fake\" at ") + path +
+                      ": it covers the share folder /var/run/tessera");
+  }
+  json request = golden("pod_shorthand.json");
+  container(request, "containers", 0)["volumeMounts"].push_back(
+      {{"name", "data"}, {"mountPath", "/run/data"}});
+  FakeClaimLookup claims;
+  EXPECT_EQ(run(request, {}, claims).review["response"]["allowed"], true);
+}
+
 TEST(PodMutation, PrivilegedWarnsByDefaultAndIsRefusedWhenConfigured) {
   json request = golden("pod_shorthand.json");
   container(request, "containers", 0)["securityContext"] = {{"privileged", true}};

@@ -1,5 +1,6 @@
 #include "core/pod_mutation.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -76,6 +77,17 @@ std::string normalize_path(const std::string& path) {
   return out.empty() ? "/" : out;
 }
 
+// The paths that reach `path` in a container: itself, and through /var/run -> /run (a symlink in
+// most images' filesystems and in the FHS), the same path under the other name.
+std::vector<std::string> run_aliases(const std::string& path) {
+  std::vector<std::string> aliases{path};
+  if (path == "/var/run" || path.rfind("/var/run/", 0) == 0)
+    aliases.push_back(path.substr(4));
+  else if (path == "/run" || path.rfind("/run/", 0) == 0)
+    aliases.push_back("/var" + path);
+  return aliases;
+}
+
 // Whether a mount at `mount` hides `target` (the same path or a folder above it).
 bool covers(const std::string& mount, const std::string& target) {
   return mount == target || mount == "/" || target.rfind(mount + "/", 0) == 0;
@@ -116,7 +128,7 @@ std::vector<Violation> check_policy(const Container& container, const MutateConf
                              "remove it and ask for tessera.dev/gpu-memory or gpu-cores"});
     }
   }
-  const std::string share_root = normalize_path(config.share_root);
+  const std::vector<std::string> share_roots = run_aliases(normalize_path(config.share_root));
   if (const json* mounts = json_member(*container.spec, "volumeMounts");
       mounts && mounts->is_array()) {
     for (const json& mount : *mounts) {
@@ -129,7 +141,9 @@ std::vector<Violation> check_policy(const Container& container, const MutateConf
             {config.policy.mounts, who + " mounts volume " + volume + " at " + raw +
                                        ": it covers " + config.preload_file +
                                        ", which loads the share's runtime; mount it elsewhere"});
-      else if (covers(path, share_root) || path.rfind(share_root + "/", 0) == 0)
+      else if (std::any_of(share_roots.begin(), share_roots.end(), [&](const std::string& root) {
+                 return covers(path, root) || path.rfind(root + "/", 0) == 0;
+               }))
         found.push_back({config.policy.mounts, who + " mounts volume " + volume + " at " + raw +
                                                    ": it covers the share folder " +
                                                    config.share_root +
