@@ -51,16 +51,33 @@ void destroy_context_objects(Driver& driver, Context* context) {
   });
   std::erase_if(driver.modules, [&](Module* m) {
     if (m->context != context) return false;
+    if (m->library) m->library->modules.erase(context);
     for (auto& f : m->functions) driver.functions.erase(f.get());
     delete m;
     return true;
   });
+  context->local_storage.clear();
   driver.sim->release(context->device, driver.sim->engine_config().context_overhead);
   driver.sim->context_destroyed(context->device);
   driver.contexts.erase(context);
   // Remove it from this thread's stack; other threads find it invalid on their next call.
   auto& stack = context_stack();
   std::erase(stack, context);
+}
+
+void run_local_storage_callbacks(Driver& driver, Context* context,
+                                 std::unique_lock<std::mutex>& lock) {
+  // Callbacks may store new entries (or the runtime free what it kept): repeat until none is left.
+  while (!context->local_storage.empty()) {
+    std::map<void*, LocalStorageEntry> entries;
+    entries.swap(context->local_storage);
+    lock.unlock();
+    for (const auto& [key, entry] : entries) {
+      if (entry.destroyed) entry.destroyed(reinterpret_cast<CUcontext>(context), key, entry.value);
+    }
+    lock.lock();
+    if (!driver.contexts.count(context)) return;  // destroyed by another thread meanwhile
+  }
 }
 
 }  // namespace simgpu::driver
@@ -89,6 +106,23 @@ Context* valid_context(Driver& driver, CUcontext handle) {
   return driver.contexts.count(context) ? context : nullptr;
 }
 
+// A context a thread may make current. The runtime gets a device's primary context from its
+// export table without retaining it and makes it current when it first needs it: that is when a
+// primary context not yet active becomes active (its overhead charged), held for the runtime.
+CUresult context_to_make_current(Driver& driver, CUcontext handle, Context*& out) {
+  out = valid_context(driver, handle);
+  if (out) return CUDA_SUCCESS;
+  for (const auto& primary : driver.primary_contexts) {
+    if (primary.get() != reinterpret_cast<Context*>(handle)) continue;
+    if (CUresult r = activate_context(driver, primary.get()); r != CUDA_SUCCESS) return r;
+    primary->active = true;
+    primary->primary_refcount = 1;
+    out = primary.get();
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_CONTEXT;
+}
+
 }  // namespace
 
 SIMGPU_EXPORT CUresult cuCtxCreate_v2(CUcontext* out, unsigned int flags, CUdevice ordinal) {
@@ -114,6 +148,7 @@ SIMGPU_EXPORT CUresult cuCtxDestroy_v2(CUcontext handle) {
   Context* context = valid_context(driver, handle);
   if (!context || context->primary) return CUDA_ERROR_INVALID_CONTEXT;
   synchronize_to(driver, context->device, context->default_stream.last_mark, lock);
+  run_local_storage_callbacks(driver, context, lock);
   if (!valid_context(driver, handle)) return CUDA_ERROR_INVALID_CONTEXT;
   destroy_context_objects(driver, context);
   delete context;
@@ -138,8 +173,8 @@ SIMGPU_EXPORT CUresult cuCtxSetCurrent(CUcontext handle) {
     if (!stack.empty()) stack.pop_back();
     return CUDA_SUCCESS;
   }
-  Context* context = valid_context(driver, handle);
-  if (!context) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* context = nullptr;
+  if (CUresult r = context_to_make_current(driver, handle, context); r != CUDA_SUCCESS) return r;
   if (stack.empty()) {
     stack.push_back(context);
   } else {
@@ -152,8 +187,8 @@ SIMGPU_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext handle) {
   Driver& driver = Driver::get();
   std::lock_guard<std::mutex> lock(driver.mutex);
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
-  Context* context = valid_context(driver, handle);
-  if (!context) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* context = nullptr;
+  if (CUresult r = context_to_make_current(driver, handle, context); r != CUDA_SUCCESS) return r;
   context_stack().push_back(context);
   return CUDA_SUCCESS;
 }
@@ -176,6 +211,19 @@ SIMGPU_EXPORT CUresult cuCtxGetDevice(CUdevice* out) {
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   Context* context = current_context();
   if (!context || !driver.contexts.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  *out = driver.ordinal_of_device(context->device);
+  return CUDA_SUCCESS;
+}
+
+// CUDA 13's forms take the context (NULL: the current one).
+SIMGPU_EXPORT CUresult cuCtxGetDevice_v2(CUdevice* out, CUcontext handle) {
+  if (!handle) return cuCtxGetDevice(out);
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Context* context = valid_context(driver, handle);
+  if (!context) return CUDA_ERROR_INVALID_CONTEXT;
   *out = driver.ordinal_of_device(context->device);
   return CUDA_SUCCESS;
 }
@@ -208,6 +256,17 @@ SIMGPU_EXPORT CUresult cuCtxSynchronize() {
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   Context* context = current_context();
   if (!context || !driver.contexts.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  synchronize_to(driver, context->device, context->default_stream.last_mark, lock);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxSynchronize_v2(CUcontext handle) {
+  if (!handle) return cuCtxSynchronize();
+  Driver& driver = Driver::get();
+  std::unique_lock<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Context* context = valid_context(driver, handle);
+  if (!context) return CUDA_ERROR_INVALID_CONTEXT;
   synchronize_to(driver, context->device, context->default_stream.last_mark, lock);
   return CUDA_SUCCESS;
 }
@@ -283,7 +342,9 @@ SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice ordinal) {
   if (!primary->active || primary->primary_refcount == 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (--primary->primary_refcount == 0) {
     synchronize_to(driver, primary->device, primary->default_stream.last_mark, lock);
-    deactivate_primary(driver, primary);
+    run_local_storage_callbacks(driver, primary, lock);
+    // A callback may have retained it again.
+    if (primary->primary_refcount == 0 && primary->active) deactivate_primary(driver, primary);
   }
   return CUDA_SUCCESS;
 }
@@ -296,7 +357,8 @@ SIMGPU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice ordinal) {
   Context* primary = driver.primary_contexts[static_cast<size_t>(ordinal)].get();
   if (primary->active) {
     synchronize_to(driver, primary->device, primary->default_stream.last_mark, lock);
-    deactivate_primary(driver, primary);
+    run_local_storage_callbacks(driver, primary, lock);
+    if (primary->active) deactivate_primary(driver, primary);
   }
   return CUDA_SUCCESS;
 }

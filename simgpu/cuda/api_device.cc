@@ -55,12 +55,22 @@ CUresult proc_address(const char* symbol, void** pfn, int cuda_version, cuuint64
   const tessera::ProcResolution resolution =
       tessera::resolve_proc_symbol(symbol, cuda_version, flags);
   if (status) *status = resolution.status;
-  if (resolution.status != CU_GET_PROC_ADDRESS_SUCCESS) return CUDA_ERROR_NOT_FOUND;
+  if (resolution.status != CU_GET_PROC_ADDRESS_SUCCESS) {
+    if (trace_enabled()) {
+      std::fprintf(stderr, "simgpu: no entry point %s at version %d (flags %llu)\n", symbol,
+                   cuda_version, static_cast<unsigned long long>(flags));
+    }
+    return CUDA_ERROR_NOT_FOUND;
+  }
   void* handle = own_handle();
   void* function = handle ? dlsym(handle, resolution.symbol) : nullptr;
   if (!function) {
     // A real driver entry point that the simulator does not implement.
     if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (trace_enabled()) {
+      std::fprintf(stderr, "simgpu: entry point %s (%s) not simulated\n", symbol,
+                   resolution.symbol);
+    }
     return CUDA_ERROR_NOT_FOUND;
   }
   *pfn = function;
@@ -304,12 +314,4 @@ SIMGPU_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int c
                                            cuuint64_t flags,
                                            CUdriverProcAddressQueryResult* status) {
   return proc_address(symbol, pfn, cuda_version, flags, status);
-}
-
-// Private export tables are how cudart talks to a real driver; the simulator has none, and says
-// so the way a driver without a table does.
-SIMGPU_EXPORT CUresult cuGetExportTable(const void** table, const CUuuid* id) {
-  if (!table || !id) return CUDA_ERROR_INVALID_VALUE;
-  *table = nullptr;
-  return CUDA_ERROR_NOT_SUPPORTED;
 }

@@ -174,8 +174,8 @@ SIMGPU_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph handle
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   Graph* graph = valid_graph(driver, handle);
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
-  auto* function = reinterpret_cast<Function*>(params->func);
-  if (!driver.functions.count(function)) return CUDA_ERROR_INVALID_VALUE;
+  Function* function = resolve_function(driver, params->func);
+  if (!function) return CUDA_ERROR_INVALID_VALUE;
   KernelLaunch kernel;
   kernel.function = function;
   kernel.grid[0] = params->gridDimX, kernel.grid[1] = params->gridDimY,

@@ -20,8 +20,8 @@ CUresult launch(CUfunction handle, const LaunchShape& shape, CUstream stream_han
   std::unique_lock<std::mutex> lock(driver.mutex);
   Context* context = nullptr;
   if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
-  auto* function = reinterpret_cast<Function*>(handle);
-  if (!driver.functions.count(function)) return CUDA_ERROR_INVALID_HANDLE;
+  Function* function = resolve_function(driver, handle);
+  if (!function) return CUDA_ERROR_INVALID_HANDLE;
   const uint64_t threads = uint64_t{shape.block[0]} * shape.block[1] * shape.block[2];
   if (threads == 0 || threads > kMaxThreadsPerBlock || shape.block[2] > 64) {
     return CUDA_ERROR_INVALID_VALUE;

@@ -52,7 +52,9 @@ CUresult free_allocation(Driver& driver, CUdeviceptr ptr) {
   auto it = driver.allocations.find(ptr);
   if (it == driver.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
   Allocation& allocation = it->second;
-  if (allocation.kind == AllocationKind::kGraph) return CUDA_ERROR_INVALID_VALUE;
+  if (allocation.kind == AllocationKind::kGraph || allocation.kind == AllocationKind::kModule) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (allocation.pool) {
     allocation.pool->used -= std::min(allocation.pool->used, allocation.charged);
   } else if (allocation.charged) {

@@ -1,62 +1,130 @@
-// Modules and functions. Images are PTX text: kernel names come from its `.entry` directives and
-// each kernel's wave time from SIMGPU_KERNEL_US.
+// Modules and functions. An image is PTX text, a CUDA ELF (cubin) or a fat binary (bare or in the
+// runtime's wrapper): kernel names come from PTX `.entry` directives and ELF entry-point symbols,
+// each kernel's wave time from SIMGPU_KERNEL_US. A fat binary whose kernels cannot all be read (a
+// compressed entry) lends a function to any name asked of it.
+#include <elf.h>
+
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string_view>
 
 #include "driver.h"
+#include "fatbin.h"
 
 using namespace simgpu::driver;
 
-namespace {
+namespace simgpu::driver {
 
-std::vector<std::string> ptx_entry_names(std::string_view ptx) {
-  std::vector<std::string> names;
-  size_t pos = 0;
-  while ((pos = ptx.find(".entry", pos)) != std::string_view::npos) {
-    pos += 6;
-    if (pos < ptx.size() && ptx[pos] != ' ' && ptx[pos] != '\t') continue;
-    while (pos < ptx.size() && (ptx[pos] == ' ' || ptx[pos] == '\t')) ++pos;
-    size_t end = pos;
-    while (end < ptx.size() && ptx[end] != '(' && ptx[end] != ' ' && ptx[end] != '\n' &&
-           ptx[end] != '\t' && ptx[end] != '\r') {
-      ++end;
-    }
-    if (end > pos) names.emplace_back(ptx.substr(pos, end - pos));
-    pos = end;
-  }
-  return names;
+Function* add_function(Driver& driver, Module& module, const std::string& name) {
+  auto function = std::make_unique<Function>();
+  function->name = name;
+  const SimConfig& config = driver.sim->config();
+  auto timed = config.kernel_wave_ns.find(name);
+  if (timed == config.kernel_wave_ns.end())
+    timed = config.kernel_wave_ns.find(kernel_base_name(name));
+  function->wave_ns = timed != config.kernel_wave_ns.end() ? timed->second : config.default_wave_ns;
+  function->module = &module;
+  Function* raw = function.get();
+  driver.functions.insert(raw);
+  module.functions.push_back(std::move(function));
+  return raw;
 }
 
-CUresult load_ptx(CUmodule* out, std::string_view image) {
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
+Function* find_function(Driver& driver, Module& module, const char* name) {
+  for (auto& function : module.functions) {
+    if (function->name == name) return function.get();
+  }
+  return module.open_names ? add_function(driver, module, name) : nullptr;
+}
+
+CUresult read_image(const void* image, size_t size_hint, ImageKernels& out) {
+  if (!image) return CUDA_ERROR_INVALID_VALUE;
+  uint32_t magic = 0;
+  std::memcpy(&magic, image, sizeof magic);
+  if (magic == kFatbinWrapperMagic) {
+    struct Wrapper {
+      uint32_t magic;
+      uint32_t version;
+      const void* data;
+      const void* extra;
+    } wrapper;
+    std::memcpy(&wrapper, image, sizeof wrapper);
+    return read_image(wrapper.data, 0, out);
+  }
+  if (magic == kFatbinMagic) {
+    std::optional<FatbinContents> contents = read_fatbin(image);
+    if (!contents) return CUDA_ERROR_INVALID_IMAGE;
+    out.names = std::move(contents->kernels);
+    for (ImageGlobal& global : contents->globals)
+      out.globals.emplace_back(global.name, global.size);
+    out.open = contents->unreadable_entries;
+    return CUDA_SUCCESS;
+  }
+  if (std::memcmp(image, ELFMAG, SELFMAG) == 0) {
+    // A bare cubin: its size is in its own headers (section headers come last in nvcc's output).
+    const auto* bytes = static_cast<const uint8_t*>(image);
+    Elf64_Ehdr header;
+    std::memcpy(&header, bytes, sizeof header);
+    const size_t size =
+        size_hint ? size_hint : header.e_shoff + header.e_shnum * sizeof(Elf64_Shdr);
+    std::optional<ElfSymbols> symbols = elf_symbols(bytes, size);
+    if (!symbols) return CUDA_ERROR_INVALID_IMAGE;
+    out.names = std::move(symbols->kernels);
+    for (ImageGlobal& global : symbols->globals) out.globals.emplace_back(global.name, global.size);
+    out.open = false;
+    return CUDA_SUCCESS;
+  }
+  const std::string_view text(static_cast<const char*>(image));
+  if (text.find(".version") == std::string_view::npos) return CUDA_ERROR_INVALID_IMAGE;
+  out.names = ptx_entry_names(text);
+  out.open = false;
+  if (out.names.empty()) return CUDA_ERROR_INVALID_PTX;
+  return CUDA_SUCCESS;
+}
+
+Module* create_module(Driver& driver, Context* context, const ImageKernels& kernels) {
+  auto* module = new Module();
+  module->context = context;
+  module->open_names = kernels.open;
+  for (const std::string& name : kernels.names) add_function(driver, *module, name);
+  // Variables get device addresses of their own; their bytes are part of the module's image, which
+  // the simulator does not charge (the context overhead stands for a context's fixed costs).
+  for (const auto& [name, size] : kernels.globals) {
+    const CUdeviceptr address = driver.take_address_range(size, 256);
+    Allocation& allocation = driver.allocations[address];
+    allocation.size = size;
+    allocation.device = context->device;
+    allocation.kind = AllocationKind::kModule;
+    allocation.context = context;
+    module->globals[name] = {address, size};
+  }
+  driver.modules.insert(module);
+  return module;
+}
+
+void destroy_module(Driver& driver, Module* module) {
+  for (const auto& [name, global] : module->globals) driver.allocations.erase(global.first);
+  for (auto& function : module->functions) driver.functions.erase(function.get());
+  driver.modules.erase(module);
+  delete module;
+}
+
+}  // namespace simgpu::driver
+
+namespace {
+
+CUresult load_module(CUmodule* out, const void* image, size_t size_hint = 0) {
+  if (!out || !image) return CUDA_ERROR_INVALID_VALUE;
   Driver& driver = Driver::get();
   std::lock_guard<std::mutex> lock(driver.mutex);
   Context* context = nullptr;
   if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
-  if (image.find(".version") == std::string_view::npos) return CUDA_ERROR_INVALID_IMAGE;
-  const std::vector<std::string> names = ptx_entry_names(image);
-  if (names.empty()) return CUDA_ERROR_INVALID_PTX;
-  auto* module = new Module();
-  module->context = context;
-  const simgpu::SimConfig& config = driver.sim->config();
-  for (const std::string& name : names) {
-    auto function = std::make_unique<Function>();
-    function->name = name;
-    auto timed = config.kernel_wave_ns.find(name);
-    function->wave_ns =
-        timed != config.kernel_wave_ns.end() ? timed->second : config.default_wave_ns;
-    function->module = module;
-    driver.functions.insert(function.get());
-    module->functions.push_back(std::move(function));
-  }
-  driver.modules.insert(module);
-  *out = reinterpret_cast<CUmodule>(module);
+  ImageKernels kernels;
+  if (CUresult r = read_image(image, size_hint, kernels); r != CUDA_SUCCESS) return r;
+  *out = reinterpret_cast<CUmodule>(create_module(driver, context, kernels));
   return CUDA_SUCCESS;
-}
-
-std::string_view image_text(const void* image) {
-  return image ? std::string_view(static_cast<const char*>(image)) : std::string_view();
 }
 
 Function* valid_function(Driver& driver, CUfunction handle) {
@@ -67,15 +135,17 @@ Function* valid_function(Driver& driver, CUfunction handle) {
 }  // namespace
 
 SIMGPU_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
-  if (!image) return CUDA_ERROR_INVALID_VALUE;
-  return load_ptx(module, image_text(image));
+  return load_module(module, image);
 }
 
 SIMGPU_EXPORT CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int count,
                                           CUjit_option* options, void** values) {
   (void)count, (void)options, (void)values;  // JIT options do not change the simulation
-  if (!image) return CUDA_ERROR_INVALID_VALUE;
-  return load_ptx(module, image_text(image));
+  return load_module(module, image);
+}
+
+SIMGPU_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* module, const void* image) {
+  return load_module(module, image);
 }
 
 SIMGPU_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* path) {
@@ -84,7 +154,8 @@ SIMGPU_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* path) {
   if (!file) return CUDA_ERROR_FILE_NOT_FOUND;
   std::stringstream contents;
   contents << file.rdbuf();
-  return load_ptx(module, contents.str());
+  const std::string image = contents.str();
+  return load_module(module, image.c_str(), image.size());
 }
 
 SIMGPU_EXPORT CUresult cuModuleUnload(CUmodule handle) {
@@ -92,10 +163,8 @@ SIMGPU_EXPORT CUresult cuModuleUnload(CUmodule handle) {
   std::lock_guard<std::mutex> lock(driver.mutex);
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   auto* module = reinterpret_cast<Module*>(handle);
-  if (!driver.modules.count(module)) return CUDA_ERROR_INVALID_HANDLE;
-  for (auto& function : module->functions) driver.functions.erase(function.get());
-  driver.modules.erase(module);
-  delete module;
+  if (!driver.modules.count(module) || module->library) return CUDA_ERROR_INVALID_HANDLE;
+  destroy_module(driver, module);
   return CUDA_SUCCESS;
 }
 
@@ -106,13 +175,34 @@ SIMGPU_EXPORT CUresult cuModuleGetFunction(CUfunction* out, CUmodule handle, con
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   auto* module = reinterpret_cast<Module*>(handle);
   if (!driver.modules.count(module)) return CUDA_ERROR_INVALID_HANDLE;
-  for (auto& function : module->functions) {
-    if (function->name == name) {
-      *out = reinterpret_cast<CUfunction>(function.get());
-      return CUDA_SUCCESS;
-    }
-  }
-  return CUDA_ERROR_NOT_FOUND;
+  Function* function = find_function(driver, *module, name);
+  if (!function) return CUDA_ERROR_NOT_FOUND;
+  *out = reinterpret_cast<CUfunction>(function);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr* address, size_t* bytes, CUmodule handle,
+                                            const char* name) {
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  auto* module = reinterpret_cast<Module*>(handle);
+  if (!driver.modules.count(module)) return CUDA_ERROR_INVALID_HANDLE;
+  auto global = module->globals.find(name);
+  if (global == module->globals.end()) return CUDA_ERROR_NOT_FOUND;
+  if (address) *address = global->second.first;
+  if (bytes) *bytes = global->second.second;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
+  if (!mode) return CUDA_ERROR_INVALID_VALUE;
+  // As the driver reads CUDA_MODULE_LOADING: lazy unless it says EAGER (the default of 12.2+).
+  const char* setting = std::getenv("CUDA_MODULE_LOADING");
+  *mode = setting && std::string_view(setting) == "EAGER" ? CU_MODULE_EAGER_LOADING
+                                                          : CU_MODULE_LAZY_LOADING;
+  return CUDA_SUCCESS;
 }
 
 SIMGPU_EXPORT CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attribute,

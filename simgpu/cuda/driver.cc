@@ -70,6 +70,14 @@ CUresult Driver::initialize() {
   return CUDA_SUCCESS;
 }
 
+bool trace_enabled() {
+  static const bool trace = [] {
+    const char* value = std::getenv("SIMGPU_TRACE");
+    return value && *value && std::strcmp(value, "0") != 0;
+  }();
+  return trace;
+}
+
 uint64_t charged_bytes(uint64_t requested) {
   return requested >= (1ull << 20) ? round_up(requested, kPageBytes)
                                    : round_up(requested, kSmallAllocAlign);

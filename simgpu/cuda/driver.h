@@ -51,6 +51,13 @@ struct Stream {
   struct Graph* capture = nullptr;  // non-null while capturing
 };
 
+// Context-local storage (the runtime's export table c693336e): a value per key, and the callback
+// the runtime gave to be told when the context goes.
+struct LocalStorageEntry {
+  void* value = nullptr;
+  void (*destroyed)(CUcontext, void*, void*) = nullptr;
+};
+
 struct Context {
   int device = 0;  // index into the shared state's devices
   unsigned flags = 0;
@@ -58,6 +65,7 @@ struct Context {
   int primary_refcount = 0;  // primary only
   bool active = false;       // primary only: retained at least once and not reset
   Stream default_stream;     // the legacy / per-thread default streams share the timeline
+  std::map<void*, LocalStorageEntry> local_storage;
 };
 
 struct Event {
@@ -76,12 +84,36 @@ struct Function {
   struct Module* module = nullptr;
 };
 
+struct Library;
+
 struct Module {
   Context* context = nullptr;
   std::vector<std::unique_ptr<Function>> functions;
+  bool open_names = false;     // kernels unreadable in the image: any name gets a function
+  Library* library = nullptr;  // loaded for a library in one context, owned by it
+  std::map<std::string, std::pair<CUdeviceptr, uint64_t>> globals;  // placed at load
 };
 
-enum class AllocationKind { kDevice, kPitch, kManaged, kPool, kGraph };
+// The kernels an image holds (see fatbin.h).
+struct ImageKernels {
+  std::vector<std::string> names;
+  std::vector<std::pair<std::string, uint64_t>> globals;  // variable name, size
+  bool open = false;
+};
+
+struct Kernel {  // CUkernel: one kernel of a library, in no context
+  Library* library = nullptr;
+  std::string name;
+};
+
+struct Library {  // CUlibrary (cuLibraryLoadData): context-independent, loaded per context on use
+  ImageKernels kernels;
+  std::vector<std::unique_ptr<Kernel>> kernel_handles;
+  std::map<Context*, Module*> modules;
+};
+
+// kModule: a module's variable, placed at load and gone with the module (never cuMemFree'd).
+enum class AllocationKind { kDevice, kPitch, kManaged, kPool, kGraph, kModule };
 
 struct Allocation {
   uint64_t size = 0;     // bytes the caller asked for (the addressable range)
@@ -168,6 +200,8 @@ class Driver {
   std::unordered_set<Event*> events;
   std::unordered_set<Module*> modules;
   std::unordered_set<Function*> functions;
+  std::unordered_set<Library*> libraries;
+  std::unordered_set<Kernel*> kernels;
   std::unordered_set<ArrayObject*> arrays;
   std::unordered_set<Graph*> graphs;
   std::unordered_set<GraphExec*> graph_execs;
@@ -197,6 +231,10 @@ class Driver {
     return ordinal >= 0 && ordinal < static_cast<int>(visible_devices.size());
   }
 };
+
+// SIMGPU_TRACE=1: the driver prints to stderr what a program asked of it and did not get
+// (entry points it lacks, export tables), for finding what a new runtime or library needs.
+bool trace_enabled();
 
 // cuGetProcAddress for both ABIs (status may be null).
 CUresult get_proc_address(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
@@ -234,6 +272,23 @@ Allocation* find_allocation(Driver& driver, CUdeviceptr ptr, uint64_t size, CUde
 // with the driver mutex held.
 GraphNode* add_graph_alloc_node(Driver& driver, Graph& graph, uint64_t bytes);
 GraphNode* add_graph_free_node(Driver& driver, Graph& graph, CUdeviceptr ptr);
+
+// Modules (api_module.cc; call with the driver mutex held). read_image accepts PTX, a cubin, a
+// fat binary or the runtime's fat-binary wrapper; `size_hint` is the image size where known.
+CUresult read_image(const void* image, size_t size_hint, ImageKernels& out);
+Module* create_module(Driver& driver, Context* context, const ImageKernels& kernels);
+void destroy_module(Driver& driver, Module* module);
+Function* add_function(Driver& driver, Module& module, const std::string& name);
+// The module's function of that name (made on demand in an open module), or nullptr.
+Function* find_function(Driver& driver, Module& module, const char* name);
+// A CUfunction, or a CUkernel passed where a CUfunction goes (as CUDA 12+ allows): the function
+// it names in the current context (its library loaded there on first use). nullptr if neither.
+Function* resolve_function(Driver& driver, CUfunction handle);
+
+// Runs the context-local storage callbacks of a context that is about to go (the mutex released
+// while they run: they call back into the driver), then forgets them.
+void run_local_storage_callbacks(Driver& driver, Context* context,
+                                 std::unique_lock<std::mutex>& lock);
 
 // Maps a simulator reservation result to the CUresult a real driver returns.
 CUresult to_result(AllocResult result);

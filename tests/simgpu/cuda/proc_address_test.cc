@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <ostream>
 #include <string>
 
@@ -91,11 +92,108 @@ TEST(ProcAddress, RejectsBadArguments) {
   EXPECT_EQ(cuGetProcAddress("cuMemAlloc", &function, 13000, 8, nullptr), CUDA_ERROR_INVALID_VALUE);
 }
 
-TEST(ProcAddress, ExportTablesAreNotSupported) {
+CUuuid uuid_of(std::initializer_list<unsigned> bytes) {
+  CUuuid id{};
+  size_t i = 0;
+  for (unsigned byte : bytes) id.bytes[i++] = static_cast<char>(byte);
+  return id;
+}
+
+TEST(ExportTables, AnUnknownTableIsAnErrorWithoutATable) {
   const void* table = reinterpret_cast<const void*>(0x1);
   CUuuid id{};
-  EXPECT_EQ(cuGetExportTable(&table, &id), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuGetExportTable(&table, &id), CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(table, nullptr);
+  EXPECT_EQ(cuGetExportTable(nullptr, &id), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST(ExportTables, TheCuda13BootstrapProbeIsRefused) {
+  // CUDA 13's runtime asks f8cff951 first and takes any table there as another bootstrap.
+  const void* table = reinterpret_cast<const void*>(0x1);
+  const CUuuid probe = uuid_of({0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e, 0xb9, 0xe2, 0xfb,
+                                0x46, 0x9e, 0x7c, 0x0d, 0xd9});
+  EXPECT_EQ(cuGetExportTable(&table, &probe), CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(table, nullptr);
+}
+
+TEST(ExportTables, TheRuntimeTablesAreServedWithTheirSizes) {
+  struct Served {
+    CUuuid id;
+    size_t words;  // 0: the table has no size word
+  };
+  const Served served[] = {
+      {uuid_of({0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd,
+                0x9d, 0xf9}),
+       13},
+      {uuid_of({0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c,
+                0x0a, 0x66}),
+       7},
+      {uuid_of({0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a,
+                0xec, 0xdc}),
+       4},
+      {uuid_of({0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8,
+                0x95, 0x93}),
+       0},
+      {uuid_of({0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d,
+                0xfa, 0x7e}),
+       4},
+      {uuid_of({0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66,
+                0xe1, 0xf2}),
+       3},
+  };
+  for (const Served& table : served) {
+    const void* found = nullptr;
+    ASSERT_EQ(cuGetExportTable(&found, &table.id), CUDA_SUCCESS);
+    ASSERT_NE(found, nullptr);
+    if (table.words) {
+      EXPECT_EQ(*static_cast<const size_t*>(found), table.words * sizeof(void*));
+    }
+  }
+}
+
+TEST(ExportTables, ContextLocalStorageHoldsPerContextAndCallsBackWhenTheContextGoes) {
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  const CUuuid id = uuid_of({0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3,
+                             0x55, 0xd8, 0x95, 0x93});
+  const void* found = nullptr;
+  ASSERT_EQ(cuGetExportTable(&found, &id), CUDA_SUCCESS);
+  using Callback = void (*)(CUcontext, void*, void*);
+  auto* slots = static_cast<void* const*>(found);
+  auto put = reinterpret_cast<CUresult (*)(CUcontext, void*, void*, Callback)>(slots[0]);
+  auto erase = reinterpret_cast<CUresult (*)(CUcontext, void*)>(slots[1]);
+  auto get = reinterpret_cast<CUresult (*)(void**, CUcontext, void*)>(slots[2]);
+
+  CUcontext context = nullptr;
+  ASSERT_EQ(cuCtxCreate(&context, nullptr, 0, 0), CUDA_SUCCESS);
+  static int key;
+  static int value;
+  static int callbacks;
+  static CUcontext called_for;
+  callbacks = 0;
+  void* read = nullptr;
+  EXPECT_EQ(get(&read, context, &key), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_EQ(put(nullptr, &key, &value,
+                [](CUcontext ctx, void*, void* stored) {
+                  ++callbacks;
+                  called_for = ctx;
+                  EXPECT_EQ(stored, &value);
+                }),
+            CUDA_SUCCESS);  // NULL: the current context
+  ASSERT_EQ(get(&read, context, &key), CUDA_SUCCESS);
+  EXPECT_EQ(read, &value);
+  ASSERT_EQ(erase(context, &key), CUDA_SUCCESS);
+  EXPECT_EQ(get(&read, context, &key), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_EQ(put(context, &key, &value,
+                [](CUcontext ctx, void*, void* stored) {
+                  ++callbacks;
+                  called_for = ctx;
+                  EXPECT_EQ(stored, &value);
+                }),
+            CUDA_SUCCESS);
+  EXPECT_EQ(callbacks, 0);
+  ASSERT_EQ(cuCtxDestroy_v2(context), CUDA_SUCCESS);
+  EXPECT_EQ(callbacks, 1);
+  EXPECT_EQ(called_for, context);
 }
 
 TEST(ProcAddress, ErrorNamesAndStrings) {
