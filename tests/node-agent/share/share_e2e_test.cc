@@ -135,6 +135,65 @@ TEST(ShareEndToEnd, TwoSharesOfOneSimulatedGpuHoldTheirLimits) {
   fs::remove_all(base);
 }
 
+// A program written for the CUDA runtime (built by nvcc, static and shared runtime) in an agent
+// share of 4Gi / 30%: the share is its GPU, and cudaMalloc gets the quota less the context.
+TEST(ShareEndToEnd, ARuntimeProgramSeesItsShareAsTheGpu) {
+  const fs::path base = fresh_folder("agent-e2e-runtime");
+  const std::string state = (base / "simgpu.state").string();
+  const std::string simgpu_env =
+      "SIMGPU_STATE=" + state + " SIMGPU_DEVICES='name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0'";
+  setenv("SIMGPU_STATE", state.c_str(), 1);
+  setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0", 1);
+  Result<std::vector<GpuInfo>> listed = list_gpus();
+  ASSERT_EQ(listed.status().message(), "");
+  ASSERT_EQ(listed->size(), 1u);
+  const std::string device = "gpu-" + std::to_string((*listed)[0].minor);
+
+  testing::TenantClaims kube;
+  kube.bodies["one"] =
+      testing::make_claim("one", "e2e-runtime-uid", {{"a", device, "share-a", "4Gi", "30"}}).dump();
+  const ShareManagerOptions options = node_options(base);
+  ShareManager manager(options, kube, node_devices(*listed));
+  ASSERT_EQ(manager.start().message(), "");
+  ASSERT_EQ(manager.prepare({"tenants", "e2e-runtime-uid", "one"}).status().message(), "");
+  std::ifstream spec_file(manager.cdi_spec_path("e2e-runtime-uid"));
+  const json spec = json::parse(spec_file);
+  const json& edits = spec["devices"][0]["containerEdits"];
+  std::string env;
+  for (const auto& entry : edits["env"]) {
+    std::string value = entry.get<std::string>();
+    if (value.rfind("TESSERA_SHARE_DIR=", 0) == 0)
+      value = "TESSERA_SHARE_DIR=" + edits["mounts"][0]["hostPath"].get<std::string>();
+    env += " '" + value + "'";
+  }
+  env += preload_env(spec);
+  const std::string prefix = "env" + env + " ASAN_OPTIONS=verify_asan_link_order=0" +
+                             " LD_LIBRARY_PATH=" + SIMGPU_LIB_DIR + ":" + CUDA_LIBRARY_DIR + " " +
+                             simgpu_env + " ";
+  constexpr uint64_t kChunk = 64ull << 20;
+  for (const char* probe : {RUNTIME_PROBE_STATIC, RUNTIME_PROBE_SHARED}) {
+    SCOPED_TRACE(probe);
+    const std::string query_out = run(prefix + probe + " query");
+    std::printf("%s", query_out.c_str());
+    const json query = json::parse(query_out, nullptr, false);
+    ASSERT_TRUE(query.is_object()) << query_out;
+    EXPECT_EQ(query["device_count"], 1);
+    EXPECT_EQ(query["total_global_mem"], 4 * kGiB);
+    EXPECT_EQ(query["total"], 4 * kGiB);
+    EXPECT_EQ(query["free"], 4 * kGiB - kContextOverhead);
+    const std::string fill_out = run(prefix + probe + " fill " + std::to_string(kChunk));
+    std::printf("%s", fill_out.c_str());
+    const json fill = json::parse(fill_out, nullptr, false);
+    ASSERT_TRUE(fill.is_object()) << fill_out;
+    EXPECT_EQ(fill["refusal"], "cudaErrorMemoryAllocation");
+    const uint64_t usable = 4 * kGiB - kContextOverhead;
+    EXPECT_LE(fill["obtained"].get<uint64_t>(), usable);
+    EXPECT_GT(fill["obtained"].get<uint64_t>(), usable - kChunk);
+  }
+  ASSERT_EQ(manager.unprepare({"tenants", "e2e-runtime-uid", "one"}).message(), "");
+  fs::remove_all(base);
+}
+
 TEST(ShareEndToEnd, OneContainerWithSharesOfTwoGpusHoldsEachLimit) {
   const fs::path base = fresh_folder("agent-e2e-two");
   const std::string state = (base / "simgpu.state").string();
