@@ -24,6 +24,7 @@ packages=(
   python3-yaml python3-jsonpatch
   tmux  # `tessera top` is tested on a real terminal (tests/cli/check_top_tmux.py)
   strace  # counts the simulated driver's system calls per call (tests/simgpu/cuda/process_test.cc)
+  libzstd-dev  # the simulated driver reads the kernels of fat binaries nvcc and NVIDIA compress
 )
 
 missing=()

@@ -243,4 +243,16 @@ std::string device_pci_bus_id(int index) {
   return bus_id;
 }
 
+uint32_t pci_device_id(const DeviceConfig& config) {
+  const std::string_view name(config.name);
+  auto has = [&](std::string_view part) { return name.find(part) != std::string_view::npos; };
+  // From the PCI ID Repository (pci-ids.ucw.cz, vendor 10de).
+  if (has("H200")) return 0x2335;
+  if (has("H100")) return has("PCIe") ? 0x2331 : 0x2330;
+  if (has("A100")) return has("PCIe") ? 0x20B5 : 0x20B2;
+  if (has("L40S")) return 0x26B9;
+  if (has("L4")) return 0x27B8;
+  return 0;
+}
+
 }  // namespace simgpu

@@ -46,6 +46,11 @@ SimConfig load_config();
 
 // Deterministic UUID and PCI bus id for a device index, so tests and tools can name devices.
 std::string device_uuid(int index);
+// The PCI device id of the part a device is configured as (by its product name), as NVML's
+// pciDeviceId and the driver's CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID carry it: libraries such as
+// cuBLAS choose kernels by it. 0 for a part the simulator does not know.
+uint32_t pci_device_id(const struct DeviceConfig& config);
+inline constexpr uint32_t kNvidiaPciVendorId = 0x10DE;
 std::string device_pci_bus_id(int index);
 
 }  // namespace simgpu

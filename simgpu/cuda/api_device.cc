@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "config.h"
 #include "driver.h"
 #include "tessera/cuda_abi.h"
 
@@ -259,6 +260,73 @@ SIMGPU_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attri
       break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
       *value = CU_COMPUTEMODE_DEFAULT;
+      break;
+    case CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID:
+    case CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID:  // as NVML answers pciSubSystemId
+      *value = static_cast<int>(simgpu::pci_device_id(config) << 16 | simgpu::kNvidiaPciVendorId);
+      break;
+    case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK:
+      *value = 1024;  // what resident_blocks_per_sm reserves per block
+      break;
+    // What an H100/H200 reports (deviceQuery); libraries size their choices by these, and a zero
+    // where hardware never has one (an alignment, a limit) makes them refuse the device.
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY:
+      *value = 65536;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
+      *value = 2147483647;
+      break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT:
+    case CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT:
+      *value = 512;
+      break;
+    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP:
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH:
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES:
+    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
+    case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH:
+    case CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:
+    case CU_DEVICE_ATTRIBUTE_TENSOR_MAP_ACCESS_SUPPORTED:
+      *value = 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO:
+      *value = 2;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE:
+      *value = 52428800 / 4 * 3;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE:
+      *value = 134213632;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT:
+      *value = 4;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
+      *value = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+      break;
+    case CU_DEVICE_ATTRIBUTE_NUMA_ID:
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID:
+      *value = -1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH:
+      *value = 131072;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH:
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT:
+      *value = 131072;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH:
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT:
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH:
+      *value = 16384;
       break;
     case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:
       *value = 4;

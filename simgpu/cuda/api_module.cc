@@ -4,6 +4,7 @@
 // compressed entry) lends a function to any name asked of it.
 #include <elf.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -16,6 +17,8 @@
 using namespace simgpu::driver;
 
 namespace simgpu::driver {
+
+using SimDeviceConfigView = const simgpu::DeviceConfig*;
 
 Function* add_function(Driver& driver, Module& module, const std::string& name) {
   auto function = std::make_unique<Function>();
@@ -54,7 +57,16 @@ CUresult read_image(const void* image, size_t size_hint, ImageKernels& out) {
     return read_image(wrapper.data, 0, out);
   }
   if (magic == kFatbinMagic) {
-    std::optional<FatbinContents> contents = read_fatbin(image);
+    // The images for the architecture of the device in use (the current context's, else the
+    // first visible device's).
+    Driver& driver = Driver::get();
+    const Context* context = current_context();
+    const int device = context                          ? context->device
+                       : driver.visible_devices.empty() ? 0
+                                                        : driver.visible_devices.front();
+    const SimDeviceConfigView config = driver.sim ? &driver.sim->device(device) : nullptr;
+    const unsigned sm = config ? config->cc_major * 10 + config->cc_minor : 90;
+    std::optional<FatbinContents> contents = read_fatbin(image, sm);
     if (!contents) return CUDA_ERROR_INVALID_IMAGE;
     out.names = std::move(contents->kernels);
     for (ImageGlobal& global : contents->globals)
@@ -127,9 +139,9 @@ CUresult load_module(CUmodule* out, const void* image, size_t size_hint = 0) {
   return CUDA_SUCCESS;
 }
 
+// A CUfunction, or a CUkernel where a CUfunction goes (resolve_function).
 Function* valid_function(Driver& driver, CUfunction handle) {
-  auto* function = reinterpret_cast<Function*>(handle);
-  return driver.functions.count(function) ? function : nullptr;
+  return resolve_function(driver, handle);
 }
 
 }  // namespace
@@ -275,4 +287,125 @@ SIMGPU_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     int* blocks, CUfunction handle, int block_size, size_t dynamic_shared, unsigned int flags) {
   (void)flags;
   return cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, handle, block_size, dynamic_shared);
+}
+
+// Cache and shared-memory bank preferences: accepted and kept nowhere, as the simulator has one
+// L1/shared split (a real driver treats them as hints too).
+SIMGPU_EXPORT CUresult cuFuncSetCacheConfig(CUfunction handle, CUfunc_cache config) {
+  if (config > CU_FUNC_CACHE_PREFER_EQUAL) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  return valid_function(driver, handle) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+SIMGPU_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction handle, CUsharedconfig config) {
+  if (config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  return valid_function(driver, handle) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+SIMGPU_EXPORT CUresult cuFuncGetModule(CUmodule* module, CUfunction handle) {
+  if (!module) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  Function* function = valid_function(driver, handle);
+  if (!function) return CUDA_ERROR_INVALID_HANDLE;
+  *module = reinterpret_cast<CUmodule>(function->module);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuFuncGetParamInfo(CUfunction handle, size_t, size_t*, size_t*) {
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (!valid_function(driver, handle)) return CUDA_ERROR_INVALID_HANDLE;
+  return CUDA_ERROR_NOT_SUPPORTED;  // parameter layouts are not read from images
+}
+
+SIMGPU_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState* state, CUfunction handle) {
+  if (!state) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (!valid_function(driver, handle)) return CUDA_ERROR_INVALID_HANDLE;
+  *state = CU_FUNCTION_LOADING_STATE_LOADED;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuFuncLoad(CUfunction handle) {
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  return valid_function(driver, handle) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+// The dynamic shared memory each of `blocks` resident blocks of `block_size` threads can have on
+// one SM: the SM's shared memory split between them, less what the driver reserves per block.
+SIMGPU_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, CUfunction handle,
+                                                               int blocks, int block_size) {
+  if (!bytes || blocks <= 0 || block_size <= 0 ||
+      block_size > static_cast<int>(kMaxThreadsPerBlock)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (!valid_function(driver, handle)) return CUDA_ERROR_INVALID_HANDLE;
+  const uint64_t threads =
+      uint64_t{static_cast<unsigned>(blocks)} * static_cast<unsigned>(block_size);
+  if (threads > kMaxThreadsPerSm || static_cast<unsigned>(blocks) > kMaxBlocksPerSm) {
+    *bytes = 0;
+    return CUDA_SUCCESS;
+  }
+  const uint64_t per_block = kSharedMemPerSm / static_cast<unsigned>(blocks);
+  *bytes = per_block > 1024 ? std::min<uint64_t>(per_block - 1024, kSharedMemPerBlockOptin) : 0;
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+// The cluster size a launch configuration asks for (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION), 1 if
+// none; 0 for an invalid configuration.
+unsigned cluster_blocks(const CUlaunchConfig& config) {
+  for (unsigned i = 0; i < config.numAttrs; ++i) {
+    if (!config.attrs) return 0;
+    if (config.attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      const auto& dim = config.attrs[i].value.clusterDim;
+      return dim.x * dim.y * dim.z;
+    }
+  }
+  return 1;
+}
+
+// Hopper's portable cluster limit (16 with the non-portable opt-in, not modelled).
+constexpr unsigned kMaxClusterBlocks = 8;
+
+}  // namespace
+
+SIMGPU_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int* size, CUfunction handle,
+                                                          const CUlaunchConfig* config) {
+  if (!size || !config) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (!valid_function(driver, handle)) return CUDA_ERROR_INVALID_HANDLE;
+  *size = static_cast<int>(kMaxClusterBlocks);
+  return CUDA_SUCCESS;
+}
+
+// Clusters that fit on the device at once: its SMs times the blocks resident per SM, in whole
+// clusters.
+SIMGPU_EXPORT CUresult cuOccupancyMaxActiveClusters(int* clusters, CUfunction handle,
+                                                    const CUlaunchConfig* config) {
+  if (!clusters || !config) return CUDA_ERROR_INVALID_VALUE;
+  const unsigned size = cluster_blocks(*config);
+  const unsigned threads = config->blockDimX * config->blockDimY * config->blockDimZ;
+  if (size == 0 || size > kMaxClusterBlocks || threads == 0 || threads > kMaxThreadsPerBlock) {
+    return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  }
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  Function* function = valid_function(driver, handle);
+  if (!function) return CUDA_ERROR_INVALID_HANDLE;
+  const uint64_t resident =
+      uint64_t{driver.sim->device(function->module->context->device).sm_count} *
+      resident_blocks_per_sm(threads, config->sharedMemBytes);
+  *clusters = static_cast<int>(resident / size);
+  return CUDA_SUCCESS;
 }

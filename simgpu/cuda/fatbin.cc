@@ -1,9 +1,11 @@
 #include "fatbin.h"
 
 #include <elf.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstddef>
 #include <cstring>
 #include <string_view>
 
@@ -21,12 +23,17 @@ struct EntryHeader {
   uint16_t kind;  // 1 PTX, 2 ELF
   uint16_t version;
   uint32_t header_size;
-  uint32_t payload_size;
+  uint32_t payload_size;  // the bytes that follow the header (padding included)
   uint32_t reserved0;
-  uint32_t compressed_size;
-  uint32_t reserved1[5];
+  uint32_t compressed_size;  // of the payload, when compressed
+  uint32_t reserved1[2];
+  uint32_t sm_version;  // 90 for sm_90
+  uint32_t reserved2[2];
   uint64_t flags;
+  uint64_t reserved3;
+  uint64_t uncompressed_size;  // when compressed
 };
+static_assert(sizeof(EntryHeader) == 64 && offsetof(EntryHeader, flags) == 40);
 
 constexpr uint16_t kEntryPtx = 1;
 constexpr uint16_t kEntryElf = 2;
@@ -36,6 +43,20 @@ constexpr uint64_t kCompressedZstd = 0x8000;
 constexpr unsigned char kCudaEntryOther = 0x10;
 // A fat binary is far smaller than this; a header claiming more is not one.
 constexpr uint64_t kMaxFatbinBytes = 1ull << 34;
+// No kernel image is larger; a header claiming more is refused rather than allocated.
+constexpr uint64_t kMaxEntryBytes = 1ull << 30;
+
+// The payload of a zstd-compressed entry, or nullopt when it does not decompress to its size.
+std::optional<std::vector<uint8_t>> decompress(const EntryHeader& entry, const uint8_t* payload) {
+  if (entry.compressed_size == 0 || entry.compressed_size > entry.payload_size ||
+      entry.uncompressed_size == 0 || entry.uncompressed_size > kMaxEntryBytes) {
+    return std::nullopt;
+  }
+  std::vector<uint8_t> out(entry.uncompressed_size);
+  const size_t got = ZSTD_decompress(out.data(), out.size(), payload, entry.compressed_size);
+  if (ZSTD_isError(got) || got != out.size()) return std::nullopt;
+  return out;
+}
 
 template <typename T>
 bool read_at(const uint8_t* base, size_t size, size_t offset, T& out) {
@@ -105,7 +126,7 @@ std::optional<ElfSymbols> elf_symbols(const uint8_t* image, size_t size) {
   return found;
 }
 
-std::optional<FatbinContents> read_fatbin(const void* image) {
+std::optional<FatbinContents> read_fatbin(const void* image, unsigned preferred_sm) {
   if (!image) return std::nullopt;
   FatbinHeader header;
   std::memcpy(&header, image, sizeof header);
@@ -117,8 +138,15 @@ std::optional<FatbinContents> read_fatbin(const void* image) {
   const size_t total = header.header_size + header.entries_size;
   FatbinContents contents;
   contents.total_bytes = total;
-  size_t offset = header.header_size;
-  while (offset < total) {
+  // The entries, and whether one is an ELF for the preferred architecture: then only those are
+  // read (each architecture's image holds the same kernels; decompressing one is enough).
+  struct Entry {
+    EntryHeader header;
+    const uint8_t* payload;
+  };
+  std::vector<Entry> entries;
+  bool has_preferred_elf = false;
+  for (size_t offset = header.header_size; offset < total;) {
     EntryHeader entry;
     if (!read_at(base, total, offset, entry) || entry.header_size < sizeof entry ||
         entry.header_size > total - offset ||
@@ -126,12 +154,33 @@ std::optional<FatbinContents> read_fatbin(const void* image) {
       contents.unreadable_entries = true;
       break;
     }
-    const uint8_t* payload = base + offset + entry.header_size;
-    const bool compressed = entry.flags & (kCompressedLz4 | kCompressedZstd);
-    if (compressed) {
-      contents.unreadable_entries = true;
-    } else if (entry.kind == kEntryElf) {
-      if (auto symbols = elf_symbols(payload, entry.payload_size)) {
+    entries.push_back({entry, base + offset + entry.header_size});
+    has_preferred_elf =
+        has_preferred_elf || (entry.kind == kEntryElf && entry.sm_version == preferred_sm);
+    offset += entry.header_size + entry.payload_size;
+  }
+  for (const Entry& entry : entries) {
+    if (has_preferred_elf &&
+        (entry.header.kind != kEntryElf || entry.header.sm_version != preferred_sm)) {
+      continue;
+    }
+    const uint8_t* payload = entry.payload;
+    size_t size = entry.header.payload_size;
+    std::optional<std::vector<uint8_t>> inflated;
+    if (entry.header.flags & kCompressedZstd) {
+      inflated = decompress(entry.header, payload);
+      if (!inflated) {
+        contents.unreadable_entries = true;
+        continue;
+      }
+      payload = inflated->data();
+      size = inflated->size();
+    } else if (entry.header.flags & kCompressedLz4) {
+      contents.unreadable_entries = true;  // LZ4 (CUDA 11-12.3 nvcc) is not read
+      continue;
+    }
+    if (entry.header.kind == kEntryElf) {
+      if (auto symbols = elf_symbols(payload, size)) {
         for (std::string& name : symbols->kernels) add_unique(contents.kernels, std::move(name));
         for (ImageGlobal& global : symbols->globals) {
           if (std::none_of(contents.globals.begin(), contents.globals.end(),
@@ -142,14 +191,12 @@ std::optional<FatbinContents> read_fatbin(const void* image) {
       } else {
         contents.unreadable_entries = true;
       }
-    } else if (entry.kind == kEntryPtx) {
+    } else if (entry.header.kind == kEntryPtx) {
       const auto* text = reinterpret_cast<const char*>(payload);
-      for (std::string& name :
-           ptx_entry_names(std::string_view(text, strnlen(text, entry.payload_size)))) {
+      for (std::string& name : ptx_entry_names(std::string_view(text, strnlen(text, size)))) {
         add_unique(contents.kernels, std::move(name));
       }
     }
-    offset += entry.header_size + entry.payload_size;
   }
   return contents;
 }

@@ -44,14 +44,6 @@ bool name_contains(const DeviceConfig& config, std::string_view part) {
   return std::string_view(config.name).find(part) != std::string_view::npos;
 }
 
-// PCI device ids of the parts the simulator is usually configured as; 0 for anything else.
-unsigned int pci_device_id(const DeviceConfig& config) {
-  if (name_contains(config, "H200")) return 0x2335;
-  if (name_contains(config, "H100")) return name_contains(config, "PCIe") ? 0x2331 : 0x2330;
-  if (name_contains(config, "A100")) return 0x20B2;
-  return 0;
-}
-
 nvmlDeviceArchitecture_t architecture(const DeviceConfig& config) {
   const unsigned int cc = config.cc_major * 10 + config.cc_minor;
   if (cc >= 100) return NVML_DEVICE_ARCH_BLACKWELL;  // 10.x and 12.x
@@ -209,8 +201,7 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
                 address.domain & 0xFFFF, address.bus, address.device);
   std::snprintf(pci->busId, sizeof pci->busId, NVML_DEVICE_PCI_BUS_ID_FMT, address.domain,
                 address.bus, address.device);
-  constexpr unsigned int kNvidiaVendorId = 0x10DE;
-  pci->pciDeviceId = (simgpu::nvml::pci_device_id(dev.config()) << 16) | kNvidiaVendorId;
+  pci->pciDeviceId = (simgpu::pci_device_id(dev.config()) << 16) | simgpu::kNvidiaPciVendorId;
   // Board vendors are not modelled: the subsystem repeats the device id, as on NVIDIA's own boards.
   pci->pciSubSystemId = pci->pciDeviceId;
   return NVML_SUCCESS;

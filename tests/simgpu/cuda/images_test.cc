@@ -145,7 +145,7 @@ std::vector<uint8_t> fatbin_of(
     std::memcpy(entry, &kind, 2);
     std::memcpy(entry + 4, &header_size, 4);
     std::memcpy(entry + 8, &payload_size, 4);
-    std::memcpy(entry + 44, &flags, 8);
+    std::memcpy(entry + 40, &flags, 8);
     body.insert(body.end(), entry, entry + sizeof entry);
     body.insert(body.end(), payload.begin(), payload.end());
   }
