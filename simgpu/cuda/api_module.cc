@@ -276,3 +276,16 @@ SIMGPU_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
   (void)flags;
   return cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, handle, block_size, dynamic_shared);
 }
+
+SIMGPU_EXPORT CUresult cuFuncSetCacheConfig(CUfunction handle, CUfunc_cache config) {
+  if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Function* function = resolve_function(driver, handle);
+  if (!function) return CUDA_ERROR_INVALID_HANDLE;
+  function->cache_config = config;
+  return CUDA_SUCCESS;
+}
