@@ -384,3 +384,130 @@ SIMGPU_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice ordinal, unsigned 
   driver.primary_contexts[static_cast<size_t>(ordinal)]->flags = flags;
   return CUDA_SUCCESS;
 }
+
+// Cache and shared-memory bank preferences: recorded per context (Hopper ignores them, as the
+// real driver does, but reports back what was set).
+SIMGPU_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache* config) {
+  if (!config) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  Context* context = nullptr;
+  if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
+  *config = context->cache_config;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config) {
+  if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  Context* context = nullptr;
+  if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
+  context->cache_config = config;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxGetSharedMemConfig(CUsharedconfig* config) {
+  if (!config) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  Context* context = nullptr;
+  if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
+  *config = context->shared_config;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config) {
+  if (config < CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE ||
+      config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  Context* context = nullptr;
+  if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
+  context->shared_config = config;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxResetPersistingL2Cache() {
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  Context* context = nullptr;
+  return require_context(driver, context);
+}
+
+// Peer access: every two distinct simulated devices are peers (an NVLink-connected node); a
+// device is never its own peer.
+SIMGPU_EXPORT CUresult cuDeviceCanAccessPeer(int* can_access, CUdevice ordinal, CUdevice peer) {
+  if (!can_access) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  if (!driver.valid_ordinal(ordinal) || !driver.valid_ordinal(peer)) {
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  *can_access = ordinal != peer ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute attribute,
+                                               CUdevice source, CUdevice destination) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  if (!driver.valid_ordinal(source) || !driver.valid_ordinal(destination) ||
+      source == destination) {
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  switch (attribute) {
+    case CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK:
+      *value = 0;
+      return CUDA_SUCCESS;
+    case CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED:
+      *value = 1;
+      return CUDA_SUCCESS;
+    case CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED:
+      *value = 0;
+      return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+namespace {
+
+Context* valid_peer_context(Driver& driver, CUcontext handle) {
+  auto* context = reinterpret_cast<Context*>(handle);
+  return driver.contexts.count(context) ? context : nullptr;
+}
+
+}  // namespace
+
+SIMGPU_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer_handle, unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  Context* context = nullptr;
+  if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
+  Context* peer = valid_peer_context(driver, peer_handle);
+  if (!peer) return CUDA_ERROR_INVALID_CONTEXT;
+  if (peer->device == context->device) return CUDA_ERROR_INVALID_DEVICE;
+  if (!context->peers.insert(peer).second) return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer_handle) {
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  Context* context = nullptr;
+  if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
+  Context* peer = valid_peer_context(driver, peer_handle);
+  if (!peer) return CUDA_ERROR_INVALID_CONTEXT;
+  if (context->peers.erase(peer) == 0) return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+  return CUDA_SUCCESS;
+}

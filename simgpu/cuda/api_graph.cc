@@ -74,6 +74,8 @@ CUresult begin_capture(CUstream handle, CUstreamCaptureMode mode) {
   graph->device = stream->context->device;
   driver.graphs.insert(graph);
   stream->capture = graph;
+  static uint64_t next_capture_id = 0;
+  stream->capture_id = ++next_capture_id;
   return CUDA_SUCCESS;
 }
 
@@ -98,6 +100,28 @@ CUresult is_capturing(CUstream handle, CUstreamCaptureStatus* status) {
   Stream* stream = resolve_stream(driver, handle);
   if (!stream) return CUDA_ERROR_INVALID_HANDLE;
   *status = stream->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
+// The capture under way on a stream: the simulator records captured work in order, not as a
+// dependency graph, so the set of nodes the next captured item will depend on is reported empty.
+CUresult capture_info(CUstream handle, CUstreamCaptureStatus* status, cuuint64_t* id,
+                      CUgraph* graph, const CUgraphNode** dependencies,
+                      const CUgraphEdgeData** edges, size_t* count) {
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Stream* stream = resolve_stream(driver, handle);
+  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+  const bool active = stream->capture != nullptr;
+  *status = active ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  if (!active) return CUDA_SUCCESS;  // the other outputs are left as they were, as documented
+  if (id) *id = stream->capture_id;
+  if (graph) *graph = reinterpret_cast<CUgraph>(stream->capture);
+  if (dependencies) *dependencies = nullptr;
+  if (edges) *edges = nullptr;
+  if (count) *count = 0;
   return CUDA_SUCCESS;
 }
 
@@ -419,4 +443,40 @@ SIMGPU_EXPORT CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatu
 }
 SIMGPU_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream stream, CUstreamCaptureStatus* status) {
   return is_capturing(stream, status);
+}
+
+// cuda.h maps cuStreamGetCaptureInfo to its newest ABI; the simulator exports every one.
+#undef cuStreamGetCaptureInfo
+// cuStreamGetCaptureInfo: the 10.1 form (status and id), the 11.3 form (_v2: graph and
+// dependencies) and the 12.3 form (_v3: edge data too), each with its per-thread-stream twin.
+SIMGPU_EXPORT CUresult cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status,
+                                              cuuint64_t* id) {
+  return capture_info(stream, status, id, nullptr, nullptr, nullptr, nullptr);
+}
+SIMGPU_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(CUstream stream, CUstreamCaptureStatus* status,
+                                                   cuuint64_t* id) {
+  return capture_info(stream, status, id, nullptr, nullptr, nullptr, nullptr);
+}
+SIMGPU_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream stream, CUstreamCaptureStatus* status,
+                                                 cuuint64_t* id, CUgraph* graph,
+                                                 const CUgraphNode** dependencies, size_t* count) {
+  return capture_info(stream, status, id, graph, dependencies, nullptr, count);
+}
+SIMGPU_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream stream,
+                                                      CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                      CUgraph* graph,
+                                                      const CUgraphNode** dependencies,
+                                                      size_t* count) {
+  return capture_info(stream, status, id, graph, dependencies, nullptr, count);
+}
+SIMGPU_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream stream, CUstreamCaptureStatus* status,
+                                                 cuuint64_t* id, CUgraph* graph,
+                                                 const CUgraphNode** dependencies,
+                                                 const CUgraphEdgeData** edges, size_t* count) {
+  return capture_info(stream, status, id, graph, dependencies, edges, count);
+}
+SIMGPU_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(
+    CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+    const CUgraphNode** dependencies, const CUgraphEdgeData** edges, size_t* count) {
+  return capture_info(stream, status, id, graph, dependencies, edges, count);
 }

@@ -256,6 +256,42 @@ SIMGPU_EXPORT CUresult cuStreamGetFlags(CUstream handle, unsigned int* flags) {
   *flags = stream->flags;
   return CUDA_SUCCESS;
 }
+SIMGPU_EXPORT CUresult cuStreamGetPriority_ptsz(CUstream handle, int* priority) {
+  return cuStreamGetPriority(handle, priority);
+}
+SIMGPU_EXPORT CUresult cuStreamGetFlags_ptsz(CUstream handle, unsigned int* flags) {
+  return cuStreamGetFlags(handle, flags);
+}
+// A context's default streams (legacy and per-thread) have ids of their own, distinct from every
+// created stream's.
+SIMGPU_EXPORT CUresult cuStreamGetId(CUstream handle, unsigned long long* id) {
+  if (!id) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Stream* stream = resolve_stream(driver, handle);
+  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+  static uint64_t next_id = 0;
+  if (stream->id == 0) stream->id = ++next_id;
+  *id = stream->id;
+  return CUDA_SUCCESS;
+}
+SIMGPU_EXPORT CUresult cuStreamGetId_ptsz(CUstream handle, unsigned long long* id) {
+  return cuStreamGetId(handle, id);
+}
+SIMGPU_EXPORT CUresult cuStreamGetDevice(CUstream handle, CUdevice* device) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Stream* stream = resolve_stream(driver, handle);
+  if (!stream) return CUDA_ERROR_INVALID_HANDLE;
+  *device = driver.ordinal_of_device(stream->context->device);
+  return CUDA_SUCCESS;
+}
+SIMGPU_EXPORT CUresult cuStreamGetDevice_ptsz(CUstream handle, CUdevice* device) {
+  return cuStreamGetDevice(handle, device);
+}
 SIMGPU_EXPORT CUresult cuStreamGetCtx(CUstream handle, CUcontext* out) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   Driver& driver = Driver::get();

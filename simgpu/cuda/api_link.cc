@@ -1,8 +1,8 @@
-// The JIT linker (cuLink*) and tensor-map descriptors (cuTensorMapEncode*), which cuBLASLt resolves
-// with dlsym at start-up and uses to build kernels at run time. Nothing is compiled on the
+// The JIT linker (cuLink*), which cuBLASLt resolves with dlsym at start-up and uses to build
+// kernels at run time (cuTensorMapEncodeTiled is in api_memory.cc). Nothing is compiled on the
 // simulator: a link collects the kernel names of what was added, and its output is a fat binary
 // the module loader reads back (an entry it cannot read keeps the result open to any name, as the
-// inputs were). A tensor map is validated as the driver documents and stored opaquely.
+// inputs were).
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -107,6 +107,10 @@ SIMGPU_EXPORT CUresult cuLinkAddData_v2(CUlinkState handle, CUjitInputType type,
   LinkState* state = valid_link(handle);
   if (!state) return CUDA_ERROR_INVALID_HANDLE;
   if (type == CU_JIT_INPUT_LIBRARY || type == CU_JIT_INPUT_OBJECT) return CUDA_SUCCESS;
+  // NVVM IR links only with link-time optimisation options, which the simulator does not take.
+  if (type != CU_JIT_INPUT_PTX && type != CU_JIT_INPUT_CUBIN && type != CU_JIT_INPUT_FATBINARY) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (type == CU_JIT_INPUT_PTX) {
     // PTX need not be NUL-terminated within `size`.
     const std::string text(static_cast<const char*>(data), size);
@@ -143,7 +147,7 @@ SIMGPU_EXPORT CUresult cuLinkComplete(CUlinkState handle, void** image, size_t* 
   std::lock_guard<std::mutex> lock(g_link_mutex);
   LinkState* state = valid_link(handle);
   if (!state) return CUDA_ERROR_INVALID_HANDLE;
-  if (state->kernels.names.empty() && !state->kernels.open) return CUDA_ERROR_NO_BINARY_FOR_GPU;
+  if (state->kernels.names.empty() && !state->kernels.open) return CUDA_ERROR_INVALID_VALUE;
   state->output = linked_image(state->kernels);  // owned by the state, as the driver's is
   *image = state->output.data();
   *size = state->output.size();
@@ -156,35 +160,6 @@ SIMGPU_EXPORT CUresult cuLinkDestroy(CUlinkState handle) {
   if (!state) return CUDA_ERROR_INVALID_HANDLE;
   g_links.erase(state);
   delete state;
-  return CUDA_SUCCESS;
-}
-
-// The checks cuda.h documents for a tiled tensor map; the descriptor's bytes are not modelled.
-SIMGPU_EXPORT CUresult cuTensorMapEncodeTiled(
-    CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
-    const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
-    const cuuint32_t* element_strides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
-    CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
-  if (!map || !address || !dims || !box || !element_strides) return CUDA_ERROR_INVALID_VALUE;
-  if (rank == 0 || rank > 5 || (interleave != CU_TENSOR_MAP_INTERLEAVE_NONE && rank < 3)) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  const uintptr_t alignment = interleave == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16;
-  if (reinterpret_cast<uintptr_t>(address) % alignment != 0) return CUDA_ERROR_INVALID_VALUE;
-  for (cuuint32_t i = 0; i < rank; ++i) {
-    if (dims[i] == 0 || dims[i] > (1ull << 32)) return CUDA_ERROR_INVALID_VALUE;
-    if (box[i] == 0 || box[i] > 256) return CUDA_ERROR_INVALID_VALUE;
-    if (element_strides[i] == 0 || element_strides[i] > 8) return CUDA_ERROR_INVALID_VALUE;
-    if (i + 1 < rank && (!strides || strides[i] % alignment != 0 || strides[i] >= (1ull << 40))) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-  }
-  if (static_cast<unsigned>(type) > static_cast<unsigned>(CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B) ||
-      static_cast<unsigned>(swizzle) > static_cast<unsigned>(CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B)) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  std::memset(map, 0, sizeof *map);
-  std::memcpy(map, &address, sizeof address);
   return CUDA_SUCCESS;
 }
 

@@ -278,3 +278,131 @@ SIMGPU_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, siz
                                         CUstream) {
   return set_memory(dst, value, 4, count);
 }
+
+// The per-thread-default-stream forms (nvcc --default-stream per-thread, and the runtime's
+// per-thread entry points): the simulator's copies are synchronous, so they do the same.
+SIMGPU_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
+                                            CUstream) {
+  return copy(dst, nullptr, src, nullptr, bytes);
+}
+SIMGPU_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t bytes) {
+  return copy(dst, src, 0, nullptr, bytes);
+}
+SIMGPU_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t bytes) {
+  return copy(0, nullptr, src, dst, bytes);
+}
+SIMGPU_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  return copy(dst, nullptr, src, nullptr, bytes);
+}
+SIMGPU_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  return copy(dst, nullptr, src, nullptr, bytes);
+}
+SIMGPU_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t bytes,
+                                                 CUstream) {
+  return copy(dst, src, 0, nullptr, bytes);
+}
+SIMGPU_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t bytes,
+                                                 CUstream) {
+  return copy(0, nullptr, src, dst, bytes);
+}
+SIMGPU_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
+                                                 CUstream) {
+  return copy(dst, nullptr, src, nullptr, bytes);
+}
+SIMGPU_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
+                                          CUstream) {
+  return copy(dst, nullptr, src, nullptr, bytes);
+}
+SIMGPU_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char value, size_t count) {
+  return set_memory(dst, value, 1, count);
+}
+SIMGPU_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dst, unsigned int value, size_t count) {
+  return set_memory(dst, value, 4, count);
+}
+SIMGPU_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char value, size_t count,
+                                            CUstream) {
+  return set_memory(dst, value, 1, count);
+}
+SIMGPU_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned int value, size_t count,
+                                             CUstream) {
+  return set_memory(dst, value, 4, count);
+}
+
+namespace {
+
+// Bytes per element of a tensor map's data type (the packed 4- and 6-bit types are stored in
+// 16-element groups of 8 or 16 bytes: counted here as one byte per element for the box check).
+int tensor_element_bytes(CUtensorMapDataType type) {
+  switch (type) {
+    case CU_TENSOR_MAP_DATA_TYPE_UINT8:
+    case CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B:
+    case CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B:
+    case CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B:
+      return 1;
+    case CU_TENSOR_MAP_DATA_TYPE_UINT16:
+    case CU_TENSOR_MAP_DATA_TYPE_FLOAT16:
+    case CU_TENSOR_MAP_DATA_TYPE_BFLOAT16:
+      return 2;
+    case CU_TENSOR_MAP_DATA_TYPE_UINT32:
+    case CU_TENSOR_MAP_DATA_TYPE_INT32:
+    case CU_TENSOR_MAP_DATA_TYPE_FLOAT32:
+    case CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ:
+    case CU_TENSOR_MAP_DATA_TYPE_TFLOAT32:
+    case CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ:
+      return 4;
+    case CU_TENSOR_MAP_DATA_TYPE_UINT64:
+    case CU_TENSOR_MAP_DATA_TYPE_INT64:
+    case CU_TENSOR_MAP_DATA_TYPE_FLOAT64:
+      return 8;
+  }
+  return 0;
+}
+
+}  // namespace
+
+// A TMA descriptor (cuBLASLt resolves it at load). Checked as the CUDA documentation lists the
+// requirements; the 128 opaque bytes record the arguments (no kernel reads them here).
+SIMGPU_EXPORT CUresult cuTensorMapEncodeTiled(
+    CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
+    const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+    const cuuint32_t* element_strides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+    CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
+  if (!map || reinterpret_cast<uintptr_t>(map) % 64 != 0) return CUDA_ERROR_INVALID_VALUE;
+  const int element = tensor_element_bytes(type);
+  if (element == 0) return CUDA_ERROR_INVALID_VALUE;
+  const bool interleaved = interleave != CU_TENSOR_MAP_INTERLEAVE_NONE;
+  if (interleave > CU_TENSOR_MAP_INTERLEAVE_32B || swizzle > CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B ||
+      l2 > CU_TENSOR_MAP_L2_PROMOTION_L2_256B ||
+      oob > CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (rank < (interleaved ? 3u : 1u) || rank > 5) return CUDA_ERROR_INVALID_VALUE;
+  const uintptr_t align = interleave == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16;
+  if (!address || reinterpret_cast<uintptr_t>(address) % align != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!dims || !box || !element_strides || (rank > 1 && !strides)) return CUDA_ERROR_INVALID_VALUE;
+  for (cuuint32_t i = 0; i < rank; ++i) {
+    if (dims[i] == 0 || dims[i] > (1ull << 32)) return CUDA_ERROR_INVALID_VALUE;
+    if (box[i] == 0 || box[i] > 256) return CUDA_ERROR_INVALID_VALUE;
+    if (element_strides[i] == 0 || element_strides[i] > 8) return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (cuuint32_t i = 0; i + 1 < rank; ++i) {
+    if (strides[i] % align != 0 || strides[i] >= (1ull << 40)) return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!interleaved && (uint64_t{box[0]} * static_cast<uint64_t>(element)) % 16 != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::memset(map, 0, sizeof *map);
+  map->opaque[0] = reinterpret_cast<uintptr_t>(address);
+  map->opaque[1] = uint64_t{rank} | uint64_t{static_cast<unsigned>(type)} << 8 |
+                   uint64_t{static_cast<unsigned>(interleave)} << 16 |
+                   uint64_t{static_cast<unsigned>(swizzle)} << 24 |
+                   uint64_t{static_cast<unsigned>(l2)} << 32 |
+                   uint64_t{static_cast<unsigned>(oob)} << 40;
+  for (cuuint32_t i = 0; i < rank; ++i) {
+    map->opaque[2 + i] = dims[i];
+    map->opaque[7 + i] = uint64_t{box[i]} | uint64_t{element_strides[i]} << 32;
+  }
+  for (cuuint32_t i = 0; i + 1 < rank; ++i) map->opaque[12 + i] = strides[i];
+  return CUDA_SUCCESS;
+}

@@ -49,6 +49,8 @@ struct Stream {
   int priority = 0;
   uint64_t last_mark = 0;           // engine work mark of the last item queued on this stream
   struct Graph* capture = nullptr;  // non-null while capturing
+  uint64_t capture_id = 0;          // of the capture under way (cuStreamGetCaptureInfo)
+  uint64_t id = 0;                  // cuStreamGetId: unique in the process, 0 never used
 };
 
 // Context-local storage (the runtime's export table c693336e): a value per key, and the callback
@@ -66,6 +68,9 @@ struct Context {
   bool active = false;       // primary only: retained at least once and not reset
   Stream default_stream;     // the legacy / per-thread default streams share the timeline
   std::map<void*, LocalStorageEntry> local_storage;
+  CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
+  CUsharedconfig shared_config = CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE;
+  std::unordered_set<Context*> peers;  // contexts whose memory this one may access
 };
 
 struct Event {
@@ -81,6 +86,7 @@ struct Function {
   std::string name;
   uint64_t wave_ns = 0;
   int max_dynamic_shared = 48 * 1024;
+  CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
   struct Module* module = nullptr;
 };
 
