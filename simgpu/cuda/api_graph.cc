@@ -7,6 +7,7 @@
 // pool, still reserved, when it is destroyed, and cuDeviceGraphMemTrim returns what the pool holds
 // unused to the device.
 #include <algorithm>
+#include <utility>
 
 #include "driver.h"
 
@@ -479,4 +480,16 @@ SIMGPU_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(
     CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
     const CUgraphNode** dependencies, const CUgraphEdgeData** edges, size_t* count) {
   return capture_info(stream, status, id, graph, dependencies, edges, count);
+}
+
+// The calling thread's capture mode, which decides which unsafe calls a capture in progress
+// refuses (the simulator records captures in order and refuses none, but keeps the mode as the
+// driver does: a library sets its own and restores the caller's).
+SIMGPU_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  if (!mode || *mode < CU_STREAM_CAPTURE_MODE_GLOBAL || *mode > CU_STREAM_CAPTURE_MODE_RELAXED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  thread_local CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::swap(thread_mode, *mode);
+  return CUDA_SUCCESS;
 }

@@ -83,6 +83,32 @@ void* host_view(Driver& driver, CUdeviceptr ptr, size_t bytes) {
   return static_cast<char*>(allocation->host_backing) + (ptr - base);
 }
 
+// cuMemcpy and cuMemcpyAsync take unified addresses: with unified addressing a pointer outside
+// every device allocation and mapping is host memory (page-locked or not), as the real driver
+// treats it.
+bool is_device_address(Driver& driver, CUdeviceptr ptr) {
+  if (find_allocation(driver, ptr, 1, nullptr)) return true;
+  auto mapping = driver.mappings.upper_bound(ptr);
+  if (mapping == driver.mappings.begin()) return false;
+  --mapping;
+  return ptr < mapping->first + mapping->second.size;
+}
+
+CUresult copy(CUdeviceptr dst, const void* src_host, CUdeviceptr src, void* dst_host, size_t bytes);
+
+CUresult copy_unified(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;
+  bool dst_device = false, src_device = false;
+  {
+    Driver& driver = Driver::get();
+    std::lock_guard<std::mutex> lock(driver.mutex);
+    dst_device = is_device_address(driver, dst);
+    src_device = is_device_address(driver, src);
+  }
+  return copy(dst_device ? dst : 0, src_device ? nullptr : reinterpret_cast<const void*>(src),
+              src_device ? src : 0, dst_device ? nullptr : reinterpret_cast<void*>(dst), bytes);
+}
+
 CUresult copy(CUdeviceptr dst, const void* src_host, CUdeviceptr src, void* dst_host,
               size_t bytes) {
   Driver& driver = Driver::get();
@@ -204,16 +230,26 @@ SIMGPU_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, 
   Context* context = nullptr;
   if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
   CUdeviceptr found = 0;
-  Allocation* allocation = find_allocation(driver, ptr, 1, &found);
-  if (!allocation) return CUDA_ERROR_NOT_FOUND;
-  if (base) *base = found;
-  if (size) *size = allocation->size;
+  if (Allocation* allocation = find_allocation(driver, ptr, 1, &found)) {
+    if (base) *base = found;
+    if (size) *size = allocation->size;
+    return CUDA_SUCCESS;
+  }
+  // A VMM mapping (cuMemMap): its own range.
+  auto mapping = driver.mappings.upper_bound(ptr);
+  if (mapping == driver.mappings.begin()) return CUDA_ERROR_NOT_FOUND;
+  --mapping;
+  if (ptr >= mapping->first + mapping->second.size) return CUDA_ERROR_NOT_FOUND;
+  if (base) *base = mapping->first;
+  if (size) *size = mapping->second.size;
   return CUDA_SUCCESS;
 }
 
 SIMGPU_EXPORT CUresult cuMemHostAlloc(void** pointer, size_t bytes, unsigned int flags) {
-  (void)flags;
-  if (!pointer) return CUDA_ERROR_INVALID_VALUE;
+  if (!pointer || (flags & ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                             CU_MEMHOSTALLOC_WRITECOMBINED))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   Driver& driver = Driver::get();
   std::lock_guard<std::mutex> lock(driver.mutex);
   Context* context = nullptr;
@@ -222,6 +258,7 @@ SIMGPU_EXPORT CUresult cuMemHostAlloc(void** pointer, size_t bytes, unsigned int
   void* memory = std::aligned_alloc(4096, round_up(bytes, 4096));
   if (!memory) return CUDA_ERROR_OUT_OF_MEMORY;
   driver.host_allocations[memory] = bytes;
+  driver.host_allocation_flags[memory] = flags;
   *pointer = memory;
   return CUDA_SUCCESS;
 }
@@ -239,6 +276,7 @@ SIMGPU_EXPORT CUresult cuMemFreeHost(void* pointer) {
   if (it == driver.host_allocations.end()) return CUDA_ERROR_INVALID_VALUE;
   std::free(pointer);
   driver.host_allocations.erase(it);
+  driver.host_allocation_flags.erase(pointer);
   return CUDA_SUCCESS;
 }
 
@@ -252,7 +290,7 @@ SIMGPU_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t 
   return copy(dst, nullptr, src, nullptr, bytes);
 }
 SIMGPU_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
-  return copy(dst, nullptr, src, nullptr, bytes);
+  return copy_unified(dst, src, bytes);
 }
 SIMGPU_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes,
                                             CUstream) {
@@ -262,7 +300,7 @@ SIMGPU_EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t b
   return copy(0, nullptr, src, dst, bytes);
 }
 SIMGPU_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream) {
-  return copy(dst, nullptr, src, nullptr, bytes);
+  return copy_unified(dst, src, bytes);
 }
 SIMGPU_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count) {
   return set_memory(dst, value, 1, count);
@@ -295,7 +333,7 @@ SIMGPU_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, si
   return copy(dst, nullptr, src, nullptr, bytes);
 }
 SIMGPU_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
-  return copy(dst, nullptr, src, nullptr, bytes);
+  return copy_unified(dst, src, bytes);
 }
 SIMGPU_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t bytes,
                                                  CUstream) {
@@ -311,7 +349,7 @@ SIMGPU_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr sr
 }
 SIMGPU_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
                                           CUstream) {
-  return copy(dst, nullptr, src, nullptr, bytes);
+  return copy_unified(dst, src, bytes);
 }
 SIMGPU_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char value, size_t count) {
   return set_memory(dst, value, 1, count);

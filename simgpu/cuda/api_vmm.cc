@@ -110,8 +110,28 @@ SIMGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   auto* physical = reinterpret_cast<PhysicalAllocation*>(handle);
   if (!driver.physical.count(physical) || physical->released) return CUDA_ERROR_INVALID_VALUE;
-  physical->released = true;
+  physical->released = --physical->handles == 0;
   maybe_free_physical(driver, physical);
+  return CUDA_SUCCESS;
+}
+
+// A new handle to the physical memory mapped at any address of a mapping; released with
+// cuMemRelease like the one cuMemCreate gave.
+SIMGPU_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,
+                                                   void* address) {
+  if (!handle || !address) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  const auto ptr = reinterpret_cast<CUdeviceptr>(address);
+  auto mapping = driver.mappings.upper_bound(ptr);
+  if (mapping == driver.mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --mapping;
+  if (ptr >= mapping->first + mapping->second.size) return CUDA_ERROR_INVALID_VALUE;
+  PhysicalAllocation* physical = mapping->second.physical;
+  ++physical->handles;
+  physical->released = false;
+  *handle = reinterpret_cast<CUmemGenericAllocationHandle>(physical);
   return CUDA_SUCCESS;
 }
 

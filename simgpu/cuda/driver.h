@@ -145,7 +145,8 @@ struct PhysicalAllocation {  // cuMemCreate
   uint64_t size = 0;
   int device = 0;
   int mappings = 0;
-  bool released = false;
+  int handles = 1;        // cuMemCreate's, plus one per cuMemRetainAllocationHandle
+  bool released = false;  // every handle released
 };
 
 struct Mapping {
@@ -225,6 +226,15 @@ class Driver {
   std::map<CUdeviceptr, Mapping> mappings;        // VMM mappings by address
   std::map<CUdeviceptr, uint64_t> reservations;   // VMM address ranges
   std::map<void*, size_t> host_allocations;
+  // Page-locked host memory: cuMemHostAlloc's flags, and ranges registered with cuMemHostRegister
+  // (api_host.cc). Host memory is never device memory: nothing here is charged.
+  std::map<void*, unsigned> host_allocation_flags;
+  struct HostRegion {
+    size_t size = 0;
+    unsigned flags = 0;
+    Context* context = nullptr;
+  };
+  std::map<uintptr_t, HostRegion> host_regions;  // by base address
 
   uint64_t next_address = 0x7f00'0000'0000ull;
   std::deque<uint64_t> pending_marks[kMaxDevices];  // launch queue depth per device

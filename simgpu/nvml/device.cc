@@ -232,6 +232,21 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major,
   return NVML_SUCCESS;
 }
 
+// The simulated GPUs of one machine reach each other (as NVSwitch-connected H200s do), over
+// PCIe as well as NVLink; atomics too. Between a device and itself every capability holds.
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
+                                    nvmlGpuP2PCapsIndex_t index, nvmlGpuP2PStatus_t* status) {
+  Device first, second;
+  if (nvmlReturn_t result = resolve(device1, first); result != NVML_SUCCESS) return result;
+  if (nvmlReturn_t result = resolve(device2, second); result != NVML_SUCCESS) return result;
+  if (status == nullptr || index < NVML_P2P_CAPS_INDEX_READ ||
+      index >= NVML_P2P_CAPS_INDEX_UNKNOWN) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  *status = NVML_P2P_STATUS_OK;
+  return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int* numCores) {
   Device dev;
   if (nvmlReturn_t result = resolve(device, dev); result != NVML_SUCCESS) return result;
