@@ -14,11 +14,9 @@
 #include <string_view>
 #include <vector>
 
+#include "resolve.h"
+
 namespace tessera::samples {
-
-enum class Resolve { kProcAddress, kDlsym };
-
-std::string_view resolve_name(Resolve resolve);
 
 // One driver entry point. One the driver did not provide stays null and answers
 // CUDA_ERROR_NOT_FOUND, so a sample reports which call it could not make instead of crashing.

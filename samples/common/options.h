@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "driver.h"
+#include "resolve.h"
 
 namespace tessera::samples {
 

@@ -4,6 +4,8 @@
 #include <iostream>
 #include <string>
 
+#include "driver.h"
+
 namespace tessera::samples {
 
 Json report_header(std::string_view sample, const Driver& driver, const DeviceInfo& device) {

@@ -7,9 +7,10 @@
 #include <functional>
 #include <string_view>
 
-#include "driver.h"
-
 namespace tessera::samples {
+
+class Driver;
+struct DeviceInfo;
 
 using Json = nlohmann::ordered_json;
 

@@ -8,6 +8,10 @@ fresh state file per run so tests never see each other's processes. The device i
   check_sample.py memory-fill  --binary B --lib-dir D --api alloc [-- more sample args]
   check_sample.py compute-burn --binary B --lib-dir D --launch kernel [-- more sample args]
   check_sample.py fails        --binary B --lib-dir D --stderr TEXT -- sample args
+
+The runtime-API samples (memory-fill-runtime, compute-burn-runtime) get the same checks, given
+--sample (the report's name), --oom (the runtime's name for the refusal) and --default-stream
+(the build the report must name); --host-memory checks that a fill took no device memory.
 """
 
 import argparse
@@ -54,7 +58,7 @@ def run_sample(binary, lib_dir, sample_args, timeout):
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def parse_report(completed, sample):
+def parse_report(completed, sample, default_stream=None):
     sys.stderr.write(completed.stderr)
     expect(completed.returncode == 0, f"exit status {completed.returncode}")
     lines = completed.stdout.splitlines()
@@ -65,6 +69,9 @@ def parse_report(completed, sample):
     expect(report.get("device") == DEVICE_NAME, f"device is {report.get('device')!r}")
     expect(isinstance(report.get("driver_version"), int) and report["driver_version"] >= 12000,
            f"driver_version is {report.get('driver_version')!r}")
+    if default_stream is not None:
+        expect(report.get("default_stream") == default_stream,
+               f"default_stream is {report.get('default_stream')!r}, expected {default_stream!r}")
     return report
 
 
@@ -75,7 +82,8 @@ def require_keys(report, keys):
 
 def check_memory_fill(args, extra):
     sample_args = ["--api", args.api] + extra
-    report = parse_report(run_sample(args.binary, args.lib_dir, sample_args, 60), "memory-fill")
+    report = parse_report(run_sample(args.binary, args.lib_dir, sample_args, 60),
+                          args.sample or "memory-fill", args.default_stream)
     require_keys(report, ["api", "chunk_bytes", "max_bytes", "chunks", "bytes_obtained",
                           "stop_reason", "mem_get_info_free", "mem_get_info_total",
                           "mem_get_info_free_after_release"])
@@ -87,11 +95,16 @@ def check_memory_fill(args, extra):
     if args.expect_bytes is not None:
         expect(obtained == args.expect_bytes, f"bytes_obtained {obtained} != {args.expect_bytes}")
         expect(report["stop_reason"] == "max_reached", f"stop_reason {report['stop_reason']!r}")
+        if args.host_memory:
+            # Host memory: the device's free memory did not move while it was held.
+            expect(report["mem_get_info_free"] == usable,
+                   f"mem_get_info_free {report['mem_get_info_free']} != {usable} while holding "
+                   f"{obtained} bytes of host memory")
     else:
         # Everything but the context overhead, to within the finest chunk.
         expect(usable - FINEST_CHUNK < obtained <= usable,
                f"bytes_obtained {obtained}, expected {usable} (16Gi less the context's 500Mi)")
-        expect(report["stop_reason"] == "CUDA_ERROR_OUT_OF_MEMORY",
+        expect(report["stop_reason"] == args.oom,
                f"stop_reason {report['stop_reason']!r}")
         expect(report["mem_get_info_free"] < FINEST_CHUNK,
                f"mem_get_info_free {report['mem_get_info_free']} after filling the device")
@@ -106,7 +119,8 @@ def check_memory_fill(args, extra):
 
 def check_compute_burn(args, extra):
     sample_args = ["--launch", args.launch, "--seconds", "1"] + extra
-    report = parse_report(run_sample(args.binary, args.lib_dir, sample_args, 60), "compute-burn")
+    report = parse_report(run_sample(args.binary, args.lib_dir, sample_args, 60),
+                          args.sample or "compute-burn", args.default_stream)
     require_keys(report, ["launch", "kernels", "seconds", "kernels_per_s", "blocks",
                           "threads_per_block", "latency_us_p50", "latency_us_p99"])
     expect(report["launch"] == args.launch, f"launch is {report['launch']!r}")
@@ -150,6 +164,14 @@ def main():
     parser.add_argument("--expect-bytes", type=int, help="memory-fill: stop at exactly this much")
     parser.add_argument("--expect-chunks", type=int)
     parser.add_argument("--stderr", default="", help="fails: text stderr must contain")
+    parser.add_argument("--sample", help="the report's sample name (default: the check's)")
+    parser.add_argument("--oom", default="CUDA_ERROR_OUT_OF_MEMORY",
+                        help="memory-fill: the stop reason of a fill the device refused")
+    parser.add_argument("--default-stream", choices=["legacy", "per-thread"],
+                        help="the default stream the report must name (runtime samples)")
+    parser.add_argument("--host-memory", action="store_true",
+                        help="memory-fill with --expect-bytes: the device's free memory must not "
+                             "drop while the memory is held")
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     args, extra = parser.parse_args(argv[:split]), argv[split + 1:]
