@@ -81,7 +81,8 @@ struct Event {
   uint64_t mark = 0;
   uint64_t record_ns = 0;
   uint64_t completed_ns = 0;  // cached once known
-  std::shared_ptr<IpcExportRecord> ipc_export;  // set once cuIpcGetEventHandle exported it
+  // Set once cuIpcGetEventHandle exported it.
+  std::shared_ptr<IpcExportRecord> ipc_export;
 };
 
 struct Function {
@@ -145,7 +146,8 @@ struct Allocation {
   MemPool* pool = nullptr;
   void* host_backing = nullptr;  // managed memory is host-accessible
   Context* context = nullptr;    // freed with its context
-  std::shared_ptr<IpcExportRecord> ipc_export;  // set once cuIpcGetMemHandle exported it
+  // Set once cuIpcGetMemHandle exported it.
+  std::shared_ptr<IpcExportRecord> ipc_export;
 };
 
 struct MemPool {
