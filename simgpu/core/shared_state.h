@@ -76,6 +76,22 @@ struct EngineConfig {
   uint64_t context_overhead;  // SIMGPU_CONTEXT_OVERHEAD: bytes of device memory per context
 };
 
+// An allocation or event a process exported with cuIpcGetMemHandle / cuIpcGetEventHandle
+// (simgpu/cuda/api_ipc.cc): what another process's cuIpcOpen* checks a handle against. Written by
+// the exporter; cleared when it frees the allocation or destroys the event. An entry whose
+// exporter died (pid + start time no longer live) is stale and may be taken again.
+inline constexpr int kMaxIpcExports = 512;
+struct IpcExport {
+  uint64_t nonce;  // random, 0: free
+  int32_t pid;
+  int32_t slot;  // the exporter's ProcessSlot
+  uint64_t start_time;
+  uint64_t base;  // the exporter's address (memory) or event handle (identity only)
+  uint64_t size;
+  uint32_t device;
+  uint32_t kind;  // 1 memory, 2 event
+};
+
 struct SharedState {
   uint32_t magic;
   uint32_t version;
@@ -89,6 +105,7 @@ struct SharedState {
   DeviceConfig devices[kMaxDevices];
   DeviceState device_state[kMaxDevices];
   ProcessSlot processes[kMaxProcesses];
+  IpcExport ipc_exports[kMaxIpcExports];
 };
 
 static_assert(offsetof(SharedState, magic) == 0);

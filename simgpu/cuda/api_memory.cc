@@ -52,7 +52,10 @@ CUresult free_allocation(Driver& driver, CUdeviceptr ptr) {
   auto it = driver.allocations.find(ptr);
   if (it == driver.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
   Allocation& allocation = it->second;
-  if (allocation.kind == AllocationKind::kGraph || allocation.kind == AllocationKind::kModule) {
+  // Graph memory, module variables and another process's memory opened by IPC (closed with
+  // cuIpcCloseMemHandle) are not cuMemFree's to free.
+  if (allocation.kind == AllocationKind::kGraph || allocation.kind == AllocationKind::kModule ||
+      allocation.kind == AllocationKind::kIpc) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (allocation.pool) {
@@ -69,6 +72,8 @@ CUresult free_allocation(Driver& driver, CUdeviceptr ptr) {
 // not contents. Managed memory is real host memory and is copied for real.
 CUresult check_device_range(Driver& driver, CUdeviceptr ptr, size_t bytes) {
   if (bytes == 0) return CUDA_SUCCESS;
+  // Memory another process freed after this one opened it by IPC is gone here too.
+  sweep_revoked_ipc_mappings(driver);
   if (find_allocation(driver, ptr, bytes, nullptr)) return CUDA_SUCCESS;
   for (const auto& [base, mapping] : driver.mappings) {
     if (ptr >= base && ptr + bytes <= base + mapping.size) return CUDA_SUCCESS;

@@ -42,6 +42,7 @@ uint64_t charged_bytes(uint64_t requested);
 
 struct Context;
 struct MemPool;
+struct IpcExportRecord;  // api_ipc.cc
 
 struct Stream {
   Context* context = nullptr;
@@ -80,6 +81,8 @@ struct Event {
   uint64_t mark = 0;
   uint64_t record_ns = 0;
   uint64_t completed_ns = 0;  // cached once known
+  // Set once cuIpcGetEventHandle exported it.
+  std::shared_ptr<IpcExportRecord> ipc_export;
 };
 
 struct Function {
@@ -119,7 +122,21 @@ struct Library {  // CUlibrary (cuLibraryLoadData): context-independent, loaded 
 };
 
 // kModule: a module's variable, placed at load and gone with the module (never cuMemFree'd).
-enum class AllocationKind { kDevice, kPitch, kManaged, kPool, kGraph, kModule };
+// kIpc: another process's allocation opened with cuIpcOpenMemHandle (charged to the exporter).
+enum class AllocationKind { kDevice, kPitch, kManaged, kPool, kGraph, kModule, kIpc };
+
+// An allocation or event this process exported (api_ipc.cc): held by the Allocation or Event, so
+// that however it goes (cuMemFree, cuEventDestroy, its context destroyed) the destructor clears
+// the shared-state entry and handles to it stop opening.
+struct IpcExportRecord {
+  int entry = -1;  // index into SharedState::ipc_exports
+  uint64_t nonce = 0;
+  unsigned char handle[64] = {};  // the CUipcMemHandle / CUipcEventHandle given out
+  IpcExportRecord() = default;
+  IpcExportRecord(const IpcExportRecord&) = delete;
+  IpcExportRecord& operator=(const IpcExportRecord&) = delete;
+  ~IpcExportRecord();
+};
 
 struct Allocation {
   uint64_t size = 0;     // bytes the caller asked for (the addressable range)
@@ -129,6 +146,8 @@ struct Allocation {
   MemPool* pool = nullptr;
   void* host_backing = nullptr;  // managed memory is host-accessible
   Context* context = nullptr;    // freed with its context
+  // Set once cuIpcGetMemHandle exported it.
+  std::shared_ptr<IpcExportRecord> ipc_export;
 };
 
 struct MemPool {
@@ -326,5 +345,10 @@ void enqueue_work(Driver& driver, Stream& stream, uint64_t work_ns,
 // pool memory above each pool's release threshold, as the real driver does at synchronisation.
 void synchronize_to(Driver& driver, int device, uint64_t mark, std::unique_lock<std::mutex>& lock);
 void trim_pools_at_sync(Driver& driver, int device);
+
+// IPC mappings this process opened (api_ipc.cc; call with the driver mutex held): drops those
+// whose exporter freed the allocation or exited, so that the addresses stop resolving. Run at
+// every cuIpc* call; the copy and memset paths may call it too.
+void sweep_revoked_ipc_mappings(Driver& driver);
 
 }  // namespace simgpu::driver

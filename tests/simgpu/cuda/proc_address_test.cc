@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <initializer_list>
 #include <ostream>
@@ -152,6 +153,13 @@ TEST(ExportTables, TheRuntimeTablesAreServedWithTheirSizes) {
 }
 
 TEST(ExportTables, ContextLocalStorageHoldsPerContextAndCallsBackWhenTheContextGoes) {
+  // A simulated machine of this test's own (each test runs in a process of its own).
+  char state[] = "/tmp/simgpu-export-tables-XXXXXX";
+  const int fd = mkstemp(state);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  unlink(state);
+  setenv("SIMGPU_STATE", state, 1);
   ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
   const CUuuid id = uuid_of({0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3,
                              0x55, 0xd8, 0x95, 0x93});
@@ -194,6 +202,7 @@ TEST(ExportTables, ContextLocalStorageHoldsPerContextAndCallsBackWhenTheContextG
   ASSERT_EQ(cuCtxDestroy_v2(context), CUDA_SUCCESS);
   EXPECT_EQ(callbacks, 1);
   EXPECT_EQ(called_for, context);
+  unlink(state);
 }
 
 TEST(ProcAddress, ErrorNamesAndStrings) {
