@@ -7,6 +7,7 @@
 // pool, still reserved, when it is destroyed, and cuDeviceGraphMemTrim returns what the pool holds
 // unused to the device.
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "driver.h"
@@ -214,7 +215,9 @@ SIMGPU_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph handle
     return CUDA_ERROR_INVALID_VALUE;
   }
   graph->kernels.push_back(kernel);
-  *node = reinterpret_cast<CUgraphNode>(new_node(driver, *graph, CU_GRAPH_NODE_TYPE_KERNEL));
+  GraphNode* added = new_node(driver, *graph, CU_GRAPH_NODE_TYPE_KERNEL);
+  added->kernel = static_cast<int>(graph->kernels.size()) - 1;
+  *node = reinterpret_cast<CUgraphNode>(added);
   return CUDA_SUCCESS;
 }
 
@@ -492,4 +495,100 @@ SIMGPU_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mo
   thread_local CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   std::swap(thread_mode, *mode);
   return CUDA_SUCCESS;
+}
+
+namespace {
+
+// The graph holding a node (each node belongs to one graph), or nullptr.
+Graph* graph_of(Driver& driver, const GraphNode* node) {
+  for (Graph* graph : driver.graphs) {
+    for (const auto& owned : graph->nodes) {
+      if (owned.get() == node) return graph;
+    }
+  }
+  return nullptr;
+}
+
+CUresult kernel_node_params(CUgraphNode handle, CUDA_KERNEL_NODE_PARAMS* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  GraphNode* node = valid_node(driver, handle);
+  Graph* graph = node ? graph_of(driver, node) : nullptr;
+  if (!graph || node->type != CU_GRAPH_NODE_TYPE_KERNEL || node->kernel < 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const KernelLaunch& kernel = graph->kernels[static_cast<size_t>(node->kernel)];
+  *params = CUDA_KERNEL_NODE_PARAMS{};
+  params->func = reinterpret_cast<CUfunction>(kernel.function);
+  params->gridDimX = kernel.grid[0], params->gridDimY = kernel.grid[1],
+  params->gridDimZ = kernel.grid[2];
+  params->blockDimX = kernel.block[0], params->blockDimY = kernel.block[1],
+  params->blockDimZ = kernel.block[2];
+  params->sharedMemBytes = kernel.shared_bytes;
+  return CUDA_SUCCESS;  // kernel arguments are not kept: kernels do not run
+}
+
+// A new shape (and function) for one kernel node of an executable graph.
+CUresult set_exec_kernel_node(CUgraphExec exec_handle, CUgraphNode handle, CUfunction func,
+                              const unsigned grid[3], const unsigned block[3], unsigned shared) {
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  auto* exec = reinterpret_cast<GraphExec*>(exec_handle);
+  GraphNode* node = valid_node(driver, handle);
+  if (!driver.graph_execs.count(exec) || !node || node->type != CU_GRAPH_NODE_TYPE_KERNEL ||
+      node->kernel < 0 || static_cast<size_t>(node->kernel) >= exec->graph.kernels.size()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Function* function = resolve_function(driver, func);
+  const uint64_t threads = uint64_t{block[0]} * block[1] * block[2];
+  if (!function || threads == 0 || threads > kMaxThreadsPerBlock || !grid[0] || !grid[1] ||
+      !grid[2]) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  KernelLaunch& kernel = exec->graph.kernels[static_cast<size_t>(node->kernel)];
+  kernel.function = function;
+  std::copy(grid, grid + 3, kernel.grid);
+  std::copy(block, block + 3, kernel.block);
+  kernel.shared_bytes = shared;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+#undef cuGraphKernelNodeGetParams
+#undef cuGraphExecKernelNodeSetParams
+
+SIMGPU_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node,
+                                                     CUDA_KERNEL_NODE_PARAMS* params) {
+  return kernel_node_params(node, params);
+}
+
+// The CUDA 10-11 ABI: the same struct without its last two fields.
+SIMGPU_EXPORT CUresult cuGraphKernelNodeGetParams(CUgraphNode node,
+                                                  CUDA_KERNEL_NODE_PARAMS_v1* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_KERNEL_NODE_PARAMS full{};
+  if (CUresult r = kernel_node_params(node, &full); r != CUDA_SUCCESS) return r;
+  std::memcpy(params, &full, sizeof *params);
+  return CUDA_SUCCESS;
+}
+
+SIMGPU_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,
+                                                         const CUDA_KERNEL_NODE_PARAMS* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  const unsigned grid[3] = {params->gridDimX, params->gridDimY, params->gridDimZ};
+  const unsigned block[3] = {params->blockDimX, params->blockDimY, params->blockDimZ};
+  CUfunction func = params->func ? params->func : reinterpret_cast<CUfunction>(params->kern);
+  return set_exec_kernel_node(exec, node, func, grid, block, params->sharedMemBytes);
+}
+
+SIMGPU_EXPORT CUresult cuGraphExecKernelNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                      const CUDA_KERNEL_NODE_PARAMS_v1* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  const unsigned grid[3] = {params->gridDimX, params->gridDimY, params->gridDimZ};
+  const unsigned block[3] = {params->blockDimX, params->blockDimY, params->blockDimZ};
+  return set_exec_kernel_node(exec, node, params->func, grid, block, params->sharedMemBytes);
 }

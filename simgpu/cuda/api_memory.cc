@@ -68,6 +68,10 @@ CUresult free_allocation(Driver& driver, CUdeviceptr ptr) {
   return CUDA_SUCCESS;
 }
 
+}  // namespace
+
+namespace simgpu::driver {
+
 // Copies touch device memory only as ranges to validate: the simulator models capacity and time,
 // not contents. Managed memory is real host memory and is copied for real.
 CUresult check_device_range(Driver& driver, CUdeviceptr ptr, size_t bytes) {
@@ -98,6 +102,10 @@ bool is_device_address(Driver& driver, CUdeviceptr ptr) {
   --mapping;
   return ptr < mapping->first + mapping->second.size;
 }
+
+}  // namespace simgpu::driver
+
+namespace {
 
 CUresult copy(CUdeviceptr dst, const void* src_host, CUdeviceptr src, void* dst_host, size_t bytes);
 

@@ -192,6 +192,7 @@ struct GraphNode {
   CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
   CUDA_MEM_ALLOC_NODE_PARAMS alloc{};  // CU_GRAPH_NODE_TYPE_MEM_ALLOC (dptr filled in)
   CUdeviceptr freed = 0;               // CU_GRAPH_NODE_TYPE_MEM_FREE
+  int kernel = -1;                     // CU_GRAPH_NODE_TYPE_KERNEL: its index in Graph::kernels
 };
 
 struct Graph {
@@ -298,6 +299,13 @@ CUresult require_context(Driver& driver, Context*& context);
 // Reserves device memory and records a new allocation at a fresh address.
 CUresult allocate_device_memory(Driver& driver, Context* context, uint64_t size, uint64_t charged,
                                 AllocationKind kind, CUdeviceptr* out);
+// Device memory checks for copies and stream memory operations (api_memory.cc; call with the
+// driver mutex held): a range inside one allocation or VMM mapping; the host-visible bytes of a
+// managed allocation (nullptr for device memory, whose contents are not modelled); whether an
+// address is device memory at all (with unified addressing, anything else is host memory).
+CUresult check_device_range(Driver& driver, CUdeviceptr ptr, size_t bytes);
+void* host_view(Driver& driver, CUdeviceptr ptr, size_t bytes);
+bool is_device_address(Driver& driver, CUdeviceptr ptr);
 // Finds the allocation containing [ptr, ptr + size), or nullptr.
 Allocation* find_allocation(Driver& driver, CUdeviceptr ptr, uint64_t size, CUdeviceptr* base);
 
