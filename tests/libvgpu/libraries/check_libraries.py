@@ -117,6 +117,7 @@ def main():
         failures = failed_steps(small)
         expect(not small["complete"] and failures, "small share: the library ran to its end")
         oom_names = ("cudaErrorMemoryAllocation", "CURAND_STATUS_ALLOCATION_FAILED",
+                     "CUBLAS_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_NOT_INITIALIZED",
                      "CUDNN_STATUS_ALLOC_FAILED", "unhandled cuda error")
         expect(any(any(name in f["text"] for name in oom_names) for f in failures),
                f"small share: failures are not out-of-memory statuses: {failures}")

@@ -3,10 +3,11 @@
 // prints one JSON line: each step's status (the library's own enum, as an integer and its name),
 // the device memory the process held at its peak (cudaMemGetInfo), and whether it ran to the end.
 //
-//   library_probe curand | cudnn | nccl [ranks]
+//   library_probe cublas | curand | cudnn | nccl [ranks]
 //
 // With LIBRARY_PROBE_HOLD=1 it prints {"holding":true} at its peak (everything allocated, the
 // work done) and waits there until stdin closes, so a checker can read the device's view of it.
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <curand.h>
@@ -97,6 +98,26 @@ int run_curand(Report& report) {
   }
   status = curandDestroyGenerator(generator);
   report.step("curandDestroyGenerator", status, curand_name(status));
+  return report.print();
+}
+
+// cuBLAS's handle with a workspace of its own. (Its GEMMs answer CUBLAS_STATUS_NOT_SUPPORTED on
+// the simulated GPU: docs/simulator.md.)
+int run_cublas(Report& report) {
+  cublasHandle_t handle = nullptr;
+  cublasStatus_t status = cublasCreate(&handle);
+  if (!report.step("cublasCreate", status, cublasGetStatusName(status))) return report.print();
+  void* workspace = nullptr;
+  const size_t workspace_bytes = 32u << 20;  // cuBLAS's own default on Hopper
+  const cudaError_t allocated = cudaMalloc(&workspace, workspace_bytes);
+  if (report.step("cudaMalloc", allocated, cudaGetErrorName(allocated))) {
+    status = cublasSetWorkspace(handle, workspace, workspace_bytes);
+    report.step("cublasSetWorkspace", status, cublasGetStatusName(status));
+    report.hold();
+  }
+  status = cublasDestroy(handle);
+  report.step("cublasDestroy", status, cublasGetStatusName(status));
+  cudaFree(workspace);
   return report.print();
 }
 
@@ -191,6 +212,7 @@ int run_nccl(Report& report, int ranks) {
 int main(int argc, char** argv) {
   Report report;
   report.library = argc > 1 ? argv[1] : "";
+  if (report.library == "cublas") return run_cublas(report);
   if (report.library == "curand") return run_curand(report);
   if (report.library == "cudnn") return run_cudnn(report);
   if (report.library == "nccl") {
@@ -202,6 +224,6 @@ int main(int argc, char** argv) {
     report.library += std::to_string(ranks);
     return run_nccl(report, ranks);
   }
-  std::fprintf(stderr, "usage: library_probe curand | cudnn | nccl [ranks]\n");
+  std::fprintf(stderr, "usage: library_probe cublas | curand | cudnn | nccl [ranks]\n");
   return 2;
 }
