@@ -633,4 +633,38 @@ TEST(SimNvml, LibraryExportsOnlyNvmlSymbols) {
   }
 }
 
+// Every simulated GPU reaches every other for each capability; an index past the known ones (and
+// a missing result) is an argument error.
+TEST(SimNvml, P2PStatusIsOkBetweenSimulatedDevices) {
+  run_scenario({}, [] {
+    ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);
+    nvmlDevice_t first = device_handle(0);
+    nvmlDevice_t second = device_handle(1);
+    ASSERT_NE(first, second);
+    for (nvmlGpuP2PCapsIndex_t index :
+         {NVML_P2P_CAPS_INDEX_READ, NVML_P2P_CAPS_INDEX_WRITE, NVML_P2P_CAPS_INDEX_NVLINK,
+          NVML_P2P_CAPS_INDEX_ATOMICS, NVML_P2P_CAPS_INDEX_PCI}) {
+      SCOPED_TRACE("index " + std::to_string(index));
+      nvmlGpuP2PStatus_t status = NVML_P2P_STATUS_UNKNOWN;
+      ASSERT_EQ(nvmlDeviceGetP2PStatus(first, second, index, &status), NVML_SUCCESS);
+      EXPECT_EQ(status, NVML_P2P_STATUS_OK);
+      status = NVML_P2P_STATUS_UNKNOWN;
+      ASSERT_EQ(nvmlDeviceGetP2PStatus(second, first, index, &status), NVML_SUCCESS);
+      EXPECT_EQ(status, NVML_P2P_STATUS_OK);
+    }
+    nvmlGpuP2PStatus_t status = NVML_P2P_STATUS_UNKNOWN;
+    EXPECT_EQ(nvmlDeviceGetP2PStatus(first, second, NVML_P2P_CAPS_INDEX_UNKNOWN, &status),
+              NVML_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(status, NVML_P2P_STATUS_UNKNOWN);  // untouched on failure
+    EXPECT_EQ(
+        nvmlDeviceGetP2PStatus(first, second, static_cast<nvmlGpuP2PCapsIndex_t>(-1), &status),
+        NVML_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(nvmlDeviceGetP2PStatus(first, second, NVML_P2P_CAPS_INDEX_READ, nullptr),
+              NVML_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(nvmlDeviceGetP2PStatus(first, nullptr, NVML_P2P_CAPS_INDEX_READ, &status),
+              NVML_ERROR_INVALID_ARGUMENT);
+    ASSERT_EQ(nvmlShutdown(), NVML_SUCCESS);
+  });
+}
+
 }  // namespace
