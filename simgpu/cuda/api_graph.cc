@@ -321,6 +321,7 @@ SIMGPU_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph han
   exec->graph.kernels = graph->kernels;
   exec->graph.device = graph->device;
   for (const auto& node : graph->nodes) {
+    exec->source_nodes.insert(node.get());
     if (node->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
       exec->memory_bytes += round_up(node->alloc.bytesize, kPageBytes);
     }
@@ -538,8 +539,10 @@ CUresult set_exec_kernel_node(CUgraphExec exec_handle, CUgraphNode handle, CUfun
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   auto* exec = reinterpret_cast<GraphExec*>(exec_handle);
   GraphNode* node = valid_node(driver, handle);
-  if (!driver.graph_execs.count(exec) || !node || node->type != CU_GRAPH_NODE_TYPE_KERNEL ||
-      node->kernel < 0 || static_cast<size_t>(node->kernel) >= exec->graph.kernels.size()) {
+  // The node must be one of the graph the executable graph was instantiated from.
+  if (!driver.graph_execs.count(exec) || !node || !exec->source_nodes.count(node) ||
+      node->type != CU_GRAPH_NODE_TYPE_KERNEL || node->kernel < 0 ||
+      static_cast<size_t>(node->kernel) >= exec->graph.kernels.size()) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   Function* function = resolve_function(driver, func);

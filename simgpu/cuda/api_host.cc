@@ -36,7 +36,7 @@ bool find_host_range(Driver& driver, const void* pointer, HostRange& out) {
     const auto base = reinterpret_cast<uintptr_t>(allocation->first);
     if (address < base + allocation->second) {
       out = {base, allocation->second, driver.host_allocation_flags[allocation->first],
-             current_context()};
+             driver.host_allocation_contexts[allocation->first]};
       return true;
     }
   }
@@ -73,8 +73,20 @@ CUresult pointer_attribute(Driver& driver, CUpointer_attribute attribute, CUdevi
     }
   }
   if (!allocation && !is_host && !mapping) return CUDA_ERROR_INVALID_VALUE;
-  const CUdeviceptr range_base = allocation ? base : is_host ? host.base : mapping_base;
-  const size_t range_size = allocation ? allocation->size : is_host ? host.size : mapping->size;
+  // A VMM pointer's range is the reservation it lies in (cuMemAddressReserve); its mapping is
+  // what MAPPING_BASE_ADDR / MAPPING_SIZE report.
+  CUdeviceptr range_base = allocation ? base : is_host ? host.base : mapping_base;
+  size_t range_size = allocation ? allocation->size : is_host ? host.size : mapping->size;
+  if (mapping) {
+    auto reservation = driver.reservations.upper_bound(ptr);
+    if (reservation != driver.reservations.begin()) {
+      --reservation;
+      if (ptr < reservation->first + reservation->second) {
+        range_base = reservation->first;
+        range_size = reservation->second;
+      }
+    }
+  }
   const int device = allocation ? allocation->device
                      : mapping  ? mapping->physical ? mapping->physical->device : 0
                                 : (host.context ? host.context->device : 0);
@@ -117,12 +129,16 @@ CUresult pointer_attribute(Driver& driver, CUpointer_attribute attribute, CUdevi
                     : 0u);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
       put(data, range_base);
       return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+      put(data, mapping ? mapping_base : range_base);
+      return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
       put(data, range_size);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+      put(data, mapping ? mapping->size : range_size);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MAPPED:
       put(data, 1u);

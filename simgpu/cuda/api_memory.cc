@@ -272,6 +272,7 @@ SIMGPU_EXPORT CUresult cuMemHostAlloc(void** pointer, size_t bytes, unsigned int
   if (!memory) return CUDA_ERROR_OUT_OF_MEMORY;
   driver.host_allocations[memory] = bytes;
   driver.host_allocation_flags[memory] = flags;
+  driver.host_allocation_contexts[memory] = context;
   *pointer = memory;
   return CUDA_SUCCESS;
 }
@@ -290,6 +291,7 @@ SIMGPU_EXPORT CUresult cuMemFreeHost(void* pointer) {
   std::free(pointer);
   driver.host_allocations.erase(it);
   driver.host_allocation_flags.erase(pointer);
+  driver.host_allocation_contexts.erase(pointer);
   return CUDA_SUCCESS;
 }
 

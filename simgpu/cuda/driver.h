@@ -202,7 +202,8 @@ struct Graph {
 };
 
 struct GraphExec {
-  Graph graph;                  // kernels and device (node handles stay with the graph)
+  Graph graph;  // kernels and device (node handles stay with the graph)
+  std::unordered_set<const GraphNode*> source_nodes;  // the nodes of the graph it was made from
   bool memory_charged = false;  // its allocations are mapped from the device's graph pool
   uint64_t memory_bytes = 0;
 };
@@ -249,6 +250,7 @@ class Driver {
   // Page-locked host memory: cuMemHostAlloc's flags, and ranges registered with cuMemHostRegister
   // (api_host.cc). Host memory is never device memory: nothing here is charged.
   std::map<void*, unsigned> host_allocation_flags;
+  std::map<void*, Context*> host_allocation_contexts;  // the context each was allocated in
   struct HostRegion {
     size_t size = 0;
     unsigned flags = 0;

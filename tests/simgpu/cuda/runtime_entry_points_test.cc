@@ -300,9 +300,6 @@ TEST(SimRuntimeEntryPoints, PointerAttributesOfEachKindOfMemory) {
 // the address of the mappable address range ptr references (e.g. from cuMemAddressReserve)";
 // MAPPING_BASE_ADDR/MAPPING_SIZE and cuMemGetAddressRange give the mapped region.
 TEST(SimRuntimeEntryPoints, PointerRangeOfAPartlyMappedReservationIsTheReservation) {
-  GTEST_SKIP() << "bug: cuPointerGetAttribute(RANGE_START_ADDR/RANGE_SIZE) on a VMM mapping "
-                  "returns the mapping's base/size, not the cuMemAddressReserve range's "
-                  "(simgpu/cuda/api_host.cc pointer_attribute: range_base/range_size)";
   SimEnvironment env;
   scenario([] {
     primary();
@@ -345,9 +342,6 @@ TEST(SimRuntimeEntryPoints, PointerRangeOfAPartlyMappedReservationIsTheReservati
 // cuda.h: CU_POINTER_ATTRIBUTE_CONTEXT is "the CUcontext in which ptr was allocated or
 // registered", whichever context is current when asked.
 TEST(SimRuntimeEntryPoints, HostAllocationKeepsTheContextItWasAllocatedIn) {
-  GTEST_SKIP() << "bug: CU_POINTER_ATTRIBUTE_CONTEXT of cuMemHostAlloc memory is the context "
-                  "current at the query, not the allocating one (api_host.cc find_host_range "
-                  "uses current_context(); host_allocations keep no context)";
   SimEnvironment env;
   scenario([] {
     const CUcontext context = primary();
@@ -916,9 +910,6 @@ TEST(SimRuntimeEntryPoints, GraphKernelNodeParamsRoundTripAndUpdate) {
 // cuda.h (cuGraphExecKernelNodeSetParams): hNode is a "kernel node from the graph from which
 // graphExec was instantiated"; a node of another graph is CUDA_ERROR_INVALID_VALUE.
 TEST(SimRuntimeEntryPoints, ExecKernelNodeSetParamsRefusesANodeOfAnotherGraph) {
-  GTEST_SKIP() << "bug: cuGraphExecKernelNodeSetParams(_v2) accepts a kernel node of another "
-                  "graph and updates whichever exec kernel has its index (api_graph.cc "
-                  "set_exec_kernel_node checks only node->kernel < exec->graph.kernels.size())";
   SimEnvironment env;
   scenario([] {
     primary();
