@@ -2,8 +2,6 @@
 // to load the kernels a program registers: a library holds an image's kernel names; each context
 // that uses it gets a module of its own on first use, freed with the context or the library.
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "driver.h"
 
@@ -97,11 +95,8 @@ SIMGPU_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* pat
                                              void**, unsigned int, CUlibraryOption*, void**,
                                              unsigned int) {
   if (!path) return CUDA_ERROR_INVALID_VALUE;
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return CUDA_ERROR_FILE_NOT_FOUND;
-  std::stringstream contents;
-  contents << file.rdbuf();
-  const std::string image = contents.str();
+  std::string image;
+  if (CUresult r = read_image_file(path, image); r != CUDA_SUCCESS) return r;
   return load_library(library, image.c_str(), image.size());
 }
 

@@ -5,8 +5,6 @@
 // inputs were).
 #include <algorithm>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "driver.h"
 #include "fatbin.h"
@@ -128,11 +126,8 @@ SIMGPU_EXPORT CUresult cuLinkAddData(CUlinkState handle, CUjitInputType type, vo
 SIMGPU_EXPORT CUresult cuLinkAddFile_v2(CUlinkState handle, CUjitInputType type, const char* path,
                                         unsigned int count, CUjit_option* options, void** values) {
   if (!path) return CUDA_ERROR_INVALID_VALUE;
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return CUDA_ERROR_FILE_NOT_FOUND;
-  std::stringstream contents;
-  contents << file.rdbuf();
-  std::string image = contents.str();
+  std::string image;
+  if (CUresult r = read_image_file(path, image); r != CUDA_SUCCESS) return r;
   if (image.empty()) return CUDA_ERROR_INVALID_IMAGE;
   return cuLinkAddData_v2(handle, type, image.data(), image.size(), path, count, options, values);
 }

@@ -96,6 +96,15 @@ CUresult read_image(const void* image, size_t size_hint, ImageKernels& out) {
   return CUDA_SUCCESS;
 }
 
+CUresult read_image_file(const char* path, std::string& out) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return CUDA_ERROR_FILE_NOT_FOUND;
+  std::stringstream contents;
+  contents << file.rdbuf();
+  out = contents.str();
+  return CUDA_SUCCESS;
+}
+
 Module* create_module(Driver& driver, Context* context, const ImageKernels& kernels) {
   auto* module = new Module();
   module->context = context;
@@ -162,11 +171,8 @@ SIMGPU_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* module, const void* image
 
 SIMGPU_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* path) {
   if (!path) return CUDA_ERROR_INVALID_VALUE;
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return CUDA_ERROR_FILE_NOT_FOUND;
-  std::stringstream contents;
-  contents << file.rdbuf();
-  const std::string image = contents.str();
+  std::string image;
+  if (CUresult r = read_image_file(path, image); r != CUDA_SUCCESS) return r;
   return load_module(module, image.c_str(), image.size());
 }
 

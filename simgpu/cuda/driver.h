@@ -321,6 +321,9 @@ GraphNode* add_graph_free_node(Driver& driver, Graph& graph, CUdeviceptr ptr);
 // Modules (api_module.cc; call with the driver mutex held). read_image accepts PTX, a cubin, a
 // fat binary or the runtime's fat-binary wrapper; `size_hint` is the image size where known.
 CUresult read_image(const void* image, size_t size_hint, ImageKernels& out);
+// An image file's bytes (cuModuleLoad, cuLibraryLoadFromFile, cuLinkAddFile):
+// CUDA_ERROR_FILE_NOT_FOUND when it cannot be opened.
+CUresult read_image_file(const char* path, std::string& out);
 Module* create_module(Driver& driver, Context* context, const ImageKernels& kernels);
 void destroy_module(Driver& driver, Module* module);
 Function* add_function(Driver& driver, Module& module, const std::string& name);

@@ -4,6 +4,7 @@
 // Each child launches an empty kernel on the primary context of device 0.
 #pragma once
 
+#include <benchmark/benchmark.h>
 #include <cuda.h>
 
 #include <sys/wait.h>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace tessera::bench {
 
@@ -32,6 +34,20 @@ inline bool load_empty_kernel(CUcontext* context, CUfunction* kernel) {
          cuModuleLoadData(&module, kEmptyKernelPtx) == CUDA_SUCCESS &&
          cuModuleGetFunction(kernel, module, "empty_kernel") == CUDA_SUCCESS;
 }
+
+// Child mode's output: "name nanoseconds-per-iteration" lines on stdout, which run_bench_child
+// reads back.
+class LineReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      std::printf(
+          "%s %.1f\n", run.benchmark_name().c_str(),
+          run.GetAdjustedRealTime() * 1e9 / benchmark::GetTimeUnitMultiplier(run.time_unit));
+    }
+  }
+};
 
 inline bool is_bench_child() {
   return std::getenv(kChildVariable) != nullptr;
@@ -103,6 +119,19 @@ inline int compare_runs(char** argv, const char* kernel_us, const char* limit_va
                 with - base, with_limit - base);
   }
   return plain.empty() || shim.empty() || limited.empty() ? 1 : 0;
+}
+
+// A benchmark program's main: as a child it runs its benchmarks; as the parent it compares the
+// runs without the shim, with it, and with `limit_variable`=`limit_value` (compare_runs).
+inline int bench_main(int argc, char** argv, const char* kernel_us, const char* limit_variable,
+                      const char* limit_value, const char* limit_label) {
+  if (is_bench_child()) {
+    benchmark::Initialize(&argc, argv);
+    LineReporter reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    return 0;
+  }
+  return compare_runs(argv, kernel_us, limit_variable, limit_value, limit_label);
 }
 
 }  // namespace tessera::bench

@@ -51,27 +51,9 @@ void BM_LaunchKernel(benchmark::State& state) {
 }
 BENCHMARK(BM_LaunchKernel);
 
-// Child mode: "name nanoseconds-per-iteration" lines on stdout.
-class LineReporter : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& run : runs) {
-      std::printf(
-          "%s %.1f\n", run.benchmark_name().c_str(),
-          run.GetAdjustedRealTime() * 1e9 / benchmark::GetTimeUnitMultiplier(run.time_unit));
-    }
-  }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (tessera::bench::is_bench_child()) {
-    benchmark::Initialize(&argc, argv);
-    LineReporter reporter;
-    benchmark::RunSpecifiedBenchmarks(&reporter);
-    return 0;
-  }
-  return tessera::bench::compare_runs(argv, "default=1", "TESSERA_MEMORY_LIMIT", "8Gi", "limit");
+  return tessera::bench::bench_main(argc, argv, "default=1", "TESSERA_MEMORY_LIMIT", "8Gi",
+                                    "limit");
 }

@@ -19,38 +19,14 @@ import subprocess
 import sys
 import tempfile
 
-GIB = 1 << 30
-MIB = 1 << 20
-QUOTA = 4 * GIB
-CONTEXT_OVERHEAD = 500 * MIB  # the simulator's default (SIMGPU_CONTEXT_OVERHEAD)
-DEVICE = "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0"
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def expect(condition, message):
-    if not condition:
-        raise CheckFailed(message)
-
-
-def parse(line, what):
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError:
-        raise CheckFailed(f"{what}: not a JSON report: {line!r}")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtime"))
+from probe_checks import (CONTEXT_OVERHEAD, QUOTA, expect, main_of, parse_report,  # noqa: E402
+                          run_probe, simulator_env)
 
 
 def run(command, env, what):
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-    lines = [l for l in completed.stdout.splitlines() if l.startswith("{")]
-    if completed.returncode != 0 or not lines:
-        sys.stderr.write(completed.stderr[-4000:])
-    expect(completed.returncode == 0, f"{what}: exit status {completed.returncode}")
-    expect(lines, f"{what}: no report")
-    report = parse(lines[-1], what)
-    print(f"{what}: {lines[-1]}", flush=True)
+    status, report = run_probe(command, env, what)
+    expect(status == 0, f"{what}: exit status {status}")
     return report
 
 
@@ -66,19 +42,9 @@ def main():
     parser.add_argument("ranks", nargs="?", default="1")
     args = parser.parse_args()
     probe = [args.probe, args.library] + ([args.ranks] if args.library == "nccl" else [])
-    devices = ";".join([DEVICE] * int(args.ranks))
 
     with tempfile.TemporaryDirectory(prefix="tessera-libraries-") as work:
-        env = dict(os.environ)
-        env.update({
-            "LD_LIBRARY_PATH": f"{args.lib_dir}:{args.cuda_lib_dir}",
-            "SIMGPU_STATE": os.path.join(work, "simgpu.state"),
-            "SIMGPU_DEVICES": devices,
-            "XDG_RUNTIME_DIR": work,
-        })
-        for name in ("SIMGPU_CONTEXT_OVERHEAD", "TESSERA_MEMORY_LIMIT", "LD_PRELOAD",
-                     "LIBRARY_PROBE_HOLD", "NCCL_DEBUG"):
-            env.pop(name, None)
+        env = simulator_env(work, args.lib_dir, args.cuda_lib_dir, devices=int(args.ranks))
         share = [args.tessera, "run", "--memory", "4Gi", "--cores", "30",
                  "--libvgpu", args.libvgpu, "--"]
 
@@ -96,7 +62,8 @@ def main():
                                   stdout=subprocess.PIPE, text=True)
         try:
             line = holder.stdout.readline()
-            expect(parse(line, "holding").get("holding"), f"the probe did not hold: {line!r}")
+            expect(parse_report(line, "holding").get("holding"),
+                   f"the probe did not hold: {line!r}")
             status = json.loads(subprocess.run([args.simgpu_ctl, "status"], env=env, check=True,
                                                capture_output=True, text=True).stdout)
             held = [sum(p["memory_bytes"] for p in d["processes"]) for d in status["devices"]]
@@ -121,12 +88,7 @@ def main():
                      "CUDNN_STATUS_ALLOC_FAILED", "unhandled cuda error")
         expect(any(any(name in f["text"] for name in oom_names) for f in failures),
                f"small share: failures are not out-of-memory statuses: {failures}")
-    print("ok")
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except CheckFailed as failure:
-        print(f"FAIL: {failure}")
-        sys.exit(1)
+    main_of(main)

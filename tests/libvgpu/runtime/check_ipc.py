@@ -9,41 +9,19 @@ the handle opens once per process (refcounted), never in its own exporter.
 """
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 
-GIB = 1 << 30
-MIB = 1 << 20
-DEVICE_MEMORY = 16 * GIB
-CONTEXT_OVERHEAD = 500 * MIB  # the simulator's default (SIMGPU_CONTEXT_OVERHEAD)
-QUOTA = 4 * GIB
+from probe_checks import (CONTEXT_OVERHEAD, DEVICE_MEMORY, GIB, MIB, QUOTA, expect, main_of,
+                          run_probe, simulator_env)
+
 EXPORTED = 2 * GIB
 CHUNK = 64 * MIB
 
 
-class CheckFailed(Exception):
-    pass
-
-
-def expect(condition, message):
-    if not condition:
-        raise CheckFailed(message)
-
-
 def run(command, env, what):
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-    sys.stderr.write(completed.stderr)
-    lines = completed.stdout.splitlines()
-    expect(lines, f"{what}: no report (exit status {completed.returncode})")
-    print(f"{what}: {lines[-1]}", flush=True)
-    try:
-        report = json.loads(lines[-1])
-    except json.JSONDecodeError:
-        raise CheckFailed(f"{what}: not a JSON report: {lines[-1]!r}")
-    expect(completed.returncode == 0, f"{what}: exited {completed.returncode}")
+    status, report = run_probe(command, env, what, timeout=60)
+    expect(status == 0, f"{what}: exited {status}")
     expect("error" not in report, f"{what}: the exporter failed: {report.get('error')}")
     return report
 
@@ -86,15 +64,7 @@ def main():
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="tessera-ipc-") as work:
-        env = dict(os.environ)
-        env.update({
-            "LD_LIBRARY_PATH": f"{args.lib_dir}:{args.cuda_lib_dir}",
-            "SIMGPU_STATE": os.path.join(work, "simgpu.state"),
-            "SIMGPU_DEVICES": "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0",
-            "XDG_RUNTIME_DIR": work,
-        })
-        for name in ("SIMGPU_CONTEXT_OVERHEAD", "TESSERA_MEMORY_LIMIT", "LD_PRELOAD"):
-            env.pop(name, None)
+        env = simulator_env(work, args.lib_dir, args.cuda_lib_dir)
         probe = [args.probe, str(EXPORTED), str(CHUNK)]
 
         check(run(probe, env, "bare"), DEVICE_MEMORY, "bare")
@@ -102,12 +72,7 @@ def main():
         share = [args.tessera, "run", "--memory", "4Gi", "--share-dir", os.path.join(work, "share"),
                  "--libvgpu", args.libvgpu, "--"]
         check(run(share + probe, env, "share"), QUOTA, "share")
-    print("ok")
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except CheckFailed as failure:
-        print(f"FAIL: {failure}")
-        sys.exit(1)
+    main_of(main)

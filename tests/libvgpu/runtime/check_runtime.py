@@ -8,46 +8,26 @@ one share hold the quota together.
 """
 
 import argparse
-import json
-import os
 import subprocess
-import sys
 import tempfile
 
-GIB = 1 << 30
-MIB = 1 << 20
-DEVICE_MEMORY = 16 * GIB
-CONTEXT_OVERHEAD = 500 * MIB  # the simulator's default (SIMGPU_CONTEXT_OVERHEAD)
-QUOTA = 4 * GIB
+from probe_checks import (CONTEXT_OVERHEAD, DEVICE_MEMORY, GIB, MIB, QUOTA, expect, main_of,
+                          parse_report, run_probe, simulator_env)
+
 CHUNK = 64 * MIB
 
 
-class CheckFailed(Exception):
-    pass
-
-
-def expect(condition, message):
-    if not condition:
-        raise CheckFailed(message)
-
-
 def report_of(line, what):
-    try:
-        report = json.loads(line)
-    except json.JSONDecodeError:
-        raise CheckFailed(f"{what}: not a JSON report: {line!r}")
+    report = parse_report(line, what)
     print(f"{what}: {line.strip()}", flush=True)
     expect("error" not in report, f"{what}: the runtime failed: {report.get('error')}")
     return report
 
 
 def run(command, env, what):
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-    sys.stderr.write(completed.stderr)
-    lines = completed.stdout.splitlines()
-    expect(lines, f"{what}: no report (exit status {completed.returncode})")
-    report = report_of(lines[-1], what)
-    return completed.returncode, report
+    status, report = run_probe(command, env, what)
+    expect("error" not in report, f"{what}: the runtime failed: {report.get('error')}")
+    return status, report
 
 
 def check_fill(report, limit, what, total=None):
@@ -70,16 +50,7 @@ def main():
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="tessera-runtime-") as work:
-        env = dict(os.environ)
-        env.update({
-            # The simulated driver first; the toolkit's folder for the shared runtime's libcudart.
-            "LD_LIBRARY_PATH": f"{args.lib_dir}:{args.cuda_lib_dir}",
-            "SIMGPU_STATE": os.path.join(work, "simgpu.state"),
-            "SIMGPU_DEVICES": "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0",
-            "XDG_RUNTIME_DIR": work,
-        })
-        for name in ("SIMGPU_CONTEXT_OVERHEAD", "TESSERA_MEMORY_LIMIT", "LD_PRELOAD"):
-            env.pop(name, None)
+        env = simulator_env(work, args.lib_dir, args.cuda_lib_dir)
         under_share = [args.tessera, "run", "--memory", "4Gi", "--cores", "30",
                        "--libvgpu", args.libvgpu, "--"]
 
@@ -105,7 +76,7 @@ def main():
         check_fill(fill, QUOTA, "share fill")
 
         # Two processes of one share: the second gets what the first left, both contexts counted.
-        share_dir = os.path.join(work, "share")
+        share_dir = f"{work}/share"
         keep = [args.tessera, "run", "--memory", "4Gi", "--share-dir", share_dir,
                 "--libvgpu", args.libvgpu, "--"]
         first = subprocess.Popen(keep + [args.probe, "fill", str(CHUNK), str(2 * GIB), "hold"], env=env,
@@ -122,12 +93,7 @@ def main():
             first.stdin.close()
             first.wait(timeout=30)
         expect(first.returncode == 0, f"first process exited {first.returncode}")
-    print("ok")
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except CheckFailed as failure:
-        print(f"FAIL: {failure}")
-        sys.exit(1)
+    main_of(main)
