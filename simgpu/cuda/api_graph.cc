@@ -490,11 +490,17 @@ SIMGPU_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(
 // refuses (the simulator records captures in order and refuses none, but keeps the mode as the
 // driver does: a library sets its own and restores the caller's).
 SIMGPU_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
-  if (!mode || *mode < CU_STREAM_CAPTURE_MODE_GLOBAL || *mode > CU_STREAM_CAPTURE_MODE_RELAXED) {
+  if (!mode) return CUDA_ERROR_INVALID_VALUE;
+  // Read as an integer: a caller's out-of-range value must be refused, not loaded as the enum.
+  int asked = 0;
+  std::memcpy(&asked, mode, sizeof asked);
+  if (asked < CU_STREAM_CAPTURE_MODE_GLOBAL || asked > CU_STREAM_CAPTURE_MODE_RELAXED) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   thread_local CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-  std::swap(thread_mode, *mode);
+  const CUstreamCaptureMode previous = thread_mode;
+  thread_mode = static_cast<CUstreamCaptureMode>(asked);
+  *mode = previous;
   return CUDA_SUCCESS;
 }
 

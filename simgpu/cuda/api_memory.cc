@@ -445,17 +445,19 @@ SIMGPU_EXPORT CUresult cuTensorMapEncodeTiled(
   if (!interleaved && (uint64_t{box[0]} * static_cast<uint64_t>(element)) % 16 != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  std::memset(map, 0, sizeof *map);
-  map->opaque[0] = reinterpret_cast<uintptr_t>(address);
-  map->opaque[1] = uint64_t{rank} | uint64_t{static_cast<unsigned>(type)} << 8 |
-                   uint64_t{static_cast<unsigned>(interleave)} << 16 |
-                   uint64_t{static_cast<unsigned>(swizzle)} << 24 |
-                   uint64_t{static_cast<unsigned>(l2)} << 32 |
-                   uint64_t{static_cast<unsigned>(oob)} << 40;
+  // Built in a local and copied in: callers align the map to 64 bytes as the driver asks, while
+  // cuda.h's type declares 128, so it is never accessed as a CUtensorMap.
+  uint64_t words[CU_TENSOR_MAP_NUM_QWORDS] = {};
+  words[0] = reinterpret_cast<uintptr_t>(address);
+  words[1] = uint64_t{rank} | uint64_t{static_cast<unsigned>(type)} << 8 |
+             uint64_t{static_cast<unsigned>(interleave)} << 16 |
+             uint64_t{static_cast<unsigned>(swizzle)} << 24 |
+             uint64_t{static_cast<unsigned>(l2)} << 32 | uint64_t{static_cast<unsigned>(oob)} << 40;
   for (cuuint32_t i = 0; i < rank; ++i) {
-    map->opaque[2 + i] = dims[i];
-    map->opaque[7 + i] = uint64_t{box[i]} | uint64_t{element_strides[i]} << 32;
+    words[2 + i] = dims[i];
+    words[7 + i] = uint64_t{box[i]} | uint64_t{element_strides[i]} << 32;
   }
-  for (cuuint32_t i = 0; i + 1 < rank; ++i) map->opaque[12 + i] = strides[i];
+  for (cuuint32_t i = 0; i + 1 < rank; ++i) words[12 + i] = strides[i];
+  std::memcpy(static_cast<void*>(map), words, sizeof words);
   return CUDA_SUCCESS;
 }

@@ -128,6 +128,11 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
         return invalid_argument(path + ".shareID: invalid value " + share->dump());
       spec.share_id = share->get<std::string>();
     }
+    // The share's name (claim UID, device, shareID) names its folder and CDI device: each part
+    // may be safe and the whole still too long for one.
+    if (!safe_name_component(spec.name()))
+      return invalid_argument(path + ": the share name " + json(spec.name()).dump() +
+                              " (claim uid, device, shareID) is longer than 253 characters");
     if (!seen.insert({*pool, *device, spec.share_id}).second)
       return invalid_argument(path + ": device " + *device +
                               " allocated twice with the same shareID " +

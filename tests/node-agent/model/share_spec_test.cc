@@ -222,6 +222,14 @@ TEST(ShareSpec, ErrorsNameWhatIsWrong) {
   EXPECT_NE(specs_or_error(input_for(twice), specs).find("allocated twice with the same shareID"),
             std::string::npos);
 
+  // Every part safe, the whole too long to name a folder (found by fuzz_claim).
+  const std::string long_share(230, 'H');
+  json too_long = make_claim("c", kUid, {{"gpu", "gpu-0", long_share, "8Gi", "30"}});
+  EXPECT_NE(specs_or_error(input_for(too_long), specs)
+                .find("status.allocation.devices.results[0]: the share name"),
+            std::string::npos);
+  EXPECT_TRUE(specs.empty());
+
   json traversal = make_claim("c", kUid, {{"gpu", "gpu-0", "../../etc", "8Gi", "30"}});
   EXPECT_EQ(specs_or_error(input_for(traversal), specs),
             "status.allocation.devices.results[0].shareID: invalid value \"../../etc\"");
