@@ -21,37 +21,6 @@ namespace {
 
 constexpr uint64_t kReclaimPeriodNs = 200'000'000;  // how stale memory of dead processes may get
 
-// Start time of a process in clock ticks since boot (field 22 of /proc/<pid>/stat), or 0 when the
-// process does not exist or is a zombie: a killed child nobody has reaped yet holds no GPU memory.
-uint64_t process_start_time(int pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buffer[1024];
-  const ssize_t n = ::read(fd, buffer, sizeof buffer - 1);
-  ::close(fd);
-  if (n <= 0) return 0;
-  buffer[n] = '\0';
-  // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
-  const char* cursor = std::strrchr(buffer, ')');
-  if (!cursor) return 0;
-  cursor += 2;  // ") " -> field 3, the state
-  if (*cursor == 'Z' || *cursor == 'X') return 0;
-  for (int field = 3; field < 22 && *cursor; ++field) {
-    cursor = std::strchr(cursor, ' ');
-    if (!cursor) return 0;
-    ++cursor;
-  }
-  return std::strtoull(cursor, nullptr, 10);
-}
-
-bool process_alive(int pid, uint64_t start_time) {
-  if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  return process_start_time(pid) == start_time;
-}
-
 void init_state(SharedState* state, const SimConfig& config) {
   std::memset(static_cast<void*>(state), 0, sizeof(SharedState));
   pthread_mutexattr_t attributes;

@@ -67,36 +67,6 @@ uint64_t random_nonce() {
   return nonce;
 }
 
-// Start time of a process (field 22 of /proc/<pid>/stat), 0 when gone or a zombie; as the
-// simulator's own reclaim reads it.
-uint64_t process_start_time(int pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buffer[1024];
-  const ssize_t n = ::read(fd, buffer, sizeof buffer - 1);
-  ::close(fd);
-  if (n <= 0) return 0;
-  buffer[n] = '\0';
-  const char* cursor = std::strrchr(buffer, ')');
-  if (!cursor) return 0;
-  cursor += 2;
-  if (*cursor == 'Z' || *cursor == 'X') return 0;
-  for (int field = 3; field < 22 && *cursor; ++field) {
-    cursor = std::strchr(cursor, ' ');
-    if (!cursor) return 0;
-    ++cursor;
-  }
-  return std::strtoull(cursor, nullptr, 10);
-}
-
-bool process_alive(int pid, uint64_t start_time) {
-  if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  return process_start_time(pid) == start_time;
-}
-
 // Call with the simulator lock held.
 bool entry_matches(const simgpu::SharedState& state, const HandleBody& body) {
   if (body.entry >= static_cast<uint32_t>(simgpu::kMaxIpcExports)) return false;
@@ -115,7 +85,7 @@ bool handle_live(Driver& driver, const HandleBody& body) {
     simgpu::Simulator::LockGuard guard(*driver.sim);
     if (!entry_matches(*driver.sim->state(), body)) return false;
   }
-  return process_alive(body.pid, body.start_time);
+  return simgpu::process_alive(body.pid, body.start_time);
 }
 
 // Writes a new export entry and the handle naming it. Call with the driver mutex held.
