@@ -25,6 +25,7 @@ packages=(
   tmux  # `tessera top` is tested on a real terminal (tests/cli/check_top_tmux.py)
   strace  # counts the simulated driver's system calls per call (tests/simgpu/cuda/process_test.cc)
   libzstd-dev  # the simulated driver reads the kernels of fat binaries nvcc and NVIDIA compress
+  liblz4-dev   # ... zstd since CUDA 12.4, LZ4 before (and cuFFT 12's PTX)
 )
 
 missing=()

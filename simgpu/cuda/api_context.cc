@@ -13,6 +13,7 @@ CUresult activate_context(Driver& driver, Context* context) {
     return r;
   }
   driver.sim->context_created(context->device);
+  context->id = ++driver.last_context_id;
   driver.contexts.insert(context);
   return CUDA_SUCCESS;
 }
@@ -215,6 +216,17 @@ SIMGPU_EXPORT CUresult cuCtxGetDevice(CUdevice* out) {
   return CUDA_SUCCESS;
 }
 
+SIMGPU_EXPORT CUresult cuCtxGetId(CUcontext handle, unsigned long long* id) {
+  if (!id) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Context* context = handle ? valid_context(driver, handle) : current_context();
+  if (!context || !driver.contexts.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  *id = context->id;
+  return CUDA_SUCCESS;
+}
+
 // CUDA 13's forms take the context (NULL: the current one).
 SIMGPU_EXPORT CUresult cuCtxGetDevice_v2(CUdevice* out, CUcontext handle) {
   if (!handle) return cuCtxGetDevice(out);
@@ -277,33 +289,39 @@ SIMGPU_EXPORT CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
   return CUDA_SUCCESS;
 }
 
+// Limits belong to the current context. CU_LIMIT_SHMEM_SIZE exists only on CIG contexts, which
+// the simulator never makes; CIG_ENABLED can be read, never set.
 SIMGPU_EXPORT CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
   if (!value) return CUDA_ERROR_INVALID_VALUE;
-  switch (limit) {
-    case CU_LIMIT_STACK_SIZE:
-      *value = 1024;
-      return CUDA_SUCCESS;
-    case CU_LIMIT_PRINTF_FIFO_SIZE:
-      *value = 1 << 20;
-      return CUDA_SUCCESS;
-    case CU_LIMIT_MALLOC_HEAP_SIZE:
-      *value = 8 << 20;
-      return CUDA_SUCCESS;
-    default:
-      return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  if (limit < 0 || limit >= CU_LIMIT_MAX || limit == CU_LIMIT_SHMEM_SIZE) {
+    return CUDA_ERROR_UNSUPPORTED_LIMIT;
   }
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Context* context = current_context();
+  if (!context || !driver.contexts.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  *value = context->limits[limit];
+  return CUDA_SUCCESS;
 }
 
 SIMGPU_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
-  (void)value;
-  switch (limit) {
-    case CU_LIMIT_STACK_SIZE:
-    case CU_LIMIT_PRINTF_FIFO_SIZE:
-    case CU_LIMIT_MALLOC_HEAP_SIZE:
-      return CUDA_SUCCESS;
-    default:
-      return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  if (limit < 0 || limit >= CU_LIMIT_MAX || limit == CU_LIMIT_SHMEM_SIZE) {
+    return CUDA_ERROR_UNSUPPORTED_LIMIT;
   }
+  if (limit == CU_LIMIT_CIG_ENABLED) return CUDA_ERROR_INVALID_VALUE;
+  if (limit == CU_LIMIT_MAX_L2_FETCH_GRANULARITY && value > 128) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Context* context = current_context();
+  if (!context || !driver.contexts.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (limit == CU_LIMIT_PERSISTING_L2_CACHE_SIZE &&
+      value > static_cast<size_t>(kMaxPersistingL2Bytes)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  context->limits[limit] = value;
+  return CUDA_SUCCESS;
 }
 
 SIMGPU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* out, CUdevice ordinal) {

@@ -229,7 +229,7 @@ SIMGPU_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attri
       *value = 6144;
       break;
     case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
-      *value = 52428800;
+      *value = kL2CacheBytes;
       break;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
       *value = 32;
@@ -301,7 +301,7 @@ SIMGPU_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attri
       *value = 2;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE:
-      *value = 52428800 / 4 * 3;
+      *value = kMaxPersistingL2Bytes;
       break;
     case CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE:
       *value = 134213632;

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <utility>
 #include <vector>
 
 #include "driver.h"
@@ -24,6 +25,7 @@ using namespace simgpu::driver;
 
 // cuda.h names the CUDA 13 form cuCtxCreate; the simulator exports every ABI.
 extern "C" CUresult cuCtxCreate_v2(CUcontext* out, unsigned int flags, CUdevice ordinal);
+extern "C" CUresult cuCtxGetDevice_v2(CUdevice* out, CUcontext context);
 
 namespace {
 
@@ -140,6 +142,146 @@ CUresult storage_get(void** value, CUcontext handle, void* key) {
   return CUDA_SUCCESS;
 }
 
+// --- 42d85a81-23f6-cb47-8298-f6e78a3aecdc: tools thread-local storage ----------------------------
+
+// Slot 2: the calling thread's current context (none: NULL). cuBLASLt asks before it finds a
+// kernel for a GEMM, and calls the slot without a check, so an empty slot crashes it. The slot's
+// meaning is from the GX emulator's context file (docs: cuda-runtime-facts.md), and cuBLASLt's
+// use agrees: it returns a status and writes one pointer.
+CUresult tools_current_context(CUcontext* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  *out = reinterpret_cast<CUcontext>(current_context());
+  return CUDA_SUCCESS;
+}
+
+// --- 21318c60-9714-3248-8ca6-41ff7324c8f2: tools context -----------------------------------------
+
+// cuBLASLt asks for this table before its first GEMM and cuFFT at start-up. Its size, 95 words,
+// is what driver 595.99.02 serves (a fake-GPU project's test of the CUDA 13.4 runtime, which
+// asks for every slot to be filled). Slot meanings from the GX emulator's table
+// (cuda-runtime-facts.md): 3 the context's device, 4 the context's unique id, as cuCtxGetId.
+CUresult tools_context_device(CUcontext handle, CUdevice* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  return cuCtxGetDevice_v2(out, handle);
+}
+
+CUresult tools_context_id(CUcontext handle, unsigned long long* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  return cuCtxGetId(handle, out);
+}
+
+// Slot 51: the stream object behind a handle in a context (NULL and the legacy and per-thread
+// handles: the context's default stream). cuBLAS asks before each GEMM, then slot 39 for that
+// object's id, which keys its per-stream cache. Read from cuBLAS 13.1's calls (context from the
+// tools table's slot 2, handle, out) and a remote-CUDA project's answers to the same slots.
+CUresult tools_context_stream(CUcontext handle, CUstream stream, Stream** out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Context* context = reinterpret_cast<Context*>(handle);
+  if (!context || !driver.contexts.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) {
+    *out = &context->default_stream;
+    return CUDA_SUCCESS;
+  }
+  auto* found = reinterpret_cast<Stream*>(stream);
+  if (!driver.streams.count(found) || found->context != context) return CUDA_ERROR_INVALID_HANDLE;
+  *out = found;
+  return CUDA_SUCCESS;
+}
+
+CUresult tools_context_stream_id(CUcontext handle, Stream* stream, unsigned long long* out) {
+  if (!out || !stream) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::get();
+  std::lock_guard<std::mutex> lock(driver.mutex);
+  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+  Context* context = reinterpret_cast<Context*>(handle);
+  if (!context || !driver.contexts.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (stream != &context->default_stream && !driver.streams.count(stream)) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  *out = stream_id(*stream);
+  return CUDA_SUCCESS;
+}
+
+// Every other slot: an error, never a crash for a caller that calls without a check, and under
+// SIMGPU_TRACE the slot's number and first arguments, to find what a library needs.
+template <const char* Table, size_t Index>
+CUresult unknown_slot(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3) {
+  if (trace_enabled()) {
+    std::fprintf(
+        stderr, "simgpu: export table %s slot %zu (%#llx, %#llx, %#llx, %#llx) not simulated\n",
+        Table, Index, static_cast<unsigned long long>(a0), static_cast<unsigned long long>(a1),
+        static_cast<unsigned long long>(a2), static_cast<unsigned long long>(a3));
+  }
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+// A table of Words slots, each unknown_slot until set.
+template <const char* Table, size_t Words, size_t... Index>
+std::array<Slot, Words> unknown_table(std::index_sequence<Index...>) {
+  return {table_size(Words), slot(unknown_slot<Table, Index + 1>)...};
+}
+template <const char* Table, size_t Words>
+std::array<Slot, Words> unknown_table() {
+  return unknown_table<Table, Words>(std::make_index_sequence<Words - 1>());
+}
+
+constexpr char kToolsContextName[] = "tools context";
+constexpr char kToolsModuleName[] = "tools module";
+
+constexpr size_t kToolsContextWords = 95;
+
+std::array<Slot, kToolsContextWords> tools_context_table() {
+  std::array<Slot, kToolsContextWords> table =
+      unknown_table<kToolsContextName, kToolsContextWords>();
+  table[3] = slot(tools_context_device);
+  table[4] = slot(tools_context_id);
+  table[39] = slot(tools_context_stream_id);
+  table[51] = slot(tools_context_stream);
+  return table;
+}
+
+// --- 6e163fbe-b958-444d-835c-e182aff1991e: tools module -----------------------------------------
+
+// Slot 7: each function of a module, handed to a callback as (data, function, module); answers 1
+// once every function was handed, as cuFFT requires (it asks for the table to have at least 8
+// slots, calls slot 7 on each kernel module it loads to get its one kernel without its name, and
+// refuses any other answer). A module with no function: CUDA_ERROR_NOT_FOUND. Read from cuFFT
+// 12's calls and from a remote-CUDA project's answer to the same slot.
+using ModuleFunctionVisitor = void (*)(void* data, CUfunction function, CUmodule module);
+
+int tools_module_functions(CUcontext handle, CUmodule module_handle, ModuleFunctionVisitor visit,
+                           void* data) {
+  if (!visit) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUfunction> functions;
+  {
+    Driver& driver = Driver::get();
+    std::lock_guard<std::mutex> lock(driver.mutex);
+    if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
+    auto* module = reinterpret_cast<Module*>(module_handle);
+    if (!driver.modules.count(module)) return CUDA_ERROR_INVALID_HANDLE;
+    if (handle && reinterpret_cast<Context*>(handle) != module->context) {
+      return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    for (const auto& function : module->functions) {
+      functions.push_back(reinterpret_cast<CUfunction>(function.get()));
+    }
+  }
+  if (functions.empty()) return CUDA_ERROR_NOT_FOUND;
+  for (CUfunction function : functions) visit(data, function, module_handle);  // lock released
+  return 1;
+}
+
+constexpr size_t kToolsModuleWords = 8;
+
+std::array<Slot, kToolsModuleWords> tools_module_table() {
+  std::array<Slot, kToolsModuleWords> table = unknown_table<kToolsModuleName, kToolsModuleWords>();
+  table[7] = slot(tools_module_functions);
+  return table;
+}
+
 // --- 263e8860-7cd2-6143-92f6-bbd5006dfa7e: context checks ----------------------------------------
 
 CUresult checks_context(CUcontext, uint32_t* flags, const void** extra) {
@@ -182,10 +324,12 @@ const Slot kRuntimeInterface[13] = {
 const Slot kToolsCallbackHooks[7] = {
     table_size(7), nullptr, slot(hooks_buffer1), nullptr, nullptr, nullptr, slot(hooks_buffer2),
 };
-const Slot kToolsThreadLocal[4] = {table_size(4), nullptr, nullptr, nullptr};
+const Slot kToolsThreadLocal[4] = {table_size(4), nullptr, slot(tools_current_context), nullptr};
 const Slot kContextLocalStorage[4] = {slot(storage_put), slot(storage_delete), slot(storage_get),
                                       nullptr};
 const Slot kContextChecks[4] = {table_size(4), nullptr, slot(checks_context), slot(checks_slot3)};
+const std::array<Slot, kToolsContextWords> kToolsContext = tools_context_table();
+const std::array<Slot, kToolsModuleWords> kToolsModule = tools_module_table();
 const Slot kContextCreateBypass[2] = {table_size(2), slot(bypass_ctx_create)};
 const Slot kIntegrityCheck[3] = {table_size(3), slot(integrity_check), nullptr};
 
@@ -221,6 +365,12 @@ const ServedTable kServed[] = {
     {uuid({0x0c, 0xa5, 0x0b, 0x8c, 0x10, 0x04, 0x92, 0x9a, 0x89, 0xa7, 0xd0, 0xdf, 0x10, 0xe7, 0x72,
            0x86}),
      kContextCreateBypass, "context creation bypass"},
+    {uuid({0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8,
+           0xf2}),
+     kToolsContext.data(), kToolsContextName},
+    {uuid({0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99,
+           0x1e}),
+     kToolsModule.data(), kToolsModuleName},
     {uuid({0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1,
            0xf2}),
      kIntegrityCheck, "integrity check"},

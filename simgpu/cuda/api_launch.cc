@@ -271,9 +271,7 @@ SIMGPU_EXPORT CUresult cuStreamGetId(CUstream handle, unsigned long long* id) {
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   Stream* stream = resolve_stream(driver, handle);
   if (!stream) return CUDA_ERROR_INVALID_HANDLE;
-  static uint64_t next_id = 0;
-  if (stream->id == 0) stream->id = ++next_id;
-  *id = stream->id;
+  *id = stream_id(*stream);
   return CUDA_SUCCESS;
 }
 SIMGPU_EXPORT CUresult cuStreamGetId_ptsz(CUstream handle, unsigned long long* id) {

@@ -131,6 +131,12 @@ Stream* resolve_stream(Driver& driver, CUstream handle) {
   return driver.streams.count(stream) ? stream : nullptr;
 }
 
+uint64_t stream_id(Stream& stream) {
+  static uint64_t last_id = 0;  // under the driver mutex, as every caller is
+  if (stream.id == 0) stream.id = ++last_id;
+  return stream.id;
+}
+
 CUresult to_result(AllocResult result) {
   switch (result) {
     case AllocResult::kOk:

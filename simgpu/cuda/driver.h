@@ -5,6 +5,7 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -30,6 +31,9 @@ inline constexpr uint64_t kPitchAlign = 512;
 inline constexpr uint64_t kVmmGranularity = 2ull << 20;
 inline constexpr int kMaxPendingLaunches = 1024;  // the push buffer: deeper queues block
 inline constexpr uint32_t kMaxThreadsPerBlock = 1024;
+inline constexpr int kL2CacheBytes = 50 << 20;  // an H100's and an H200's L2
+// The most of L2 a context may set aside for persisting accesses (three quarters, as on Hopper).
+inline constexpr int kMaxPersistingL2Bytes = kL2CacheBytes / 4 * 3;
 inline constexpr uint32_t kMaxThreadsPerSm = 2048;
 inline constexpr uint32_t kMaxBlocksPerSm = 32;
 inline constexpr uint32_t kSharedMemPerSm = 233472;  // 228 KiB, Hopper
@@ -61,8 +65,25 @@ struct LocalStorageEntry {
   void (*destroyed)(CUcontext, void*, void*) = nullptr;
 };
 
+// The values cuCtxGetLimit answers on a fresh context: a real driver's defaults for every limit
+// it reports on a context that is not a CIG (graphics-interop) one.
+constexpr std::array<size_t, CU_LIMIT_MAX> default_context_limits() {
+  std::array<size_t, CU_LIMIT_MAX> limits{};
+  limits[CU_LIMIT_STACK_SIZE] = 1024;
+  limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
+  limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
+  limits[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2;
+  limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
+  limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64;
+  limits[CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0;
+  limits[CU_LIMIT_CIG_ENABLED] = 0;  // cuBLASLt asks: 0 is an ordinary context
+  limits[CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED] = 0;
+  return limits;
+}
+
 struct Context {
-  int device = 0;  // index into the shared state's devices
+  int device = 0;   // index into the shared state's devices
+  uint64_t id = 0;  // cuCtxGetId: unique in the process, new each time a context is made active
   unsigned flags = 0;
   bool primary = false;
   int primary_refcount = 0;  // primary only
@@ -72,6 +93,8 @@ struct Context {
   CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
   CUsharedconfig shared_config = CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE;
   std::unordered_set<Context*> peers;  // contexts whose memory this one may access
+  // cuCtxSetLimit's values, starting at a driver's defaults (api_context.cc).
+  std::array<size_t, CU_LIMIT_MAX> limits = default_context_limits();
 };
 
 struct Event {
@@ -224,6 +247,7 @@ class Driver {
 
   std::vector<std::unique_ptr<Context>> primary_contexts;  // one per visible ordinal
   std::unordered_set<Context*> contexts;
+  uint64_t last_context_id = 0;  // cuCtxGetId: each activated context gets the next
   std::unordered_set<Stream*> streams;
   std::unordered_set<Event*> events;
   std::unordered_set<Module*> modules;
@@ -293,6 +317,9 @@ Context* current_context();
 // Resolves a stream handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a created stream) to a
 // Stream, for the current context. Returns nullptr for invalid handles or no context.
 Stream* resolve_stream(Driver& driver, CUstream handle);
+// cuStreamGetId's answer: given on first asking, unique in the process, never 0. Caller holds the
+// driver mutex.
+uint64_t stream_id(Stream& stream);
 
 // Common preconditions: initialised and (optionally) a current context.
 CUresult check_initialized(const Driver& driver);

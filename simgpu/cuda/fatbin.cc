@@ -1,6 +1,7 @@
 #include "fatbin.h"
 
 #include <elf.h>
+#include <lz4.h>
 #include <zstd.h>
 
 #include <algorithm>
@@ -46,15 +47,23 @@ constexpr uint64_t kMaxFatbinBytes = 1ull << 34;
 // No kernel image is larger; a header claiming more is refused rather than allocated.
 constexpr uint64_t kMaxEntryBytes = 1ull << 30;
 
-// The payload of a zstd-compressed entry, or nullopt when it does not decompress to its size.
+// The payload of a compressed entry (zstd: nvcc since CUDA 12.4; LZ4 raw blocks: earlier nvcc,
+// and the PTX inside cuFFT 12), or nullopt when it does not decompress to its size.
 std::optional<std::vector<uint8_t>> decompress(const EntryHeader& entry, const uint8_t* payload) {
   if (entry.compressed_size == 0 || entry.compressed_size > entry.payload_size ||
       entry.uncompressed_size == 0 || entry.uncompressed_size > kMaxEntryBytes) {
     return std::nullopt;
   }
   std::vector<uint8_t> out(entry.uncompressed_size);
-  const size_t got = ZSTD_decompress(out.data(), out.size(), payload, entry.compressed_size);
-  if (ZSTD_isError(got) || got != out.size()) return std::nullopt;
+  if (entry.flags & kCompressedZstd) {
+    const size_t got = ZSTD_decompress(out.data(), out.size(), payload, entry.compressed_size);
+    if (ZSTD_isError(got) || got != out.size()) return std::nullopt;
+    return out;
+  }
+  const int got = LZ4_decompress_safe(
+      reinterpret_cast<const char*>(payload), reinterpret_cast<char*>(out.data()),
+      static_cast<int>(entry.compressed_size), static_cast<int>(out.size()));
+  if (got < 0 || static_cast<size_t>(got) != out.size()) return std::nullopt;
   return out;
 }
 
@@ -167,7 +176,7 @@ std::optional<FatbinContents> read_fatbin(const void* image, unsigned preferred_
     const uint8_t* payload = entry.payload;
     size_t size = entry.header.payload_size;
     std::optional<std::vector<uint8_t>> inflated;
-    if (entry.header.flags & kCompressedZstd) {
+    if (entry.header.flags & (kCompressedZstd | kCompressedLz4)) {
       inflated = decompress(entry.header, payload);
       if (!inflated) {
         contents.unreadable_entries = true;
@@ -175,9 +184,6 @@ std::optional<FatbinContents> read_fatbin(const void* image, unsigned preferred_
       }
       payload = inflated->data();
       size = inflated->size();
-    } else if (entry.header.flags & kCompressedLz4) {
-      contents.unreadable_entries = true;  // LZ4 (CUDA 11-12.3 nvcc) is not read
-      continue;
     }
     if (entry.header.kind == kEntryElf) {
       if (auto symbols = elf_symbols(payload, size)) {

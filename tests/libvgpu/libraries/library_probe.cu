@@ -3,13 +3,15 @@
 // prints one JSON line: each step's status (the library's own enum, as an integer and its name),
 // the device memory the process held at its peak (cudaMemGetInfo), and whether it ran to the end.
 //
-//   library_probe cublas | curand | cudnn | nccl [ranks]
+//   library_probe cublas | cublaslt | cufft | curand | cudnn | nccl [ranks]
 //
 // With LIBRARY_PROBE_HOLD=1 it prints {"holding":true} at its peak (everything allocated, the
 // work done) and waits there until stdin closes, so a checker can read the device's view of it.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#include <cufft.h>
 #include <curand.h>
 #include <nccl.h>
 
@@ -101,23 +103,155 @@ int run_curand(Report& report) {
   return report.print();
 }
 
-// cuBLAS's handle with a workspace of its own. (Its GEMMs answer CUBLAS_STATUS_NOT_SUPPORTED on
-// the simulated GPU: docs/simulator.md.)
+// A square GEMM's three matrices, allocated together (any failure frees what was allocated).
+struct Matrices {
+  float* a = nullptr;
+  float* b = nullptr;
+  float* c = nullptr;
+  cudaError_t allocate(size_t n) {
+    const size_t bytes = n * n * sizeof(float);
+    cudaError_t result = cudaMalloc(&a, bytes);
+    if (result == cudaSuccess) result = cudaMalloc(&b, bytes);
+    if (result == cudaSuccess) result = cudaMalloc(&c, bytes);
+    return result;
+  }
+  ~Matrices() {
+    for (float* pointer : {a, b, c}) cudaFree(pointer);
+  }
+};
+
+constexpr int kGemmSize = 1024;  // 4 MiB per matrix
+constexpr int kGemmLoops = 10;
+
+// cuBLAS's handle with a workspace of its own, a loop of SGEMMs on it, and its destruction.
 int run_cublas(Report& report) {
   cublasHandle_t handle = nullptr;
   cublasStatus_t status = cublasCreate(&handle);
   if (!report.step("cublasCreate", status, cublasGetStatusName(status))) return report.print();
   void* workspace = nullptr;
   const size_t workspace_bytes = 32u << 20;  // cuBLAS's own default on Hopper
-  const cudaError_t allocated = cudaMalloc(&workspace, workspace_bytes);
+  Matrices matrices;
+  cudaError_t allocated = cudaMalloc(&workspace, workspace_bytes);
+  if (allocated == cudaSuccess) allocated = matrices.allocate(kGemmSize);
   if (report.step("cudaMalloc", allocated, cudaGetErrorName(allocated))) {
     status = cublasSetWorkspace(handle, workspace, workspace_bytes);
     report.step("cublasSetWorkspace", status, cublasGetStatusName(status));
+    const float alpha = 1.0f, beta = 0.0f;
+    const int n = kGemmSize;
+    for (int i = 0; i < kGemmLoops && status == CUBLAS_STATUS_SUCCESS; ++i) {
+      status = cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, matrices.a, n,
+                           matrices.b, n, &beta, matrices.c, n);
+    }
+    report.step("cublasSgemm", status, cublasGetStatusName(status));
+    const cudaError_t synced = cudaDeviceSynchronize();
+    report.step("cudaDeviceSynchronize", synced, cudaGetErrorName(synced));
     report.hold();
   }
   status = cublasDestroy(handle);
   report.step("cublasDestroy", status, cublasGetStatusName(status));
   cudaFree(workspace);
+  return report.print();
+}
+
+// cuBLASLt on its own: a matmul chosen by its heuristic within a workspace the caller gives.
+int run_cublaslt(Report& report) {
+  cublasLtHandle_t handle = nullptr;
+  cublasStatus_t status = cublasLtCreate(&handle);
+  if (!report.step("cublasLtCreate", status, cublasGetStatusName(status))) return report.print();
+  const uint64_t n = kGemmSize;
+  cublasLtMatmulDesc_t operation = nullptr;
+  cublasLtMatrixLayout_t layout = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  status = cublasLtMatmulDescCreate(&operation, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    status = cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, n, n, static_cast<int64_t>(n));
+  }
+  if (status == CUBLAS_STATUS_SUCCESS) status = cublasLtMatmulPreferenceCreate(&preference);
+  size_t workspace_bytes = 32u << 20;
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    status =
+        cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &workspace_bytes, sizeof workspace_bytes);
+  }
+  report.step("cublasLtDescriptors", status, cublasGetStatusName(status));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    status = cublasLtMatmulAlgoGetHeuristic(handle, operation, layout, layout, layout, layout,
+                                            preference, 1, &heuristic, &found);
+    if (status == CUBLAS_STATUS_SUCCESS && found == 0) status = CUBLAS_STATUS_NOT_SUPPORTED;
+    report.step("cublasLtMatmulAlgoGetHeuristic", status, cublasGetStatusName(status));
+  }
+  void* workspace = nullptr;
+  Matrices matrices;
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    cudaError_t allocated = cudaMalloc(&workspace, workspace_bytes);
+    if (allocated == cudaSuccess) allocated = matrices.allocate(kGemmSize);
+    if (report.step("cudaMalloc", allocated, cudaGetErrorName(allocated))) {
+      const float alpha = 1.0f, beta = 0.0f;
+      for (int i = 0; i < kGemmLoops && status == CUBLAS_STATUS_SUCCESS; ++i) {
+        status = cublasLtMatmul(handle, operation, &alpha, matrices.a, layout, matrices.b, layout,
+                                &beta, matrices.c, layout, matrices.c, layout, &heuristic.algo,
+                                workspace, workspace_bytes, nullptr);
+      }
+      report.step("cublasLtMatmul", status, cublasGetStatusName(status));
+      const cudaError_t synced = cudaDeviceSynchronize();
+      report.step("cudaDeviceSynchronize", synced, cudaGetErrorName(synced));
+      report.hold();
+    }
+  }
+  if (preference) cublasLtMatmulPreferenceDestroy(preference);
+  if (layout) cublasLtMatrixLayoutDestroy(layout);
+  if (operation) cublasLtMatmulDescDestroy(operation);
+  cudaFree(workspace);
+  status = cublasLtDestroy(handle);
+  report.step("cublasLtDestroy", status, cublasGetStatusName(status));
+  return report.print();
+}
+
+const char* cufft_name(cufftResult result) {
+  switch (result) {
+    case CUFFT_SUCCESS:
+      return "CUFFT_SUCCESS";
+    case CUFFT_INVALID_PLAN:
+      return "CUFFT_INVALID_PLAN";
+    case CUFFT_ALLOC_FAILED:
+      return "CUFFT_ALLOC_FAILED";
+    case CUFFT_INTERNAL_ERROR:
+      return "CUFFT_INTERNAL_ERROR";
+    case CUFFT_EXEC_FAILED:
+      return "CUFFT_EXEC_FAILED";
+    case CUFFT_SETUP_FAILED:
+      return "CUFFT_SETUP_FAILED";
+    default:
+      return "other";
+  }
+}
+
+// cuFFT: a batched 1-D complex transform large enough to need a work area of its own, executed in
+// place, and the plan's destruction.
+int run_cufft(Report& report) {
+  cufftHandle plan = 0;
+  cufftResult result = cufftCreate(&plan);
+  if (!report.step("cufftCreate", result, cufft_name(result))) return report.print();
+  const int length = 1 << 20, batch = 16;  // 128 MiB of complex floats
+  size_t work_bytes = 0;
+  result = cufftMakePlan1d(plan, length, CUFFT_C2C, batch, &work_bytes);
+  if (report.step("cufftMakePlan1d", result, cufft_name(result))) {
+    cufftComplex* data = nullptr;
+    const cudaError_t allocated =
+        cudaMalloc(&data, sizeof(cufftComplex) * static_cast<size_t>(length) * batch);
+    if (report.step("cudaMalloc", allocated, cudaGetErrorName(allocated))) {
+      result = cufftExecC2C(plan, data, data, CUFFT_FORWARD);
+      report.step("cufftExecC2C", result, cufft_name(result));
+      const cudaError_t synced = cudaDeviceSynchronize();
+      report.step("cudaDeviceSynchronize", synced, cudaGetErrorName(synced));
+      report.hold();
+    }
+    cudaFree(data);
+  }
+  result = cufftDestroy(plan);
+  report.step("cufftDestroy", result, cufft_name(result));
   return report.print();
 }
 
@@ -213,6 +347,8 @@ int main(int argc, char** argv) {
   Report report;
   report.library = argc > 1 ? argv[1] : "";
   if (report.library == "cublas") return run_cublas(report);
+  if (report.library == "cublaslt") return run_cublaslt(report);
+  if (report.library == "cufft") return run_cufft(report);
   if (report.library == "curand") return run_curand(report);
   if (report.library == "cudnn") return run_cudnn(report);
   if (report.library == "nccl") {
@@ -224,6 +360,7 @@ int main(int argc, char** argv) {
     report.library += std::to_string(ranks);
     return run_nccl(report, ranks);
   }
-  std::fprintf(stderr, "usage: library_probe cublas | curand | cudnn | nccl [ranks]\n");
+  std::fprintf(stderr,
+               "usage: library_probe cublas | cublaslt | cufft | curand | cudnn | nccl [ranks]\n");
   return 2;
 }

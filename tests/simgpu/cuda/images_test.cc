@@ -1,6 +1,8 @@
 // What the simulated driver reads from images (fat binaries, cubins, PTX) and the answer it
 // computes for the runtime's integrity check: pure functions, tested against public references.
 #include <gtest/gtest.h>
+#include <lz4.h>
+#include <zstd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -180,6 +182,44 @@ TEST(Fatbin, KernelsOfEveryReadableEntryOnce) {
   EXPECT_EQ(contents->kernels, (std::vector<std::string>{"kernel_a", "kernel_b"}));
   EXPECT_FALSE(contents->unreadable_entries);
   EXPECT_EQ(contents->total_bytes, image.size());
+}
+
+// An entry compressed as nvcc and NVIDIA's libraries compress them: the payload, its compressed
+// size at byte 16 and its size once decompressed at byte 56 of the entry's header.
+std::vector<uint8_t> compressed_fatbin(uint16_t kind, const std::vector<uint8_t>& packed,
+                                       size_t unpacked_size, uint64_t flags) {
+  std::vector<uint8_t> image = fatbin_of({{kind, packed}}, flags);
+  const auto compressed = static_cast<uint32_t>(packed.size());
+  const uint64_t uncompressed = unpacked_size;
+  std::memcpy(image.data() + 16 + 16, &compressed, 4);
+  std::memcpy(image.data() + 16 + 56, &uncompressed, 8);
+  return image;
+}
+
+TEST(Fatbin, KernelsOfLz4AndZstdCompressedEntriesAreRead) {
+  const std::string ptx =
+      ".version 8.0\n.target sm_90\n.entry fft_kernel(\n) {}\n" + std::string(4096, ' ');
+  std::vector<uint8_t> lz4(static_cast<size_t>(LZ4_compressBound(static_cast<int>(ptx.size()))));
+  lz4.resize(static_cast<size_t>(
+      LZ4_compress_default(ptx.data(), reinterpret_cast<char*>(lz4.data()),
+                           static_cast<int>(ptx.size()), static_cast<int>(lz4.size()))));
+  ASSERT_FALSE(lz4.empty());
+  const auto from_lz4 = read_fatbin(compressed_fatbin(1, lz4, ptx.size(), 0x2000).data());
+  ASSERT_TRUE(from_lz4);
+  EXPECT_EQ(from_lz4->kernels, std::vector<std::string>{"fft_kernel"});
+  EXPECT_FALSE(from_lz4->unreadable_entries);
+
+  std::vector<uint8_t> zstd(ZSTD_compressBound(ptx.size()));
+  zstd.resize(ZSTD_compress(zstd.data(), zstd.size(), ptx.data(), ptx.size(), 3));
+  const auto from_zstd = read_fatbin(compressed_fatbin(1, zstd, ptx.size(), 0x8000).data());
+  ASSERT_TRUE(from_zstd);
+  EXPECT_EQ(from_zstd->kernels, std::vector<std::string>{"fft_kernel"});
+
+  // A size that the payload does not decompress to is unreadable, never a short read.
+  const auto wrong_size = read_fatbin(compressed_fatbin(1, lz4, ptx.size() + 1, 0x2000).data());
+  ASSERT_TRUE(wrong_size);
+  EXPECT_TRUE(wrong_size->kernels.empty());
+  EXPECT_TRUE(wrong_size->unreadable_entries);
 }
 
 TEST(Fatbin, ACompressedEntryIsReportedUnreadable) {

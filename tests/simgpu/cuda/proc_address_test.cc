@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -100,6 +101,35 @@ CUuuid uuid_of(std::initializer_list<unsigned> bytes) {
   return id;
 }
 
+const CUuuid kToolsThreadLocal = uuid_of({0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82,
+                                          0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc});
+const CUuuid kToolsContext = uuid_of({0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6,
+                                      0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2});
+const CUuuid kToolsModule = uuid_of({0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c,
+                                     0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e});
+
+void* const* slots_of(const CUuuid& id) {
+  const void* found = nullptr;
+  EXPECT_EQ(cuGetExportTable(&found, &id), CUDA_SUCCESS);
+  return static_cast<void* const*>(found);
+}
+
+// A simulated machine of the calling test's own (each test runs in a process of its own).
+class PrivateMachine {
+ public:
+  PrivateMachine() {
+    const int fd = mkstemp(state_);
+    EXPECT_GE(fd, 0);
+    close(fd);
+    unlink(state_);
+    setenv("SIMGPU_STATE", state_, 1);
+  }
+  ~PrivateMachine() { unlink(state_); }
+
+ private:
+  char state_[40] = "/tmp/simgpu-export-tables-XXXXXX";
+};
+
 TEST(ExportTables, AnUnknownTableIsAnErrorWithoutATable) {
   const void* table = reinterpret_cast<const void*>(0x1);
   CUuuid id{};
@@ -141,6 +171,8 @@ TEST(ExportTables, TheRuntimeTablesAreServedWithTheirSizes) {
       {uuid_of({0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66,
                 0xe1, 0xf2}),
        3},
+      {kToolsContext, 95},
+      {kToolsModule, 8},
   };
   for (const Served& table : served) {
     const void* found = nullptr;
@@ -150,6 +182,127 @@ TEST(ExportTables, TheRuntimeTablesAreServedWithTheirSizes) {
       EXPECT_EQ(*static_cast<const size_t*>(found), table.words * sizeof(void*));
     }
   }
+}
+
+// What cuBLAS and cuBLASLt ask before a GEMM, and cuFFT when it starts: the thread's context, the
+// context's device and id, a stream handle's object and that object's id.
+TEST(ExportTables, TheToolsTablesAnswerForContextsAndStreams) {
+  PrivateMachine machine;
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  auto current = reinterpret_cast<CUresult (*)(CUcontext*)>(slots_of(kToolsThreadLocal)[2]);
+  void* const* context_slots = slots_of(kToolsContext);
+  auto device_of = reinterpret_cast<CUresult (*)(CUcontext, CUdevice*)>(context_slots[3]);
+  auto id_of = reinterpret_cast<CUresult (*)(CUcontext, unsigned long long*)>(context_slots[4]);
+  auto stream_id =
+      reinterpret_cast<CUresult (*)(CUcontext, void*, unsigned long long*)>(context_slots[39]);
+  auto stream_object =
+      reinterpret_cast<CUresult (*)(CUcontext, CUstream, void**)>(context_slots[51]);
+
+  CUcontext found = reinterpret_cast<CUcontext>(0x1);
+  ASSERT_EQ(current(&found), CUDA_SUCCESS);
+  EXPECT_EQ(found, nullptr);  // none current yet
+
+  CUcontext first = nullptr, second = nullptr;
+  ASSERT_EQ(cuCtxCreate(&first, nullptr, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxCreate(&second, nullptr, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(current(&found), CUDA_SUCCESS);
+  EXPECT_EQ(found, second);
+  CUdevice device = -1;
+  ASSERT_EQ(device_of(first, &device), CUDA_SUCCESS);
+  EXPECT_EQ(device, 0);
+  unsigned long long first_id = 0, second_id = 0, through_driver = 0;
+  ASSERT_EQ(id_of(first, &first_id), CUDA_SUCCESS);
+  ASSERT_EQ(id_of(second, &second_id), CUDA_SUCCESS);
+  EXPECT_NE(first_id, 0u);
+  EXPECT_NE(first_id, second_id);
+  ASSERT_EQ(cuCtxGetId(first, &through_driver), CUDA_SUCCESS);
+  EXPECT_EQ(through_driver, first_id);
+
+  // The default handles name the context's default stream; a created stream is itself.
+  CUstream stream = nullptr;
+  ASSERT_EQ(cuStreamCreate(&stream, 0), CUDA_SUCCESS);
+  void *legacy = nullptr, *per_thread = nullptr, *created = nullptr;
+  ASSERT_EQ(stream_object(second, nullptr, &legacy), CUDA_SUCCESS);
+  ASSERT_EQ(stream_object(second, CU_STREAM_PER_THREAD, &per_thread), CUDA_SUCCESS);
+  ASSERT_EQ(stream_object(second, stream, &created), CUDA_SUCCESS);
+  EXPECT_EQ(legacy, per_thread);
+  EXPECT_NE(legacy, created);
+  void* elsewhere = nullptr;
+  EXPECT_EQ(stream_object(first, stream, &elsewhere), CUDA_ERROR_INVALID_HANDLE);
+  unsigned long long created_id = 0, default_id = 0, driver_stream_id = 0;
+  ASSERT_EQ(stream_id(second, created, &created_id), CUDA_SUCCESS);
+  ASSERT_EQ(stream_id(second, legacy, &default_id), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamGetId(stream, &driver_stream_id), CUDA_SUCCESS);
+  EXPECT_EQ(created_id, driver_stream_id);
+  EXPECT_NE(created_id, default_id);
+
+  // Every slot the simulator does not know answers an error instead of crashing its caller.
+  auto unknown = reinterpret_cast<CUresult (*)(void*, void*, void*, void*)>(context_slots[10]);
+  EXPECT_EQ(unknown(nullptr, nullptr, nullptr, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuStreamDestroy(stream), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxDestroy(second), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxDestroy(first), CUDA_SUCCESS);
+}
+
+// cuFFT gets the one kernel of a module it loads through slot 7, without its name.
+TEST(ExportTables, TheToolsModuleTableHandsEachFunctionOfAModule) {
+  PrivateMachine machine;
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  CUcontext context = nullptr;
+  ASSERT_EQ(cuCtxCreate(&context, nullptr, 0, 0), CUDA_SUCCESS);
+  static const char kPtx[] =
+      ".version 8.0\n.target sm_90\n.address_size 64\n"
+      ".visible .entry first()\n{\nret;\n}\n.visible .entry second()\n{\nret;\n}\n";
+  CUmodule module = nullptr;
+  ASSERT_EQ(cuModuleLoadData(&module, kPtx), CUDA_SUCCESS);
+  using Visitor = void (*)(void*, CUfunction, CUmodule);
+  auto functions =
+      reinterpret_cast<int (*)(CUcontext, CUmodule, Visitor, void*)>(slots_of(kToolsModule)[7]);
+  std::vector<CUfunction> seen;
+  EXPECT_EQ(functions(
+                context, module,
+                [](void* data, CUfunction function, CUmodule) {
+                  static_cast<std::vector<CUfunction>*>(data)->push_back(function);
+                },
+                &seen),
+            1);
+  CUfunction first = nullptr, second = nullptr;
+  ASSERT_EQ(cuModuleGetFunction(&first, module, "first"), CUDA_SUCCESS);
+  ASSERT_EQ(cuModuleGetFunction(&second, module, "second"), CUDA_SUCCESS);
+  EXPECT_EQ(seen, (std::vector<CUfunction>{first, second}));
+  EXPECT_EQ(
+      functions(
+          context, reinterpret_cast<CUmodule>(&seen), [](void*, CUfunction, CUmodule) {}, nullptr),
+      CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuModuleUnload(module), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxDestroy(context), CUDA_SUCCESS);
+}
+
+// Limits are the context's: a driver's defaults, what was set, and the query-only CIG ones
+// (cuBLASLt refuses to start when CU_LIMIT_CIG_ENABLED cannot be read).
+TEST(ContextLimits, AreTheContextsOwnWithADriversDefaults) {
+  PrivateMachine machine;
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+  size_t value = 1;
+  EXPECT_EQ(cuCtxGetLimit(&value, CU_LIMIT_STACK_SIZE), CUDA_ERROR_INVALID_CONTEXT);
+  CUcontext first = nullptr, second = nullptr;
+  ASSERT_EQ(cuCtxCreate(&first, nullptr, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxGetLimit(&value, CU_LIMIT_CIG_ENABLED), CUDA_SUCCESS);
+  EXPECT_EQ(value, 0u);
+  ASSERT_EQ(cuCtxGetLimit(&value, CU_LIMIT_MALLOC_HEAP_SIZE), CUDA_SUCCESS);
+  EXPECT_EQ(value, 8u << 20);
+  ASSERT_EQ(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxGetLimit(&value, CU_LIMIT_STACK_SIZE), CUDA_SUCCESS);
+  EXPECT_EQ(value, 4096u);
+  EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_CIG_ENABLED, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 129), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCtxGetLimit(&value, CU_LIMIT_SHMEM_SIZE), CUDA_ERROR_UNSUPPORTED_LIMIT);
+  EXPECT_EQ(cuCtxGetLimit(&value, CU_LIMIT_MAX), CUDA_ERROR_UNSUPPORTED_LIMIT);
+  ASSERT_EQ(cuCtxCreate(&second, nullptr, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxGetLimit(&value, CU_LIMIT_STACK_SIZE), CUDA_SUCCESS);
+  EXPECT_EQ(value, 1024u);  // the new context's own
+  EXPECT_EQ(cuCtxDestroy(second), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxDestroy(first), CUDA_SUCCESS);
 }
 
 TEST(ExportTables, ContextLocalStorageHoldsPerContextAndCallsBackWhenTheContextGoes) {
