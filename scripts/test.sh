@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: installs what the build needs, checks formatting, builds and tests the release
-# configuration (every test), then builds and tests the sanitized scope under ASan + UBSan (the
-# code that handles native memory and untrusted input, and the fuzzers: cmake/TesseraTests.cmake).
+# configuration (every test), and builds (beside the release tests) and tests the sanitized scope
+# under ASan + UBSan (the code that handles native memory and untrusted input, and the fuzzers:
+# cmake/TesseraTests.cmake).
 # No GPU is needed: the simulated driver built from this repo stands in for it. Prints each
 # phase's time, then both suites' ctest summaries, the release suite's last.
 # Usage: scripts/test.sh            (CI runs exactly this, through .ci/run)
@@ -45,13 +46,28 @@ run_suite() {  # preset: runs its tests into build/<preset>/ctest.log; on failur
 echo "== release build"
 ./scripts/build.sh release
 end_phase "release build"
-echo "== release tests"
-run_suite release
-end_phase "release tests"
 
+# The release suite mostly waits (agents, simulated kernels, child processes): the sanitizer build
+# runs beside it at the lowest CPU priority, so the tests get the CPU whenever they want it.
+echo "== release tests, and beside them the sanitizer build (build/asan-build.log)"
+mkdir -p build
+setsid nice -n 19 ./scripts/build.sh asan >build/asan-build.log 2>&1 &
+sanitizer_build=$!  # its own process group: on a failure, the whole build is stopped
+trap 'kill -- -"$sanitizer_build" 2>/dev/null || true' EXIT
+if ! ctest --preset release -j "$jobs" --timeout 300 >build/release/ctest.log 2>&1; then
+  cat build/release/ctest.log
+  print_phases
+  exit 1
+fi
+end_phase "release tests"
 echo "== sanitizer build (address, undefined): the sanitized scope"
-./scripts/build.sh asan
-end_phase "sanitizer build"
+if ! wait "$sanitizer_build"; then
+  cat build/asan-build.log
+  print_phases
+  exit 1
+fi
+trap - EXIT
+end_phase "sanitizer build, the rest"
 echo "== sanitizer tests"
 run_suite asan
 end_phase "sanitizer tests"
