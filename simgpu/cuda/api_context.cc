@@ -209,9 +209,8 @@ SIMGPU_EXPORT CUresult cuCtxGetDevice(CUdevice* out) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   Driver& driver = Driver::get();
   std::lock_guard<std::mutex> lock(driver.mutex);
-  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
-  Context* context = current_context();
-  if (!context || !driver.contexts.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* context = nullptr;
+  if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
   *out = driver.ordinal_of_device(context->device);
   return CUDA_SUCCESS;
 }
@@ -298,9 +297,8 @@ SIMGPU_EXPORT CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
   }
   Driver& driver = Driver::get();
   std::lock_guard<std::mutex> lock(driver.mutex);
-  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
-  Context* context = current_context();
-  if (!context || !driver.contexts.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* context = nullptr;
+  if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
   *value = context->limits[limit];
   return CUDA_SUCCESS;
 }
@@ -313,9 +311,8 @@ SIMGPU_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
   if (limit == CU_LIMIT_MAX_L2_FETCH_GRANULARITY && value > 128) return CUDA_ERROR_INVALID_VALUE;
   Driver& driver = Driver::get();
   std::lock_guard<std::mutex> lock(driver.mutex);
-  if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
-  Context* context = current_context();
-  if (!context || !driver.contexts.count(context)) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* context = nullptr;
+  if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
   if (limit == CU_LIMIT_PERSISTING_L2_CACHE_SIZE &&
       value > static_cast<size_t>(kMaxPersistingL2Bytes)) {
     return CUDA_ERROR_INVALID_VALUE;

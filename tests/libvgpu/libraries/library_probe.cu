@@ -68,6 +68,13 @@ struct Report {
   }
 };
 
+// Once a library's work is queued: its completion, then (when asked) the hold at the peak.
+void synchronize_and_hold(Report& report) {
+  const cudaError_t synced = cudaDeviceSynchronize();
+  report.step("cudaDeviceSynchronize", synced, cudaGetErrorName(synced));
+  report.hold();
+}
+
 const char* curand_name(curandStatus_t status) {
   switch (status) {
     case CURAND_STATUS_SUCCESS:
@@ -93,9 +100,7 @@ int run_curand(Report& report) {
   if (report.step("cudaMalloc", allocated, cudaGetErrorName(allocated))) {
     status = curandGenerateUniform(generator, data, count);
     report.step("curandGenerateUniform", status, curand_name(status));
-    const cudaError_t synced = cudaDeviceSynchronize();
-    report.step("cudaDeviceSynchronize", synced, cudaGetErrorName(synced));
-    report.hold();
+    synchronize_and_hold(report);
     cudaFree(data);
   }
   status = curandDestroyGenerator(generator);
@@ -143,9 +148,7 @@ int run_cublas(Report& report) {
                            matrices.b, n, &beta, matrices.c, n);
     }
     report.step("cublasSgemm", status, cublasGetStatusName(status));
-    const cudaError_t synced = cudaDeviceSynchronize();
-    report.step("cudaDeviceSynchronize", synced, cudaGetErrorName(synced));
-    report.hold();
+    synchronize_and_hold(report);
   }
   status = cublasDestroy(handle);
   report.step("cublasDestroy", status, cublasGetStatusName(status));
@@ -195,9 +198,7 @@ int run_cublaslt(Report& report) {
                                 workspace, workspace_bytes, nullptr);
       }
       report.step("cublasLtMatmul", status, cublasGetStatusName(status));
-      const cudaError_t synced = cudaDeviceSynchronize();
-      report.step("cudaDeviceSynchronize", synced, cudaGetErrorName(synced));
-      report.hold();
+      synchronize_and_hold(report);
     }
   }
   if (preference) cublasLtMatmulPreferenceDestroy(preference);
@@ -244,9 +245,7 @@ int run_cufft(Report& report) {
     if (report.step("cudaMalloc", allocated, cudaGetErrorName(allocated))) {
       result = cufftExecC2C(plan, data, data, CUFFT_FORWARD);
       report.step("cufftExecC2C", result, cufft_name(result));
-      const cudaError_t synced = cudaDeviceSynchronize();
-      report.step("cudaDeviceSynchronize", synced, cudaGetErrorName(synced));
-      report.hold();
+      synchronize_and_hold(report);
     }
     cudaFree(data);
   }
@@ -290,9 +289,7 @@ int run_cudnn(Report& report) {
     status = cudnnConvolutionForward(handle, &alpha, input, x, filter, filter_data, convolution,
                                      algorithm, workspace, workspace_bytes, &beta, output, y);
     report.step("cudnnConvolutionForward", status, cudnnGetErrorString(status));
-    const cudaError_t synced = cudaDeviceSynchronize();
-    report.step("cudaDeviceSynchronize", synced, cudaGetErrorName(synced));
-    report.hold();
+    synchronize_and_hold(report);
   }
   for (void* pointer : {workspace, x, y, filter_data}) cudaFree(pointer);
   cudnnDestroyTensorDescriptor(input);
