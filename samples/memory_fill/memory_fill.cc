@@ -13,20 +13,12 @@
 #include <vector>
 
 #include "driver.h"
+#include "fill_plan.h"
 #include "options.h"
 #include "report.h"
 
 namespace tessera::samples {
 namespace {
-
-constexpr uint64_t kMiB = 1ull << 20;
-constexpr uint64_t kGiB = 1ull << 30;
-// The finest chunk the fill retries with after the first refusal (the usual large-page size).
-constexpr uint64_t kMinChunk = 2 * kMiB;
-
-uint64_t round_down(uint64_t value, uint64_t multiple) {
-  return value / multiple * multiple;
-}
 
 // One way of obtaining device memory. allocate() returns the driver's answer for one chunk and
 // keeps what it got; release_all() frees everything, checking every call. Nothing is freed on
@@ -276,53 +268,10 @@ std::unique_ptr<ChunkAllocator> make_allocator(const std::string& api, const Dri
   throw std::logic_error("unknown api " + api);  // CLI11 validated the name
 }
 
-struct FillResult {
-  uint64_t chunks = 0;
-  uint64_t bytes = 0;
-  std::string stop_reason;
-};
-
-// Allocates `chunk`-sized pieces until the driver refuses. With `fine`, each refusal for
-// CUDA_ERROR_OUT_OF_MEMORY is retried at half the size, down to the allocator's granularity, so
-// the total is exact to within that granularity. Any other error is a failure of the sample.
-FillResult fill(ChunkAllocator& allocator, const Driver& driver, uint64_t chunk,
-                std::optional<uint64_t> max, bool fine) {
-  const uint64_t granularity = allocator.granularity();
-  FillResult result;
-  uint64_t size = chunk;
-  while (true) {
-    uint64_t request = size;
-    if (max) {
-      const uint64_t left = result.bytes < *max ? round_down(*max - result.bytes, granularity) : 0;
-      if (left == 0) {
-        result.stop_reason = "max_reached";
-        break;
-      }
-      request = std::min(request, left);
-    }
-    const CUresult status = allocator.allocate(request, result.bytes);
-    if (status == CUDA_SUCCESS) {
-      ++result.chunks;
-      continue;
-    }
-    if (status != CUDA_ERROR_OUT_OF_MEMORY) {
-      driver.check(status, "allocating a chunk of " + std::to_string(request) + " bytes");
-    }
-    result.stop_reason = driver.error_name(status);
-    if (!fine || request <= granularity) break;
-    size = std::max(granularity, round_down(request / 2, granularity));
-  }
-  return result;
-}
-
 struct Options {
   CommonOptions common;
   std::string api = "alloc";
-  uint64_t chunk = 4 * kGiB;
-  std::optional<uint64_t> max;
-  double hold_seconds = 0;
-  std::optional<double> start_at;  // seconds since the epoch
-  bool fine = true;
+  FillOptions fill;
 };
 
 void run(const Options& options) {
@@ -331,52 +280,43 @@ void run(const Options& options) {
   PrimaryContext context(driver, options.common.device);
   const DeviceInfo& device = context.device();
 
-  std::optional<uint64_t> max = options.max;
+  std::optional<uint64_t> max = options.fill.max;
   // A real driver hands out managed memory far beyond the device (140 TB on an H200), so a
   // managed fill is always bounded.
   if (options.api == "managed" && !max) max = device.total_memory;
 
   std::unique_ptr<ChunkAllocator> allocator = make_allocator(options.api, driver, device.device);
   const uint64_t granularity = allocator->granularity();
-  const uint64_t chunk = round_down(options.chunk, granularity);
+  const uint64_t chunk = round_down(options.fill.chunk, granularity);
   if (chunk == 0) {
     throw std::runtime_error("--chunk must be at least " + std::to_string(granularity) +
                              " bytes for --api " + options.api);
   }
 
-  if (options.start_at) {
-    // The context exists (its memory is taken); now wait so tenants started together also fill
-    // together, rather than the first one taking the memory the others need for their contexts.
-    const std::chrono::system_clock::time_point start_time{
-        std::chrono::duration_cast<std::chrono::system_clock::duration>(
-            std::chrono::duration<double>(*options.start_at))};
-    std::this_thread::sleep_until(start_time);
-  }
-  const FillResult filled = fill(*allocator, driver, chunk, max, options.fine);
+  wait_for_start(options.fill);
+  // Any error but CUDA_ERROR_OUT_OF_MEMORY is a failure of the sample.
+  const FillResult filled =
+      fill_chunks(options.fill, chunk, max, granularity, [&](uint64_t bytes, uint64_t& obtained) {
+        const CUresult status = allocator->allocate(bytes, obtained);
+        if (status == CUDA_SUCCESS) return ChunkAnswer{true, {}};
+        if (status != CUDA_ERROR_OUT_OF_MEMORY) {
+          driver.check(status, "allocating a chunk of " + std::to_string(bytes) + " bytes");
+        }
+        return ChunkAnswer{false, driver.error_name(status)};
+      });
   size_t free_after_fill = 0;
   size_t total = 0;
   CU_CHECK(driver, cu.cuMemGetInfo_v2(&free_after_fill, &total));
 
-  if (options.hold_seconds > 0) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(options.hold_seconds));
-  }
+  hold_memory(options.fill);
   allocator->release_all();
   size_t free_after_release = 0;
   CU_CHECK(driver, cu.cuMemGetInfo_v2(&free_after_release, &total));
 
   Json report = report_header("memory-fill", driver, device);
   report["api"] = options.api;
-  report["chunk_bytes"] = chunk;
-  report["max_bytes"] = max ? Json(*max) : Json(nullptr);
-  report["fine"] = options.fine;
-  report["granularity_bytes"] = granularity;
-  report["chunks"] = filled.chunks;
-  report["bytes_obtained"] = filled.bytes;
-  report["stop_reason"] = filled.stop_reason;
-  report["mem_get_info_free"] = free_after_fill;
-  report["mem_get_info_total"] = total;
-  report["hold_seconds"] = options.hold_seconds;
-  report["mem_get_info_free_after_release"] = free_after_release;
+  add_fill_report(report, options.fill, filled,
+                  {chunk, max, granularity, free_after_fill, total, free_after_release});
   print_report(report);
 }
 
@@ -396,17 +336,8 @@ int main(int argc, char** argv) {
                  "vmm: cuMemCreate+cuMemMap, array: cuArray3DCreate_v2")
       ->capture_default_str()
       ->check(CLI::IsMember({"alloc", "pitch", "managed", "async", "pool", "vmm", "array"}));
-  add_quantity_option(app, "--chunk", options.chunk, "First chunk size")->default_str("4Gi");
-  add_quantity_option(app, "--max", options.max,
-                      "Stop after this much (managed: default the device's total memory)");
-  app.add_option("--hold-seconds", options.hold_seconds, "Hold the memory this long before freeing")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--start-at", options.start_at,
-                 "Create the context at once but start filling at this time (seconds since the "
-                 "epoch), so several processes can fill together");
-  app.add_flag("--fine,!--no-fine", options.fine,
-               "After the first refusal retry with halving chunks down to 2 MiB (default on)");
+  add_fill_options(app, options.fill,
+                   "Stop after this much (managed: default the device's total memory)");
   CLI11_PARSE(app, argc, argv);
   return run_sample("memory-fill", [&] { run(options); });
 }

@@ -14,21 +14,13 @@
 #include <thread>
 #include <vector>
 
+#include "fill_plan.h"
 #include "options.h"
 #include "report.h"
 #include "runtime.h"
 
 namespace tessera::samples {
 namespace {
-
-constexpr uint64_t kMiB = 1ull << 20;
-constexpr uint64_t kGiB = 1ull << 30;
-// The finest chunk the fill retries with after the first refusal (the usual large-page size).
-constexpr uint64_t kMinChunk = 2 * kMiB;
-
-uint64_t round_down(uint64_t value, uint64_t multiple) {
-  return value / multiple * multiple;
-}
 
 // make_cudaExtent, which lives in a header meant for nvcc (driver_functions.h).
 cudaExtent extent_of(size_t width, size_t height, size_t depth) {
@@ -244,82 +236,43 @@ std::unique_ptr<ChunkAllocator> make_allocator(const std::string& api, int devic
   throw std::logic_error("unknown api " + api);  // CLI11 validated the name
 }
 
-struct FillResult {
-  uint64_t chunks = 0;
-  uint64_t bytes = 0;
-  std::string stop_reason;
-};
-
-// Allocates `chunk`-sized pieces until the runtime refuses. With `fine`, each refusal for
-// cudaErrorMemoryAllocation is retried at half the size, down to 2 MiB, so the total is exact to
-// within that. Any other error is a failure of the sample.
-FillResult fill(ChunkAllocator& allocator, uint64_t chunk, std::optional<uint64_t> max, bool fine) {
-  FillResult result;
-  uint64_t size = chunk;
-  while (true) {
-    uint64_t request = size;
-    if (max) {
-      const uint64_t left = result.bytes < *max ? round_down(*max - result.bytes, kMinChunk) : 0;
-      if (left == 0) {
-        result.stop_reason = "max_reached";
-        break;
-      }
-      request = std::min(request, left);
-    }
-    const cudaError_t status = allocator.allocate(request, result.bytes);
-    if (status == cudaSuccess) {
-      ++result.chunks;
-      continue;
-    }
-    if (status != cudaErrorMemoryAllocation) {
-      runtime_check(status, "allocating a chunk of " + std::to_string(request) + " bytes");
-    }
-    // The runtime keeps the error as its last one; clear it so later calls start clean.
-    static_cast<void>(cudaGetLastError());
-    result.stop_reason = runtime_error_name(status);
-    if (!fine || request <= kMinChunk) break;
-    size = std::max(kMinChunk, round_down(request / 2, kMinChunk));
-  }
-  return result;
-}
-
 struct Options {
   int device = 0;
   std::string api = "cudaMalloc";
-  uint64_t chunk = 4 * kGiB;
-  std::optional<uint64_t> max;
-  double hold_seconds = 0;
-  std::optional<double> start_at;  // seconds since the epoch
-  bool fine = true;
+  FillOptions fill;
 };
 
 void run(const Options& options) {
   const RuntimeDevice device = open_runtime_device(options.device);
 
-  std::optional<uint64_t> max = options.max;
+  std::optional<uint64_t> max = options.fill.max;
   // Managed memory is not bounded by the device on a real GPU, and filling the host with pinned
   // memory proves nothing, so those fills are always bounded.
   if (!max && options.api == "cudaMallocManaged") max = device.total_memory;
   if (!max && options.api == "cudaMallocHost") max = 1 * kGiB;
 
   std::unique_ptr<ChunkAllocator> allocator = make_allocator(options.api, device.ordinal);
-  const uint64_t chunk = round_down(options.chunk, kMinChunk);
+  const uint64_t chunk = round_down(options.fill.chunk, kMinChunk);
   if (chunk == 0) throw std::runtime_error("--chunk must be at least 2 MiB");
 
-  if (options.start_at) {
-    const std::chrono::system_clock::time_point start_time{
-        std::chrono::duration_cast<std::chrono::system_clock::duration>(
-            std::chrono::duration<double>(*options.start_at))};
-    std::this_thread::sleep_until(start_time);
-  }
-  const FillResult filled = fill(*allocator, chunk, max, options.fine);
+  wait_for_start(options.fill);
+  // Any error but cudaErrorMemoryAllocation is a failure of the sample.
+  const FillResult filled =
+      fill_chunks(options.fill, chunk, max, kMinChunk, [&](uint64_t bytes, uint64_t& obtained) {
+        const cudaError_t status = allocator->allocate(bytes, obtained);
+        if (status == cudaSuccess) return ChunkAnswer{true, {}};
+        if (status != cudaErrorMemoryAllocation) {
+          runtime_check(status, "allocating a chunk of " + std::to_string(bytes) + " bytes");
+        }
+        // The runtime keeps the error as its last one; clear it so later calls start clean.
+        static_cast<void>(cudaGetLastError());
+        return ChunkAnswer{false, runtime_error_name(status)};
+      });
   size_t free_after_fill = 0;
   size_t total = 0;
   CUDART_CHECK(cudaMemGetInfo(&free_after_fill, &total));
 
-  if (options.hold_seconds > 0) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(options.hold_seconds));
-  }
+  hold_memory(options.fill);
   allocator->release_all();
   size_t free_after_release = 0;
   CUDART_CHECK(cudaMemGetInfo(&free_after_release, &total));
@@ -327,17 +280,8 @@ void run(const Options& options) {
   Json report = runtime_report_header("memory-fill-runtime", device);
   report["api"] = options.api;
   report["device_memory"] = options.api != "cudaMallocHost";
-  report["chunk_bytes"] = chunk;
-  report["max_bytes"] = max ? Json(*max) : Json(nullptr);
-  report["fine"] = options.fine;
-  report["granularity_bytes"] = kMinChunk;
-  report["chunks"] = filled.chunks;
-  report["bytes_obtained"] = filled.bytes;
-  report["stop_reason"] = filled.stop_reason;
-  report["mem_get_info_free"] = free_after_fill;
-  report["mem_get_info_total"] = total;
-  report["hold_seconds"] = options.hold_seconds;
-  report["mem_get_info_free_after_release"] = free_after_release;
+  add_fill_report(report, options.fill, filled,
+                  {chunk, max, kMinChunk, free_after_fill, total, free_after_release});
   print_report(report);
 }
 
@@ -360,18 +304,9 @@ int main(int argc, char** argv) {
                  "memory, which takes no device memory)")
       ->capture_default_str()
       ->check(CLI::IsMember(kApis));
-  add_quantity_option(app, "--chunk", options.chunk, "First chunk size")->default_str("4Gi");
-  add_quantity_option(app, "--max", options.max,
-                      "Stop after this much (default for cudaMallocManaged: the device's total "
-                      "memory; for cudaMallocHost: 1Gi)");
-  app.add_option("--hold-seconds", options.hold_seconds, "Hold the memory this long before freeing")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--start-at", options.start_at,
-                 "Create the context at once but start filling at this time (seconds since the "
-                 "epoch), so several processes can fill together");
-  app.add_flag("--fine,!--no-fine", options.fine,
-               "After the first refusal retry with halving chunks down to 2 MiB (default on)");
+  add_fill_options(app, options.fill,
+                   "Stop after this much (default for cudaMallocManaged: the device's total "
+                   "memory; for cudaMallocHost: 1Gi)");
   CLI11_PARSE(app, argc, argv);
   return run_sample("memory-fill-runtime", [&] { run(options); });
 }
