@@ -599,6 +599,23 @@ def check_cel(ctx):
         cases += [(condition("pods.vgpu.tessera.dev"), {"object": obj}),
                   (condition("hami-pods.vgpu.tessera.dev"), {"object": obj})]
         expected += [(what, "/mutate", plain), (what, "/mutate/hami", with_hami)]
+    # The default class's extended resource: the pod has no claim yet when it is admitted (the
+    # scheduler makes it), so the condition must name the resource, only where it is configured.
+    extended = {"vgpu.tessera.dev/gpu": "1"}
+    with_extended = objects(ctx.template("1.36", sets=["deviceClasses.default.extendedResourceName=vgpu.tessera.dev/gpu"]).stdout)
+    extended_hooks = {h["name"]: h for d in with_extended if d["kind"] == "MutatingWebhookConfiguration" for h in d["webhooks"]}
+    for what, obj, want in [
+        ("the extended resource in a container's limits", pod([{"cpu": "1"}, extended]), True),
+        ("the extended resource in an init container's requests", pod(init=[extended]), True),
+        ("another vgpu.tessera.dev/ resource", pod([{"vgpu.tessera.dev/gpux": "1"}]), False),
+        ("a pod without GPU requests", pod([{"cpu": "1"}]), False),
+    ]:
+        for hook in ("pods.vgpu.tessera.dev", "hami-pods.vgpu.tessera.dev"):
+            cases.append((extended_hooks[hook]["matchConditions"][0]["expression"], {"object": obj}))
+            expected.append((f"{what} (extendedResourceName set)", f"/mutate{'/hami' if 'hami' in hook else ''}", want))
+    for hook in ("pods.vgpu.tessera.dev", "hami-pods.vgpu.tessera.dev"):  # no class has the name by default
+        cases.append((condition(hook), {"object": pod([extended])}))
+        expected.append(("vgpu.tessera.dev/gpu without extendedResourceName", f"/mutate{'/hami' if 'hami' in hook else ''}", False))
     claims = [
         ("a claim with a VgpuConfig", "resourceclaims", claim(["vgpu.tessera.dev"]), True),
         ("a claim with another driver's config", "resourceclaims", claim(["gpu.nvidia.com"]), False),
