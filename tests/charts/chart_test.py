@@ -207,6 +207,34 @@ def check_promises(ctx, docs):
     expect(dashboard["metadata"]["labels"].get("grafana_dashboard") == "1", "grafana sidecar label")
     shipped = json.load(open(os.path.join(ctx.chart, "dashboards", "tessera-gpu-sharing.json")))
     expect(json.loads(dashboard["data"]["tessera-gpu-sharing.json"]) == shipped, "the dashboard as shipped")
+    check_notes(ctx, images)
+
+
+def notes(ctx, *sets):
+    """NOTES.txt as helm install prints it (helm template leaves NOTES out); --dry-run=client needs no cluster."""
+    argv = [ctx.helm, "install", "tessera", ctx.chart, "--namespace", NAMESPACE, "--dry-run=client"]
+    for s in sets:
+        argv += ["--set", s]
+    out = ctx.run(argv).stdout
+    expect("NOTES:" in out, f"no NOTES in helm install's output:\n{out[-2000:]}")
+    return out.split("NOTES:", 1)[1]
+
+
+def check_notes(ctx, images):
+    text = notes(ctx)
+    for image in set(images):
+        expect(image in text, f"NOTES name the image {image}:\n{text}")
+    for line in ("ctr -n k8s.io images import out/tessera-node-agent-0.1.0.tar",
+                 "kind load image-archive out/tessera-node-agent-0.1.0.tar",
+                 f"kubectl label namespace {NAMESPACE} pod-security.kubernetes.io/enforce=privileged"):
+        expect(line in text, f"NOTES lack {line!r}:\n{text}")
+    text = notes(ctx, "namespace.create=true", "agent.image.repository=registry.example.com/t/agent",
+                 "agent.image.tag=1234567")
+    expect("registry.example.com/t/agent:1234567" in text and "images import out/tessera-node-agent" not in text
+           and "images import out/tessera-webhook-0.1.0.tar" in text,
+           f"NOTES: loading steps for the local webhook image only:\n{text}")
+    expect("kubectl label namespace" not in text and f"labelled {NAMESPACE} pod-security.kubernetes.io/enforce=privileged" in text,
+           f"NOTES with namespace.create:\n{text}")
 
 
 def check_variants(ctx):
