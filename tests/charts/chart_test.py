@@ -369,8 +369,6 @@ CONTRADICTIONS = [
      "at '/agent/config/checkInterval': maximum: got 3,600.5, want 3,600"),
     ("checkInterval above the agent's range, from --set", ["agent.config.checkInterval=3600.5"], "1.36", [],
      "agent.config.checkInterval 3600.5: the agent takes 0 to 3600 seconds"),
-    ("checkInterval that is no number", ["agent.config.checkInterval=fast"], "1.36", [],
-     "at '/agent/config/checkInterval'"),
 ]
 
 
@@ -388,10 +386,12 @@ def check_values(ctx):
     (node-agent/src/agent/agent_config.cc, CLI::Range(0.0, 3600.0))."""
     def daemonset(*sets, files=()):
         return find(objects(ctx.template("1.36", files, sets=sets).stdout), "DaemonSet")["spec"]["template"]["spec"]
-    spec = daemonset("agent.image.tag=1234567", "webhook.image.tag=0012")  # int64, and a string (leading 0)
+    # An int64 to helm, and a string (strvals leaves a leading 0 alone).
+    docs = objects(ctx.template("1.36", sets=["agent.image.tag=1234567", "webhook.image.tag=0012"]).stdout)
+    spec = find(docs, "DaemonSet")["spec"]["template"]["spec"]
     images = {c["image"] for c in spec["initContainers"] + spec["containers"]}
     expect(images == {"localhost/tessera-node-agent:1234567"}, f"--set agent.image.tag=1234567: {images}")
-    deployment = find(objects(ctx.template("1.36", sets=["webhook.image.tag=0012"]).stdout), "Deployment")
+    deployment = find(docs, "Deployment")
     webhook_image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     expect(webhook_image == "localhost/tessera-webhook:0012", f"--set webhook.image.tag=0012: {webhook_image}")
     print("ok: --set agent.image.tag=1234567 renders localhost/tessera-node-agent:1234567; 0012 stays 0012")
