@@ -10,19 +10,21 @@
 # Usage: scripts/build-images.sh [options]
 #   --prebuilt BUILD_DIR  do not compile: the images' `runtime-prebuilt` target, from the programs of
 #                         an existing build folder (e.g. build/release); what the tests use
-#   --tag TAG             image tag (default: git describe --tags --always --dirty)
+#   --tag TAG             image tag (default: the chart's appVersion, charts/tessera/Chart.yaml, which
+#                         is also the chart's default image tag)
 #   --engine podman|buildah   (default: podman, else buildah, whichever is installed)
 #   --save DIR            also write DIR/<image>-<tag>.tar (podman save; `kind load image-archive`)
 #   --only node-agent|webhook
 #   --rebuild-bases       make the base images again even when they exist
 #   --cuda DIR            the CUDA toolkit for the build stage (default /usr/local/cuda)
+#   --print-images        print the images' names (localhost/tessera-<component>:<tag>) and exit
 # Environment: ENGINE_ARGS, global options for every engine call (e.g. a private storage:
 # "--root DIR --runroot DIR --storage-driver vfs"); CONTAINERS_CONF as podman reads it.
 # Prints how long each step took.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
-prebuilt="" tag="" engine="" save="" only="" rebuild_bases=0 cuda=/usr/local/cuda
+prebuilt="" tag="" engine="" save="" only="" rebuild_bases=0 cuda=/usr/local/cuda print_images=0
 while (($#)); do
   case "$1" in
     --prebuilt) prebuilt=$(cd "$2" && pwd) && shift 2 ;;
@@ -32,10 +34,26 @@ while (($#)); do
     --only) only=$2 && shift 2 ;;
     --rebuild-bases) rebuild_bases=1 && shift ;;
     --cuda) cuda=$2 && shift 2 ;;
+    --print-images) print_images=1 && shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' && exit 0 ;;
     *) echo "build-images: unknown option $1 (see --help)" >&2 && exit 2 ;;
   esac
 done
+# The chart's images default to localhost/tessera-<component>:<appVersion>, so the default tag here
+# is that appVersion: images built, saved and imported on a node are the ones the chart names.
+if [[ -z $tag ]]; then
+  tag=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$repo/charts/tessera/Chart.yaml")
+  [[ -n $tag ]] || {
+    echo "build-images: no appVersion in $repo/charts/tessera/Chart.yaml (--tag TAG)" >&2
+    exit 1
+  }
+fi
+components=(node-agent webhook)
+[[ -z $only ]] || components=("$only")
+if ((print_images)); then
+  for component in "${components[@]}"; do echo "localhost/tessera-$component:$tag"; done
+  exit 0
+fi
 if [[ -z $engine ]]; then
   if command -v podman >/dev/null; then engine=podman; elif command -v buildah >/dev/null; then
     engine=buildah
@@ -48,10 +66,7 @@ fi
   echo "build-images: --engine must be podman or buildah, not $engine" >&2
   exit 2
 }
-[[ -n $tag ]] || tag=$(git -C "$repo" describe --tags --always --dirty 2>/dev/null || echo dev)
 read -r -a engine_args <<<"${ENGINE_ARGS:-}"
-components=(node-agent webhook)
-[[ -z $only ]] || components=("$only")
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tessera-images.XXXXXX")
 trap 'rm -rf "$work"' EXIT

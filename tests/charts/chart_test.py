@@ -10,6 +10,9 @@ CHECK is one of:
                   validated against that release's schema (validate_manifests.py), and what the
                   chart promises checked in the default rendering
   contradictions  each contradictory combination of values fails with its message
+  values          typed values as users give them: an all-digit image tag from --set (int64) and
+                  from a values file (float64) rendered as that tag, checkInterval 0.5, and the
+                  default images equal to what scripts/build-images.sh builds by default
   rbac            the rendered roles grant exactly the API calls of the agent's and webhook's code
   rbac-drift      rbac_check.py fails on a role with a rule too many or too few, and on a source
                   tree with a call the roles lack
@@ -125,9 +128,15 @@ def check_promises(ctx, docs):
     mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
     for path in ("/var/lib/tessera", "/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins",
                  "/var/run/cdi", "/etc/cdi", "/usr/local/tessera/lib", "/run/nvidia/driver", "/dev",
-                 "/sys/kernel/btf", "/sys/fs/cgroup"):
+                 "/sys/fs/cgroup"):
         expect(path in mounts, f"the agent mounts {path}")
     volumes = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+    # The watcher in auto mode must not need BTF: no hostPath for it at all (a type Directory one
+    # keeps the pod from starting where the kernel has none; without a type, or DirectoryOrCreate,
+    # containerd and kubelet try to create it in sysfs, which fails too).
+    expect("/sys/kernel/btf" not in mounts and "/sys/kernel/btf" not in volumes.values(),
+           "no /sys/kernel/btf hostPath while the process watcher is auto")
+    expect("--process-watch=auto" in agent["args"], f"--process-watch=auto: {agent['args']}")
     for m in agent["volumeMounts"]:
         expect(volumes[m["name"]] == m["mountPath"] or m["mountPath"] == "/host-shim",
                f"{m['mountPath']} is mounted at its host path ({volumes[m['name']]})")
@@ -142,9 +151,33 @@ def check_promises(ctx, docs):
                      script, re.S), "the shim is installed by new file, fsync, rename, fsync of the folder")
     expect(init["volumeMounts"][0]["mountPath"] == "/host-shim"
            and volumes[init["volumeMounts"][0]["name"]] == "/usr/local/tessera/lib", "shim host folder")
-
+    # The installer only copies a file into the root-owned host folder: root as its owner, nothing
+    # else (run so under podman with the image's tools: docs/install.md, "Images").
+    expect(init["securityContext"] == {"runAsUser": 0, "runAsNonRoot": False, "privileged": False,
+                                       "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                       "capabilities": {"drop": ["ALL"]}},
+           f"least privilege for install-shim: {init['securityContext']}")
+    expect(len(init["volumeMounts"]) == 1, "install-shim mounts only the shim folder")
+    expect(spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}},
+           f"the agent pod's securityContext: {spec.get('securityContext')}")
+    images = [c["image"] for c in spec["initContainers"] + spec["containers"]]
     deployment = find(docs, "Deployment")
     expect(deployment["spec"]["replicas"] == 2, "two webhook replicas")
+    webhook_pod = deployment["spec"]["template"]["spec"]
+    expect(webhook_pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                                              "seccompProfile": {"type": "RuntimeDefault"}},
+           f"the webhook pod's securityContext: {webhook_pod.get('securityContext')}")
+    images.append(webhook_pod["containers"][0]["image"])
+    built = ctx.run([os.path.join(ctx.repo, "scripts", "build-images.sh"), "--print-images"]).stdout.split()
+    expect(sorted(set(images)) == sorted(built),
+           f"the default images {sorted(set(images))} are the ones build-images.sh makes: {built}")
+    chart = yaml.safe_load(open(os.path.join(ctx.chart, "Chart.yaml")))
+    expect(chart["version"] == chart["appVersion"] and all(i.endswith(":" + chart["appVersion"]) for i in images),
+           f"images tagged with the chart's version {chart['version']}/{chart['appVersion']}: {images}")
+    accounts = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
+    expect(accounts == {spec["serviceAccountName"], webhook_pod["serviceAccountName"]},
+           f"both service accounts made: {accounts}")
+    expect(not [d for d in docs if d["kind"] == "Namespace"], "no Namespace unless namespace.create")
     pdb = find(docs, "PodDisruptionBudget")
     expect(pdb["spec"]["minAvailable"] == 1, "PDB minAvailable 1")
     mutating = find(docs, "MutatingWebhookConfiguration")
@@ -174,6 +207,34 @@ def check_promises(ctx, docs):
     expect(dashboard["metadata"]["labels"].get("grafana_dashboard") == "1", "grafana sidecar label")
     shipped = json.load(open(os.path.join(ctx.chart, "dashboards", "tessera-gpu-sharing.json")))
     expect(json.loads(dashboard["data"]["tessera-gpu-sharing.json"]) == shipped, "the dashboard as shipped")
+    check_notes(ctx, images)
+
+
+def notes(ctx, *sets):
+    """NOTES.txt as helm install prints it (helm template leaves NOTES out); --dry-run=client needs no cluster."""
+    argv = [ctx.helm, "install", "tessera", ctx.chart, "--namespace", NAMESPACE, "--dry-run=client"]
+    for s in sets:
+        argv += ["--set", s]
+    out = ctx.run(argv).stdout
+    expect("NOTES:" in out, f"no NOTES in helm install's output:\n{out[-2000:]}")
+    return out.split("NOTES:", 1)[1]
+
+
+def check_notes(ctx, images):
+    text = notes(ctx)
+    for image in set(images):
+        expect(image in text, f"NOTES name the image {image}:\n{text}")
+    for line in ("ctr -n k8s.io images import out/tessera-node-agent-0.1.0.tar",
+                 "kind load image-archive out/tessera-node-agent-0.1.0.tar",
+                 f"kubectl label namespace {NAMESPACE} pod-security.kubernetes.io/enforce=privileged"):
+        expect(line in text, f"NOTES lack {line!r}:\n{text}")
+    text = notes(ctx, "namespace.create=true", "agent.image.repository=registry.example.com/t/agent",
+                 "agent.image.tag=1234567")
+    expect("registry.example.com/t/agent:1234567" in text and "images import out/tessera-node-agent" not in text
+           and "images import out/tessera-webhook-0.1.0.tar" in text,
+           f"NOTES: loading steps for the local webhook image only:\n{text}")
+    expect("kubectl label namespace" not in text and f"labelled {NAMESPACE} pod-security.kubernetes.io/enforce=privileged" in text,
+           f"NOTES with namespace.create:\n{text}")
 
 
 def check_variants(ctx):
@@ -209,12 +270,15 @@ def check_variant(ctx, name, docs):
         check_promises(ctx, docs)
     if name == "agent-settings":  # every row of the agent's flag table, and the webhook's logs
         args = find(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"]
-        for flag in ("--reconcile-interval=30", "--device-poll-interval=15", "--check-interval=5",
+        for flag in ("--reconcile-interval=30", "--device-poll-interval=15", "--check-interval=0.5",
                      "--enforcement-default=report", "--api-socket=/var/lib/tessera/api.sock",
                      "--log-format=json", "--mps-control=/usr/bin/nvidia-cuda-mps-control",
                      "--nvidia-smi=/usr/bin/nvidia-smi", "--shim-loading=LD_PRELOAD", "--api-socket-mode=0660"):
             expect(flag in args, f"agent flag {flag} in {args}")
         expect(args.count("-v") == 1, f"verbosity 1 is one -v: {args}")
+        pod_spec = find(docs, "DaemonSet")["spec"]["template"]["spec"]
+        for c in pod_spec["initContainers"] + pod_spec["containers"]:
+            expect(c["image"] == "localhost/tessera-node-agent:1234567", f"an all-digit tag from a values file: {c['image']}")
         webhook = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
         expect("--log-format=json" in webhook and webhook.count("-v") == 2, f"webhook log flags: {webhook}")
     if name == "service-monitor":
@@ -224,11 +288,47 @@ def check_variant(ctx, name, docs):
         spec = find(docs, "DeviceClass", "vgpu.tessera.dev", exact=True)["spec"]
         expect(spec.get("extendedResourceName") == "vgpu.tessera.dev/gpu", "extendedResourceName")
     if name.startswith("tls-") and "cert-manager" in name:
-        find(docs, "Certificate")
-        expect(not [d for d in docs if d["kind"] == "Secret"], "no generated Secret with cert-manager")
-        hook = find(docs, "MutatingWebhookConfiguration")
-        expect("cert-manager.io/inject-ca-from" in hook["metadata"].get("annotations", {}),
-               "the cainjector annotation")
+        check_cert_manager_chain(docs)
+    if name == "namespace-create":
+        namespace = find(docs, "Namespace", NAMESPACE, exact=True)
+        labels = namespace["metadata"]["labels"]
+        expect(labels.get("pod-security.kubernetes.io/enforce") == "privileged" and labels.get("team") == "gpu-platform",
+               f"the release namespace with Pod Security level privileged: {labels}")
+        expect(namespace["metadata"]["annotations"].get("helm.sh/resource-policy") == "keep", "kept on uninstall")
+    if name == "existing-service-accounts":
+        expect(not [d for d in docs if d["kind"] == "ServiceAccount"], "no ServiceAccount with create: false")
+        pod_accounts = {find(docs, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"],
+                        find(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]}
+        bound = {s["name"] for d in docs if d["kind"] == "ClusterRoleBinding" for s in d["subjects"]}
+        expect(pod_accounts == bound == {"gpu-node-agent", "gpu-webhook"}, f"pods {pod_accounts}, bindings {bound}")
+    if name == "process-watch-required":
+        spec = find(docs, "DaemonSet")["spec"]["template"]["spec"]
+        btf = [v for v in spec["volumes"] if v.get("hostPath", {}).get("path") == "/sys/kernel/btf"]
+        expect(len(btf) == 1 and btf[0]["hostPath"]["type"] == "Directory", f"the BTF hostPath: {btf}")
+        expect("--process-watch=on" in spec["containers"][0]["args"], "--process-watch=on")
+
+
+def check_cert_manager_chain(docs):
+    """A self-signed Issuer -> a CA Certificate -> a CA Issuer -> the serving certificate, and the
+    webhook configurations' caBundle injected from the CA, which outlives serving renewals."""
+    expect(not [d for d in docs if d["kind"] == "Secret"], "no generated Secret with cert-manager")
+    issuers = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Issuer"}
+    certificates = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Certificate"}
+    cas = [n for n, c in certificates.items() if c.get("isCA")]
+    servings = [n for n, c in certificates.items() if not c.get("isCA")]
+    expect(len(cas) == 1 and len(servings) == 1, f"one CA and one serving certificate: {certificates}")
+    ca, serving = certificates[cas[0]], certificates[servings[0]]
+    expect(issuers.get(ca["issuerRef"]["name"]) == {"selfSigned": {}}, f"the CA is self-signed: {ca['issuerRef']}")
+    expect(ca["privateKey"]["rotationPolicy"] == "Never", "the CA keeps its key when renewed")
+    ca_issuer = issuers.get(serving["issuerRef"]["name"], {})
+    expect(ca_issuer.get("ca", {}).get("secretName") == ca["secretName"],
+           f"the serving certificate is signed by the CA Issuer of the CA's Secret: {serving['issuerRef']}, {issuers}")
+    expect(serving["secretName"].endswith("-webhook-tls") and serving["secretName"] != ca["secretName"],
+           "the serving certificate has a Secret of its own")
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        annotations = find(docs, kind)["metadata"].get("annotations", {})
+        expect(annotations.get("cert-manager.io/inject-ca-from") == f"{NAMESPACE}/{cas[0]}",
+               f"{kind}: caBundle injected from the CA certificate {cas[0]}: {annotations}")
 
 
 # (what, --set values, kube version, helm args, the message's words)
@@ -259,6 +359,16 @@ CONTRADICTIONS = [
      "additional properties 'nosuch' not allowed"),
     ("the MPS preset named like the default class", ["deviceClasses.mps.name=vgpu.tessera.dev"],
      "1.36", [], "the MPS preset needs a name of its own"),
+    ("an existing agent service account without its name", ["agent.serviceAccount.create=false"], "1.36", [],
+     "agent.serviceAccount.create is false but agent.serviceAccount.name is empty"),
+    ("an existing webhook service account without its name", ["webhook.serviceAccount.create=false"], "1.36", [],
+     "webhook.serviceAccount.create is false but webhook.serviceAccount.name is empty"),
+    ("an image tag that is a fraction", [], "1.36", ["--set-json", "agent.image.tag=1.5"],
+     "at '/agent/image/tag': got number, want integer or string"),
+    ("checkInterval above the agent's range", [], "1.36", ["--set-json", "agent.config.checkInterval=3600.5"],
+     "at '/agent/config/checkInterval': maximum: got 3,600.5, want 3,600"),
+    ("checkInterval above the agent's range, from --set", ["agent.config.checkInterval=3600.5"], "1.36", [],
+     "agent.config.checkInterval 3600.5: the agent takes 0 to 3600 seconds"),
 ]
 
 
@@ -269,6 +379,36 @@ def check_contradictions(ctx):
         expect(message in result.stderr, f"{what}: the message lacks {message!r}:\n{result.stderr}")
         print(f"ok: {what}: {message}")
     print(f"{len(CONTRADICTIONS)} contradictions refused")
+
+
+def check_values(ctx):
+    """Values typed as users type them. The agent reads --check-interval as a double in [0, 3600]
+    (node-agent/src/agent/agent_config.cc, CLI::Range(0.0, 3600.0))."""
+    def daemonset(*sets, files=()):
+        return find(objects(ctx.template("1.36", files, sets=sets).stdout), "DaemonSet")["spec"]["template"]["spec"]
+    # An int64 to helm, and a string (strvals leaves a leading 0 alone).
+    docs = objects(ctx.template("1.36", sets=["agent.image.tag=1234567", "webhook.image.tag=0012"]).stdout)
+    spec = find(docs, "DaemonSet")["spec"]["template"]["spec"]
+    images = {c["image"] for c in spec["initContainers"] + spec["containers"]}
+    expect(images == {"localhost/tessera-node-agent:1234567"}, f"--set agent.image.tag=1234567: {images}")
+    deployment = find(docs, "Deployment")
+    webhook_image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    expect(webhook_image == "localhost/tessera-webhook:0012", f"--set webhook.image.tag=0012: {webhook_image}")
+    print("ok: --set agent.image.tag=1234567 renders localhost/tessera-node-agent:1234567; 0012 stays 0012")
+    with tempfile.TemporaryDirectory() as directory:
+        values = os.path.join(directory, "values.yaml")
+        open(values, "w").write("agent:\n  image:\n    tag: 20260102\n  config:\n    checkInterval: 0.25\n")
+        spec = daemonset(files=[values])
+    expect(spec["containers"][0]["image"] == "localhost/tessera-node-agent:20260102", f"a values file's tag: {spec['containers'][0]['image']}")
+    expect("--check-interval=0.25" in spec["containers"][0]["args"], f"checkInterval 0.25: {spec['containers'][0]['args']}")
+    args = daemonset("agent.config.checkInterval=0.5")["containers"][0]["args"]  # a string to helm
+    expect("--check-interval=0.5" in args, f"--set agent.config.checkInterval=0.5: {args}")
+    print("ok: a values file's tag 20260102 (a float64 to helm) and checkInterval 0.25, --set checkInterval=0.5")
+    built = ctx.run([os.path.join(ctx.repo, "scripts", "build-images.sh"), "--print-images"]).stdout.split()
+    app_version = yaml.safe_load(open(os.path.join(ctx.chart, "Chart.yaml")))["appVersion"]
+    expect(built == [f"localhost/tessera-node-agent:{app_version}", f"localhost/tessera-webhook:{app_version}"],
+           f"build-images.sh tags with the chart's appVersion {app_version}: {built}")
+    print(f"ok: build-images.sh builds {' and '.join(built)} by default, the chart's default images")
 
 
 def render_default(ctx, directory):
@@ -487,6 +627,23 @@ def check_cel(ctx):
         cases += [(condition("pods.vgpu.tessera.dev"), {"object": obj}),
                   (condition("hami-pods.vgpu.tessera.dev"), {"object": obj})]
         expected += [(what, "/mutate", plain), (what, "/mutate/hami", with_hami)]
+    # The default class's extended resource: the pod has no claim yet when it is admitted (the
+    # scheduler makes it), so the condition must name the resource, only where it is configured.
+    extended = {"vgpu.tessera.dev/gpu": "1"}
+    with_extended = objects(ctx.template("1.36", sets=["deviceClasses.default.extendedResourceName=vgpu.tessera.dev/gpu"]).stdout)
+    extended_hooks = {h["name"]: h for d in with_extended if d["kind"] == "MutatingWebhookConfiguration" for h in d["webhooks"]}
+    for what, obj, want in [
+        ("the extended resource in a container's limits", pod([{"cpu": "1"}, extended]), True),
+        ("the extended resource in an init container's requests", pod(init=[extended]), True),
+        ("another vgpu.tessera.dev/ resource", pod([{"vgpu.tessera.dev/gpux": "1"}]), False),
+        ("a pod without GPU requests", pod([{"cpu": "1"}]), False),
+    ]:
+        for hook in ("pods.vgpu.tessera.dev", "hami-pods.vgpu.tessera.dev"):
+            cases.append((extended_hooks[hook]["matchConditions"][0]["expression"], {"object": obj}))
+            expected.append((f"{what} (extendedResourceName set)", f"/mutate{'/hami' if 'hami' in hook else ''}", want))
+    for hook in ("pods.vgpu.tessera.dev", "hami-pods.vgpu.tessera.dev"):  # no class has the name by default
+        cases.append((condition(hook), {"object": pod([extended])}))
+        expected.append(("vgpu.tessera.dev/gpu without extendedResourceName", f"/mutate{'/hami' if 'hami' in hook else ''}", False))
     claims = [
         ("a claim with a VgpuConfig", "resourceclaims", claim(["vgpu.tessera.dev"]), True),
         ("a claim with another driver's config", "resourceclaims", claim(["gpu.nvidia.com"]), False),
@@ -551,7 +708,8 @@ def check_samples(ctx):
     return 0
 
 
-CHECKS = {"cel": check_cel, "variants": check_variants, "contradictions": check_contradictions, "rbac": check_rbac,
+CHECKS = {"cel": check_cel, "variants": check_variants, "contradictions": check_contradictions,
+          "values": check_values, "rbac": check_rbac,
           "rbac-drift": check_rbac_drift, "validator": check_validator, "samples": check_samples}
 
 

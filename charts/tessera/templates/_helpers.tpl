@@ -47,12 +47,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-webhook" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* A component's service account: (dict "account" .Values.agent.serviceAccount "fullname" NAME).
+Made by the chart (create): the given name or NAME; brought by the user: the given name, which
+templates/validate.yaml requires. */}}
+{{- define "tessera.serviceAccountName" -}}
+{{- if .account.create -}}
+{{- default .fullname .account.name -}}
+{{- else -}}
+{{- .account.name -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "tessera.agent.serviceAccountName" -}}
-{{- default (include "tessera.agent.fullname" .) .Values.agent.serviceAccount.name -}}
+{{- include "tessera.serviceAccountName" (dict "account" .Values.agent.serviceAccount "fullname" (include "tessera.agent.fullname" .)) -}}
 {{- end -}}
 
 {{- define "tessera.webhook.serviceAccountName" -}}
-{{- default (include "tessera.webhook.fullname" .) .Values.webhook.serviceAccount.name -}}
+{{- include "tessera.serviceAccountName" (dict "account" .Values.webhook.serviceAccount "fullname" (include "tessera.webhook.fullname" .)) -}}
 {{- end -}}
 
 {{- define "tessera.webhook.tlsSecretName" -}}
@@ -63,8 +74,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/*
+An image reference: (dict "root" $ "image" .Values.agent.image). The tag is a string: an all-digit
+tag comes as an int64 from --set and as a float64 from a values file (1234567 would print as
+1.234567e+06), so integers are printed as integers; an empty tag is the chart's appVersion, the tag
+scripts/build-images.sh gives by default.
+*/}}
+{{- define "tessera.imageTag" -}}
+{{- $tag := .image.tag -}}
+{{- /* values.schema.json admits only whole numbers. */ -}}
+{{- if kindIs "float64" $tag -}}
+{{- $tag = int64 $tag -}}
+{{- end -}}
+{{- default .root.Chart.AppVersion (toString $tag) -}}
+{{- end -}}
+
 {{- define "tessera.image" -}}
-{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) -}}
+{{- printf "%s:%s" .image.repository (include "tessera.imageTag" .) -}}
 {{- end -}}
 
 {{/* The TLS mode after "auto" is resolved: certManager, helm or provided. */}}
@@ -119,6 +145,10 @@ nvidiaSmi: {flag: --nvidia-smi}
 -}}
 {{- if not $a.processWatch.enabled -}}
 {{- $args = append $args "--process-watch=off" -}}
+{{- else if $a.processWatch.required -}}
+{{- $args = append $args "--process-watch=on" -}}
+{{- else -}}
+{{- $args = append $args "--process-watch=auto" -}}
 {{- end -}}
 {{- $table := include "tessera.agent.flagTable" . | fromYaml -}}
 {{- range $key := keys $a.config | sortAlpha -}}
