@@ -141,7 +141,7 @@ samples=$repo/samples/k8s
 # Applies sample files with the image tag built above.
 apply() {
   for file in "$@"; do
-    sed "s|localhost/tessera-node-agent:latest|localhost/tessera-node-agent:$tag|" "$file"
+    sed "s|localhost/tessera-node-agent:0.1.0|localhost/tessera-node-agent:$tag|" "$file"
     echo "---"
   done | kubectl apply -f -
 }

@@ -52,7 +52,13 @@ import yaml
 # resource name the default class is given for the extended-resource sample.
 DEVICE_CLASSES = {"vgpu.tessera.dev", "mps.vgpu.tessera.dev"}
 EXTENDED_RESOURCE = "vgpu.tessera.dev/gpu"
-SAMPLE_IMAGE = "localhost/tessera-node-agent:latest"
+# The image the samples run: the name scripts/build-images.sh gives, with its default tag, the
+# chart's appVersion (also the chart's default image tag).
+CHART_YAML = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "charts",
+                          "tessera", "Chart.yaml")
+with open(CHART_YAML, encoding="utf-8") as chart_file:
+    APP_VERSION = re.search(r'^appVersion:\s*"?([^"\s]+)"?\s*$', chart_file.read(), re.M).group(1)
+SAMPLE_IMAGE = f"localhost/tessera-node-agent:{APP_VERSION}"
 NAMESPACED = {"ResourceClaimTemplate", "ResourceClaim", "Pod", "Deployment"}
 KNOWN_KINDS = {("v1", "Namespace"), ("v1", "Pod"), ("apps/v1", "Deployment"),
                ("resource.k8s.io/v1", "ResourceClaimTemplate"),
