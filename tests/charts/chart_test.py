@@ -199,6 +199,9 @@ def check_promises(ctx, docs):
     mps = classes["mps.vgpu.tessera.dev"]["spec"]["config"][0]["opaque"]["parameters"]
     expect(mps["sharing"] == {"strategy": "MPS"}, "the MPS preset")
     expect("extendedResourceName" not in classes["vgpu.tessera.dev"]["spec"], "no extended resource by default")
+    webhook_args = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    expect(not [a for a in webhook_args if a.startswith("--extended-resource-name")],
+           f"no extended resource for the webhook to police by default: {webhook_args}")
 
     policy = find(docs, "ValidatingAdmissionPolicy")
     expect("authentication.kubernetes.io/node-name" in json.dumps(policy), "per-node slice policy")
@@ -287,6 +290,9 @@ def check_variant(ctx, name, docs):
     if name.startswith("extended-resource"):
         spec = find(docs, "DeviceClass", "vgpu.tessera.dev", exact=True)["spec"]
         expect(spec.get("extendedResourceName") == "vgpu.tessera.dev/gpu", "extendedResourceName")
+        webhook_args = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        expect("--extended-resource-name=vgpu.tessera.dev/gpu" in webhook_args,
+               f"the webhook polices pods asking for the extended resource: {webhook_args}")
     if name.startswith("tls-") and "cert-manager" in name:
         check_cert_manager_chain(docs)
     if name == "namespace-create":

@@ -321,6 +321,31 @@ TEST(PodMutation, ContainersWithoutATesseraShareAreNotPoliced) {
   expect_allowed_unchanged(run(plain, {}, claims).review);
 }
 
+// A container asking for the default class's extended resource gets its claim from the scheduler
+// after admission: it is a share, policed as one, and left as it is otherwise.
+TEST(PodMutation, AContainerAskingForTheExtendedResourceIsPolicedAsAShare) {
+  json request = golden("pod_no_gpu.json");
+  container(request, "containers", 0)["resources"] = {{"limits", {{"vgpu.tessera.dev/gpu", "1"}}}};
+  FakeClaimLookup claims;
+  MutateConfig config;
+  config.extended_resource_name = "vgpu.tessera.dev/gpu";
+  expect_allowed_unchanged(run(request, config, claims).review);
+
+  container(request, "containers", 0)["env"] = json::parse(R"([{"name": "LD_PRELOAD"}])");
+  const Mutated refused = run(request, config, claims);
+  expect_denied(refused.review, 403, "Forbidden", "sets LD_PRELOAD");
+  EXPECT_TRUE(refused.templates.empty());
+  EXPECT_EQ(claims.calls, 0);  // no claim exists to look up
+
+  // Asked in requests only, as the API server allows for extended resources it defaults.
+  container(request, "containers",
+            0)["resources"] = {{"requests", {{"vgpu.tessera.dev/gpu", "1"}}}};
+  expect_denied(run(request, config, claims).review, 403, "Forbidden", "sets LD_PRELOAD");
+
+  // Without the name configured (no extended resource in the cluster), it is not a share.
+  expect_allowed_unchanged(run(request, {}, claims).review);
+}
+
 TEST(PodMutation, AnUnreachableApiChecksTheClaimAsTesseraAndSaysSo) {
   json request = golden("pod_with_claim.json");
   container(request, "containers", 0)["securityContext"] = {{"privileged", true}};

@@ -137,6 +137,35 @@ TEST(Options, AFileValueOfAnotherTypeIsRefusedNamingTheKeyAndTheValue) {
   }
 }
 
+TEST(Options, TheExtendedResourceNameIsOneKubeApiserverAccepts) {
+  auto with_name = [](const char* name) {
+    return parse(
+        {"--tls-cert-file", "c", "--tls-private-key-file", "k", "--extended-resource-name", name});
+  };
+  ParsedOptions good = with_name("vgpu.tessera.dev/gpu");
+  ASSERT_FALSE(good.exit_code) << good.message;
+  EXPECT_EQ(good.options.extended_resource_name, "vgpu.tessera.dev/gpu");
+  EXPECT_EQ(
+      parse({"--tls-cert-file", "c", "--tls-private-key-file", "k"}).options.extended_resource_name,
+      "");
+  const std::vector<std::pair<const char*, const char*>> refused = {
+      {"gpu", "\"gpu\" is not <domain>/<name>"},
+      {"a/b/c", "\"a/b/c\" is not <domain>/<name>"},
+      {"Tessera.dev/gpu", "the domain Tessera.dev is not a DNS subdomain"},
+      {"kubernetes.io/gpu", "names under kubernetes.io are Kubernetes' own"},
+      {"nodes.kubernetes.io/gpu", "names under kubernetes.io are Kubernetes' own"},
+      {"vgpu.tessera.dev/-gpu", "the name -gpu must be 1 to 63"},
+      {"vgpu.tessera.dev/", "the name  must be 1 to 63"},
+  };
+  for (const auto& [name, message] : refused) {
+    const ParsedOptions parsed = with_name(name);
+    ASSERT_TRUE(parsed.exit_code) << name;
+    EXPECT_EQ(*parsed.exit_code, 2);
+    EXPECT_NE(parsed.message.find("--extended-resource-name"), std::string::npos) << parsed.message;
+    EXPECT_NE(parsed.message.find(message), std::string::npos) << parsed.message;
+  }
+}
+
 TEST(Options, ListenAddresses) {
   auto any = parse_listen(":8443");
   ASSERT_TRUE(any.is_ok());

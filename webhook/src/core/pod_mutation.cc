@@ -188,17 +188,30 @@ class CachedLookup {
   std::map<std::pair<ClaimSource, std::string>, bool> known_;
 };
 
-bool mentions_gpu_resources(const json& container, bool hami_names) {
+// Whether the container's limits or requests name `resource`.
+bool asks_for(const json& container, const std::string& resource) {
+  const json* resources = json_member(container, "resources");
+  if (!resources || resource.empty()) return false;
+  for (const char* list : {"limits", "requests"}) {
+    const json* values = json_member(*resources, list);
+    if (values && values->is_object() && values->contains(resource)) return true;
+  }
+  return false;
+}
+
+bool mentions_gpu_resources(const json& container, const MutateConfig& config) {
   const json* resources = json_member(container, "resources");
   if (!resources) return false;
   if (const json* claims = json_member(*resources, "claims");
       claims && claims->is_array() && !claims->empty())
     return true;
+  if (asks_for(container, config.extended_resource_name)) return true;
   for (const char* list : {"limits", "requests"}) {
     const json* values = json_member(*resources, list);
     if (!values || !values->is_object()) continue;
     for (const auto& [key, value] : values->items())
-      if (key.rfind("tessera.dev/", 0) == 0 || (hami_names && key.rfind("nvidia.com/", 0) == 0))
+      if (key.rfind("tessera.dev/", 0) == 0 ||
+          (config.hami_names && key.rfind("nvidia.com/", 0) == 0))
         return true;
   }
   return false;
@@ -233,7 +246,7 @@ PodMutation mutate_pod(const AdmissionRequest& request, const MutateConfig& conf
   // The fast path: a pod that asks for nothing GPU-like leaves here, untouched.
   bool any = false;
   for (const auto& container : containers)
-    any = any || mentions_gpu_resources(*container.spec, config.hami_names);
+    any = any || mentions_gpu_resources(*container.spec, config);
   if (!any) return out;
 
   std::map<std::string, PodClaim> pod_claims;
@@ -315,6 +328,12 @@ PodMutation mutate_pod(const AdmissionRequest& request, const MutateConfig& conf
           {{"name", claim_name}, {"resourceClaimTemplateName", template_name}});
       if (template_names.insert(template_name).second)
         out.templates.push_back(asked.request.claim_template(request.namespace_name));
+      for (auto& violation : check_policy(container, config))
+        violations.push_back(std::move(violation));
+      continue;
+    }
+    if (asks_for(*container.spec, config.extended_resource_name)) {
+      // The scheduler makes its claim after admission; the share is Tessera's by the name.
       for (auto& violation : check_policy(container, config))
         violations.push_back(std::move(violation));
       continue;

@@ -5,10 +5,10 @@
 //   ResourceClaimTemplate per distinct request, referenced from `spec.resourceClaims` and the
 //   container's `resources.claims`; the shorthand is removed from limits and requests. Init and
 //   sidecar containers are treated as any other container: their own share, or none.
-// - A container with a Tessera share (from shorthand, or a claim whose device class is a Tessera
-//   one) is checked against the policy: it must not set LD_PRELOAD, TESSERA_* or
-//   CUDA_DEVICE_*_LIMIT, mount over /etc/ld.so.preload or the share folder, or run privileged.
-//   Each check is `deny` or `warn`.
+// - A container with a Tessera share (from shorthand, a claim whose device class is a Tessera
+//   one, or the default class's extended resource name) is checked against the policy: it must not
+//   set LD_PRELOAD, TESSERA_* or CUDA_DEVICE_*_LIMIT, mount over /etc/ld.so.preload or the share
+//   folder, or run privileged. Each check is `deny` or `warn`.
 // - Nothing the agent's CDI spec sets (environment, mounts) is ever added, so a pod that already
 //   uses Tessera claims is left as it is, and mutating a mutated pod changes nothing.
 #pragma once
@@ -37,6 +37,9 @@ struct MutateConfig {
   bool hami_names = false;                      // the namespace opted in to nvidia.com/gpu* names
   std::string share_root = "/var/run/tessera";  // where CDI mounts shares and MPS pipes
   std::string preload_file = "/etc/ld.so.preload";
+  // The default DeviceClass's extendedResourceName (empty: none). A container that asks for it
+  // gets a Tessera share from the scheduler (DRAExtendedResource), so it is policed as one.
+  std::string extended_resource_name;
 };
 
 // What a pod claim entry refers to.

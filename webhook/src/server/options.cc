@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
+#include <regex>
 #include <type_traits>
 #include <vector>
 
@@ -46,17 +47,10 @@ Status apply_config_file(const std::string& path, const CLI::App& app, WebhookOp
   }
   if (!file.IsMap() && !file.IsNull()) return invalid_argument("--config " + path + ": not a map");
   auto unset = [&](const char* flag) { return app.get_option(flag)->count() == 0; };
-  static const std::set<std::string> kKnown = {"listen",
-                                               "tlsCertFile",
-                                               "tlsPrivateKeyFile",
-                                               "kubeconfig",
-                                               "policy",
-                                               "deviceClasses",
-                                               "shareRoot",
-                                               "cacheTTLSeconds",
-                                               "threads",
-                                               "shutdownDelayMs",
-                                               "certificateCheckIntervalMs"};
+  static const std::set<std::string> kKnown = {
+      "listen",          "tlsCertFile",   "tlsPrivateKeyFile", "kubeconfig",
+      "policy",          "deviceClasses", "shareRoot",         "extendedResourceName",
+      "cacheTTLSeconds", "threads",       "shutdownDelayMs",   "certificateCheckIntervalMs"};
   try {
     for (const auto& entry : file) {
       const std::string key = entry.first.as<std::string>();
@@ -73,6 +67,8 @@ Status apply_config_file(const std::string& path, const CLI::App& app, WebhookOp
         take("tlsPrivateKeyFile", "--tls-private-key-file", out.tls_private_key_file));
     TESSERA_RETURN_IF_ERROR(take("kubeconfig", "--kubeconfig", out.kubeconfig));
     TESSERA_RETURN_IF_ERROR(take("shareRoot", "--share-root", out.share_root));
+    TESSERA_RETURN_IF_ERROR(
+        take("extendedResourceName", "--extended-resource-name", out.extended_resource_name));
     TESSERA_RETURN_IF_ERROR(take("threads", "--threads", out.threads));
     TESSERA_RETURN_IF_ERROR(take("deviceClasses", "--device-class", classes));
     int64_t count = 0;
@@ -177,6 +173,10 @@ ParsedOptions parse_options(int argc, const char* const* argv) {
   app.add_option("--share-root", out.share_root, "the share folder containers must not cover")
       ->envname("TESSERA_WEBHOOK_SHARE_ROOT")
       ->capture_default_str();
+  app.add_option("--extended-resource-name", out.extended_resource_name,
+                 "the default DeviceClass's extendedResourceName: containers asking for it are "
+                 "policed as shares")
+      ->envname("TESSERA_WEBHOOK_EXTENDED_RESOURCE_NAME");
   app.add_option("--cache-ttl-seconds", cache_ttl, "how long claim lookups are cached")
       ->envname("TESSERA_WEBHOOK_CACHE_TTL_SECONDS")
       ->check(CLI::Range(int64_t{0}, int64_t{86400}))
@@ -243,7 +243,33 @@ ParsedOptions parse_options(int argc, const char* const* argv) {
         "--tls-cert-file and --tls-private-key-file are required (the webhook serves HTTPS only)"));
   if (Result<ListenAddress> listen = parse_listen(out.listen); !listen.is_ok())
     return fail(listen.status());
+  if (Status s = validate_extended_resource_name(out.extended_resource_name); !s.is_ok())
+    return fail(s.with_context("--extended-resource-name"));
   return parsed;
+}
+
+Status validate_extended_resource_name(const std::string& name) {
+  if (name.empty()) return Status::ok();
+  static const std::regex kPrefix(
+      "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*");
+  static const std::regex kName("[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?");
+  const size_t slash = name.find('/');
+  const std::string shown = "\"" + name + "\"";
+  if (slash == std::string::npos || name.find('/', slash + 1) != std::string::npos)
+    return invalid_argument(shown +
+                            " is not <domain>/<name>: an extended resource name is fully "
+                            "qualified (e.g. vgpu.tessera.dev/gpu)");
+  const std::string prefix = name.substr(0, slash);
+  const std::string rest = name.substr(slash + 1);
+  if (prefix.size() > 253 || !std::regex_match(prefix, kPrefix))
+    return invalid_argument(shown + ": the domain " + prefix + " is not a DNS subdomain");
+  if (prefix == "kubernetes.io" || prefix.ends_with(".kubernetes.io"))
+    return invalid_argument(shown + ": names under kubernetes.io are Kubernetes' own resources");
+  if (rest.empty() || rest.size() > 63 || !std::regex_match(rest, kName))
+    return invalid_argument(shown + ": the name " + rest +
+                            " must be 1 to 63 letters, digits, '-', '_' or '.', starting and "
+                            "ending with a letter or digit");
+  return Status::ok();
 }
 
 }  // namespace tessera::webhook

@@ -23,6 +23,7 @@ struct WebhookOptions {
   Policy policy;
   std::set<std::string> device_classes = {"vgpu.tessera.dev"};
   std::string share_root = "/var/run/tessera";  // where CDI mounts shares and MPS pipes
+  std::string extended_resource_name;           // the default DeviceClass's; "": none
   std::chrono::seconds cache_ttl{60};
   std::chrono::milliseconds certificate_check_interval{1000};
   // Between SIGTERM (readyz turns 503) and closing the listener, for endpoints to drop the pod.
@@ -48,5 +49,10 @@ struct ListenAddress {
 Result<ListenAddress> parse_listen(const std::string& listen);
 
 Result<PolicyAction> parse_policy_action(const std::string& text);
+
+// An extended resource name as kube-apiserver accepts it in a DeviceClass and in a container's
+// resources (k8s.io/kubernetes pkg/apis/core/helper IsExtendedResourceName): a DNS-subdomain
+// prefix outside kubernetes.io, "/", and a name of at most 63 characters. "" is accepted (none).
+Status validate_extended_resource_name(const std::string& name);
 
 }  // namespace tessera::webhook

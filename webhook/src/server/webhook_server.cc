@@ -35,6 +35,7 @@ WebhookServer::WebhookServer(const WebhookOptions& options, kube::KubeClient& ap
       writer_(api, options.cache_ttl, clock) {
   config_.policy = options.policy;
   config_.share_root = options.share_root;
+  config_.extended_resource_name = options.extended_resource_name;
 }
 
 WebhookServer::~WebhookServer() {
