@@ -6,8 +6,8 @@
 //   vgpu_bench [--benchmark_min_time=...]      (needs VGPU_BENCH_SHIM and VGPU_BENCH_SIMLIB,
 //                                                set by the build)
 //
-// VGPU_BENCH_ITERATIONS=N runs every benchmark exactly N times instead (for instruction counts:
-// the difference between two counts under valgrind --tool=callgrind, docs/libvgpu.md).
+// VGPU_BENCH_ITERATIONS=N runs every benchmark exactly N times instead (a fixed amount of work,
+// for a profiler).
 #include <benchmark/benchmark.h>
 #include <cuda.h>
 #include <unistd.h>
