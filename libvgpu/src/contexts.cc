@@ -68,6 +68,7 @@ CUresult create_context(CUcontext* context, CUdevice device, Call call) {
     release_context(index);
     return result;
   }
+  contexts_changed();  // the handle may be a destroyed context's, on another device
   const uint64_t handle = reinterpret_cast<uint64_t>(*context);
   // The record holds no bytes: the context's charge is the ledger's (release_context).
   track(HandleKind::kContext, handle, index, 0, handle);
@@ -123,6 +124,7 @@ CUresult cuCtxDestroy_v2(CUcontext context) {
   auto real = real_cuCtxDestroy_v2();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   const CUresult result = real(context);
+  if (result == CUDA_SUCCESS) contexts_changed();
   if (result == CUDA_SUCCESS && enforcing()) drain_context(reinterpret_cast<uint64_t>(context));
   return result;
 }
@@ -145,6 +147,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
   if (first) {
     g_primary_context[device] = reinterpret_cast<uint64_t>(*context);
     g_primary_index[device] = index;
+    contexts_changed();
   }
   ++g_primary_refcount[device];
   return result;
@@ -157,6 +160,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
   if (!enforcing()) return real(device);
   SpinGuard guard(g_context_lock);
   const CUresult result = real(device);
+  if (result == CUDA_SUCCESS) contexts_changed();
   if (result == CUDA_SUCCESS) primary_released(device);
   return result;
 }
@@ -168,6 +172,7 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice device) {
   if (!enforcing()) return real(device);
   SpinGuard guard(g_context_lock);
   const CUresult result = real(device);
+  if (result == CUDA_SUCCESS) contexts_changed();
   if (result == CUDA_SUCCESS && device >= 0 && device < kMaxOrdinals &&
       g_primary_refcount[device] > 0) {
     g_primary_refcount[device] = 1;

@@ -21,4 +21,7 @@ __asm__(".symver pthread_attr_init,pthread_attr_init@GLIBC_2.2.5");
 __asm__(".symver pthread_attr_destroy,pthread_attr_destroy@GLIBC_2.2.5");
 __asm__(".symver pthread_attr_setdetachstate,pthread_attr_setdetachstate@GLIBC_2.2.5");
 __asm__(".symver pthread_attr_setstacksize,pthread_attr_setstacksize@GLIBC_2.2.5");
+// The per-thread call counters (hooks.cc): a key whose destructor frees a thread's block.
+__asm__(".symver pthread_key_create,pthread_key_create@GLIBC_2.2.5");
+__asm__(".symver pthread_setspecific,pthread_setspecific@GLIBC_2.2.5");
 #endif

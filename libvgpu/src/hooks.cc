@@ -2,6 +2,8 @@
 // entry points, resolved from the driver libraries on first use.
 #include "hooks.h"
 
+#include <pthread.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -20,6 +22,92 @@ const EntryInfo kEntries[kEntryCount] = {
 };
 
 constinit EntrySlot g_entries[kEntryCount];
+
+__thread CallCounts* t_call_counts __attribute__((tls_model("initial-exec"))) = nullptr;
+
+namespace {
+
+constinit std::atomic<CallCounts*> g_call_counts{nullptr};  // every block, newest first
+constinit std::atomic<int> g_counts_key_state{0};           // 0 none, 1 creating, 2 made, 3 failed
+pthread_key_t g_counts_key;
+
+// At thread exit (a pthread key's destructor: C++ thread_local destructors would need
+// __cxa_thread_atexit_impl, GLIBC_2.18): the block goes back for the next thread. A wrapper called
+// by a later destructor of the same thread takes one again (and the key gives it back again).
+void give_back_counts(void* block) {
+  auto* counts = static_cast<CallCounts*>(block);
+  if (t_call_counts == counts) t_call_counts = nullptr;
+  counts->owned.store(false, std::memory_order_release);
+}
+
+bool counts_key_ready() {
+  int state = g_counts_key_state.load(std::memory_order_acquire);
+  while (state != 2 && state != 3) {
+    if (state == 0 && g_counts_key_state.compare_exchange_strong(state, 1)) {
+      state = pthread_key_create(&g_counts_key, give_back_counts) == 0 ? 2 : 3;
+      g_counts_key_state.store(state, std::memory_order_release);
+      break;
+    }
+    state = g_counts_key_state.load(std::memory_order_acquire);
+  }
+  return state == 2;
+}
+
+CallCounts* take_counts() {
+  // Without the key a block could never be given back: count in g_entries instead.
+  if (!counts_key_ready()) return nullptr;
+  for (CallCounts* counts = g_call_counts.load(std::memory_order_acquire); counts;
+       counts = counts->next.load(std::memory_order_relaxed)) {
+    bool owned = false;
+    if (!counts->owned.load(std::memory_order_relaxed) &&
+        counts->owned.compare_exchange_strong(owned, true, std::memory_order_acquire)) {
+      return counts;
+    }
+  }
+  void* memory =
+      mmap(nullptr, sizeof(CallCounts), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return nullptr;
+  auto* counts = static_cast<CallCounts*>(memory);  // zero-filled: no calls yet
+  counts->owned.store(true, std::memory_order_relaxed);
+  CallCounts* head = g_call_counts.load(std::memory_order_relaxed);
+  do {
+    counts->next.store(head, std::memory_order_relaxed);
+  } while (!g_call_counts.compare_exchange_weak(head, counts, std::memory_order_release,
+                                                std::memory_order_relaxed));
+  return counts;
+}
+
+}  // namespace
+
+void count_first_call(HookId id) {
+  CallCounts* counts = take_counts();
+  if (counts && pthread_setspecific(g_counts_key, counts) != 0) {
+    counts->owned.store(false, std::memory_order_release);
+    counts = nullptr;
+  }
+  if (!counts) {
+    g_entries[id].calls.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  t_call_counts = counts;
+  count_in(counts, id);
+}
+
+uint64_t calls_of(HookId id) {
+  uint64_t sum = g_entries[id].calls.load(std::memory_order_relaxed);
+  for (CallCounts* counts = g_call_counts.load(std::memory_order_acquire); counts;
+       counts = counts->next.load(std::memory_order_relaxed)) {
+    sum += counts->calls[id].load(std::memory_order_relaxed);
+  }
+  return sum;
+}
+
+void call_counts_after_fork() {
+  for (CallCounts* counts = g_call_counts.load(std::memory_order_relaxed); counts;
+       counts = counts->next.load(std::memory_order_relaxed)) {
+    if (counts != t_call_counts) counts->owned.store(false, std::memory_order_relaxed);
+  }
+}
 
 namespace {
 

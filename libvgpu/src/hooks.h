@@ -39,13 +39,38 @@ struct EntryInfo {
 };
 extern const EntryInfo kEntries[kEntryCount];
 
-// Per-entry call counters and resolved real pointers, one cache line each so that counting on one
-// thread does not slow another thread's different entry point.
+// Per-entry resolved real pointers, and the calls counted where a thread has no counters of its
+// own (call_counts_of_thread could not map them), one cache line each.
 struct alignas(64) EntrySlot {
   std::atomic<void*> real{nullptr};
   std::atomic<uint64_t> calls{0};
 };
 extern EntrySlot g_entries[kEntryCount];
+
+// Each thread counts its calls in a block of its own: a plain load, add and store, no locked
+// instruction on any wrapper (only the owning thread writes; readers sum every block, relaxed).
+// Blocks are never unmapped: a thread that exits hands its block, counts and all, to the next new
+// thread, so the sums only grow.
+struct CallCounts {
+  std::atomic<uint64_t> calls[kEntryCount];
+  std::atomic<CallCounts*> next;  // every block ever made, newest first
+  std::atomic<bool> owned;
+};
+// This thread's block; null until its first counted call (initial-exec: one %fs-relative load,
+// no __tls_get_addr; the shim is loaded at start-up by LD_PRELOAD or ld.so.preload).
+extern __thread CallCounts* t_call_counts __attribute__((tls_model("initial-exec")));
+// Takes a block for this thread (a free one, else a new mapping) and counts the call there, or in
+// g_entries when no block can be had.
+[[gnu::cold, gnu::noinline]] void count_first_call(HookId id);
+// Every call of entry `id` in this process so far (all threads, living and gone).
+uint64_t calls_of(HookId id);
+// In a forked child: the parent's other threads do not exist here; their blocks become free.
+void call_counts_after_fork();
+
+inline void count_in(CallCounts* counts, HookId id) {
+  std::atomic<uint64_t>& calls = counts->calls[id];
+  calls.store(calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
 
 // Resolves an entry point from its library (first use only; thread-safe, lock-free: racing
 // threads store the same value). Null when the library is not there or lacks the symbol.
@@ -58,7 +83,9 @@ inline void* real_entry(HookId id) {
 }
 
 inline void count_call(HookId id) {
-  g_entries[id].calls.fetch_add(1, std::memory_order_relaxed);
+  CallCounts* counts = t_call_counts;
+  if (__builtin_expect(counts == nullptr, 0)) return count_first_call(id);
+  count_in(counts, id);
 }
 
 // Typed accessors: real_cuMemAlloc_v2() returns Fn_cuMemAlloc_v2 (or null).

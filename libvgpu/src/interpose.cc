@@ -18,7 +18,7 @@ namespace {
 // times the wrapper `symbol` was called in this process (-1 if it is not hooked).
 long long call_count(const char* symbol) {
   const int id = find_hook(symbol);
-  return id < 0 ? -1 : static_cast<long long>(g_entries[id].calls.load(std::memory_order_relaxed));
+  return id < 0 ? -1 : static_cast<long long>(calls_of(static_cast<HookId>(id)));
 }
 
 // The wrapper for the real entry point `pointer` that the real resolver handed out for `name`, or
@@ -153,8 +153,20 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
     if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                      \
     return real args;                                                            \
   }                                                                              \
+  /* A thread's first call: takes its counters, then goes on as below. */        \
+  [[gnu::cold, gnu::noinline]] static ret symbol##_first_call params {           \
+    count_first_call(kHook_##symbol);                                            \
+    if (compute::gate_closed()) return symbol##_at_closed_gate args;             \
+    auto real = real_##symbol();                                                 \
+    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                      \
+    return real args;                                                            \
+  }                                                                              \
   ret symbol params {                                                            \
-    count_call(kHook_##symbol);                                                  \
+    CallCounts* counts = t_call_counts;                                          \
+    if (__builtin_expect(counts == nullptr, 0)) {                                \
+      return symbol##_first_call args; /* a tail call, as below */               \
+    }                                                                            \
+    count_in(counts, kHook_##symbol);                                            \
     if (__builtin_expect(compute::gate_closed(), 0)) {                           \
       return symbol##_at_closed_gate args; /* a tail call: no spills here */     \
     }                                                                            \

@@ -17,15 +17,21 @@ void pool_pointer_freed(const Record& record);
 template <typename FreeCall>
 CUresult free_pointer(CUdeviceptr dptr, FreeCall free_call) {
   Record record;
-  if (!shim().tracker.take(HandleKind::kPoolPointer, dptr, &record)) {
-    return free_tracked(HandleKind::kDevicePointer, dptr, free_call);
+  // One lookup for both kinds: a pool allocation first, as before.
+  if (!shim().tracker.take_either(HandleKind::kPoolPointer, HandleKind::kDevicePointer, dptr,
+                                  &record)) {
+    return free_call();
   }
   const CUresult result = free_call();
   if (result != CUDA_SUCCESS) {
-    shim().tracker.insert(record);
+    shim().tracker.insert(record);  // still allocated
     return result;
   }
-  pool_pointer_freed(record);
+  if (record.kind == HandleKind::kPoolPointer) {
+    pool_pointer_freed(record);
+  } else {
+    release_bytes(record.device, record.bytes);
+  }
   return result;
 }
 

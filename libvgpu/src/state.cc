@@ -46,6 +46,8 @@ void after_fork_in_child() {
     gpu.charge_per_context.store(0, std::memory_order_relaxed);
   }
   g_shim.tracker.reset_after_fork();
+  contexts_changed();  // the parent's contexts are not the child's
+  call_counts_after_fork();
   compute::reset_after_fork();
 }
 
@@ -464,18 +466,60 @@ bool shares_refused() {
   return g_shim.mps_conflict;
 }
 
-int current_device(CUdevice* ordinal, CUcontext* context) {
-  if (!enforcing()) return kPassThrough;
+namespace {
+
+constinit std::atomic<uint64_t> g_context_epoch{1};
+
+// What this thread last learnt in current_device (initial-exec TLS: no __tls_get_addr).
+struct DeviceMemo {
+  CUcontext context;
+  uint64_t generation;  // shares_generation() when it was learnt
+  uint64_t epoch;       // g_context_epoch then (0: nothing learnt)
+  CUdevice ordinal;
+  int index;
+};
+__thread DeviceMemo t_device __attribute__((tls_model("initial-exec"))) = {};
+
+[[gnu::noinline]] int learn_current_device(CUcontext current, CUdevice* ordinal) {
+  // Read before the driver is asked: a change while it answers leaves the memo stale, not wrong.
+  const uint64_t epoch = g_context_epoch.load(std::memory_order_acquire);
+  const uint64_t generation = shares_generation();
   auto get_device = real_cuCtxGetDevice();
-  auto get_current = real_cuCtxGetCurrent();
-  if (!get_device || !get_current) return kPassThrough;
+  if (!get_device) return kPassThrough;
   CUdevice device = 0;
   if (get_device(&device) != CUDA_SUCCESS) return kPassThrough;
-  CUcontext current = nullptr;
-  if (get_current(&current) != CUDA_SUCCESS) return kPassThrough;
   if (ordinal) *ordinal = device;
+  const int index = device_for_ordinal(device);
+  // Only an answer from open (or failed) shares is final; before they open it is pass-through.
+  const int state = g_shim.region_state.load(std::memory_order_acquire);
+  if ((state == 2 || state == 3) && generation == shares_generation()) {
+    t_device = {current, generation, epoch, device, index};
+  }
+  return index;
+}
+
+}  // namespace
+
+void contexts_changed() {
+  g_context_epoch.fetch_add(1, std::memory_order_acq_rel);
+}
+
+int current_device(CUdevice* ordinal, CUcontext* context) {
+  if (!enforcing()) return kPassThrough;
+  auto get_current = real_cuCtxGetCurrent();
+  if (!get_current) return kPassThrough;
+  CUcontext current = nullptr;
+  if (get_current(&current) != CUDA_SUCCESS || !current) return kPassThrough;
   if (context) *context = current;
-  return device_for_ordinal(device);
+  const DeviceMemo& memo = t_device;
+  if (__builtin_expect(memo.context == current &&
+                           memo.epoch == g_context_epoch.load(std::memory_order_acquire) &&
+                           memo.generation == shares_generation(),
+                       1)) {
+    if (ordinal) *ordinal = memo.ordinal;
+    return memo.index;
+  }
+  return learn_current_device(current, ordinal);
 }
 
 namespace {
@@ -538,10 +582,9 @@ bool try_reserve(int index, uint64_t bytes) {
 
 namespace {
 
-bool reserve_at_current_cost(int index, uint64_t bytes) {
-  if (index < 0) return false;
-  maybe_reclaim();
-  if (try_reserve(index, bytes)) return true;
+// After a first attempt failed: what the stream-ordered pools can give back, a second attempt,
+// then the refusal's traces.
+[[gnu::noinline]] bool reserve_after_refusal(int index, uint64_t bytes) {
   if (BeforeRefusal settle = g_before_refusal.load(std::memory_order_acquire)) settle();
   if (try_reserve(index, bytes)) return true;
   TESSERA_DEBUG("reservation of %llu bytes on device %d refused (limit %llu, in use %llu)",
@@ -558,6 +601,13 @@ bool reserve_at_current_cost(int index, uint64_t bytes) {
       slot->allocations_denied.fetch_add(1, std::memory_order_relaxed);
   }
   return false;
+}
+
+bool reserve_at_current_cost(int index, uint64_t bytes) {
+  if (index < 0) return false;
+  maybe_reclaim();
+  if (try_reserve(index, bytes)) return true;
+  return reserve_after_refusal(index, bytes);
 }
 
 // Tells each share holding a GPU of this process what contexts the process is charged for there
@@ -622,12 +672,30 @@ bool valid_gpu(int index) {
 }  // namespace
 
 bool reserve_bytes(int index, uint64_t bytes) {
+  // A process with one share (the usual case): no list of holders, and the context ledger only
+  // looked at, unless its charge has to change.
+  if (g_shim.region_count == 1 && valid_gpu(index)) {
+    Region& region = g_shim.regions[0];
+    const int device = share_device(index, 0);
+    const Gpu& gpu = g_shim.gpus[index];
+    if (device >= 0 &&
+        (gpu.contexts.load(std::memory_order_relaxed) == 0 ||
+         context_charge(index) == gpu.charge_per_context.load(std::memory_order_relaxed))) {
+      region.maybe_reclaim();
+      if (region.reserve(device, bytes)) return true;
+      return reserve_after_refusal(index, bytes);
+    }
+  }
   update_context_charge(index);
   return reserve_at_current_cost(index, bytes);
 }
 
 uint64_t context_charge(int index) {
   if (!g_shim.uses_shares()) return g_shim.options.context_overhead;
+  if (g_shim.region_count == 1) {
+    const int device = share_device(index, 0);
+    return device < 0 ? kDefaultContextCharge : g_shim.regions[0].context_charge(device);
+  }
   uint64_t charge = 0;
   for (int r = 0; r < g_shim.region_count; ++r) {
     const int device = share_device(index, r);
@@ -671,6 +739,11 @@ void release_context(int index) {
 
 void release_bytes(int index, uint64_t bytes) {
   if (index < 0) return;
+  if (g_shim.region_count == 1) {
+    const int device = share_device(index, 0);
+    if (device >= 0) g_shim.regions[0].release(device, bytes);
+    return;
+  }
   // Last share first: the shares earlier in the order stay as full as they were.
   for (int r = g_shim.region_count - 1; r >= 0 && bytes > 0; --r) {
     const int device = share_device(index, r);

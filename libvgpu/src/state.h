@@ -86,8 +86,15 @@ inline bool enforcing() {
 int device_for_ordinal(CUdevice ordinal);
 // The same for an NVML device, by UUID (never initialises CUDA).
 int device_for_uuid(const char* uuid);
-// The current context's device and index; kPassThrough if there is no current context.
+// The current context's device and index; kPassThrough if there is no current context. One
+// driver call (cuCtxGetCurrent, a thread-local read in the driver): each thread remembers the
+// device of the context it last asked about, valid while the shares' generation and the context
+// epoch stay the same; only a thread's first call, a context it has not asked about, a limits
+// change or a context created or destroyed asks the driver for the device (cuCtxGetDevice).
 int current_device(CUdevice* ordinal, CUcontext* context);
+// A context was created or destroyed (a handle may now name another device): every thread's
+// remembered device is stale.
+void contexts_changed();
 
 void format_uuid(const CUuuid& uuid, char* out, size_t capacity);
 

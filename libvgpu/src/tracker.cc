@@ -8,8 +8,9 @@ namespace {
 
 constexpr size_t kInitialCapacity = 1024;
 
-size_t hash_of(HandleKind kind, uint64_t handle) {
-  uint64_t x = handle ^ (static_cast<uint64_t>(kind) << 56);
+// By handle only, so every kind of one handle lies on one probe run (take_either's one probe).
+size_t hash_of(uint64_t handle) {
+  uint64_t x = handle;
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
   x ^= x >> 33;
@@ -31,55 +32,64 @@ void Tracker::unlock() {
 long Tracker::find_index(HandleKind kind, uint64_t handle) const {
   if (!entries_) return -1;
   const size_t mask = capacity_ - 1;
-  for (size_t i = hash_of(kind, handle) & mask, probes = 0; probes < capacity_;
-       i = (i + 1) & mask, ++probes) {
-    const Entry& entry = entries_[i];
-    if (entry.state == 0) return -1;
-    if (entry.state == 1 && entry.record.kind == kind && entry.record.handle == handle) {
-      return static_cast<long>(i);
-    }
+  // The table is never more than half full, so every probe run ends at an empty entry.
+  for (size_t i = hash_of(handle) & mask; entries_[i].state != 0; i = (i + 1) & mask) {
+    const Record& record = entries_[i].record;
+    if (record.kind == kind && record.handle == handle) return static_cast<long>(i);
   }
   return -1;
 }
 
+void Tracker::erase_at(size_t index) {
+  const size_t mask = capacity_ - 1;
+  size_t gap = index;
+  for (size_t i = (gap + 1) & mask; entries_[i].state != 0; i = (i + 1) & mask) {
+    // An entry whose home lies cyclically in (gap, i] is found without passing the gap: it stays.
+    // Any other entry of the run moves back into the gap, which then moves to where it was.
+    const size_t home = hash_of(entries_[i].record.handle) & mask;
+    const bool stays = gap <= i ? (gap < home && home <= i) : (gap < home || home <= i);
+    if (stays) continue;
+    entries_[gap] = entries_[i];
+    gap = i;
+  }
+  entries_[gap].state = 0;
+  --used_;
+}
+
 bool Tracker::grow() {
-  const size_t capacity =
-      capacity_ == 0 ? kInitialCapacity : (used_ * 4 > capacity_ ? capacity_ * 2 : capacity_);
+  const size_t capacity = capacity_ == 0 ? kInitialCapacity : capacity_ * 2;
   void* memory = mmap(nullptr, capacity * sizeof(Entry), PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) return false;
   auto* entries = static_cast<Entry*>(memory);  // zero-filled: every state is 0 (empty)
   const size_t mask = capacity - 1;
   for (size_t i = 0; i < capacity_; ++i) {
-    if (entries_[i].state != 1) continue;
-    size_t j = hash_of(entries_[i].record.kind, entries_[i].record.handle) & mask;
+    if (entries_[i].state == 0) continue;
+    size_t j = hash_of(entries_[i].record.handle) & mask;
     while (entries[j].state != 0) j = (j + 1) & mask;
     entries[j] = entries_[i];
   }
   if (entries_) munmap(entries_, capacity_ * sizeof(Entry));
   entries_ = entries;
   capacity_ = capacity;
-  filled_ = used_;
+  ++mappings_;
   return true;
 }
 
 bool Tracker::insert(const Record& record) {
   lock();
   bool ok = true;
-  if ((filled_ + 1) * 2 > capacity_) ok = grow();
+  if ((used_ + 1) * 2 > capacity_) ok = grow();
   if (ok) {
-    const long existing = find_index(record.kind, record.handle);
-    if (existing >= 0) {
-      entries_[existing].record = record;  // a handle the driver reused: the newest wins
-    } else {
-      const size_t mask = capacity_ - 1;
-      size_t i = hash_of(record.kind, record.handle) & mask;
-      while (entries_[i].state == 1) i = (i + 1) & mask;
-      if (entries_[i].state == 0) ++filled_;
-      entries_[i].record = record;
-      entries_[i].state = 1;
-      ++used_;
+    const size_t mask = capacity_ - 1;
+    size_t i = hash_of(record.handle) & mask;
+    while (entries_[i].state != 0 && !(entries_[i].record.kind == record.kind &&
+                                       entries_[i].record.handle == record.handle)) {
+      i = (i + 1) & mask;
     }
+    if (entries_[i].state == 0) ++used_;  // else a handle the driver reused: the newest wins
+    entries_[i].record = record;
+    entries_[i].state = 1;
   }
   unlock();
   return ok;
@@ -98,24 +108,49 @@ bool Tracker::take(HandleKind kind, uint64_t handle, Record* out) {
   const long index = find_index(kind, handle);
   if (index >= 0) {
     *out = entries_[index].record;
-    entries_[index].state = 2;
-    --used_;
+    erase_at(static_cast<size_t>(index));
   }
   unlock();
   return index >= 0;
 }
 
+bool Tracker::take_either(HandleKind first, HandleKind second, uint64_t handle, Record* out) {
+  lock();
+  long found = -1;
+  if (entries_) {
+    const size_t mask = capacity_ - 1;
+    for (size_t i = hash_of(handle) & mask; entries_[i].state != 0; i = (i + 1) & mask) {
+      const Record& record = entries_[i].record;
+      if (record.handle != handle) continue;
+      if (record.kind == first) {
+        found = static_cast<long>(i);
+        break;
+      }
+      if (record.kind == second && found < 0) found = static_cast<long>(i);
+    }
+  }
+  if (found >= 0) {
+    *out = entries_[found].record;
+    erase_at(static_cast<size_t>(found));
+  }
+  unlock();
+  return found >= 0;
+}
+
 size_t Tracker::take_context(uint64_t context, Record* out, size_t capacity) {
   lock();
   size_t taken = 0;
-  for (size_t i = 0; i < capacity_ && taken < capacity; ++i) {
-    Entry& entry = entries_[i];
+  for (size_t i = 0; i < capacity_ && taken < capacity;) {
+    const Entry& entry = entries_[i];
     if (entry.state == 1 && entry.record.context == context &&
         entry.record.kind != HandleKind::kPool) {
       out[taken++] = entry.record;
-      entry.state = 2;
-      --used_;
+      // A later entry may move back into i: look at i again. One that wraps around from the
+      // start into the end was looked at already (and taken, had it matched).
+      erase_at(i);
+      continue;
     }
+    ++i;
   }
   unlock();
   return taken;
@@ -153,6 +188,20 @@ size_t Tracker::size() {
   return live;
 }
 
+size_t Tracker::capacity() {
+  lock();
+  const size_t room = capacity_;
+  unlock();
+  return room;
+}
+
+size_t Tracker::mappings() {
+  lock();
+  const size_t made = mappings_;
+  unlock();
+  return made;
+}
+
 void Tracker::reset_after_fork() {
   locked_.store(false, std::memory_order_relaxed);
   clear();
@@ -162,7 +211,6 @@ void Tracker::clear() {
   lock();
   for (size_t i = 0; i < capacity_; ++i) entries_[i].state = 0;
   used_ = 0;
-  filled_ = 0;
   unlock();
 }
 

@@ -1,7 +1,10 @@
 // What this process holds: driver handles (device pointers, VMM handles, arrays, contexts, pools)
 // mapped to the bytes charged for them, so a free releases exactly what the allocation reserved.
 // Process-local (not shared), an open-addressing table in mmap'd memory behind a spin lock that
-// is never held across a driver call. Not on the launch path.
+// is never held across a driver call. Not on the launch path; on the allocation path one lock and
+// one probe per insert or take. Linear probing with backward-shift deletion: a take leaves no
+// tombstone behind, so alloc/free cycles of ever-new addresses never fill the table and it grows
+// (a fresh mapping) only when the live handles outgrow half of it.
 #pragma once
 
 #include <atomic>
@@ -39,6 +42,9 @@ class Tracker {
   bool find(HandleKind kind, uint64_t handle, Record* out);
   // Removes and returns the record.
   bool take(HandleKind kind, uint64_t handle, Record* out);
+  // Removes and returns the record of `handle` of kind `first`, else of kind `second` (one probe:
+  // every kind of one handle hashes to the same place).
+  bool take_either(HandleKind first, HandleKind second, uint64_t handle, Record* out);
   // Removes up to `capacity` records owned by `context` (all kinds but kPool) into `out`;
   // returns how many. Call again while it returns `capacity`.
   size_t take_context(uint64_t context, Record* out, size_t capacity);
@@ -47,6 +53,10 @@ class Tracker {
   // Sets aux = `to` on every record of `kind` whose aux is `from`; returns how many.
   size_t retag_aux(HandleKind kind, uint64_t from, uint64_t to);
   size_t size();
+  // Entries the table has room for now (it grows by doubling, never shrinks), and how many
+  // tables it has mapped so far (each growth maps a new one).
+  size_t capacity();
+  size_t mappings();
   void clear();
   // In a forked child: the parent's handles are not this process's, and another thread of the
   // parent may have held the lock at fork time (that thread does not exist in the child).
@@ -55,18 +65,20 @@ class Tracker {
  private:
   struct Entry {
     Record record;
-    uint8_t state;  // 0 empty, 1 used, 2 deleted
+    uint8_t state;  // 0 empty, 1 used
   };
   void lock();
   void unlock();
   long find_index(HandleKind kind, uint64_t handle) const;
+  // Empties entry `index` and moves later entries of its probe run back into the gap.
+  void erase_at(size_t index);
   bool grow();
 
   std::atomic<bool> locked_{false};
   Entry* entries_ = nullptr;
   size_t capacity_ = 0;  // a power of two
-  size_t used_ = 0;      // live
-  size_t filled_ = 0;    // live + deleted
+  size_t used_ = 0;      // live entries (there are no others)
+  size_t mappings_ = 0;
 };
 
 }  // namespace tessera::vgpu

@@ -21,7 +21,10 @@ namespace tessera::vgpu::compute {
 
 namespace {
 constinit std::atomic<uint64_t> g_always_open{0};
-constinit std::atomic<bool> g_started{false};         // every open share has its meter
+constinit std::atomic<bool> g_started{false};  // every open share has its meter
+// shares_generation() + 1 when the shares without a meter were last found without a compute
+// setting (0: never looked): until the agent changes a limits page there is nothing to recheck.
+constinit std::atomic<uint64_t> g_checked_generation{0};
 constinit std::atomic<uint32_t> g_started_shares{0};  // bit r: share r's meter was started
 constinit std::atomic<bool> g_checking{false};
 constinit std::atomic<bool> g_exiting{false};
@@ -53,7 +56,7 @@ uint64_t own_launches() {
                                          kHook_cuGraphLaunch,
                                          kHook_cuGraphLaunch_ptsz};
   uint64_t sum = 0;
-  for (HookId id : kLaunches) sum += g_entries[id].calls.load(std::memory_order_relaxed);
+  for (HookId id : kLaunches) sum += calls_of(id);
   return sum;
 }
 
@@ -206,13 +209,18 @@ void maybe_start() {
   Shim& s = shim();
   if (s.region_state.load(std::memory_order_acquire) != 2) return;
   // The usual case on the allocation path: no share (still) without a meter has a compute
-  // setting. Looked at without the flag, as cheaply as one share's check was.
+  // setting, and no limits page changed since that was last seen (latched by generation).
+  const uint64_t generation = shares_generation() + 1;
+  if (g_checked_generation.load(std::memory_order_acquire) == generation) return;
   uint32_t started = g_started_shares.load(std::memory_order_acquire);
   bool wanted = false;
   for (int r = 0; r < s.region_count && !wanted; ++r) {
     wanted = (started & (1u << r)) == 0 && Meter::share_has_compute(*s.regions[r].limits_page());
   }
-  if (!wanted) return;
+  if (!wanted) {
+    g_checked_generation.store(generation, std::memory_order_release);
+    return;
+  }
   if (g_checking.exchange(true, std::memory_order_acq_rel)) return;
   started = g_started_shares.load(std::memory_order_acquire);
   bool all = true;
@@ -227,11 +235,13 @@ void maybe_start() {
   }
   g_started_shares.store(started, std::memory_order_release);
   if (all) g_started.store(true, std::memory_order_release);
+  g_checked_generation.store(generation, std::memory_order_release);
   g_checking.store(false, std::memory_order_release);
 }
 
 void reset_after_fork() {
   g_started.store(false, std::memory_order_relaxed);
+  g_checked_generation.store(0, std::memory_order_relaxed);
   g_started_shares.store(0, std::memory_order_relaxed);
   g_checking.store(false, std::memory_order_relaxed);
   // Until the child's own meters start it keeps obeying the shares' gates (same pages).

@@ -104,9 +104,12 @@ inline int compare_runs(char** argv, const char* kernel_us, const char* limit_va
   setenv("SIMGPU_KERNEL_US", kernel_us, 1);
   setenv("LD_LIBRARY_PATH", VGPU_BENCH_SIMLIB, 1);
   unsetenv("TESSERA_SHARE_DIR");
+  // VGPU_BENCH_SHIM_PATH: another build of the shim to measure (e.g. the one before a change).
+  const char* library = std::getenv("VGPU_BENCH_SHIM_PATH");
+  if (!library || !*library) library = VGPU_BENCH_SHIM;
   const auto plain = run_bench_child(argv, nullptr, limit_variable, nullptr);
-  const auto shim = run_bench_child(argv, VGPU_BENCH_SHIM, limit_variable, nullptr);
-  const auto limited = run_bench_child(argv, VGPU_BENCH_SHIM, limit_variable, limit_value);
+  const auto shim = run_bench_child(argv, library, limit_variable, nullptr);
+  const auto limited = run_bench_child(argv, library, limit_variable, limit_value);
   unlink(state);
   const std::string with_limit_ns = std::string("shim+") + limit_label + " ns";
   const std::string added_limit = std::string("added+") + limit_label;

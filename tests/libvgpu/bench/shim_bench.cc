@@ -5,6 +5,9 @@
 //
 //   vgpu_bench [--benchmark_min_time=...]      (needs VGPU_BENCH_SHIM and VGPU_BENCH_SIMLIB,
 //                                                set by the build)
+//
+// VGPU_BENCH_ITERATIONS=N runs every benchmark exactly N times instead (a fixed amount of work,
+// for a profiler).
 #include <benchmark/benchmark.h>
 #include <cuda.h>
 #include <unistd.h>
@@ -14,6 +17,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_support.h"
@@ -35,7 +39,6 @@ void BM_MemAllocFree(benchmark::State& state) {
     cuMemFree_v2(pointer);
   }
 }
-BENCHMARK(BM_MemAllocFree);
 
 void BM_LaunchKernel(benchmark::State& state) {
   if (!set_up()) state.SkipWithError("no CUDA context");
@@ -49,11 +52,19 @@ void BM_LaunchKernel(benchmark::State& state) {
     }
   }
 }
-BENCHMARK(BM_LaunchKernel);
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  const char* iterations = std::getenv("VGPU_BENCH_ITERATIONS");
+  const long fixed = iterations ? std::atol(iterations) : 0;
+  using Function = void (*)(benchmark::State&);
+  const std::pair<const char*, Function> benchmarks[] = {{"BM_MemAllocFree", BM_MemAllocFree},
+                                                         {"BM_LaunchKernel", BM_LaunchKernel}};
+  for (const auto& [name, function] : benchmarks) {
+    auto* benchmark = benchmark::RegisterBenchmark(name, function);
+    if (fixed > 0) benchmark->Iterations(fixed);
+  }
   return tessera::bench::bench_main(argc, argv, "default=1", "TESSERA_MEMORY_LIMIT", "8Gi",
                                     "limit");
 }
