@@ -132,7 +132,9 @@ TEST(OutOfBandChecker, AnUnshimmedProcessOfTheSharesPodIsFoundOthersAreNot) {
   ASSERT_EQ(over.size(), 1u);  // 6 GiB of 4: the unshimmed process is the offender
   EXPECT_EQ(over[0].host_pid, 101);
   for (const Finding& f : node.handler.findings) {
-    if (f.kind != FindingKind::kUnaccountedProcess) EXPECT_NE(f.host_pid, 300);
+    if (f.kind != FindingKind::kUnaccountedProcess) {
+      EXPECT_NE(f.host_pid, 300);
+    }
     EXPECT_NE(f.share, "b");
   }
   const auto unaccounted = node.of(FindingKind::kUnaccountedProcess);

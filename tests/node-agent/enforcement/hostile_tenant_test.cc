@@ -199,7 +199,8 @@ const std::string& simulator_state() {
 
 class HostileTenant : public ::testing::Test {
  protected:
-  void prepare(const std::string& policy) {
+  // `policy`: the share's VgpuConfig enforcement; `fallback`: --enforcement-default.
+  void prepare(const std::string& policy, EnforcementPolicy fallback = EnforcementPolicy::kReport) {
     base_ = testing::fresh_folder(
         "hostile-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     state_ = simulator_state();
@@ -233,6 +234,7 @@ class HostileTenant : public ::testing::Test {
 
     // The agent's checks, as NodeAgent wires them.
     EnforcementHandlerOptions handling;
+    handling.default_policy = fallback;
     handling.share_policy = [this](const std::string& name) -> std::optional<EnforcementPolicy> {
       for (const auto& [uid, entry] : manager_->checkpoint())
         for (const ShareSpec& share : entry.shares)
@@ -392,9 +394,9 @@ TEST_F(HostileTenant, ASecondDriverCopyIsReportedAndKilled) {
 // A process on the GPU outside every share (here a host process: no pod's cgroup, no shim, no
 // slot) holding 2 GiB: reported as unaccounted_process with its pid and bytes, on the event
 // stream, in tessera_gpu_unaccounted_memory_bytes, and never killed although the share's policy
-// is kill.
+// and the agent's default are kill.
 TEST_F(HostileTenant, AProcessOfNoShareIsReportedAndCountedButNeverKilledEvenUnderKill) {
-  ASSERT_NO_FATAL_FAILURE(prepare("kill"));
+  ASSERT_NO_FATAL_FAILURE(prepare("kill", EnforcementPolicy::kKill));
   const EventLog::Cursor cursor = events_.cursor(/*include_recent=*/true);
   Tenant tenant;
   ASSERT_NO_FATAL_FAILURE(start(tenant, {"--attack", "none", "--bytes", std::to_string(2 * kGiB)},
