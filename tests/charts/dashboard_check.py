@@ -12,6 +12,13 @@ or a variable's label_values) names a metric the endpoint does not export, a lab
 function PromQL does not have. A histogram is queried as NAME_bucket (which adds `le`), NAME_sum or
 NAME_count, never by its bare name. With --promtool, Prometheus's own parser also reads every
 expression (`promtool check rules` on them as recording rules), so a syntax error fails too.
+
+Two agents run on a node during a rolling update, and Prometheus scrapes both: the series of the
+node's state (every metric with a `node` label: shares, GPUs, findings) come from both, alike but
+for the target's labels (instance, the agent's pod). So a panel must take them through
+max/min/avg by (...) (the innermost aggregation around the metric), never bare nor summed, or it
+would draw or count every share twice. And every metric the agent exports is on a panel, unless
+NOT_ON_DASHBOARD says why not.
 """
 import argparse
 import json
@@ -42,6 +49,13 @@ AGGREGATORS = {
 LABEL_LIST_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
 OTHER_KEYWORDS = {"and", "or", "unless", "bool", "offset", "atan2", "inf", "nan"}
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+# Aggregations that keep one agent's figure of a series both agents export alike.
+DEDUPLICATING = {"max", "min", "avg"}
+# Metrics no panel shows, and why.
+NOT_ON_DASHBOARD = {
+    "tessera_share_usage_readable": "an alert's input (0: the share's usage page is unreadable "
+                                    "and its usage series are left out); tessera shares shows it",
+}
 
 TOKEN = re.compile(
     r"""(?P<space>\s+)
@@ -103,8 +117,28 @@ def closing(tokens, start):
     raise ValueError("unbalanced brackets")
 
 
-def check_expr(expr, table, where):
-    """Problems with one PromQL expression, and the labels of the metrics it names."""
+def aggregation_scopes(tokens):
+    """Each aggregation: (operator, by/without or None, first and last token of its argument)."""
+    scopes = []
+    for index, (kind, text) in enumerate(tokens):
+        if kind != "ident" or text not in AGGREGATORS:
+            continue
+        after, keyword = index + 1, None
+        if after < len(tokens) and tokens[after][1] in ("by", "without"):
+            keyword = tokens[after][1]
+            after = closing(tokens, after + 1) + 1
+        if after >= len(tokens) or tokens[after][1] != "(":
+            continue
+        end = closing(tokens, after)
+        if keyword is None and end + 1 < len(tokens) and tokens[end + 1][1] in ("by", "without"):
+            keyword = tokens[end + 1][1]
+        scopes.append((text, keyword, after, end))
+    return scopes
+
+
+def check_expr(expr, table, where, node_wide_rule=False):
+    """Problems with one PromQL expression, and the labels of the metrics it names. With
+    node_wide_rule, a metric with a `node` label must be inside max/min/avg by (...)."""
     problems, metric_positions = [], []
     try:
         tokens = tokenize(expr)
@@ -163,6 +197,19 @@ def check_expr(expr, table, where):
                     missing = [m for m in metrics if label not in m[2]]
                 for _, name, _ in missing:
                     problems.append(f"{where}: {keyword} ({label}): {name} has no label {label}")
+        if node_wide_rule:
+            scopes = aggregation_scopes(tokens)
+            for position, name, labels in metric_positions:
+                if "node" not in labels:
+                    continue
+                around = [s for s in scopes if s[2] < position <= s[3]]
+                innermost = min(around, key=lambda s: s[3] - s[2]) if around else None
+                if not innermost or innermost[0] not in DEDUPLICATING or innermost[1] != "by":
+                    problems.append(
+                        f"{where}: {name} comes from both agents of a node during a rolling "
+                        f"update: take max/min/avg by (...) of it, not "
+                        + (f"{innermost[0]} {innermost[1] or ''}".strip() if innermost
+                           else "the bare series"))
     except ValueError as error:
         problems.append(f"{where}: {error} in {expr!r}")
     return problems, [m[2] for m in metric_positions]
@@ -186,6 +233,7 @@ def aggregation_scope(tokens, keyword_index):
 def check_dashboard(dashboard, table):
     """Problems found, and every PromQL expression checked (for the syntax check)."""
     problems, expressions = [], []
+    shown = set()  # the identifiers of every panel's queries
     panels = []
     for panel in dashboard.get("panels", []):
         panels.append(panel)
@@ -214,9 +262,10 @@ def check_dashboard(dashboard, table):
             if not expr.strip():
                 problems.append(f"{target_where}: no expr")
                 continue
-            expr_problems, label_sets = check_expr(expr, table, target_where)
+            expr_problems, label_sets = check_expr(expr, table, target_where, node_wide_rule=True)
             problems += expr_problems
             expressions.append((target_where, expr))
+            shown.update(re.findall(r"[A-Za-z_][A-Za-z0-9_:]*", expr))
             for label in re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}",
                                     target.get("legendFormat", "")):
                 if not any(label in labels for labels in label_sets):
@@ -244,6 +293,10 @@ def check_dashboard(dashboard, table):
             problems.append(f"{where}: the metric has no label {match.group(2)}")
     if not expressions:
         problems.append("no query to check")
+    for name, (kind, _) in sorted(table.metrics.items()):
+        names = {name + suffix for suffix in HISTOGRAM_SUFFIXES} if kind == "histogram" else {name}
+        if not names & shown and name not in NOT_ON_DASHBOARD:
+            problems.append(f"no panel shows {name} (add one, or say why in NOT_ON_DASHBOARD)")
     return problems, expressions
 
 

@@ -41,6 +41,16 @@ def reuse_panel_id(text):
     return json.dumps(dashboard)
 
 
+def drop_panel(title):
+    def alter(text):
+        dashboard = json.loads(text)
+        first_panel(dashboard, title)  # there must be one to drop
+        dashboard["panels"] = [p for p in dashboard["panels"] if p.get("title") != title]
+        return json.dumps(dashboard)
+
+    return alter
+
+
 def drop_datasource_variable(text):
     dashboard = json.loads(text)
     variables = dashboard["templating"]["list"]
@@ -100,8 +110,22 @@ CASES = [
     ("a variable whose shown definition differs from its query",
      replace_once("label_values(tessera_gpu_shares, node)", "label_values(tessera_gpu_healthy, node)"),
      "is not the query"),
-    ("a PromQL syntax error", replace_once("100 * rate(", "100 * * rate("),
+    ("a PromQL syntax error", replace_once("100 * max by", "100 * * max by"),
      "promtool: "),
+    ("a share metric summed over both agents of a node",
+     replace_once("max by (namespace, claim, share, uuid, node) (tessera_share_memory_used_bytes",
+                  "sum by (namespace, claim, share, uuid, node) (tessera_share_memory_used_bytes"),
+     "tessera_share_memory_used_bytes comes from both agents"),
+    ("a GPU metric drawn bare (once per agent)",
+     replace_once('max by (uuid, device, node) (tessera_gpu_shares{node=~"$node"})',
+                  'tessera_gpu_shares{node=~"$node"}'),
+     "not the bare series"),
+    ("a share counter's rate merged with without (...)",
+     replace_once("max by (namespace, claim, share, uuid, node) (rate(tessera_share_launches_total",
+                  "max without (instance) (rate(tessera_share_launches_total"),
+     "tessera_share_launches_total comes from both agents"),
+    ("no panel for the memory outside every share", drop_panel("GPU memory outside every share"),
+     "no panel shows tessera_gpu_unaccounted_memory_bytes"),
     ("a panel without a title", drop_title, "no title"),
     ("a panel without a target", drop_targets, "no target"),
     ("overlapping panels", overlap_panels, "overlaps panel"),

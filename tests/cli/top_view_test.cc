@@ -84,6 +84,21 @@ TEST_F(TopRender, At80x24ItShowsHeaderGpusAndShares) {
   EXPECT_NE(shares[1].find(" 1 memory-fill"), std::string::npos) << shares[1];
 }
 
+// OUTSIDE: the memory processes of no share hold on the GPU (the agent's checks), "-" when the
+// snapshot does not know it (the local mode, checks off).
+TEST_F(TopRender, TheGpuLineShowsTheMemoryOutsideEveryShareWhereKnown) {
+  v1::ListSharesResponse node;
+  add_gpu(node, "GPU-aaaa", 6 * kGiB, 16 * kGiB, 0).set_unaccounted_memory_bytes(2 * kGiB);
+  add_gpu(node, "GPU-bbbb", 0, 16 * kGiB, 0);
+  const TopLayout size{80, 24, TopSort::kMemory};
+  const std::vector<std::string> screen = render_top(snapshot_of(node), nullptr, size);
+  expect_fits(screen, size);
+  ASSERT_GE(screen.size(), 6u);
+  EXPECT_NE(screen[3].find(" SHARES OUTSIDE"), std::string::npos) << screen[3];
+  EXPECT_EQ(screen[4].substr(screen[4].size() - 8), "     2Gi") << screen[4];
+  EXPECT_EQ(screen[5].substr(screen[5].size() - 8), "       -") << screen[5];
+}
+
 TEST_F(TopRender, BarsAreProportionalToUsedOverLimit) {
   v1::ListSharesResponse node;
   add_gpu(node, "GPU-aaaa", 4 * kGiB, 16 * kGiB, 0);

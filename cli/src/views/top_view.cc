@@ -43,12 +43,14 @@ constexpr int kShareFixed = kNameWidth + 1 + kGpuWidth + 1 + 1 + kMemoryTextWidt
                             kCoresWidth + 1 + kThrottledWidth + 1;
 constexpr int kShareBarAt80 = 16;
 constexpr int kShareBarMax = 40;
-// Columns of a GPU line: index, name, bar, used/total, utilisation, shares.
+// Columns of a GPU line: index, name, bar, used/total, utilisation, shares, and the memory of
+// processes of no share (OUTSIDE: the agent's out-of-band checks; "-" where not known).
 constexpr int kGpuNameWidth = 16;
 constexpr int kUtilWidth = 4;
 constexpr int kSharesWidth = 6;
-constexpr int kGpuFixed =
-    kGpuWidth + 1 + kGpuNameWidth + 1 + 1 + kMemoryTextWidth + 1 + kUtilWidth + 1 + kSharesWidth;
+constexpr int kOutsideWidth = 7;
+constexpr int kGpuFixed = kGpuWidth + 1 + kGpuNameWidth + 1 + 1 + kMemoryTextWidth + 1 +
+                          kUtilWidth + 1 + kSharesWidth + 1 + kOutsideWidth;
 constexpr int kGpuBarMax = 60;
 // Header, summary, blank, GPU header, blank, share header.
 constexpr int kFixedLines = 6;
@@ -261,7 +263,8 @@ class Renderer {
   std::string gpu_header() const {
     return pad_right("GPU", kGpuWidth) + " " + pad_right("NAME", kGpuNameWidth) + " " +
            pad_right("MEMORY", gpu_bar_) + " " + pad_left("USED/TOTAL", kMemoryTextWidth) + " " +
-           pad_left("UTIL", kUtilWidth) + " " + pad_left("SHARES", kSharesWidth);
+           pad_left("UTIL", kUtilWidth) + " " + pad_left("SHARES", kSharesWidth) + " " +
+           pad_left("OUTSIDE", kOutsideWidth);
   }
 
   std::string gpu_line(const v1::Gpu& gpu) const {
@@ -278,7 +281,11 @@ class Renderer {
            pad_right(name, kGpuNameWidth) + " " + format_bar(fraction, gpu_bar_) + " " +
            pad_left(memory, kMemoryTextWidth) + " " +
            pad_left(seen ? percent_text(gpu.utilization_percent()) + "%" : "-", kUtilWidth) + " " +
-           pad_left(std::to_string(gpu.shares()), kSharesWidth);
+           pad_left(std::to_string(gpu.shares()), kSharesWidth) + " " +
+           pad_left(gpu.has_unaccounted_memory_bytes()
+                        ? format_bytes(gpu.unaccounted_memory_bytes())
+                        : "-",
+                    kOutsideWidth);
   }
 
   std::string share_header() const {

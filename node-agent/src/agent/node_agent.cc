@@ -23,6 +23,7 @@
 #include "metrics/collector.h"
 #include "metrics/gpu_stats.h"
 #include "metrics/metrics_server.h"
+#include "share/checkpoint_view.h"
 #include "share/share_manager.h"
 #include "share/shim_library.h"
 #include "tessera/kube/http_kube_client.h"
@@ -165,6 +166,7 @@ Status NodeAgent::start() {
   // Containers' pids are not NVML's: the agent measures every share's GPU time (the meter below).
   options.measure_source = share::kMeasureAgent;
   shares_ = std::make_unique<ShareManager>(options, *kube_, std::vector<NodeDevice>{});
+  shared_checkpoint_ = std::make_unique<CheckpointView>(config_.state_dir + "/checkpoint.json");
   preparer_ = std::make_unique<InstrumentedPreparer>(*shares_, requests_, clock_);
   ReconcileReport report;
   TESSERA_RETURN_IF_ERROR(shares_->start(&report));
@@ -238,10 +240,11 @@ Status NodeAgent::start_api() {
     NodeSnapshotSources sources;
     sources.node_name = config_.node_name;
     sources.shares_dir = config_.state_dir + "/shares";
-    sources.checkpoint = [this] { return shares_->checkpoint(); };
+    sources.checkpoint = [this] { return node_checkpoint(); };
     sources.devices = [this] { return shares_->devices(); };
     sources.health = [this] { return health_.snapshot(); };
     sources.gpu_stats = gpu_stats_.get();
+    if (checker_) sources.unaccounted = [this] { return checker_->unaccounted_memory(); };
     sources.default_policy = findings_->default_policy();
     return read_node_snapshot(sources, unix_ms);
   };
@@ -257,14 +260,23 @@ std::string NodeAgent::scrape_metrics() const {
   MetricsSources sources;
   sources.node_name = config_.node_name;
   sources.shares_dir = config_.state_dir + "/shares";
-  sources.checkpoint = [this] { return shares_->checkpoint(); };
+  sources.checkpoint = [this] { return node_checkpoint(); };
   sources.devices = [this] { return shares_->devices(); };
   sources.health = [this] { return health_.snapshot(); };
   sources.gpu_stats = gpu_stats_.get();
   sources.requests = &requests_;
   sources.version = TESSERA_VERSION;
   sources.findings = findings_ ? &findings_->counters() : nullptr;
+  if (checker_) sources.unaccounted = [this] { return checker_->unaccounted_memory(); };
   return collect_metrics(sources);
+}
+
+Checkpoint NodeAgent::node_checkpoint() const {
+  Result<Checkpoint> disk = shared_checkpoint_->read();
+  if (disk.is_ok()) return std::move(disk).value();
+  log::warn("cannot read the checkpoint file: showing this agent's own copy",
+            {{"error", disk.status().message()}});
+  return shares_->checkpoint();
 }
 
 int NodeAgent::metrics_port() const {
@@ -361,9 +373,16 @@ Status NodeAgent::start_enforcement() {
   checking.claim_pods = [this](const std::string& claim_uid) {
     return shares_->refresh_claim_pods(claim_uid);
   };
+  // Every GPU of the node: processes of no share are found on GPUs without shares too.
+  checking.node_gpus = [this] {
+    std::vector<std::string> uuids;
+    for (const NodeDevice& device : shares_->devices()) uuids.push_back(device.uuid);
+    return uuids;
+  };
   const std::string shares_dir = config_.state_dir + "/shares";
+  // The claims on disk: during a rolling update the other agent's shares are no one's otherwise.
   checker_ = std::make_unique<OutOfBandChecker>(
-      checking, [this, shares_dir] { return checked_shares(shares_->checkpoint(), shares_dir); },
+      checking, [this, shares_dir] { return checked_shares(node_checkpoint(), shares_dir); },
       *gpu_processes_, *findings_, clock_);
   return checker_->start();
 }

@@ -19,6 +19,7 @@
 #include "devices/device_health.h"
 #include "metrics/request_metrics.h"
 #include "model/claim_preparer.h"
+#include "share/checkpoint.h"
 #include "tessera/gpu_info.h"
 #include "tessera/status.h"
 
@@ -45,6 +46,7 @@ class MetricsServer;
 class MpsBackend;
 class NvmlGpuStats;
 class ShareManager;
+class CheckpointView;
 class SlicePublisher;
 class TimeSliceBackend;
 struct ShareManagerOptions;
@@ -115,6 +117,11 @@ class NodeAgent {
   Status start_enforcement();
   Status start_process_watch();  // per --process-watch
   Status start_api();
+  // The node's claims as checkpoint.json holds them now, the other agent's of a rolling update
+  // too (the share manager's memory learns them at its next reconcile pass); the share manager's
+  // own copy when the file cannot be read (said in a warn line). The scrape, the local API and the
+  // out-of-band checks read it.
+  Checkpoint node_checkpoint() const;
 
   AgentConfig config_;
   Clock& clock_;
@@ -125,6 +132,7 @@ class NodeAgent {
   std::unique_ptr<MpsBackend> mps_;
   std::unique_ptr<TimeSliceBackend> time_slice_;
   std::unique_ptr<ShareManager> shares_;
+  std::unique_ptr<CheckpointView> shared_checkpoint_;  // <state-dir>/checkpoint.json
   DeviceHealthBoard health_;
   std::unique_ptr<DeviceMonitor> monitor_;
   std::unique_ptr<GpuTimeMeter> meter_;

@@ -98,6 +98,8 @@ v1::ListSharesResponse read_node_snapshot(const NodeSnapshotSources& sources,
   }
 
   const DeviceHealthSnapshot health = sources.health ? sources.health() : DeviceHealthSnapshot{};
+  const std::map<std::string, uint64_t> unaccounted =
+      sources.unaccounted ? sources.unaccounted() : std::map<std::string, uint64_t>{};
   uint32_t index = 0;
   for (const NodeDevice& device : devices) {
     v1::Gpu& gpu = *out.add_gpus();
@@ -128,6 +130,8 @@ v1::ListSharesResponse read_node_snapshot(const NodeSnapshotSources& sources,
     gpu.set_health_reason(reason);
     const auto count = shares_per_gpu.find(device.uuid);
     gpu.set_shares(count == shares_per_gpu.end() ? 0 : count->second);
+    if (const auto bytes = unaccounted.find(device.uuid); bytes != unaccounted.end())
+      gpu.set_unaccounted_memory_bytes(bytes->second);
   }
   return out;
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct NodeSnapshotSources {
   std::string proc_root = "/proc";                   // host pids and commands of the processes
   // The enforcement policy of a share whose VgpuConfig names none (--enforcement-default).
   EnforcementPolicy default_policy = EnforcementPolicy::kReport;
+  // Per GPU UUID, the memory of processes of no share (OutOfBandChecker::unaccounted_memory);
+  // null or a GPU absent: Gpu.unaccounted_memory_bytes left unset (not known).
+  std::function<std::map<std::string, uint64_t>()> unaccounted;
 };
 
 // One snapshot, stamped `unix_ms`. Shares are listed by folder (a claim's Quota shares of several

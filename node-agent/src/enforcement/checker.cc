@@ -292,6 +292,7 @@ struct OutOfBandChecker::Pass {
   std::map<std::string, share_folder::UsagePageRepair> repairs;  // by folder path
   std::vector<Finding> findings;
   Problems problems;  // what could not be checked (NVML, a repair that failed)
+  std::map<std::string, std::set<int>> members;  // by UUID: the pids some share of it has
 };
 
 // One share on its GPU: its folder, its page's device index and its processes.
@@ -309,6 +310,7 @@ std::vector<Finding> OutOfBandChecker::pass() {
   pass.folders = read_folders(pass.shares);
   pass.gpus = read_gpus(pass.shares, gpus_, pass.problems);
   for (const CheckedShare& share : pass.shares) check_share(pass, share);
+  find_unaccounted(pass);
   check_pages(pass);
   if (options_.repair) apply_repairs(pass);
   end_pass(pass);
@@ -340,6 +342,7 @@ void OutOfBandChecker::check_share(Pass& pass, const CheckedShare& share) {
       index == folder.uuids.end() ? -1 : static_cast<int>(index - folder.uuids.begin()),
       {}};
   find_members(pass, check);
+  for (const Member& member : check.members) pass.members[share.uuid].insert(member.pid);
   find_slot_lies(pass, check);
   find_over_memory(pass, check);
   find_over_cores(pass, check);
@@ -497,6 +500,74 @@ void OutOfBandChecker::find_over_cores(Pass& pass, const ShareCheck& check) {
                 std::chrono::duration_cast<std::chrono::milliseconds>(options_.cores_grace)
                     .count()) +
             " ms"));
+}
+
+void OutOfBandChecker::find_unaccounted(Pass& pass) {
+  // GPUs no share names are read here (memory only: no share's cores to judge there).
+  if (options_.node_gpus)
+    for (const std::string& uuid : options_.node_gpus()) {
+      auto [it, fresh] = pass.gpus.try_emplace(uuid);
+      if (!fresh) continue;
+      Result<std::vector<GpuProcessMemory>> memory = gpus_.memory(uuid);
+      if (!memory.is_ok()) {
+        pass.problems.push_back(memory.status());
+        continue;
+      }
+      it->second.memory = std::move(memory).value();
+      it->second.ok = true;
+    }
+  std::map<std::string, uint64_t> unaccounted;
+  for (const auto& [uuid, gpu] : pass.gpus) {
+    if (!gpu.ok) continue;
+    uint64_t& sum = unaccounted[uuid];
+    const std::set<int>& members = pass.members[uuid];
+    for (const GpuProcessMemory& process : gpu.memory) {
+      if (members.count(process.pid) != 0) continue;
+      const ProcessFacts* facts = processes_.lookup(process.pid);
+      if (!facts) continue;  // gone since NVML answered
+      // A pod that may have joined a shared claim of this GPU since its prepare: not judged until
+      // the claim's pods say (pod_verdict asks at most once per claim per interval).
+      bool undecided = false;
+      std::string pod_name;
+      if (facts->pod_uid)
+        for (const CheckedShare& share : pass.shares) {
+          if (share.uuid != uuid) continue;
+          if (pod_verdict(pass.shares, share.claim_uid, *facts->pod_uid, pass.now) ==
+              PodVerdict::kUndecided)
+            undecided = true;
+        }
+      if (undecided) continue;
+      if (facts->pod_uid)  // its name, where another GPU's share knows the pod
+        for (const CheckedShare& share : pass.shares)
+          for (const PodRef& pod : share.pods)
+            if (pod.uid == *facts->pod_uid) pod_name = share.claim_namespace + "/" + pod.name;
+      sum += process.used_bytes;
+      if (!due({FindingKind::kUnaccountedProcess, uuid, process.pid}, pass.now,
+               Clock::duration::zero()))
+        continue;
+      Finding finding;
+      finding.kind = FindingKind::kUnaccountedProcess;
+      finding.host_pid = process.pid;
+      finding.host_pid_start_time = facts->start_time;
+      finding.pod = pod_name;
+      finding.pod_uid = facts->pod_uid.value_or("");
+      finding.gpu_uuid = uuid;
+      finding.bytes = process.used_bytes;
+      finding.detail = "holds " + mib(process.used_bytes) + " on the GPU and belongs to no share " +
+                       "of it (" +
+                       (facts->pod_uid ? "pod " + *facts->pod_uid + ", no claim of this GPU"
+                                       : std::string("no pod: a host process")) +
+                       "): the shares of this GPU were promised that memory";
+      pass.findings.push_back(std::move(finding));
+    }
+  }
+  std::lock_guard lock(unaccounted_mutex_);
+  unaccounted_ = std::move(unaccounted);
+}
+
+std::map<std::string, uint64_t> OutOfBandChecker::unaccounted_memory() const {
+  std::lock_guard lock(unaccounted_mutex_);
+  return unaccounted_;
 }
 
 void OutOfBandChecker::check_pages(Pass& pass) {

@@ -83,6 +83,9 @@ struct CheckerOptions {
   // no answer yet (asked again after the interval). Null: such a pod is another pod at once.
   std::function<Result<std::vector<PodRef>>(const std::string& claim_uid)> claim_pods;
   std::chrono::milliseconds claim_pods_interval{5000};  // per claim, on the checker's clock
+  // The UUIDs of every GPU of the node: a process on one that belongs to no share of it is an
+  // unaccounted_process finding (never killed). Null: only the GPUs the shares name are looked at.
+  std::function<std::vector<std::string>()> node_gpus;
 };
 
 struct CheckerStats {
@@ -117,6 +120,10 @@ class OutOfBandChecker {
   // afresh (not from the pass's cache): its owner word is in the share's usage page, or its
   // cgroup names a pod the share's claim was reserved for. The handler's proof before a kill.
   bool belongs(int pid, uint64_t start_time, const std::string& share);
+
+  // Per GPU the last pass read: the device memory of processes that belong to no share of it
+  // (tessera_gpu_unaccounted_memory_bytes). A GPU NVML did not answer for is absent.
+  std::map<std::string, uint64_t> unaccounted_memory() const;
 
   CheckerStats stats() const;
   uint64_t loop_passes() const;
@@ -161,6 +168,9 @@ class OutOfBandChecker {
   void find_slot_lies(Pass& pass, const ShareCheck& check);
   void find_over_memory(Pass& pass, const ShareCheck& check);
   void find_over_cores(Pass& pass, const ShareCheck& check);
+  // unaccounted_process: each GPU's processes that no share of it has (after every share's
+  // members are known), and the per-GPU sums unaccounted_memory() answers.
+  void find_unaccounted(Pass& pass);
   // corrupt_usage_page: each folder's page, its shape and its slots, and what to repair.
   void check_pages(Pass& pass);
   void check_page(Pass& pass, const std::string& path, const std::map<uint64_t, int>& gpu_owners);
@@ -189,6 +199,8 @@ class OutOfBandChecker {
   };
   std::map<std::string, PodsQuestion> pods_questions_;
   CheckerStats stats_;
+  mutable std::mutex unaccounted_mutex_;  // unaccounted_ only: a scrape never waits for a pass
+  std::map<std::string, uint64_t> unaccounted_;
   std::unique_ptr<PeriodicLoop> loop_;  // last: its passes use everything above
 };
 

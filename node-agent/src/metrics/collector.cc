@@ -75,6 +75,8 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
 void write_gpus(const MetricsSources& sources, const std::vector<NodeDevice>& devices,
                 const std::map<std::string, uint64_t>& shares, Exposition& out) {
   const DeviceHealthSnapshot health = sources.health ? sources.health() : DeviceHealthSnapshot{};
+  const std::map<std::string, uint64_t> unaccounted =
+      sources.unaccounted ? sources.unaccounted() : std::map<std::string, uint64_t>{};
   for (const NodeDevice& device : devices) {
     const std::string labels[] = {device.uuid, device.name, sources.node_name};
     if (sources.gpu_stats) {
@@ -91,6 +93,8 @@ void write_gpus(const MetricsSources& sources, const std::vector<NodeDevice>& de
     out.add(MetricId::kGpuHealthy, labels, uint64_t{healthy ? 1u : 0u});
     const auto count = shares.find(device.uuid);
     out.add(MetricId::kGpuShares, labels, count == shares.end() ? uint64_t{0} : count->second);
+    if (const auto bytes = unaccounted.find(device.uuid); bytes != unaccounted.end())
+      out.add(MetricId::kGpuUnaccountedMemoryBytes, labels, bytes->second);
   }
 }
 

@@ -5,7 +5,9 @@
 // processes) and three NVML calls per GPU.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,10 @@ struct MetricsSources {
   const RequestMetrics* requests = nullptr;          // null: no request figures
   std::string version;                               // tessera_build_info's label
   const FindingCounters* findings = nullptr;         // null: every kind 0
+  // Per GPU UUID, the memory of processes of no share (OutOfBandChecker::unaccounted_memory);
+  // null or a GPU absent (no check ran, NVML did not answer): no series, never a 0 that means
+  // "not known".
+  std::function<std::map<std::string, uint64_t>()> unaccounted;
 };
 
 // The exposition text of one scrape.

@@ -41,6 +41,7 @@ enum class MetricId : size_t {
   kGpuUtilizationPercent,
   kGpuHealthy,
   kGpuShares,
+  kGpuUnaccountedMemoryBytes,
   kPrepareRequestsTotal,
   kPrepareDurationSeconds,
   kUnprepareRequestsTotal,
@@ -104,6 +105,11 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
      "1 when the GPU is reported Healthy to kubelet, 0 when Unhealthy or not yet known"},
     {MetricId::kGpuShares, "tessera_gpu_shares", MetricType::kGauge, LabelSet::kGpu,
      "Prepared shares of the GPU"},
+    {MetricId::kGpuUnaccountedMemoryBytes, "tessera_gpu_unaccounted_memory_bytes",
+     MetricType::kGauge, LabelSet::kGpu,
+     "Device memory held on the GPU by processes of no share of it (a pod without a claim, a host "
+     "process), as NVML shows it at the last out-of-band check: it comes out of what the shares "
+     "were promised"},
     {MetricId::kPrepareRequestsTotal, "tessera_prepare_requests_total", MetricType::kCounter,
      LabelSet::kResult, "NodePrepareResources claims handled, by result"},
     {MetricId::kPrepareDurationSeconds, "tessera_prepare_duration_seconds", MetricType::kHistogram,
@@ -117,7 +123,7 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
     {MetricId::kFindingsTotal, "tessera_findings_total", MetricType::kCounter, LabelSet::kFinding,
      "Findings of the out-of-band checks (and the process watcher) since the agent started, by "
      "kind: a share over its memory limit or cores burst, an unshimmed process, a corrupt or "
-     "lying usage page"},
+     "lying usage page, a process of no share on a GPU (unaccounted, never killed)"},
 }};
 
 constexpr bool table_in_id_order() {

@@ -18,10 +18,15 @@ enum class FindingKind : uint8_t {
   kCorruptUsagePage,  // the usage page's header or slots are not what any shim writes
   kUsageDisagrees,    // a slot claims a figure NVML contradicts (beyond the context overhead)
   kOverCoresBurst,    // the share used more GPU time than its burst for longer than the grace
+  // A process holds memory on a GPU and belongs to no share of it (a pod without a claim, a host
+  // process): never killed, it is not a tenant's; its memory comes out of what shares were
+  // promised.
+  kUnaccountedProcess,
 };
 inline constexpr FindingKind kAllFindingKinds[] = {
-    FindingKind::kOverMemoryLimit, FindingKind::kUnshimmedProcess, FindingKind::kCorruptUsagePage,
-    FindingKind::kUsageDisagrees, FindingKind::kOverCoresBurst};
+    FindingKind::kOverMemoryLimit,  FindingKind::kUnshimmedProcess,
+    FindingKind::kCorruptUsagePage, FindingKind::kUsageDisagrees,
+    FindingKind::kOverCoresBurst,   FindingKind::kUnaccountedProcess};
 
 // The `kind` label of tessera_findings_total and the word in log lines and events.
 constexpr std::string_view finding_kind_name(FindingKind kind) {
@@ -36,6 +41,8 @@ constexpr std::string_view finding_kind_name(FindingKind kind) {
       return "usage_disagrees";
     case FindingKind::kOverCoresBurst:
       return "over_cores_burst";
+    case FindingKind::kUnaccountedProcess:
+      return "unaccounted_process";
   }
   return "unknown";
 }
@@ -50,7 +57,9 @@ struct Finding {
   std::string claim_namespace;
   std::string claim_name;
   std::string claim_uid;
-  std::string pod;       // namespace/name where known, else empty
+  std::string pod;      // namespace/name where known, else empty
+  std::string pod_uid;  // the pod its cgroup names, where the share's pods do not say (unaccounted)
+  uint64_t bytes = 0;   // device memory NVML says the process holds (unaccounted_process)
   std::string gpu_uuid;  // empty when the finding is not about one GPU
   std::string detail;    // one human sentence: the figures that made it a finding
 };

@@ -504,6 +504,50 @@ TEST_F(NodeAgentTest, AgentsWithPodUidsShareTheStateFolderAnAgentWithoutOneDoesN
   fixed.stop();
 }
 
+// The share and GPU series of a scrape, in order (what two agents of one node must agree on).
+std::string node_series(const std::string& text) {
+  std::string out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("tessera_share_", 0) == 0 || line.rfind("tessera_gpu_shares", 0) == 0)
+      out += line + "\n";
+  return out;
+}
+
+// During a rolling update Prometheus scrapes both agents: each shows the node's shares as
+// checkpoint.json holds them at that scrape, with the same labels and values, although neither
+// runs a reconcile pass (the simulated clock never moves) that would teach its memory what the
+// other prepared.
+TEST_F(NodeAgentTest, BothAgentsOfARollingUpdateShowWhatTheOtherPreparedAtTheNextScrape) {
+  AgentConfig old_pod = config_, new_pod = config_;
+  old_pod.pod_uid = "0a0a0a0a-0000-4000-8000-00000000000a";
+  new_pod.pod_uid = "0b0b0b0b-0000-4000-8000-00000000000b";
+  NodeAgent old_agent(old_pod, clock_);
+  ASSERT_EQ(old_agent.start().message(), "");
+  NodeAgent new_agent(new_pod, clock_);
+  ASSERT_EQ(new_agent.start().message(), "");
+  const ClaimRef quota{std::string("ns-") + kQuotaUid, kQuotaUid,
+                       std::string("claim-") + kQuotaUid};
+  ASSERT_EQ(new_agent.preparer().prepare(quota).status().message(), "");
+  const std::string on_old = old_agent.scrape_metrics();
+  for (const char* share : {"-gpu-0-s-a", "-gpu-0-s-b"}) {
+    const std::string series = "tessera_share_memory_limit_bytes{namespace=\"ns-" +
+                               std::string(kQuotaUid) + "\",claim=\"claim-" + kQuotaUid +
+                               "\",share=\"" + kQuotaUid + share + "\"";
+    EXPECT_NE(on_old.find(series), std::string::npos) << series << "\n" << on_old;
+  }
+  EXPECT_NE(on_old.find(",device=\"gpu-0\",node=\"node-a\"} 2\n"), std::string::npos);
+  EXPECT_EQ(node_series(on_old), node_series(new_agent.scrape_metrics()));
+  EXPECT_EQ(old_agent.reconcile_passes(), 0u);
+  // And back: unprepared on the old agent, gone from the new one's next scrape.
+  ASSERT_EQ(old_agent.preparer().unprepare(quota).message(), "");
+  const std::string on_new = new_agent.scrape_metrics();
+  EXPECT_EQ(on_new.find(kQuotaUid), std::string::npos) << on_new;
+  EXPECT_EQ(node_series(on_new), node_series(old_agent.scrape_metrics()));
+  new_agent.stop();
+  old_agent.stop();
+}
+
 // A DaemonSet rolling update with maxSurge, with two real tessera-node-agent processes on one
 // state folder and one kubelet plugins folder: the new pod registers beside the old one under its
 // own socket names; kubelet's retries on it answer what the old one prepared (no second GET, no

@@ -119,7 +119,8 @@ TEST(OutOfBandChecker, AnUnshimmedProcessOfTheSharesPodIsFoundOthersAreNot) {
   // Pod a's process without the shim: no slot, 5 GiB.
   node.proc.add(101, 2000, testing::pod_cgroup_file(kPodA));
   node.gpus.processes[kGpu].push_back({101, 5 * kGiB});
-  // A host process of no pod on the same GPU (not a share's): no finding.
+  // A host process of no pod on the same GPU (not a share's): no finding of a share's, only
+  // unaccounted_process.
   node.proc.add(300, 3000);
   node.gpus.processes[kGpu].push_back({300, 8 * kGiB});
   node.checker->check_once();
@@ -131,9 +132,14 @@ TEST(OutOfBandChecker, AnUnshimmedProcessOfTheSharesPodIsFoundOthersAreNot) {
   ASSERT_EQ(over.size(), 1u);  // 6 GiB of 4: the unshimmed process is the offender
   EXPECT_EQ(over[0].host_pid, 101);
   for (const Finding& f : node.handler.findings) {
-    EXPECT_NE(f.host_pid, 300);
+    if (f.kind != FindingKind::kUnaccountedProcess) {
+      EXPECT_NE(f.host_pid, 300);
+    }
     EXPECT_NE(f.share, "b");
   }
+  const auto unaccounted = node.of(FindingKind::kUnaccountedProcess);
+  ASSERT_EQ(unaccounted.size(), 1u);
+  EXPECT_EQ(unaccounted[0].host_pid, 300);
   // The handler's proof: pod a's processes are share a's, not share b's; a wrong start time is
   // no proof.
   EXPECT_TRUE(node.checker->belongs(101, 2000, "a"));
@@ -403,6 +409,63 @@ TEST(OutOfBandChecker, AnUnshimmedProcessOfAPodThatJoinedTheClaimIsFound) {
   node.clock.advance(std::chrono::seconds(10));
   node.checker->check_once();
   EXPECT_EQ(api.asked, 1);
+}
+
+// Processes of no share of a GPU: a host process, a pod with no claim there (asked about once per
+// claim of the GPU: it might have joined one), a process on a GPU no share names. Each is one
+// unaccounted_process finding an episode, with its pid, pod and bytes, summed per GPU; the shares'
+// own processes never count.
+TEST(OutOfBandChecker, ProcessesOfNoShareAreUnaccountedPerGpu) {
+  constexpr char kOtherGpu[] = "GPU-99999999-2222-3333-4444-555555555555";
+  ApiPods api;
+  api.reserved["uid-a"] = {{"pod-a", kPodA}};
+  api.reserved["uid-b"] = {{"pod-b", kPodB}};
+  CheckerOptions options = api.options();
+  options.node_gpus = [&] { return std::vector<std::string>{kGpu, kOtherGpu}; };
+  Node node("checker-unaccounted", options);
+  api.saved = &node.shares;
+  node.shimmed("a", 100, 0, kGiB, kGiB);
+  node.shimmed("b", 200, 0, 3 * kGiB, 3 * kGiB);
+  node.proc.add(300, 3000);  // a host process
+  node.gpus.processes[kGpu].push_back({300, 2 * kGiB});
+  node.proc.add(400, 4000, testing::pod_cgroup_file(kPodC));  // a pod without a claim here
+  node.gpus.processes[kGpu].push_back({400, kGiB});
+  node.proc.add(500, 5000);
+  node.gpus.processes[kOtherGpu].push_back({500, 3 * kGiB});
+  node.checker->check_once();
+  const auto found = node.of(FindingKind::kUnaccountedProcess);
+  ASSERT_EQ(found.size(), 3u);
+  EXPECT_EQ(node.handler.findings.size(), 3u);  // nothing of the shares': within their limits
+  std::map<int, Finding> by_pid;
+  for (const Finding& f : found) by_pid[f.host_pid] = f;
+  EXPECT_EQ(by_pid[300].gpu_uuid, kGpu);
+  EXPECT_EQ(by_pid[300].bytes, 2 * kGiB);
+  EXPECT_EQ(by_pid[300].pod_uid, "");
+  EXPECT_EQ(by_pid[300].host_pid_start_time, 3000u);
+  EXPECT_NE(by_pid[300].detail.find("a host process"), std::string::npos) << by_pid[300].detail;
+  EXPECT_EQ(by_pid[400].pod_uid, kPodC);
+  EXPECT_EQ(by_pid[400].share, "");
+  EXPECT_EQ(by_pid[400].bytes, kGiB);
+  EXPECT_EQ(by_pid[500].gpu_uuid, kOtherGpu);
+  EXPECT_EQ(api.asked, 2);  // claims a and b, once: neither has pod C
+  std::map<std::string, uint64_t> memory = node.checker->unaccounted_memory();
+  EXPECT_EQ(memory[kGpu], 3 * kGiB);
+  EXPECT_EQ(memory[kOtherGpu], 3 * kGiB);
+  // Once an episode; the figure follows NVML, and a process gone leaves the sum.
+  node.clock.advance(std::chrono::seconds(10));
+  ASSERT_EQ(node.gpus.processes[kGpu][2].pid, 300);
+  node.gpus.processes[kGpu][2].used_bytes = 4 * kGiB;
+  node.checker->check_once();
+  EXPECT_EQ(node.of(FindingKind::kUnaccountedProcess).size(), 3u);
+  EXPECT_EQ(node.checker->unaccounted_memory()[kGpu], 5 * kGiB);
+  node.proc.remove(400);
+  node.gpus.processes[kGpu].pop_back();
+  node.checker->check_once();
+  EXPECT_EQ(node.checker->unaccounted_memory()[kGpu], 4 * kGiB);
+  // A GPU NVML does not answer for has no figure (not 0).
+  node.gpus.lost.insert(kOtherGpu);
+  node.checker->check_once();
+  EXPECT_EQ(node.checker->unaccounted_memory().count(kOtherGpu), 0u);
 }
 
 TEST(OutOfBandChecker, CheckedSharesComeFromCompletedClaimsWithTheirPods) {

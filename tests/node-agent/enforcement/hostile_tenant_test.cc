@@ -20,11 +20,13 @@
 
 #include <gtest/gtest.h>
 
+#include "api/event_log.h"
 #include "apiserver/claim_fixture.h"
 #include "devices/resource_slices.h"
 #include "enforcement/checker.h"
 #include "enforcement/enforcement_handler.h"
 #include "enforcement/fake_node.h"
+#include "metrics/collector.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "tenant_claims.h"
@@ -197,7 +199,8 @@ const std::string& simulator_state() {
 
 class HostileTenant : public ::testing::Test {
  protected:
-  void prepare(const std::string& policy) {
+  // `policy`: the share's VgpuConfig enforcement; `fallback`: --enforcement-default.
+  void prepare(const std::string& policy, EnforcementPolicy fallback = EnforcementPolicy::kReport) {
     base_ = testing::fresh_folder(
         "hostile-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     state_ = simulator_state();
@@ -207,6 +210,7 @@ class HostileTenant : public ::testing::Test {
     ASSERT_EQ(gpus.status().message(), "");
     ASSERT_EQ(gpus->size(), 1u);
     uuid_ = (*gpus)[0].uuid;
+    devices_ = node_devices(*gpus);
     const std::string device = "gpu-" + std::to_string((*gpus)[0].minor);
     json config = {{"apiVersion", "vgpu.tessera.dev/v1alpha1"},
                    {"kind", "VgpuConfig"},
@@ -230,6 +234,7 @@ class HostileTenant : public ::testing::Test {
 
     // The agent's checks, as NodeAgent wires them.
     EnforcementHandlerOptions handling;
+    handling.default_policy = fallback;
     handling.share_policy = [this](const std::string& name) -> std::optional<EnforcementPolicy> {
       for (const auto& [uid, entry] : manager_->checkpoint())
         for (const ShareSpec& share : entry.shares)
@@ -239,16 +244,18 @@ class HostileTenant : public ::testing::Test {
     handling.belongs = [this](int pid, uint64_t start, const std::string& share) {
       return checker_ && checker_->belongs(pid, start, share);
     };
+    handling.then = &event_findings_;  // the local API's event stream, as NodeAgent chains it
     policy_ = std::make_unique<EnforcementHandler>(handling);
     timed_ = std::make_unique<TimedHandler>(*policy_);
     Result<std::unique_ptr<GpuProcessSource>> nvml = nvml_process_source();
     ASSERT_EQ(nvml.status().message(), "");
     nvml_ = std::move(nvml).value();
     const std::string shares_dir = (base_ / "state" / "shares").string();
+    CheckerOptions checking;
+    checking.node_gpus = [this] { return std::vector<std::string>{uuid_}; };
     checker_ = std::make_unique<OutOfBandChecker>(
-        CheckerOptions{},
-        [this, shares_dir] { return checked_shares(manager_->checkpoint(), shares_dir); }, *nvml_,
-        *timed_);
+        checking, [this, shares_dir] { return checked_shares(manager_->checkpoint(), shares_dir); },
+        *nvml_, *timed_);
     timed_->watch(*checker_);
     ASSERT_EQ(checker_->start().message(), "");
   }
@@ -258,8 +265,8 @@ class HostileTenant : public ::testing::Test {
   }
 
   // Starts hostile-tenant with `args` in the share, with the shim or without, in the pod's
-  // cgroup when there is one.
-  void start(Tenant& tenant, const std::vector<std::string>& args, bool shim) {
+  // cgroup when there is one (unless `in_pod` is false: a host process).
+  void start(Tenant& tenant, const std::vector<std::string>& args, bool shim, bool in_pod = true) {
     int out[2], go[2];
     ASSERT_EQ(pipe(out), 0);
     ASSERT_EQ(pipe(go), 0);
@@ -283,7 +290,7 @@ class HostileTenant : public ::testing::Test {
     close(out[1]);
     close(go[0]);
     tenant.out = out[0];
-    if (cgroup_.usable()) {
+    if (cgroup_.usable() && in_pod) {
       ASSERT_TRUE(cgroup_.move(tenant.pid));
     }
     ASSERT_EQ(write(go[1], "g", 1), 1);
@@ -310,6 +317,10 @@ class HostileTenant : public ::testing::Test {
 
   fs::path base_;
   std::string state_, uuid_, share_dir_;
+  std::vector<NodeDevice> devices_;
+  SimulatedClock events_clock_;
+  EventLog events_{events_clock_};
+  EventFindingHandler event_findings_{events_};
   testing::TenantClaims kube_;
   std::unique_ptr<ShareManager> manager_;
   PodCgroup cgroup_;
@@ -378,6 +389,66 @@ TEST_F(HostileTenant, ASecondDriverCopyIsReportedAndKilled) {
       true));
   expect_detected(tenant, FindingKind::kOverMemoryLimit, "second libcuda copy");
   EXPECT_TRUE(tenant.killed_within(kLiveness));
+}
+
+// A process on the GPU outside every share (here a host process: no pod's cgroup, no shim, no
+// slot) holding 2 GiB: reported as unaccounted_process with its pid and bytes, on the event
+// stream, in tessera_gpu_unaccounted_memory_bytes, and never killed although the share's policy
+// and the agent's default are kill.
+TEST_F(HostileTenant, AProcessOfNoShareIsReportedAndCountedButNeverKilledEvenUnderKill) {
+  ASSERT_NO_FATAL_FAILURE(prepare("kill", EnforcementPolicy::kKill));
+  const EventLog::Cursor cursor = events_.cursor(/*include_recent=*/true);
+  Tenant tenant;
+  ASSERT_NO_FATAL_FAILURE(start(tenant, {"--attack", "none", "--bytes", std::to_string(2 * kGiB)},
+                                /*shim=*/false, /*in_pod=*/false));
+  expect_detected(tenant, FindingKind::kUnaccountedProcess, "a host process outside every share");
+  const auto found = timed_->wait_for(FindingKind::kUnaccountedProcess, tenant.pid, kLiveness);
+  ASSERT_TRUE(found);
+  const Finding& finding = found->finding;
+  EXPECT_EQ(finding.gpu_uuid, uuid_);
+  EXPECT_EQ(finding.share, "");
+  EXPECT_EQ(finding.pod_uid, "");  // a host process: no pod in its cgroup
+  // NVML's figure: the 2 GiB and the context the simulator charges (500 MiB here).
+  EXPECT_GE(finding.bytes, 2 * kGiB);
+  EXPECT_LT(finding.bytes, 3 * kGiB);
+  // Not killed, whatever the policy: passes after the finding leave it running, nothing is
+  // killed, and it stays out of the share's own checks.
+  const uint64_t after = checker_->loop_passes() + 2;
+  ASSERT_TRUE(checker_->wait_for_loop_passes(after, kLiveness));
+  int status = 0;
+  EXPECT_EQ(waitpid(tenant.pid, &status, WNOHANG), 0) << "the process outside every share died";
+  EXPECT_EQ(policy_->kills(), 0u);
+  EXPECT_EQ(policy_->counters().count(FindingKind::kUnaccountedProcess), 1u);  // once an episode
+  EXPECT_EQ(policy_->counters().count(FindingKind::kUnshimmedProcess), 0u);
+  EXPECT_EQ(policy_->counters().count(FindingKind::kOverMemoryLimit), 0u);
+
+  // The metric: the GPU's unaccounted memory is that process's.
+  const std::map<std::string, uint64_t> unaccounted = checker_->unaccounted_memory();
+  ASSERT_EQ(unaccounted.count(uuid_), 1u);
+  EXPECT_EQ(unaccounted.at(uuid_), finding.bytes);
+  MetricsSources sources;
+  sources.node_name = "node-a";
+  sources.devices = [this] { return devices_; };
+  sources.unaccounted = [this] { return checker_->unaccounted_memory(); };
+  const std::string text = collect_metrics(sources);
+  const std::string series = "tessera_gpu_unaccounted_memory_bytes{uuid=\"" + uuid_ +
+                             "\",device=\"" + devices_[0].name + "\",node=\"node-a\"} " +
+                             std::to_string(finding.bytes) + "\n";
+  EXPECT_NE(text.find(series), std::string::npos) << series << " not in:\n" << text;
+
+  // The event on the local API: a FINDING naming the pid, the GPU and the bytes.
+  EventLog::Cursor reading = cursor;
+  std::optional<tessera::node::v1::Event> event;
+  for (const auto& e : events_.read(reading, std::chrono::milliseconds(0), 1024))
+    if (e.fields().count("finding") && e.fields().at("finding") == "unaccounted_process") event = e;
+  ASSERT_TRUE(event) << "no unaccounted_process event";
+  EXPECT_EQ(event->kind(), tessera::node::v1::Event::FINDING);
+  EXPECT_EQ(event->host_pid(), tenant.pid);
+  EXPECT_EQ(event->gpu_uuid(), uuid_);
+  EXPECT_EQ(event->fields().at("bytes"), std::to_string(finding.bytes));
+  EXPECT_NE(event->message().find("policy kill: reported"), std::string::npos) << event->message();
+  std::printf("unaccounted: pid %d holds %llu B on %s (metric and event agree)\n", tenant.pid,
+              static_cast<unsigned long long>(finding.bytes), uuid_.c_str());
 }
 
 // memory-fill in the share: what it obtained ("" when it did not report).

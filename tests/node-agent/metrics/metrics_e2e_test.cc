@@ -228,6 +228,10 @@ TEST_F(MetricsEndToEnd, PromtoolAcceptsTheExposition) {
   sources.health = [&] { return health.snapshot(); };
   sources.requests = &requests;
   sources.version = "0.1.0";
+  // The out-of-band checks' memory outside every share: GPU-1 read, GPU-9 not published here.
+  sources.unaccounted = [] {
+    return std::map<std::string, uint64_t>{{"GPU-1", 2 * kGiB}, {"GPU-9", kGiB}};
+  };
   const std::string text = collect_metrics(sources);
   EXPECT_NE(text.find("namespace=\"ns \\\"quoted\\\"\",claim=\"back\\\\slash\\nnewline\""),
             std::string::npos)
@@ -242,6 +246,11 @@ TEST_F(MetricsEndToEnd, PromtoolAcceptsTheExposition) {
   EXPECT_EQ(samples.at("tessera_share_throttled_seconds_total" + series), 1.5);
   EXPECT_EQ(samples.at("tessera_share_cores_quota_percent" + series), 25);
   EXPECT_EQ(samples.at("tessera_gpu_healthy{uuid=\"GPU-1\",device=\"gpu-0\",node=\"node-a\"}"), 0);
+  EXPECT_EQ(
+      samples.at(
+          "tessera_gpu_unaccounted_memory_bytes{uuid=\"GPU-1\",device=\"gpu-0\",node=\"node-a\"}"),
+      2.0 * kGiB);
+  EXPECT_EQ(text.find("GPU-9"), std::string::npos);  // only the published GPUs have series
 }
 
 TEST_F(MetricsEndToEnd, EveryMetricOfARunningTwoShareClaim) {

@@ -1,5 +1,10 @@
 #include "share/checkpoint.h"
 
+#include <filesystem>
+
+#include "share/checkpoint_view.h"
+
+#include <unistd.h>
 #include <functional>
 
 #include <gtest/gtest.h>
@@ -147,6 +152,37 @@ TEST(Checkpoint, TextThatIsNoJsonIsAnErrorValueNamingWhereItBroke) {
   // Another version is refused as before, naming it.
   EXPECT_EQ(checkpoint_from_json(R"({"version": 2, "claims": {}})").status().message(),
             "checkpoint version 2 is not 1");
+}
+
+// The file as another agent leaves it, whichever process reads it: absent is empty, a replaced
+// file is parsed again, an unchanged one is not, a corrupt one is an error naming it.
+TEST(CheckpointView, ReadsTheFileAsItIsAndParsesItOnlyWhenItChanged) {
+  const std::filesystem::path folder =
+      std::filesystem::temp_directory_path() / ("checkpoint-view-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(folder);
+  std::filesystem::create_directories(folder);
+  const std::string path = (folder / "checkpoint.json").string();
+  CheckpointView view(path);
+  Result<Checkpoint> none = view.read();
+  ASSERT_EQ(none.status().message(), "");
+  EXPECT_TRUE(none->empty());
+  Checkpoint checkpoint;
+  checkpoint["uid-1"] = {"tenants", "pair", ClaimState::kPrepareCompleted, {}, {}, std::nullopt};
+  ASSERT_EQ(write_file_atomically(path, checkpoint_to_json(checkpoint)).message(), "");
+  Result<Checkpoint> first = view.read();
+  ASSERT_EQ(first.status().message(), "");
+  EXPECT_EQ(*first, checkpoint);
+  EXPECT_EQ(*view.read(), checkpoint);
+  EXPECT_EQ(view.parses(), 1u);
+  checkpoint["uid-2"] = {"tenants", "solo", ClaimState::kPrepareStarted, {}, {}, std::nullopt};
+  ASSERT_EQ(write_file_atomically(path, checkpoint_to_json(checkpoint)).message(), "");
+  EXPECT_EQ(*view.read(), checkpoint);
+  EXPECT_EQ(view.parses(), 2u);
+  ASSERT_EQ(write_file_atomically(path, "{not json").message(), "");
+  const Result<Checkpoint> corrupt = view.read();
+  EXPECT_EQ(corrupt.status().code(), StatusCode::kInternal);
+  EXPECT_NE(corrupt.status().message().find(path), std::string::npos) << corrupt.status().message();
+  std::filesystem::remove_all(folder);
 }
 
 }  // namespace
