@@ -21,6 +21,8 @@
 #include <gtest/gtest.h>
 
 #include "apiserver/claim_fixture.h"
+#include "captured_log.h"
+#include "clock/clock.h"
 #include "devices/resource_slices.h"
 #include "enforcement/checker.h"
 #include "enforcement/enforcement_handler.h"
@@ -30,6 +32,7 @@
 #include "tenant_claims.h"
 #include "tessera/gpu_info.h"
 #include "tessera/share_folder/snapshot.h"
+#include "usage/context_overhead.h"
 
 namespace tessera::agent {
 namespace {
@@ -197,7 +200,9 @@ const std::string& simulator_state() {
 
 class HostileTenant : public ::testing::Test {
  protected:
-  void prepare(const std::string& policy) {
+  // `loop`: the checker's own loop on the real clock, as the agent runs it; without, the test
+  // calls check_once() and the checker times its graces on sim_clock_.
+  void prepare(const std::string& policy, bool loop = true) {
     base_ = testing::fresh_folder(
         "hostile-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     state_ = simulator_state();
@@ -248,9 +253,11 @@ class HostileTenant : public ::testing::Test {
     checker_ = std::make_unique<OutOfBandChecker>(
         CheckerOptions{},
         [this, shares_dir] { return checked_shares(manager_->checkpoint(), shares_dir); }, *nvml_,
-        *timed_);
+        *timed_, loop ? real_clock() : static_cast<Clock&>(sim_clock_));
     timed_->watch(*checker_);
-    ASSERT_EQ(checker_->start().message(), "");
+    if (loop) {
+      ASSERT_EQ(checker_->start().message(), "");
+    }
   }
   void TearDown() override {
     checker_.reset();
@@ -308,6 +315,7 @@ class HostileTenant : public ::testing::Test {
     EXPECT_LE(found->pass, pass_at_attack + kPassesToDetect);
   }
 
+  SimulatedClock sim_clock_;  // first: outlives the checker
   fs::path base_;
   std::string state_, uuid_, share_dir_;
   testing::TenantClaims kube_;
@@ -443,6 +451,62 @@ TEST_F(HostileTenant, ATruncatedOrGarbagePageNeitherCrashesTheAgentNorBlocksTheS
     EXPECT_EQ(report["bytes_obtained"], 4 * kGiB - 500 * kMiB) << out;
   }
   EXPECT_EQ(checker_->stats().passes > 0, true);
+}
+
+// memory-fill's bytes_obtained in the share (0 when it did not report).
+uint64_t filled(const std::string& share_dir, const std::string& state) {
+  const std::string out = fill_report(share_dir, state);
+  const json report = json::parse(out.substr(0, out.find('\n')), nullptr, false);
+  EXPECT_TRUE(report.is_object()) << out;
+  return report.is_object() ? report.value("bytes_obtained", uint64_t{0}) : 0;
+}
+
+// The liar of issue 22: a tenant zeroes its slot and holds 8 GiB in its 4 GiB share, and the
+// context-cost meter measures before the check does (the order that let it publish 4096 MiB per
+// context and leave the share at 0 bytes for good). Both run here in that order, one pass each per
+// simulated second, with the agent's real checks and policy: the meter takes nothing from the
+// liar, the check kills it, and a fresh process gets the limit less the context's cost (the
+// simulator's 500 MiB, the shim's default) right after the kill and 8 s later.
+TEST_F(HostileTenant, ALiarMeasuredBeforeTheCheckLeavesItsShareUsable) {
+  ASSERT_NO_FATAL_FAILURE(prepare("kill", false));
+  testing::CapturedLog log;
+  ContextOverheadOptions costs;
+  costs.shares_dir = (base_ / "state" / "shares").string();
+  ContextOverheadMeter meter(costs);
+  auto page_figure = [this] {
+    const share_folder::LimitsPageCopy limits =
+        share_folder::read_limits_page(share_dir_ + "/limits");
+    return limits.devices.empty() ? ~0ull : limits.devices[0].context_overhead;
+  };
+  Tenant tenant;
+  ASSERT_NO_FATAL_FAILURE(
+      start(tenant, {"--attack", "zero-slot", "--bytes", std::to_string(8 * kGiB)}, true));
+  const std::string held = tenant.line(std::chrono::seconds(60));
+  ASSERT_EQ(held.rfind("held ", 0), 0u) << "tenant said: " << held;
+  EXPECT_GT(std::stoull(held.substr(5)), 7 * kGiB) << "the liar got past its share's limit";
+
+  EXPECT_EQ(join_problems(meter.maybe_measure(sim_clock_.now())), "");
+  EXPECT_EQ(page_figure(), 0u) << "nothing taken from the liar";
+  EXPECT_EQ(log.count("mib_per_context=4096"), 0u);
+  const std::vector<Finding> found = checker_->check_once();
+  std::string lines;
+  for (const std::string& line : log.lines()) lines += line + "\n";
+  ASSERT_TRUE(tenant.killed_within(kLiveness))
+      << found.size() << " findings, passes " << checker_->stats().passes << ", problem "
+      << checker_->stats().last_problem << ", log:\n"
+      << lines;
+  EXPECT_EQ(policy_->kills(), 1u);
+  EXPECT_EQ(filled(share_dir_, state_), 4 * kGiB - 500 * kMiB) << "right after the kill";
+
+  for (int second = 1; second <= 8; ++second) {
+    sim_clock_.advance(std::chrono::seconds(1));
+    EXPECT_EQ(join_problems(meter.maybe_measure(sim_clock_.now())), "");
+    checker_->check_once();
+  }
+  EXPECT_EQ(meter.stats().passes, 9u);
+  EXPECT_EQ(page_figure(), 0u);
+  EXPECT_EQ(filled(share_dir_, state_), 4 * kGiB - 500 * kMiB) << "8 s later";
+  EXPECT_EQ(log.count("not proven"), 0u);
 }
 
 }  // namespace
