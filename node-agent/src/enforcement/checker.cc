@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <string_view>
 
 #include "tessera/log.h"
 #include "tessera/share_folder/snapshot.h"
@@ -20,6 +21,38 @@ std::string mib(uint64_t bytes) {
 
 uint64_t base_owner(uint64_t owner) {
   return owner & ~share::kOwnerReclaiming;
+}
+
+// What is impossible between two whole readings of a compute area `elapsed` apart: a cumulative
+// counter the shim only adds to went back, or the gate's closed time grew by more than the time
+// that passed (+ `slack`: the shim writes at its own period). GPU time may outrun the wall clock
+// (processes of an MPS share run side by side), so only its going back is a lie. "" when none.
+std::string compute_lies(
+    const std::array<share_folder::ComputeDeviceCopy, share::kMaxDevices>& before,
+    const std::array<share_folder::ComputeDeviceCopy, share::kMaxDevices>& now,
+    std::chrono::nanoseconds elapsed, std::chrono::nanoseconds slack) {
+  const uint64_t most = static_cast<uint64_t>(std::max<int64_t>(0, (elapsed + slack).count()));
+  std::string lies;
+  for (size_t d = 0; d < now.size(); ++d) {
+    const std::pair<const char*, std::pair<uint64_t, uint64_t>> counters[] = {
+        {"busy_ns", {before[d].busy_ns, now[d].busy_ns}},
+        {"others_busy_ns", {before[d].others_busy_ns, now[d].others_busy_ns}},
+        {"closed_ns", {before[d].closed_ns, now[d].closed_ns}}};
+    for (const auto& [name, values] : counters) {
+      const auto [was, is] = values;
+      std::string lie;
+      if (is < was) {
+        lie = "went back from " + std::to_string(was) + " to " + std::to_string(is);
+      } else if (name == std::string_view("closed_ns") && is - was > most) {
+        lie = "grew by " + std::to_string(is - was) + " in " + std::to_string(elapsed.count()) +
+              " ns";
+      }
+      if (!lie.empty())
+        lies += std::string(lies.empty() ? "" : "; ") + "compute area device " + std::to_string(d) +
+                " " + name + " " + lie;
+    }
+  }
+  return lies;
 }
 
 }  // namespace
@@ -579,6 +612,8 @@ void OutOfBandChecker::check_pages(Pass& pass) {
       if (const ProcessFacts* facts = processes_.lookup(process.pid); facts && facts->owner)
         gpu_owners[*facts->owner] = process.pid;
   for (const auto& [path, folder] : pass.folders) check_page(pass, path, gpu_owners);
+  std::erase_if(compute_seen_,
+                [&pass](const auto& seen) { return !pass.folders.count(seen.first); });
 }
 
 // The page's shape, header, high-water mark, and the slots no live process of the share owns.
@@ -621,11 +656,26 @@ void OutOfBandChecker::check_page(Pass& pass, const std::string& path,
   if (folder.page.problem != share_folder::UsageProblem::kMissing &&
       (mark_wrong || !repair.clears.empty() || repair.extend || repair.rewrite_header))
     repair.high_water = verdicts.sound_high;
+  // The compute area against its last whole reading: each pass compares with the one before, so
+  // one scribble is one sighting. A page not read whole, or about to be reshaped, starts afresh.
+  std::string compute;
+  if (folder.page.problem == share_folder::UsageProblem::kNone && !repair.recreate &&
+      !repair.extend && !repair.rewrite_header) {
+    const auto seen = compute_seen_.find(path);
+    if (seen != compute_seen_.end())
+      compute = compute_lies(seen->second.devices, folder.page.compute, pass.now - seen->second.at,
+                             options_.interval);
+    compute_seen_[path] = {pass.now, folder.page.compute};
+  } else {
+    compute_seen_.erase(path);
+  }
+  std::string detail = corrupt.empty() ? "" : corrupt + (options_.repair ? ": repaired" : "");
+  if (!compute.empty())
+    detail += (detail.empty() ? "" : "; ") + compute + " (reported: the shim's meter writes it)";
   const EpisodeKey scribbled{FindingKind::kCorruptUsagePage, share.name, 0};
-  if (options_.repair) episodes_.erase(scribbled);  // as for a lie: each sighting is new
-  if (!corrupt.empty() && due(scribbled, pass.now, Clock::duration::zero()))
-    pass.findings.push_back(make_finding(FindingKind::kCorruptUsagePage, share, 0, 0,
-                                         corrupt + (options_.repair ? ": repaired" : "")));
+  if (options_.repair || !compute.empty()) episodes_.erase(scribbled);  // each sighting is new
+  if (!detail.empty() && due(scribbled, pass.now, Clock::duration::zero()))
+    pass.findings.push_back(make_finding(FindingKind::kCorruptUsagePage, share, 0, 0, detail));
 }
 
 // Each slot of the folder's page: kept, or cleared (into `repair`) when it holds bytes while free,

@@ -12,7 +12,9 @@
 //    the margin (repaired: NVML's figure is written into the slot);
 //  - corrupt_usage_page: the page is not a regular file, is short, has a header no shim writes, a
 //    high-water mark below a slot in use, bytes in a free slot, or a slot of a live process of
-//    another pod (repaired: see UsagePageRepair);
+//    another pod (repaired: see UsagePageRepair); or its compute area's cumulative counters
+//    (busy_ns, others_busy_ns, closed_ns per device) went back, or the gate's closed time grew
+//    by more than the time between two passes (reported: the shim's meter owns that area);
 //  - over_cores_burst: the share used more of the GPU than max(quota, burst) (+ a margin) for
 //    longer than --cores-grace.
 // Slots of dead (or never living) owners are cleared without a finding: SIGKILL leaves them.
@@ -26,6 +28,7 @@
 // copies, never a mapping) and repaired through tessera/share_folder/usage_repair.h.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -43,6 +46,7 @@
 #include "model/finding.h"
 #include "model/share_spec.h"
 #include "share/checkpoint.h"
+#include "tessera/share_folder/snapshot.h"
 #include "tessera/status.h"
 #include "usage/gpu_processes.h"
 
@@ -198,6 +202,12 @@ class OutOfBandChecker {
     std::map<std::string, uint64_t> unknown;  // pod UID -> the pass that first saw it
   };
   std::map<std::string, PodsQuestion> pods_questions_;
+  // Per usage page: its compute area's counters at the last pass that read it whole, and when.
+  struct ComputeSeen {
+    Clock::time_point at;
+    std::array<share_folder::ComputeDeviceCopy, share::kMaxDevices> devices;
+  };
+  std::map<std::string, ComputeSeen> compute_seen_;
   CheckerStats stats_;
   mutable std::mutex unaccounted_mutex_;  // unaccounted_ only: a scrape never waits for a pass
   std::map<std::string, uint64_t> unaccounted_;

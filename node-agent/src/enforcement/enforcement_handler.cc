@@ -49,6 +49,9 @@ std::string EnforcementHandler::kill_offender(const Finding& finding) {
     return "no process to kill (the share as a whole)";
   if (finding.host_pid == getpid()) return "not killed: the agent itself";
   std::lock_guard lock(kill_mutex_);
+  for (const Killed& done : killed_)
+    if (done.pid == finding.host_pid && done.start_time == finding.host_pid_start_time)
+      return "not signalled again: killed under " + std::string(finding_kind_name(done.kind));
   if (!options_.belongs ||
       !options_.belongs(finding.host_pid, finding.host_pid_start_time, finding.share))
     return "not killed: pid " + std::to_string(finding.host_pid) +
@@ -61,6 +64,9 @@ std::string EnforcementHandler::kill_offender(const Finding& finding) {
   }
   if (error != 0) return "kill failed: " + std::string(std::strerror(error));
   kills_.fetch_add(1, std::memory_order_relaxed);
+  constexpr size_t kKilledKept = 256;  // far more than one pass kills
+  if (killed_.size() == kKilledKept) killed_.pop_front();
+  killed_.push_back({finding.host_pid, finding.host_pid_start_time, finding.kind});
   return "killed (SIGKILL)";
 }
 

@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -76,7 +77,15 @@ class EnforcementHandler final : public FindingHandler {
   EnforcementHandlerOptions options_;
   FindingCounters counters_;
   std::atomic<uint64_t> kills_{0};
-  std::mutex kill_mutex_;  // one proof-and-signal at a time
+  std::mutex kill_mutex_;  // one proof-and-signal at a time; guards killed_
+  // The processes this handler killed (pid, start time, the finding's kind), the latest last: a
+  // later finding about one says so instead of failing the proof of a process that is gone.
+  struct Killed {
+    int pid;
+    uint64_t start_time;
+    FindingKind kind;
+  };
+  std::deque<Killed> killed_;
 };
 
 }  // namespace tessera::agent

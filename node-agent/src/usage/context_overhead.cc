@@ -101,16 +101,40 @@ std::optional<uint64_t> context_cost_of(const ContextSample& sample) {
   return round_up_mib(std::clamp(per_context, kMinContextCost, kMaxContextCost));
 }
 
-void ContextCostWindow::add_pass(const std::vector<uint64_t>& costs) {
-  if (costs.empty()) return;
-  passes_.push_back(*std::max_element(costs.begin(), costs.end()));
-  while (passes_.size() > kContextCostPasses) passes_.pop_front();
+uint64_t context_cost_cap(uint64_t margin) {
+  const uint64_t cap =
+      margin > kMaxContextCost ? kMaxContextCost : kShimDefaultContextCharge + margin;
+  return round_up_mib(std::clamp(cap, kMinContextCost, kMaxContextCost));
 }
 
-uint64_t ContextCostWindow::published() const {
-  if (passes_.empty()) return 0;
-  return round_up_mib(std::clamp(*std::max_element(passes_.begin(), passes_.end()), kMinContextCost,
-                                 kMaxContextCost));
+bool slot_agrees(uint64_t slot_bytes, uint64_t nvml_used_bytes, uint64_t margin) {
+  const uint64_t difference =
+      slot_bytes > nvml_used_bytes ? slot_bytes - nvml_used_bytes : nvml_used_bytes - slot_bytes;
+  return difference <= margin;
+}
+
+void ContextCostWindow::add_pass(const std::map<uint64_t, uint64_t>& costs,
+                                 const std::set<uint64_t>& present) {
+  std::erase_if(processes_, [&](const auto& process) {
+    return !costs.count(process.first) && !present.count(process.first);
+  });
+  for (const auto& [owner, cost] : costs) {
+    std::deque<uint64_t>& samples = processes_[owner];
+    samples.push_back(cost);
+    while (samples.size() > kContextCostPasses) samples.pop_front();
+  }
+}
+
+void ContextCostWindow::forget(uint64_t owner) {
+  processes_.erase(owner);
+}
+
+uint64_t ContextCostWindow::published(uint64_t cap) const {
+  uint64_t most = 0;
+  for (const auto& [owner, samples] : processes_)
+    for (const uint64_t cost : samples) most = std::max(most, cost);
+  if (most == 0) return 0;
+  return round_up_mib(std::clamp(most, kMinContextCost, std::max(cap, kMinContextCost)));
 }
 
 // ---- ContextOverheadMeter ------------------------------------------------------------------
@@ -124,7 +148,7 @@ ContextOverheadMeter::~ContextOverheadMeter() = default;
 
 uint64_t ContextOverheadMeter::published(const std::string& share_dir, uint32_t device) const {
   const auto it = windows_.find(share_dir + "#" + std::to_string(device));
-  return it == windows_.end() ? 0 : it->second.published();
+  return it == windows_.end() ? 0 : it->second.published(context_cost_cap(options_.memory_margin));
 }
 
 Problems ContextOverheadMeter::maybe_measure(Clock::time_point now) {
@@ -168,48 +192,77 @@ Problems ContextOverheadMeter::measure() {
   std::map<std::string, std::optional<std::map<int, uint64_t>>> used_on;  // per GPU, this pass
   std::map<int, std::optional<uint64_t>> owners;                          // host pid -> owner
   std::set<std::string> live;
+  std::set<uint64_t> on_gpus;  // owner words NVML showed on a GPU this pass
+  bool every_gpu_listed = true;
+  const uint64_t cap = context_cost_cap(options_.memory_margin);
   for (ShareView& view : shares) {
     for (uint32_t d = 0; d < view.device_count(); ++d) {
       const std::string uuid = view.uuid(d);
       if (uuid.empty() || uuid.size() >= share::kUuidBytes) continue;
       const std::string key = view.dir + "#" + std::to_string(d);
       live.insert(key);
-      if (view.usage.owned_slots().empty()) continue;
-      auto found = used_on.find(uuid);
-      if (found == used_on.end()) {
-        std::optional<std::map<int, uint64_t>> used;
-        if (Result<std::vector<GpuProcessMemory>> listed = nvml_->memory(uuid); listed.is_ok()) {
-          used.emplace();
-          for (const GpuProcessMemory& process : *listed)
-            (*used)[process.pid] += process.used_bytes;
-        } else {
-          problems.push_back(listed.status());
-        }
-        found = used_on.emplace(uuid, std::move(used)).first;
-      }
-      if (!found->second) continue;
-      std::vector<uint64_t> costs;
-      for (const auto& [pid, used] : *found->second) {
-        auto owner = owners.find(pid);
-        if (owner == owners.end())
-          owner = owners.emplace(pid, process_owner(options_.proc_root, pid)).first;
-        if (!owner->second || holders[{*owner->second, uuid}] != 1) continue;
-        const share_folder::SlotCopy* slot = view.slot_of(*owner->second);
-        if (!slot) continue;  // not a process of this share
-        ContextSample sample;
-        sample.nvml_used_bytes = used;
-        sample.slot_bytes = slot->bytes[d];
-        sample.contexts_word = slot->contexts;
-        sample.device = d;
-        if (const std::optional<uint64_t> cost = context_cost_of(sample)) {
-          costs.push_back(*cost);
-          ++stats_.samples;
-        }
-      }
       ContextCostWindow& window = windows_[key];
-      window.add_pass(costs);
-      const uint64_t figure = window.published();
-      if (figure == 0) continue;
+      std::map<uint64_t, uint64_t> costs;
+      std::set<uint64_t> present;
+      if (!view.usage.owned_slots().empty()) {
+        auto found = used_on.find(uuid);
+        if (found == used_on.end()) {
+          std::optional<std::map<int, uint64_t>> used;
+          if (Result<std::vector<GpuProcessMemory>> listed = nvml_->memory(uuid); listed.is_ok()) {
+            used.emplace();
+            for (const GpuProcessMemory& process : *listed)
+              (*used)[process.pid] += process.used_bytes;
+          } else {
+            problems.push_back(listed.status());
+            every_gpu_listed = false;
+          }
+          found = used_on.emplace(uuid, std::move(used)).first;
+        }
+        if (!found->second) continue;  // NVML cannot say: the figure stays as it is
+        for (const auto& [pid, used] : *found->second) {
+          auto owner = owners.find(pid);
+          if (owner == owners.end())
+            owner = owners.emplace(pid, process_owner(options_.proc_root, pid)).first;
+          if (!owner->second) continue;
+          on_gpus.insert(*owner->second);
+          const share_folder::SlotCopy* slot = view.slot_of(*owner->second);
+          if (!slot) continue;  // not a process of this share
+          present.insert(*owner->second);
+          if (holders[{*owner->second, uuid}] != 1) continue;
+          if (distrusted_.count(*owner->second)) continue;
+          uint64_t slot_bytes = 0;  // all its slots on this device, as the checker adds them
+          for (const share_folder::SlotCopy* mine : view.usage.owned_slots())
+            if (mine->owner == slot->owner) slot_bytes += mine->bytes[d];
+          if (used > slot_bytes + options_.memory_margin) {
+            // It holds more than its slot says (the over_memory_limit liar's rule): what it said
+            // before may have been as false, so none of it counts, nor does it again.
+            distrusted_.insert(*owner->second);
+            window.forget(*owner->second);
+            ++stats_.disagreed;
+            log::info("context cost: not measuring a process that holds more than its slot says",
+                      {{"share", view.dir},
+                       {"device", d},
+                       {"pid", pid},
+                       {"slot_mib", slot_bytes >> 20},
+                       {"nvml_mib", used >> 20}});
+            continue;
+          }
+          // More in the slot than NVML sees: a reservation ahead of the driver (or a lie that
+          // could only lower the figure): no sample this pass.
+          if (!slot_agrees(slot_bytes, used, options_.memory_margin)) continue;
+          ContextSample sample;
+          sample.nvml_used_bytes = used;
+          sample.slot_bytes = slot_bytes;
+          sample.contexts_word = slot->contexts;
+          sample.device = d;
+          if (const std::optional<uint64_t> cost = context_cost_of(sample)) {
+            costs[*owner->second] = *cost;
+            ++stats_.samples;
+          }
+        }
+      }
+      window.add_pass(costs, present);
+      const uint64_t figure = window.published(cap);
       std::atomic<uint64_t>& field = view.limits->measured[d].context_overhead;
       uint64_t before = 0;
       const bool whole =
@@ -224,7 +277,8 @@ Problems ContextOverheadMeter::measure() {
       }
       if (before == figure) continue;
       ++stats_.publications;
-      if (before == 0 || figure > before + (before >> 3) || figure + (before >> 3) < before) {
+      if (before == 0 || figure == 0 || figure > before + (before >> 3) ||
+          figure + (before >> 3) < before) {
         log::info("measured context cost", {{"share", view.dir},
                                             {"device", d},
                                             {"uuid", uuid},
@@ -233,6 +287,9 @@ Problems ContextOverheadMeter::measure() {
       }
     }
   }
+  // A distrusted process is forgotten once it has left every GPU (its pid's next owner differs).
+  if (every_gpu_listed)
+    std::erase_if(distrusted_, [&on_gpus](uint64_t owner) { return !on_gpus.count(owner); });
   std::erase_if(windows_, [&live](const auto& entry) { return !live.count(entry.first); });
   return problems;
 }

@@ -10,10 +10,18 @@
 // Against a hostile tenant: a share's figure comes only from that share's own processes (a slot in
 // its own page, owned by a live host process, on a GPU of its page), so a liar moves only its own
 // share's figure; a process found in two shares' pages on one GPU is not measured (its charge may
-// be split between them, and a forged copy must not speak for another share); each figure is
-// clamped to [kMinContextCost, kMaxContextCost] and is the maximum over the share's processes of
-// the last kContextCostPasses passes that measured any: a rise is published at once (the safe
-// direction), a fall only once every recent pass agrees.
+// be split between them, and a forged copy must not speak for another share). Evidence comes only
+// from a process whose slot agrees with NVML (its bytes within the checker's memory margin of
+// NVML's figure, the rule of usage_disagrees); one that holds more than its slot says plus the
+// margin (the over_memory_limit liar's rule) loses every sample it gave and is not heard again
+// while it is on a GPU (the checker repairs its slot, which would then agree).
+// Each figure is per process: the maximum of its last kContextCostPasses samples, so a fall waits
+// for every recent pass of that process to agree and a rise is published at once; a share's figure
+// is the maximum over its processes that are still on the GPU and in its page, clamped to
+// [kMinContextCost, context_cost_cap(margin)] (what an honest process charged the shim's default
+// can show), and 0 (the shim's default) once none is left: no figure outlives the processes that
+// gave it, and one found in the limits page at start (an earlier run's) is replaced at the first
+// measurement.
 #pragma once
 
 #include <chrono>
@@ -22,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +43,19 @@ namespace tessera::agent {
 inline constexpr uint64_t kMinContextCost = 64ull << 20;
 inline constexpr uint64_t kMaxContextCost = 4ull << 30;
 inline constexpr size_t kContextCostPasses = 5;
+// What the shim charges a context until the agent publishes a figure (libvgpu/src/region.h,
+// kDefaultContextCharge).
+inline constexpr uint64_t kShimDefaultContextCharge = 500ull << 20;
+inline constexpr uint64_t kDefaultMemoryMargin = 256ull << 20;  // CheckerOptions::memory_margin
+
+// The most a figure may be: a process whose slot agrees with NVML within `margin` can show at most
+// that much over the charge it was given, and the first charge is the shim's default. Whole MiB,
+// within [kMinContextCost, kMaxContextCost].
+uint64_t context_cost_cap(uint64_t margin);
+
+// True when a slot's bytes on a device (all the process's slots there) agree with NVML's figure
+// for the process: within `margin` either way.
+bool slot_agrees(uint64_t slot_bytes, uint64_t nvml_used_bytes, uint64_t margin);
 
 // One process of a share on one GPU, as one pass sees it.
 struct ContextSample {
@@ -50,31 +72,37 @@ struct ContextSample {
 // does not add up (less than its own context charge, or more allocations than NVML sees).
 std::optional<uint64_t> context_cost_of(const ContextSample& sample);
 
-// The figure published for one share and GPU: the maximum over the last kContextCostPasses passes
-// that measured any of the share's processes, of the largest cost of each pass.
+// The figure published for one share and GPU, per process (owner word): the maximum of each
+// process's last kContextCostPasses samples; the share's is the maximum over its processes.
 class ContextCostWindow {
  public:
-  // One pass's costs (context_cost_of of the share's processes). None: nothing measured, the
-  // window keeps what it had.
-  void add_pass(const std::vector<uint64_t>& costs);
-  // Bytes per context; 0 = never measured.
-  uint64_t published() const;
+  // One pass: the costs measured (owner -> context_cost_of), and the owners still present (on the
+  // GPU and in the share's page) that gave none this time (they keep their samples). Every other
+  // process is forgotten: it is gone.
+  void add_pass(const std::map<uint64_t, uint64_t>& costs, const std::set<uint64_t>& present);
+  // Drops what `owner` gave (found lying).
+  void forget(uint64_t owner);
+  // Bytes per context, clamped to [kMinContextCost, cap]; 0 = no process measured.
+  uint64_t published(uint64_t cap) const;
+  bool empty() const { return processes_.empty(); }
 
  private:
-  std::deque<uint64_t> passes_;
+  std::map<uint64_t, std::deque<uint64_t>> processes_;
 };
 
 struct ContextOverheadOptions {
   std::string shares_dir;  // "<state>/shares": one folder per share, each with limits and usage
   std::chrono::milliseconds period{1000};  // one measurement per period (the caller's passes)
   std::string nvml_library = "libnvidia-ml.so.1";
-  std::string proc_root = "/proc";  // the host's: the agent runs with hostPID: true
+  std::string proc_root = "/proc";                // the host's: the agent runs with hostPID: true
+  uint64_t memory_margin = kDefaultMemoryMargin;  // the checker's: wider is a lie
 };
 
 struct ContextOverheadStats {
   uint64_t passes = 0;        // measurements made
   uint64_t samples = 0;       // processes measured (per share and GPU)
   uint64_t publications = 0;  // limits-page figures changed
+  uint64_t disagreed = 0;     // processes found with a slot NVML contradicts (samples dropped)
 };
 
 // Measures and publishes the context cost of every share under shares_dir. Not thread-safe: one
@@ -96,11 +124,14 @@ class ContextOverheadMeter {
   ContextOverheadStats stats() const { return stats_; }
   // The figure this meter holds for a share folder and limits-page device (0 = none yet).
   uint64_t published(const std::string& share_dir, uint32_t device) const;
+  // True while the process with this owner word is not heard (its slot disagreed with NVML).
+  bool distrusts(uint64_t owner) const { return distrusted_.count(owner) != 0; }
 
  private:
   ContextOverheadOptions options_;
   std::unique_ptr<GpuProcessSource> nvml_;            // loaded at the first measurement
   std::map<std::string, ContextCostWindow> windows_;  // "<dir>#<device>"
+  std::set<uint64_t> distrusted_;                     // owner words, until they leave the GPUs
   std::optional<Clock::time_point> last_;
   Problems last_problems_;
   ContextOverheadStats stats_;

@@ -185,6 +185,56 @@ TEST(OutOfBandChecker, AScribbledPageIsRepairedAndNoLongerBlocksTheShare) {
   EXPECT_EQ(node.checker->stats().slots_cleared, 511u);
 }
 
+// The compute area as the shim's meter writes it, and as a tenant can (the page is its own).
+void write_compute(const fs::path& folder, uint32_t device, uint64_t busy_ns, uint64_t closed_ns) {
+  share::UsagePage* page = nullptr;
+  ASSERT_EQ(share::map_usage_page((folder / "usage").c_str(), true, page), 0);
+  page->compute.devices[device].busy_ns.store(busy_ns);
+  page->compute.devices[device].closed_ns.store(closed_ns);
+  share::unmap_usage_page(page);
+}
+
+// The compute area is audited like the slots: its cumulative counters only grow, and never by
+// more than the time between two passes (the interval of slack for the shim's own period).
+TEST(OutOfBandChecker, AComputeAreaWhoseCountersGoBackOrOutrunTimeIsReported) {
+  Node node("checker-compute");
+  node.shimmed("a", 100, 0, kGiB, kGiB);
+  node.shimmed("b", 200, 0, kGiB, kGiB);
+  constexpr uint64_t kSecond = 1'000'000'000;
+  ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("a"), 0, 5 * kSecond, kSecond));
+  ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("b"), 0, 5 * kSecond, kSecond));
+  EXPECT_TRUE(node.checker->check_once().empty()) << "the first reading is the reference";
+  // An honest second: both grow by what the time allows (a late write of the shim's included).
+  node.clock.advance(std::chrono::seconds(1));
+  ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("a"), 0, 6 * kSecond, kSecond + kSecond / 2));
+  ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("b"), 0, 6 * kSecond + kSecond, kSecond));
+  EXPECT_TRUE(node.checker->check_once().empty());
+  // Share a's tenant winds its GPU time back; share b's claims 10 s of gate-closed time in 1 s.
+  node.clock.advance(std::chrono::seconds(1));
+  ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("a"), 0, kSecond, 2 * kSecond));
+  ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("b"), 0, 7 * kSecond, 11 * kSecond));
+  node.checker->check_once();
+  const auto corrupt = node.of(FindingKind::kCorruptUsagePage);
+  ASSERT_EQ(corrupt.size(), 2u);
+  for (const Finding& f : corrupt) {
+    if (f.share == "a") {
+      EXPECT_EQ(f.detail,
+                "compute area device 0 busy_ns went back from 6000000000 to 1000000000 "
+                "(reported: the shim's meter writes it)");
+    } else {
+      EXPECT_EQ(f.detail,
+                "compute area device 0 closed_ns grew by 10000000000 in 1000000000 ns "
+                "(reported: the shim's meter writes it)");
+    }
+  }
+  // Each sighting once: counting on from the new values is honest again.
+  node.handler.findings.clear();
+  node.clock.advance(std::chrono::seconds(1));
+  ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("a"), 0, kSecond + kSecond / 2, 2 * kSecond));
+  EXPECT_TRUE(node.checker->check_once().empty());
+  EXPECT_EQ(node.checker->stats().repairs, 0u) << "the agent does not write the compute area";
+}
+
 TEST(OutOfBandChecker, TruncatedGarbageAndMissingPagesNeitherCrashNorStopTheOthers) {
   Node node("checker-truncated");
   node.shimmed("a", 100, 0, kGiB, kGiB);

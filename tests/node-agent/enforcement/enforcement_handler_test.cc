@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "captured_log.h"
 #include "tessera/share_contract.h"
 
 namespace tessera::agent {
@@ -81,6 +82,40 @@ TEST(EnforcementHandler, LogsCountsAndReportsUnderTheDefaultPolicy) {
             "finding over_memory_limit: pid 4242, share claim-gpu-0-a, claim tenants/pair "
             "(uid-1), pod tenants/trainer, gpu GPU-1: the share holds 7680 MiB (NVML) of its "
             "4096 MiB; policy report: reported");
+}
+
+// One pass finds an unshimmed process and, the share being over its limit, the same process as
+// over_memory_limit's offender: the log says once that it was killed, under the finding that did
+// it.
+TEST(EnforcementHandler, AProcessKilledUnderOneFindingIsNotTriedAgainUnderTheNext) {
+  testing::CapturedLog log;
+  Sleeper offender;
+  EnforcementHandlerOptions options;
+  options.default_policy = EnforcementPolicy::kKill;
+  options.belongs = [&](int pid, uint64_t start_time, const std::string&) {
+    uint64_t now = 0;
+    return share::read_process_start_time("/proc", pid, now) == 0 && now == start_time &&
+           pid == offender.pid;
+  };
+  EnforcementHandler handler(options);
+  Finding unshimmed = over_limit(offender.pid, offender.start_time, "a");
+  unshimmed.kind = FindingKind::kUnshimmedProcess;
+  handler.handle(unshimmed);
+  ASSERT_TRUE(offender.killed(2000));  // reaped: its pid is gone, as in the agent
+  handler.handle(over_limit(unshimmed.host_pid, unshimmed.host_pid_start_time, "a"));
+  EXPECT_EQ(handler.kills(), 1u);
+  EXPECT_EQ(log.count("not proven"), 0u);
+  EXPECT_EQ(log.count("killed (SIGKILL)"), 1u);
+  ASSERT_EQ(log.count("over_memory_limit"), 1u);
+  for (const std::string& line : log.lines()) {
+    if (line.find("over_memory_limit") != std::string::npos) {
+      EXPECT_NE(line.find("not signalled again: killed under unshimmed_process"), std::string::npos)
+          << line;
+    }
+  }
+  // Another process (another start time) with the same pid is judged afresh.
+  handler.handle(over_limit(unshimmed.host_pid, unshimmed.host_pid_start_time + 1, "a"));
+  EXPECT_EQ(log.count("not proven"), 1u);
 }
 
 TEST(EnforcementHandler, KillsOnlyAProvenProcessOfTheShareWithTheStartTimeSeen) {

@@ -22,6 +22,8 @@
 
 #include "api/event_log.h"
 #include "apiserver/claim_fixture.h"
+#include "captured_log.h"
+#include "clock/clock.h"
 #include "devices/resource_slices.h"
 #include "enforcement/checker.h"
 #include "enforcement/enforcement_handler.h"
@@ -32,6 +34,7 @@
 #include "tenant_claims.h"
 #include "tessera/gpu_info.h"
 #include "tessera/share_folder/snapshot.h"
+#include "usage/context_overhead.h"
 
 namespace tessera::agent {
 namespace {
@@ -199,8 +202,11 @@ const std::string& simulator_state() {
 
 class HostileTenant : public ::testing::Test {
  protected:
-  // `policy`: the share's VgpuConfig enforcement; `fallback`: --enforcement-default.
-  void prepare(const std::string& policy, EnforcementPolicy fallback = EnforcementPolicy::kReport) {
+  // `policy`: the share's VgpuConfig enforcement; `loop`: the checker's own loop on the real
+  // clock, as the agent runs it; without, the test calls check_once() and the checker times its
+  // graces on sim_clock_; `fallback`: --enforcement-default.
+  void prepare(const std::string& policy, bool loop = true,
+               EnforcementPolicy fallback = EnforcementPolicy::kReport) {
     base_ = testing::fresh_folder(
         "hostile-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     state_ = simulator_state();
@@ -255,9 +261,11 @@ class HostileTenant : public ::testing::Test {
     checking.node_gpus = [this] { return std::vector<std::string>{uuid_}; };
     checker_ = std::make_unique<OutOfBandChecker>(
         checking, [this, shares_dir] { return checked_shares(manager_->checkpoint(), shares_dir); },
-        *nvml_, *timed_);
+        *nvml_, *timed_, loop ? real_clock() : static_cast<Clock&>(sim_clock_));
     timed_->watch(*checker_);
-    ASSERT_EQ(checker_->start().message(), "");
+    if (loop) {
+      ASSERT_EQ(checker_->start().message(), "");
+    }
   }
   void TearDown() override {
     checker_.reset();
@@ -315,6 +323,7 @@ class HostileTenant : public ::testing::Test {
     EXPECT_LE(found->pass, pass_at_attack + kPassesToDetect);
   }
 
+  SimulatedClock sim_clock_;  // first: outlives the checker
   fs::path base_;
   std::string state_, uuid_, share_dir_;
   std::vector<NodeDevice> devices_;
@@ -368,6 +377,7 @@ TEST_F(HostileTenant, AHighWaterResettingTenantIsKilledUnderKill) {
 
 TEST_F(HostileTenant, AnUnshimmedProcessInTheSharesPodIsReportedAndKilled) {
   if (!cgroup_.usable()) GTEST_SKIP() << cgroup_.why_not();
+  testing::CapturedLog log;
   ASSERT_NO_FATAL_FAILURE(prepare("kill"));
   Tenant tenant;
   ASSERT_NO_FATAL_FAILURE(
@@ -375,6 +385,13 @@ TEST_F(HostileTenant, AnUnshimmedProcessInTheSharesPodIsReportedAndKilled) {
   expect_detected(tenant, FindingKind::kUnshimmedProcess, "unshimmed process in the pod");
   EXPECT_TRUE(tenant.killed_within(kLiveness));
   EXPECT_GE(policy_->counters().count(FindingKind::kOverMemoryLimit), 1u);
+  // The same pass named it as over_memory_limit's offender: its line says the kill was the
+  // other finding's, once (the policy counts a finding before it logs it: wait for the line).
+  for (int i = 0; i < 500 && log.count("kind=over_memory_limit") == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(log.count("killed (SIGKILL)"), 1u);
+  EXPECT_EQ(log.count("not signalled again: killed under unshimmed_process"), 1u);
+  EXPECT_EQ(log.count("not proven"), 0u);
 }
 
 TEST_F(HostileTenant, ASecondDriverCopyIsReportedAndKilled) {
@@ -396,7 +413,7 @@ TEST_F(HostileTenant, ASecondDriverCopyIsReportedAndKilled) {
 // stream, in tessera_gpu_unaccounted_memory_bytes, and never killed although the share's policy
 // and the agent's default are kill.
 TEST_F(HostileTenant, AProcessOfNoShareIsReportedAndCountedButNeverKilledEvenUnderKill) {
-  ASSERT_NO_FATAL_FAILURE(prepare("kill", EnforcementPolicy::kKill));
+  ASSERT_NO_FATAL_FAILURE(prepare("kill", true, EnforcementPolicy::kKill));
   const EventLog::Cursor cursor = events_.cursor(/*include_recent=*/true);
   Tenant tenant;
   ASSERT_NO_FATAL_FAILURE(start(tenant, {"--attack", "none", "--bytes", std::to_string(2 * kGiB)},
@@ -514,6 +531,62 @@ TEST_F(HostileTenant, ATruncatedOrGarbagePageNeitherCrashesTheAgentNorBlocksTheS
     EXPECT_EQ(report["bytes_obtained"], 4 * kGiB - 500 * kMiB) << out;
   }
   EXPECT_EQ(checker_->stats().passes > 0, true);
+}
+
+// memory-fill's bytes_obtained in the share (0 when it did not report).
+uint64_t filled(const std::string& share_dir, const std::string& state) {
+  const std::string out = fill_report(share_dir, state);
+  const json report = json::parse(out.substr(0, out.find('\n')), nullptr, false);
+  EXPECT_TRUE(report.is_object()) << out;
+  return report.is_object() ? report.value("bytes_obtained", uint64_t{0}) : 0;
+}
+
+// The liar of issue 22: a tenant zeroes its slot and holds 8 GiB in its 4 GiB share, and the
+// context-cost meter measures before the check does (the order that let it publish 4096 MiB per
+// context and leave the share at 0 bytes for good). Both run here in that order, one pass each per
+// simulated second, with the agent's real checks and policy: the meter takes nothing from the
+// liar, the check kills it, and a fresh process gets the limit less the context's cost (the
+// simulator's 500 MiB, the shim's default) right after the kill and 8 s later.
+TEST_F(HostileTenant, ALiarMeasuredBeforeTheCheckLeavesItsShareUsable) {
+  ASSERT_NO_FATAL_FAILURE(prepare("kill", false));
+  testing::CapturedLog log;
+  ContextOverheadOptions costs;
+  costs.shares_dir = (base_ / "state" / "shares").string();
+  ContextOverheadMeter meter(costs);
+  auto page_figure = [this] {
+    const share_folder::LimitsPageCopy limits =
+        share_folder::read_limits_page(share_dir_ + "/limits");
+    return limits.devices.empty() ? ~0ull : limits.devices[0].context_overhead;
+  };
+  Tenant tenant;
+  ASSERT_NO_FATAL_FAILURE(
+      start(tenant, {"--attack", "zero-slot", "--bytes", std::to_string(8 * kGiB)}, true));
+  const std::string held = tenant.line(std::chrono::seconds(60));
+  ASSERT_EQ(held.rfind("held ", 0), 0u) << "tenant said: " << held;
+  EXPECT_GT(std::stoull(held.substr(5)), 7 * kGiB) << "the liar got past its share's limit";
+
+  EXPECT_EQ(join_problems(meter.maybe_measure(sim_clock_.now())), "");
+  EXPECT_EQ(page_figure(), 0u) << "nothing taken from the liar";
+  EXPECT_EQ(log.count("mib_per_context=4096"), 0u);
+  const std::vector<Finding> found = checker_->check_once();
+  std::string lines;
+  for (const std::string& line : log.lines()) lines += line + "\n";
+  ASSERT_TRUE(tenant.killed_within(kLiveness))
+      << found.size() << " findings, passes " << checker_->stats().passes << ", problem "
+      << checker_->stats().last_problem << ", log:\n"
+      << lines;
+  EXPECT_EQ(policy_->kills(), 1u);
+  EXPECT_EQ(filled(share_dir_, state_), 4 * kGiB - 500 * kMiB) << "right after the kill";
+
+  for (int second = 1; second <= 8; ++second) {
+    sim_clock_.advance(std::chrono::seconds(1));
+    EXPECT_EQ(join_problems(meter.maybe_measure(sim_clock_.now())), "");
+    checker_->check_once();
+  }
+  EXPECT_EQ(meter.stats().passes, 9u);
+  EXPECT_EQ(page_figure(), 0u);
+  EXPECT_EQ(filled(share_dir_, state_), 4 * kGiB - 500 * kMiB) << "8 s later";
+  EXPECT_EQ(log.count("not proven"), 0u);
 }
 
 }  // namespace

@@ -97,23 +97,49 @@ TEST(ContextCost, ALyingSlotGivesNothingOrAClampedFigure) {
   EXPECT_EQ(context_cost_of(huge), std::nullopt);
 }
 
-TEST(ContextCostWindow, RisesAtOnceFallsOnlyWhenEveryRecentPassAgrees) {
+TEST(ContextCostWindow, RisesAtOnceFallsOnlyWhenEveryRecentPassOfTheProcessAgrees) {
+  const uint64_t cap = context_cost_cap(kDefaultMemoryMargin);
   ContextCostWindow window;
-  EXPECT_EQ(window.published(), 0u);
-  window.add_pass({});
-  EXPECT_EQ(window.published(), 0u) << "nothing measured: nothing published";
-  window.add_pass({520 * kMi, 510 * kMi});
-  EXPECT_EQ(window.published(), 520 * kMi) << "the largest of the share's processes";
-  window.add_pass({700 * kMi});
-  EXPECT_EQ(window.published(), 700 * kMi) << "a rise is published at once";
+  EXPECT_EQ(window.published(cap), 0u);
+  window.add_pass({}, {});
+  EXPECT_EQ(window.published(cap), 0u) << "nothing measured: nothing published";
+  window.add_pass({{1, 520 * kMi}, {2, 510 * kMi}}, {});
+  EXPECT_EQ(window.published(cap), 520 * kMi) << "the largest of the share's processes";
+  window.add_pass({{1, 700 * kMi}, {2, 510 * kMi}}, {});
+  EXPECT_EQ(window.published(cap), 700 * kMi) << "a rise is published at once";
   for (size_t i = 0; i + 1 < kContextCostPasses; ++i) {
-    window.add_pass({520 * kMi});
-    EXPECT_EQ(window.published(), 700 * kMi) << "a fall waits, pass " << i;
+    window.add_pass({{1, 520 * kMi}}, {2});
+    EXPECT_EQ(window.published(cap), 700 * kMi) << "a fall waits, pass " << i;
   }
-  window.add_pass({520 * kMi});
-  EXPECT_EQ(window.published(), 520 * kMi) << "once every recent pass agrees";
-  window.add_pass({});
-  EXPECT_EQ(window.published(), 520 * kMi) << "a pass without processes keeps the figure";
+  window.add_pass({{1, 520 * kMi}}, {2});
+  EXPECT_EQ(window.published(cap), 520 * kMi) << "once every recent pass agrees";
+  window.add_pass({}, {1, 2});
+  EXPECT_EQ(window.published(cap), 520 * kMi) << "present but not measured: kept";
+}
+
+TEST(ContextCostWindow, NoFigureOutlivesItsProcessOrExceedsTheCap) {
+  const uint64_t cap = context_cost_cap(kDefaultMemoryMargin);
+  EXPECT_EQ(cap, 756 * kMi) << "the shim's default plus the checker's margin";
+  EXPECT_EQ(context_cost_cap(0), kShimDefaultContextCharge);
+  EXPECT_EQ(context_cost_cap(~0ull), kMaxContextCost);
+  ContextCostWindow window;
+  window.add_pass({{1, kMaxContextCost}, {2, 520 * kMi}}, {});
+  EXPECT_EQ(window.published(cap), cap) << "clamped to what an honest context can show";
+  window.forget(1);  // found lying
+  EXPECT_EQ(window.published(cap), 520 * kMi) << "what it gave is gone at once";
+  window.add_pass({{3, 530 * kMi}}, {});
+  EXPECT_EQ(window.published(cap), 530 * kMi) << "process 2 left: its samples with it";
+  window.add_pass({}, {});
+  EXPECT_EQ(window.published(cap), 0u) << "no process left: the shim's default";
+  EXPECT_TRUE(window.empty());
+}
+
+TEST(ContextCost, ASlotAgreesWithNvmlWithinTheMarginEitherWay) {
+  EXPECT_TRUE(slot_agrees(kGi, kGi + 256 * kMi, 256 * kMi));
+  EXPECT_TRUE(slot_agrees(kGi + 256 * kMi, kGi, 256 * kMi));
+  EXPECT_FALSE(slot_agrees(kGi, kGi + 257 * kMi, 256 * kMi));
+  EXPECT_FALSE(slot_agrees(0, 8 * kGi, 256 * kMi));
+  EXPECT_FALSE(slot_agrees(~0ull, 0, 256 * kMi));
 }
 
 // ---- end to end on the simulated GPU --------------------------------------------------------
@@ -422,16 +448,28 @@ TEST(ContextOverheadOnSimulatedGpu, ALyingSlotMovesOnlyItsOwnShare) {
   // A forged "everything is allocations": B's figure would fall to the floor, A's is untouched.
   slot->bytes[0].store(520 * kMi + 400 * kMi);
   slot->contexts.store(share::pack_contexts(0, 1, 400 * kMi));
+  // A slot that says 400 MiB more than NVML sees is no evidence (nor, alone, a lie: a reservation
+  // runs ahead of the driver).
   EXPECT_EQ(join_problems(meter.measure()), "");
   EXPECT_EQ(published_in_page(honest), 520 * kMi);
-  EXPECT_EQ(published_in_page(liar), kMinContextCost);
-  // A forged "no bytes at all" with a claim of a tiny charge: B's figure is the whole process,
-  // clamped; A's stays the same.
+  EXPECT_EQ(published_in_page(liar), 0u);
+  const std::optional<uint64_t> owner_b = process_owner("/proc", b.pid());
+  ASSERT_TRUE(owner_b.has_value());
+  EXPECT_FALSE(meter.distrusts(*owner_b));
+  // A forged "no bytes at all" with a claim of a tiny charge: NVML sees more than the slot says
+  // plus the margin, so B's process is not heard while it lives, even once its slot agrees again;
+  // A's stays the same.
   slot->bytes[0].store(0);
   slot->contexts.store(share::pack_contexts(0, 1, 0));
   EXPECT_EQ(join_problems(meter.measure()), "");
   EXPECT_EQ(published_in_page(honest), 520 * kMi);
-  EXPECT_EQ(published_in_page(liar), 520 * kMi);
+  EXPECT_EQ(published_in_page(liar), 0u);
+  EXPECT_TRUE(meter.distrusts(*owner_b));
+  EXPECT_EQ(meter.stats().disagreed, 1u);
+  slot->bytes[0].store(520 * kMi);
+  slot->contexts.store(share::pack_contexts(0, 1, 100 * kMi));  // would say 520 MiB allocated
+  EXPECT_EQ(join_problems(meter.measure()), "");
+  EXPECT_EQ(published_in_page(liar), 0u);
   // B copies A's process's owner word into a slot of its own page: that process is then in two
   // shares' pages on this GPU and measured for neither; A's figure stays where it was.
   const std::optional<uint64_t> owner_a = process_owner("/proc", a.pid());
@@ -445,6 +483,65 @@ TEST(ContextOverheadOnSimulatedGpu, ALyingSlotMovesOnlyItsOwnShare) {
   EXPECT_EQ(published_in_page(honest), 520 * kMi);
   forged.owner.store(0);
   munmap(memory, sizeof(share::UsagePage));
+}
+
+// The share's limits page, written as the agent's earlier run left it.
+void set_in_page(const std::string& dir, uint64_t bytes, uint32_t device = 0) {
+  const int fd = open((dir + "/limits").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  void* memory =
+      mmap(nullptr, sizeof(share::LimitsPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(memory, MAP_FAILED);
+  static_cast<share::LimitsPage*>(memory)->measured[device].context_overhead.store(bytes);
+  munmap(memory, sizeof(share::LimitsPage));
+}
+
+// A figure lives as long as the processes that gave it: a 4 GiB figure an earlier run left in the
+// page is replaced by what the share's live process shows, and once that process is gone the page
+// says 0 (the shim's default) again; a fresh meter (an agent restart) finds no process and clears
+// a figure left behind.
+TEST(ContextOverheadOnSimulatedGpu, AFigureDoesNotOutliveItsProcessNorARestart) {
+  REQUIRE_SAMPLES();
+  simgpu_state();
+  const Result<std::vector<GpuInfo>> gpus = list_gpus();
+  ASSERT_TRUE(gpus.is_ok() && !gpus->empty());
+  TempDir base("context-overhead-outlive");
+  share_folder::DeviceLimit device;
+  device.uuid = gpus->front().uuid;
+  device.memory_limit = 4 * kGi;
+  const std::string dir = base.shares() + "/a";
+  ASSERT_EQ(share_folder::write_limits(dir, {device}).message(), "");
+  ContextOverheadOptions options;
+  options.shares_dir = base.shares();
+  {
+    Fill fill(base, dir, epoch_seconds() + 60, 0);  // holds its context only
+    const auto deadline = steady_clock::now() + std::chrono::seconds(10);
+    while (steady_clock::now() < deadline && slots_with_contexts(dir) < 1)
+      std::this_thread::sleep_for(milliseconds(20));
+    ASSERT_EQ(slots_with_contexts(dir), 1);
+    // The shim states the context before the driver makes it: wait for NVML to show it too.
+    TestNvml nvml;
+    ASSERT_TRUE(nvml.load(device.uuid));
+    while (steady_clock::now() < deadline && nvml.used_by({fill.pid()}) < 520 * kMi)
+      std::this_thread::sleep_for(milliseconds(20));
+    ASSERT_EQ(nvml.used_by({fill.pid()}), 520 * kMi);
+    // Left by an earlier run after the process was charged (a figure there before would have been
+    // its charge).
+    ASSERT_NO_FATAL_FAILURE(set_in_page(dir, kMaxContextCost));
+    ContextOverheadMeter meter(options);
+    EXPECT_EQ(join_problems(meter.measure()), "");
+    EXPECT_EQ(published_in_page(dir), 520 * kMi) << "the live process's figure, not the old one";
+    kill(fill.pid(), SIGKILL);
+    while (fill.running()) std::this_thread::sleep_for(milliseconds(5));
+    EXPECT_EQ(join_problems(meter.measure()), "");
+    EXPECT_EQ(published_in_page(dir), 0u) << "its process is gone";
+    EXPECT_EQ(meter.published(dir, 0), 0u);
+  }
+  ASSERT_NO_FATAL_FAILURE(set_in_page(dir, kMaxContextCost));
+  ContextOverheadMeter restarted(options);
+  EXPECT_EQ(join_problems(restarted.measure()), "");
+  EXPECT_EQ(published_in_page(dir), 0u) << "no process of this run gave it";
 }
 
 }  // namespace
