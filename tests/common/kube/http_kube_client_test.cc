@@ -36,7 +36,7 @@ std::string base64(const std::string& text) {
 
 TEST(HttpKubeClient, GetsAResourceClaimOverVerifiedTls) {
   FakeApiServer server;
-  const auto claim = testing::make_claim("train", "uid-1", {{"gpu", "gpu-0", "s1", "8Gi", "30"}});
+  const auto claim = testing::written_claim("train", "uid-1", {{"gpu", "gpu-0", "s1", "8Gi", "30"}});
   server.add_claim("tenants", "train", claim.dump());
   kube::HttpKubeClient client(server.connection(), fast_retries());
   const Result<kube::ApiResponse> r =
@@ -69,7 +69,7 @@ TEST(KubePaths, ValuesInPathsAndQueriesAreEscaped) {
 TEST(HttpKubeClient, AnEscapedNameReachesTheServerAsItIs) {
   FakeApiServer server;
   const auto claim =
-      testing::make_claim("my claim", "uid-1", {{"gpu", "gpu-0", "s1", "8Gi", "30"}});
+      testing::written_claim("my claim", "uid-1", {{"gpu", "gpu-0", "s1", "8Gi", "30"}});
   server.add_claim("tenants", "my claim", claim.dump());
   kube::HttpKubeClient client(server.connection(), fast_retries());
   const Result<kube::ApiResponse> r =
