@@ -36,8 +36,8 @@ int main(int argc, char** argv) {
     const std::string name = "claim-" + std::to_string(i);
     server.add_claim("tenants", name,
                      testing::written_claim(name, uid,
-                                         {{"a", "gpu-0", std::string(uid) + "-a", "8Gi", "30"},
-                                          {"b", "gpu-0", std::string(uid) + "-b", "4Gi", "70"}})
+                                            {{"a", "gpu-0", std::string(uid) + "-a", "8Gi", "30"},
+                                             {"b", "gpu-0", std::string(uid) + "-b", "4Gi", "70"}})
                          .dump());
     refs.push_back({"tenants", uid, name});
   }

@@ -61,8 +61,8 @@ void add_claim(testing::FakeApiServer& server, std::vector<ClaimRef>& refs, cons
                const std::string& name) {
   server.add_claim("tenants", name,
                    testing::written_claim(name, uid,
-                                       {{"a", "gpu-0", uid + "-a", "8Gi", "30"},
-                                        {"b", "gpu-0", uid + "-b", "4Gi", "70"}})
+                                          {{"a", "gpu-0", uid + "-a", "8Gi", "30"},
+                                           {"b", "gpu-0", uid + "-b", "4Gi", "70"}})
                        .dump());
   refs.push_back({"tenants", uid, name});
 }
