@@ -2,7 +2,7 @@
 // namespaced objects by path, as the API server answers them (201, 404, 409 AlreadyExists and 409
 // Conflict with a Status body). Records every request, can refuse all of them (unreachable) and can
 // hold each one for a while (a slow API). With `writes_back` it stores and returns what
-// kube-apiserver would (apiserver_write_back below), not the body as posted.
+// kube-apiserver would (apiserver/write_back.h), not the body as posted.
 #pragma once
 
 #include <atomic>
@@ -18,89 +18,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apiserver/write_back.h"
 #include "tessera/kube/kube_client.h"
-#include "tessera/kube/quantity.h"
 
 namespace tessera::webhook::testing {
 
-// What the server sets on an object it creates or replaces.
-struct ServerFields {
-  std::string uid;
-  std::string resource_version;
-  int64_t generation = 1;
-  std::string timestamp;  // RFC 3339, UTC
-  std::string manager;    // the request's fieldManager, else "unknown"
-  std::string operation;  // "Update" for POST and PUT without server-side apply
-};
-
-// A ResourceClaimTemplate as kube-apiserver stores and returns it: the server's metadata (uid,
-// resourceVersion, generation, creationTimestamp, one managedFields entry), `spec.metadata: {}`
-// where absent (Go's encoder writes an empty struct), the request defaults (allocationMode
-// ExactCount, count 1) and every capacity quantity in canonical form
-// (k8s.io/apimachinery/pkg/api/resource/quantity.go). A quantity it cannot parse is refused as
-// kube-apiserver refuses it (kInvalidArgument, HTTP 422), naming the field and the value.
-inline Result<nlohmann::json> apiserver_write_back(const nlohmann::json& posted,
-                                                   const ServerFields& fields) {
-  using nlohmann::json;
-  if (!posted.is_object()) return invalid_argument("body: not an object");
-  json stored = posted;
-  json& metadata = stored["metadata"];
-  if (!metadata.is_object()) return invalid_argument("metadata: not an object");
-  metadata["uid"] = fields.uid;
-  metadata["resourceVersion"] = fields.resource_version;
-  metadata["generation"] = fields.generation;
-  if (!metadata.contains("creationTimestamp")) metadata["creationTimestamp"] = fields.timestamp;
-  metadata["managedFields"] =
-      json::array({{{"manager", fields.manager.empty() ? "unknown" : fields.manager},
-                    {"operation", fields.operation},
-                    {"apiVersion", stored.value("apiVersion", "resource.k8s.io/v1")},
-                    {"time", fields.timestamp},
-                    {"fieldsType", "FieldsV1"},
-                    {"fieldsV1", {{"f:spec", json::object()}}}}});
-  json& template_spec = stored["spec"];
-  if (!template_spec.is_object()) return invalid_argument("spec: not an object");
-  if (!template_spec.contains("metadata")) template_spec["metadata"] = json::object();
-  json* requests = nullptr;
-  if (template_spec.contains("spec") && template_spec["spec"].is_object() &&
-      template_spec["spec"].contains("devices") &&
-      template_spec["spec"]["devices"].contains("requests"))
-    requests = &template_spec["spec"]["devices"]["requests"];
-  if (!requests || !requests->is_array()) return stored;
-  // One device request (exactly, or one of firstAvailable): defaults, canonical capacities.
-  const auto rewrite = [](json& request, const std::string& where) -> Status {
-    if (!request.is_object()) return invalid_argument(where + ": not an object");
-    if (!request.contains("allocationMode")) request["allocationMode"] = "ExactCount";
-    if (request["allocationMode"] == "ExactCount" && !request.contains("count"))
-      request["count"] = 1;
-    if (!request.contains("capacity") || !request["capacity"].contains("requests"))
-      return Status::ok();
-    for (auto& [name, quantity] : request["capacity"]["requests"].items()) {
-      const std::string field = where + ".capacity.requests." + name;
-      if (!quantity.is_string())
-        return invalid_argument(field + ": " + quantity.dump() + ": not a quantity string");
-      const Result<std::string> canonical = kube::canonical_quantity(quantity.get<std::string>());
-      if (!canonical.is_ok()) return invalid_argument(field + ": " + canonical.status().message());
-      quantity = *canonical;
-    }
-    return Status::ok();
-  };
-  for (size_t i = 0; i < requests->size(); ++i) {
-    json& request = (*requests)[i];
-    const std::string where = "spec.spec.devices.requests[" + std::to_string(i) + "]";
-    if (request.contains("exactly")) {
-      if (Status status = rewrite(request["exactly"], where + ".exactly"); !status.is_ok())
-        return status;
-    }
-    if (request.contains("firstAvailable") && request["firstAvailable"].is_array()) {
-      json& alternatives = request["firstAvailable"];
-      for (size_t j = 0; j < alternatives.size(); ++j) {
-        const std::string at = where + ".firstAvailable[" + std::to_string(j) + "]";
-        if (Status status = rewrite(alternatives[j], at); !status.is_ok()) return status;
-      }
-    }
-  }
-  return stored;
-}
+// The server-set fields and the write-back are kube-apiserver's rules, shared by every stand-in
+// (apiserver/write_back.h).
+using tessera::testing::apiserver::ServerFields;
 
 class FakeKube : public kube::KubeClient {
  public:
@@ -128,7 +53,7 @@ class FakeKube : public kube::KubeClient {
     return requests_.size();
   }
 
-  // Store and answer what kube-apiserver would (apiserver_write_back), not the body as sent.
+  // Store and answer what kube-apiserver would (apiserver/write_back.h), not the body as sent.
   bool writes_back = false;
 
   // The Status body of the last non-2xx answer, as kube-apiserver sends it.
@@ -217,26 +142,18 @@ class FakeKube : public kube::KubeClient {
                                   long code) {
     nlohmann::json kept = object;
     if (writes_back) {
-      // The generation counts changes of the spec as stored.
-      int64_t generation = 1;
-      if (previous) {
-        const Result<nlohmann::json> rewritten = apiserver_write_back(object, ServerFields{});
-        const bool changed = rewritten.is_ok() && rewritten->value("spec", nlohmann::json()) !=
-                                                      previous->value("spec", nlohmann::json());
-        generation = previous->at("metadata").value("generation", int64_t{1}) + (changed ? 1 : 0);
-      }
       ServerFields fields;
       fields.uid = object["metadata"].value("uid", "");
       if (fields.uid.empty()) fields.uid = new_uid();
       fields.resource_version = std::to_string(++resource_version_);
-      fields.generation = generation;
       fields.timestamp = now_rfc3339();
       const std::string manager_key = "fieldManager=";
       if (const size_t at_key = query.find(manager_key); at_key != std::string::npos)
         fields.manager = query.substr(at_key + manager_key.size(),
                                       query.find('&', at_key) - at_key - manager_key.size());
       fields.operation = "Update";
-      Result<nlohmann::json> written = apiserver_write_back(object, fields);
+      Result<nlohmann::json> written =
+          tessera::testing::apiserver::write_back(object, previous, fields);
       if (!written.is_ok())
         return refused(method, path, 422, "Invalid", written.status().message());
       kept = *written;

@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> serial_uids, concurrent_uids;
   auto add = [&](const std::string& uid) {
     // KubeletSimulator names claim <uid> "claim-<uid>" in namespace "ns-<uid>".
-    nlohmann::json claim = testing::make_claim(
+    nlohmann::json claim = testing::written_claim(
         "claim-" + uid, uid, {{"gpu", "gpu-0", uid.substr(24), "1Gi", "10"}},
         nlohmann::json::array(
             {testing::opaque_config("FromClass", {{"apiVersion", "vgpu.tessera.dev/v1alpha1"},

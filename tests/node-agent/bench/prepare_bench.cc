@@ -35,9 +35,9 @@ int main(int argc, char** argv) {
     std::snprintf(uid, sizeof uid, "0f6b3f0e-7c59-4d0e-9b4e-%012d", i);
     const std::string name = "claim-" + std::to_string(i);
     server.add_claim("tenants", name,
-                     testing::make_claim(name, uid,
-                                         {{"a", "gpu-0", std::string(uid) + "-a", "8Gi", "30"},
-                                          {"b", "gpu-0", std::string(uid) + "-b", "4Gi", "70"}})
+                     testing::written_claim(name, uid,
+                                            {{"a", "gpu-0", std::string(uid) + "-a", "8Gi", "30"},
+                                             {"b", "gpu-0", std::string(uid) + "-b", "4Gi", "70"}})
                          .dump());
     refs.push_back({"tenants", uid, name});
   }

@@ -60,9 +60,9 @@ std::string claim_uid(const char* prefix, int i) {
 void add_claim(testing::FakeApiServer& server, std::vector<ClaimRef>& refs, const std::string& uid,
                const std::string& name) {
   server.add_claim("tenants", name,
-                   testing::make_claim(name, uid,
-                                       {{"a", "gpu-0", uid + "-a", "8Gi", "30"},
-                                        {"b", "gpu-0", uid + "-b", "4Gi", "70"}})
+                   testing::written_claim(name, uid,
+                                          {{"a", "gpu-0", uid + "-a", "8Gi", "30"},
+                                           {"b", "gpu-0", uid + "-b", "4Gi", "70"}})
                        .dump());
   refs.push_back({"tenants", uid, name});
 }

@@ -14,6 +14,7 @@ using nlohmann::json;
 using testing::FixtureShare;
 using testing::make_claim;
 using testing::opaque_config;
+using testing::written_claim;
 
 constexpr char kUid[] = "0f6b3f0e-7c59-4d0e-9b4e-2f7a5d1c9e01";
 constexpr char kShareA[] = "5e1f0a2b-0000-4000-8000-00000000000a";
@@ -203,16 +204,17 @@ TEST(ShareSpec, ErrorsNameWhatIsWrong) {
   EXPECT_EQ(specs[0].config.strategy, SharingStrategy::kTimeSlicing);
   EXPECT_EQ(specs[0].config.time_slice, TimeSlice::kLong);
 
-  json bad_memory = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gx", "30"}});
+  // What the scheduler never writes (it refuses the request): written out as given.
+  json bad_memory = written_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gx", "30"}});
   EXPECT_EQ(
       specs_or_error(input_for(bad_memory), specs),
       "status.allocation.devices.results[0].consumedCapacity.memory: invalid quantity \"8Gx\"");
-  json bad_cores = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "150"}});
+  json bad_cores = written_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "150"}});
   EXPECT_EQ(specs_or_error(input_for(bad_cores), specs),
             "status.allocation.devices.results[0].consumedCapacity.cores: invalid value \"150\" "
             "(an integer percent 0..100)");
 
-  json second_bad = make_claim(
+  json second_bad = written_claim(
       "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-0", kShareB, "4Gi", "x"}});
   EXPECT_NE(specs_or_error(input_for(second_bad), specs), "");
   EXPECT_TRUE(specs.empty());  // all or nothing

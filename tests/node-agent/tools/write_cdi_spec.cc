@@ -80,9 +80,10 @@ int main(int argc, char** argv) {
   const std::string device = "gpu-" + std::to_string(minor);
   OneClaim kube;
   kube.name = "claim-" + claim_uid;
-  kube.body = testing::make_claim(kube.name, claim_uid, {{"gpu", device, share_id, memory, cores}},
-                                  nlohmann::json::array(), config.node_name)
-                  .dump();
+  kube.body =
+      testing::written_claim(kube.name, claim_uid, {{"gpu", device, share_id, memory, cores}},
+                             nlohmann::json::array(), config.node_name)
+          .dump();
   ShareManager manager(options, kube, {{device, gpu_uuid, minor, *total}});
   if (const tessera::Status started = manager.start(); !started.is_ok())
     return fail(started.message());

@@ -1,5 +1,12 @@
 // ResourceClaims shaped as GET /apis/resource.k8s.io/v1/namespaces/<ns>/resourceclaims/<name>
 // returns them (resource.k8s.io/v1, DRAConsumableCapacity on), for the node agent's tests.
+//
+// make_claim: the allocation is kube-scheduler's (tests/support/allocator), over the slices the
+// agent's own builder publishes for a node of GPUs gpu-0.. (defined in
+// tests/node-agent/scheduled_claims.cc, part of agent_tests). written_claim: the allocation
+// written out as given, for what the scheduler never writes (the parser's refusals: a bad
+// quantity, an unknown device, a shareID that is not a folder name) and for programs outside
+// agent_tests.
 #pragma once
 
 #include <string>
@@ -17,10 +24,10 @@ struct FixtureShare {
   std::string cores;     // "" = no cores
 };
 
-inline nlohmann::json make_claim(const std::string& name, const std::string& uid,
-                                 const std::vector<FixtureShare>& shares,
-                                 const nlohmann::json& configs = nlohmann::json::array(),
-                                 const std::string& pool = "node-a") {
+inline nlohmann::json written_claim(const std::string& name, const std::string& uid,
+                                    const std::vector<FixtureShare>& shares,
+                                    const nlohmann::json& configs = nlohmann::json::array(),
+                                    const std::string& pool = "node-a") {
   using nlohmann::json;
   json results = json::array();
   json requests = json::array();
@@ -65,6 +72,19 @@ inline nlohmann::json make_claim(const std::string& name, const std::string& uid
                 {{{"key", "metadata.name"}, {"operator", "In"}, {"values", {pool}}}}}}}}}}}},
         {"reservedFor", {{{"resource", "pods"}, {"name", "pod-" + name}, {"uid", "pod-uid-1"}}}}}}};
 }
+
+// The claim with each share allocated by the scheduler's rules on node `pool` (its GPUs gpu-0..,
+// 150 GiB and 100 cores each, as the agent publishes them): share i is request `request` (a
+// "<request>/<subrequest>" is a firstAvailable subrequest) asking for its memory and cores (none
+// given: none asked), pinned to `device` by a CEL selector on the device's uuid, given `share_id`
+// as its shareID (the scheduler's is a random UUID; "" = a server with DRAConsumableCapacity off,
+// which stores no allowMultipleAllocations and no capacity requests). `configs` are
+// status.allocation.devices.config entries, copied as given. A share the scheduler would refuse
+// fails the test that asked for it (written_claim is for those).
+nlohmann::json make_claim(const std::string& name, const std::string& uid,
+                          const std::vector<FixtureShare>& shares,
+                          const nlohmann::json& configs = nlohmann::json::array(),
+                          const std::string& pool = "node-a");
 
 // The one-share claim "train" (share s-a of gpu-0, 8Gi, 30 cores) with `reserved` as its
 // status.reservedFor: the claim-pods tests read and re-read it.

@@ -6,7 +6,10 @@
 // records every write, checks the bearer token, and can fail the next N requests with 503. A
 // device taint written without timeAdded gets the server's time, as kube-apiserver's defaulting
 // does (set_time() fixes that time for a test); with device_taints_gate off it drops them, as a
-// server without DRADeviceTaints does.
+// server without DRADeviceTaints does. Every answer is what kube-apiserver stores after its
+// write-back (apiserver/write_back.h): canonical quantities, defaults, the server's uid,
+// resourceVersion, generation, creationTimestamp and managedFields; a claim added is stored as
+// created and then given its status by a status update.
 #pragma once
 
 #include <openssl/evp.h>
@@ -26,9 +29,12 @@
 #include <nlohmann/json.hpp>
 
 #include "apiserver/apiserver_rules.h"
+#include "apiserver/write_back.h"
 #include "tessera/kube/http_kube_client.h"
 
 namespace tessera::agent::testing {
+
+namespace apiserver_testing = ::tessera::testing::apiserver;
 
 struct RecordedWrite {
   std::string method;
@@ -131,23 +137,28 @@ class FakeApiServer {
                                        .dump(),
                                    "application/json");
                  });
-    server_->Post("/apis/resource.k8s.io/v1/resourceslices",
-                  [this](const httplib::Request& req, httplib::Response& res) {
-                    std::lock_guard lock(mutex_);
-                    auto body = nlohmann::json::parse(req.body);
-                    writes.push_back({"POST", req.path, body});
-                    apiserver::default_resource_slice(body, now());
-                    if (!device_taints_gate) apiserver::drop_disabled_device_taints(body, nullptr);
-                    const std::string name = body["metadata"]["name"];
-                    if (auto refused = apiserver::check_resource_slice_write(body, nullptr))
-                      return refuse(res, *refused);
-                    if (slices.count(name)) return status(res, 409, "already exists");
-                    body["metadata"]["resourceVersion"] = std::to_string(++version_);
-                    body["metadata"]["uid"] = "slice-uid-" + name;
-                    slices[name] = body;
-                    res.status = 201;
-                    res.set_content(body.dump(), "application/json");
-                  });
+    server_->Post("/apis/resource.k8s.io/v1/resourceslices", [this](const httplib::Request& req,
+                                                                    httplib::Response& res) {
+      std::lock_guard lock(mutex_);
+      auto body = nlohmann::json::parse(req.body);
+      writes.push_back({"POST", req.path, body});
+      apiserver::default_resource_slice(body, now());
+      if (!device_taints_gate) apiserver::drop_disabled_device_taints(body, nullptr);
+      const std::string name = body["metadata"]["name"];
+      if (auto refused = apiserver::check_resource_slice_write(body, nullptr))
+        return refuse(res, *refused);
+      if (slices.count(name)) return status(res, 409, "already exists");
+      apiserver_testing::ServerFields fields;
+      fields.uid = "slice-uid-" + name;
+      fields.resource_version = std::to_string(++version_);
+      fields.timestamp = apiserver_testing::rfc3339(now());
+      Result<nlohmann::json> stored = apiserver_testing::write_back(body, nullptr, fields);
+      if (!stored.is_ok()) return status(res, 422, stored.status().message());
+      body = *stored;
+      slices[name] = body;
+      res.status = 201;
+      res.set_content(body.dump(), "application/json");
+    });
     server_->Put(
         R"(/apis/resource\.k8s\.io/v1/resourceslices/([^/]+))",
         [this](const httplib::Request& req, httplib::Response& res) {
@@ -162,7 +173,12 @@ class FakeApiServer {
           if (!device_taints_gate) apiserver::drop_disabled_device_taints(body, &it->second);
           if (auto refused = apiserver::check_resource_slice_write(body, &it->second))
             return refuse(res, *refused);
-          body["metadata"]["resourceVersion"] = std::to_string(++version_);
+          apiserver_testing::ServerFields fields;
+          fields.resource_version = std::to_string(++version_);
+          fields.timestamp = apiserver_testing::rfc3339(now());
+          Result<nlohmann::json> stored = apiserver_testing::write_back(body, &it->second, fields);
+          if (!stored.is_ok()) return status(res, 422, stored.status().message());
+          body = *stored;
           it->second = body;
           res.set_content(body.dump(), "application/json");
         });
@@ -200,9 +216,25 @@ class FakeApiServer {
     c.token = token_;
     return c;
   }
+  // A claim as the API server holds it once created and given its status (the scheduler's
+  // allocation, status.reservedFor) by a status update. A body that is not a ResourceClaim is
+  // served as given (tests of what the agent does with a garbled answer).
   void add_claim(const std::string& ns, const std::string& name, const std::string& json) {
     std::lock_guard lock(mutex_);
     claims_[ns + "/" + name] = json;
+    const nlohmann::json claim = nlohmann::json::parse(json, nullptr, false);
+    if (!claim.is_object() || claim.value("kind", "") != "ResourceClaim" ||
+        !claim.contains("metadata") || !claim["metadata"].is_object())
+      return;
+    apiserver_testing::ServerFields fields;
+    fields.uid = claim["metadata"].value("uid", "");
+    fields.resource_version = std::to_string(++version_);
+    fields.timestamp = claim["metadata"].value("creationTimestamp", "");
+    Result<nlohmann::json> created = apiserver_testing::write_back(claim, nullptr, fields);
+    if (!created.is_ok()) return;
+    Result<nlohmann::json> stored =
+        apiserver_testing::write_back_status(claim, *created, std::to_string(++version_));
+    if (stored.is_ok()) claims_[ns + "/" + name] = stored->dump();
   }
   // The claim deleted (a GET answers 404 from now on).
   void delete_claim(const std::string& ns, const std::string& name) {
