@@ -260,6 +260,9 @@ json message_to_json(const pb::Message& message) {
       for (int i = 0; i < reflection.FieldSize(message, &field); ++i)
         array.push_back(field_to_json(message, field, reflection, i));
       object[field.name()] = std::move(array);
+    } else if (field.has_presence() && field.cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE &&
+               !reflection.HasField(message, &field)) {
+      object[field.name()] = nullptr;  // an optional value not known, never its default
     } else {
       object[field.name()] = field_to_json(message, field, reflection, -1);
     }

@@ -31,7 +31,8 @@ std::string render_shares_table(const node::v1::ListSharesResponse& node, int64_
 std::vector<std::string> unread_share_warnings(const node::v1::ListSharesResponse& node);
 
 // A message as JSON: fields in declaration order under their proto names, every field (proto3
-// defaults too), 64-bit integers as numbers, enums by name, maps as objects.
+// defaults too; an optional value that is not known is null), 64-bit integers as numbers, enums
+// by name, maps as objects.
 nlohmann::ordered_json message_to_json(const google::protobuf::Message& message);
 // JSON (as message_to_json writes it, or protobuf's own JSON) into `message`.
 Status message_from_json(const nlohmann::ordered_json& json, google::protobuf::Message& message);
