@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "limits_page_edit.h"
 #include "tessera/gpu_info.h"
 #include "tessera/nvml.h"
 #include "tessera/share_folder/limits_writer.h"
@@ -487,14 +488,8 @@ TEST(ContextOverheadOnSimulatedGpu, ALyingSlotMovesOnlyItsOwnShare) {
 
 // The share's limits page, written as the agent's earlier run left it.
 void set_in_page(const std::string& dir, uint64_t bytes, uint32_t device = 0) {
-  const int fd = open((dir + "/limits").c_str(), O_RDWR | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  void* memory =
-      mmap(nullptr, sizeof(share::LimitsPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  ASSERT_NE(memory, MAP_FAILED);
-  static_cast<share::LimitsPage*>(memory)->measured[device].context_overhead.store(bytes);
-  munmap(memory, sizeof(share::LimitsPage));
+  testing::edit_limits_page(
+      dir, [&](share::LimitsPage& page) { page.measured[device].context_overhead.store(bytes); });
 }
 
 // A figure lives as long as the processes that gave it: a 4 GiB figure an earlier run left in the

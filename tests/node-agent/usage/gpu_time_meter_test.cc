@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "clock/clock.h"
+#include "limits_page_edit.h"
 #include "tessera/gpu_info.h"
 #include "tessera/share_folder/limits_writer.h"
 #include "tessera/share_region.h"
@@ -418,19 +419,11 @@ TEST(GpuTimeMeterLifecycle, ContinuesThePagesCounters) {
   ASSERT_FALSE(uuid.empty());
   TempDir base("gpu-time-meter-continue");
   const std::string dir = make_share(base, "a", uuid, 100, share::kMeasureAgent);
-  {
-    const int fd = open((dir + "/limits").c_str(), O_RDWR | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    void* memory =
-        mmap(nullptr, sizeof(share::LimitsPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    ASSERT_NE(memory, MAP_FAILED);
-    auto& m = static_cast<share::LimitsPage*>(memory)->measured[0];
-    m.share_busy_ns = 5'000'000'000;
-    m.others_busy_ns = 7'000'000'000;
-    m.sampled_at_ns = 1;
-    munmap(memory, sizeof(share::LimitsPage));
-  }
+  ASSERT_NO_FATAL_FAILURE(testing::edit_limits_page(dir, [](share::LimitsPage& page) {
+    page.measured[0].share_busy_ns = 5'000'000'000;
+    page.measured[0].others_busy_ns = 7'000'000'000;
+    page.measured[0].sampled_at_ns = 1;
+  }));
   GpuTimeMeterOptions options;
   options.shares_dir = base.shares();
   GpuTimeMeter meter(options);
