@@ -67,7 +67,10 @@ class Region {
 
   // Clears the slots of dead processes of this pid namespace; returns how many.
   int reclaim_dead();
-  // reclaim_dead() at most once per second (called on the allocation path).
+  // reclaim_dead() at most once per second, for the memory queries (cuMemGetInfo, NVML), which
+  // should not show a dead process's bytes as used. Not on the allocation path: a reservation
+  // reclaims only when it is refused (reserve), so a dead slot never costs a live process memory
+  // and an allocation under the limit reads no clock.
   void maybe_reclaim();
 
   // In a forked child: the parent's slot is not ours.

@@ -25,9 +25,10 @@ extern "C" int __register_atfork(void (*prepare)(void), void (*parent)(void), vo
 extern "C" void* __dso_handle;
 
 namespace tessera::vgpu {
-namespace {
 
 constinit Shim g_shim;
+
+namespace {
 
 const char* environment(const char* name) {
   return std::getenv(name);
@@ -364,10 +365,6 @@ int ensure_region(bool may_enumerate_cuda) {
 
 }  // namespace
 
-Shim& shim() {
-  return g_shim;
-}
-
 void ensure_initialized() {
   int state = g_shim.init_state.load(std::memory_order_acquire);
   if (__builtin_expect(state == 2, 1)) return;
@@ -405,19 +402,13 @@ void format_uuid(const CUuuid& uuid, char* out, size_t capacity) {
 uint64_t shares_generation() {
   uint64_t sum = 0;
   for (int r = 0; r < g_shim.region_count; ++r) sum += g_shim.regions[r].generation();
-  return sum & 0x00ffffffffffffffull;
+  return sum & kGenerationMask;
 }
 
-int share_device(int index, int region) {
-  if (index < 0 || index >= g_shim.gpu_count.load(std::memory_order_acquire) || region < 0 ||
-      region >= g_shim.region_count) {
-    return -1;
-  }
+int share_device_slow(int index, int region) {
   Gpu& gpu = g_shim.gpus[index];
   const Region& share = g_shim.regions[region];
-  const uint64_t generation = share.generation() & 0x00ffffffffffffffull;
-  const uint64_t cached = gpu.index_cache[region].load(std::memory_order_acquire);
-  if (cached != 0 && (cached >> 8) == generation) return static_cast<int>(cached & 0xff) - 2;
+  const uint64_t generation = share.generation() & kGenerationMask;
   const int found = share.find_device(gpu.uuid);
   gpu.index_cache[region].store(generation << 8 | static_cast<uint64_t>(found + 2),
                                 std::memory_order_release);
@@ -605,7 +596,6 @@ namespace {
 
 bool reserve_at_current_cost(int index, uint64_t bytes) {
   if (index < 0) return false;
-  maybe_reclaim();
   if (try_reserve(index, bytes)) return true;
   return reserve_after_refusal(index, bytes);
 }
@@ -673,15 +663,15 @@ bool valid_gpu(int index) {
 
 bool reserve_bytes(int index, uint64_t bytes) {
   // A process with one share (the usual case): no list of holders, and the context ledger only
-  // looked at, unless its charge has to change.
+  // looked at, unless its charge has to change. Dead processes' slots are reclaimed only when a
+  // reservation is refused (Region::reserve): no clock is read under the limit.
   if (g_shim.region_count == 1 && valid_gpu(index)) {
     Region& region = g_shim.regions[0];
     const int device = share_device(index, 0);
     const Gpu& gpu = g_shim.gpus[index];
     if (device >= 0 &&
         (gpu.contexts.load(std::memory_order_relaxed) == 0 ||
-         context_charge(index) == gpu.charge_per_context.load(std::memory_order_relaxed))) {
-      region.maybe_reclaim();
+         region.context_charge(device) == gpu.charge_per_context.load(std::memory_order_relaxed))) {
       if (region.reserve(device, bytes)) return true;
       return reserve_after_refusal(index, bytes);
     }
@@ -799,13 +789,6 @@ void set_before_refusal(BeforeRefusal callback) {
 
 void on_fork_child(void (*reset)()) {
   __register_atfork(nullptr, nullptr, reset, &__dso_handle);
-}
-
-bool charged_size(uint64_t requested, uint64_t* charged) {
-  const uint64_t align = requested >= (1ull << 20) ? (2ull << 20) : 512;
-  if (requested > ~0ull - align) return false;
-  *charged = (requested + align - 1) / align * align;
-  return true;
 }
 
 SpinGuard::SpinGuard(std::atomic<bool>& flag) : flag_(flag) {

@@ -72,7 +72,11 @@ struct Shim {
   // The allocators' own state (pools, contexts, graph memory) lives in their files.
 };
 
-Shim& shim();
+// The one instance (state.cc); inline so the allocation path reaches it without a call.
+extern Shim g_shim;
+inline Shim& shim() {
+  return g_shim;
+}
 
 // Reads the options once (getenv happens here only) and applies the log level.
 void ensure_initialized();
@@ -127,8 +131,27 @@ uint64_t device_usage(int index);
 // Region::maybe_reclaim on every open share.
 void maybe_reclaim();
 
+// Generations as the caches store them: the low 56 bits (the cache word's low byte is the index).
+inline constexpr uint64_t kGenerationMask = 0x00ffffffffffffffull;
+
+// share_device when the cache does not answer: looks the GPU up and caches the answer.
+int share_device_slow(int index, int region);
+
 // Where GPU `index` is in share `region`'s limits page, or -1 (that share does not hold it).
-int share_device(int index, int region);
+// Inline: it is on every reservation and release; a limits page rewritten since (a new
+// generation) makes it look again.
+inline int share_device(int index, int region) {
+  if (index < 0 || index >= g_shim.gpu_count.load(std::memory_order_acquire) || region < 0 ||
+      region >= g_shim.region_count) {
+    return -1;
+  }
+  const uint64_t generation = g_shim.regions[region].generation() & kGenerationMask;
+  const uint64_t cached = g_shim.gpus[index].index_cache[region].load(std::memory_order_acquire);
+  if (__builtin_expect(cached != 0 && (cached >> 8) == generation, 1)) {
+    return static_cast<int>(cached & 0xff) - 2;
+  }
+  return share_device_slow(index, region);
+}
 
 // True when the process was given shares the shim cannot honour together (two MPS shares): cuInit
 // fails and every device is blocked. Opens the shares if they are not open yet.
@@ -149,7 +172,12 @@ void on_fork_child(void (*reset)());
 
 // What the simulated (and real) driver charges for a linear allocation: 2 MiB pages from 1 MiB
 // up, 512-byte granules below. False on overflow.
-bool charged_size(uint64_t requested, uint64_t* charged);
+inline bool charged_size(uint64_t requested, uint64_t* charged) {
+  const uint64_t align = requested >= (1ull << 20) ? (2ull << 20) : 512;
+  if (requested > ~0ull - align) return false;
+  *charged = (requested + align - 1) / align * align;
+  return true;
+}
 
 struct SpinGuard {
   explicit SpinGuard(std::atomic<bool>& flag);

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -41,10 +42,13 @@ class LineReporter : public benchmark::BenchmarkReporter {
  public:
   bool ReportContext(const Context&) override { return true; }
   void ReportRuns(const std::vector<Run>& runs) override {
+    // VGPU_BENCH_CPU_TIME=1: the thread's CPU time instead of wall time, for a loaded machine
+    // (time spent descheduled is not the shim's).
+    const bool cpu_time = std::getenv("VGPU_BENCH_CPU_TIME") != nullptr;
     for (const Run& run : runs) {
-      std::printf(
-          "%s %.1f\n", run.benchmark_name().c_str(),
-          run.GetAdjustedRealTime() * 1e9 / benchmark::GetTimeUnitMultiplier(run.time_unit));
+      const double time = cpu_time ? run.GetAdjustedCPUTime() : run.GetAdjustedRealTime();
+      std::printf("%s %.1f\n", run.benchmark_name().c_str(),
+                  time * 1e9 / benchmark::GetTimeUnitMultiplier(run.time_unit));
     }
   }
 };
@@ -89,10 +93,23 @@ inline std::map<std::string, double> run_bench_child(char** argv, const char* pr
   return results;
 }
 
+// The median of `values` (not empty).
+inline double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t middle = values.size() / 2;
+  return values.size() % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
 // The parent: runs the benchmarks against the simulated driver (kernels of `kernel_us`) without
-// the shim, with it and no limit, and with it and `limit_variable`=`limit_value`; prints each
-// benchmark's times and what the shim added (`limit_label` names the limited columns). Returns
-// the exit status: 1 if a run reported nothing.
+// the shim, with it and no limit, and with it and `limit_variable`=`limit_value` (`limit_label`
+// names the limited columns); prints each benchmark's times and what the shim added. Returns the
+// exit status: 1 if a run reported nothing.
+//
+// VGPU_BENCH_ROUNDS=N (default 1) runs the children N times, interleaved (bare, shim, shim+limit,
+// bare, ...), and prints the medians: a machine whose load drifts during the run then shifts every
+// column alike. VGPU_BENCH_SHIM_PATH measures another build of the shim instead of this one;
+// VGPU_BENCH_BASELINE_SHIM adds a child per round with that build and the limit, and a column of
+// what this build saves against it (before/after a change, in one run).
 inline int compare_runs(char** argv, const char* kernel_us, const char* limit_variable,
                         const char* limit_value, const char* limit_label) {
   char state[] = "/tmp/vgpu-bench-state-XXXXXX";
@@ -104,24 +121,57 @@ inline int compare_runs(char** argv, const char* kernel_us, const char* limit_va
   setenv("SIMGPU_KERNEL_US", kernel_us, 1);
   setenv("LD_LIBRARY_PATH", VGPU_BENCH_SIMLIB, 1);
   unsetenv("TESSERA_SHARE_DIR");
-  // VGPU_BENCH_SHIM_PATH: another build of the shim to measure (e.g. the one before a change).
   const char* library = std::getenv("VGPU_BENCH_SHIM_PATH");
   if (!library || !*library) library = VGPU_BENCH_SHIM;
-  const auto plain = run_bench_child(argv, nullptr, limit_variable, nullptr);
-  const auto shim = run_bench_child(argv, library, limit_variable, nullptr);
-  const auto limited = run_bench_child(argv, library, limit_variable, limit_value);
+  const char* baseline = std::getenv("VGPU_BENCH_BASELINE_SHIM");
+  if (baseline && !*baseline) baseline = nullptr;
+  const char* rounds_text = std::getenv("VGPU_BENCH_ROUNDS");
+  const long rounds = rounds_text ? std::atol(rounds_text) : 1;
+  if (rounds < 1 || rounds > 1000) {
+    std::fprintf(stderr, "VGPU_BENCH_ROUNDS=%s: expected a whole number from 1 to 1000\n",
+                 rounds_text);
+    return 2;
+  }
+  // Per benchmark name, each round's figure: bare, shim, shim+limit, baseline shim+limit.
+  std::map<std::string, std::vector<double>> columns[4];
+  bool complete = true;
+  for (long round = 0; round < rounds; ++round) {
+    const std::map<std::string, double> runs[4] = {
+        run_bench_child(argv, nullptr, limit_variable, nullptr),
+        run_bench_child(argv, library, limit_variable, nullptr),
+        run_bench_child(argv, library, limit_variable, limit_value),
+        baseline ? run_bench_child(argv, baseline, limit_variable, limit_value)
+                 : std::map<std::string, double>{}};
+    for (int column = 0; column < 4; ++column) {
+      if (runs[column].empty() && (column < 3 || baseline)) complete = false;
+      for (const auto& [name, ns] : runs[column]) columns[column][name].push_back(ns);
+    }
+  }
   unlink(state);
+  auto figure = [&](int column, const std::string& name) {
+    const auto found = columns[column].find(name);
+    return found == columns[column].end() ? 0.0 : median_of(found->second);
+  };
+  if (rounds > 1) std::printf("medians of %ld interleaved rounds\n", rounds);
   const std::string with_limit_ns = std::string("shim+") + limit_label + " ns";
   const std::string added_limit = std::string("added+") + limit_label;
-  std::printf("%-22s %14s %14s %14s %12s %12s\n", "benchmark", "no shim ns", "shim ns",
+  std::printf("%-22s %14s %14s %14s %12s %12s", "benchmark", "no shim ns", "shim ns",
               with_limit_ns.c_str(), "added ns", added_limit.c_str());
-  for (const auto& [name, base] : plain) {
-    const double with = shim.count(name) ? shim.at(name) : 0;
-    const double with_limit = limited.count(name) ? limited.at(name) : 0;
-    std::printf("%-22s %14.1f %14.1f %14.1f %12.1f %12.1f\n", name.c_str(), base, with, with_limit,
+  if (baseline) std::printf(" %14s %12s", "baseline+lim", "saved ns");
+  std::printf("\n");
+  for (const auto& [name, values] : columns[0]) {
+    const double base = median_of(values);
+    const double with = figure(1, name);
+    const double with_limit = figure(2, name);
+    std::printf("%-22s %14.1f %14.1f %14.1f %12.1f %12.1f", name.c_str(), base, with, with_limit,
                 with - base, with_limit - base);
+    if (baseline) {
+      const double before = figure(3, name);
+      std::printf(" %14.1f %12.1f", before, before - with_limit);
+    }
+    std::printf("\n");
   }
-  return plain.empty() || shim.empty() || limited.empty() ? 1 : 0;
+  return complete ? 0 : 1;
 }
 
 // A benchmark program's main: as a child it runs its benchmarks; as the parent it compares the
