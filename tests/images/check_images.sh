@@ -78,21 +78,65 @@ expect_help "$agent" /usr/local/bin/compute-burn "compute-burn"
 expect_help "$webhook" /usr/local/bin/tessera-webhook "tessera-webhook: the admission webhook"
 
 # The shim at the documented path, the build's own bytes, installed into a host folder the way the
-# chart's init container does it (a new file, sync, renamed over the old one) with the image's tools.
+# chart's init container does it (a new file, sync, renamed over the old one) with the image's tools,
+# under the init container's securityContext from the chart (agent.shimInstaller.securityContext in
+# charts/tessera/values.yaml) as podman flags: with the chart's defaults uid 0, every capability
+# dropped, a read-only root (no tmpfs either), no privilege escalation, not privileged. The host
+# folder is root's 0755, as kubelet makes a hostPath DirectoryOrCreate.
+shim_flags=$(python3 - "$repo/charts/tessera/values.yaml" <<'EOF'
+import sys
+import yaml
+context = yaml.safe_load(open(sys.argv[1]))["agent"]["shimInstaller"]["securityContext"]
+flags = []
+for key, value in context.items():
+    if key == "runAsUser":
+        flags.append(f"--user={value}")
+    elif key == "runAsNonRoot":
+        if value:
+            sys.exit("agent.shimInstaller.securityContext.runAsNonRoot is true, but the host "
+                     "folder is root's")
+    elif key == "privileged":
+        if value:
+            flags.append("--privileged")
+    elif key == "allowPrivilegeEscalation":
+        if not value:
+            flags.append("--security-opt=no-new-privileges")
+    elif key == "readOnlyRootFilesystem":
+        if value:
+            flags += ["--read-only", "--read-only-tmpfs=false"]
+    elif key == "capabilities" and set(value) <= {"drop", "add"}:
+        flags += [f"--cap-drop={c}" for c in value.get("drop", [])]
+        flags += [f"--cap-add={c}" for c in value.get("add", [])]
+    else:
+        sys.exit(f"agent.shimInstaller.securityContext.{key}: {value!r}: not mapped to podman here")
+print(" ".join(flags))
+EOF
+) || fail "the chart's shim-installer securityContext cannot be applied with podman"
+read -r -a shim_flags <<<"$shim_flags"
 mkdir -p "$work/host-lib"
+chmod 0755 "$work/host-lib"
 # shellcheck disable=SC2016 # expanded by the container's sh
 install='set -eu; s=/opt/tessera/lib/libvgpu.so; t=/host-lib/libvgpu.so
   if [ -f "$t" ] && cmp -s "$s" "$t"; then echo up to date; exit 0; fi
-  cp "$s" /host-lib/.new; chmod 0755 /host-lib/.new; sync /host-lib/.new; mv -f /host-lib/.new "$t"
-  sync /host-lib; echo installed'
-out=$(run -v "$work/host-lib:/host-lib" --entrypoint /bin/sh "$agent" -c "$install" 2>&1) ||
-  fail "installing the shim with the image's tools: $out"
+  n="/host-lib/.libvgpu.so.new.$$"
+  cp "$s" "$n"; chmod 0755 "$n"; sync "$n"; mv -f "$n" "$t"; sync /host-lib; echo installed'
+install_shim() {
+  run "${shim_flags[@]}" -v "$work/host-lib:/host-lib" --entrypoint /bin/sh "$agent" -c "$install"
+}
+out=$(install_shim 2>&1) ||
+  fail "installing the shim with the image's tools under ${shim_flags[*]}: $out"
 cmp "$build/libvgpu/libvgpu.so" "$work/host-lib/libvgpu.so" ||
   fail "the shim copied out of $agent differs from $build/libvgpu/libvgpu.so"
-out=$(run -v "$work/host-lib:/host-lib" --entrypoint /bin/sh "$agent" -c "$install" 2>&1) ||
-  fail "installing the shim again: $out"
+out=$(install_shim 2>&1) || fail "installing the shim again: $out"
 [[ $out == "up to date" ]] || fail "an unchanged shim was copied again: $out"
-echo "ok: $agent: /opt/tessera/lib/libvgpu.so is the build's shim; the image's sh, cmp, cp, sync, mv install it"
+# The flags hold: the same container can neither write its own root nor change a file's owner.
+out=$(run "${shim_flags[@]}" --entrypoint /bin/sh "$agent" -c 'touch /opt/x' 2>&1) &&
+  fail "the shim installer's root filesystem is writable under ${shim_flags[*]}"
+out=$(run "${shim_flags[@]}" -v "$work/host-lib:/host-lib" --entrypoint /bin/sh "$agent" -c \
+  'chown 1:1 /host-lib/libvgpu.so' 2>&1) &&
+  fail "the shim installer could chown under ${shim_flags[*]} (a capability is left)"
+echo "ok: $agent: /opt/tessera/lib/libvgpu.so is the build's shim; the image's sh, cmp, cp, sync," \
+  "mv install it under the chart's securityContext (${shim_flags[*]})"
 
 # No driver file in the images: the driver is the host's.
 for image in "$agent" "$webhook"; do

@@ -1,5 +1,6 @@
 #include "tessera/kube/http_kube_client.h"
 
+#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <filesystem>

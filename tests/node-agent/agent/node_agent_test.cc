@@ -20,6 +20,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <httplib.h>  // the metrics endpoint's client
 
 #include "apiserver/claim_fixture.h"
 #include "apiserver/fake_api_server.h"

@@ -1,7 +1,10 @@
 // kube-apiserver's write-back (apiserver/write_back.h) against what the real server stores:
 // defaults, canonical quantities, empty structs, server metadata, status updates, 409s. Rules from
-// kubernetes/kubernetes pkg/apis/resource/v1/defaults.go (16913111deb1a4c4ff76f4ba7ffd9ebef397a303)
-// and pkg/registry/resource/resourceclaim/strategy.go (0021a864a65a17f2ad15b60545ef41fdfc30cc4c).
+// kubernetes/kubernetes pkg/apis/resource/v1/defaults.go
+// (16913111deb1a4c4ff76f4ba7ffd9ebef397a303), pkg/registry/resource/resourceclaim/strategy.go
+// (0021a864a65a17f2ad15b60545ef41fdfc30cc4c), pkg/registry/core/node/strategy.go
+// (6785e9ed401a526cfb4ae33d498b088e27237ad1) and pkg/apis/core/v1/defaults.go
+// (e34b0935e09e39e5e7fb74b8f6ad141107d3b90e).
 #include "apiserver/write_back.h"
 
 #include <gtest/gtest.h>
@@ -147,6 +150,86 @@ TEST(WriteBack, AStaleResourceVersionIsAConflict) {
       check_resource_version({{"metadata", {{"resourceVersion", "4"}}}}, stored, "x");
   EXPECT_EQ(stale.code(), StatusCode::kAlreadyExists);
   EXPECT_NE(stale.message().find("the object has been modified"), std::string::npos);
+  // NewConflict names the qualified resource when it is given.
+  EXPECT_EQ(check_resource_version({{"metadata", {{"resourceVersion", "4"}}}}, stored, "x",
+                                   "resourceslices.resource.k8s.io")
+                .message(),
+            "Operation cannot be fulfilled on resourceslices.resource.k8s.io \"x\": the object has "
+            "been modified; please apply your changes to the latest version and try again");
+}
+
+// A Node as kubelet registers it (pkg/registry/core/node/strategy.go @6785e9ed,
+// pkg/apis/core/v1/defaults.go @e34b0935): every field may be set on create but
+// spec.configSource and status.config; allocatable defaults to capacity; quantities canonical;
+// Go's zero-valued structs present; no generation. An update keeps the stored status.
+TEST(WriteBack, ANodeGetsItsDefaultsEmptyStructsAndNoGeneration) {
+  const json registered = {
+      {"apiVersion", "v1"},
+      {"kind", "Node"},
+      {"metadata", {{"name", "node-a"}}},
+      {"spec", {{"configSource", {{"configMap", {{"name", "kubelet"}}}}}}},
+      {"status",
+       {{"capacity", {{"memory", "1048576Ki"}, {"cpu", "4000m"}}}, {"config", json::object()}}}};
+  Result<json> stored = write_back(registered, nullptr, fields("20"));
+  ASSERT_TRUE(stored.is_ok()) << stored.status().message();
+  EXPECT_EQ((*stored)["spec"], json::object());
+  const json& status = (*stored)["status"];
+  EXPECT_FALSE(status.contains("config"));
+  EXPECT_EQ(status["capacity"]["memory"], "1Gi");
+  EXPECT_EQ(status["capacity"]["cpu"], "4");
+  EXPECT_EQ(status["allocatable"], status["capacity"]);
+  EXPECT_EQ(status["daemonEndpoints"], json::parse(R"({"kubeletEndpoint":{"Port":0}})"));
+  EXPECT_EQ(status["nodeInfo"].size(), 10u);
+  EXPECT_EQ(status["nodeInfo"]["architecture"], "");
+  EXPECT_FALSE((*stored)["metadata"].contains("generation"));
+  EXPECT_EQ((*stored)["metadata"]["uid"], "uid-1");
+
+  json relabelled = *stored;
+  relabelled["metadata"]["labels"] = {{"gpu", "h200"}};
+  relabelled["status"]["capacity"]["memory"] = "2Gi";  // the main resource never writes status
+  Result<json> updated = write_back(relabelled, &*stored, fields("21"));
+  ASSERT_TRUE(updated.is_ok()) << updated.status().message();
+  EXPECT_EQ((*updated)["status"], (*stored)["status"]);
+  EXPECT_EQ((*updated)["metadata"]["labels"]["gpu"], "h200");
+  EXPECT_EQ((*updated)["metadata"]["resourceVersion"], "21");
+
+  json bad = registered;
+  bad["status"]["capacity"]["memory"] = "lots";
+  Result<json> refused = write_back(bad, nullptr, fields("22"));
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("status.capacity.memory"), std::string::npos)
+      << refused.status().message();
+}
+
+// Each status update of a writer is its one managedFields entry (subresource "status"), dated
+// by the last update; the entries of others are kept.
+TEST(WriteBack, AStatusUpdateIsItsWritersOneManagedFieldsEntry) {
+  const json claim = {{"apiVersion", "resource.k8s.io/v1"},
+                      {"kind", "ResourceClaim"},
+                      {"metadata", {{"name", "train"}, {"namespace", "tenants"}}},
+                      {"spec", json::object()}};
+  Result<json> created = write_back(claim, nullptr, fields("30"));
+  ASSERT_TRUE(created.is_ok());
+  json posted = *created;
+  posted["status"]["reservedFor"] = {{{"resource", "pods"}, {"name", "a"}, {"uid", "uid-a"}}};
+  Result<json> first =
+      write_back_status(posted, *created, "31", {"kube-scheduler", "2026-12-02T00:00:01Z"});
+  ASSERT_TRUE(first.is_ok());
+  Result<json> second =
+      write_back_status(posted, *first, "32", {"kube-scheduler", "2026-12-02T00:00:02Z"});
+  ASSERT_TRUE(second.is_ok());
+  const json& entries = (*second)["metadata"]["managedFields"];
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0]["manager"], "tessera-webhook");  // the create's
+  EXPECT_EQ(entries[1]["manager"], "kube-scheduler");
+  EXPECT_EQ(entries[1]["subresource"], "status");
+  EXPECT_EQ(entries[1]["time"], "2026-12-02T00:00:02Z");
+  EXPECT_EQ((*second)["metadata"]["resourceVersion"], "32");
+  EXPECT_EQ((*second)["metadata"]["generation"], 1);
+  // Without a writer the entries are left as they were (fixtures that only need the status).
+  Result<json> anonymous = write_back_status(posted, *second, "33");
+  ASSERT_TRUE(anonymous.is_ok());
+  EXPECT_EQ((*anonymous)["metadata"]["managedFields"], entries);
 }
 
 }  // namespace

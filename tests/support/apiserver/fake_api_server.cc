@@ -1,0 +1,392 @@
+// The fake API server (fake_api_server.h): cpp-httplib and OpenSSL are compiled here only.
+#include "apiserver/fake_api_server.h"
+
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
+
+#include <mutex>
+#include <thread>
+
+#include <httplib.h>
+
+#include "apiserver/apiserver_rules.h"
+#include "apiserver/write_back.h"
+
+namespace tessera::agent::testing {
+
+namespace write_back = ::tessera::testing::apiserver;
+using nlohmann::json;
+
+namespace {
+
+void answer_status(httplib::Response& res, int code, const std::string& message,
+                   const std::string& reason = "", const json& details = json()) {
+  res.status = code;
+  json body = {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", json::object()},
+               {"status", "Failure"}, {"message", message}, {"code", code}};
+  if (!reason.empty()) body["reason"] = reason;
+  if (!details.is_null()) body["details"] = details;
+  res.set_content(body.dump(), "application/json");
+}
+
+void refuse(httplib::Response& res, const apiserver::Refusal& refusal) {
+  res.status = refusal.code;
+  res.set_content(refusal.status.dump(), "application/json");
+}
+
+// The request's body as JSON; nullopt (answered 400, as kube-apiserver answers a body it cannot
+// decode) when it is not.
+std::optional<json> decoded_body(const httplib::Request& req, httplib::Response& res) {
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) {
+    answer_status(res, 400, "the request body is not a JSON object", "BadRequest");
+    return std::nullopt;
+  }
+  return body;
+}
+
+}  // namespace
+
+struct FakeApiServer::Impl {
+  explicit Impl(FakeApiServer& owner, std::string token_value)
+      : self(owner), token(std::move(token_value)) {}
+
+  // The parts of the server every handler shares; guarded by `mutex`, as are the owner's slices,
+  // writes and last_list_query while serving.
+  FakeApiServer& self;
+  std::string token;
+  EVP_PKEY* private_key = nullptr;
+  X509* certificate = nullptr;
+  std::string ca_pem;
+  std::unique_ptr<httplib::SSLServer> server;
+  std::thread thread;
+  int port = 0;
+  std::mutex mutex;
+  std::map<std::string, std::string> claims;
+  int fail_next = 0;
+  int requests = 0;
+  std::map<std::string, int> claim_gets;        // "<namespace>/<name>" -> GETs
+  std::map<std::string, int> claim_cache_gets;  // the same, resourceVersion=0
+  uint64_t last_version = 100;
+  std::atomic<std::time_t> time{0};
+  // The Node's registration: its resourceVersion and creationTimestamp.
+  std::string node_version;
+  std::string node_created;
+
+  std::time_t now() const {
+    const std::time_t fixed = time.load();
+    return fixed != 0 ? fixed : std::time(nullptr);
+  }
+
+  void make_certificate();
+  void serve_claims();
+  void serve_node();
+  void serve_slices();
+};
+
+void FakeApiServer::Impl::make_certificate() {
+  private_key = EVP_EC_gen("P-256");
+  certificate = X509_new();
+  X509_set_version(certificate, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(certificate), 1);
+  X509_gmtime_adj(X509_getm_notBefore(certificate), -60);
+  X509_gmtime_adj(X509_getm_notAfter(certificate), 3600);
+  X509_set_pubkey(certificate, private_key);
+  X509_NAME* subject = X509_get_subject_name(certificate);
+  X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>("fake-apiserver"), -1, -1, 0);
+  X509_set_issuer_name(certificate, subject);
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, certificate, certificate, nullptr, nullptr, 0);
+  for (auto [nid, value] : {std::pair{NID_basic_constraints, "critical,CA:TRUE"},
+                            std::pair{NID_key_usage, "critical,digitalSignature,keyCertSign"},
+                            std::pair{NID_subject_alt_name, "IP:127.0.0.1,DNS:localhost"}}) {
+    X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
+    X509_add_ext(certificate, ext, -1);
+    X509_EXTENSION_free(ext);
+  }
+  X509_sign(certificate, private_key, EVP_sha256());
+  BIO* bio = BIO_new(BIO_s_mem());
+  PEM_write_bio_X509(bio, certificate);
+  char* data = nullptr;
+  const long length = BIO_get_mem_data(bio, &data);
+  ca_pem.assign(data, static_cast<size_t>(length));
+  BIO_free(bio);
+}
+
+// A GET as kube-apiserver answers it: resourceVersion "" (a consistent read, counted in
+// claim_gets) or "0" (any version, from the watch cache; claim_cache_gets), another number
+// (not older than it: the stored one here), anything else 400; a missing claim 404 with the
+// NotFound Status naming it.
+void FakeApiServer::Impl::serve_claims() {
+  server->Get(
+      R"(/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+))",
+      [this](const httplib::Request& req, httplib::Response& res) {
+        std::lock_guard lock(mutex);
+        const std::string key = req.matches[1].str() + "/" + req.matches[2].str();
+        const std::string version = req.get_param_value("resourceVersion");
+        if (!version.empty() && version.find_first_not_of("0123456789") != std::string::npos)
+          return answer_status(res, 400, "invalid resource version \"" + version + "\"",
+                               "BadRequest");
+        ++(version == "0" ? claim_cache_gets : claim_gets)[key];
+        const auto it = claims.find(key);
+        if (it == claims.end())
+          return answer_status(
+              res, 404, "resourceclaims.resource.k8s.io \"" + req.matches[2].str() + "\" not found",
+              "NotFound",
+              {{"name", req.matches[2].str()},
+               {"group", "resource.k8s.io"},
+               {"kind", "resourceclaims"}});
+        res.set_content(it->second, "application/json");
+      });
+}
+
+// The Node as kubelet registered it (a create: its status allowed), stored by the write-back.
+void FakeApiServer::Impl::serve_node() {
+  server->Get(R"(/api/v1/nodes/([^/]+))", [this](const httplib::Request& req,
+                                                 httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    if (req.matches[1].str() != self.node_name)
+      return answer_status(res, 404, "nodes \"" + req.matches[1].str() + "\" not found");
+    if (self.node_body) return res.set_content(*self.node_body, "application/json");
+    json node = {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", self.node_name}}}};
+    if (!self.node_status.is_null()) node["status"] = self.node_status;
+    write_back::ServerFields fields;
+    fields.uid = self.node_uid;
+    fields.resource_version = node_version;
+    fields.timestamp = node_created;
+    fields.manager = "kubelet";
+    const Result<json> stored = write_back::write_back(node, nullptr, fields);
+    // kube-apiserver would have refused this registration: the test's Node is wrong.
+    if (!stored.is_ok())
+      return answer_status(res, 500, "the test's Node: " + stored.status().message());
+    res.set_content(stored->dump(), "application/json");
+  });
+}
+
+void FakeApiServer::Impl::serve_slices() {
+  server->Get("/apis/resource.k8s.io/v1/resourceslices", [this](const httplib::Request& req,
+                                                                httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    self.last_list_query = req.get_param_value("fieldSelector");
+    json items = json::array();
+    for (const auto& [name, slice] : self.slices) items.push_back(slice);
+    res.set_content(
+        json{{"apiVersion", "resource.k8s.io/v1"}, {"kind", "ResourceSliceList"}, {"items", items}}
+            .dump(),
+        "application/json");
+  });
+  server->Post("/apis/resource.k8s.io/v1/resourceslices",
+               [this](const httplib::Request& req, httplib::Response& res) {
+                 std::lock_guard lock(mutex);
+                 std::optional<json> decoded = decoded_body(req, res);
+                 if (!decoded) return;
+                 json body = std::move(*decoded);
+                 self.writes.push_back({"POST", req.path, body});
+                 apiserver::default_resource_slice(body, now());
+                 if (!self.device_taints_gate)
+                   apiserver::drop_disabled_device_taints(body, nullptr);
+                 if (auto refused = apiserver::check_resource_slice_write(body, nullptr))
+                   return refuse(res, *refused);
+                 const std::string name = body["metadata"]["name"];
+                 if (self.slices.count(name)) return answer_status(res, 409, "already exists");
+                 write_back::ServerFields fields;
+                 fields.uid = "slice-uid-" + name;
+                 fields.resource_version = std::to_string(++last_version);
+                 fields.timestamp = write_back::rfc3339(now());
+                 Result<json> stored = write_back::write_back(body, nullptr, fields);
+                 if (!stored.is_ok()) return answer_status(res, 422, stored.status().message());
+                 self.slices[name] = *stored;
+                 res.status = 201;
+                 res.set_content(stored->dump(), "application/json");
+               });
+  server->Put(R"(/apis/resource\.k8s\.io/v1/resourceslices/([^/]+))",
+              [this](const httplib::Request& req, httplib::Response& res) {
+                std::lock_guard lock(mutex);
+                std::optional<json> decoded = decoded_body(req, res);
+                if (!decoded) return;
+                json body = std::move(*decoded);
+                self.writes.push_back({"PUT", req.path, body});
+                apiserver::default_resource_slice(body, now());
+                const std::string name = req.matches[1].str();
+                const auto it = self.slices.find(name);
+                if (it == self.slices.end()) return answer_status(res, 404, "not found");
+                // No resourceVersion: unconditional (the strategy allows it); a stale one: 409.
+                const Status current = write_back::check_resource_version(
+                    body, it->second, name, "resourceslices.resource.k8s.io");
+                if (!current.is_ok())
+                  return answer_status(
+                      res, 409, current.message(), "Conflict",
+                      {{"name", name}, {"group", "resource.k8s.io"}, {"kind", "resourceslices"}});
+                if (!self.device_taints_gate)
+                  apiserver::drop_disabled_device_taints(body, &it->second);
+                if (auto refused = apiserver::check_resource_slice_write(body, &it->second))
+                  return refuse(res, *refused);
+                write_back::ServerFields fields;
+                fields.resource_version = std::to_string(++last_version);
+                fields.timestamp = write_back::rfc3339(now());
+                Result<json> stored = write_back::write_back(body, &it->second, fields);
+                if (!stored.is_ok()) return answer_status(res, 422, stored.status().message());
+                it->second = *stored;
+                res.set_content(stored->dump(), "application/json");
+              });
+  server->Delete(R"(/apis/resource\.k8s\.io/v1/resourceslices/([^/]+))",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   std::lock_guard lock(mutex);
+                   self.writes.push_back({"DELETE", req.path, nullptr});
+                   if (!self.slices.erase(req.matches[1].str()))
+                     return answer_status(res, 404, "not found");
+                   res.set_content(R"({"kind":"Status","status":"Success"})", "application/json");
+                 });
+}
+
+FakeApiServer::FakeApiServer(std::string token)
+    : impl_(std::make_unique<Impl>(*this, std::move(token))) {
+  Impl& impl = *impl_;
+  impl.make_certificate();
+  impl.node_version = std::to_string(++impl.last_version);
+  impl.node_created = write_back::rfc3339(impl.now());
+  impl.server = std::make_unique<httplib::SSLServer>(impl.certificate, impl.private_key);
+  impl.server->set_pre_routing_handler(
+      [&impl](const httplib::Request& req, httplib::Response& res) {
+        std::lock_guard lock(impl.mutex);
+        ++impl.requests;
+        if (impl.fail_next > 0) {
+          --impl.fail_next;
+          answer_status(res, 503, "the server is currently unable to handle the request");
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        if (req.get_header_value("Authorization") != "Bearer " + impl.token) {
+          answer_status(res, 401, "Unauthorized");
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+      });
+  impl.serve_claims();
+  impl.serve_node();
+  impl.serve_slices();
+  impl.server->set_tcp_nodelay(true);  // as the API server: no 40 ms delayed-ACK stalls
+  impl.port = impl.server->bind_to_any_port("127.0.0.1");
+  impl.thread = std::thread([&impl] { impl.server->listen_after_bind(); });
+  // stop() only stops a server that is running: wait for the accept loop before returning.
+  while (!impl.server->is_running()) std::this_thread::yield();
+}
+
+FakeApiServer::~FakeApiServer() {
+  impl_->server->stop();
+  impl_->thread.join();
+  impl_->server.reset();
+  X509_free(impl_->certificate);
+  EVP_PKEY_free(impl_->private_key);
+}
+
+std::string FakeApiServer::url() const {
+  return "https://127.0.0.1:" + std::to_string(impl_->port);
+}
+const std::string& FakeApiServer::ca_pem() const {
+  return impl_->ca_pem;
+}
+const std::string& FakeApiServer::token() const {
+  return impl_->token;
+}
+
+kube::KubeConnection FakeApiServer::connection() const {
+  kube::KubeConnection c;
+  c.server = url();
+  c.ca_pem = impl_->ca_pem;
+  c.token = impl_->token;
+  return c;
+}
+
+void FakeApiServer::add_claim(const std::string& ns, const std::string& name,
+                              const std::string& text) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->claims[ns + "/" + name] = text;
+  const json claim = json::parse(text, nullptr, false);
+  if (!claim.is_object() || claim.value("kind", "") != "ResourceClaim" ||
+      !claim.contains("metadata") || !claim["metadata"].is_object())
+    return;
+  write_back::ServerFields fields;
+  fields.uid = claim["metadata"].value("uid", "");
+  fields.resource_version = std::to_string(++impl_->last_version);
+  fields.timestamp = claim["metadata"].value("creationTimestamp", "");
+  Result<json> created = write_back::write_back(claim, nullptr, fields);
+  if (!created.is_ok()) return;
+  Result<json> stored =
+      write_back::write_back_status(claim, *created, std::to_string(++impl_->last_version),
+                                    {"kube-scheduler", write_back::rfc3339(impl_->now())});
+  if (stored.is_ok()) impl_->claims[ns + "/" + name] = stored->dump();
+}
+
+void FakeApiServer::delete_claim(const std::string& ns, const std::string& name) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->claims.erase(ns + "/" + name);
+}
+
+bool FakeApiServer::set_reserved_pods(
+    const std::string& ns, const std::string& name,
+    const std::vector<std::pair<std::string, std::string>>& pods) {
+  std::lock_guard lock(impl_->mutex);
+  const auto it = impl_->claims.find(ns + "/" + name);
+  if (it == impl_->claims.end()) return false;
+  const json stored = json::parse(it->second, nullptr, false);
+  if (!stored.is_object() || stored.value("kind", "") != "ResourceClaim" ||
+      !stored.contains("metadata") || !stored["metadata"].is_object())
+    return false;
+  json reserved = json::array();
+  for (const auto& [pod, uid] : pods)
+    reserved.push_back({{"resource", "pods"}, {"name", pod}, {"uid", uid}});
+  json posted = stored;
+  posted["status"]["reservedFor"] = reserved;
+  const Result<json> updated =
+      write_back::write_back_status(posted, stored, std::to_string(++impl_->last_version),
+                                    {"kube-scheduler", write_back::rfc3339(impl_->now())});
+  if (!updated.is_ok()) return false;
+  it->second = updated->dump();
+  return true;
+}
+
+void FakeApiServer::fail_next(int n) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->fail_next = n;
+}
+
+int FakeApiServer::requests() {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->requests;
+}
+
+int FakeApiServer::claim_gets(const std::string& ns, const std::string& name) {
+  std::lock_guard lock(impl_->mutex);
+  const auto it = impl_->claim_gets.find(ns + "/" + name);
+  return it == impl_->claim_gets.end() ? 0 : it->second;
+}
+
+int FakeApiServer::claim_cache_gets(const std::string& ns, const std::string& name) {
+  std::lock_guard lock(impl_->mutex);
+  const auto it = impl_->claim_cache_gets.find(ns + "/" + name);
+  return it == impl_->claim_cache_gets.end() ? 0 : it->second;
+}
+
+std::vector<RecordedWrite> FakeApiServer::take_writes() {
+  std::lock_guard lock(impl_->mutex);
+  return std::exchange(writes, {});
+}
+
+std::map<std::string, json> FakeApiServer::stored_slices() {
+  std::lock_guard lock(impl_->mutex);
+  return slices;
+}
+
+void FakeApiServer::set_time(std::time_t when) {
+  impl_->time.store(when);
+}
+
+void FakeApiServer::delete_slices() {
+  std::lock_guard lock(impl_->mutex);
+  slices.clear();
+}
+
+}  // namespace tessera::agent::testing

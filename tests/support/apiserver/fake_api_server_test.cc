@@ -1,0 +1,158 @@
+// The fake API server (apiserver/fake_api_server.h) answers as kube-apiserver does on the paths
+// that once bypassed its write-back: the Node GET (the Node as stored: server metadata, defaults,
+// canonical quantities, Go's empty structs; pkg/registry/core/node/strategy.go @6785e9ed,
+// pkg/apis/core/v1/defaults.go @e34b0935), a shared claim's new pod (a status update:
+// pkg/registry/resource/resourceclaim/strategy.go @0021a864a65a17f2ad15b60545ef41fdfc30cc4c), and
+// a slice update without a resourceVersion (unconditional, as
+// staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go @f565665e allows where the
+// strategy's AllowUnconditionalUpdate() is true: pkg/registry/resource/resourceslice/strategy.go
+// @a79f3c787d204848670cdf3e424107053ffcea3e).
+#include "apiserver/fake_api_server.h"
+
+#include <gtest/gtest.h>
+
+#include "apiserver/claim_fixture.h"
+#include "tessera/kube/http_kube_client.h"
+
+namespace tessera::agent::testing {
+namespace {
+
+using nlohmann::json;
+
+kube::RetryPolicy one_try() {
+  kube::RetryPolicy retry;
+  retry.attempts = 1;
+  return retry;
+}
+
+json get(kube::HttpKubeClient& client, const std::string& path) {
+  const Result<kube::ApiResponse> answer = client.request("GET", path);
+  EXPECT_TRUE(answer.is_ok()) << answer.status().message();
+  return answer.is_ok() ? json::parse(answer->body) : json();
+}
+
+const json* status_entry(const json& object, const std::string& manager) {
+  const json* found = nullptr;
+  for (const json& entry : object["metadata"]["managedFields"])
+    if (entry.value("manager", "") == manager && entry.value("subresource", "") == "status") {
+      EXPECT_EQ(found, nullptr) << "two status entries of " << manager;
+      found = &entry;
+    }
+  return found;
+}
+
+// Kubelet registered the Node with its capacity only: the GET answers the stored Node, not the
+// configuration.
+TEST(FakeApiServer, TheNodeIsAnsweredAsTheApiServerStoredKubeletsRegistration) {
+  FakeApiServer server;
+  server.node_status = {{"capacity", {{"memory", "1048576Ki"}, {"cpu", "4000m"}, {"pods", "110"}}}};
+  kube::HttpKubeClient client(server.connection(), one_try());
+  const json node = get(client, "/api/v1/nodes/node-a");
+  const json& metadata = node["metadata"];
+  EXPECT_EQ(metadata["name"], "node-a");
+  EXPECT_EQ(metadata["uid"], server.node_uid);
+  ASSERT_TRUE(metadata["resourceVersion"].is_string());
+  EXPECT_FALSE(metadata["resourceVersion"].get<std::string>().empty());
+  EXPECT_TRUE(metadata["creationTimestamp"].is_string());
+  EXPECT_EQ(metadata["managedFields"][0]["manager"], "kubelet");
+  EXPECT_FALSE(metadata.contains("generation"));  // the node strategy keeps none
+  EXPECT_EQ(node["spec"], json::object());
+  const json& status = node["status"];
+  EXPECT_EQ(status["capacity"]["memory"], "1Gi");  // canonical
+  EXPECT_EQ(status["capacity"]["cpu"], "4");
+  EXPECT_EQ(status["allocatable"], status["capacity"]);  // SetDefaults_NodeStatus
+  EXPECT_EQ(status["daemonEndpoints"]["kubeletEndpoint"]["Port"], 0);
+  EXPECT_EQ(status["nodeInfo"]["machineID"], "");
+  EXPECT_EQ(status["nodeInfo"]["kubeletVersion"], "");
+  // Stored once: a second read is the same object.
+  EXPECT_EQ(get(client, "/api/v1/nodes/node-a"), node);
+}
+
+// A second pod sharing the claim: the scheduler's status update moves the resourceVersion, not
+// the generation, keeps the spec, and is kube-scheduler's status entry in managedFields.
+TEST(FakeApiServer, ASharedClaimsNewPodIsAStatusUpdate) {
+  FakeApiServer server;
+  server.set_time(1764547200);  // 2025-12-01T00:00:00Z
+  server.add_claim(
+      "tenants", "train",
+      written_claim("train", "claim-uid", {{"a", "gpu-0", "s-a", "8192Mi", "30"}}).dump());
+  kube::HttpKubeClient client(server.connection(), one_try());
+  const std::string path = "/apis/resource.k8s.io/v1/namespaces/tenants/resourceclaims/train";
+  const json before = get(client, path);
+  ASSERT_NE(status_entry(before, "kube-scheduler"), nullptr);
+  EXPECT_EQ((*status_entry(before, "kube-scheduler"))["time"], "2025-12-01T00:00:00Z");
+  EXPECT_EQ(before["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["memory"],
+            "8Gi");
+
+  server.set_time(1764547260);
+  ASSERT_TRUE(server.set_reserved_pods("tenants", "train", {{"a", "uid-a"}, {"b", "uid-b"}}));
+  const json after = get(client, path);
+  EXPECT_GT(std::stoull(after["metadata"]["resourceVersion"].get<std::string>()),
+            std::stoull(before["metadata"]["resourceVersion"].get<std::string>()));
+  EXPECT_EQ(after["metadata"]["generation"], before["metadata"]["generation"]);
+  EXPECT_EQ(after["metadata"]["uid"], "claim-uid");
+  EXPECT_EQ(after["spec"], before["spec"]);
+  EXPECT_EQ(after["status"]["allocation"], before["status"]["allocation"]);
+  EXPECT_EQ(after["status"]["reservedFor"],
+            json::parse(R"([{"resource":"pods","name":"a","uid":"uid-a"},
+                            {"resource":"pods","name":"b","uid":"uid-b"}])"));
+  const json* entry = status_entry(after, "kube-scheduler");
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ((*entry)["time"], "2025-12-01T00:01:00Z");
+  EXPECT_EQ((*entry)["operation"], "Update");
+
+  // A body served as given is no claim a status update can write.
+  server.add_claim("tenants", "garbled", "not json");
+  EXPECT_FALSE(server.set_reserved_pods("tenants", "garbled", {{"a", "uid-a"}}));
+  EXPECT_FALSE(server.set_reserved_pods("tenants", "missing", {{"a", "uid-a"}}));
+}
+
+// kube-apiserver takes an update without a resourceVersion (the strategy allows it) and refuses
+// a stale one with NewConflict's 409.
+TEST(FakeApiServer, ASliceUpdateWithoutAResourceVersionIsUnconditional) {
+  FakeApiServer server;
+  kube::HttpKubeClient client(server.connection(), one_try());
+  const json slice = {
+      {"apiVersion", "resource.k8s.io/v1"},
+      {"kind", "ResourceSlice"},
+      {"metadata", {{"name", "node-a-vgpu.tessera.dev-0"}}},
+      {"spec",
+       {{"driver", "vgpu.tessera.dev"},
+        {"nodeName", "node-a"},
+        {"pool", {{"name", "node-a"}, {"generation", 1}, {"resourceSliceCount", 1}}},
+        {"devices", {{{"name", "gpu-0"}}}}}}};
+  const std::string path = "/apis/resource.k8s.io/v1/resourceslices/node-a-vgpu.tessera.dev-0";
+  const Result<kube::ApiResponse> created =
+      client.request("POST", "/apis/resource.k8s.io/v1/resourceslices", slice.dump());
+  ASSERT_TRUE(created.is_ok()) << created.status().message();
+  const json first = json::parse(created->body);
+
+  json unconditional = first;
+  unconditional["metadata"].erase("resourceVersion");
+  unconditional["spec"]["pool"]["generation"] = 2;
+  const Result<kube::ApiResponse> updated = client.request("PUT", path, unconditional.dump());
+  ASSERT_TRUE(updated.is_ok()) << updated.status().message();
+  const json second = json::parse(updated->body);
+  EXPECT_NE(second["metadata"]["resourceVersion"], first["metadata"]["resourceVersion"]);
+  EXPECT_EQ(second["metadata"]["generation"], 2);
+  EXPECT_EQ(server.stored_slices().at("node-a-vgpu.tessera.dev-0")["spec"]["pool"]["generation"],
+            2);
+
+  json stale = first;
+  stale["spec"]["pool"]["generation"] = 3;
+  const Status conflict = client.request("PUT", path, stale.dump()).status();
+  EXPECT_EQ(conflict.code(), StatusCode::kAlreadyExists);  // HTTP 409
+  EXPECT_EQ(conflict.message(),
+            "PUT " + path +
+                ": HTTP 409: Operation cannot be fulfilled on resourceslices.resource.k8s.io "
+                "\"node-a-vgpu.tessera.dev-0\": the object has been modified; please apply your "
+                "changes to the latest version and try again");
+
+  json current = second;
+  current["spec"]["pool"]["generation"] = 3;
+  ASSERT_TRUE(client.request("PUT", path, current.dump()).is_ok());
+  EXPECT_EQ(server.stored_slices().at("node-a-vgpu.tessera.dev-0")["metadata"]["generation"], 3);
+}
+
+}  // namespace
+}  // namespace tessera::agent::testing
