@@ -10,11 +10,23 @@
 # With SIMGPU_LIB_DIR set it runs on the simulated GPU instead: CI uses this to prove the verdicts;
 # TESSERA_CHECK_QUOTA (bytes, default the 4 GiB given to the share) is what the reports must show.
 # TESSERA_CHECK_ONLY=runtime-static (or -shared, -ptds) runs that probe's three runs alone, without
-# the libraries and the samples: CI's broken-expectation run needs one failing run, not all of them.
+# the libraries and the samples: CI's broken-expectation run needs one failing run, not all of them
+# (another value: exit 64, nothing run).
 # Usage: scripts/gpu-checks/runtime.sh OUT_DIR [BUILD_DIR]   (BUILD_DIR: a release build)
 set -euo pipefail
 out=${1:?usage: runtime.sh OUT_DIR [BUILD_DIR]}
 build=${2:-build/release}
+build_kinds=(static shared ptds)
+only=${TESSERA_CHECK_ONLY:-}
+if [[ -n $only ]]; then
+  case $only in
+    runtime-static | runtime-shared | runtime-ptds) build_kinds=("${only#runtime-}") ;;
+    *)
+      echo "runtime: TESSERA_CHECK_ONLY is '$only': it must be runtime-static, runtime-shared or runtime-ptds" >&2
+      exit 64
+      ;;
+  esac
+fi
 mkdir -p "$out"
 if [[ -n ${SIMGPU_LIB_DIR:-} ]]; then
   export LD_LIBRARY_PATH=$SIMGPU_LIB_DIR:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -46,17 +58,6 @@ check() {  # label python-expression over `r` (the report)
   fi
 }
 
-build_kinds=(static shared ptds)
-only=${TESSERA_CHECK_ONLY:-}
-if [[ -n $only ]]; then
-  case $only in
-    runtime-static | runtime-shared | runtime-ptds) build_kinds=("${only#runtime-}") ;;
-    *)
-      echo "runtime: TESSERA_CHECK_ONLY is '$only': it must be runtime-static, runtime-shared or runtime-ptds" >&2
-      exit 2
-      ;;
-  esac
-fi
 for build_kind in "${build_kinds[@]}"; do
   probe=$programs/runtime_probe_$build_kind
   r=$(record "runtime-$build_kind-bare-query" "$probe" query)
