@@ -3,10 +3,11 @@
 # - One GoogleTest executable per component (tests/<component>/), not one per file: the headers
 #   every test file includes (GoogleTest, nlohmann-json, the standard library) are precompiled once
 #   per executable, and the suite links a handful of programs instead of seventy.
-# - Test code is compiled without optimisation in the release configuration (-O0) and with -O1 in
-#   a sanitizer one: it is compiled far more often than it runs, and what it tests, the product's
-#   libraries, keeps the configuration's flags. Benchmarks and the programs the tests run (probes,
-#   hostile tenants) are not test code: they keep the configuration's optimisation.
+# - Test code is compiled without optimisation (-O0), in a sanitizer configuration too: it is
+#   compiled far more often than it runs, and what it tests, the product's libraries, keeps the
+#   configuration's flags. The programs the tests run (probes, hostile tenants) are not test code:
+#   they keep the configuration's optimisation. Benchmark and tool harnesses whose measured code
+#   is the product's libraries are built at -O1 (tessera_harness_flags).
 # - TESSERA_TEST_SCOPE picks the tests. `all` (the release preset) builds and registers every test.
 #   `sanitized` (the asan preset) builds only the tests of the code that handles native memory or
 #   input a tenant or a file can forge (tessera_test_sources(SANITIZED ...) below) and the fuzzers,
@@ -50,13 +51,18 @@ set(TESSERA_TEST_PRECOMPILED_HEADERS
     <filesystem> <fstream> <functional> <map> <memory> <optional> <sstream> <string> <thread>
     <vector>)
 
-# Test code's optimisation (see the top of this file).
+# Test code's optimisation (see the top of this file). Under the sanitizers too: ASan and UBSan
+# instrument -O0 code fully, and -O1 cost a heavy test file twice the compile time.
 function(tessera_test_code_flags target)
-  if(TESSERA_SANITIZE)
-    target_compile_options(${target} PRIVATE -O1)
-  else()
-    target_compile_options(${target} PRIVATE -O0)
-  endif()
+  target_compile_options(${target} PRIVATE -O0)
+endfunction()
+
+# A benchmark's or tool's harness whose measured code is the product's (the libraries it links,
+# which keep -O3): -O1 in an optimised configuration, as compiling its fixtures (the fake API
+# server, cpp-httplib) at -O3 costs far more than it buys. A benchmark whose measured loop is in
+# its own file keeps the configuration's flags. The debug configuration keeps -O0.
+function(tessera_harness_flags target)
+  target_compile_options(${target} PRIVATE $<$<NOT:$<CONFIG:Debug>>:-O1>)
 endfunction()
 
 # tessera_test_executable(<target> SOURCES ... [LIBRARIES ...] [INCLUDES ...] [DEFINITIONS ...])

@@ -47,6 +47,15 @@ void add_common_options(CLI::App& app, CommonOptions& options) {
       ->default_str(proc_address);
 }
 
+std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  }
+  return std::nullopt;
+}
+
 CLI::Option* add_quantity_option(CLI::App& app, const std::string& name, uint64_t& bytes,
                                  const std::string& description) {
   return add_quantity_option(

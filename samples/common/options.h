@@ -8,16 +8,15 @@
 #include <optional>
 #include <string>
 
-#include "resolve.h"
+#include "common_options.h"
 
 namespace tessera::samples {
 
-struct CommonOptions {
-  int device = 0;
-  Resolve resolve = Resolve::kProcAddress;
-};
-
 void add_common_options(CLI::App& app, CommonOptions& options);
+
+// Parses the command line into the app's options (what CLI11_PARSE does, as a value): the exit
+// status when it ends the program (--help: 0; a usage error, printed: its code), else nullopt.
+std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv);
 
 // Adds an option that takes a byte quantity; a value that does not parse is a usage error.
 CLI::Option* add_quantity_option(CLI::App& app, const std::string& name, uint64_t& bytes,

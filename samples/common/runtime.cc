@@ -13,14 +13,6 @@ void runtime_check(cudaError_t error, std::string_view call) {
   throw RuntimeError(error, std::string(call) + " failed: " + runtime_error_name(error));
 }
 
-std::string_view default_stream_name() {
-#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
-  return "per-thread";
-#else
-  return "legacy";
-#endif
-}
-
 RuntimeDevice open_runtime_device(int ordinal) {
   RuntimeDevice device;
   device.ordinal = ordinal;
@@ -42,14 +34,15 @@ RuntimeDevice open_runtime_device(int ordinal) {
   return device;
 }
 
-Json runtime_report_header(std::string_view sample, const RuntimeDevice& device) {
+Json runtime_report_header(std::string_view sample, const RuntimeDevice& device,
+                           std::string_view default_stream) {
   Json report;
   report["sample"] = sample;
   report["device"] = device.name;
   report["device_index"] = device.ordinal;
   report["driver_version"] = device.driver_version;
   report["runtime_version"] = device.runtime_version;
-  report["default_stream"] = default_stream_name();
+  report["default_stream"] = default_stream;
   return report;
 }
 

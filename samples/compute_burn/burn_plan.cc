@@ -22,25 +22,6 @@ uint64_t ceil_div(uint64_t a, uint64_t b) {
 
 }  // namespace
 
-void add_burn_options(CLI::App& app, BurnOptions& options) {
-  app.add_option("--seconds", options.seconds, "How long to keep launching")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--sync-every", options.sync_every,
-                 "Launches per batch: the batch's last kernel is timed, then the batch awaited")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 20));
-  app.add_option("--iters", options.iterations, "FMA iterations per chain")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 30));
-  app.add_option("--blocks-per-sm", options.blocks_per_sm, "Blocks of work per SM per kernel")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 16));
-  app.add_option("--threads", options.threads, "Threads per block")
-      ->capture_default_str()
-      ->check(CLI::Range(32u, 1024u));
-}
-
 BurnGrid plan_burn_grid(const BurnOptions& options, int sm_count, int resident_per_sm,
                         bool cooperative) {
   if (resident_per_sm <= 0) throw std::runtime_error("the kernel cannot run with these threads");

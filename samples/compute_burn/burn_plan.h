@@ -3,8 +3,6 @@
 // Only the calls that launch and time a kernel differ between the two.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -13,6 +11,7 @@
 
 namespace tessera::samples {
 
+// --seconds, --sync-every, --iters, --blocks-per-sm, --threads (parsed in burn_cli.cc).
 struct BurnOptions {
   double seconds = 5;
   unsigned sync_every = 16;
@@ -20,9 +19,6 @@ struct BurnOptions {
   unsigned blocks_per_sm = 64;
   unsigned threads = 256;
 };
-
-// --seconds, --sync-every, --iters, --blocks-per-sm, --threads.
-void add_burn_options(CLI::App& app, BurnOptions& options);
 
 // One kernel's grid: `blocks_per_sm` blocks of work per SM. A cooperative grid must be
 // co-resident, so it launches one wave and each block does `rounds` blocks of that work.

@@ -6,25 +6,20 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "burn_cli.h"
 #include "burn_kernels_ptx.h"
 #include "burn_plan.h"
 #include "driver.h"
-#include "options.h"
 #include "report.h"
 
 namespace tessera::samples {
 namespace {
 
-struct Options {
-  CommonOptions common;
-  BurnOptions burn;
-  std::string launch = "kernel";
-};
-
-void run(const Options& options) {
+void run(const ComputeBurnOptions& options) {
   const Driver driver = Driver::load(options.common.resolve);
   const DriverApi& cu = driver.api();
   PrimaryContext context(driver, options.common.device);
@@ -154,18 +149,9 @@ void run(const Options& options) {
 
 int main(int argc, char** argv) {
   using namespace tessera::samples;
-  Options options;
-  CLI::App app{
-      "Runs a throughput-bound FMA kernel for a while; prints kernels/s and kernel latency as "
-      "one JSON line"};
-  add_common_options(app, options.common);
-  add_burn_options(app, options.burn);
-  app.add_option("--launch", options.launch,
-                 "kernel: cuLaunchKernel, kernel-ex: cuLaunchKernelEx, ptsz: cuLaunchKernel_ptsz "
-                 "on the per-thread default stream, cooperative: cuLaunchCooperativeKernel (a "
-                 "co-resident grid), graph: cuGraphLaunch of a one-kernel graph")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"kernel", "kernel-ex", "ptsz", "cooperative", "graph"}));
-  CLI11_PARSE(app, argc, argv);
+  ComputeBurnOptions options;
+  if (const std::optional<int> status = parse_compute_burn_command_line(argc, argv, options)) {
+    return *status;
+  }
   return run_sample("compute-burn", [&] { run(options); });
 }

@@ -9,26 +9,20 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "burn_cli.h"
 #include "burn_plan.h"
 #include "burn_runtime.h"
-#include "options.h"
 #include "report.h"
 #include "runtime.h"
 
 namespace tessera::samples {
 namespace {
 
-struct Options {
-  int device = 0;
-  BurnOptions burn;
-  std::string launch = "chevron";
-  std::string stream = "created";
-};
-
-void run(const Options& options) {
+void run(const ComputeBurnRuntimeOptions& options) {
   const RuntimeDevice device = open_runtime_device(options.device);
   const bool cooperative = options.launch == "cooperative";
   const char* kernel_name = cooperative ? "burn_fma_coop" : "burn_fma";
@@ -120,7 +114,7 @@ void run(const Options& options) {
   if (stream != nullptr) CUDART_CHECK(cudaStreamDestroy(stream));
   CUDART_CHECK(cudaFree(out));
 
-  Json report = runtime_report_header("compute-burn-runtime", device);
+  Json report = runtime_report_header("compute-burn-runtime", device, kBuiltDefaultStream);
   report["launch"] = options.launch;
   report["stream"] = options.stream;
   report["kernel"] = kernel_name;
@@ -133,25 +127,10 @@ void run(const Options& options) {
 
 int main(int argc, char** argv) {
   using namespace tessera::samples;
-  Options options;
-  CLI::App app{
-      "Runs a throughput-bound FMA kernel through the CUDA runtime for a while; prints kernels/s "
-      "and kernel latency as one JSON line"};
-  app.add_option("--device", options.device, "Device ordinal")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  add_burn_options(app, options.burn);
-  app.add_option("--launch", options.launch,
-                 "chevron: burn_fma<<<>>>, kernel-ex: cudaLaunchKernelEx, cooperative: "
-                 "cudaLaunchCooperativeKernel (a co-resident grid), graph: cudaGraphLaunch of a "
-                 "graph captured from a stream (cudaStreamBeginCapture)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"chevron", "kernel-ex", "cooperative", "graph"}));
-  app.add_option("--stream", options.stream,
-                 "created: a non-blocking stream of cudaStreamCreateWithFlags; default: stream 0, "
-                 "legacy or per-thread as the binary was built")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"created", "default"}));
-  CLI11_PARSE(app, argc, argv);
+  ComputeBurnRuntimeOptions options;
+  if (const std::optional<int> status =
+          parse_compute_burn_runtime_command_line(argc, argv, options)) {
+    return *status;
+  }
   return run_sample("compute-burn-runtime", [&] { run(options); });
 }

@@ -4,22 +4,7 @@
 #include <chrono>
 #include <thread>
 
-#include "options.h"
-
 namespace tessera::samples {
-
-void add_fill_options(CLI::App& app, FillOptions& options, const std::string& max_help) {
-  add_quantity_option(app, "--chunk", options.chunk, "First chunk size")->default_str("4Gi");
-  add_quantity_option(app, "--max", options.max, max_help);
-  app.add_option("--hold-seconds", options.hold_seconds, "Hold the memory this long before freeing")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--start-at", options.start_at,
-                 "Create the context at once but start filling at this time (seconds since the "
-                 "epoch), so several processes can fill together");
-  app.add_flag("--fine,!--no-fine", options.fine,
-               "After the first refusal retry with halving chunks down to 2 MiB (default on)");
-}
 
 void wait_for_start(const FillOptions& options) {
   if (!options.start_at) return;

@@ -3,8 +3,6 @@
 // keys. Only the calls that obtain and release memory differ between the two.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -23,6 +21,7 @@ inline uint64_t round_down(uint64_t value, uint64_t multiple) {
   return value / multiple * multiple;
 }
 
+// --chunk, --max, --hold-seconds, --start-at, --fine/--no-fine (parsed in fill_cli.cc).
 struct FillOptions {
   uint64_t chunk = 4 * kGiB;
   std::optional<uint64_t> max;
@@ -30,9 +29,6 @@ struct FillOptions {
   std::optional<double> start_at;  // seconds since the epoch
   bool fine = true;
 };
-
-// --chunk, --max (described by `max_help`), --hold-seconds, --start-at, --fine/--no-fine.
-void add_fill_options(CLI::App& app, FillOptions& options, const std::string& max_help);
 
 // Sleeps until --start-at, once the context exists (its memory is taken), so tenants started
 // together also fill together, rather than the first one taking the memory the others need for

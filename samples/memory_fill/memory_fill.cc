@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "driver.h"
+#include "fill_cli.h"
 #include "fill_plan.h"
-#include "options.h"
 #include "report.h"
 
 namespace tessera::samples {
@@ -265,16 +265,10 @@ std::unique_ptr<ChunkAllocator> make_allocator(const std::string& api, const Dri
   if (api == "pool") return std::make_unique<StreamOrderedAllocator>(driver, device, true);
   if (api == "vmm") return std::make_unique<VmmAllocator>(driver, device);
   if (api == "array") return std::make_unique<ArrayAllocator>(driver);
-  throw std::logic_error("unknown api " + api);  // CLI11 validated the name
+  throw std::logic_error("unknown api " + api);  // the command line validated the name
 }
 
-struct Options {
-  CommonOptions common;
-  std::string api = "alloc";
-  FillOptions fill;
-};
-
-void run(const Options& options) {
+void run(const MemoryFillOptions& options) {
   const Driver driver = Driver::load(options.common.resolve);
   const DriverApi& cu = driver.api();
   PrimaryContext context(driver, options.common.device);
@@ -325,19 +319,9 @@ void run(const Options& options) {
 
 int main(int argc, char** argv) {
   using namespace tessera::samples;
-  Options options;
-  CLI::App app{
-      "Allocates device memory in chunks until the driver refuses, then frees it; prints one "
-      "JSON line"};
-  add_common_options(app, options.common);
-  app.add_option("--api", options.api,
-                 "alloc: cuMemAlloc_v2, pitch: cuMemAllocPitch_v2, managed: cuMemAllocManaged, "
-                 "async: cuMemAllocAsync (default pool), pool: cuMemAllocFromPoolAsync, "
-                 "vmm: cuMemCreate+cuMemMap, array: cuArray3DCreate_v2")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"alloc", "pitch", "managed", "async", "pool", "vmm", "array"}));
-  add_fill_options(app, options.fill,
-                   "Stop after this much (managed: default the device's total memory)");
-  CLI11_PARSE(app, argc, argv);
+  MemoryFillOptions options;
+  if (const std::optional<int> status = parse_memory_fill_command_line(argc, argv, options)) {
+    return *status;
+  }
   return run_sample("memory-fill", [&] { run(options); });
 }

@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "fill_cli.h"
 #include "fill_plan.h"
-#include "options.h"
 #include "report.h"
 #include "runtime.h"
 
@@ -218,10 +218,6 @@ class StreamOrderedAllocator : public ChunkAllocator {
   std::vector<void*> chunks_;
 };
 
-const std::vector<std::string> kApis = {
-    "cudaMalloc",      "cudaMallocAsync", "cudaMallocFromPoolAsync", "cudaMallocManaged",
-    "cudaMallocPitch", "cudaMalloc3D",    "cudaMalloc3DArray",       "cudaMallocHost"};
-
 std::unique_ptr<ChunkAllocator> make_allocator(const std::string& api, int device) {
   if (api == "cudaMalloc") return std::make_unique<PlainAllocator>();
   if (api == "cudaMallocAsync") return std::make_unique<StreamOrderedAllocator>(device, false);
@@ -233,16 +229,10 @@ std::unique_ptr<ChunkAllocator> make_allocator(const std::string& api, int devic
   if (api == "cudaMalloc3D") return std::make_unique<Pitched3DAllocator>();
   if (api == "cudaMalloc3DArray") return std::make_unique<ArrayAllocator>();
   if (api == "cudaMallocHost") return std::make_unique<HostAllocator>();
-  throw std::logic_error("unknown api " + api);  // CLI11 validated the name
+  throw std::logic_error("unknown api " + api);  // the command line validated the name
 }
 
-struct Options {
-  int device = 0;
-  std::string api = "cudaMalloc";
-  FillOptions fill;
-};
-
-void run(const Options& options) {
+void run(const MemoryFillRuntimeOptions& options) {
   const RuntimeDevice device = open_runtime_device(options.device);
 
   std::optional<uint64_t> max = options.fill.max;
@@ -277,7 +267,7 @@ void run(const Options& options) {
   size_t free_after_release = 0;
   CUDART_CHECK(cudaMemGetInfo(&free_after_release, &total));
 
-  Json report = runtime_report_header("memory-fill-runtime", device);
+  Json report = runtime_report_header("memory-fill-runtime", device, kBuiltDefaultStream);
   report["api"] = options.api;
   report["device_memory"] = options.api != "cudaMallocHost";
   add_fill_report(report, options.fill, filled,
@@ -290,23 +280,10 @@ void run(const Options& options) {
 
 int main(int argc, char** argv) {
   using namespace tessera::samples;
-  Options options;
-  CLI::App app{
-      "Allocates memory in chunks through the CUDA runtime until it refuses, then frees it; "
-      "prints one JSON line"};
-  app.add_option("--device", options.device, "Device ordinal")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--api", options.api,
-                 "The runtime call: cudaMalloc, cudaMallocAsync (default pool), "
-                 "cudaMallocFromPoolAsync (a pool of cudaMemPoolCreate), cudaMallocManaged, "
-                 "cudaMallocPitch, cudaMalloc3D, cudaMalloc3DArray, cudaMallocHost (pinned host "
-                 "memory, which takes no device memory)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(kApis));
-  add_fill_options(app, options.fill,
-                   "Stop after this much (default for cudaMallocManaged: the device's total "
-                   "memory; for cudaMallocHost: 1Gi)");
-  CLI11_PARSE(app, argc, argv);
+  MemoryFillRuntimeOptions options;
+  if (const std::optional<int> status =
+          parse_memory_fill_runtime_command_line(argc, argv, options)) {
+    return *status;
+  }
   return run_sample("memory-fill-runtime", [&] { run(options); });
 }
