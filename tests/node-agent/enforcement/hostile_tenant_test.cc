@@ -456,7 +456,9 @@ TEST_F(HostileTenant, AHighWaterResettingTenantIsKilledUnderKill) {
       start(tenant, {"--attack", "reset-high-water", "--bytes", std::to_string(12 * kGiB)}, true));
   expect_detected(tenant, FindingKind::kOverMemoryLimit, "high-water-resetting tenant");
   EXPECT_TRUE(tenant.killed_within(kLiveness));
-  EXPECT_GE(policy_->counters().count(FindingKind::kCorruptUsagePage), 1u);
+  // The same pass found the page corrupt; its finding is handed on after the kill's, so the test
+  // may see the death first: waited for, not counted at once.
+  EXPECT_TRUE(timed_->wait_for(FindingKind::kCorruptUsagePage, 0, kLiveness));
 }
 
 TEST_F(HostileTenant, AnUnshimmedProcessInTheSharesPodIsReportedAndKilled) {
