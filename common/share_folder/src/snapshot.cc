@@ -319,6 +319,9 @@ UsagePageCopy read_usage_page(const std::string& path) {
     copy.compute[d].busy_ns = device.busy_ns.load(std::memory_order_relaxed);
     copy.compute[d].others_busy_ns = device.others_busy_ns.load(std::memory_order_relaxed);
     copy.compute[d].closed_ns = device.closed_ns.load(std::memory_order_relaxed);
+    copy.compute[d].tokens_ns = device.tokens_ns.load(std::memory_order_relaxed);
+    copy.compute[d].closed =
+        (page->compute.closed_mask.load(std::memory_order_relaxed) >> d & 1) != 0;
   }
   if (!copy.header_valid) {
     copy.problem = UsageProblem::kBadHeader;

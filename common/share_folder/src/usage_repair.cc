@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
@@ -71,7 +73,57 @@ void apply_slots(share::UsagePage& page, const SlotRepair& repair, RepairOutcome
   }
 }
 
+std::atomic<uint64_t>& counter_of(share::ComputeDevice& device, ComputeRepair::Counter counter) {
+  switch (counter) {
+    case ComputeRepair::Counter::kBusy:
+      return device.busy_ns;
+    case ComputeRepair::Counter::kOthersBusy:
+      return device.others_busy_ns;
+    case ComputeRepair::Counter::kClosed:
+      break;
+  }
+  return device.closed_ns;
+}
+
+void apply_compute(share::ComputeArea& area, const ComputeRepair& repair, RepairOutcome& outcome) {
+  for (const ComputeRepair::SetCounter& set : repair.counters) {
+    if (set.device >= share::kMaxDevices) continue;
+    uint64_t expected = set.expected;
+    if (!counter_of(area.devices[set.device], set.counter)
+             .compare_exchange_strong(expected, set.value, std::memory_order_seq_cst)) {
+      ++outcome.skipped;  // the meter added to it since the read: judged again next pass
+      continue;
+    }
+    ++outcome.counters_set;
+  }
+  for (uint32_t d = 0; d < share::kMaxDevices; ++d) {
+    const uint64_t bit = 1ull << d;
+    if ((repair.close_gates & bit) == 0) continue;
+    // The bucket first, then the gate: a launch that sees the gate closed finds no credit. Only
+    // ever lowered (a meter that debited meanwhile keeps its debt).
+    const int64_t most = std::min<int64_t>(repair.tokens_ns[d], 0);
+    std::atomic<int64_t>& tokens = area.devices[d].tokens_ns;
+    int64_t held = tokens.load(std::memory_order_seq_cst);
+    while (held > most && !tokens.compare_exchange_weak(held, most, std::memory_order_seq_cst)) {
+    }
+    area.closed_mask.fetch_or(bit, std::memory_order_seq_cst);
+    ++outcome.gates_closed;
+  }
+}
+
 }  // namespace
+
+std::string_view compute_counter_name(ComputeRepair::Counter counter) {
+  switch (counter) {
+    case ComputeRepair::Counter::kBusy:
+      return "busy_ns";
+    case ComputeRepair::Counter::kOthersBusy:
+      return "others_busy_ns";
+    case ComputeRepair::Counter::kClosed:
+      return "closed_ns";
+  }
+  return "unknown";
+}
 
 Result<UsagePageMapping> UsagePageMapping::open(const std::string& path) {
   Result<UniqueFd> opened = open_folder_file(path, O_RDWR, kPageBytes);
@@ -126,6 +178,15 @@ Result<RepairOutcome> UsagePageMapping::apply(const SlotRepair& repair) {
   return outcome;
 }
 
+Result<RepairOutcome> UsagePageMapping::apply(const ComputeRepair& repair) {
+  if (!page_) return failed_precondition("no usage page mapped");
+  share::ComputeArea& area = page_->compute;
+  RepairOutcome outcome;
+  if (!run_fault_guarded(page_, kPageBytes, [&] { apply_compute(area, repair, outcome); }))
+    return failed_precondition(path_ + " was truncated during the repair");
+  return outcome;
+}
+
 Result<RepairOutcome> repair_usage_page(const std::string& folder, const UsagePageRepair& repair) {
   const std::string path = folder + "/usage";
   if (repair.recreate) {
@@ -136,7 +197,11 @@ Result<RepairOutcome> repair_usage_page(const std::string& folder, const UsagePa
     if (ec) return internal_error("cannot remove " + path + ": " + ec.message());
     if (const int error = share::create_usage_page(folder.c_str()); error != 0)
       return internal_error("cannot create " + path + ": " + std::strerror(error));
-    return RepairOutcome{};
+    // The new page has none of the old one's slots; its gates are closed as the old one's were.
+    if (repair.compute.empty()) return RepairOutcome{};
+    Result<UsagePageMapping> mapping = UsagePageMapping::open(path);
+    if (!mapping.is_ok()) return mapping.status();
+    return mapping->apply(repair.compute);
   }
   {
     Result<UniqueFd> opened = open_folder_file(path, O_RDWR, 0);
@@ -163,10 +228,19 @@ Result<RepairOutcome> repair_usage_page(const std::string& folder, const UsagePa
         return internal_error("cannot write the header of " + path + ": " + std::strerror(errno));
     }
   }
-  if (repair.clears.empty() && repair.sets.empty() && !repair.high_water) return RepairOutcome{};
+  if (repair.clears.empty() && repair.sets.empty() && !repair.high_water && repair.compute.empty())
+    return RepairOutcome{};
   Result<UsagePageMapping> mapping = UsagePageMapping::open(path);
   if (!mapping.is_ok()) return mapping.status();
-  return mapping->apply(repair);
+  Result<RepairOutcome> slots = mapping->apply(static_cast<const SlotRepair&>(repair));
+  if (!slots.is_ok() || repair.compute.empty()) return slots;
+  Result<RepairOutcome> compute = mapping->apply(repair.compute);
+  if (!compute.is_ok()) return compute.status();
+  RepairOutcome outcome = *slots;
+  outcome.skipped += compute->skipped;
+  outcome.counters_set = compute->counters_set;
+  outcome.gates_closed = compute->gates_closed;
+  return outcome;
 }
 
 }  // namespace tessera::share_folder

@@ -379,6 +379,18 @@ Status NodeAgent::start_enforcement() {
     for (const NodeDevice& device : shares_->devices()) uuids.push_back(device.uuid);
     return uuids;
   };
+  // The MPS shares' daemons: they and the servers they spawn are those shares', not unaccounted.
+  checking.mps_daemons = [this] {
+    std::vector<MpsDaemon> daemons;
+    for (const auto& [uid, entry] : node_checkpoint()) {
+      if (entry.state != ClaimState::kPrepareCompleted) continue;
+      for (const ShareSpec& share : entry.shares)
+        if (share.strategy() == SharingStrategy::kMps)
+          if (const int pid = mps_->daemon_pid(share.name()); pid > 0)
+            daemons.push_back({share.name(), share.uuid, pid});
+    }
+    return daemons;
+  };
   const std::string shares_dir = config_.state_dir + "/shares";
   // The claims on disk: during a rolling update the other agent's shares are no one's otherwise.
   checker_ = std::make_unique<OutOfBandChecker>(

@@ -59,6 +59,10 @@ class MpsBackend final : public ShareBackend {
   // Asks the daemon to quit (killing it after the timeout) and removes the share's folder.
   Status stop(const std::string& share_name);
   MpsDaemonState inspect(const std::string& share_name) const;
+  // The share's running control daemon (the control program with this share's pipe folder in its
+  // environment, whatever the tenant-writable pid file says), 0 when none runs. No command is
+  // run: the out-of-band checks ask every pass (the MPS server is the daemon's child).
+  int daemon_pid(const std::string& share_name) const;
   // Names of the share folders under root (to find daemons no checkpoint entry names).
   std::vector<std::string> share_folders() const;
 
@@ -69,7 +73,6 @@ class MpsBackend final : public ShareBackend {
   std::vector<std::string> environment(const std::string& share_name,
                                        const std::string& uuid) const;
   Status set_limits(const ShareSpec& share) const;
-  int daemon_pid(const std::string& share_name) const;
 
   MpsOptions options_;
 };

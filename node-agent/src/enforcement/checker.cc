@@ -23,33 +23,52 @@ uint64_t base_owner(uint64_t owner) {
   return owner & ~share::kOwnerReclaiming;
 }
 
+// The counter `counter` of a device copy.
+uint64_t& counter_in(share_folder::ComputeDeviceCopy& device,
+                     share_folder::ComputeRepair::Counter counter) {
+  switch (counter) {
+    case share_folder::ComputeRepair::Counter::kBusy:
+      return device.busy_ns;
+    case share_folder::ComputeRepair::Counter::kOthersBusy:
+      return device.others_busy_ns;
+    case share_folder::ComputeRepair::Counter::kClosed:
+      break;
+  }
+  return device.closed_ns;
+}
+
 // What is impossible between two whole readings of a compute area `elapsed` apart: a cumulative
 // counter the shim only adds to went back, or the gate's closed time grew by more than the time
 // that passed (+ `slack`: the shim writes at its own period). GPU time may outrun the wall clock
 // (processes of an MPS share run side by side), so only its going back is a lie. "" when none.
+// Each lying counter also goes into `repair`: back to its value `before` (the last sound reading).
 std::string compute_lies(
     const std::array<share_folder::ComputeDeviceCopy, share::kMaxDevices>& before,
     const std::array<share_folder::ComputeDeviceCopy, share::kMaxDevices>& now,
-    std::chrono::nanoseconds elapsed, std::chrono::nanoseconds slack) {
+    std::chrono::nanoseconds elapsed, std::chrono::nanoseconds slack,
+    share_folder::ComputeRepair& repair) {
+  using Counter = share_folder::ComputeRepair::Counter;
   const uint64_t most = static_cast<uint64_t>(std::max<int64_t>(0, (elapsed + slack).count()));
   std::string lies;
   for (size_t d = 0; d < now.size(); ++d) {
-    const std::pair<const char*, std::pair<uint64_t, uint64_t>> counters[] = {
-        {"busy_ns", {before[d].busy_ns, now[d].busy_ns}},
-        {"others_busy_ns", {before[d].others_busy_ns, now[d].others_busy_ns}},
-        {"closed_ns", {before[d].closed_ns, now[d].closed_ns}}};
-    for (const auto& [name, values] : counters) {
+    const std::pair<Counter, std::pair<uint64_t, uint64_t>> counters[] = {
+        {Counter::kBusy, {before[d].busy_ns, now[d].busy_ns}},
+        {Counter::kOthersBusy, {before[d].others_busy_ns, now[d].others_busy_ns}},
+        {Counter::kClosed, {before[d].closed_ns, now[d].closed_ns}}};
+    for (const auto& [counter, values] : counters) {
       const auto [was, is] = values;
+      const std::string_view name = share_folder::compute_counter_name(counter);
       std::string lie;
       if (is < was) {
         lie = "went back from " + std::to_string(was) + " to " + std::to_string(is);
-      } else if (name == std::string_view("closed_ns") && is - was > most) {
+      } else if (counter == Counter::kClosed && is - was > most) {
         lie = "grew by " + std::to_string(is - was) + " in " + std::to_string(elapsed.count()) +
               " ns";
       }
-      if (!lie.empty())
-        lies += std::string(lies.empty() ? "" : "; ") + "compute area device " + std::to_string(d) +
-                " " + name + " " + lie;
+      if (lie.empty()) continue;
+      lies += std::string(lies.empty() ? "" : "; ") + "compute area device " + std::to_string(d) +
+              " " + std::string(name) + " " + lie;
+      repair.counters.push_back({static_cast<uint32_t>(d), counter, is, was});
     }
   }
   return lies;
@@ -159,7 +178,11 @@ bool OutOfBandChecker::belongs(int pid, uint64_t start_time, const std::string& 
     for (const PodRef& pod : share->pods)
       if (pod.uid == *facts->pod_uid) return true;
   if (!facts->owner) return false;
-  return share_folder::read_usage_page(share->folder + "/usage").owns(*facts->owner);
+  if (share_folder::read_usage_page(share->folder + "/usage").owns(*facts->owner)) return true;
+  // Its page wiped since a pass read its owner word there (the start time is in the word).
+  std::lock_guard lock(mutex_);
+  const auto known = page_members_.find(share->folder);
+  return known != page_members_.end() && known->second.count(*facts->owner) != 0;
 }
 
 OutOfBandChecker::PodVerdict OutOfBandChecker::pod_verdict(std::vector<CheckedShare>& shares,
@@ -228,6 +251,7 @@ struct CheckedFolder {
   // bytes; none of a page that is no regular file or is truncated.
   std::vector<share_folder::SlotCopy> slots;
   std::vector<std::string> uuids;  // the limits page's devices (none without a valid page)
+  uint64_t limited = 0;            // bit d: the limits page limits device d's cores (< 100 %)
   std::set<uint64_t> owners;       // live-looking slot owner words
   std::vector<const CheckedShare*> shares;
 };
@@ -262,8 +286,18 @@ struct Member {
   uint64_t start_time;
   uint64_t used;  // NVML's figure
   bool in_page;
-  SlotFigure slot;
+  SlotFigure slot;          // its slots now (in_page), or when a pass last read them (remembered)
+  bool remembered = false;  // not in the page now, in it at an earlier pass (a wiped page)
 };
+
+SlotFigure remembered_figure(const std::vector<share_folder::SlotCopy>& slots, int d) {
+  SlotFigure figure;
+  for (const share_folder::SlotCopy& slot : slots) {
+    if (!figure.first) figure.first = slot.index;
+    if (d >= 0) figure.bytes += slot.bytes[d];
+  }
+  return figure;
+}
 
 // Each folder's pages once.
 std::map<std::string, CheckedFolder> read_folders(const std::vector<CheckedShare>& shares) {
@@ -275,8 +309,11 @@ std::map<std::string, CheckedFolder> read_folders(const std::vector<CheckedShare
       const share_folder::ShareFolderSnapshot read = share_folder::read_share_folder(share.folder);
       folder.page = read.usage;
       if (read.limits.valid())
-        for (const share_folder::LimitsDevice& device : read.limits.devices)
+        for (const share_folder::LimitsDevice& device : read.limits.devices) {
+          if (device.cores_limit < 100 && folder.uuids.size() < share::kMaxDevices)
+            folder.limited |= 1ull << folder.uuids.size();
           folder.uuids.push_back(device.uuid);
+        }
       const bool whole = folder.page.problem == share_folder::UsageProblem::kNone ||
                          folder.page.problem == share_folder::UsageProblem::kBadHeader;
       if (!whole) folder.page.high_water = 0;  // not read: nothing to judge it by
@@ -390,10 +427,17 @@ void OutOfBandChecker::find_members(Pass& pass, ShareCheck& check) {
     const ProcessFacts* facts = processes_.lookup(process.pid);
     if (!facts) continue;
     const bool in_page = facts->owner && check.folder.owners.count(*facts->owner) != 0;
+    // In the page when a pass last read it, and no longer (the page wiped, cut or replaced): still
+    // the share's, with the slots it had then; the page itself is corrupt_usage_page.
+    const std::vector<share_folder::SlotCopy>* remembered = nullptr;
+    if (!in_page && facts->owner)
+      if (const auto known = page_members_.find(share.folder); known != page_members_.end())
+        if (const auto slots = known->second.find(*facts->owner); slots != known->second.end())
+          remembered = &slots->second;
     bool in_pod = false;
     if (facts->pod_uid)
       for (const PodRef& pod : share.pods) in_pod = in_pod || pod.uid == *facts->pod_uid;
-    if (!in_page && !in_pod && facts->pod_uid) {
+    if (!in_page && !remembered && !in_pod && facts->pod_uid) {
       // A pod no share of this GPU names, of a process in no page of them: maybe a pod that
       // joined a shared claim after its prepare (the page side asks for a process in a page).
       bool anyones = false;
@@ -406,8 +450,8 @@ void OutOfBandChecker::find_members(Pass& pass, ShareCheck& check) {
       in_pod = !anyones && pod_verdict(pass.shares, share.claim_uid, *facts->pod_uid, pass.now) ==
                                PodVerdict::kClaims;
     }
-    if (!in_page && !in_pod) continue;
-    if (!in_page) {
+    if (!in_page && !remembered && !in_pod) continue;
+    if (!in_page && facts->pod_uid) {
       // The pod's process: in the page of another of the pod's shares of this GPU, it is
       // that share's.
       bool elsewhere = false;
@@ -423,6 +467,10 @@ void OutOfBandChecker::find_members(Pass& pass, ShareCheck& check) {
     Member member{
         process.pid, facts->owner.value_or(0), facts->start_time, process.used_bytes, in_page, {}};
     if (in_page) member.slot = slot_figure(check.folder, *facts->owner, check.device);
+    if (remembered) {
+      member.slot = remembered_figure(*remembered, check.device);
+      member.remembered = true;
+    }
     members.push_back(member);
   }
 }
@@ -431,6 +479,7 @@ void OutOfBandChecker::find_slot_lies(Pass& pass, const ShareCheck& check) {
   const CheckedShare& share = check.share;
   const int d = check.device;
   for (const Member& m : check.members) {
+    if (m.remembered) continue;  // no slot to judge now: the page is the finding
     if (!m.in_page) {
       if (due({FindingKind::kUnshimmedProcess, share.name, m.pid}, pass.now,
               Clock::duration::zero()))
@@ -549,7 +598,20 @@ void OutOfBandChecker::find_unaccounted(Pass& pass) {
       it->second.memory = std::move(memory).value();
       it->second.ok = true;
     }
-  std::map<std::string, uint64_t> unaccounted;
+  // The MPS shares' daemons by pid, with their GPU: they and the servers they spawned are those
+  // shares' infrastructure.
+  std::map<int, std::string> daemons;
+  if (options_.mps_daemons)
+    for (const MpsDaemon& daemon : options_.mps_daemons())
+      if (daemon.pid > 0) daemons[daemon.pid] = daemon.uuid;
+  auto mps_infrastructure = [&](int pid, const std::string& uuid) {
+    if (daemons.empty()) return false;
+    if (const auto it = daemons.find(pid); it != daemons.end()) return it->second == uuid;
+    const std::optional<int> parent = processes_.parent_pid(pid);
+    const auto it = parent ? daemons.find(*parent) : daemons.end();
+    return it != daemons.end() && it->second == uuid;
+  };
+  std::map<std::string, uint64_t> unaccounted, mps_servers;
   for (const auto& [uuid, gpu] : pass.gpus) {
     if (!gpu.ok) continue;
     uint64_t& sum = unaccounted[uuid];
@@ -558,6 +620,10 @@ void OutOfBandChecker::find_unaccounted(Pass& pass) {
       if (members.count(process.pid) != 0) continue;
       const ProcessFacts* facts = processes_.lookup(process.pid);
       if (!facts) continue;  // gone since NVML answered
+      if (mps_infrastructure(process.pid, uuid)) {
+        mps_servers[uuid] += process.used_bytes;
+        continue;
+      }
       // A pod that may have joined a shared claim of this GPU since its prepare: not judged until
       // the claim's pods say (pod_verdict asks at most once per claim per interval).
       bool undecided = false;
@@ -596,11 +662,17 @@ void OutOfBandChecker::find_unaccounted(Pass& pass) {
   }
   std::lock_guard lock(unaccounted_mutex_);
   unaccounted_ = std::move(unaccounted);
+  mps_servers_ = std::move(mps_servers);
 }
 
 std::map<std::string, uint64_t> OutOfBandChecker::unaccounted_memory() const {
   std::lock_guard lock(unaccounted_mutex_);
   return unaccounted_;
+}
+
+std::map<std::string, uint64_t> OutOfBandChecker::mps_server_memory() const {
+  std::lock_guard lock(unaccounted_mutex_);
+  return mps_servers_;
 }
 
 void OutOfBandChecker::check_pages(Pass& pass) {
@@ -614,6 +686,33 @@ void OutOfBandChecker::check_pages(Pass& pass) {
   for (const auto& [path, folder] : pass.folders) check_page(pass, path, gpu_owners);
   std::erase_if(compute_seen_,
                 [&pass](const auto& seen) { return !pass.folders.count(seen.first); });
+  remember_members(pass, gpu_owners);
+}
+
+// Each page's processes on a GPU as this pass leaves them: its slots that stay (not cleared), and
+// those remembered from before whose owner word is nowhere in the page now (wiped, cut, replaced)
+// while their process is still on a GPU. A slot the pass clears is forgotten with it.
+void OutOfBandChecker::remember_members(Pass& pass, const std::map<uint64_t, int>& gpu_owners) {
+  std::map<std::string, std::map<uint64_t, std::vector<share_folder::SlotCopy>>> kept;
+  for (const auto& [path, folder] : pass.folders) {
+    std::set<uint32_t> cleared;
+    if (const auto repair = pass.repairs.find(path); repair != pass.repairs.end())
+      for (const share_folder::SlotRepair::Clear& clear : repair->second.clears)
+        cleared.insert(clear.index);
+    std::set<uint64_t> in_page;
+    auto& members = kept[path];
+    for (const share_folder::SlotCopy& slot : folder.slots) {
+      in_page.insert(base_owner(slot.owner));
+      if (slot.live() && cleared.count(slot.index) == 0 && gpu_owners.count(slot.owner) != 0)
+        members[slot.owner].push_back(slot);
+    }
+    if (const auto before = page_members_.find(path); before != page_members_.end())
+      for (auto& [owner, slots] : before->second)
+        if (in_page.count(owner) == 0 && gpu_owners.count(owner) != 0)
+          members.emplace(owner, std::move(slots));
+    if (members.empty()) kept.erase(path);
+  }
+  page_members_ = std::move(kept);
 }
 
 // The page's shape, header, high-water mark, and the slots no live process of the share owns.
@@ -657,21 +756,57 @@ void OutOfBandChecker::check_page(Pass& pass, const std::string& path,
       (mark_wrong || !repair.clears.empty() || repair.extend || repair.rewrite_header))
     repair.high_water = verdicts.sound_high;
   // The compute area against its last whole reading: each pass compares with the one before, so
-  // one scribble is one sighting. A page not read whole, or about to be reshaped, starts afresh.
+  // one scribble is one sighting. Lying counters go back to that reading, and the reference is
+  // what the repair writes. A page about to be reshaped has lost its compute area (a cut page, a
+  // replaced one) or holds garbage there (its header too): the reference is kept for its counters.
+  // Either way the gates of its limited devices close with no credit (at most the debt last
+  // read): a tenant cannot reopen its gate or wipe its debt by scribbling; the meter reopens it
+  // at its next tick once the share has earned GPU time.
   std::string compute;
-  if (folder.page.problem == share_folder::UsageProblem::kNone && !repair.recreate &&
-      !repair.extend && !repair.rewrite_header) {
-    const auto seen = compute_seen_.find(path);
-    if (seen != compute_seen_.end())
+  const auto seen = compute_seen_.find(path);
+  // The bucket a closed gate keeps: no credit, and at most the debt last read.
+  std::array<int64_t, share::kMaxDevices> debt{};
+  if (seen != compute_seen_.end())
+    for (uint32_t d = 0; d < share::kMaxDevices; ++d)
+      debt[d] = std::min<int64_t>(seen->second.devices[d].tokens_ns, 0);
+  const bool reshaped = repair.recreate || repair.extend || repair.rewrite_header;
+  if (folder.page.problem == share_folder::UsageProblem::kNone && !reshaped) {
+    std::array<share_folder::ComputeDeviceCopy, share::kMaxDevices> sound = folder.page.compute;
+    if (seen != compute_seen_.end()) {
       compute = compute_lies(seen->second.devices, folder.page.compute, pass.now - seen->second.at,
-                             options_.interval);
-    compute_seen_[path] = {pass.now, folder.page.compute};
+                             options_.interval, repair.compute);
+      for (const share_folder::ComputeRepair::SetCounter& set : repair.compute.counters)
+        counter_in(sound[set.device], set.counter) = set.value;
+    }
+    if (!compute.empty())
+      for (uint32_t d = 0; d < share::kMaxDevices; ++d)
+        debt[d] = std::min(debt[d], folder.page.compute[d].tokens_ns);
+    compute_seen_[path] = {pass.now, sound};
+  } else if (reshaped && seen != compute_seen_.end()) {
+    // Its counters (0 in a recreated or extended page, garbage under a bad header) go back to the
+    // last sound reading, which stays the reference.
+    for (uint32_t d = 0; d < share::kMaxDevices; ++d)
+      for (const auto counter : {share_folder::ComputeRepair::Counter::kBusy,
+                                 share_folder::ComputeRepair::Counter::kOthersBusy,
+                                 share_folder::ComputeRepair::Counter::kClosed}) {
+        share_folder::ComputeDeviceCopy is = folder.page.compute[d];
+        share_folder::ComputeDeviceCopy was = seen->second.devices[d];
+        if (counter_in(is, counter) != counter_in(was, counter))
+          repair.compute.counters.push_back(
+              {d, counter, counter_in(is, counter), counter_in(was, counter)});
+      }
+    seen->second.at = pass.now;
   } else {
-    compute_seen_.erase(path);
+    compute_seen_.erase(path);  // not read whole, nothing known: a fresh reference next time
+  }
+  if (reshaped || !compute.empty()) {
+    repair.compute.close_gates = folder.limited;
+    repair.compute.tokens_ns = debt;
   }
   std::string detail = corrupt.empty() ? "" : corrupt + (options_.repair ? ": repaired" : "");
   if (!compute.empty())
-    detail += (detail.empty() ? "" : "; ") + compute + " (reported: the shim's meter writes it)";
+    detail += (detail.empty() ? "" : "; ") + compute +
+              (options_.repair ? ": repaired (counters put back, limited gates closed)" : "");
   const EpisodeKey scribbled{FindingKind::kCorruptUsagePage, share.name, 0};
   if (options_.repair || !compute.empty()) episodes_.erase(scribbled);  // each sighting is new
   if (!detail.empty() && due(scribbled, pass.now, Clock::duration::zero()))

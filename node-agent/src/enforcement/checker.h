@@ -14,9 +14,15 @@
 //    high-water mark below a slot in use, bytes in a free slot, or a slot of a live process of
 //    another pod (repaired: see UsagePageRepair); or its compute area's cumulative counters
 //    (busy_ns, others_busy_ns, closed_ns per device) went back, or the gate's closed time grew
-//    by more than the time between two passes (reported: the shim's meter owns that area);
+//    by more than the time between two passes (repaired: the counters put back to the last sound
+//    reading, the limited gates closed with no credit for the meter to reopen; see ComputeRepair);
 //  - over_cores_burst: the share used more of the GPU than max(quota, burst) (+ a margin) for
-//    longer than --cores-grace.
+//    longer than --cores-grace;
+//  - unaccounted_process: a process on a GPU of the node that no share of it has. A share's
+//    process is one of its pods, in its page, or in its page at an earlier pass (while the page
+//    is wiped or unreadable its processes stay the share's: that is corrupt_usage_page). An MPS
+//    share's control daemon and the MPS server it spawned (its child) are that share's
+//    infrastructure (mps_server_memory()), not unaccounted.
 // Slots of dead (or never living) owners are cleared without a finding: SIGKILL leaves them.
 // A pod the checkpoint does not name may be the claim's all the same (kubelet prepares a shared
 // claim for its first pod only): before a slot or process of such a pod counts as another pod's,
@@ -72,6 +78,13 @@ struct CheckedShare {
 std::vector<CheckedShare> checked_shares(const Checkpoint& checkpoint,
                                          const std::string& shares_dir);
 
+// An MPS control daemon the agent started for a share (MpsBackend), as the checks see it.
+struct MpsDaemon {
+  std::string share;  // CheckedShare::name
+  std::string uuid;   // the GPU it serves (CUDA_VISIBLE_DEVICES)
+  int pid = 0;        // the daemon, checked by the backend (its pipe folder in its environment)
+};
+
 struct CheckerOptions {
   std::chrono::milliseconds interval{1000};     // --check-interval
   std::chrono::milliseconds memory_grace{0};    // --memory-grace: NVML over the limit this long
@@ -90,6 +103,10 @@ struct CheckerOptions {
   // The UUIDs of every GPU of the node: a process on one that belongs to no share of it is an
   // unaccounted_process finding (never killed). Null: only the GPUs the shares name are looked at.
   std::function<std::vector<std::string>()> node_gpus;
+  // The MPS shares' running control daemons: a process NVML lists that is one, or whose parent is
+  // one (the MPS server the daemon spawned for the share's clients), on that daemon's GPU is
+  // infrastructure of that share. Null: no MPS shares.
+  std::function<std::vector<MpsDaemon>()> mps_daemons;
 };
 
 struct CheckerStats {
@@ -122,12 +139,17 @@ class OutOfBandChecker {
 
   // True when host process `pid` with `start_time` is a process of share `share` now, checked
   // afresh (not from the pass's cache): its owner word is in the share's usage page, or its
-  // cgroup names a pod the share's claim was reserved for. The handler's proof before a kill.
+  // cgroup names a pod the share's claim was reserved for, or (the page wiped since) an earlier
+  // pass read that owner word in the page. The handler's proof before a kill.
   bool belongs(int pid, uint64_t start_time, const std::string& share);
 
   // Per GPU the last pass read: the device memory of processes that belong to no share of it
   // (tessera_gpu_unaccounted_memory_bytes). A GPU NVML did not answer for is absent.
   std::map<std::string, uint64_t> unaccounted_memory() const;
+  // Per GPU the last pass read: the device memory of the MPS shares' daemons and servers there (in
+  // no share's page and no unaccounted figure: each MPS share's limit binds its clients; the
+  // server's own context is the price of MPS). A GPU without any is absent.
+  std::map<std::string, uint64_t> mps_server_memory() const;
 
   CheckerStats stats() const;
   uint64_t loop_passes() const;
@@ -178,6 +200,8 @@ class OutOfBandChecker {
   // corrupt_usage_page: each folder's page, its shape and its slots, and what to repair.
   void check_pages(Pass& pass);
   void check_page(Pass& pass, const std::string& path, const std::map<uint64_t, int>& gpu_owners);
+  // page_members_ after the pass (its GPU processes' owner words -> host pids).
+  void remember_members(Pass& pass, const std::map<uint64_t, int>& gpu_owners);
   SlotVerdicts judge_slots(Pass& pass, const std::string& path,
                            const std::map<uint64_t, int>& gpu_owners,
                            share_folder::UsagePageRepair& repair);
@@ -208,9 +232,13 @@ class OutOfBandChecker {
     std::array<share_folder::ComputeDeviceCopy, share::kMaxDevices> devices;
   };
   std::map<std::string, ComputeSeen> compute_seen_;
+  // Per usage page: the owner words of processes on a GPU that a pass read in it, with their
+  // slots then, kept while the process is on a GPU (so a wiped page does not make them nobody's).
+  std::map<std::string, std::map<uint64_t, std::vector<share_folder::SlotCopy>>> page_members_;
   CheckerStats stats_;
   mutable std::mutex unaccounted_mutex_;  // unaccounted_ only: a scrape never waits for a pass
   std::map<std::string, uint64_t> unaccounted_;
+  std::map<std::string, uint64_t> mps_servers_;
   std::unique_ptr<PeriodicLoop> loop_;  // last: its passes use everything above
 };
 

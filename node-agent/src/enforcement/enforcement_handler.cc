@@ -81,26 +81,66 @@ void EnforcementHandler::handle(const Finding& finding) {
     handled.detail += "; policy " + std::string(enforcement_policy_name(policy)) + ": " + action;
     options_.then->handle(handled);
   }
+  // A finding about a share names it and its claim; one of no share (unaccounted_process) names
+  // what the check saw instead: the pid, the pod its cgroup names (if any), the GPU and the bytes.
+  const bool of_share = !finding.share.empty();
+  const std::string pod_uid = of_share ? "" : finding.pod_uid;
   if (options_.log) {  // tests read the whole finding as one line
-    options_.log(std::string("finding ") + std::string(finding_kind_name(finding.kind)) + ": pid " +
-                 std::to_string(finding.host_pid) + ", share " + finding.share + ", claim " +
-                 finding.claim_namespace + "/" + finding.claim_name + " (" + finding.claim_uid +
-                 "), pod " + (finding.pod.empty() ? "-" : finding.pod) +
-                 (finding.gpu_uuid.empty() ? "" : ", gpu " + finding.gpu_uuid) + ": " +
-                 finding.detail + "; policy " + std::string(enforcement_policy_name(policy)) +
-                 ": " + action);
+    std::string line = "finding " + std::string(finding_kind_name(finding.kind)) + ": pid " +
+                       std::to_string(finding.host_pid);
+    if (of_share)
+      line += ", share " + finding.share + ", claim " + finding.claim_namespace + "/" +
+              finding.claim_name + " (" + finding.claim_uid + "), pod " +
+              (finding.pod.empty() ? "-" : finding.pod);
+    if (!pod_uid.empty())
+      line += ", pod uid " + pod_uid + (finding.pod.empty() ? "" : " (" + finding.pod + ")");
+    if (!finding.gpu_uuid.empty()) line += ", gpu " + finding.gpu_uuid;
+    if (!of_share) line += ", bytes " + std::to_string(finding.bytes);
+    options_.log(line + ": " + finding.detail + "; policy " +
+                 std::string(enforcement_policy_name(policy)) + ": " + action);
     return;
   }
-  log::warn("finding", {{"kind", finding_kind_name(finding.kind)},
-                        {"pid", finding.host_pid},
-                        {"share", finding.share},
-                        {"claim", finding.claim_namespace + "/" + finding.claim_name},
-                        {"claim_uid", finding.claim_uid},
-                        {"pod", finding.pod},
-                        {"gpu", finding.gpu_uuid},
-                        {"detail", finding.detail},
-                        {"policy", enforcement_policy_name(policy)},
-                        {"action", action}});
+  const std::string_view kind = finding_kind_name(finding.kind);
+  const std::string_view policy_name = enforcement_policy_name(policy);
+  if (of_share) {
+    log::warn("finding", {{"kind", kind},
+                          {"pid", finding.host_pid},
+                          {"share", finding.share},
+                          {"claim", finding.claim_namespace + "/" + finding.claim_name},
+                          {"claim_uid", finding.claim_uid},
+                          {"pod", finding.pod},
+                          {"gpu", finding.gpu_uuid},
+                          {"detail", finding.detail},
+                          {"policy", policy_name},
+                          {"action", action}});
+  } else if (pod_uid.empty()) {  // a host process: no pod to name
+    log::warn("finding", {{"kind", kind},
+                          {"pid", finding.host_pid},
+                          {"gpu", finding.gpu_uuid},
+                          {"bytes", finding.bytes},
+                          {"detail", finding.detail},
+                          {"policy", policy_name},
+                          {"action", action}});
+  } else if (finding.pod.empty()) {
+    log::warn("finding", {{"kind", kind},
+                          {"pid", finding.host_pid},
+                          {"pod_uid", pod_uid},
+                          {"gpu", finding.gpu_uuid},
+                          {"bytes", finding.bytes},
+                          {"detail", finding.detail},
+                          {"policy", policy_name},
+                          {"action", action}});
+  } else {
+    log::warn("finding", {{"kind", kind},
+                          {"pid", finding.host_pid},
+                          {"pod_uid", pod_uid},
+                          {"pod", finding.pod},
+                          {"gpu", finding.gpu_uuid},
+                          {"bytes", finding.bytes},
+                          {"detail", finding.detail},
+                          {"policy", policy_name},
+                          {"action", action}});
+  }
 }
 
 }  // namespace tessera::agent

@@ -122,6 +122,18 @@ void ProcessMap::end_pass() {
   std::erase_if(processes_, [this](const auto& item) { return item.second.checked_pass != pass_; });
 }
 
+std::optional<int> ProcessMap::parent_pid(int host_pid) const {
+  // "pid (comm) state ppid ...": the command may hold spaces and parentheses, the last ')' ends it.
+  const std::string stat = read_small(proc_root_ + "/" + std::to_string(host_pid) + "/stat");
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 4 >= stat.size()) return std::nullopt;
+  const char* field = stat.c_str() + close + 4;  // past ") S "
+  char* end = nullptr;
+  const long parent = std::strtol(field, &end, 10);
+  if (end == field || parent <= 0) return std::nullopt;
+  return static_cast<int>(parent);
+}
+
 const std::map<uint64_t, int>& ProcessMap::live_owners() {
   if (live_owners_pass_ == pass_) return live_owners_;
   live_owners_pass_ = pass_;

@@ -44,6 +44,9 @@ class ProcessMap {
   void end_pass();
   // Every live process on the host (a scan of proc_root), owner word -> host pid, from the cache.
   const std::map<uint64_t, int>& live_owners();
+  // Its parent's host pid as /proc/<pid>/stat says it now (never cached: a process's parent
+  // changes when the parent exits), nullopt when it cannot be read.
+  std::optional<int> parent_pid(int host_pid) const;
 
   const std::string& proc_root() const { return proc_root_; }
   uint64_t full_reads() const { return full_reads_; }

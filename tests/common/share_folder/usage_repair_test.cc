@@ -141,6 +141,67 @@ TEST(UsageRepair, RestoresAHighWaterMarkAHeaderAndATruncatedOrReplacedPage) {
 }
 
 // A tenant truncating its page while the agent repairs it: the repair may fail, the agent lives.
+// The compute area's repair: counters put back only where they still hold what the read saw, and
+// gates only ever closed with buckets only ever lowered (no credit), also on a page recreated in
+// place of a FIFO; devices not named are left as they are.
+TEST(UsageRepair, ComputeCountersGoBackAndGatesOnlyEverClose) {
+  const fs::path folder = fresh_folder("usage-repair-compute");
+  ASSERT_NO_FATAL_FAILURE(make_share_folder(folder));
+  {
+    share::UsagePage* page = nullptr;
+    ASSERT_EQ(share::map_usage_page((folder / "usage").c_str(), true, page), 0);
+    page->compute.devices[0].busy_ns.store(1000);
+    page->compute.devices[0].others_busy_ns.store(77);
+    page->compute.devices[0].tokens_ns.store(7'000'000);  // credit the tenant gave itself
+    page->compute.devices[1].tokens_ns.store(-10'000'000);
+    page->compute.devices[2].tokens_ns.store(3'000'000);
+    page->compute.closed_mask.store(0);
+    share::unmap_usage_page(page);
+  }
+  UsagePageRepair repair;
+  using Counter = ComputeRepair::Counter;
+  repair.compute.counters = {{0, Counter::kBusy, 1000, 9000},
+                             {0, Counter::kOthersBusy, 78, 500},  // changed since: left
+                             {0, Counter::kClosed, 0, 4000}};
+  repair.compute.close_gates = 0b11;
+  repair.compute.tokens_ns[0] = -3'000'000;
+  repair.compute.tokens_ns[1] = 0;  // device 1 owes more already: kept
+  Result<RepairOutcome> outcome = repair_usage_page(folder.string(), repair);
+  ASSERT_EQ(outcome.status().message(), "");
+  EXPECT_EQ(outcome->counters_set, 2u);
+  EXPECT_EQ(outcome->skipped, 1u);
+  EXPECT_EQ(outcome->gates_closed, 2u);
+  const UsagePageCopy page = read_usage_page((folder / "usage").string());
+  EXPECT_EQ(page.compute[0].busy_ns, 9000u);
+  EXPECT_EQ(page.compute[0].others_busy_ns, 77u);
+  EXPECT_EQ(page.compute[0].closed_ns, 4000u);
+  EXPECT_TRUE(page.compute[0].closed);
+  EXPECT_EQ(page.compute[0].tokens_ns, -3'000'000);
+  EXPECT_TRUE(page.compute[1].closed);
+  EXPECT_EQ(page.compute[1].tokens_ns, -10'000'000);
+  EXPECT_FALSE(page.compute[2].closed);
+  EXPECT_EQ(page.compute[2].tokens_ns, 3'000'000);
+  EXPECT_EQ(compute_counter_name(Counter::kOthersBusy), "others_busy_ns");
+
+  // A FIFO in the page's place: the new page starts with the gates closed and the counters back.
+  fs::remove(folder / "usage");
+  ASSERT_EQ(mkfifo((folder / "usage").c_str(), 0666), 0);
+  UsagePageRepair recreate;
+  recreate.recreate = true;
+  recreate.compute.counters = {{0, Counter::kBusy, 0, 9000}};
+  recreate.compute.close_gates = 0b1;
+  recreate.compute.tokens_ns[0] = -1'000'000;
+  outcome = repair_usage_page(folder.string(), recreate);
+  ASSERT_EQ(outcome.status().message(), "");
+  const UsagePageCopy fresh = read_usage_page((folder / "usage").string());
+  EXPECT_EQ(fresh.problem, UsageProblem::kNone);
+  EXPECT_EQ(fresh.compute[0].busy_ns, 9000u);
+  EXPECT_TRUE(fresh.compute[0].closed);
+  EXPECT_EQ(fresh.compute[0].tokens_ns, -1'000'000);
+  EXPECT_FALSE(fresh.compute[1].closed);
+  fs::remove_all(folder);
+}
+
 TEST(UsageRepair, ATruncateRacingTheRepairNeverCrashesTheAgent) {
   const fs::path folder = fresh_folder("usage-repair-race");
   make_share_folder(folder);

@@ -1,6 +1,12 @@
 #include "enforcement/checker.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
+#include <optional>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -186,32 +192,53 @@ TEST(OutOfBandChecker, AScribbledPageIsRepairedAndNoLongerBlocksTheShare) {
 }
 
 // The compute area as the shim's meter writes it, and as a tenant can (the page is its own).
-void write_compute(const fs::path& folder, uint32_t device, uint64_t busy_ns, uint64_t closed_ns) {
+void write_compute(const fs::path& folder, uint32_t device, uint64_t busy_ns, uint64_t closed_ns,
+                   std::optional<int64_t> tokens_ns = std::nullopt, bool open_gate = false) {
   share::UsagePage* page = nullptr;
   ASSERT_EQ(share::map_usage_page((folder / "usage").c_str(), true, page), 0);
   page->compute.devices[device].busy_ns.store(busy_ns);
   page->compute.devices[device].closed_ns.store(closed_ns);
+  if (tokens_ns) page->compute.devices[device].tokens_ns.store(*tokens_ns);
+  if (open_gate) page->compute.closed_mask.store(0);
   share::unmap_usage_page(page);
 }
 
+// Device 0 of <folder>/usage's compute area: its counters, bucket and gate.
+share_folder::ComputeDeviceCopy compute_of(const fs::path& folder) {
+  return share_folder::read_usage_page((folder / "usage").string()).compute[0];
+}
+
 // The compute area is audited like the slots: its cumulative counters only grow, and never by
-// more than the time between two passes (the interval of slack for the shim's own period).
-TEST(OutOfBandChecker, AComputeAreaWhoseCountersGoBackOrOutrunTimeIsReported) {
+// more than the time between two passes (the interval of slack for the shim's own period). A lie
+// is repaired as the slots are: the counters go back to the last sound reading, and the gates of
+// the share's limited devices close with no credit (at most the debt last read), so scribbling
+// the area never reopens a gate or wipes a debt.
+TEST(OutOfBandChecker, AComputeAreaWhoseCountersGoBackOrOutrunTimeIsRepairedAndNeverOpened) {
   Node node("checker-compute");
+  // Share a's limits page limits its cores (30 %): its gate is closed by a repair.
+  share_folder::DeviceLimit limited;
+  limited.uuid = kGpu;
+  limited.memory_limit = 4 * kGiB;
+  limited.cores_limit = 30;
+  ASSERT_EQ(share_folder::write_limits(node.folder("a").string(), {limited}).message(), "");
   node.shimmed("a", 100, 0, kGiB, kGiB);
   node.shimmed("b", 200, 0, kGiB, kGiB);
   constexpr uint64_t kSecond = 1'000'000'000;
+  constexpr int64_t kDebt = -5'000'000;  // the share owes 5 ms of GPU time
   ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("a"), 0, 5 * kSecond, kSecond));
   ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("b"), 0, 5 * kSecond, kSecond));
   EXPECT_TRUE(node.checker->check_once().empty()) << "the first reading is the reference";
   // An honest second: both grow by what the time allows (a late write of the shim's included).
   node.clock.advance(std::chrono::seconds(1));
-  ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("a"), 0, 6 * kSecond, kSecond + kSecond / 2));
+  ASSERT_NO_FATAL_FAILURE(
+      write_compute(node.folder("a"), 0, 6 * kSecond, kSecond + kSecond / 2, kDebt));
   ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("b"), 0, 6 * kSecond + kSecond, kSecond));
   EXPECT_TRUE(node.checker->check_once().empty());
-  // Share a's tenant winds its GPU time back; share b's claims 10 s of gate-closed time in 1 s.
+  // Share a's tenant winds its GPU time back, fills its bucket and opens its gate; share b's
+  // claims 10 s of gate-closed time in 1 s.
   node.clock.advance(std::chrono::seconds(1));
-  ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("a"), 0, kSecond, 2 * kSecond));
+  ASSERT_NO_FATAL_FAILURE(
+      write_compute(node.folder("a"), 0, kSecond, 2 * kSecond, 20'000'000, /*open_gate=*/true));
   ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("b"), 0, 7 * kSecond, 11 * kSecond));
   node.checker->check_once();
   const auto corrupt = node.of(FindingKind::kCorruptUsagePage);
@@ -219,20 +246,46 @@ TEST(OutOfBandChecker, AComputeAreaWhoseCountersGoBackOrOutrunTimeIsReported) {
   for (const Finding& f : corrupt) {
     if (f.share == "a") {
       EXPECT_EQ(f.detail,
-                "compute area device 0 busy_ns went back from 6000000000 to 1000000000 "
-                "(reported: the shim's meter writes it)");
+                "compute area device 0 busy_ns went back from 6000000000 to 1000000000: repaired "
+                "(counters put back, limited gates closed)");
     } else {
       EXPECT_EQ(f.detail,
-                "compute area device 0 closed_ns grew by 10000000000 in 1000000000 ns "
-                "(reported: the shim's meter writes it)");
+                "compute area device 0 closed_ns grew by 10000000000 in 1000000000 ns: repaired "
+                "(counters put back, limited gates closed)");
     }
   }
-  // Each sighting once: counting on from the new values is honest again.
+  EXPECT_EQ(node.checker->stats().repairs, 2u);
+  const share_folder::ComputeDeviceCopy a = compute_of(node.folder("a"));
+  EXPECT_EQ(a.busy_ns, 6 * kSecond);  // the last sound reading
+  EXPECT_EQ(a.closed_ns, 2 * kSecond) << "a counter that did not lie is left";
+  EXPECT_TRUE(a.closed) << "the gate the tenant opened is closed again";
+  EXPECT_EQ(a.tokens_ns, kDebt) << "the credit it gave itself is gone, its debt kept";
+  const share_folder::ComputeDeviceCopy b = compute_of(node.folder("b"));
+  EXPECT_EQ(b.closed_ns, kSecond);
+  EXPECT_EQ(b.busy_ns, 7 * kSecond);
+  EXPECT_FALSE(b.closed) << "share b's cores are not limited: its gate is the meter's alone";
+  // Each sighting once: counting on from the repaired values is honest again.
   node.handler.findings.clear();
   node.clock.advance(std::chrono::seconds(1));
-  ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("a"), 0, kSecond + kSecond / 2, 2 * kSecond));
+  ASSERT_NO_FATAL_FAILURE(
+      write_compute(node.folder("a"), 0, 6 * kSecond + kSecond / 2, 2 * kSecond + kSecond / 2));
   EXPECT_TRUE(node.checker->check_once().empty());
-  EXPECT_EQ(node.checker->stats().repairs, 0u) << "the agent does not write the compute area";
+  // A tenant that cuts its page loses the compute area with it: the page is extended, its
+  // counters put back and its gate closed with the debt last read.
+  node.clock.advance(std::chrono::seconds(1));
+  ASSERT_NO_FATAL_FAILURE(write_compute(node.folder("a"), 0, 7 * kSecond, 3 * kSecond, kDebt * 2));
+  EXPECT_TRUE(node.checker->check_once().empty());
+  ASSERT_EQ(truncate((node.folder("a") / "usage").c_str(), 32), 0);  // its header cut
+  node.checker->check_once();
+  ASSERT_EQ(node.of(FindingKind::kCorruptUsagePage).size(), 1u);
+  const share_folder::ComputeDeviceCopy cut = compute_of(node.folder("a"));
+  EXPECT_EQ(cut.busy_ns, 7 * kSecond);
+  EXPECT_EQ(cut.closed_ns, 3 * kSecond);
+  EXPECT_TRUE(cut.closed);
+  EXPECT_EQ(cut.tokens_ns, kDebt * 2);
+  node.handler.findings.clear();
+  node.clock.advance(std::chrono::seconds(1));
+  EXPECT_TRUE(node.checker->check_once().empty()) << "the repaired page is the reference";
 }
 
 TEST(OutOfBandChecker, TruncatedGarbageAndMissingPagesNeitherCrashNorStopTheOthers) {
@@ -516,6 +569,102 @@ TEST(OutOfBandChecker, ProcessesOfNoShareAreUnaccountedPerGpu) {
   node.gpus.lost.insert(kOtherGpu);
   node.checker->check_once();
   EXPECT_EQ(node.checker->unaccounted_memory().count(kOtherGpu), 0u);
+}
+
+// A wiped page (zeroed, cut or replaced) does not make its processes nobody's: one that was in the
+// page at an earlier pass (same owner word: pid and start time) stays the share's while it is on a
+// GPU, neither unaccounted nor unshimmed; the page itself is corrupt_usage_page.
+TEST(OutOfBandChecker, AWipedPageLeavesItsProcessesTheSharesNotUnaccounted) {
+  CheckerOptions options;
+  options.node_gpus = [] { return std::vector<std::string>{kGpu}; };
+  Node node("checker-wiped", options);
+  // Share a's process is a host process (no pod: tessera run, a test), known by its slot only;
+  // share b's is of b's pod.
+  node.proc.add(100, 1100);
+  testing::write_slot(node.folder("a"), 0, FakeProc::owner(100, 1100), kGiB);
+  node.gpus.processes[kGpu].push_back({100, kGiB});
+  node.shimmed("b", 200, 0, kGiB, kGiB);
+  node.proc.add(300, 3000);  // a host process in no page: unaccounted throughout
+  node.gpus.processes[kGpu].push_back({300, 2 * kGiB});
+  node.checker->check_once();
+  ASSERT_EQ(node.of(FindingKind::kUnaccountedProcess).size(), 1u);
+  EXPECT_EQ(node.handler.findings.size(), 1u);
+  node.handler.findings.clear();
+  // Both pages wiped: zeroed whole (a bad header), then cut, then a FIFO in a's place.
+  auto zero = [&](const std::string& share) {
+    std::ofstream page(node.folder(share) / "usage", std::ios::binary | std::ios::trunc);
+    const std::string zeros(sizeof(share::UsagePage), '\0');
+    page.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+  };
+  zero("a");
+  zero("b");
+  for (int wipe = 0; wipe < 3; ++wipe) {
+    node.checker->check_once();
+    for (const Finding& f : node.handler.findings) {
+      EXPECT_NE(f.kind, FindingKind::kUnaccountedProcess) << f.host_pid << ": " << f.detail;
+      EXPECT_NE(f.kind, FindingKind::kUnshimmedProcess) << f.host_pid << ": " << f.detail;
+    }
+    EXPECT_GE(node.of(FindingKind::kCorruptUsagePage).size(), 1u) << "wipe " << wipe;
+    EXPECT_EQ(node.checker->unaccounted_memory()[kGpu], 2 * kGiB) << "wipe " << wipe;
+    EXPECT_TRUE(node.checker->belongs(100, 1100, "a")) << "wipe " << wipe;
+    EXPECT_FALSE(node.checker->belongs(100, 1100, "b"));
+    EXPECT_FALSE(node.checker->belongs(100, 1101, "a")) << "another start time is another process";
+    node.handler.findings.clear();
+    if (wipe == 0) {
+      ASSERT_EQ(truncate((node.folder("a") / "usage").c_str(), 100), 0);
+    } else if (wipe == 1) {
+      fs::remove(node.folder("a") / "usage");
+      ASSERT_EQ(mkfifo((node.folder("a") / "usage").c_str(), 0666), 0);
+    }
+  }
+  // A process that left the GPU is forgotten: back on it without a slot, it is nobody's.
+  node.gpus.processes[kGpu].erase(node.gpus.processes[kGpu].begin());
+  node.checker->check_once();
+  node.gpus.processes[kGpu].push_back({100, kGiB});
+  node.handler.findings.clear();
+  node.checker->check_once();
+  const auto unaccounted = node.of(FindingKind::kUnaccountedProcess);
+  ASSERT_EQ(unaccounted.size(), 1u);
+  EXPECT_EQ(unaccounted[0].host_pid, 100);
+}
+
+// An MPS share's control daemon and the MPS server it spawned (its child) hold memory on the
+// share's GPU for its clients: they are that share's infrastructure (mps_server_memory()), not
+// unaccounted; a child of the daemon on another GPU, or any process once the daemon is gone, is
+// judged as every other process.
+TEST(OutOfBandChecker, AnMpsSharesDaemonAndServerAreItsInfrastructureNotUnaccounted) {
+  constexpr char kOtherGpu[] = "GPU-99999999-2222-3333-4444-555555555555";
+  std::vector<MpsDaemon> daemons{{"a", kGpu, 600}};
+  CheckerOptions options;
+  options.node_gpus = [&] { return std::vector<std::string>{kGpu, kOtherGpu}; };
+  options.mps_daemons = [&] { return daemons; };
+  Node node("checker-mps", options);
+  node.shimmed("a", 100, 0, kGiB, kGiB);  // an MPS client, shimmed as every process of a share
+  node.proc.add(600, 6000);               // nvidia-cuda-mps-control -d
+  node.gpus.processes[kGpu].push_back({600, 0});
+  node.proc.add(601, 6010, "0::/\n", 4026531836, 0, /*parent=*/600);  // nvidia-cuda-mps-server
+  node.gpus.processes[kGpu].push_back({601, 40 * kMiB});
+  node.proc.add(602, 6020, "0::/\n", 4026531836, 0, /*parent=*/600);  // on a GPU it does not serve
+  node.gpus.processes[kOtherGpu].push_back({602, 30 * kMiB});
+  node.proc.add(603, 6030);  // a host process
+  node.gpus.processes[kGpu].push_back({603, kGiB});
+  node.checker->check_once();
+  std::set<int> unaccounted;
+  for (const Finding& f : node.of(FindingKind::kUnaccountedProcess)) unaccounted.insert(f.host_pid);
+  EXPECT_EQ(unaccounted, (std::set<int>{602, 603}));
+  EXPECT_EQ(node.handler.findings.size(), 2u);
+  EXPECT_EQ(node.checker->unaccounted_memory()[kGpu], kGiB);
+  EXPECT_EQ(node.checker->unaccounted_memory()[kOtherGpu], 30 * kMiB);
+  const std::map<std::string, uint64_t> mps = node.checker->mps_server_memory();
+  EXPECT_EQ(mps, (std::map<std::string, uint64_t>{{kGpu, 40 * kMiB}}));
+  // The daemon gone (the share unprepared), a server left behind is nobody's.
+  daemons.clear();
+  node.handler.findings.clear();
+  node.checker->check_once();
+  const auto left = node.of(FindingKind::kUnaccountedProcess);
+  ASSERT_EQ(left.size(), 2u);  // the daemon (0 bytes) and its server; 602 and 603 reported before
+  EXPECT_EQ(node.checker->unaccounted_memory()[kGpu], kGiB + 40 * kMiB);
+  EXPECT_TRUE(node.checker->mps_server_memory().empty());
 }
 
 TEST(OutOfBandChecker, CheckedSharesComeFromCompletedClaimsWithTheirPods) {

@@ -84,6 +84,60 @@ TEST(EnforcementHandler, LogsCountsAndReportsUnderTheDefaultPolicy) {
             "4096 MiB; policy report: reported");
 }
 
+// A process of no share: its line names the pid, the pod its cgroup names (a host process has
+// none), the GPU and the bytes, and no empty share or claim; it is reported even under kill.
+TEST(EnforcementHandler, AnUnaccountedProcessIsLoggedWithWhatTheCheckSaw) {
+  Finding in_pod;
+  in_pod.kind = FindingKind::kUnaccountedProcess;
+  in_pod.host_pid = 4300;
+  in_pod.host_pid_start_time = 77;
+  in_pod.pod_uid = "cccccccc-0000-0000-0000-000000000003";
+  in_pod.gpu_uuid = "GPU-1";
+  in_pod.bytes = 2147483648;
+  in_pod.detail = "holds 2048 MiB on the GPU and belongs to no share of it";
+  Finding host = in_pod;
+  host.host_pid = 4301;
+  host.pod_uid = "";
+  {
+    testing::CapturedLog log;
+    EnforcementHandlerOptions options;
+    options.default_policy = EnforcementPolicy::kKill;
+    options.belongs = [](int, uint64_t, const std::string&) { return true; };
+    int signals = 0;
+    options.send_kill = [&](int) { return ++signals, 0; };
+    EnforcementHandler handler(options);
+    handler.handle(in_pod);
+    handler.handle(host);
+    EXPECT_EQ(signals, 0);
+    const std::vector<std::string> lines = log.lines();
+    ASSERT_EQ(lines.size(), 2u);
+    for (const char* field :
+         {"kind=unaccounted_process", "pid=4300", "pod_uid=cccccccc-0000-0000-0000-000000000003",
+          "gpu=GPU-1", "bytes=2147483648", "policy=kill", "action=reported"})
+      EXPECT_NE(lines[0].find(field), std::string::npos) << field << " not in " << lines[0];
+    EXPECT_NE(lines[1].find("pid=4301"), std::string::npos) << lines[1];
+    EXPECT_NE(lines[1].find("bytes=2147483648"), std::string::npos) << lines[1];
+    for (const std::string& line : lines)
+      for (const char* empty : {"share=", "claim=", "claim_uid=", " pod="})
+        EXPECT_EQ(line.find(empty), std::string::npos) << empty << " in " << line;
+    EXPECT_EQ(lines[1].find("pod_uid="), std::string::npos) << lines[1];
+  }
+  std::vector<std::string> lines;
+  EnforcementHandlerOptions options;
+  options.log = [&](const std::string& line) { lines.push_back(line); };
+  EnforcementHandler handler(options);
+  handler.handle(in_pod);
+  handler.handle(host);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0],
+            "finding unaccounted_process: pid 4300, pod uid cccccccc-0000-0000-0000-000000000003, "
+            "gpu GPU-1, bytes 2147483648: holds 2048 MiB on the GPU and belongs to no share of it; "
+            "policy report: reported");
+  EXPECT_EQ(lines[1],
+            "finding unaccounted_process: pid 4301, gpu GPU-1, bytes 2147483648: holds 2048 MiB "
+            "on the GPU and belongs to no share of it; policy report: reported");
+}
+
 // One pass finds an unshimmed process and, the share being over its limit, the same process as
 // over_memory_limit's offender: the log says once that it was killed, under the finding that did
 // it.

@@ -43,13 +43,15 @@ class FakeProc {
   explicit FakeProc(fs::path root) : root_(std::move(root)) { fs::create_directories(root_); }
   const fs::path& root() const { return root_; }
 
-  // A live process `host_pid`, pid `inner_pid` in pid namespace `ns`, started at `start_time`.
+  // A live process `host_pid`, pid `inner_pid` in pid namespace `ns`, started at `start_time`,
+  // a child of `parent`.
   void add(int host_pid, uint64_t start_time, const std::string& cgroup = "0::/\n",
-           uint64_t ns = 4026531836, int inner_pid = 0) {
+           uint64_t ns = 4026531836, int inner_pid = 0, int parent = 1) {
     const fs::path dir = root_ / std::to_string(host_pid);
     fs::create_directories(dir / "ns");
-    std::ofstream(dir / "stat") << host_pid << " (tenant) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 "
-                                << start_time << " 0 0\n";
+    std::ofstream(dir / "stat") << host_pid << " (tenant) S " << parent
+                                << " 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 " << start_time
+                                << " 0 0\n";
     const int inner = inner_pid ? inner_pid : host_pid;
     std::ofstream(dir / "status") << "Name:\ttenant\nState:\tS (sleeping)\nPid:\t" << host_pid
                                   << "\nNSpid:\t" << host_pid << "\t" << inner << "\n";

@@ -6,16 +6,21 @@
 // picks the root, default the v1 pids hierarchy). Each test prints how long detection took and
 // requires it by the second check pass after the attack at the latest (counted in passes, not
 // seconds: a loaded machine makes passes late, not fewer).
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -153,21 +158,23 @@ struct Tenant {
     }
     if (out >= 0) close(out);
   }
-  // The child's first line, or "" after `timeout`.
+  // The child's first line, or what came of it after `timeout` (poll: a child that hangs before
+  // writing, or never exits, cannot block the test past it).
   std::string line(std::chrono::seconds timeout) {
     std::string text;
     const auto deadline = Steady::now() + timeout;
     char c;
-    while (Steady::now() < deadline) {
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Steady::now());
+      if (left.count() <= 0) return text;
+      pollfd readable{out, POLLIN, 0};
+      if (poll(&readable, 1, static_cast<int>(left.count())) <= 0) continue;  // EINTR, time
       const ssize_t got = read(out, &c, 1);
-      if (got == 1) {
-        if (c == '\n') return text;
-        text += c;
-      } else if (got == 0) {
-        return text;
-      }
+      if (got <= 0) return text;  // EOF: the child exited
+      if (c == '\n') return text;
+      text += c;
     }
-    return text;
   }
   // True when the child died of SIGKILL within `timeout` (then reaped).
   bool killed_within(std::chrono::seconds timeout) {
@@ -259,6 +266,10 @@ class HostileTenant : public ::testing::Test {
     const std::string shares_dir = (base_ / "state" / "shares").string();
     CheckerOptions checking;
     checking.node_gpus = [this] { return std::vector<std::string>{uuid_}; };
+    checking.mps_daemons = [this] {
+      std::lock_guard lock(mps_mutex_);
+      return mps_daemons_;
+    };
     checker_ = std::make_unique<OutOfBandChecker>(
         checking, [this, shares_dir] { return checked_shares(manager_->checkpoint(), shares_dir); },
         *nvml_, *timed_, loop ? real_clock() : static_cast<Clock&>(sim_clock_));
@@ -272,29 +283,55 @@ class HostileTenant : public ::testing::Test {
     if (!base_.empty()) fs::remove_all(base_);
   }
 
-  // Starts hostile-tenant with `args` in the share, with the shim or without, in the pod's
-  // cgroup when there is one (unless `in_pod` is false: a host process).
-  void start(Tenant& tenant, const std::vector<std::string>& args, bool shim, bool in_pod = true) {
-    int out[2], go[2];
-    ASSERT_EQ(pipe(out), 0);
-    ASSERT_EQ(pipe(go), 0);
-    tenant.pid = fork();
-    if (tenant.pid == 0) {
-      close(out[0]);
-      close(go[1]);
-      char byte;
-      if (read(go[0], &byte, 1) != 1) _exit(90);
-      dup2(out[1], 1);
-      setenv("TESSERA_SHARE_DIR", share_dir_.c_str(), 1);
-      setenv("LD_LIBRARY_PATH", SIMGPU_LIB_DIR, 1);
-      setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 1);
-      if (shim) setenv("LD_PRELOAD", LIBVGPU_SO, 1);
-      std::vector<char*> argv{const_cast<char*>(HOSTILE_TENANT)};
-      for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-      argv.push_back(nullptr);
-      execv(HOSTILE_TENANT, argv.data());
-      _exit(91);
+  // hostile-tenant's argv and environment (the shim preloaded or not), built before any fork: the
+  // checker's thread runs meanwhile, and a lock it held at the fork (the sanitizer's allocator,
+  // glibc's) stays held in the child, so a child only calls async-signal-safe functions (read,
+  // write, fork, dup2, execve) and never allocates.
+  struct TenantExec {
+    std::vector<std::string> environment, args;
+    std::vector<char*> envp, argv;
+  };
+  void prepare_exec(TenantExec& exec, const std::vector<std::string>& args, bool shim) const {
+    std::vector<std::string> overrides{"TESSERA_SHARE_DIR=" + share_dir_,
+                                       std::string("LD_LIBRARY_PATH=") + SIMGPU_LIB_DIR,
+                                       "ASAN_OPTIONS=verify_asan_link_order=0"};
+    if (shim) overrides.push_back(std::string("LD_PRELOAD=") + LIBVGPU_SO);
+    for (char** entry = environ; *entry; ++entry) {
+      const std::string_view text(*entry);
+      const bool replaced = std::any_of(overrides.begin(), overrides.end(), [&](const auto& o) {
+        return text.substr(0, text.find('=') + 1) == std::string_view(o).substr(0, o.find('=') + 1);
+      });
+      if (!replaced) exec.environment.emplace_back(text);
     }
+    exec.environment.insert(exec.environment.end(), overrides.begin(), overrides.end());
+    for (std::string& entry : exec.environment) exec.envp.push_back(entry.data());
+    exec.envp.push_back(nullptr);
+    exec.args = args;
+    exec.argv.push_back(const_cast<char*>(HOSTILE_TENANT));
+    for (std::string& arg : exec.args) exec.argv.push_back(arg.data());
+    exec.argv.push_back(nullptr);
+  }
+  // In a forked child: waits for the go byte, then becomes hostile-tenant writing to `out`.
+  [[noreturn]] static void exec_tenant(TenantExec& exec, int go, int out) {
+    char byte;
+    if (read(go, &byte, 1) != 1) _exit(90);
+    dup2(out, 1);  // the copy on 1 is not close-on-exec
+    execve(HOSTILE_TENANT, exec.argv.data(), exec.envp.data());
+    _exit(91);
+  }
+
+  // Starts hostile-tenant with `args` in the share, with the shim or without, in the pod's
+  // cgroup when there is one (unless `in_pod` is false: a host process). The pipes are
+  // close-on-exec: no other child holds them open.
+  void start(Tenant& tenant, const std::vector<std::string>& args, bool shim, bool in_pod = true) {
+    TenantExec exec;
+    prepare_exec(exec, args, shim);
+    int out[2], go[2];
+    ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+    ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
+    tenant.pid = fork();
+    if (tenant.pid == 0) exec_tenant(exec, go[0], out[1]);
+    ASSERT_GT(tenant.pid, 0);
     close(out[1]);
     close(go[0]);
     tenant.out = out[0];
@@ -303,6 +340,51 @@ class HostileTenant : public ::testing::Test {
     }
     ASSERT_EQ(write(go[1], "g", 1), 1);
     close(go[1]);
+  }
+
+  // An MPS share's daemon and server as the driver makes them: `daemon` stands for
+  // nvidia-cuda-mps-control -d (a host process in no pod: a shell that waits), `server` for the
+  // nvidia-cuda-mps-server it spawns, its child, holding `bytes` on the GPU without the shim. The
+  // daemon is named to the checks (mps_daemons) before the server starts. The daemon execs at
+  // once (a second fork in a child of this multithreaded process could meet a lock held at the
+  // first); the shell reports the server's pid on fd 3.
+  void start_mps_server(Tenant& daemon, Tenant& server, uint64_t bytes) {
+    TenantExec exec;
+    prepare_exec(exec, {"--attack", "none", "--bytes", std::to_string(bytes)}, /*shim=*/false);
+    std::vector<char*> shell{
+        const_cast<char*>("sh"), const_cast<char*>("-c"),
+        const_cast<char*>("\"$0\" \"$@\" 3>&- & echo $! >&3; exec 3>&-; wait")};
+    shell.insert(shell.end(), exec.argv.begin(), exec.argv.end());  // HOSTILE_TENANT, args, null
+    int out[2], go[2], told[2];
+    ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+    ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
+    ASSERT_EQ(pipe2(told, O_CLOEXEC), 0);
+    daemon.pid = fork();
+    if (daemon.pid == 0) {
+      char byte;
+      if (read(go[0], &byte, 1) != 1) _exit(90);
+      dup2(out[1], 1);
+      dup2(told[1], 3);
+      execve("/bin/sh", shell.data(), exec.envp.data());
+      _exit(91);
+    }
+    ASSERT_GT(daemon.pid, 0);
+    close(out[1]);
+    close(go[0]);
+    close(told[1]);
+    server.out = out[0];
+    Tenant channel;  // only its reader: the server's pid as the shell wrote it
+    channel.out = told[0];
+    {
+      std::lock_guard lock(mps_mutex_);
+      mps_daemons_ = {{manager_->checkpoint().begin()->second.shares[0].name(), uuid_,
+                       static_cast<int>(daemon.pid)}};
+    }
+    ASSERT_EQ(write(go[1], "g", 1), 1);
+    close(go[1]);
+    const std::string pid = channel.line(std::chrono::seconds(60));
+    server.pid = std::atoi(pid.c_str());
+    ASSERT_GT(server.pid, 0) << "the shell said: " << pid;
   }
 
   // Waits for the tenant's "held" line, then for a finding of `kind` about it; the detection
@@ -336,6 +418,8 @@ class HostileTenant : public ::testing::Test {
   std::unique_ptr<EnforcementHandler> policy_;
   std::unique_ptr<TimedHandler> timed_;
   std::unique_ptr<GpuProcessSource> nvml_;
+  std::mutex mps_mutex_;
+  std::vector<MpsDaemon> mps_daemons_;  // what the checks' mps_daemons answers
   std::unique_ptr<OutOfBandChecker> checker_;
 };
 
@@ -372,7 +456,9 @@ TEST_F(HostileTenant, AHighWaterResettingTenantIsKilledUnderKill) {
       start(tenant, {"--attack", "reset-high-water", "--bytes", std::to_string(12 * kGiB)}, true));
   expect_detected(tenant, FindingKind::kOverMemoryLimit, "high-water-resetting tenant");
   EXPECT_TRUE(tenant.killed_within(kLiveness));
-  EXPECT_GE(policy_->counters().count(FindingKind::kCorruptUsagePage), 1u);
+  // The same pass found the page corrupt; its finding is handed on after the kill's, so the test
+  // may see the death first: waited for, not counted at once.
+  EXPECT_TRUE(timed_->wait_for(FindingKind::kCorruptUsagePage, 0, kLiveness));
 }
 
 TEST_F(HostileTenant, AnUnshimmedProcessInTheSharesPodIsReportedAndKilled) {
@@ -384,7 +470,8 @@ TEST_F(HostileTenant, AnUnshimmedProcessInTheSharesPodIsReportedAndKilled) {
       start(tenant, {"--attack", "none", "--bytes", std::to_string(6 * kGiB)}, false));
   expect_detected(tenant, FindingKind::kUnshimmedProcess, "unshimmed process in the pod");
   EXPECT_TRUE(tenant.killed_within(kLiveness));
-  EXPECT_GE(policy_->counters().count(FindingKind::kOverMemoryLimit), 1u);
+  // Handed on after the kill in the same pass: waited for, not counted at once.
+  EXPECT_TRUE(timed_->wait_for(FindingKind::kOverMemoryLimit, 0, kLiveness));
   // The same pass named it as over_memory_limit's offender: its line says the kill was the
   // other finding's, once (the policy counts a finding before it logs it: wait for the line).
   for (int i = 0; i < 500 && log.count("kind=over_memory_limit") == 0; ++i)
@@ -481,6 +568,67 @@ std::string fill_report(const std::string& share_dir, const std::string& state) 
   while (pipe && fgets(buffer, sizeof buffer, pipe)) out += buffer;
   if (pipe) pclose(pipe);
   return out;
+}
+
+// An MPS share's server on the simulated GPU: a child of the share's control daemon holding 1 GiB
+// (and its context) is the share's infrastructure, counted in mps_server_memory() and in no
+// finding; once the daemon is no longer the share's, the same process is unaccounted (and still
+// never killed).
+TEST_F(HostileTenant, AnMpsSharesServerIsItsInfrastructureNotUnaccounted) {
+  ASSERT_NO_FATAL_FAILURE(prepare("kill", true, EnforcementPolicy::kKill));
+  Tenant daemon, server;  // the server is killed first, then its parent
+  ASSERT_NO_FATAL_FAILURE(start_mps_server(daemon, server, kGiB));
+  const std::string held = server.line(std::chrono::seconds(60));
+  ASSERT_EQ(held.rfind("held ", 0), 0u) << "server said: " << held;
+  // Two passes after it held the memory (the second cannot have read NVML before it).
+  ASSERT_TRUE(checker_->wait_for_loop_passes(checker_->loop_passes() + 2, kLiveness));
+  EXPECT_EQ(policy_->counters().count(FindingKind::kUnaccountedProcess), 0u);
+  EXPECT_EQ(timed_->count(), 0u) << "no finding at all";
+  const std::map<std::string, uint64_t> mps = checker_->mps_server_memory();
+  ASSERT_EQ(mps.count(uuid_), 1u);
+  EXPECT_GE(mps.at(uuid_), kGiB);  // NVML's figure: the 1 GiB and its context
+  EXPECT_LT(mps.at(uuid_), 2 * kGiB);
+  EXPECT_EQ(checker_->unaccounted_memory().at(uuid_), 0u);
+  std::printf("MPS server: pid %d (daemon %d) holds %llu B on %s, not unaccounted\n", server.pid,
+              daemon.pid, static_cast<unsigned long long>(mps.at(uuid_)), uuid_.c_str());
+  {
+    std::lock_guard lock(mps_mutex_);
+    mps_daemons_.clear();
+  }
+  const auto found = timed_->wait_for(FindingKind::kUnaccountedProcess, server.pid, kLiveness);
+  ASSERT_TRUE(found) << "the server of no share's daemon is unaccounted";
+  EXPECT_EQ(found->finding.bytes, mps.at(uuid_));
+  EXPECT_EQ(policy_->kills(), 0u);
+}
+
+// A share's process that only its page names (a host process: no pod) stays the share's while
+// its page is wiped: the page is corrupt_usage_page (repaired), the process is never unaccounted
+// nor unshimmed, and under kill it lives (it holds what its slot said).
+TEST_F(HostileTenant, AWipedPageLeavesItsProcessTheShares) {
+  ASSERT_NO_FATAL_FAILURE(prepare("kill", true, EnforcementPolicy::kKill));
+  Tenant tenant;
+  ASSERT_NO_FATAL_FAILURE(start(tenant, {"--attack", "none", "--bytes", std::to_string(kGiB)},
+                                /*shim=*/true, /*in_pod=*/false));
+  const std::string held = tenant.line(std::chrono::seconds(60));
+  ASSERT_EQ(held.rfind("held ", 0), 0u) << "tenant said: " << held;
+  ASSERT_TRUE(checker_->wait_for_loop_passes(checker_->loop_passes() + 2, kLiveness));
+  ASSERT_EQ(timed_->count(), 0u) << "an honest share: no finding";
+  {
+    // Zeroes over the whole page, in place (the tenant's mapping stays valid).
+    std::fstream page(share_dir_ + "/usage", std::ios::in | std::ios::out | std::ios::binary);
+    const std::string zeros(sizeof(share::UsagePage), '\0');
+    page.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+    ASSERT_TRUE(page.good());
+  }
+  ASSERT_TRUE(timed_->wait_for(FindingKind::kCorruptUsagePage, 0, kLiveness));
+  ASSERT_TRUE(checker_->wait_for_loop_passes(checker_->loop_passes() + 2, kLiveness));
+  EXPECT_EQ(policy_->counters().count(FindingKind::kUnaccountedProcess), 0u);
+  EXPECT_EQ(policy_->counters().count(FindingKind::kUnshimmedProcess), 0u);
+  EXPECT_EQ(policy_->counters().count(FindingKind::kOverMemoryLimit), 0u);
+  EXPECT_EQ(checker_->unaccounted_memory().at(uuid_), 0u);
+  int status = 0;
+  EXPECT_EQ(waitpid(tenant.pid, &status, WNOHANG), 0) << "the share's process died";
+  EXPECT_EQ(policy_->kills(), 0u);
 }
 
 TEST_F(HostileTenant, ATruncatedOrGarbagePageNeitherCrashesTheAgentNorBlocksTheShare) {

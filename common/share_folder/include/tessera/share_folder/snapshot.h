@@ -99,6 +99,8 @@ struct ComputeDeviceCopy {
   uint64_t busy_ns = 0;
   uint64_t others_busy_ns = 0;
   uint64_t closed_ns = 0;
+  int64_t tokens_ns = 0;  // the gate's bucket (negative: the share owes GPU time)
+  bool closed = false;    // its bit in closed_mask
 };
 
 struct UsagePageCopy {

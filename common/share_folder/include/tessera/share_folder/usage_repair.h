@@ -6,9 +6,11 @@
 // (fault_guard.h): a truncate racing the write makes it fail, never crash the agent.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/share_region.h"
@@ -35,10 +37,38 @@ struct SlotRepair {
       high_water;  // slot_high_water raised to this, or lowered from > kMaxSlots
 };
 
+// Writes of a repair to the compute area (share::ComputeArea). Its cumulative counters are
+// metrics the shim's meter only adds to; its gate (closed_mask, tokens_ns) decides launches. A
+// repair never opens a gate nor gives a bucket credit: it puts back counters a tenant wound back or
+// ran ahead of time, and closes the gates of a page whose compute area was lost, so a tenant
+// cannot reopen its gate or wipe its debt by corrupting (or truncating) its page; the meter
+// reopens a gate at its next tick once the share has earned GPU time.
+struct ComputeRepair {
+  enum class Counter : uint8_t { kBusy, kOthersBusy, kClosed };
+  struct SetCounter {  // a counter that went back or outran time: its last sound value
+    uint32_t device;
+    Counter counter;
+    uint64_t expected;  // written only while the counter still holds this figure
+    uint64_t value;
+  };
+  std::vector<SetCounter> counters;
+  // Devices whose gate is closed (closed_mask bits set) with a bucket of at most `tokens_ns` (the
+  // debt the last sound reading showed, never credit): a compute area lost to a truncate or a
+  // replaced page, of devices whose limits page limits their cores.
+  uint64_t close_gates = 0;
+  std::array<int64_t, share::kMaxDevices> tokens_ns{};  // per device of close_gates, each <= 0
+
+  bool empty() const { return counters.empty() && close_gates == 0; }
+};
+
+std::string_view compute_counter_name(ComputeRepair::Counter counter);
+
 struct RepairOutcome {
-  uint32_t cleared = 0;  // slots cleared
-  uint32_t set = 0;      // byte figures written
-  uint32_t skipped = 0;  // changed by their process since the read: left to the next pass
+  uint32_t cleared = 0;       // slots cleared
+  uint32_t set = 0;           // byte figures written
+  uint32_t skipped = 0;       // changed by their process since the read: left to the next pass
+  uint32_t counters_set = 0;  // compute counters put back
+  uint32_t gates_closed = 0;  // compute gates closed
 };
 
 // A usage page mapped writable (MAP_SHARED): only a regular file, never through a symlink, at
@@ -61,6 +91,9 @@ class UsagePageMapping {
   // Applies `repair` (share::clear_slot for the clears, also of a free slot that holds bytes; a
   // compare-and-swap for the sets). kFailedPrecondition when the file was truncated meanwhile.
   Result<RepairOutcome> apply(const SlotRepair& repair);
+  // Applies `repair` to the compute area (compare-and-swap for the counters; closing a gate and
+  // lowering its bucket only). kFailedPrecondition when the file was truncated meanwhile.
+  Result<RepairOutcome> apply(const ComputeRepair& repair);
 
   const std::string& path() const { return path_; }
 
@@ -78,9 +111,11 @@ struct UsagePageRepair : SlotRepair {
   bool recreate = false;        // not a regular file: removed and created anew (an empty page)
   bool extend = false;          // short: extended to a page (the lost slots read as free)
   bool rewrite_header = false;  // magic, version, struct_size, max_slots written
+  ComputeRepair compute;        // applied after the shape (to the new page after a recreate)
 
   bool empty() const {
-    return !recreate && !extend && !rewrite_header && !high_water && clears.empty() && sets.empty();
+    return !recreate && !extend && !rewrite_header && !high_water && clears.empty() &&
+           sets.empty() && compute.empty();
   }
 };
 
