@@ -30,18 +30,24 @@ int main(int argc, char** argv) {
       "run", "Run a command under a GPU share: its CUDA processes together get at most the quota");
   run_cmd
       ->add_option("--memory", run.memory,
-                   "GPU memory: one size for every GPU (8Gi, 8G, 8192Mi, bytes) or "
-                   "<index>=<size>,GPU-<uuid>=<size>; GPUs not named are unlimited")
+                   "GPU memory request, guaranteed: one size for every GPU (8Gi, 8G, 8192Mi, "
+                   "bytes) or <index>=<size>,GPU-<uuid>=<size>; GPUs not named are unlimited")
+      ->check(tessera::cli::refuse_empty_value);
+  run_cmd
+      ->add_option("--memory-limit", run.memory_limit,
+                   "GPU memory limit, the wall (same syntax; at least --memory, default "
+                   "--memory): bytes above the request are borrowed")
       ->check(tessera::cli::refuse_empty_value);
   run_cmd
       ->add_option("--cores", run.cores,
-                   "GPU time, percent: one value for every GPU (30) or <index>=<percent>,"
-                   "GPU-<uuid>=<percent>; GPUs not named are not limited")
+                   "GPU time request, guaranteed percent: one value for every GPU (30) or "
+                   "<index>=<percent>,GPU-<uuid>=<percent>; 0 is best-effort (only time others "
+                   "leave idle); GPUs not named are not limited")
       ->check(tessera::cli::refuse_empty_value);
   run_cmd
-      ->add_option("--cores-burst", run.burst,
-                   "Percent the share may use while no other process uses the GPU (same "
-                   "syntax; at least --cores)")
+      ->add_option("--cores-limit,--cores-burst", run.cores_limit,
+                   "Most GPU time the share may reach, percent (same syntax; at least --cores; "
+                   "default --cores, or 100 for --cores 0). --cores-burst is its old name")
       ->check(tessera::cli::refuse_empty_value);
   run_cmd
       ->add_option("--priority", run.priority,

@@ -83,10 +83,10 @@ void print_summary(const std::string& dir, const std::vector<share_folder::Devic
     const double others = static_cast<double>(device.others_busy_ns) / 1e9;
     const double closed = static_cast<double>(device.closed_ns) / 1e9;
     std::fprintf(stderr,
-                 "tessera run: summary: GPU %zu %s: cores limit %u%%, burst %u%%; GPU time "
+                 "tessera run: summary: GPU %zu %s: cores request %u%%, limit %u%%; GPU time "
                  "used %.3f s (%.1f%% of the wall time), others %.3f s, gate closed %.3f s, "
                  "memory held at exit %llu bytes\n",
-                 d, limits[d].uuid.c_str(), limits[d].cores_limit, limits[d].cores_burst, busy,
+                 d, limits[d].uuid.c_str(), limits[d].cores_request, limits[d].cores_limit, busy,
                  seconds > 0 ? 100 * busy / seconds : 0.0, others, closed,
                  static_cast<unsigned long long>(usage.memory_bytes(static_cast<uint32_t>(d))));
   }
@@ -312,7 +312,7 @@ Result<int> run(const RunOptions& options) {
     return invalid_argument("--priority '" + options.priority + "' is not high, normal or low");
   }
   Result<std::vector<share_folder::DeviceLimit>> limits =
-      plan_share(gpus, options.memory, options.cores, options.burst);
+      plan_share(gpus, {options.memory, options.memory_limit, options.cores, options.cores_limit});
   if (!limits.is_ok()) return limits.status();
   Result<std::string> libvgpu = libvgpu_path(options.libvgpu);
   if (!libvgpu.is_ok()) return libvgpu.status();

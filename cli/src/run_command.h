@@ -14,9 +14,11 @@
 namespace tessera::cli {
 
 struct RunOptions {
-  std::string memory;     // --memory, TESSERA_MEMORY_LIMIT syntax
-  std::string cores;      // --cores, TESSERA_CORES_LIMIT syntax (percent of GPU time)
-  std::string burst;      // --cores-burst, the same syntax
+  // Requests (what the share is guaranteed) and limits (what it may reach): docs/resource-model.md.
+  std::string memory;        // --memory, TESSERA_MEMORY_LIMIT syntax: the request
+  std::string memory_limit;  // --memory-limit, the same syntax; default: the request
+  std::string cores;         // --cores, percent of GPU time 0..100: the request (0: best-effort)
+  std::string cores_limit;   // --cores-limit (alias --cores-burst), the same syntax
   std::string priority;   // --priority: high, normal, low (empty: normal)
   bool verbose = false;   // --verbose: print the share's usage when the command ends
   std::string devices;    // --device: CUDA_VISIBLE_DEVICES for the command
@@ -41,7 +43,7 @@ inline constexpr const char* kRunExitStatusHelp =
     "  127    the command was not found\n"
     "  128+N  the command was killed by signal N\n";
 
-// A CLI11 check for --memory, --cores and --cores-burst: an empty value is an error, never
+// A CLI11 check for --memory, --memory-limit, --cores and --cores-limit: an empty value is an error, never
 // "unlimited".
 std::string refuse_empty_value(const std::string& value);
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 // libvgpu's parser: the CLI accepts exactly what the shim accepts.
+#include "tessera/quantity.h"
 #include "tessera/vgpu/options.h"
 
 namespace tessera::cli {
@@ -36,14 +37,16 @@ Status apply_entries(const std::vector<GpuInfo>& gpus, const vgpu::MemoryLimitSp
 
 // One percent list into one field of every GPU's limits.
 Status plan_percent(const std::vector<GpuInfo>& gpus, const char* option, std::string_view text,
-                    uint32_t share_folder::DeviceLimit::*field,
+                    uint32_t min, uint32_t share_folder::DeviceLimit::*field,
                     std::vector<share_folder::DeviceLimit>& limits) {
   if (text.empty()) return Status::ok();
   vgpu::MemoryLimitSpec spec;
-  if (!vgpu::parse_percent_list(text, &spec)) {
-    return invalid_argument(std::string(option) + " '" + std::string(text) +
-                            "' is not a percent (1..100) or a list of <index>=<percent> / "
-                            "GPU-<uuid>=<percent>");
+  const bool parsed = min == 0 ? vgpu::parse_request_percent_list(text, &spec)
+                               : vgpu::parse_percent_list(text, &spec);
+  if (!parsed) {
+    return invalid_argument(std::string(option) + " '" + std::string(text) + "' is not a percent (" +
+                            std::to_string(min) +
+                            "..100) or a list of <index>=<percent> / GPU-<uuid>=<percent>");
   }
   if (spec.has_all) {
     for (share_folder::DeviceLimit& limit : limits) limit.*field = static_cast<uint32_t>(spec.all);
@@ -54,44 +57,89 @@ Status plan_percent(const std::vector<GpuInfo>& gpus, const char* option, std::s
                        });
 }
 
-}  // namespace
-
-Result<std::vector<share_folder::DeviceLimit>> plan_share(const std::vector<GpuInfo>& gpus,
-                                                          std::string_view memory_spec,
-                                                          std::string_view cores_spec,
-                                                          std::string_view burst_spec) {
-  Result<std::vector<share_folder::DeviceLimit>> planned = plan_share(gpus, memory_spec);
-  if (!planned.is_ok()) return planned.status();
-  std::vector<share_folder::DeviceLimit>& limits = *planned;
-  TESSERA_RETURN_IF_ERROR(
-      plan_percent(gpus, "--cores", cores_spec, &share_folder::DeviceLimit::cores_limit, limits));
-  TESSERA_RETURN_IF_ERROR(plan_percent(gpus, "--cores-burst", burst_spec,
-                                       &share_folder::DeviceLimit::cores_burst, limits));
-  for (const share_folder::DeviceLimit& limit : limits) {
-    if (limit.cores_burst != 0 && limit.cores_burst < limit.cores_limit) {
-      return invalid_argument("--cores-burst " + std::to_string(limit.cores_burst) + " of " +
-                              limit.uuid + " is below its cores limit " +
-                              std::to_string(limit.cores_limit));
-    }
-  }
-  return planned;
-}
-
-Result<std::vector<share_folder::DeviceLimit>> plan_share(const std::vector<GpuInfo>& gpus,
-                                                          std::string_view memory_spec) {
+// One size list into one field of every GPU's limits.
+Status plan_bytes(const std::vector<GpuInfo>& gpus, const char* option, std::string_view text,
+                  uint64_t share_folder::DeviceLimit::*field,
+                  std::vector<share_folder::DeviceLimit>& limits) {
+  if (text.empty()) return Status::ok();
   vgpu::MemoryLimitSpec spec;
-  if (!memory_spec.empty() && !vgpu::parse_memory_limit(memory_spec, false, &spec)) {
-    return invalid_argument("--memory '" + std::string(memory_spec) +
+  if (!vgpu::parse_memory_limit(text, false, &spec)) {
+    return invalid_argument(std::string(option) + " '" + std::string(text) +
                             "' is not a size (8Gi, 8G, 8192Mi, bytes) or a list of "
                             "<index>=<size> / GPU-<uuid>=<size>");
   }
+  if (spec.has_all) {
+    for (share_folder::DeviceLimit& limit : limits) limit.*field = spec.all;
+  }
+  return apply_entries(gpus, spec, option, limits,
+                       [field](share_folder::DeviceLimit& limit, uint64_t bytes) {
+                         limit.*field = bytes;
+                       });
+}
+
+std::string bytes_text(uint64_t bytes) {
+  char text[32];
+  format_byte_quantity(bytes, text, sizeof text);
+  return text;
+}
+
+}  // namespace
+
+Result<std::vector<share_folder::DeviceLimit>> plan_share(const std::vector<GpuInfo>& gpus,
+                                                          const ShareAsk& ask) {
+  // Unset: no request (the whole GPU) and no limit of its own (the request).
+  constexpr uint32_t kUnset = ~0u;
   std::vector<share_folder::DeviceLimit> limits;
   for (const GpuInfo& gpu : gpus) {
-    limits.push_back({gpu.uuid, spec.has_all ? spec.all : share::kUnlimited, 100});
+    share_folder::DeviceLimit limit;
+    limit.uuid = gpu.uuid;
+    limit.memory_limit = share::kUnlimited;
+    limit.memory_request = share::kUnlimited;
+    limit.cores_request = 100;
+    limit.cores_limit = kUnset;
+    limits.push_back(limit);
   }
-  TESSERA_RETURN_IF_ERROR(apply_entries(
-      gpus, spec, "--memory", limits,
-      [](share_folder::DeviceLimit& limit, uint64_t bytes) { limit.memory_limit = bytes; }));
+  TESSERA_RETURN_IF_ERROR(plan_bytes(gpus, "--memory", ask.memory,
+                                     &share_folder::DeviceLimit::memory_request, limits));
+  TESSERA_RETURN_IF_ERROR(plan_bytes(gpus, "--memory-limit", ask.memory_limit,
+                                     &share_folder::DeviceLimit::memory_limit, limits));
+  TESSERA_RETURN_IF_ERROR(plan_percent(gpus, "--cores", ask.cores, 0,
+                                       &share_folder::DeviceLimit::cores_request, limits));
+  TESSERA_RETURN_IF_ERROR(plan_percent(gpus, "--cores-limit", ask.cores_limit, 1,
+                                       &share_folder::DeviceLimit::cores_limit, limits));
+  for (size_t g = 0; g < limits.size(); ++g) {
+    share_folder::DeviceLimit& limit = limits[g];
+    const std::string gpu = "GPU " + std::to_string(gpus[g].index) + " (" + limit.uuid + ")";
+    // Memory: a request alone is also the limit; a limit alone guarantees all of it.
+    if (limit.memory_limit == share::kUnlimited) {
+      limit.memory_limit = limit.memory_request;
+    } else if (limit.memory_request == share::kUnlimited) {
+      limit.memory_request = limit.memory_limit;
+    }
+    if (limit.memory_limit < limit.memory_request)
+      return invalid_argument("--memory-limit " + bytes_text(limit.memory_limit) + " of " + gpu +
+                              " is below its --memory request " +
+                              bytes_text(limit.memory_request));
+    if (limit.memory_limit != share::kUnlimited && gpus[g].memory_bytes > 0 &&
+        limit.memory_limit > gpus[g].memory_bytes)
+      return invalid_argument("--memory-limit " + bytes_text(limit.memory_limit) + " of " + gpu +
+                              " is above the GPU's memory " + bytes_text(gpus[g].memory_bytes));
+    if (limit.memory_request != share::kUnlimited && gpus[g].memory_bytes > 0 &&
+        limit.memory_request > gpus[g].memory_bytes)
+      return invalid_argument("--memory " + bytes_text(limit.memory_request) + " of " + gpu +
+                              " is above the GPU's memory " + bytes_text(gpus[g].memory_bytes));
+    // Cores: the limit defaults to the request; best-effort (0) may reach the whole GPU.
+    if (limit.cores_limit == kUnset) {
+      limit.cores_limit = limit.cores_request == 0 ? 100 : limit.cores_request;
+    } else if (ask.cores.empty()) {
+      // A limit alone is also the request, as Kubernetes defaults a request to its limit.
+      limit.cores_request = limit.cores_limit;
+    }
+    if (limit.cores_limit < limit.cores_request)
+      return invalid_argument("--cores-limit " + std::to_string(limit.cores_limit) + " of " + gpu +
+                              " is below its --cores request " +
+                              std::to_string(limit.cores_request));
+  }
   return limits;
 }
 

@@ -13,18 +13,19 @@
 
 namespace tessera::cli {
 
-// `memory_spec` has the syntax of TESSERA_MEMORY_LIMIT: one size for every GPU ("8Gi") or a list
-// of <index>=<size> / GPU-<uuid>=<size>; GPUs not named are unlimited; empty means no limit.
-// Indices are NVML's (nvidia-smi's). Errors name the item and what is wrong with it.
-Result<std::vector<share_folder::DeviceLimit>> plan_share(const std::vector<GpuInfo>& gpus,
-                                                          std::string_view memory_spec);
+// What `tessera run` was asked for, each in the syntax of TESSERA_MEMORY_LIMIT / the percent list:
+// one value for every GPU or <index>=<value> / GPU-<uuid>=<value>. Empty: not given.
+struct ShareAsk {
+  std::string_view memory;        // --memory: the request; GPUs not named are unlimited
+  std::string_view memory_limit;  // --memory-limit: default the request
+  std::string_view cores;         // --cores 0..100: the request; GPUs not named: 100
+  std::string_view cores_limit;   // --cores-limit 1..100: default the request (100 for 0)
+};
 
-// With compute: `cores_spec` and `burst_spec` have the syntax of TESSERA_CORES_LIMIT (a percent
-// 1..100 for every GPU, or <index>=<percent> / GPU-<uuid>=<percent>); GPUs not named are not
-// limited (100) / do not burst (0). A burst below the GPU's cores limit is an error.
+// The limits page entries of the share `tessera run` creates. Indices are NVML's (nvidia-smi's).
+// Errors name the flag, the GPU and the value: a limit below its request or above the GPU, a GPU
+// this machine does not have, a value that does not parse.
 Result<std::vector<share_folder::DeviceLimit>> plan_share(const std::vector<GpuInfo>& gpus,
-                                                          std::string_view memory_spec,
-                                                          std::string_view cores_spec,
-                                                          std::string_view burst_spec);
+                                                          const ShareAsk& ask);
 
 }  // namespace tessera::cli

@@ -137,6 +137,13 @@ bool parse_percent(std::string_view text, uint64_t* out) {
   return true;
 }
 
+bool parse_request_percent(std::string_view text, uint64_t* out) {
+  const std::optional<uint32_t> value = tessera::parse_percent(trim(text), 0, 100);
+  if (!value) return false;
+  *out = *value;
+  return true;
+}
+
 template <typename ParseValue>
 bool parse_device_list(std::string_view text, ParseValue parse_value, MemoryLimitSpec* out);
 
@@ -153,6 +160,10 @@ bool parse_memory_limit(std::string_view text, bool hami_units, MemoryLimitSpec*
 
 bool parse_percent_list(std::string_view text, MemoryLimitSpec* out) {
   return parse_device_list(text, parse_percent, out);
+}
+
+bool parse_request_percent_list(std::string_view text, MemoryLimitSpec* out) {
+  return parse_device_list(text, parse_request_percent, out);
 }
 
 bool parse_priority(std::string_view text, uint32_t* out) {

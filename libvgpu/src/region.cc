@@ -85,7 +85,7 @@ bool Region::open_share(const char* dir, int limits_fd) {
     TESSERA_ERROR(
         "%s is missing or not a valid limits page (version %u expected); every device is "
         "limited to 0 bytes: allocations fail with CUDA_ERROR_OUT_OF_MEMORY",
-        limits_path, share::kVersion);
+        limits_path, share::kLimitsVersion);
     if (limits) munmap(const_cast<LimitsPage*>(limits), sizeof(LimitsPage));
     return false;
   }
@@ -121,10 +121,12 @@ bool Region::open_standalone(const Options& options, const DeviceId* devices, in
     device.uuid[share::kUuidBytes - 1] = '\0';
     device.memory_limit.store(memory_limit_for(options, devices[i].ordinal, devices[i].uuid),
                               std::memory_order_relaxed);
-    device.cores_limit.store(cores_limit_for(options, devices[i].ordinal, devices[i].uuid),
+    device.cores_request.store(cores_limit_for(options, devices[i].ordinal, devices[i].uuid),
                              std::memory_order_relaxed);
-    device.cores_burst.store(cores_burst_for(options, devices[i].ordinal, devices[i].uuid),
+    device.cores_limit.store(cores_burst_for(options, devices[i].ordinal, devices[i].uuid),
                              std::memory_order_relaxed);
+    limits->requests[i].memory_request.store(share::kUnlimited, std::memory_order_relaxed);
+    limits->requests[i].spare_percent.store(share::kSpareUnknown, std::memory_order_relaxed);
   }
   limits->priority.store(options.priority, std::memory_order_relaxed);
   limits->device_count.store(static_cast<uint32_t>(count), std::memory_order_release);

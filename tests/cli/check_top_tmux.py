@@ -296,7 +296,7 @@ def main():
                 fail(f"shares -o json lists {sorted(by_name)}")
             if by_name["train"]["devices"][0]["memory_limit_bytes"] != 4 * GIB:
                 fail(f"train's limit: {by_name['train']['devices'][0]}")
-            if by_name["infer"]["devices"][0]["cores_limit_percent"] != 60:
+            if by_name["infer"]["devices"][0]["cores_request_percent"] != 60:
                 fail(f"infer's cores: {by_name['infer']['devices'][0]}")
             yaml = subprocess.run([args.tessera, "shares", "--local", "-o", "yaml"], env=env,
                                   capture_output=True, text=True, timeout=20)

@@ -131,8 +131,8 @@ TEST_F(LocalNode, ReadsLimitsUsageAndLiveProcesses) {
   EXPECT_FALSE(first.memory_unlimited());
   EXPECT_EQ(first.memory_limit_bytes(), 4 * kGiB);
   EXPECT_EQ(first.memory_used_bytes(), 1 * kGiB + 512 * kMiB);
-  EXPECT_EQ(first.cores_limit_percent(), 30u);
-  EXPECT_EQ(first.cores_burst_percent(), 60u);
+  EXPECT_EQ(first.cores_request_percent(), 30u);
+  EXPECT_EQ(first.cores_limit_percent(), 60u);
   EXPECT_DOUBLE_EQ(first.gpu_seconds(), 1.5);
   EXPECT_EQ(first.launches(), 105u);
   EXPECT_DOUBLE_EQ(first.throttled_seconds(), 2.0);
@@ -140,7 +140,7 @@ TEST_F(LocalNode, ReadsLimitsUsageAndLiveProcesses) {
   const v1::ShareDevice& second = share.devices(1);
   EXPECT_TRUE(second.memory_unlimited());
   EXPECT_EQ(second.memory_used_bytes(), 256 * kMiB);
-  EXPECT_EQ(second.cores_limit_percent(), 100u);
+  EXPECT_EQ(second.cores_request_percent(), 100u);
   EXPECT_EQ(second.launches(), 0u);  // share-wide counters are on the first device only
 
   ASSERT_EQ(share.processes_size(), 1);

@@ -45,7 +45,7 @@ inline node::v1::Share& add_share(node::v1::ListSharesResponse& node, const std:
   device.set_memory_unlimited(limit == 0);
   device.set_memory_limit_bytes(limit);
   device.set_memory_used_bytes(used);
-  device.set_cores_limit_percent(cores);
+  device.set_cores_request_percent(cores);
   device.set_gpu_seconds(gpu_seconds);
   device.set_throttled_seconds(throttled_seconds);
   int pid = 1000;

@@ -39,7 +39,7 @@ TEST(PlanShare, OneSizeLimitsEveryGpu) {
   EXPECT_EQ(limits[0].uuid, "GPU-aaaa");
   EXPECT_EQ(limits[0].memory_limit, 8ull << 30);
   EXPECT_EQ(limits[1].memory_limit, 8ull << 30);
-  EXPECT_EQ(limits[1].cores_limit, 100u);
+  EXPECT_EQ(limits[1].cores_request, 100u);
 }
 
 TEST(PlanShare, PerGpuByIndexAndUuid) {
@@ -81,18 +81,18 @@ TEST(PlanShareCompute, CoresAndBurstForEveryGpuOrPerGpu) {
   std::vector<share_folder::DeviceLimit> limits;
   std::string error;
   ASSERT_TRUE(planned(plan_share(kGpus, "", "30", ""), limits, error)) << error;
-  EXPECT_EQ(limits[0].cores_limit, 30u);
-  EXPECT_EQ(limits[1].cores_limit, 30u);
-  EXPECT_EQ(limits[0].cores_burst, 0u);
+  EXPECT_EQ(limits[0].cores_request, 30u);
+  EXPECT_EQ(limits[1].cores_request, 30u);
+  EXPECT_EQ(limits[0].cores_limit, 0u);
   ASSERT_TRUE(planned(plan_share(kGpus, "8Gi", "0=30,GPU-bbbb=70", "1=100"), limits, error))
       << error;
   EXPECT_EQ(limits[0].memory_limit, 8ull << 30);
-  EXPECT_EQ(limits[0].cores_limit, 30u);
-  EXPECT_EQ(limits[1].cores_limit, 70u);
-  EXPECT_EQ(limits[0].cores_burst, 0u);
-  EXPECT_EQ(limits[1].cores_burst, 100u);
+  EXPECT_EQ(limits[0].cores_request, 30u);
+  EXPECT_EQ(limits[1].cores_request, 70u);
+  EXPECT_EQ(limits[0].cores_limit, 0u);
+  EXPECT_EQ(limits[1].cores_limit, 100u);
   ASSERT_TRUE(planned(plan_share(kGpus, "", "1=50", ""), limits, error)) << error;
-  EXPECT_EQ(limits[0].cores_limit, 100u) << "not named: not limited";
+  EXPECT_EQ(limits[0].cores_request, 100u) << "not named: not limited";
 }
 
 TEST(PlanShareCompute, ErrorsNameTheOption) {

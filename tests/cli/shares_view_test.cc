@@ -41,8 +41,8 @@ v1::ListSharesResponse full_node() {
   v1::ShareDevice& second = *claim.add_devices();
   second.set_gpu_uuid(node.gpus(1).uuid());
   second.set_memory_limit_bytes(8 * kGiB);
-  second.set_cores_limit_percent(50);
-  second.set_cores_burst_percent(80);
+  second.set_cores_request_percent(50);
+  second.set_cores_limit_percent(80);
   second.set_cores_used_percent(33.3333333333333);
   second.set_launches(18446744073709551615ull);  // the largest uint64 survives both formats
   second.set_allocations_denied(2);

@@ -201,8 +201,8 @@ class SimulatedGpu {
               int processes = 1) {
     tenants_.push_back(std::make_unique<Tenant>());
     Tenant& t = *tenants_.back();
-    t.pages.limits->devices[0].cores_limit.store(quota);
-    t.pages.limits->devices[0].cores_burst.store(burst);
+    t.pages.limits->devices[0].cores_request.store(quota);
+    t.pages.limits->devices[0].cores_limit.store(burst);
     t.pages.limits->priority.store(priority);
     PriorityBoard* board = &board_;
     if (mode_ == BoardMode::kUserFile) {

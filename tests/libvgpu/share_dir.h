@@ -43,7 +43,7 @@ class ShareDir {
     for (size_t i = 0; i < devices.size(); ++i) {
       std::snprintf(limits_->devices[i].uuid, share::kUuidBytes, "%s", devices[i].first.c_str());
       limits_->devices[i].memory_limit.store(devices[i].second);
-      limits_->devices[i].cores_limit.store(100);
+      limits_->devices[i].cores_request.store(100);
     }
     limits_->device_count.store(static_cast<uint32_t>(devices.size()));
     limits_->generation.fetch_add(1);
@@ -72,7 +72,7 @@ class ShareDir {
     limits_->measured[device].context_overhead.store(bytes);
   }
   void set_cores(int device, uint32_t percent) {
-    limits_->devices[device].cores_limit.store(percent);
+    limits_->devices[device].cores_request.store(percent);
     limits_->generation.fetch_add(1);
   }
   share::UsagePage* usage() {

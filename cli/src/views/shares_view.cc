@@ -46,9 +46,9 @@ std::string memory_column(const v1::Share& share, const v1::ShareDevice& device)
 }
 
 std::string cores_column(const v1::ShareDevice& device) {
-  std::string text = std::to_string(device.cores_limit_percent()) + "%";
-  if (device.cores_burst_percent() > device.cores_limit_percent())
-    text += "/" + std::to_string(device.cores_burst_percent()) + "%";
+  std::string text = std::to_string(device.cores_request_percent()) + "%";
+  if (device.cores_limit_percent() > device.cores_request_percent())
+    text += "/" + std::to_string(device.cores_limit_percent()) + "%";
   return text;
 }
 

@@ -360,7 +360,7 @@ class Renderer {
       const std::optional<double> used = known ? cores_used(share, device) : std::nullopt;
       const DeviceRates* rates = known ? rates_of(share, device) : nullptr;
       const std::string cores = (used ? percent_text(*used) : std::string(known ? "-" : "?")) +
-                                "/" + std::to_string(device.cores_limit_percent()) + "%";
+                                "/" + std::to_string(device.cores_request_percent()) + "%";
       const std::string throttled =
           rates ? percent_text(rates->throttled_percent) + "%" : std::string(known ? "-" : "?");
       const std::string memory =

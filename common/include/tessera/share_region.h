@@ -2,7 +2,8 @@
 // both). A share is a directory with two files:
 //
 //   limits  written by the agent, mapped read-only by every process of the share. Per device (by
-//           UUID): memory limit and cores limit. Each field is an independent atomic word, so a
+//           UUID): the share's requests (what it is guaranteed) and limits (what it may reach),
+//           for memory and for cores (docs/resource-model.md). Each field is an independent atomic word, so a
 //           reader never needs a lock or a retry loop; `generation` is bumped by the agent after
 //           any change so readers know to re-resolve UUIDs.
 //   usage   written by the share's processes. One slot per process, claimed by CAS on `owner`
@@ -25,11 +26,24 @@ namespace tessera::share {
 
 inline constexpr uint32_t kLimitsMagic = 0x4d494c54;  // "TLIM" little-endian
 inline constexpr uint32_t kUsageMagic = 0x47535554;   // "TUSG" little-endian
-inline constexpr uint32_t kVersion = 2;               // 2: compute (cores, burst, priority, meter)
+// Each page has its version. Limits: 2 compute (cores, burst, priority, meter); 3 requests and
+// limits (cores_request, cores_limit, memory_request). Usage: 2 compute.
+inline constexpr uint32_t kLimitsVersion = 3;
+inline constexpr uint32_t kUsageVersion = 2;
 inline constexpr uint32_t kMaxDevices = 16;
 inline constexpr uint32_t kMaxSlots = 512;
 inline constexpr uint32_t kUuidBytes = 48;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" + NUL
 inline constexpr uint64_t kUnlimited = ~0ull;
+
+// The cores a share may reach on a device: its limit, never below its request (a page that leaves
+// the limit 0 or under the request does not burst).
+inline constexpr uint32_t effective_cores_limit(uint32_t request, uint32_t limit) {
+  return limit > request ? limit : request;
+}
+// A share whose request is 0 and whose limit is not: it runs only in time others leave idle.
+inline constexpr bool best_effort_cores(uint32_t request, uint32_t limit) {
+  return request == 0 && limit > 0;
+}
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
@@ -39,19 +53,24 @@ static_assert(sizeof(std::atomic<uint64_t>) == 8);
 
 struct DeviceLimits {
   char uuid[kUuidBytes];               // NUL-terminated; empty = unused entry
-  std::atomic<uint64_t> memory_limit;  // bytes; kUnlimited = no limit
-  std::atomic<uint32_t> cores_limit;   // percent of GPU time, 0..100 (100 = no limit)
-  std::atomic<uint32_t> cores_burst;   // percent the share may reach while the GPU has idle time;
-                                       // 0 (or <= cores_limit) = no bursting (since version 2)
+  std::atomic<uint64_t> memory_limit;  // bytes; the wall (kUnlimited = none); memory_request in
+                                       // LimitsPage::requests is what is guaranteed below it
+  // Percent of the GPU's time the share is guaranteed, 0..100 (0 = best-effort: only time the
+  // shares within their requests leave idle; 100 = the whole GPU, nothing limited).
+  std::atomic<uint32_t> cores_request;
+  // Percent the share may reach, 0..100. Below cores_request (0 included) it means cores_request:
+  // the share does not burst. Request and limit both 0: no GPU time at all (what a limit that
+  // failed closed leaves).
+  std::atomic<uint32_t> cores_limit;
 };
 static_assert(sizeof(DeviceLimits) == 64);
 static_assert(offsetof(DeviceLimits, memory_limit) == 48);
-static_assert(offsetof(DeviceLimits, cores_limit) == 56);
-static_assert(offsetof(DeviceLimits, cores_burst) == 60);
+static_assert(offsetof(DeviceLimits, cores_request) == 56);
+static_assert(offsetof(DeviceLimits, cores_limit) == 60);
 
 struct LimitsPage {
   uint32_t magic;        // kLimitsMagic
-  uint32_t version;      // kVersion
+  uint32_t version;      // kLimitsVersion
   uint32_t struct_size;  // sizeof(LimitsPage)
   std::atomic<uint32_t> device_count;
   std::atomic<uint64_t> generation;  // bumped by the writer after every change
@@ -76,6 +95,17 @@ struct LimitsPage {
     // built-in default. Inside a share this, never the environment, sets the charge.
     std::atomic<uint64_t> context_overhead;
   } measured[kMaxDevices];
+  // What the share is guaranteed per device (since version 3). Bytes above memory_request and up
+  // to memory_limit are borrowed: the agent may evict a borrowing process when a share within its
+  // request needs the memory (docs/resource-model.md, Reclaim).
+  struct Requests {
+    std::atomic<uint64_t> memory_request;  // bytes; kUnlimited = the whole limit is guaranteed
+    // Written by the agent when measure_source == kMeasureAgent: percent of the device's time this
+    // share may use above its cores request now (what the active shares' requests leave, split
+    // among those that want more); kSpareUnknown until the agent has measured the device.
+    std::atomic<uint32_t> spare_percent;
+    uint8_t reserved[20];
+  } requests[kMaxDevices];
 };
 inline constexpr uint32_t kPriorityNormal = 0;
 inline constexpr uint32_t kPriorityHigh = 1;
@@ -89,7 +119,10 @@ static_assert(offsetof(LimitsPage, measure_source) == 28);
 static_assert(offsetof(LimitsPage, yield_mask) == 32);
 static_assert(offsetof(LimitsPage, devices) == 64);
 static_assert(offsetof(LimitsPage, measured) == 64 + 64 * kMaxDevices);
-static_assert(sizeof(LimitsPage) == 64 + 64 * kMaxDevices + 32 * kMaxDevices);
+static_assert(offsetof(LimitsPage, requests) == 64 + 96 * kMaxDevices);
+static_assert(offsetof(LimitsPage::Requests, spare_percent) == 8);
+inline constexpr uint32_t kSpareUnknown = ~0u;
+static_assert(sizeof(LimitsPage) == 64 + 64 * kMaxDevices + 32 * kMaxDevices + 32 * kMaxDevices);
 static_assert(offsetof(LimitsPage::Measured, context_overhead) == 24);
 
 // ---- usage (the share's processes write, the agent reads as untrusted input) -------------------
@@ -157,7 +190,7 @@ struct ComputeDevice {
   std::atomic<uint64_t> busy_ns;         // the share's measured GPU time, cumulative
   std::atomic<uint64_t> others_busy_ns;  // other processes' GPU time seen meanwhile, cumulative
   std::atomic<uint64_t> closed_ns;       // wall time the gate was closed, cumulative
-  std::atomic<uint32_t> rate_percent;    // the refill rate in force (quota, burst or 0)
+  std::atomic<uint32_t> rate_percent;    // the refill rate in force (request, limit, idle or 0)
   std::atomic<uint32_t> flags;           // kComputeOthersActive | kComputeYielding
   std::atomic<uint64_t> others_seen_ns;  // when other processes were last seen busy
   std::atomic<uint64_t> last_tick_ns;    // the meter's last update of this device
@@ -181,7 +214,7 @@ static_assert(sizeof(ComputeArea) == 128 + 64 * kMaxDevices);
 
 struct UsagePage {
   uint32_t magic;                         // kUsageMagic
-  uint32_t version;                       // kVersion
+  uint32_t version;                       // kUsageVersion
   uint32_t struct_size;                   // sizeof(UsagePage)
   uint32_t max_slots;                     // kMaxSlots
   std::atomic<uint32_t> slot_high_water;  // slots [0, high water) have ever been claimed
@@ -241,7 +274,7 @@ inline bool reclaim_slot(ProcessSlot& slot, uint64_t dead_owner, uint64_t reclai
 // Initialises a zero-filled limits page (the writer then fills devices and bumps generation).
 inline void init_limits_page(LimitsPage& page) {
   page.magic = kLimitsMagic;
-  page.version = kVersion;
+  page.version = kLimitsVersion;
   page.struct_size = sizeof(LimitsPage);
   page.device_count.store(0, std::memory_order_relaxed);
   page.generation.store(1, std::memory_order_release);
@@ -249,20 +282,20 @@ inline void init_limits_page(LimitsPage& page) {
 
 inline void init_usage_page(UsagePage& page) {
   page.magic = kUsageMagic;
-  page.version = kVersion;
+  page.version = kUsageVersion;
   page.struct_size = sizeof(UsagePage);
   page.max_slots = kMaxSlots;
   page.slot_high_water.store(0, std::memory_order_release);
 }
 
 inline bool valid_limits_page(const LimitsPage& page) {
-  return page.magic == kLimitsMagic && page.version == kVersion &&
+  return page.magic == kLimitsMagic && page.version == kLimitsVersion &&
          page.struct_size == sizeof(LimitsPage) &&
          page.device_count.load(std::memory_order_acquire) <= kMaxDevices;
 }
 
 inline bool valid_usage_page(const UsagePage& page) {
-  return page.magic == kUsageMagic && page.version == kVersion &&
+  return page.magic == kUsageMagic && page.version == kUsageVersion &&
          page.struct_size == sizeof(UsagePage) && page.max_slots == kMaxSlots;
 }
 

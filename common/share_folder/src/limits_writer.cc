@@ -37,13 +37,18 @@ Status check_request(const std::vector<DeviceLimit>& devices, const LimitsOption
       return invalid_argument("device UUID '" + device.uuid + "' must be 1.." +
                               std::to_string(share::kUuidBytes - 1) + " characters");
     }
-    if (device.cores_burst > 100) {
-      return invalid_argument("cores burst " + std::to_string(device.cores_burst) + " of " +
-                              device.uuid + " is above 100");
-    }
     if (device.cores_limit > 100) {
       return invalid_argument("cores limit " + std::to_string(device.cores_limit) + " of " +
                               device.uuid + " is above 100");
+    }
+    if (device.cores_request > 100) {
+      return invalid_argument("cores request " + std::to_string(device.cores_request) + " of " +
+                              device.uuid + " is above 100");
+    }
+    if (device.memory_request != share::kUnlimited && device.memory_request > device.memory_limit) {
+      return invalid_argument("memory request " + std::to_string(device.memory_request) + " of " +
+                              device.uuid + " is above its limit " +
+                              std::to_string(device.memory_limit));
     }
   }
   return Status::ok();
@@ -59,8 +64,10 @@ void fill(share::LimitsPage& page, const std::vector<DeviceLimit>& devices,
     std::memset(entry.uuid, 0, sizeof entry.uuid);
     std::memcpy(entry.uuid, devices[i].uuid.data(), devices[i].uuid.size());
     entry.memory_limit.store(devices[i].memory_limit, std::memory_order_relaxed);
+    entry.cores_request.store(devices[i].cores_request, std::memory_order_relaxed);
     entry.cores_limit.store(devices[i].cores_limit, std::memory_order_relaxed);
-    entry.cores_burst.store(devices[i].cores_burst, std::memory_order_relaxed);
+    page.requests[i].memory_request.store(devices[i].memory_request, std::memory_order_relaxed);
+    page.requests[i].spare_percent.store(share::kSpareUnknown, std::memory_order_relaxed);
   }
   page.device_count.store(static_cast<uint32_t>(devices.size()), std::memory_order_relaxed);
 }
@@ -70,8 +77,9 @@ void store_limits(share::LimitsPage& page, const std::vector<DeviceLimit>& devic
                   const LimitsOptions& options) {
   for (size_t i = 0; i < devices.size(); ++i) {
     page.devices[i].memory_limit.store(devices[i].memory_limit, std::memory_order_release);
+    page.devices[i].cores_request.store(devices[i].cores_request, std::memory_order_release);
     page.devices[i].cores_limit.store(devices[i].cores_limit, std::memory_order_release);
-    page.devices[i].cores_burst.store(devices[i].cores_burst, std::memory_order_release);
+    page.requests[i].memory_request.store(devices[i].memory_request, std::memory_order_release);
   }
   page.priority.store(options.priority, std::memory_order_release);
   if (options.measure_source)

@@ -1,6 +1,9 @@
 #include "tessera/share_folder/share_view.h"
 
+#include <algorithm>
+
 #include "tessera/file_io.h"
+#include "tessera/qos_class.h"
 
 namespace tessera::share_folder {
 namespace {
@@ -13,14 +16,22 @@ double seconds_of(uint64_t ns) {
 
 void add_limits_devices(const LimitsPageCopy& limits, v1::Share& share) {
   share.set_priority(priority_name(limits.priority));
+  QosClass share_class = QosClass::kGuaranteed;
   for (const LimitsDevice& entry : limits.devices) {
     v1::ShareDevice& device = *share.add_devices();
     device.set_gpu_uuid(entry.uuid);
     device.set_memory_unlimited(entry.memory_limit == share::kUnlimited);
     if (entry.memory_limit != share::kUnlimited) device.set_memory_limit_bytes(entry.memory_limit);
-    device.set_cores_limit_percent(entry.cores_limit);
-    device.set_cores_burst_percent(entry.cores_burst);
+    device.set_cores_request_percent(entry.cores_request);
+    device.set_cores_limit_percent(share::effective_cores_limit(entry.cores_request, entry.cores_limit));
+    if (entry.memory_limit != share::kUnlimited)
+      device.set_memory_request_bytes(std::min(entry.memory_request, entry.memory_limit));
+    const QosClass qos = device_qos_class(entry.memory_request, entry.memory_limit,
+                                          entry.cores_request, entry.cores_limit);
+    device.set_qos_class(std::string(qos_class_name(qos)));
+    share_class = lower_qos_class(share_class, qos);
   }
+  if (!limits.devices.empty()) share.set_qos_class(std::string(qos_class_name(share_class)));
 }
 
 void add_counters(const UsagePageCopy& usage, ShareViewOptions::Counters counters,

@@ -274,8 +274,9 @@ LimitsPageCopy read_limits_page(const std::string& path) {
     LimitsDevice device;
     device.uuid.assign(entry.uuid, strnlen(entry.uuid, share::kUuidBytes));
     device.memory_limit = entry.memory_limit.load(std::memory_order_relaxed);
+    device.cores_request = entry.cores_request.load(std::memory_order_relaxed);
     device.cores_limit = entry.cores_limit.load(std::memory_order_relaxed);
-    device.cores_burst = entry.cores_burst.load(std::memory_order_relaxed);
+    device.memory_request = page->requests[d].memory_request.load(std::memory_order_relaxed);
     device.sampled_at_ns = measured.sampled_at_ns.load(std::memory_order_relaxed);
     device.share_busy_ns = measured.share_busy_ns.load(std::memory_order_relaxed);
     device.others_busy_ns = measured.others_busy_ns.load(std::memory_order_relaxed);

@@ -221,7 +221,7 @@ Result<RepairOutcome> repair_usage_page(const std::string& folder, const UsagePa
     }
     if (repair.rewrite_header || repair.extend) {
       // magic, version, struct_size, max_slots: the 16 bytes before slot_high_water.
-      const uint32_t header[] = {share::kUsageMagic, share::kVersion,
+      const uint32_t header[] = {share::kUsageMagic, share::kUsageVersion,
                                  static_cast<uint32_t>(kPageBytes), share::kMaxSlots};
       static_assert(sizeof(header) == offsetof(share::UsagePage, slot_high_water));
       if (::pwrite(fd.get(), header, sizeof(header), 0) != static_cast<ssize_t>(sizeof(header)))

@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "tessera/json_access.h"
+#include "tessera/quantity.h"
+#include "tessera/share_region.h"
 
 namespace tessera {
 namespace {
@@ -96,19 +98,40 @@ Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
 
   if (const auto compute = parameters.find("compute"); compute != parameters.end()) {
     TESSERA_RETURN_IF_ERROR(expect_object(*compute, "compute"));
-    TESSERA_RETURN_IF_ERROR(unknown_fields(*compute, "compute.", {"burst", "priority"}));
+    TESSERA_RETURN_IF_ERROR(
+        unknown_fields(*compute, "compute.", {"limit", "burst", "priority"}));
+    if (const auto limit = compute->find("limit"); limit != compute->end()) {
+      if (compute->contains("burst"))
+        return invalid_argument(
+            "compute.burst: the old name of compute.limit; set compute.limit alone");
+      if (!limit->is_number_integer() || limit->get<int64_t>() < 1 || limit->get<int64_t>() > 100)
+        return invalid_argument("compute.limit: invalid value " + limit->dump() +
+                                " (an integer percent 1..100)");
+      out.cores_limit = static_cast<uint32_t>(limit->get<int64_t>());
+    }
+    // compute.burst (before requests and limits): the same ceiling; 0 meant "no bursting", which
+    // is now a limit equal to the request, the default.
     if (const auto burst = compute->find("burst"); burst != compute->end()) {
       if (!burst->is_number_integer() || burst->get<int64_t>() < 0 || burst->get<int64_t>() > 100)
         return invalid_argument("compute.burst: invalid value " + burst->dump() +
-                                " (an integer percent 0..100)");
-      out.burst = static_cast<uint32_t>(burst->get<int64_t>());
+                                " (an integer percent 0..100; compute.limit is its new name)");
+      if (burst->get<int64_t>() > 0) out.cores_limit = static_cast<uint32_t>(burst->get<int64_t>());
     }
     TESSERA_RETURN_IF_ERROR(
         decode_enum_member(*compute, "priority", "compute.priority", kPriorityNames, out.priority));
   }
   if (const auto memory = parameters.find("memory"); memory != parameters.end()) {
     TESSERA_RETURN_IF_ERROR(expect_object(*memory, "memory"));
-    TESSERA_RETURN_IF_ERROR(unknown_fields(*memory, "memory.", {}));
+    TESSERA_RETURN_IF_ERROR(unknown_fields(*memory, "memory.", {"limit"}));
+    if (const auto limit = memory->find("limit"); limit != memory->end()) {
+      std::optional<uint64_t> bytes;
+      if (limit->is_string()) bytes = parse_byte_quantity(limit->get_ref<const std::string&>());
+      if (limit->is_number_unsigned()) bytes = limit->get<uint64_t>();
+      if (!bytes || *bytes == 0)
+        return invalid_argument("memory.limit: invalid value " + limit->dump() +
+                                " (a positive byte quantity such as \"8Gi\")");
+      out.memory_limit = *bytes;
+    }
   }
   if (const auto sharing = parameters.find("sharing"); sharing != parameters.end()) {
     TESSERA_RETURN_IF_ERROR(expect_object(*sharing, "sharing"));
@@ -139,7 +162,8 @@ Result<EnforcementPolicy> decode_enforcement_policy(const json& value, const std
 
 VgpuConfig merge_vgpu_config(const VgpuConfig& base, const VgpuConfig& later) {
   VgpuConfig merged = base;
-  if (later.burst) merged.burst = later.burst;
+  if (later.cores_limit) merged.cores_limit = later.cores_limit;
+  if (later.memory_limit) merged.memory_limit = later.memory_limit;
   if (later.priority) merged.priority = later.priority;
   if (later.strategy) merged.strategy = later.strategy;
   if (later.time_slice) merged.time_slice = later.time_slice;
@@ -152,11 +176,11 @@ Status check_supported(const VgpuConfig& config) {
   if (config.time_slice && strategy != SharingStrategy::kTimeSlicing)
     return invalid_argument(std::string("sharing.timeSlice ") + to_string(*config.time_slice) +
                             " is set but the merged sharing.strategy is " + to_string(strategy));
-  // Bursting and priority are the shim's compute scheduling; under MPS or time slicing the
+  // A cores limit and priority are the shim's compute scheduling; under MPS or time slicing the
   // hardware schedules, so a value there would be silently ignored.
   if (strategy != SharingStrategy::kQuota) {
-    if (config.burst)
-      return invalid_argument("compute.burst " + std::to_string(*config.burst) +
+    if (config.cores_limit)
+      return invalid_argument("compute.limit " + std::to_string(*config.cores_limit) +
                               " is only supported with sharing.strategy Quota, not " +
                               to_string(strategy));
     if (config.priority)
@@ -165,6 +189,51 @@ Status check_supported(const VgpuConfig& config) {
                               to_string(strategy));
   }
   return Status::ok();
+}
+
+namespace {
+
+std::string bytes_text(uint64_t bytes) {
+  char text[32];
+  format_byte_quantity(bytes, text, sizeof text);
+  return text;
+}
+
+}  // namespace
+
+Result<ShareLimits> resolve_share_limits(const VgpuConfig& config, const ShareRequests& requests,
+                                         std::optional<uint64_t> gpu_memory_bytes) {
+  ShareLimits limits;
+  if (requests.cores && *requests.cores > 100)
+    return invalid_argument("cores request " + std::to_string(*requests.cores) +
+                            " is above 100");
+  limits.cores_request = requests.cores.value_or(100);
+  // Best-effort (request 0) reaches whatever time the others leave, unless a limit caps it.
+  limits.cores_limit =
+      config.cores_limit.value_or(limits.cores_request == 0 ? 100 : limits.cores_request);
+  if (limits.cores_limit < limits.cores_request)
+    return invalid_argument("compute.limit " + std::to_string(limits.cores_limit) +
+                            " is below the cores request " + std::to_string(limits.cores_request) +
+                            " (a limit is at least the request)");
+  const uint64_t whole_gpu = gpu_memory_bytes.value_or(share::kUnlimited);
+  limits.memory_request = requests.memory_bytes.value_or(whole_gpu);
+  limits.memory_limit = config.memory_limit.value_or(limits.memory_request);
+  if (config.memory_limit && *config.memory_limit < limits.memory_request)
+    return invalid_argument(
+        "memory.limit " + bytes_text(*config.memory_limit) + " is below the memory request " +
+        (limits.memory_request == share::kUnlimited
+             ? std::string("(the whole GPU: the request names no memory)")
+             : bytes_text(limits.memory_request)) +
+        " (a limit is at least the request)");
+  if (config.memory_limit && gpu_memory_bytes && *config.memory_limit > *gpu_memory_bytes)
+    return invalid_argument("memory.limit " + bytes_text(*config.memory_limit) +
+                            " is above the GPU's memory " + bytes_text(*gpu_memory_bytes));
+  return limits;
+}
+
+Status check_limits_against_requests(const VgpuConfig& config, const ShareRequests& requests) {
+  Result<ShareLimits> resolved = resolve_share_limits(config, requests, std::nullopt);
+  return resolved.is_ok() ? Status::ok() : resolved.status();
 }
 
 const char* to_string(Priority priority) {

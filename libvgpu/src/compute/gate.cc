@@ -266,8 +266,7 @@ bool wait_at_gate() {
     share::ComputeArea& area = s.regions[r].usage_page()->compute;
     const uint64_t bit = 1ull << device;
     if ((area.closed_mask.load(std::memory_order_acquire) & bit) != 0 &&
-        s.regions[r].limits_page()->devices[device].cores_limit.load(std::memory_order_acquire) ==
-            0) {
+        Meter::no_time(s.regions[r].limits_page()->devices[device])) {
       static std::atomic<bool> said{false};
       if (!said.exchange(true, std::memory_order_relaxed)) {
         TESSERA_ERROR("share %s gives this GPU no GPU time (cores 0): launches are refused",

@@ -35,12 +35,17 @@ void AgentSource::reset() {
   for (uint32_t d = 0; d < share::kMaxDevices; ++d) last_at_[d] = 0;
 }
 
+bool Meter::no_time(const share::DeviceLimits& device) {
+  return share::effective_cores_limit(device.cores_request.load(std::memory_order_acquire),
+                                      device.cores_limit.load(std::memory_order_acquire)) == 0;
+}
+
 bool Meter::share_has_compute(const share::LimitsPage& limits) {
   if (limits.priority.load(std::memory_order_acquire) != share::kPriorityNormal) return true;
   uint32_t count = limits.device_count.load(std::memory_order_acquire);
   if (count > share::kMaxDevices) count = share::kMaxDevices;
   for (uint32_t d = 0; d < count; ++d) {
-    const uint32_t cores = limits.devices[d].cores_limit.load(std::memory_order_acquire);
+    const uint32_t cores = limits.devices[d].cores_request.load(std::memory_order_acquire);
     if (cores < 100) return true;
   }
   return false;
@@ -51,7 +56,7 @@ uint64_t Meter::no_time_mask(const share::LimitsPage& limits) {
   if (count > share::kMaxDevices) count = share::kMaxDevices;
   uint64_t mask = 0;
   for (uint32_t d = 0; d < count; ++d) {
-    if (limits.devices[d].cores_limit.load(std::memory_order_acquire) == 0) mask |= 1ull << d;
+    if (no_time(limits.devices[d])) mask |= 1ull << d;
   }
   return mask;
 }
@@ -59,11 +64,11 @@ uint64_t Meter::no_time_mask(const share::LimitsPage& limits) {
 Config Meter::config_for(int device) const {
   Config config = base_config_;
   const share::DeviceLimits& entry = limits_->devices[device];
-  uint32_t quota = entry.cores_limit.load(std::memory_order_acquire);
+  uint32_t quota = entry.cores_request.load(std::memory_order_acquire);
   if (quota == 0) quota = 1;
   if (quota > 100) quota = 100;
   config.quota_percent = quota;
-  const uint32_t burst = entry.cores_burst.load(std::memory_order_acquire);
+  const uint32_t burst = entry.cores_limit.load(std::memory_order_acquire);
   config.burst_percent = burst > quota ? (burst > 100 ? 100 : burst) : 0;
   config.priority = limits_->priority.load(std::memory_order_acquire);
   return config;
@@ -123,7 +128,7 @@ int64_t Meter::tick(int64_t now_ns) {
     ComputeDevice& device = area.devices[d];
     const Config config = config_for(static_cast<int>(d));
     const uint64_t bit = 1ull << d;
-    if (limits_->devices[d].cores_limit.load(std::memory_order_acquire) == 0) {
+    if (no_time(limits_->devices[d])) {
       // No GPU time at all: closed for good, its launches are refused at the gate.
       area.closed_mask.fetch_or(bit, std::memory_order_acq_rel);
       device.rate_percent.store(0, std::memory_order_relaxed);

@@ -100,6 +100,8 @@ class Meter {
   // closed leaves). Its gate stays closed and launches on it are refused (gate.cc), never slowed
   // to a rate.
   static uint64_t no_time_mask(const share::LimitsPage& limits);
+  // Request and limit both 0: the device gives the share no time at all.
+  static bool no_time(const share::DeviceLimits& device);
   Config config_for(int device) const;
 
  private:

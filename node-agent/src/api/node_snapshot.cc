@@ -1,10 +1,12 @@
 #include "api/node_snapshot.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
 
 #include "share/share_manager.h"
+#include "tessera/qos_class.h"
 #include "tessera/share_folder/share_view.h"
 #include "usage/share_processes.h"
 
@@ -50,15 +52,23 @@ void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
   // Absent in entries of older checkpoints: left 0, which views show as unknown.
   if (entry.prepared_unix_ms) share.set_prepared_unix_ms(*entry.prepared_unix_ms);
 
+  QosClass share_class = QosClass::kGuaranteed;
   for (const ShareSpec& spec : folder_shares) {
     v1::ShareDevice& device = *share.add_devices();
     device.set_gpu_uuid(spec.uuid);
     const share_folder::DeviceLimit limit = share_limits(spec);
     device.set_memory_unlimited(limit.memory_limit == share::kUnlimited);
     if (limit.memory_limit != share::kUnlimited) device.set_memory_limit_bytes(limit.memory_limit);
-    device.set_cores_limit_percent(limit.cores_limit);
-    device.set_cores_burst_percent(limit.cores_burst);
+    if (limit.memory_limit != share::kUnlimited)
+      device.set_memory_request_bytes(std::min(limit.memory_request, limit.memory_limit));
+    device.set_cores_request_percent(limit.cores_request);
+    device.set_cores_limit_percent(share::effective_cores_limit(limit.cores_request, limit.cores_limit));
+    const QosClass qos = device_qos_class(limit.memory_request, limit.memory_limit,
+                                          limit.cores_request, limit.cores_limit);
+    device.set_qos_class(std::string(qos_class_name(qos)));
+    share_class = lower_qos_class(share_class, qos);
   }
+  if (!folder_shares.empty()) share.set_qos_class(std::string(qos_class_name(share_class)));
 
   // A folder that cannot be read whole says so (read_error): its figures are unknown, not 0, and
   // are left out rather than taken from what part of it could be read.

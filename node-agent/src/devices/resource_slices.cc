@@ -151,15 +151,16 @@ json build_device(const GpuInfo& gpu, const DeviceHealthReport* health) {
       {"resource.kubernetes.io/pciBusID", {{"string", gpu.pci_bus_id}}}};
   if (auto driver = to_semver(gpu.driver_version); !driver.empty())
     attributes["driverVersion"] = {{"version", driver}};
-  // Defaults: a request that names no memory takes the whole memory, one that names no cores the
-  // whole GPU time; a share states both to leave room for others. Memory in whole MiB from 256Mi
-  // (validRange rounds a request up), cores in whole percent from 1.
+  // Defaults: a request that names no memory takes the whole memory; one that names no cores
+  // requests none and is best-effort (docs/resource-model.md), as a HAMi pod without gpucores
+  // packs beside others. Memory in whole MiB from 256Mi (validRange rounds a request up), cores
+  // in whole percent from 0.
   json capacity = {
       {"memory", memory_capacity(published_memory_bytes(gpu))},
       {"cores",
        {{"value", "100"},
         {"requestPolicy",
-         {{"default", "100"}, {"validRange", {{"min", "1"}, {"max", "100"}, {"step", "1"}}}}}}}};
+         {{"default", "0"}, {"validRange", {{"min", "0"}, {"max", "100"}, {"step", "1"}}}}}}}};
   json device = {{"name", device_name(gpu)},
                  {"attributes", attributes},
                  {"capacity", capacity},

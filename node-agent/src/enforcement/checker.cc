@@ -86,9 +86,10 @@ std::vector<CheckedShare> checked_shares(const Checkpoint& checkpoint,
       share.name = spec.name();
       share.folder = shares_dir + "/" + spec.folder_name();
       share.uuid = spec.uuid;
-      share.memory_limit = spec.memory_bytes;
+      const ShareLimits limits = spec.limits();
+      if (limits.memory_limit != share::kUnlimited) share.memory_limit = limits.memory_limit;
       share.cores = spec.cores;
-      share.burst = spec.config.burst;
+      if (spec.cores) share.cores_limit = limits.cores_limit;
       share.claim_namespace = entry.namespace_name;
       share.claim_name = entry.name;
       share.claim_uid = uid;
@@ -310,7 +311,7 @@ std::map<std::string, CheckedFolder> read_folders(const std::vector<CheckedShare
       folder.page = read.usage;
       if (read.limits.valid())
         for (const share_folder::LimitsDevice& device : read.limits.devices) {
-          if (device.cores_limit < 100 && folder.uuids.size() < share::kMaxDevices)
+          if (device.cores_request < 100 && folder.uuids.size() < share::kMaxDevices)
             folder.limited |= 1ull << folder.uuids.size();
           folder.uuids.push_back(device.uuid);
         }
@@ -557,7 +558,7 @@ void OutOfBandChecker::find_over_memory(Pass& pass, const ShareCheck& check) {
 void OutOfBandChecker::find_over_cores(Pass& pass, const ShareCheck& check) {
   const CheckedShare& share = check.share;
   if (!share.cores || check.gpu.busy.empty()) return;
-  const uint32_t allowed = std::max(*share.cores, share.burst.value_or(0));
+  const uint32_t allowed = std::max(*share.cores, share.cores_limit.value_or(0));
   if (allowed >= 100) return;
   unsigned used = 0;
   const Member* busiest = nullptr;
@@ -572,12 +573,12 @@ void OutOfBandChecker::find_over_cores(Pass& pass, const ShareCheck& check) {
     }
   }
   if (used > allowed + options_.cores_margin &&
-      due({FindingKind::kOverCoresBurst, share.name, 0}, pass.now, options_.cores_grace))
+      due({FindingKind::kOverCoresLimit, share.name, 0}, pass.now, options_.cores_grace))
     pass.findings.push_back(make_finding(
-        FindingKind::kOverCoresBurst, share, busiest ? busiest->pid : 0,
+        FindingKind::kOverCoresLimit, share, busiest ? busiest->pid : 0,
         busiest ? busiest->start_time : 0,
         "the share used " + std::to_string(used) + " % of the GPU, over its " +
-            std::to_string(allowed) + " % (quota or burst) for longer than " +
+            std::to_string(allowed) + " % (its cores limit) for longer than " +
             std::to_string(
                 std::chrono::duration_cast<std::chrono::milliseconds>(options_.cores_grace)
                     .count()) +

@@ -16,7 +16,7 @@
 //    (busy_ns, others_busy_ns, closed_ns per device) went back, or the gate's closed time grew
 //    by more than the time between two passes (repaired: the counters put back to the last sound
 //    reading, the limited gates closed with no credit for the meter to reopen; see ComputeRepair);
-//  - over_cores_burst: the share used more of the GPU than max(quota, burst) (+ a margin) for
+//  - over_cores_limit: the share used more of the GPU than max(quota, burst) (+ a margin) for
 //    longer than --cores-grace;
 //  - unaccounted_process: a process on a GPU of the node that no share of it has. A share's
 //    process is one of its pods, in its page, or in its page at an earlier pass (while the page
@@ -67,9 +67,9 @@ struct CheckedShare {
   std::string name;    // ShareSpec::name()
   std::string folder;  // its folder's path (shared by a claim's shares of several GPUs)
   std::string uuid;
-  std::optional<uint64_t> memory_limit;  // bytes; none: the whole GPU
-  std::optional<uint32_t> cores;         // percent; none: no compute limit
-  std::optional<uint32_t> burst;
+  std::optional<uint64_t> memory_limit;  // bytes (the share's limit, not its request); none: the GPU
+  std::optional<uint32_t> cores;         // the cores request, percent; none: no compute limit
+  std::optional<uint32_t> cores_limit;   // percent it may reach
   std::string claim_namespace, claim_name, claim_uid;
   std::vector<PodRef> pods;
 };

@@ -36,7 +36,7 @@ class FindingCounters {
 // limit; the kill follows if the share then is over it).
 constexpr bool kill_worthy(FindingKind kind) {
   return kind == FindingKind::kOverMemoryLimit || kind == FindingKind::kUnshimmedProcess ||
-         kind == FindingKind::kOverCoresBurst;
+         kind == FindingKind::kOverCoresLimit;
 }
 
 struct EnforcementHandlerOptions {

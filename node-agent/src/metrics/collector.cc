@@ -7,6 +7,7 @@
 
 #include "metrics/exposition.h"
 #include "share/share_manager.h"
+#include "tessera/qos_class.h"
 #include "tessera/share_folder/snapshot.h"
 
 namespace tessera::agent {
@@ -47,9 +48,18 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
             memory_limit = static_cast<double>(device.memory_bytes);
       }
       out.add(MetricId::kShareMemoryLimitBytes, labels, memory_limit);
-      out.add(MetricId::kShareCoresQuotaPercent, labels, uint64_t{limit.cores_limit});
-      out.add(MetricId::kShareCoresBurstPercent, labels,
-              uint64_t{std::max(limit.cores_limit, limit.cores_burst)});
+      out.add(MetricId::kShareMemoryRequestBytes, labels,
+              limit.memory_request == share::kUnlimited
+                  ? memory_limit
+                  : static_cast<double>(std::min(limit.memory_request, limit.memory_limit)));
+      out.add(MetricId::kShareCoresRequestPercent, labels, uint64_t{limit.cores_request});
+      out.add(MetricId::kShareCoresLimitPercent, labels,
+              uint64_t{share::effective_cores_limit(limit.cores_request, limit.cores_limit)});
+      const std::string qos_labels[] = {
+          labels[0], labels[1], labels[2], labels[3], labels[4], labels[5],
+          std::string(qos_class_name(device_qos_class(limit.memory_request, limit.memory_limit,
+                                                      limit.cores_request, limit.cores_limit)))};
+      out.add(MetricId::kShareQosClass, qos_labels, uint64_t{1});
       // A page that cannot be read whole (a tenant may truncate or replace it) leaves the usage
       // series out: 0 would read as "nothing used". Zero until a process has written the page.
       const share_folder::ShareFolderSnapshot& usage = folder->second;

@@ -9,6 +9,8 @@ const MetricInfo& metric_info(MetricId id) {
 std::span<const std::string_view> label_names(LabelSet labels) {
   static constexpr std::string_view kShareLabels[] = {"namespace", "claim", "share",
                                                       "pod",       "uuid",  "node"};
+  static constexpr std::string_view kShareQosLabels[] = {"namespace", "claim", "share", "pod",
+                                                         "uuid",      "node",  "class"};
   static constexpr std::string_view kGpuLabels[] = {"uuid", "device", "node"};
   static constexpr std::string_view kResultLabels[] = {"result"};
   static constexpr std::string_view kBuildLabels[] = {"version"};
@@ -18,6 +20,8 @@ std::span<const std::string_view> label_names(LabelSet labels) {
       return {};
     case LabelSet::kShare:
       return kShareLabels;
+    case LabelSet::kShareQos:
+      return kShareQosLabels;
     case LabelSet::kGpu:
       return kGpuLabels;
     case LabelSet::kResult:

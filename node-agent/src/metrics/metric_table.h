@@ -18,6 +18,7 @@ enum class MetricType { kCounter, kGauge, kHistogram };
 enum class LabelSet {
   kNone,
   kShare,    // namespace, claim, share, pod, uuid, node
+  kShareQos,  // the share's labels, then class (qos_class.h: guaranteed, burstable, best-effort)
   kGpu,      // uuid, device, node
   kResult,   // result: "ok" or "error"
   kBuild,    // version
@@ -28,14 +29,16 @@ enum class LabelSet {
 enum class MetricId : size_t {
   kShareMemoryUsedBytes,
   kShareMemoryLimitBytes,
-  kShareCoresQuotaPercent,
-  kShareCoresBurstPercent,
+  kShareMemoryRequestBytes,
+  kShareCoresRequestPercent,
+  kShareCoresLimitPercent,
   kShareGpuTimeSecondsTotal,
   kShareThrottledSecondsTotal,
   kShareLaunchesTotal,
   kShareAllocationsDeniedTotal,
   kShareProcesses,
   kShareUsageReadable,
+  kShareQosClass,
   kGpuMemoryUsedBytes,
   kGpuMemoryTotalBytes,
   kGpuUtilizationPercent,
@@ -67,13 +70,18 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
      "slots, as the shim enforces it)"},
     {MetricId::kShareMemoryLimitBytes, "tessera_share_memory_limit_bytes", MetricType::kGauge,
      LabelSet::kShare,
-     "Memory limit of the share on the GPU (the GPU's memory when the claim sets none)"},
-    {MetricId::kShareCoresQuotaPercent, "tessera_share_cores_quota_percent", MetricType::kGauge,
-     LabelSet::kShare, "Compute quota of the share: percent of the GPU's time (100 = no limit)"},
-    {MetricId::kShareCoresBurstPercent, "tessera_share_cores_burst_percent", MetricType::kGauge,
+     "Memory limit of the share on the GPU: its wall (the GPU's memory when the claim sets none)"},
+    {MetricId::kShareMemoryRequestBytes, "tessera_share_memory_request_bytes", MetricType::kGauge,
      LabelSet::kShare,
-     "Percent of the GPU's time the share may reach while the GPU has idle time (the quota when "
-     "it may not burst)"},
+     "Memory request of the share on the GPU: what it is guaranteed; above it, up to the limit, "
+     "it borrows"},
+    {MetricId::kShareCoresRequestPercent, "tessera_share_cores_request_percent", MetricType::kGauge,
+     LabelSet::kShare,
+     "Cores request of the share: percent of the GPU's time it is guaranteed (0 = best-effort)"},
+    {MetricId::kShareCoresLimitPercent, "tessera_share_cores_limit_percent", MetricType::kGauge,
+     LabelSet::kShare,
+     "Cores limit of the share: percent of the GPU's time it may reach while others leave it "
+     "idle (the request when it may not burst)"},
     {MetricId::kShareGpuTimeSecondsTotal, "tessera_share_gpu_time_seconds_total",
      MetricType::kCounter, LabelSet::kShare,
      "GPU time the share's processes held the GPU, as its compute meter measured it (the agent's "
@@ -94,6 +102,9 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
      LabelSet::kShare,
      "1 when the share's usage page was read whole (or no process has written it yet), 0 when it "
      "could not be: its usage series are then left out, never reported as 0"},
+    {MetricId::kShareQosClass, "tessera_share_qos_class", MetricType::kGauge, LabelSet::kShareQos,
+     "1 for the share's quality-of-service class (guaranteed, burstable or best-effort), from its "
+     "requests and limits"},
     {MetricId::kGpuMemoryUsedBytes, "tessera_gpu_memory_used_bytes", MetricType::kGauge,
      LabelSet::kGpu, "Device memory in use on the GPU (NVML), all processes"},
     {MetricId::kGpuMemoryTotalBytes, "tessera_gpu_memory_total_bytes", MetricType::kGauge,

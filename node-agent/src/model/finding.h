@@ -17,7 +17,7 @@ enum class FindingKind : uint8_t {
   kUnshimmedProcess,  // a process uses the share's GPU but is not in its usage page
   kCorruptUsagePage,  // the usage page's header or slots are not what any shim writes
   kUsageDisagrees,    // a slot claims a figure NVML contradicts (beyond the context overhead)
-  kOverCoresBurst,    // the share used more GPU time than its burst for longer than the grace
+  kOverCoresLimit,    // the share used more GPU time than its burst for longer than the grace
   // A process holds memory on a GPU and belongs to no share of it (a pod without a claim, a host
   // process): never killed, it is not a tenant's; its memory comes out of what shares were
   // promised.
@@ -26,7 +26,7 @@ enum class FindingKind : uint8_t {
 inline constexpr FindingKind kAllFindingKinds[] = {
     FindingKind::kOverMemoryLimit,  FindingKind::kUnshimmedProcess,
     FindingKind::kCorruptUsagePage, FindingKind::kUsageDisagrees,
-    FindingKind::kOverCoresBurst,   FindingKind::kUnaccountedProcess};
+    FindingKind::kOverCoresLimit,   FindingKind::kUnaccountedProcess};
 
 // The `kind` label of tessera_findings_total and the word in log lines and events.
 constexpr std::string_view finding_kind_name(FindingKind kind) {
@@ -39,8 +39,8 @@ constexpr std::string_view finding_kind_name(FindingKind kind) {
       return "corrupt_usage_page";
     case FindingKind::kUsageDisagrees:
       return "usage_disagrees";
-    case FindingKind::kOverCoresBurst:
-      return "over_cores_burst";
+    case FindingKind::kOverCoresLimit:
+      return "over_cores_limit";
     case FindingKind::kUnaccountedProcess:
       return "unaccounted_process";
   }

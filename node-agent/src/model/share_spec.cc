@@ -26,6 +26,18 @@ std::string ShareSpec::name() const {
   return text;
 }
 
+ShareLimits ShareSpec::limits() const {
+  Result<ShareLimits> resolved = resolve_share_limits(config, {memory_bytes, cores}, std::nullopt);
+  if (resolved.is_ok()) return *resolved;
+  // Only a checkpoint written before the checks could hold such a share: it gets no more than
+  // its requests, never more than it asked for.
+  ShareLimits requests;
+  requests.memory_request = requests.memory_limit = memory_bytes.value_or(share::kUnlimited);
+  requests.cores_request = cores.value_or(100);
+  requests.cores_limit = requests.cores_request == 0 ? 100 : requests.cores_request;
+  return requests;
+}
+
 std::vector<std::vector<ShareSpec>> shares_by_folder(const std::vector<ShareSpec>& shares) {
   std::vector<std::vector<ShareSpec>> folders;
   for (const auto& share : shares) {
@@ -164,6 +176,12 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
     }
     spec.config = config_for_request(configs, *request);
     TESSERA_RETURN_IF_ERROR(check_supported(spec.config).with_context(path));
+    // The webhook checked the limits against the requests at apply time, but it may be bypassed;
+    // only here is the GPU known.
+    TESSERA_RETURN_IF_ERROR(
+        resolve_share_limits(spec.config, {spec.memory_bytes, spec.cores}, node_device->memory_bytes)
+            .status()
+            .with_context(path));
     // The time-slice interval is a property of the whole GPU: only a claim that holds all of it
     // may choose it, or one tenant would change the scheduling of every other.
     if (spec.strategy() == SharingStrategy::kTimeSlicing) {

@@ -29,6 +29,9 @@ struct ShareSpec {
   std::optional<uint64_t> memory_bytes;
   std::optional<uint32_t> cores;  // percent 0..100
   VgpuConfig config;              // class configs, then claim configs, merged in API order
+  // The consumed capacities are the share's requests; the config may raise its limits above them
+  // (docs/resource-model.md). Both, resolved: compute_share_specs checked them against the GPU.
+  ShareLimits limits() const;
   // The share folder this share's limits live in, when it is shared with other shares of the
   // claim (the first one's name); "" = its own folder, name(). See compute_share_specs.
   std::string folder;

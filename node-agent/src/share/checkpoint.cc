@@ -43,7 +43,8 @@ json share_to_json(const ShareSpec& s) {
             {"requestNames", s.request_names}};
   if (s.memory_bytes) j["memoryBytes"] = *s.memory_bytes;
   if (s.cores) j["cores"] = *s.cores;
-  if (s.config.burst) j["burst"] = *s.config.burst;
+  if (s.config.cores_limit) j["coresLimit"] = *s.config.cores_limit;
+  if (s.config.memory_limit) j["memoryLimit"] = *s.config.memory_limit;
   if (s.config.priority) j["priority"] = static_cast<int>(*s.config.priority);
   if (s.config.strategy) j["strategy"] = static_cast<int>(*s.config.strategy);
   if (s.config.time_slice) j["timeSlice"] = static_cast<int>(*s.config.time_slice);
@@ -136,8 +137,14 @@ Result<ShareSpec> share_from_json(const json& j, const std::string& at) {
     s.memory_bytes = read.unsigned_member(j, at, "memoryBytes", UINT64_MAX);
   if (j.contains("cores"))
     s.cores = static_cast<uint32_t>(read.unsigned_member(j, at, "cores", 100));
-  if (j.contains("burst"))
-    s.config.burst = static_cast<uint32_t>(read.unsigned_member(j, at, "burst", 100));
+  // "burst": the cores limit's name in checkpoints written before requests and limits.
+  for (const char* key : {"coresLimit", "burst"})
+    if (j.contains(key) && !s.config.cores_limit) {
+      const auto limit = static_cast<uint32_t>(read.unsigned_member(j, at, key, 100));
+      if (limit > 0) s.config.cores_limit = limit;
+    }
+  if (j.contains("memoryLimit"))
+    s.config.memory_limit = read.unsigned_member(j, at, "memoryLimit", UINT64_MAX);
   if (j.contains("priority")) s.config.priority = read.enum_member<Priority>(j, at, "priority", 3);
   if (j.contains("strategy"))
     s.config.strategy = read.enum_member<SharingStrategy>(j, at, "strategy", 3);

@@ -65,8 +65,9 @@ std::string limits_difference(const std::string& dir,
     const share_folder::LimitsDevice& device = page.devices[d];
     if (device.uuid != expected[d].uuid) return "limits page names another GPU";
     field("memory_limit", device.memory_limit, expected[d].memory_limit);
+    field("memory_request", device.memory_request, expected[d].memory_request);
+    field("cores_request", device.cores_request, expected[d].cores_request);
     field("cores_limit", device.cores_limit, expected[d].cores_limit);
-    field("cores_burst", device.cores_burst, expected[d].cores_burst);
   }
   field("priority", page.priority, priority);
   field("measure_source", page.measure_source, measure_source);

@@ -280,11 +280,14 @@ Status ShareManager::save_checkpoint(uint64_t version,
 share_folder::DeviceLimit share_limits(const ShareSpec& share) {
   share_folder::DeviceLimit limit;
   limit.uuid = share.uuid;
-  limit.memory_limit = share.memory_bytes.value_or(share::kUnlimited);
+  const ShareLimits limits = share.limits();
+  limit.memory_limit = limits.memory_limit;
+  limit.memory_request = limits.memory_request;
   // Under MPS the daemon's active-thread percentage limits compute; the shim limiting GPU time
   // as well would compound the two (30% of the threads for 30% of the time).
-  limit.cores_limit = share.strategy() == SharingStrategy::kMps ? 100 : share.cores.value_or(100);
-  limit.cores_burst = share.config.burst.value_or(0);
+  const bool mps = share.strategy() == SharingStrategy::kMps;
+  limit.cores_request = mps ? 100 : limits.cores_request;
+  limit.cores_limit = mps ? 100 : limits.cores_limit;
   return limit;
 }
 

@@ -46,7 +46,7 @@ TEST_F(LimitsWriter, WritesAReadOnlyValidLimitsPage) {
   EXPECT_EQ(page.device_count.load(), 2u);
   EXPECT_STREQ(page.devices[0].uuid, "GPU-aaaa");
   EXPECT_EQ(page.devices[0].memory_limit.load(), 8ull << 30);
-  EXPECT_EQ(page.devices[0].cores_limit.load(), 30u);
+  EXPECT_EQ(page.devices[0].cores_request.load(), 30u);
   EXPECT_EQ(page.devices[1].memory_limit.load(), kUnlimited);
 }
 
@@ -60,7 +60,7 @@ TEST_F(LimitsWriter, UpdatesInPlaceSoMappingsSeeTheChange) {
   const uint64_t generation = live->generation.load();
   ASSERT_EQ(write_limits(dir_, {{"GPU-aaaa", 4ull << 30, 50}}).message(), "");
   EXPECT_EQ(live->devices[0].memory_limit.load(), 4ull << 30);  // the running process's mapping
-  EXPECT_EQ(live->devices[0].cores_limit.load(), 50u);
+  EXPECT_EQ(live->devices[0].cores_request.load(), 50u);
   EXPECT_GT(live->generation.load(), generation);
   munmap(memory, sizeof(LimitsPage));
 }
@@ -72,12 +72,12 @@ TEST_F(LimitsWriter, BurstAndPriorityAreWrittenAndUpdated) {
   close(fd);
   ASSERT_NE(memory, MAP_FAILED);
   const auto* live = static_cast<const LimitsPage*>(memory);
-  EXPECT_EQ(live->devices[0].cores_limit.load(), 30u);
-  EXPECT_EQ(live->devices[0].cores_burst.load(), 100u);
+  EXPECT_EQ(live->devices[0].cores_request.load(), 30u);
+  EXPECT_EQ(live->devices[0].cores_limit.load(), 100u);
   EXPECT_EQ(live->priority.load(), kPriorityHigh);
   ASSERT_EQ(write_limits(dir_, {{"GPU-aaaa", kUnlimited, 40, 0}}, {kPriorityLow}).message(), "");
-  EXPECT_EQ(live->devices[0].cores_limit.load(), 40u);
-  EXPECT_EQ(live->devices[0].cores_burst.load(), 0u);
+  EXPECT_EQ(live->devices[0].cores_request.load(), 40u);
+  EXPECT_EQ(live->devices[0].cores_limit.load(), 0u);
   EXPECT_EQ(live->priority.load(), kPriorityLow);
   munmap(memory, sizeof(LimitsPage));
   EXPECT_NE(write_limits(dir_, {{"GPU-aaaa", kUnlimited, 40, 101}}).message(), "");

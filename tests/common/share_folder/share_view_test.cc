@@ -84,8 +84,8 @@ TEST_F(ShareView, ATesseraRunShareIsWhatItsLimitsPageSays) {
   ASSERT_EQ(share.devices_size(), 2);
   EXPECT_EQ(share.devices(0).gpu_uuid(), "GPU-aaaa");
   EXPECT_EQ(share.devices(0).memory_limit_bytes(), 2 * kGiB);
-  EXPECT_EQ(share.devices(0).cores_limit_percent(), 50u);
-  EXPECT_EQ(share.devices(0).cores_burst_percent(), 80u);
+  EXPECT_EQ(share.devices(0).cores_request_percent(), 50u);
+  EXPECT_EQ(share.devices(0).cores_limit_percent(), 80u);
   EXPECT_TRUE(share.devices(1).memory_unlimited());
   EXPECT_EQ(share.devices(0).memory_used_bytes(), kGiB);
   EXPECT_DOUBLE_EQ(share.devices(0).gpu_seconds(), 4.0);

@@ -278,7 +278,7 @@ TEST_F(NodeApiOnASimulatedNode, TwoClaimsListedWithTheirLimitsThenHealthAndUnpre
     EXPECT_EQ(share->devices(0).gpu_uuid(), uuid_);
     EXPECT_FALSE(share->devices(0).memory_unlimited());
     EXPECT_EQ(share->devices(0).memory_limit_bytes(), memory);
-    EXPECT_EQ(share->devices(0).cores_limit_percent(), cores);
+    EXPECT_EQ(share->devices(0).cores_request_percent(), cores);
     EXPECT_EQ(share->devices(0).memory_used_bytes(), 0u);
     EXPECT_EQ(share->processes_size(), 0);
   }

@@ -86,7 +86,7 @@ class NodeSnapshot : public ::testing::Test {
     ASSERT_EQ(share.devices_size(), 1);
     EXPECT_EQ(share.devices(0).gpu_uuid(), "GPU-aaaa");
     EXPECT_EQ(share.devices(0).memory_limit_bytes(), 4 * kGiB);
-    EXPECT_EQ(share.devices(0).cores_limit_percent(), 30u);
+    EXPECT_EQ(share.devices(0).cores_request_percent(), 30u);
     EXPECT_EQ(share.devices(0).memory_used_bytes(), 0u);
     EXPECT_EQ(share.devices(0).gpu_seconds(), 0.0);
   }

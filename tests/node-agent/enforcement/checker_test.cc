@@ -219,7 +219,7 @@ TEST(OutOfBandChecker, AComputeAreaWhoseCountersGoBackOrOutrunTimeIsRepairedAndN
   share_folder::DeviceLimit limited;
   limited.uuid = kGpu;
   limited.memory_limit = 4 * kGiB;
-  limited.cores_limit = 30;
+  limited.cores_request = 30;
   ASSERT_EQ(share_folder::write_limits(node.folder("a").string(), {limited}).message(), "");
   node.shimmed("a", 100, 0, kGiB, kGiB);
   node.shimmed("b", 200, 0, kGiB, kGiB);
@@ -335,10 +335,10 @@ TEST(OutOfBandChecker, GracesDelayMemoryAndCoresFindings) {
   EXPECT_NE(over[0].detail.find("no slot lies, this process holds the most (5120 MiB)"),
             std::string::npos)
       << over[0].detail;
-  EXPECT_TRUE(node.of(FindingKind::kOverCoresBurst).empty());
+  EXPECT_TRUE(node.of(FindingKind::kOverCoresLimit).empty());
   node.clock.advance(std::chrono::seconds(3));
   node.checker->check_once();
-  const auto cores = node.of(FindingKind::kOverCoresBurst);
+  const auto cores = node.of(FindingKind::kOverCoresLimit);
   ASSERT_EQ(cores.size(), 1u);
   EXPECT_EQ(cores[0].share, "b");
   EXPECT_EQ(cores[0].host_pid, 200);
@@ -347,7 +347,7 @@ TEST(OutOfBandChecker, GracesDelayMemoryAndCoresFindings) {
   node.checker->check_once();
   node.gpus.utilization[kGpu] = {{200, 90}};
   node.checker->check_once();
-  EXPECT_EQ(node.of(FindingKind::kOverCoresBurst).size(), 1u);
+  EXPECT_EQ(node.of(FindingKind::kOverCoresLimit).size(), 1u);
 }
 
 // CheckerOptions::claim_pods as the share manager answers it: the pods the API server has for

@@ -244,7 +244,7 @@ TEST_F(MetricsEndToEnd, PromtoolAcceptsTheExposition) {
   EXPECT_EQ(samples.at("tessera_share_memory_used_bytes" + series), 1.0 * kGiB);
   EXPECT_EQ(samples.at("tessera_share_launches_total" + series), 12);
   EXPECT_EQ(samples.at("tessera_share_throttled_seconds_total" + series), 1.5);
-  EXPECT_EQ(samples.at("tessera_share_cores_quota_percent" + series), 25);
+  EXPECT_EQ(samples.at("tessera_share_cores_request_percent" + series), 25);
   EXPECT_EQ(samples.at("tessera_gpu_healthy{uuid=\"GPU-1\",device=\"gpu-0\",node=\"node-a\"}"), 0);
   EXPECT_EQ(
       samples.at(
@@ -318,9 +318,9 @@ TEST_F(MetricsEndToEnd, EveryMetricOfARunningTwoShareClaim) {
     EXPECT_EQ(samples[share_series("tessera_share_usage_readable", a, uuid)], 1);
     EXPECT_EQ(samples[share_series("tessera_share_memory_limit_bytes", a, uuid)], 8.0 * kGiB);
     EXPECT_EQ(samples[share_series("tessera_share_memory_limit_bytes", b, uuid)], 4.0 * kGiB);
-    EXPECT_EQ(samples[share_series("tessera_share_cores_quota_percent", a, uuid)], 30);
-    EXPECT_EQ(samples[share_series("tessera_share_cores_quota_percent", b, uuid)], 70);
-    EXPECT_EQ(samples[share_series("tessera_share_cores_burst_percent", a, uuid)], 30);
+    EXPECT_EQ(samples[share_series("tessera_share_cores_request_percent", a, uuid)], 30);
+    EXPECT_EQ(samples[share_series("tessera_share_cores_request_percent", b, uuid)], 70);
+    EXPECT_EQ(samples[share_series("tessera_share_cores_limit_percent", a, uuid)], 30);
     EXPECT_EQ(samples["tessera_gpu_shares" + gpu], 2);
     EXPECT_EQ(samples["tessera_prepare_requests_total{result=\"ok\"}"], 1);
     EXPECT_EQ(samples["tessera_prepare_requests_total{result=\"error\"}"], 0);

@@ -427,10 +427,10 @@ TEST_F(ShareManagerTest, SharesOfTwoGpusLiveInOneFolder) {
   ASSERT_EQ(page.device_count.load(), 2u);
   EXPECT_STREQ(page.devices[0].uuid, kGpu0);
   EXPECT_EQ(page.devices[0].memory_limit.load(), 8ull << 30);
-  EXPECT_EQ(page.devices[0].cores_limit.load(), 30u);
+  EXPECT_EQ(page.devices[0].cores_request.load(), 30u);
   EXPECT_STREQ(page.devices[1].uuid, "GPU-11111111-1111-1111-1111-111111111111");
   EXPECT_EQ(page.devices[1].memory_limit.load(), 4ull << 30);
-  EXPECT_EQ(page.devices[1].cores_limit.load(), 70u);
+  EXPECT_EQ(page.devices[1].cores_request.load(), 70u);
 
   // Both CDI devices point at the folder; their informational variables agree, per GPU.
   const json spec = json::parse(read(m->cdi_spec_path("multi-gpu-uid")));

@@ -62,8 +62,8 @@ inline LimitsView read_limits(const fs::path& path) {
   EXPECT_TRUE(share::valid_limits_page(page));
   return {page.devices[0].uuid,
           page.devices[0].memory_limit.load(),
+          page.devices[0].cores_request.load(),
           page.devices[0].cores_limit.load(),
-          page.devices[0].cores_burst.load(),
           page.priority.load(),
           page.device_count.load()};
 }

@@ -105,7 +105,7 @@ std::string make_share(const TempDir& base, const std::string& name, const std::
   const std::string dir = base.shares() + "/" + name;
   share_folder::DeviceLimit device;
   device.uuid = uuid;
-  device.cores_limit = cores;
+  device.cores_request = cores;
   EXPECT_EQ(share_folder::write_limits(dir, {device}, {priority, source}).message(), "");
   create_usage_page(dir);
   return dir;
@@ -307,7 +307,7 @@ TEST(GpuTimeMeterLimits, WriteLimitsMeasureSource) {
             "");
   EXPECT_EQ(source(), share::kMeasureAgent);
   // Without a source, an existing page keeps its own.
-  device.cores_limit = 40;
+  device.cores_request = 40;
   ASSERT_EQ(share_folder::write_limits(dir, {device}, {share::kPriorityNormal}).message(), "");
   EXPECT_EQ(source(), share::kMeasureAgent);
   ASSERT_EQ(share_folder::write_limits(dir, {device}).message(), "");
@@ -521,7 +521,7 @@ TEST(GpuTimeMeterAttribution, GarbageUsagePagesAndFoldersWithoutLimits) {
     random_bytes(slots + "/usage", sizeof(share::UsagePage));
     const int fd = open((slots + "/usage").c_str(), O_RDWR | O_CLOEXEC);
     ASSERT_GE(fd, 0);
-    const uint32_t header[5] = {share::kUsageMagic, share::kVersion, sizeof(share::UsagePage),
+    const uint32_t header[5] = {share::kUsageMagic, share::kUsageVersion, sizeof(share::UsagePage),
                                 share::kMaxSlots, 0xffffffffu};
     ASSERT_EQ(pwrite(fd, header, sizeof header, 0), static_cast<ssize_t>(sizeof header));
     close(fd);

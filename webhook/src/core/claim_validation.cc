@@ -6,6 +6,7 @@
 
 #include "tessera/driver_name.h"
 #include "tessera/json_access.h"
+#include "tessera/quantity.h"
 #include "tessera/vgpu_config.h"
 
 namespace tessera::webhook {
@@ -13,6 +14,31 @@ namespace tessera::webhook {
 namespace {
 
 using nlohmann::json;
+
+// The capacities one (sub)request asks for: `exactly` in resource.k8s.io/v1, the request itself in
+// v1beta1 and a firstAvailable alternative. A value that is no quantity is refused here, naming it:
+// kube-apiserver refuses it too, but a bypassed webhook must not read it as "the whole GPU".
+Result<ShareRequests> capacity_requests(const json& request, const std::string& path) {
+  const json* exactly = json_member(request, "exactly");
+  const json& body = exactly ? *exactly : request;
+  const std::string at = path + (exactly ? ".exactly" : "") + ".capacity.requests";
+  const json* capacity = json_member(body, "capacity");
+  const json* requests = capacity ? json_member(*capacity, "requests") : nullptr;
+  ShareRequests out;
+  if (!requests) return out;
+  if (const json* memory = json_member(*requests, "memory")) {
+    if (memory->is_string()) out.memory_bytes = parse_byte_quantity(memory->get<std::string>());
+    if (!out.memory_bytes)
+      return invalid_argument(at + ".memory: invalid quantity " + memory->dump());
+  }
+  if (const json* cores = json_member(*requests, "cores")) {
+    if (cores->is_string()) out.cores = parse_percent(cores->get<std::string>(), 0, 100);
+    if (!out.cores)
+      return invalid_argument(at + ".cores: invalid value " + cores->dump() +
+                              " (a whole percent 0..100)");
+  }
+  return out;
+}
 
 // Ok, or kInvalidArgument with the first problem, prefixed with its field path.
 Status check_devices(const json& devices, const std::string& path) {
@@ -28,19 +54,33 @@ Status check_devices(const json& devices, const std::string& path) {
   if (!requests || !requests->is_array()) return Status::ok();
   for (size_t i = 0; i < requests->size(); ++i) {
     const json& request = (*requests)[i];
-    std::vector<std::string> names;
+    // Each (sub)request with its path and the capacities it asks for.
+    struct Named {
+      std::string name;
+      std::string path;
+      const json* body;
+    };
+    std::vector<Named> names;
     const std::string name = json_string(request, "name");
+    const std::string at = path + ".requests[" + std::to_string(i) + "]";
     if (const json* alternatives = json_member(request, "firstAvailable");
         alternatives && alternatives->is_array()) {
-      for (const json& sub : *alternatives) names.push_back(name + "/" + json_string(sub, "name"));
+      for (size_t j = 0; j < alternatives->size(); ++j)
+        names.push_back({name + "/" + json_string((*alternatives)[j], "name"),
+                         at + ".firstAvailable[" + std::to_string(j) + "]", &(*alternatives)[j]});
     } else {
-      names.push_back(name);
+      names.push_back({name, at, &request});
     }
-    for (const auto& full : names) {
-      if (const Status supported = check_supported(config_for_request(configs, full));
-          !supported.is_ok())
-        return invalid_argument(path + ".requests[" + std::to_string(i) + "] (" + full +
-                                "): " + supported.message());
+    for (const auto& [full, full_path, body] : names) {
+      const VgpuConfig config = config_for_request(configs, full);
+      if (const Status supported = check_supported(config); !supported.is_ok())
+        return invalid_argument(at + " (" + full + "): " + supported.message());
+      Result<ShareRequests> asked = capacity_requests(*body, full_path);
+      if (!asked.is_ok()) return asked.status();
+      // The GPU is not known before the scheduler picks it: the agent checks a limit above the
+      // GPU at prepare.
+      if (const Status limits = check_limits_against_requests(config, *asked); !limits.is_ok())
+        return invalid_argument(at + " (" + full + "): " + limits.message());
     }
   }
   return Status::ok();

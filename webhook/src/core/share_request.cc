@@ -102,10 +102,11 @@ Result<std::optional<Shorthand>> read_tessera(const json& resources, const std::
     out.request.memory_bytes = *bytes;
   }
   if (*cores) {
-    auto cores_percent = percent(who, kTesseraCores, **cores, 1, 100,
-                                 "a whole percent of the GPU's compute, 1..100");
+    auto cores_percent = percent(who, kTesseraCores, **cores, 0, 100,
+                                 "a whole percent of the GPU's compute, 0..100");
     if (!cores_percent.is_ok()) return cores_percent.status();
-    out.request.cores = *cores_percent;
+    // 0 requests no compute: the claim names none and the share is best-effort.
+    if (*cores_percent > 0) out.request.cores = *cores_percent;
   }
   return std::optional<Shorthand>(std::move(out));
 }

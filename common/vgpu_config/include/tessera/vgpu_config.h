@@ -41,9 +41,16 @@ enum class SharingStrategy { kQuota, kMps, kTimeSlicing };
 enum class TimeSlice { kDefault, kShort, kMedium, kLong };
 
 // Every field optional: an unset field takes the value of an earlier config in the merge, or the
-// default (no burst, normal priority, Quota).
+// default (limits equal to the requests, normal priority, Quota). The requests themselves are the
+// consumable capacities the scheduler reserved (`memory`, `cores`), never a config field
+// (docs/resource-model.md).
 struct VgpuConfig {
-  std::optional<uint32_t> burst;  // compute.burst, percent 0..100
+  // compute.limit, percent 1..100: the most GPU time the share may reach, at least its cores
+  // request. compute.burst, its name before requests and limits, is read as the same field.
+  std::optional<uint32_t> cores_limit;
+  // memory.limit, bytes (a quantity such as "8Gi"): the share's wall, at least its memory request;
+  // bytes above the request are borrowed and may be reclaimed.
+  std::optional<uint64_t> memory_limit;
   std::optional<Priority> priority;
   std::optional<SharingStrategy> strategy;
   std::optional<TimeSlice> time_slice;
@@ -86,9 +93,31 @@ VgpuConfig config_for_request(const std::vector<VgpuConfigEntry>& entries,
                               std::string_view request);
 
 // Checks the merged config for combinations no single object shows (a timeSlice whose strategy a
-// later config replaced; burst or priority under MPS/TimeSlicing). Ok, or kInvalidArgument saying
-// why not.
+// later config replaced; a cores limit or priority under MPS/TimeSlicing). Ok, or kInvalidArgument
+// saying why not.
 Status check_supported(const VgpuConfig& config);
+
+// What the scheduler reserved for one share (its requests): absent = the whole GPU.
+struct ShareRequests {
+  std::optional<uint64_t> memory_bytes;
+  std::optional<uint32_t> cores;  // percent 0..100
+};
+
+// The limits a share gets: the config's, or the requests' (a best-effort share, cores 0, may
+// reach the whole GPU's time). Checks that each limit is at least its request and, when the GPU's
+// memory is known (`gpu_memory_bytes`, the agent at prepare; the webhook at apply time cannot
+// know it), at most the GPU: kInvalidArgument naming the field, its value and the bound
+// ("memory.limit 2Gi is below the memory request 4Gi").
+struct ShareLimits {
+  uint64_t memory_request = 0;
+  uint64_t memory_limit = 0;
+  uint32_t cores_request = 100;
+  uint32_t cores_limit = 100;
+};
+Result<ShareLimits> resolve_share_limits(const VgpuConfig& config, const ShareRequests& requests,
+                                         std::optional<uint64_t> gpu_memory_bytes);
+// The same checks where the GPU is not known: Ok, or the first problem.
+Status check_limits_against_requests(const VgpuConfig& config, const ShareRequests& requests);
 
 const char* to_string(Priority priority);
 const char* to_string(SharingStrategy strategy);

@@ -101,6 +101,8 @@ bool parse_log_level(std::string_view text, LogLevel* out);
 // TESSERA_CORES_LIMIT / TESSERA_CORES_BURST: one percent (1..100) for every device, or a list of
 // <ordinal>=<percent> / GPU-<uuid>=<percent> (LimitEntry::bytes holds the percent).
 bool parse_percent_list(std::string_view text, MemoryLimitSpec* out);
+// The same syntax with 0 allowed (`tessera run --cores 0`: a best-effort request).
+bool parse_request_percent_list(std::string_view text, MemoryLimitSpec* out);
 
 // TESSERA_PRIORITY: high, normal, low (share::kPriority*).
 bool parse_priority(std::string_view text, uint32_t* out);

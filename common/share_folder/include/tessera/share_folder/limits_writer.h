@@ -15,9 +15,11 @@ namespace tessera::share_folder {
 
 struct DeviceLimit {
   std::string uuid;  // "GPU-..." as NVML and cuDeviceGetUuid name the device
-  uint64_t memory_limit = share::kUnlimited;
-  uint32_t cores_limit = 100;
-  uint32_t cores_burst = 0;  // percent while the GPU has idle time; 0 = no bursting
+  uint64_t memory_limit = share::kUnlimited;  // the wall
+  // What is guaranteed, at most memory_limit; kUnlimited: all of memory_limit.
+  uint64_t memory_request = share::kUnlimited;
+  uint32_t cores_request = 100;  // percent guaranteed; 0 = best-effort
+  uint32_t cores_limit = 0;      // percent it may reach; at most the request: it does not burst
 };
 
 struct LimitsOptions {

@@ -50,8 +50,9 @@ std::string_view usage_problem_name(UsageProblem problem);
 struct LimitsDevice {
   std::string uuid;
   uint64_t memory_limit = share::kUnlimited;
-  uint32_t cores_limit = 100;
-  uint32_t cores_burst = 0;
+  uint64_t memory_request = share::kUnlimited;  // kUnlimited: the whole limit is guaranteed
+  uint32_t cores_request = 100;
+  uint32_t cores_limit = 0;
   // LimitsPage::Measured: written by the agent's meters.
   uint64_t sampled_at_ns = 0;
   uint64_t share_busy_ns = 0;
