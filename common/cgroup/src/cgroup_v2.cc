@@ -108,8 +108,11 @@ Result<std::string> directory_of(const std::vector<Mount>& mounts, const std::st
     } else {
       continue;
     }
-    std::string directory = mount.mount_point == "/" ? rest : mount.mount_point + rest;
-    if (directory.empty()) directory = "/";
+    // Built by append: GCC 12 misreads `directory = "/"` after a concatenation (-Wrestrict).
+    std::string directory;
+    if (mount.mount_point != "/") directory.append(mount.mount_point);
+    directory.append(rest);
+    if (directory.empty()) directory.push_back('/');
     if (is_directory(directory)) return directory;
   }
   return not_found("cgroup " + path + " is under no cgroup2 mount of this process (" +
