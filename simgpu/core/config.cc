@@ -166,8 +166,8 @@ std::optional<std::string> parse_driver_version(std::string_view text, ConfigErr
   }
   if (valid && *parse_unsigned(parts[0]) == 0) valid = false;
   if (!valid) {
-    error.message = "SIMGPU_DRIVER_VERSION=" + quoted(text) +
-                    " is not a driver version such as 615.40.01";
+    error.message =
+        "SIMGPU_DRIVER_VERSION=" + quoted(text) + " is not a driver version such as 615.40.01";
     return std::nullopt;
   }
   return std::string(text);

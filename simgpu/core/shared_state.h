@@ -102,8 +102,8 @@ inline constexpr int kCgroupPathBytes = 512;
 struct MemoryLimit {
   uint32_t in_use;  // 0: free entry
   uint32_t device;
-  uint64_t soft_limit;  // bytes, at most the device's memory
-  uint64_t hard_limit;  // bytes, at most the device's memory
+  uint64_t soft_limit;            // bytes, at most the device's memory
+  uint64_t hard_limit;            // bytes, at most the device's memory
   char cgroup[kCgroupPathBytes];  // relative to the cgroup v2 root: "/a/b" (never "/")
 };
 

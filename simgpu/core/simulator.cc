@@ -337,7 +337,8 @@ uint64_t Simulator::partition_used_locked(int device, int limit,
     } else if (process_alive(slot.pid, slot.start_time)) {
       cgroup = read_process_cgroup(slot.pid);
     }
-    if (cgroup && governing_limit_locked(device, *cgroup) == limit) used += slot.used_memory[device];
+    if (cgroup && governing_limit_locked(device, *cgroup) == limit)
+      used += slot.used_memory[device];
   }
   return used;
 }

@@ -54,7 +54,9 @@ class Simulator {
 
   // The driver this simulated machine has (SIMGPU_DRIVER_VERSION when the state was created).
   const char* driver_version() const { return state_->driver_version; }
-  int cuda_driver_version() const { return cuda_version_of_branch(driver_branch(driver_version())); }
+  int cuda_driver_version() const {
+    return cuda_version_of_branch(driver_branch(driver_version()));
+  }
   // R615 and later: nvmlDeviceSetMemoryLimits_v1 / nvmlDeviceGetMemoryLimits_v1 work.
   bool has_memory_partitions() const {
     return driver_branch(driver_version()) >= kMemoryPartitionsBranch;

@@ -120,8 +120,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* me
   simgpu::nvml::MemoryFigures figures = simgpu::nvml::memory_figures(dev);
   if (const auto partition = dev.sim->own_partition(dev.index)) {
     const uint64_t used = std::min(partition->used, partition->hard_limit);
-    figures = {partition->hard_limit, used,
-               std::min(figures.free, partition->hard_limit - used)};
+    figures = {partition->hard_limit, used, std::min(figures.free, partition->hard_limit - used)};
   }
   memory->total = figures.total;
   memory->reserved = 0;
