@@ -10,8 +10,8 @@
 // - Typed calls: a value, or a Status naming the call and NVML's error string
 //   ("nvmlDeviceGetMemoryInfo: GPU is lost"). Codes: kFailedPrecondition when this driver or GPU
 //   cannot do it (the entry point is missing: "<path> has no <symbol>"; or
-//   NVML_ERROR_NOT_SUPPORTED or NVML_ERROR_FUNCTION_NOT_FOUND), kUnavailable for every other NVML error (a lost GPU, a driver
-//   starting: asking again may help).
+//   NVML_ERROR_NOT_SUPPORTED or NVML_ERROR_FUNCTION_NOT_FOUND), kUnavailable for every other NVML
+//   error (a lost GPU, a driver starting: asking again may help).
 //
 // Thread-safe: a Library is immutable once loaded, NVML's calls are thread-safe, and a Session's
 // calls keep no state of their own.
@@ -197,7 +197,8 @@ class Session {
   // The cgroup's own limit. kNotFound "nvmlDeviceGetMemoryLimits_v1: Not Found" when it has none of
   // its own (an ancestor may have one); on the misc backend a cgroup with no limited ancestor
   // either answers NVML_ERROR_NOT_SUPPORTED (kFailedPrecondition). Both mean "no limit here".
-  Result<MemoryLimits> memory_limits(nvmlDevice_t device, const std::string& cgroup_directory) const;
+  Result<MemoryLimits> memory_limits(nvmlDevice_t device,
+                                     const std::string& cgroup_directory) const;
 
   // Events.
   Result<EventSet> create_event_set() const;
