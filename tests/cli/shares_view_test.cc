@@ -110,9 +110,11 @@ TEST(SharesTable, AShareThatCouldNotBeReadShowsItsUsageAsUnknownNotZero) {
       "slots need)");
   const std::vector<std::string> lines = lines_of(render_shares_table(node, kSampledAt));
   ASSERT_EQ(lines.size(), 3u);
-  EXPECT_EQ(lines[1], "-           -       fine     0     1Gi/4Gi   50%     -       1           90s");
+  EXPECT_EQ(lines[1],
+            "-           -       fine     0     1Gi/4Gi   50%     -       1           90s");
   // Its limit is known (the agent set it), what it uses is not: "?", never "0".
-  EXPECT_EQ(lines[2], "-           -       broken   0     ?/8Gi     30%     -       ?           90s");
+  EXPECT_EQ(lines[2],
+            "-           -       broken   0     ?/8Gi     30%     -       ?           90s");
   const std::vector<std::string> warnings = unread_share_warnings(node);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_EQ(warnings[0],

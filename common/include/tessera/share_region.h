@@ -3,9 +3,9 @@
 //
 //   limits  written by the agent, mapped read-only by every process of the share. Per device (by
 //           UUID): the share's requests (what it is guaranteed) and limits (what it may reach),
-//           for memory and for cores (docs/resource-model.md). Each field is an independent atomic word, so a
-//           reader never needs a lock or a retry loop; `generation` is bumped by the agent after
-//           any change so readers know to re-resolve UUIDs.
+//           for memory and for cores (docs/resource-model.md). Each field is an independent atomic
+//           word, so a reader never needs a lock or a retry loop; `generation` is bumped by the
+//           agent after any change so readers know to re-resolve UUIDs.
 //   usage   written by the share's processes. One slot per process, claimed by CAS on `owner`
 //           (pid, pid namespace and start time packed in one word). Each slot holds the bytes that
 //           process has reserved per device (device index = index in the limits page). The share's

@@ -67,9 +67,10 @@ struct CheckedShare {
   std::string name;    // ShareSpec::name()
   std::string folder;  // its folder's path (shared by a claim's shares of several GPUs)
   std::string uuid;
-  std::optional<uint64_t> memory_limit;  // bytes (the share's limit, not its request); none: the GPU
-  std::optional<uint32_t> cores;         // the cores request, percent; none: no compute limit
-  std::optional<uint32_t> cores_limit;   // percent it may reach
+  std::optional<uint64_t>
+      memory_limit;                     // bytes (the share's limit, not its request); none: the GPU
+  std::optional<uint32_t> cores;        // the cores request, percent; none: no compute limit
+  std::optional<uint32_t> cores_limit;  // percent it may reach
   std::string claim_namespace, claim_name, claim_uid;
   std::vector<PodRef> pods;
 };

@@ -187,9 +187,9 @@ TEST(ShareSpec, ErrorsNameWhatIsWrong) {
   EXPECT_EQ(specs_or_error(input_for(low_limit), specs),
             "status.allocation.devices.results[0]: memory.limit 4Gi is below the memory request "
             "8Gi (a limit is at least the request)");
-  json low_cores = make_claim(
-      "c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}},
-      json::array({opaque_config("FromClaim", config({{"compute", {{"limit", 20}}}}))}));
+  json low_cores =
+      make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}},
+                 json::array({opaque_config("FromClaim", config({{"compute", {{"limit", 20}}}}))}));
   EXPECT_EQ(specs_or_error(input_for(low_cores), specs),
             "status.allocation.devices.results[0]: compute.limit 20 is below the cores request 30 "
             "(a limit is at least the request)");

@@ -249,6 +249,11 @@ TEST(ShareLimits, ALimitBelowItsRequestOrAboveTheGpuIsRefusedNamingFieldValueAnd
   EXPECT_EQ(check_limits_against_requests(config, {4ull << 30, 30}).message(),
             "compute.limit 20 is below the cores request 30 (a limit is at least the request)");
   EXPECT_EQ(limits_error(config, {4ull << 30, 101}), "cores request 101 is above 100");
+  // The same value given as the old compute.burst meant "no bursting": the request, no error.
+  config.cores_limit_from_burst = true;
+  Result<ShareLimits> old = resolve_share_limits(config, {4ull << 30, 30}, std::nullopt);
+  ASSERT_TRUE(old.is_ok()) << old.status().message();
+  EXPECT_EQ(old->cores_limit, 30u);
 }
 
 }  // namespace
