@@ -115,16 +115,16 @@ Result<std::vector<share_folder::DeviceLimit>> plan_share(const std::vector<GpuI
     } else if (limit.memory_request == share::kUnlimited) {
       limit.memory_request = limit.memory_limit;
     }
+    if (limit.memory_request != share::kUnlimited && gpus[g].memory_bytes > 0 &&
+        limit.memory_request > gpus[g].memory_bytes)
+      return invalid_argument("--memory " + bytes_text(limit.memory_request) + " of " + gpu +
+                              " is above the GPU's memory " + bytes_text(gpus[g].memory_bytes));
     if (limit.memory_limit < limit.memory_request)
       return invalid_argument("--memory-limit " + bytes_text(limit.memory_limit) + " of " + gpu +
                               " is below its --memory request " + bytes_text(limit.memory_request));
     if (limit.memory_limit != share::kUnlimited && gpus[g].memory_bytes > 0 &&
         limit.memory_limit > gpus[g].memory_bytes)
       return invalid_argument("--memory-limit " + bytes_text(limit.memory_limit) + " of " + gpu +
-                              " is above the GPU's memory " + bytes_text(gpus[g].memory_bytes));
-    if (limit.memory_request != share::kUnlimited && gpus[g].memory_bytes > 0 &&
-        limit.memory_request > gpus[g].memory_bytes)
-      return invalid_argument("--memory " + bytes_text(limit.memory_request) + " of " + gpu +
                               " is above the GPU's memory " + bytes_text(gpus[g].memory_bytes));
     // Cores: the limit defaults to the request; best-effort (0) may reach the whole GPU.
     if (limit.cores_limit == kUnset) {

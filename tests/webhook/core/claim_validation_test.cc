@@ -82,7 +82,7 @@ TEST(ClaimValidation, ACombinationAcrossConfigsIsRefusedForTheRequestItReaches) 
     "parameters": {"apiVersion": "vgpu.tessera.dev/v1alpha1", "kind": "VgpuConfig",
                    "compute": {"burst": 30}}}})"));
   expect_invalid(answer(request),
-                 "spec.spec.devices.requests[0] (gpu): compute.burst 30 is only supported with "
+                 "spec.spec.devices.requests[0] (gpu): compute.limit 30 is only supported with "
                  "sharing.strategy Quota, not MPS");
   // The same burst aimed at another request reaches nothing.
   config[1]["requests"] = json::array({"other"});

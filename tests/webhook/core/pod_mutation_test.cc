@@ -521,7 +521,7 @@ TEST(PodMutation, BadShorthandIsRefusedNamingTheValueAndTheFix) {
       {{{"tessera.dev/gpu-cores", "150"}},
        nullptr,
        "container \"train\": tessera.dev/gpu-cores \"150\": expected a whole percent of the "
-       "GPU's compute, 1..100"},
+       "GPU's compute, 0..100"},
       {{{"tessera.dev/gpu", "0"}}, nullptr, "tessera.dev/gpu \"0\": expected a whole number"},
       {{{"tessera.dev/gpu", "500m"}}, nullptr, "tessera.dev/gpu \"500m\""},
       {{{"tessera.dev/gpu-memory", "lots"}},

@@ -209,7 +209,7 @@ TEST_F(WebhookServerTest, ValidateRefusesABadVgpuConfig) {
   EXPECT_EQ(answer["response"]["allowed"], false);
   EXPECT_EQ(answer["response"]["status"]["message"],
             "spec.devices.config[0].opaque.parameters.compute.burst: invalid value 101 (an "
-            "integer percent 0..100)");
+            "integer percent 0..100; compute.limit is its new name)");
 }
 
 TEST_F(WebhookServerTest, WhatIsNotAReviewIsHttp400AndTooLargeIs413) {

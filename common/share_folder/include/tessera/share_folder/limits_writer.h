@@ -16,10 +16,11 @@ namespace tessera::share_folder {
 struct DeviceLimit {
   std::string uuid;  // "GPU-..." as NVML and cuDeviceGetUuid name the device
   uint64_t memory_limit = share::kUnlimited;  // the wall
-  // What is guaranteed, at most memory_limit; kUnlimited: all of memory_limit.
-  uint64_t memory_request = share::kUnlimited;
   uint32_t cores_request = 100;  // percent guaranteed; 0 = best-effort
   uint32_t cores_limit = 0;      // percent it may reach; at most the request: it does not burst
+  // What is guaranteed, at most memory_limit; kUnlimited: all of memory_limit. Last, so that
+  // {uuid, memory, cores} initialisers of the fields before it keep their meaning.
+  uint64_t memory_request = share::kUnlimited;
 };
 
 struct LimitsOptions {
