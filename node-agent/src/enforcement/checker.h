@@ -67,9 +67,13 @@ struct CheckedShare {
   std::string name;    // ShareSpec::name()
   std::string folder;  // its folder's path (shared by a claim's shares of several GPUs)
   std::string uuid;
-  std::optional<uint64_t> memory_limit;  // bytes (the share's limit, not its request); none: the GPU
-  std::optional<uint32_t> cores;         // the cores request, percent; none: no compute limit
-  std::optional<uint32_t> cores_limit;   // percent it may reach
+  std::optional<uint64_t>
+      memory_limit;  // bytes (the share's limit, not its request); none: the GPU
+  // Bytes guaranteed (its request, at most the limit); none: the whole limit. Above it the share
+  // borrows, and reclaim may evict its processes.
+  std::optional<uint64_t> memory_request;
+  std::optional<uint32_t> cores;        // the cores request, percent; none: no compute limit
+  std::optional<uint32_t> cores_limit;  // percent it may reach
   std::string claim_namespace, claim_name, claim_uid;
   std::vector<PodRef> pods;
 };
@@ -112,12 +116,15 @@ struct CheckerOptions {
 struct CheckerStats {
   uint64_t passes = 0;
   uint64_t findings = 0;
-  uint64_t repairs = 0;           // usage pages repaired
-  uint64_t slots_cleared = 0;     // of dead, unknown or foreign owners
-  uint64_t figures_set = 0;       // slot figures set from NVML
-  uint64_t process_reads = 0;     // processes read in full (new pids)
-  uint64_t claim_pods_asked = 0;  // claim_pods calls
-  std::string last_problem;       // "" = none
+  uint64_t repairs = 0;            // usage pages repaired
+  uint64_t slots_cleared = 0;      // of dead, unknown or foreign owners
+  uint64_t figures_set = 0;        // slot figures set from NVML
+  uint64_t process_reads = 0;      // processes read in full (new pids)
+  uint64_t claim_pods_asked = 0;   // claim_pods calls
+  uint64_t reclaim_requests = 0;   // reclaim requests read (each published request once)
+  uint64_t reclaim_evictions = 0;  // processes chosen for eviction (reclaim_eviction findings)
+  std::string last_reclaim;        // why the last request read led to what it did
+  std::string last_problem;        // "" = none
 };
 
 class OutOfBandChecker {
@@ -208,6 +215,9 @@ class OutOfBandChecker {
   // pod_verdict for a slot's pod against every claim of a folder's shares.
   PodVerdict folder_pod_verdict(Pass& pass, const std::string& path, const std::string& pod_uid);
   void apply_repairs(Pass& pass);
+  // Reclaim (reclaim.h): each share's reclaim request in its usage page, judged on the agent's
+  // figures; the victims as reclaim_eviction findings.
+  void reclaim(Pass& pass);
   // Ends the pass: forgets conditions no longer seen, counts, logs what could not be checked.
   void end_pass(Pass& pass);
 
@@ -235,6 +245,18 @@ class OutOfBandChecker {
   // Per usage page: the owner words of processes on a GPU that a pass read in it, with their
   // slots then, kept while the process is on a GPU (so a wiped page does not make them nobody's).
   std::map<std::string, std::map<uint64_t, std::vector<share_folder::SlotCopy>>> page_members_;
+  // Processes chosen for eviction, by pid: not chosen again, and their bytes counted as coming
+  // back, while NVML still lists them (dropped after kEvictionPending, should the kill not land).
+  struct Eviction {
+    uint64_t start_time;
+    std::string uuid;
+    uint64_t bytes;
+    Clock::time_point at;
+  };
+  std::map<int, Eviction> evictions_;
+  // Per share: the last reclaim request read (its owner and start), so each is counted and logged
+  // once.
+  std::map<std::string, std::pair<uint64_t, uint64_t>> reclaim_seen_;
   CheckerStats stats_;
   mutable std::mutex unaccounted_mutex_;  // unaccounted_ only: a scrape never waits for a pass
   std::map<std::string, uint64_t> unaccounted_;
