@@ -1,17 +1,22 @@
 #include "enforcement/checker.h"
 
-#include "enforcement/reclaim.h"
-
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <set>
 #include <string_view>
 
+#include "enforcement/reclaim.h"
+#include "tessera/file_io.h"
 #include "tessera/log.h"
 #include "tessera/share_folder/snapshot.h"
 #include "tessera/share_folder/usage_repair.h"
 #include "tessera/share_region.h"
+#include "tessera/unique_fd.h"
 #include "usage/problems.h"
 
 namespace tessera::agent {
@@ -128,11 +133,57 @@ Status OutOfBandChecker::start() {
       clock_, options_.interval, [this] { check_once(); }, PeriodicLoop::FirstTick::kAtOnce);
   if (!loop.is_ok()) return loop.status().with_context("cannot start the out-of-band checks");
   loop_ = std::move(loop).value();
+  if (options_.reclaim_watch.count() > 0) {
+    auto watch = PeriodicLoop::start(clock_, options_.reclaim_watch, [this] { watch_reclaim(); });
+    if (!watch.is_ok()) {
+      loop_.reset();
+      return watch.status().with_context("cannot start the reclaim watch");
+    }
+    watch_ = std::move(watch).value();
+  }
   return Status::ok();
 }
 
 void OutOfBandChecker::stop() {
+  watch_.reset();
   loop_.reset();
+}
+
+// Reads each share folder's reclaim request (the usage page's header bytes 20-47, pread, never
+// through a symlink or a FIFO) and asks the pass loop for a pass at once when one is new.
+void OutOfBandChecker::watch_reclaim() {
+  std::set<std::string> folders;
+  for (const CheckedShare& share : shares_()) folders.insert(share.folder);
+  std::erase_if(watched_, [&](const auto& seen) { return folders.count(seen.first) == 0; });
+  constexpr size_t kFrom = offsetof(share::UsagePage, reclaim_device);
+  constexpr size_t kBytes = offsetof(share::UsagePage, reserved0) - kFrom;
+  for (const std::string& folder : folders) {
+    UniqueFd fd;
+    if (open_file((folder + "/usage").c_str(), O_RDONLY | O_NONBLOCK, FileSource::kUntrusted, fd) !=
+        0)
+      continue;
+    unsigned char header[kBytes];
+    if (::pread(fd.get(), header, kBytes, kFrom) != static_cast<ssize_t>(kBytes)) continue;
+    uint64_t bytes = 0, owner = 0, at = 0;
+    std::memcpy(&bytes, header + offsetof(share::UsagePage, reclaim_bytes) - kFrom, 8);
+    std::memcpy(&owner, header + offsetof(share::UsagePage, reclaim_owner) - kFrom, 8);
+    std::memcpy(&at, header + offsetof(share::UsagePage, reclaim_at_ns) - kFrom, 8);
+    if (bytes == 0) {
+      watched_.erase(folder);
+      continue;
+    }
+    auto [seen, fresh] = watched_.try_emplace(folder, owner, at);
+    if (!fresh && seen->second == std::pair{owner, at}) continue;
+    seen->second = {owner, at};
+    watch_pending_ = true;
+  }
+  const Clock::time_point now = clock_.now();
+  if (!watch_pending_ || !loop_ ||
+      (watch_triggered_ && now - *watch_triggered_ < options_.reclaim_pass_gap))
+    return;
+  watch_pending_ = false;
+  watch_triggered_ = now;
+  loop_->tick_now();
 }
 
 uint64_t OutOfBandChecker::loop_passes() const {

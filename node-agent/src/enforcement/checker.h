@@ -111,6 +111,12 @@ struct CheckerOptions {
   // one (the MPS server the daemon spawned for the share's clients), on that daemon's GPU is
   // infrastructure of that share. Null: no MPS shares.
   std::function<std::vector<MpsDaemon>()> mps_daemons;
+  // Reclaim: how often the usage pages' headers (28 bytes each, pread) are read for a new reclaim
+  // request, which then runs a pass at once instead of at the next interval; at most one such pass
+  // per reclaim_pass_gap, so a tenant rewriting its request cannot make the passes run
+  // back-to-back. 0: a request waits for the next pass (up to `interval`).
+  std::chrono::milliseconds reclaim_watch{100};
+  std::chrono::milliseconds reclaim_pass_gap{250};
 };
 
 struct CheckerStats {
@@ -137,7 +143,8 @@ class OutOfBandChecker {
   OutOfBandChecker(const OutOfBandChecker&) = delete;
   OutOfBandChecker& operator=(const OutOfBandChecker&) = delete;
 
-  // A pass at once, then one every interval on a PeriodicLoop.
+  // A pass at once, then one every interval on a PeriodicLoop (and the reclaim watch beside it,
+  // CheckerOptions::reclaim_watch).
   Status start();
   void stop();
 
@@ -261,7 +268,14 @@ class OutOfBandChecker {
   mutable std::mutex unaccounted_mutex_;  // unaccounted_ only: a scrape never waits for a pass
   std::map<std::string, uint64_t> unaccounted_;
   std::map<std::string, uint64_t> mps_servers_;
-  std::unique_ptr<PeriodicLoop> loop_;  // last: its passes use everything above
+  std::unique_ptr<PeriodicLoop> loop_;  // its passes use everything above
+  // The reclaim watch (its own thread): the last request seen per folder, and whether a pass it
+  // asked for waits for reclaim_pass_gap.
+  void watch_reclaim();
+  std::map<std::string, std::pair<uint64_t, uint64_t>> watched_;
+  std::optional<Clock::time_point> watch_triggered_;
+  bool watch_pending_ = false;
+  std::unique_ptr<PeriodicLoop> watch_;  // last: stopped first, it asks loop_ for passes
 };
 
 }  // namespace tessera::agent
