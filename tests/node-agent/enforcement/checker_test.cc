@@ -44,7 +44,7 @@ struct Node {
       share.uuid = kGpu;
       share.memory_limit = 4 * kGiB;
       share.cores = 30;
-      share.burst = 50;
+      share.cores_limit = 50;
       share.claim_namespace = "tenants";
       share.claim_name = std::string("claim-") + share_name;
       share.claim_uid = std::string("uid-") + share_name;
@@ -676,15 +676,17 @@ TEST(OutOfBandChecker, CheckedSharesComeFromCompletedClaimsWithTheirPods) {
   spec.uuid = kGpu;
   spec.memory_bytes = 4 * kGiB;
   spec.cores = 30;
-  spec.config.burst = 60;
+  spec.config.cores_limit = 60;
+  spec.config.memory_limit = 8 * kGiB;  // above the 4 GiB request: borrowing allowed
   checkpoint["uid-1"] = {"tenants", "pair", ClaimState::kPrepareCompleted, {spec}, {{"p", "u"}}};
   checkpoint["uid-2"] = {"tenants", "half", ClaimState::kPrepareStarted, {spec}, {}};
   const std::vector<CheckedShare> shares = checked_shares(checkpoint, "/state/shares");
   ASSERT_EQ(shares.size(), 1u);
   EXPECT_EQ(shares[0].name, "uid-1-gpu-0-s");
   EXPECT_EQ(shares[0].folder, "/state/shares/uid-1-gpu-0-s");
-  EXPECT_EQ(shares[0].memory_limit, 4 * kGiB);
-  EXPECT_EQ(shares[0].burst, 60u);
+  EXPECT_EQ(shares[0].memory_limit, 8 * kGiB);
+  EXPECT_EQ(shares[0].memory_request, 4 * kGiB);
+  EXPECT_EQ(shares[0].cores_limit, 60u);
   ASSERT_EQ(shares[0].pods.size(), 1u);
   EXPECT_EQ(shares[0].pods[0].uid, "u");
 }
