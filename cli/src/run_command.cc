@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <time.h>
 
+#include "driver_wall.h"
 #include "share_plan.h"
 #include "tessera/gpu_info.h"
 #include "tessera/local_shares.h"
@@ -199,11 +200,27 @@ Result<std::string> libvgpu_path(const std::string& given) {
 // Runs the command in a child with libvgpu preloaded and the share's directory in its
 // environment; returns its exit status once it ends.
 Result<int> run_child(const RunOptions& options, const std::string& libvgpu, const std::string& dir,
-                      const std::vector<share_folder::DeviceLimit>& limits) {
+                      const std::vector<share_folder::DeviceLimit>& limits,
+                      const DriverWall& wall) {
   const pid_t parent = getpid();
+  // The child runs nothing until it is inside the wall's cgroup: it waits for one byte.
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0)
+    return internal_error(std::string("pipe failed: ") + std::strerror(errno));
   const pid_t child = fork();
-  if (child < 0) return internal_error(std::string("fork failed: ") + std::strerror(errno));
+  if (child < 0) {
+    close(ready[0]);
+    close(ready[1]);
+    return internal_error(std::string("fork failed: ") + std::strerror(errno));
+  }
   if (child == 0) {
+    close(ready[1]);
+    char go = 0;
+    ssize_t got = 0;
+    while ((got = read(ready[0], &go, 1)) < 0 && errno == EINTR) {
+    }
+    if (got != 1) _exit(kRunFailed);  // tessera failed to place it: run nothing
+    close(ready[0]);
     // The command dies with tessera (even a SIGKILLed one). Set after fork, so a tessera that died
     // before the prctl is caught by the getppid() check instead.
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(kRunFailed);
@@ -224,6 +241,23 @@ Result<int> run_child(const RunOptions& options, const std::string& libvgpu, con
     _exit(errno == ENOENT ? kCommandNotFound : kCommandNotRunnable);
   }
 
+  close(ready[0]);
+  if (Status placed = wall.add(child); !placed.is_ok()) {
+    close(ready[1]);  // the child reads nothing and exits
+    while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    return placed.with_context("the driver's memory wall");
+  }
+  const char go = 1;
+  const bool released = write(ready[1], &go, 1) == 1;
+  close(ready[1]);
+  if (!released) {
+    kill(child, SIGKILL);
+    while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    return internal_error(std::string("cannot start the command: ") + std::strerror(errno));
+  }
+
   const double started = monotonic_s();
   g_child = child;
   struct sigaction forward {};
@@ -235,7 +269,10 @@ Result<int> run_child(const RunOptions& options, const std::string& libvgpu, con
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
-  if (options.verbose) print_summary(dir, limits, monotonic_s() - started);
+  if (options.verbose) {
+    print_summary(dir, limits, monotonic_s() - started);
+    log("summary: " + wall.describe());
+  }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -316,11 +353,17 @@ Result<int> run(const RunOptions& options) {
   if (!limits.is_ok()) return limits.status();
   Result<std::string> libvgpu = libvgpu_path(options.libvgpu);
   if (!libvgpu.is_ok()) return libvgpu.status();
+  Result<DriverWall> wall = DriverWall::prepare(*limits);
+  if (!wall.is_ok()) return wall.status();
+  if (options.verbose) log(wall->describe());
 
   Result<ShareDir> dir = ShareDir::create(options.share_dir);
   if (!dir.is_ok()) return dir.status();
   TESSERA_RETURN_IF_ERROR(share_folder::write_limits(dir->path(), *limits, {priority}));
-  return run_child(options, *libvgpu, dir->path(), *limits);
+  Result<int> status = run_child(options, *libvgpu, dir->path(), *limits, *wall);
+  // Processes the command left behind keep the cgroup, which then stays (said here).
+  if (Status released = wall->release(); !released.is_ok()) log(released.message());
+  return status;
 }
 
 }  // namespace tessera::cli

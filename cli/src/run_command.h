@@ -19,9 +19,9 @@ struct RunOptions {
   std::string memory_limit;  // --memory-limit, the same syntax; default: the request
   std::string cores;         // --cores, percent of GPU time 0..100: the request (0: best-effort)
   std::string cores_limit;   // --cores-limit (alias --cores-burst), the same syntax
-  std::string priority;   // --priority: high, normal, low (empty: normal)
-  bool verbose = false;   // --verbose: print the share's usage when the command ends
-  std::string devices;    // --device: CUDA_VISIBLE_DEVICES for the command
+  std::string priority;      // --priority: high, normal, low (empty: normal)
+  bool verbose = false;      // --verbose: print the share's usage when the command ends
+  std::string devices;       // --device: CUDA_VISIBLE_DEVICES for the command
   std::string share_dir;  // --share-dir: keep the share here (kept afterwards); default: temporary
   std::string libvgpu;    // --libvgpu: path of libvgpu.so; default: found next to this program
   std::vector<std::string> command;
@@ -43,8 +43,8 @@ inline constexpr const char* kRunExitStatusHelp =
     "  127    the command was not found\n"
     "  128+N  the command was killed by signal N\n";
 
-// A CLI11 check for --memory, --memory-limit, --cores and --cores-limit: an empty value is an error, never
-// "unlimited".
+// A CLI11 check for --memory, --memory-limit, --cores and --cores-limit: an empty value is an
+// error, never "unlimited".
 std::string refuse_empty_value(const std::string& value);
 
 // The command's exit status (128 + signal when it was killed), or why tessera itself could not

@@ -44,8 +44,8 @@ Status plan_percent(const std::vector<GpuInfo>& gpus, const char* option, std::s
   const bool parsed = min == 0 ? vgpu::parse_request_percent_list(text, &spec)
                                : vgpu::parse_percent_list(text, &spec);
   if (!parsed) {
-    return invalid_argument(std::string(option) + " '" + std::string(text) + "' is not a percent (" +
-                            std::to_string(min) +
+    return invalid_argument(std::string(option) + " '" + std::string(text) +
+                            "' is not a percent (" + std::to_string(min) +
                             "..100) or a list of <index>=<percent> / GPU-<uuid>=<percent>");
   }
   if (spec.has_all) {
@@ -71,10 +71,9 @@ Status plan_bytes(const std::vector<GpuInfo>& gpus, const char* option, std::str
   if (spec.has_all) {
     for (share_folder::DeviceLimit& limit : limits) limit.*field = spec.all;
   }
-  return apply_entries(gpus, spec, option, limits,
-                       [field](share_folder::DeviceLimit& limit, uint64_t bytes) {
-                         limit.*field = bytes;
-                       });
+  return apply_entries(
+      gpus, spec, option, limits,
+      [field](share_folder::DeviceLimit& limit, uint64_t bytes) { limit.*field = bytes; });
 }
 
 std::string bytes_text(uint64_t bytes) {
@@ -99,8 +98,8 @@ Result<std::vector<share_folder::DeviceLimit>> plan_share(const std::vector<GpuI
     limit.cores_limit = kUnset;
     limits.push_back(limit);
   }
-  TESSERA_RETURN_IF_ERROR(plan_bytes(gpus, "--memory", ask.memory,
-                                     &share_folder::DeviceLimit::memory_request, limits));
+  TESSERA_RETURN_IF_ERROR(
+      plan_bytes(gpus, "--memory", ask.memory, &share_folder::DeviceLimit::memory_request, limits));
   TESSERA_RETURN_IF_ERROR(plan_bytes(gpus, "--memory-limit", ask.memory_limit,
                                      &share_folder::DeviceLimit::memory_limit, limits));
   TESSERA_RETURN_IF_ERROR(plan_percent(gpus, "--cores", ask.cores, 0,
@@ -118,8 +117,7 @@ Result<std::vector<share_folder::DeviceLimit>> plan_share(const std::vector<GpuI
     }
     if (limit.memory_limit < limit.memory_request)
       return invalid_argument("--memory-limit " + bytes_text(limit.memory_limit) + " of " + gpu +
-                              " is below its --memory request " +
-                              bytes_text(limit.memory_request));
+                              " is below its --memory request " + bytes_text(limit.memory_request));
     if (limit.memory_limit != share::kUnlimited && gpus[g].memory_bytes > 0 &&
         limit.memory_limit > gpus[g].memory_bytes)
       return invalid_argument("--memory-limit " + bytes_text(limit.memory_limit) + " of " + gpu +

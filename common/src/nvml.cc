@@ -66,7 +66,9 @@ Status missing(const Library& library, EntryPoint entry) {
 Status failed(const Library& library, const char* call, nvmlReturn_t result) {
   const char* why = library.entry_points().nvmlErrorString(result);
   std::string message = std::string(call) + ": " + (why ? why : "error " + std::to_string(result));
-  if (result == NVML_ERROR_NOT_SUPPORTED) return failed_precondition(std::move(message));
+  // This driver or GPU cannot do it (FUNCTION_NOT_FOUND: the library is too old for the call).
+  if (result == NVML_ERROR_NOT_SUPPORTED || result == NVML_ERROR_FUNCTION_NOT_FOUND)
+    return failed_precondition(std::move(message));
   return unavailable(std::move(message));
 }
 
@@ -298,6 +300,35 @@ Result<std::vector<nvmlProcessUtilizationSample_t>> Session::process_utilization
       [&](unsigned* count, nvmlProcessUtilizationSample_t* samples) {
         return table.nvmlDeviceGetProcessUtilization(device, samples, count, since_us);
       });
+}
+
+Status Session::set_memory_limits(nvmlDevice_t device, const std::string& cgroup_directory,
+                                  unsigned long long soft_limit,
+                                  unsigned long long hard_limit) const {
+  nvmlSetMemoryLimits_v1_t limits{};
+  limits.nameSpace = cgroup_directory.c_str();
+  limits.softLimit = soft_limit;
+  limits.hardLimit = hard_limit;
+  return call(TESSERA_NVML(nvmlDeviceSetMemoryLimits_v1), device, &limits);
+}
+
+Status Session::clear_memory_limits(nvmlDevice_t device,
+                                    const std::string& cgroup_directory) const {
+  return set_memory_limits(device, cgroup_directory, kClearSoftLimit, kClearHardLimit);
+}
+
+Result<MemoryLimits> Session::memory_limits(nvmlDevice_t device,
+                                            const std::string& cgroup_directory) const {
+  const auto get = library_->entry_points().nvmlDeviceGetMemoryLimits_v1;
+  if (get == nullptr) return missing(*library_, EntryPoint::nvmlDeviceGetMemoryLimits_v1);
+  nvmlGetMemoryLimits_v1_t limits{};
+  limits.nameSpace = cgroup_directory.c_str();
+  const nvmlReturn_t result = get(device, &limits);
+  // No limit of the cgroup's own: a state of the cgroup, not of the driver.
+  if (result == NVML_ERROR_NOT_FOUND)
+    return not_found(failed(*library_, "nvmlDeviceGetMemoryLimits_v1", result).message());
+  if (result != NVML_SUCCESS) return failed(*library_, "nvmlDeviceGetMemoryLimits_v1", result);
+  return MemoryLimits{limits.softLimit, limits.hardLimit, limits.currentUsed};
 }
 
 Result<EventSet> Session::create_event_set() const {

@@ -3,6 +3,7 @@
 #include <cuda.h>
 
 #include "hooks.h"
+#include "pools.h"
 #include "state.h"
 
 using namespace tessera::vgpu;
@@ -18,6 +19,7 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   const uint64_t limit = index == kBlocked ? 0 : device_limit(index);
   if (limit == tessera::share::kUnlimited) return result;
   maybe_reclaim();
+  settle_tracked_pools();  // what the driver trimmed from the pools is free
   const uint64_t used = index == kBlocked ? 0 : device_usage(index);
   const uint64_t headroom = limit > used ? limit - used : 0;
   if (limit < *total_bytes) *total_bytes = limit;

@@ -1,6 +1,7 @@
 // NVML's memory view of a limited device: total = the limit, used = what the share holds, free =
 // the rest (never more than the device really has free, never below zero).
 #include "hooks.h"
+#include "pools.h"
 #include "state.h"
 
 using namespace tessera::vgpu;
@@ -21,6 +22,7 @@ bool limited_view(nvmlDevice_t device, unsigned long long* total, unsigned long 
   const uint64_t physical_free = *free;
   const uint64_t view_total = limit < *total ? limit : *total;
   maybe_reclaim();
+  settle_tracked_pools();  // what the driver trimmed from the pools is free
   const uint64_t share_used = index == kBlocked ? 0 : device_usage(index);
   const uint64_t headroom = view_total > share_used ? view_total - share_used : 0;
   *total = view_total;

@@ -1,10 +1,14 @@
 // Stream-ordered allocation (cuMemAllocAsync, cuMemAllocFromPoolAsync) and its pools. A pool's
 // reserved memory (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) is what it takes from the device; the shim
-// keeps each pool's last observed reserved size charged and settles the difference at every pool
-// operation it sees (so a trim at synchronisation is picked up at the pool's next operation).
+// keeps each live pool charged for what the driver says it reserves, plus the growth its
+// allocations in flight may cause. A pool gives memory back to the device when the driver trims it:
+// at a stream, event or context synchronisation (down to its release threshold, 0 by default) and
+// at cuMemPoolTrimTo. The shim settles every tracked pool after each synchronisation it sees, in
+// cuMemGetInfo and before refusing a reservation, and a pool's own operations settle that pool.
 #include "pools.h"
 
 #include <cuda.h>
+#include <sched.h>
 
 #include <atomic>
 
@@ -15,10 +19,64 @@
 
 using namespace tessera::vgpu;
 
+// Live pools the shim tracks (each has a kPool record): the synchronisation hooks and
+// cuMemGetInfo settle pools only while this is not 0 (one relaxed load otherwise).
+constinit std::atomic<uint32_t> tessera::vgpu::g_live_pools{0};
+
 namespace {
 
-// Held while a pool's charge is settled (never across an allocation's own driver call).
+// Held while pool records are read and changed and a pool's charge is settled (its attribute
+// queries and the share's reservation included), never across an allocation's own driver call:
+// an allocation claims its share of the pool under the lock, calls the driver without it, then
+// settles under it again.
 constinit std::atomic<bool> g_pool_lock{false};
+// Whether this thread holds g_pool_lock (a refusal inside its reservation settles the other
+// pools without taking the lock again), and the pool it is reserving for (left to its caller).
+__thread bool t_holds_pool_lock __attribute__((tls_model("initial-exec"))) = false;
+__thread CUmemoryPool t_reserving_for __attribute__((tls_model("initial-exec"))) = nullptr;
+
+struct PoolLock {
+  PoolLock() {
+    while (g_pool_lock.exchange(true, std::memory_order_acquire)) sched_yield();
+    t_holds_pool_lock = true;
+  }
+  ~PoolLock() {
+    t_holds_pool_lock = false;
+    g_pool_lock.store(false, std::memory_order_release);
+  }
+  PoolLock(const PoolLock&) = delete;
+  PoolLock& operator=(const PoolLock&) = delete;
+};
+
+// The live pools' handles, for settling them all without a scan of the handle table (which holds
+// every allocation of the process). Under g_pool_lock. A process with more live pools than this
+// settles the others through a scan of the table, only before a refusal.
+constexpr uint32_t kListedPools = 64;
+constinit CUmemoryPool g_listed[kListedPools] = {};
+constinit uint32_t g_listed_count = 0;
+constinit uint32_t g_unlisted = 0;
+
+void list_pool(CUmemoryPool pool) {
+  if (g_listed_count < kListedPools) {
+    g_listed[g_listed_count++] = pool;
+  } else {
+    ++g_unlisted;
+  }
+  g_live_pools.fetch_add(1, std::memory_order_relaxed);
+}
+
+void unlist_pool(CUmemoryPool pool) {
+  bool found = false;
+  for (uint32_t i = 0; i < g_listed_count; ++i) {
+    if (g_listed[i] == pool) {
+      g_listed[i] = g_listed[--g_listed_count];
+      found = true;
+      break;
+    }
+  }
+  if (!found && g_unlisted > 0) --g_unlisted;
+  g_live_pools.fetch_sub(1, std::memory_order_relaxed);
+}
 
 void settle_idle_pools();
 
@@ -30,22 +88,143 @@ bool pool_attribute(CUmemoryPool pool, CUmemPool_attribute attribute, uint64_t* 
   return true;
 }
 
-// Charges or releases the difference between the pool's reserved memory and what was accounted;
-// returns the reserved size now accounted. Call with g_pool_lock held.
-uint64_t settle_pool(CUmemoryPool pool, int index, uint64_t accounted) {
-  uint64_t reserved = accounted;
-  if (!pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved)) return accounted;
-  if (reserved > accounted) {
-    charge_bytes(index, reserved - accounted);
-  } else if (reserved < accounted) {
-    release_bytes(index, accounted - reserved);
-  }
-  return reserved;
+// A live pool's record: bytes = what the share is charged for it, context = the bytes its
+// allocations in flight asked for (claimed: between their reservation and their settlement).
+struct LivePool {
+  Record record;
+  uint64_t& charged() { return record.bytes; }
+  uint64_t& claimed() { return record.context; }
+};
+
+// What the pool may hold once its allocations in flight are done: what it reserves now, or what
+// it uses plus what is claimed (an allocation already made by the driver but not yet settled is
+// counted in both: more, never less). False if the driver cannot be asked.
+bool pool_need(CUmemoryPool pool, uint64_t claimed, uint64_t* need) {
+  uint64_t reserved = 0;
+  if (!pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved)) return false;
+  uint64_t used = 0;
+  if (claimed > 0 && !pool_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used)) return false;
+  *need = used + claimed > reserved ? used + claimed : reserved;
+  return true;
 }
 
-void remember_pool(CUmemoryPool pool, int index, uint64_t accounted) {
-  track(HandleKind::kPool, reinterpret_cast<uint64_t>(pool), index, accounted, 0);
+// Settles a live pool's charge with what the driver holds for it. Without allocations in flight
+// the charge becomes the pool's reserved size (growth the shim did not see is charged, beyond the
+// limit if it must be: the driver holds it); with some, only a surplus is released (each of them
+// settles its own growth when it returns). Call with g_pool_lock held.
+void settle_live(LivePool& live) {
+  auto* pool = reinterpret_cast<CUmemoryPool>(live.record.handle);
+  uint64_t need = 0;
+  if (!pool_need(pool, live.claimed(), &need)) return;
+  const int index = live.record.device;
+  if (need < live.charged()) {
+    release_bytes(index, live.charged() - need);
+  } else if (need > live.charged()) {
+    if (live.claimed() > 0) return;
+    charge_bytes(index, need - live.charged());
+  }
+  live.charged() = need;
+}
+
+void store(const LivePool& live) {
+  track(HandleKind::kPool, live.record.handle, live.record.device, live.record.bytes,
+        live.record.context);
   set_before_refusal(settle_idle_pools);  // a pool is tracked: it may give memory back
+}
+
+// Finds a live pool's record, or starts one charged nothing (listed as live). Call with
+// g_pool_lock held.
+LivePool find_or_start(CUmemoryPool pool, int index) {
+  LivePool live;
+  if (!shim().tracker.find(HandleKind::kPool, reinterpret_cast<uint64_t>(pool), &live.record)) {
+    live.record = Record{};
+    live.record.handle = reinterpret_cast<uint64_t>(pool);
+    live.record.kind = HandleKind::kPool;
+    live.record.device = static_cast<int16_t>(index);
+    list_pool(pool);
+  }
+  return live;
+}
+
+void settle_listed(CUmemoryPool pool) {
+  if (pool == t_reserving_for) return;  // its allocation settles it
+  LivePool live;
+  if (!shim().tracker.find(HandleKind::kPool, reinterpret_cast<uint64_t>(pool), &live.record) ||
+      live.record.aux != 0) {
+    return;
+  }
+  settle_live(live);
+  store(live);
+}
+
+// Settles every live pool. Call with g_pool_lock held. `scan`: also the pools beyond the list,
+// through a scan of the handle table.
+void settle_all(bool scan) {
+  for (uint32_t i = 0; i < g_listed_count; ++i) settle_listed(g_listed[i]);
+  if (!scan || g_unlisted == 0) return;
+  Record pools[64];
+  const size_t count = shim().tracker.collect(HandleKind::kPool, pools, 64);
+  for (size_t i = 0; i < count; ++i) {
+    auto* handle = reinterpret_cast<CUmemoryPool>(pools[i].handle);
+    bool listed = false;
+    for (uint32_t j = 0; j < g_listed_count && !listed; ++j) listed = g_listed[j] == handle;
+    if (!listed) settle_listed(handle);
+  }
+}
+
+// Registered with the share (set_before_refusal) once a pool is tracked: before a reservation
+// fails, pools the driver trimmed give their memory back here. A pool allocation of this thread
+// holds the lock already while it reserves: the other pools are settled under it.
+void settle_idle_pools() {
+  if (t_holds_pool_lock) {
+    settle_all(/*scan=*/true);
+    return;
+  }
+  PoolLock lock;
+  settle_all(/*scan=*/true);
+}
+
+// Reserves what the pool may grow by for an allocation of `estimate` bytes and claims them.
+// False (nothing claimed) if the share has no room. Call with g_pool_lock held.
+bool claim(LivePool& live, uint64_t estimate) {
+  auto* pool = reinterpret_cast<CUmemoryPool>(live.record.handle);
+  uint64_t need = 0;
+  // If the driver cannot be asked, the pool is assumed to have nothing idle.
+  if (!pool_need(pool, live.claimed() + estimate, &need)) need = live.charged() + estimate;
+  const int index = live.record.device;
+  if (need < live.charged()) {
+    release_bytes(index, live.charged() - need);
+  } else if (need > live.charged()) {
+    t_reserving_for = pool;
+    const bool reserved = reserve_bytes(index, need - live.charged());
+    t_reserving_for = nullptr;
+    if (!reserved) return false;
+  }
+  live.charged() = need;
+  live.claimed() += estimate;
+  return true;
+}
+
+// After the driver call: the claim ends and the pool is settled. False if the pool grew beyond
+// what was reserved and the share cannot cover it (the growth is charged all the same: the driver
+// holds it; the caller undoes the allocation). Call with g_pool_lock held.
+bool settle_claim(LivePool& live, uint64_t estimate) {
+  live.claimed() -= estimate < live.claimed() ? estimate : live.claimed();
+  auto* pool = reinterpret_cast<CUmemoryPool>(live.record.handle);
+  uint64_t need = 0;
+  if (!pool_need(pool, live.claimed(), &need)) return true;  // the estimate stays charged
+  const int index = live.record.device;
+  bool covered = true;
+  if (need < live.charged()) {
+    release_bytes(index, live.charged() - need);
+  } else if (need > live.charged()) {
+    t_reserving_for = pool;
+    covered = reserve_bytes(index, need - live.charged());
+    t_reserving_for = nullptr;
+    if (!covered) charge_bytes(index, need - live.charged());
+  }
+  live.charged() = need;
+  return covered;
 }
 
 template <typename Call, typename FreeCall>
@@ -64,70 +243,52 @@ CUresult allocate_from_pool(CUdeviceptr* dptr, size_t bytes, CUmemoryPool explic
                   static_cast<int>(ordinal));
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  SpinGuard guard(g_pool_lock);
-  Record known;
-  const bool seen =
-      shim().tracker.find(HandleKind::kPool, reinterpret_cast<uint64_t>(pool), &known);
-  const int pool_index = seen ? known.device : index;
-  const uint64_t accounted = settle_pool(pool, pool_index, seen ? known.bytes : 0);
-  remember_pool(pool, pool_index, accounted);
-  uint64_t used = accounted;
-  pool_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used);
-  const uint64_t idle = accounted > used ? accounted - used : 0;
   uint64_t estimate = 0;
   if (!charged_size(bytes, &estimate)) return CUDA_ERROR_OUT_OF_MEMORY;
   estimate = (estimate + (2ull << 20) - 1) / (2ull << 20) * (2ull << 20);
-  const uint64_t growth = estimate > idle ? estimate - idle : 0;
-  if (growth > 0 && !reserve_bytes(pool_index, growth)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const uint64_t handle = reinterpret_cast<uint64_t>(pool);
+  int pool_index = index;
+  {
+    PoolLock lock;
+    LivePool live = find_or_start(pool, index);
+    pool_index = live.record.device;
+    const bool claimed = claim(live, estimate);
+    store(live);
+    if (!claimed) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   CUresult result = call();
-  // The reservation covered the expected growth; settle against what the pool really took (if
-  // the pool cannot be asked, the estimate stays charged).
-  const uint64_t covered = accounted + growth;
-  uint64_t reserved = covered;
-  pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
-  if (reserved <= covered) {
-    release_bytes(pool_index, covered - reserved);
-  } else if (!reserve_bytes(pool_index, reserved - covered)) {
+  bool covered = true;
+  {
+    PoolLock lock;
+    LivePool live;
+    if (shim().tracker.find(HandleKind::kPool, handle, &live.record) && live.record.aux == 0) {
+      covered = settle_claim(live, estimate);
+      store(live);
+    }
+    // Else the program destroyed the pool during its own allocation: the claim's reservation
+    // went with the pool's record (cuMemPoolDestroy), charged until its allocations are freed.
+    if (result == CUDA_SUCCESS && covered) {
+      track(HandleKind::kPoolPointer, *dptr, pool_index, estimate,
+            reinterpret_cast<uint64_t>(context), handle);
+    }
+  }
+  if (!covered) {
     // The pool grew beyond the estimate and the share cannot cover it: undo the allocation.
-    charge_bytes(pool_index, reserved - covered);
     if (result == CUDA_SUCCESS) {
       free_call(*dptr);
       result = CUDA_ERROR_OUT_OF_MEMORY;
     }
     auto trim = real_cuMemPoolTrimTo();
     if (trim) trim(pool, 0);
-    reserved = settle_pool(pool, pool_index, reserved);
-  }
-  remember_pool(pool, pool_index, reserved);
-  if (result == CUDA_SUCCESS) {
-    track(HandleKind::kPoolPointer, *dptr, pool_index, estimate,
-          reinterpret_cast<uint64_t>(context), reinterpret_cast<uint64_t>(pool));
+    PoolLock lock;
+    settle_listed(pool);
   }
   return result;
 }
 
 void settle_known_pool(CUmemoryPool pool) {
-  SpinGuard guard(g_pool_lock);
-  Record known;
-  if (!shim().tracker.find(HandleKind::kPool, reinterpret_cast<uint64_t>(pool), &known)) return;
-  remember_pool(pool, known.device, settle_pool(pool, known.device, known.bytes));
-}
-
-// Registered with the share (set_before_refusal) once a pool is tracked: before a reservation
-// fails, pools trimmed at synchronisation give their memory back here. Skipped when the pool lock
-// is taken (the caller may be a pool operation of this thread, which settles its own pool
-// anyway).
-void settle_idle_pools() {
-  Shim& s = shim();
-  if (g_pool_lock.exchange(true, std::memory_order_acquire)) return;
-  Record pools[64];
-  const size_t count = s.tracker.collect(HandleKind::kPool, pools, 64);
-  for (size_t i = 0; i < count; ++i) {
-    if (pools[i].aux != 0) continue;  // destroyed: settles as its allocations are freed
-    auto* handle = reinterpret_cast<CUmemoryPool>(pools[i].handle);
-    remember_pool(handle, pools[i].device, settle_pool(handle, pools[i].device, pools[i].bytes));
-  }
-  g_pool_lock.store(false, std::memory_order_release);
+  PoolLock lock;
+  settle_listed(pool);
 }
 
 // Destroyed pools are re-keyed under ids no pool handle can have, so a new pool the driver
@@ -145,6 +306,12 @@ bool capturing(Fn_cuStreamIsCapturing is_capturing, CUstream stream) {
 // In a forked child: another thread of the parent may have held the lock at fork time.
 void reset_after_fork() {
   g_pool_lock.store(false, std::memory_order_relaxed);
+  t_holds_pool_lock = false;
+  t_reserving_for = nullptr;
+  // The handle table is emptied in the child: no pool is tracked there.
+  g_listed_count = 0;
+  g_unlisted = 0;
+  g_live_pools.store(0, std::memory_order_relaxed);
 }
 
 __attribute__((constructor)) void register_fork_reset() {
@@ -153,15 +320,19 @@ __attribute__((constructor)) void register_fork_reset() {
 
 }  // namespace
 
+void tessera::vgpu::settle_tracked_pools_slow() {
+  PoolLock lock;
+  settle_all(/*scan=*/false);
+}
+
 // A pool allocation was freed (by the program, or with its context). A live pool keeps what it
 // reserved: settle against it. A destroyed pool's memory goes back as its allocations are freed.
 void tessera::vgpu::pool_pointer_freed(const Record& record) {
-  SpinGuard guard(g_pool_lock);
+  PoolLock lock;
   Record pool;
   if (!shim().tracker.find(HandleKind::kPool, record.aux, &pool)) return;
   if (pool.aux == 0) {
-    auto* handle = reinterpret_cast<CUmemoryPool>(record.aux);
-    remember_pool(handle, pool.device, settle_pool(handle, pool.device, pool.bytes));
+    settle_listed(reinterpret_cast<CUmemoryPool>(record.aux));
     return;
   }
   const uint64_t returned = record.bytes < pool.bytes ? record.bytes : pool.bytes;
@@ -235,7 +406,7 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   auto real = real_cuMemPoolDestroy();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   if (!pool || !enforcing()) return real(pool);
-  SpinGuard guard(g_pool_lock);
+  PoolLock lock;
   const uint64_t handle = reinterpret_cast<uint64_t>(pool);
   Record known;
   if (!shim().tracker.find(HandleKind::kPool, handle, &known)) return real(pool);
@@ -244,6 +415,7 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   const CUresult result = real(pool);
   if (result != CUDA_SUCCESS) return result;
   shim().tracker.take(HandleKind::kPool, handle, &known);
+  unlist_pool(pool);
   // The idle memory goes back now; what outstanding allocations use stays charged until they
   // are freed (the driver releases the pool's memory then).
   const uint64_t outstanding = used < known.bytes ? used : known.bytes;
@@ -255,3 +427,21 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   }
   return result;
 }
+
+// Synchronisations: the driver trims every pool of the device to its release threshold (0 by
+// default) when one returns, so the tracked pools are settled after it. Nothing more than a
+// relaxed load while no pool is tracked.
+#define TESSERA_SYNCHRONIZE(symbol, params, args) \
+  CUresult symbol params {                        \
+    count_call(kHook_##symbol);                   \
+    auto real = real_##symbol();                  \
+    if (!real) return CUDA_ERROR_NOT_INITIALIZED; \
+    const CUresult result = real args;            \
+    settle_tracked_pools();                       \
+    return result;                                \
+  }
+TESSERA_SYNCHRONIZE(cuStreamSynchronize, (CUstream stream), (stream))
+TESSERA_SYNCHRONIZE(cuStreamSynchronize_ptsz, (CUstream stream), (stream))
+TESSERA_SYNCHRONIZE(cuEventSynchronize, (CUevent event), (event))
+TESSERA_SYNCHRONIZE(cuCtxSynchronize, (), ())
+TESSERA_SYNCHRONIZE(cuCtxSynchronize_v2, (CUcontext context), (context))

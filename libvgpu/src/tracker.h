@@ -20,8 +20,9 @@ enum class HandleKind : uint8_t {
   kVmmHandle,          // cuMemCreate
   kArray,              // cuArrayCreate / cuArray3DCreate
   kContext,            // cuCtxCreate
-  kPool,               // bytes = the pool's reserved memory last accounted; aux = 1 once the
-                       // pool is destroyed (bytes = what its outstanding allocations still use)
+  kPool,               // bytes = what the share is charged for the pool; context = the bytes
+                       // its allocations in flight claimed (pools.cc); aux = 1 once the pool is
+                       // destroyed (bytes = what its outstanding allocations still use)
   kGraphExec,          // an executable graph with memory allocation nodes: bytes = their size in
                        // 2 MiB pages, aux = CUDA ordinal | mapped bit (never owned by a context)
 };

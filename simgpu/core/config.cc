@@ -156,6 +156,34 @@ std::optional<std::map<std::string, uint64_t>> parse_kernel_times(std::string_vi
   return times;
 }
 
+std::optional<std::string> parse_driver_version(std::string_view text, ConfigError& error) {
+  const std::vector<std::string_view> parts = split(text, '.');
+  bool valid = text.size() < static_cast<size_t>(kDriverVersionBytes) && parts.size() >= 2 &&
+               parts.size() <= 3;
+  for (std::string_view part : parts) {
+    if (!valid) break;
+    valid = part.size() <= 4 && parse_unsigned(part).has_value();
+  }
+  if (valid && *parse_unsigned(parts[0]) == 0) valid = false;
+  if (!valid) {
+    error.message =
+        "SIMGPU_DRIVER_VERSION=" + quoted(text) + " is not a driver version such as 615.40.01";
+    return std::nullopt;
+  }
+  return std::string(text);
+}
+
+int driver_branch(std::string_view version) {
+  ConfigError ignored;
+  if (!parse_driver_version(version, ignored)) return 0;
+  return static_cast<int>(*parse_unsigned(version.substr(0, version.find('.'))));
+}
+
+int cuda_version_of_branch(int branch) {
+  return branch >= kMemoryPartitionsBranch ? kCudaVersionWithPartitions
+                                           : kCudaVersionBeforePartitions;
+}
+
 namespace {
 
 void warn(const std::string& message) {
@@ -225,6 +253,13 @@ SimConfig load_config() {
         continue;
       }
       config.unhealthy_devices.push_back(static_cast<int>(*index));
+    }
+  }
+  if (const char* version = std::getenv("SIMGPU_DRIVER_VERSION"); version && *version) {
+    if (auto parsed = parse_driver_version(version, error)) {
+      config.driver_version = std::move(*parsed);
+    } else {
+      warn(error.message);
     }
   }
   return config;

@@ -29,7 +29,13 @@ struct SimConfig {
   uint64_t context_overhead = 500ull << 20;        // SIMGPU_CONTEXT_OVERHEAD (quantity)
   int64_t fail_alloc_at = 0;                       // SIMGPU_FAIL_ALLOC_AT: Nth allocation fails
   std::vector<int> unhealthy_devices;              // SIMGPU_UNHEALTHY: "0,2"
+  std::string driver_version = "580.159.04";       // SIMGPU_DRIVER_VERSION
 };
+
+// The first driver branch with per-cgroup memory partitions (R615, CUDA 13.4).
+inline constexpr int kMemoryPartitionsBranch = 615;
+inline constexpr int kCudaVersionBeforePartitions = 13000;  // cuDriverGetVersion below R615
+inline constexpr int kCudaVersionWithPartitions = 13040;    // CUDA 13.4, from R615 on
 
 struct ConfigError {
   std::string message;  // names the variable and the value
@@ -40,6 +46,14 @@ std::optional<std::vector<DeviceSpec>> parse_devices(std::string_view text, Conf
 std::optional<std::map<std::string, uint64_t>> parse_kernel_times(std::string_view text,
                                                                   uint64_t& default_wave_ns,
                                                                   ConfigError& error);
+
+// A driver version as NVML reports it: "<branch>.<minor>[.<patch>]", decimal numbers, the branch
+// 1 to 9999, at most 31 characters ("615.40.01").
+std::optional<std::string> parse_driver_version(std::string_view text, ConfigError& error);
+// The branch of a version parse_driver_version accepted ("615.40.01" -> 615); 0 for anything else.
+int driver_branch(std::string_view version);
+// What cuDriverGetVersion reports on a driver of that branch.
+int cuda_version_of_branch(int branch);
 
 // Reads all SIMGPU_* variables. An invalid value is reported on stderr and the default is kept.
 SimConfig load_config();

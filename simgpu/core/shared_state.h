@@ -14,7 +14,7 @@
 namespace simgpu {
 
 inline constexpr uint32_t kStateMagic = 0x5347'5055;  // "SGPU"
-inline constexpr uint32_t kStateVersion = 1;
+inline constexpr uint32_t kStateVersion = 2;
 inline constexpr int kMaxDevices = 8;
 inline constexpr int kMaxProcesses = 128;
 // Per (process, device) history of when that context ran: enough for event timing and for
@@ -92,6 +92,21 @@ struct IpcExport {
   uint32_t kind;  // 1 memory, 2 event
 };
 
+// A per-cgroup device-memory limit of the simulated R615 driver (nvmlDeviceSetMemoryLimits_v1, the
+// misc backend): a flat table, one entry per (device, cgroup) that has a limit of its own. A
+// process is governed by the entry of its nearest limited ancestor cgroup (its own included);
+// limits do not nest. Usage is not stored: it is what the governed processes' slots hold.
+inline constexpr int kMaxMemoryLimits = 64;
+inline constexpr int kDriverVersionBytes = 32;
+inline constexpr int kCgroupPathBytes = 512;
+struct MemoryLimit {
+  uint32_t in_use;  // 0: free entry
+  uint32_t device;
+  uint64_t soft_limit;            // bytes, at most the device's memory
+  uint64_t hard_limit;            // bytes, at most the device's memory
+  char cgroup[kCgroupPathBytes];  // relative to the cgroup v2 root: "/a/b" (never "/")
+};
+
 struct SharedState {
   uint32_t magic;
   uint32_t version;
@@ -106,6 +121,11 @@ struct SharedState {
   DeviceState device_state[kMaxDevices];
   ProcessSlot processes[kMaxProcesses];
   IpcExport ipc_exports[kMaxIpcExports];
+  // SIMGPU_DRIVER_VERSION as NVML reports it ("580.159.04", "615.40.01"), fixed at creation.
+  char driver_version[kDriverVersionBytes];
+  uint32_t memory_limit_count;  // entries of memory_limits in use: 0 skips all cgroup work
+  uint32_t pad2;
+  MemoryLimit memory_limits[kMaxMemoryLimits];
 };
 
 static_assert(offsetof(SharedState, magic) == 0);

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "cgroup.h"
 #include "process_id.h"
 
 namespace simgpu {
@@ -53,6 +54,8 @@ void init_state(SharedState* state, const SimConfig& config) {
   state->engine.timeslice_ns = config.timeslice_ns;
   state->engine.switch_cost_ns = config.switch_cost_ns;
   state->engine.context_overhead = config.context_overhead;
+  std::snprintf(state->driver_version, sizeof state->driver_version, "%s",
+                config.driver_version.c_str());
   state->size = sizeof(SharedState);
   state->version = kStateVersion;
   // Written last: a reader that sees the magic sees everything above.
@@ -215,6 +218,9 @@ Simulator::LockGuard::LockGuard(Simulator& sim) : sim_(sim) {
       }
       state->device_state[d].used_memory = used;
     }
+    uint32_t limits = 0;
+    for (const MemoryLimit& limit : state->memory_limits) limits += limit.in_use != 0 ? 1 : 0;
+    state->memory_limit_count = limits;
   }
 }
 
@@ -261,6 +267,15 @@ AllocResult Simulator::reserve(int device, uint64_t bytes) {
     reclaim_locked(now);
     if (bytes > total - std::min(total, state.used_memory)) return AllocResult::kOutOfMemory;
   }
+  // The R615 driver's wall: every allocation path, context creation included, ends here. Only a
+  // machine with limits pays for reading cgroups (a /proc read per governed process).
+  if (state_->memory_limit_count > 0) {
+    const std::optional<std::string> own = read_process_cgroup(0);
+    if (bytes > partition_headroom_locked(device, own)) {
+      reclaim_locked(now);
+      if (bytes > partition_headroom_locked(device, own)) return AllocResult::kOutOfMemory;
+    }
+  }
   state.used_memory += bytes;
   state_->processes[slot_].used_memory[device] += bytes;
   return AllocResult::kOk;
@@ -290,6 +305,125 @@ std::vector<ProcessMemory> Simulator::process_memory(int device) {
     if (slot.pid == 0) continue;
     if (slot.used_memory[device] == 0 && slot.context_count[device] == 0) continue;
     result.push_back({slot.pid, slot.used_memory[device]});
+  }
+  return result;
+}
+
+int Simulator::governing_limit_locked(int device, std::string_view cgroup) const {
+  int best = -1;
+  size_t best_length = 0;
+  for (int i = 0; i < kMaxMemoryLimits; ++i) {
+    const MemoryLimit& limit = state_->memory_limits[i];
+    if (limit.in_use == 0 || limit.device != static_cast<uint32_t>(device)) continue;
+    const std::string_view path(limit.cgroup);
+    if (!is_same_or_ancestor(path, cgroup)) continue;
+    if (best < 0 || path.size() > best_length) {
+      best = i;
+      best_length = path.size();
+    }
+  }
+  return best;
+}
+
+uint64_t Simulator::partition_used_locked(int device, int limit,
+                                          const std::optional<std::string>& own) {
+  uint64_t used = 0;
+  for (int i = 0; i < kMaxProcesses; ++i) {
+    const ProcessSlot& slot = state_->processes[i];
+    if (slot.pid == 0 || slot.used_memory[device] == 0) continue;
+    std::optional<std::string> cgroup;
+    if (i == slot_) {
+      cgroup = own ? own : read_process_cgroup(0);
+    } else if (process_alive(slot.pid, slot.start_time)) {
+      cgroup = read_process_cgroup(slot.pid);
+    }
+    if (cgroup && governing_limit_locked(device, *cgroup) == limit)
+      used += slot.used_memory[device];
+  }
+  return used;
+}
+
+MemoryPartition Simulator::partition_locked(int limit, const std::optional<std::string>& own) {
+  const MemoryLimit& entry = state_->memory_limits[limit];
+  const int device = static_cast<int>(entry.device);
+  return {device, entry.cgroup, entry.soft_limit, entry.hard_limit,
+          partition_used_locked(device, limit, own)};
+}
+
+uint64_t Simulator::partition_headroom_locked(int device, const std::optional<std::string>& own) {
+  if (!own) return UINT64_MAX;
+  const int limit = governing_limit_locked(device, *own);
+  if (limit < 0) return UINT64_MAX;
+  const uint64_t hard = state_->memory_limits[limit].hard_limit;
+  return hard - std::min(hard, partition_used_locked(device, limit, own));
+}
+
+LimitResult Simulator::set_memory_limit(int device, const std::string& cgroup, uint64_t soft_limit,
+                                        uint64_t hard_limit) {
+  LockGuard lock(*this);
+  const uint64_t total = state_->devices[device].total_memory;
+  const bool clear = soft_limit == 0 && hard_limit == UINT64_MAX;
+  MemoryLimit* existing = nullptr;
+  MemoryLimit* free_entry = nullptr;
+  for (MemoryLimit& limit : state_->memory_limits) {
+    if (limit.in_use == 0) {
+      if (free_entry == nullptr) free_entry = &limit;
+    } else if (limit.device == static_cast<uint32_t>(device) && cgroup == limit.cgroup) {
+      existing = &limit;
+    }
+  }
+  if (clear) {
+    if (existing != nullptr) {
+      existing->in_use = 0;
+      --state_->memory_limit_count;
+    }
+    return LimitResult::kOk;
+  }
+  MemoryLimit* target = existing != nullptr ? existing : free_entry;
+  if (target == nullptr) return LimitResult::kTableFull;
+  if (existing == nullptr) {
+    std::memset(static_cast<void*>(target), 0, sizeof *target);
+    target->device = static_cast<uint32_t>(device);
+    std::snprintf(target->cgroup, sizeof target->cgroup, "%s", cgroup.c_str());
+    ++state_->memory_limit_count;
+  }
+  // "max" is the device's capacity.
+  target->soft_limit = std::min(soft_limit, total);
+  target->hard_limit = std::min(hard_limit, total);
+  // Written last: a locker that died before this left the entry free.
+  target->in_use = 1;
+  return LimitResult::kOk;
+}
+
+std::optional<MemoryPartition> Simulator::memory_limit(int device, const std::string& cgroup) {
+  LockGuard lock(*this);
+  const int limit = governing_limit_locked(device, cgroup);
+  if (limit < 0 || cgroup != state_->memory_limits[limit].cgroup) return std::nullopt;
+  return partition_locked(limit, std::nullopt);
+}
+
+std::optional<MemoryPartition> Simulator::governing_limit(int device, const std::string& cgroup) {
+  LockGuard lock(*this);
+  const int limit = governing_limit_locked(device, cgroup);
+  if (limit < 0) return std::nullopt;
+  return partition_locked(limit, std::nullopt);
+}
+
+std::optional<MemoryPartition> Simulator::own_partition(int device) {
+  LockGuard lock(*this);
+  if (state_->memory_limit_count == 0) return std::nullopt;
+  const std::optional<std::string> own = read_process_cgroup(0);
+  if (!own) return std::nullopt;
+  const int limit = governing_limit_locked(device, *own);
+  if (limit < 0) return std::nullopt;
+  return partition_locked(limit, own);
+}
+
+std::vector<MemoryPartition> Simulator::memory_partitions() {
+  LockGuard lock(*this);
+  std::vector<MemoryPartition> result;
+  for (int i = 0; i < kMaxMemoryLimits; ++i) {
+    if (state_->memory_limits[i].in_use != 0) result.push_back(partition_locked(i, std::nullopt));
   }
   return result;
 }

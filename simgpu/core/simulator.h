@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config.h"
@@ -27,6 +29,17 @@ struct ProcessBusy {
 
 enum class AllocResult { kOk, kOutOfMemory, kInjectedFailure };
 
+// A per-cgroup device-memory limit of the simulated R615 driver and what its cgroup holds.
+struct MemoryPartition {
+  int device = 0;
+  std::string cgroup;  // relative to the cgroup v2 root ("/a/b")
+  uint64_t soft_limit = 0;
+  uint64_t hard_limit = 0;
+  uint64_t used = 0;  // bytes the processes it governs hold on the device, contexts included
+};
+
+enum class LimitResult { kOk, kTableFull };
+
 class Simulator {
  public:
   // The process's simulator, opened on first call. Returns nullptr (and logs once to stderr) when
@@ -38,6 +51,29 @@ class Simulator {
   const EngineConfig& engine_config() const { return state_->engine; }
   const SimConfig& config() const { return config_; }
   int slot() const { return slot_; }
+
+  // The driver this simulated machine has (SIMGPU_DRIVER_VERSION when the state was created).
+  const char* driver_version() const { return state_->driver_version; }
+  int cuda_driver_version() const {
+    return cuda_version_of_branch(driver_branch(driver_version()));
+  }
+  // R615 and later: nvmlDeviceSetMemoryLimits_v1 / nvmlDeviceGetMemoryLimits_v1 work.
+  bool has_memory_partitions() const {
+    return driver_branch(driver_version()) >= kMemoryPartitionsBranch;
+  }
+
+  // Memory partitions (the misc backend). `cgroup` is relative to the cgroup v2 root. Setting soft
+  // 0 and hard UINT64_MAX clears the cgroup's limit; limits above the device's memory are held to
+  // it. kTableFull when kMaxMemoryLimits cgroups already have one.
+  LimitResult set_memory_limit(int device, const std::string& cgroup, uint64_t soft_limit,
+                               uint64_t hard_limit);
+  // The cgroup's own limit and what it holds; nullopt when it has none of its own.
+  std::optional<MemoryPartition> memory_limit(int device, const std::string& cgroup);
+  // The limit that governs processes of `cgroup` (its own or its nearest limited ancestor's).
+  std::optional<MemoryPartition> governing_limit(int device, const std::string& cgroup);
+  // The partition that governs this process on `device`, if any (cuMemGetInfo, NVML inside it).
+  std::optional<MemoryPartition> own_partition(int device);
+  std::vector<MemoryPartition> memory_partitions();
 
   // Device memory, shared by all processes. `reserve` fails with kOutOfMemory when the pool is
   // exhausted (after reclaiming dead processes' memory) and honours fault injection.
@@ -90,6 +126,12 @@ class Simulator {
   Simulator(SharedState* state, SimConfig config, int slot);
   void advance_locked(int device, uint64_t now);
   int reclaim_locked(uint64_t now);
+  int governing_limit_locked(int device, std::string_view cgroup) const;
+  uint64_t partition_used_locked(int device, int limit, const std::optional<std::string>& own);
+  MemoryPartition partition_locked(int limit, const std::optional<std::string>& own);
+  // What the partition governing this process (cgroup `own`) on `device` has left; UINT64_MAX
+  // when none governs it.
+  uint64_t partition_headroom_locked(int device, const std::optional<std::string>& own);
 
   SharedState* state_;
   SimConfig config_;

@@ -96,7 +96,7 @@ SIMGPU_EXPORT CUresult cuInit(unsigned int flags) {
 
 SIMGPU_EXPORT CUresult cuDriverGetVersion(int* version) {
   if (!version) return CUDA_ERROR_INVALID_VALUE;
-  *version = kDriverVersion;
+  *version = driver_version();
   return CUDA_SUCCESS;
 }
 

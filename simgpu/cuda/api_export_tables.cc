@@ -407,7 +407,7 @@ CUresult integrity_check(uint32_t version, uint64_t unix_seconds, uint64_t* answ
   IntegrityInputs inputs;
   inputs.runtime_version = version;
   inputs.unix_seconds = unix_seconds;
-  inputs.driver_version = static_cast<uint32_t>(kDriverVersion);
+  inputs.driver_version = static_cast<uint32_t>(driver_version());
   inputs.process_id = static_cast<uint32_t>(simgpu::current_pid());
   inputs.thread_id = static_cast<uint32_t>(pthread_self());
   inputs.runtime_table = kRuntimeInterface;

@@ -147,8 +147,12 @@ CUresult launch_host_function(CUstream handle, CUhostFn function, void* data) {
     Stream* stream = resolve_stream(driver, handle);
     if (!stream) return CUDA_ERROR_INVALID_HANDLE;
     // Runs once the stream's earlier work has finished (on the calling thread: stream order holds,
-    // only the call itself is synchronous).
-    synchronize_to(driver, stream->context->device, stream->last_mark, lock);
+    // only the call itself is synchronous). Not a synchronisation of the program's: the pools keep
+    // their memory (the real driver trims them only at stream, event and context synchronisation).
+    const int device = stream->context->device;
+    const uint64_t mark = stream->last_mark;
+    lock.unlock();
+    driver.sim->wait_for(device, mark);
   }
   function(data);
   return CUDA_SUCCESS;

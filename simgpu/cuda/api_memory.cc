@@ -234,6 +234,12 @@ SIMGPU_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) 
   const uint64_t used = driver.sim->used_memory(context->device);
   *total_bytes = total;
   *free_bytes = total - std::min(total, used);
+  // Inside an R615 memory partition: the hard limit and the headroom under it.
+  if (const auto partition = driver.sim->own_partition(context->device)) {
+    const uint64_t hard = partition->hard_limit;
+    *total_bytes = hard;
+    *free_bytes = std::min<uint64_t>(*free_bytes, hard - std::min(hard, partition->used));
+  }
   return CUDA_SUCCESS;
 }
 

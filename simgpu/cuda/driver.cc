@@ -83,6 +83,13 @@ uint64_t charged_bytes(uint64_t requested) {
                                    : round_up(requested, kSmallAllocAlign);
 }
 
+int driver_version() {
+  // The machine's driver (fixed when its state was created), read without cuInit as the real
+  // cuDriverGetVersion answers before it.
+  const Simulator* sim = Simulator::get();
+  return sim != nullptr ? sim->cuda_driver_version() : kCudaVersionBeforePartitions;
+}
+
 Driver& Driver::get() {
   static Driver* driver = new Driver();  // never destroyed: atexit order must not matter
   return *driver;

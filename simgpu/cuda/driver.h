@@ -22,7 +22,9 @@
 
 namespace simgpu::driver {
 
-inline constexpr int kDriverVersion = 13000;
+// What cuDriverGetVersion reports: 13000, or 13040 (CUDA 13.4) when the simulated machine's
+// driver is R615 or later (SIMGPU_DRIVER_VERSION); 13000 when the state cannot be opened.
+int driver_version();
 // What the simulator charges for memory, in one place (docs/simulator.md explains the choices):
 // allocations of 1 MiB or more take whole 2 MiB pages, smaller ones are rounded to 512 bytes.
 inline constexpr uint64_t kPageBytes = 2ull << 20;

@@ -159,16 +159,20 @@ const char* nvmlErrorString(nvmlReturn_t result) {
   return "Unknown Error";
 }
 
+// SIMGPU_DRIVER_VERSION of the simulated machine ("580.159.04" unless set).
 nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
-  if (initialised_simulator() == nullptr) return NVML_ERROR_UNINITIALIZED;
+  simgpu::Simulator* sim = initialised_simulator();
+  if (sim == nullptr) return NVML_ERROR_UNINITIALIZED;
   if (version == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  return simgpu::nvml::copy_string(simgpu::nvml::kDriverVersion, version, length);
+  return simgpu::nvml::copy_string(sim->driver_version(), version, length);
 }
 
-// Documented to work without nvmlInit (it asks libcuda, not the GPUs).
+// Documented to work without nvmlInit (it asks libcuda, not the GPUs): 13000, or 13040 on R615+.
 nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* cudaDriverVersion) {
   if (cudaDriverVersion == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  *cudaDriverVersion = simgpu::nvml::kCudaDriverVersion;
+  simgpu::Simulator* sim = simgpu::Simulator::get();
+  if (sim == nullptr) return NVML_ERROR_LIBRARY_NOT_FOUND;
+  *cudaDriverVersion = sim->cuda_driver_version();
   return NVML_SUCCESS;
 }
 

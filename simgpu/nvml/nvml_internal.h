@@ -15,9 +15,6 @@ struct nvmlDevice_st {
 
 namespace simgpu::nvml {
 
-inline constexpr char kDriverVersion[] = "580.159.04";
-inline constexpr int kCudaDriverVersion = 13000;
-
 // The process's simulator when NVML is initialised in this process, else nullptr.
 Simulator* initialised_simulator();
 

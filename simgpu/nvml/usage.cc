@@ -107,7 +107,9 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) 
 }
 
 // The simulator sets no memory aside for driver or firmware, so `reserved` is 0 and `used` is what
-// processes hold (their context overhead included).
+// processes hold (their context overhead included). Called by a process inside a memory partition
+// (R615), it reports the partition: total is the hard limit, used what the partition's processes
+// hold, free the headroom under the limit (no more than the device has free).
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
   Device dev;
   if (nvmlReturn_t result = simgpu::nvml::resolve_reachable(device, dev); result != NVML_SUCCESS) {
@@ -115,7 +117,11 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* me
   }
   if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-  const simgpu::nvml::MemoryFigures figures = simgpu::nvml::memory_figures(dev);
+  simgpu::nvml::MemoryFigures figures = simgpu::nvml::memory_figures(dev);
+  if (const auto partition = dev.sim->own_partition(dev.index)) {
+    const uint64_t used = std::min(partition->used, partition->hard_limit);
+    figures = {partition->hard_limit, used, std::min(figures.free, partition->hard_limit - used)};
+  }
   memory->total = figures.total;
   memory->reserved = 0;
   memory->used = figures.used;

@@ -1,5 +1,6 @@
 // simgpu-ctl: inspect and steer the simulated GPU from outside the programs using it.
-//   simgpu-ctl status                      devices, memory and processes, as JSON
+//   simgpu-ctl status                      driver, devices, memory, processes and memory
+//                                          partitions (R615 per-cgroup limits), as JSON
 //   simgpu-ctl health <device> healthy|unhealthy
 //   simgpu-ctl fail-alloc <n>              the n-th allocation from now on (any process) fails
 // The state file is chosen by SIMGPU_STATE, as for the simulated libraries.
@@ -46,6 +47,18 @@ int main(int argc, char** argv) {
   (void)status;
   nlohmann::json out;
   out["state"] = sim->config().state_path;
+  out["driver_version"] = sim->driver_version();
+  out["cuda_driver_version"] = sim->cuda_driver_version();
+  out["memory_partitions_supported"] = sim->has_memory_partitions();
+  nlohmann::json partitions = nlohmann::json::array();
+  for (const simgpu::MemoryPartition& partition : sim->memory_partitions()) {
+    partitions.push_back({{"device", partition.device},
+                          {"cgroup", partition.cgroup},
+                          {"soft_limit_bytes", partition.soft_limit},
+                          {"hard_limit_bytes", partition.hard_limit},
+                          {"used_bytes", partition.used}});
+  }
+  out["memory_partitions"] = partitions;
   for (int d = 0; d < sim->device_count(); ++d) {
     const simgpu::DeviceConfig& config = sim->device(d);
     nlohmann::json processes = nlohmann::json::array();

@@ -103,8 +103,13 @@ def main():
         if done.returncode != 125 or "GPU 5" not in done.stderr:
             fail(f"unknown GPU: exit {done.returncode}, stderr {done.stderr!r}")
         # Compute settings (docs/compute.md) are checked before anything runs too.
-        for bad, expected in [(["--cores", "0"], "--cores '0'"),
-                              (["--cores", "30", "--cores-burst", "20"], "below its cores limit"),
+        for bad, expected in [(["--cores", "101"], "--cores '101'"),
+                              (["--cores", "30", "--cores-limit", "20"],
+                               "is below its --cores request 30"),
+                              (["--cores", "30", "--cores-burst", "20"],
+                               "is below its --cores request 30"),
+                              (["--memory", "4Gi", "--memory-limit", "2Gi"],
+                               "--memory-limit 2Gi of GPU 0"),
                               (["--priority", "urgent"], "--priority 'urgent'")]:
             done = run(*bad, "--", "true")
             if done.returncode != 125 or expected not in done.stderr:

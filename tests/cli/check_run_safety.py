@@ -2,7 +2,8 @@
 """`tessera run` fails closed and cleans up after itself, on the simulated GPU:
 
 - every exit status `tessera run --help` documents is produced by its situation;
-- a --libvgpu that is not a loadable shared library, an empty --memory/--cores/--cores-burst and
+- a --libvgpu that is not a loadable shared library, an empty --memory/--memory-limit/--cores/
+  --cores-limit (or its old name --cores-burst) and
   malformed values are errors (125) naming the flag or path, and nothing runs or is created;
 - temporary shares live in this user's private local share root (0700, symlinks refused), each
   with its owner file;
@@ -122,12 +123,16 @@ def main():
             if f.read(18)[16] == 3:
                 cases.append((["--libvgpu", "/bin/true"], ["/bin/true",
                                                             "position-independent executable"]))
-        for flag in ["--memory", "--cores", "--cores-burst", "--priority"]:
+        for flag in ["--memory", "--memory-limit", "--cores", "--cores-limit", "--priority"]:
             cases.append(([flag, ""], [flag, "empty value"]))
+        # --cores-burst is --cores-limit's old name: its errors name the new one.
+        cases.append((["--cores-burst", ""], ["--cores-limit", "empty value"]))
         for flag, value in [("--memory", "8Gx"), ("--memory", "-1"), ("--memory", "0=abc"),
                             ("--cores", "abc"), ("--cores", "150"), ("--cores", "30%"),
-                            ("--cores", "0="), ("--cores-burst", "x"), ("--priority", "urgent")]:
+                            ("--cores", "0="), ("--cores-limit", "x"), ("--cores-limit", "0"),
+                            ("--memory-limit", "-1Gi"), ("--priority", "urgent")]:
             cases.append(([flag, value], [f"{flag} '{value}'"]))
+        cases.append((["--cores-burst", "x"], ["--cores-limit 'x'"]))
         for flags, expected in cases:
             done = run(*flags, "--", "touch", marker)
             missing = [text for text in expected if text not in done.stderr]

@@ -284,8 +284,8 @@ def main():
             table = subprocess.run([args.tessera, "shares", "--local"], env=env,
                                    capture_output=True, text=True, timeout=20)
             header = table.stdout.splitlines()[0].split() if table.stdout else []
-            if header != ["NAMESPACE", "CLAIM", "SHARE", "GPU", "MEMORY", "CORES", "PROCESSES",
-                          "AGE"]:
+            if header != ["NAMESPACE", "CLAIM", "SHARE", "GPU", "MEMORY", "CORES", "CLASS",
+                          "PROCESSES", "AGE"]:
                 fail(f"shares table header {header}", table.stdout + table.stderr)
             print(table.stdout)
             listed = subprocess.run([args.tessera, "shares", "--local", "-o", "json"], env=env,
@@ -298,6 +298,9 @@ def main():
                 fail(f"train's limit: {by_name['train']['devices'][0]}")
             if by_name["infer"]["devices"][0]["cores_request_percent"] != 60:
                 fail(f"infer's cores: {by_name['infer']['devices'][0]}")
+            # --cores 60 alone: its limit is its request, and memory likewise: guaranteed.
+            if by_name["infer"]["qos_class"] != "guaranteed":
+                fail(f"infer's class: {by_name['infer']}")
             yaml = subprocess.run([args.tessera, "shares", "--local", "-o", "yaml"], env=env,
                                   capture_output=True, text=True, timeout=20)
             if yaml.returncode != 0 or "name: train" not in yaml.stdout:

@@ -31,24 +31,31 @@ bool planned(const Result<std::vector<share_folder::DeviceLimit>>& plan,
   return true;
 }
 
-TEST(PlanShare, OneSizeLimitsEveryGpu) {
+// The memory request alone: one size for every GPU, also the limit.
+Result<std::vector<share_folder::DeviceLimit>> memory(std::string_view spec) {
+  return plan_share(kGpus, ShareAsk{spec, "", "", ""});
+}
+
+TEST(PlanShare, OneSizeRequestsEveryGpuAndIsItsLimit) {
   std::vector<share_folder::DeviceLimit> limits;
   std::string error;
-  ASSERT_TRUE(planned(plan_share(kGpus, "8Gi"), limits, error)) << error;
+  ASSERT_TRUE(planned(memory("8Gi"), limits, error)) << error;
   ASSERT_EQ(limits.size(), 2u);
   EXPECT_EQ(limits[0].uuid, "GPU-aaaa");
+  EXPECT_EQ(limits[0].memory_request, 8ull << 30);
   EXPECT_EQ(limits[0].memory_limit, 8ull << 30);
   EXPECT_EQ(limits[1].memory_limit, 8ull << 30);
   EXPECT_EQ(limits[1].cores_request, 100u);
+  EXPECT_EQ(limits[1].cores_limit, 100u);
 }
 
 TEST(PlanShare, PerGpuByIndexAndUuid) {
   std::vector<share_folder::DeviceLimit> limits;
   std::string error;
-  ASSERT_TRUE(planned(plan_share(kGpus, "0=4Gi,GPU-bbbb=2Gi"), limits, error)) << error;
+  ASSERT_TRUE(planned(memory("0=4Gi,GPU-bbbb=2Gi"), limits, error)) << error;
   EXPECT_EQ(limits[0].memory_limit, 4ull << 30);
   EXPECT_EQ(limits[1].memory_limit, 2ull << 30);
-  ASSERT_TRUE(planned(plan_share(kGpus, "1=1Gi"), limits, error)) << error;
+  ASSERT_TRUE(planned(memory("1=1Gi"), limits, error)) << error;
   EXPECT_EQ(limits[0].memory_limit, share::kUnlimited);  // not named: unlimited
   EXPECT_EQ(limits[1].memory_limit, 1ull << 30);
 }
@@ -56,19 +63,52 @@ TEST(PlanShare, PerGpuByIndexAndUuid) {
 TEST(PlanShare, NoSpecMeansNoLimit) {
   std::vector<share_folder::DeviceLimit> limits;
   std::string error;
-  ASSERT_TRUE(planned(plan_share(kGpus, ""), limits, error)) << error;
+  ASSERT_TRUE(planned(memory(""), limits, error)) << error;
   EXPECT_EQ(limits[0].memory_limit, share::kUnlimited);
+  EXPECT_EQ(limits[0].memory_request, share::kUnlimited);
+}
+
+TEST(PlanShare, ALimitAboveTheRequestIsBorrowable) {
+  std::vector<share_folder::DeviceLimit> limits;
+  std::string error;
+  ASSERT_TRUE(planned(plan_share(kGpus, ShareAsk{"2Gi", "0=8Gi", "", ""}), limits, error)) << error;
+  EXPECT_EQ(limits[0].memory_request, 2ull << 30);
+  EXPECT_EQ(limits[0].memory_limit, 8ull << 30);
+  EXPECT_EQ(limits[1].memory_limit, 2ull << 30) << "not named: the request";
+  // A limit alone guarantees all of it.
+  ASSERT_TRUE(planned(plan_share(kGpus, ShareAsk{"", "4Gi", "", ""}), limits, error)) << error;
+  EXPECT_EQ(limits[0].memory_request, 4ull << 30);
+  EXPECT_EQ(limits[0].memory_limit, 4ull << 30);
 }
 
 TEST(PlanShare, ErrorsNameTheBadItem) {
   std::vector<share_folder::DeviceLimit> limits;
   std::string error;
-  EXPECT_FALSE(planned(plan_share(kGpus, "lots"), limits, error));
-  EXPECT_NE(error.find("'lots'"), std::string::npos) << error;
-  EXPECT_FALSE(planned(plan_share(kGpus, "7=1Gi"), limits, error));
+  EXPECT_FALSE(planned(memory("lots"), limits, error));
+  EXPECT_NE(error.find("--memory 'lots'"), std::string::npos) << error;
+  EXPECT_FALSE(planned(memory("7=1Gi"), limits, error));
   EXPECT_NE(error.find("GPU 7"), std::string::npos) << error;
-  EXPECT_FALSE(planned(plan_share(kGpus, "GPU-cccc=1Gi"), limits, error));
+  EXPECT_FALSE(planned(memory("GPU-cccc=1Gi"), limits, error));
   EXPECT_NE(error.find("GPU-cccc"), std::string::npos) << error;
+  EXPECT_FALSE(planned(memory("-1Gi"), limits, error));
+  EXPECT_NE(error.find("--memory '-1Gi'"), std::string::npos) << error;
+}
+
+TEST(PlanShare, ALimitBelowItsRequestOrAboveTheGpuIsRefused) {
+  std::vector<share_folder::DeviceLimit> limits;
+  std::string error;
+  EXPECT_FALSE(planned(plan_share(kGpus, ShareAsk{"4Gi", "2Gi", "", ""}), limits, error));
+  EXPECT_NE(error.find("--memory-limit 2Gi of GPU 0 (GPU-aaaa) is below its --memory request 4Gi"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(planned(plan_share(kGpus, ShareAsk{"", "200Gi", "", ""}), limits, error));
+  EXPECT_NE(error.find("--memory-limit 200Gi of GPU 0 (GPU-aaaa) is above the GPU's memory 150Gi"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(planned(plan_share(kGpus, ShareAsk{"151Gi", "", "", ""}), limits, error));
+  EXPECT_NE(error.find("--memory 151Gi"), std::string::npos) << error;
+  EXPECT_FALSE(planned(plan_share(kGpus, ShareAsk{"", "x", "", ""}), limits, error));
+  EXPECT_NE(error.find("--memory-limit 'x'"), std::string::npos) << error;
 }
 
 }  // namespace
@@ -77,33 +117,56 @@ TEST(PlanShare, ErrorsNameTheBadItem) {
 namespace tessera::cli {
 namespace {
 
-TEST(PlanShareCompute, CoresAndBurstForEveryGpuOrPerGpu) {
+TEST(PlanShareCompute, CoresRequestsForEveryGpuOrPerGpu) {
   std::vector<share_folder::DeviceLimit> limits;
   std::string error;
-  ASSERT_TRUE(planned(plan_share(kGpus, "", "30", ""), limits, error)) << error;
+  ASSERT_TRUE(planned(plan_share(kGpus, ShareAsk{"", "", "30", ""}), limits, error)) << error;
   EXPECT_EQ(limits[0].cores_request, 30u);
   EXPECT_EQ(limits[1].cores_request, 30u);
-  EXPECT_EQ(limits[0].cores_limit, 0u);
-  ASSERT_TRUE(planned(plan_share(kGpus, "8Gi", "0=30,GPU-bbbb=70", "1=100"), limits, error))
+  EXPECT_EQ(limits[0].cores_limit, 30u) << "the limit defaults to the request";
+  ASSERT_TRUE(
+      planned(plan_share(kGpus, ShareAsk{"8Gi", "", "0=30,GPU-bbbb=70", "1=100"}), limits, error))
       << error;
   EXPECT_EQ(limits[0].memory_limit, 8ull << 30);
   EXPECT_EQ(limits[0].cores_request, 30u);
   EXPECT_EQ(limits[1].cores_request, 70u);
-  EXPECT_EQ(limits[0].cores_limit, 0u);
+  EXPECT_EQ(limits[0].cores_limit, 30u);
   EXPECT_EQ(limits[1].cores_limit, 100u);
-  ASSERT_TRUE(planned(plan_share(kGpus, "", "1=50", ""), limits, error)) << error;
+  ASSERT_TRUE(planned(plan_share(kGpus, ShareAsk{"", "", "1=50", ""}), limits, error)) << error;
   EXPECT_EQ(limits[0].cores_request, 100u) << "not named: not limited";
+  EXPECT_EQ(limits[0].cores_limit, 100u);
+}
+
+TEST(PlanShareCompute, CoresZeroIsBestEffortUpToTheWholeGpuOrItsLimit) {
+  std::vector<share_folder::DeviceLimit> limits;
+  std::string error;
+  ASSERT_TRUE(planned(plan_share(kGpus, ShareAsk{"", "", "0", ""}), limits, error)) << error;
+  EXPECT_EQ(limits[0].cores_request, 0u);
+  EXPECT_EQ(limits[0].cores_limit, 100u);
+  ASSERT_TRUE(planned(plan_share(kGpus, ShareAsk{"", "", "0", "50"}), limits, error)) << error;
+  EXPECT_EQ(limits[0].cores_request, 0u);
+  EXPECT_EQ(limits[0].cores_limit, 50u);
+  // A limit alone is also the request (Kubernetes defaults a request to its limit).
+  ASSERT_TRUE(planned(plan_share(kGpus, ShareAsk{"", "", "", "40"}), limits, error)) << error;
+  EXPECT_EQ(limits[0].cores_request, 40u);
+  EXPECT_EQ(limits[0].cores_limit, 40u);
 }
 
 TEST(PlanShareCompute, ErrorsNameTheOption) {
   std::vector<share_folder::DeviceLimit> limits;
   std::string error;
-  EXPECT_FALSE(planned(plan_share(kGpus, "", "150", ""), limits, error));
+  EXPECT_FALSE(planned(plan_share(kGpus, ShareAsk{"", "", "150", ""}), limits, error));
   EXPECT_NE(error.find("--cores '150'"), std::string::npos) << error;
-  EXPECT_FALSE(planned(plan_share(kGpus, "", "5=30", ""), limits, error));
+  EXPECT_FALSE(planned(plan_share(kGpus, ShareAsk{"", "", "-5", ""}), limits, error));
+  EXPECT_NE(error.find("--cores '-5'"), std::string::npos) << error;
+  EXPECT_FALSE(planned(plan_share(kGpus, ShareAsk{"", "", "5=30", ""}), limits, error));
   EXPECT_NE(error.find("--cores names GPU 5"), std::string::npos) << error;
-  EXPECT_FALSE(planned(plan_share(kGpus, "", "50", "40"), limits, error));
-  EXPECT_NE(error.find("below its cores limit"), std::string::npos) << error;
+  EXPECT_FALSE(planned(plan_share(kGpus, ShareAsk{"", "", "50", "40"}), limits, error));
+  EXPECT_NE(error.find("--cores-limit 40 of GPU 0 (GPU-aaaa) is below its --cores request 50"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(planned(plan_share(kGpus, ShareAsk{"", "", "", "0"}), limits, error));
+  EXPECT_NE(error.find("--cores-limit '0' is not a percent (1..100)"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -38,9 +38,12 @@ v1::ListSharesResponse full_node() {
   claim.set_backend("quota");
   claim.set_policy("report");
   claim.set_source("agent");
+  claim.set_qos_class("burstable");
   v1::ShareDevice& second = *claim.add_devices();
   second.set_gpu_uuid(node.gpus(1).uuid());
   second.set_memory_limit_bytes(8 * kGiB);
+  second.set_memory_request_bytes(2 * kGiB);  // may borrow 6 GiB above its request
+  second.set_qos_class("burstable");
   second.set_cores_request_percent(50);
   second.set_cores_limit_percent(80);
   second.set_cores_used_percent(33.3333333333333);
@@ -50,7 +53,9 @@ v1::ListSharesResponse full_node() {
   claim.mutable_processes(0)->add_memory_bytes(kGiB);
   claim.mutable_processes(0)->set_launches(7);
   claim.mutable_processes(0)->set_gpu_seconds(0.1);
-  add_share(node, "123", node.gpus(0).uuid(), kGiB, 0, 100).set_priority("true");
+  v1::Share& local = add_share(node, "123", node.gpus(0).uuid(), kGiB, 0, 100);
+  local.set_priority("true");
+  local.set_qos_class("guaranteed");
   node.mutable_gpus(0)->set_health_reason("");
   node.mutable_gpus(1)->set_healthy(false);
   node.mutable_gpus(1)->set_health_reason("xid-79");
@@ -64,13 +69,18 @@ TEST(SharesTable, HasKubectlColumnsAndOneLinePerShareGpu) {
   const std::vector<std::string> lines = lines_of(table);
   ASSERT_EQ(lines.size(), 4u) << table;
   EXPECT_EQ(lines[0],
-            "NAMESPACE   CLAIM   SHARE                GPU   MEMORY      CORES     PROCESSES   AGE");
+            "NAMESPACE   CLAIM   SHARE                GPU   MEMORY       CORES     CLASS        "
+            "PROCESSES   AGE");
   EXPECT_EQ(lines[1],
-            "tenants     train   tenants-train-0a1b   0     3.5Gi/4Gi   30%       1           90s");
+            "tenants     train   tenants-train-0a1b   0     3.5Gi/4Gi    30%       burstable    "
+            "1           90s");
+  // request..limit: the share may borrow above its request.
   EXPECT_EQ(lines[2],
-            "tenants     train   tenants-train-0a1b   1     0/8Gi       50%/80%   1           90s");
+            "tenants     train   tenants-train-0a1b   1     0/2Gi..8Gi   50%/80%   burstable    "
+            "1           90s");
   EXPECT_EQ(lines[3],
-            "-           -       123                  0     1Gi/-       100%      0           90s");
+            "-           -       123                  0     1Gi/-        100%      guaranteed   "
+            "0           90s");
 }
 
 TEST(SharesTable, CutsLongNamesAndShowsUnknownGpusByUuid) {
@@ -100,9 +110,11 @@ TEST(SharesTable, AShareThatCouldNotBeReadShowsItsUsageAsUnknownNotZero) {
       "slots need)");
   const std::vector<std::string> lines = lines_of(render_shares_table(node, kSampledAt));
   ASSERT_EQ(lines.size(), 3u);
-  EXPECT_EQ(lines[1], "-           -       fine     0     1Gi/4Gi   50%     1           90s");
+  EXPECT_EQ(lines[1],
+            "-           -       fine     0     1Gi/4Gi   50%     -       1           90s");
   // Its limit is known (the agent set it), what it uses is not: "?", never "0".
-  EXPECT_EQ(lines[2], "-           -       broken   0     ?/8Gi     30%     ?           90s");
+  EXPECT_EQ(lines[2],
+            "-           -       broken   0     ?/8Gi     30%     -       ?           90s");
   const std::vector<std::string> warnings = unread_share_warnings(node);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_EQ(warnings[0],

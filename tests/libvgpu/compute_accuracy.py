@@ -9,7 +9,9 @@ scenario first measures the unlimited baseline in the same run, prints its figur
 Scenarios: single (cores 10/30/50/90 alone vs unlimited), shares (30/70, 50 us kernels),
 shares-long (30/70, 5 ms kernels), four (10/20/30/40), four-long (the same, 5 ms kernels),
 processes (30/70, two processes per share),
-burst (quota 30, burst 100, then a 70% tenant arrives), takeover (the meter's leader process is
+burst (request 30, limit 100, then a 70% tenant arrives), classes (a guaranteed 60 beside a
+best-effort share, both burning), best-effort (--cores 0 alone), burstable (request 30, limit 60,
+alone), takeover (the meter's leader process is
 killed: another process of the share leads), priority (a high share's p99 latency
 while a low share saturates), path-<launch> (cores 30 through one of compute-burn's launch paths),
 probe-<entry point> (cores 30 through one entry point, with compute_probe).
@@ -124,11 +126,12 @@ def single(h, seconds):
         check_summary(h, process.summary, r, cores)
 
 
-def check_summary(h, stderr, report, cores):
+def check_summary(h, stderr, report, cores, limit=None):
     """`tessera run --verbose`: the shim's own counters agree with what the burn measured."""
     launches = re.search(r"summary: [0-9.]+ s, ([0-9]+) launches, launching threads waited "
                          r"([0-9.]+) s", stderr)
-    used = re.search(rf"cores limit {cores}%, burst 0%; GPU time used ([0-9.]+) s", stderr)
+    used = re.search(rf"cores request {cores}%, limit {limit or cores}%; GPU time used ([0-9.]+) s",
+                     stderr)
     if not launches or not used:
         FAILURES.append(f"cores {cores}: no usage summary in: {stderr!r}")
         return
@@ -137,7 +140,7 @@ def check_summary(h, stderr, report, cores):
     gpu_s = kernels * h.kernel_us * 1e-6
     figure(f"cores{cores}_summary_gpu_time_vs_kernels_percent",
            100.0 * float(used.group(1)) / gpu_s, 100, 5)
-    if cores < 90 and float(launches.group(2)) <= 0:
+    if (limit or cores) < 90 and float(launches.group(2)) <= 0:
         FAILURES.append(f"cores {cores}: no throttled time counted")
 
 
@@ -227,7 +230,7 @@ def burst(h, seconds):
     unlimited = h.busy_percent([base])
     sampler = Sampler(h)
     arrival = 1.5
-    bursting = h.start(["--cores", "30", "--cores-burst", "100"], seconds=arrival + seconds)
+    bursting = h.start(["--cores", "30", "--cores-limit", "100"], seconds=arrival + seconds)
     bursting_dir = os.path.join(h.work, f"share{h.count}")
     other = h.start(["--cores", "70"], seconds=seconds, delay=arrival)
     other_dir = os.path.join(h.work, f"share{h.count}")
@@ -261,6 +264,92 @@ def burst(h, seconds):
     figure("burst_back_to_quota_after_s", settle if settle is not None else 99, 0.5, 0.5)
     later = [v for t, v in windows if start + 1.0 <= t < start + seconds - 0.2]
     figure("burst_with_other_gpu_percent", sum(later) / len(later), 30, 3)
+
+
+def wait_for_pids(processes_and_dirs):
+    """The pids of each share once every one has some (while its tenant runs)."""
+    found = [set() for _ in processes_and_dirs]
+    while not all(found) and all(p.poll() is None for p, _ in processes_and_dirs):
+        time.sleep(0.05)
+        for i, (_, share_dir) in enumerate(processes_and_dirs):
+            try:
+                found[i] = found[i] or share_pids(share_dir)
+            except OSError:
+                pass
+    return found
+
+
+def classes(h, seconds):
+    """A guaranteed 60 (request = limit = 60) beside a best-effort share (--cores 0), both burning:
+    the guaranteed share gets its 60 and the best-effort one the rest. The best-effort share starts
+    first (and has the GPU alone); the guaranteed one arrives and takes its request back."""
+    h.kernel(SHORT_US)
+    base = h.baseline(min(seconds, 2.0))
+    reachable = h.busy_percent([base])
+    figure("unlimited_gpu_percent", reachable)
+    sampler = Sampler(h)
+    arrival = 1.0
+    best = h.start(["--cores", "0", "--verbose"], seconds=arrival + seconds + 0.5)
+    best_dir = os.path.join(h.work, f"share{h.count}")
+    guaranteed = h.start(["--cores", "60", "--verbose"], seconds=seconds, delay=arrival)
+    guaranteed_dir = os.path.join(h.work, f"share{h.count}")
+    best_pids, guaranteed_pids = wait_for_pids([(best, best_dir), (guaranteed, guaranteed_dir)])
+    g_report = h.finish(guaranteed)[0]
+    check_summary(h, guaranteed.summary, g_report, 60)
+    h.finish(best)
+    if "cores request 0%, limit 100%" not in best.summary:
+        FAILURES.append(f"best-effort summary: {best.summary!r}")
+    sampler.finish()
+    # The guaranteed share's whole run is beside the burning best-effort share.
+    g_percent = h.busy_percent([g_report])
+    figure("guaranteed60_gpu_percent", g_percent, round(min(60, reachable), 2), 3)
+    series = [(t, sum(v for p, v in used.items() if p in best_pids),
+               sum(v for p, v in used.items() if p in guaranteed_pids))
+              for t, used in sampler.series]
+    alone = [b for t, b, g in series if 0.4 <= t < arrival - 0.1 and b > 0]
+    if alone:
+        figure("best_effort_alone_first_percent_of_unlimited",
+               100.0 * sum(alone) / len(alone) / reachable)
+    start = next(t for t, b, g in series if g > 0)
+    during = [(b, g) for t, b, g in series if start + 0.5 <= t < start + seconds - 0.3]
+    best_during = sum(b for b, _ in during) / len(during)
+    figure("guaranteed60_nvml_percent", sum(g for _, g in during) / len(during))
+    # The rest: what the unlimited run reached, less the guaranteed share's 60 (as `shares` owes).
+    rest = round(max(0.0, min(40.0, reachable - g_percent)), 2)
+    line = f"FIGURE best_effort_beside_guaranteed60_gpu_percent = {best_during:.2f}"
+    ok = rest - 3 <= best_during <= 40 + 3
+    line += f" (expected {rest - 3:.2f} to 43: {'ok' if ok else 'FAIL'})"
+    if not ok:
+        FAILURES.append(line)
+    print(line, flush=True)
+
+
+def best_effort(h, seconds):
+    """A best-effort share (--cores 0) alone: at least 90 % of what an unlimited run gets."""
+    h.kernel(SHORT_US)
+    base = h.baseline(seconds)
+    process = h.start(["--cores", "0", "--verbose"], seconds=seconds)
+    r = h.finish(process)[0]
+    percent = 100.0 * r["kernels_per_s"] / base["kernels_per_s"]
+    line = f"FIGURE best_effort_alone_percent_of_unlimited = {percent:.2f}"
+    ok = percent >= 90
+    line += f" (expected >= 90: {'ok' if ok else 'FAIL'})"
+    if not ok:
+        FAILURES.append(line)
+    print(line, flush=True)
+    figure("best_effort_alone_gpu_percent", h.busy_percent([r]))
+    check_summary(h, process.summary, r, 0, 100)
+
+
+def burstable(h, seconds):
+    """Request 30, limit 60, alone: the spare time takes it to its limit, 60."""
+    h.kernel(SHORT_US)
+    base = h.baseline(seconds)
+    figure("unlimited_gpu_percent", h.busy_percent([base]))
+    process = h.start(["--cores", "30", "--cores-limit", "60", "--verbose"], seconds=seconds)
+    r = h.finish(process)[0]
+    quota_figures(h, "request30_limit60", r, base, 60)
+    check_summary(h, process.summary, r, 30, 60)
 
 
 def meter_leader(share_dir):
@@ -399,6 +488,12 @@ def main():
             shares(h, s, [30, 70], SHORT_US, processes=2)
         elif args.scenario == "burst":
             burst(h, s)
+        elif args.scenario == "classes":
+            classes(h, s)
+        elif args.scenario == "best-effort":
+            best_effort(h, s)
+        elif args.scenario == "burstable":
+            burstable(h, s)
         elif args.scenario == "priority":
             priority(h, s)
         elif args.scenario == "takeover":

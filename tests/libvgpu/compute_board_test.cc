@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -48,8 +49,8 @@ class UserBoardTest : public ::testing::Test {
 };
 
 TEST_F(UserBoardTest, APrivateFolderAndFileCoordinateTwoShares) {
-  UserBoard high(high_limits_.get(), base_.c_str());
-  UserBoard low(low_limits_.get(), base_.c_str());
+  UserBoard high(high_limits_.get(), base_.c_str(), 1);
+  UserBoard low(low_limits_.get(), base_.c_str(), 2);
   EXPECT_FALSE(low.higher_active(0, share::kPriorityLow, 1 * kMs));
   struct stat info {};
   ASSERT_EQ(lstat(folder_.c_str(), &info), 0);
@@ -59,7 +60,7 @@ TEST_F(UserBoardTest, APrivateFolderAndFileCoordinateTwoShares) {
   ASSERT_EQ(lstat(file_.c_str(), &info), 0);
   EXPECT_TRUE(S_ISREG(info.st_mode));
   EXPECT_EQ(info.st_mode & 07777, 0600u);
-  EXPECT_EQ(info.st_size, 64);
+  EXPECT_EQ(info.st_size, static_cast<off_t>(sizeof(UserBoard::Page)));
 
   high.announce(0, share::kPriorityHigh, 100 * kMs);
   EXPECT_TRUE(low.higher_active(0, share::kPriorityLow, 50 * kMs));
@@ -73,8 +74,8 @@ TEST_F(UserBoardTest, APrivateFolderAndFileCoordinateTwoShares) {
 // The owner truncating the board (by mistake or on purpose) costs priorities, not processes: the
 // board is read with pread, so the next look finds it short and refuses it with one line.
 TEST_F(UserBoardTest, TruncatingTheBoardDoesNotSigbus) {
-  UserBoard high(high_limits_.get(), base_.c_str());
-  UserBoard low(low_limits_.get(), base_.c_str());
+  UserBoard high(high_limits_.get(), base_.c_str(), 1);
+  UserBoard low(low_limits_.get(), base_.c_str(), 2);
   high.announce(0, share::kPriorityHigh, 100 * kMs);
   ASSERT_TRUE(low.higher_active(0, share::kPriorityLow, 10 * kMs));
   ASSERT_EQ(truncate(file_.c_str(), 0), 0);
@@ -89,7 +90,7 @@ TEST_F(UserBoardTest, TruncatingTheBoardDoesNotSigbus) {
   high.announce(0, share::kPriorityHigh, 200 * kMs);  // the announcer is not harmed either
   // A new process finds a board of the wrong size and refuses it too.
   auto other_limits = limits_page("GPU-board");
-  UserBoard fresh(other_limits.get(), base_.c_str());
+  UserBoard fresh(other_limits.get(), base_.c_str(), 3);
   testing::internal::CaptureStderr();
   EXPECT_FALSE(fresh.higher_active(0, share::kPriorityLow, 10 * kMs));
   const std::string refused = testing::internal::GetCapturedStderr();
@@ -98,12 +99,12 @@ TEST_F(UserBoardTest, TruncatingTheBoardDoesNotSigbus) {
 
 TEST_F(UserBoardTest, ABoardOpenToOthersOrInAnOpenFolderIsRefused) {
   {
-    UserBoard high(high_limits_.get(), base_.c_str());
+    UserBoard high(high_limits_.get(), base_.c_str(), 1);
     high.announce(0, share::kPriorityHigh, 100 * kMs);
   }
   ASSERT_EQ(chmod(file_.c_str(), 0666), 0);
   {
-    UserBoard low(low_limits_.get(), base_.c_str());
+    UserBoard low(low_limits_.get(), base_.c_str(), 2);
     testing::internal::CaptureStderr();
     EXPECT_FALSE(low.higher_active(0, share::kPriorityLow, 10 * kMs));
     const std::string said = testing::internal::GetCapturedStderr();
@@ -112,7 +113,7 @@ TEST_F(UserBoardTest, ABoardOpenToOthersOrInAnOpenFolderIsRefused) {
   ASSERT_EQ(chmod(file_.c_str(), 0600), 0);
   ASSERT_EQ(chmod(folder_.c_str(), 0777), 0);
   {
-    UserBoard low(low_limits_.get(), base_.c_str());
+    UserBoard low(low_limits_.get(), base_.c_str(), 2);
     testing::internal::CaptureStderr();
     EXPECT_FALSE(low.higher_active(0, share::kPriorityLow, 10 * kMs));
     const std::string said = testing::internal::GetCapturedStderr();
@@ -123,7 +124,7 @@ TEST_F(UserBoardTest, ABoardOpenToOthersOrInAnOpenFolderIsRefused) {
   fs::create_directories(base_ + "/elsewhere");
   fs::create_directory_symlink(base_ + "/elsewhere", folder_);
   {
-    UserBoard low(low_limits_.get(), base_.c_str());
+    UserBoard low(low_limits_.get(), base_.c_str(), 2);
     testing::internal::CaptureStderr();
     EXPECT_FALSE(low.higher_active(0, share::kPriorityLow, 10 * kMs));
     const std::string said = testing::internal::GetCapturedStderr();
@@ -135,7 +136,7 @@ TEST_F(UserBoardTest, ABoardOpenToOthersOrInAnOpenFolderIsRefused) {
 // Another user can neither open the board nor truncate it (as root: a child that becomes nobody).
 TEST_F(UserBoardTest, AnotherUserCannotOpenOrTruncateTheBoard) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to become a second uid (setuid in a child)";
-  UserBoard high(high_limits_.get(), base_.c_str());
+  UserBoard high(high_limits_.get(), base_.c_str(), 1);
   high.announce(0, share::kPriorityHigh, 100 * kMs);
   const pid_t child = fork();
   ASSERT_GE(child, 0);
@@ -147,7 +148,7 @@ TEST_F(UserBoardTest, AnotherUserCannotOpenOrTruncateTheBoard) {
     if (open(folder_.c_str(), O_RDONLY | O_DIRECTORY) >= 0 || errno != EACCES) _exit(14);
     // Its own board is its own folder's: it does not see root's announcement.
     auto limits = limits_page("GPU-board");
-    UserBoard own(limits.get(), base_.c_str());
+    UserBoard own(limits.get(), base_.c_str(), 4);
     if (own.higher_active(0, share::kPriorityLow, 10 * kMs)) _exit(15);
     _exit(0);
   }
@@ -158,9 +159,77 @@ TEST_F(UserBoardTest, AnotherUserCannotOpenOrTruncateTheBoard) {
                                        "14 folder, 15 saw another user's board";
   struct stat info {};
   ASSERT_EQ(stat(file_.c_str(), &info), 0);
-  EXPECT_EQ(info.st_size, 64);
-  UserBoard low(low_limits_.get(), base_.c_str());
+  EXPECT_EQ(info.st_size, static_cast<off_t>(sizeof(UserBoard::Page)));
+  UserBoard low(low_limits_.get(), base_.c_str(), 2);
   EXPECT_TRUE(low.higher_active(0, share::kPriorityLow, 10 * kMs));
+}
+
+// Classes on the board: each active share's entry reserves its request against the others of its
+// priority, and expires after the hold (a dead share's entry with it).
+TEST_F(UserBoardTest, ShareEntriesReserveRequestsAndExpire) {
+  UserBoard guaranteed(high_limits_.get(), base_.c_str(), 11);
+  UserBoard best_effort(low_limits_.get(), base_.c_str(), 12);
+  auto other_limits = limits_page("GPU-board");
+  UserBoard low(other_limits.get(), base_.c_str(), 13);
+  const Claim g60{60, 60}, be{0, 100};
+  constexpr uint32_t kNormal = share::kPriorityNormal;
+  EXPECT_EQ(best_effort.spare(0, kNormal, be, true, 10 * kMs, 110 * kMs), 100u);  // alone
+  EXPECT_EQ(guaranteed.spare(0, kNormal, g60, true, 10 * kMs, 110 * kMs), 0u);
+  EXPECT_EQ(best_effort.spare(0, kNormal, be, true, 20 * kMs, 120 * kMs), 40u);
+  // An inactive share keeps its entry until it expires, and is counted until then.
+  EXPECT_EQ(best_effort.spare(0, kNormal, be, false, 100 * kMs, 0), 40u);
+  // A share of another priority does not count (it yields, or is yielded to, whole).
+  EXPECT_EQ(low.spare(0, share::kPriorityLow, Claim{50, 50}, true, 30 * kMs, 130 * kMs), 0u);
+  EXPECT_EQ(best_effort.spare(0, kNormal, be, true, 40 * kMs, 140 * kMs), 40u);
+  // The guaranteed share stops refreshing (quiet, or dead): from its expiry on, all is spare.
+  EXPECT_EQ(best_effort.spare(0, kNormal, be, true, 109 * kMs, 209 * kMs), 40u);
+  EXPECT_EQ(best_effort.spare(0, kNormal, be, true, 110 * kMs, 210 * kMs), 100u);
+  // The guaranteed share comes back (a new entry if its old one was taken).
+  EXPECT_EQ(guaranteed.spare(0, kNormal, g60, true, 150 * kMs, 250 * kMs), 0u);
+  EXPECT_EQ(best_effort.spare(0, kNormal, be, true, 160 * kMs, 260 * kMs), 40u);
+}
+
+TEST_F(UserBoardTest, AFullBoardSaysSoOnceAndTheShareStillRuns) {
+  std::vector<std::unique_ptr<share::LimitsPage>> pages;
+  std::vector<std::unique_ptr<UserBoard>> boards;
+  for (int i = 0; i < UserBoard::kEntries; ++i) {
+    pages.push_back(limits_page("GPU-board"));
+    boards.push_back(std::make_unique<UserBoard>(pages.back().get(), base_.c_str(), 100 + i));
+    boards.back()->spare(0, share::kPriorityNormal, Claim{1, 1}, true, 10 * kMs, 110 * kMs);
+  }
+  UserBoard late(low_limits_.get(), base_.c_str(), 99);
+  testing::internal::CaptureStderr();
+  // 64 shares hold 1 % each: 36 spare for a best-effort share that could not claim an entry.
+  EXPECT_EQ(late.spare(0, share::kPriorityNormal, Claim{0, 100}, true, 20 * kMs, 120 * kMs), 36u);
+  EXPECT_EQ(late.spare(0, share::kPriorityNormal, Claim{0, 100}, true, 30 * kMs, 130 * kMs), 36u);
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("is full"), std::string::npos) << said;
+  EXPECT_EQ(said.find("is full", said.find("is full") + 1), std::string::npos) << said;
+  // Once the others expire, it claims an entry: the others see its request.
+  EXPECT_EQ(late.spare(0, share::kPriorityNormal, Claim{50, 50}, true, 200 * kMs, 300 * kMs), 0u);
+  EXPECT_EQ(boards[0]->spare(0, share::kPriorityNormal, Claim{0, 100}, true, 210 * kMs, 310 * kMs),
+            50u);
+}
+
+TEST_F(UserBoardTest, ShareIdentityIsTheFoldersForEveryProcess) {
+  const std::string a = base_ + "/share-a", b = base_ + "/share-b";
+  fs::create_directories(a);
+  fs::create_directories(b);
+  const uint64_t id_a = UserBoard::share_identity(a.c_str(), 7);
+  EXPECT_NE(id_a, 0u);
+  EXPECT_EQ(UserBoard::share_identity((a + "/.").c_str(), 8), id_a);  // another process
+  EXPECT_NE(UserBoard::share_identity(b.c_str(), 7), id_a);
+  EXPECT_EQ(UserBoard::share_identity("", 7), 7u);  // standalone: the process is the share
+  EXPECT_EQ(UserBoard::share_identity((base_ + "/missing").c_str(), 9), 9u);
+}
+
+TEST(LimitsYield, ReadsTheAgentsSparePerDevice) {
+  auto limits = limits_page("GPU-a");
+  limits->requests[0].spare_percent.store(share::kSpareUnknown);
+  limits->requests[1].spare_percent.store(40);
+  LimitsYield yield(limits.get());
+  EXPECT_EQ(yield.spare(0, share::kPriorityNormal, Claim{0, 100}, true, 0, 0), kSpareUnknown);
+  EXPECT_EQ(yield.spare(1, share::kPriorityNormal, Claim{0, 100}, true, 0, 0), 40u);
 }
 
 TEST(LimitsYield, ReadsTheAgentsYieldMaskPerDevice) {

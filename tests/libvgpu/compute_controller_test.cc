@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,7 +25,7 @@ constexpr int64_t kUs = 1000;
 
 TEST(ComputeController, StartsFromTheSavedBalanceThenClosesOnDebtAndReopensAtTheRate) {
   Config config;
-  config.quota_percent = 25;
+  config.request_percent = 25;
   config.cap_ns = 4 * kMillisecond;
   State state;
   state.tokens_ns = 9 * kMillisecond;  // saved by a previous leader: kept within the cap
@@ -45,7 +46,7 @@ TEST(ComputeController, StartsFromTheSavedBalanceThenClosesOnDebtAndReopensAtThe
 
 TEST(ComputeController, CapAndDebtAreBounded) {
   Config config;
-  config.quota_percent = 50;
+  config.request_percent = 50;
   config.cap_ns = 10 * kMillisecond;
   config.max_debt_ns = 100 * kMillisecond;
   State state;
@@ -57,27 +58,81 @@ TEST(ComputeController, CapAndDebtAreBounded) {
   EXPECT_EQ(state.tokens_ns, -100 * kMillisecond);
 }
 
-TEST(ComputeController, BurstsOnlyWhileOthersAreIdleAndYieldsToHigherPriority) {
+TEST(ComputeController, SpareRaisesTheRateUpToTheLimitAndHigherPriorityStopsIt) {
   Config config;
-  config.quota_percent = 30;
-  config.burst_percent = 100;
+  config.request_percent = 30;
+  config.limit_percent = 60;
   State state;
   step(config, state, Sample{0, 0, 0, false});
-  Decision d = step(config, state, Sample{5 * kMillisecond, 5 * kMillisecond, 0, false});
-  EXPECT_EQ(d.rate_percent, 100u);
-  EXPECT_TRUE(d.open);
-  d = step(config, state, Sample{10 * kMillisecond, 2 * kMillisecond, 2 * kMillisecond, false});
+  // No spare known (an agent that has not measured yet): the request.
+  Decision d = step(config, state, Sample{5 * kMillisecond, 0, 0, false});
   EXPECT_EQ(d.rate_percent, 30u);
-  EXPECT_TRUE(d.others_active);
-  // Others stay "active" for others_hold_ns after they were last seen.
-  d = step(config, state, Sample{100 * kMillisecond, 0, 0, false});
-  EXPECT_EQ(d.rate_percent, 30u);
-  d = step(config, state, Sample{400 * kMillisecond, 0, 0, false});
-  EXPECT_EQ(d.rate_percent, 100u);
-  d = step(config, state, Sample{405 * kMillisecond, 0, 0, true});
+  d = step(config, state, Sample{10 * kMillisecond, 0, 0, false, 10});
+  EXPECT_EQ(d.rate_percent, 40u);
+  d = step(config, state, Sample{15 * kMillisecond, 0, 0, false, 70});
+  EXPECT_EQ(d.rate_percent, 60u);  // at most the limit
+  d = step(config, state, Sample{20 * kMillisecond, 0, 0, false, 0});
+  EXPECT_EQ(d.rate_percent, 30u);  // never below the request
+  d = step(config, state, Sample{25 * kMillisecond, 0, 0, true, 70});
   EXPECT_EQ(d.rate_percent, 0u);
   EXPECT_FALSE(d.open);
   EXPECT_TRUE(d.yielding);
+  // Others' time is a flag for the counters; it does not change the rate.
+  d = step(config, state, Sample{30 * kMillisecond, 0, 5 * kMillisecond, false, 70});
+  EXPECT_TRUE(d.others_active);
+  EXPECT_EQ(d.rate_percent, 60u);
+}
+
+TEST(ComputeController, BestEffortRunsOnlyOnSpareTime) {
+  Config config;
+  config.request_percent = 0;
+  config.limit_percent = 100;
+  State state;
+  step(config, state, Sample{0, 0, 0, false, 0});
+  Decision d = step(config, state, Sample{5 * kMillisecond, 0, 0, false, 0});
+  EXPECT_EQ(d.rate_percent, 0u);  // nothing spare: closed, not bumped to 1 %
+  EXPECT_FALSE(d.open);
+  d = step(config, state, Sample{10 * kMillisecond, 0, 0, false, kSpareUnknown});
+  EXPECT_EQ(d.rate_percent, 0u);  // nothing known: the request, 0
+  d = step(config, state, Sample{15 * kMillisecond, 0, 0, false, 40});
+  EXPECT_EQ(d.rate_percent, 40u);
+  d = step(config, state, Sample{20 * kMillisecond, 0, 0, false, 100});
+  EXPECT_EQ(d.rate_percent, 100u);
+  EXPECT_TRUE(d.open);
+}
+
+// The spare: 100 less the requests of the active shares (the share itself included), split
+// equally among those whose limit is above their request, water-filled.
+TEST(ComputeController, SparePartsSplitWhatTheRequestsLeave) {
+  const Claim best_effort{0, 100};
+  const Claim guaranteed60{60, 60};
+  const Claim burstable{30, 60};
+  EXPECT_EQ(spare_part(best_effort, nullptr, 0), 100u);       // alone: everything
+  EXPECT_EQ(spare_part(burstable, nullptr, 0), 30u);          // alone: up to its limit
+  EXPECT_EQ(spare_part(guaranteed60, nullptr, 0), 0u);        // wants nothing more
+  EXPECT_EQ(spare_part(best_effort, &guaranteed60, 1), 40u);  // beside a guaranteed 60
+  EXPECT_EQ(spare_part(guaranteed60, &best_effort, 1), 0u);
+  // Burstable 30/60 and best-effort: 70 spare, 35 each, the burstable capped at 30: 40 left.
+  EXPECT_EQ(spare_part(best_effort, &burstable, 1), 40u);
+  EXPECT_EQ(spare_part(burstable, &best_effort, 1), 30u);
+  // Two best-effort shares beside a guaranteed 60: 20 each.
+  const Claim two[] = {guaranteed60, best_effort};
+  EXPECT_EQ(spare_part(best_effort, two, 2), 20u);
+  // Requests adding up to 100 or more: nothing spare; a share never gets less than its request
+  // (current_rate), whatever the spare.
+  const Claim full[] = {Claim{70, 70}, Claim{40, 100}};
+  EXPECT_EQ(spare_part(best_effort, full, 2), 0u);
+  EXPECT_EQ(spare_part(burstable, full, 2), 0u);
+  // A limit below the request means the request; values above 100 are 100.
+  EXPECT_EQ(spare_part(Claim{50, 10}, nullptr, 0), 0u);
+  EXPECT_EQ(spare_part(Claim{0, 250}, nullptr, 0), 100u);
+  // Three unequal headrooms: 90 spare among 5, 20 and 100: 5, then 20, then the rest, 65.
+  const Claim three[] = {Claim{5, 10}, Claim{5, 25}};
+  EXPECT_EQ(spare_part(best_effort, three, 2), 65u);
+  EXPECT_EQ(spare_part(Claim{5, 25}, std::vector<Claim>{Claim{5, 10}, best_effort}.data(), 2), 20u);
+  // Whole percents, rounded down: 100 among three best-effort shares is 33 each.
+  const Claim pair[] = {best_effort, best_effort};
+  EXPECT_EQ(spare_part(best_effort, pair, 2), 33u);
 }
 
 // ---- the simulated GPU ----------------------------------------------------------------------
@@ -113,21 +168,46 @@ class FakeSource final : public BusySource {
   std::vector<int64_t> seen_;
 };
 
+// The board's state for the in-memory mode: priority levels and one claim per active share.
+struct MemoryBoardState {
+  int64_t until[3] = {0, 0, 0};
+  struct Entry {
+    int64_t until_ns = 0;
+    Claim claim;
+    uint32_t priority = 0;
+  };
+  std::map<uint64_t, Entry> entries;  // by share identity
+};
+
+// One share's view of it (as each share has its own UserBoard on one file).
 class MemoryBoard final : public PriorityBoard {
  public:
+  MemoryBoard(MemoryBoardState* state, uint64_t identity) : state_(state), identity_(identity) {}
   void announce(int, uint32_t priority, int64_t until_ns) override {
-    int64_t& slot = until_[priority_rank(priority)];
+    int64_t& slot = state_->until[priority_rank(priority)];
     if (until_ns > slot) slot = until_ns;
   }
   bool higher_active(int, uint32_t priority, int64_t now_ns) override {
     for (int rank = priority_rank(priority) + 1; rank < 3; ++rank) {
-      if (until_[rank] > now_ns) return true;
+      if (state_->until[rank] > now_ns) return true;
     }
     return false;
   }
+  uint32_t spare(int, uint32_t priority, const Claim& own, bool active, int64_t now_ns,
+                 int64_t until_ns) override {
+    if (active) state_->entries[identity_] = {until_ns, own, priority};
+    std::vector<Claim> others;
+    for (const auto& [identity, entry] : state_->entries) {
+      if (identity != identity_ && entry.until_ns > now_ns &&
+          priority_rank(entry.priority) == priority_rank(priority))
+        others.push_back(entry.claim);
+    }
+    return spare_part(own, others.data(), others.size());
+  }
 
  private:
-  int64_t until_[3] = {0, 0, 0};
+  MemoryBoardState* state_;
+  uint64_t identity_;
 };
 
 bool always_alive(uint64_t, void*) {
@@ -136,9 +216,10 @@ bool always_alive(uint64_t, void*) {
 
 struct Tenant {
   Pages pages;
-  std::unique_ptr<UserBoard> user_board;     // this share's view of the per-user board file
-  std::unique_ptr<LimitsYield> agent_yield;  // or of the agent's yield_mask
-  int64_t agent_seen_busy_ns = 0;            // the simulated agent's last look
+  std::unique_ptr<MemoryBoard> memory_board;  // this share's view of the in-memory board
+  std::unique_ptr<UserBoard> user_board;      // or of the per-user board file
+  std::unique_ptr<LimitsYield> agent_yield;   // or of the agent's yield_mask and spare
+  int64_t agent_seen_busy_ns = 0;             // the simulated agent's last look
   int64_t agent_active_until_ns = 0;
   std::vector<std::unique_ptr<FakeSource>> sources;
   std::vector<std::unique_ptr<Meter>> meters;  // one per process of the share
@@ -197,16 +278,19 @@ class SimulatedGpu {
   SimulatedGpu(const SimulatedGpu&) = delete;
   SimulatedGpu& operator=(const SimulatedGpu&) = delete;
 
-  Tenant& add(uint32_t quota, uint32_t burst = 0, uint32_t priority = share::kPriorityNormal,
+  Tenant& add(uint32_t request, uint32_t limit = 0, uint32_t priority = share::kPriorityNormal,
               int processes = 1) {
     tenants_.push_back(std::make_unique<Tenant>());
     Tenant& t = *tenants_.back();
-    t.pages.limits->devices[0].cores_request.store(quota);
-    t.pages.limits->devices[0].cores_limit.store(burst);
+    t.pages.limits->devices[0].cores_request.store(request);
+    t.pages.limits->devices[0].cores_limit.store(limit);
     t.pages.limits->priority.store(priority);
-    PriorityBoard* board = &board_;
+    const uint64_t identity = tenants_.size();
+    t.memory_board = std::make_unique<MemoryBoard>(&board_, identity);
+    PriorityBoard* board = t.memory_board.get();
     if (mode_ == BoardMode::kUserFile) {
-      t.user_board = std::make_unique<UserBoard>(t.pages.limits.get(), board_dir_.c_str());
+      t.user_board =
+          std::make_unique<UserBoard>(t.pages.limits.get(), board_dir_.c_str(), identity);
       board = t.user_board.get();
     } else if (mode_ == BoardMode::kAgent) {
       t.pages.limits->measure_source.store(share::kMeasureAgent);
@@ -269,28 +353,37 @@ class SimulatedGpu {
 
  private:
   // The node agent's part (GpuTimeMeter, every 20 ms): a share that used the GPU since the last
-  // pass is active for 100 ms; a share yields while a share of higher priority is active.
+  // pass is active for 100 ms; a share yields while a share of higher priority is active; each
+  // share's part of the spare among the active shares of its priority.
   void agent_pass() {
     for (auto& t : tenants_) {
       if (t->busy_ns != t->agent_seen_busy_ns) t->agent_active_until_ns = now_ + 100 * kMillisecond;
       t->agent_seen_busy_ns = t->busy_ns;
     }
+    auto claim = [](const Tenant& t) {
+      return Claim{t.pages.limits->devices[0].cores_request.load(),
+                   t.pages.limits->devices[0].cores_limit.load()};
+    };
     for (auto& t : tenants_) {
       const int rank = priority_rank(t->pages.limits->priority.load());
       bool yield = false;
+      std::vector<Claim> others;
       for (auto& other : tenants_) {
-        yield =
-            yield || (other != t && priority_rank(other->pages.limits->priority.load()) > rank &&
-                      other->agent_active_until_ns > now_);
+        if (other == t || other->agent_active_until_ns <= now_) continue;
+        const int other_rank = priority_rank(other->pages.limits->priority.load());
+        yield = yield || other_rank > rank;
+        if (other_rank == rank) others.push_back(claim(*other));
       }
       t->pages.limits->yield_mask.store(yield ? 1 : 0);
+      t->pages.limits->requests[0].spare_percent.store(
+          spare_part(claim(*t), others.data(), others.size()));
     }
   }
 
   BoardMode mode_;
   std::string board_dir_;
   std::vector<std::unique_ptr<Tenant>> tenants_;
-  MemoryBoard board_;
+  MemoryBoardState board_;
   int64_t now_ = 0;
 };
 
@@ -340,19 +433,88 @@ INSTANTIATE_TEST_SUITE_P(Quotas, SimulatedShares,
                                            Scenario{{10, 20, 30, 40}, 5 * kMillisecond, 1},
                                            Scenario{{30, 70}, 50 * kUs, 3}));
 
-TEST(SimulatedShares, BurstUsesIdleTimeAndFallsBackWithinOneSecond) {
+TEST(SimulatedShares, BurstableUsesSpareTimeAndFallsBackToItsRequest) {
   SimulatedGpu gpu;
   Tenant& bursting = gpu.add(30, 100);
   Tenant& other = gpu.add(70);
   other.started_ns = 5 * kSecond;
   std::vector<double> alone = shares_between(gpu, 1 * kSecond, 5 * kSecond);
   EXPECT_GT(alone[0], 90.0);
-  // From one second after the other tenant started, the bursting one is back at its quota.
+  // From one second after the other tenant started, the bursting one is back at its request.
   std::vector<double> shared = shares_between(gpu, 6 * kSecond, 9 * kSecond);
   EXPECT_NEAR(shared[0], 30.0, 3.0);
   EXPECT_NEAR(shared[1], 70.0, 3.0);
   (void)bursting;
 }
+
+// ---- classes (docs/compute.md, Classes), through each source of the spare ----------------------
+
+class ClassModes : public ::testing::TestWithParam<BoardMode> {};
+
+// A guaranteed 60 beside a best-effort share, both burning: 60 and the rest. The best-effort share
+// starts first and has the GPU; the guaranteed one takes its 60 back within a second.
+TEST_P(ClassModes, GuaranteedSixtyBesideBestEffort) {
+  SimulatedGpu gpu(GetParam());
+  gpu.add(0, 100);
+  Tenant& guaranteed = gpu.add(60, 60);
+  guaranteed.started_ns = 2 * kSecond;
+  const std::vector<double> alone = shares_between(gpu, 500 * kMillisecond, 2 * kSecond);
+  EXPECT_GT(alone[0], 98.0);
+  const std::vector<double> both = shares_between(gpu, 3 * kSecond, 9 * kSecond);
+  EXPECT_NEAR(both[1], 60.0, 1.0);
+  EXPECT_NEAR(both[0], 40.0, 1.5);
+}
+
+TEST_P(ClassModes, BestEffortAloneHasTheGpu) {
+  SimulatedGpu gpu(GetParam());
+  gpu.add(0, 100);
+  const std::vector<double> alone = shares_between(gpu, 1 * kSecond, 5 * kSecond);
+  EXPECT_GT(alone[0], 99.0);
+}
+
+TEST_P(ClassModes, BurstableAloneReachesItsLimit) {
+  SimulatedGpu gpu(GetParam());
+  gpu.add(30, 60);
+  const std::vector<double> alone = shares_between(gpu, 1 * kSecond, 6 * kSecond);
+  EXPECT_NEAR(alone[0], 60.0, 1.0);
+}
+
+// Burstable 30/60 beside best-effort: 70 spare, the burstable capped at +30, the rest (40) to the
+// best-effort share. When the burstable stops, the best-effort share has the whole GPU again.
+TEST_P(ClassModes, BurstableAndBestEffortSplitTheSpare) {
+  SimulatedGpu gpu(GetParam());
+  Tenant& burstable = gpu.add(30, 60);
+  gpu.add(0, 100);
+  burstable.stopped_ns = 6 * kSecond;
+  const std::vector<double> both = shares_between(gpu, 1 * kSecond, 6 * kSecond);
+  EXPECT_NEAR(both[0], 60.0, 1.5);
+  EXPECT_NEAR(both[1], 40.0, 1.5);
+  const std::vector<double> after = shares_between(gpu, 6500 * kMillisecond, 8 * kSecond);
+  EXPECT_GT(after[1], 98.0);
+}
+
+// Two guaranteed shares that fill the GPU leave nothing: a best-effort share beside them gets
+// (almost) nothing, and never takes time from them.
+TEST_P(ClassModes, BestEffortNeverTakesFromSharesWithinTheirRequests) {
+  SimulatedGpu gpu(GetParam());
+  gpu.add(0, 100);
+  gpu.add(30, 30);
+  gpu.add(70, 70);
+  const std::vector<double> shares = shares_between(gpu, 1 * kSecond, 6 * kSecond);
+  EXPECT_LT(shares[0], 1.0);
+  EXPECT_NEAR(shares[1], 30.0, 1.0);
+  EXPECT_NEAR(shares[2], 70.0, 1.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(SimulatedShares, ClassModes,
+                         ::testing::Values(BoardMode::kMemory, BoardMode::kUserFile,
+                                           BoardMode::kAgent),
+                         [](const ::testing::TestParamInfo<BoardMode>& mode) {
+                           return mode.param == BoardMode::kMemory ? std::string("MemoryBoard")
+                                  : mode.param == BoardMode::kUserFile
+                                      ? std::string("UserBoardFile")
+                                      : std::string("AgentSpare");
+                         });
 
 class PriorityModes : public ::testing::TestWithParam<BoardMode> {};
 

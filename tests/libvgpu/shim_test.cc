@@ -173,6 +173,67 @@ TEST_F(ShimTest, DestroyedPoolsGiveMemoryBackAsTheirAllocationsAreFreed) {
   EXPECT_EQ(run.lines[11], "alloc mem CUDA_SUCCESS") << "and gives it back when trimmed";
 }
 
+TEST_F(ShimTest, APoolTrimmedOutOfSightIsSettledBeforeAnotherPoolIsRefused) {
+  // Destroying a context synchronises it, and the simulated driver trims the device's pools then:
+  // the default pool gives its 1 GiB back without a call the shim settles pools after. The
+  // created pool's first allocation finds the share full of that stale charge; before refusing,
+  // the shim settles the other pools (its own pool lock already held) and the allocation fits.
+  const uint64_t limit = 2 * kContext + 1024 * kMi;
+  ShareDir share({{sim_uuid(0), limit}});
+  ProbeRun run = run_probe(
+      {{"TESSERA_SHARE_DIR", share.path()}},
+      {"init", "ctx:2:0", "alloc:async:1Gi", "free", "destroy", "init", "alloc:pool:1Gi", "info"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  ASSERT_EQ(run.lines.size(), 8u) << run.err;
+  EXPECT_EQ(run.lines[2], "alloc async CUDA_SUCCESS");
+  EXPECT_EQ(run.lines[4], "destroy CUDA_SUCCESS");
+  EXPECT_EQ(run.lines[6], "alloc pool CUDA_SUCCESS") << "the default pool's release was not seen";
+  EXPECT_EQ(std::stoull(words(run.lines[7]).at(2)), limit - kContext - 1024 * kMi);
+}
+
+TEST_F(ShimTest, PoolsReleasedAtEachSynchronisationLeaveTheShare) {
+  // After cuCtxSynchronize the share's usage page (what the other processes of the share see, not
+  // only this process's view) shows what the driver released from both pools.
+  const uint64_t limit = kContext + 1024 * kMi;
+  ShareDir share({{sim_uuid(0), limit}});
+  const std::string go = share.path() + "/go";
+  Probe probe({{"TESSERA_SHARE_DIR", share.path()}},
+              {"init", "alloc:async:512Mi", "alloc:pool:256Mi", "ready", "waitfile:" + go, "free",
+               "free", "sync", "ready", "hold"});
+  EXPECT_EQ(probe.read_line(), "init CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "alloc async CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "alloc pool CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "ready");
+  EXPECT_EQ(share.used(), kContext + 768 * kMi);
+  FILE* file = std::fopen(go.c_str(), "w");
+  ASSERT_NE(file, nullptr);
+  std::fclose(file);
+  EXPECT_EQ(probe.read_line(), "free CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "free CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "sync CUDA_SUCCESS");
+  EXPECT_EQ(probe.read_line(), "ready");
+  EXPECT_EQ(share.used(), kContext) << "both pools trimmed at the synchronisation, still charged";
+  probe.kill_now();
+  probe.wait_exit();
+  unlink(go.c_str());
+}
+
+TEST_F(ShimTest, ThreadsOfOneProcessAllocateFromOnePoolConcurrently) {
+  // The pool lock is not held across the driver's allocation: the threads' claims keep the
+  // pool's charge exact (room for twice what the threads hold at once: a claim whose allocation
+  // the driver made but the shim has not settled yet counts twice for that moment).
+  const uint64_t limit = kContext + 8 * 2 * 16 * kMi;
+  ShareDir share({{sim_uuid(0), limit}});
+  ProbeRun run = run_probe(
+      {{"TESSERA_SHARE_DIR", share.path()}},
+      {"init", "mt:8:2000:16Mi:async", "sync", "info", "alloc:mem:" + mi(limit - kContext)});
+  ASSERT_EQ(run.status, 0) << run.err;
+  ASSERT_EQ(run.lines.size(), 5u) << run.err;
+  EXPECT_EQ(run.lines[1], "mt 0");
+  EXPECT_EQ(std::stoull(words(run.lines[3]).at(2)), limit - kContext) << "everything came back";
+  EXPECT_EQ(run.lines[4], "alloc mem CUDA_SUCCESS");
+}
+
 // Graph memory: allocation nodes (added, or captured from cuMemAllocAsync) are charged when an
 // executable graph is first launched, through the device's graph pool, for every instantiation
 // entry point and through cuGetProcAddress.

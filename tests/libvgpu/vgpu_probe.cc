@@ -16,7 +16,8 @@
 //   freeall                 free everything
 //   info / infonull / total[:ordinal] / nvml    the memory views
 //   sync                    cuCtxSynchronize
-//   mt:<threads>:<n>:<size> threads allocating and freeing concurrently: "mt <failures>"
+//   mt:<threads>:<n>:<size>[:async]  threads allocating and freeing concurrently (cuMemAlloc_v2, or
+//                           cuMemAllocAsync from the default pool): "mt <failures>"
 //   graph:<kind>:<size>[:<inst>]  a graph with one memory allocation node of <size> (kind node:
 //                           cuGraphAddMemAllocNode; capture: cuMemAllocAsync captured on a
 //                           stream; none: an empty graph), instantiated through <inst> (flags,
@@ -263,14 +264,14 @@ int dlsym_check() {
     if (dlsym(RTLD_NEXT, "cuMemAlloc_v2") != wrapper) problems += " rtld-next";
     if (dlsym(cuda, "cuGetProcAddress") != dlsym(shim, "cuGetProcAddress")) problems += " gpa";
     // Not hooked: the driver's own symbol, found in libcuda (the shim does not define it).
-    void* plain = dlsym(cuda, "cuCtxSynchronize");
+    void* plain = dlsym(cuda, "cuStreamQuery");
     Dl_info info{};
     if (!plain || !dladdr(plain, &info) || !std::strstr(info.dli_fname, "libcuda")) {
       problems += " passthrough";
     }
     if (dlsym(cuda, "cuNoSuchFunction") != nullptr) problems += " unknown-name";
     // RTLD_NEXT from this executable keeps its meaning: the next definition after the program.
-    if (dlsym(RTLD_NEXT, "cuCtxSynchronize") != plain) problems += " rtld-next-passthrough";
+    if (dlsym(RTLD_NEXT, "cuStreamQuery") != plain) problems += " rtld-next-passthrough";
     void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
     if (!nvml ||
         dlsym(nvml, "nvmlDeviceGetMemoryInfo_v2") != dlsym(shim, "nvmlDeviceGetMemoryInfo_v2")) {
@@ -448,6 +449,7 @@ int main(int argc, char** argv) {
       const int threads = std::atoi(parts.at(1).c_str());
       const int iterations = std::atoi(parts.at(2).c_str());
       const uint64_t bytes = size_arg(parts, 3);
+      const bool async = parts.size() > 4 && parts[4] == "async";
       CUcontext context = nullptr;
       cuCtxGetCurrent(&context);
       std::atomic<int> failures{0};
@@ -457,11 +459,15 @@ int main(int argc, char** argv) {
           cuCtxSetCurrent(context);
           for (int n = 0; n < iterations; ++n) {
             CUdeviceptr pointer = 0;
-            if (cuMemAlloc_v2(&pointer, bytes) != CUDA_SUCCESS) {
+            if ((async ? cuMemAllocAsync(&pointer, bytes, nullptr)
+                       : cuMemAlloc_v2(&pointer, bytes)) != CUDA_SUCCESS) {
               failures.fetch_add(1);
               continue;
             }
-            if (cuMemFree_v2(pointer) != CUDA_SUCCESS) failures.fetch_add(1);
+            if ((async ? cuMemFreeAsync(pointer, nullptr) : cuMemFree_v2(pointer)) !=
+                CUDA_SUCCESS) {
+              failures.fetch_add(1);
+            }
           }
         });
       }

@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& spec : specs.is_ok() ? *specs : none) {
     if (!safe_name_component(spec.name())) std::abort();
     if (spec.cores && *spec.cores > 100) std::abort();
-    if (spec.config.burst && *spec.config.burst > 100) std::abort();
+    if (spec.config.cores_limit && *spec.config.cores_limit > 100) std::abort();
   }
   const auto parameters = nlohmann::json::parse(text, nullptr, false);
   if (!parameters.is_discarded()) {

@@ -37,12 +37,17 @@ std::string gpu_column(const v1::ListSharesResponse& node, const std::string& uu
   return uuid.substr(0, 12);
 }
 
-// Used/limit; "?" for the used figure of a share that could not be read (unknown, not 0).
+// Used/limit, or used/request..limit for a share that may borrow above its request; "?" for the
+// used figure of a share that could not be read (unknown, not 0).
 std::string memory_column(const v1::Share& share, const v1::ShareDevice& device) {
   const std::string used =
       share.read_error().empty() ? format_bytes(device.memory_used_bytes()) : std::string("?");
-  return used + "/" +
-         (device.memory_unlimited() ? std::string("-") : format_bytes(device.memory_limit_bytes()));
+  if (device.memory_unlimited()) return used + "/-";
+  const std::string limit = format_bytes(device.memory_limit_bytes());
+  if (device.has_memory_request_bytes() &&
+      device.memory_request_bytes() < device.memory_limit_bytes())
+    return used + "/" + format_bytes(device.memory_request_bytes()) + ".." + limit;
+  return used + "/" + limit;
 }
 
 std::string cores_column(const v1::ShareDevice& device) {
@@ -196,7 +201,7 @@ constexpr int kFailed = 1;
 std::string render_shares_table(const v1::ListSharesResponse& node, int64_t now_unix_ms) {
   if (node.shares().empty()) return "";
   std::vector<std::vector<std::string>> rows = {
-      {"NAMESPACE", "CLAIM", "SHARE", "GPU", "MEMORY", "CORES", "PROCESSES", "AGE"}};
+      {"NAMESPACE", "CLAIM", "SHARE", "GPU", "MEMORY", "CORES", "CLASS", "PROCESSES", "AGE"}};
   for (const v1::Share& share : node.shares()) {
     const std::string age = share.prepared_unix_ms() > 0
                                 ? format_age(now_unix_ms - share.prepared_unix_ms())
@@ -206,13 +211,14 @@ std::string render_shares_table(const v1::ListSharesResponse& node, int64_t now_
                                              fit(share.name(), kMaxNameColumn)};
     const std::string processes =
         share.read_error().empty() ? std::to_string(share.processes_size()) : std::string("?");
+    const std::string qos = dash_if_empty(share.qos_class());
     if (share.devices().empty()) {
-      rows.push_back({common[0], common[1], common[2], "-", "-", "-", processes, age});
+      rows.push_back({common[0], common[1], common[2], "-", "-", "-", qos, processes, age});
       continue;
     }
     for (const v1::ShareDevice& device : share.devices()) {
       rows.push_back({common[0], common[1], common[2], gpu_column(node, device.gpu_uuid()),
-                      memory_column(share, device), cores_column(device), processes, age});
+                      memory_column(share, device), cores_column(device), qos, processes, age});
     }
   }
   std::vector<size_t> widths(rows[0].size(), 0);

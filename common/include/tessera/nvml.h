@@ -10,8 +10,8 @@
 // - Typed calls: a value, or a Status naming the call and NVML's error string
 //   ("nvmlDeviceGetMemoryInfo: GPU is lost"). Codes: kFailedPrecondition when this driver or GPU
 //   cannot do it (the entry point is missing: "<path> has no <symbol>"; or
-//   NVML_ERROR_NOT_SUPPORTED), kUnavailable for every other NVML error (a lost GPU, a driver
-//   starting: asking again may help).
+//   NVML_ERROR_NOT_SUPPORTED or NVML_ERROR_FUNCTION_NOT_FOUND), kUnavailable for every other NVML
+//   error (a lost GPU, a driver starting: asking again may help).
 //
 // Thread-safe: a Library is immutable once loaded, NVML's calls are thread-safe, and a Session's
 // calls keep no state of their own.
@@ -55,7 +55,9 @@ inline constexpr char kDefaultLibrary[] = "libnvidia-ml.so.1";
   X(nvmlEventSetFree)                        \
   X(nvmlEventSetWait_v2)                     \
   X(nvmlDeviceGetSupportedEventTypes)        \
-  X(nvmlDeviceRegisterEvents)
+  X(nvmlDeviceRegisterEvents)                \
+  X(nvmlDeviceSetMemoryLimits_v1)            \
+  X(nvmlDeviceGetMemoryLimits_v1)
 
 // Named as the C functions are, so a requirement reads as the symbol it is.
 enum class EntryPoint {
@@ -73,6 +75,10 @@ inline constexpr std::initializer_list<EntryPoint> kEventEntryPoints = {
     EntryPoint::nvmlDeviceGetHandleByUUID,
     EntryPoint::nvmlDeviceGetSupportedEventTypes,
     EntryPoint::nvmlDeviceRegisterEvents};
+
+// The per-cgroup memory-limit entry points: only an R615 or newer libnvidia-ml.so.1 has them.
+inline constexpr std::initializer_list<EntryPoint> kMemoryLimitEntryPoints = {
+    EntryPoint::nvmlDeviceSetMemoryLimits_v1, EntryPoint::nvmlDeviceGetMemoryLimits_v1};
 
 struct EntryPoints;  // the resolved table (nvml.cc)
 
@@ -127,6 +133,17 @@ struct ComputeCapability {
   int minor = 0;
 };
 
+// A cgroup's own device-memory limit on one GPU (driver R615+), and what the cgroup holds.
+struct MemoryLimits {
+  unsigned long long soft_limit = 0;
+  unsigned long long hard_limit = 0;
+  unsigned long long current_used = 0;
+};
+
+// nvmlSetMemoryLimits_v1_t's way of saying "no limit": soft 0, hard ULLONG_MAX.
+inline constexpr unsigned long long kClearSoftLimit = 0;
+inline constexpr unsigned long long kClearHardLimit = ~0ull;
+
 class Session {
  public:
   // Loads `path` (Library::load), checks that it has nvmlInit_v2, nvmlShutdown, nvmlErrorString and
@@ -167,6 +184,21 @@ class Session {
   // the buffer grown as above; none when NVML has none (NVML_ERROR_NOT_FOUND).
   Result<std::vector<nvmlProcessUtilizationSample_t>> process_utilization(
       nvmlDevice_t device, unsigned long long since_us) const;
+
+  // Per-cgroup memory limits (R615+). `cgroup_directory` is the full path of a cgroup v2 directory
+  // ("/sys/fs/cgroup/kubepods/..."). A library without the entry points (an older driver) gives
+  // kFailedPrecondition "<path> has no nvmlDeviceSetMemoryLimits_v1", as does a driver that says
+  // NVML_ERROR_NOT_SUPPORTED or NVML_ERROR_FUNCTION_NOT_FOUND. Setting needs root
+  // (kUnavailable "...: Insufficient Permissions" otherwise). clear_memory_limits sets soft 0 and
+  // hard ULLONG_MAX.
+  Status set_memory_limits(nvmlDevice_t device, const std::string& cgroup_directory,
+                           unsigned long long soft_limit, unsigned long long hard_limit) const;
+  Status clear_memory_limits(nvmlDevice_t device, const std::string& cgroup_directory) const;
+  // The cgroup's own limit. kNotFound "nvmlDeviceGetMemoryLimits_v1: Not Found" when it has none of
+  // its own (an ancestor may have one); on the misc backend a cgroup with no limited ancestor
+  // either answers NVML_ERROR_NOT_SUPPORTED (kFailedPrecondition). Both mean "no limit here".
+  Result<MemoryLimits> memory_limits(nvmlDevice_t device,
+                                     const std::string& cgroup_directory) const;
 
   // Events.
   Result<EventSet> create_event_set() const;

@@ -161,6 +161,23 @@ typedef struct nvmlMemory_v2_st {
 
 #define nvmlMemory_v2 NVML_STRUCT_VERSION(Memory, 2)
 
+/* Per-cgroup device-memory limits (driver R615 and later, CUDA 13.4; layouts as nvml.h of
+ * cuda-nvml-dev 13.4 publishes them). `nameSpace` is the full path of a cgroup v2 directory
+ * ("/sys/fs/cgroup/a/b"). Soft 0 with hard ULLONG_MAX clears a cgroup's limit. Older
+ * libnvidia-ml.so.1 do not have these symbols: look them up with dlsym. */
+typedef struct {
+  const char* nameSpace;        /* [in] */
+  unsigned long long softLimit; /* [in] bytes: the guarantee */
+  unsigned long long hardLimit; /* [in] bytes: the wall */
+} nvmlSetMemoryLimits_v1_t;
+
+typedef struct {
+  const char* nameSpace;          /* [in] */
+  unsigned long long softLimit;   /* [out] */
+  unsigned long long hardLimit;   /* [out] */
+  unsigned long long currentUsed; /* [out] bytes the cgroup holds now */
+} nvmlGetMemoryLimits_v1_t;
+
 /* ---- Processes and utilisation -----------------------------------------------------------------
  */
 
@@ -299,6 +316,13 @@ TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(
 TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
                                                                nvmlUtilization_t* utilization);
 
+/* Per-cgroup memory limits (R615+). Setting is privileged (NVML_ERROR_NO_PERMISSION otherwise); the
+ * getter answers NVML_ERROR_NOT_FOUND for a cgroup without a limit of its own. */
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device,
+                                                              nvmlSetMemoryLimits_v1_t* limits);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device,
+                                                              nvmlGetMemoryLimits_v1_t* limits);
+
 /* Events. */
 TESSERA_NVML_EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set);
 TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device,
@@ -338,6 +362,8 @@ static_assert(sizeof(nvmlProcessInfo_v2_t) == 24);
 static_assert(sizeof(nvmlUtilization_t) == 8);
 static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32);
 static_assert(sizeof(nvmlEventData_t) == 32);
+static_assert(sizeof(nvmlSetMemoryLimits_v1_t) == 24);
+static_assert(sizeof(nvmlGetMemoryLimits_v1_t) == 32);
 #endif
 
 #endif /* TESSERA_NVML_ABI_H_ */

@@ -23,7 +23,8 @@ void add_limits_devices(const LimitsPageCopy& limits, v1::Share& share) {
     device.set_memory_unlimited(entry.memory_limit == share::kUnlimited);
     if (entry.memory_limit != share::kUnlimited) device.set_memory_limit_bytes(entry.memory_limit);
     device.set_cores_request_percent(entry.cores_request);
-    device.set_cores_limit_percent(share::effective_cores_limit(entry.cores_request, entry.cores_limit));
+    device.set_cores_limit_percent(
+        share::effective_cores_limit(entry.cores_request, entry.cores_limit));
     if (entry.memory_limit != share::kUnlimited)
       device.set_memory_request_bytes(std::min(entry.memory_request, entry.memory_limit));
     const QosClass qos = device_qos_class(entry.memory_request, entry.memory_limit,

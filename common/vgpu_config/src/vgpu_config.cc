@@ -98,8 +98,7 @@ Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
 
   if (const auto compute = parameters.find("compute"); compute != parameters.end()) {
     TESSERA_RETURN_IF_ERROR(expect_object(*compute, "compute"));
-    TESSERA_RETURN_IF_ERROR(
-        unknown_fields(*compute, "compute.", {"limit", "burst", "priority"}));
+    TESSERA_RETURN_IF_ERROR(unknown_fields(*compute, "compute.", {"limit", "burst", "priority"}));
     if (const auto limit = compute->find("limit"); limit != compute->end()) {
       if (compute->contains("burst"))
         return invalid_argument(
@@ -115,7 +114,10 @@ Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
       if (!burst->is_number_integer() || burst->get<int64_t>() < 0 || burst->get<int64_t>() > 100)
         return invalid_argument("compute.burst: invalid value " + burst->dump() +
                                 " (an integer percent 0..100; compute.limit is its new name)");
-      if (burst->get<int64_t>() > 0) out.cores_limit = static_cast<uint32_t>(burst->get<int64_t>());
+      if (burst->get<int64_t>() > 0) {
+        out.cores_limit = static_cast<uint32_t>(burst->get<int64_t>());
+        out.cores_limit_from_burst = true;
+      }
     }
     TESSERA_RETURN_IF_ERROR(
         decode_enum_member(*compute, "priority", "compute.priority", kPriorityNames, out.priority));
@@ -162,7 +164,10 @@ Result<EnforcementPolicy> decode_enforcement_policy(const json& value, const std
 
 VgpuConfig merge_vgpu_config(const VgpuConfig& base, const VgpuConfig& later) {
   VgpuConfig merged = base;
-  if (later.cores_limit) merged.cores_limit = later.cores_limit;
+  if (later.cores_limit) {
+    merged.cores_limit = later.cores_limit;
+    merged.cores_limit_from_burst = later.cores_limit_from_burst;
+  }
   if (later.memory_limit) merged.memory_limit = later.memory_limit;
   if (later.priority) merged.priority = later.priority;
   if (later.strategy) merged.strategy = later.strategy;
@@ -205,12 +210,13 @@ Result<ShareLimits> resolve_share_limits(const VgpuConfig& config, const ShareRe
                                          std::optional<uint64_t> gpu_memory_bytes) {
   ShareLimits limits;
   if (requests.cores && *requests.cores > 100)
-    return invalid_argument("cores request " + std::to_string(*requests.cores) +
-                            " is above 100");
+    return invalid_argument("cores request " + std::to_string(*requests.cores) + " is above 100");
   limits.cores_request = requests.cores.value_or(100);
   // Best-effort (request 0) reaches whatever time the others leave, unless a limit caps it.
   limits.cores_limit =
       config.cores_limit.value_or(limits.cores_request == 0 ? 100 : limits.cores_request);
+  if (limits.cores_limit < limits.cores_request && config.cores_limit_from_burst)
+    limits.cores_limit = limits.cores_request;  // an old "burst" at or below the quota
   if (limits.cores_limit < limits.cores_request)
     return invalid_argument("compute.limit " + std::to_string(limits.cores_limit) +
                             " is below the cores request " + std::to_string(limits.cores_request) +
@@ -219,12 +225,12 @@ Result<ShareLimits> resolve_share_limits(const VgpuConfig& config, const ShareRe
   limits.memory_request = requests.memory_bytes.value_or(whole_gpu);
   limits.memory_limit = config.memory_limit.value_or(limits.memory_request);
   if (config.memory_limit && *config.memory_limit < limits.memory_request)
-    return invalid_argument(
-        "memory.limit " + bytes_text(*config.memory_limit) + " is below the memory request " +
-        (limits.memory_request == share::kUnlimited
-             ? std::string("(the whole GPU: the request names no memory)")
-             : bytes_text(limits.memory_request)) +
-        " (a limit is at least the request)");
+    return invalid_argument("memory.limit " + bytes_text(*config.memory_limit) +
+                            " is below the memory request " +
+                            (limits.memory_request == share::kUnlimited
+                                 ? std::string("(the whole GPU: the request names no memory)")
+                                 : bytes_text(limits.memory_request)) +
+                            " (a limit is at least the request)");
   if (config.memory_limit && gpu_memory_bytes && *config.memory_limit > *gpu_memory_bytes)
     return invalid_argument("memory.limit " + bytes_text(*config.memory_limit) +
                             " is above the GPU's memory " + bytes_text(*gpu_memory_bytes));

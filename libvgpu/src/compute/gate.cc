@@ -137,7 +137,8 @@ void start_thread(int r) {
     source = parts.nvml;
     // One machine without an agent: this user's board (priority_board.h).
     if (!parts.user_board)
-      parts.user_board = new (board_storage) UserBoard(limits, s.options.device_dir);
+      parts.user_board = new (board_storage) UserBoard(
+          limits, s.options.device_dir, UserBoard::share_identity(region.dir(), region.owner()));
     board = parts.user_board;
   }
   parts.meter =

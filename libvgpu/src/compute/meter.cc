@@ -64,12 +64,11 @@ uint64_t Meter::no_time_mask(const share::LimitsPage& limits) {
 Config Meter::config_for(int device) const {
   Config config = base_config_;
   const share::DeviceLimits& entry = limits_->devices[device];
-  uint32_t quota = entry.cores_request.load(std::memory_order_acquire);
-  if (quota == 0) quota = 1;
-  if (quota > 100) quota = 100;
-  config.quota_percent = quota;
-  const uint32_t burst = entry.cores_limit.load(std::memory_order_acquire);
-  config.burst_percent = burst > quota ? (burst > 100 ? 100 : burst) : 0;
+  const uint32_t request = entry.cores_request.load(std::memory_order_acquire);
+  config.request_percent = request > 100 ? 100 : request;
+  const uint32_t limit = share::effective_cores_limit(
+      config.request_percent, entry.cores_limit.load(std::memory_order_acquire));
+  config.limit_percent = limit > 100 ? 100 : limit;
   config.priority = limits_->priority.load(std::memory_order_acquire);
   return config;
 }
@@ -135,7 +134,7 @@ int64_t Meter::tick(int64_t now_ns) {
       device.last_tick_ns.store(static_cast<uint64_t>(now_ns), std::memory_order_release);
       continue;
     }
-    const bool limited = config.quota_percent < 100 || config.priority != share::kPriorityNormal;
+    const bool limited = config.request_percent < 100 || config.priority != share::kPriorityNormal;
     Busy busy;
     const bool measured = source_->measure(static_cast<int>(d), now_ns, &busy);
     if (!measured) {
@@ -153,8 +152,10 @@ int64_t Meter::tick(int64_t now_ns) {
       continue;
     }
     // Announce before deciding, so that two shares of different priority see each other.
-    if (board_ && config.priority != share::kPriorityLow && (busy.share_ns > 0 || launched)) {
-      board_->announce(static_cast<int>(d), config.priority, now_ns + timing_.announce_hold_ns);
+    const bool active = busy.share_ns > 0 || launched;
+    const int64_t until = now_ns + timing_.announce_hold_ns;
+    if (board_ && config.priority != share::kPriorityLow && active) {
+      board_->announce(static_cast<int>(d), config.priority, until);
     }
     Sample sample;
     sample.now_ns = now_ns;
@@ -162,6 +163,11 @@ int64_t Meter::tick(int64_t now_ns) {
     sample.others_busy_ns = busy.others_ns;
     sample.higher_priority_active =
         board_ && board_->higher_active(static_cast<int>(d), config.priority, now_ns);
+    // The share's part of the spare time (classes); without a board, as if it were alone.
+    const Claim claim{config.request_percent, config.limit_percent};
+    sample.spare_percent =
+        board_ ? board_->spare(static_cast<int>(d), config.priority, claim, active, now_ns, until)
+               : spare_part(claim, nullptr, 0);
     State state;
     state.tokens_ns = device.tokens_ns.load(std::memory_order_acquire);
     state.last_ns = static_cast<int64_t>(device.last_tick_ns.load(std::memory_order_acquire));
@@ -191,7 +197,10 @@ int64_t Meter::tick(int64_t now_ns) {
     if (decision.open) {
       area.closed_mask.fetch_and(~bit, std::memory_order_acq_rel);
     } else {
-      const int64_t reopen = decision.reopen_at_ns > now_ns ? decision.reopen_at_ns : now_ns;
+      // A rate of 0 (yielding, or best-effort with no spare time) is looked at again next
+      // period: waiting launches re-check every 2 ms instead of every 100 us.
+      int64_t reopen = decision.reopen_at_ns > now_ns ? decision.reopen_at_ns : now_ns;
+      if (decision.rate_percent == 0) reopen = now_ns + timing_.period_ns;
       device.reopen_at_ns.store(static_cast<uint64_t>(reopen), std::memory_order_release);
       area.closed_mask.fetch_or(bit, std::memory_order_acq_rel);
     }

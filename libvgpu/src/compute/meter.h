@@ -31,13 +31,20 @@ class BusySource {
   ~BusySource() = default;  // never deleted through the interface (the shim allocates nothing)
 };
 
-// The device-wide priority signal: shares announce that they are active at their priority, and
-// lower ones look for an active higher one (priority_board.h: the agent's yield_mask in the
-// limits page, or a per-user file per device for `tessera run` shares without an agent).
+// The device-wide signals between shares (priority_board.h: the agent's yield_mask and
+// spare_percent in the limits page, or a per-user file per device for `tessera run` shares without
+// an agent). Priority: shares announce that they are active at their priority, and lower ones look
+// for an active higher one. Classes: each share learns its part of the device's spare time.
 class PriorityBoard {
  public:
   virtual void announce(int device, uint32_t priority, int64_t until_ns) = 0;
   virtual bool higher_active(int device, uint32_t priority, int64_t now_ns) = 0;
+  // The share's part of the device's spare time now, percent above its request (controller.h
+  // spare_part), or kSpareUnknown. `active`: the share launched or used the GPU in the last
+  // period; while it is, its claim is kept on the board until `until_ns`, so that the others
+  // leave its request to it.
+  virtual uint32_t spare(int device, uint32_t priority, const Claim& own, bool active,
+                         int64_t now_ns, int64_t until_ns) = 0;
 
  protected:
   ~PriorityBoard() = default;

@@ -22,6 +22,13 @@ int stat_fd(int fd, struct stat* info) {
 }
 
 constexpr off_t kActiveOffset = offsetof(UserBoard::Page, active_until_ns);
+constexpr off_t kEntriesOffset = offsetof(UserBoard::Page, entries);
+
+uint64_t mix(uint64_t value) {  // splitmix64's finaliser
+  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ull;
+  value = (value ^ (value >> 27)) * 0x94d049bb133111ebull;
+  return value ^ (value >> 31);
+}
 
 // Closes on scope exit unless released.
 class Fd {
@@ -163,6 +170,75 @@ bool UserBoard::higher_active(int device, uint32_t priority, int64_t now_ns) {
     if (until[rank] > static_cast<uint64_t>(now_ns)) return true;
   }
   return false;
+}
+
+uint64_t UserBoard::share_identity(const char* share_dir, uint64_t owner) {
+  if (share_dir && share_dir[0]) {
+    const Fd dir(open(share_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    struct stat info {};
+    if (dir.get() >= 0 && stat_fd(dir.get(), &info) == 0) {
+      const uint64_t identity =
+          mix(mix(static_cast<uint64_t>(info.st_dev)) ^ static_cast<uint64_t>(info.st_ino));
+      return identity ? identity : 1;
+    }
+  }
+  return owner ? owner : 1;
+}
+
+// One pread of the entries, one pwrite of the share's own entry while it is active. Two leaders
+// that claim the same free entry at once overwrite each other: the one whose entry is gone claims
+// another at its next period, so a share may be missing from the others' view for one period.
+// A read racing a write may see a torn entry: it shifts one decision by one period.
+uint32_t UserBoard::spare(int device, uint32_t priority, const Claim& own, bool active,
+                          int64_t now_ns, int64_t until_ns) {
+  const int fd = board_fd(device);
+  if (fd < 0) return spare_part(own, nullptr, 0);
+  Entry entries[kEntries];
+  if (pread(fd, entries, sizeof entries, kEntriesOffset) != static_cast<ssize_t>(sizeof entries)) {
+    refuse(device, "was truncated");
+    return spare_part(own, nullptr, 0);
+  }
+  const uint64_t now = now_ns > 0 ? static_cast<uint64_t>(now_ns) : 0;
+  int mine = -1;
+  for (int i = 0; i < kEntries && mine < 0; ++i) {
+    if (entries[i].identity == identity_) mine = i;
+  }
+  if (active) {
+    if (mine < 0) {
+      // A free entry (never claimed, or expired), looked for from a place of the share's own.
+      const int first = static_cast<int>(identity_ % kEntries);
+      for (int k = 0; k < kEntries && mine < 0; ++k) {
+        const int i = (first + k) % kEntries;
+        if (entries[i].identity == 0 || entries[i].active_until_ns <= now) mine = i;
+      }
+    }
+    if (mine >= 0) {
+      const Entry entry{
+          identity_, static_cast<uint64_t>(until_ns), own.request, own.limit, priority, 0};
+      if (pwrite(fd, &entry, sizeof entry, kEntriesOffset + mine * sizeof(Entry)) !=
+          static_cast<ssize_t>(sizeof entry)) {
+        refuse(device, "cannot be written");
+        return spare_part(own, nullptr, 0);
+      }
+      entries[mine] = entry;
+    } else if (!full_said_[device]) {
+      full_said_[device] = true;
+      TESSERA_ERROR(
+          "priority board of device %d is full (%d active shares): this share's cores request "
+          "is not reserved against the others' on this device",
+          device, kEntries);
+    }
+  }
+  Claim others[kEntries];
+  size_t count = 0;
+  const int rank = priority_rank(priority);
+  for (int i = 0; i < kEntries; ++i) {
+    const Entry& entry = entries[i];
+    if (i == mine || entry.identity == 0 || entry.identity == identity_) continue;
+    if (entry.active_until_ns <= now || priority_rank(entry.priority) != rank) continue;
+    others[count++] = Claim{entry.request, entry.limit};
+  }
+  return spare_part(own, others, count);
 }
 
 }  // namespace tessera::vgpu::compute

@@ -1,11 +1,14 @@
-// Where a share learns that a share of higher priority is busy on its device (docs/compute.md,
-// Priority). Two implementations of meter.h's PriorityBoard:
+// Where a share learns that a share of higher priority is busy on its device, and its part of the
+// device's spare time (docs/compute.md, Priority and Classes). Two implementations of meter.h's
+// PriorityBoard:
 //
 // - LimitsYield: the share's own limits page, which only the node agent writes (measure_source ==
-//   kMeasureAgent): the agent measures every share and sets yield_mask. Nothing else is opened.
+//   kMeasureAgent): the agent measures every share and sets yield_mask and spare_percent. Nothing
+//   else is opened.
 // - UserBoard: `tessera run` shares without an agent. One small file per device in a folder only
 //   this user can open (`<dir>/tessera-<uid>/tessera-device-<uuid>`, folder 0700, file 0600), read
-//   and written with pread/pwrite (never mapped: a truncated board cannot SIGBUS anyone).
+//   and written with pread/pwrite (never mapped: a truncated board cannot SIGBUS anyone): one
+//   "active until" per priority level, and one entry per active share with its request and limit.
 #pragma once
 
 #include <atomic>
@@ -24,6 +27,10 @@ class LimitsYield final : public PriorityBoard {
   bool higher_active(int device, uint32_t, int64_t) override {
     return (limits_->yield_mask.load(std::memory_order_acquire) >> device) & 1u;
   }
+  // What the agent published (kSpareUnknown until it has measured the device).
+  uint32_t spare(int device, uint32_t, const Claim&, bool, int64_t, int64_t) override {
+    return limits_->requests[device].spare_percent.load(std::memory_order_acquire);
+  }
 
  private:
   const share::LimitsPage* limits_;
@@ -32,21 +39,47 @@ class LimitsYield final : public PriorityBoard {
 class UserBoard final : public PriorityBoard {
  public:
   // `dir`: TESSERA_DEVICE_DIR (default /dev/shm); the board lives in `<dir>/tessera-<uid>/`.
-  UserBoard(const share::LimitsPage* limits, const char* dir) : limits_(limits), dir_(dir) {}
+  // `identity`: the share's (share_identity below), never 0: its entry on the board.
+  UserBoard(const share::LimitsPage* limits, const char* dir, uint64_t identity)
+      : limits_(limits), dir_(dir), identity_(identity ? identity : 1) {}
   void announce(int device, uint32_t priority, int64_t until_ns) override;
   bool higher_active(int device, uint32_t priority, int64_t now_ns) override;
+  // Keeps the share's entry (claimed at first, refreshed to `until_ns` while `active`; left to
+  // expire otherwise) and returns its part of the spare among the live entries of its priority.
+  // A board that cannot be used: the part as if the share were alone.
+  uint32_t spare(int device, uint32_t priority, const Claim& own, bool active, int64_t now_ns,
+                 int64_t until_ns) override;
 
-  // The file's layout (64 bytes).
+  // A share's identity on the board: its folder's device and inode, mixed (every process of the
+  // share finds the same); a share without a folder (standalone: the process is the share) uses
+  // `owner`, the process's owner word.
+  static uint64_t share_identity(const char* share_dir, uint64_t owner);
+
+  // One share's entry: claimed by its meter leader while the share is active, free again (for any
+  // share) once active_until_ns has passed, so the entry of a share that died expires.
+  struct Entry {
+    uint64_t identity;         // 0: never claimed
+    uint64_t active_until_ns;  // CLOCK_MONOTONIC
+    uint32_t request;          // percent
+    uint32_t limit;            // percent
+    uint32_t priority;         // share::kPriority*
+    uint32_t reserved;
+  };
+  static_assert(sizeof(Entry) == 32);
+  static constexpr int kEntries = 64;
+
+  // The file's layout (2112 bytes).
   struct Page {
     uint32_t magic;
     uint32_t version;
     uint64_t reserved0;
     uint64_t active_until_ns[3];  // by rank: low, normal, high (CLOCK_MONOTONIC)
     uint64_t reserved1[3];
+    Entry entries[kEntries];
   };
-  static_assert(sizeof(Page) == 64);
+  static_assert(sizeof(Page) == 64 + 32 * kEntries);
   static constexpr uint32_t kMagic = 0x50444754;  // "TGDP"
-  static constexpr uint32_t kVersion = 2;         // 2: per user, pread/pwrite
+  static constexpr uint32_t kVersion = 3;         // 2: per user, pread/pwrite; 3: share entries
 
  private:
   int board_fd(int device);
@@ -54,8 +87,10 @@ class UserBoard final : public PriorityBoard {
   void refuse(int device, const char* why);
   const share::LimitsPage* limits_;
   const char* dir_;
+  uint64_t identity_;
   int fds_[share::kMaxDevices] = {};  // fd + 1 (0: not opened yet)
   bool failed_[share::kMaxDevices] = {};
+  bool full_said_[share::kMaxDevices] = {};
 };
 
 }  // namespace tessera::vgpu::compute

@@ -62,7 +62,8 @@ void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
     if (limit.memory_limit != share::kUnlimited)
       device.set_memory_request_bytes(std::min(limit.memory_request, limit.memory_limit));
     device.set_cores_request_percent(limit.cores_request);
-    device.set_cores_limit_percent(share::effective_cores_limit(limit.cores_request, limit.cores_limit));
+    device.set_cores_limit_percent(
+        share::effective_cores_limit(limit.cores_request, limit.cores_limit));
     const QosClass qos = device_qos_class(limit.memory_request, limit.memory_limit,
                                           limit.cores_request, limit.cores_limit);
     device.set_qos_class(std::string(qos_class_name(qos)));

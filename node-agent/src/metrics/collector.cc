@@ -56,7 +56,12 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
       out.add(MetricId::kShareCoresLimitPercent, labels,
               uint64_t{share::effective_cores_limit(limit.cores_request, limit.cores_limit)});
       const std::string qos_labels[] = {
-          labels[0], labels[1], labels[2], labels[3], labels[4], labels[5],
+          labels[0],
+          labels[1],
+          labels[2],
+          labels[3],
+          labels[4],
+          labels[5],
           std::string(qos_class_name(device_qos_class(limit.memory_request, limit.memory_limit,
                                                       limit.cores_request, limit.cores_limit)))};
       out.add(MetricId::kShareQosClass, qos_labels, uint64_t{1});

@@ -17,12 +17,12 @@ enum class MetricType { kCounter, kGauge, kHistogram };
 // Which labels a metric's series carry, in this order.
 enum class LabelSet {
   kNone,
-  kShare,    // namespace, claim, share, pod, uuid, node
+  kShare,     // namespace, claim, share, pod, uuid, node
   kShareQos,  // the share's labels, then class (qos_class.h: guaranteed, burstable, best-effort)
-  kGpu,      // uuid, device, node
-  kResult,   // result: "ok" or "error"
-  kBuild,    // version
-  kFinding,  // kind (model/finding.h finding_kind_name), node
+  kGpu,       // uuid, device, node
+  kResult,    // result: "ok" or "error"
+  kBuild,     // version
+  kFinding,   // kind (model/finding.h finding_kind_name), node
 };
 
 // The order of kMetricTable below (checked at compile time).

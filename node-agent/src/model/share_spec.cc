@@ -178,10 +178,10 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
     TESSERA_RETURN_IF_ERROR(check_supported(spec.config).with_context(path));
     // The webhook checked the limits against the requests at apply time, but it may be bypassed;
     // only here is the GPU known.
-    TESSERA_RETURN_IF_ERROR(
-        resolve_share_limits(spec.config, {spec.memory_bytes, spec.cores}, node_device->memory_bytes)
-            .status()
-            .with_context(path));
+    TESSERA_RETURN_IF_ERROR(resolve_share_limits(spec.config, {spec.memory_bytes, spec.cores},
+                                                 node_device->memory_bytes)
+                                .status()
+                                .with_context(path));
     // The time-slice interval is a property of the whole GPU: only a claim that holds all of it
     // may choose it, or one tenant would change the scheduling of every other.
     if (spec.strategy() == SharingStrategy::kTimeSlicing) {

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -43,7 +44,10 @@ json share_to_json(const ShareSpec& s) {
             {"requestNames", s.request_names}};
   if (s.memory_bytes) j["memoryBytes"] = *s.memory_bytes;
   if (s.cores) j["cores"] = *s.cores;
-  if (s.config.cores_limit) j["coresLimit"] = *s.config.cores_limit;
+  // A limit given as compute.burst keeps that name, and with it its meaning at or below the
+  // request.
+  if (s.config.cores_limit)
+    j[s.config.cores_limit_from_burst ? "burst" : "coresLimit"] = *s.config.cores_limit;
   if (s.config.memory_limit) j["memoryLimit"] = *s.config.memory_limit;
   if (s.config.priority) j["priority"] = static_cast<int>(*s.config.priority);
   if (s.config.strategy) j["strategy"] = static_cast<int>(*s.config.strategy);
@@ -141,7 +145,10 @@ Result<ShareSpec> share_from_json(const json& j, const std::string& at) {
   for (const char* key : {"coresLimit", "burst"})
     if (j.contains(key) && !s.config.cores_limit) {
       const auto limit = static_cast<uint32_t>(read.unsigned_member(j, at, key, 100));
-      if (limit > 0) s.config.cores_limit = limit;
+      if (limit > 0) {
+        s.config.cores_limit = limit;
+        s.config.cores_limit_from_burst = std::string_view(key) == "burst";
+      }
     }
   if (j.contains("memoryLimit"))
     s.config.memory_limit = read.unsigned_member(j, at, "memoryLimit", UINT64_MAX);

@@ -27,7 +27,39 @@ uint64_t monotonic_ns() {
   clock_gettime(CLOCK_MONOTONIC, &now);
   return static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec);
 }
+
+uint32_t clamp_percent(uint32_t percent) {
+  return std::min(percent, 100u);
+}
+
+// How much more than its request a claim may use, within the GPU.
+uint32_t headroom(const CoresClaim& claim) {
+  const uint32_t request = clamp_percent(claim.request);
+  return clamp_percent(share::effective_cores_limit(request, claim.limit)) - request;
+}
+
 }  // namespace
+
+uint32_t spare_part(const CoresClaim& own, const std::vector<CoresClaim>& others) {
+  const uint32_t own_headroom = headroom(own);
+  if (own_headroom == 0) return 0;
+  uint64_t reserved = clamp_percent(own.request);
+  for (const CoresClaim& other : others) reserved += clamp_percent(other.request);
+  if (reserved >= 100) return 0;
+  // Water-filling: sorted by headroom, each share takes the smaller of its headroom and an equal
+  // part of what is left.
+  std::vector<uint32_t> headrooms{own_headroom};
+  for (const CoresClaim& other : others)
+    if (const uint32_t h = headroom(other); h > 0) headrooms.push_back(h);
+  std::sort(headrooms.begin(), headrooms.end());
+  uint64_t left = 100 - reserved;
+  for (size_t i = 0; i < headrooms.size(); ++i) {
+    const uint64_t level = left / (headrooms.size() - i);
+    if (headrooms[i] > level) return static_cast<uint32_t>(std::min<uint64_t>(own_headroom, level));
+    left -= headrooms[i];
+  }
+  return own_headroom;  // every share wanting more is held by its limit
+}
 
 // ---- GpuTimeMeter ------------------------------------------------------------------------------
 
@@ -364,15 +396,29 @@ Problems GpuTimeMeter::pass() {
       }
     }
   }
-  publish_yield(now);
+  publish_classes(now);
   if (!problems.empty()) stats_.last_error = join_problems(problems);
   return problems;
 }
 
-// Every agent-measured share's yield_mask: bit d set while another agent-measured share of higher
-// priority is active on the share's device d. Activity decays after the hold even when a GPU stops
-// answering, so a lost GPU never keeps a share closed.
-void GpuTimeMeter::publish_yield(Clock::time_point now) {
+// Every agent-measured share's yield_mask (bit d set while another agent-measured share of higher
+// priority is active on the share's device d) and spare_percent (its part of the spare time among
+// the agent-measured shares of its priority active there: each reserves its request). Activity
+// decays after the hold even when a GPU stops answering, so a lost GPU never keeps a share closed
+// or its request reserved.
+void GpuTimeMeter::publish_classes(Clock::time_point now) {
+  // A share's claim on the GPU named `uuid` (none when it does not name it).
+  auto claim_on = [](const Share& share, const std::string& uuid) -> std::optional<CoresClaim> {
+    for (uint32_t d = 0; d < share.device_count(); ++d) {
+      const share::DeviceLimits& device = share.limits->devices[d];
+      if (strnlen(device.uuid, share::kUuidBytes) == uuid.size() &&
+          std::memcmp(device.uuid, uuid.data(), uuid.size()) == 0)
+        return CoresClaim{device.cores_request.load(std::memory_order_acquire),
+                          device.cores_limit.load(std::memory_order_acquire)};
+    }
+    return std::nullopt;
+  };
+  std::vector<CoresClaim> others;
   for (auto& share : shares_) {
     if (!share->measured_by_agent()) continue;
     const int rank = share->priority_rank();
@@ -381,11 +427,25 @@ void GpuTimeMeter::publish_yield(Clock::time_point now) {
       const char* uuid = share->limits->devices[d].uuid;
       const std::string name(uuid, strnlen(uuid, share::kUuidBytes));
       if (name.empty()) continue;
-      const bool higher_busy = std::any_of(shares_.begin(), shares_.end(), [&](const auto& other) {
-        return other.get() != share.get() && other->measured_by_agent() &&
-               other->priority_rank() > rank && other->active_on(name, now);
-      });
+      bool higher_busy = false;
+      others.clear();
+      for (const auto& other : shares_) {
+        if (other.get() == share.get() || !other->measured_by_agent() ||
+            !other->active_on(name, now))
+          continue;
+        const int other_rank = other->priority_rank();
+        if (other_rank > rank) higher_busy = true;
+        if (other_rank != rank) continue;  // a lower one yields to this share: it reserves nothing
+        if (const std::optional<CoresClaim> claim = claim_on(*other, name))
+          others.push_back(*claim);
+      }
       if (higher_busy) mask |= 1ull << d;
+      const CoresClaim own{share->limits->devices[d].cores_request.load(std::memory_order_acquire),
+                           share->limits->devices[d].cores_limit.load(std::memory_order_acquire)};
+      const uint32_t spare = spare_part(own, others);
+      if (share->limits->requests[d].spare_percent.exchange(spare, std::memory_order_acq_rel) !=
+          spare)
+        ++stats_.spare_changes;
     }
     if (share->limits->yield_mask.exchange(mask, std::memory_order_acq_rel) != mask)
       ++stats_.yield_changes;

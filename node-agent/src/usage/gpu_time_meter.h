@@ -7,7 +7,9 @@
 // `measure_source` is kMeasureAgent. The shim's AgentSource differences them. It also owns
 // priority: from the same samples it sets each such share's `yield_mask` (bit d: a share of higher
 // priority was busy on the share's device d within `priority_hold`), so no share reads a file
-// another share writes.
+// another share writes. And it owns the compute classes: each such share's
+// `requests[d].spare_percent`, its part of the device's spare time (spare_part below), from the
+// requests and limits of the shares active on the device.
 #pragma once
 
 #include <chrono>
@@ -28,6 +30,20 @@
 #include "usage/share_processes.h"
 
 namespace tessera::agent {
+
+// What a share claims on a GPU, in percent (a limit below the request means the request).
+struct CoresClaim {
+  uint32_t request = 0;
+  uint32_t limit = 0;
+};
+
+// A share's part of a GPU's spare time, percent above its request (docs/compute.md, Classes): 100
+// less the requests of `own` and of `others` (the other shares of its priority active on the GPU),
+// split equally among those whose limit is above their request, water-filled (a share its limit
+// caps below an equal part leaves the rest to the others); whole percents, rounded down. The same
+// rule as the shim's compute::spare_part (libvgpu/src/compute/controller.h), which `tessera run`
+// shares apply among themselves.
+uint32_t spare_part(const CoresClaim& own, const std::vector<CoresClaim>& others);
 
 struct GpuTimeMeterOptions {
   std::string shares_dir;  // "<state>/shares": one folder per share, each with limits and usage
@@ -50,6 +66,7 @@ struct GpuTimeMeterStats {
   uint64_t usage_rereads = 0;    // usage pages re-read because an unknown process appeared
   uint64_t unattributed_ns = 0;  // GPU time of processes in no agent-measured share
   uint64_t yield_changes = 0;    // yield_mask stores that changed a share's mask
+  uint64_t spare_changes = 0;    // spare_percent stores that changed a share's figure
   size_t shares = 0;             // valid limits pages found in the last scan
   size_t agent_shares = 0;       // of them, measure_source == kMeasureAgent
   size_t gpus = 0;               // GPUs queried
@@ -96,7 +113,8 @@ class GpuTimeMeter {
   void read_owners(Share& share);
   std::optional<uint64_t> owner_of(int host_pid);
   void loop_pass();
-  void publish_yield(Clock::time_point now);
+  // yield_mask and spare_percent of every agent-measured share, from the shares' activity.
+  void publish_classes(Clock::time_point now);
 
   GpuTimeMeterOptions options_;
   Clock& clock_;

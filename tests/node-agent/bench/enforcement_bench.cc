@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
     share.uuid = uuid;
     share.memory_limit = 8 * kGiB;
     share.cores = 30;
-    share.burst = 50;
+    share.cores_limit = 50;
     share.claim_namespace = "tenants";
     share.claim_name = "claim-" + std::to_string(s);
     share.claim_uid = "uid-" + std::to_string(s);

@@ -18,6 +18,7 @@
 #include "core/share_request.h"
 #include "devices/resource_slices.h"
 #include "model/share_spec.h"
+#include "tessera/qos_class.h"
 #include "tessera/quantity.h"
 
 namespace tessera::agent {
@@ -270,6 +271,49 @@ TEST(SchedulerAllocation, TwoTenantsShareOneGpuAndAThirdIsRefused) {
     Result<json> refused = allocator::allocated(input, third[0].claim);
     ASSERT_FALSE(refused.is_ok()) << size.product;
     EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  }
+}
+
+// The most common HAMi pod, `nvidia.com/gpu: 1` with `nvidia.com/gpumem: 4000` and no gpucores:
+// two of them pack on one GPU of every size that holds 8000 MiB, as under HAMi (defaultCores: 0).
+// Each share is best-effort (no cores requested) and held to its 4000 MiB. Before cores defaulted
+// to 0, each took all 100 cores and the second pod found no device.
+TEST(SchedulerAllocation, TwoHamiPodsWithoutGpucoresPackOnOneGpu) {
+  const json container = {
+      {"name", "train"},
+      {"resources", {{"limits", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "4000"}}}}}};
+  const Result<std::optional<webhook::Shorthand>> shorthand =
+      webhook::read_shorthand(container, /*hami_names=*/true);
+  ASSERT_TRUE(shorthand.is_ok() && shorthand->has_value()) << shorthand.status().message();
+  const json made = (*shorthand)->request.claim_template("tessera-samples");
+  for (const GpuSize& size : kSizes) {
+    const GpuInfo gpu = gpu_of(size);
+    allocator::AllocatorInput input = node_with(gpu);
+    for (int pod = 0; pod < 2; ++pod) {
+      const std::string what = "HAMi pod " + std::to_string(pod) + " on " + size.product;
+      Result<json> claim = allocator::allocated(input, claim_from(what, made["spec"]["spec"]));
+      ASSERT_TRUE(claim.is_ok()) << what << ": " << claim.status().message();
+      const json& result = (*claim)["status"]["allocation"]["devices"]["results"][0];
+      EXPECT_EQ(result["device"], "gpu-0") << what;
+      EXPECT_EQ(result["consumedCapacity"]["cores"], "0") << what;
+      EXPECT_EQ(result["consumedCapacity"]["memory"], "4000Mi") << what;
+      expect_agent_accepts(*claim, gpu, what);
+      ShareSpecInput spec_input;
+      spec_input.claim_json = claim->dump();
+      spec_input.expected_uid = (*claim)["metadata"]["uid"];
+      spec_input.pool = "node-a";
+      spec_input.devices = node_devices({gpu});
+      Result<std::vector<ShareSpec>> specs = compute_share_specs(spec_input);
+      ASSERT_TRUE(specs.is_ok()) << what;
+      const ShareLimits limits = specs->front().limits();
+      EXPECT_EQ(limits.memory_limit, 4000ull << 20) << what << ": held to 4000 MiB";
+      EXPECT_EQ(limits.cores_request, 0u) << what;
+      EXPECT_EQ(device_qos_class(limits.memory_request, limits.memory_limit, limits.cores_request,
+                                 limits.cores_limit),
+                QosClass::kBestEffort)
+          << what;
+      input.allocated_claims.push_back(*claim);
+    }
   }
 }
 

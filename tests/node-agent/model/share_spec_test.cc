@@ -129,9 +129,9 @@ TEST(ShareSpec, ClassThenClaimConfigsMergeInApiOrderPerRequest) {
       configs);
   std::vector<ShareSpec> specs;
   ASSERT_EQ(specs_or_error(input_for(claim), specs), "");
-  EXPECT_EQ(specs[0].config.burst, 50u);
+  EXPECT_EQ(specs[0].config.cores_limit, 50u);
   EXPECT_EQ(specs[0].config.priority, Priority::kHigh);
-  EXPECT_EQ(specs[1].config.burst, 50u);
+  EXPECT_EQ(specs[1].config.cores_limit, 50u);
   EXPECT_EQ(specs[1].config.priority, Priority::kLow);
 }
 
@@ -141,7 +141,7 @@ TEST(ShareSpec, SubRequestsTakeTheirParentsConfig) {
   const json claim = make_claim("c", kUid, {{"gpu/small", "gpu-0", kShareA, "1Gi", "10"}}, configs);
   std::vector<ShareSpec> specs;
   ASSERT_EQ(specs_or_error(input_for(claim), specs), "");
-  EXPECT_EQ(specs[0].config.burst, 90u);
+  EXPECT_EQ(specs[0].config.cores_limit, 90u);
 }
 
 TEST(ShareSpec, ErrorsNameWhatIsWrong) {
@@ -177,14 +177,38 @@ TEST(ShareSpec, ErrorsNameWhatIsWrong) {
   EXPECT_EQ(
       specs_or_error(input_for(bad_config), specs),
       "status.allocation.devices.config[0].opaque.parameters.compute.burst: invalid value 200 "
-      "(an integer percent 0..100)");
+      "(an integer percent 0..100; compute.limit is its new name)");
+
+  // Limits below the requests, or above the GPU (which only the agent knows): refused at
+  // prepare, naming the result, the field, the value and the bound.
+  json low_limit = make_claim(
+      "c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}},
+      json::array({opaque_config("FromClaim", config({{"memory", {{"limit", "4Gi"}}}}))}));
+  EXPECT_EQ(specs_or_error(input_for(low_limit), specs),
+            "status.allocation.devices.results[0]: memory.limit 4Gi is below the memory request "
+            "8Gi (a limit is at least the request)");
+  json low_cores =
+      make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}},
+                 json::array({opaque_config("FromClaim", config({{"compute", {{"limit", 20}}}}))}));
+  EXPECT_EQ(specs_or_error(input_for(low_cores), specs),
+            "status.allocation.devices.results[0]: compute.limit 20 is below the cores request 30 "
+            "(a limit is at least the request)");
+  json huge = make_claim(
+      "c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}},
+      json::array({opaque_config("FromClaim", config({{"memory", {{"limit", "1Ti"}}}}))}));
+  const std::string above = specs_or_error(input_for(huge), specs);
+  EXPECT_NE(above.find("status.allocation.devices.results[0]: memory.limit 1Ti is above the GPU's "
+                       "memory"),
+            std::string::npos)
+      << above;
+  EXPECT_TRUE(specs.empty()) << "nothing half-computed beside an error";
 
   json mps_burst = make_claim(
       "c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}},
       json::array({opaque_config("FromClass", config({{"sharing", {{"strategy", "MPS"}}}})),
                    opaque_config("FromClaim", config({{"compute", {{"burst", 50}}}}))}));
   EXPECT_EQ(specs_or_error(input_for(mps_burst), specs),
-            "status.allocation.devices.results[0]: compute.burst 50 is only supported with "
+            "status.allocation.devices.results[0]: compute.limit 50 is only supported with "
             "sharing.strategy Quota, not MPS");
 
   const json time_slicing = json::array({opaque_config(

@@ -33,12 +33,13 @@ std::string supported(const VgpuConfig& config) {
 
 TEST(VgpuConfig, DecodesEveryField) {
   json p = base();
-  p["compute"] = {{"burst", 80}, {"priority", "high"}};
-  p["memory"] = json::object();
+  p["compute"] = {{"limit", 80}, {"priority", "high"}};
+  p["memory"] = {{"limit", "8Gi"}};
   p["sharing"] = {{"strategy", "TimeSlicing"}, {"timeSlice", "Long"}};
   VgpuConfig c;
   ASSERT_EQ(decode(p, c), "");
-  EXPECT_EQ(c.burst, 80u);
+  EXPECT_EQ(c.cores_limit, 80u);
+  EXPECT_EQ(c.memory_limit, 8ull << 30);
   EXPECT_EQ(c.priority, Priority::kHigh);
   EXPECT_EQ(c.strategy, SharingStrategy::kTimeSlicing);
   EXPECT_EQ(c.time_slice, TimeSlice::kLong);
@@ -70,9 +71,13 @@ TEST(VgpuConfig, WrongTypesAndValuesNameFieldAndValue) {
   VgpuConfig c;
   json p = base();
   p["compute"] = {{"burst", "80"}};
-  EXPECT_EQ(decode(p, c), "compute.burst: invalid value \"80\" (an integer percent 0..100)");
+  EXPECT_EQ(decode(p, c),
+            "compute.burst: invalid value \"80\" (an integer percent 0..100; compute.limit is its "
+            "new name)");
   p["compute"] = {{"burst", 101}};
-  EXPECT_EQ(decode(p, c), "compute.burst: invalid value 101 (an integer percent 0..100)");
+  EXPECT_EQ(decode(p, c),
+            "compute.burst: invalid value 101 (an integer percent 0..100; compute.limit is its new "
+            "name)");
   p["compute"] = {{"burst", -1}};
   EXPECT_NE(decode(p, c).find("compute.burst: invalid value -1"), std::string::npos);
   p["compute"] = {{"burst", 50.5}};
@@ -106,11 +111,14 @@ TEST(VgpuConfig, ApiVersionAndKindAreChecked) {
 
 TEST(VgpuConfig, LaterConfigOverridesFieldByField) {
   VgpuConfig klass, claim;
-  klass.burst = 50;
+  klass.cores_limit = 50;
+  klass.memory_limit = 8ull << 30;
   klass.priority = Priority::kLow;
   claim.priority = Priority::kHigh;
+  claim.memory_limit = 4ull << 30;
   const VgpuConfig merged = merge_vgpu_config(klass, claim);
-  EXPECT_EQ(merged.burst, 50u);
+  EXPECT_EQ(merged.cores_limit, 50u);
+  EXPECT_EQ(merged.memory_limit, 4ull << 30);
   EXPECT_EQ(merged.priority, Priority::kHigh);
   EXPECT_FALSE(merged.strategy.has_value());
 }
@@ -128,12 +136,12 @@ TEST(VgpuConfig, MergedCombinationsAreChecked) {
   c.time_slice = TimeSlice::kLong;
   EXPECT_EQ(supported(c), "sharing.timeSlice Long is set but the merged sharing.strategy is Quota");
   c.time_slice.reset();
-  c.burst = 60;
+  c.cores_limit = 60;
   EXPECT_EQ(supported(c), "");
   c.strategy = SharingStrategy::kMps;
   EXPECT_EQ(supported(c),
-            "compute.burst 60 is only supported with sharing.strategy Quota, not MPS");
-  c.burst.reset();
+            "compute.limit 60 is only supported with sharing.strategy Quota, not MPS");
+  c.cores_limit.reset();
   c.priority = Priority::kHigh;
   c.strategy = SharingStrategy::kTimeSlicing;
   EXPECT_EQ(supported(c),
@@ -161,6 +169,91 @@ TEST(VgpuConfig, EnforcementIsReportOrKillAndNamedWhenWrong) {
   EXPECT_EQ(merge_vgpu_config(klass, claim).enforcement, EnforcementPolicy::kReport);
   EXPECT_EQ(decode_enforcement_policy(json("stop"), "--enforcement-default").status().message(),
             "--enforcement-default: invalid value \"stop\" (one of report|kill)");
+}
+
+TEST(VgpuConfig, LimitsAreDecodedStrictlyAndBurstIsTheOldNameOfTheCoresLimit) {
+  json p = base();
+  VgpuConfig c;
+  p["compute"] = {{"burst", 60}};
+  ASSERT_EQ(decode(p, c), "");
+  EXPECT_EQ(c.cores_limit, 60u) << "old configs keep working";
+  p["compute"] = {{"burst", 0}};
+  ASSERT_EQ(decode(p, c), "");
+  EXPECT_FALSE(c.cores_limit.has_value()) << "burst 0 was 'no bursting': the default limit";
+  p["compute"] = {{"burst", 60}, {"limit", 70}};
+  EXPECT_EQ(decode(p, c), "compute.burst: the old name of compute.limit; set compute.limit alone");
+  for (const json& bad : {json(0), json(101), json("60"), json(-5), json(50.5)}) {
+    p["compute"] = {{"limit", bad}};
+    EXPECT_EQ(decode(p, c),
+              "compute.limit: invalid value " + bad.dump() + " (an integer percent 1..100)");
+  }
+  p.erase("compute");
+  for (const json& bad : {json("-1Gi"), json(""), json("lots"), json(0), json(-5), json("0")}) {
+    p["memory"] = {{"limit", bad}};
+    EXPECT_EQ(decode(p, c), "memory.limit: invalid value " + bad.dump() +
+                                " (a positive byte quantity such as \"8Gi\")");
+  }
+  p["memory"] = {{"limit", 4294967296}};
+  ASSERT_EQ(decode(p, c), "");
+  EXPECT_EQ(c.memory_limit, 4ull << 30);
+  p["memory"] = {{"request", "4Gi"}};
+  EXPECT_EQ(decode(p, c), "memory.request: unknown field")
+      << "the request is the consumable capacity, never a config field";
+}
+
+std::string limits_error(const VgpuConfig& config, const ShareRequests& requests,
+                         std::optional<uint64_t> gpu = std::nullopt) {
+  Result<ShareLimits> resolved = resolve_share_limits(config, requests, gpu);
+  return resolved.is_ok() ? "" : resolved.status().message();
+}
+
+TEST(ShareLimits, DefaultToTheRequestsAndBestEffortReachesTheWholeGpu) {
+  Result<ShareLimits> limits = resolve_share_limits({}, {4ull << 30, 30}, 141ull << 30);
+  ASSERT_TRUE(limits.is_ok());
+  EXPECT_EQ(limits->memory_request, 4ull << 30);
+  EXPECT_EQ(limits->memory_limit, 4ull << 30);
+  EXPECT_EQ(limits->cores_request, 30u);
+  EXPECT_EQ(limits->cores_limit, 30u);
+  limits = resolve_share_limits({}, {4ull << 30, 0}, 141ull << 30);
+  EXPECT_EQ(limits->cores_request, 0u);
+  EXPECT_EQ(limits->cores_limit, 100u);
+  // No capacity at all (consumable capacity off): the whole GPU.
+  limits = resolve_share_limits({}, {}, 141ull << 30);
+  EXPECT_EQ(limits->memory_limit, 141ull << 30);
+  EXPECT_EQ(limits->cores_request, 100u);
+  VgpuConfig raised;
+  raised.memory_limit = 8ull << 30;
+  raised.cores_limit = 60;
+  limits = resolve_share_limits(raised, {2ull << 30, 30}, 141ull << 30);
+  EXPECT_EQ(limits->memory_request, 2ull << 30);
+  EXPECT_EQ(limits->memory_limit, 8ull << 30);
+  EXPECT_EQ(limits->cores_limit, 60u);
+}
+
+TEST(ShareLimits, ALimitBelowItsRequestOrAboveTheGpuIsRefusedNamingFieldValueAndBound) {
+  VgpuConfig config;
+  config.memory_limit = 2ull << 30;
+  EXPECT_EQ(limits_error(config, {4ull << 30, 30}),
+            "memory.limit 2Gi is below the memory request 4Gi (a limit is at least the request)");
+  EXPECT_EQ(limits_error(config, {std::nullopt, 30}),
+            "memory.limit 2Gi is below the memory request (the whole GPU: the request names no "
+            "memory) (a limit is at least the request)");
+  config.memory_limit = 200ull << 30;
+  EXPECT_EQ(limits_error(config, {4ull << 30, 30}), "") << "the webhook cannot know the GPU";
+  EXPECT_EQ(limits_error(config, {4ull << 30, 30}, 141ull << 30),
+            "memory.limit 200Gi is above the GPU's memory 141Gi");
+  config.memory_limit.reset();
+  config.cores_limit = 20;
+  EXPECT_EQ(limits_error(config, {4ull << 30, 30}),
+            "compute.limit 20 is below the cores request 30 (a limit is at least the request)");
+  EXPECT_EQ(check_limits_against_requests(config, {4ull << 30, 30}).message(),
+            "compute.limit 20 is below the cores request 30 (a limit is at least the request)");
+  EXPECT_EQ(limits_error(config, {4ull << 30, 101}), "cores request 101 is above 100");
+  // The same value given as the old compute.burst meant "no bursting": the request, no error.
+  config.cores_limit_from_burst = true;
+  Result<ShareLimits> old = resolve_share_limits(config, {4ull << 30, 30}, std::nullopt);
+  ASSERT_TRUE(old.is_ok()) << old.status().message();
+  EXPECT_EQ(old->cores_limit, 30u);
 }
 
 }  // namespace

@@ -100,12 +100,13 @@ void create_usage_page(const std::string& dir) {
 // A share folder as the agent prepares it: limits (cores, measure source) and an initialised usage
 // page.
 std::string make_share(const TempDir& base, const std::string& name, const std::string& uuid,
-                       uint32_t cores, uint32_t source,
-                       uint32_t priority = share::kPriorityNormal) {
+                       uint32_t cores, uint32_t source, uint32_t priority = share::kPriorityNormal,
+                       uint32_t cores_limit = 0) {
   const std::string dir = base.shares() + "/" + name;
   share_folder::DeviceLimit device;
   device.uuid = uuid;
   device.cores_request = cores;
+  device.cores_limit = cores_limit;
   EXPECT_EQ(share_folder::write_limits(dir, {device}, {priority, source}).message(), "");
   create_usage_page(dir);
   return dir;
@@ -124,6 +125,17 @@ uint64_t yield_mask(const std::string& dir) {
   const ssize_t n = pread(fd, &page, sizeof page, 0);
   close(fd);
   return n == static_cast<ssize_t>(sizeof page) ? page.yield_mask.load() : ~0ull;
+}
+
+// The limits page's spare_percent for device 0, as the shim reads it.
+uint32_t spare_percent(const std::string& dir) {
+  share::LimitsPage page;
+  std::memset(static_cast<void*>(&page), 0, sizeof page);
+  const int fd = open((dir + "/limits").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 12345;
+  const ssize_t n = pread(fd, &page, sizeof page, 0);
+  close(fd);
+  return n == static_cast<ssize_t>(sizeof page) ? page.requests[0].spare_percent.load() : 12345;
 }
 
 Measured measured(const std::string& dir, uint32_t device = 0) {
@@ -725,6 +737,156 @@ TEST(GpuTimeMeterPriority, LowShareYieldsThroughTheLimitsPageWithoutABoard) {
     const std::string name = entry.path().filename().string();
     EXPECT_NE(name.rfind("tessera-", 0), 0u) << "a priority board appeared: " << entry.path();
   }
+}
+
+// ---- classes ------------------------------------------------------------------------------------
+
+// The rule (the same as the shim's compute::spare_part, tests/libvgpu/compute_controller_test.cc).
+TEST(GpuTimeMeterClasses, SparePartSplitsWhatTheRequestsLeave) {
+  const CoresClaim best_effort{0, 100}, guaranteed60{60, 60}, burstable{30, 60};
+  EXPECT_EQ(spare_part(best_effort, {}), 100u);
+  EXPECT_EQ(spare_part(burstable, {}), 30u);
+  EXPECT_EQ(spare_part(guaranteed60, {}), 0u);
+  EXPECT_EQ(spare_part(best_effort, {guaranteed60}), 40u);
+  EXPECT_EQ(spare_part(guaranteed60, {best_effort}), 0u);
+  EXPECT_EQ(spare_part(best_effort, {burstable}), 40u);
+  EXPECT_EQ(spare_part(burstable, {best_effort}), 30u);
+  EXPECT_EQ(spare_part(best_effort, {guaranteed60, best_effort}), 20u);
+  EXPECT_EQ(spare_part(best_effort, {{70, 70}, {40, 100}}), 0u);
+  EXPECT_EQ(spare_part(burstable, {{70, 70}, {40, 100}}), 0u);
+  EXPECT_EQ(spare_part({50, 10}, {}), 0u);
+  EXPECT_EQ(spare_part({0, 250}, {}), 100u);
+  EXPECT_EQ(spare_part(best_effort, {{5, 10}, {5, 25}}), 65u);
+  EXPECT_EQ(spare_part({5, 25}, {{5, 10}, best_effort}), 20u);
+  EXPECT_EQ(spare_part(best_effort, {best_effort, best_effort}), 33u);
+}
+
+// What the agent publishes: each share's part of the spare among the active shares of its
+// priority, unknown until the first pass; a busy guaranteed 60 leaves 40 to the best-effort share
+// and 10 to a burstable 30/60 (which is idle: the best-effort share does not count it), and all of
+// it again exactly at the hold, by the injected clock. An NVML-measured share is never written.
+TEST(GpuTimeMeterClasses, PublishesEachSharesPartOfTheSpare) {
+  REQUIRE_SAMPLES();
+  const std::string uuid = gpu_uuid();
+  ASSERT_FALSE(uuid.empty());
+  TempDir base("gpu-time-meter-spare");
+  const std::string guaranteed =
+      make_share(base, "guaranteed", uuid, 60, share::kMeasureAgent, share::kPriorityNormal, 60);
+  const std::string best_effort =
+      make_share(base, "best-effort", uuid, 0, share::kMeasureAgent, share::kPriorityNormal, 100);
+  const std::string burstable =
+      make_share(base, "burstable", uuid, 30, share::kMeasureAgent, share::kPriorityNormal, 60);
+  const std::string low =
+      make_share(base, "low", uuid, 0, share::kMeasureAgent, share::kPriorityLow, 100);
+  const std::string other =
+      make_share(base, "other", uuid, 0, share::kMeasureNvml, share::kPriorityNormal, 100);
+  EXPECT_EQ(spare_percent(best_effort), share::kSpareUnknown);
+  SimulatedClock clock;
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  options.priority_hold = milliseconds(100);
+  GpuTimeMeter meter(options, clock);
+  ASSERT_EQ(meter.sample_once().message(), "");  // primes; nobody active yet
+  EXPECT_EQ(spare_percent(best_effort), 100u);
+  EXPECT_EQ(spare_percent(burstable), 30u);
+  EXPECT_EQ(spare_percent(guaranteed), 0u);
+  EXPECT_EQ(spare_percent(low), 100u);
+
+  bool seen_busy = false;
+  {
+    Burn burn(base, guaranteed.c_str(), 0.5);
+    while (burn.running()) {
+      std::this_thread::sleep_for(milliseconds(20));
+      ASSERT_EQ(meter.sample_once().message(), "");
+      if (measured(guaranteed).share > 0) {
+        seen_busy = true;
+        EXPECT_EQ(spare_percent(best_effort), 40u);
+        EXPECT_EQ(spare_percent(burstable), 10u);
+        EXPECT_EQ(spare_percent(guaranteed), 0u);
+        EXPECT_EQ(spare_percent(low), 100u);  // of another priority: it yields instead
+        EXPECT_EQ(yield_mask(low), 1u);
+      }
+    }
+    ASSERT_FALSE(burn.finish().empty());
+  }
+  ASSERT_TRUE(seen_busy);
+  for (int i = 0; i < 3; ++i) {  // the last windows, after it exited
+    std::this_thread::sleep_for(milliseconds(20));
+    ASSERT_EQ(meter.sample_once().message(), "");
+  }
+  EXPECT_EQ(spare_percent(best_effort), 40u);  // within the hold
+  clock.advance(milliseconds(99));
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(spare_percent(best_effort), 40u);
+  clock.advance(milliseconds(1));
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(spare_percent(best_effort), 100u);
+  EXPECT_EQ(spare_percent(burstable), 30u);
+  EXPECT_GE(meter.stats().spare_changes, 6u);
+  EXPECT_EQ(spare_percent(other), share::kSpareUnknown);
+}
+
+// End to end under the agent's meter (on its thread) and the shim's AgentSource/LimitsYield alone:
+// a guaranteed 60 beside a best-effort share, both burning: 60 and the rest; the best-effort share
+// alone: at least 90 % of an unlimited run; request 30 limit 60 alone: 60. Percents of wall time
+// from compute-burn's own kernel counts, against the unlimited baseline of the same test.
+TEST(GpuTimeMeterClasses, ClassesHoldWithTheAgentsSpare) {
+  REQUIRE_SAMPLES();
+#ifdef GPU_TIME_METER_SANITIZED
+  GTEST_SKIP() << "timing test: not in a sanitizer build (as libvgpu.compute.*)";
+#endif
+  const std::string uuid = gpu_uuid();
+  ASSERT_FALSE(uuid.empty());
+  TempDir base("gpu-time-meter-classes");
+  constexpr double kSeconds = 2.0;
+  auto percent = [](const nlohmann::json& report) {
+    return 100.0 * gpu_seconds(report) / report.value("seconds", 1.0);
+  };
+  Burn baseline(base, nullptr, kSeconds);
+  const auto base_report = baseline.finish();
+  ASSERT_FALSE(base_report.empty());
+  const double reachable = percent(base_report);
+
+  const std::string guaranteed =
+      make_share(base, "guaranteed", uuid, 60, share::kMeasureAgent, share::kPriorityNormal, 60);
+  const std::string best_effort =
+      make_share(base, "best-effort", uuid, 0, share::kMeasureAgent, share::kPriorityNormal, 100);
+  const std::string burstable =
+      make_share(base, "burstable", uuid, 30, share::kMeasureAgent, share::kPriorityNormal, 60);
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  GpuTimeMeter meter(options);
+  ASSERT_EQ(meter.start().message(), "");
+  nlohmann::json g_report, be_report;
+  {
+    Burn burn_best_effort(base, best_effort.c_str(), kSeconds);
+    Burn burn_guaranteed(base, guaranteed.c_str(), kSeconds);
+    g_report = burn_guaranteed.finish();
+    be_report = burn_best_effort.finish();
+  }
+  Burn alone(base, best_effort.c_str(), kSeconds);
+  const auto alone_report = alone.finish();
+  Burn burst(base, burstable.c_str(), kSeconds);
+  const auto burst_report = burst.finish();
+  meter.stop();
+  ASSERT_FALSE(g_report.empty());
+  ASSERT_FALSE(be_report.empty());
+  ASSERT_FALSE(alone_report.empty());
+  ASSERT_FALSE(burst_report.empty());
+  const double alone_ratio = 100.0 * alone_report["kernels_per_s"].get<double>() /
+                             base_report["kernels_per_s"].get<double>();
+  std::printf(
+      "FIGURE agent classes: unlimited %.1f%% of wall time; guaranteed 60 %.1f%% beside "
+      "best-effort %.1f%%; best-effort alone %.1f%% of unlimited; request 30 limit 60 alone "
+      "%.1f%%\n",
+      reachable, percent(g_report), percent(be_report), alone_ratio, percent(burst_report));
+  // Bound as CoresThirtyHoldsWithTheAgentsMeasurements (qT + C + Q + P with P = 20 + 5 ms: 2.4
+  // points over 2 s), and the best-effort share starts with the GPU for up to one agent period
+  // before the guaranteed one's first window is seen: +/-4.
+  EXPECT_NEAR(percent(g_report), std::min(60.0, reachable), 4.0);
+  EXPECT_NEAR(percent(be_report), std::max(0.0, reachable - percent(g_report)), 4.0);
+  EXPECT_GE(alone_ratio, 90.0);
+  EXPECT_NEAR(percent(burst_report), std::min(60.0, reachable), 4.0);
 }
 
 }  // namespace

@@ -52,5 +52,24 @@ TEST(SimConfig, DeviceIdentityIsStablePerIndex) {
   EXPECT_EQ(device_pci_bus_id(0), "00000000:19:00.0");
 }
 
+TEST(SimConfig, DriverVersionsAndTheirCudaVersion) {
+  ConfigError error;
+  EXPECT_EQ(parse_driver_version("615.40.01", error), "615.40.01") << error.message;
+  EXPECT_EQ(parse_driver_version("620.10", error), "620.10") << error.message;
+  EXPECT_EQ(driver_branch("615.40.01"), 615);
+  EXPECT_EQ(driver_branch("580.159.04"), 580);
+  // R615 brings CUDA 13.4 and the memory partitions; anything older stays at CUDA 13.0.
+  EXPECT_EQ(cuda_version_of_branch(615), 13040);
+  EXPECT_EQ(cuda_version_of_branch(700), 13040);
+  EXPECT_EQ(cuda_version_of_branch(614), 13000);
+  EXPECT_EQ(cuda_version_of_branch(driver_branch("580.159.04")), 13000);
+  for (const char* bad : {"615", "615.", "r615.40", "615.40.01.7", "0.1", "615.40.x", "", "12345.1",
+                          "615.40.01-beta"}) {
+    EXPECT_FALSE(parse_driver_version(bad, error)) << bad;
+    EXPECT_NE(error.message.find("SIMGPU_DRIVER_VERSION"), std::string::npos) << error.message;
+    EXPECT_EQ(driver_branch(bad), 0) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace simgpu

@@ -195,6 +195,71 @@ TEST(SimMemory, PoolsReserveKeepAndReleaseAtSynchronisation) {
       0);
 }
 
+// The real driver's rule: a pool holding more than its release threshold (0 by default) gives the
+// rest back at the next stream, event or context synchronisation, and only then (a host function
+// waits for the stream but is no synchronisation of the program's).
+TEST(SimMemory, PoolsReleaseAtEveryKindOfSynchronisationAndOnlyThere) {
+  SimEnvironment env;
+  EXPECT_EQ(run([](FILE*) {
+              CUcontext context;
+              if (CUresult r = init_primary(&context); r) return static_cast<int>(r);
+              CUmemPoolProps props{};
+              props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+              props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+              props.location.id = 0;
+              CUmemoryPool created;
+              if (cuMemPoolCreate(&created, &props) != CUDA_SUCCESS) return 1;
+              cuuint64_t threshold = ~0ull;
+              if (cuMemPoolGetAttribute(created, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold) ||
+                  threshold != 0) {
+                return 2;  // the default threshold is 0
+              }
+              CUstream stream;
+              cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+              CUevent event;
+              cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
+              auto reserved = [&] {
+                cuuint64_t value = ~0ull;
+                cuMemPoolGetAttribute(created, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &value);
+                return value;
+              };
+              auto fill_and_free = [&] {
+                CUdeviceptr ptr = 0;
+                if (cuMemAllocFromPoolAsync(&ptr, kGiB, created, stream) != CUDA_SUCCESS)
+                  return false;
+                return cuMemFreeAsync(ptr, stream) == CUDA_SUCCESS && reserved() == kGiB;
+              };
+              // A host function waits for the stream's work: the pool keeps its memory.
+              if (!fill_and_free()) return 3;
+              if (cuLaunchHostFunc(
+                      stream, [](void*) {}, nullptr) != CUDA_SUCCESS)
+                return 4;
+              if (reserved() != kGiB) return 5;
+              if (cuEventRecord(event, stream) != CUDA_SUCCESS) return 6;
+              if (cuEventSynchronize(event) != CUDA_SUCCESS || reserved() != 0) return 7;
+              if (!fill_and_free()) return 8;
+              if (cuCtxSynchronize() != CUDA_SUCCESS || reserved() != 0) return 9;
+              if (!fill_and_free()) return 10;
+              if (cuCtxSynchronize_v2(context) != CUDA_SUCCESS || reserved() != 0) return 11;
+              if (!fill_and_free()) return 12;
+              if (cuStreamSynchronize(stream) != CUDA_SUCCESS || reserved() != 0) return 13;
+              // Memory still in use stays; only the idle part above the threshold goes.
+              CUdeviceptr kept = 0;
+              if (cuMemAllocFromPoolAsync(&kept, kGiB, created, stream) != CUDA_SUCCESS) return 14;
+              CUdeviceptr idle = 0;
+              if (cuMemAllocFromPoolAsync(&idle, kGiB, created, stream) != CUDA_SUCCESS) return 15;
+              if (cuMemFreeAsync(idle, stream) != CUDA_SUCCESS || reserved() != 2 * kGiB) return 15;
+              threshold = 512 * kMiB;
+              cuMemPoolSetAttribute(created, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+              if (cuStreamSynchronize(stream) != CUDA_SUCCESS || reserved() != kGiB) return 16;
+              cuMemFreeAsync(kept, stream);
+              if (cuStreamSynchronize(stream) != CUDA_SUCCESS || reserved() != 512 * kMiB)
+                return 17;
+              return 0;
+            }),
+            0);
+}
+
 cuuint64_t graph_attribute(CUgraphMem_attribute attribute) {
   cuuint64_t value = ~0ull;
   if (cuDeviceGetGraphMemAttribute(0, attribute, &value) != CUDA_SUCCESS) return ~0ull;

@@ -89,6 +89,38 @@ TEST(ClaimValidation, ACombinationAcrossConfigsIsRefusedForTheRequestItReaches) 
   expect_allowed(answer(request));
 }
 
+// Requests and limits (docs/resource-model.md): a limit below the request the claim asks for is
+// refused at apply time, naming the request, the field, the value and the bound; the GPU is not
+// known yet, so a limit above it waits for the agent.
+TEST(ClaimValidation, ALimitBelowItsRequestIsRefused) {
+  json request = golden("claim_vgpu_config.json");  // asks for memory 8Gi and cores 30
+  json& parameters = claim_parameters(request);
+  parameters["compute"].erase("burst");
+  parameters["memory"] = {{"limit", "4Gi"}};
+  expect_invalid(answer(request),
+                 "spec.devices.requests[0] (gpu): memory.limit 4Gi is below the memory request "
+                 "8Gi (a limit is at least the request)");
+  parameters["memory"] = {{"limit", "16Gi"}};
+  parameters["compute"]["limit"] = 20;
+  expect_invalid(answer(request),
+                 "spec.devices.requests[0] (gpu): compute.limit 20 is below the cores request 30 "
+                 "(a limit is at least the request)");
+  parameters["compute"]["limit"] = 60;
+  parameters["memory"] = {{"limit", "4Ti"}};
+  expect_allowed(answer(request));
+  // The old compute.burst at or below the request meant "no bursting": still allowed.
+  parameters["compute"].erase("limit");
+  parameters["compute"]["burst"] = 20;
+  parameters.erase("memory");
+  expect_allowed(answer(request));
+  // A capacity request that is no quantity is named, never read as "the whole GPU".
+  request["request"]["object"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]
+         ["memory"] = "lots";
+  expect_invalid(answer(request),
+                 "spec.devices.requests[0].exactly.capacity.requests.memory: invalid quantity "
+                 "\"lots\"");
+}
+
 TEST(ClaimValidation, AnotherDriversConfigIsNotOurs) {
   json request = golden("claim_vgpu_config.json");
   json& opaque = request["request"]["object"]["spec"]["devices"]["config"][0]["opaque"];

@@ -48,6 +48,9 @@ struct VgpuConfig {
   // compute.limit, percent 1..100: the most GPU time the share may reach, at least its cores
   // request. compute.burst, its name before requests and limits, is read as the same field.
   std::optional<uint32_t> cores_limit;
+  // The limit was given as compute.burst, whose value at or below the request meant "no
+  // bursting": such a limit resolves to the request instead of being refused.
+  bool cores_limit_from_burst = false;
   // memory.limit, bytes (a quantity such as "8Gi"): the share's wall, at least its memory request;
   // bytes above the request are borrowed and may be reclaimed.
   std::optional<uint64_t> memory_limit;

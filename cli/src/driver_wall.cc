@@ -1,0 +1,124 @@
+#include "driver_wall.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "tessera/cgroup/driver_partition.h"
+#include "tessera/quantity.h"
+
+namespace tessera::cli {
+namespace {
+
+std::string bytes_text(uint64_t bytes) {
+  char text[32];
+  format_byte_quantity(bytes, text, sizeof text);
+  return text;
+}
+
+}  // namespace
+
+Result<DriverWall> DriverWall::prepare(const std::vector<share_folder::DeviceLimit>& limits,
+                                       const std::string& mountinfo) {
+  DriverWall wall;
+  for (const share_folder::DeviceLimit& limit : limits) {
+    if (limit.memory_limit == share::kUnlimited) continue;
+    const uint64_t soft = limit.memory_request == share::kUnlimited
+                              ? limit.memory_limit
+                              : std::min(limit.memory_request, limit.memory_limit);
+    wall.limits_.push_back({limit.uuid, soft, limit.memory_limit});
+  }
+  if (wall.limits_.empty()) {
+    wall.why_not_ = "no GPU has a memory limit";
+    return wall;
+  }
+  if (geteuid() != 0) {
+    wall.why_not_ = "not run as root (only root may set the driver's memory limits)";
+    return wall;
+  }
+  Result<nvml::Session> session = nvml::Session::open();
+  if (!session.is_ok()) {
+    wall.why_not_ = session.status().message();
+    return wall;
+  }
+  if (Status supported = cgroup::driver_partitions_supported(*session); !supported.is_ok()) {
+    wall.why_not_ = supported.message();
+    return wall;
+  }
+  Result<std::vector<cgroup::Mount>> mounts = cgroup::cgroup2_mounts(mountinfo);
+  if (!mounts.is_ok()) return mounts.status();
+  if (mounts->empty()) {
+    wall.why_not_ = "no cgroup v2 hierarchy is mounted (" + mountinfo + ")";
+    return wall;
+  }
+  // From here this machine has a wall to offer: a failure is an error, never a silent shim-only
+  // run.
+  Result<std::string> own = cgroup::process_cgroup(getpid());
+  if (!own.is_ok()) return own.status().with_context("the driver's memory wall");
+  Result<std::string> parent = cgroup::directory_of(*mounts, *own);
+  if (!parent.is_ok()) return parent.status().with_context("the driver's memory wall");
+  Result<cgroup::OwnedCgroup> created =
+      cgroup::OwnedCgroup::create(*parent, "tessera-run-" + std::to_string(getpid()));
+  if (!created.is_ok()) return created.status().with_context("the driver's memory wall");
+  wall.cgroup_ = std::move(created).value();
+  if (Status applied = cgroup::apply_partitions(*session, wall.cgroup_->directory(), wall.limits_);
+      !applied.is_ok())
+    return applied.with_context("the driver's memory wall");  // the cgroup goes with `wall`
+  wall.session_ = std::move(session).value();
+  return wall;
+}
+
+DriverWall::DriverWall(DriverWall&& other) noexcept
+    : why_not_(std::move(other.why_not_)),
+      session_(std::move(other.session_)),
+      cgroup_(std::move(other.cgroup_)),
+      limits_(std::move(other.limits_)) {
+  other.session_.reset();
+  other.cgroup_.reset();
+}
+
+DriverWall& DriverWall::operator=(DriverWall&& other) noexcept {
+  if (this != &other) {
+    (void)release();
+    why_not_ = std::move(other.why_not_);
+    session_ = std::move(other.session_);
+    cgroup_ = std::move(other.cgroup_);
+    limits_ = std::move(other.limits_);
+    other.session_.reset();
+    other.cgroup_.reset();
+  }
+  return *this;
+}
+
+std::string DriverWall::describe() const {
+  if (!active()) return "memory held by the shim only (" + why_not_ + ")";
+  std::string text = "memory held by the driver's partition on " + directory() + " (";
+  for (size_t i = 0; i < limits_.size(); ++i) {
+    if (i) text += ", ";
+    text += limits_[i].uuid + ": soft " + bytes_text(limits_[i].soft) + ", hard " +
+            bytes_text(limits_[i].hard);
+  }
+  return text + ") and by the shim";
+}
+
+Status DriverWall::add(pid_t pid) const {
+  if (!cgroup_) return Status::ok();
+  return cgroup_->add(pid);
+}
+
+Status DriverWall::release() {
+  Status first = Status::ok();
+  if (cgroup_ && session_) {
+    std::vector<std::string> uuids;
+    for (const cgroup::PartitionLimits& limit : limits_) uuids.push_back(limit.uuid);
+    first = cgroup::clear_partitions(*session_, cgroup_->directory(), uuids);
+  }
+  if (cgroup_) {
+    const Status removed = cgroup_->remove();
+    if (first.is_ok()) first = removed;
+    if (removed.is_ok()) cgroup_.reset();
+  }
+  return first;
+}
+
+}  // namespace tessera::cli
