@@ -221,10 +221,11 @@ struct UsagePage {
   std::atomic<uint32_t> slot_high_water;  // slots [0, high water) have ever been claimed
   // The reclaim request (docs/node-agent.md, "Reclaim"): a process of the share whose allocation
   // the driver refused although the share is within its memory request on that device publishes
-  // it here while it waits, and withdraws it (reclaim_bytes 0, by CAS on reclaim_owner) when it
-  // stops waiting. The agent reads it as untrusted input: it only says "look at this GPU now";
-  // whether anyone is evicted follows from the agent's own figures. These bytes were reserved
-  // (always 0) before, so no version bump: an older shim never asks, an older agent never looks.
+  // it here while it waits, and withdraws it (reclaim_bytes 0, while reclaim_owner is still its
+  // own) when it stops waiting. The agent reads it as untrusted input: it only says "look at this
+  // GPU now"; whether anyone is evicted follows from the agent's own figures. These bytes were
+  // reserved (always 0) before, so no version bump: an older shim never asks, an older agent never
+  // looks.
   std::atomic<uint32_t> reclaim_device;  // the limits-page device of the refused allocation
   std::atomic<uint64_t> reclaim_bytes;   // what it asked for; 0 = no request
   std::atomic<uint64_t> reclaim_owner;   // owner word (make_owner) of the waiting process
