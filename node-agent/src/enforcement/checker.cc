@@ -993,6 +993,7 @@ namespace {
 // How long a process chosen for eviction keeps its bytes counted as coming back while NVML still
 // lists it (the kill may have failed its proof): then it may be chosen again.
 constexpr std::chrono::seconds kEvictionPending{10};
+constexpr std::chrono::seconds kDeclineLogGap{10};
 
 }  // namespace
 
@@ -1026,13 +1027,17 @@ void OutOfBandChecker::reclaim(Pass& pass) {
     const bool fresh = reclaim_seen_[share.name] != key;
     reclaim_seen_[share.name] = key;
     if (fresh) ++stats_.reclaim_requests;
+    // A request not acted on is said once, and at most once per share per kDeclineLogGap: a
+    // tenant rewriting its request cannot fill the log.
     auto decline = [&](const std::string& why) {
       stats_.last_reclaim = share.name + ": " + why;
-      if (fresh)
-        log::info("reclaim request not acted on", {{"share", share.name},
-                                                   {"gpu", share.uuid},
-                                                   {"bytes", request.bytes},
-                                                   {"reason", why}});
+      if (!fresh) return;
+      const auto logged = declines_logged_.find(share.name);
+      if (logged != declines_logged_.end() && pass.now - logged->second < kDeclineLogGap) return;
+      declines_logged_[share.name] = pass.now;
+      log::info(
+          "reclaim request not acted on",
+          {{"share", share.name}, {"gpu", share.uuid}, {"bytes", request.bytes}, {"reason", why}});
     };
     // The request's owner must be a live process of the share on the GPU, in its page now.
     const std::vector<Member>& own = members->second.first;
@@ -1098,6 +1103,8 @@ void OutOfBandChecker::reclaim(Pass& pass) {
     }
   }
   std::erase_if(reclaim_seen_, [&](const auto& seen) { return asking.count(seen.first) == 0; });
+  std::erase_if(declines_logged_,
+                [&](const auto& logged) { return pass.now - logged.second >= kDeclineLogGap; });
 }
 
 }  // namespace tessera::agent

@@ -264,6 +264,7 @@ class OutOfBandChecker {
   // Per share: the last reclaim request read (its owner and start), so each is counted and logged
   // once.
   std::map<std::string, std::pair<uint64_t, uint64_t>> reclaim_seen_;
+  std::map<std::string, Clock::time_point> declines_logged_;  // per share: the last decline said
   CheckerStats stats_;
   mutable std::mutex unaccounted_mutex_;  // unaccounted_ only: a scrape never waits for a pass
   std::map<std::string, uint64_t> unaccounted_;
