@@ -36,6 +36,8 @@
 #include "share/share_manager.h"
 #include "tenant_claims.h"
 #include "tessera/gpu_info.h"
+#include "tessera/share_contract.h"
+#include "tessera/share_region.h"
 
 extern char** environ;
 
@@ -249,6 +251,26 @@ class Reclaim : public ::testing::Test {
     ASSERT_EQ(parse_held(newer.line(kLiveness)).first, 5632 * kMiB);
   }
 
+  // Writes a reclaim request into `share_dir`'s usage page as if process `pid` waited for
+  // `bytes` (what a tenant can write whether or not it waits).
+  void forge_request(const std::string& share_dir, pid_t pid, uint64_t bytes) {
+    share::ProcessIdentity identity;
+    ASSERT_EQ(share::read_process_identity("/proc", pid, identity), 0);
+    share::UsagePage* page = nullptr;
+    ASSERT_EQ(share::map_usage_page((share_dir + "/usage").c_str(), true, page), 0);
+    page->reclaim_owner.store(identity.owner());
+    page->reclaim_device.store(0);
+    page->reclaim_at_ns.store(++forged_);
+    page->reclaim_bytes.store(bytes);
+    share::unmap_usage_page(page);
+  }
+  // Two whole passes after now: a request written before is judged by then.
+  void two_passes() {
+    const uint64_t now = checker_->loop_passes();
+    ASSERT_TRUE(checker_->wait_for_loop_passes(now + 2, std::chrono::seconds(30)));
+  }
+
+  uint64_t forged_ = 0;
   fs::path base_;
   std::string state_, uuid_, dir_a_, dir_b_;
   std::vector<NodeDevice> devices_;
@@ -322,6 +344,38 @@ TEST_F(Reclaim, AShareWithinItsRequestGetsItsMemoryAfterTheNewestBorrowerIsEvict
                         devices_[0].name + "\",node=\"node-a\"} 1"),
             std::string::npos)
       << scrape;
+}
+
+TEST_F(Reclaim, AForgedRequestEvictsNobody) {
+  Tenant b_older, b_newer, a;
+  fill_b(b_older, b_newer);
+  if (HasFatalFailure()) return;
+  // B, above its request (8 GiB of 2), asks in its own page for 1 GiB it could never be owed.
+  forge_request(dir_b_, b_newer.pid, kGiB);
+  two_passes();
+  if (HasFatalFailure()) return;
+  EXPECT_NE(checker_->stats().last_reclaim.find("the share is not within its request"),
+            std::string::npos)
+      << checker_->stats().last_reclaim;
+  forge_request(dir_b_, b_newer.pid, 0);  // withdrawn
+  // A, within its request with about 1 GiB held, asks for 2 GiB the GPU has free (about 3 GiB).
+  start(a, dir_a_, 512 * kMiB, 512 * kMiB);
+  ASSERT_EQ(parse_held(a.line(kLiveness)).first, 512 * kMiB);
+  forge_request(dir_a_, a.pid, 2 * kGiB);
+  two_passes();
+  if (HasFatalFailure()) return;
+  EXPECT_NE(checker_->stats().last_reclaim.find("free, the request asks for"), std::string::npos)
+      << checker_->stats().last_reclaim;
+  // A names B's process as the one waiting: no process of A's, nobody.
+  forge_request(dir_a_, b_newer.pid, 5 * kGiB);
+  two_passes();
+  if (HasFatalFailure()) return;
+  EXPECT_NE(checker_->stats().last_reclaim.find("names no process of the share"), std::string::npos)
+      << checker_->stats().last_reclaim;
+  EXPECT_TRUE(recorder_->of(FindingKind::kReclaimEviction).empty());
+  EXPECT_TRUE(b_older.alive());
+  EXPECT_TRUE(b_newer.alive());
+  EXPECT_GE(checker_->stats().reclaim_requests, 3u);
 }
 
 TEST_F(Reclaim, AnAllocationNobodyCanGiveBackForFailsAtTheBound) {
