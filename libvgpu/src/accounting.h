@@ -16,6 +16,22 @@
 
 namespace tessera::vgpu {
 
+// The driver call of an allocation whose `bytes` are reserved on GPU `index`: when the driver
+// refuses with CUDA_ERROR_OUT_OF_MEMORY and the share is owed the memory (within its request:
+// ReclaimWait), the call is tried again while the agent reclaims borrowed memory, up to
+// TESSERA_RECLAIM_WAIT_MS. The path that succeeds at once is one call and one compare.
+template <typename Call>
+CUresult call_reclaiming(int index, uint64_t bytes, Call call) {
+  CUresult result = call();
+  if (__builtin_expect(result != CUDA_ERROR_OUT_OF_MEMORY, 1)) return result;
+  return [&]() __attribute__((noinline)) {
+    ReclaimWait wait(index, bytes);
+    while (result == CUDA_ERROR_OUT_OF_MEMORY && wait.again()) result = call();
+    return result;
+  }
+  ();
+}
+
 // Records a handle and the bytes charged for it.
 inline void track(HandleKind kind, uint64_t handle, int index, uint64_t bytes, uint64_t context,
                   uint64_t aux = 0) {

@@ -18,7 +18,7 @@ CUresult allocate_linear(int index, uint64_t requested, CUcontext context, CUdev
   uint64_t charge = 0;
   if (index == kBlocked || !charged_size(requested, &charge)) return CUDA_ERROR_OUT_OF_MEMORY;
   if (!reserve_bytes(index, charge)) return CUDA_ERROR_OUT_OF_MEMORY;
-  const CUresult result = call();
+  const CUresult result = call_reclaiming(index, charge, call);
   if (result != CUDA_SUCCESS) {
     release_bytes(index, charge);
     return result;
@@ -67,7 +67,8 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size
       !charged_size(row * height, &estimate) || !reserve_bytes(index, estimate)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  const CUresult result = real(dptr, pitch, width, height, element);
+  const CUresult result =
+      call_reclaiming(index, estimate, [&] { return real(dptr, pitch, width, height, element); });
   if (result != CUDA_SUCCESS) {
     release_bytes(index, estimate);
     return result;

@@ -496,6 +496,8 @@ void read_options(GetEnv get_env, Options* out, const char* const* environment) 
   parse_log_level(option_info(OptionId::kLogLevel).default_value, &options.log_level);
   parse_size(option_info(OptionId::kContextOverhead).default_value, false,
              &options.context_overhead);
+  if (uint64_t ms = 0; parse_decimal(option_info(OptionId::kReclaimWait).default_value, &ms))
+    options.reclaim_wait_ms = static_cast<uint32_t>(ms);
 
   if (const char* level = value_of(OptionId::kLogLevel)) {
     if (!parse_log_level(level, &options.log_level)) {
@@ -529,6 +531,17 @@ void read_options(GetEnv get_env, Options* out, const char* const* environment) 
                   "TESSERA_CONTEXT_OVERHEAD='%s' %s a byte size (e.g. 500Mi); counting the "
                   "default 500Mi per context",
                   overhead, why(overhead));
+    }
+  }
+  if (const char* wait = raw_of(OptionId::kReclaimWait)) {
+    uint64_t ms = 0;
+    if (parse_decimal(trim(wait), &ms) && ms <= kMaxReclaimWaitMs) {
+      options.reclaim_wait_ms = static_cast<uint32_t>(ms);
+    } else {
+      add_message(&options, false,
+                  "TESSERA_RECLAIM_WAIT_MS='%s' is not a number of milliseconds from 0 to %u; "
+                  "waiting the default %u ms for reclaim",
+                  wait, kMaxReclaimWaitMs, options.reclaim_wait_ms);
     }
   }
   if (const char* dir = value_of(OptionId::kShareDir)) {
@@ -711,6 +724,7 @@ void print_options(int fd, const Options* options) {
   write_format(fd, "  context overhead: %s\n", text);
   static constexpr const char* kLevels[] = {"error", "warn", "info", "debug"};
   write_format(fd, "  log level: %s\n", kLevels[static_cast<int>(options->log_level)]);
+  write_format(fd, "  reclaim wait: %u ms\n", options->reclaim_wait_ms);
   // The lines are escaped already when formatted: written as they are.
   auto print_problems = [fd, options](bool in_share) {
     for (int i = 0; i < options->message_count; ++i) {

@@ -6,10 +6,12 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char** environ;
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -781,6 +783,87 @@ uint64_t device_usage(int index) {
 
 void maybe_reclaim() {
   for (int r = 0; r < g_shim.region_count; ++r) g_shim.regions[r].maybe_reclaim();
+}
+
+namespace {
+
+int64_t monotonic_now_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+// What share `region` is guaranteed on its limits-page device `device`: its memory request, the
+// whole limit when the request is kUnlimited, never above the limit.
+uint64_t guaranteed(const Region& region, int device) {
+  const uint64_t limit = region.limit(device);
+  const uint64_t request =
+      region.limits_page()->requests[device].memory_request.load(std::memory_order_acquire);
+  return request < limit ? request : limit;
+}
+
+}  // namespace
+
+ReclaimWait::ReclaimWait(int index, uint64_t bytes) {
+  if (!g_shim.uses_shares() || g_shim.options.reclaim_wait_ms == 0 || !valid_gpu(index)) return;
+  // The first share holding the GPU that is within its request with this allocation (its usage
+  // counts the bytes: they are reserved).
+  for (int r = 0; r < g_shim.region_count; ++r) {
+    Region& region = g_shim.regions[r];
+    const int device = share_device(index, r);
+    if (device < 0 || !region.usage_page() || !region.claimed_slot()) continue;
+    if (region.usage(device) > guaranteed(region, device)) continue;
+    page_ = region.usage_page();
+    owner_ = region.owner();
+    device_ = static_cast<uint32_t>(device);
+    break;
+  }
+  if (!page_ || owner_ == 0) {
+    page_ = nullptr;
+    return;
+  }
+  bytes_ = bytes;
+  started_ns_ = monotonic_now_ns();
+  deadline_ns_ = started_ns_ + static_cast<int64_t>(g_shim.options.reclaim_wait_ms) * 1000000;
+  publish();
+  TESSERA_INFO(
+      "the driver refused %llu bytes on device %d within the share's memory request: "
+      "asking the agent to reclaim borrowed memory (waiting up to %u ms)",
+      static_cast<unsigned long long>(bytes), index, g_shim.options.reclaim_wait_ms);
+}
+
+void ReclaimWait::publish() {
+  // The owner first and the bytes last: a reader that sees the bytes sees whose they are (or a
+  // newer request's owner, which is the share's too).
+  page_->reclaim_owner.store(owner_, std::memory_order_seq_cst);
+  page_->reclaim_device.store(device_, std::memory_order_seq_cst);
+  page_->reclaim_at_ns.store(static_cast<uint64_t>(started_ns_), std::memory_order_seq_cst);
+  page_->reclaim_bytes.store(bytes_, std::memory_order_seq_cst);
+}
+
+bool ReclaimWait::again() {
+  if (!page_) return false;
+  const int64_t now = monotonic_now_ns();
+  if (now >= deadline_ns_) {
+    TESSERA_INFO("no memory came back within %u ms: CUDA_ERROR_OUT_OF_MEMORY",
+                 g_shim.options.reclaim_wait_ms);
+    return false;
+  }
+  const int64_t left = deadline_ns_ - now;
+  const int64_t sleep_ns = left < kReclaimRetryNs ? left : kReclaimRetryNs;
+  timespec pause{sleep_ns / 1000000000, sleep_ns % 1000000000};
+  while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
+  }
+  // Another process of the share that stopped waiting withdrew the request: ask again.
+  if (page_->reclaim_bytes.load(std::memory_order_acquire) == 0) publish();
+  return true;
+}
+
+ReclaimWait::~ReclaimWait() {
+  if (!page_) return;
+  // Withdrawn only while it is still this process's (another process's later request stays).
+  if (page_->reclaim_owner.load(std::memory_order_acquire) == owner_)
+    page_->reclaim_bytes.store(0, std::memory_order_seq_cst);
 }
 
 void set_before_refusal(BeforeRefusal callback) {

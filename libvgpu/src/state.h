@@ -160,6 +160,34 @@ bool shares_refused();
 // Combined generation of the open shares (changes when any share's limits page changes).
 uint64_t shares_generation();
 
+// Reclaim (docs/libvgpu.md, "Reclaim"). After the driver refused an allocation of `bytes` on GPU
+// `index` with CUDA_ERROR_OUT_OF_MEMORY although the share's limit admitted it (the bytes are
+// reserved already): when the process is in an agent's share (not a private one: no agent
+// reclaims there) and that share holds the GPU within its memory request (its usage, this
+// allocation included, at most the request), the share is owed the memory and the agent evicts
+// borrowers of the GPU. The constructor publishes the request in the share's usage page
+// (UsagePage::reclaim_*); again() sleeps one retry interval and says whether to call the driver
+// again (until TESSERA_RECLAIM_WAIT_MS has passed since the refusal); the destructor withdraws
+// the request. Only the failure path pays for any of it.
+class ReclaimWait {
+ public:
+  ReclaimWait(int index, uint64_t bytes);
+  ~ReclaimWait();
+  ReclaimWait(const ReclaimWait&) = delete;
+  ReclaimWait& operator=(const ReclaimWait&) = delete;
+  bool again();
+
+ private:
+  void publish();
+  share::UsagePage* page_ = nullptr;  // null: not owed the memory, no wait
+  uint64_t owner_ = 0;
+  uint32_t device_ = 0;
+  uint64_t bytes_ = 0;
+  int64_t started_ns_ = 0;
+  int64_t deadline_ns_ = 0;
+};
+inline constexpr int64_t kReclaimRetryNs = 20'000'000;  // between two driver calls while waiting
+
 // Registered by a layer above that can give memory back to the share on demand (the stream-ordered
 // pools, pools.cc: a pool trimmed at synchronisation may have given memory back since its last
 // operation). One callback; registering again replaces it.

@@ -18,7 +18,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   const int index = on_device ? device_for_ordinal(prop->location.id) : kPassThrough;
   if (index == kPassThrough) return real(handle, size, prop, flags);
   if (index == kBlocked || !reserve_bytes(index, size)) return CUDA_ERROR_OUT_OF_MEMORY;
-  const CUresult result = real(handle, size, prop, flags);
+  const CUresult result =
+      call_reclaiming(index, size, [&] { return real(handle, size, prop, flags); });
   if (result != CUDA_SUCCESS) {
     release_bytes(index, size);
     return result;

@@ -27,7 +27,8 @@ namespace tessera::share {
 inline constexpr uint32_t kLimitsMagic = 0x4d494c54;  // "TLIM" little-endian
 inline constexpr uint32_t kUsageMagic = 0x47535554;   // "TUSG" little-endian
 // Each page has its version. Limits: 2 compute (cores, burst, priority, meter); 3 requests and
-// limits (cores_request, cores_limit, memory_request). Usage: 2 compute.
+// limits (cores_request, cores_limit, memory_request). Usage: 2 compute (its reclaim request
+// since, in bytes that were reserved 0: no bump).
 inline constexpr uint32_t kLimitsVersion = 3;
 inline constexpr uint32_t kUsageVersion = 2;
 inline constexpr uint32_t kMaxDevices = 16;
@@ -218,11 +219,27 @@ struct UsagePage {
   uint32_t struct_size;                   // sizeof(UsagePage)
   uint32_t max_slots;                     // kMaxSlots
   std::atomic<uint32_t> slot_high_water;  // slots [0, high water) have ever been claimed
-  uint8_t reserved0[44];
+  // The reclaim request (docs/node-agent.md, "Reclaim"): a process of the share whose allocation
+  // the driver refused although the share is within its memory request on that device publishes
+  // it here while it waits, and withdraws it (reclaim_bytes 0, while reclaim_owner is still its
+  // own) when it stops waiting. The agent reads it as untrusted input: it only says "look at this
+  // GPU now"; whether anyone is evicted follows from the agent's own figures. These bytes were
+  // reserved (always 0) before, so no version bump: an older shim never asks, an older agent never
+  // looks.
+  std::atomic<uint32_t> reclaim_device;  // the limits-page device of the refused allocation
+  std::atomic<uint64_t> reclaim_bytes;   // what it asked for; 0 = no request
+  std::atomic<uint64_t> reclaim_owner;   // owner word (make_owner) of the waiting process
+  std::atomic<uint64_t> reclaim_at_ns;   // CLOCK_MONOTONIC when it began to wait
+  uint8_t reserved0[16];
   ProcessSlot slots[kMaxSlots];
   ComputeArea compute;
 };
 static_assert(offsetof(UsagePage, slot_high_water) == 16);
+static_assert(offsetof(UsagePage, reclaim_device) == 20);
+static_assert(offsetof(UsagePage, reclaim_bytes) == 24);
+static_assert(offsetof(UsagePage, reclaim_owner) == 32);
+static_assert(offsetof(UsagePage, reclaim_at_ns) == 40);
+static_assert(offsetof(UsagePage, reserved0) == 48);
 static_assert(offsetof(UsagePage, slots) == 64);
 static_assert(offsetof(UsagePage, compute) == 64 + 192 * kMaxSlots);
 static_assert(sizeof(UsagePage) == 64 + 192 * kMaxSlots + 128 + 64 * kMaxDevices);

@@ -303,6 +303,10 @@ UsagePageCopy read_usage_page(const std::string& path) {
   if (got >= kUsageHeader) {
     copy.header_valid = share::valid_usage_page(*page);
     copy.high_water = page->slot_high_water.load(std::memory_order_relaxed);
+    copy.reclaim.device = page->reclaim_device.load(std::memory_order_relaxed);
+    copy.reclaim.bytes = page->reclaim_bytes.load(std::memory_order_relaxed);
+    copy.reclaim.owner = page->reclaim_owner.load(std::memory_order_relaxed);
+    copy.reclaim.at_ns = page->reclaim_at_ns.load(std::memory_order_relaxed);
     copy.slots_read = static_cast<uint32_t>(
         std::min<size_t>((got - kUsageHeader) / sizeof(share::ProcessSlot), share::kMaxSlots));
     for (uint32_t i = 0; i < copy.slots_read; ++i) {

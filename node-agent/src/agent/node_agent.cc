@@ -268,6 +268,7 @@ std::string NodeAgent::scrape_metrics() const {
   sources.version = TESSERA_VERSION;
   sources.findings = findings_ ? &findings_->counters() : nullptr;
   if (checker_) sources.unaccounted = [this] { return checker_->unaccounted_memory(); };
+  if (findings_) sources.reclaim_evictions = [this] { return findings_->reclaim_evictions(); };
   return collect_metrics(sources);
 }
 

@@ -1,15 +1,22 @@
 #include "enforcement/checker.h"
 
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <set>
 #include <string_view>
 
+#include "enforcement/reclaim.h"
+#include "tessera/file_io.h"
 #include "tessera/log.h"
 #include "tessera/share_folder/snapshot.h"
 #include "tessera/share_folder/usage_repair.h"
 #include "tessera/share_region.h"
+#include "tessera/unique_fd.h"
 #include "usage/problems.h"
 
 namespace tessera::agent {
@@ -88,6 +95,8 @@ std::vector<CheckedShare> checked_shares(const Checkpoint& checkpoint,
       share.uuid = spec.uuid;
       const ShareLimits limits = spec.limits();
       if (limits.memory_limit != share::kUnlimited) share.memory_limit = limits.memory_limit;
+      if (limits.memory_request != share::kUnlimited)
+        share.memory_request = std::min(limits.memory_request, limits.memory_limit);
       share.cores = spec.cores;
       if (spec.cores) share.cores_limit = limits.cores_limit;
       share.claim_namespace = entry.namespace_name;
@@ -124,11 +133,57 @@ Status OutOfBandChecker::start() {
       clock_, options_.interval, [this] { check_once(); }, PeriodicLoop::FirstTick::kAtOnce);
   if (!loop.is_ok()) return loop.status().with_context("cannot start the out-of-band checks");
   loop_ = std::move(loop).value();
+  if (options_.reclaim_watch.count() > 0) {
+    auto watch = PeriodicLoop::start(clock_, options_.reclaim_watch, [this] { watch_reclaim(); });
+    if (!watch.is_ok()) {
+      loop_.reset();
+      return watch.status().with_context("cannot start the reclaim watch");
+    }
+    watch_ = std::move(watch).value();
+  }
   return Status::ok();
 }
 
 void OutOfBandChecker::stop() {
+  watch_.reset();
   loop_.reset();
+}
+
+// Reads each share folder's reclaim request (the usage page's header bytes 20-47, pread, never
+// through a symlink or a FIFO) and asks the pass loop for a pass at once when one is new.
+void OutOfBandChecker::watch_reclaim() {
+  std::set<std::string> folders;
+  for (const CheckedShare& share : shares_()) folders.insert(share.folder);
+  std::erase_if(watched_, [&](const auto& seen) { return folders.count(seen.first) == 0; });
+  constexpr size_t kFrom = offsetof(share::UsagePage, reclaim_device);
+  constexpr size_t kBytes = offsetof(share::UsagePage, reserved0) - kFrom;
+  for (const std::string& folder : folders) {
+    UniqueFd fd;
+    if (open_file((folder + "/usage").c_str(), O_RDONLY | O_NONBLOCK, FileSource::kUntrusted, fd) !=
+        0)
+      continue;
+    unsigned char header[kBytes];
+    if (::pread(fd.get(), header, kBytes, kFrom) != static_cast<ssize_t>(kBytes)) continue;
+    uint64_t bytes = 0, owner = 0, at = 0;
+    std::memcpy(&bytes, header + offsetof(share::UsagePage, reclaim_bytes) - kFrom, 8);
+    std::memcpy(&owner, header + offsetof(share::UsagePage, reclaim_owner) - kFrom, 8);
+    std::memcpy(&at, header + offsetof(share::UsagePage, reclaim_at_ns) - kFrom, 8);
+    if (bytes == 0) {
+      watched_.erase(folder);
+      continue;
+    }
+    auto [seen, fresh] = watched_.try_emplace(folder, owner, at);
+    if (!fresh && seen->second == std::pair{owner, at}) continue;
+    seen->second = {owner, at};
+    watch_pending_ = true;
+  }
+  const Clock::time_point now = clock_.now();
+  if (!watch_pending_ || !loop_ ||
+      (watch_triggered_ && now - *watch_triggered_ < options_.reclaim_pass_gap))
+    return;
+  watch_pending_ = false;
+  watch_triggered_ = now;
+  loop_->tick_now();
 }
 
 uint64_t OutOfBandChecker::loop_passes() const {
@@ -364,6 +419,8 @@ struct OutOfBandChecker::Pass {
   std::vector<Finding> findings;
   Problems problems;  // what could not be checked (NVML, a repair that failed)
   std::map<std::string, std::set<int>> members;  // by UUID: the pids some share of it has
+  // By share name: its processes on its GPU and its limits-page device (for reclaim).
+  std::map<std::string, std::pair<std::vector<Member>, int>> share_members;
 };
 
 // One share on its GPU: its folder, its page's device index and its processes.
@@ -382,6 +439,7 @@ std::vector<Finding> OutOfBandChecker::pass() {
   pass.gpus = read_gpus(pass.shares, gpus_, pass.problems);
   for (const CheckedShare& share : pass.shares) check_share(pass, share);
   find_unaccounted(pass);
+  reclaim(pass);
   check_pages(pass);
   if (options_.repair) apply_repairs(pass);
   end_pass(pass);
@@ -414,6 +472,7 @@ void OutOfBandChecker::check_share(Pass& pass, const CheckedShare& share) {
       {}};
   find_members(pass, check);
   for (const Member& member : check.members) pass.members[share.uuid].insert(member.pid);
+  pass.share_members[share.name] = {check.members, check.device};
   find_slot_lies(pass, check);
   find_over_memory(pass, check);
   find_over_cores(pass, check);
@@ -491,8 +550,17 @@ void OutOfBandChecker::find_slot_lies(Pass& pass, const ShareCheck& check) {
                              "(no shim, or the shim bypassed)"));
       continue;
     }
+    // A process waiting for reclaim (the page's request is its own, on this device) has reserved
+    // the bytes it asks for and the driver has not given them yet: its slot may say that much
+    // more than NVML. (A slot above NVML only ever holds its own share back.)
+    const share_folder::UsagePageCopy::ReclaimRequest& waiting = check.folder.page.reclaim;
+    const uint64_t in_flight = waiting.bytes != 0 && waiting.owner == m.owner && d >= 0 &&
+                                       waiting.device == static_cast<uint32_t>(d)
+                                   ? waiting.bytes
+                                   : 0;
     const uint64_t difference =
-        m.used > m.slot.bytes ? m.used - m.slot.bytes : m.slot.bytes - m.used;
+        m.used > m.slot.bytes ? m.used - m.slot.bytes
+                              : m.slot.bytes - m.used - std::min(m.slot.bytes - m.used, in_flight);
     if (difference <= options_.memory_margin || !m.slot.first || d < 0) continue;
     // Repaired below, so seeing it again is a new lie (one episode per sighting); unrepaired
     // (report only), one per episode.
@@ -916,6 +984,127 @@ void OutOfBandChecker::end_pass(Pass& pass) {
     }
     stats_.last_problem = problems;
   }
+}
+
+// ---- Reclaim ----------------------------------------------------------------------------------
+
+namespace {
+
+// How long a process chosen for eviction keeps its bytes counted as coming back while NVML still
+// lists it (the kill may have failed its proof): then it may be chosen again.
+constexpr std::chrono::seconds kEvictionPending{10};
+constexpr std::chrono::seconds kDeclineLogGap{10};
+
+}  // namespace
+
+void OutOfBandChecker::reclaim(Pass& pass) {
+  // Evictions done: the process left its GPU (NVML no longer lists it, or a new process has the
+  // pid), or the kill did not land in time.
+  std::erase_if(evictions_, [&](const auto& item) {
+    const auto& [pid, eviction] = item;
+    if (pass.now - eviction.at > kEvictionPending) return true;
+    const auto gpu = pass.gpus.find(eviction.uuid);
+    if (gpu == pass.gpus.end() || !gpu->second.ok) return false;  // not known now: kept
+    const bool listed =
+        std::any_of(gpu->second.memory.begin(), gpu->second.memory.end(),
+                    [pid = pid](const GpuProcessMemory& process) { return process.pid == pid; });
+    const ProcessFacts* facts = processes_.lookup(pid);
+    return !listed || !facts || facts->start_time != eviction.start_time;
+  });
+  std::set<std::string> asking;
+  for (const CheckedShare& share : pass.shares) {
+    const auto folder = pass.folders.find(share.folder);
+    const auto members = pass.share_members.find(share.name);
+    if (folder == pass.folders.end() || members == pass.share_members.end()) continue;
+    const share_folder::UsagePageCopy::ReclaimRequest& request = folder->second.page.reclaim;
+    const int device = members->second.second;
+    if (request.bytes == 0 || !folder->second.page.header_valid || device < 0 ||
+        request.device != static_cast<uint32_t>(device))
+      continue;
+    asking.insert(share.name);
+    // Each request is counted and its outcome logged once (the shim keeps it up while it waits).
+    const std::pair<uint64_t, uint64_t> key{request.owner, request.at_ns};
+    const bool fresh = reclaim_seen_[share.name] != key;
+    reclaim_seen_[share.name] = key;
+    if (fresh) ++stats_.reclaim_requests;
+    // A request not acted on is said once, and at most once per share per kDeclineLogGap: a
+    // tenant rewriting its request cannot fill the log.
+    auto decline = [&](const std::string& why) {
+      stats_.last_reclaim = share.name + ": " + why;
+      if (!fresh) return;
+      const auto logged = declines_logged_.find(share.name);
+      if (logged != declines_logged_.end() && pass.now - logged->second < kDeclineLogGap) return;
+      declines_logged_[share.name] = pass.now;
+      log::info(
+          "reclaim request not acted on",
+          {{"share", share.name}, {"gpu", share.uuid}, {"bytes", request.bytes}, {"reason", why}});
+    };
+    // The request's owner must be a live process of the share on the GPU, in its page now.
+    const std::vector<Member>& own = members->second.first;
+    if (std::none_of(own.begin(), own.end(),
+                     [&](const Member& m) { return m.in_page && m.owner == request.owner; })) {
+      decline("its owner word names no process of the share on the GPU");
+      continue;
+    }
+    Result<uint64_t> free_bytes = gpus_.free_memory(share.uuid);
+    if (!free_bytes.is_ok()) {
+      pass.problems.push_back(free_bytes.status());
+      decline("the GPU's free memory is not known: " + free_bytes.status().message());
+      continue;
+    }
+    // The GPU's shares by the agent's figures (NVML), the processes chosen before left out and
+    // their bytes counted as coming back.
+    uint64_t coming_back = 0;
+    for (const auto& [pid, eviction] : evictions_)
+      if (eviction.uuid == share.uuid) coming_back += eviction.bytes;
+    std::vector<ReclaimShare> shares;
+    for (const CheckedShare& other : pass.shares) {
+      if (other.uuid != share.uuid) continue;
+      const auto found = pass.share_members.find(other.name);
+      if (found == pass.share_members.end()) continue;
+      ReclaimShare figures;
+      figures.name = other.name;
+      figures.request =
+          other.memory_request.value_or(other.memory_limit.value_or(share::kUnlimited));
+      for (const Member& m : found->second.first) {
+        if (evictions_.count(m.pid) != 0) continue;
+        figures.used += m.used;
+        figures.processes.push_back({m.pid, m.start_time, m.used});
+      }
+      shares.push_back(std::move(figures));
+    }
+    const ReclaimPlan plan = plan_reclaim({share.name, request.bytes}, *free_bytes + coming_back,
+                                          shares, options_.memory_margin);
+    if (plan.victims.empty()) {
+      decline(plan.reason);
+      continue;
+    }
+    stats_.last_reclaim = share.name + ": " + plan.reason;
+    const auto requester = std::find_if(
+        shares.begin(), shares.end(), [&](const ReclaimShare& s) { return s.name == share.name; });
+    for (const ReclaimVictim& victim : plan.victims) {
+      const auto owner =
+          std::find_if(pass.shares.begin(), pass.shares.end(),
+                       [&](const CheckedShare& s) { return s.name == victim.share; });
+      const auto figures = std::find_if(shares.begin(), shares.end(), [&](const ReclaimShare& s) {
+        return s.name == victim.share;
+      });
+      evictions_[victim.process.pid] = {victim.process.start_time, share.uuid, victim.process.used,
+                                        pass.now};
+      ++stats_.reclaim_evictions;
+      pass.findings.push_back(make_finding(
+          FindingKind::kReclaimEviction, *owner, victim.process.pid, victim.process.start_time,
+          "share " + share.name + " (claim " + share.claim_namespace + "/" + share.claim_name +
+              ") is within its memory request (holds " + mib(requester->used) + " of " +
+              mib(requester->request) + ") and asked for " + mib(request.bytes) + "; " +
+              plan.reason + "; this process's share holds " + mib(figures->used) +
+              ", above its request of " + mib(figures->request) + ", and this process " +
+              mib(victim.process.used)));
+    }
+  }
+  std::erase_if(reclaim_seen_, [&](const auto& seen) { return asking.count(seen.first) == 0; });
+  std::erase_if(declines_logged_,
+                [&](const auto& logged) { return pass.now - logged.second >= kDeclineLogGap; });
 }
 
 }  // namespace tessera::agent

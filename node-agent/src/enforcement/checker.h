@@ -68,7 +68,10 @@ struct CheckedShare {
   std::string folder;  // its folder's path (shared by a claim's shares of several GPUs)
   std::string uuid;
   std::optional<uint64_t>
-      memory_limit;                     // bytes (the share's limit, not its request); none: the GPU
+      memory_limit;  // bytes (the share's limit, not its request); none: the GPU
+  // Bytes guaranteed (its request, at most the limit); none: the whole limit. Above it the share
+  // borrows, and reclaim may evict its processes.
+  std::optional<uint64_t> memory_request;
   std::optional<uint32_t> cores;        // the cores request, percent; none: no compute limit
   std::optional<uint32_t> cores_limit;  // percent it may reach
   std::string claim_namespace, claim_name, claim_uid;
@@ -108,17 +111,26 @@ struct CheckerOptions {
   // one (the MPS server the daemon spawned for the share's clients), on that daemon's GPU is
   // infrastructure of that share. Null: no MPS shares.
   std::function<std::vector<MpsDaemon>()> mps_daemons;
+  // Reclaim: how often the usage pages' headers (28 bytes each, pread) are read for a new reclaim
+  // request, which then runs a pass at once instead of at the next interval; at most one such pass
+  // per reclaim_pass_gap, so a tenant rewriting its request cannot make the passes run
+  // back-to-back. 0: a request waits for the next pass (up to `interval`).
+  std::chrono::milliseconds reclaim_watch{100};
+  std::chrono::milliseconds reclaim_pass_gap{250};
 };
 
 struct CheckerStats {
   uint64_t passes = 0;
   uint64_t findings = 0;
-  uint64_t repairs = 0;           // usage pages repaired
-  uint64_t slots_cleared = 0;     // of dead, unknown or foreign owners
-  uint64_t figures_set = 0;       // slot figures set from NVML
-  uint64_t process_reads = 0;     // processes read in full (new pids)
-  uint64_t claim_pods_asked = 0;  // claim_pods calls
-  std::string last_problem;       // "" = none
+  uint64_t repairs = 0;            // usage pages repaired
+  uint64_t slots_cleared = 0;      // of dead, unknown or foreign owners
+  uint64_t figures_set = 0;        // slot figures set from NVML
+  uint64_t process_reads = 0;      // processes read in full (new pids)
+  uint64_t claim_pods_asked = 0;   // claim_pods calls
+  uint64_t reclaim_requests = 0;   // reclaim requests read (each published request once)
+  uint64_t reclaim_evictions = 0;  // processes chosen for eviction (reclaim_eviction findings)
+  std::string last_reclaim;        // why the last request read led to what it did
+  std::string last_problem;        // "" = none
 };
 
 class OutOfBandChecker {
@@ -131,7 +143,8 @@ class OutOfBandChecker {
   OutOfBandChecker(const OutOfBandChecker&) = delete;
   OutOfBandChecker& operator=(const OutOfBandChecker&) = delete;
 
-  // A pass at once, then one every interval on a PeriodicLoop.
+  // A pass at once, then one every interval on a PeriodicLoop (and the reclaim watch beside it,
+  // CheckerOptions::reclaim_watch).
   Status start();
   void stop();
 
@@ -209,6 +222,9 @@ class OutOfBandChecker {
   // pod_verdict for a slot's pod against every claim of a folder's shares.
   PodVerdict folder_pod_verdict(Pass& pass, const std::string& path, const std::string& pod_uid);
   void apply_repairs(Pass& pass);
+  // Reclaim (reclaim.h): each share's reclaim request in its usage page, judged on the agent's
+  // figures; the victims as reclaim_eviction findings.
+  void reclaim(Pass& pass);
   // Ends the pass: forgets conditions no longer seen, counts, logs what could not be checked.
   void end_pass(Pass& pass);
 
@@ -236,11 +252,31 @@ class OutOfBandChecker {
   // Per usage page: the owner words of processes on a GPU that a pass read in it, with their
   // slots then, kept while the process is on a GPU (so a wiped page does not make them nobody's).
   std::map<std::string, std::map<uint64_t, std::vector<share_folder::SlotCopy>>> page_members_;
+  // Processes chosen for eviction, by pid: not chosen again, and their bytes counted as coming
+  // back, while NVML still lists them (dropped after kEvictionPending, should the kill not land).
+  struct Eviction {
+    uint64_t start_time;
+    std::string uuid;
+    uint64_t bytes;
+    Clock::time_point at;
+  };
+  std::map<int, Eviction> evictions_;
+  // Per share: the last reclaim request read (its owner and start), so each is counted and logged
+  // once.
+  std::map<std::string, std::pair<uint64_t, uint64_t>> reclaim_seen_;
+  std::map<std::string, Clock::time_point> declines_logged_;  // per share: the last decline said
   CheckerStats stats_;
   mutable std::mutex unaccounted_mutex_;  // unaccounted_ only: a scrape never waits for a pass
   std::map<std::string, uint64_t> unaccounted_;
   std::map<std::string, uint64_t> mps_servers_;
-  std::unique_ptr<PeriodicLoop> loop_;  // last: its passes use everything above
+  std::unique_ptr<PeriodicLoop> loop_;  // its passes use everything above
+  // The reclaim watch (its own thread): the last request seen per folder, and whether a pass it
+  // asked for waits for reclaim_pass_gap.
+  void watch_reclaim();
+  std::map<std::string, std::pair<uint64_t, uint64_t>> watched_;
+  std::optional<Clock::time_point> watch_triggered_;
+  bool watch_pending_ = false;
+  std::unique_ptr<PeriodicLoop> watch_;  // last: stopped first, it asks loop_ for passes
 };
 
 }  // namespace tessera::agent

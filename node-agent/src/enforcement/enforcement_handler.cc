@@ -64,21 +64,32 @@ std::string EnforcementHandler::kill_offender(const Finding& finding) {
   }
   if (error != 0) return "kill failed: " + std::string(std::strerror(error));
   kills_.fetch_add(1, std::memory_order_relaxed);
+  if (finding.kind == FindingKind::kReclaimEviction) ++evictions_[finding.gpu_uuid];
   constexpr size_t kKilledKept = 256;  // far more than one pass kills
   if (killed_.size() == kKilledKept) killed_.pop_front();
   killed_.push_back({finding.host_pid, finding.host_pid_start_time, finding.kind});
   return "killed (SIGKILL)";
 }
 
+std::map<std::string, uint64_t> EnforcementHandler::reclaim_evictions() const {
+  std::lock_guard lock(kill_mutex_);
+  return evictions_;
+}
+
 void EnforcementHandler::handle(const Finding& finding) {
   counters_.add(finding.kind);
   const EnforcementPolicy policy = policy_of(finding.share);
   std::string action = "reported";
-  if (policy == EnforcementPolicy::kKill && kill_worthy(finding.kind))
+  if ((policy == EnforcementPolicy::kKill && kill_worthy(finding.kind)) ||
+      killed_regardless(finding.kind))
     action = kill_offender(finding);
+  // What decided the action: the share's policy, or reclaim (whatever the policy).
+  const std::string by = killed_regardless(finding.kind)
+                             ? std::string("reclaim")
+                             : "policy " + std::string(enforcement_policy_name(policy));
   if (options_.then) {
     Finding handled = finding;
-    handled.detail += "; policy " + std::string(enforcement_policy_name(policy)) + ": " + action;
+    handled.detail += "; " + by + ": " + action;
     options_.then->handle(handled);
   }
   // A finding about a share names it and its claim; one of no share (unaccounted_process) names
@@ -96,12 +107,12 @@ void EnforcementHandler::handle(const Finding& finding) {
       line += ", pod uid " + pod_uid + (finding.pod.empty() ? "" : " (" + finding.pod + ")");
     if (!finding.gpu_uuid.empty()) line += ", gpu " + finding.gpu_uuid;
     if (!of_share) line += ", bytes " + std::to_string(finding.bytes);
-    options_.log(line + ": " + finding.detail + "; policy " +
-                 std::string(enforcement_policy_name(policy)) + ": " + action);
+    options_.log(line + ": " + finding.detail + "; " + by + ": " + action);
     return;
   }
   const std::string_view kind = finding_kind_name(finding.kind);
-  const std::string_view policy_name = enforcement_policy_name(policy);
+  const std::string_view policy_name =
+      killed_regardless(finding.kind) ? "reclaim" : enforcement_policy_name(policy);
   if (of_share) {
     log::warn("finding", {{"kind", kind},
                           {"pid", finding.host_pid},

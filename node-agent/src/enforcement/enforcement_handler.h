@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -37,6 +38,12 @@ class FindingCounters {
 constexpr bool kill_worthy(FindingKind kind) {
   return kind == FindingKind::kOverMemoryLimit || kind == FindingKind::kUnshimmedProcess ||
          kind == FindingKind::kOverCoresLimit;
+}
+
+// Kinds whose offender is killed whatever the policy: a reclaim eviction takes back memory a
+// share borrowed (its bytes above its request), as the share's limit lent them.
+constexpr bool killed_regardless(FindingKind kind) {
+  return kind == FindingKind::kReclaimEviction;
 }
 
 struct EnforcementHandlerOptions {
@@ -66,6 +73,9 @@ class EnforcementHandler final : public FindingHandler {
 
   const FindingCounters& counters() const { return counters_; }
   uint64_t kills() const { return kills_.load(std::memory_order_relaxed); }
+  // Processes killed under reclaim_eviction, per GPU UUID, since the start
+  // (tessera_reclaim_evictions_total).
+  std::map<std::string, uint64_t> reclaim_evictions() const;
   EnforcementPolicy policy_of(const std::string& share) const;
   // What a share whose VgpuConfig names no policy gets (--enforcement-default).
   EnforcementPolicy default_policy() const { return options_.default_policy; }
@@ -77,7 +87,8 @@ class EnforcementHandler final : public FindingHandler {
   EnforcementHandlerOptions options_;
   FindingCounters counters_;
   std::atomic<uint64_t> kills_{0};
-  std::mutex kill_mutex_;  // one proof-and-signal at a time; guards killed_
+  mutable std::mutex kill_mutex_;  // one proof-and-signal at a time; guards killed_, evictions_
+  std::map<std::string, uint64_t> evictions_;  // reclaim_evictions()
   // The processes this handler killed (pid, start time, the finding's kind), the latest last: a
   // later finding about one says so instead of failing the proof of a process that is gone.
   struct Killed {

@@ -92,6 +92,8 @@ void write_gpus(const MetricsSources& sources, const std::vector<NodeDevice>& de
   const DeviceHealthSnapshot health = sources.health ? sources.health() : DeviceHealthSnapshot{};
   const std::map<std::string, uint64_t> unaccounted =
       sources.unaccounted ? sources.unaccounted() : std::map<std::string, uint64_t>{};
+  const std::map<std::string, uint64_t> evictions =
+      sources.reclaim_evictions ? sources.reclaim_evictions() : std::map<std::string, uint64_t>{};
   for (const NodeDevice& device : devices) {
     const std::string labels[] = {device.uuid, device.name, sources.node_name};
     if (sources.gpu_stats) {
@@ -110,6 +112,9 @@ void write_gpus(const MetricsSources& sources, const std::vector<NodeDevice>& de
     out.add(MetricId::kGpuShares, labels, count == shares.end() ? uint64_t{0} : count->second);
     if (const auto bytes = unaccounted.find(device.uuid); bytes != unaccounted.end())
       out.add(MetricId::kGpuUnaccountedMemoryBytes, labels, bytes->second);
+    const auto evicted = evictions.find(device.uuid);
+    out.add(MetricId::kReclaimEvictionsTotal, labels,
+            evicted == evictions.end() ? uint64_t{0} : evicted->second);
   }
 }
 

@@ -34,6 +34,9 @@ struct MetricsSources {
   // null or a GPU absent (no check ran, NVML did not answer): no series, never a 0 that means
   // "not known".
   std::function<std::map<std::string, uint64_t>()> unaccounted;
+  // Per GPU UUID, the processes killed under reclaim (EnforcementHandler::reclaim_evictions); a
+  // GPU absent, or null: 0.
+  std::function<std::map<std::string, uint64_t>()> reclaim_evictions;
 };
 
 // The exposition text of one scrape.

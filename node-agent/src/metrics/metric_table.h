@@ -51,6 +51,7 @@ enum class MetricId : size_t {
   kUnprepareDurationSeconds,
   kBuildInfo,
   kFindingsTotal,
+  kReclaimEvictionsTotal,
   kCount,
 };
 inline constexpr size_t kMetricCount = static_cast<size_t>(MetricId::kCount);
@@ -135,6 +136,10 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
      "Findings of the out-of-band checks (and the process watcher) since the agent started, by "
      "kind: a share over its memory limit or cores burst, an unshimmed process, a corrupt or "
      "lying usage page, a process of no share on a GPU (unaccounted, never killed)"},
+    {MetricId::kReclaimEvictionsTotal, "tessera_reclaim_evictions_total", MetricType::kCounter,
+     LabelSet::kGpu,
+     "Processes of shares above their memory request killed on the GPU so that a share within its "
+     "request could get memory (reclaim), since the agent started"},
 }};
 
 constexpr bool table_in_id_order() {

@@ -22,11 +22,15 @@ enum class FindingKind : uint8_t {
   // process): never killed, it is not a tenant's; its memory comes out of what shares were
   // promised.
   kUnaccountedProcess,
+  // Reclaim (docs/node-agent.md): a process of a share above its memory request, evicted because a
+  // share within its request cannot get memory on the GPU. Not a tenant's fault: the bytes were
+  // lent. Killed whatever the enforcement policy (the lending's terms, not a punishment).
+  kReclaimEviction,
 };
 inline constexpr FindingKind kAllFindingKinds[] = {
-    FindingKind::kOverMemoryLimit,  FindingKind::kUnshimmedProcess,
-    FindingKind::kCorruptUsagePage, FindingKind::kUsageDisagrees,
-    FindingKind::kOverCoresLimit,   FindingKind::kUnaccountedProcess};
+    FindingKind::kOverMemoryLimit, FindingKind::kUnshimmedProcess, FindingKind::kCorruptUsagePage,
+    FindingKind::kUsageDisagrees,  FindingKind::kOverCoresLimit,   FindingKind::kUnaccountedProcess,
+    FindingKind::kReclaimEviction};
 
 // The `kind` label of tessera_findings_total and the word in log lines and events.
 constexpr std::string_view finding_kind_name(FindingKind kind) {
@@ -43,6 +47,8 @@ constexpr std::string_view finding_kind_name(FindingKind kind) {
       return "over_cores_limit";
     case FindingKind::kUnaccountedProcess:
       return "unaccounted_process";
+    case FindingKind::kReclaimEviction:
+      return "reclaim_eviction";
   }
   return "unknown";
 }

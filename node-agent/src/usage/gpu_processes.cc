@@ -28,6 +28,15 @@ class NvmlProcessSource final : public GpuProcessSource {
     return out;
   }
 
+  Result<uint64_t> free_memory(const std::string& uuid) override {
+    Result<nvmlDevice_t> device = handle(uuid);
+    if (!device.is_ok()) return device.status();
+    Result<nvmlMemory_t> memory = session_.memory(*device);
+    if (!memory.is_ok())
+      return unavailable(memory.status().with_context("memory of " + uuid).message());
+    return static_cast<uint64_t>(memory->free);
+  }
+
   Result<std::vector<GpuProcessBusy>> busy(const std::string& uuid) override {
     Result<nvmlDevice_t> device = handle(uuid);
     if (!device.is_ok()) return device.status();
@@ -72,10 +81,10 @@ class NvmlProcessSource final : public GpuProcessSource {
 
 Result<std::unique_ptr<GpuProcessSource>> nvml_process_source(const std::string& library) {
   using nvml::EntryPoint;
-  Result<nvml::Session> session =
-      nvml::Session::open(library, {EntryPoint::nvmlDeviceGetHandleByUUID,
-                                    EntryPoint::nvmlDeviceGetComputeRunningProcesses_v3,
-                                    EntryPoint::nvmlDeviceGetProcessUtilization});
+  Result<nvml::Session> session = nvml::Session::open(
+      library,
+      {EntryPoint::nvmlDeviceGetHandleByUUID, EntryPoint::nvmlDeviceGetComputeRunningProcesses_v3,
+       EntryPoint::nvmlDeviceGetProcessUtilization, EntryPoint::nvmlDeviceGetMemoryInfo});
   if (!session.is_ok()) return unavailable(session.status().message());
   return std::unique_ptr<GpuProcessSource>(
       std::make_unique<NvmlProcessSource>(std::move(session).value()));

@@ -30,6 +30,11 @@ class GpuProcessSource {
   // Per-process SM utilisation over the window since the previous call for `uuid` (the first
   // call only opens the window: empty).
   virtual Result<std::vector<GpuProcessBusy>> busy(const std::string& uuid) = 0;
+  // The GPU's free memory (nvmlDeviceGetMemoryInfo), for reclaim; a source that cannot tell says
+  // kUnavailable (and the checks then reclaim nothing).
+  virtual Result<uint64_t> free_memory(const std::string& uuid) {
+    return unavailable("no free-memory figure for " + uuid);
+  }
 };
 
 // nvmlDeviceGetComputeRunningProcesses_v3 and nvmlDeviceGetProcessUtilization through `library`;

@@ -677,7 +677,7 @@ TEST(OutOfBandChecker, CheckedSharesComeFromCompletedClaimsWithTheirPods) {
   spec.memory_bytes = 4 * kGiB;
   spec.cores = 30;
   spec.config.cores_limit = 60;
-  spec.config.memory_limit = 6 * kGiB;
+  spec.config.memory_limit = 6 * kGiB;  // above the 4 GiB request: 2 GiB may be borrowed
   checkpoint["uid-1"] = {"tenants", "pair", ClaimState::kPrepareCompleted, {spec}, {{"p", "u"}}};
   checkpoint["uid-2"] = {"tenants", "half", ClaimState::kPrepareStarted, {spec}, {}};
   const std::vector<CheckedShare> shares = checked_shares(checkpoint, "/state/shares");
@@ -685,6 +685,7 @@ TEST(OutOfBandChecker, CheckedSharesComeFromCompletedClaimsWithTheirPods) {
   EXPECT_EQ(shares[0].name, "uid-1-gpu-0-s");
   EXPECT_EQ(shares[0].folder, "/state/shares/uid-1-gpu-0-s");
   EXPECT_EQ(shares[0].memory_limit, 6 * kGiB) << "the limit, not the request, is the wall";
+  EXPECT_EQ(shares[0].memory_request, 4 * kGiB) << "above it, reclaim may evict";
   EXPECT_EQ(shares[0].cores_limit, 60u);
   ASSERT_EQ(shares[0].pods.size(), 1u);
   EXPECT_EQ(shares[0].pods[0].uid, "u");

@@ -82,6 +82,13 @@ class FakeGpus final : public GpuProcessSource {
   Result<std::vector<GpuProcessBusy>> busy(const std::string& uuid) override {
     return utilization[uuid];
   }
+  // The GPU's free memory (reclaim); a GPU not in `free` does not say.
+  Result<uint64_t> free_memory(const std::string& uuid) override {
+    const auto it = free.find(uuid);
+    if (it == free.end()) return unavailable("no free-memory figure for " + uuid);
+    return it->second;
+  }
+  std::map<std::string, uint64_t> free;
   std::map<std::string, std::vector<GpuProcessMemory>> processes;
   std::map<std::string, std::vector<GpuProcessBusy>> utilization;
   std::set<std::string> lost;

@@ -1,7 +1,9 @@
 // hostile-tenant: a process of a share that does not cooperate, for the out-of-band checks' end-to-
 // end tests. It allocates device memory through the driver (the shim, when preloaded, enforces
 // the share's limit on it), then attacks as --attack says, allocates up to --bytes in all, prints
-// one line "held <bytes>" and sleeps until it is killed.
+// one line "held <bytes> slowest <ms>" (the longest single allocation call, in milliseconds: a
+// call the shim holds while the agent reclaims) and sleeps until it is killed. --chunk sets the
+// size of each allocation (default 256 MiB).
 //   zero-slot         zeroes its own slot's byte counts in the usage page, allocates on
 //   reset-high-water  sets the page's slot_high_water to 0, allocates on
 //   none              nothing (run without the shim: an unshimmed process)
@@ -9,6 +11,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -55,15 +58,25 @@ struct Driver {
   }
 };
 
-constexpr uint64_t kChunk = 256ull << 20;
+uint64_t g_chunk = 256ull << 20;
+double g_slowest_ms = 0;
+
+double now_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
 
 // Allocates chunks until `total` bytes are held by this process (as it counts them) or the driver
 // refuses.
 uint64_t allocate(const Driver& driver, uint64_t held, uint64_t total) {
-  while (held + kChunk <= total) {
+  while (g_chunk > 0 && held + g_chunk <= total) {
     CUdeviceptr pointer = 0;
-    if (driver.alloc(&pointer, kChunk) != 0) break;
-    held += kChunk;
+    const double start = now_ms();
+    const CUresult result = driver.alloc(&pointer, g_chunk);
+    if (now_ms() - start > g_slowest_ms) g_slowest_ms = now_ms() - start;
+    if (result != 0) break;
+    held += g_chunk;
   }
   return held;
 }
@@ -86,6 +99,7 @@ int main(int argc, char** argv) {
     if (flag == "--attack") attack = argv[i + 1];
     if (flag == "--bytes") bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (flag == "--copy") copy = argv[i + 1];
+    if (flag == "--chunk") g_chunk = std::strtoull(argv[i + 1], nullptr, 10);
   }
   Driver driver;
   if (!driver.load("libcuda.so.1")) return 2;
@@ -106,7 +120,7 @@ int main(int argc, char** argv) {
     if (!second.load(copy.c_str())) return 4;
     held = allocate(second, held, bytes);
   }
-  std::printf("held %llu\n", static_cast<unsigned long long>(held));
+  std::printf("held %llu slowest %.1f\n", static_cast<unsigned long long>(held), g_slowest_ms);
   std::fflush(stdout);
   for (;;) pause();
 }

@@ -48,7 +48,10 @@ namespace tessera::vgpu {
     "HAMi-core alias of TESSERA_CORES_LIMIT for every device (0 = no limit, as in HAMi)")        \
   X(kHamiCoresLimitN, "CUDA_DEVICE_SM_LIMIT_<i>", "", "percent", kAccounting,                    \
     "HAMi-core alias: cores limit of device ordinal i (0..15, no leading zero; another suffix "  \
-    "gives every device 0); wins over CUDA_DEVICE_SM_LIMIT")
+    "gives every device 0); wins over CUDA_DEVICE_SM_LIMIT")                                     \
+  X(kReclaimWait, "TESSERA_RECLAIM_WAIT_MS", "5000", "ms", kSetting,                             \
+    "how long an allocation the driver refuses waits while the agent evicts borrowers, when "    \
+    "the agent's share is within its memory request on the device (0..600000; 0: no wait)")
 
 enum class OptionKind : int { kSetting, kAccounting };
 
@@ -71,6 +74,7 @@ const OptionInfo& option_info(OptionId id);
 inline constexpr uint64_t kNoLimit = ~0ull;
 inline constexpr int kMaxLimitEntries = 16;
 inline constexpr size_t kMaxUuid = 48;
+inline constexpr uint32_t kMaxReclaimWaitMs = 600000;  // TESSERA_RECLAIM_WAIT_MS at most
 
 // ---- pure parsers
 // ---------------------------------------------------------------------------------
@@ -155,6 +159,8 @@ struct Options {
   uint32_t cores_blocked_mask = 0;  // ordinals whose burst is below their cores limit: 0%
   uint32_t priority = 0;            // share::kPriorityNormal
   char device_dir[200] = "/dev/shm";
+  // TESSERA_RECLAIM_WAIT_MS: the bound on an allocation's wait for reclaim (docs/libvgpu.md).
+  uint32_t reclaim_wait_ms = 5000;
 
   // Problems found while reading, as ready-to-print lines (the caller logs them): `messages` apply
   // everywhere, except those marked standalone_only (an environment limit's problem: moot inside

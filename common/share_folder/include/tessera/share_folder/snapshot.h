@@ -117,6 +117,14 @@ struct UsagePageCopy {
   // scribbled page's slots too).
   std::vector<SlotCopy> slots;
   std::array<ComputeDeviceCopy, share::kMaxDevices> compute{};  // zero unless read whole
+  // The header's reclaim request as read (UsagePage::reclaim_*; untrusted: any values), zero when
+  // the header was not read.
+  struct ReclaimRequest {
+    uint32_t device = 0;
+    uint64_t bytes = 0;  // 0 = none
+    uint64_t owner = 0;
+    uint64_t at_ns = 0;
+  } reclaim;
 
   // No fault: read whole and valid, or absent (nothing used yet; every figure 0).
   bool usable() const {
