@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tessera/cgroup/cgroup_v2.h"
+#include "tessera/cgroup/driver_partition.h"
 #include "tessera/nvml.h"
 #include "tessera/share_folder/limits_writer.h"
 #include "tessera/status.h"
