@@ -22,11 +22,17 @@ enum class FindingKind : uint8_t {
   // process): never killed, it is not a tenant's; its memory comes out of what shares were
   // promised.
   kUnaccountedProcess,
+  // The driver's partition on a share container's cgroup is missing or differs from the share's
+  // request and limit (repaired: set again; docs/driver-partitions.md).
+  kPartitionDrift,
+  // The driver's currentUsed for a share's cgroups and the shim's count (the usage page's sum)
+  // differ by more than a context's cost.
+  kLayersDisagree,
 };
 inline constexpr FindingKind kAllFindingKinds[] = {
-    FindingKind::kOverMemoryLimit,  FindingKind::kUnshimmedProcess,
-    FindingKind::kCorruptUsagePage, FindingKind::kUsageDisagrees,
-    FindingKind::kOverCoresLimit,   FindingKind::kUnaccountedProcess};
+    FindingKind::kOverMemoryLimit, FindingKind::kUnshimmedProcess, FindingKind::kCorruptUsagePage,
+    FindingKind::kUsageDisagrees,  FindingKind::kOverCoresLimit,   FindingKind::kUnaccountedProcess,
+    FindingKind::kPartitionDrift,  FindingKind::kLayersDisagree};
 
 // The `kind` label of tessera_findings_total and the word in log lines and events.
 constexpr std::string_view finding_kind_name(FindingKind kind) {
@@ -43,6 +49,10 @@ constexpr std::string_view finding_kind_name(FindingKind kind) {
       return "over_cores_limit";
     case FindingKind::kUnaccountedProcess:
       return "unaccounted_process";
+    case FindingKind::kPartitionDrift:
+      return "partition_drift";
+    case FindingKind::kLayersDisagree:
+      return "layers_disagree";
   }
   return "unknown";
 }
