@@ -21,6 +21,7 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
                   Exposition& out) {
   // A folder can hold several shares of a claim (one per GPU): it is read once.
   std::map<std::string, share_folder::ShareFolderSnapshot> folders;
+  const PartitionViews partitions = sources.partitions ? sources.partitions() : PartitionViews{};
   for (const auto& [claim_uid, entry] : checkpoint) {
     // A claim still being prepared may have no folder yet; its series appear when it completes.
     if (entry.state != ClaimState::kPrepareCompleted) continue;
@@ -56,10 +57,19 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
       out.add(MetricId::kShareCoresLimitPercent, labels,
               uint64_t{share::effective_cores_limit(limit.cores_request, limit.cores_limit)});
       const std::string qos_labels[] = {
-          labels[0], labels[1], labels[2], labels[3], labels[4], labels[5],
+          labels[0],
+          labels[1],
+          labels[2],
+          labels[3],
+          labels[4],
+          labels[5],
           std::string(qos_class_name(device_qos_class(limit.memory_request, limit.memory_limit,
                                                       limit.cores_request, limit.cores_limit)))};
       out.add(MetricId::kShareQosClass, qos_labels, uint64_t{1});
+      const auto view = partitions.find({share.name(), share.uuid});
+      const bool driver = view != partitions.end() && view->second.driver;
+      out.add(MetricId::kShareMemoryDriverHeld, labels, uint64_t{driver ? 1u : 0u});
+      if (driver) out.add(MetricId::kShareDriverMemoryUsedBytes, labels, view->second.driver_used);
       // A page that cannot be read whole (a tenant may truncate or replace it) leaves the usage
       // series out: 0 would read as "nothing used". Zero until a process has written the page.
       const share_folder::ShareFolderSnapshot& usage = folder->second;
@@ -105,6 +115,12 @@ void write_gpus(const MetricsSources& sources, const std::vector<NodeDevice>& de
     out.add(MetricId::kGpuShares, labels, count == shares.end() ? uint64_t{0} : count->second);
     if (const auto bytes = unaccounted.find(device.uuid); bytes != unaccounted.end())
       out.add(MetricId::kGpuUnaccountedMemoryBytes, labels, bytes->second);
+    bool partitioned = false;
+    if (sources.partition_capability)
+      if (const auto support = sources.partition_capability->gpus.find(device.uuid);
+          support != sources.partition_capability->gpus.end())
+        partitioned = support->second.supported;
+    out.add(MetricId::kGpuDriverPartitions, labels, uint64_t{partitioned ? 1u : 0u});
   }
 }
 

@@ -17,12 +17,12 @@ enum class MetricType { kCounter, kGauge, kHistogram };
 // Which labels a metric's series carry, in this order.
 enum class LabelSet {
   kNone,
-  kShare,    // namespace, claim, share, pod, uuid, node
+  kShare,     // namespace, claim, share, pod, uuid, node
   kShareQos,  // the share's labels, then class (qos_class.h: guaranteed, burstable, best-effort)
-  kGpu,      // uuid, device, node
-  kResult,   // result: "ok" or "error"
-  kBuild,    // version
-  kFinding,  // kind (model/finding.h finding_kind_name), node
+  kGpu,       // uuid, device, node
+  kResult,    // result: "ok" or "error"
+  kBuild,     // version
+  kFinding,   // kind (model/finding.h finding_kind_name), node
 };
 
 // The order of kMetricTable below (checked at compile time).
@@ -39,12 +39,15 @@ enum class MetricId : size_t {
   kShareProcesses,
   kShareUsageReadable,
   kShareQosClass,
+  kShareMemoryDriverHeld,
+  kShareDriverMemoryUsedBytes,
   kGpuMemoryUsedBytes,
   kGpuMemoryTotalBytes,
   kGpuUtilizationPercent,
   kGpuHealthy,
   kGpuShares,
   kGpuUnaccountedMemoryBytes,
+  kGpuDriverPartitions,
   kPrepareRequestsTotal,
   kPrepareDurationSeconds,
   kUnprepareRequestsTotal,
@@ -105,6 +108,14 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
     {MetricId::kShareQosClass, "tessera_share_qos_class", MetricType::kGauge, LabelSet::kShareQos,
      "1 for the share's quality-of-service class (guaranteed, burstable or best-effort), from its "
      "requests and limits"},
+    {MetricId::kShareMemoryDriverHeld, "tessera_share_driver_partition", MetricType::kGauge,
+     LabelSet::kShare,
+     "1 when the driver's partition holds the share's memory on each container's cgroup beside "
+     "the shim (layer both), 0 when the shim alone does (docs/driver-partitions.md)"},
+    {MetricId::kShareDriverMemoryUsedBytes, "tessera_share_driver_memory_used_bytes",
+     MetricType::kGauge, LabelSet::kShare,
+     "Device memory the driver counts for the share's container cgroups (currentUsed, contexts "
+     "included) at the last partition check; only where the driver holds the share"},
     {MetricId::kGpuMemoryUsedBytes, "tessera_gpu_memory_used_bytes", MetricType::kGauge,
      LabelSet::kGpu, "Device memory in use on the GPU (NVML), all processes"},
     {MetricId::kGpuMemoryTotalBytes, "tessera_gpu_memory_total_bytes", MetricType::kGauge,
@@ -121,6 +132,10 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
      "Device memory held on the GPU by processes of no share of it (a pod without a claim, a host "
      "process), as NVML shows it at the last out-of-band check: it comes out of what the shares "
      "were promised"},
+    {MetricId::kGpuDriverPartitions, "tessera_gpu_driver_partitions", MetricType::kGauge,
+     LabelSet::kGpu,
+     "1 when the driver holds per-cgroup memory partitions on the GPU (R615, cgroup v2, the "
+     "agent's probe at start), 0 when shares there are held by the shim alone"},
     {MetricId::kPrepareRequestsTotal, "tessera_prepare_requests_total", MetricType::kCounter,
      LabelSet::kResult, "NodePrepareResources claims handled, by result"},
     {MetricId::kPrepareDurationSeconds, "tessera_prepare_duration_seconds", MetricType::kHistogram,
@@ -134,7 +149,8 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
     {MetricId::kFindingsTotal, "tessera_findings_total", MetricType::kCounter, LabelSet::kFinding,
      "Findings of the out-of-band checks (and the process watcher) since the agent started, by "
      "kind: a share over its memory limit or cores burst, an unshimmed process, a corrupt or "
-     "lying usage page, a process of no share on a GPU (unaccounted, never killed)"},
+     "lying usage page, a process of no share on a GPU (unaccounted, never killed), a driver "
+     "partition missing or changed (repaired), the driver's and the shim's counts apart"},
 }};
 
 constexpr bool table_in_id_order() {
