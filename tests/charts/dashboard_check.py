@@ -55,6 +55,13 @@ DEDUPLICATING = {"max", "min", "avg"}
 NOT_ON_DASHBOARD = {
     "tessera_share_usage_readable": "an alert's input (0: the share's usage page is unreadable "
                                     "and its usage series are left out); tessera shares shows it",
+    # The driver's partitions (docs/driver-partitions.md): per-node facts and a cross-check of the
+    # shim's count, read in the local API (Gpu.driver_partitions, ShareDevice.memory_layer and
+    # driver_memory_used_bytes) and alerted on through tessera_findings_total; no panel yet.
+    "tessera_gpu_driver_partitions": "whether the GPU's driver holds partitions: a node fact",
+    "tessera_share_driver_partition": "which layer holds the share: in the local API",
+    "tessera_share_driver_memory_used_bytes": "the driver's count beside the shim's: a "
+                                              "layers_disagree finding when they part",
 }
 
 TOKEN = re.compile(

@@ -128,6 +128,15 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
       ->envname("DEVICE_POLL_INTERVAL")
       ->check(CLI::Range(1u, 3600u))
       ->capture_default_str();
+  app.add_option("--driver-partitions", config.driver_partitions,
+                 "The driver's per-cgroup memory partitions (R615, cgroup v2): auto (detected per "
+                 "GPU at start, set on each container's cgroup by the CDI hook), off")
+      ->envname("DRIVER_PARTITIONS")
+      ->check(CLI::IsMember({"auto", "off"}))
+      ->capture_default_str();
+  app.add_option("--cdi-hook-path", config.cdi_hook_path,
+                 "tessera-cdi-hook on the host (default: beside --shim-path)")
+      ->envname("CDI_HOOK_PATH");
   app.add_option("--process-watch", config.process_watch,
                  "The eBPF process watcher (slots of exited processes reclaimed at once, unshimmed "
                  "GPU opens reported): auto (where BPF loads), on (required), off")

@@ -43,6 +43,12 @@ struct AgentConfig {
   // --process-watch / PROCESS_WATCH: the eBPF process watcher. auto: load it, else run on the
   // periodic checks alone; on: the agent does not start without it; off: never loaded.
   std::string process_watch = "auto";
+  // --driver-partitions / DRIVER_PARTITIONS: the driver's per-cgroup memory partitions (R615,
+  // cgroup v2; docs/driver-partitions.md). auto: detected per GPU at start, applied by the CDI hook
+  // where found; off: the shim alone holds memory.
+  std::string driver_partitions = "auto";
+  // --cdi-hook-path / CDI_HOOK_PATH: tessera-cdi-hook on the host; "" = beside the shim.
+  std::string cdi_hook_path;
   // --pod-uid / POD_UID: the agent pod's metadata.uid (downward API). Given, the kubelet sockets
   // carry it and a second agent (the new pod of a rolling update) may run beside this one on the
   // state folder; empty: the fixed socket names, one agent per state folder.

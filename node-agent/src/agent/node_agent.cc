@@ -24,8 +24,10 @@
 #include "metrics/gpu_stats.h"
 #include "metrics/metrics_server.h"
 #include "share/checkpoint_view.h"
+#include "share/partition_hook.h"
 #include "share/share_manager.h"
 #include "share/shim_library.h"
+#include "tessera/cgroup/driver_partition.h"
 #include "tessera/kube/http_kube_client.h"
 #include "tessera/log.h"
 #include "usage/gpu_time_meter.h"
@@ -158,6 +160,7 @@ Status NodeAgent::start() {
 
   ShareManagerOptions options;
   TESSERA_RETURN_IF_ERROR(apply_container_flags(config_, options, /*announce=*/true));
+  detect_partitions(options);
   options.root = config_.state_dir;
   options.cdi_dir = config_.cdi_dir;
   options.node_name = config_.node_name;
@@ -192,6 +195,7 @@ Status NodeAgent::start() {
   events_ = std::make_unique<EventLog>(clock_);
   event_findings_ = std::make_unique<EventFindingHandler>(*events_);
   TESSERA_RETURN_IF_ERROR(start_enforcement());
+  TESSERA_RETURN_IF_ERROR(start_partition_check());
   TESSERA_RETURN_IF_ERROR(start_process_watch());
 
   if (config_.reconcile_interval_s > 0) {
@@ -245,6 +249,8 @@ Status NodeAgent::start_api() {
     sources.health = [this] { return health_.snapshot(); };
     sources.gpu_stats = gpu_stats_.get();
     if (checker_) sources.unaccounted = [this] { return checker_->unaccounted_memory(); };
+    sources.partition_capability = &partition_capability_;
+    if (partition_check_) sources.partitions = [this] { return partition_check_->views(); };
     sources.default_policy = findings_->default_policy();
     return read_node_snapshot(sources, unix_ms);
   };
@@ -269,6 +275,8 @@ std::string NodeAgent::scrape_metrics() const {
   sources.findings = findings_ ? &findings_->counters() : nullptr;
   if (checker_) sources.unaccounted = [this] { return checker_->unaccounted_memory(); };
   if (findings_) sources.reclaim_evictions = [this] { return findings_->reclaim_evictions(); };
+  sources.partition_capability = &partition_capability_;
+  if (partition_check_) sources.partitions = [this] { return partition_check_->views(); };
   return collect_metrics(sources);
 }
 
@@ -400,6 +408,66 @@ Status NodeAgent::start_enforcement() {
   return checker_->start();
 }
 
+void NodeAgent::detect_partitions(ShareManagerOptions& options) {
+  const std::string hook =
+      config_.cdi_hook_path.empty()
+          ? std::filesystem::path(config_.shim_path).parent_path().string() + "/" + kCdiHookName
+          : config_.cdi_hook_path;
+  std::string why_not;
+  std::vector<std::string> uuids;
+  if (config_.driver_partitions == "off") why_not = "turned off (--driver-partitions off)";
+  if (why_not.empty()) {
+    Result<nvml::Session> session = nvml::Session::open();
+    if (!session.is_ok()) {
+      why_not = session.status().message();
+    } else {
+      partition_session_ = std::move(session).value();
+      Result<unsigned> count = partition_session_->device_count();
+      for (unsigned i = 0; count.is_ok() && i < *count; ++i)
+        if (Result<nvmlDevice_t> device = partition_session_->device_by_index(i); device.is_ok())
+          if (Result<std::string> uuid = partition_session_->uuid(*device); uuid.is_ok())
+            uuids.push_back(*uuid);
+    }
+  }
+  if (why_not.empty() && access(hook.c_str(), X_OK) != 0)
+    why_not = "the CDI hook " + hook + " is not installed (" + std::strerror(errno) + ")";
+  partition_capability_ = why_not.empty() ? detect_partition_capability(*partition_session_, uuids)
+                                          : no_partition_capability(uuids, why_not);
+  if (!why_not.empty()) partition_session_.reset();
+  for (const auto& [uuid, support] : partition_capability_.gpus)
+    log::info(support.supported ? "the driver holds the memory of shares on this GPU (partitions)"
+                                : "the shim alone holds the memory of shares on this GPU",
+              {{"gpu", uuid},
+               {"driver", partition_capability_.driver_version},
+               {"reason", support.reason}});
+  if (uuids.empty() && !why_not.empty())
+    log::info("the shim alone holds the memory of shares", {{"reason", why_not}});
+  if (!partition_capability_.any()) return;
+  const std::vector<std::string> supported = partition_capability_.supported();
+  options.partition_hook = PartitionHookConfig{
+      hook, config_.state_dir + "/partitions", {supported.begin(), supported.end()}};
+  options.clear_partition = [this](const PartitionRecord& record) {
+    return cgroup::clear_partitions(*partition_session_, record.cgroup, {record.gpu});
+  };
+}
+
+Status NodeAgent::start_partition_check() {
+  if (!partition_capability_.any() || config_.check_interval_s <= 0 || !findings_)
+    return Status::ok();
+  PartitionCheckOptions checking;
+  checking.record_dir = config_.state_dir + "/partitions";
+  checking.shares_dir = config_.state_dir + "/shares";
+  for (const std::string& uuid : partition_capability_.supported()) checking.gpus.insert(uuid);
+  partition_check_ = std::make_unique<PartitionCheck>(
+      checking, [this] { return node_checkpoint(); }, *partition_session_, *findings_);
+  auto loop = PeriodicLoop::start(
+      clock_, std::chrono::milliseconds(static_cast<int64_t>(config_.check_interval_s * 1000)),
+      [this] { (void)partition_check_->check_once(); });
+  if (!loop.is_ok()) return loop.status().with_context("cannot start the partition check");
+  partition_loop_ = std::move(loop).value();
+  return Status::ok();
+}
+
 void NodeAgent::reconcile_pass() {
   log_report("periodic", shares_->reconcile());
   shares_->refresh_all_claim_pods();  // shared claims' later pods (it logs what changed)
@@ -472,6 +540,7 @@ void NodeAgent::stop() {
   if (metrics_) metrics_->stop();  // no scrape runs past here
   if (api_) api_->stop();          // no call nor pass runs past here
   reconciler_.reset();             // joins: no pass runs past here
+  partition_loop_.reset();         // joins: no partition check runs past here
   if (checker_) checker_->stop();
   if (meter_) meter_->stop();
   if (monitor_) monitor_->stop();

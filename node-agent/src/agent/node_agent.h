@@ -10,6 +10,7 @@
 #include <iosfwd>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@
 #include "clock/clock.h"
 #include "clock/periodic_loop.h"
 #include "devices/device_health.h"
+#include "devices/partition_capability.h"
+#include "enforcement/partition_check.h"
 #include "metrics/request_metrics.h"
 #include "model/claim_preparer.h"
 #include "share/checkpoint.h"
@@ -45,6 +48,7 @@ class InstrumentedPreparer;
 class MetricsServer;
 class MpsBackend;
 class NvmlGpuStats;
+struct ShareManagerOptions;
 class ShareManager;
 class CheckpointView;
 class SlicePublisher;
@@ -89,6 +93,7 @@ class NodeAgent {
   // the stream. The API server's socket, empty when it is off.
   EventLog* events() { return events_.get(); }
   std::string api_socket() const;
+  const PartitionCapability& partition_capability() const { return partition_capability_; }
 
   // Reconcile passes completed since start() (0 without the loop), and a bounded wait for a count
   // of them: tests advance their clock by the interval and wait for the pass.
@@ -116,6 +121,10 @@ class NodeAgent {
   // they are off, and said so).
   Status start_enforcement();
   Status start_process_watch();  // per --process-watch
+  // --driver-partitions: detects the capability per GPU and, where found, gives the share manager
+  // the CDI hook and the clearing of partitions at unprepare.
+  void detect_partitions(ShareManagerOptions& options);
+  Status start_partition_check();
   Status start_api();
   // The node's claims as checkpoint.json holds them now, the other agent's of a rolling update
   // too (the share manager's memory learns them at its next reconcile pass); the share manager's
@@ -153,6 +162,12 @@ class NodeAgent {
   RequestMetrics requests_;
   std::unique_ptr<InstrumentedPreparer> preparer_;  // counts into requests_
   std::unique_ptr<NvmlGpuStats> gpu_stats_;
+  // The driver's partitions (docs/driver-partitions.md): detected at start; the session the
+  // check and unprepare use, the check and its loop where any GPU has the capability.
+  PartitionCapability partition_capability_;
+  std::optional<nvml::Session> partition_session_;
+  std::unique_ptr<PartitionCheck> partition_check_;
+  std::unique_ptr<PeriodicLoop> partition_loop_;
   std::mutex liveness_mutex_;  // what liveness() last saw
   bool started_ = false, stopped_ = false;
   std::uint64_t monitor_turns_seen_ = 0, reconcile_passes_seen_ = 0;

@@ -32,6 +32,7 @@ void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
                const std::string& claim_uid, const std::vector<ShareSpec>& folder_shares,
                std::optional<std::map<uint64_t, int>>& host_pids, v1::ListSharesResponse& out) {
   const ShareSpec& first = folder_shares.front();
+  const PartitionViews partitions = sources.partitions ? sources.partitions() : PartitionViews{};
   v1::Share& share = *out.add_shares();
   share.set_name(first.folder_name());
   share.set_namespace_(entry.namespace_name);
@@ -67,6 +68,10 @@ void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
     const QosClass qos = device_qos_class(limit.memory_request, limit.memory_limit,
                                           limit.cores_request, limit.cores_limit);
     device.set_qos_class(std::string(qos_class_name(qos)));
+    const auto view = partitions.find({spec.name(), spec.uuid});
+    const bool driver = view != partitions.end() && view->second.driver;
+    device.set_memory_layer(memory_layer_name(driver));
+    if (driver) device.set_driver_memory_used_bytes(view->second.driver_used);
     share_class = lower_qos_class(share_class, qos);
   }
   if (!folder_shares.empty()) share.set_qos_class(std::string(qos_class_name(share_class)));
@@ -143,6 +148,13 @@ v1::ListSharesResponse read_node_snapshot(const NodeSnapshotSources& sources,
     gpu.set_shares(count == shares_per_gpu.end() ? 0 : count->second);
     if (const auto bytes = unaccounted.find(device.uuid); bytes != unaccounted.end())
       gpu.set_unaccounted_memory_bytes(bytes->second);
+    if (sources.partition_capability) {
+      const auto support = sources.partition_capability->gpus.find(device.uuid);
+      if (support != sources.partition_capability->gpus.end()) {
+        gpu.set_driver_partitions(support->second.supported);
+        gpu.set_driver_partitions_reason(support->second.reason);
+      }
+    }
   }
   return out;
 }

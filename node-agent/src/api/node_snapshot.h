@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "devices/device_health.h"
+#include "devices/partition_capability.h"
+#include "enforcement/partition_check.h"
 #include "metrics/gpu_stats.h"
 #include "model/finding.h"
 #include "model/node_device.h"
@@ -34,6 +36,10 @@ struct NodeSnapshotSources {
   // Per GPU UUID, the memory of processes of no share (OutOfBandChecker::unaccounted_memory);
   // null or a GPU absent: Gpu.unaccounted_memory_bytes left unset (not known).
   std::function<std::map<std::string, uint64_t>()> unaccounted;
+  // The driver's partitions: the capability per GPU (null: none anywhere) and the partition
+  // check's figures per share and GPU (null: no check runs).
+  const PartitionCapability* partition_capability = nullptr;
+  std::function<PartitionViews()> partitions;
 };
 
 // One snapshot, stamped `unix_ms`. Shares are listed by folder (a claim's Quota shares of several

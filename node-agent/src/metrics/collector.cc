@@ -21,6 +21,7 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
                   Exposition& out) {
   // A folder can hold several shares of a claim (one per GPU): it is read once.
   std::map<std::string, share_folder::ShareFolderSnapshot> folders;
+  const PartitionViews partitions = sources.partitions ? sources.partitions() : PartitionViews{};
   for (const auto& [claim_uid, entry] : checkpoint) {
     // A claim still being prepared may have no folder yet; its series appear when it completes.
     if (entry.state != ClaimState::kPrepareCompleted) continue;
@@ -65,6 +66,10 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
           std::string(qos_class_name(device_qos_class(limit.memory_request, limit.memory_limit,
                                                       limit.cores_request, limit.cores_limit)))};
       out.add(MetricId::kShareQosClass, qos_labels, uint64_t{1});
+      const auto view = partitions.find({share.name(), share.uuid});
+      const bool driver = view != partitions.end() && view->second.driver;
+      out.add(MetricId::kShareMemoryDriverHeld, labels, uint64_t{driver ? 1u : 0u});
+      if (driver) out.add(MetricId::kShareDriverMemoryUsedBytes, labels, view->second.driver_used);
       // A page that cannot be read whole (a tenant may truncate or replace it) leaves the usage
       // series out: 0 would read as "nothing used". Zero until a process has written the page.
       const share_folder::ShareFolderSnapshot& usage = folder->second;
@@ -115,6 +120,12 @@ void write_gpus(const MetricsSources& sources, const std::vector<NodeDevice>& de
     const auto evicted = evictions.find(device.uuid);
     out.add(MetricId::kReclaimEvictionsTotal, labels,
             evicted == evictions.end() ? uint64_t{0} : evicted->second);
+    bool partitioned = false;
+    if (sources.partition_capability)
+      if (const auto support = sources.partition_capability->gpus.find(device.uuid);
+          support != sources.partition_capability->gpus.end())
+        partitioned = support->second.supported;
+    out.add(MetricId::kGpuDriverPartitions, labels, uint64_t{partitioned ? 1u : 0u});
   }
 }
 

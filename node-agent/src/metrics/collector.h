@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "devices/device_health.h"
+#include "devices/partition_capability.h"
 #include "enforcement/enforcement_handler.h"
+#include "enforcement/partition_check.h"
 #include "metrics/gpu_stats.h"
 #include "metrics/request_metrics.h"
 #include "model/node_device.h"
@@ -37,6 +39,10 @@ struct MetricsSources {
   // Per GPU UUID, the processes killed under reclaim (EnforcementHandler::reclaim_evictions); a
   // GPU absent, or null: 0.
   std::function<std::map<std::string, uint64_t>()> reclaim_evictions;
+  // The driver's partitions: the capability per GPU (null: none) and the partition check's
+  // figures per share and GPU (null: no check runs).
+  const PartitionCapability* partition_capability = nullptr;
+  std::function<PartitionViews()> partitions;
 };
 
 // The exposition text of one scrape.

@@ -39,12 +39,15 @@ enum class MetricId : size_t {
   kShareProcesses,
   kShareUsageReadable,
   kShareQosClass,
+  kShareMemoryDriverHeld,
+  kShareDriverMemoryUsedBytes,
   kGpuMemoryUsedBytes,
   kGpuMemoryTotalBytes,
   kGpuUtilizationPercent,
   kGpuHealthy,
   kGpuShares,
   kGpuUnaccountedMemoryBytes,
+  kGpuDriverPartitions,
   kPrepareRequestsTotal,
   kPrepareDurationSeconds,
   kUnprepareRequestsTotal,
@@ -106,6 +109,14 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
     {MetricId::kShareQosClass, "tessera_share_qos_class", MetricType::kGauge, LabelSet::kShareQos,
      "1 for the share's quality-of-service class (guaranteed, burstable or best-effort), from its "
      "requests and limits"},
+    {MetricId::kShareMemoryDriverHeld, "tessera_share_driver_partition", MetricType::kGauge,
+     LabelSet::kShare,
+     "1 when the driver's partition holds the share's memory on each container's cgroup beside "
+     "the shim (layer both), 0 when the shim alone does (docs/driver-partitions.md)"},
+    {MetricId::kShareDriverMemoryUsedBytes, "tessera_share_driver_memory_used_bytes",
+     MetricType::kGauge, LabelSet::kShare,
+     "Device memory the driver counts for the share's container cgroups (currentUsed, contexts "
+     "included) at the last partition check; only where the driver holds the share"},
     {MetricId::kGpuMemoryUsedBytes, "tessera_gpu_memory_used_bytes", MetricType::kGauge,
      LabelSet::kGpu, "Device memory in use on the GPU (NVML), all processes"},
     {MetricId::kGpuMemoryTotalBytes, "tessera_gpu_memory_total_bytes", MetricType::kGauge,
@@ -122,6 +133,10 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
      "Device memory held on the GPU by processes of no share of it (a pod without a claim, a host "
      "process), as NVML shows it at the last out-of-band check: it comes out of what the shares "
      "were promised"},
+    {MetricId::kGpuDriverPartitions, "tessera_gpu_driver_partitions", MetricType::kGauge,
+     LabelSet::kGpu,
+     "1 when the driver holds per-cgroup memory partitions on the GPU (R615, cgroup v2, the "
+     "agent's probe at start), 0 when shares there are held by the shim alone"},
     {MetricId::kPrepareRequestsTotal, "tessera_prepare_requests_total", MetricType::kCounter,
      LabelSet::kResult, "NodePrepareResources claims handled, by result"},
     {MetricId::kPrepareDurationSeconds, "tessera_prepare_duration_seconds", MetricType::kHistogram,
@@ -134,8 +149,10 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
      "Always 1; the version label names the agent's build"},
     {MetricId::kFindingsTotal, "tessera_findings_total", MetricType::kCounter, LabelSet::kFinding,
      "Findings of the out-of-band checks (and the process watcher) since the agent started, by "
-     "kind: a share over its memory limit or cores burst, an unshimmed process, a corrupt or "
-     "lying usage page, a process of no share on a GPU (unaccounted, never killed)"},
+     "kind: a share over its memory limit or cores limit, an unshimmed process, a corrupt or "
+     "lying usage page, a process of no share on a GPU (unaccounted, never killed), a driver "
+     "partition missing or changed (repaired), the driver's and the shim's counts apart, a "
+     "borrower evicted under reclaim"},
     {MetricId::kReclaimEvictionsTotal, "tessera_reclaim_evictions_total", MetricType::kCounter,
      LabelSet::kGpu,
      "Processes of shares above their memory request killed on the GPU so that a share within its "

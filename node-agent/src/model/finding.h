@@ -26,11 +26,17 @@ enum class FindingKind : uint8_t {
   // share within its request cannot get memory on the GPU. Not a tenant's fault: the bytes were
   // lent. Killed whatever the enforcement policy (the lending's terms, not a punishment).
   kReclaimEviction,
+  // The driver's partition on a share container's cgroup is missing or differs from the share's
+  // request and limit (repaired: set again; docs/driver-partitions.md).
+  kPartitionDrift,
+  // The driver's currentUsed for a share's cgroups and the shim's count (the usage page's sum)
+  // differ by more than a context's cost.
+  kLayersDisagree,
 };
 inline constexpr FindingKind kAllFindingKinds[] = {
     FindingKind::kOverMemoryLimit, FindingKind::kUnshimmedProcess, FindingKind::kCorruptUsagePage,
     FindingKind::kUsageDisagrees,  FindingKind::kOverCoresLimit,   FindingKind::kUnaccountedProcess,
-    FindingKind::kReclaimEviction};
+    FindingKind::kReclaimEviction, FindingKind::kPartitionDrift, FindingKind::kLayersDisagree};
 
 // The `kind` label of tessera_findings_total and the word in log lines and events.
 constexpr std::string_view finding_kind_name(FindingKind kind) {
@@ -49,6 +55,10 @@ constexpr std::string_view finding_kind_name(FindingKind kind) {
       return "unaccounted_process";
     case FindingKind::kReclaimEviction:
       return "reclaim_eviction";
+    case FindingKind::kPartitionDrift:
+      return "partition_drift";
+    case FindingKind::kLayersDisagree:
+      return "layers_disagree";
   }
   return "unknown";
 }

@@ -201,6 +201,20 @@ std::string build_cdi_spec(const std::vector<ShareSpec>& shares, const CdiPaths&
           {node_json({"/dev/" + node,
                       driver.host_dev_dir == "/dev" ? "" : driver.host_dev_dir + "/" + node})});
     }
+    // The driver's wall on the container's own cgroup: a createRuntime hook runs in the runtime
+    // namespace once the container's process is in its cgroup, before the user's program starts
+    // (runtime-spec config.md#createruntime-hooks). Per device: a container given several shares
+    // gets one hook per GPU, each with that share's limits.
+    if (paths.partition_hook && paths.partition_hook->gpus.count(share.uuid))
+      if (const std::optional<PartitionRecord> partition = share_partition(share)) {
+        std::vector<std::string> args = {kCdiHookName};
+        for (std::string& arg :
+             hook_arguments(*partition, paths.partition_hook->record_dir + "/" + share.claim_uid))
+          args.push_back(std::move(arg));
+        device_edits["hooks"] = json::array({{{"hookName", "createRuntime"},
+                                              {"path", paths.partition_hook->path},
+                                              {"args", args}}});
+      }
     devices.push_back({{"name", share.name()}, {"containerEdits", device_edits}});
   }
 

@@ -12,6 +12,7 @@
 
 #include "model/share_spec.h"
 #include "share/driver_edits.h"
+#include "share/partition_hook.h"
 #include "tessera/status.h"
 
 namespace tessera::agent {
@@ -45,6 +46,10 @@ struct CdiPaths {
   ShimLoading shim_loading = ShimLoading::kLdSoPreload;
   // kLdSoPreload: the host file (holding shim_path and a newline) mounted at /etc/ld.so.preload.
   std::string host_preload_file;
+  // Where the driver holds partitions (docs/driver-partitions.md): each device of a share with a
+  // memory limit on one of `gpus` gets a createRuntime hook that sets the share's soft and hard
+  // limits on the container's own cgroup. nullopt: no hook (the shim alone holds memory).
+  std::optional<PartitionHookConfig> partition_hook;
 };
 
 // What the ld.so.preload file holds: the shim's path and a newline.

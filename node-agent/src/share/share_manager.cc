@@ -351,7 +351,7 @@ std::string ShareManager::expected_cdi_spec(const std::vector<ShareSpec>& shares
   CdiPaths paths{options_.root + "/shares",  options_.container_shares_dir,
                  options_.shim_path,         options_.mps ? options_.mps->root() : "",
                  options_.container_mps_dir, options_.shim_loading,
-                 preload_file_path()};
+                 preload_file_path(),        options_.partition_hook};
   return build_cdi_spec(shares, paths, options_.container_driver);
 }
 
@@ -715,6 +715,18 @@ Status ShareManager::unprepare(const ClaimRef& claim) {
         remove_holder(claim.uid, share);
       }
       if (!backend || backend->changes_node()) step();
+    }
+    // The driver's partitions the hook recorded: their soft limits zeroed on the cgroups that are
+    // still there (usually none: runc removes a container's cgroup before its poststop hooks run,
+    // and kubelet unprepares after the containers are gone; see docs/driver-partitions.md).
+    if (options_.partition_hook) {
+      const std::string records = options_.partition_hook->record_dir + "/" + claim.uid;
+      for (const PartitionRecord& record : read_partition_records(records))
+        if (options_.clear_partition && fs::is_directory(record.cgroup, ec))
+          TESSERA_RETURN_IF_ERROR(options_.clear_partition(record).with_context(
+              "share " + record.share + ": zeroing the driver's partition"));
+      fs::remove_all(records, ec);
+      if (ec) return internal_error("cannot remove " + records + ": " + ec.message());
     }
     for (const auto& members : folders) {
       const std::string dir = share_dir(members.front());

@@ -90,6 +90,7 @@
 #include "share/cdi.h"
 #include "share/checkpoint.h"
 #include "share/driver_edits.h"
+#include "share/partition_hook.h"
 #include "share/reconcile.h"
 #include "tessera/kube/kube_client.h"
 #include "tessera/share_folder/limits_writer.h"
@@ -114,6 +115,11 @@ struct ShareManagerOptions {
   ContainerDriver container_driver;
   std::string container_shares_dir = "/var/run/tessera/shares";
   std::string container_mps_dir = "/var/run/tessera/mps";
+  // Where the driver holds partitions (docs/driver-partitions.md): the CDI specs carry the hook for
+  // the shares on these GPUs, and unprepare zeroes the soft limit of the cgroups the hook recorded
+  // that still exist (clear_partition; null: the records are only removed).
+  std::optional<PartitionHookConfig> partition_hook;
+  std::function<Status(const PartitionRecord&)> clear_partition;
   // Backends for shares that ask for them (not owned; the manager calls them as ShareBackends).
   // Null: such a claim gets an error saying the strategy is not enabled on this node.
   MpsBackend* mps = nullptr;
