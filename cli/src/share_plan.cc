@@ -109,23 +109,21 @@ Result<std::vector<share_folder::DeviceLimit>> plan_share(const std::vector<GpuI
   for (size_t g = 0; g < limits.size(); ++g) {
     share_folder::DeviceLimit& limit = limits[g];
     const std::string gpu = "GPU " + std::to_string(gpus[g].index) + " (" + limit.uuid + ")";
+    // What was given is checked against the GPU first, so the error names the flag the user set.
+    for (const auto& [flag, bytes] : {std::pair{"--memory", limit.memory_request},
+                                      std::pair{"--memory-limit", limit.memory_limit}})
+      if (bytes != share::kUnlimited && gpus[g].memory_bytes > 0 && bytes > gpus[g].memory_bytes)
+        return invalid_argument(std::string(flag) + " " + bytes_text(bytes) + " of " + gpu +
+                                " is above the GPU's memory " + bytes_text(gpus[g].memory_bytes));
     // Memory: a request alone is also the limit; a limit alone guarantees all of it.
     if (limit.memory_limit == share::kUnlimited) {
       limit.memory_limit = limit.memory_request;
     } else if (limit.memory_request == share::kUnlimited) {
       limit.memory_request = limit.memory_limit;
     }
-    if (limit.memory_request != share::kUnlimited && gpus[g].memory_bytes > 0 &&
-        limit.memory_request > gpus[g].memory_bytes)
-      return invalid_argument("--memory " + bytes_text(limit.memory_request) + " of " + gpu +
-                              " is above the GPU's memory " + bytes_text(gpus[g].memory_bytes));
     if (limit.memory_limit < limit.memory_request)
       return invalid_argument("--memory-limit " + bytes_text(limit.memory_limit) + " of " + gpu +
                               " is below its --memory request " + bytes_text(limit.memory_request));
-    if (limit.memory_limit != share::kUnlimited && gpus[g].memory_bytes > 0 &&
-        limit.memory_limit > gpus[g].memory_bytes)
-      return invalid_argument("--memory-limit " + bytes_text(limit.memory_limit) + " of " + gpu +
-                              " is above the GPU's memory " + bytes_text(gpus[g].memory_bytes));
     // Cores: the limit defaults to the request; best-effort (0) may reach the whole GPU.
     if (limit.cores_limit == kUnset) {
       limit.cores_limit = limit.cores_request == 0 ? 100 : limit.cores_request;

@@ -62,6 +62,9 @@ NOT_ON_DASHBOARD = {
     "tessera_share_driver_partition": "which layer holds the share: in the local API",
     "tessera_share_driver_memory_used_bytes": "the driver's count beside the shim's: a "
                                               "layers_disagree finding when they part",
+    # docs/resource-model.md: the class is a label to join on (group_left(class)), not a figure.
+    "tessera_share_qos_class": "the share's QoS class as a label, for joins; tessera shares "
+                               "shows it",
 }
 
 TOKEN = re.compile(

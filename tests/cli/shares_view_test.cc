@@ -123,7 +123,7 @@ TEST(SharesTable, AShareThatCouldNotBeReadShowsItsUsageAsUnknownNotZero) {
   // A share without devices (its limits page could not be read either) shows no figure at all.
   node.mutable_shares(1)->clear_devices();
   EXPECT_EQ(lines_of(render_shares_table(node, kSampledAt))[2],
-            "-           -       broken   -     -         -       ?           90s");
+            "-           -       broken   -     -         -       -       ?           90s");
   EXPECT_TRUE(unread_share_warnings(v1::ListSharesResponse{}).empty());
 }
 

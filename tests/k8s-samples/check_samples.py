@@ -338,8 +338,8 @@ def check_rules(agent, simgpu_lib, work):
         (memory, quantity("100Mi"), quantity("256Mi"), "below min: min"),
         (memory, total, total, "the whole memory, named"),
         (memory, total + 1, None, "above max: not eligible"),
-        (cores, None, 100, "no cores: the default, 100"),
-        (cores, Fraction(0), 1, "0 cores: min, 1"),
+        (cores, None, 0, "no cores: the default, 0 (best-effort)"),
+        (cores, Fraction(0), 0, "0 cores: best-effort, on the grid"),
         (cores, Fraction(30), 30, "30 cores"),
         (cores, Fraction(101), None, "101 cores: not eligible"),
     ]

@@ -128,7 +128,8 @@ Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
     if (const auto limit = memory->find("limit"); limit != memory->end()) {
       std::optional<uint64_t> bytes;
       if (limit->is_string()) bytes = parse_byte_quantity(limit->get_ref<const std::string&>());
-      if (limit->is_number_unsigned()) bytes = limit->get<uint64_t>();
+      if (limit->is_number_integer() && limit->get<int64_t>() > 0)
+        bytes = static_cast<uint64_t>(limit->get<int64_t>());
       if (!bytes || *bytes == 0)
         return invalid_argument("memory.limit: invalid value " + limit->dump() +
                                 " (a positive byte quantity such as \"8Gi\")");

@@ -60,8 +60,8 @@ TEST(VgpuConfig, UnknownFieldsNameTheirPath) {
   p["compute"] = {{"burts", 10}};
   EXPECT_EQ(decode(p, c), "compute.burts: unknown field");
   p = base();
-  p["memory"] = {{"limit", "8Gi"}};
-  EXPECT_EQ(decode(p, c), "memory.limit: unknown field");
+  p["memory"] = {{"limits", "8Gi"}};
+  EXPECT_EQ(decode(p, c), "memory.limits: unknown field");
   p = base();
   p["sharing"] = {{"strategy", "Quota"}, {"mode", "x"}};
   EXPECT_EQ(decode(p, c), "sharing.mode: unknown field");

@@ -137,14 +137,15 @@ TEST_F(ShareManagerTest, PreparesTwoSharesOfOneDevice) {
   const LimitsView a = read_limits(share_dir(kShareA) + "/limits");
   EXPECT_EQ(a.uuid, kGpu0);
   EXPECT_EQ(a.memory, 8ull << 30);
+  EXPECT_EQ(a.memory_request, 8ull << 30) << "the consumed capacity is the request";
   EXPECT_EQ(a.cores, 30u);
-  EXPECT_EQ(a.burst, 0u);
+  EXPECT_EQ(a.cores_limit, 30u) << "no limit of its own: the request";
   EXPECT_EQ(a.priority, share::kPriorityNormal);
   EXPECT_EQ(a.device_count, 1u);
   const LimitsView b = read_limits(share_dir(kShareB) + "/limits");
   EXPECT_EQ(b.memory, 4ull << 30);
   EXPECT_EQ(b.cores, 70u);
-  EXPECT_EQ(b.burst, 60u);
+  EXPECT_EQ(b.cores_limit, 70u) << "compute.burst 60 at or below the request 70: no bursting";
   EXPECT_EQ(b.priority, share::kPriorityHigh);
   EXPECT_EQ(fs::file_size(share_dir(kShareA) + "/usage"), sizeof(share::UsagePage));
   EXPECT_EQ(fs::status(share_dir(kShareA) + "/limits").permissions() & fs::perms::all,

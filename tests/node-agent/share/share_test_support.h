@@ -50,8 +50,9 @@ inline std::string read(const fs::path& path) {
 
 struct LimitsView {
   std::string uuid;
-  uint64_t memory;
-  uint32_t cores, burst, priority, device_count;
+  uint64_t memory;  // the limit
+  uint32_t cores, cores_limit, priority, device_count;
+  uint64_t memory_request;
 };
 
 inline LimitsView read_limits(const fs::path& path) {
@@ -65,7 +66,8 @@ inline LimitsView read_limits(const fs::path& path) {
           page.devices[0].cores_request.load(),
           page.devices[0].cores_limit.load(),
           page.priority.load(),
-          page.device_count.load()};
+          page.device_count.load(),
+          page.requests[0].memory_request.load()};
 }
 
 // Every file under the state root and the CDI folder: relative name -> what must converge (the
@@ -79,7 +81,8 @@ inline std::map<std::string, std::string> snapshot(const fs::path& base) {
     if (item.path().filename() == "limits") {
       const LimitsView v = read_limits(item.path());
       files[name] = v.uuid + "/" + std::to_string(v.memory) + "/" + std::to_string(v.cores) + "/" +
-                    std::to_string(v.burst) + "/" + std::to_string(v.priority);
+                    std::to_string(v.cores_limit) + "/" + std::to_string(v.priority) + "/" +
+                    std::to_string(v.memory_request);
     } else if (item.path().filename() == "usage") {
       files[name] = std::to_string(fs::file_size(item.path()));
     } else {
