@@ -5,7 +5,7 @@
 set -eu
 component=${1:?usage: build-stage.sh node-agent|webhook}
 case "$component" in
-  node-agent) targets="tessera-node-agent tessera libvgpu memory-fill compute-burn" samples=ON ;;
+  node-agent) targets="tessera-node-agent tessera libvgpu tessera-cdi-hook memory-fill compute-burn" samples=ON ;;
   webhook) targets="tessera-webhook" samples=OFF ;;
   *)
     echo "build-stage: unknown image '$component'" >&2

@@ -1,9 +1,10 @@
 #!/bin/sh
 # Stages one image's files from a build folder into OUT, laid out as they go into the image:
 #   node-agent: /usr/local/bin/{tessera-node-agent,tessera,memory-fill,compute-burn},
-#               /opt/tessera/lib/libvgpu.so (the chart's init container copies it to the host's
-#               /usr/local/tessera/lib, which the agent's container mounts at that same path, so
-#               the image keeps its copy elsewhere)
+#               /opt/tessera/lib/{libvgpu.so,tessera-cdi-hook} (the chart's init container copies
+#               them to the host's /usr/local/tessera/lib, which the agent's container mounts at
+#               that same path, so the image keeps its copy elsewhere; the hook, run by the
+#               container runtime on the host, links only glibc dynamically)
 #   webhook:    /usr/local/bin/tessera-webhook
 # plus every shared library the loader maps for them (ldd), at its canonical folder, so the image
 # needs no package manager. The same script runs in the Dockerfiles' build stage (on what it just
@@ -50,6 +51,7 @@ for binary in $binaries; do
 done
 if [ "$component" = node-agent ]; then
   put "$build/libvgpu/libvgpu.so" /opt/tessera/lib/libvgpu.so
+  put "$build/bin/tessera-cdi-hook" /opt/tessera/lib/tessera-cdi-hook
 fi
 sort -u "$libs" | while read -r library; do
   # /lib/x86_64-linux-gnu/libc.so.6 goes to /usr/lib/x86_64-linux-gnu/libc.so.6 on a merged-/usr

@@ -10,9 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -58,14 +61,21 @@ inline bool is_bench_child() {
 }
 
 // Runs this program again with LD_PRELOAD=`preload` (unset when null) and `limit_variable`=
-// `limit_value` (unset when the value is null); returns the child's lines as name -> ns.
+// `limit_value` (unset when the value is null), in the cgroup whose cgroup.procs is `cgroup_procs`
+// when one is given; returns the child's lines as name -> ns.
 inline std::map<std::string, double> run_bench_child(char** argv, const char* preload,
                                                      const char* limit_variable,
-                                                     const char* limit_value) {
+                                                     const char* limit_value,
+                                                     const std::string& cgroup_procs = {}) {
   int fds[2];
   if (pipe(fds) != 0) std::abort();
   const pid_t pid = fork();
   if (pid == 0) {
+    if (!cgroup_procs.empty()) {
+      const int procs = open(cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
+      if (procs < 0 || write(procs, "0", 1) != 1) _exit(126);  // "0": the writing process
+      close(procs);
+    }
     dup2(fds[1], 1);
     close(fds[0]);
     setenv(kChildVariable, "1", 1);
@@ -109,9 +119,14 @@ inline double median_of(std::vector<double> values) {
 // bare, ...), and prints the medians: a machine whose load drifts during the run then shifts every
 // column alike. VGPU_BENCH_SHIM_PATH measures another build of the shim instead of this one;
 // VGPU_BENCH_BASELINE_SHIM adds a child per round with that build and the limit, and a column of
-// what this build saves against it (before/after a change, in one run).
+// what this build saves against it (before/after a change, in one run). `partition`, when given,
+// is called once the simulated GPU's environment is set; a cgroup.procs path it returns adds a
+// child per round with the shim and the limit inside that cgroup (the driver's memory partition),
+// and a column of what it costs against the same share outside it.
+using PartitionSetup = std::function<std::string()>;
 inline int compare_runs(char** argv, const char* kernel_us, const char* limit_variable,
-                        const char* limit_value, const char* limit_label) {
+                        const char* limit_value, const char* limit_label,
+                        const PartitionSetup& partition = {}) {
   char state[] = "/tmp/vgpu-bench-state-XXXXXX";
   const int fd = mkstemp(state);
   close(fd);
@@ -132,18 +147,25 @@ inline int compare_runs(char** argv, const char* kernel_us, const char* limit_va
                  rounds_text);
     return 2;
   }
-  // Per benchmark name, each round's figure: bare, shim, shim+limit, baseline shim+limit.
-  std::map<std::string, std::vector<double>> columns[4];
-  bool complete = true;
+  const std::string partition_procs = partition ? partition() : std::string();
+  const bool partitioned = !partition_procs.empty();
+  // Per benchmark name, each round's figure: bare, shim, shim+limit, baseline shim+limit, shim+
+  // limit inside the driver's partition.
+  std::map<std::string, std::vector<double>> columns[5];
+  bool complete = !partition || partitioned;
   for (long round = 0; round < rounds; ++round) {
-    const std::map<std::string, double> runs[4] = {
+    const std::map<std::string, double> runs[5] = {
         run_bench_child(argv, nullptr, limit_variable, nullptr),
         run_bench_child(argv, library, limit_variable, nullptr),
         run_bench_child(argv, library, limit_variable, limit_value),
         baseline ? run_bench_child(argv, baseline, limit_variable, limit_value)
-                 : std::map<std::string, double>{}};
-    for (int column = 0; column < 4; ++column) {
-      if (runs[column].empty() && (column < 3 || baseline)) complete = false;
+                 : std::map<std::string, double>{},
+        partitioned ? run_bench_child(argv, library, limit_variable, limit_value, partition_procs)
+                    : std::map<std::string, double>{}};
+    for (int column = 0; column < 5; ++column) {
+      if (runs[column].empty() &&
+          (column < 3 || (column == 3 && baseline) || (column == 4 && partitioned)))
+        complete = false;
       for (const auto& [name, ns] : runs[column]) columns[column][name].push_back(ns);
     }
   }
@@ -158,6 +180,7 @@ inline int compare_runs(char** argv, const char* kernel_us, const char* limit_va
   std::printf("%-22s %14s %14s %14s %12s %12s", "benchmark", "no shim ns", "shim ns",
               with_limit_ns.c_str(), "added ns", added_limit.c_str());
   if (baseline) std::printf(" %14s %12s", "baseline+lim", "saved ns");
+  if (partitioned) std::printf(" %16s %14s", "in partition ns", "vs shim+limit");
   std::printf("\n");
   for (const auto& [name, values] : columns[0]) {
     const double base = median_of(values);
@@ -169,6 +192,10 @@ inline int compare_runs(char** argv, const char* kernel_us, const char* limit_va
       const double before = figure(3, name);
       std::printf(" %14.1f %12.1f", before, before - with_limit);
     }
+    if (partitioned) {
+      const double inside = figure(4, name);
+      std::printf(" %16.1f %14.1f", inside, inside - with_limit);
+    }
     std::printf("\n");
   }
   return complete ? 0 : 1;
@@ -177,14 +204,15 @@ inline int compare_runs(char** argv, const char* kernel_us, const char* limit_va
 // A benchmark program's main: as a child it runs its benchmarks; as the parent it compares the
 // runs without the shim, with it, and with `limit_variable`=`limit_value` (compare_runs).
 inline int bench_main(int argc, char** argv, const char* kernel_us, const char* limit_variable,
-                      const char* limit_value, const char* limit_label) {
+                      const char* limit_value, const char* limit_label,
+                      const PartitionSetup& partition = {}) {
   if (is_bench_child()) {
     benchmark::Initialize(&argc, argv);
     LineReporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);
     return 0;
   }
-  return compare_runs(argv, kernel_us, limit_variable, limit_value, limit_label);
+  return compare_runs(argv, kernel_us, limit_variable, limit_value, limit_label, partition);
 }
 
 }  // namespace tessera::bench
