@@ -8,16 +8,6 @@
 #include "tessera/quantity.h"
 
 namespace tessera::cli {
-namespace {
-
-std::string bytes_text(uint64_t bytes) {
-  char text[32];
-  format_byte_quantity(bytes, text, sizeof text);
-  return text;
-}
-
-}  // namespace
-
 Result<DriverWall> DriverWall::prepare(const std::vector<share_folder::DeviceLimit>& limits,
                                        const std::string& mountinfo) {
   DriverWall wall;
@@ -95,8 +85,8 @@ std::string DriverWall::describe() const {
   std::string text = "memory held by the driver's partition on " + directory() + " (";
   for (size_t i = 0; i < limits_.size(); ++i) {
     if (i) text += ", ";
-    text += limits_[i].uuid + ": soft " + bytes_text(limits_[i].soft) + ", hard " +
-            bytes_text(limits_[i].hard);
+    text += limits_[i].uuid + ": soft " + byte_quantity_text(limits_[i].soft) + ", hard " +
+            byte_quantity_text(limits_[i].hard);
   }
   return text + ") and by the shim";
 }

@@ -76,12 +76,6 @@ Status plan_bytes(const std::vector<GpuInfo>& gpus, const char* option, std::str
       [field](share_folder::DeviceLimit& limit, uint64_t bytes) { limit.*field = bytes; });
 }
 
-std::string bytes_text(uint64_t bytes) {
-  char text[32];
-  format_byte_quantity(bytes, text, sizeof text);
-  return text;
-}
-
 }  // namespace
 
 Result<std::vector<share_folder::DeviceLimit>> plan_share(const std::vector<GpuInfo>& gpus,
@@ -113,8 +107,9 @@ Result<std::vector<share_folder::DeviceLimit>> plan_share(const std::vector<GpuI
     for (const auto& [flag, bytes] : {std::pair{"--memory", limit.memory_request},
                                       std::pair{"--memory-limit", limit.memory_limit}})
       if (bytes != share::kUnlimited && gpus[g].memory_bytes > 0 && bytes > gpus[g].memory_bytes)
-        return invalid_argument(std::string(flag) + " " + bytes_text(bytes) + " of " + gpu +
-                                " is above the GPU's memory " + bytes_text(gpus[g].memory_bytes));
+        return invalid_argument(std::string(flag) + " " + byte_quantity_text(bytes) + " of " + gpu +
+                                " is above the GPU's memory " +
+                                byte_quantity_text(gpus[g].memory_bytes));
     // Memory: a request alone is also the limit; a limit alone guarantees all of it.
     if (limit.memory_limit == share::kUnlimited) {
       limit.memory_limit = limit.memory_request;
@@ -122,8 +117,9 @@ Result<std::vector<share_folder::DeviceLimit>> plan_share(const std::vector<GpuI
       limit.memory_request = limit.memory_limit;
     }
     if (limit.memory_limit < limit.memory_request)
-      return invalid_argument("--memory-limit " + bytes_text(limit.memory_limit) + " of " + gpu +
-                              " is below its --memory request " + bytes_text(limit.memory_request));
+      return invalid_argument("--memory-limit " + byte_quantity_text(limit.memory_limit) + " of " +
+                              gpu + " is below its --memory request " +
+                              byte_quantity_text(limit.memory_request));
     // Cores: the limit defaults to the request; best-effort (0) may reach the whole GPU.
     if (limit.cores_limit == kUnset) {
       limit.cores_limit = limit.cores_request == 0 ? 100 : limit.cores_request;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace tessera {
@@ -25,5 +26,13 @@ std::optional<uint32_t> parse_percent(std::string_view text, uint32_t min, uint3
 // ("8Gi", "512Mi"), otherwise plain bytes.
 // Writes at most `capacity` bytes including the terminating NUL; returns the length written.
 size_t format_byte_quantity(uint64_t bytes, char* out, size_t capacity);
+
+// The same as a string, for messages ("memory.limit 2Gi is below ..."). Not for the shim's hot or
+// early paths, which must not allocate.
+inline std::string byte_quantity_text(uint64_t bytes) {
+  char text[32];
+  format_byte_quantity(bytes, text, sizeof text);
+  return text;
+}
 
 }  // namespace tessera

@@ -197,16 +197,6 @@ Status check_supported(const VgpuConfig& config) {
   return Status::ok();
 }
 
-namespace {
-
-std::string bytes_text(uint64_t bytes) {
-  char text[32];
-  format_byte_quantity(bytes, text, sizeof text);
-  return text;
-}
-
-}  // namespace
-
 Result<ShareLimits> resolve_share_limits(const VgpuConfig& config, const ShareRequests& requests,
                                          std::optional<uint64_t> gpu_memory_bytes) {
   ShareLimits limits;
@@ -226,15 +216,15 @@ Result<ShareLimits> resolve_share_limits(const VgpuConfig& config, const ShareRe
   limits.memory_request = requests.memory_bytes.value_or(whole_gpu);
   limits.memory_limit = config.memory_limit.value_or(limits.memory_request);
   if (config.memory_limit && *config.memory_limit < limits.memory_request)
-    return invalid_argument("memory.limit " + bytes_text(*config.memory_limit) +
+    return invalid_argument("memory.limit " + byte_quantity_text(*config.memory_limit) +
                             " is below the memory request " +
                             (limits.memory_request == share::kUnlimited
                                  ? std::string("(the whole GPU: the request names no memory)")
-                                 : bytes_text(limits.memory_request)) +
+                                 : byte_quantity_text(limits.memory_request)) +
                             " (a limit is at least the request)");
   if (config.memory_limit && gpu_memory_bytes && *config.memory_limit > *gpu_memory_bytes)
-    return invalid_argument("memory.limit " + bytes_text(*config.memory_limit) +
-                            " is above the GPU's memory " + bytes_text(*gpu_memory_bytes));
+    return invalid_argument("memory.limit " + byte_quantity_text(*config.memory_limit) +
+                            " is above the GPU's memory " + byte_quantity_text(*gpu_memory_bytes));
   return limits;
 }
 

@@ -120,9 +120,10 @@ inline double median_of(std::vector<double> values) {
 // column alike. VGPU_BENCH_SHIM_PATH measures another build of the shim instead of this one;
 // VGPU_BENCH_BASELINE_SHIM adds a child per round with that build and the limit, and a column of
 // what this build saves against it (before/after a change, in one run). `partition`, when given,
-// is called once the simulated GPU's environment is set; a cgroup.procs path it returns adds a
-// child per round with the shim and the limit inside that cgroup (the driver's memory partition),
-// and a column of what it costs against the same share outside it.
+// is called once the simulated GPU's environment is set; a cgroup.procs path it returns adds two
+// children per round inside that cgroup (the driver's memory partition), one without the shim and
+// one with the shim and the limit, and a column of what the shim adds there (to set beside what it
+// adds to a shim-only share: the driver's own cost inside a partition is in both of the children).
 using PartitionSetup = std::function<std::string()>;
 inline int compare_runs(char** argv, const char* kernel_us, const char* limit_variable,
                         const char* limit_value, const char* limit_label,
@@ -150,21 +151,23 @@ inline int compare_runs(char** argv, const char* kernel_us, const char* limit_va
   const std::string partition_procs = partition ? partition() : std::string();
   const bool partitioned = !partition_procs.empty();
   // Per benchmark name, each round's figure: bare, shim, shim+limit, baseline shim+limit, shim+
-  // limit inside the driver's partition.
-  std::map<std::string, std::vector<double>> columns[5];
+  // limit inside the driver's partition, bare inside it.
+  std::map<std::string, std::vector<double>> columns[6];
   bool complete = !partition || partitioned;
   for (long round = 0; round < rounds; ++round) {
-    const std::map<std::string, double> runs[5] = {
+    const std::map<std::string, double> runs[6] = {
         run_bench_child(argv, nullptr, limit_variable, nullptr),
         run_bench_child(argv, library, limit_variable, nullptr),
         run_bench_child(argv, library, limit_variable, limit_value),
         baseline ? run_bench_child(argv, baseline, limit_variable, limit_value)
                  : std::map<std::string, double>{},
         partitioned ? run_bench_child(argv, library, limit_variable, limit_value, partition_procs)
+                    : std::map<std::string, double>{},
+        partitioned ? run_bench_child(argv, nullptr, limit_variable, nullptr, partition_procs)
                     : std::map<std::string, double>{}};
-    for (int column = 0; column < 5; ++column) {
+    for (int column = 0; column < 6; ++column) {
       if (runs[column].empty() &&
-          (column < 3 || (column == 3 && baseline) || (column == 4 && partitioned)))
+          (column < 3 || (column == 3 && baseline) || (column >= 4 && partitioned)))
         complete = false;
       for (const auto& [name, ns] : runs[column]) columns[column][name].push_back(ns);
     }
@@ -180,7 +183,8 @@ inline int compare_runs(char** argv, const char* kernel_us, const char* limit_va
   std::printf("%-22s %14s %14s %14s %12s %12s", "benchmark", "no shim ns", "shim ns",
               with_limit_ns.c_str(), "added ns", added_limit.c_str());
   if (baseline) std::printf(" %14s %12s", "baseline+lim", "saved ns");
-  if (partitioned) std::printf(" %16s %14s", "in partition ns", "vs shim+limit");
+  if (partitioned)
+    std::printf(" %18s %18s %18s", "partition: no shim", "shim+limit", "added+limit");
   std::printf("\n");
   for (const auto& [name, values] : columns[0]) {
     const double base = median_of(values);
@@ -194,7 +198,8 @@ inline int compare_runs(char** argv, const char* kernel_us, const char* limit_va
     }
     if (partitioned) {
       const double inside = figure(4, name);
-      std::printf(" %16.1f %14.1f", inside, inside - with_limit);
+      const double bare_inside = figure(5, name);
+      std::printf(" %18.1f %18.1f %18.1f", bare_inside, inside, inside - bare_inside);
     }
     std::printf("\n");
   }
