@@ -122,7 +122,7 @@ bool Region::open_standalone(const Options& options, const DeviceId* devices, in
     device.memory_limit.store(memory_limit_for(options, devices[i].ordinal, devices[i].uuid),
                               std::memory_order_relaxed);
     device.cores_request.store(cores_limit_for(options, devices[i].ordinal, devices[i].uuid),
-                             std::memory_order_relaxed);
+                               std::memory_order_relaxed);
     device.cores_limit.store(cores_burst_for(options, devices[i].ordinal, devices[i].uuid),
                              std::memory_order_relaxed);
     limits->requests[i].memory_request.store(share::kUnlimited, std::memory_order_relaxed);

@@ -36,7 +36,7 @@ enum class FindingKind : uint8_t {
 inline constexpr FindingKind kAllFindingKinds[] = {
     FindingKind::kOverMemoryLimit, FindingKind::kUnshimmedProcess, FindingKind::kCorruptUsagePage,
     FindingKind::kUsageDisagrees,  FindingKind::kOverCoresLimit,   FindingKind::kUnaccountedProcess,
-    FindingKind::kReclaimEviction, FindingKind::kPartitionDrift, FindingKind::kLayersDisagree};
+    FindingKind::kReclaimEviction, FindingKind::kPartitionDrift,   FindingKind::kLayersDisagree};
 
 // The `kind` label of tessera_findings_total and the word in log lines and events.
 constexpr std::string_view finding_kind_name(FindingKind kind) {

@@ -98,7 +98,8 @@ TEST(OwnedCgroup, HoldsAProcessAndIsRemovedWhenEmpty) {
     // directory found is the same cgroup, whichever mount shows it.
     Result<std::string> directory = directory_of(*mounts, *path);
     ASSERT_TRUE(directory.is_ok()) << directory.status().message();
-    struct stat found {}, ours {};
+    struct stat found = {};
+    struct stat ours = {};
     ASSERT_EQ(::stat(directory->c_str(), &found), 0);
     ASSERT_EQ(::stat(owned->directory().c_str(), &ours), 0);
     EXPECT_EQ(found.st_dev, ours.st_dev) << *directory;

@@ -15,9 +15,12 @@ namespace tessera::share_folder {
 
 struct DeviceLimit {
   std::string uuid;  // "GPU-..." as NVML and cuDeviceGetUuid name the device
-  uint64_t memory_limit = share::kUnlimited;  // the wall
-  uint32_t cores_request = 100;  // percent guaranteed; 0 = best-effort
-  uint32_t cores_limit = 0;      // percent it may reach; at most the request: it does not burst
+  // The wall.
+  uint64_t memory_limit = share::kUnlimited;
+  // Percent of the GPU's time guaranteed; 0 = best-effort.
+  uint32_t cores_request = 100;
+  // Percent it may reach; at most the request: it does not burst.
+  uint32_t cores_limit = 0;
   // What is guaranteed, at most memory_limit; kUnlimited: all of memory_limit. Last, so that
   // {uuid, memory, cores} initialisers of the fields before it keep their meaning.
   uint64_t memory_request = share::kUnlimited;
