@@ -127,6 +127,76 @@ TEST_F(NodeSnapshot, AGpuIsNamedByItsProductNameAsTheCliLocalModeNamesIt) {
   EXPECT_EQ(node.gpus(0).shares(), 1u);
 }
 
+// Requests and limits (docs/resource-model.md): the consumed capacities are the requests, the
+// config's limits above them; the class follows. The checkpoint's share says so whatever its
+// folder holds.
+TEST_F(NodeSnapshot, ASharesRequestsLimitsAndClassAreItsCheckpointsResolved) {
+  v1::ListSharesResponse node = snapshot();
+  ASSERT_EQ(node.shares_size(), 1);
+  const v1::ShareDevice* device = &node.shares(0).devices(0);
+  EXPECT_EQ(device->memory_request_bytes(), 4 * kGiB);
+  EXPECT_EQ(device->memory_limit_bytes(), 4 * kGiB);
+  EXPECT_EQ(device->cores_limit_percent(), 30u) << "no limit of its own: its request";
+  EXPECT_EQ(device->qos_class(), "guaranteed");
+  EXPECT_EQ(node.shares(0).qos_class(), "guaranteed");
+
+  ShareSpec& spec = checkpoint_["uid-1"].shares[0];
+  spec.config.memory_limit = 8 * kGiB;
+  spec.config.cores_limit = 60;
+  node = snapshot();
+  device = &node.shares(0).devices(0);
+  EXPECT_EQ(device->memory_request_bytes(), 4 * kGiB);
+  EXPECT_EQ(device->memory_limit_bytes(), 8 * kGiB);
+  EXPECT_EQ(device->cores_request_percent(), 30u);
+  EXPECT_EQ(device->cores_limit_percent(), 60u);
+  EXPECT_EQ(node.shares(0).qos_class(), "burstable");
+
+  spec.cores = 0;  // no cores requested
+  spec.config.cores_limit.reset();
+  node = snapshot();
+  device = &node.shares(0).devices(0);
+  EXPECT_EQ(device->cores_request_percent(), 0u);
+  EXPECT_EQ(device->cores_limit_percent(), 100u) << "best-effort may reach the whole GPU";
+  EXPECT_EQ(node.shares(0).qos_class(), "best-effort");
+}
+
+// Which layer holds the share's memory: the shim alone, or the driver's partition too, with the
+// driver's count beside the shim's; and the GPU's capability with its reason.
+TEST_F(NodeSnapshot, TheLayerHoldingTheMemoryAndTheGpusCapabilityAreShown) {
+  GpuInfo gpu;
+  gpu.uuid = "GPU-aaaa";
+  gpu.product_name = "NVIDIA H200";
+  gpu.memory_bytes = 140 * kGiB;
+  devices_ = node_devices({gpu});
+  v1::ListSharesResponse node = snapshot();
+  EXPECT_EQ(node.shares(0).devices(0).memory_layer(), "shim");
+  EXPECT_FALSE(node.shares(0).devices(0).has_driver_memory_used_bytes());
+
+  PartitionCapability capability;
+  capability.gpus["GPU-aaaa"] = {false, "driver 580.159.04 is older than R615"};
+  SharePartitionView view;
+  view.driver = true;
+  view.driver_used = kGiB + (500ull << 20);
+  view.shim_used = kGiB;
+  view.cgroups = 1;
+  NodeSnapshotSources sources;
+  sources.node_name = "node-1";
+  sources.shares_dir = (base_ / "shares").string();
+  sources.checkpoint = [this] { return checkpoint_; };
+  sources.devices = [this] { return devices_; };
+  sources.proc_root = (base_ / "proc").string();
+  sources.partition_capability = &capability;
+  sources.partitions = [&] { return PartitionViews{{{spec_.name(), "GPU-aaaa"}, view}}; };
+  node = read_node_snapshot(sources, 1000);
+  ASSERT_EQ(node.gpus_size(), 1);
+  EXPECT_FALSE(node.gpus(0).driver_partitions());
+  EXPECT_EQ(node.gpus(0).driver_partitions_reason(), "driver 580.159.04 is older than R615");
+  const v1::ShareDevice& device = node.shares(0).devices(0);
+  EXPECT_EQ(device.memory_layer(), "both");
+  EXPECT_EQ(device.driver_memory_used_bytes(), kGiB + (500ull << 20));
+  EXPECT_EQ(device.memory_used_bytes(), kGiB) << "the shim's own count beside the driver's";
+}
+
 TEST_F(NodeSnapshot, AShareHasTheTimeItsClaimWasPreparedOrNoneWhenUnknown) {
   checkpoint_["uid-1"].prepared_unix_ms = 1764604800123;
   v1::ListSharesResponse node = snapshot();
