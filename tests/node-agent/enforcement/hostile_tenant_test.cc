@@ -33,6 +33,7 @@
 #include "enforcement/checker.h"
 #include "enforcement/enforcement_handler.h"
 #include "enforcement/fake_node.h"
+#include "enforcement/tenant_process.h"
 #include "metrics/collector.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
@@ -147,49 +148,8 @@ class PodCgroup {
   std::string why_not_;
 };
 
-// A tenant process: fork, (moved into the cgroup), then exec once told to; its stdout read here.
-struct Tenant {
-  pid_t pid = 0;
-  int out = -1;
-  ~Tenant() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    if (out >= 0) close(out);
-  }
-  // The child's first line, or what came of it after `timeout` (poll: a child that hangs before
-  // writing, or never exits, cannot block the test past it).
-  std::string line(std::chrono::seconds timeout) {
-    std::string text;
-    const auto deadline = Steady::now() + timeout;
-    char c;
-    for (;;) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Steady::now());
-      if (left.count() <= 0) return text;
-      pollfd readable{out, POLLIN, 0};
-      if (poll(&readable, 1, static_cast<int>(left.count())) <= 0) continue;  // EINTR, time
-      const ssize_t got = read(out, &c, 1);
-      if (got <= 0) return text;  // EOF: the child exited
-      if (c == '\n') return text;
-      text += c;
-    }
-  }
-  // True when the child died of SIGKILL within `timeout` (then reaped).
-  bool killed_within(std::chrono::seconds timeout) {
-    const auto deadline = Steady::now() + timeout;
-    while (Steady::now() < deadline) {
-      int status = 0;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        pid = 0;
-        return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
-};
+// A tenant process (tenant_process.h).
+using Tenant = ::tessera::agent::testing::TenantProcess;
 
 // One simulated GPU for the whole test program: the simulated NVML reads its state file's name
 // once per process, so tests run one after another in one process share it (each with its own

@@ -31,6 +31,7 @@
 #include "enforcement/checker.h"
 #include "enforcement/enforcement_handler.h"
 #include "enforcement/fake_node.h"
+#include "enforcement/tenant_process.h"
 #include "metrics/collector.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
@@ -80,45 +81,8 @@ class Recorder final : public FindingHandler {
   std::vector<Finding> seen_;
 };
 
-// A tenant process (hostile-tenant, honest here: --attack none), its stdout read here.
-struct Tenant {
-  pid_t pid = 0;
-  int out = -1;
-  ~Tenant() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    if (out >= 0) close(out);
-  }
-  std::string line(std::chrono::seconds timeout) {
-    std::string text;
-    const auto deadline = Steady::now() + timeout;
-    char c;
-    for (;;) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Steady::now());
-      if (left.count() <= 0) return text;
-      pollfd readable{out, POLLIN, 0};
-      if (poll(&readable, 1, static_cast<int>(left.count())) <= 0) continue;
-      if (read(out, &c, 1) <= 0 || c == '\n') return text;
-      text += c;
-    }
-  }
-  // SIGKILLed within `timeout` (then reaped).
-  bool killed_within(std::chrono::seconds timeout) {
-    for (const auto deadline = Steady::now() + timeout; Steady::now() < deadline;) {
-      int status = 0;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        pid = 0;
-        return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
-  bool alive() const { return pid > 0 && waitpid(pid, nullptr, WNOHANG) == 0; }
-};
+// A tenant process (tenant_process.h).
+using Tenant = ::tessera::agent::testing::TenantProcess;
 
 // "held <bytes> slowest <ms>" -> bytes and ms.
 std::pair<uint64_t, double> parse_held(const std::string& line) {
