@@ -43,9 +43,7 @@ Result<DriverWall> DriverWall::prepare(const std::vector<share_folder::DeviceLim
   }
   // From here this machine has a wall to offer: a failure is an error, never a silent shim-only
   // run.
-  Result<std::string> own = cgroup::process_cgroup(getpid());
-  if (!own.is_ok()) return own.status().with_context("the driver's memory wall");
-  Result<std::string> parent = cgroup::directory_of(*mounts, *own);
+  Result<std::string> parent = cgroup::own_cgroup_directory(*mounts);
   if (!parent.is_ok()) return parent.status().with_context("the driver's memory wall");
   Result<cgroup::OwnedCgroup> created =
       cgroup::OwnedCgroup::create(*parent, "tessera-run-" + std::to_string(getpid()));

@@ -119,6 +119,13 @@ Result<std::string> directory_of(const std::vector<Mount>& mounts, const std::st
                    std::to_string(mounts.size()) + " mounts)");
 }
 
+Result<std::string> own_cgroup_directory(const std::vector<Mount>& mounts,
+                                         const std::string& proc_root) {
+  Result<std::string> own = process_cgroup(getpid(), proc_root);
+  if (!own.is_ok()) return own.status();
+  return directory_of(mounts, *own);
+}
+
 Result<OwnedCgroup> OwnedCgroup::create(const std::string& parent_directory,
                                         const std::string& name) {
   if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")

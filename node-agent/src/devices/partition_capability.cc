@@ -42,10 +42,9 @@ PartitionCapability detect_partition_capability(const nvml::Session& session,
     why_not = mounts.status().message();
   else if (mounts->empty())
     why_not = "no cgroup v2 hierarchy is mounted (" + options.mountinfo + ")";
-  Result<std::string> own = why_not.empty() ? cgroup::process_cgroup(getpid(), options.proc_root)
-                                            : Result<std::string>(not_found(why_not));
-  Result<std::string> parent =
-      own.is_ok() ? cgroup::directory_of(*mounts, *own) : Result<std::string>(own.status());
+  Result<std::string> parent = why_not.empty()
+                                   ? cgroup::own_cgroup_directory(*mounts, options.proc_root)
+                                   : Result<std::string>(not_found(why_not));
   Result<cgroup::OwnedCgroup> probe =
       parent.is_ok() ? cgroup::OwnedCgroup::create(
                            *parent, "tessera-partition-probe-" + std::to_string(getpid()))

@@ -83,9 +83,7 @@ std::string set_up_partition(Partition& partition, const char* limit) {
   const std::optional<uint64_t> bytes = tessera::parse_byte_quantity(limit);
   tessera::Result<std::vector<tessera::cgroup::Mount>> mounts = tessera::cgroup::cgroup2_mounts();
   if (!mounts.is_ok() || mounts->empty()) return refuse("no cgroup v2 hierarchy is mounted");
-  tessera::Result<std::string> own = tessera::cgroup::process_cgroup(getpid());
-  if (!own.is_ok()) return refuse(own.status().message());
-  tessera::Result<std::string> parent = tessera::cgroup::directory_of(*mounts, *own);
+  tessera::Result<std::string> parent = tessera::cgroup::own_cgroup_directory(*mounts);
   if (!parent.is_ok()) return refuse(parent.status().message());
   tessera::Result<tessera::cgroup::OwnedCgroup> created =
       tessera::cgroup::OwnedCgroup::create(*parent, "vgpu-bench-" + std::to_string(getpid()));

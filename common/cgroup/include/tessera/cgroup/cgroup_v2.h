@@ -41,6 +41,11 @@ Result<std::string> process_cgroup(pid_t pid, const std::string& proc_root = "/p
 // kNotFound naming the path when no mount shows it.
 Result<std::string> directory_of(const std::vector<Mount>& mounts, const std::string& path);
 
+// The directory of this process's own cgroup under one of `mounts` (process_cgroup, then
+// directory_of): where the agent's probe, `tessera run`'s cgroup and the benchmark's go.
+Result<std::string> own_cgroup_directory(const std::vector<Mount>& mounts,
+                                         const std::string& proc_root = "/proc");
+
 // A cgroup this process created, removed (rmdir) when the owner goes. The kernel refuses to remove
 // a cgroup with members: remove() then says so and keeps the cgroup, to be tried again.
 class OwnedCgroup {
