@@ -1,4 +1,4 @@
-// How calls reach the shim (see docs/libvgpu.md and cuda-facts.md):
+// How calls reach the shim (docs/libvgpu.md, "Interception"):
 //  * the exported wrappers interpose calls that programs link against;
 //  * dlsym: lookups of a hooked name in libcuda's / libnvidia-ml's handle, RTLD_DEFAULT or
 //    RTLD_NEXT get the wrapper; everything else goes to the real dlsym by a tail jump, so the real

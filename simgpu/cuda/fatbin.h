@@ -35,14 +35,16 @@ struct ElfSymbols {
 struct FatbinContents {
   std::vector<std::string> kernels;  // from every readable entry, without repeats
   std::vector<ImageGlobal> globals;
-  // Some entry could not be read (LZ4, or damaged): kernels it holds are not in the list.
+  // Some entry could not be read (damaged: cut short, or its payload does not decompress to the
+  // size it states): kernels it holds are not in the list.
   bool unreadable_entries = false;
   size_t total_bytes = 0;  // the header and every entry
 };
 
 // Reads the fat binary at `image` (its 16-byte header first); nullopt when it is not one. Where it
 // holds ELF images for `preferred_sm` (90: sm_90) only those are read, else every entry.
-// zstd-compressed entries (nvcc 12.4+, NVIDIA's libraries) are decompressed; LZ4 ones are not.
+// Compressed entries are decompressed: zstd (nvcc 12.4+, NVIDIA's libraries) and LZ4 raw blocks
+// (earlier nvcc, cuFFT 12's PTX).
 std::optional<FatbinContents> read_fatbin(const void* image, unsigned preferred_sm = 90);
 
 // Kernel names in PTX text (its `.entry` directives).

@@ -119,8 +119,9 @@ int main(int argc, char** argv) {
     if (!held) status = 1;
     const tessera::Result<CommandResult> burn_result = client({compute_burn, "--seconds", "3"});
     const CommandResult burn = ran(burn_result);
-    // Reported, not judged: MPS compute shares measured in a VM are not trustworthy
-    // (shared/design/cuda-facts.md).
+    // Reported, not judged: on the one VM where MPS was tried, two clients held to 30% of the
+    // threads each reported the solo rate (together twice the card's peak), so an MPS compute
+    // figure is not a verdict until a real GPU shows it can be one.
     std::cout << json{{"step", "compute-burn"},
                       {"ok", burn_result.is_ok() && burn.ok()},
                       {"sample", last_json_line(burn.output)},
