@@ -1,0 +1,316 @@
+// The webhook's own serving certificate (--tls-secret-name) against the stand-in kube-apiserver
+// (real HTTPS, HttpKubeClient, the server's Secret and webhook-configuration rules): bootstrap,
+// a second round that writes nothing, renewal on an injected clock, and two replicas racing.
+#include "server/serving_certificate.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "apiserver/fake_api_server.h"
+#include "core/base64.h"
+#include "server/webhook_server.h"
+#include "tessera/kube/http_kube_client.h"
+#include "test_certificates.h"
+
+namespace tessera::webhook {
+namespace {
+
+using agent::testing::FakeApiServer;
+using nlohmann::json;
+using std::chrono::system_clock;
+
+constexpr char kNamespace[] = "tessera-system";
+constexpr char kService[] = "tessera-webhook";
+constexpr char kSecret[] = "tessera-webhook-tls";
+constexpr char kMutating[] = "mutatingwebhookconfigurations";
+constexpr char kValidating[] = "validatingwebhookconfigurations";
+
+std::string decoded(const std::string& base64) {
+  std::string out(base64.size(), '\0');
+  const int length = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                     reinterpret_cast<const unsigned char*>(base64.data()),
+                                     static_cast<int>(base64.size()));
+  size_t padding = 0;
+  for (size_t i = base64.size(); i > 0 && base64[i - 1] == '=' && padding < 2; --i) ++padding;
+  out.resize(static_cast<size_t>(length) - padding);
+  return out;
+}
+
+// A webhook calling `service`, as the chart renders it (no caBundle).
+json webhook(const std::string& name, const std::string& service, const std::string& path) {
+  return {{"name", name},
+          {"admissionReviewVersions", {"v1"}},
+          {"sideEffects", "None"},
+          {"failurePolicy", "Fail"},
+          {"clientConfig",
+           {{"service",
+             {{"name", service}, {"namespace", kNamespace}, {"path", path}, {"port", 443}}}}}};
+}
+
+class ServingCertificateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // The chart's two configurations; the mutating one also holds a webhook of another service
+    // (its caBundle is not ours to set).
+    api_.add_webhook_configuration(
+        kMutating, {{"apiVersion", "admissionregistration.k8s.io/v1"},
+                    {"kind", "MutatingWebhookConfiguration"},
+                    {"metadata", {{"name", kService}}},
+                    {"webhooks",
+                     {webhook("pods.vgpu.tessera.dev", kService, "/mutate"),
+                      webhook("other.example.com", "other", "/mutate"),
+                      webhook("hami-pods.vgpu.tessera.dev", kService, "/mutate/hami")}}});
+    api_.add_webhook_configuration(
+        kValidating, {{"apiVersion", "admissionregistration.k8s.io/v1"},
+                      {"kind", "ValidatingWebhookConfiguration"},
+                      {"metadata", {{"name", kService}}},
+                      {"webhooks", {webhook("claims.vgpu.tessera.dev", kService, "/validate")}}});
+    settings_.secret_namespace = kNamespace;
+    settings_.secret_name = kSecret;
+    settings_.service_name = kService;
+    settings_.mutating_configuration = kService;
+    settings_.validating_configuration = kService;
+    settings_.validity = std::chrono::hours(24 * 90);
+  }
+
+  // One replica: its own API client, reloader and clock.
+  struct Replica {
+    Replica(FakeApiServer& api, const ServingCertificateSettings& settings,
+            std::atomic<system_clock::time_point>& now)
+        : client(api.connection()),
+          reloader("", "", std::chrono::milliseconds(0),
+                   [] { return std::chrono::steady_clock::now(); }),
+          certificate(client, settings, reloader, [&now] { return now.load(); }) {}
+    std::string serial() const { return reloader.current() ? reloader.current()->serial_hex : ""; }
+    kube::HttpKubeClient client;
+    CertificateReloader reloader;
+    ServingCertificate certificate;
+  };
+
+  CertificatePems stored_pems() {
+    const json secret = api_.secret(kNamespace, kSecret);
+    return {decoded(secret["data"]["ca.crt"]), decoded(secret["data"]["tls.crt"]),
+            decoded(secret["data"]["tls.key"])};
+  }
+  std::string ca_bundle(const char* resource, size_t index) {
+    return api_.webhook_configuration(resource, kService)["webhooks"][index]["clientConfig"].value(
+        "caBundle", "");
+  }
+  static std::string serial_of(const std::string& cert_pem, const std::string& key_pem) {
+    auto pair = parse_certified_key(cert_pem, key_pem, "test");
+    return pair.is_ok() ? (*pair)->serial_hex : "unparsable: " + pair.status().message();
+  }
+  static size_t certificates_in(const std::string& pem) {
+    size_t count = 0;
+    for (size_t at = pem.find("BEGIN CERTIFICATE"); at != std::string::npos;
+         at = pem.find("BEGIN CERTIFICATE", at + 1))
+      ++count;
+    return count;
+  }
+  size_t writes(const std::string& method) {
+    size_t count = 0;
+    for (const auto& write : api_.take_writes()) count += write.method == method ? 1 : 0;
+    return count;
+  }
+
+  FakeApiServer api_;
+  ServingCertificateSettings settings_;
+  std::atomic<system_clock::time_point> now_{system_clock::now()};
+};
+
+TEST_F(ServingCertificateTest, BootstrapCreatesTheSecretSetsTheCaBundlesAndServesIt) {
+  Replica replica(api_, settings_, now_);
+  ASSERT_TRUE(replica.certificate.reconcile().is_ok());
+
+  const json secret = api_.secret(kNamespace, kSecret);
+  ASSERT_TRUE(secret.is_object());
+  EXPECT_EQ(secret["type"], "kubernetes.io/tls");
+  EXPECT_FALSE(secret["metadata"].value("uid", "").empty());  // server-set
+  EXPECT_FALSE(secret["metadata"].contains("generation"));    // a Secret has none
+  const CertificatePems pems = stored_pems();
+  EXPECT_EQ(unusable_reason(pems, service_dns_names(kService, kNamespace), now_.load()), "");
+  EXPECT_EQ(replica.serial(), serial_of(pems.cert, pems.key));
+  EXPECT_EQ(replica.certificate.served_version(), secret["metadata"]["resourceVersion"]);
+
+  const std::string bundle = base64_encode(pems.ca);
+  EXPECT_EQ(ca_bundle(kMutating, 0), bundle);
+  EXPECT_EQ(ca_bundle(kMutating, 1), "");  // another service's webhook is left alone
+  EXPECT_EQ(ca_bundle(kMutating, 2), bundle);
+  EXPECT_EQ(ca_bundle(kValidating, 0), bundle);
+  EXPECT_EQ(api_.webhook_configuration(kMutating, kService)["metadata"]["generation"], 2);
+  const auto counts = replica.certificate.counts();
+  EXPECT_EQ(counts.created, 1u);
+  EXPECT_EQ(counts.patched, 2u);
+
+  // A second round finds everything in place: no write at all.
+  api_.take_writes();
+  ASSERT_TRUE(replica.certificate.reconcile().is_ok());
+  EXPECT_TRUE(api_.take_writes().empty());
+  EXPECT_EQ(replica.reloader.reloads(), 0u);
+}
+
+TEST_F(ServingCertificateTest, TheServerPresentsItAndItVerifiesForTheServiceName) {
+  WebhookOptions options;
+  options.listen = "127.0.0.1:0";
+  options.tls_secret_name = kSecret;
+  options.shutdown_delay = std::chrono::milliseconds(0);
+  kube::HttpKubeClient client(api_.connection());
+  WebhookServer server(options, client, [] { return std::chrono::steady_clock::now(); });
+  // No pair yet: the server does not start.
+  EXPECT_FALSE(server.start().is_ok());
+  ServingCertificate certificate(client, settings_, server.certificates(),
+                                 [this] { return now_.load(); });
+  ASSERT_TRUE(certificate.reconcile().is_ok());
+  ASSERT_TRUE(server.start().is_ok());
+  std::thread serving([&] { server.serve(); });
+  const std::string ca = decoded(ca_bundle(kValidating, 0));
+  const CertificatePems pems = stored_pems();
+  // kube-apiserver calls https://<service>.<namespace>.svc with the configuration's caBundle.
+  EXPECT_EQ(testing::handshake_serial(server.port(), ca, 0, "tessera-webhook.tessera-system.svc"),
+            serial_of(pems.cert, pems.key));
+  EXPECT_EQ(testing::handshake_serial(server.port(), ca, 0, "another.tessera-system.svc"),
+            std::nullopt);
+  server.stop();
+  serving.join();
+}
+
+TEST_F(ServingCertificateTest, RenewsWithAThirdLeftAndServesTheNewPairWithoutRestart) {
+  WebhookOptions options;
+  options.listen = "127.0.0.1:0";
+  options.tls_secret_name = kSecret;
+  options.shutdown_delay = std::chrono::milliseconds(0);
+  kube::HttpKubeClient client(api_.connection());
+  WebhookServer server(options, client, [] { return std::chrono::steady_clock::now(); });
+  ServingCertificate certificate(client, settings_, server.certificates(),
+                                 [this] { return now_.load(); });
+  ASSERT_TRUE(certificate.reconcile().is_ok());
+  ASSERT_TRUE(server.start().is_ok());
+  std::thread serving([&] { server.serve(); });
+  const CertificatePems first = stored_pems();
+  const std::string first_version = certificate.served_version();
+  const std::string host = "tessera-webhook.tessera-system.svc";
+
+  // 59 of 90 days: more than a third left, nothing changes.
+  now_ = now_.load() + std::chrono::hours(24 * 59);
+  api_.take_writes();
+  ASSERT_TRUE(certificate.reconcile().is_ok());
+  EXPECT_EQ(writes("PUT"), 0u);
+
+  // 61 of 90 days: renewed by an update with the resourceVersion read.
+  now_ = now_.load() + std::chrono::hours(24 * 2);
+  ASSERT_TRUE(certificate.reconcile().is_ok());
+  const auto recorded = api_.take_writes();
+  ASSERT_EQ(recorded.size(), 3u);  // the Secret, then the two configurations
+  EXPECT_EQ(recorded[0].method, "PUT");
+  EXPECT_EQ(recorded[0].body["metadata"]["resourceVersion"], first_version);
+  EXPECT_EQ(certificate.counts().renewed, 1u);
+  const CertificatePems second = stored_pems();
+  EXPECT_NE(serial_of(second.cert, second.key), serial_of(first.cert, first.key));
+  // ca.crt: the new CA and the previous one, still valid, so both pairs verify against it.
+  EXPECT_EQ(certificates_in(second.ca), 2u);
+  EXPECT_EQ(ca_bundle(kMutating, 0), base64_encode(second.ca));
+  EXPECT_NE(unusable_reason(first, service_dns_names(kService, kNamespace), now_.load())
+                .find("renewed from"),
+            std::string::npos);
+  // The running server presents the new pair from its next handshake (no restart).
+  const time_t at = system_clock::to_time_t(now_.load());
+  EXPECT_EQ(testing::handshake_serial(server.port(), second.ca, 0, host, at),
+            serial_of(second.cert, second.key));
+  EXPECT_EQ(server.certificates().reloads(), 1u);
+
+  // Past the first CA's end, the next renewal leaves it out of ca.crt.
+  now_ = now_.load() + std::chrono::hours(24 * 60);
+  ASSERT_TRUE(certificate.reconcile().is_ok());
+  const CertificatePems third = stored_pems();
+  EXPECT_EQ(certificates_in(third.ca), 2u);  // the third CA and the second
+  EXPECT_EQ(third.ca.find(first.ca), std::string::npos);
+  EXPECT_EQ(testing::handshake_serial(server.port(), third.ca, 0, host,
+                                      system_clock::to_time_t(now_.load())),
+            serial_of(third.cert, third.key));
+  server.stop();
+  serving.join();
+}
+
+TEST_F(ServingCertificateTest, ReplacesASecretThatDoesNotNameTheService) {
+  // A pair made for another Service (the release renamed): the update keeps the Secret's type.
+  Result<CertificatePems> other = generate_serving_certificate(
+      service_dns_names("old-name", kNamespace), std::chrono::hours(24 * 90), now_.load());
+  ASSERT_TRUE(other.is_ok());
+  api_.put_secret(kNamespace, {{"apiVersion", "v1"},
+                               {"kind", "Secret"},
+                               {"type", "kubernetes.io/tls"},
+                               {"metadata", {{"name", kSecret}, {"namespace", kNamespace}}},
+                               {"data",
+                                {{"ca.crt", base64_encode(other->ca)},
+                                 {"tls.crt", base64_encode(other->cert)},
+                                 {"tls.key", base64_encode(other->key)}}}});
+  EXPECT_NE(unusable_reason(*other, service_dns_names(kService, kNamespace), now_.load()), "");
+  Replica replica(api_, settings_, now_);
+  ASSERT_TRUE(replica.certificate.reconcile().is_ok());
+  EXPECT_EQ(replica.certificate.counts().renewed, 1u);
+  const CertificatePems pems = stored_pems();
+  EXPECT_EQ(unusable_reason(pems, service_dns_names(kService, kNamespace), now_.load()), "");
+  EXPECT_EQ(replica.serial(), serial_of(pems.cert, pems.key));
+}
+
+TEST_F(ServingCertificateTest, TwoReplicasCreatingAtOnceEndWithOneSecretBothServe) {
+  Replica first(api_, settings_, now_);
+  Replica second(api_, settings_, now_);
+  api_.hold_secret_reads(2);  // both read "not found" before either writes
+  Status first_result = Status::ok(), second_result = Status::ok();
+  std::thread a([&] { first_result = first.certificate.reconcile(); });
+  std::thread b([&] { second_result = second.certificate.reconcile(); });
+  a.join();
+  b.join();
+  ASSERT_TRUE(first_result.is_ok()) << first_result.message();
+  ASSERT_TRUE(second_result.is_ok()) << second_result.message();
+  EXPECT_EQ(writes("POST"), 2u);  // both tried; the server took one
+  const auto one = first.certificate.counts();
+  const auto two = second.certificate.counts();
+  EXPECT_EQ(one.created + two.created, 1u);
+  EXPECT_EQ(one.adopted + two.adopted, 1u);
+  const CertificatePems pems = stored_pems();
+  EXPECT_EQ(first.serial(), serial_of(pems.cert, pems.key));
+  EXPECT_EQ(second.serial(), first.serial());
+  EXPECT_EQ(ca_bundle(kValidating, 0), base64_encode(pems.ca));
+}
+
+TEST_F(ServingCertificateTest, TwoReplicasRenewingAtOnceEndWithOneSecretBothServe) {
+  Replica first(api_, settings_, now_);
+  Replica second(api_, settings_, now_);
+  ASSERT_TRUE(first.certificate.reconcile().is_ok());
+  ASSERT_TRUE(second.certificate.reconcile().is_ok());
+  const std::string before = first.serial();
+  now_ = now_.load() + std::chrono::hours(24 * 70);
+  api_.take_writes();
+  api_.hold_secret_reads(2);  // both read the same resourceVersion, both update with it
+  Status first_result = Status::ok(), second_result = Status::ok();
+  std::thread a([&] { first_result = first.certificate.reconcile(); });
+  std::thread b([&] { second_result = second.certificate.reconcile(); });
+  a.join();
+  b.join();
+  ASSERT_TRUE(first_result.is_ok()) << first_result.message();
+  ASSERT_TRUE(second_result.is_ok()) << second_result.message();
+  EXPECT_EQ(writes("PUT"), 2u);  // one 409 Conflict
+  EXPECT_EQ(first.certificate.counts().renewed + second.certificate.counts().renewed, 1u);
+  EXPECT_EQ(first.certificate.counts().adopted + second.certificate.counts().adopted, 1u);
+  const CertificatePems pems = stored_pems();
+  EXPECT_NE(first.serial(), before);
+  EXPECT_EQ(first.serial(), serial_of(pems.cert, pems.key));
+  EXPECT_EQ(second.serial(), first.serial());
+  EXPECT_EQ(ca_bundle(kMutating, 2), base64_encode(pems.ca));
+}
+
+TEST_F(ServingCertificateTest, AMissingConfigurationIsAnErrorButThePairIsServed) {
+  settings_.validating_configuration = "not-there";
+  Replica replica(api_, settings_, now_);
+  const Status result = replica.certificate.reconcile();
+  EXPECT_FALSE(result.is_ok());
+  EXPECT_NE(result.message().find("not-there"), std::string::npos) << result.message();
+  EXPECT_NE(replica.serial(), "");
+  EXPECT_EQ(ca_bundle(kMutating, 0), base64_encode(stored_pems().ca));
+}
+
+}  // namespace
+}  // namespace tessera::webhook
