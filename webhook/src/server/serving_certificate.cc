@@ -156,6 +156,10 @@ std::string secret_name_of(const ServingCertificateSettings& settings) {
   return settings.secret_namespace + "/" + settings.secret_name;
 }
 
+std::string secrets_path(const ServingCertificateSettings& settings) {
+  return "/api/v1/namespaces/" + kube::url_escape(settings.secret_namespace) + "/secrets";
+}
+
 std::string secret_path(const ServingCertificateSettings& settings) {
   return "/api/v1/namespaces/" + kube::url_escape(settings.secret_namespace) + "/secrets/" +
          kube::url_escape(settings.secret_name);
@@ -287,20 +291,23 @@ Result<json> ServingCertificate::write_secret(const json* existing, const Certif
   secret["data"] = {{"ca.crt", base64_encode(pems.ca)},
                     {"tls.crt", base64_encode(pems.cert)},
                     {"tls.key", base64_encode(pems.key)}};
-  const std::string path =
-      existing ? secret_path(settings_)
-               : "/api/v1/namespaces/" + kube::url_escape(settings_.secret_namespace) + "/secrets";
-  Result<kube::ApiResponse> response = api_.request(existing ? "PUT" : "POST", path, secret.dump());
+  Result<kube::ApiResponse> response =
+      existing ? api_.request("PUT", secret_path(settings_), secret.dump())
+               : api_.request("POST", secrets_path(settings_), secret.dump());
   if (!response.is_ok()) return response.status();
   json stored = json::parse(response->body, nullptr, false);
-  if (!stored.is_object()) return internal_error(path + ": the answer is not a Secret");
+  if (!stored.is_object())
+    return internal_error((existing ? "PUT " : "POST ") + secret_name_of(settings_) +
+                          ": the answer is not a Secret");
   return stored;
 }
 
-Status ServingCertificate::patch_ca_bundle(const std::string& resource, const std::string& name,
+Status ServingCertificate::patch_ca_bundle(bool mutating, const std::string& name,
                                            const std::string& ca_bundle) {
   const std::string path =
-      "/apis/admissionregistration.k8s.io/v1/" + resource + "/" + kube::url_escape(name);
+      (mutating ? "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+                : "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/") +
+      kube::url_escape(name);
   Result<kube::ApiResponse> response = api_.request("GET", path);
   if (!response.is_ok()) return response.status();
   const json configuration = json::parse(response->body, nullptr, false);
@@ -372,13 +379,15 @@ Status ServingCertificate::reconcile() {
   // The configurations first: a new CA is trusted before a handshake offers what it signed.
   const std::string ca_bundle = base64_encode(pems->ca);
   Status patched = Status::ok();
-  for (auto [resource, name] :
-       {std::pair{"mutatingwebhookconfigurations", settings_.mutating_configuration},
-        std::pair{"validatingwebhookconfigurations", settings_.validating_configuration}}) {
+  for (auto [mutating, name] : {std::pair{true, settings_.mutating_configuration},
+                                std::pair{false, settings_.validating_configuration}}) {
     if (name.empty()) continue;
-    if (Status status = patch_ca_bundle(resource, name, ca_bundle); !status.is_ok()) {
-      log::error("cannot set the caBundle", {{"configuration", std::string(resource) + "/" + name},
-                                             {"error", status.message()}});
+    if (Status status = patch_ca_bundle(mutating, name, ca_bundle); !status.is_ok()) {
+      log::error("cannot set the caBundle",
+                 {{"configuration", (mutating ? "mutatingwebhookconfigurations/"
+                                              : "validatingwebhookconfigurations/") +
+                                        name},
+                  {"error", status.message()}});
       if (patched.is_ok()) patched = status;
     }
   }

@@ -86,8 +86,7 @@ class ServingCertificate {
  private:
   Result<nlohmann::json> read_secret();
   Result<nlohmann::json> write_secret(const nlohmann::json* existing, const CertificatePems& pems);
-  Status patch_ca_bundle(const std::string& resource, const std::string& name,
-                         const std::string& ca_bundle);
+  Status patch_ca_bundle(bool mutating, const std::string& name, const std::string& ca_bundle);
 
   kube::KubeClient& api_;
   const ServingCertificateSettings settings_;
