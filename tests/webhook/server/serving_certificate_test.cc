@@ -312,5 +312,29 @@ TEST_F(ServingCertificateTest, AMissingConfigurationIsAnErrorButThePairIsServed)
   EXPECT_EQ(ca_bundle(kMutating, 0), base64_encode(stored_pems().ca));
 }
 
+// A replica that read the Secret just before another renewed it writes the bundle it knows,
+// merged with what is there: the other replica's new CA is never taken away, and a CA leaves the
+// bundle only once it expired.
+TEST(MergedCaBundle, AddsNeverRemovesAValidCaAndDropsExpiredOnes) {
+  const auto now = system_clock::now();
+  const auto names = service_dns_names(kService, kNamespace);
+  Result<CertificatePems> first = generate_serving_certificate(names, std::chrono::hours(24), now);
+  Result<CertificatePems> second =
+      generate_serving_certificate(names, std::chrono::hours(24 * 30), now, first->ca);
+  ASSERT_TRUE(first.is_ok() && second.is_ok());
+  ASSERT_NE(second->ca.find(first->ca), std::string::npos);  // the renewal keeps the first CA
+  const std::string second_ca_only = second->ca.substr(0, second->ca.find(first->ca));
+
+  // The stale replica knows only the first CA; the configuration already has both.
+  const std::string stale = merged_ca_bundle(first->ca, second->ca, now);
+  EXPECT_NE(stale.find(second_ca_only), std::string::npos);
+  EXPECT_NE(stale.find(first->ca), std::string::npos);
+  // Nothing new: the same bundle, so no patch.
+  EXPECT_EQ(merged_ca_bundle(second->ca, second->ca, now), second->ca);
+  // Two days on the first CA has expired: it leaves, even though the configuration had it.
+  EXPECT_EQ(merged_ca_bundle(second_ca_only, second->ca, now + std::chrono::hours(48)),
+            second_ca_only);
+}
+
 }  // namespace
 }  // namespace tessera::webhook

@@ -167,6 +167,24 @@ std::string secret_path(const ServingCertificateSettings& settings) {
 
 }  // namespace
 
+std::string merged_ca_bundle(const std::string& ours, const std::string& current,
+                             system_clock::time_point now) {
+  std::string out;
+  std::vector<X509Ptr> kept = certificates_of(ours);
+  for (const X509Ptr& ca : kept) out += pem_of(ca.get());
+  const std::time_t at = to_time_t(now);
+  for (X509Ptr& ca : certificates_of(current)) {
+    const std::optional<std::time_t> end = seconds_of(X509_get0_notAfter(ca.get()));
+    if (!end || *end <= at) continue;
+    bool known = false;
+    for (const X509Ptr& other : kept) known = known || X509_cmp(ca.get(), other.get()) == 0;
+    if (known) continue;
+    out += pem_of(ca.get());
+    kept.push_back(std::move(ca));
+  }
+  return out;
+}
+
 std::vector<std::string> service_dns_names(const std::string& service, const std::string& ns) {
   return {service, service + "." + ns, service + "." + ns + ".svc",
           service + "." + ns + ".svc.cluster.local"};
@@ -303,7 +321,8 @@ Result<json> ServingCertificate::write_secret(const json* existing, const Certif
 }
 
 Status ServingCertificate::patch_ca_bundle(bool mutating, const std::string& name,
-                                           const std::string& ca_bundle) {
+                                           const std::string& ca_pem,
+                                           system_clock::time_point now) {
   const std::string path =
       (mutating ? "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
                 : "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/") +
@@ -323,12 +342,16 @@ Status ServingCertificate::patch_ca_bundle(bool mutating, const std::string& nam
     if (!service.is_object() || service.value("name", "") != settings_.service_name ||
         service.value("namespace", "") != settings_.secret_namespace)
       continue;
-    if (client.value("caBundle", "") == ca_bundle) continue;
+    const std::string current = client.value("caBundle", "");
+    Result<std::string> current_pem = base64_decode(current, "caBundle");
+    const std::string wanted =
+        base64_encode(merged_ca_bundle(ca_pem, current_pem.is_ok() ? *current_pem : "", now));
+    if (current == wanted) continue;
     const std::string at = "/webhooks/" + std::to_string(i);
     // The index is the one read: a configuration changed since (a helm upgrade) fails the test
     // (422) and the next round reads it again.
     patch.push_back({{"op", "test"}, {"path", at + "/name"}, {"value", webhook.value("name", "")}});
-    patch.push_back({{"op", "add"}, {"path", at + "/clientConfig/caBundle"}, {"value", ca_bundle}});
+    patch.push_back({{"op", "add"}, {"path", at + "/clientConfig/caBundle"}, {"value", wanted}});
   }
   if (patch.empty()) return Status::ok();
   Result<kube::ApiResponse> patched = api_.request("PATCH", path, patch.dump());
@@ -377,12 +400,12 @@ Status ServingCertificate::reconcile() {
   const std::string version = (*secret)["metadata"].value("resourceVersion", "");
 
   // The configurations first: a new CA is trusted before a handshake offers what it signed.
-  const std::string ca_bundle = base64_encode(pems->ca);
+
   Status patched = Status::ok();
   for (auto [mutating, name] : {std::pair{true, settings_.mutating_configuration},
                                 std::pair{false, settings_.validating_configuration}}) {
     if (name.empty()) continue;
-    if (Status status = patch_ca_bundle(mutating, name, ca_bundle); !status.is_ok()) {
+    if (Status status = patch_ca_bundle(mutating, name, pems->ca, now); !status.is_ok()) {
       log::error("cannot set the caBundle",
                  {{"configuration", (mutating ? "mutatingwebhookconfigurations/"
                                               : "validatingwebhookconfigurations/") +

@@ -9,7 +9,9 @@
 //      Conflict on update); the loser re-reads and takes the winner's pair, so all serve one.
 //   3. Patch clientConfig.caBundle of each webhook of the named Mutating/Validating
 //      WebhookConfigurations that calls this Service, where it differs (JSON Patch, each write
-//      guarded by a test of the webhook's name at that index).
+//      guarded by a test of the webhook's name at that index). The bundle written is the Secret's
+//      ca.crt plus the CAs already there that are still valid: a replica acting on a Secret it
+//      read just before another replica's renewal adds, never takes away, so the new CA stays.
 //   4. Serve the Secret's pair (CertificateReloader::set): the next handshake takes it.
 // A renewal makes a new CA too and keeps the previous CA in ca.crt while it is valid, so a replica
 // still serving the previous certificate stays trusted until its next round.
@@ -50,6 +52,12 @@ Result<CertificatePems> generate_serving_certificate(const std::vector<std::stri
                                                      std::chrono::system_clock::time_point now,
                                                      const std::string& previous_ca = "");
 
+// The caBundle to write: every CA of `ours`, then those of `current` still valid at `now` and not
+// in `ours`. A CA's key is dropped once it signed its one certificate, so keeping a CA until it
+// expires trusts nothing but that certificate.
+std::string merged_ca_bundle(const std::string& ours, const std::string& current,
+                             std::chrono::system_clock::time_point now);
+
 // Why `pems` cannot serve `dns_names` at `now` ("" when it can): see the header comment.
 std::string unusable_reason(const CertificatePems& pems, const std::vector<std::string>& dns_names,
                             std::chrono::system_clock::time_point now);
@@ -86,7 +94,8 @@ class ServingCertificate {
  private:
   Result<nlohmann::json> read_secret();
   Result<nlohmann::json> write_secret(const nlohmann::json* existing, const CertificatePems& pems);
-  Status patch_ca_bundle(bool mutating, const std::string& name, const std::string& ca_bundle);
+  Status patch_ca_bundle(bool mutating, const std::string& name, const std::string& ca_pem,
+                         std::chrono::system_clock::time_point now);
 
   kube::KubeClient& api_;
   const ServingCertificateSettings settings_;
