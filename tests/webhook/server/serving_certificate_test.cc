@@ -4,7 +4,11 @@
 #include "server/serving_certificate.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "apiserver/fake_api_server.h"
@@ -334,6 +338,74 @@ TEST(MergedCaBundle, AddsNeverRemovesAValidCaAndDropsExpiredOnes) {
   // Two days on the first CA has expired: it leaves, even though the configuration had it.
   EXPECT_EQ(merged_ca_bundle(second_ca_only, second->ca, now + std::chrono::hours(48)),
             second_ca_only);
+}
+
+// The real binary in the chart's selfManaged wiring, against the stand-in API server: it makes
+// the Secret before it listens, sets the caBundle, presents the Secret's certificate for the
+// Service's name, and exits 0 on SIGTERM.
+TEST_F(ServingCertificateTest, TheBinaryBootstrapsItsOwnCertificate) {
+  std::string pattern = std::filesystem::temp_directory_path() / "webhook-certs-XXXXXX";
+  const std::string dir = mkdtemp(pattern.data());
+  testing::write_file(dir + "/ca.crt", api_.ca_pem());
+  testing::write_file(dir + "/kubeconfig",
+                      "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
+                      "clusters:\n- name: t\n  cluster:\n    server: " +
+                          api_.url() +
+                          "\n    certificate-authority: ca.crt\n"
+                          "contexts:\n- name: t\n  context: {cluster: t, "
+                          "user: t}\nusers:\n- name: t\n  user: {token: " +
+                          api_.token() + "}\n");
+  // A port nothing listens on: bound to port 0, read, closed, then given to the binary.
+  const int probe = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(probe, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
+  close(probe);
+  const int port = ntohs(address.sin_port);
+  const std::string listen = "127.0.0.1:" + std::to_string(port);
+  const std::string kubeconfig = dir + "/kubeconfig";
+  std::vector<const char*> argv = {TESSERA_WEBHOOK_BIN,
+                                   "--listen",
+                                   listen.c_str(),
+                                   "--kubeconfig",
+                                   kubeconfig.c_str(),
+                                   "--tls-secret-name",
+                                   kSecret,
+                                   "--tls-secret-namespace",
+                                   kNamespace,
+                                   "--service-name",
+                                   kService,
+                                   "--mutating-webhook-configuration",
+                                   kService,
+                                   "--validating-webhook-configuration",
+                                   kService,
+                                   "--shutdown-delay-ms",
+                                   "0",
+                                   nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, const_cast<char**>(argv.data()), environ),
+            0);
+  // Until it listens (a bound on the wait, not a verdict on its speed).
+  std::optional<std::string> presented;
+  for (int i = 0; i < 1200 && !presented; ++i) {
+    const std::string bundle = ca_bundle(kValidating, 0);
+    if (!bundle.empty())
+      presented =
+          testing::handshake_serial(port, decoded(bundle), 0, "tessera-webhook.tessera-system.svc");
+    if (!presented) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(presented);
+  const CertificatePems pems = stored_pems();
+  EXPECT_EQ(*presented, serial_of(pems.cert, pems.key));
+  EXPECT_EQ(ca_bundle(kMutating, 0), base64_encode(pems.ca));
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
