@@ -38,7 +38,8 @@
 //     AllowUnconditionalUpdate (true);
 //   pkg/registry/admissionregistration/{mutating,validating}webhookconfiguration/strategy.go:
 //     generation 1 on create, +1 when `webhooks` changes;
-//   staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go: a PATCH is JSON Patch
+//   staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go (commit
+//     00f7534700c03146d83def73a4cfa9aadd527faa, applyJSPatch): a PATCH is JSON Patch
 //     (application/json-patch+json) or a merge patch (application/merge-patch+json), any other
 //     media type 415; a patch that does not decode 400, one that does not apply (a failed
 //     "test") 422; a patched resourceVersion other than the stored one 409.
