@@ -400,7 +400,6 @@ Status ServingCertificate::reconcile() {
   const std::string version = (*secret)["metadata"].value("resourceVersion", "");
 
   // The configurations first: a new CA is trusted before a handshake offers what it signed.
-
   Status patched = Status::ok();
   for (auto [mutating, name] : {std::pair{true, settings_.mutating_configuration},
                                 std::pair{false, settings_.validating_configuration}}) {
