@@ -13,7 +13,10 @@ CHECK is one of:
   values          typed values as users give them: an all-digit image tag from --set (int64) and
                   from a values file (float64) rendered as that tag, checkInterval 0.5, and the
                   default images equal to what scripts/build-images.sh builds by default
+  determinism     helm template twice gives byte-identical output in every TLS mode but helm
+                  (whose genCA the comparison must catch), so a GitOps sync changes nothing
   rbac            the rendered roles grant exactly the API calls of the agent's and webhook's code
+                  (default selfManaged TLS, cert-manager and a provided Secret)
   rbac-drift      rbac_check.py fails on a role with a rule too many or too few, and on a source
                   tree with a call the roles lack
   validator       validate_manifests.py refuses broken objects, each with its reason
@@ -189,10 +192,9 @@ def check_promises(ctx, docs):
                f"{hook['name']} excludes kube-system and its own namespace")
         expect(hook["failurePolicy"] == "Fail" and hook.get("matchConditions"),
                f"{hook['name']}: failurePolicy Fail, narrowed by matchConditions")
-        expect(hook["clientConfig"].get("caBundle"), f"{hook['name']} has the CA bundle")
-    secret = find(docs, "Secret", "-tls")
-    expect(secret["data"]["ca.crt"] == mutating["webhooks"][0]["clientConfig"]["caBundle"],
-           "the generated Secret's CA is the configurations' caBundle")
+        # selfManaged: the webhook sets the caBundle; a rendered one would be reset by each sync.
+        expect("caBundle" not in hook["clientConfig"], f"{hook['name']}: no caBundle rendered")
+    check_self_managed_tls(docs)
 
     classes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "DeviceClass"}
     expect(set(classes) == {"vgpu.tessera.dev", "mps.vgpu.tessera.dev"}, f"DeviceClasses {set(classes)}")
@@ -246,7 +248,9 @@ def check_variants(ctx):
         for name, values in ctx.variants():
             files = [values] if values else []
             for kube_version in header(values, "kube-versions") or KUBE_VERSIONS:
-                lint = ctx.run([ctx.helm, "lint", ctx.chart, "--strict", "--kube-version", f"{kube_version}.0"]
+                # In the release namespace: the chart refuses default (a webhook-free namespace).
+                lint = ctx.run([ctx.helm, "lint", ctx.chart, "--strict", "--kube-version", f"{kube_version}.0",
+                                "--namespace", NAMESPACE]
                                + sum((["-f", f] for f in files), []))
                 # helm lint logs a template's fail() and passes; a variant that needs no
                 # --api-versions (which lint cannot take) must not hit one.
@@ -295,6 +299,15 @@ def check_variant(ctx, name, docs):
                f"the webhook polices pods asking for the extended resource: {webhook_args}")
     if name.startswith("tls-") and "cert-manager" in name:
         check_cert_manager_chain(docs)
+    if name == "tls-helm":
+        secret = find(docs, "Secret", "-tls")
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            for hook in find(docs, kind)["webhooks"]:
+                expect(secret["data"]["ca.crt"] == hook["clientConfig"]["caBundle"],
+                       f"{hook['name']}: the generated Secret's CA is the caBundle")
+        args = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        expect("--tls-cert-file=/etc/tessera-webhook/tls/tls.crt" in args
+               and not [a for a in args if a.startswith("--tls-secret-name")], f"helm mode: files: {args}")
     if name == "namespace-create":
         namespace = find(docs, "Namespace", NAMESPACE, exact=True)
         labels = namespace["metadata"]["labels"]
@@ -312,6 +325,25 @@ def check_variant(ctx, name, docs):
         btf = [v for v in spec["volumes"] if v.get("hostPath", {}).get("path") == "/sys/kernel/btf"]
         expect(len(btf) == 1 and btf[0]["hostPath"]["type"] == "Directory", f"the BTF hostPath: {btf}")
         expect("--process-watch=on" in spec["containers"][0]["args"], "--process-watch=on")
+
+
+def check_self_managed_tls(docs):
+    """TLS mode selfManaged (the default without cert-manager): no Secret and no certificate in
+    the chart; the webhook is told its Secret, Service and configurations, and mounts nothing."""
+    expect(not [d for d in docs if d["kind"] == "Secret"], "no Secret rendered: the webhook makes it")
+    deployment = find(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    service = find(docs, "Service", "-webhook")["metadata"]["name"]
+    for flag in (f"--tls-secret-name={service}-tls", f"--tls-secret-namespace={NAMESPACE}",
+                 f"--service-name={service}", f"--mutating-webhook-configuration={service}",
+                 f"--validating-webhook-configuration={service}", "--certificate-validity-days=365",
+                 "--tls-secret-check-interval-seconds=60"):
+        expect(flag in args, f"webhook flag {flag} in {args}")
+    expect(not [a for a in args if a.startswith("--tls-cert-file")], f"no certificate files: {args}")
+    expect("volumes" not in pod and "volumeMounts" not in pod["containers"][0], "no TLS volume")
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        expect(find(docs, kind)["metadata"]["name"] == service, f"{kind} named as the flag says")
 
 
 def check_cert_manager_chain(docs):
@@ -348,6 +380,10 @@ CONTRADICTIONS = [
      "does not serve cert-manager.io/v1"),
     ("provided mode without the CA", ["webhook.tls.mode=provided", "webhook.tls.secretName=mine"],
      "1.36", [], "needs both webhook.tls.secretName"),
+    ("an install into default", [], "1.36", ["--namespace", "default"],
+     "the release namespace is default: the webhooks do not cover their own namespace"),
+    ("a self-managed certificate for more than ten years", ["webhook.tls.selfManaged.validityDays=3651"],
+     "1.36", [], "at '/webhook/tls/selfManaged/validityDays': maximum"),
     ("extendedResourceName on 1.34 without the gate",
      ["deviceClasses.default.extendedResourceName=vgpu.tessera.dev/gpu"], "1.34", [],
      "Kubernetes 1.34 has as an alpha gate"),
@@ -429,11 +465,45 @@ def rbac_check(ctx, rendered, source_root=None):
                     source_root or ctx.repo, rendered], check=False)
 
 
+# TLS modes as (what, values file under ci/ or None, helm args).
+TLS_RENDERINGS = [
+    ("default (selfManaged)", None, []),
+    ("cert-manager", "tls-cert-manager-values.yaml", ["--api-versions", "cert-manager.io/v1"]),
+    ("auto with cert-manager", None, ["--api-versions", "cert-manager.io/v1"]),
+    ("provided", "tls-provided-values.yaml", []),
+]
+
+
+def render_tls(ctx, values, extra, kube_version="1.36"):
+    files = [os.path.join(ctx.chart, "ci", values)] if values else []
+    return ctx.template(kube_version, files, extra=extra).stdout
+
+
 def check_rbac(ctx):
     with tempfile.TemporaryDirectory() as directory:
-        result = rbac_check(ctx, render_default(ctx, directory))
-    print(result.stdout + result.stderr)
-    expect(result.returncode == 0, "the chart's RBAC differs from the code's API calls")
+        for what, values, extra in TLS_RENDERINGS:
+            path = os.path.join(directory, "rendered.yaml")
+            with open(path, "w") as out:
+                out.write(render_tls(ctx, values, extra))
+            result = rbac_check(ctx, path)
+            print(f"{what}:\n{result.stdout}{result.stderr}")
+            expect(result.returncode == 0, f"{what}: the chart's RBAC differs from the code's API calls")
+
+
+def check_determinism(ctx):
+    """A GitOps tool renders the chart at every sync: the same values must give the same bytes,
+    or each sync would change the cluster (a new CA while failurePolicy is Fail)."""
+    for what, values, extra in TLS_RENDERINGS:
+        for kube_version in KUBE_VERSIONS:
+            first = render_tls(ctx, values, extra, kube_version)
+            second = render_tls(ctx, values, extra, kube_version)
+            expect(first == second, f"{what}, Kubernetes {kube_version}: two renderings differ")
+            print(f"ok: {what}, Kubernetes {kube_version}: two renderings byte-identical "
+                  f"({len(first)} bytes)")
+    # The comparison catches a render-time certificate: helm mode's genCA differs every time.
+    first, second = (render_tls(ctx, None, ["--set", "webhook.tls.mode=helm"]) for _ in range(2))
+    expect(first != second, "helm mode (genCA) rendered twice the same: the comparison cannot fail")
+    print("ok: helm mode (genCA at render time) differs between renderings, as the check expects")
 
 
 def check_rbac_drift(ctx):
@@ -453,7 +523,20 @@ def check_rbac_drift(ctx):
             return next(d for d in changed if d["kind"] == "ClusterRole"
                         and d["metadata"]["labels"]["app.kubernetes.io/component"] == component)
 
+        def tls_role(changed):
+            return next(d for d in changed if d["kind"] == "Role"
+                        and d["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook")
+
         cases = [
+            ("a Secret other than the webhook's", write(
+                lambda c: tls_role(c)["rules"][0].update(resourceNames=["someone-elses"]), "other-secret.yaml"),
+             None, "but the webhook is given --tls-secret-name=tessera-webhook-tls"),
+            ("every Secret of the namespace", write(
+                lambda c: tls_role(c)["rules"][0].pop("resourceNames"), "every-secret.yaml"),
+             None, "grants get of every secrets"),
+            ("a create restricted by name", write(
+                lambda c: tls_role(c)["rules"][1].update(resourceNames=["tessera-webhook-tls"]), "named-create.yaml"),
+             None, "resourceNames cannot restrict create of secrets"),
             ("a verb too many", write(lambda c: role(c, "node-agent")["rules"][0]["verbs"].append("list"),
                                       "extra.yaml"), None, "which the code never calls"),
             ("a verb too few", write(lambda c: role(c, "webhook")["rules"][1]["verbs"].remove("create"),
@@ -715,7 +798,7 @@ def check_samples(ctx):
 
 
 CHECKS = {"cel": check_cel, "variants": check_variants, "contradictions": check_contradictions,
-          "values": check_values, "rbac": check_rbac,
+          "values": check_values, "rbac": check_rbac, "determinism": check_determinism,
           "rbac-drift": check_rbac_drift, "validator": check_validator, "samples": check_samples}
 
 

@@ -22,7 +22,15 @@ PUT -> update, PATCH -> patch, DELETE -> delete (deletecollection on a collectio
 The rendered chart's ClusterRoles and Roles of each component (label app.kubernetes.io/component:
 node-agent or webhook) must grant exactly those (verb, group, resource[/subresource]) triples: a
 rule the code does not use fails as much as a call without a rule. No wildcards, no
-resourceNames, no nonResourceURLs.
+nonResourceURLs.
+
+Objects the webhook names by a flag (NAME_FLAGS: its Secret, its two webhook configurations) are
+called only when the rendered webhook Deployment passes that flag (TLS mode selfManaged): without
+it those calls are not expected and must not be granted. With it, a rule naming that resource
+must name exactly the flag's value (resourceNames), and get/update/patch of it must be granted by
+name only. resourceNames never go with create, list, watch or deletecollection (RBAC cannot
+restrict those by name: a create is authorized before its object has one), and never name a
+namespaced resource in a ClusterRole (that name in every namespace).
 """
 import argparse
 import os
@@ -32,6 +40,15 @@ import sys
 import yaml
 
 COMPONENTS = {"node-agent": "node-agent/src", "webhook": "webhook/src"}
+# (component, resource) -> the flag of the component's Deployment that names the object.
+NAME_FLAGS = {
+    ("webhook", "secrets"): "--tls-secret-name",
+    ("webhook", "mutatingwebhookconfigurations"): "--mutating-webhook-configuration",
+    ("webhook", "validatingwebhookconfigurations"): "--validating-webhook-configuration",
+}
+CLUSTER_SCOPED = {"nodes", "namespaces", "resourceslices", "deviceclasses",
+                  "mutatingwebhookconfigurations", "validatingwebhookconfigurations"}
+UNNAMEABLE_VERBS = {"create", "list", "watch", "deletecollection"}
 PLACEHOLDER = "\x00"
 
 CALL_RE = re.compile(r"(?:\.|->)request\(")
@@ -254,7 +271,23 @@ def calls_in(source_root, folder):
     return calls, problems
 
 
-def granted(rendered, component):
+def flag_values(rendered, component):
+    """{flag: value} of the --flag=value arguments of the component's Deployment or DaemonSet."""
+    values = {}
+    for document in yaml.safe_load_all(open(rendered, encoding="utf-8")):
+        if not document or document.get("kind") not in ("Deployment", "DaemonSet"):
+            continue
+        if document.get("metadata", {}).get("labels", {}).get("app.kubernetes.io/component") != component:
+            continue
+        for container in document["spec"]["template"]["spec"].get("containers", []):
+            for argument in container.get("args", []):
+                flag, equals, value = str(argument).partition("=")
+                if equals:
+                    values[flag] = value
+    return values
+
+
+def granted(rendered, component, flags):
     rules, problems = set(), []
     for document in yaml.safe_load_all(open(rendered, encoding="utf-8")):
         if not document or document.get("kind") not in ("ClusterRole", "Role"):
@@ -263,16 +296,36 @@ def granted(rendered, component):
         if labels.get("app.kubernetes.io/component") != component:
             continue
         name = document["metadata"]["name"]
+        where = f"{document['kind']} {name}"
         for rule in document.get("rules") or []:
-            if rule.get("nonResourceURLs") or rule.get("resourceNames"):
-                problems.append(f"{document['kind']} {name}: nonResourceURLs/resourceNames are not used")
+            if rule.get("nonResourceURLs"):
+                problems.append(f"{where}: nonResourceURLs are not used")
+            names = rule.get("resourceNames") or []
             for group in rule.get("apiGroups", []):
                 for resource in rule.get("resources", []):
+                    flag = NAME_FLAGS.get((component, resource))
                     for verb in rule.get("verbs", []):
                         if "*" in (group, resource, verb):
-                            problems.append(f"{document['kind']} {name}: a wildcard in {rule}")
+                            problems.append(f"{where}: a wildcard in {rule}")
                         rules.add((verb, group, resource))
+                        if names and verb in UNNAMEABLE_VERBS:
+                            problems.append(f"{where}: resourceNames cannot restrict {verb} of {resource}")
+                        if not names and flag and verb not in UNNAMEABLE_VERBS:
+                            problems.append(f"{where}: grants {verb} of every {resource}; the code "
+                                            f"needs only the one named by {flag} (resourceNames)")
+                    if names and document["kind"] == "ClusterRole" and resource not in CLUSTER_SCOPED:
+                        problems.append(f"{where}: resourceNames {names} of {resource} in every "
+                                        "namespace; name a namespaced object in a Role")
+                    if names and (not flag or names != [flags.get(flag)]):
+                        problems.append(f"{where}: resourceNames {names} of {resource}, but the "
+                                        f"{component} is given {flag}={flags.get(flag) if flag else None}")
     return rules, problems
+
+
+def expected_calls(calls, component, flags):
+    """The calls a rendering needs: those on flag-named objects only when the flag is passed."""
+    return {t: w for t, w in calls.items()
+            if not (NAME_FLAGS.get((component, t[2])) and NAME_FLAGS[(component, t[2])] not in flags)}
 
 
 def show(triple):
@@ -297,7 +350,9 @@ def main():
             for triple in sorted(calls):
                 print(f"{component}: {show(triple)}  ({', '.join(calls[triple])})")
             continue
-        rules, problems = granted(args.rendered, component)
+        flags = flag_values(args.rendered, component)
+        calls = expected_calls(calls, component, flags)
+        rules, problems = granted(args.rendered, component, flags)
         failures += problems
         for triple in sorted(set(calls) - rules):
             failures.append(f"{component}: the code calls {show(triple)} ({', '.join(calls[triple])}) "

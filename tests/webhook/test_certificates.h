@@ -120,10 +120,13 @@ class TestPki {
   std::string ca_pem_;
 };
 
-// One TLS handshake with 127.0.0.1:port, verifying against `ca_pem`, at most `max_version`.
-// Returns the presented certificate's serial (hex), or nullopt when the handshake failed.
+// One TLS handshake with 127.0.0.1:port, verifying against `ca_pem` (every CA in it) and the
+// name `host`, at most `max_version`, at `verify_time` (0: now). Returns the presented
+// certificate's serial (hex), or nullopt when the handshake failed.
 inline std::optional<std::string> handshake_serial(int port, const std::string& ca_pem,
-                                                   int max_version = 0) {
+                                                   int max_version = 0,
+                                                   const std::string& host = "127.0.0.1",
+                                                   time_t verify_time = 0) {
   std::unique_ptr<SSL_CTX, SslCtxFree> ctx(SSL_CTX_new(TLS_client_method()));
   if (max_version) {
     SSL_CTX_set_min_proto_version(ctx.get(), 0);
@@ -133,10 +136,13 @@ inline std::optional<std::string> handshake_serial(int port, const std::string& 
   }
   std::unique_ptr<BIO, BioFree> bio(
       BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size())));
-  X509* ca = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr);
-  X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx.get()), ca);
-  X509_free(ca);
+  while (X509* ca = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx.get()), ca);
+    X509_free(ca);
+  }
+  ERR_clear_error();
   SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  if (verify_time != 0) X509_VERIFY_PARAM_set_time(SSL_CTX_get0_param(ctx.get()), verify_time);
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -146,7 +152,7 @@ inline std::optional<std::string> handshake_serial(int port, const std::string& 
   if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
     std::unique_ptr<SSL, SslFree> ssl(SSL_new(ctx.get()));
     SSL_set_fd(ssl.get(), fd);
-    SSL_set1_host(ssl.get(), "127.0.0.1");
+    SSL_set1_host(ssl.get(), host.c_str());
     if (SSL_connect(ssl.get()) == 1) {
       if (X509* peer = SSL_get1_peer_certificate(ssl.get())) {
         BIGNUM* number = ASN1_INTEGER_to_BN(X509_get0_serialNumber(peer), nullptr);

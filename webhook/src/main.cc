@@ -3,11 +3,14 @@
 // shutdown: in-flight requests finish, then the process exits 0.
 #include <pthread.h>
 
+#include <condition_variable>
 #include <csignal>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "server/options.h"
+#include "server/serving_certificate.h"
 #include "server/webhook_server.h"
 #include "tessera/kube/http_kube_client.h"
 #include "tessera/log.h"
@@ -51,18 +54,58 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   webhook::WebhookServer server(options, api, [] { return std::chrono::steady_clock::now(); });
+  // --tls-secret-name: the certificate is the webhook's own; it is there before the listener is.
+  std::unique_ptr<webhook::ServingCertificate> own_certificate;
+  if (!options.tls_secret_name.empty()) {
+    webhook::ServingCertificateSettings settings;
+    settings.secret_namespace = options.tls_secret_namespace;
+    settings.secret_name = options.tls_secret_name;
+    settings.service_name = options.service_name;
+    settings.mutating_configuration = options.mutating_webhook_configuration;
+    settings.validating_configuration = options.validating_webhook_configuration;
+    settings.validity = std::chrono::hours(24) * options.certificate_validity_days;
+    own_certificate = std::make_unique<webhook::ServingCertificate>(
+        api, settings, server.certificates(), [] { return std::chrono::system_clock::now(); });
+    if (Status ready = own_certificate->reconcile(); !ready.is_ok()) {
+      log::error("serving certificate", {{"error", ready.message()}});
+      // Without a pair there is nothing to serve; a caBundle not yet set is retried below.
+      if (!server.certificates().current()) return 1;
+    }
+  }
   if (Status started = server.start(); !started.is_ok()) {
     log::error(started.message());
     return 1;
+  }
+  std::mutex stop_mutex;
+  std::condition_variable stop_signal;
+  bool stopping = false;
+  std::thread renewer;
+  if (own_certificate) {
+    renewer = std::thread([&] {
+      std::unique_lock lock(stop_mutex);
+      while (!stop_signal.wait_for(lock, options.tls_secret_check_interval,
+                                   [&] { return stopping; })) {
+        lock.unlock();
+        if (Status round = own_certificate->reconcile(); !round.is_ok())
+          log::error("serving certificate", {{"error", round.message()}});
+        lock.lock();
+      }
+    });
   }
   std::thread waiter([&] {
     int signal = 0;
     sigwait(&signals, &signal);
     log::info("stopping", {{"signal", signal}});
+    {
+      std::lock_guard lock(stop_mutex);
+      stopping = true;
+    }
+    stop_signal.notify_all();
     server.shutdown();
   });
   server.serve();
   waiter.join();
+  if (renewer.joinable()) renewer.join();
   log::info("stopped");
   return 0;
 }

@@ -93,11 +93,12 @@ scripts/build-images.sh gives by default.
 {{- printf "%s:%s" .image.repository (include "tessera.imageTag" .) -}}
 {{- end -}}
 
-{{/* The TLS mode after "auto" is resolved: certManager, helm or provided. */}}
+{{/* The TLS mode after "auto" is resolved: certManager, selfManaged, helm or provided. Both of
+auto's answers render the same objects every time (no certificate is generated at render time). */}}
 {{- define "tessera.webhook.tlsMode" -}}
 {{- $mode := .Values.webhook.tls.mode -}}
 {{- if eq $mode "auto" -}}
-{{- if .Capabilities.APIVersions.Has "cert-manager.io/v1" -}}certManager{{- else -}}helm{{- end -}}
+{{- if .Capabilities.APIVersions.Has "cert-manager.io/v1" -}}certManager{{- else -}}selfManaged{{- end -}}
 {{- else -}}
 {{- $mode -}}
 {{- end -}}

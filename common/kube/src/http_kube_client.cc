@@ -185,7 +185,13 @@ Result<ApiResponse> HttpKubeClient::once(const std::string& method, const std::s
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
   curl_slist* headers = nullptr;
   headers = curl_slist_append(headers, "Accept: application/json");
-  if (!body.empty()) headers = curl_slist_append(headers, "Content-Type: application/json");
+  // kube-apiserver takes a PATCH only with a patch media type (415 for application/json): a JSON
+  // array is a JSON Patch (RFC 6902), an object a JSON merge patch (RFC 7386).
+  const char* content_type = "Content-Type: application/json";
+  if (method == "PATCH")
+    content_type = body.starts_with('[') ? "Content-Type: application/json-patch+json"
+                                         : "Content-Type: application/merge-patch+json";
+  if (!body.empty()) headers = curl_slist_append(headers, content_type);
   const std::string authorization = "Authorization: Bearer " + token;
   if (!token.empty()) headers = curl_slist_append(headers, authorization.c_str());
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);

@@ -53,6 +53,31 @@ TEST(HttpKubeClient, GetsAResourceClaimOverVerifiedTls) {
   EXPECT_EQ(answered["status"], claim["status"]);
 }
 
+// kube-apiserver takes a PATCH only in a patch media type (415 for application/json): a JSON array
+// goes as a JSON Patch, an object as a merge patch.
+TEST(HttpKubeClient, APatchIsSentInThePatchMediaTypeItsBodyIs) {
+  FakeApiServer server;
+  server.add_webhook_configuration(
+      "mutatingwebhookconfigurations",
+      {{"apiVersion", "admissionregistration.k8s.io/v1"},
+       {"kind", "MutatingWebhookConfiguration"},
+       {"metadata", {{"name", "hooks"}}},
+       {"webhooks", {{{"name", "a.example.com"}, {"clientConfig", {{"url", "https://a"}}}}}}});
+  kube::HttpKubeClient client(server.connection(), fast_retries(1));
+  const std::string path =
+      "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/hooks";
+  const Result<kube::ApiResponse> json_patch = client.request(
+      "PATCH", path, R"([{"op":"add","path":"/webhooks/0/clientConfig/caBundle","value":"Y2E="}])");
+  ASSERT_EQ(json_patch.status().message(), "");
+  const Result<kube::ApiResponse> merge_patch =
+      client.request("PATCH", path, R"({"metadata":{"labels":{"team":"gpu"}}})");
+  ASSERT_EQ(merge_patch.status().message(), "");
+  const nlohmann::json stored =
+      server.webhook_configuration("mutatingwebhookconfigurations", "hooks");
+  EXPECT_EQ(stored["webhooks"][0]["clientConfig"]["caBundle"], "Y2E=");
+  EXPECT_EQ(stored["metadata"]["labels"]["team"], "gpu");
+}
+
 // Every value in a path or query is escaped (libcurl), so a name cannot add a segment, a query or
 // another selector term.
 TEST(KubePaths, ValuesInPathsAndQueriesAreEscaped) {

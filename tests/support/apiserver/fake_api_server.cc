@@ -5,6 +5,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -79,8 +80,21 @@ struct FakeApiServer::Impl {
     return fixed != 0 ? fixed : std::time(nullptr);
   }
 
+  // The objects of serve_secrets and serve_webhook_configurations: "<ns>/<name>" and
+  // "<resource>/<name>".
+  std::map<std::string, json> secrets;
+  std::map<std::string, json> webhook_configurations;
+  // hold_secret_reads: its own lock, so that held reads do not block the server.
+  std::mutex hold_mutex;
+  std::condition_variable hold_released;
+  int hold_waiting = 0;
+  int hold_count = 0;
+
   void make_certificate();
   void serve_claims();
+  void serve_secrets();
+  void serve_webhook_configurations();
+  void hold_if_asked();
   void serve_node();
   void serve_slices();
 };
@@ -242,6 +256,212 @@ void FakeApiServer::Impl::serve_slices() {
                  });
 }
 
+void FakeApiServer::Impl::hold_if_asked() {
+  std::unique_lock lock(hold_mutex);
+  if (hold_count == 0) return;
+  if (++hold_waiting == hold_count) {
+    hold_count = 0;
+    hold_waiting = 0;
+    hold_released.notify_all();
+    return;
+  }
+  hold_released.wait(lock, [this] { return hold_count == 0; });
+}
+
+namespace {
+
+// ValidateSecret's rules for what Tessera writes: data keys and base64 values (a value that is
+// not base64 does not decode: 400), a kubernetes.io/tls Secret's two keys (422).
+std::optional<std::pair<int, std::string>> secret_refusal(json& secret, const json* stored) {
+  const std::string name = secret["metadata"].value("name", "");
+  if (!secret.contains("type") || secret["type"] == "") secret["type"] = "Opaque";
+  if (secret.contains("stringData")) {
+    if (!secret["stringData"].is_object()) return std::pair{400, "stringData: not an object"};
+    for (const auto& [key, value] : secret["stringData"].items()) {
+      if (!value.is_string()) return std::pair{400, "stringData." + key + ": not a string"};
+      const std::string text = value.get<std::string>();
+      std::string encoded(4 * ((text.size() + 2) / 3), '\0');
+      EVP_EncodeBlock(reinterpret_cast<unsigned char*>(encoded.data()),
+                      reinterpret_cast<const unsigned char*>(text.data()),
+                      static_cast<int>(text.size()));
+      secret["data"][key] = encoded;
+    }
+    secret.erase("stringData");
+  }
+  if (secret.contains("data")) {
+    if (!secret["data"].is_object()) return std::pair{400, "data: not an object"};
+    for (const auto& [key, value] : secret["data"].items()) {
+      const std::string text = value.is_string() ? value.get<std::string>() : "";
+      std::string decoded(text.size(), '\0');
+      if (!value.is_string() || text.size() % 4 != 0 ||
+          EVP_DecodeBlock(reinterpret_cast<unsigned char*>(decoded.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()),
+                          static_cast<int>(text.size())) < 0)
+        return std::pair{400, "illegal base64 data in data[" + key + "]"};
+    }
+  }
+  const std::string invalid = "Secret \"" + name + "\" is invalid: ";
+  if (stored && (*stored)["type"] != secret["type"])
+    return std::pair{
+        422, invalid + "type: Invalid value: " + secret["type"].dump() + ": field is immutable"};
+  if (secret["type"] == "kubernetes.io/tls")
+    for (const char* key : {"tls.crt", "tls.key"})
+      if (!secret.contains("data") || !secret["data"].contains(key))
+        return std::pair{422, invalid + "data[" + key + "]: Required value"};
+  return std::nullopt;
+}
+
+}  // namespace
+
+void FakeApiServer::Impl::serve_secrets() {
+  const std::string one = R"(/api/v1/namespaces/([^/]+)/secrets/([^/]+))";
+  auto not_found = [](httplib::Response& res, const std::string& name) {
+    answer_status(res, 404, "secrets \"" + name + "\" not found", "NotFound",
+                  {{"name", name}, {"kind", "secrets"}});
+  };
+  server->Get(one, [this, not_found](const httplib::Request& req, httplib::Response& res) {
+    hold_if_asked();
+    std::lock_guard lock(mutex);
+    const auto it = secrets.find(req.matches[1].str() + "/" + req.matches[2].str());
+    if (it == secrets.end()) return not_found(res, req.matches[2].str());
+    res.set_content(it->second.dump(), "application/json");
+  });
+  server->Post(R"(/api/v1/namespaces/([^/]+)/secrets)", [this](const httplib::Request& req,
+                                                               httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    std::optional<json> decoded = decoded_body(req, res);
+    if (!decoded) return;
+    json body = std::move(*decoded);
+    self.writes.push_back({"POST", req.path, body});
+    const std::string ns = req.matches[1].str();
+    if (!body["metadata"].is_object() || body["metadata"].value("name", "") == "")
+      return answer_status(res, 422, "Secret \"\" is invalid: metadata.name: Required value",
+                           "Invalid");
+    if (body["metadata"].value("namespace", ns) != ns)
+      return answer_status(res, 400,
+                           "the namespace of the provided object does not match the namespace "
+                           "sent on the request",
+                           "BadRequest");
+    body["metadata"]["namespace"] = ns;
+    const std::string name = body["metadata"]["name"];
+    if (auto refused = secret_refusal(body, nullptr))
+      return answer_status(res, refused->first, refused->second,
+                           refused->first == 422 ? "Invalid" : "BadRequest");
+    if (secrets.count(ns + "/" + name))
+      return answer_status(res, 409, "secrets \"" + name + "\" already exists", "AlreadyExists",
+                           {{"name", name}, {"kind", "secrets"}});
+    write_back::ServerFields fields;
+    fields.uid = "secret-uid-" + std::to_string(last_version + 1);
+    fields.resource_version = std::to_string(++last_version);
+    fields.timestamp = write_back::rfc3339(now());
+    Result<json> stored = write_back::write_back(body, nullptr, fields);
+    if (!stored.is_ok()) return answer_status(res, 422, stored.status().message(), "Invalid");
+    secrets[ns + "/" + name] = *stored;
+    res.status = 201;
+    res.set_content(stored->dump(), "application/json");
+  });
+  server->Put(one, [this, not_found](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    std::optional<json> decoded = decoded_body(req, res);
+    if (!decoded) return;
+    json body = std::move(*decoded);
+    self.writes.push_back({"PUT", req.path, body});
+    const std::string ns = req.matches[1].str();
+    const std::string name = req.matches[2].str();
+    const auto it = secrets.find(ns + "/" + name);
+    if (it == secrets.end()) return not_found(res, name);
+    if (!body["metadata"].is_object() || body["metadata"].value("name", "") != name)
+      return answer_status(
+          res, 400,
+          "the name of the object (" +
+              (body["metadata"].is_object() ? body["metadata"].value("name", "") : std::string()) +
+              ") does not match the name on the URL (" + name + ")",
+          "BadRequest");
+    const Status current = write_back::check_resource_version(body, it->second, name, "secrets");
+    if (!current.is_ok())
+      return answer_status(res, 409, current.message(), "Conflict",
+                           {{"name", name}, {"kind", "secrets"}});
+    if (auto refused = secret_refusal(body, &it->second))
+      return answer_status(res, refused->first, refused->second,
+                           refused->first == 422 ? "Invalid" : "BadRequest");
+    write_back::ServerFields fields;
+    fields.resource_version = std::to_string(++last_version);
+    fields.timestamp = write_back::rfc3339(now());
+    Result<json> stored = write_back::write_back(body, &it->second, fields);
+    if (!stored.is_ok()) return answer_status(res, 422, stored.status().message(), "Invalid");
+    it->second = *stored;
+    res.set_content(stored->dump(), "application/json");
+  });
+}
+
+void FakeApiServer::Impl::serve_webhook_configurations() {
+  const std::string one =
+      R"(/apis/admissionregistration\.k8s\.io/v1/(mutatingwebhookconfigurations|validatingwebhookconfigurations)/([^/]+))";
+  auto not_found = [](httplib::Response& res, const std::string& resource,
+                      const std::string& name) {
+    answer_status(res, 404, resource + ".admissionregistration.k8s.io \"" + name + "\" not found",
+                  "NotFound",
+                  {{"name", name}, {"group", "admissionregistration.k8s.io"}, {"kind", resource}});
+  };
+  server->Get(one, [this, not_found](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    const auto it = webhook_configurations.find(req.matches[1].str() + "/" + req.matches[2].str());
+    if (it == webhook_configurations.end())
+      return not_found(res, req.matches[1].str(), req.matches[2].str());
+    res.set_content(it->second.dump(), "application/json");
+  });
+  server->Patch(one, [this, not_found](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    const std::string resource = req.matches[1].str();
+    const std::string name = req.matches[2].str();
+    const std::string type = req.get_header_value("Content-Type");
+    json patch = json::parse(req.body, nullptr, false);
+    self.writes.push_back({"PATCH", req.path, patch});
+    if (type != "application/json-patch+json" && type != "application/merge-patch+json")
+      return answer_status(res, 415,
+                           "the body of the request was in an unknown format - accepted media "
+                           "types include: application/json-patch+json, "
+                           "application/merge-patch+json, application/apply-patch+yaml",
+                           "UnsupportedMediaType");
+    const auto it = webhook_configurations.find(resource + "/" + name);
+    if (it == webhook_configurations.end()) return not_found(res, resource, name);
+    const bool json_patch = type == "application/json-patch+json";
+    if (patch.is_discarded() || (json_patch ? !patch.is_array() : !patch.is_object()))
+      return answer_status(res, 400, "the patch does not decode", "BadRequest");
+    json patched;
+    try {
+      patched = json_patch ? it->second.patch(patch) : it->second;
+      if (!json_patch) patched.merge_patch(patch);
+    } catch (const json::exception& e) {
+      return answer_status(res, 422, e.what());
+    }
+    // caBundle is []byte: base64 in JSON, or the body does not decode.
+    for (const json& webhook : patched.value("webhooks", json::array())) {
+      const json client = webhook.value("clientConfig", json::object());
+      if (!client.contains("caBundle")) continue;
+      const std::string text =
+          client["caBundle"].is_string() ? client["caBundle"].get<std::string>() : std::string("?");
+      std::string decoded(text.size(), '\0');
+      if (text.size() % 4 != 0 ||
+          EVP_DecodeBlock(reinterpret_cast<unsigned char*>(decoded.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()),
+                          static_cast<int>(text.size())) < 0)
+        return answer_status(res, 400, "illegal base64 data in clientConfig.caBundle",
+                             "BadRequest");
+    }
+    const Status current = write_back::check_resource_version(
+        patched, it->second, name, resource + ".admissionregistration.k8s.io");
+    if (!current.is_ok()) return answer_status(res, 409, current.message(), "Conflict");
+    write_back::ServerFields fields;
+    fields.resource_version = std::to_string(++last_version);
+    fields.timestamp = write_back::rfc3339(now());
+    Result<json> stored = write_back::write_back(patched, &it->second, fields);
+    if (!stored.is_ok()) return answer_status(res, 422, stored.status().message(), "Invalid");
+    it->second = *stored;
+    res.set_content(stored->dump(), "application/json");
+  });
+}
+
 FakeApiServer::FakeApiServer(std::string token)
     : impl_(std::make_unique<Impl>(*this, std::move(token))) {
   Impl& impl = *impl_;
@@ -267,6 +487,8 @@ FakeApiServer::FakeApiServer(std::string token)
   impl.serve_claims();
   impl.serve_node();
   impl.serve_slices();
+  impl.serve_secrets();
+  impl.serve_webhook_configurations();
   impl.server->set_tcp_nodelay(true);  // as the API server: no 40 ms delayed-ACK stalls
   impl.port = impl.server->bind_to_any_port("127.0.0.1");
   impl.thread = std::thread([&impl] { impl.server->listen_after_bind(); });
@@ -346,6 +568,50 @@ bool FakeApiServer::set_reserved_pods(
   if (!updated.is_ok()) return false;
   it->second = updated->dump();
   return true;
+}
+
+void FakeApiServer::add_webhook_configuration(const std::string& resource, const json& object) {
+  std::lock_guard lock(impl_->mutex);
+  write_back::ServerFields fields;
+  fields.uid = "webhook-configuration-uid-" + std::to_string(impl_->last_version + 1);
+  fields.resource_version = std::to_string(++impl_->last_version);
+  fields.timestamp = write_back::rfc3339(impl_->now());
+  fields.manager = "helm";
+  Result<json> stored = write_back::write_back(object, nullptr, fields);
+  if (stored.is_ok())
+    impl_->webhook_configurations[resource + "/" + object["metadata"].value("name", "")] = *stored;
+}
+
+json FakeApiServer::webhook_configuration(const std::string& resource, const std::string& name) {
+  std::lock_guard lock(impl_->mutex);
+  const auto it = impl_->webhook_configurations.find(resource + "/" + name);
+  return it == impl_->webhook_configurations.end() ? json() : it->second;
+}
+
+json FakeApiServer::secret(const std::string& ns, const std::string& name) {
+  std::lock_guard lock(impl_->mutex);
+  const auto it = impl_->secrets.find(ns + "/" + name);
+  return it == impl_->secrets.end() ? json() : it->second;
+}
+
+void FakeApiServer::put_secret(const std::string& ns, const json& object) {
+  std::lock_guard lock(impl_->mutex);
+  json body = object;
+  write_back::ServerFields fields;
+  fields.uid = "secret-uid-" + std::to_string(impl_->last_version + 1);
+  fields.resource_version = std::to_string(++impl_->last_version);
+  fields.timestamp = write_back::rfc3339(impl_->now());
+  const std::string key = ns + "/" + body["metadata"].value("name", "");
+  const auto it = impl_->secrets.find(key);
+  Result<json> stored =
+      write_back::write_back(body, it == impl_->secrets.end() ? nullptr : &it->second, fields);
+  if (stored.is_ok()) impl_->secrets[key] = *stored;
+}
+
+void FakeApiServer::hold_secret_reads(int count) {
+  std::lock_guard lock(impl_->hold_mutex);
+  impl_->hold_count = count;
+  impl_->hold_waiting = 0;
 }
 
 void FakeApiServer::fail_next(int n) {

@@ -77,6 +77,20 @@ class FakeApiServer {
   // What someone else's `kubectl delete resourceslice` does (not recorded as the agent's write).
   void delete_slices();
 
+  // Secrets and admission webhook configurations (the webhook's own serving certificate):
+  // GET/POST/PUT of /api/v1/namespaces/<ns>/secrets, GET/PATCH of
+  // /apis/admissionregistration.k8s.io/v1/<resource>/<name>, under write_back.h's rules.
+  // A configuration as `kubectl apply` (helm) would have created it; `resource` is
+  // "mutatingwebhookconfigurations" or "validatingwebhookconfigurations".
+  void add_webhook_configuration(const std::string& resource, const nlohmann::json& object);
+  nlohmann::json webhook_configuration(const std::string& resource, const std::string& name);
+  // The stored Secret (null when none); put_secret stores one as created by someone else.
+  nlohmann::json secret(const std::string& ns, const std::string& name);
+  void put_secret(const std::string& ns, const nlohmann::json& object);
+  // Holds each of the next `count` Secret GETs until all `count` arrived, then answers them
+  // together: racing replicas read the same state, so their writes race (0: no hold).
+  void hold_secret_reads(int count);
+
   // kube-apiserver's DRADeviceTaints gate (on by default from 1.36, off before): off, the taints
   // of a write are dropped unless the stored slice already has some.
   std::atomic<bool> device_taints_gate{true};

@@ -10,6 +10,7 @@
 #include "apiserver/fake_api_server.h"
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include "apiserver/claim_fixture.h"
 #include "tessera/kube/http_kube_client.h"
@@ -152,6 +153,101 @@ TEST(FakeApiServer, ASliceUpdateWithoutAResourceVersionIsUnconditional) {
   current["spec"]["pool"]["generation"] = 3;
   ASSERT_TRUE(client.request("PUT", path, current.dump()).is_ok());
   EXPECT_EQ(server.stored_slices().at("node-a-vgpu.tessera.dev-0")["metadata"]["generation"], 3);
+}
+
+// Secrets as kube-apiserver keeps them (pkg/registry/core/secret/strategy.go,
+// pkg/apis/core/validation ValidateSecret/ValidateSecretUpdate): a tls Secret needs both keys,
+// stringData becomes data, no generation, a second create is AlreadyExists, a stale
+// resourceVersion a Conflict, and the type cannot change.
+TEST(FakeApiServer, SecretsFollowTheServersRules) {
+  FakeApiServer api;
+  kube::HttpKubeClient client(api.connection(), one_try());
+  const std::string collection = "/api/v1/namespaces/ns/secrets";
+  json secret = {{"apiVersion", "v1"},
+                 {"kind", "Secret"},
+                 {"type", "kubernetes.io/tls"},
+                 {"metadata", {{"name", "tls"}}},
+                 {"data", {{"tls.crt", "Y2VydA=="}}}};
+  Result<kube::ApiResponse> refused = client.request("POST", collection, secret.dump());
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("data[tls.key]: Required value"), std::string::npos)
+      << refused.status().message();
+
+  secret["stringData"] = {{"tls.key", "key"}};
+  Result<kube::ApiResponse> created = client.request("POST", collection, secret.dump());
+  ASSERT_TRUE(created.is_ok()) << created.status().message();
+  EXPECT_EQ(created->status, 201);
+  const json stored = json::parse(created->body);
+  EXPECT_EQ(stored["data"]["tls.key"], "a2V5");  // base64 of "key"
+  EXPECT_FALSE(stored.contains("stringData"));
+  EXPECT_FALSE(stored["metadata"].contains("generation"));
+  EXPECT_FALSE(stored["metadata"].value("uid", "").empty());
+  EXPECT_EQ(stored["metadata"]["namespace"], "ns");
+
+  Result<kube::ApiResponse> again = client.request("POST", collection, secret.dump());
+  ASSERT_FALSE(again.is_ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(again.status().message().find("secrets \"tls\" already exists"), std::string::npos);
+
+  json update = stored;
+  update["data"]["tls.crt"] = "bmV3";
+  Result<kube::ApiResponse> updated = client.request("PUT", collection + "/tls", update.dump());
+  ASSERT_TRUE(updated.is_ok()) << updated.status().message();
+  EXPECT_NE(json::parse(updated->body)["metadata"]["resourceVersion"],
+            stored["metadata"]["resourceVersion"]);
+  // The same resourceVersion again: someone else's write came first.
+  Result<kube::ApiResponse> stale = client.request("PUT", collection + "/tls", update.dump());
+  ASSERT_FALSE(stale.is_ok());
+  EXPECT_EQ(stale.status().code(), StatusCode::kAlreadyExists);  // HTTP 409
+  EXPECT_NE(stale.status().message().find("the object has been modified"), std::string::npos);
+
+  json retyped = json::parse(updated->body);
+  retyped["type"] = "Opaque";
+  Result<kube::ApiResponse> immutable = client.request("PUT", collection + "/tls", retyped.dump());
+  ASSERT_FALSE(immutable.is_ok());
+  EXPECT_NE(immutable.status().message().find("field is immutable"), std::string::npos);
+  EXPECT_EQ(api.secret("ns", "tls")["data"]["tls.crt"], "bmV3");
+}
+
+// A PATCH as kube-apiserver's patch handler takes it: JSON Patch or merge patch by media type,
+// 415 for plain JSON, 422 for a failed test, the generation moved when the webhooks changed.
+TEST(FakeApiServer, WebhookConfigurationsArePatchedAsTheServerPatches) {
+  FakeApiServer api;
+  api.add_webhook_configuration(
+      "validatingwebhookconfigurations",
+      {{"apiVersion", "admissionregistration.k8s.io/v1"},
+       {"kind", "ValidatingWebhookConfiguration"},
+       {"metadata", {{"name", "hooks"}}},
+       {"webhooks", {{{"name", "a.example.com"}, {"clientConfig", {{"url", "https://x"}}}}}}});
+  kube::HttpKubeClient client(api.connection(), one_try());
+  const std::string path =
+      "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/hooks";
+  const json before = api.webhook_configuration("validatingwebhookconfigurations", "hooks");
+  EXPECT_EQ(before["metadata"]["generation"], 1);
+
+  const json wrong_name = json::array(
+      {{{"op", "test"}, {"path", "/webhooks/0/name"}, {"value", "b.example.com"}},
+       {{"op", "add"}, {"path", "/webhooks/0/clientConfig/caBundle"}, {"value", "Y2E="}}});
+  Result<kube::ApiResponse> failed = client.request("PATCH", path, wrong_name.dump());
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_NE(failed.status().message().find("HTTP 422"), std::string::npos)
+      << failed.status().message();
+
+  json patch = wrong_name;
+  patch[0]["value"] = "a.example.com";
+  Result<kube::ApiResponse> patched = client.request("PATCH", path, patch.dump());
+  ASSERT_TRUE(patched.is_ok()) << patched.status().message();
+  const json after = json::parse(patched->body);
+  EXPECT_EQ(after["webhooks"][0]["clientConfig"]["caBundle"], "Y2E=");
+  EXPECT_EQ(after["metadata"]["generation"], 2);
+
+  httplib::Client raw(api.url());
+  raw.enable_server_certificate_verification(false);
+  const auto plain =
+      raw.Patch(path, {{"Authorization", "Bearer " + api.token()}}, "[]", "application/json");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->status, 415);
 }
 
 }  // namespace

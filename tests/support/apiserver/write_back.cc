@@ -199,29 +199,34 @@ Result<nlohmann::json> write_back(const nlohmann::json& posted, const nlohmann::
   } else if (kind == "Node") {
     TESSERA_RETURN_IF_ERROR(default_node(object, stored));
   }
-  // Generation: 1 on create, +1 when the spec (as stored) changed.
+  // Generation: 1 on create, +1 when the spec (as stored) changed; a webhook configuration has
+  // no spec, its webhooks count (admissionregistration's strategies, PrepareForUpdate).
+  const bool webhook_configuration =
+      kind == "MutatingWebhookConfiguration" || kind == "ValidatingWebhookConfiguration";
+  const char* spec_field = webhook_configuration ? "webhooks" : "spec";
   if (stored) {
     const int64_t previous = (*stored)["metadata"].value("generation", int64_t{1});
     fields.generation =
-        previous + (object.value("spec", json()) != stored->value("spec", json()) ? 1 : 0);
+        previous + (object.value(spec_field, json()) != stored->value(spec_field, json()) ? 1 : 0);
   }
   json& metadata = object["metadata"];
   metadata["uid"] = stored ? (*stored)["metadata"].value("uid", fields.uid) : fields.uid;
   metadata["resourceVersion"] = fields.resource_version;
-  if (kind == "Node")
-    metadata.erase("generation");  // the node strategy keeps none
+  if (kind == "Node" || kind == "Secret")
+    metadata.erase("generation");  // the node and secret strategies keep none
   else
     metadata["generation"] = fields.generation;
   metadata["creationTimestamp"] =
       stored ? (*stored)["metadata"].value("creationTimestamp", fields.timestamp)
              : metadata.value("creationTimestamp", fields.timestamp);
-  metadata["managedFields"] =
-      json::array({{{"manager", fields.manager.empty() ? "unknown" : fields.manager},
-                    {"operation", fields.operation.empty() ? "Update" : fields.operation},
-                    {"apiVersion", object.value("apiVersion", "v1")},
-                    {"time", fields.timestamp},
-                    {"fieldsType", "FieldsV1"},
-                    {"fieldsV1", {{"f:spec", json::object()}}}}});
+  metadata["managedFields"] = json::array(
+      {{{"manager", fields.manager.empty() ? "unknown" : fields.manager},
+        {"operation", fields.operation.empty() ? "Update" : fields.operation},
+        {"apiVersion", object.value("apiVersion", "v1")},
+        {"time", fields.timestamp},
+        {"fieldsType", "FieldsV1"},
+        {"fieldsV1",
+         {{std::string("f:") + (kind == "Secret" ? "data" : spec_field), json::object()}}}}});
   return object;
 }
 

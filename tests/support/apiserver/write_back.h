@@ -32,6 +32,17 @@
 //     resourceVersion, managedFields are the server's; an update without a resourceVersion is
 //     unconditional where the strategy allows it (else 422 "must be specified for an update"),
 //     one with a resourceVersion other than the stored one is a 409 Conflict.
+//   pkg/registry/core/secret/strategy.go and pkg/apis/core/validation (ValidateSecret,
+//     ValidateSecretUpdate): no generation; stringData merged into data; type Opaque by default,
+//     immutable after; a kubernetes.io/tls Secret must hold data[tls.crt] and data[tls.key];
+//     AllowUnconditionalUpdate (true);
+//   pkg/registry/admissionregistration/{mutating,validating}webhookconfiguration/strategy.go:
+//     generation 1 on create, +1 when `webhooks` changes;
+//   staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go (commit
+//     00f7534700c03146d83def73a4cfa9aadd527faa, applyJSPatch): a PATCH is JSON Patch
+//     (application/json-patch+json) or a merge patch (application/merge-patch+json), any other
+//     media type 415; a patch that does not decode 400, one that does not apply (a failed
+//     "test") 422; a patched resourceVersion other than the stored one 409.
 // Go's encoder never omits a struct field that is not a pointer: a ResourceClaimTemplate's
 // `spec.metadata` comes back `{}` when it was not sent, a Node's `spec` `{}`, its
 // `status.daemonEndpoints` and `status.nodeInfo` with zero values.

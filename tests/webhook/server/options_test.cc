@@ -42,6 +42,48 @@ TEST(Options, DefaultsAndRequiredCertificate) {
   EXPECT_EQ(o.cache_ttl, std::chrono::seconds(60));
 }
 
+TEST(Options, ASelfManagedCertificateInsteadOfFiles) {
+  ParsedOptions parsed =
+      parse({"--tls-secret-name", "tessera-webhook-tls", "--tls-secret-namespace", "tessera-system",
+             "--service-name", "tessera-webhook", "--mutating-webhook-configuration",
+             "tessera-webhook", "--validating-webhook-configuration", "tessera-webhook"});
+  ASSERT_FALSE(parsed.exit_code) << parsed.message;
+  EXPECT_EQ(parsed.options.tls_secret_name, "tessera-webhook-tls");
+  EXPECT_EQ(parsed.options.tls_secret_namespace, "tessera-system");
+  EXPECT_EQ(parsed.options.service_name, "tessera-webhook");
+  EXPECT_EQ(parsed.options.mutating_webhook_configuration, "tessera-webhook");
+  EXPECT_EQ(parsed.options.validating_webhook_configuration, "tessera-webhook");
+  EXPECT_EQ(parsed.options.certificate_validity_days, 365);
+  EXPECT_EQ(parsed.options.tls_secret_check_interval, std::chrono::seconds(60));
+
+  // The file's keys, camelCase.
+  const std::string path = write_config(
+      "tlsSecretName: from-file\ntlsSecretNamespace: ns\nserviceName: svc\n"
+      "certificateValidityDays: 90\ntlsSecretCheckIntervalSeconds: 30\n");
+  ParsedOptions from_file = parse({"--config", path.c_str()});
+  std::filesystem::remove(path);
+  ASSERT_FALSE(from_file.exit_code) << from_file.message;
+  EXPECT_EQ(from_file.options.tls_secret_name, "from-file");
+  EXPECT_EQ(from_file.options.certificate_validity_days, 90);
+  EXPECT_EQ(from_file.options.tls_secret_check_interval, std::chrono::seconds(30));
+
+  ParsedOptions both = parse({"--tls-secret-name", "s", "--tls-secret-namespace", "n",
+                              "--service-name", "v", "--tls-cert-file", "c"});
+  ASSERT_TRUE(both.exit_code);
+  EXPECT_NE(both.message.find("the certificate comes from one or the other"), std::string::npos)
+      << both.message;
+  ParsedOptions no_service = parse({"--tls-secret-name", "s", "--tls-secret-namespace", "n"});
+  ASSERT_TRUE(no_service.exit_code);
+  EXPECT_NE(no_service.message.find("needs --tls-secret-namespace and --service-name"),
+            std::string::npos)
+      << no_service.message;
+  ParsedOptions too_long = parse({"--tls-secret-name", "s", "--tls-secret-namespace", "n",
+                                  "--service-name", "v", "--certificate-validity-days", "4000"});
+  ASSERT_TRUE(too_long.exit_code);
+  EXPECT_NE(too_long.message.find("--certificate-validity-days"), std::string::npos)
+      << too_long.message;
+}
+
 TEST(Options, HelpExitsZero) {
   ParsedOptions help = parse({"--help"});
   ASSERT_TRUE(help.exit_code);

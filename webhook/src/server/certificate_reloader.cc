@@ -39,24 +39,23 @@ std::string file_fingerprint(const std::string& path) {
 
 }  // namespace
 
-Result<std::shared_ptr<const CertifiedKey>> load_certified_key(const std::string& cert_file,
-                                                               const std::string& key_file) {
-  const ClearOpensslErrors clear_on_return;
+namespace {
+
+// The pair from two BIOs (files or memory); `cert_name` and `key_name` name them in errors.
+Result<std::shared_ptr<const CertifiedKey>> read_certified_key(BIO* certs, BIO* key,
+                                                               const std::string& cert_name,
+                                                               const std::string& key_name) {
   auto out = std::make_shared<CertifiedKey>();
-  std::unique_ptr<BIO, BioDeleter> certs(BIO_new_file(cert_file.c_str(), "r"));
-  if (!certs) return not_found("cannot open " + cert_file + ": " + openssl_error());
-  out->leaf.reset(PEM_read_bio_X509(certs.get(), nullptr, nullptr, nullptr));
-  if (!out->leaf) return invalid_argument(cert_file + ": no PEM certificate: " + openssl_error());
+  out->leaf.reset(PEM_read_bio_X509(certs, nullptr, nullptr, nullptr));
+  if (!out->leaf) return invalid_argument(cert_name + ": no PEM certificate: " + openssl_error());
   out->chain.reset(sk_X509_new_null());
-  while (X509* next = PEM_read_bio_X509(certs.get(), nullptr, nullptr, nullptr))
+  while (X509* next = PEM_read_bio_X509(certs, nullptr, nullptr, nullptr))
     sk_X509_push(out->chain.get(), next);
   ERR_clear_error();  // the loop ends on "no start line"
-  std::unique_ptr<BIO, BioDeleter> key(BIO_new_file(key_file.c_str(), "r"));
-  if (!key) return not_found("cannot open " + key_file + ": " + openssl_error());
-  out->key.reset(PEM_read_bio_PrivateKey(key.get(), nullptr, nullptr, nullptr));
-  if (!out->key) return invalid_argument(key_file + ": no PEM private key: " + openssl_error());
+  out->key.reset(PEM_read_bio_PrivateKey(key, nullptr, nullptr, nullptr));
+  if (!out->key) return invalid_argument(key_name + ": no PEM private key: " + openssl_error());
   if (X509_check_private_key(out->leaf.get(), out->key.get()) != 1)
-    return invalid_argument(key_file + " is not the key of the certificate in " + cert_file);
+    return invalid_argument(key_name + " is not the key of the certificate in " + cert_name);
   const ASN1_INTEGER* serial = X509_get0_serialNumber(out->leaf.get());
   BIGNUM* number = ASN1_INTEGER_to_BN(serial, nullptr);
   if (char* hex = number ? BN_bn2hex(number) : nullptr) {
@@ -65,6 +64,30 @@ Result<std::shared_ptr<const CertifiedKey>> load_certified_key(const std::string
   }
   BN_free(number);
   return std::shared_ptr<const CertifiedKey>(std::move(out));
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const CertifiedKey>> load_certified_key(const std::string& cert_file,
+                                                               const std::string& key_file) {
+  const ClearOpensslErrors clear_on_return;
+  std::unique_ptr<BIO, BioDeleter> certs(BIO_new_file(cert_file.c_str(), "r"));
+  if (!certs) return not_found("cannot open " + cert_file + ": " + openssl_error());
+  std::unique_ptr<BIO, BioDeleter> key(BIO_new_file(key_file.c_str(), "r"));
+  if (!key) return not_found("cannot open " + key_file + ": " + openssl_error());
+  return read_certified_key(certs.get(), key.get(), cert_file, key_file);
+}
+
+Result<std::shared_ptr<const CertifiedKey>> parse_certified_key(const std::string& cert_pem,
+                                                                const std::string& key_pem,
+                                                                const std::string& where) {
+  const ClearOpensslErrors clear_on_return;
+  std::unique_ptr<BIO, BioDeleter> certs(
+      BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())));
+  std::unique_ptr<BIO, BioDeleter> key(
+      BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
+  if (!certs || !key) return internal_error("BIO_new_mem_buf: " + openssl_error());
+  return read_certified_key(certs.get(), key.get(), where + " tls.crt", where + " tls.key");
 }
 
 CertificateReloader::CertificateReloader(std::string cert_file, std::string key_file,
@@ -79,6 +102,11 @@ std::string CertificateReloader::fingerprint() const {
 }
 
 Status CertificateReloader::load() {
+  if (cert_file_.empty()) {
+    std::lock_guard lock(mutex_);
+    if (current_) return Status::ok();
+    return failed_precondition("no serving certificate yet (none given by set())");
+  }
   const std::string seen = fingerprint();
   auto loaded = load_certified_key(cert_file_, key_file_);
   std::lock_guard lock(mutex_);
@@ -92,7 +120,15 @@ Status CertificateReloader::load() {
   return Status::ok();
 }
 
+void CertificateReloader::set(std::shared_ptr<const CertifiedKey> pair) {
+  std::lock_guard lock(mutex_);
+  if (current_) ++reloads_;
+  current_ = std::move(pair);
+  last_error_.clear();
+}
+
 void CertificateReloader::maybe_reload() {
+  if (cert_file_.empty()) return;
   {
     std::lock_guard lock(mutex_);
     const auto now = clock_();

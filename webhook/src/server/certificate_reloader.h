@@ -4,6 +4,9 @@
 // swap, and connections already open keep theirs. A new pair is taken only when both files parse
 // and the key matches the certificate: a half-written rotation (new certificate, old key) keeps
 // the old pair until the key follows.
+//
+// Without files (--tls-secret-name: the webhook manages its own certificate, serving_certificate.h)
+// the pair is handed over with set(), and the next handshake takes it.
 #pragma once
 
 #include <openssl/ssl.h>
@@ -38,16 +41,24 @@ struct CertifiedKey {
 
 Result<std::shared_ptr<const CertifiedKey>> load_certified_key(const std::string& cert_file,
                                                                const std::string& key_file);
+// The same from PEM text (`where` names its source in errors).
+Result<std::shared_ptr<const CertifiedKey>> parse_certified_key(const std::string& cert_pem,
+                                                                const std::string& key_pem,
+                                                                const std::string& where);
 
 class CertificateReloader {
  public:
   using Clock = std::function<std::chrono::steady_clock::time_point()>;
-  // `check_interval`: how often a handshake may look at the files (a stat of each).
+  // `check_interval`: how often a handshake may look at the files (a stat of each). Empty file
+  // names: no files, the pair comes from set().
   CertificateReloader(std::string cert_file, std::string key_file,
                       std::chrono::milliseconds check_interval, Clock clock);
 
-  // Loads the pair the first time; the server does not start without one.
+  // Loads the pair the first time; the server does not start without one (without files: ok
+  // once set() gave one).
   Status load();
+  // Serves `pair` from the next handshake on (counted as a reload when it replaces another).
+  void set(std::shared_ptr<const CertifiedKey> pair);
   // Reloads when the files changed since the last look and the interval passed.
   void maybe_reload();
   std::shared_ptr<const CertifiedKey> current() const;

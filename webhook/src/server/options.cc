@@ -47,10 +47,25 @@ Status apply_config_file(const std::string& path, const CLI::App& app, WebhookOp
   }
   if (!file.IsMap() && !file.IsNull()) return invalid_argument("--config " + path + ": not a map");
   auto unset = [&](const char* flag) { return app.get_option(flag)->count() == 0; };
-  static const std::set<std::string> kKnown = {
-      "listen",          "tlsCertFile",   "tlsPrivateKeyFile", "kubeconfig",
-      "policy",          "deviceClasses", "shareRoot",         "extendedResourceName",
-      "cacheTTLSeconds", "threads",       "shutdownDelayMs",   "certificateCheckIntervalMs"};
+  static const std::set<std::string> kKnown = {"listen",
+                                               "tlsCertFile",
+                                               "tlsPrivateKeyFile",
+                                               "kubeconfig",
+                                               "policy",
+                                               "deviceClasses",
+                                               "shareRoot",
+                                               "extendedResourceName",
+                                               "cacheTTLSeconds",
+                                               "threads",
+                                               "shutdownDelayMs",
+                                               "certificateCheckIntervalMs",
+                                               "tlsSecretName",
+                                               "tlsSecretNamespace",
+                                               "serviceName",
+                                               "mutatingWebhookConfiguration",
+                                               "validatingWebhookConfiguration",
+                                               "certificateValidityDays",
+                                               "tlsSecretCheckIntervalSeconds"};
   try {
     for (const auto& entry : file) {
       const std::string key = entry.first.as<std::string>();
@@ -66,6 +81,23 @@ Status apply_config_file(const std::string& path, const CLI::App& app, WebhookOp
     TESSERA_RETURN_IF_ERROR(
         take("tlsPrivateKeyFile", "--tls-private-key-file", out.tls_private_key_file));
     TESSERA_RETURN_IF_ERROR(take("kubeconfig", "--kubeconfig", out.kubeconfig));
+    TESSERA_RETURN_IF_ERROR(take("tlsSecretName", "--tls-secret-name", out.tls_secret_name));
+    TESSERA_RETURN_IF_ERROR(
+        take("tlsSecretNamespace", "--tls-secret-namespace", out.tls_secret_namespace));
+    TESSERA_RETURN_IF_ERROR(take("serviceName", "--service-name", out.service_name));
+    TESSERA_RETURN_IF_ERROR(take("mutatingWebhookConfiguration", "--mutating-webhook-configuration",
+                                 out.mutating_webhook_configuration));
+    TESSERA_RETURN_IF_ERROR(take("validatingWebhookConfiguration",
+                                 "--validating-webhook-configuration",
+                                 out.validating_webhook_configuration));
+    TESSERA_RETURN_IF_ERROR(take("certificateValidityDays", "--certificate-validity-days",
+                                 out.certificate_validity_days));
+    if (file["tlsSecretCheckIntervalSeconds"] && unset("--tls-secret-check-interval-seconds")) {
+      int64_t seconds = 0;
+      TESSERA_RETURN_IF_ERROR(convert(file["tlsSecretCheckIntervalSeconds"],
+                                      in_file + "tlsSecretCheckIntervalSeconds", seconds));
+      out.tls_secret_check_interval = std::chrono::seconds(seconds);
+    }
     TESSERA_RETURN_IF_ERROR(take("shareRoot", "--share-root", out.share_root));
     TESSERA_RETURN_IF_ERROR(
         take("extendedResourceName", "--extended-resource-name", out.extended_resource_name));
@@ -151,6 +183,33 @@ ParsedOptions parse_options(int argc, const char* const* argv) {
       ->envname("TESSERA_WEBHOOK_TLS_CERT_FILE");
   app.add_option("--tls-private-key-file", out.tls_private_key_file, "PEM private key; reloaded")
       ->envname("TESSERA_WEBHOOK_TLS_PRIVATE_KEY_FILE");
+  app.add_option("--tls-secret-name", out.tls_secret_name,
+                 "instead of the files: a kubernetes.io/tls Secret the webhook creates, renews "
+                 "and serves (with --tls-secret-namespace and --service-name)")
+      ->envname("TESSERA_WEBHOOK_TLS_SECRET_NAME");
+  app.add_option("--tls-secret-namespace", out.tls_secret_namespace,
+                 "the namespace of the Secret and of the webhook's Service")
+      ->envname("TESSERA_WEBHOOK_TLS_SECRET_NAMESPACE");
+  app.add_option("--service-name", out.service_name,
+                 "the webhook's Service: the certificate names its DNS names")
+      ->envname("TESSERA_WEBHOOK_SERVICE_NAME");
+  app.add_option("--mutating-webhook-configuration", out.mutating_webhook_configuration,
+                 "the MutatingWebhookConfiguration whose caBundle the webhook sets")
+      ->envname("TESSERA_WEBHOOK_MUTATING_WEBHOOK_CONFIGURATION");
+  app.add_option("--validating-webhook-configuration", out.validating_webhook_configuration,
+                 "the ValidatingWebhookConfiguration whose caBundle the webhook sets")
+      ->envname("TESSERA_WEBHOOK_VALIDATING_WEBHOOK_CONFIGURATION");
+  app.add_option("--certificate-validity-days", out.certificate_validity_days,
+                 "lifetime of a certificate the webhook makes (renewed with a third left)")
+      ->envname("TESSERA_WEBHOOK_CERTIFICATE_VALIDITY_DAYS")
+      ->check(CLI::Range(1, 3650))
+      ->capture_default_str();
+  int64_t secret_check_interval = out.tls_secret_check_interval.count();
+  app.add_option("--tls-secret-check-interval-seconds", secret_check_interval,
+                 "how often the Secret is read again (renewal, another replica's renewal)")
+      ->envname("TESSERA_WEBHOOK_TLS_SECRET_CHECK_INTERVAL_SECONDS")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}))
+      ->capture_default_str();
   app.add_option("--kubeconfig", out.kubeconfig, "kubeconfig file (empty: in-cluster)")
       ->envname("TESSERA_WEBHOOK_KUBECONFIG");
   app.add_option("--config", out.config_file, "YAML file with these settings (camelCase)")
@@ -238,9 +297,26 @@ ParsedOptions parse_options(int argc, const char* const* argv) {
   }
   out.device_classes = std::set<std::string>(classes.begin(), classes.end());
   if (out.device_classes.empty()) return fail(invalid_argument("--device-class: none given"));
-  if (out.tls_cert_file.empty() || out.tls_private_key_file.empty())
+  if (app.get_option("--tls-secret-check-interval-seconds")->count())
+    out.tls_secret_check_interval = std::chrono::seconds(secret_check_interval);
+  if (!out.tls_secret_name.empty()) {
+    if (!out.tls_cert_file.empty() || !out.tls_private_key_file.empty())
+      return fail(invalid_argument(
+          "--tls-secret-name " + out.tls_secret_name +
+          " with --tls-cert-file or --tls-private-key-file: the certificate comes from one or "
+          "the other"));
+    if (out.tls_secret_namespace.empty() || out.service_name.empty())
+      return fail(invalid_argument("--tls-secret-name " + out.tls_secret_name +
+                                   " needs --tls-secret-namespace and --service-name (the "
+                                   "certificate names the Service's DNS names)"));
+    if (out.certificate_validity_days < 1 || out.certificate_validity_days > 3650)
+      return fail(invalid_argument("--certificate-validity-days " +
+                                   std::to_string(out.certificate_validity_days) + ": 1 to 3650"));
+  } else if (out.tls_cert_file.empty() || out.tls_private_key_file.empty()) {
     return fail(invalid_argument(
-        "--tls-cert-file and --tls-private-key-file are required (the webhook serves HTTPS only)"));
+        "--tls-cert-file and --tls-private-key-file are required (the webhook serves HTTPS "
+        "only), or --tls-secret-name for a certificate the webhook makes and renews itself"));
+  }
   if (Result<ListenAddress> listen = parse_listen(out.listen); !listen.is_ok())
     return fail(listen.status());
   if (Status s = validate_extended_resource_name(out.extended_resource_name); !s.is_ok())

@@ -18,6 +18,14 @@ struct WebhookOptions {
   std::string listen = ":8443";
   std::string tls_cert_file;
   std::string tls_private_key_file;
+  // Without files: the webhook keeps its own certificate in this Secret (serving_certificate.h).
+  std::string tls_secret_name;
+  std::string tls_secret_namespace;              // the Secret's and the Service's namespace
+  std::string service_name;                      // the Service the certificate names
+  std::string mutating_webhook_configuration;    // whose caBundle it sets ("": none)
+  std::string validating_webhook_configuration;  // whose caBundle it sets ("": none)
+  int certificate_validity_days = 365;
+  std::chrono::seconds tls_secret_check_interval{60};
   std::string kubeconfig;  // "": in-cluster
   std::string config_file;
   Policy policy;

@@ -40,6 +40,8 @@ class WebhookServer {
 
   const Metrics& metrics() const { return metrics_; }
   const CertificateReloader& certificates() const { return certificates_; }
+  // With --tls-secret-name the pair is handed to it (serving_certificate.h) before start().
+  CertificateReloader& certificates() { return certificates_; }
   const TemplateWriter& templates() const { return writer_; }
 
  private:
