@@ -21,6 +21,9 @@ CHECK is one of:
                   requests (@marcbachmann/cel-js): pods without GPU requests never reach the
                   webhook, claims without a VgpuConfig never reach /validate, an agent writes
                   only its own node's slices
+  cel-webhook     the pod conditions against the real tessera-webhook (--webhook): a claim pod
+                  they do not send is one the webhook passes unchanged even with a Tessera claim,
+                  one they send for a policy reason is one it refuses or warns about
   samples         every samples/k8s/**/*.yaml validates against 1.34 and 1.36 (skipped, exit 77,
                   while there are none)
 """
@@ -30,9 +33,14 @@ import json
 import os
 import re
 import shutil
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.error
+import urllib.request
 
 import yaml
 
@@ -594,6 +602,56 @@ def pod(containers=(), init=(), claims=False):
     return {"apiVersion": "v1", "kind": "Pod", "spec": spec}
 
 
+def claim_pod(**container):
+    """A pod whose container uses the pod claim "gpu" (of whatever class), with `container`'s
+    fields (env, volumeMounts, securityContext) added."""
+    spec = {"containers": [{"name": "main", "resources": {"claims": [{"name": "gpu"}]}, **container}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "some-template"}]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"}, "spec": spec}
+
+
+def env(*names):
+    return [{"name": n, "value": "x"} for n in names]
+
+
+def mounts(*paths):
+    return [{"name": f"v{i}", "mountPath": p} for i, p in enumerate(paths)]
+
+
+# Pods with a claim and no shorthand: (what, pod, sent). The conditions cannot see a claim's
+# class, so a claim is any driver's here. Sent: what the webhook's policy checks for a container
+# with a Tessera claim (core/pod_mutation.cc check_policy), whatever the claim's class turns out
+# to be; not sent: everything else, which the webhook would pass unchanged whatever the class.
+CLAIM_PODS = [
+    ("a claim pod (any driver's class) and nothing the policy checks", claim_pod(), False),
+    ("a claim pod with ordinary env, mounts and securityContext",
+     claim_pod(env=env("PATH_EXTRA", "CUDA_VISIBLE_DEVICES", "MY_TESSERA_X", "CUDA_DEVICE_ORDER"),
+               volumeMounts=mounts("/data", "/var/lib/x", "/runner", "/etcd", "/var/run2", "/run/other", "/var/run/tesserax"),
+               securityContext={"privileged": False, "runAsNonRoot": True}), False),
+    ("a claim pod in an init container, nothing checked",
+     {**claim_pod(), "spec": {**claim_pod()["spec"], "initContainers": [{"name": "init", "resources": {"claims": [{"name": "gpu"}]}}]}}, False),
+    ("LD_PRELOAD beside a claim", claim_pod(env=env("LD_PRELOAD")), True),
+    ("TESSERA_SHARE_DIR beside a claim", claim_pod(env=env("TESSERA_SHARE_DIR")), True),
+    ("CUDA_DEVICE_MEMORY_LIMIT beside a claim", claim_pod(env=env("CUDA_DEVICE_MEMORY_LIMIT")), True),
+    ("CUDA_DEVICE_SM_LIMIT_1 beside a claim", claim_pod(env=env("CUDA_DEVICE_SM_LIMIT_1")), True),
+    ("a mount at /etc beside a claim", claim_pod(volumeMounts=mounts("/etc")), True),
+    ("a mount at /etc/ld.so.preload", claim_pod(volumeMounts=mounts("/etc/ld.so.preload")), True),
+    ("a mount at / beside a claim", claim_pod(volumeMounts=mounts("/")), True),
+    ("a mount at /etc/ (trailing /)", claim_pod(volumeMounts=mounts("/etc/")), True),
+    ("a mount at //etc", claim_pod(volumeMounts=mounts("//etc")), True),
+    ("a mount at /data/../etc", claim_pod(volumeMounts=mounts("/data/../etc")), True),
+    ("a mount at /var/run", claim_pod(volumeMounts=mounts("/var/run")), True),
+    ("a mount at /run", claim_pod(volumeMounts=mounts("/run")), True),
+    ("a mount at /var", claim_pod(volumeMounts=mounts("/var")), True),
+    ("a mount inside the share root", claim_pod(volumeMounts=mounts("/var/run/tessera/shares/a/limits")), True),
+    ("a mount inside /run/tessera", claim_pod(volumeMounts=mounts("/run/tessera/shares")), True),
+    ("a privileged container with a claim", claim_pod(securityContext={"privileged": True}), True),
+    ("LD_PRELOAD in an init container with a claim",
+     {**claim_pod(), "spec": {**claim_pod()["spec"], "initContainers": [
+         {"name": "init", "resources": {"claims": [{"name": "gpu"}]}, "env": env("LD_PRELOAD")}]}}, True),
+]
+
+
 def claim(drivers, template=False):
     devices = {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "vgpu.tessera.dev"}}]}
     if drivers:
@@ -625,9 +683,8 @@ def check_cel(ctx):
         ("a pod with no resources at all", pod(), False, False),
         ("tessera.dev/gpu in a container's limits", pod([{"cpu": "1"}, gpu]), True, True),
         ("tessera.dev/gpu-memory in an init container's requests", pod(init=[{"tessera.dev/gpu-memory": "8Gi"}]), True, True),
-        ("a pod with resourceClaims", pod(claims=True), True, True),
         ("HAMi's nvidia.com/gpu", pod([hami]), False, True),
-    ]
+    ] + [(what, obj, sent, sent) for what, obj, sent in CLAIM_PODS]
     cases, expected = [], []
     for what, obj, plain, with_hami in pods:
         cases += [(condition("pods.vgpu.tessera.dev"), {"object": obj}),
@@ -701,6 +758,75 @@ def check_cel(ctx):
         print(f"ok: {what}: {'allowed' if allowed else 'denied'}{': ' + shown[0] if shown else ''}")
 
 
+def review_of(pod, uid):
+    gvk = {"group": "", "version": "v1", "kind": "Pod"}
+    gvr = {"group": "", "version": "v1", "resource": "pods"}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": uid, "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+                        "name": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"],
+                        "operation": "CREATE", "userInfo": {"username": "tenant"}, "object": pod,
+                        "oldObject": None, "dryRun": False}}
+
+
+def check_cel_webhook(ctx):
+    """The conditions are sound against the real webhook: a claim pod they do not send is one the
+    webhook would pass unchanged (allowed, no patch, no warning) even when every claim is a Tessera
+    one, and each claim pod they send for a policy reason is one the webhook refuses or warns about
+    when its claim is a Tessera one. The webhook's claim lookups fail here (its API server is a
+    closed port), which it answers by treating the claim as a Tessera claim, with a warning."""
+    if not ctx.webhook:
+        raise Failure("--webhook (the tessera-webhook binary) is required")
+    docs = objects(ctx.template("1.36").stdout)
+    hooks = {h["name"]: h for d in docs if d["kind"] == "MutatingWebhookConfiguration" for h in d["webhooks"]}
+    with tempfile.TemporaryDirectory() as work:
+        cert, key = os.path.join(work, "tls.crt"), os.path.join(work, "tls.key")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert], check=True, capture_output=True)
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))
+            dead_port = closed.getsockname()[1]
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            port = free.getsockname()[1]
+        kubeconfig = os.path.join(work, "kubeconfig")
+        with open(kubeconfig, "w") as f:
+            yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                            "clusters": [{"name": "dead", "cluster": {"server": f"https://127.0.0.1:{dead_port}", "certificate-authority": cert}}],
+                            "users": [{"name": "u", "user": {"token": "t"}}],
+                            "contexts": [{"name": "c", "context": {"cluster": "dead", "user": "u"}}]}, f)
+        server = subprocess.Popen([ctx.webhook, "--listen", f"127.0.0.1:{port}", "--tls-cert-file", cert,
+                                   "--tls-private-key-file", key, "--kubeconfig", kubeconfig, "--shutdown-delay-ms", "0"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        client = ssl.create_default_context(cafile=cert)
+        try:
+            for _ in range(200):
+                try:
+                    urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=client, timeout=1)
+                    break
+                except (urllib.error.URLError, ConnectionError, OSError):
+                    if server.poll() is not None:
+                        raise Failure("tessera-webhook exited: " + server.stdout.read())
+                    time.sleep(0.1)
+            for hook, path in (("pods.vgpu.tessera.dev", "/mutate"), ("hami-pods.vgpu.tessera.dev", "/mutate/hami")):
+                expression = hooks[hook]["matchConditions"][0]["expression"]
+                sent = evaluate(ctx, [(expression, {"object": obj}) for _, obj, _ in CLAIM_PODS])
+                for (what, obj, _), is_sent in zip(CLAIM_PODS, sent):
+                    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}", data=json.dumps(review_of(obj, "u")).encode(),
+                                                     headers={"Content-Type": "application/json"})
+                    response = json.load(urllib.request.urlopen(request, context=client, timeout=10))["response"]
+                    acted = not response.get("allowed") or "patch" in response or bool(response.get("warnings"))
+                    if is_sent:
+                        expect(acted, f"{what}: sent to {path}, but the webhook passes it unchanged with a Tessera claim: {response}")
+                        how = "refused" if not response.get("allowed") else "warned about"
+                        print(f"ok: {what}: sent to {path}; with a Tessera claim the webhook {how} it")
+                    else:
+                        expect(not acted, f"{what}: not sent to {path}, but the webhook acts on it: {response}")
+                        print(f"ok: {what}: not sent to {path}; the webhook would pass it unchanged even with a Tessera claim")
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+
+
 def check_samples(ctx):
     samples = sorted(glob.glob(os.path.join(ctx.repo, "samples", "k8s", "**", "*.yaml"), recursive=True))
     if not samples:
@@ -714,7 +840,7 @@ def check_samples(ctx):
     return 0
 
 
-CHECKS = {"cel": check_cel, "variants": check_variants, "contradictions": check_contradictions,
+CHECKS = {"cel": check_cel, "cel-webhook": check_cel_webhook, "variants": check_variants, "contradictions": check_contradictions,
           "values": check_values, "rbac": check_rbac,
           "rbac-drift": check_rbac_drift, "validator": check_validator, "samples": check_samples}
 
@@ -723,10 +849,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", required=True)
     parser.add_argument("--tools", default=os.environ.get("TESSERA_CHART_TOOLS", "/opt/tessera/chart-tools"))
+    parser.add_argument("--webhook", help="the tessera-webhook binary (cel-webhook)")
     parser.add_argument("check", choices=sorted(CHECKS))
     args = parser.parse_args()
     try:
-        return CHECKS[args.check](Context(os.path.abspath(args.repo), args.tools)) or 0
+        ctx = Context(os.path.abspath(args.repo), args.tools)
+        ctx.webhook = args.webhook
+        return CHECKS[args.check](ctx) or 0
     except Failure as failure:
         print(f"FAILED: {failure}")
         return 1
