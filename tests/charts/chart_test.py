@@ -235,15 +235,35 @@ def check_notes(ctx, images):
     text = notes(ctx)
     for image in set(images):
         expect(image in text, f"NOTES name the image {image}:\n{text}")
-    for line in ("ctr -n k8s.io images import out/tessera-node-agent-0.1.0.tar",
+    for line in ("scripts/build-images.sh --save out/\n",
+                 "ctr -n k8s.io images import out/tessera-node-agent-0.1.0.tar",
+                 "ctr -n k8s.io images import out/tessera-webhook-0.1.0.tar",
                  "kind load image-archive out/tessera-node-agent-0.1.0.tar",
+                 "kind load image-archive out/tessera-webhook-0.1.0.tar",
                  f"kubectl label namespace {NAMESPACE} pod-security.kubernetes.io/enforce=privileged"):
         expect(line in text, f"NOTES lack {line!r}:\n{text}")
     text = notes(ctx, "namespace.create=true", "agent.image.repository=registry.example.com/t/agent",
                  "agent.image.tag=1234567")
-    expect("registry.example.com/t/agent:1234567" in text and "images import out/tessera-node-agent" not in text
-           and "images import out/tessera-webhook-0.1.0.tar" in text,
-           f"NOTES: loading steps for the local webhook image only:\n{text}")
+    expect("registry.example.com/t/agent:1234567" in text and "out/tessera-node-agent" not in text
+           and "scripts/build-images.sh --only webhook --save out/\n" in text
+           and "images import out/tessera-webhook-0.1.0.tar" in text
+           and "kind load image-archive out/tessera-webhook-0.1.0.tar" in text,
+           f"NOTES: building and loading steps for the local webhook image only, at its own tag:\n{text}")
+    # build-images.sh gives one tag to what it builds, and names the archives by it: each image's
+    # file carries that image's tag.
+    text = notes(ctx, "webhook.image.tag=v3")
+    for line in ("scripts/build-images.sh --only node-agent --save out/", "scripts/build-images.sh --only webhook --tag v3 --save out/",
+                 "images import out/tessera-node-agent-0.1.0.tar", "images import out/tessera-webhook-v3.tar",
+                 "kind load image-archive out/tessera-webhook-v3.tar"):
+        expect(line in text, f"NOTES with webhook.image.tag=v3 lack {line!r}:\n{text}")
+    text = notes(ctx, "agent.image.tag=v2", "webhook.image.tag=v2")
+    for line in ("scripts/build-images.sh --tag v2 --save out/", "images import out/tessera-node-agent-v2.tar",
+                 "images import out/tessera-webhook-v2.tar", "kind load image-archive out/tessera-webhook-v2.tar"):
+        expect(line in text, f"NOTES with both tags v2 lack {line!r}:\n{text}")
+    text = notes(ctx, "agent.image.repository=localhost/my-agent")
+    expect("names the agent's image localhost/tessera-node-agent, not localhost/my-agent" in text,
+           f"NOTES: a localhost/ repository build-images.sh does not make:\n{text}")
+    text = notes(ctx, "namespace.create=true")
     expect("kubectl label namespace" not in text and f"labelled {NAMESPACE} pod-security.kubernetes.io/enforce=privileged" in text,
            f"NOTES with namespace.create:\n{text}")
 
