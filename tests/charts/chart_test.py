@@ -24,6 +24,7 @@ CHECK is one of:
   cel-webhook     the pod conditions against the real tessera-webhook (--webhook): a claim pod
                   they do not send is one the webhook passes unchanged even with a Tessera claim,
                   one they send for a policy reason is one it refuses or warns about
+  webhook-doc     docs/webhook.md shows the webhook configurations as the chart renders them
   samples         every samples/k8s/**/*.yaml validates against 1.34 and 1.36 (skipped, exit 77,
                   while there are none)
 """
@@ -847,6 +848,32 @@ def check_cel_webhook(ctx):
             server.wait(timeout=10)
 
 
+def check_webhook_doc(ctx):
+    """docs/webhook.md shows the webhook configurations the chart renders with its defaults:
+    the YAML block after its marker equals the rendering, labels left out and the CA bundle
+    replaced by a placeholder (it is generated on each render)."""
+    path = os.path.join(ctx.repo, "docs", "webhook.md")
+    with open(path) as f:
+        text = f.read()
+    marker = "<!-- rendered-webhook-configuration -->\n```yaml\n"
+    expect(marker in text, f"{path}: no {marker!r}")
+    block = text.split(marker, 1)[1].split("\n```", 1)[0]
+    shown = [d for d in yaml.safe_load_all(block) if d]
+    rendered = []
+    for d in objects(ctx.template("1.36").stdout):
+        if d["kind"].endswith("WebhookConfiguration"):
+            d["metadata"].pop("labels", None)
+            for hook in d["webhooks"]:
+                expect(hook["clientConfig"].get("caBundle"), f"{hook['name']}: no caBundle rendered")
+                hook["clientConfig"]["caBundle"] = "<the CA, base64>"
+            rendered.append(d)
+    for want, got in zip(rendered, shown + [None] * len(rendered)):
+        expect(got == want, f"docs/webhook.md shows {json.dumps(got)[:300]}..., the chart renders "
+               f"{json.dumps(want)}: regenerate the block")
+    expect(len(shown) == len(rendered), f"docs/webhook.md shows {len(shown)} objects, the chart renders {len(rendered)}")
+    print(f"ok: docs/webhook.md shows the {len(rendered)} webhook configurations as the chart renders them")
+
+
 def check_samples(ctx):
     samples = sorted(glob.glob(os.path.join(ctx.repo, "samples", "k8s", "**", "*.yaml"), recursive=True))
     if not samples:
@@ -860,7 +887,7 @@ def check_samples(ctx):
     return 0
 
 
-CHECKS = {"cel": check_cel, "cel-webhook": check_cel_webhook, "variants": check_variants, "contradictions": check_contradictions,
+CHECKS = {"cel": check_cel, "cel-webhook": check_cel_webhook, "webhook-doc": check_webhook_doc, "variants": check_variants, "contradictions": check_contradictions,
           "values": check_values, "rbac": check_rbac,
           "rbac-drift": check_rbac_drift, "validator": check_validator, "samples": check_samples}
 
