@@ -874,16 +874,37 @@ def check_webhook_doc(ctx):
     print(f"ok: docs/webhook.md shows the {len(rendered)} webhook configurations as the chart renders them")
 
 
+# Groups of sample objects with no schema here (no CRD package of theirs among the chart tools):
+# left out of the validation and named in its output; tests/k8s-samples checks how they are used.
+UNVALIDATED_GROUPS = ("kueue.x-k8s.io/",)
+
+
 def check_samples(ctx):
     samples = sorted(glob.glob(os.path.join(ctx.repo, "samples", "k8s", "**", "*.yaml"), recursive=True))
     if not samples:
         print("no samples/k8s/**/*.yaml yet: skipped")
         return SKIP
-    for kube_version in KUBE_VERSIONS:
-        result = ctx.validate(kube_version, samples)
-        if result.returncode != 0:
-            raise Failure(f"samples, Kubernetes {kube_version}:\n{result.stdout}{result.stderr}")
-        print(f"ok: {len(samples)} sample files, Kubernetes {kube_version}: {result.stderr.strip()}")
+    with tempfile.TemporaryDirectory() as directory:
+        paths, skipped = [], []
+        for i, path in enumerate(samples):
+            with open(path) as f:
+                docs = [d for d in yaml.safe_load_all(f) if d]
+            kept = [d for d in docs if not str(d.get("apiVersion", "")).startswith(UNVALIDATED_GROUPS)]
+            skipped += [f"{os.path.relpath(path, ctx.repo)}: {d['kind']} {d['metadata']['name']}" for d in docs if d not in kept]
+            if len(kept) == len(docs):
+                paths.append(path)
+            elif kept:
+                copy = os.path.join(directory, f"{i}-{os.path.basename(path)}")
+                with open(copy, "w") as f:
+                    yaml.safe_dump_all(kept, f)
+                paths.append(copy)
+        for kube_version in KUBE_VERSIONS:
+            result = ctx.validate(kube_version, paths)
+            if result.returncode != 0:
+                raise Failure(f"samples, Kubernetes {kube_version}:\n{result.stdout}{result.stderr}")
+            print(f"ok: {len(paths)} sample files, Kubernetes {kube_version}: {result.stderr.strip()}")
+    for what in skipped:
+        print(f"not validated (no schema for its group here): {what}")
     return 0
 
 
