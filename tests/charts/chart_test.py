@@ -728,6 +728,18 @@ def check_cel(ctx):
     for hook in ("pods.vgpu.tessera.dev", "hami-pods.vgpu.tessera.dev"):  # no class has the name by default
         cases.append((condition(hook), {"object": pod([extended])}))
         expected.append(("vgpu.tessera.dev/gpu without extendedResourceName", f"/mutate{'/hami' if 'hami' in hook else ''}", False))
+    # Another share root: the conditions follow webhook.shareRoot (normalised, with its /run twin)
+    # as the webhook's --share-root does.
+    moved = objects(ctx.template("1.36", sets=["webhook.shareRoot=/run//gpu-shares/"]).stdout)
+    moved_hooks = {h["name"]: h for d in moved if d["kind"] == "MutatingWebhookConfiguration" for h in d["webhooks"]}
+    for what, obj, want in [
+        ("a mount inside /var/run/gpu-shares (shareRoot /run//gpu-shares/)", claim_pod(volumeMounts=mounts("/var/run/gpu-shares/a")), True),
+        ("a mount at /run/gpu-shares (shareRoot /run//gpu-shares/)", claim_pod(volumeMounts=mounts("/run/gpu-shares")), True),
+        ("a mount at /var/run/tessera/x (shareRoot /run//gpu-shares/)", claim_pod(volumeMounts=mounts("/var/run/tessera/x")), False),
+    ]:
+        for hook in ("pods.vgpu.tessera.dev", "hami-pods.vgpu.tessera.dev"):
+            cases.append((moved_hooks[hook]["matchConditions"][0]["expression"], {"object": obj}))
+            expected.append((what, f"/mutate{'/hami' if 'hami' in hook else ''}", want))
     claims = [
         ("a claim with a VgpuConfig", "resourceclaims", claim(["vgpu.tessera.dev"]), True),
         ("a claim with another driver's config", "resourceclaims", claim(["gpu.nvidia.com"]), False),
