@@ -16,6 +16,13 @@
   webhook         the shorthand and HAMi-style pods sent through the real tessera-webhook (over
                   TLS, with a fake API server that records the templates it creates): the patch
                   gives each the template its README names, and that template fits too.
+  resource-quota  resource-quota/'s pods in order: each claim they get (the shorthand pod's
+                  through the real webhook) counted as kube-apiserver's claim evaluator counts it
+                  and admitted by the quota plugin's rule against the sample's ResourceQuota; the
+                  outcomes and the refusal's message are the README's.
+  kueue           kueue/'s Kueue Configuration (README block), queues and Jobs: each Job charged
+                  as Kueue's capacity quota charges it on the agent's devices for seven GPU
+                  sizes, admitted in order against the ClusterQueue, as the README says.
 
 Capacity rules (docs/node-agent.md "ResourceSlices", k8s-dra-facts.md "Consumable capacity";
 calculateConsumedCapacity / roundUpRange / violatesPolicy in k8s.io/dynamic-resource-allocation):
@@ -59,10 +66,15 @@ CHART_YAML = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."
 with open(CHART_YAML, encoding="utf-8") as chart_file:
     APP_VERSION = re.search(r'^appVersion:\s*"?([^"\s]+)"?\s*$', chart_file.read(), re.M).group(1)
 SAMPLE_IMAGE = f"localhost/tessera-node-agent:{APP_VERSION}"
-NAMESPACED = {"ResourceClaimTemplate", "ResourceClaim", "Pod", "Deployment"}
+NAMESPACED = {"ResourceClaimTemplate", "ResourceClaim", "Pod", "Deployment", "Job",
+              "ResourceQuota", "LocalQueue"}
 KNOWN_KINDS = {("v1", "Namespace"), ("v1", "Pod"), ("apps/v1", "Deployment"),
+               ("batch/v1", "Job"), ("v1", "ResourceQuota"),
                ("resource.k8s.io/v1", "ResourceClaimTemplate"),
-               ("resource.k8s.io/v1", "ResourceClaim")}
+               ("resource.k8s.io/v1", "ResourceClaim"),
+               ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"),
+               ("kueue.x-k8s.io/v1beta2", "ClusterQueue"),
+               ("kueue.x-k8s.io/v1beta2", "LocalQueue")}
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # GPU sizes as NVML reports them, as tests/support/apiserver/validate_printed_slices.sh prints them.
 GPUS = [
@@ -298,9 +310,9 @@ def check_consistent(samples):
         docs = folder_objects(folder, recursive=True)
         names = {(d["kind"], d["metadata"]["name"]) for _, d in docs}
         for path, doc in docs:
-            if doc["kind"] != "Pod":
+            if doc["kind"] not in ("Pod", "Job"):
                 continue
-            spec = doc["spec"]
+            spec = doc["spec"] if doc["kind"] == "Pod" else doc["spec"]["template"]["spec"]
             for entry in spec.get("resourceClaims", []):
                 ref = entry.get("resourceClaimTemplateName") or entry.get("resourceClaimName")
                 kind = ("ResourceClaimTemplate" if "resourceClaimTemplateName" in entry
@@ -534,41 +546,82 @@ def admission_review(pod, namespace, uid):
                         "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}
 
 
+class RunningWebhook:
+    """The real tessera-webhook over TLS on loopback, its API server the FakeApi above (which
+    records the templates it creates)."""
+
+    def __init__(self, webhook, work):
+        work = Path(work)
+        cert, key = work / "tls.crt", work / "tls.key"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key)
+        self.api = ThreadingHTTPServer(("127.0.0.1", 0), FakeApi)
+        self.api.socket = context.wrap_socket(self.api.socket, server_side=True)
+        threading.Thread(target=self.api.serve_forever, daemon=True).start()
+        kubeconfig = work / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "samples",
+            "clusters": [{"name": "fake", "cluster": {
+                "server": f"https://127.0.0.1:{self.api.server_address[1]}",
+                "certificate-authority": str(cert)}}],
+            "users": [{"name": "test", "user": {"token": "sample-test"}}],
+            "contexts": [{"name": "samples", "context": {"cluster": "fake", "user": "test"}}]}))
+        self.port = free_port()
+        self.server = subprocess.Popen(
+            [webhook, "--listen", f"127.0.0.1:{self.port}", "--tls-cert-file", str(cert),
+             "--tls-private-key-file", str(key), "--kubeconfig", str(kubeconfig),
+             "--shutdown-delay-ms", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.client = ssl.create_default_context(cafile=str(cert))
+
+    def __enter__(self):
+        try:
+            for _ in range(100):
+                try:
+                    urllib.request.urlopen(f"https://127.0.0.1:{self.port}/readyz",
+                                           context=self.client, timeout=1)
+                    return self
+                except (urllib.error.URLError, ConnectionError, OSError):
+                    if self.server.poll() is not None:
+                        raise RuntimeError("tessera-webhook exited: " + self.server.stdout.read())
+                    time.sleep(0.1)
+            raise RuntimeError("tessera-webhook did not become ready")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc):
+        self.server.terminate()
+        self.server.wait(timeout=10)
+        self.api.shutdown()
+
+    def review(self, endpoint, review):
+        """The webhook's AdmissionReview response for `review`."""
+        request = urllib.request.Request(
+            f"https://127.0.0.1:{self.port}{endpoint}", data=json.dumps(review).encode(),
+            headers={"Content-Type": "application/json"})
+        return json.load(urllib.request.urlopen(request, context=self.client,
+                                                timeout=10))["response"]
+
+    def mutated(self, pod, endpoint="/mutate"):
+        """`pod` as the API server stores it after the webhook's patch; None when refused."""
+        namespace = pod["metadata"]["namespace"]
+        review = admission_review(pod, namespace, f"sample-{pod['metadata']['name']}")
+        response = self.review(endpoint, review)
+        if not response.get("allowed"):
+            return None
+        if "patch" not in response:
+            return review["request"]["object"]
+        return jsonpatch.apply_patch(review["request"]["object"],
+                                     json.loads(base64.b64decode(response["patch"])))
+
+
 def check_webhook(samples, webhook, agent, simgpu_lib, work):
-    work = Path(work)
-    cert, key = work / "tls.crt", work / "tls.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-    api = ThreadingHTTPServer(("127.0.0.1", 0), FakeApi)
-    api.socket = context.wrap_socket(api.socket, server_side=True)
-    threading.Thread(target=api.serve_forever, daemon=True).start()
-    kubeconfig = work / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "samples",
-        "clusters": [{"name": "fake", "cluster": {
-            "server": f"https://127.0.0.1:{api.server_address[1]}",
-            "certificate-authority": str(cert)}}],
-        "users": [{"name": "test", "user": {"token": "sample-test"}}],
-        "contexts": [{"name": "samples", "context": {"cluster": "fake", "user": "test"}}]}))
-    port = free_port()
-    server = subprocess.Popen([webhook, "--listen", f"127.0.0.1:{port}", "--tls-cert-file",
-                               str(cert), "--tls-private-key-file", str(key), "--kubeconfig",
-                               str(kubeconfig), "--shutdown-delay-ms", "0"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    client = ssl.create_default_context(cafile=str(cert))
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=client,
-                                       timeout=1)
-                break
-            except (urllib.error.URLError, ConnectionError, OSError):
-                if server.poll() is not None:
-                    raise RuntimeError("tessera-webhook exited: " + server.stdout.read())
-                time.sleep(0.1)
+    with RunningWebhook(webhook, work) as running:
+        port, client = running.port, running.client
         h200 = printed_slices(agent, simgpu_lib, GPUS[0], work)
         for folder, endpoint, template in (("shorthand", "/mutate", "tessera-vgpu-1-m8gi-c30"),
                                            ("hami", "/mutate/hami", "tessera-vgpu-1-m3000mi-c30")):
@@ -626,15 +679,296 @@ def check_webhook(samples, webhook, agent, simgpu_lib, work):
             fail(f"webhook: hami on /mutate was changed or refused: {json.dumps(response)}")
         else:
             print("webhook: hami on /mutate (a namespace without the label): allowed unchanged")
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-        api.shutdown()
+
+
+# --- quotas -----------------------------------------------------------------------------------
+
+# kube-apiserver's quota names for claims (pkg/quota/v1/evaluator/core/resource_claims.go):
+# ClaimObjectCountName, and V1ResourceByDeviceClass's suffix corev1.ResourceClaimsPerClass.
+CLAIM_COUNT = "count/resourceclaims.resource.k8s.io"
+PER_CLASS = ".deviceclass.resource.k8s.io/devices"
+ALLOCATION_RESULTS_MAX_SIZE = 32  # resourceapi.AllocationResultsMaxSize: what "All" counts
+
+
+def request_devices(exactly):
+    """Devices a request (or subrequest) counts, with the API's defaults applied (the evaluator
+    sees the stored claim): ExactCount of `count` (default 1), All as the most a claim can get."""
+    mode = exactly.get("allocationMode", "ExactCount")
+    if mode == "ExactCount":
+        return int(exactly.get("count", 1))
+    if mode == "All":
+        return ALLOCATION_RESULTS_MAX_SIZE
+    return 0  # an unknown mode counts nothing, as in the evaluator
+
+
+def claim_quota_usage(spec):
+    """claimEvaluator.Usage for a ResourceClaim spec: the claim itself, and per device class the
+    devices its requests may get (a firstAvailable request: its largest alternative per class)."""
+    usage = {CLAIM_COUNT: 1}
+    for request in spec.get("devices", {}).get("requests", []):
+        if request.get("firstAvailable"):
+            most = {}
+            for sub in request["firstAvailable"]:
+                name = sub["deviceClassName"] + PER_CLASS
+                most[name] = max(most.get(name, 0), request_devices(sub))
+            for name, count in most.items():
+                usage[name] = usage.get(name, 0) + count
+        elif "exactly" in request:
+            name = request["exactly"]["deviceClassName"] + PER_CLASS
+            usage[name] = usage.get(name, 0) + request_devices(request["exactly"])
+    return usage
+
+
+def quota_admit(quota_name, hard, used, usage):
+    """The quota plugin's check for one object (checkQuotas): the usage masked to what the quota
+    names, zeros removed; refused when used + requested exceeds hard for any of those. Returns
+    the refusal's message, or None and adds the usage to `used`."""
+    requested = {k: v for k, v in usage.items() if k in hard and v != 0}
+    new = {k: used.get(k, 0) + v for k, v in requested.items()}
+    exceeded = sorted(k for k, v in new.items() if v > hard[k])
+    if exceeded:
+        show = lambda values: ",".join(f"{k}={values.get(k, 0)}" for k in exceeded)
+        return (f"exceeded quota: {quota_name}, requested: {show(requested)}, used: {show(used)}, "
+                f"limited: {show(hard)}")
+    used.update(new)
+    return None
+
+
+def one_line(text):
+    return " ".join(text.split())
+
+
+def check_resource_quota(samples, webhook, work):
+    folder = samples / "resource-quota"
+    docs = folder_objects(folder)
+    quota = next(d for _, d in docs if d["kind"] == "ResourceQuota")
+    hard = {k: quantity(v) for k, v in quota["spec"]["hard"].items()}
+    namespace = quota["metadata"]["namespace"]
+    templates = {d["metadata"]["name"]: d["spec"]["spec"] for _, d in docs
+                 if d["kind"] == "ResourceClaimTemplate"}
+    claims = {d["metadata"]["name"]: d["spec"] for _, d in docs if d["kind"] == "ResourceClaim"}
+    readme = one_line((folder / "README.md").read_text())
+    pods = [d for _, d in docs if d["kind"] == "Pod"]  # in file order: pod-a, pod-b, pod-c
+    outcomes = []
+    used = {}
+    with RunningWebhook(webhook, work) as running:
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            if pod["metadata"]["namespace"] != namespace:
+                fail(f"quota: {name} is not in the quota's namespace {namespace}")
+            mutated = running.mutated(pod)
+            if mutated is None:
+                fail(f"quota: the webhook refused {name}")
+                continue
+            keys = [k for c in mutated["spec"]["containers"]
+                    for lst in ("limits", "requests")
+                    for k in c.get("resources", {}).get(lst, {}) if k.startswith("tessera.dev/")]
+            if keys:
+                fail(f"quota: {name} still has {keys} after the webhook: a quota would see them")
+            refused = None
+            for entry in mutated["spec"].get("resourceClaims", []):
+                if "resourceClaimTemplateName" in entry:
+                    template = entry["resourceClaimTemplateName"]
+                    spec = templates.get(template)
+                    if spec is None:  # made by the webhook
+                        created = FakeApi.templates.get((namespace, template))
+                        spec = created["spec"]["spec"] if created else None
+                    if spec is None:
+                        fail(f"quota: {name}: template {template} is neither in the folder nor "
+                             "created by the webhook")
+                        continue
+                    what = f"its claim from {template}"
+                else:
+                    spec, what = claims[entry["resourceClaimName"]], entry["resourceClaimName"]
+                usage = claim_quota_usage(spec)
+                refused = quota_admit(quota["metadata"]["name"], hard, used, usage)
+                print(f"quota: {name}: {what} counts "
+                      f"{json.dumps({k: int(v) for k, v in usage.items()})}: "
+                      f"{'refused: ' + refused if refused else 'admitted'}")
+            outcomes.append((name, refused))
+    got = [(n, "refused" if r else "admitted") for n, r in outcomes]
+    if got != [("quota-a", "admitted"), ("quota-b", "admitted"), ("quota-c", "refused")]:
+        fail(f"quota: outcomes {got}; the README says quota-a and quota-b admitted, quota-c "
+             "refused")
+    for name, refused in outcomes:
+        if refused and one_line(refused) not in readme:
+            fail(f"quota: resource-quota/README.md does not quote the refusal of {name}: {refused}")
+    print(f"quota: used {json.dumps({k: int(v) for k, v in used.items()})} of "
+          f"{json.dumps({k: int(v) for k, v in hard.items()})}")
+
+
+# Kueue's capacity-based DRA quota (KueueDRAIntegrationConsumableCapacity, pkg/dra in
+# kubernetes-sigs/kueue: determineCapacityForPodSet, computeCapacityCharge, chargeForDevice,
+# roundToPolicy): per ExactDeviceRequest of a mapped class, the explicit capacity request, else
+# the device's requestPolicy.default, else its value; rounded to validValues (the smallest >=)
+# or validRange (at least min, then min + k*step; above max the device is skipped); the largest
+# over the matching devices, times count.
+
+def kueue_round(base, policy):
+    if not policy:
+        return base
+    if policy.get("validValues"):
+        fitting = [v for v in map(quantity, policy["validValues"]) if v >= base]
+        return min(fitting) if fitting else None
+    valid = policy.get("validRange")
+    if not valid:
+        return base
+    value = base
+    if "min" in valid:
+        value = max(value, quantity(valid["min"]))
+        if "step" in valid and quantity(valid["step"]) > 0:
+            low, step = quantity(valid["min"]), quantity(valid["step"])
+            if (value - low) % step:
+                value = low + (math.floor((value - low) / step) + 1) * step
+    if "max" in valid and value > quantity(valid["max"]):
+        return None
+    return value
+
+
+def kueue_charge(exactly, capacity_name, devices):
+    """Kueue's charge for one ExactDeviceRequest, or a reason it cannot be admitted."""
+    count = int(exactly.get("count", 1))
+    if len(devices) < count:
+        return None, f"insufficient matching devices: {len(devices)} match but {count} requested"
+    explicit = exactly.get("capacity", {}).get("requests", {}).get(capacity_name)
+    charges = []
+    for device in devices:
+        capacity = device.get("capacity", {}).get(capacity_name)
+        if capacity is None:
+            continue
+        policy = capacity.get("requestPolicy")
+        if explicit is not None:
+            base = quantity(explicit)
+        elif policy and "default" in policy:
+            base = quantity(policy["default"])
+        else:
+            base = quantity(capacity["value"])
+        rounded = kueue_round(base, policy)
+        if rounded is not None:
+            charges.append(rounded)
+    if not charges:
+        return None, f"no matching device can take {capacity_name} {explicit}"
+    return max(charges) * count, None
+
+
+def gib(value):
+    return f"{int(value) // 2**30}Gi" if value % 2**30 == 0 else str(value)
+
+
+def check_kueue(samples, agent, simgpu_lib, work):
+    folder = samples / "kueue"
+    readme = (folder / "README.md").read_text()
+    marker = "<!-- kueue-configuration -->\n```yaml\n"
+    if marker not in readme:
+        fail("kueue: README.md has no Kueue Configuration block after its marker")
+        return
+    config = yaml.safe_load(readme.split(marker, 1)[1].split("\n```", 1)[0])
+    if config.get("apiVersion") != "config.kueue.x-k8s.io/v1beta2" or \
+            config.get("kind") != "Configuration":
+        fail(f"kueue: the block is not a config.kueue.x-k8s.io/v1beta2 Configuration: {config}")
+    if config.get("featureGates", {}).get("KueueDRAIntegrationConsumableCapacity") is not True:
+        fail("kueue: the Configuration does not turn KueueDRAIntegrationConsumableCapacity on")
+    slices = [s for gpus in GPUS for s in printed_slices(agent, simgpu_lib, gpus, work)]
+    cluster = devices_of(slices)
+    driver = slices[0]["spec"]["driver"]
+    mappings = config.get("resources", {}).get("deviceClassMappings", [])
+    by_class = {}
+    for mapping in mappings:
+        sources = mapping.get("sources", [])
+        if len(sources) != 1 or "capacity" not in sources[0]:
+            fail(f"kueue: mapping {mapping.get('name')}: expected one capacity source")
+            continue
+        source = sources[0]["capacity"]
+        if source.get("driver") != driver:
+            fail(f"kueue: capacity driver {source.get('driver')!r}, the agent publishes {driver!r}")
+        selector = source.get("deviceSelector", {}).get("cel", {}).get("expression", "")
+        if selector.replace('"', "'") != f"device.driver == '{driver}'":
+            fail(f"kueue: deviceSelector {selector!r} is not the agent's driver {driver!r}")
+        if any(source.get("name") not in d.get("capacity", {}) for d in cluster):
+            fail(f"kueue: capacity {source.get('name')!r} is not one the agent publishes "
+                 f"({sorted(cluster[0].get('capacity', {}))})")
+        for cls in mapping.get("deviceClassNames", []):
+            if cls not in DEVICE_CLASSES:
+                fail(f"kueue: class {cls} is not one of the chart's {sorted(DEVICE_CLASSES)}")
+            if cls in by_class:
+                fail(f"kueue: class {cls} is mapped twice (Kueue refuses that)")
+            by_class[cls] = (mapping["name"], source.get("name"))
+    docs = folder_objects(folder)
+    kinds = {d["kind"]: d for _, d in docs}
+    cq, lq = kinds.get("ClusterQueue"), kinds.get("LocalQueue")
+    if not cq or not lq or "ResourceFlavor" not in kinds:
+        fail("kueue: queues.yaml needs a ResourceFlavor, a ClusterQueue and a LocalQueue")
+        return
+    if lq["spec"].get("clusterQueue") != cq["metadata"]["name"]:
+        fail(f"kueue: LocalQueue {lq['metadata']['name']} points to "
+             f"{lq['spec'].get('clusterQueue')}, not {cq['metadata']['name']}")
+    quota = {}
+    for group in cq["spec"]["resourceGroups"]:
+        for flavor in group["flavors"]:
+            if flavor["name"] != kinds["ResourceFlavor"]["metadata"]["name"]:
+                fail(f"kueue: ClusterQueue flavor {flavor['name']} is not the ResourceFlavor")
+            for resource in flavor["resources"]:
+                if resource["name"] not in group["coveredResources"]:
+                    fail(f"kueue: {resource['name']} is not in coveredResources")
+                quota[resource["name"]] = (flavor["name"], quantity(resource["nominalQuota"]))
+    templates = {d["metadata"]["name"]: d["spec"]["spec"] for _, d in docs
+                 if d["kind"] == "ResourceClaimTemplate"}
+    used, outcomes = {}, []
+    for job in (d for _, d in docs if d["kind"] == "Job"):
+        name = job["metadata"]["name"]
+        if job["metadata"].get("labels", {}).get("kueue.x-k8s.io/queue-name") != \
+                lq["metadata"]["name"] or job["metadata"]["namespace"] != lq["metadata"]["namespace"]:
+            fail(f"kueue: Job {name} is not queued in LocalQueue {lq['metadata']['name']}")
+        charge = {}
+        for entry in job["spec"]["template"]["spec"].get("resourceClaims", []):
+            template = entry.get("resourceClaimTemplateName")
+            if template is None:
+                fail(f"kueue: Job {name} names a ResourceClaim; Kueue charges only templates")
+                continue
+            for request in templates[template]["devices"]["requests"]:
+                exactly = request.get("exactly")
+                if exactly is None or exactly["deviceClassName"] not in by_class:
+                    fail(f"kueue: Job {name}: request {request['name']} is not an exactly "
+                         "request of a mapped class")
+                    continue
+                resource, capacity_name = by_class[exactly["deviceClassName"]]
+                amount, why = kueue_charge(exactly, capacity_name, cluster)
+                if why:
+                    fail(f"kueue: Job {name}: {why}")
+                    continue
+                charge[resource] = charge.get(resource, 0) + amount
+        lacks = {}
+        for resource, amount in charge.items():
+            if resource not in quota:
+                lacks[resource] = f"resource {resource} unavailable in ClusterQueue"
+                continue
+            flavor, nominal = quota[resource]
+            if used.get(resource, 0) + amount > nominal:
+                lacks[resource] = (f"insufficient unused quota for {resource} in flavor {flavor}, "
+                                   f"{gib(used.get(resource, 0) + amount - nominal)} more needed")
+        if not lacks:
+            for resource, amount in charge.items():
+                used[resource] = used.get(resource, 0) + amount
+        outcomes.append((name, "pending" if lacks else "admitted"))
+        print(f"kueue: {name} is charged {json.dumps({k: gib(v) for k, v in charge.items()})}: "
+              f"{'; '.join(lacks.values()) if lacks else 'admitted'}")
+        text = one_line(readme)
+        for resource, amount in charge.items():
+            if not lacks and f'"{resource}": "{gib(amount)}"' not in text:
+                fail(f"kueue: README.md does not show {name}'s resourceUsage "
+                     f'{{"{resource}": "{gib(amount)}"}}')
+        for message in lacks.values():
+            if one_line(message) not in text:
+                fail(f"kueue: README.md does not say why {name} waits: {message}")
+    if outcomes != [("kueue-a", "admitted"), ("kueue-b", "admitted"), ("kueue-c", "pending")]:
+        fail(f"kueue: outcomes {outcomes}; the README says kueue-a and kueue-b admitted, kueue-c "
+             "pending")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("check", choices=["consistent", "rules", "fit", "chart", "webhook"])
+    parser.add_argument("check", choices=["consistent", "rules", "fit", "chart", "webhook",
+                                          "resource-quota", "kueue"])
     parser.add_argument("--chart", type=Path, help="the chart folder (default: charts/tessera "
                         "beside samples/)")
     parser.add_argument("--samples", required=True, type=Path)
@@ -656,6 +990,10 @@ def main():
             check_rules(args.agent, args.simgpu_lib, work)
         elif args.check == "fit":
             check_fit(args.samples, args.agent, args.simgpu_lib, work)
+        elif args.check == "resource-quota":
+            check_resource_quota(args.samples, args.webhook, work)
+        elif args.check == "kueue":
+            check_kueue(args.samples, args.agent, args.simgpu_lib, work)
         else:
             check_webhook(args.samples, args.webhook, args.agent, args.simgpu_lib, work)
     if failures:

@@ -232,8 +232,11 @@ TEST(PodMutation, ATesseraClaimContainerThatSetsLdPreloadIsRefused) {
   const Mutated out = run(request, {}, claims);
   expect_envelope(out.review, request);
   expect_denied(out.review, 403, "Forbidden",
-                "container \"train\" sets LD_PRELOAD: a Tessera share loads its runtime through "
-                "LD_PRELOAD itself (the share's CDI device sets it); remove it from env");
+                "container \"train\" sets LD_PRELOAD: the loader maps a library named there "
+                "before the share's runtime from /etc/ld.so.preload, so it could take CUDA calls "
+                "the runtime must count (where the node agent loads the runtime through "
+                "LD_PRELOAD instead, the share's CDI device replaces this value); remove it from "
+                "env");
   EXPECT_EQ(claims.calls, 1);
 
   MutateConfig warn;

@@ -98,6 +98,15 @@ struct Violation {
   std::string message;
 };
 
+// True under both ways the node agent loads the shim (--shim-loading): the default mounts
+// /etc/ld.so.preload, which the loader reads after LD_PRELOAD, so a library named in LD_PRELOAD
+// comes first in symbol lookup; with LD_PRELOAD loading, the CDI device's value replaces the pod's.
+constexpr char kLdPreloadReason[] =
+    " sets LD_PRELOAD: the loader maps a library named there before the share's runtime from "
+    "/etc/ld.so.preload, so it could take CUDA calls the runtime must count (where the node agent "
+    "loads the runtime through LD_PRELOAD instead, the share's CDI device replaces this value); "
+    "remove it from env";
+
 bool is_cuda_limit_variable(const std::string& name) {
   // HAMi-core's CUDA_DEVICE_MEMORY_LIMIT[_i], CUDA_DEVICE_SM_LIMIT[_i] and their kin.
   if (name.rfind("CUDA_DEVICE_", 0) != 0) return false;
@@ -112,10 +121,7 @@ std::vector<Violation> check_policy(const Container& container, const MutateConf
     for (const json& variable : *env) {
       const std::string name = json_string(variable, "name");
       if (name == "LD_PRELOAD")
-        found.push_back({config.policy.environment,
-                         who + " sets LD_PRELOAD: a Tessera share loads its runtime through "
-                               "LD_PRELOAD itself (the share's CDI device sets it); remove it "
-                               "from env"});
+        found.push_back({config.policy.environment, who + kLdPreloadReason});
       else if (name.rfind("TESSERA_", 0) == 0)
         found.push_back({config.policy.environment,
                          who + " sets " + name +

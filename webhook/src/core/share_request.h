@@ -7,7 +7,8 @@
 // and, only where the namespace opted in (HAMi's names; elsewhere they belong to NVIDIA's device
 // plugin and are left alone):
 //   nvidia.com/gpu: "1"  nvidia.com/gpumem: "3000" (MiB)  nvidia.com/gpumem-percentage: "100"
-//   nvidia.com/gpucores: "30" (0: no compute limit, as in HAMi)
+//   nvidia.com/gpucores: "30" (unset or 0: no cores request, a best-effort share that gets the
+//   time the other shares leave idle; docs/resource-model.md)
 #pragma once
 
 #include <cstdint>
