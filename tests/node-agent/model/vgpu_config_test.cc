@@ -315,7 +315,7 @@ TEST(TenantBounds, DecodedFromAClassConfigAndRefusedInAClaimsConfig) {
   EXPECT_EQ(entries(json::array({entry("", bounds)}), ConfigList::kDeviceClass)[0].source,
             ConfigSource::kClass);
   Result<std::vector<VgpuConfigEntry>> forged = decode_vgpu_config_list(
-      json::array({entry("FromAdmin", {})}), "config", ConfigList::kAllocation);
+      json::array({entry("FromAdmin", json::object())}), "config", ConfigList::kAllocation);
   EXPECT_EQ(forged.status().message(),
             "config[0].source: invalid value \"FromAdmin\" (one of FromClass|FromClaim)");
 }
@@ -357,7 +357,9 @@ TEST(TenantBounds, AClaimPastABoundIsRefusedNamingFieldValueAndBound) {
   const ShareRequests requests{4ull << 30, 30};
   const auto refusal = [&](const VgpuConfig& tenant, const ShareRequests& asked) {
     const Status status = check_tenant_bounds(tenant, bounds, asked, "DeviceClass gpu-small");
-    if (!status.is_ok()) EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    if (!status.is_ok()) {
+      EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    }
     return status.message();
   };
   VgpuConfig tenant;
