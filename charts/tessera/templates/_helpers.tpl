@@ -121,6 +121,10 @@ reconcileInterval: {flag: --reconcile-interval}
 devicePollInterval: {flag: --device-poll-interval}
 checkInterval: {flag: --check-interval}
 enforcementDefault: {flag: --enforcement-default}
+tenantMinEnforcement: {flag: --tenant-min-enforcement}
+tenantMaxPriority: {flag: --tenant-max-priority}
+tenantMaxComputeLimit: {flag: --tenant-max-compute-limit}
+tenantMaxMemoryLimit: {flag: --tenant-max-memory-limit}
 apiSocket: {flag: --api-socket}
 logFormat: {flag: --log-format}
 verbosity: {flag: -v, count: true}

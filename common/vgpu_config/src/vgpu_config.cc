@@ -78,13 +78,34 @@ Status decode_enum_member(const json& object, const char* key, const std::string
   return Status::ok();
 }
 
+// An integer percent 1..100 (compute.limit and its bound).
+Result<uint32_t> decode_percent(const json& value, const std::string& path) {
+  if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > 100)
+    return invalid_argument(path + ": invalid value " + value.dump() +
+                            " (an integer percent 1..100)");
+  return static_cast<uint32_t>(value.get<int64_t>());
+}
+
+// A positive byte quantity ("8Gi", or a number of bytes): memory.limit and its bound.
+Result<uint64_t> decode_bytes(const json& value, const std::string& path) {
+  std::optional<uint64_t> bytes;
+  if (value.is_string()) bytes = parse_byte_quantity(value.get_ref<const std::string&>());
+  if (value.is_number_integer() && value.get<int64_t>() > 0)
+    bytes = static_cast<uint64_t>(value.get<int64_t>());
+  if (!bytes || *bytes == 0)
+    return invalid_argument(path + ": invalid value " + value.dump() +
+                            " (a positive byte quantity such as \"8Gi\")");
+  return *bytes;
+}
+
 }  // namespace
 
 Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
   VgpuConfig out;
   TESSERA_RETURN_IF_ERROR(expect_object(parameters, "parameters"));
   TESSERA_RETURN_IF_ERROR(unknown_fields(
-      parameters, "", {"apiVersion", "kind", "compute", "memory", "sharing", "enforcement"}));
+      parameters, "",
+      {"apiVersion", "kind", "compute", "memory", "sharing", "enforcement", "tenantBounds"}));
   const auto api = parameters.find("apiVersion");
   if (api == parameters.end()) return invalid_argument("apiVersion: required");
   if (!api->is_string() || api->get_ref<const std::string&>() != kConfigApiVersion)
@@ -103,10 +124,9 @@ Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
       if (compute->contains("burst"))
         return invalid_argument(
             "compute.burst: the old name of compute.limit; set compute.limit alone");
-      if (!limit->is_number_integer() || limit->get<int64_t>() < 1 || limit->get<int64_t>() > 100)
-        return invalid_argument("compute.limit: invalid value " + limit->dump() +
-                                " (an integer percent 1..100)");
-      out.cores_limit = static_cast<uint32_t>(limit->get<int64_t>());
+      Result<uint32_t> percent = decode_percent(*limit, "compute.limit");
+      if (!percent.is_ok()) return percent.status();
+      out.cores_limit = *percent;
     }
     // compute.burst (before requests and limits): the same ceiling; 0 meant "no bursting", which
     // is now a limit equal to the request, the default.
@@ -126,13 +146,8 @@ Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
     TESSERA_RETURN_IF_ERROR(expect_object(*memory, "memory"));
     TESSERA_RETURN_IF_ERROR(unknown_fields(*memory, "memory.", {"limit"}));
     if (const auto limit = memory->find("limit"); limit != memory->end()) {
-      std::optional<uint64_t> bytes;
-      if (limit->is_string()) bytes = parse_byte_quantity(limit->get_ref<const std::string&>());
-      if (limit->is_number_integer() && limit->get<int64_t>() > 0)
-        bytes = static_cast<uint64_t>(limit->get<int64_t>());
-      if (!bytes || *bytes == 0)
-        return invalid_argument("memory.limit: invalid value " + limit->dump() +
-                                " (a positive byte quantity such as \"8Gi\")");
+      Result<uint64_t> bytes = decode_bytes(*limit, "memory.limit");
+      if (!bytes.is_ok()) return bytes.status();
       out.memory_limit = *bytes;
     }
   }
@@ -152,6 +167,25 @@ Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
     Result<EnforcementPolicy> policy = decode_enforcement_policy(*enforcement);
     if (!policy.is_ok()) return policy.status();
     out.enforcement = *policy;
+  }
+  if (const auto bounds = parameters.find("tenantBounds"); bounds != parameters.end()) {
+    TESSERA_RETURN_IF_ERROR(expect_object(*bounds, "tenantBounds"));
+    TESSERA_RETURN_IF_ERROR(unknown_fields(*bounds, "tenantBounds.",
+                                           {"maxPriority", "maxComputeLimit", "maxMemoryLimit"}));
+    TenantBounds decoded;
+    TESSERA_RETURN_IF_ERROR(decode_enum_member(*bounds, "maxPriority", "tenantBounds.maxPriority",
+                                               kPriorityNames, decoded.max_priority));
+    if (const auto limit = bounds->find("maxComputeLimit"); limit != bounds->end()) {
+      Result<uint32_t> percent = decode_percent(*limit, "tenantBounds.maxComputeLimit");
+      if (!percent.is_ok()) return percent.status();
+      decoded.max_cores_limit = *percent;
+    }
+    if (const auto limit = bounds->find("maxMemoryLimit"); limit != bounds->end()) {
+      Result<uint64_t> bytes = decode_bytes(*limit, "tenantBounds.maxMemoryLimit");
+      if (!bytes.is_ok()) return bytes.status();
+      decoded.max_memory_limit = *bytes;
+    }
+    out.tenant_bounds = decoded;
   }
   return out;
 }
@@ -245,6 +279,7 @@ const char* to_string(TimeSlice time_slice) {
 
 Result<std::vector<VgpuConfigEntry>> decode_vgpu_config_list(const json& list,
                                                              const std::string& path,
+                                                             ConfigList kind,
                                                              std::string_view driver) {
   if (!list.is_array())
     return invalid_argument(path + ": expected an array, got " + json_shown(&list));
@@ -261,7 +296,23 @@ Result<std::vector<VgpuConfigEntry>> decode_vgpu_config_list(const json& list,
     Result<VgpuConfig> config = decode_vgpu_config(*parameters);
     if (!config.is_ok())
       return invalid_argument(at + ".opaque.parameters." + config.status().message());
-    VgpuConfigEntry decoded{{}, std::move(config).value()};
+    VgpuConfigEntry decoded{{}, std::move(config).value(), ConfigSource::kClaim};
+    if (kind == ConfigList::kDeviceClass) decoded.source = ConfigSource::kClass;
+    // The scheduler copies each config with its source; without one the entry is the tenant's,
+    // never the admin's.
+    if (const json* source = json_member(entry, "source");
+        kind == ConfigList::kAllocation && source) {
+      if (*source == "FromClass") {
+        decoded.source = ConfigSource::kClass;
+      } else if (*source != "FromClaim") {
+        return invalid_argument(at + ".source: invalid value " + json_shown(source) +
+                                " (one of FromClass|FromClaim)");
+      }
+    }
+    if (decoded.source == ConfigSource::kClaim && decoded.config.tenant_bounds)
+      return invalid_argument(at +
+                              ".opaque.parameters.tenantBounds: only a DeviceClass's config may "
+                              "set bounds; a claim's config may not");
     // The API server admits only a list of request names: anything else is refused, never read
     // as "every request".
     if (const json* requests = json_member(entry, "requests"); requests && !requests->is_null()) {
@@ -296,6 +347,146 @@ VgpuConfig config_for_request(const std::vector<VgpuConfigEntry>& entries,
   for (const VgpuConfigEntry& entry : entries)
     if (config_applies(entry, request)) merged = merge_vgpu_config(merged, entry.config);
   return merged;
+}
+
+VgpuConfig claim_config_for_request(const std::vector<VgpuConfigEntry>& entries,
+                                    std::string_view request) {
+  VgpuConfig merged;
+  for (const VgpuConfigEntry& entry : entries)
+    if (entry.source == ConfigSource::kClaim && config_applies(entry, request))
+      merged = merge_vgpu_config(merged, entry.config);
+  return merged;
+}
+
+TenantBounds tighter_bounds(const TenantBounds& a, const TenantBounds& b) {
+  TenantBounds out = a;
+  if (b.min_enforcement && (!out.min_enforcement || *b.min_enforcement == EnforcementPolicy::kKill))
+    out.min_enforcement = b.min_enforcement;
+  if (b.max_priority &&
+      (!out.max_priority || priority_rank(*b.max_priority) < priority_rank(*out.max_priority)))
+    out.max_priority = b.max_priority;
+  if (b.max_cores_limit && (!out.max_cores_limit || *b.max_cores_limit < *out.max_cores_limit))
+    out.max_cores_limit = b.max_cores_limit;
+  if (b.max_memory_limit && (!out.max_memory_limit || *b.max_memory_limit < *out.max_memory_limit))
+    out.max_memory_limit = b.max_memory_limit;
+  return out;
+}
+
+TenantBounds bounds_for_request(const std::vector<VgpuConfigEntry>& entries,
+                                std::string_view request, const TenantBounds& node) {
+  TenantBounds bounds = node;
+  for (const VgpuConfigEntry& entry : entries) {
+    if (entry.source != ConfigSource::kClass || !config_applies(entry, request)) continue;
+    // The admin's kill is a floor; the admin's report is only a default a tenant may strengthen.
+    if (entry.config.enforcement == EnforcementPolicy::kKill)
+      bounds.min_enforcement = EnforcementPolicy::kKill;
+    if (entry.config.tenant_bounds) bounds = tighter_bounds(bounds, *entry.config.tenant_bounds);
+  }
+  return bounds;
+}
+
+namespace {
+
+// The bound a limit is held to: a share may always have its request.
+template <typename T>
+T limit_ceiling(T bound, std::optional<T> request) {
+  return request && *request > bound ? *request : bound;
+}
+
+// The cores limit a share gets when its config sets none (resolve_share_limits' default).
+uint32_t default_cores_limit(const ShareRequests& requests) {
+  const uint32_t request = requests.cores.value_or(100);
+  return request == 0 ? 100 : request;
+}
+
+}  // namespace
+
+Status check_tenant_bounds(const VgpuConfig& tenant, const TenantBounds& bounds,
+                           const ShareRequests& requests, std::string_view bound_source) {
+  const std::string of = " of " + std::string(bound_source);
+  if (bounds.min_enforcement == EnforcementPolicy::kKill &&
+      tenant.enforcement == EnforcementPolicy::kReport)
+    return invalid_argument("enforcement report is weaker than enforcement kill, the floor" + of +
+                            " (a claim may not weaken it)");
+  if (bounds.max_priority && tenant.priority &&
+      priority_rank(*tenant.priority) > priority_rank(*bounds.max_priority))
+    return invalid_argument(std::string("compute.priority ") + to_string(*tenant.priority) +
+                            " is above tenantBounds.maxPriority " +
+                            to_string(*bounds.max_priority) + of);
+  // A request above the bound is the scheduler's to grant: a limit up to it is no borrowing.
+  if (bounds.max_cores_limit && tenant.cores_limit &&
+      *tenant.cores_limit > limit_ceiling(*bounds.max_cores_limit, requests.cores))
+    return invalid_argument("compute.limit " + std::to_string(*tenant.cores_limit) +
+                            " is above tenantBounds.maxComputeLimit " +
+                            std::to_string(*bounds.max_cores_limit) + of);
+  if (bounds.max_memory_limit && tenant.memory_limit &&
+      *tenant.memory_limit > limit_ceiling(*bounds.max_memory_limit, requests.memory_bytes))
+    return invalid_argument("memory.limit " + byte_quantity_text(*tenant.memory_limit) +
+                            " is above tenantBounds.maxMemoryLimit " +
+                            byte_quantity_text(*bounds.max_memory_limit) + of);
+  return Status::ok();
+}
+
+VgpuConfig clamp_to_bounds(const VgpuConfig& merged, const TenantBounds& bounds,
+                           const ShareRequests& requests, std::vector<std::string>& clamped) {
+  VgpuConfig out = merged;
+  if (bounds.min_enforcement == EnforcementPolicy::kKill &&
+      out.enforcement != EnforcementPolicy::kKill) {
+    clamped.push_back(std::string("enforcement ") +
+                      (out.enforcement ? "report" : "unset (the agent's default)") +
+                      " raised to the floor kill");
+    out.enforcement = EnforcementPolicy::kKill;
+  }
+  // Priority and a cores limit are the shim's compute scheduling: under MPS or TimeSlicing the
+  // hardware schedules and check_supported refuses them, so there is nothing to hold.
+  const bool quota = out.strategy.value_or(SharingStrategy::kQuota) == SharingStrategy::kQuota;
+  if (bounds.max_priority && quota) {
+    const Priority priority = out.priority.value_or(Priority::kNormal);
+    if (priority_rank(priority) > priority_rank(*bounds.max_priority)) {
+      clamped.push_back(std::string("compute.priority ") + to_string(priority) +
+                        " lowered to the highest priority " + to_string(*bounds.max_priority));
+      out.priority = bounds.max_priority;
+    }
+  }
+  if (bounds.max_cores_limit && quota) {
+    // The limit the share would get, set or not (a best-effort share's default is 100).
+    const uint32_t limit = out.cores_limit.value_or(default_cores_limit(requests));
+    // No cores capacity: the allocation holds the whole GPU's time, its request is 100.
+    const uint32_t ceiling =
+        limit_ceiling(*bounds.max_cores_limit, std::optional(requests.cores.value_or(100)));
+    if (limit > ceiling) {
+      clamped.push_back("compute.limit " + std::to_string(limit) +
+                        " lowered to the largest compute limit " + std::to_string(ceiling));
+      out.cores_limit = ceiling;
+      out.cores_limit_from_burst = false;
+    }
+  }
+  // No memory capacity: the allocation holds the whole GPU, which no limit can exceed.
+  if (bounds.max_memory_limit && out.memory_limit && requests.memory_bytes) {
+    const uint64_t ceiling = limit_ceiling(*bounds.max_memory_limit, requests.memory_bytes);
+    if (*out.memory_limit > ceiling) {
+      clamped.push_back("memory.limit " + byte_quantity_text(*out.memory_limit) +
+                        " lowered to the largest memory limit " + byte_quantity_text(ceiling));
+      out.memory_limit = ceiling;
+    }
+  }
+  return out;
+}
+
+Result<Priority> decode_priority(std::string_view text, const std::string& flag) {
+  return decode_enum(json(std::string(text)), flag, kPriorityNames);
+}
+
+Result<uint32_t> decode_cores_limit(std::string_view text, const std::string& flag) {
+  const std::optional<uint32_t> percent = parse_percent(std::string(text), 1, 100);
+  if (!percent)
+    return invalid_argument(flag + ": invalid value \"" + std::string(text) +
+                            "\" (an integer percent 1..100)");
+  return *percent;
+}
+
+Result<uint64_t> decode_memory_limit(std::string_view text, const std::string& flag) {
+  return decode_bytes(json(std::string(text)), flag);
 }
 
 }  // namespace tessera

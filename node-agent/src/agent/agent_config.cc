@@ -55,6 +55,35 @@ Status pod_uid_error(const std::string& uid) {
                           "8-4-4-4-12 hexadecimal digits (set it from the downward API)");
 }
 
+Result<TenantBounds> tenant_bounds(const AgentConfig& config) {
+  TenantBounds bounds;
+  if (!config.tenant_min_enforcement.empty()) {
+    Result<EnforcementPolicy> policy = decode_enforcement_policy(
+        nlohmann::json(config.tenant_min_enforcement), "--tenant-min-enforcement");
+    if (!policy.is_ok()) return policy.status();
+    bounds.min_enforcement = *policy;
+  }
+  if (!config.tenant_max_priority.empty()) {
+    Result<Priority> priority =
+        decode_priority(config.tenant_max_priority, "--tenant-max-priority");
+    if (!priority.is_ok()) return priority.status();
+    bounds.max_priority = *priority;
+  }
+  if (!config.tenant_max_compute_limit.empty()) {
+    Result<uint32_t> percent =
+        decode_cores_limit(config.tenant_max_compute_limit, "--tenant-max-compute-limit");
+    if (!percent.is_ok()) return percent.status();
+    bounds.max_cores_limit = *percent;
+  }
+  if (!config.tenant_max_memory_limit.empty()) {
+    Result<uint64_t> bytes =
+        decode_memory_limit(config.tenant_max_memory_limit, "--tenant-max-memory-limit");
+    if (!bytes.is_ok()) return bytes.status();
+    bounds.max_memory_limit = *bytes;
+  }
+  return bounds;
+}
+
 void add_agent_flags(CLI::App& app, AgentConfig& config) {
   app.add_option("--node-name", config.node_name, "Name of this Kubernetes node")
       ->envname("NODE_NAME")
@@ -179,6 +208,36 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
           },
           "report|kill", "enforcement policy"))
       ->capture_default_str();
+  // The --tenant-* bounds, each checked by tenant_bounds()'s own decoder.
+  const auto bound_check = [](std::string AgentConfig::*field) {
+    return CLI::Validator(
+        [field](const std::string& value) {
+          AgentConfig probe;
+          probe.*field = value;
+          return tenant_bounds(probe).status().message();
+        },
+        "BOUND", "tenant bound");
+  };
+  app.add_option("--tenant-min-enforcement", config.tenant_min_enforcement,
+                 "The weakest enforcement any share of this node gets: kill overrides a class's or "
+                 "claim's report (and --enforcement-default)")
+      ->envname("TENANT_MIN_ENFORCEMENT")
+      ->check(bound_check(&AgentConfig::tenant_min_enforcement));
+  app.add_option("--tenant-max-priority", config.tenant_max_priority,
+                 "The highest compute.priority any share of this node gets (high|normal|low); "
+                 "a higher one is lowered to it at prepare")
+      ->envname("TENANT_MAX_PRIORITY")
+      ->check(bound_check(&AgentConfig::tenant_max_priority));
+  app.add_option("--tenant-max-compute-limit", config.tenant_max_compute_limit,
+                 "The largest compute.limit (percent 1..100) a share gets above its cores request; "
+                 "a higher one is lowered to it at prepare")
+      ->envname("TENANT_MAX_COMPUTE_LIMIT")
+      ->check(bound_check(&AgentConfig::tenant_max_compute_limit));
+  app.add_option("--tenant-max-memory-limit", config.tenant_max_memory_limit,
+                 "The largest memory.limit (a quantity, 16Gi) a share gets above its memory "
+                 "request; a higher one is lowered to it at prepare")
+      ->envname("TENANT_MAX_MEMORY_LIMIT")
+      ->check(bound_check(&AgentConfig::tenant_max_memory_limit));
   app.add_option(
          "--metrics-address", config.metrics_address,
          "host:port (or :port) of the Prometheus /metrics and /healthz endpoint; empty: none")

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tessera/status.h"
+#include "tessera/vgpu_config.h"
 
 namespace CLI {
 class App;
@@ -40,6 +41,14 @@ struct AgentConfig {
   double memory_grace_s = 0;
   double cores_grace_s = 5;
   std::string enforcement_default = "report";
+  // Bounds on every share of this node, whatever its class and claim say (docs/resource-model.md,
+  // "Who sets what"); empty: none. --tenant-min-enforcement (report|kill), --tenant-max-priority
+  // (high|normal|low), --tenant-max-compute-limit (percent 1..100), --tenant-max-memory-limit
+  // (a quantity, "16Gi"); environment TENANT_MIN_ENFORCEMENT and so on.
+  std::string tenant_min_enforcement;
+  std::string tenant_max_priority;
+  std::string tenant_max_compute_limit;
+  std::string tenant_max_memory_limit;
   // --process-watch / PROCESS_WATCH: the eBPF process watcher. auto: load it, else run on the
   // periodic checks alone; on: the agent does not start without it; off: never loaded.
   std::string process_watch = "auto";
@@ -71,6 +80,9 @@ Status pod_uid_error(const std::string& uid);
 // Ok when `name` can be a Kubernetes Node's name (a DNS subdomain), else kInvalidArgument saying
 // why not (naming it).
 Status node_name_error(const std::string& name);
+
+// The --tenant-* flags as bounds, or kInvalidArgument naming the flag and its value.
+Result<TenantBounds> tenant_bounds(const AgentConfig& config);
 
 // Registers the flags above on `app`, writing into `config` (whose values are the defaults).
 // A flag given on the command line wins over its environment variable.

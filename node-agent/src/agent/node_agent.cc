@@ -164,6 +164,9 @@ Status NodeAgent::start() {
   options.root = config_.state_dir;
   options.cdi_dir = config_.cdi_dir;
   options.node_name = config_.node_name;
+  Result<TenantBounds> bounds = tenant_bounds(config_);
+  if (!bounds.is_ok()) return bounds.status();
+  options.tenant_bounds = *bounds;
   options.mps = mps_.get();
   options.time_slice = time_slice_.get();
   // Containers' pids are not NVML's: the agent measures every share's GPU time (the meter below).

@@ -65,7 +65,8 @@ bool safe_name_component(const std::string& text) {
 
 namespace {
 
-Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
+Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out,
+               std::vector<std::string>& clamped) {
   const json claim = json::parse(input.claim_json, nullptr, /*allow_exceptions=*/false);
   if (claim.is_discarded() || !claim.is_object())
     return invalid_argument("claim: not a JSON object");
@@ -100,8 +101,8 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
   // Configs of this driver in API order (FromClass before FromClaim, as the API server lists them).
   std::vector<VgpuConfigEntry> configs;
   if (const json* list = devices ? json_member(*devices, "config") : nullptr) {
-    Result<std::vector<VgpuConfigEntry>> decoded =
-        decode_vgpu_config_list(*list, "status.allocation.devices.config", input.driver);
+    Result<std::vector<VgpuConfigEntry>> decoded = decode_vgpu_config_list(
+        *list, "status.allocation.devices.config", ConfigList::kAllocation, input.driver);
     if (!decoded.is_ok()) return decoded.status();
     configs = std::move(decoded).value();
   }
@@ -176,6 +177,14 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out) {
     }
     spec.config = config_for_request(configs, *request);
     TESSERA_RETURN_IF_ERROR(check_supported(spec.config).with_context(path));
+    // The webhook refused a claim past its class's bounds at apply time, but it may be bypassed,
+    // and it knows no node's flags: what the share gets is held to the bounds here.
+    std::vector<std::string> changed;
+    spec.config =
+        clamp_to_bounds(spec.config, bounds_for_request(configs, *request, input.node_bounds),
+                        {spec.memory_bytes, spec.cores}, changed);
+    for (const std::string& line : changed)
+      clamped.push_back(path + " (request " + *request + "): " + line);
     // The webhook checked the limits against the requests at apply time, but it may be bypassed;
     // only here is the GPU known.
     TESSERA_RETURN_IF_ERROR(resolve_share_limits(spec.config, {spec.memory_bytes, spec.cores},
@@ -231,11 +240,14 @@ void group_into_folders(std::vector<ShareSpec>& shares) {
 
 }  // namespace
 
-Result<std::vector<ShareSpec>> compute_share_specs(const ShareSpecInput& input) {
+Result<std::vector<ShareSpec>> compute_share_specs(const ShareSpecInput& input,
+                                                   std::vector<std::string>* clamped) {
   std::vector<ShareSpec> shares;
+  std::vector<std::string> changed;
   // All or nothing: a partial list never leaves here beside an error.
-  TESSERA_RETURN_IF_ERROR(compute(input, shares));
+  TESSERA_RETURN_IF_ERROR(compute(input, shares, changed));
   group_into_folders(shares);
+  if (clamped) *clamped = std::move(changed);
   return shares;
 }
 

@@ -52,6 +52,9 @@ struct ShareSpecInput {
   std::string driver = kDriverName;
   std::string pool;  // this node's pool name (the node name)
   std::vector<NodeDevice> devices;
+  // The agent's --tenant-* flags: bounds on every share of this node, tightened by each class's
+  // (docs/resource-model.md, "Who sets what").
+  TenantBounds node_bounds;
 };
 
 // A pod the claim is reserved for (status.reservedFor[] entries with resource "pods"; the pods
@@ -72,7 +75,13 @@ struct PodRef {
 // shares of a claim with the same config on distinct GPUs are therefore grouped into one folder
 // whose limits page lists each GPU with its own limits (the page holds up to 16); shares of one
 // GPU (two tenants' shares of a device in one claim) and MPS / TimeSlicing shares keep their own.
-Result<std::vector<ShareSpec>> compute_share_specs(const ShareSpecInput& input);
+//
+// Bounds: each share's merged config is held to the bounds of its class configs and
+// `input.node_bounds` (clamp_to_bounds: a field past its bound gets the bound, even where the
+// webhook was bypassed). `clamped`, when given, gets one line per field changed, with the result's
+// path, for the agent's log.
+Result<std::vector<ShareSpec>> compute_share_specs(const ShareSpecInput& input,
+                                                   std::vector<std::string>* clamped = nullptr);
 
 // The claim's shares by share folder, in order of first appearance (each folder's shares in
 // results order).

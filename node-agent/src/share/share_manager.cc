@@ -485,11 +485,19 @@ PrepareResult ShareManager::prepare_claim(const ClaimRef& claim) {
     if (!answer.is_ok())
       return answer.status().with_context("cannot get ResourceClaim " + claim.namespace_name + "/" +
                                           claim.name);
-    ShareSpecInput input{answer->body, claim.uid, options_.driver, options_.node_name, devices()};
-    Result<std::vector<ShareSpec>> computed = compute_share_specs(input);
+    ShareSpecInput input{answer->body,       claim.uid, options_.driver,
+                         options_.node_name, devices(), options_.tenant_bounds};
+    std::vector<std::string> clamped;
+    Result<std::vector<ShareSpec>> computed = compute_share_specs(input, &clamped);
     if (!computed.is_ok())
       return computed.status().with_context("ResourceClaim " + claim.namespace_name + "/" +
                                             claim.name);
+    // A config past the admin's bounds (the webhook bypassed, or a node flag it cannot know).
+    for (const std::string& line : clamped)
+      log::warn("claim config held to its bounds",
+                {{"claim", claim.namespace_name + "/" + claim.name},
+                 {"claim_uid", claim.uid},
+                 {"change", line}});
     const std::vector<ShareSpec>& shares = *computed;
     // The driver for every share (the toolkit's device for its GPU), before anything is written.
     for (const auto& share : shares)

@@ -106,6 +106,8 @@ struct ShareManagerOptions {
   std::string cdi_dir = "/var/run/cdi";
   std::string node_name;  // the pool name
   std::string driver = kDriverName;
+  // The --tenant-* flags: every share's config is held to them at prepare (compute_share_specs).
+  TenantBounds tenant_bounds;
   // Checked before each prepare (share/shim_library.h): a claim is never handed out unenforced.
   std::string shim_path = "/usr/local/tessera/lib/libvgpu.so";
   // kLdSoPreload: <root>/ld.so.preload (naming the shim) is mounted at /etc/ld.so.preload.

@@ -1,6 +1,10 @@
 // tessera-node-agent's flags: one environment variable per flag, flags win, defaults as documented.
 #include <stdlib.h>
 
+#include <array>
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 #include <CLI/CLI.hpp>
 
@@ -29,7 +33,11 @@ const char* const kEnvNames[] = {"NODE_NAME",
                                  "MEMORY_GRACE",
                                  "CORES_GRACE",
                                  "ENFORCEMENT_DEFAULT",
-                                 "PROCESS_WATCH"};
+                                 "PROCESS_WATCH",
+                                 "TENANT_MIN_ENFORCEMENT",
+                                 "TENANT_MAX_PRIORITY",
+                                 "TENANT_MAX_COMPUTE_LIMIT",
+                                 "TENANT_MAX_MEMORY_LIMIT"};
 
 class AgentConfigTest : public ::testing::Test {
  protected:
@@ -185,6 +193,40 @@ TEST_F(AgentConfigTest, OutOfBandCheckFlagsAndTheEnforcementDefault) {
                   "--enforcement-default: invalid value \"stop\" (one of report|kill)"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// The node's bounds on every share (docs/resource-model.md, "Who sets what"): none by default,
+// each from its flag or its environment variable, a bad value refused naming the flag.
+TEST_F(AgentConfigTest, TenantBoundFlags) {
+  const AgentConfig defaults = parse({"--node-name", "n"});
+  EXPECT_EQ(*tenant_bounds(defaults), TenantBounds{});
+  setenv("TENANT_MAX_MEMORY_LIMIT", "16Gi", 1);
+  const AgentConfig set =
+      parse({"--node-name", "n", "--tenant-min-enforcement", "kill", "--tenant-max-priority",
+             "normal", "--tenant-max-compute-limit", "60"});
+  const Result<TenantBounds> bounds = tenant_bounds(set);
+  ASSERT_TRUE(bounds.is_ok()) << bounds.status().message();
+  EXPECT_EQ(bounds->min_enforcement, EnforcementPolicy::kKill);
+  EXPECT_EQ(bounds->max_priority, Priority::kNormal);
+  EXPECT_EQ(bounds->max_cores_limit, 60u);
+  EXPECT_EQ(bounds->max_memory_limit, 16ull << 30);
+  for (const auto& [flag, value, message] : std::vector<std::array<std::string, 3>>{
+           {"--tenant-min-enforcement", "weak",
+            "--tenant-min-enforcement: invalid value \"weak\" (one of report|kill)"},
+           {"--tenant-max-priority", "urgent",
+            "--tenant-max-priority: invalid value \"urgent\" (one of high|normal|low)"},
+           {"--tenant-max-compute-limit", "101",
+            "--tenant-max-compute-limit: invalid value \"101\" (an integer percent 1..100)"},
+           {"--tenant-max-memory-limit", "0",
+            "--tenant-max-memory-limit: invalid value \"0\" (a positive byte quantity such as "
+            "\"8Gi\")"}}) {
+    try {
+      parse({"--node-name", "n", flag, value});
+      ADD_FAILURE() << "accepted " << flag << " " << value;
+    } catch (const CLI::ValidationError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
   }
 }
 

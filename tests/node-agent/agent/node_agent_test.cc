@@ -26,8 +26,10 @@
 #include "apiserver/fake_api_server.h"
 #include "backend_doubles.h"
 #include "backends/mps_backend.h"
+#include "captured_log.h"
 #include "clock/clock.h"
 #include "plugin_server.h"
+#include "share/checkpoint.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "tessera/share_region.h"
@@ -335,6 +337,46 @@ TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
 }
 
 // `tessera-node-agent --print-resource-slices`: the dry run admins (and the GPU checks) use.
+// The webhook refuses this claim at apply time; created around it (or before the class got its
+// bounds), kubelet's prepare through the agent gives the share the admin's bounds: the class's
+// kill, its highest priority and largest compute limit, and the node's --tenant-max-memory-limit.
+TEST_F(NodeAgentTest, AClaimPastTheAdminsBoundsIsHeldToThemAtPrepare) {
+  constexpr char kBoundedUid[] = "b4444444-0000-4000-8000-000000000004";
+  const json vgpu = {{"apiVersion", "vgpu.tessera.dev/v1alpha1"}, {"kind", "VgpuConfig"}};
+  json admin = vgpu;
+  admin["enforcement"] = "kill";
+  admin["tenantBounds"] = {{"maxPriority", "normal"}, {"maxComputeLimit", 50}};
+  json tenant = vgpu;
+  tenant["enforcement"] = "report";
+  tenant["compute"] = {{"priority", "high"}, {"limit", 90}};
+  tenant["memory"] = {{"limit", "64Gi"}};
+  add_claim(kBoundedUid, {{"g", "gpu-0", "s-g", "8Gi", "30"}},
+            json::array({opaque_config("FromClass", admin), opaque_config("FromClaim", tenant)}));
+  config_.tenant_max_memory_limit = "12Gi";
+  testing::CapturedLog log;
+  NodeAgent agent(config_, clock_);
+  ASSERT_EQ(agent.start().message(), "");
+  PluginServer server(plugin_options(), agent.preparer(), &agent.health());
+  ASSERT_EQ(server.start().message(), "");
+  KubeletSimulator kubelet(server.registration_socket());
+  kubelet.connect();
+  dra1::NodePrepareResourcesResponse prepared;
+  ASSERT_TRUE(kubelet.prepare_v1({kBoundedUid}, &prepared).ok());
+  ASSERT_EQ(prepared.claims().at(kBoundedUid).error(), "");
+
+  const Result<Checkpoint> checkpoint =
+      checkpoint_from_json(RecordingDoubles::read(config_.state_dir + "/checkpoint.json"));
+  ASSERT_TRUE(checkpoint.is_ok()) << checkpoint.status().message();
+  const ShareSpec& share = checkpoint->at(kBoundedUid).shares.at(0);
+  EXPECT_EQ(share.config.enforcement, EnforcementPolicy::kKill);
+  EXPECT_EQ(share.config.priority, Priority::kNormal);
+  EXPECT_EQ(share.limits().cores_limit, 50u);
+  EXPECT_EQ(share.limits().memory_limit, 12ull << 30);
+  EXPECT_EQ(log.count("claim config held to its bounds"), 4u);
+  EXPECT_EQ(log.count("enforcement report raised to the floor kill"), 1u);
+  EXPECT_EQ(log.count("memory.limit 64Gi lowered to the largest memory limit 12Gi"), 1u);
+}
+
 TEST_F(NodeAgentTest, PrintsTheResourceSlicesItWouldPublish) {
   const std::string output_file = (base_ / "slices.json").string();
   const std::string command =

@@ -260,7 +260,7 @@ TEST(ShareSpec, ErrorsNameWhatIsWrong) {
   EXPECT_EQ(specs_or_error(input_for(traversal), specs),
             "status.allocation.devices.results[0].shareID: invalid value \"../../etc\"");
 
-  EXPECT_EQ(specs_or_error({"not json", kUid, "vgpu.tessera.dev", "node-a", {}}, specs),
+  EXPECT_EQ(specs_or_error({"not json", kUid, "vgpu.tessera.dev", "node-a", {}, {}}, specs),
             "claim: not a JSON object");
   EXPECT_TRUE(specs.empty());
 }
@@ -346,7 +346,7 @@ TEST(ShareSpec, ErrorCodesSayWhatTheCallerCanDo) {
   EXPECT_EQ(compute_share_specs(input_for(mps_burst)).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(
-      compute_share_specs({"not json", kUid, "vgpu.tessera.dev", "node-a", {}}).status().code(),
+      compute_share_specs({"not json", kUid, "vgpu.tessera.dev", "node-a", {}, {}}).status().code(),
       StatusCode::kInvalidArgument);
 }
 
@@ -359,6 +359,97 @@ TEST(ShareSpec, ResultsOfOtherDriversAreIgnored) {
   ASSERT_EQ(specs_or_error(input_for(claim), specs), "");
   ASSERT_EQ(specs.size(), 1u);
   EXPECT_EQ(specs[0].device, "gpu-1");
+}
+
+// The webhook refuses these claims at apply time; here it was bypassed (or the class changed
+// since): the share gets the admin's bound, and the agent says so.
+TEST(ShareSpec, AClaimPastItsClassesBoundsIsHeldToThemAtPrepare) {
+  const json configs = json::array({
+      opaque_config("FromClass", config({{"enforcement", "kill"},
+                                         {"tenantBounds",
+                                          {{"maxPriority", "normal"},
+                                           {"maxComputeLimit", 50},
+                                           {"maxMemoryLimit", "16Gi"}}}})),
+      opaque_config("FromClaim", config({{"enforcement", "report"},
+                                         {"compute", {{"priority", "high"}, {"limit", 90}}},
+                                         {"memory", {{"limit", "64Gi"}}}})),
+  });
+  const json claim = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}}, configs);
+  std::vector<std::string> clamped;
+  Result<std::vector<ShareSpec>> specs = compute_share_specs(input_for(claim), &clamped);
+  ASSERT_TRUE(specs.is_ok()) << specs.status().message();
+  const VgpuConfig& held = (*specs)[0].config;
+  EXPECT_EQ(held.enforcement, EnforcementPolicy::kKill);
+  EXPECT_EQ(held.priority, Priority::kNormal);
+  EXPECT_EQ(held.cores_limit, 50u);
+  EXPECT_EQ(held.memory_limit, 16ull << 30);
+  EXPECT_EQ((*specs)[0].limits().cores_limit, 50u);
+  EXPECT_EQ((*specs)[0].limits().memory_limit, 16ull << 30);
+  const std::string at = "status.allocation.devices.results[0] (request gpu): ";
+  EXPECT_EQ(clamped, (std::vector<std::string>{
+                         at + "enforcement report raised to the floor kill",
+                         at + "compute.priority high lowered to the highest priority normal",
+                         at + "compute.limit 90 lowered to the largest compute limit 50",
+                         at + "memory.limit 64Gi lowered to the largest memory limit 16Gi"}));
+
+  // The same claim under a class without bounds keeps what it asked for.
+  json unbounded = configs;
+  unbounded.erase(0);
+  clamped.clear();
+  specs = compute_share_specs(
+      input_for(make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}}, unbounded)),
+      &clamped);
+  ASSERT_TRUE(specs.is_ok()) << specs.status().message();
+  EXPECT_EQ((*specs)[0].config.enforcement, EnforcementPolicy::kReport);
+  EXPECT_EQ((*specs)[0].config.priority, Priority::kHigh);
+  EXPECT_EQ((*specs)[0].config.cores_limit, 90u);
+  EXPECT_TRUE(clamped.empty());
+}
+
+// A class's bounds hold for the requests its configs were copied for, not the claim's others.
+TEST(ShareSpec, AClassesBoundsHoldOnlyItsOwnRequests) {
+  const json configs = json::array({
+      opaque_config("FromClass", config({{"enforcement", "kill"}}), {"a"}),
+      opaque_config("FromClaim", config({{"enforcement", "report"}})),
+  });
+  const json claim = make_claim(
+      "c", kUid, {{"a", "gpu-0", kShareA, "8Gi", "30"}, {"b", "gpu-0", kShareB, "4Gi", "70"}},
+      configs);
+  std::vector<ShareSpec> specs;
+  ASSERT_EQ(specs_or_error(input_for(claim), specs), "");
+  EXPECT_EQ(specs[0].config.enforcement, EnforcementPolicy::kKill);
+  EXPECT_EQ(specs[1].config.enforcement, EnforcementPolicy::kReport);
+}
+
+// The agent's --tenant-* flags bound every share of the node, class or not, the class's own
+// values too.
+TEST(ShareSpec, TheNodesBoundsHoldEveryShare) {
+  const json configs = json::array({
+      opaque_config("FromClass", config({{"compute", {{"priority", "high"}, {"limit", 80}}}})),
+  });
+  const json claim = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}}, configs);
+  ShareSpecInput input = input_for(claim);
+  input.node_bounds.min_enforcement = EnforcementPolicy::kKill;
+  input.node_bounds.max_priority = Priority::kLow;
+  input.node_bounds.max_cores_limit = 40;
+  std::vector<std::string> clamped;
+  Result<std::vector<ShareSpec>> specs = compute_share_specs(input, &clamped);
+  ASSERT_TRUE(specs.is_ok()) << specs.status().message();
+  EXPECT_EQ((*specs)[0].config.enforcement, EnforcementPolicy::kKill);
+  EXPECT_EQ((*specs)[0].config.priority, Priority::kLow);
+  EXPECT_EQ((*specs)[0].config.cores_limit, 40u);
+  EXPECT_EQ(clamped.size(), 3u);
+}
+
+TEST(ShareSpec, BoundsInAClaimsConfigAreRefused) {
+  const json configs = json::array({
+      opaque_config("FromClaim", config({{"tenantBounds", {{"maxComputeLimit", 100}}}})),
+  });
+  const json claim = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}}, configs);
+  std::vector<ShareSpec> specs;
+  EXPECT_EQ(specs_or_error(input_for(claim), specs),
+            "status.allocation.devices.config[0].opaque.parameters.tenantBounds: only a "
+            "DeviceClass's config may set bounds; a claim's config may not");
 }
 
 }  // namespace

@@ -256,5 +256,213 @@ TEST(ShareLimits, ALimitBelowItsRequestOrAboveTheGpuIsRefusedNamingFieldValueAnd
   EXPECT_EQ(old->cores_limit, 30u);
 }
 
+// An allocation's config entry for this driver (source as the scheduler writes it).
+json entry(const std::string& source, const json& fields) {
+  json parameters = base();
+  parameters.update(fields);
+  json out = {{"opaque", {{"driver", "vgpu.tessera.dev"}, {"parameters", parameters}}}};
+  if (!source.empty()) out["source"] = source;
+  return out;
+}
+
+std::vector<VgpuConfigEntry> entries(const json& list, ConfigList kind = ConfigList::kAllocation) {
+  Result<std::vector<VgpuConfigEntry>> decoded = decode_vgpu_config_list(list, "config", kind);
+  EXPECT_TRUE(decoded.is_ok()) << decoded.status().message();
+  return decoded.is_ok() ? *decoded : std::vector<VgpuConfigEntry>{};
+}
+
+TEST(TenantBounds, DecodedFromAClassConfigAndRefusedInAClaimsConfig) {
+  json p = base();
+  p["tenantBounds"] = {
+      {"maxPriority", "normal"}, {"maxComputeLimit", 50}, {"maxMemoryLimit", "16Gi"}};
+  VgpuConfig c;
+  ASSERT_EQ(decode(p, c), "");
+  ASSERT_TRUE(c.tenant_bounds);
+  EXPECT_EQ(c.tenant_bounds->max_priority, Priority::kNormal);
+  EXPECT_EQ(c.tenant_bounds->max_cores_limit, 50u);
+  EXPECT_EQ(c.tenant_bounds->max_memory_limit, 16ull << 30);
+  EXPECT_FALSE(c.tenant_bounds->min_enforcement) << "the class's enforcement is the floor";
+
+  p["tenantBounds"] = {{"maxBurst", 50}};
+  EXPECT_EQ(decode(p, c), "tenantBounds.maxBurst: unknown field");
+  p["tenantBounds"] = {{"maxPriority", "urgent"}};
+  EXPECT_EQ(decode(p, c),
+            "tenantBounds.maxPriority: invalid value \"urgent\" (one of high|normal|low)");
+  p["tenantBounds"] = {{"maxComputeLimit", 0}};
+  EXPECT_EQ(decode(p, c),
+            "tenantBounds.maxComputeLimit: invalid value 0 (an integer percent 1..100)");
+  p["tenantBounds"] = {{"maxMemoryLimit", "lots"}};
+  EXPECT_EQ(decode(p, c),
+            "tenantBounds.maxMemoryLimit: invalid value \"lots\" (a positive byte quantity such as "
+            "\"8Gi\")");
+  p["tenantBounds"] = 3;
+  EXPECT_EQ(decode(p, c), "tenantBounds: must be an object, got 3");
+
+  // Who wrote the entry decides: a tenant cannot set bounds, neither in its claim nor forged as
+  // FromClass in the claim's spec; an allocation entry without a source is the tenant's.
+  const json bounds = {{"tenantBounds", {{"maxComputeLimit", 50}}}};
+  for (const auto& [list, kind] :
+       {std::pair{json::array({entry("FromClaim", bounds)}), ConfigList::kAllocation},
+        std::pair{json::array({entry("", bounds)}), ConfigList::kAllocation},
+        std::pair{json::array({entry("FromClass", bounds)}), ConfigList::kClaimSpec}}) {
+    Result<std::vector<VgpuConfigEntry>> decoded = decode_vgpu_config_list(list, "config", kind);
+    ASSERT_FALSE(decoded.is_ok()) << list.dump();
+    EXPECT_EQ(decoded.status().message(),
+              "config[0].opaque.parameters.tenantBounds: only a DeviceClass's config may set "
+              "bounds; a claim's config may not");
+  }
+  EXPECT_EQ(entries(json::array({entry("FromClass", bounds)}))[0].source, ConfigSource::kClass);
+  EXPECT_EQ(entries(json::array({entry("", bounds)}), ConfigList::kDeviceClass)[0].source,
+            ConfigSource::kClass);
+  Result<std::vector<VgpuConfigEntry>> forged = decode_vgpu_config_list(
+      json::array({entry("FromAdmin", json::object())}), "config", ConfigList::kAllocation);
+  EXPECT_EQ(forged.status().message(),
+            "config[0].source: invalid value \"FromAdmin\" (one of FromClass|FromClaim)");
+}
+
+TEST(TenantBounds, TheClassesKillIsAFloorAndTheTighterBoundWins) {
+  const std::vector<VgpuConfigEntry> list = entries(json::array({
+      entry("FromClass", {{"enforcement", "kill"},
+                          {"tenantBounds", {{"maxPriority", "high"}, {"maxComputeLimit", 80}}}}),
+      entry("FromClass", {{"tenantBounds", {{"maxComputeLimit", 60}}}}),
+      // A claim's config names no bound, whatever it sets.
+      entry("FromClaim", {{"enforcement", "report"}, {"compute", {{"priority", "high"}}}}),
+  }));
+  TenantBounds node;
+  node.max_priority = Priority::kNormal;
+  node.max_memory_limit = 32ull << 30;
+  const TenantBounds bounds = bounds_for_request(list, "gpu", node);
+  EXPECT_EQ(bounds.min_enforcement, EnforcementPolicy::kKill);
+  EXPECT_EQ(bounds.max_priority, Priority::kNormal) << "the node's is tighter";
+  EXPECT_EQ(bounds.max_cores_limit, 60u);
+  EXPECT_EQ(bounds.max_memory_limit, 32ull << 30);
+  // A class's report floors nothing: a tenant may still ask for kill.
+  const TenantBounds report = bounds_for_request(
+      entries(json::array({entry("FromClass", {{"enforcement", "report"}})})), "gpu");
+  EXPECT_EQ(report, TenantBounds{});
+  // Only what the tenant wrote is checked at apply time.
+  const VgpuConfig tenant = claim_config_for_request(list, "gpu");
+  EXPECT_EQ(tenant.enforcement, EnforcementPolicy::kReport);
+  EXPECT_EQ(tenant.priority, Priority::kHigh);
+  EXPECT_FALSE(tenant.tenant_bounds);
+  EXPECT_FALSE(config_for_request(list, "gpu").tenant_bounds) << "bounds are never merged";
+}
+
+TEST(TenantBounds, AClaimPastABoundIsRefusedNamingFieldValueAndBound) {
+  TenantBounds bounds;
+  bounds.min_enforcement = EnforcementPolicy::kKill;
+  bounds.max_priority = Priority::kNormal;
+  bounds.max_cores_limit = 50;
+  bounds.max_memory_limit = 16ull << 30;
+  const ShareRequests requests{4ull << 30, 30};
+  const auto refusal = [&](const VgpuConfig& tenant, const ShareRequests& asked) {
+    const Status status = check_tenant_bounds(tenant, bounds, asked, "DeviceClass gpu-small");
+    if (!status.is_ok()) {
+      EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    }
+    return status.message();
+  };
+  VgpuConfig tenant;
+  EXPECT_EQ(refusal(tenant, requests), "") << "nothing set, nothing past a bound";
+  tenant.enforcement = EnforcementPolicy::kReport;
+  EXPECT_EQ(refusal(tenant, requests),
+            "enforcement report is weaker than enforcement kill, the floor of DeviceClass "
+            "gpu-small (a claim may not weaken it)");
+  tenant.enforcement = EnforcementPolicy::kKill;
+  tenant.priority = Priority::kHigh;
+  EXPECT_EQ(refusal(tenant, requests),
+            "compute.priority high is above tenantBounds.maxPriority normal of DeviceClass "
+            "gpu-small");
+  tenant.priority = Priority::kLow;
+  tenant.cores_limit = 80;
+  EXPECT_EQ(refusal(tenant, requests),
+            "compute.limit 80 is above tenantBounds.maxComputeLimit 50 of DeviceClass gpu-small");
+  // A limit up to a request above the bound borrows nothing: the request is the scheduler's.
+  EXPECT_EQ(refusal(tenant, {4ull << 30, 80}), "");
+  tenant.cores_limit = 50;
+  tenant.memory_limit = 32ull << 30;
+  EXPECT_EQ(refusal(tenant, requests),
+            "memory.limit 32Gi is above tenantBounds.maxMemoryLimit 16Gi of DeviceClass gpu-small");
+  tenant.memory_limit = 16ull << 30;
+  EXPECT_EQ(refusal(tenant, requests), "");
+}
+
+TEST(TenantBounds, AtPrepareAConfigPastABoundIsHeldToIt) {
+  TenantBounds bounds;
+  bounds.min_enforcement = EnforcementPolicy::kKill;
+  bounds.max_priority = Priority::kNormal;
+  bounds.max_cores_limit = 50;
+  bounds.max_memory_limit = 16ull << 30;
+  VgpuConfig merged;
+  merged.enforcement = EnforcementPolicy::kReport;
+  merged.priority = Priority::kHigh;
+  merged.cores_limit = 90;
+  merged.cores_limit_from_burst = true;
+  merged.memory_limit = 64ull << 30;
+  std::vector<std::string> clamped;
+  const VgpuConfig held = clamp_to_bounds(merged, bounds, {4ull << 30, 30}, clamped);
+  EXPECT_EQ(held.enforcement, EnforcementPolicy::kKill);
+  EXPECT_EQ(held.priority, Priority::kNormal);
+  EXPECT_EQ(held.cores_limit, 50u);
+  EXPECT_FALSE(held.cores_limit_from_burst);
+  EXPECT_EQ(held.memory_limit, 16ull << 30);
+  EXPECT_EQ(clamped, (std::vector<std::string>{
+                         "enforcement report raised to the floor kill",
+                         "compute.priority high lowered to the highest priority normal",
+                         "compute.limit 90 lowered to the largest compute limit 50",
+                         "memory.limit 64Gi lowered to the largest memory limit 16Gi"}));
+
+  // Within the bounds: nothing changes, nothing is said.
+  clamped.clear();
+  VgpuConfig within;
+  within.enforcement = EnforcementPolicy::kKill;
+  within.priority = Priority::kLow;
+  within.cores_limit = 40;
+  within.memory_limit = 8ull << 30;
+  EXPECT_EQ(clamp_to_bounds(within, bounds, {4ull << 30, 30}, clamped), within);
+  EXPECT_TRUE(clamped.empty());
+
+  // Unset fields get what they would have had, held too: a best-effort share's default limit is
+  // 100, an unset enforcement the agent's default; requests above a bound are kept.
+  clamped.clear();
+  const VgpuConfig unset = clamp_to_bounds({}, bounds, {20ull << 30, 0}, clamped);
+  EXPECT_EQ(unset.enforcement, EnforcementPolicy::kKill);
+  EXPECT_EQ(unset.cores_limit, 50u);
+  EXPECT_FALSE(unset.priority) << "normal is within the bound";
+  EXPECT_FALSE(unset.memory_limit);
+  EXPECT_EQ(clamped, (std::vector<std::string>{
+                         "enforcement unset (the agent's default) raised to the floor kill",
+                         "compute.limit 100 lowered to the largest compute limit 50"}));
+  clamped.clear();
+  merged.cores_limit = 90;
+  merged.memory_limit = 64ull << 30;
+  const VgpuConfig big = clamp_to_bounds(merged, bounds, {32ull << 30, 70}, clamped);
+  EXPECT_EQ(big.cores_limit, 70u) << "the request, above the bound, is never lowered";
+  EXPECT_EQ(big.memory_limit, 32ull << 30);
+
+  // Under MPS the hardware schedules: no priority or cores limit is set there to be refused.
+  clamped.clear();
+  VgpuConfig mps;
+  mps.strategy = SharingStrategy::kMps;
+  TenantBounds low;
+  low.max_priority = Priority::kLow;
+  low.max_cores_limit = 10;
+  EXPECT_EQ(clamp_to_bounds(mps, low, {4ull << 30, 30}, clamped), mps);
+  EXPECT_EQ(check_supported(mps).message(), "");
+}
+
+TEST(TenantBounds, FlagValuesAreDecodedOrRefusedNamingTheFlag) {
+  EXPECT_EQ(*decode_priority("low", "--tenant-max-priority"), Priority::kLow);
+  EXPECT_EQ(decode_priority("top", "--tenant-max-priority").status().message(),
+            "--tenant-max-priority: invalid value \"top\" (one of high|normal|low)");
+  EXPECT_EQ(*decode_cores_limit("60", "--tenant-max-compute-limit"), 60u);
+  EXPECT_EQ(decode_cores_limit("0", "--tenant-max-compute-limit").status().message(),
+            "--tenant-max-compute-limit: invalid value \"0\" (an integer percent 1..100)");
+  EXPECT_EQ(*decode_memory_limit("16Gi", "--tenant-max-memory-limit"), 16ull << 30);
+  EXPECT_EQ(decode_memory_limit("16 GB", "--tenant-max-memory-limit").status().message(),
+            "--tenant-max-memory-limit: invalid value \"16 GB\" (a positive byte quantity such "
+            "as \"8Gi\")");
+}
+
 }  // namespace
 }  // namespace tessera::agent

@@ -2,6 +2,9 @@
 // agent would refuse at prepare time is refused here, with the agent decoder's own message.
 #include "core/claim_validation.h"
 
+#include <map>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "review_fixture.h"
@@ -156,6 +159,141 @@ TEST(ClaimValidation, OtherKindsDeletesAndV1beta1) {
   EXPECT_EQ(refused["response"]["status"]["code"], 400);
 
   EXPECT_FALSE(validate("{]").is_ok());
+}
+
+// DeviceClasses as the API server has them (spec.config by name), and what was asked.
+class FakeClasses final : public DeviceClassLookup {
+ public:
+  std::map<std::string, json> configs;
+  Status failure = Status::ok();
+  std::vector<std::string> asked;
+  Result<json> class_configs(const std::string& name) override {
+    asked.push_back(name);
+    if (!failure.is_ok()) return failure;
+    const auto it = configs.find(name);
+    if (it == configs.end()) return not_found("deviceclasses \"" + name + "\" not found");
+    return it->second;
+  }
+};
+
+json class_config(const json& fields) {
+  json parameters = {{"apiVersion", "vgpu.tessera.dev/v1alpha1"}, {"kind", "VgpuConfig"}};
+  parameters.update(fields);
+  return json::array({{{"opaque", {{"driver", "vgpu.tessera.dev"}, {"parameters", parameters}}}}});
+}
+
+json answer_with(const json& request, FakeClasses& classes) {
+  Result<json> result = validate(request.dump(), &classes);
+  EXPECT_TRUE(result.is_ok()) << result.status().message();
+  return result.is_ok() ? *result : json{};
+}
+
+// The admin's class sets kill and ceilings: a claim (asking for 8Gi and 30 cores) past any of
+// them is refused at apply time, naming field, value and bound.
+TEST(ClaimValidation, AClaimPastItsDeviceClassesBoundsIsRefused) {
+  FakeClasses classes;
+  classes.configs["vgpu.tessera.dev"] = class_config(
+      {{"enforcement", "kill"},
+       {"tenantBounds",
+        {{"maxPriority", "normal"}, {"maxComputeLimit", 50}, {"maxMemoryLimit", "16Gi"}}}});
+  json request = golden("claim_vgpu_config.json");  // compute.priority high, burst 20
+  json& parameters = claim_parameters(request);
+  const std::string at = "spec.devices.requests[0] (gpu): ";
+  expect_invalid(answer_with(request, classes),
+                 at + "compute.priority high is above tenantBounds.maxPriority normal of "
+                      "DeviceClass vgpu.tessera.dev");
+  EXPECT_EQ(classes.asked, std::vector<std::string>{"vgpu.tessera.dev"});
+  parameters["compute"]["priority"] = "normal";
+  parameters["enforcement"] = "report";
+  expect_invalid(answer_with(request, classes),
+                 at + "enforcement report is weaker than enforcement kill, the floor of "
+                      "DeviceClass vgpu.tessera.dev (a claim may not weaken it)");
+  parameters["enforcement"] = "kill";
+  parameters["compute"].erase("burst");
+  parameters["compute"]["limit"] = 80;
+  expect_invalid(answer_with(request, classes),
+                 at + "compute.limit 80 is above tenantBounds.maxComputeLimit 50 of DeviceClass "
+                      "vgpu.tessera.dev");
+  parameters["compute"]["limit"] = 50;
+  parameters["memory"] = {{"limit", "32Gi"}};
+  expect_invalid(answer_with(request, classes),
+                 at + "memory.limit 32Gi is above tenantBounds.maxMemoryLimit 16Gi of DeviceClass "
+                      "vgpu.tessera.dev");
+  // At the bounds, or tighter: allowed.
+  parameters["memory"] = {{"limit", "16Gi"}};
+  expect_allowed(answer_with(request, classes));
+  parameters["compute"]["priority"] = "low";
+  parameters.erase("enforcement");
+  expect_allowed(answer_with(request, classes));
+  // The same class without bounds lets the tenant choose.
+  classes.configs["vgpu.tessera.dev"] = class_config({{"enforcement", "report"}});
+  parameters["compute"]["priority"] = "high";
+  parameters["enforcement"] = "report";
+  parameters["memory"] = {{"limit", "64Gi"}};
+  expect_allowed(answer_with(request, classes));
+}
+
+// A template's requests each name their class; a firstAvailable alternative is checked against
+// its own.
+TEST(ClaimValidation, EachRequestIsHeldToTheClassItNames) {
+  FakeClasses classes;
+  classes.configs["vgpu.tessera.dev"] = class_config({{"enforcement", "kill"}});
+  classes.configs["vgpu-open.tessera.dev"] = class_config(json::object());
+  json request = golden("claim_template_vgpu_config.json");
+  json& devices = request["request"]["object"]["spec"]["spec"]["devices"];
+  for (json& config : devices["config"])
+    if (config["opaque"]["driver"] == "vgpu.tessera.dev")
+      config["opaque"]["parameters"]["enforcement"] = "report";
+  expect_invalid(answer_with(request, classes),
+                 "spec.spec.devices.requests[0] (gpu): enforcement report is weaker than "
+                 "enforcement kill, the floor of DeviceClass vgpu.tessera.dev (a claim may not "
+                 "weaken it)");
+
+  json alternatives = golden("claim_vgpu_config.json");
+  json& requests = alternatives["request"]["object"]["spec"]["devices"]["requests"];
+  json exactly = requests[0]["exactly"];
+  json open = exactly;
+  open["deviceClassName"] = "vgpu-open.tessera.dev";
+  open["name"] = "open";
+  exactly["name"] = "guarded";
+  requests[0] = {{"name", "gpu"}, {"firstAvailable", json::array({open, exactly})}};
+  claim_parameters(alternatives)["enforcement"] = "report";
+  classes.asked.clear();
+  expect_invalid(answer_with(alternatives, classes),
+                 "spec.devices.requests[0] (gpu/guarded): enforcement report is weaker than "
+                 "enforcement kill, the floor of DeviceClass vgpu.tessera.dev (a claim may not "
+                 "weaken it)");
+  EXPECT_EQ(classes.asked, (std::vector<std::string>{"vgpu-open.tessera.dev", "vgpu.tessera.dev"}));
+}
+
+TEST(ClaimValidation, AClassThatCannotBeReadRefusesAMissingOneBoundsNothing) {
+  FakeClasses classes;
+  json request = golden("claim_vgpu_config.json");
+  // No such class yet: the claim cannot be allocated until it exists, and the agent holds its
+  // bounds then.
+  expect_allowed(answer_with(request, classes));
+  classes.failure = unavailable(
+      "GET /apis/resource.k8s.io/v1/deviceclasses/vgpu.tessera.dev: "
+      "Couldn't connect to server");
+  const json refused = answer_with(request, classes);
+  EXPECT_EQ(refused["response"]["allowed"], false);
+  EXPECT_EQ(refused["response"]["status"]["code"], 500);
+  EXPECT_EQ(refused["response"]["status"]["message"],
+            "cannot read DeviceClass vgpu.tessera.dev to check the claim against its bounds: GET "
+            "/apis/resource.k8s.io/v1/deviceclasses/vgpu.tessera.dev: Couldn't connect to server");
+  // A claim without a Tessera config sets nothing to bound: no class is read.
+  classes.asked.clear();
+  request["request"]["object"]["spec"]["devices"].erase("config");
+  expect_allowed(answer_with(request, classes));
+  EXPECT_TRUE(classes.asked.empty());
+}
+
+TEST(ClaimValidation, ATenantCannotSetBounds) {
+  json request = golden("claim_vgpu_config.json");
+  claim_parameters(request)["tenantBounds"] = {{"maxComputeLimit", 100}};
+  expect_invalid(answer(request),
+                 "spec.devices.config[0].opaque.parameters.tenantBounds: only a DeviceClass's "
+                 "config may set bounds; a claim's config may not");
 }
 
 }  // namespace

@@ -212,6 +212,32 @@ TEST_F(WebhookServerTest, ValidateRefusesABadVgpuConfig) {
             "integer percent 0..100; compute.limit is its new name)");
 }
 
+// The class's bounds are read from the API server: a claim that weakens the class's kill is
+// refused, naming the bound.
+TEST_F(WebhookServerTest, ValidateRefusesAClaimPastItsDeviceClassesBounds) {
+  api_.put("/apis/resource.k8s.io/v1/deviceclasses/vgpu.tessera.dev",
+           {{"apiVersion", "resource.k8s.io/v1"},
+            {"kind", "DeviceClass"},
+            {"metadata", {{"name", "vgpu.tessera.dev"}}},
+            {"spec",
+             {{"config", json::array({{{"opaque",
+                                        {{"driver", "vgpu.tessera.dev"},
+                                         {"parameters",
+                                          {{"apiVersion", "vgpu.tessera.dev/v1alpha1"},
+                                           {"kind", "VgpuConfig"},
+                                           {"enforcement", "kill"}}}}}}})}}}});
+  start();
+  json request = golden("claim_vgpu_config.json");
+  EXPECT_EQ(post("/validate", request)["response"]["allowed"], true);
+  request["request"]["object"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+         ["enforcement"] = "report";
+  const json answer = post("/validate", request);
+  EXPECT_EQ(answer["response"]["allowed"], false);
+  EXPECT_EQ(answer["response"]["status"]["message"],
+            "spec.devices.requests[0] (gpu): enforcement report is weaker than enforcement kill, "
+            "the floor of DeviceClass vgpu.tessera.dev (a claim may not weaken it)");
+}
+
 TEST_F(WebhookServerTest, WhatIsNotAReviewIsHttp400AndTooLargeIs413) {
   start();
   auto bad = client()->Post("/mutate", "{\"not\": \"a review\"}", "application/json");

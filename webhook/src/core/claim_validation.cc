@@ -40,11 +40,36 @@ Result<ShareRequests> capacity_requests(const json& request, const std::string& 
   return out;
 }
 
-// Ok, or kInvalidArgument with the first problem, prefixed with its field path.
-Status check_devices(const json& devices, const std::string& path) {
+// The class a (sub)request names: `exactly.deviceClassName` in resource.k8s.io/v1, the request's
+// own in v1beta1 and in a firstAvailable alternative.
+std::string device_class_of(const json& request) {
+  const json* exactly = json_member(request, "exactly");
+  return json_string(exactly ? *exactly : request, "deviceClassName");
+}
+
+// The class's Tessera configs, each applying to every request (the scheduler copies them for the
+// requests that name the class), or an error that refuses the claim.
+Result<std::vector<VgpuConfigEntry>> class_entries(DeviceClassLookup* classes,
+                                                   const std::string& name) {
+  if (!classes || name.empty()) return std::vector<VgpuConfigEntry>{};
+  Result<json> configs = classes->class_configs(name);
+  if (!configs.is_ok()) {
+    // A claim may name a class that does not exist yet; it is not allocated until it does.
+    if (configs.status().code() == StatusCode::kNotFound) return std::vector<VgpuConfigEntry>{};
+    return unavailable("cannot read DeviceClass " + name + " to check the claim against its " +
+                       "bounds: " + configs.status().message());
+  }
+  return decode_vgpu_config_list(*configs, "DeviceClass " + name + " spec.config",
+                                 ConfigList::kDeviceClass);
+}
+
+// Ok, or kInvalidArgument with the first problem, prefixed with its field path (kUnavailable
+// when a DeviceClass cannot be read).
+Status check_devices(const json& devices, const std::string& path, DeviceClassLookup* classes) {
   const json* list = json_member(devices, "config");
   if (!list) return Status::ok();
-  Result<std::vector<VgpuConfigEntry>> decoded = decode_vgpu_config_list(*list, path + ".config");
+  Result<std::vector<VgpuConfigEntry>> decoded =
+      decode_vgpu_config_list(*list, path + ".config", ConfigList::kClaimSpec);
   if (!decoded.is_ok()) return decoded.status();
   const std::vector<VgpuConfigEntry>& configs = *decoded;
   if (configs.empty()) return Status::ok();
@@ -81,6 +106,13 @@ Status check_devices(const json& devices, const std::string& path) {
       // GPU at prepare.
       if (const Status limits = check_limits_against_requests(config, *asked); !limits.is_ok())
         return invalid_argument(at + " (" + full + "): " + limits.message());
+      // What the tenant set, against the bounds of the class this (sub)request names.
+      const std::string class_name = device_class_of(*body);
+      Result<std::vector<VgpuConfigEntry>> admin = class_entries(classes, class_name);
+      if (!admin.is_ok()) return admin.status();
+      const Status bounded = check_tenant_bounds(config, bounds_for_request(*admin, full), *asked,
+                                                 "DeviceClass " + class_name);
+      if (!bounded.is_ok()) return invalid_argument(at + " (" + full + "): " + bounded.message());
     }
   }
   return Status::ok();
@@ -88,7 +120,7 @@ Status check_devices(const json& devices, const std::string& path) {
 
 }  // namespace
 
-AdmissionResponse validate_claim(const AdmissionRequest& request) {
+AdmissionResponse validate_claim(const AdmissionRequest& request, DeviceClassLookup* classes) {
   const bool claim = request.kind.kind == "ResourceClaim";
   const bool claim_template = request.kind.kind == "ResourceClaimTemplate";
   if (request.kind.group != "resource.k8s.io" || (!claim && !claim_template)) {
@@ -110,19 +142,23 @@ AdmissionResponse validate_claim(const AdmissionRequest& request) {
   }
   const json* devices = spec ? json_member(*spec, "devices") : nullptr;
   if (!devices) return allow();
-  if (const Status checked = check_devices(*devices, path + ".devices"); !checked.is_ok())
+  if (const Status checked = check_devices(*devices, path + ".devices", classes);
+      !checked.is_ok()) {
+    if (checked.code() == StatusCode::kUnavailable)
+      return deny(500, "InternalError", checked.message());
     return deny(422, "Invalid", checked.message());
+  }
   return allow();
 }
 
-Result<json> validate(std::string_view body) {
+Result<json> validate(std::string_view body, DeviceClassLookup* classes) {
   Result<json> review = parse_json_body(body);
   if (!review.is_ok()) return review.status();
   Result<AdmissionRequest> request = read_admission_request(*review);
   if (!request.is_ok()) return request.status();
   if (request->api_version != kAdmissionV1)
     return review_response(request->api_version, request->uid, unserved_version());
-  return review_response(request->api_version, request->uid, validate_claim(*request));
+  return review_response(request->api_version, request->uid, validate_claim(*request, classes));
 }
 
 }  // namespace tessera::webhook

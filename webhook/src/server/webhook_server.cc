@@ -32,6 +32,7 @@ WebhookServer::WebhookServer(const WebhookOptions& options, kube::KubeClient& ap
       certificates_(options.tls_cert_file, options.tls_private_key_file,
                     options.certificate_check_interval, clock),
       lookup_(api, options.device_classes, options.cache_ttl, clock),
+      classes_(api, options.cache_ttl, clock),
       writer_(api, options.cache_ttl, clock) {
   config_.policy = options.policy;
   config_.share_root = options.share_root;
@@ -167,7 +168,7 @@ void WebhookServer::handle_mutate(const httplib::Request& request, httplib::Resp
 
 void WebhookServer::handle_validate(const httplib::Request& request, httplib::Response& response) {
   const auto started = std::chrono::steady_clock::now();
-  Result<nlohmann::json> review = validate(request.body);
+  Result<nlohmann::json> review = validate(request.body, &classes_);
   Outcome outcome = Outcome::kInvalid;
   if (!review.is_ok()) {
     bad_request(response, review.status().message());

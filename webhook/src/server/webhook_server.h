@@ -16,6 +16,7 @@
 #include <string>
 
 #include "kube/api_claim_lookup.h"
+#include "kube/api_device_class_lookup.h"
 #include "kube/template_writer.h"
 #include "server/certificate_reloader.h"
 #include "server/metrics.h"
@@ -53,6 +54,7 @@ class WebhookServer {
   MutateConfig config_;
   CertificateReloader certificates_;
   ApiClaimLookup lookup_;
+  ApiDeviceClassLookup classes_;  // /validate: the bounds of the claims' classes
   TemplateWriter writer_;
   Metrics metrics_;
   std::unique_ptr<httplib::SSLServer> server_;
