@@ -152,7 +152,9 @@ Status NodeAgent::start() {
   Result<GpuSelection> selection = GpuSelection::parse(config_.gpus);
   if (!selection.is_ok()) return selection.status();
   gpu_selection_ = std::make_unique<GpuSelection>(std::move(selection).value());
-  coexistence_ = std::make_unique<CoexistenceCheck>(*kube_, config_.node_name, kDriverName);
+  compute_modes_ = std::make_unique<NvmlComputeModes>();
+  coexistence_ = std::make_unique<CoexistenceCheck>(*kube_, config_.node_name, kDriverName,
+                                                    compute_modes_.get());
   node_events_ = std::make_unique<NodeEventWriter>(*kube_, config_.node_name);
   withheld_ = std::make_unique<WithheldGpus>(node_events_.get());
 

@@ -144,6 +144,7 @@ class NodeAgent {
   std::unique_ptr<SlicePublisher> slices_;
   // Coexistence (devices/coexistence.h): --gpus, and the other allocators checked at each publish.
   std::unique_ptr<GpuSelection> gpu_selection_;
+  std::unique_ptr<NvmlComputeModes> compute_modes_;
   std::unique_ptr<CoexistenceCheck> coexistence_;
   std::unique_ptr<NodeEventWriter> node_events_;
   std::unique_ptr<WithheldGpus> withheld_;

@@ -6,6 +6,7 @@
 
 #include "tessera/json_access.h"
 #include "tessera/log.h"
+#include "tessera/nvml.h"
 
 namespace tessera::agent {
 namespace {
@@ -114,7 +115,8 @@ std::map<std::string, int64_t> device_plugin_resources(const json& node) {
 
 std::vector<WithheldGpu> find_withheld(const std::vector<GpuInfo>& managed, size_t node_gpu_count,
                                        bool split, const json& node, const json& slices,
-                                       const std::string& driver) {
+                                       const std::string& driver,
+                                       const std::map<std::string, std::string>& compute_modes) {
   // The device plugin: its resources' counts against the GPUs this agent leaves it.
   std::string plugin;  // empty: no plugin, or one that fits the split
   int64_t plugin_count = 0;
@@ -161,6 +163,11 @@ std::vector<WithheldGpu> find_withheld(const std::vector<GpuInfo>& managed, size
   for (const GpuInfo& gpu : managed) {
     if (const auto found = claimed.find(gpu.uuid); found != claimed.end())
       withheld.push_back({device_name(gpu), gpu.uuid, kWithheldByOtherDraDriver, found->second});
+    else if (const auto mode = compute_modes.find(gpu.uuid); mode != compute_modes.end())
+      withheld.push_back({device_name(gpu), gpu.uuid, kWithheldByComputeMode,
+                          "its compute mode is " + mode->second +
+                              ", set outside Tessera (shares need DEFAULT: nvidia-smi -i " +
+                              gpu.uuid + " -c DEFAULT)"});
     else if (!plugin.empty())
       withheld.push_back({device_name(gpu), gpu.uuid, kWithheldByDevicePlugin, plugin});
   }
@@ -184,7 +191,45 @@ Result<std::vector<WithheldGpu>> CoexistenceCheck::check(const std::vector<GpuIn
   if (!items || !items->is_array())
     return internal_error("GET " + list_path + ": items: expected an array, got " +
                           json_shown(items));
-  return find_withheld(managed, node_gpu_count, split, node_body, *items, driver_);
+  const std::map<std::string, std::string> modes =
+      compute_modes_ ? compute_modes_->read(managed) : std::map<std::string, std::string>{};
+  return find_withheld(managed, node_gpu_count, split, node_body, *items, driver_, modes);
+}
+
+std::string compute_mode_name(int mode) {
+  switch (mode) {
+    case NVML_COMPUTEMODE_DEFAULT:
+      return "";
+    case NVML_COMPUTEMODE_EXCLUSIVE_THREAD:
+      return "EXCLUSIVE_THREAD";
+    case NVML_COMPUTEMODE_PROHIBITED:
+      return "PROHIBITED";
+    case NVML_COMPUTEMODE_EXCLUSIVE_PROCESS:
+      return "EXCLUSIVE_PROCESS";
+  }
+  return "UNKNOWN(" + std::to_string(mode) + ")";
+}
+
+std::map<std::string, std::string> NvmlComputeModes::read(const std::vector<GpuInfo>& gpus) {
+  std::map<std::string, std::string> modes;
+  std::string error;
+  Result<nvml::Session> session = nvml::Session::open(library_);
+  if (!session.is_ok()) error = session.status().message();
+  for (size_t i = 0; error.empty() && i < gpus.size(); ++i) {
+    Result<nvmlDevice_t> device = session->device_by_uuid(gpus[i].uuid);
+    Result<nvmlComputeMode_t> mode = device.is_ok() ? session->compute_mode(*device)
+                                                    : Result<nvmlComputeMode_t>(device.status());
+    if (!mode.is_ok()) {
+      error = gpus[i].uuid + ": " + mode.status().message();
+      continue;
+    }
+    if (std::string name = compute_mode_name(*mode); !name.empty()) modes[gpus[i].uuid] = name;
+  }
+  if (!error.empty() && error != last_error_)
+    log::warn("cannot read the GPUs' compute modes: not checked for another user",
+              {{"error", error}});
+  last_error_ = error;
+  return modes;
 }
 
 json NodeEventWriter::build(std::string_view type, std::string_view reason,

@@ -9,6 +9,9 @@
 //   then the plugin's count must fit the GPUs this agent leaves to it (node GPUs - managed GPUs).
 // - other-dra-driver: a ResourceSlice of this node from another driver lists a device whose
 //   `uuid` or `parentUUID` attribute (unqualified or of any domain) is the GPU's UUID.
+// - compute-mode: NVML reports a compute mode other than DEFAULT. Tessera itself only ever sets
+//   DEFAULT (TimeSlicing claims, nvidia-smi -c DEFAULT), so another mode was set by someone else
+//   (an exclusive mode for an MPS daemon, PROHIBITED to fence the GPU), and shares cannot run.
 // A GPU withheld is published again at the first publish after the other allocator is gone
 // (the reconcile loop republishes every --reconcile-interval). WithheldGpus reports each change
 // once: a log line, an Event on the Node and the tessera_gpu_withheld gauge.
@@ -34,11 +37,12 @@ namespace tessera::agent {
 // The metric's `reason` label and the words of the log line and the Event.
 inline constexpr char kWithheldByDevicePlugin[] = "device-plugin";
 inline constexpr char kWithheldByOtherDraDriver[] = "other-dra-driver";
+inline constexpr char kWithheldByComputeMode[] = "compute-mode";
 
 struct WithheldGpu {
   std::string device;  // "gpu-<minor>", the name it would be published under
   std::string uuid;
-  std::string reason;  // kWithheldByDevicePlugin or kWithheldByOtherDraDriver
+  std::string reason;  // kWithheldByDevicePlugin, kWithheldByOtherDraDriver, kWithheldByComputeMode
   std::string detail;  // who else hands it out: "the Node's status.capacity has nvidia.com/gpu=4"
   bool operator==(const WithheldGpu&) const = default;
 };
@@ -68,17 +72,41 @@ std::map<std::string, int64_t> device_plugin_resources(const nlohmann::json& nod
 
 // The GPUs of `managed` another allocator also hands out (pure). `node_gpu_count`: every GPU NVML
 // lists on the node; `split`: --gpus names a subset. `slices`: the items of a ResourceSlice list
-// (this node's, any driver; other nodes' and `driver`'s own are skipped).
-std::vector<WithheldGpu> find_withheld(const std::vector<GpuInfo>& managed, size_t node_gpu_count,
-                                       bool split, const nlohmann::json& node,
-                                       const nlohmann::json& slices, const std::string& driver);
+// (this node's, any driver; other nodes' and `driver`'s own are skipped). `compute_modes`: by
+// UUID, the mode of each GPU NVML reports in a mode other than DEFAULT ("EXCLUSIVE_PROCESS").
+std::vector<WithheldGpu> find_withheld(
+    const std::vector<GpuInfo>& managed, size_t node_gpu_count, bool split,
+    const nlohmann::json& node, const nlohmann::json& slices, const std::string& driver,
+    const std::map<std::string, std::string>& compute_modes = {});
+
+// NVML's name of a compute mode without its prefix ("EXCLUSIVE_PROCESS"), "" for DEFAULT.
+std::string compute_mode_name(int mode);
+
+// The GPUs' compute modes from NVML (libnvidia-ml.so.1, opened at the first read): by UUID, those
+// not in DEFAULT. A GPU whose mode cannot be read is left out (said once in a warn line): the
+// other checks still hold for it.
+class NvmlComputeModes {
+ public:
+  explicit NvmlComputeModes(std::string library = "libnvidia-ml.so.1")
+      : library_(std::move(library)) {}
+  std::map<std::string, std::string> read(const std::vector<GpuInfo>& gpus);
+
+ private:
+  std::string library_;
+  std::string last_error_;
+};
 
 // Reads the Node and this node's ResourceSlices and answers find_withheld. An error names the
 // request (the publish that asked fails and is retried: a GPU is not published unchecked).
 class CoexistenceCheck {
  public:
-  CoexistenceCheck(kube::KubeClient& kube, std::string node_name, std::string driver)
-      : kube_(kube), node_name_(std::move(node_name)), driver_(std::move(driver)) {}
+  // `compute_modes` null: compute modes are not checked.
+  CoexistenceCheck(kube::KubeClient& kube, std::string node_name, std::string driver,
+                   NvmlComputeModes* compute_modes = nullptr)
+      : kube_(kube),
+        node_name_(std::move(node_name)),
+        driver_(std::move(driver)),
+        compute_modes_(compute_modes) {}
   Result<std::vector<WithheldGpu>> check(const std::vector<GpuInfo>& managed, size_t node_gpu_count,
                                          bool split);
 
@@ -86,6 +114,7 @@ class CoexistenceCheck {
   kube::KubeClient& kube_;
   std::string node_name_;
   std::string driver_;
+  NvmlComputeModes* compute_modes_;
 };
 
 // A core/v1 Event about this Node, as kubelet writes its own: namespace "default",

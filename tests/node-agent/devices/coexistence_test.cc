@@ -154,6 +154,22 @@ TEST(FindWithheld, AnotherDriversSliceNamingTheUuidWithholdsThatGpuOnly) {
   EXPECT_EQ(both[1].uuid, kGpu1);
 }
 
+TEST(FindWithheld, AComputeModeSetOutsideTesseraWithholdsThatGpu) {
+  const std::vector<GpuInfo> gpus = {gpu(0, kGpu0), gpu(1, kGpu1)};
+  EXPECT_EQ(compute_mode_name(NVML_COMPUTEMODE_DEFAULT), "");
+  EXPECT_EQ(compute_mode_name(NVML_COMPUTEMODE_EXCLUSIVE_PROCESS), "EXCLUSIVE_PROCESS");
+  const std::vector<WithheldGpu> withheld =
+      find_withheld(gpus, 2, false, node_with({{"cpu", "8"}}), json::array(), kDriverName,
+                    {{kGpu1, compute_mode_name(NVML_COMPUTEMODE_PROHIBITED)}});
+  ASSERT_EQ(withheld.size(), 1u);
+  EXPECT_EQ(withheld[0].device, "gpu-1");
+  EXPECT_EQ(withheld[0].reason, "compute-mode");
+  EXPECT_EQ(withheld[0].detail,
+            "its compute mode is PROHIBITED, set outside Tessera (shares need "
+            "DEFAULT: nvidia-smi -i " +
+                std::string(kGpu1) + " -c DEFAULT)");
+}
+
 TEST(NodeEventWriter, WritesAnEventKubeApiserverAcceptsAboutTheNode) {
   FakeApiServer api;
   kube::HttpKubeClient client(api.connection());
@@ -319,6 +335,27 @@ TEST_F(CoexistingAgentTest, AGpuAnotherDraDriverPublishesIsWithheldAndComesBackW
   EXPECT_EQ(published(), (std::vector<std::string>{"gpu-0", "gpu-1"}));
   EXPECT_EQ(node_events().back(), "Normal GpuPublished: GPU gpu-1 (" + std::string(kGpu1) +
                                       ") is published again: no other allocator hands it out");
+  agent.stop();
+}
+
+TEST_F(CoexistingAgentTest, AGpuInAnExclusiveComputeModeIsWithheld) {
+  // GPU 1 put in EXCLUSIVE_PROCESS by someone else (nvidia-smi -c); the simulated NVML reports it.
+  setenv("SIMGPU_DEVICES",
+         "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0;"
+         "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0,mode=exclusive_process",
+         1);
+  NodeAgent agent(config_, clock_);
+  ASSERT_EQ(agent.start().message(), "");
+  EXPECT_EQ(published(), std::vector<std::string>{"gpu-0"});
+  EXPECT_EQ(node_events(),
+            std::vector<std::string>{"Warning GpuWithheld: GPU gpu-1 (" + std::string(kGpu1) +
+                                     ") is not published for DRA claims: its compute mode is "
+                                     "EXCLUSIVE_PROCESS, set outside Tessera (shares need DEFAULT: "
+                                     "nvidia-smi -i " +
+                                     kGpu1 + " -c DEFAULT) (docs/coexistence.md)"});
+  EXPECT_NE(
+      agent.scrape_metrics().find("device=\"gpu-1\",node=\"node-a\",reason=\"compute-mode\"} 1"),
+      std::string::npos);
   agent.stop();
 }
 
