@@ -263,6 +263,10 @@ Result<nvmlBrandType_t> Session::brand(nvmlDevice_t device) const {
   return answer<nvmlBrandType_t>(TESSERA_NVML(nvmlDeviceGetBrand), device);
 }
 
+Result<nvmlComputeMode_t> Session::compute_mode(nvmlDevice_t device) const {
+  return answer<nvmlComputeMode_t>(TESSERA_NVML(nvmlDeviceGetComputeMode), device);
+}
+
 Result<nvmlDeviceArchitecture_t> Session::architecture(nvmlDevice_t device) const {
   return answer<nvmlDeviceArchitecture_t>(TESSERA_NVML(nvmlDeviceGetArchitecture), device);
 }

@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -109,9 +110,20 @@ std::optional<std::vector<DeviceSpec>> parse_devices(std::string_view text, Conf
         }
         spec.cc_major = static_cast<uint32_t>(*major);
         spec.cc_minor = static_cast<uint32_t>(*minor);
+      } else if (key == "mode") {
+        // NVML's compute modes, by nvidia-smi -c's names, in nvmlComputeMode_t's order.
+        constexpr std::string_view kModes[] = {"default", "exclusive_thread", "prohibited",
+                                               "exclusive_process"};
+        const auto found = std::find(std::begin(kModes), std::end(kModes), value);
+        if (found == std::end(kModes)) {
+          error.message = "SIMGPU_DEVICES: mode " + quoted(value) +
+                          " must be default, exclusive_thread, prohibited or exclusive_process";
+          return std::nullopt;
+        }
+        spec.compute_mode = static_cast<uint32_t>(found - std::begin(kModes));
       } else {
-        error.message =
-            "SIMGPU_DEVICES: unknown field " + quoted(key) + " (expected name, memory, sms, cc)";
+        error.message = "SIMGPU_DEVICES: unknown field " + quoted(key) +
+                        " (expected name, memory, sms, cc, mode)";
         return std::nullopt;
       }
     }

@@ -17,6 +17,8 @@ struct DeviceSpec {
   uint32_t sms = 132;
   uint32_t cc_major = 9;
   uint32_t cc_minor = 0;
+  uint32_t compute_mode =
+      0;  // nvmlComputeMode_t: mode=default|exclusive_thread|prohibited|exclusive_process
 };
 
 struct SimConfig {

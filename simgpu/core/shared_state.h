@@ -30,6 +30,7 @@ struct DeviceConfig {
   uint32_t cc_major;
   uint32_t cc_minor;
   uint32_t minor_number;  // /dev/nvidia<minor>
+  uint32_t compute_mode;  // nvmlComputeMode_t, as SIMGPU_DEVICES' mode= set it
 };
 
 // One stretch of time during which a context ran on the device: wall time [start, end) and the

@@ -44,6 +44,7 @@ void init_state(SharedState* state, const SimConfig& config) {
     device.cc_major = spec.cc_major;
     device.cc_minor = spec.cc_minor;
     device.minor_number = static_cast<uint32_t>(i);
+    device.compute_mode = spec.compute_mode;
     state->device_state[i].running_slot = -1;
     state->device_state[i].healthy = 1;
   }

@@ -215,6 +215,14 @@ nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t* type) {
   return NVML_SUCCESS;
 }
 
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t* mode) {
+  Device dev;
+  if (nvmlReturn_t result = resolve(device, dev); result != NVML_SUCCESS) return result;
+  if (mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *mode = static_cast<nvmlComputeMode_t>(dev.config().compute_mode);
+  return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t* arch) {
   Device dev;
   if (nvmlReturn_t result = resolve(device, dev); result != NVML_SUCCESS) return result;

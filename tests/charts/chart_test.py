@@ -121,12 +121,52 @@ def expect(condition, message):
         raise Failure(message)
 
 
+def schedules_on(pod_spec, labels):
+    """Whether kube-scheduler's NodeAffinity filter admits a node with `labels`: every nodeSelector
+    label, and one of the required nodeSelectorTerms (ORed) whose matchExpressions all hold
+    (k8s.io/component-helpers/scheduling/corev1/nodeaffinity: In, NotIn, Exists, DoesNotExist,
+    Gt, Lt; a term without expressions matches nothing)."""
+    if any(labels.get(k) != v for k, v in pod_spec.get("nodeSelector", {}).items()):
+        return False
+    required = (pod_spec.get("affinity", {}).get("nodeAffinity", {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if not required:
+        return True
+
+    def holds(e):
+        key, op, values = e["key"], e["operator"], e.get("values", [])
+        if op == "In":
+            return key in labels and labels[key] in values
+        if op == "NotIn":
+            return key not in labels or labels[key] not in values
+        if op == "Exists":
+            return key in labels
+        if op == "DoesNotExist":
+            return key not in labels
+        if op in ("Gt", "Lt"):
+            if key not in labels or not labels[key].lstrip("-").isdigit():
+                return False
+            return int(labels[key]) > int(values[0]) if op == "Gt" else int(labels[key]) < int(values[0])
+        raise Failure(f"unknown node selector operator {op}")
+
+    return any(term.get("matchExpressions") and all(holds(e) for e in term["matchExpressions"])
+               for term in required["nodeSelectorTerms"])
+
+
 def check_promises(ctx, docs):
     """What the chart promises, in the default rendering."""
     ds = find(docs, "DaemonSet")
     spec = ds["spec"]["template"]["spec"]
     expect(spec.get("hostPID") is True, "the agent needs hostPID")
-    expect(spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}, "GPU-node selector")
+    # GPU nodes as NVIDIA's device plugin chart finds them: NFD's labels or GFD's (docs/coexistence.md).
+    expect("nodeSelector" not in spec, f"no nodeSelector by default: {spec.get('nodeSelector')}")
+    for labels, runs in (({"feature.node.kubernetes.io/pci-10de.present": "true"}, True),  # NFD alone
+                         ({"feature.node.kubernetes.io/cpu-model.vendor_id": "NVIDIA"}, True),  # Tegra
+                         ({"nvidia.com/gpu.present": "true"}, True),  # GFD / the GPU Operator
+                         ({"feature.node.kubernetes.io/pci-10de.present": "false"}, False),
+                         ({"kubernetes.io/os": "linux"}, False)):  # a CPU node
+        expect(schedules_on(spec, labels) == runs,
+               f"the agent {'should' if runs else 'should not'} run on a node labelled {labels}")
     rolling = ds["spec"]["updateStrategy"]
     expect(rolling["type"] == "RollingUpdate" and rolling["rollingUpdate"]["maxSurge"] == 1
            and rolling["rollingUpdate"]["maxUnavailable"] == 0, "maxSurge rolling update")
@@ -475,6 +515,23 @@ def check_values(ctx):
     args = daemonset("agent.config.checkInterval=0.5")["containers"][0]["args"]  # a string to helm
     expect("--check-interval=0.5" in args, f"--set agent.config.checkInterval=0.5: {args}")
     print("ok: a values file's tag 20260102 (a float64 to helm) and checkInterval 0.25, --set checkInterval=0.5")
+    # --gpus (docs/coexistence.md): indices from a values file, a UUID from --set; the schema
+    # refuses what the agent would.
+    with tempfile.TemporaryDirectory() as directory:
+        values = os.path.join(directory, "values.yaml")
+        open(values, "w").write('agent:\n  config:\n    gpus: "2,3"\n')
+        args = daemonset(files=[values])["containers"][0]["args"]
+    expect("--gpus=2,3" in args, f"gpus 2,3: {args}")
+    uuid = "GPU-5e1a0000-7e55-4e2a-9000-000000000001"
+    args = daemonset(f"agent.config.gpus={uuid}")["containers"][0]["args"]
+    expect(f"--gpus={uuid}" in args, f"--set agent.config.gpus={uuid}: {args}")
+    refused = ctx.template("1.36", sets=["agent.config.gpus=MIG-1"], check=False)
+    expect(refused.returncode != 0 and "gpus" in refused.stderr, f"gpus MIG-1 rendered:\n{refused.stderr}")
+    # A nodeSelector narrows the default affinity; both apply.
+    spec = daemonset("agent.nodeSelector.pool=gpu-a")
+    expect(schedules_on(spec, {"nvidia.com/gpu.present": "true", "pool": "gpu-a"})
+           and not schedules_on(spec, {"nvidia.com/gpu.present": "true"}), "nodeSelector beside the affinity")
+    print("ok: agent.config.gpus renders --gpus (2,3 and a UUID), MIG-1 refused; nodeSelector narrows the affinity")
     built = ctx.run([os.path.join(ctx.repo, "scripts", "build-images.sh"), "--print-images"]).stdout.split()
     app_version = yaml.safe_load(open(os.path.join(ctx.chart, "Chart.yaml")))["appVersion"]
     expect(built == [f"localhost/tessera-node-agent:{app_version}", f"localhost/tessera-webhook:{app_version}"],

@@ -59,6 +59,8 @@ NOT_ON_DASHBOARD = {
     # shim's count, read in the local API (Gpu.driver_partitions, ShareDevice.memory_layer and
     # driver_memory_used_bytes) and alerted on through tessera_findings_total; no panel yet.
     "tessera_gpu_driver_partitions": "whether the GPU's driver holds partitions: a node fact",
+    # docs/coexistence.md: a GPU another allocator hands out; the Node's GpuWithheld Event says why.
+    "tessera_gpu_withheld": "a GPU left to another allocator: a node fact, with a Node Event",
     "tessera_share_driver_partition": "which layer holds the share: in the local API",
     "tessera_share_driver_memory_used_bytes": "the driver's count beside the shim's: a "
                                               "layers_disagree finding when they part",

@@ -130,6 +130,7 @@ logFormat: {flag: --log-format}
 verbosity: {flag: -v, count: true}
 mpsControl: {flag: --mps-control}
 nvidiaSmi: {flag: --nvidia-smi}
+gpus: {flag: --gpus}
 {{- end -}}
 
 {{/* The agent's arguments: the chart's wiring, then agent.config through the table, then extraArgs. */}}

@@ -48,6 +48,7 @@ inline constexpr char kDefaultLibrary[] = "libnvidia-ml.so.1";
   X(nvmlDeviceGetBrand)                      \
   X(nvmlDeviceGetArchitecture)               \
   X(nvmlDeviceGetCudaComputeCapability)      \
+  X(nvmlDeviceGetComputeMode)                \
   X(nvmlDeviceGetUtilizationRates)           \
   X(nvmlDeviceGetComputeRunningProcesses_v3) \
   X(nvmlDeviceGetProcessUtilization)         \
@@ -173,6 +174,7 @@ class Session {
   Result<nvmlBrandType_t> brand(nvmlDevice_t device) const;
   Result<nvmlDeviceArchitecture_t> architecture(nvmlDevice_t device) const;
   Result<ComputeCapability> compute_capability(nvmlDevice_t device) const;
+  Result<nvmlComputeMode_t> compute_mode(nvmlDevice_t device) const;
 
   // Memory, utilisation, processes.
   Result<nvmlMemory_t> memory(nvmlDevice_t device) const;

@@ -275,6 +275,16 @@ TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device,
 TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major,
                                                                     int* minor);
 
+/* Compute mode (nvidia-smi -c): which processes may create contexts on the device. */
+typedef enum nvmlComputeMode_enum {
+  NVML_COMPUTEMODE_DEFAULT = 0,
+  NVML_COMPUTEMODE_EXCLUSIVE_THREAD = 1,
+  NVML_COMPUTEMODE_PROHIBITED = 2,
+  NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3
+} nvmlComputeMode_t;
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device,
+                                                          nvmlComputeMode_t* mode);
+
 /* Peer-to-peer capability between two devices (NCCL reads it for every pair at start-up). */
 typedef enum nvmlGpuP2PCapsIndex_enum {
   NVML_P2P_CAPS_INDEX_READ = 0,

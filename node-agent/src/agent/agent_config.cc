@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "api/node_api_server.h"
+#include "devices/coexistence.h"
 #include "metrics/metrics_server.h"
 #include "tessera/log.h"
 #include "tessera/vgpu_config.h"
@@ -141,6 +142,13 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
                  "Where the driver's files are (/run/nvidia/driver under the GPU Operator)")
       ->envname("DRIVER_ROOT")
       ->capture_default_str();
+  app.add_option("--gpus", config.gpus,
+                 "The GPUs this agent publishes: comma-separated NVML indices or UUIDs (GPU-...); "
+                 "empty: all. Leave the others to NVIDIA's device plugin (docs/coexistence.md)")
+      ->envname("GPUS")
+      ->check(CLI::Validator(
+          [](const std::string& gpus) { return GpuSelection::parse(gpus).status().message(); },
+          "INDEX|UUID,...", "GPU list"));
   app.add_option("--reconcile-interval", config.reconcile_interval_s,
                  "Seconds between checks that the host matches the checkpoint (0: at start only)")
       ->envname("RECONCILE_INTERVAL")

@@ -30,6 +30,10 @@ struct AgentConfig {
   std::string driver_mode = "auto";
   std::string toolkit_spec_dirs = "/etc/cdi,/var/run/cdi";
   std::string driver_root = "/";
+  // --gpus / GPUS: the GPUs this agent publishes, comma-separated NVML indices or UUIDs (as
+  // NVIDIA_VISIBLE_DEVICES names them); empty: all. The rest are left to another allocator
+  // (docs/coexistence.md).
+  std::string gpus;
   unsigned reconcile_interval_s = 60;     // --reconcile-interval / RECONCILE_INTERVAL; 0 = at start
   unsigned device_poll_interval_s = 30;   // --device-poll-interval / DEVICE_POLL_INTERVAL
   std::string metrics_address = ":9464";  // --metrics-address / METRICS_ADDRESS; empty: none

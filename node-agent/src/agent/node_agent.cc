@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -148,6 +149,14 @@ Status NodeAgent::start() {
   kube_ = std::make_unique<kube::HttpKubeClient>(*connection);
   slices_ =
       std::make_unique<SlicePublisher>(*kube_, SliceIdentity{kDriverName, config_.node_name, ""});
+  Result<GpuSelection> selection = GpuSelection::parse(config_.gpus);
+  if (!selection.is_ok()) return selection.status();
+  gpu_selection_ = std::make_unique<GpuSelection>(std::move(selection).value());
+  compute_modes_ = std::make_unique<NvmlComputeModes>();
+  coexistence_ = std::make_unique<CoexistenceCheck>(*kube_, config_.node_name, kDriverName,
+                                                    compute_modes_.get());
+  node_events_ = std::make_unique<NodeEventWriter>(*kube_, config_.node_name);
+  withheld_ = std::make_unique<WithheldGpus>(node_events_.get());
 
   MpsOptions mps;
   mps.control = config_.mps_control;
@@ -280,6 +289,7 @@ std::string NodeAgent::scrape_metrics() const {
   if (findings_) sources.reclaim_evictions = [this] { return findings_->reclaim_evictions(); };
   sources.partition_capability = &partition_capability_;
   if (partition_check_) sources.partitions = [this] { return partition_check_->views(); };
+  sources.withheld = [this] { return withheld_gpus(); };
   return collect_metrics(sources);
 }
 
@@ -325,12 +335,35 @@ Status NodeAgent::liveness() {
 Status NodeAgent::on_devices(const std::vector<GpuInfo>& gpus) {
   // Claims are checked against the new list at once; the API learns it next (a failed publish is
   // retried by the monitor, and the scheduler keeps using the old slices meanwhile).
-  shares_->set_devices(node_devices(gpus));
+  shares_->set_devices(node_devices(gpu_selection_->filter(gpus)));
   return publish(gpus);
 }
 
-Status NodeAgent::publish(const std::vector<GpuInfo>& gpus) {
+std::vector<WithheldGpu> NodeAgent::withheld_gpus() const {
+  return withheld_ ? withheld_->current() : std::vector<WithheldGpu>{};
+}
+
+Status NodeAgent::publish(const std::vector<GpuInfo>& all_gpus) {
   std::lock_guard lock(slices_mutex_);
+  std::string unmatched;
+  for (const std::string& entry : gpu_selection_->unmatched(all_gpus))
+    unmatched += (unmatched.empty() ? "" : ",") + entry;
+  if (unmatched != last_unmatched_gpus_ && !unmatched.empty())
+    log::warn("--gpus names GPUs this node does not have", {{"gpus", unmatched}});
+  last_unmatched_gpus_ = unmatched;
+  // Only the GPUs no other allocator hands out (checked at every publish: a device plugin may
+  // start, or go, at any time).
+  const std::vector<GpuInfo> managed = gpu_selection_->filter(all_gpus);
+  Result<std::vector<WithheldGpu>> withheld =
+      coexistence_->check(managed, all_gpus.size(), !gpu_selection_->all());
+  if (!withheld.is_ok())
+    return unavailable("cannot publish ResourceSlices: " + withheld.status().message());
+  withheld_->update(*withheld);
+  std::vector<GpuInfo> gpus;
+  for (const GpuInfo& gpu : managed)
+    if (std::none_of(withheld->begin(), withheld->end(),
+                     [&](const WithheldGpu& w) { return w.uuid == gpu.uuid; }))
+      gpus.push_back(gpu);
   // The board is current: the monitor reports a fault before it delivers (taints follow health).
   if (const Status published = slices_->publish(gpus, health_.snapshot().devices);
       !published.is_ok())

@@ -17,6 +17,7 @@
 #include "agent/agent_config.h"
 #include "clock/clock.h"
 #include "clock/periodic_loop.h"
+#include "devices/coexistence.h"
 #include "devices/device_health.h"
 #include "devices/partition_capability.h"
 #include "enforcement/partition_check.h"
@@ -94,6 +95,9 @@ class NodeAgent {
   EventLog* events() { return events_.get(); }
   std::string api_socket() const;
   const PartitionCapability& partition_capability() const { return partition_capability_; }
+  // The managed GPUs not published because another allocator hands them out (docs/coexistence.md),
+  // as of the last publish.
+  std::vector<WithheldGpu> withheld_gpus() const;
 
   // Reconcile passes completed since start() (0 without the loop), and a bounded wait for a count
   // of them: tests advance their clock by the interval and wait for the pass.
@@ -138,6 +142,13 @@ class NodeAgent {
   std::unique_ptr<kube::HttpKubeClient> kube_;
   std::mutex slices_mutex_;  // the monitor's thread and the reconcile loop both publish
   std::unique_ptr<SlicePublisher> slices_;
+  // Coexistence (devices/coexistence.h): --gpus, and the other allocators checked at each publish.
+  std::unique_ptr<GpuSelection> gpu_selection_;
+  std::unique_ptr<NvmlComputeModes> compute_modes_;
+  std::unique_ptr<CoexistenceCheck> coexistence_;
+  std::unique_ptr<NodeEventWriter> node_events_;
+  std::unique_ptr<WithheldGpus> withheld_;
+  std::string last_unmatched_gpus_;  // --gpus entries that named no GPU, as last logged
   std::unique_ptr<MpsBackend> mps_;
   std::unique_ptr<TimeSliceBackend> time_slice_;
   std::unique_ptr<ShareManager> shares_;

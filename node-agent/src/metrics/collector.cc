@@ -139,6 +139,11 @@ std::string collect_metrics(const MetricsSources& sources) {
   std::map<std::string, uint64_t> shares;  // prepared shares per GPU UUID
   write_shares(sources, checkpoint, devices, shares, out);
   write_gpus(sources, devices, shares, out);
+  if (sources.withheld)
+    for (const WithheldGpu& gpu : sources.withheld()) {
+      const std::string labels[] = {gpu.uuid, gpu.device, sources.node_name, gpu.reason};
+      out.add(MetricId::kGpuWithheld, labels, uint64_t{1});
+    }
   if (sources.requests) sources.requests->write(out);
   const std::string version[] = {sources.version};
   out.add(MetricId::kBuildInfo, version, uint64_t{1});

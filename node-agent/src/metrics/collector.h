@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "devices/coexistence.h"
 #include "devices/device_health.h"
 #include "devices/partition_capability.h"
 #include "enforcement/enforcement_handler.h"
@@ -43,6 +44,8 @@ struct MetricsSources {
   // figures per share and GPU (null: no check runs).
   const PartitionCapability* partition_capability = nullptr;
   std::function<PartitionViews()> partitions;
+  // The GPUs withheld for another allocator (NodeAgent::withheld_gpus); null: none.
+  std::function<std::vector<WithheldGpu>()> withheld;
 };
 
 // The exposition text of one scrape.

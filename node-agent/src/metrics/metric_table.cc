@@ -15,6 +15,7 @@ std::span<const std::string_view> label_names(LabelSet labels) {
   static constexpr std::string_view kResultLabels[] = {"result"};
   static constexpr std::string_view kBuildLabels[] = {"version"};
   static constexpr std::string_view kFindingLabels[] = {"kind", "node"};
+  static constexpr std::string_view kWithheldLabels[] = {"uuid", "device", "node", "reason"};
   switch (labels) {
     case LabelSet::kNone:
       return {};
@@ -30,6 +31,8 @@ std::span<const std::string_view> label_names(LabelSet labels) {
       return kBuildLabels;
     case LabelSet::kFinding:
       return kFindingLabels;
+    case LabelSet::kWithheld:
+      return kWithheldLabels;
   }
   return {};
 }

@@ -23,6 +23,8 @@ enum class LabelSet {
   kResult,    // result: "ok" or "error"
   kBuild,     // version
   kFinding,   // kind (model/finding.h finding_kind_name), node
+  kWithheld,  // uuid, device, node, reason (devices/coexistence.h: device-plugin, other-dra-driver,
+              // compute-mode)
 };
 
 // The order of kMetricTable below (checked at compile time).
@@ -48,6 +50,7 @@ enum class MetricId : size_t {
   kGpuShares,
   kGpuUnaccountedMemoryBytes,
   kGpuDriverPartitions,
+  kGpuWithheld,
   kPrepareRequestsTotal,
   kPrepareDurationSeconds,
   kUnprepareRequestsTotal,
@@ -137,6 +140,10 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
      LabelSet::kGpu,
      "1 when the driver holds per-cgroup memory partitions on the GPU (R615, cgroup v2, the "
      "agent's probe at start), 0 when shares there are held by the shim alone"},
+    {MetricId::kGpuWithheld, "tessera_gpu_withheld", MetricType::kGauge, LabelSet::kWithheld,
+     "1 for a GPU this agent does not publish because another allocator hands it out (reason: "
+     "device-plugin, other-dra-driver, or compute-mode set outside Tessera; "
+     "docs/coexistence.md); no series once it is published"},
     {MetricId::kPrepareRequestsTotal, "tessera_prepare_requests_total", MetricType::kCounter,
      LabelSet::kResult, "NodePrepareResources claims handled, by result"},
     {MetricId::kPrepareDurationSeconds, "tessera_prepare_duration_seconds", MetricType::kHistogram,

@@ -31,6 +31,20 @@ TEST(SimConfig, DeviceErrorsNameTheFieldAndValue) {
   EXPECT_FALSE(parse_devices("a;a;a;a;a;a;a;a;a", error));
 }
 
+TEST(SimConfig, ParsesTheComputeModeNvmlReports) {
+  ConfigError error;
+  auto devices =
+      parse_devices("name=A;name=B,mode=exclusive_process;name=C,mode=prohibited", error);
+  ASSERT_TRUE(devices) << error.message;
+  EXPECT_EQ((*devices)[0].compute_mode, 0u);  // NVML_COMPUTEMODE_DEFAULT
+  EXPECT_EQ((*devices)[1].compute_mode, 3u);  // NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+  EXPECT_EQ((*devices)[2].compute_mode, 2u);  // NVML_COMPUTEMODE_PROHIBITED
+  EXPECT_FALSE(parse_devices("mode=exclusive", error));
+  EXPECT_EQ(error.message,
+            "SIMGPU_DEVICES: mode 'exclusive' must be default, exclusive_thread, prohibited or "
+            "exclusive_process");
+}
+
 TEST(SimConfig, ParsesKernelTimes) {
   ConfigError error;
   uint64_t default_ns = 10'000;

@@ -12,6 +12,7 @@
 #include <httplib.h>
 
 #include "apiserver/apiserver_rules.h"
+#include "apiserver/event_rules.h"
 #include "apiserver/write_back.h"
 
 namespace tessera::agent::testing {
@@ -97,6 +98,7 @@ struct FakeApiServer::Impl {
   void hold_if_asked();
   void serve_node();
   void serve_slices();
+  void serve_events();
 };
 
 void FakeApiServer::Impl::make_certificate() {
@@ -462,6 +464,31 @@ void FakeApiServer::Impl::serve_webhook_configurations() {
   });
 }
 
+void FakeApiServer::Impl::serve_events() {
+  server->Post(R"(/api/v1/namespaces/([^/]+)/events)",
+               [this](const httplib::Request& req, httplib::Response& res) {
+                 std::lock_guard lock(mutex);
+                 std::optional<json> decoded = decoded_body(req, res);
+                 if (!decoded) return;
+                 json event = std::move(*decoded);
+                 self.writes.push_back({"POST", req.path, event});
+                 if (auto refused = apiserver::check_event_create(event, req.matches[1].str()))
+                   return refuse(res, *refused);
+                 const std::string name = event["metadata"]["name"];
+                 for (const json& stored : self.events)
+                   if (stored["metadata"]["name"] == name &&
+                       stored["metadata"]["namespace"] == event["metadata"]["namespace"])
+                     return answer_status(res, 409, "events \"" + name + "\" already exists",
+                                          "AlreadyExists", {{"name", name}, {"kind", "events"}});
+                 event["metadata"]["uid"] = "event-uid-" + std::to_string(self.events.size());
+                 event["metadata"]["resourceVersion"] = std::to_string(++last_version);
+                 event["metadata"]["creationTimestamp"] = write_back::rfc3339(now());
+                 self.events.push_back(event);
+                 res.status = 201;
+                 res.set_content(event.dump(), "application/json");
+               });
+}
+
 FakeApiServer::FakeApiServer(std::string token)
     : impl_(std::make_unique<Impl>(*this, std::move(token))) {
   Impl& impl = *impl_;
@@ -489,6 +516,7 @@ FakeApiServer::FakeApiServer(std::string token)
   impl.serve_slices();
   impl.serve_secrets();
   impl.serve_webhook_configurations();
+  impl.serve_events();
   impl.server->set_tcp_nodelay(true);  // as the API server: no 40 ms delayed-ACK stalls
   impl.port = impl.server->bind_to_any_port("127.0.0.1");
   impl.thread = std::thread([&impl] { impl.server->listen_after_bind(); });
@@ -653,6 +681,43 @@ void FakeApiServer::set_time(std::time_t when) {
 void FakeApiServer::delete_slices() {
   std::lock_guard lock(impl_->mutex);
   slices.clear();
+}
+
+}  // namespace tessera::agent::testing
+
+namespace tessera::agent::testing {
+
+std::string FakeApiServer::add_slice(const json& slice) {
+  std::lock_guard lock(impl_->mutex);
+  json body = slice;
+  apiserver::default_resource_slice(body, impl_->now());
+  if (auto refused = apiserver::check_resource_slice_write(body, nullptr))
+    return refused->status.value("message", "refused");
+  const std::string name = body["metadata"]["name"];
+  if (slices.count(name)) return "already exists";
+  write_back::ServerFields fields;
+  fields.uid = "slice-uid-" + name;
+  fields.resource_version = std::to_string(++impl_->last_version);
+  fields.timestamp = write_back::rfc3339(impl_->now());
+  Result<json> stored = write_back::write_back(body, nullptr, fields);
+  if (!stored.is_ok()) return stored.status().message();
+  slices[name] = *stored;
+  return "";
+}
+
+bool FakeApiServer::remove_slice(const std::string& name) {
+  std::lock_guard lock(impl_->mutex);
+  return slices.erase(name) > 0;
+}
+
+void FakeApiServer::set_node_status(const json& status) {
+  std::lock_guard lock(impl_->mutex);
+  node_status = status;
+}
+
+std::vector<json> FakeApiServer::stored_events() {
+  std::lock_guard lock(impl_->mutex);
+  return events;
 }
 
 }  // namespace tessera::agent::testing

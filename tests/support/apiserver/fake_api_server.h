@@ -76,6 +76,16 @@ class FakeApiServer {
   void set_time(std::time_t when);
   // What someone else's `kubectl delete resourceslice` does (not recorded as the agent's write).
   void delete_slices();
+  // Another driver's slice created (validated and stored as a create is; not recorded as the
+  // agent's write): "" or the server's refusal. remove_slice: deleted by its driver.
+  std::string add_slice(const nlohmann::json& slice);
+  bool remove_slice(const std::string& name);
+  // The Node's status replaced while the server runs (kubelet's status update: a device plugin
+  // registering or going away).
+  void set_node_status(const nlohmann::json& status);
+  // core/v1 Events created (POST /api/v1/namespaces/<ns>/events, checked by
+  // apiserver/event_rules.h), as stored.
+  std::vector<nlohmann::json> stored_events();
 
   // Secrets and admission webhook configurations (the webhook's own serving certificate):
   // GET/POST/PUT of /api/v1/namespaces/<ns>/secrets, GET/PATCH of
@@ -102,6 +112,7 @@ class FakeApiServer {
   std::optional<std::string> node_body;  // set: the Node GET answers this, as given (garbled)
   std::map<std::string, nlohmann::json> slices;  // guarded by the server's lock while serving
   std::vector<RecordedWrite> writes;
+  std::vector<nlohmann::json> events;
   std::string last_list_query;
 
  private:
