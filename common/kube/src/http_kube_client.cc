@@ -185,7 +185,12 @@ Result<ApiResponse> HttpKubeClient::once(const std::string& method, const std::s
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
   curl_slist* headers = nullptr;
   headers = curl_slist_append(headers, "Accept: application/json");
-  if (!body.empty()) headers = curl_slist_append(headers, "Content-Type: application/json");
+  // A PATCH is a strategic merge patch (what client-go sends for Events); kube-apiserver answers
+  // 415 to a PATCH sent as application/json.
+  if (!body.empty())
+    headers = curl_slist_append(
+        headers, method == "PATCH" ? "Content-Type: application/strategic-merge-patch+json"
+                                   : "Content-Type: application/json");
   const std::string authorization = "Authorization: Bearer " + token;
   if (!token.empty()) headers = curl_slist_append(headers, authorization.c_str());
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);

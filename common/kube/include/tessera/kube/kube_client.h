@@ -25,9 +25,9 @@ StatusCode code_for_http_status(long http_status);
 class KubeClient {
  public:
   virtual ~KubeClient() = default;
-  // `path` starts with "/"; `body` is JSON for POST/PUT. Retries are the implementation's concern.
-  // A 2xx answer, or the error: "GET /path: HTTP 404: <the API's message>" (code by
-  // code_for_http_status) or the transport error (kUnavailable).
+  // `path` starts with "/"; `body` is JSON for POST/PUT, a strategic merge patch for PATCH. Retries
+  // are the implementation's concern. A 2xx answer, or the error: "GET /path: HTTP 404: <the API's
+  // message>" (code by code_for_http_status) or the transport error (kUnavailable).
   virtual Result<ApiResponse> request(const std::string& method, const std::string& path,
                                       const std::string& body = "") = 0;
 };
