@@ -22,15 +22,27 @@ std::uint64_t EventLog::publish(v1::Event event) {
     event.set_unix_ms(wall_at_start_ms_ + moved.count());
   }
   std::uint64_t sequence = 0;
+  std::shared_ptr<const Observer> observer;
   {
     std::lock_guard lock(mutex_);
     sequence = next_++;
     event.set_sequence(sequence);
-    events_.push_back(std::move(event));
+    observer = observer_;
+    if (observer) {
+      events_.push_back(event);
+    } else {
+      events_.push_back(std::move(event));
+    }
     if (events_.size() > capacity_) events_.pop_front();
   }
   published_.notify_all();
+  if (observer) (*observer)(event);
   return sequence;
+}
+
+void EventLog::set_observer(Observer observer) {
+  std::lock_guard lock(mutex_);
+  observer_ = observer ? std::make_shared<const Observer>(std::move(observer)) : nullptr;
 }
 
 EventLog::Cursor EventLog::cursor(bool include_recent) const {
