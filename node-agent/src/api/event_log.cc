@@ -112,6 +112,8 @@ v1::Event finding_event(const Finding& finding) {
   if (finding.host_pid != 0)
     (*event.mutable_fields())["host_pid"] = std::to_string(finding.host_pid);
   if (!finding.pod_uid.empty()) (*event.mutable_fields())["pod_uid"] = finding.pod_uid;
+  if (!finding.reclaimed_for.empty())
+    (*event.mutable_fields())["reclaimed_for"] = finding.reclaimed_for;
   if (finding.kind == FindingKind::kUnaccountedProcess)
     (*event.mutable_fields())["bytes"] = std::to_string(finding.bytes);
   return event;

@@ -74,7 +74,8 @@ class EventLog {
 };
 
 // A FindingHandler that turns each finding into a FINDING event (fields: finding, host_pid,
-// claim_uid): what the agent attaches to its enforcement policy so findings reach the stream.
+// claim_uid; pod_uid and reclaimed_for where set): what the agent attaches to its enforcement
+// policy so findings reach the stream.
 class EventFindingHandler final : public FindingHandler {
  public:
   explicit EventFindingHandler(EventLog& log) : log_(log) {}

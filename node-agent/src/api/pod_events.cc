@@ -76,11 +76,24 @@ std::vector<kube::ObjectReference> share_event_objects(const Checkpoint& checkpo
   return {};
 }
 
+std::optional<PodEventText> reclaim_event_text(const v1::Event& event) {
+  const std::optional<PodEventText> evicted = pod_event_text(event);
+  const std::string requester = field(event, "reclaimed_for");
+  if (!evicted || evicted->reason != kReasonEvicted || requester.empty()) return std::nullopt;
+  return PodEventText{kube::kEventTypeNormal, kReasonReclaim,
+                      "GPU memory reclaimed for the share " + requester +
+                          (event.gpu_uuid().empty() ? "" : " on GPU " + event.gpu_uuid()) +
+                          ": process " + std::to_string(event.host_pid()) + " of the share " +
+                          event.share() + ", which held memory above its request, evicted"};
+}
+
 void PodEvents::observe(const v1::Event& event) {
-  const std::optional<PodEventText> text = pod_event_text(event);
-  if (!text) return;
-  for (const kube::ObjectReference& object : objects_(event.share()))
-    recorder_.record(object, text->type, text->reason, text->message);
+  if (const std::optional<PodEventText> text = pod_event_text(event))
+    for (const kube::ObjectReference& object : objects_(event.share()))
+      recorder_.record(object, text->type, text->reason, text->message);
+  if (const std::optional<PodEventText> text = reclaim_event_text(event))
+    for (const kube::ObjectReference& object : objects_(field(event, "reclaimed_for")))
+      recorder_.record(object, text->type, text->reason, text->message);
 }
 
 }  // namespace tessera::agent

@@ -9,6 +9,8 @@
 //                              or compute limit, or using the GPU without the shim)
 //   GpuEvicted        Warning  a process killed by reclaim: its share held memory above its
 //                              request that a share within its request needed
+//   GpuReclaim        Normal   on the pods of the share that asked for memory within its
+//                              request: a borrower's process was evicted for it
 //   GpuMemoryRefused  Warning  the shim refused allocations that would pass the share's memory
 //                              limit (one per agent pass that saw new refusals: identical, so
 //                              the Event's count grows)
@@ -29,6 +31,7 @@ inline constexpr char kEventComponent[] = "tessera-node-agent";
 inline constexpr char kReasonQuotaKill[] = "GpuQuotaKill";
 inline constexpr char kReasonEvicted[] = "GpuEvicted";
 inline constexpr char kReasonMemoryRefused[] = "GpuMemoryRefused";
+inline constexpr char kReasonReclaim[] = "GpuReclaim";
 
 // The Kubernetes Event a local event is, without its object; nullopt for events that are none of
 // the above (a finding only reported, a prepare, a health change, ...).
@@ -38,6 +41,9 @@ struct PodEventText {
   std::string message;
 };
 std::optional<PodEventText> pod_event_text(const tessera::node::v1::Event& event);
+// The GpuReclaim Event of an eviction (about the pods of fields["reclaimed_for"], the share that
+// asked); nullopt for any other event.
+std::optional<PodEventText> reclaim_event_text(const tessera::node::v1::Event& event);
 
 // The objects the Events about `share` (a share's name or its folder's) are recorded on: the
 // pods of its claim in `checkpoint` (Pod, v1, the claim's namespace, name and uid), or the claim

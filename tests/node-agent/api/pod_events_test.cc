@@ -133,14 +133,33 @@ TEST_F(PodEventsTest, OnlyWhatWasDoneBecomesAnEvent) {
   handler_->handle(finding(FindingKind::kOverMemoryLimit, 7));
   handler_->handle(finding(FindingKind::kUsageDisagrees, 8));  // never killed
   EXPECT_TRUE(pod_events().empty());
-  // A reclaim eviction is killed whatever the policy.
-  handler_->handle(finding(FindingKind::kReclaimEviction, 9));
+  // A reclaim eviction is killed whatever the policy: a Warning on the borrower's pod, and a
+  // Normal GpuReclaim on the pod of the share it was evicted for.
+  ShareSpec asking;
+  asking.claim_uid = "infer-uid";
+  asking.device = "gpu-0";
+  asking.share_id = "s-b";
+  checkpoint_["infer-uid"] = {
+      "tenants", "infer", ClaimState::kPrepareCompleted, {asking}, {{"pod-infer", "pod-uid-2"}}};
+  Finding eviction = finding(FindingKind::kReclaimEviction, 9);
+  eviction.reclaimed_for = asking.name();
+  handler_->handle(eviction);
   const std::vector<json> events = pod_events();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0]["reason"], "GpuEvicted");
   EXPECT_EQ(events[0]["type"], "Warning");
   EXPECT_NE(events[0]["message"].get<std::string>().find("Process 9 of the share"),
             std::string::npos);
+  const std::vector<json> all = server_.stored_events("tenants");
+  ASSERT_EQ(all.size(), 2u);
+  const json& reclaim = all[0]["reason"] == "GpuReclaim" ? all[0] : all[1];
+  EXPECT_EQ(reclaim["reason"], "GpuReclaim");
+  EXPECT_EQ(reclaim["type"], "Normal");
+  EXPECT_EQ(reclaim["involvedObject"]["name"], "pod-infer");
+  EXPECT_EQ(reclaim["involvedObject"]["uid"], "pod-uid-2");
+  EXPECT_EQ(reclaim["message"],
+            "GPU memory reclaimed for the share infer-uid-gpu-0-s-b on GPU GPU-1: process 9 of the "
+            "share train-uid-gpu-0-s-a, which held memory above its request, evicted");
 }
 
 TEST_F(PodEventsTest, RefusalsCountUpOneEventAndTheRateLimitHolds) {
