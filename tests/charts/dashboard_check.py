@@ -67,6 +67,9 @@ NOT_ON_DASHBOARD = {
     # docs/resource-model.md: the class is a label to join on (group_left(class)), not a figure.
     "tessera_share_qos_class": "the share's QoS class as a label, for joins; tessera shares "
                                "shows it",
+    # docs/node-agent.md, "Kubernetes Events": the Events are read with kubectl describe pod.
+    "tessera_kube_events_dropped_total": "an alert's input: Kubernetes Events the agent could "
+                                         "not write",
 }
 
 TOKEN = re.compile(

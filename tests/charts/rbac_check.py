@@ -6,7 +6,8 @@
 
 The calls are read from the sources, not from a list kept beside them: every call of the
 KubeClient interface (`<client>.request("METHOD", <path expression>, ...)`) under node-agent/src
-and webhook/src is found, and its path expression is evaluated symbolically: string literals,
+and webhook/src, and in each common/kube source whose header the component includes (the Event
+recorder, event_recorder.cc, is the agent's), is found, and its path expression is evaluated symbolically: string literals,
 `+`, `cond ? a : b` (both branches), constants (`kResourceSlicesPath[] = "..."`), local variables
 assigned earlier in the same file, and functions that return a path expression (kube_client.cc's
 `resource_claim_path` and friends). Whatever else is a value at run time (url_escape(name), a
@@ -229,8 +230,13 @@ def verb_for(method, named, query):
             "DELETE": "delete" if named else "deletecollection"}.get(method)
 
 
+KUBE_LIBRARY = "common/kube"
+
+
 def calls_in(source_root, folder):
-    """{(verb, group, resource[/sub]): [file:line, ...]} of the KubeClient calls under folder."""
+    """{(verb, group, resource[/sub]): [file:line, ...]} of the KubeClient calls under folder,
+    and of the common/kube sources whose header the folder's code includes (the Event recorder:
+    its calls are the component's that uses it)."""
     files = {}
     for directory, _, names in os.walk(os.path.join(source_root, folder)):
         for name in names:
@@ -241,10 +247,19 @@ def calls_in(source_root, folder):
     for helper in ("common/kube/src/kube_client.cc", "common/kube/include/tessera/kube/kube_client.h"):
         path = os.path.join(source_root, helper)
         files.setdefault(path, strip_comments(open(path, encoding="utf-8").read()))
+    scanned = [os.path.join(source_root, folder)]
+    library_src = os.path.join(source_root, KUBE_LIBRARY, "src")
+    for name in sorted(os.listdir(library_src)):
+        stem = name[:-3] if name.endswith(".cc") else None
+        header = f'#include "tessera/kube/{stem}.h"'
+        if stem and any(header in text for text in list(files.values())):
+            path = os.path.join(library_src, name)
+            files.setdefault(path, strip_comments(open(path, encoding="utf-8").read()))
+            scanned.append(path)
     resolver = Resolver(files)
     calls, problems = {}, []
     for path, text in sorted(files.items()):
-        if not path.startswith(os.path.join(source_root, folder)):
+        if not any(path.startswith(prefix) for prefix in scanned):
             continue
         for m in CALL_RE.finditer(text):
             line = text.count("\n", 0, m.start()) + 1

@@ -15,6 +15,7 @@
 #include "api/event_log.h"
 #include "api/node_api_server.h"
 #include "api/node_snapshot.h"
+#include "api/pod_events.h"
 #include "backends/mps_backend.h"
 #include "backends/time_slice_backend.h"
 #include "devices/device_monitor.h"
@@ -29,6 +30,7 @@
 #include "share/share_manager.h"
 #include "share/shim_library.h"
 #include "tessera/cgroup/driver_partition.h"
+#include "tessera/kube/event_recorder.h"
 #include "tessera/kube/http_kube_client.h"
 #include "tessera/log.h"
 #include "usage/gpu_time_meter.h"
@@ -206,6 +208,20 @@ Status NodeAgent::start() {
   // Before anything that reports into it (the findings' policy, the API server).
   events_ = std::make_unique<EventLog>(clock_);
   event_findings_ = std::make_unique<EventFindingHandler>(*events_);
+  kube::EventRecorderOptions recording;
+  recording.component = kEventComponent;
+  recording.host = config_.node_name;
+  recording.log = [](const std::string& line) { log::warn("kubernetes event", {{"error", line}}); };
+  // The agent's clock (tests run a simulated one), from the wall time at start.
+  recording.now = [this, wall = std::chrono::system_clock::now(), at = clock_.now()] {
+    return wall +
+           std::chrono::duration_cast<std::chrono::system_clock::duration>(clock_.now() - at);
+  };
+  kube_events_ = std::make_unique<kube::EventRecorder>(*kube_, recording);
+  pod_events_ = std::make_unique<PodEvents>(*kube_events_, [this](const std::string& share) {
+    return share_event_objects(shares_->checkpoint(), share);
+  });
+  events_->set_observer([this](const node::v1::Event& event) { pod_events_->observe(event); });
   TESSERA_RETURN_IF_ERROR(start_enforcement());
   TESSERA_RETURN_IF_ERROR(start_partition_check());
   TESSERA_RETURN_IF_ERROR(start_process_watch());
@@ -287,6 +303,10 @@ std::string NodeAgent::scrape_metrics() const {
   sources.findings = findings_ ? &findings_->counters() : nullptr;
   if (checker_) sources.unaccounted = [this] { return checker_->unaccounted_memory(); };
   if (findings_) sources.reclaim_evictions = [this] { return findings_->reclaim_evictions(); };
+  if (kube_events_)
+    sources.kube_events_dropped = [this] {
+      return kube_events_->dropped() + kube_events_->failed();
+    };
   sources.partition_capability = &partition_capability_;
   if (partition_check_) sources.partitions = [this] { return partition_check_->views(); };
   sources.withheld = [this] { return withheld_gpus(); };
@@ -580,6 +600,7 @@ void NodeAgent::stop() {
   if (checker_) checker_->stop();
   if (meter_) meter_->stop();
   if (monitor_) monitor_->stop();
+  if (events_) events_->set_observer(nullptr);  // the recorder goes before the log
 }
 
 }  // namespace tessera::agent

@@ -29,6 +29,7 @@
 
 namespace tessera::kube {
 class HttpKubeClient;
+class EventRecorder;
 }  // namespace tessera::kube
 
 namespace tessera::agent {
@@ -43,6 +44,7 @@ class ProcessWatcher;
 class ShareFolderResolver;
 class EventFindingHandler;
 class EventLog;
+class PodEvents;
 class NodeApiServer;
 class GpuTimeMeter;
 class InstrumentedPreparer;
@@ -159,6 +161,9 @@ class NodeAgent {
   // The local API's events, before everything that reports into them (the findings' policy).
   std::unique_ptr<EventLog> events_;
   std::unique_ptr<EventFindingHandler> event_findings_;
+  // Kills, evictions and refusals as Kubernetes Events on the pods (the log's observer).
+  std::unique_ptr<kube::EventRecorder> kube_events_;
+  std::unique_ptr<PodEvents> pod_events_;
   std::unique_ptr<EnforcementHandler> findings_;
   std::unique_ptr<GpuProcessSource> gpu_processes_;
   std::unique_ptr<OutOfBandChecker> checker_;  // after what its passes use

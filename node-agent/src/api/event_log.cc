@@ -22,15 +22,27 @@ std::uint64_t EventLog::publish(v1::Event event) {
     event.set_unix_ms(wall_at_start_ms_ + moved.count());
   }
   std::uint64_t sequence = 0;
+  std::shared_ptr<const Observer> observer;
   {
     std::lock_guard lock(mutex_);
     sequence = next_++;
     event.set_sequence(sequence);
-    events_.push_back(std::move(event));
+    observer = observer_;
+    if (observer) {
+      events_.push_back(event);
+    } else {
+      events_.push_back(std::move(event));
+    }
     if (events_.size() > capacity_) events_.pop_front();
   }
   published_.notify_all();
+  if (observer) (*observer)(event);
   return sequence;
+}
+
+void EventLog::set_observer(Observer observer) {
+  std::lock_guard lock(mutex_);
+  observer_ = observer ? std::make_shared<const Observer>(std::move(observer)) : nullptr;
 }
 
 EventLog::Cursor EventLog::cursor(bool include_recent) const {
@@ -100,6 +112,8 @@ v1::Event finding_event(const Finding& finding) {
   if (finding.host_pid != 0)
     (*event.mutable_fields())["host_pid"] = std::to_string(finding.host_pid);
   if (!finding.pod_uid.empty()) (*event.mutable_fields())["pod_uid"] = finding.pod_uid;
+  if (!finding.reclaimed_for.empty())
+    (*event.mutable_fields())["reclaimed_for"] = finding.reclaimed_for;
   if (finding.kind == FindingKind::kUnaccountedProcess)
     (*event.mutable_fields())["bytes"] = std::to_string(finding.bytes);
   return event;

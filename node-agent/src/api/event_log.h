@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -45,6 +47,12 @@ class EventLog {
   std::vector<tessera::node::v1::Event> read(Cursor& cursor, std::chrono::milliseconds timeout,
                                              std::size_t max = 256);
 
+  // Called with each event as published (numbered and stamped), on the publisher's thread after
+  // the log's lock is released: it must not wait (the Kubernetes Events' queue, pod_events.h).
+  // Null: none.
+  using Observer = std::function<void(const tessera::node::v1::Event&)>;
+  void set_observer(Observer observer);
+
   // Wakes every reader and makes read() return at once from now on (the server is stopping).
   void close();
   bool closed() const;
@@ -62,10 +70,12 @@ class EventLog {
   std::deque<tessera::node::v1::Event> events_;  // sequences next_ - events_.size() .. next_ - 1
   std::uint64_t next_ = 1;
   bool closed_ = false;
+  std::shared_ptr<const Observer> observer_;
 };
 
 // A FindingHandler that turns each finding into a FINDING event (fields: finding, host_pid,
-// claim_uid): what the agent attaches to its enforcement policy so findings reach the stream.
+// claim_uid; pod_uid and reclaimed_for where set): what the agent attaches to its enforcement
+// policy so findings reach the stream.
 class EventFindingHandler final : public FindingHandler {
  public:
   explicit EventFindingHandler(EventLog& log) : log_(log) {}

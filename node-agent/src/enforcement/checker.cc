@@ -1100,6 +1100,7 @@ void OutOfBandChecker::reclaim(Pass& pass) {
               plan.reason + "; this process's share holds " + mib(figures->used) +
               ", above its request of " + mib(figures->request) + ", and this process " +
               mib(victim.process.used)));
+      pass.findings.back().reclaimed_for = share.name;
     }
   }
   std::erase_if(reclaim_seen_, [&](const auto& seen) { return asking.count(seen.first) == 0; });

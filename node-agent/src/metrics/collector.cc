@@ -153,6 +153,8 @@ std::string collect_metrics(const MetricsSources& sources) {
     out.add(MetricId::kFindingsTotal, labels,
             sources.findings ? sources.findings->count(kind) : uint64_t{0});
   }
+  out.add(MetricId::kKubeEventsDroppedTotal, {},
+          sources.kube_events_dropped ? sources.kube_events_dropped() : uint64_t{0});
   return out.text();
 }
 

@@ -40,6 +40,8 @@ struct MetricsSources {
   // Per GPU UUID, the processes killed under reclaim (EnforcementHandler::reclaim_evictions); a
   // GPU absent, or null: 0.
   std::function<std::map<std::string, uint64_t>()> reclaim_evictions;
+  // Kubernetes Events not written (kube::EventRecorder: dropped + failed); null: 0.
+  std::function<uint64_t()> kube_events_dropped;
   // The driver's partitions: the capability per GPU (null: none) and the partition check's
   // figures per share and GPU (null: no check runs).
   const PartitionCapability* partition_capability = nullptr;

@@ -58,6 +58,7 @@ enum class MetricId : size_t {
   kBuildInfo,
   kFindingsTotal,
   kReclaimEvictionsTotal,
+  kKubeEventsDroppedTotal,
   kCount,
 };
 inline constexpr size_t kMetricCount = static_cast<size_t>(MetricId::kCount);
@@ -164,6 +165,10 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
      LabelSet::kGpu,
      "Processes of shares above their memory request killed on the GPU so that a share within its "
      "request could get memory (reclaim), since the agent started"},
+    {MetricId::kKubeEventsDroppedTotal, "tessera_kube_events_dropped_total", MetricType::kCounter,
+     LabelSet::kNone,
+     "Kubernetes Events on pods (kills, evictions, refusals) not written since the agent started: "
+     "the recorder's queue was full, or the API server refused them or could not be reached"},
 }};
 
 constexpr bool table_in_id_order() {

@@ -76,8 +76,9 @@ struct Finding {
   std::string pod;      // namespace/name where known, else empty
   std::string pod_uid;  // the pod its cgroup names, where the share's pods do not say (unaccounted)
   uint64_t bytes = 0;   // device memory NVML says the process holds (unaccounted_process)
-  std::string gpu_uuid;  // empty when the finding is not about one GPU
-  std::string detail;    // one human sentence: the figures that made it a finding
+  std::string gpu_uuid;       // empty when the finding is not about one GPU
+  std::string detail;         // one human sentence: the figures that made it a finding
+  std::string reclaimed_for;  // reclaim_eviction: the share (folder name) that asked for memory
 };
 
 // Where findings go: the agent's policy (log, count, kill), the local API's event stream.

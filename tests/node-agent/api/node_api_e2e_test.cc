@@ -2,7 +2,8 @@
 // "beta" (4Gi, 70 %) of one simulated GPU, the device monitor watches the simulated NVML, and the
 // API server lists the node over its socket and streams what happens: both claims prepared, a
 // memory-fill under the shim refused past alpha's limit (its usage checked against the simulator's
-// own figures), an XID injected with simgpu-ctl, and alpha unprepared.
+// own figures), an XID injected with simgpu-ctl, and alpha unprepared; the refusal is also a
+// Kubernetes Event on alpha's pod in kube-apiserver's stand-in.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -21,7 +22,9 @@
 #include "api/event_log.h"
 #include "api/node_api_server.h"
 #include "api/node_snapshot.h"
+#include "api/pod_events.h"
 #include "apiserver/claim_fixture.h"
+#include "apiserver/fake_api_server.h"
 #include "backends/command_runner.h"
 #include "devices/device_health.h"
 #include "devices/device_monitor.h"
@@ -31,6 +34,8 @@
 #include "share/share_manager.h"
 #include "tenant_claims.h"
 #include "tessera/gpu_info.h"
+#include "tessera/kube/event_recorder.h"
+#include "tessera/kube/http_kube_client.h"
 #include "tessera/node/v1/node_api.grpc.pb.h"
 
 #ifndef MEMORY_FILL
@@ -390,6 +395,59 @@ TEST_F(NodeApiOnASimulatedNode, AnAllocationPastTheLimitIsDeniedAndTheUsageIsThe
   std::this_thread::sleep_for(milliseconds(100));
   for (size_t i = before; i < watcher.events().size(); ++i)
     EXPECT_NE(watcher.events()[i].kind(), v1::Event::ALLOCATION_DENIED);
+}
+
+TEST_F(NodeApiOnASimulatedNode, AShimRefusalIsAnEventOnTheClaimsPod) {
+  if (std::string(MEMORY_FILL).empty()) GTEST_SKIP() << "built without samples";
+  testing::FakeApiServer apiserver;
+  kube::HttpKubeClient client(apiserver.connection());
+  kube::EventRecorderOptions recording;
+  recording.component = kEventComponent;
+  recording.host = "node-a";
+  const kube::WallTime wall_at_start(std::chrono::seconds(1796562000));
+  const Clock::time_point clock_at_start = clock_.now();
+  recording.now = [&] {
+    return wall_at_start + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                               clock_.now() - clock_at_start);
+  };
+  kube::EventRecorder recorder(client, recording);
+  PodEvents pod_events(recorder, [this](const std::string& share) {
+    return share_event_objects(manager_->checkpoint(), share);
+  });
+  events_.set_observer([&](const v1::Event& event) { pod_events.observe(event); });
+
+  ASSERT_EQ(manager_->prepare({"tenants", "alpha-uid", "alpha"}).status().message(), "");
+  server_->poll_once();
+  const std::string alpha = share_name("alpha", "a");
+  const std::vector<kube::ObjectReference> objects =
+      share_event_objects(manager_->checkpoint(), alpha);
+  ASSERT_EQ(objects.size(), 1u);
+  Child fill(base_, (base_ / "state" / "shares" / alpha).string(),
+             {MEMORY_FILL, "--chunk", "256Mi", "--no-fine", "--hold-seconds", "8"});
+  std::vector<json> stored;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (stored.empty() && std::chrono::steady_clock::now() < deadline) {
+    clock_.advance(std::chrono::milliseconds(100));
+    server_->poll_once();
+    recorder.flush();
+    stored = apiserver.stored_events("tenants");
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  events_.set_observer(nullptr);
+  ASSERT_EQ(stored.size(), 1u) << "no Event in the stand-in";
+  const json& event = stored[0];
+  EXPECT_EQ(event["involvedObject"], objects[0].to_json());
+  EXPECT_EQ(event["reason"], "GpuMemoryRefused");
+  EXPECT_EQ(event["type"], "Warning");
+  EXPECT_EQ(event["count"], 1);
+  EXPECT_EQ(event["message"], "GPU memory allocation refused: it would take the share " + alpha +
+                                  " on GPU " + uuid_ + " past its memory limit");
+  EXPECT_EQ(event["source"]["host"], "node-a");
+  EXPECT_FALSE(event["metadata"].value("uid", "").empty());  // the server's
+  EXPECT_EQ(recorder.failed(), 0u);
+  std::printf("FIGURE event on %s %s/%s: %s\n", objects[0].kind.c_str(),
+              objects[0].namespace_name.c_str(), objects[0].name.c_str(),
+              event["message"].get<std::string>().c_str());
 }
 
 }  // namespace

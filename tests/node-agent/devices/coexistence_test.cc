@@ -64,7 +64,7 @@ json nvidia_dra_slice(const std::string& node, const std::string& device, const 
 // its refusal.
 std::string apiserver_check(const json& event, const std::string& ns = "default") {
   json copy = event;
-  const auto refused = testing::apiserver::check_event_create(copy, ns);
+  const auto refused = testing::apiserver::check_event_write(copy, nullptr, ns);
   return refused ? refused->status.value("message", "?") : "";
 }
 

@@ -199,6 +199,7 @@ TEST(OutOfBandChecker, AReclaimRequestWithinTheRequestEvictsTheNewestBorrowerOnc
   EXPECT_EQ(evicted[0].host_pid, 201);
   EXPECT_EQ(evicted[0].host_pid_start_time, 1201u);
   EXPECT_EQ(evicted[0].share, "b");
+  EXPECT_EQ(evicted[0].reclaimed_for, "a");  // the requester: its pods get a GpuReclaim Event
   EXPECT_EQ(evicted[0].gpu_uuid, kGpu);
   EXPECT_EQ(evicted[0].detail,
             "share a (claim tenants/claim-a) is within its memory request (holds 512 MiB of "

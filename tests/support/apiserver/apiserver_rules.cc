@@ -12,13 +12,11 @@
 #include "tessera/quantity.h"
 
 namespace tessera::agent::testing::apiserver {
-namespace {
 
 using nlohmann::json;
 
 // --- field.Error constructors (field/errors.go) ---------------------------------------------
 
-// Go's %q for the strings we meet (ASCII; other bytes are passed through as UTF-8).
 std::string go_quote(const std::string& text) {
   std::string out = "\"";
   for (unsigned char c : text) {
@@ -50,6 +48,8 @@ std::string go_quote(const std::string& text) {
   }
   return out + "\"";
 }
+
+namespace {
 
 std::string child(const std::string& path, const std::string& name) {
   return path.empty() ? name : path + "." + name;

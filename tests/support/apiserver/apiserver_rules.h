@@ -69,6 +69,9 @@ struct FieldError {
 };
 using ErrorList = std::vector<FieldError>;
 
+// Go's %q for the strings we meet (ASCII; other bytes are passed through as UTF-8).
+std::string go_quote(const std::string& text);
+
 // ToAggregate().Error(): one error alone, else "[e1, e2]", duplicates dropped.
 std::string aggregate(const ErrorList& errors);
 

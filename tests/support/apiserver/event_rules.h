@@ -1,22 +1,22 @@
-// kube-apiserver's checks of a core/v1 Event create (POST /api/v1/namespaces/<ns>/events), ported
-// for the test API server (fake_api_server.h), so an Event the real server refuses fails our tests
-// with the real answer.
+// kube-apiserver's rules for Events (core/v1 Event as JSON), ported for the test API server
+// (fake_api_server.h), so that an Event the real server refuses fails our tests with its message.
 //
-// Ported from kubernetes/kubernetes:
-//   pkg/apis/core/validation/events.go: ValidateEventCreate (a core/v1 request gets
-//     legacyValidateEvent only), legacyValidateEvent (involvedObject.namespace against the
-//     Event's namespace: an object without one, such as a Node, needs namespace "" or "default"
-//     in the legacy form, "default" or "kube-system" once eventTime is set; with eventTime,
-//     reportingController, reportingInstance (128), action (128), reason (128) and message
-//     (1024) are checked; the namespace a DNS-1123 subdomain);
-//   staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go and registry/rest/meta.go:
-//     EnsureObjectNamespaceMatchesRequestNamespace (400 when the body's namespace is not the
-//     path's; an empty one takes the path's);
-//   staging/src/k8s.io/apiserver/pkg/registry/rest/create.go: BeforeCreate (a generateName gives
-//     the name; after the strategy's validation, ValidateObjectMetaAccessor with
-//     path.ValidatePathSegmentName: "name or generateName is required", "may not be '.'",
-//     "may not contain '/'").
-// The generated name's suffix is fixed here ("tst00"); the real one is random.
+// Ported from kubernetes/kubernetes (commit 04791b4906602ffda5ccf9bc4c84d3329f1d7080):
+//   pkg/apis/core/validation/events.go: ValidateEventCreate, ValidateEventUpdate,
+//     validateV1EventSeries, legacyValidateEvent (ReportingInstanceLengthLimit, ActionLengthLimit,
+//     ReasonLengthLimit 128, NoteLengthLimit 1024);
+//   staging/src/k8s.io/apiserver/pkg/registry/rest/create.go: BeforeCreate (the object's namespace
+//     against the request's: 400; then ValidateObjectMetaAccessor with ValidatePathSegmentName for
+//     the name, ValidateNamespaceName for the namespace);
+//   staging/src/k8s.io/apimachinery/pkg/api/validation/path/name.go: IsValidPathSegmentName;
+//   staging/src/k8s.io/apimachinery/pkg/api/validation/objectmeta.go: ValidateObjectMetaAccessor
+//     ("name or generateName is required"), ValidateObjectMetaUpdate (name, namespace, uid and
+//     creationTimestamp immutable).
+// The request's version decides how strict: core/v1 and events.k8s.io/v1beta1 get the legacy rules
+// only ("for backwards compatibility"); events.k8s.io/v1 (the internal Event it converts to, with
+// the core/v1 field names used here) gets the strict ones too. Not modelled: metadata labels,
+// annotations, ownerReferences and finalizers (Tessera's Events have none), the Event TTL
+// (--event-ttl, 1 h: this server keeps Events until the test ends).
 #pragma once
 
 #include <optional>
@@ -28,9 +28,23 @@
 
 namespace tessera::agent::testing::apiserver {
 
-// What the API server answers a create of `event` at namespace `path_namespace`: nullopt =
-// accepted (`event` then holds the namespace and name the server gives it), else the HTTP code
-// and its Status body.
-std::optional<Refusal> check_event_create(nlohmann::json& event, const std::string& path_namespace);
+inline constexpr char kCoreV1[] = "v1";
+inline constexpr char kEventsV1[] = "events.k8s.io/v1";
+inline constexpr char kEventsV1beta1[] = "events.k8s.io/v1beta1";
+
+// ValidateEventCreate and ValidateEventUpdate (`old`: the stored Event), for a request of
+// `request_version`.
+ErrorList validate_event_create(const nlohmann::json& event, const std::string& request_version);
+ErrorList validate_event_update(const nlohmann::json& event, const nlohmann::json& old,
+                                const std::string& request_version);
+
+// ValidateObjectMetaAccessor for an Event (namespaced, names as path segments).
+ErrorList validate_event_meta(const nlohmann::json& event);
+
+// What kube-apiserver answers a create (old null) or update of a core/v1 Event posted to
+// `request_namespace`: nullopt = accepted, else 400 (a namespace other than the request's; the
+// body's namespace, when empty, is the request's) or 422 with NewInvalid's Status.
+std::optional<Refusal> check_event_write(const nlohmann::json& event, const nlohmann::json* old,
+                                         const std::string& request_namespace);
 
 }  // namespace tessera::agent::testing::apiserver

@@ -99,6 +99,7 @@ struct FakeApiServer::Impl {
   void serve_node();
   void serve_slices();
   void serve_events();
+  std::map<std::string, json> events;  // "<namespace>/<name>"
 };
 
 void FakeApiServer::Impl::make_certificate() {
@@ -313,6 +314,46 @@ std::optional<std::pair<int, std::string>> secret_refusal(json& secret, const js
   return std::nullopt;
 }
 
+// A field selector (fields.ParseSelector, "=" and "==" terms, "," between them) matched against an
+// Event's JSON: "involvedObject.name=x,reason=y". The value's backslash escapes are undone.
+bool selected(const json& event, const std::string& selector) {
+  size_t start = 0;
+  while (start < selector.size()) {
+    size_t end = start;
+    std::string term;
+    for (; end < selector.size() && selector[end] != ','; ++end) {
+      if (selector[end] == '\\' && end + 1 < selector.size()) term += selector[end++];
+      term += selector[end];
+    }
+    const size_t eq = term.find('=');
+    if (eq == std::string::npos) return false;
+    const std::string field = term.substr(0, eq);
+    std::string value = term.substr(term[eq + 1] == '=' ? eq + 2 : eq + 1);
+    std::string unescaped;
+    for (size_t i = 0; i < value.size(); ++i) unescaped += value[i] == '\\' ? value[++i] : value[i];
+    const json* at = &event;
+    size_t from = 0;
+    while (at && from <= field.size()) {
+      const size_t dot = field.find('.', from);
+      const std::string part = field.substr(from, dot == std::string::npos ? dot : dot - from);
+      at = at->is_object() && at->contains(part) ? &(*at)[part] : nullptr;
+      if (dot == std::string::npos) break;
+      from = dot + 1;
+    }
+    const std::string actual = at && at->is_string() ? at->get<std::string>() : "";
+    if (actual != unescaped) return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+// A JSON merge patch (RFC 7386). For the fields an Event's PATCH carries (count, lastTimestamp,
+// message, series) a strategic merge patch means the same: none is a list with a merge key.
+json merged(json target, const json& patch) {
+  target.merge_patch(patch);
+  return target;
+}
+
 }  // namespace
 
 void FakeApiServer::Impl::serve_secrets() {
@@ -464,29 +505,99 @@ void FakeApiServer::Impl::serve_webhook_configurations() {
   });
 }
 
+// core/v1 Events as kube-apiserver serves them: create (the body's namespace defaulted to the
+// request's), PATCH (merge and strategic merge patches; other media types 415), GET and LIST
+// with a field selector (as `kubectl describe` lists a pod's Events). Each write passes the
+// Event rules (event_rules.h) and is stored with the server's uid, resourceVersion and
+// creationTimestamp.
 void FakeApiServer::Impl::serve_events() {
   server->Post(R"(/api/v1/namespaces/([^/]+)/events)",
                [this](const httplib::Request& req, httplib::Response& res) {
                  std::lock_guard lock(mutex);
                  std::optional<json> decoded = decoded_body(req, res);
                  if (!decoded) return;
-                 json event = std::move(*decoded);
-                 self.writes.push_back({"POST", req.path, event});
-                 if (auto refused = apiserver::check_event_create(event, req.matches[1].str()))
+                 json body = std::move(*decoded);
+                 self.writes.push_back({"POST", req.path, body});
+                 const std::string ns = req.matches[1].str();
+                 if (!body.contains("metadata") || !body["metadata"].is_object())
+                   body["metadata"] = json::object();
+                 if (body["metadata"].value("namespace", "").empty())
+                   body["metadata"]["namespace"] = ns;
+                 if (auto refused = apiserver::check_event_write(body, nullptr, ns))
                    return refuse(res, *refused);
-                 const std::string name = event["metadata"]["name"];
-                 for (const json& stored : self.events)
-                   if (stored["metadata"]["name"] == name &&
-                       stored["metadata"]["namespace"] == event["metadata"]["namespace"])
-                     return answer_status(res, 409, "events \"" + name + "\" already exists",
-                                          "AlreadyExists", {{"name", name}, {"kind", "events"}});
-                 event["metadata"]["uid"] = "event-uid-" + std::to_string(self.events.size());
-                 event["metadata"]["resourceVersion"] = std::to_string(++last_version);
-                 event["metadata"]["creationTimestamp"] = write_back::rfc3339(now());
-                 self.events.push_back(event);
+                 const std::string name = body["metadata"]["name"];
+                 if (events.count(ns + "/" + name))
+                   return answer_status(res, 409, "events \"" + name + "\" already exists",
+                                        "AlreadyExists", {{"name", name}, {"kind", "events"}});
+                 write_back::ServerFields fields;
+                 fields.uid = "event-uid-" + std::to_string(last_version + 1);
+                 fields.resource_version = std::to_string(++last_version);
+                 fields.timestamp = write_back::rfc3339(now());
+                 body["metadata"].erase("creationTimestamp");  // the server's, on create
+                 Result<json> stored = write_back::write_back(body, nullptr, fields);
+                 if (!stored.is_ok()) return answer_status(res, 422, stored.status().message());
+                 events[ns + "/" + name] = *stored;
                  res.status = 201;
-                 res.set_content(event.dump(), "application/json");
+                 res.set_content(stored->dump(), "application/json");
                });
+  server->Patch(R"(/api/v1/namespaces/([^/]+)/events/([^/]+))", [this](const httplib::Request& req,
+                                                                       httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    const std::string type = req.get_header_value("Content-Type");
+    if (type != "application/merge-patch+json" && type != "application/strategic-merge-patch+json")
+      return answer_status(res, 415,
+                           "the body of the request was in an unknown format - accepted media "
+                           "types include: application/json-patch+json, "
+                           "application/merge-patch+json, application/apply-patch+yaml, "
+                           "application/strategic-merge-patch+json",
+                           "UnsupportedMediaType");
+    std::optional<json> decoded = decoded_body(req, res);
+    if (!decoded) return;
+    self.writes.push_back({"PATCH", req.path, *decoded});
+    const std::string ns = req.matches[1].str(), name = req.matches[2].str();
+    const auto it = events.find(ns + "/" + name);
+    if (it == events.end())
+      return answer_status(res, 404, "events \"" + name + "\" not found", "NotFound",
+                           {{"name", name}, {"kind", "events"}});
+    json patched = merged(it->second, *decoded);
+    const Status current = write_back::check_resource_version(patched, it->second, name, "events");
+    if (!current.is_ok())
+      return answer_status(res, 409, current.message(), "Conflict",
+                           {{"name", name}, {"kind", "events"}});
+    if (auto refused = apiserver::check_event_write(patched, &it->second, ns))
+      return refuse(res, *refused);
+    write_back::ServerFields fields;
+    fields.resource_version = std::to_string(++last_version);
+    fields.timestamp = write_back::rfc3339(now());
+    Result<json> stored = write_back::write_back(patched, &it->second, fields);
+    if (!stored.is_ok()) return answer_status(res, 422, stored.status().message());
+    it->second = *stored;
+    res.set_content(stored->dump(), "application/json");
+  });
+  server->Get(R"(/api/v1/namespaces/([^/]+)/events/([^/]+))", [this](const httplib::Request& req,
+                                                                     httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    const auto it = events.find(req.matches[1].str() + "/" + req.matches[2].str());
+    if (it == events.end())
+      return answer_status(res, 404, "events \"" + req.matches[2].str() + "\" not found",
+                           "NotFound", {{"name", req.matches[2].str()}, {"kind", "events"}});
+    res.set_content(it->second.dump(), "application/json");
+  });
+  server->Get(R"(/api/v1/namespaces/([^/]+)/events)", [this](const httplib::Request& req,
+                                                             httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    const std::string ns = req.matches[1].str();
+    const std::string selector = req.get_param_value("fieldSelector");
+    json items = json::array();
+    for (const auto& [key, event] : events)
+      if (key.starts_with(ns + "/") && selected(event, selector)) items.push_back(event);
+    res.set_content(json{{"apiVersion", "v1"},
+                         {"kind", "EventList"},
+                         {"metadata", {{"resourceVersion", std::to_string(last_version)}}},
+                         {"items", items}}
+                        .dump(),
+                    "application/json");
+  });
 }
 
 FakeApiServer::FakeApiServer(std::string token)
@@ -503,6 +614,9 @@ FakeApiServer::FakeApiServer(std::string token)
         if (impl.fail_next > 0) {
           --impl.fail_next;
           answer_status(res, 503, "the server is currently unable to handle the request");
+          // The request's body is not read before routing: the connection must not be reused,
+          // or the next request on it starts with that body (and is answered 400).
+          res.set_header("Connection", "close");
           return httplib::Server::HandlerResponse::Handled;
         }
         if (req.get_header_value("Authorization") != "Bearer " + impl.token) {
@@ -678,6 +792,19 @@ void FakeApiServer::set_time(std::time_t when) {
   impl_->time.store(when);
 }
 
+std::vector<json> FakeApiServer::stored_events(const std::string& ns) {
+  std::lock_guard lock(impl_->mutex);
+  std::vector<json> out;
+  for (const auto& [key, event] : impl_->events)
+    if (key.starts_with(ns + "/")) out.push_back(event);
+  return out;
+}
+
+void FakeApiServer::delete_event(const std::string& ns, const std::string& name) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->events.erase(ns + "/" + name);
+}
+
 void FakeApiServer::delete_slices() {
   std::lock_guard lock(impl_->mutex);
   slices.clear();
@@ -717,7 +844,9 @@ void FakeApiServer::set_node_status(const json& status) {
 
 std::vector<json> FakeApiServer::stored_events() {
   std::lock_guard lock(impl_->mutex);
-  return events;
+  std::vector<json> out;
+  for (const auto& [key, event] : impl_->events) out.push_back(event);
+  return out;
 }
 
 }  // namespace tessera::agent::testing

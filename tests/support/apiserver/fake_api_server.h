@@ -10,8 +10,10 @@
 // write-back (apiserver/write_back.h): canonical quantities, defaults, the server's uid,
 // resourceVersion, generation, creationTimestamp and managedFields; a claim added is stored as
 // created and then given its status by a status update, as is a claim whose reservedFor changes;
-// the Node is stored as kubelet registered it. A slice update without a resourceVersion is
-// unconditional, as kube-apiserver's ResourceSlice strategy allows; a stale one is a 409.
+// the Node is stored as kubelet registered it. core/v1 Events are created, patched, read and listed
+// (with a field selector) under kube-apiserver's Event rules (apiserver/event_rules.h). A slice
+// update without a resourceVersion is unconditional, as kube-apiserver's ResourceSlice strategy
+// allows; a stale one is a 409.
 //
 // Compiled once (fake_api_server.cc, in tessera_test_apiserver): this header names neither
 // cpp-httplib nor OpenSSL.
@@ -74,6 +76,10 @@ class FakeApiServer {
   // The time the server stamps on a taint without timeAdded and on a status update (0: the real
   // time).
   void set_time(std::time_t when);
+  // The core/v1 Events stored in namespace `ns`, in name order, as a GET answers them.
+  std::vector<nlohmann::json> stored_events(const std::string& ns);
+  // What the Event TTL does (--event-ttl): the Event is gone, a PATCH of it answers 404.
+  void delete_event(const std::string& ns, const std::string& name);
   // What someone else's `kubectl delete resourceslice` does (not recorded as the agent's write).
   void delete_slices();
   // Another driver's slice created (validated and stored as a create is; not recorded as the
@@ -83,8 +89,7 @@ class FakeApiServer {
   // The Node's status replaced while the server runs (kubelet's status update: a device plugin
   // registering or going away).
   void set_node_status(const nlohmann::json& status);
-  // core/v1 Events created (POST /api/v1/namespaces/<ns>/events, checked by
-  // apiserver/event_rules.h), as stored.
+  // The core/v1 Events stored in every namespace, by namespace and name.
   std::vector<nlohmann::json> stored_events();
 
   // Secrets and admission webhook configurations (the webhook's own serving certificate):
@@ -112,7 +117,6 @@ class FakeApiServer {
   std::optional<std::string> node_body;  // set: the Node GET answers this, as given (garbled)
   std::map<std::string, nlohmann::json> slices;  // guarded by the server's lock while serving
   std::vector<RecordedWrite> writes;
-  std::vector<nlohmann::json> events;
   std::string last_list_query;
 
  private:

@@ -198,6 +198,14 @@ Result<nlohmann::json> write_back(const nlohmann::json& posted, const nlohmann::
       TESSERA_RETURN_IF_ERROR(default_slice_spec(object["spec"], fields.timestamp));
   } else if (kind == "Node") {
     TESSERA_RETURN_IF_ERROR(default_node(object, stored));
+  } else if (kind == "Event") {
+    // Go's encoder: the times (structs) are null when zero, source an object, the reporting
+    // fields (no omitempty) "".
+    for (const char* time : {"eventTime", "firstTimestamp", "lastTimestamp"})
+      if (!object.contains(time)) object[time] = nullptr;
+    if (!object.contains("source")) object["source"] = json::object();
+    for (const char* field : {"reportingComponent", "reportingInstance"})
+      if (!object.contains(field)) object[field] = "";
   }
   // Generation: 1 on create, +1 when the spec (as stored) changed; a webhook configuration has
   // no spec, its webhooks count (admissionregistration's strategies, PrepareForUpdate).
@@ -212,8 +220,8 @@ Result<nlohmann::json> write_back(const nlohmann::json& posted, const nlohmann::
   json& metadata = object["metadata"];
   metadata["uid"] = stored ? (*stored)["metadata"].value("uid", fields.uid) : fields.uid;
   metadata["resourceVersion"] = fields.resource_version;
-  if (kind == "Node" || kind == "Secret")
-    metadata.erase("generation");  // the node and secret strategies keep none
+  if (kind == "Node" || kind == "Secret" || kind == "Event")
+    metadata.erase("generation");  // the node, secret and event strategies keep none
   else
     metadata["generation"] = fields.generation;
   metadata["creationTimestamp"] =
