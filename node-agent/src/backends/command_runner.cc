@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,7 +31,7 @@ std::vector<std::string> merged_environment(const std::vector<std::string>& extr
   return result;
 }
 
-enum class ChildStage : int { kRedirect, kPrivateShm, kExec };
+enum class ChildStage : int { kRedirect, kSession, kCgroup, kPrivateShm, kExec };
 
 // In the child, before exec: only async-signal-safe calls. Reports errno through `status_fd`.
 [[noreturn]] void exec_child(const Command& command, char* const* argv, char* const* envp,
@@ -43,6 +44,28 @@ enum class ChildStage : int { kRedirect, kPrivateShm, kExec };
   if (dup2(stdin_fd, STDIN_FILENO) < 0 || dup2(output_fd, STDOUT_FILENO) < 0 ||
       dup2(output_fd, STDERR_FILENO) < 0)
     fail(ChildStage::kRedirect, errno);
+  if (command.new_session && setsid() < 0) fail(ChildStage::kSession, errno);
+  if (!command.cgroup.empty()) {
+    // A cgroup namespace hides (and forbids moves to) cgroups outside its root: take the host's.
+    struct stat own {
+    }, host{};
+    if (stat("/proc/self/ns/cgroup", &own) == 0 && stat("/proc/1/ns/cgroup", &host) == 0 &&
+        own.st_ino != host.st_ino) {
+      const int ns = open("/proc/1/ns/cgroup", O_RDONLY | O_CLOEXEC);
+      if (ns < 0 || setns(ns, CLONE_NEWCGROUP) != 0) fail(ChildStage::kCgroup, errno);
+      close(ns);
+    }
+    char procs[4096];
+    const size_t length = command.cgroup.size();
+    constexpr char kProcs[] = "/cgroup.procs";
+    if (length + sizeof kProcs > sizeof procs) fail(ChildStage::kCgroup, ENAMETOOLONG);
+    memcpy(procs, command.cgroup.data(), length);
+    memcpy(procs + length, kProcs, sizeof kProcs);
+    const int fd = open(procs, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) fail(ChildStage::kCgroup, errno);
+    if (write(fd, "0", 1) != 1) fail(ChildStage::kCgroup, errno);  // 0: the writing process
+    close(fd);
+  }
   if (!command.private_dev_shm.empty()) {
     if (unshare(CLONE_NEWNS) != 0) fail(ChildStage::kPrivateShm, errno);
     if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
@@ -190,11 +213,21 @@ Result<CommandResult> run_command(const Command& command) {
     if (stage == ChildStage::kRedirect)
       return internal_error(std::string("cannot run ") + command.argv[0] + ": " +
                             std::strerror(child_report[1]));
-    return failed_precondition(
-        stage == ChildStage::kPrivateShm
-            ? "cannot give it a private /dev/shm from " + command.private_dev_shm +
-                  " (needs CAP_SYS_ADMIN): " + std::strerror(child_report[1])
-            : std::string("cannot run ") + command.argv[0] + ": " + std::strerror(child_report[1]));
+    const std::string why = std::strerror(child_report[1]);
+    switch (stage) {
+      case ChildStage::kSession:
+        return internal_error(std::string("cannot start a session for ") + command.argv[0] + ": " +
+                              why);
+      case ChildStage::kCgroup:
+        return failed_precondition(
+            "cannot move it into cgroup " + command.cgroup +
+            " (needs a writable cgroup v2 folder and CAP_SYS_ADMIN): " + why);
+      case ChildStage::kPrivateShm:
+        return failed_precondition("cannot give it a private /dev/shm from " +
+                                   command.private_dev_shm + " (needs CAP_SYS_ADMIN): " + why);
+      default:
+        return failed_precondition(std::string("cannot run ") + command.argv[0] + ": " + why);
+    }
   }
   if (!result.timed_out)
     result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
