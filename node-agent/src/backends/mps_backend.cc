@@ -336,10 +336,10 @@ Status MpsBackend::stop(const std::string& share_name) {
     const std::string folder_of_cgroup = cgroup(share_name);
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
     bool killed = false;
-    while (rmdir(folder_of_cgroup.c_str()) != 0 && errno != ENOENT) {
-      if (errno != EBUSY || std::chrono::steady_clock::now() > deadline)
+    for (int error = 0; rmdir(folder_of_cgroup.c_str()) != 0 && (error = errno) != ENOENT;) {
+      if (error != EBUSY || std::chrono::steady_clock::now() > deadline)
         return internal_error("cannot remove cgroup " + folder_of_cgroup + ": " +
-                              std::strerror(errno));
+                              std::strerror(error));
       if (!killed) {
         std::ofstream(folder_of_cgroup + "/cgroup.kill") << "1";
         killed = true;

@@ -299,6 +299,33 @@ TEST_F(MpsBackendTest, TheDaemonOutlivesAKilledAgentAndTheNextOneAdoptsIt) {
   }
 }
 
+// An MPS server outlives its daemon (the daemon was killed): stop kills what is left in the
+// share's cgroup (cgroup.kill) and removes the cgroup.
+TEST_F(MpsBackendTest, StopKillsWhatIsLeftInTheDaemonsCgroup) {
+  const std::string daemons_cgroup =
+      testing::writable_cgroup2("tessera-mps-left-" + std::to_string(getpid()));
+  if (daemons_cgroup.empty()) GTEST_SKIP() << "no writable cgroup v2 on this machine";
+  options_.daemon_cgroup = daemons_cgroup;
+  MpsBackend backend(options_);
+  ASSERT_EQ(backend.start(a_).message(), "");
+  const int daemon = backend.daemon_pid(a_.name());
+  const std::string cgroup = backend.cgroup(a_.name());
+  // A stand-in for the MPS server the daemon spawned: in the daemon's cgroup.
+  Spawned server({"/bin/sleep", "600"}, {});
+  ASSERT_GT(server.pid(), 0);
+  std::ofstream(cgroup + "/cgroup.procs") << server.pid() << "\n";
+  ASSERT_NE(RecordingDoubles::read(cgroup + "/cgroup.procs").find(std::to_string(server.pid())),
+            std::string::npos);
+  ASSERT_EQ(kill(daemon, SIGKILL), 0);
+  while (alive(daemon)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+
+  ASSERT_EQ(backend.stop(a_.name()).message(), "");
+  EXPECT_FALSE(server.running());  // killed with the cgroup (and reaped by running())
+  EXPECT_FALSE(fs::exists(cgroup));
+  EXPECT_FALSE(fs::exists(backend.folder(a_.name())));
+  EXPECT_EQ(rmdir(daemons_cgroup.c_str()), 0) << std::strerror(errno);
+}
+
 // The recorded daemon died and the kernel gave its pid to another program, here one that even
 // looks like the daemon (the control program's name, the share's pipe folder in its environment):
 // it is not taken for the daemon (its start time is not the recorded one), neither stopped nor
