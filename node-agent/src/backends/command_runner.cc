@@ -33,6 +33,33 @@ std::vector<std::string> merged_environment(const std::vector<std::string>& extr
 
 enum class ChildStage : int { kRedirect, kSession, kCgroup, kPrivateShm, kExec };
 
+// In a child, before exec (async-signal-safe calls only): joins the cgroup namespace of pid 1 when
+// it differs from this process's (a cgroup namespace hides, and forbids moves to, cgroups outside
+// its root; with hostPID pid 1 is the host's init), then writes `pid` ("0": the caller itself) to
+// <cgroup>/cgroup.procs. 0 or an errno value.
+int enter_cgroup(const char* cgroup, const char* pid) {
+  struct stat own {};
+  struct stat host {};
+  if (stat("/proc/self/ns/cgroup", &own) == 0 && stat("/proc/1/ns/cgroup", &host) == 0 &&
+      own.st_ino != host.st_ino) {
+    const int ns = open("/proc/1/ns/cgroup", O_RDONLY | O_CLOEXEC);
+    if (ns < 0 || setns(ns, CLONE_NEWCGROUP) != 0) return errno;
+    close(ns);
+  }
+  char procs[4096];
+  const size_t length = strlen(cgroup);
+  constexpr char kProcs[] = "/cgroup.procs";
+  if (length + sizeof kProcs > sizeof procs) return ENAMETOOLONG;
+  memcpy(procs, cgroup, length);
+  memcpy(procs + length, kProcs, sizeof kProcs);
+  const int fd = open(procs, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const size_t size = strlen(pid);
+  const int error = write(fd, pid, size) == static_cast<ssize_t>(size) ? 0 : errno;
+  close(fd);
+  return error;
+}
+
 // In the child, before exec: only async-signal-safe calls. Reports errno through `status_fd`.
 [[noreturn]] void exec_child(const Command& command, char* const* argv, char* const* envp,
                              int stdin_fd, int output_fd, int status_fd) {
@@ -46,25 +73,8 @@ enum class ChildStage : int { kRedirect, kSession, kCgroup, kPrivateShm, kExec }
     fail(ChildStage::kRedirect, errno);
   if (command.new_session && setsid() < 0) fail(ChildStage::kSession, errno);
   if (!command.cgroup.empty()) {
-    // A cgroup namespace hides (and forbids moves to) cgroups outside its root: take the host's.
-    struct stat own {
-    }, host{};
-    if (stat("/proc/self/ns/cgroup", &own) == 0 && stat("/proc/1/ns/cgroup", &host) == 0 &&
-        own.st_ino != host.st_ino) {
-      const int ns = open("/proc/1/ns/cgroup", O_RDONLY | O_CLOEXEC);
-      if (ns < 0 || setns(ns, CLONE_NEWCGROUP) != 0) fail(ChildStage::kCgroup, errno);
-      close(ns);
-    }
-    char procs[4096];
-    const size_t length = command.cgroup.size();
-    constexpr char kProcs[] = "/cgroup.procs";
-    if (length + sizeof kProcs > sizeof procs) fail(ChildStage::kCgroup, ENAMETOOLONG);
-    memcpy(procs, command.cgroup.data(), length);
-    memcpy(procs + length, kProcs, sizeof kProcs);
-    const int fd = open(procs, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) fail(ChildStage::kCgroup, errno);
-    if (write(fd, "0", 1) != 1) fail(ChildStage::kCgroup, errno);  // 0: the writing process
-    close(fd);
+    if (const int error = enter_cgroup(command.cgroup.c_str(), "0"); error != 0)  // 0: itself
+      fail(ChildStage::kCgroup, error);
   }
   if (!command.private_dev_shm.empty()) {
     if (unshare(CLONE_NEWNS) != 0) fail(ChildStage::kPrivateShm, errno);
@@ -104,6 +114,36 @@ Status command_status(const Command& command, const Result<CommandResult>& resul
     output = output.substr(newline + 1);
   if (!output.empty()) text += ": " + output;
   return internal_error(text);
+}
+
+Status move_to_cgroup(int pid, const std::string& cgroup) {
+  if (pid <= 0) return invalid_argument("no process to move into cgroup " + cgroup);
+  const std::string text = std::to_string(pid);
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0)
+    return internal_error(std::string("pipe: ") + std::strerror(errno));
+  // A child joins the host's cgroup namespace, so the agent's own namespaces stay as they are.
+  const pid_t child = fork();
+  if (child == 0) {
+    const int error = enter_cgroup(cgroup.c_str(), text.c_str());
+    (void)!write(report[1], &error, sizeof error);
+    _exit(error == 0 ? 0 : 1);
+  }
+  close(report[1]);
+  if (child < 0) {
+    close(report[0]);
+    return internal_error(std::string("fork: ") + std::strerror(errno));
+  }
+  int error = 0;
+  const bool reported = read(report[0], &error, sizeof error) == static_cast<ssize_t>(sizeof error);
+  close(report[0]);
+  waitpid(child, nullptr, 0);
+  if (!reported) return internal_error("moving pid " + text + " into cgroup " + cgroup + " failed");
+  if (error != 0)
+    return failed_precondition(
+        "cannot move pid " + text + " into cgroup " + cgroup +
+        " (needs a writable cgroup v2 folder and CAP_SYS_ADMIN): " + std::strerror(error));
+  return Status::ok();
 }
 
 Status run_checked(const Command& command) {

@@ -59,4 +59,8 @@ Status command_status(const Command& command, const Result<CommandResult>& resul
 // run_command, then command_status: for a program whose output does not matter.
 Status run_checked(const Command& command);
 
+// Moves process `pid` into the cgroup v2 folder `cgroup` as Command::cgroup moves a program (from a
+// child that joins pid 1's cgroup namespace): kFailedPrecondition naming the cgroup when it cannot.
+Status move_to_cgroup(int pid, const std::string& cgroup);
+
 }  // namespace tessera::agent

@@ -85,6 +85,24 @@ std::string boot_id() {
   return id.empty() ? "-" : id;
 }
 
+// Alive and not a zombie.
+bool is_running(int pid) {
+  char line[1024];
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  if (!read_small_file(path.c_str(), line, sizeof line).ok()) return false;
+  const char* close = std::strrchr(line, ')');
+  return close != nullptr && close[1] == ' ' && close[2] != 'Z' && close[2] != 'X' &&
+         close[2] != '\0';
+}
+
+// A small file's text, "" when it cannot be read.
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 // Every process's pid, from /proc.
 std::vector<int> all_pids() {
   std::vector<int> pids;
@@ -296,14 +314,42 @@ Status MpsBackend::start(const ShareSpec& share) {
     if (daemon_pid(name) == 0 || std::chrono::steady_clock::now() > deadline) return status;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  // A daemon without a record (just started, or one whose start an agent did not see through)
-  // is adopted: recorded, so that from now on only that process is taken for the share's daemon.
-  // Only the one its pid file names: a process found by its environment alone may be a command.
-  if (found.source != Found::kRecord) {
-    const Found now = find_daemon(name);
-    if (now.source == Found::kPidFile) TESSERA_RETURN_IF_ERROR(record_daemon(name, now.pid));
+  const Result<bool> adopted = adopt(name);
+  return adopted.is_ok() ? Status::ok() : adopted.status();
+}
+
+Result<bool> MpsBackend::adopt(const std::string& share_name) {
+  const Found found = find_daemon(share_name);
+  // A process found by its name and environment alone may be a command in flight: left alone.
+  if (found.source != Found::kRecord && found.source != Found::kPidFile) return false;
+  bool moved = false;
+  if (!options_.daemon_cgroup.empty()) {
+    // A daemon started where it ends with the agent's container (by an agent without
+    // --mps-daemon-cgroup, or an older one), and the MPS servers it spawned: into its cgroup.
+    const std::string target = cgroup(share_name);
+    const std::string members = read_text(target + "/cgroup.procs");
+    std::set<int> inside;
+    std::istringstream listed(members);
+    for (int pid = 0; listed >> pid;) inside.insert(pid);
+    if (!inside.count(found.pid)) {
+      TESSERA_RETURN_IF_ERROR(make_dir(target, 0755));
+      std::vector<int> processes{found.pid};
+      std::istringstream children(read_text("/proc/" + std::to_string(found.pid) + "/task/" +
+                                            std::to_string(found.pid) + "/children"));
+      for (int child = 0; children >> child;) processes.push_back(child);
+      for (const int pid : processes) {
+        const Status status = move_to_cgroup(pid, target);
+        // A child that exited meanwhile needs no move.
+        if (!status.is_ok() && (pid == found.pid || is_running(pid)))
+          return status.with_context("MPS daemon of share " + share_name);
+      }
+      moved = true;
+    }
   }
-  return Status::ok();
+  // Recorded, so that from now on only that process is taken for the share's daemon.
+  if (found.source == Found::kPidFile)
+    TESSERA_RETURN_IF_ERROR(record_daemon(share_name, found.pid));
+  return moved;
 }
 
 Status MpsBackend::stop(const std::string& share_name) {
@@ -382,6 +428,10 @@ std::vector<DriftItem> MpsBackend::reconcile(const std::string&, const ShareSpec
                std::to_string(std::lround(daemon.active_thread_percentage.value_or(-1))) +
                ", expected " + std::to_string(wanted),
            "limits set again", start(share));
+  } else if (const Result<bool> adopted = adopt(share.name()); !adopted.is_ok()) {
+    record(subject, "MPS daemon not adopted", "", adopted.status());
+  } else if (*adopted) {
+    record(subject, "MPS daemon outside " + cgroup(share.name()), "moved into it", Status::ok());
   }
   return found;
 }

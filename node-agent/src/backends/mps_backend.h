@@ -99,6 +99,10 @@ class MpsBackend final : public ShareBackend {
   };
   Found find_daemon(const std::string& share_name) const;
   Status record_daemon(const std::string& share_name, int pid) const;
+  // Makes the running daemon the share's for good: with daemon_cgroup, moves it (and the MPS
+  // servers it spawned) into its cgroup when it is not there (true: it moved it); records the one
+  // its pid file names. Nothing for a process found by its name and environment alone.
+  Result<bool> adopt(const std::string& share_name);
   // Every running control program started with a pipe folder under root, by share name.
   std::vector<std::pair<std::string, int>> running_daemons() const;
 

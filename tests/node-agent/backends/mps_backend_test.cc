@@ -299,6 +299,37 @@ TEST_F(MpsBackendTest, TheDaemonOutlivesAKilledAgentAndTheNextOneAdoptsIt) {
   }
 }
 
+// The first upgrade: a daemon an older agent (or one without --mps-daemon-cgroup) started in its
+// own cgroup and never recorded. The next agent's reconcile adopts it: the same process, moved with
+// the MPS server it spawned into <daemon_cgroup>/<share>, and recorded; the pass after is clean.
+TEST_F(MpsBackendTest, ADaemonStartedOutsideItsCgroupIsMovedIntoItAndRecorded) {
+  const std::string daemons_cgroup =
+      testing::writable_cgroup2("tessera-mps-adopt-" + std::to_string(getpid()));
+  if (daemons_cgroup.empty()) GTEST_SKIP() << "no writable cgroup v2 on this machine";
+  ASSERT_EQ(backend_.start(a_).message(), "");  // no daemon cgroup
+  const int daemon = backend_.daemon_pid(a_.name());
+  fs::remove(backend_.record_path(a_.name()));  // an agent that kept no record
+  // (The double's daemon spawns no MPS server; the children it has, if any, move with it.)
+  options_.daemon_cgroup = daemons_cgroup;
+  MpsBackend next(options_);
+  const std::vector<DriftItem> drift = next.reconcile("", a_);
+  ASSERT_EQ(drift.size(), 1u);
+  EXPECT_EQ(drift[0].problem, "MPS daemon outside " + next.cgroup(a_.name()));
+  EXPECT_EQ(drift[0].action, "moved into it") << drift[0].error;
+  const std::string members = RecordingDoubles::read(next.cgroup(a_.name()) + "/cgroup.procs");
+  EXPECT_NE(members.find(std::to_string(daemon) + "\n"), std::string::npos) << members;
+  std::istringstream record(RecordingDoubles::read(next.record_path(a_.name())));
+  int recorded = 0;
+  ASSERT_TRUE(record >> recorded);
+  EXPECT_EQ(recorded, daemon);
+  EXPECT_EQ(next.inspect(a_.name()).pid, daemon);
+  EXPECT_TRUE(next.reconcile("", a_).empty());
+  EXPECT_EQ(launches(doubles_.calls()), 1u);
+  ASSERT_EQ(next.stop(a_.name()).message(), "");
+  EXPECT_FALSE(fs::exists(next.cgroup(a_.name())));
+  EXPECT_EQ(rmdir(daemons_cgroup.c_str()), 0) << std::strerror(errno);
+}
+
 // An MPS server outlives its daemon (the daemon was killed): stop kills what is left in the
 // share's cgroup (cgroup.kill) and removes the cgroup.
 TEST_F(MpsBackendTest, StopKillsWhatIsLeftInTheDaemonsCgroup) {
