@@ -193,7 +193,10 @@ def check_promises(ctx, docs):
         expect(volumes[m["name"]] == m["mountPath"] or m["mountPath"] == "/host-shim",
                f"{m['mountPath']} is mounted at its host path ({volumes[m['name']]})")
     args = agent["args"]
-    for flag in ("--shim-path=/usr/local/tessera/lib/libvgpu.so", "--state-dir=/var/lib/tessera",
+    # MPS daemons go to a host cgroup outside the agent's container: the host's cgroups writable.
+    expect(mounts["/sys/fs/cgroup"].get("readOnly") is False, "/sys/fs/cgroup writable for MPS daemons")
+    for flag in ("--mps-daemon-cgroup=/sys/fs/cgroup/tessera-mps",
+                 "--shim-path=/usr/local/tessera/lib/libvgpu.so", "--state-dir=/var/lib/tessera",
                  "--driver-root=/run/nvidia/driver", "--toolkit-spec-dirs=/etc/cdi,/var/run/cdi",
                  "--metrics-address=:9464"):
         expect(flag in args, f"agent flag {flag}")
@@ -394,6 +397,22 @@ def check_variant(ctx, name, docs):
         btf = [v for v in spec["volumes"] if v.get("hostPath", {}).get("path") == "/sys/kernel/btf"]
         expect(len(btf) == 1 and btf[0]["hostPath"]["type"] == "Directory", f"the BTF hostPath: {btf}")
         expect("--process-watch=on" in spec["containers"][0]["args"], "--process-watch=on")
+        # With mpsDaemons.cgroup empty the MPS daemons stay in the agent's container: no flag, and
+        # the watcher's cgroup mount read-only.
+        agent = spec["containers"][0]
+        expect(not [a for a in agent["args"] if a.startswith("--mps-daemon-cgroup")],
+               f"no --mps-daemon-cgroup: {agent['args']}")
+        cgroup = [m for m in agent["volumeMounts"] if m["mountPath"] == "/sys/fs/cgroup"]
+        expect(len(cgroup) == 1 and cgroup[0].get("readOnly") is True, f"read-only cgroup mount: {cgroup}")
+    if name == "minimal":
+        # No process watcher, but MPS daemons still get their host cgroup.
+        spec = find(docs, "DaemonSet")["spec"]["template"]["spec"]
+        agent = spec["containers"][0]
+        expect("--process-watch=off" in agent["args"]
+               and "--mps-daemon-cgroup=/sys/fs/cgroup/tessera-mps" in agent["args"],
+               f"watcher off, MPS daemon cgroup on: {agent['args']}")
+        cgroup = [m for m in agent["volumeMounts"] if m["mountPath"] == "/sys/fs/cgroup"]
+        expect(len(cgroup) == 1 and cgroup[0].get("readOnly") is False, f"writable cgroup mount: {cgroup}")
 
 
 def check_self_managed_tls(docs):

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -69,6 +71,21 @@ inline bool private_dev_shm_supported() {
   Command probe({"/bin/true"});
   probe.private_dev_shm = "/tmp";
   return run_checked(probe).is_ok();
+}
+
+// A new, empty cgroup v2 folder `name` at the top of this machine's cgroup v2 hierarchy, for MPS
+// daemons outside "the agent's" cgroup (--mps-daemon-cgroup); "" where there is none to write
+// (cgroup v1 only, no permission). The caller removes it (rmdir) once its daemons are stopped.
+inline std::string writable_cgroup2(const std::string& name) {
+  for (const char* mount : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+    struct statfs info {};
+    if (statfs(mount, &info) != 0 || info.f_type != 0x63677270) continue;  // CGROUP2_SUPER_MAGIC
+    const std::string folder = std::string(mount) + "/" + name;
+    std::error_code ec;
+    std::filesystem::remove(folder, ec);
+    if (mkdir(folder.c_str(), 0755) == 0) return folder;
+  }
+  return "";
 }
 
 }  // namespace tessera::agent::testing

@@ -156,6 +156,9 @@ gpus: {flag: --gpus}
 {{- else -}}
 {{- $args = append $args "--process-watch=auto" -}}
 {{- end -}}
+{{- if $a.mpsDaemons.cgroup -}}
+{{- $args = append $args (printf "--mps-daemon-cgroup=/sys/fs/cgroup/%s" $a.mpsDaemons.cgroup) -}}
+{{- end -}}
 {{- $table := include "tessera.agent.flagTable" . | fromYaml -}}
 {{- range $key := keys $a.config | sortAlpha -}}
 {{- $value := index $a.config $key -}}

@@ -114,6 +114,16 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
                  "nvidia-cuda-mps-control for MPS shares (a path, or a name looked up in PATH)")
       ->envname("MPS_CONTROL")
       ->capture_default_str();
+  app.add_option("--mps-daemon-cgroup", config.mps_daemon_cgroup,
+                 "cgroup v2 folder outside the agent's container for the MPS daemons, each in "
+                 "<folder>/<share>, so they outlive the agent (empty: the agent's own cgroup)")
+      ->envname("MPS_DAEMON_CGROUP")
+      ->check(CLI::Validator(
+          [](const std::string& path) -> std::string {
+            if (path.empty() || path.front() == '/') return "";
+            return "--mps-daemon-cgroup must be an absolute path, not \"" + path + "\"";
+          },
+          "absolute path", "cgroup folder"));
   app.add_option("--nvidia-smi", config.nvidia_smi,
                  "nvidia-smi for TimeSlicing claims (a path, or a name looked up in PATH)")
       ->envname("NVIDIA_SMI")

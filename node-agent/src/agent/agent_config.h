@@ -20,7 +20,10 @@ struct AgentConfig {
   std::string kubelet_plugins_dir = "/var/lib/kubelet/plugins";            // KUBELET_PLUGINS_DIR
   std::string cdi_dir = "/var/run/cdi";                                    // --cdi-dir / CDI_DIR
   std::string kubeconfig;  // --kubeconfig / KUBECONFIG; empty: in-cluster service account
-  std::string mps_control = "nvidia-cuda-mps-control";          // --mps-control / MPS_CONTROL
+  std::string mps_control = "nvidia-cuda-mps-control";  // --mps-control / MPS_CONTROL
+  // --mps-daemon-cgroup / MPS_DAEMON_CGROUP: a cgroup v2 folder (absolute path) outside the
+  // agent's container for the MPS daemons, each in <folder>/<share>; empty: the agent's cgroup.
+  std::string mps_daemon_cgroup;
   std::string nvidia_smi = "nvidia-smi";                        // --nvidia-smi / NVIDIA_SMI
   std::string shim_path = "/usr/local/tessera/lib/libvgpu.so";  // --shim-path / SHIM_PATH
   std::string shim_loading = "ld.so.preload";  // --shim-loading / SHIM_LOADING: or "LD_PRELOAD"

@@ -163,6 +163,7 @@ Status NodeAgent::start() {
   MpsOptions mps;
   mps.control = config_.mps_control;
   mps.root = config_.state_dir + "/mps";
+  mps.daemon_cgroup = config_.mps_daemon_cgroup;
   mps_ = std::make_unique<MpsBackend>(mps);
   TimeSliceOptions slices;
   slices.nvidia_smi = config_.nvidia_smi;

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,7 +31,34 @@ std::vector<std::string> merged_environment(const std::vector<std::string>& extr
   return result;
 }
 
-enum class ChildStage : int { kRedirect, kPrivateShm, kExec };
+enum class ChildStage : int { kRedirect, kSession, kCgroup, kPrivateShm, kExec };
+
+// In a child, before exec (async-signal-safe calls only): joins the cgroup namespace of pid 1 when
+// it differs from this process's (a cgroup namespace hides, and forbids moves to, cgroups outside
+// its root; with hostPID pid 1 is the host's init), then writes `pid` ("0": the caller itself) to
+// <cgroup>/cgroup.procs. 0 or an errno value.
+int enter_cgroup(const char* cgroup, const char* pid) {
+  struct stat own {};
+  struct stat host {};
+  if (stat("/proc/self/ns/cgroup", &own) == 0 && stat("/proc/1/ns/cgroup", &host) == 0 &&
+      own.st_ino != host.st_ino) {
+    const int ns = open("/proc/1/ns/cgroup", O_RDONLY | O_CLOEXEC);
+    if (ns < 0 || setns(ns, CLONE_NEWCGROUP) != 0) return errno;
+    close(ns);
+  }
+  char procs[4096];
+  const size_t length = strlen(cgroup);
+  constexpr char kProcs[] = "/cgroup.procs";
+  if (length + sizeof kProcs > sizeof procs) return ENAMETOOLONG;
+  memcpy(procs, cgroup, length);
+  memcpy(procs + length, kProcs, sizeof kProcs);
+  const int fd = open(procs, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const size_t size = strlen(pid);
+  const int error = write(fd, pid, size) == static_cast<ssize_t>(size) ? 0 : errno;
+  close(fd);
+  return error;
+}
 
 // In the child, before exec: only async-signal-safe calls. Reports errno through `status_fd`.
 [[noreturn]] void exec_child(const Command& command, char* const* argv, char* const* envp,
@@ -43,6 +71,11 @@ enum class ChildStage : int { kRedirect, kPrivateShm, kExec };
   if (dup2(stdin_fd, STDIN_FILENO) < 0 || dup2(output_fd, STDOUT_FILENO) < 0 ||
       dup2(output_fd, STDERR_FILENO) < 0)
     fail(ChildStage::kRedirect, errno);
+  if (command.new_session && setsid() < 0) fail(ChildStage::kSession, errno);
+  if (!command.cgroup.empty()) {
+    if (const int error = enter_cgroup(command.cgroup.c_str(), "0"); error != 0)  // 0: itself
+      fail(ChildStage::kCgroup, error);
+  }
   if (!command.private_dev_shm.empty()) {
     if (unshare(CLONE_NEWNS) != 0) fail(ChildStage::kPrivateShm, errno);
     if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
@@ -81,6 +114,36 @@ Status command_status(const Command& command, const Result<CommandResult>& resul
     output = output.substr(newline + 1);
   if (!output.empty()) text += ": " + output;
   return internal_error(text);
+}
+
+Status move_to_cgroup(int pid, const std::string& cgroup) {
+  if (pid <= 0) return invalid_argument("no process to move into cgroup " + cgroup);
+  const std::string text = std::to_string(pid);
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0)
+    return internal_error(std::string("pipe: ") + std::strerror(errno));
+  // A child joins the host's cgroup namespace, so the agent's own namespaces stay as they are.
+  const pid_t child = fork();
+  if (child == 0) {
+    const int error = enter_cgroup(cgroup.c_str(), text.c_str());
+    (void)!write(report[1], &error, sizeof error);
+    _exit(error == 0 ? 0 : 1);
+  }
+  close(report[1]);
+  if (child < 0) {
+    close(report[0]);
+    return internal_error(std::string("fork: ") + std::strerror(errno));
+  }
+  int error = 0;
+  const bool reported = read(report[0], &error, sizeof error) == static_cast<ssize_t>(sizeof error);
+  close(report[0]);
+  waitpid(child, nullptr, 0);
+  if (!reported) return internal_error("moving pid " + text + " into cgroup " + cgroup + " failed");
+  if (error != 0)
+    return failed_precondition(
+        "cannot move pid " + text + " into cgroup " + cgroup +
+        " (needs a writable cgroup v2 folder and CAP_SYS_ADMIN): " + std::strerror(error));
+  return Status::ok();
 }
 
 Status run_checked(const Command& command) {
@@ -190,11 +253,21 @@ Result<CommandResult> run_command(const Command& command) {
     if (stage == ChildStage::kRedirect)
       return internal_error(std::string("cannot run ") + command.argv[0] + ": " +
                             std::strerror(child_report[1]));
-    return failed_precondition(
-        stage == ChildStage::kPrivateShm
-            ? "cannot give it a private /dev/shm from " + command.private_dev_shm +
-                  " (needs CAP_SYS_ADMIN): " + std::strerror(child_report[1])
-            : std::string("cannot run ") + command.argv[0] + ": " + std::strerror(child_report[1]));
+    const std::string why = std::strerror(child_report[1]);
+    switch (stage) {
+      case ChildStage::kSession:
+        return internal_error(std::string("cannot start a session for ") + command.argv[0] + ": " +
+                              why);
+      case ChildStage::kCgroup:
+        return failed_precondition(
+            "cannot move it into cgroup " + command.cgroup +
+            " (needs a writable cgroup v2 folder and CAP_SYS_ADMIN): " + why);
+      case ChildStage::kPrivateShm:
+        return failed_precondition("cannot give it a private /dev/shm from " +
+                                   command.private_dev_shm + " (needs CAP_SYS_ADMIN): " + why);
+      default:
+        return failed_precondition(std::string("cannot run ") + command.argv[0] + ": " + why);
+    }
   }
   if (!result.timed_out)
     result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

@@ -27,6 +27,14 @@ struct Command {
   // Non-empty: the program runs in a private mount namespace with this folder bind-mounted over
   // /dev/shm (an MPS daemon and its clients must share /dev/shm, and no other share may).
   std::string private_dev_shm;
+  // The program starts a new session (setsid): it and what it leaves behind are in no process
+  // group of the agent's, so a signal to the agent's group never reaches them.
+  bool new_session = false;
+  // Non-empty: a cgroup v2 folder the program is moved into before it runs (its children stay
+  // there), after joining the cgroup namespace of pid 1 (the host's, with hostPID) when it differs
+  // from the agent's: a folder outside the agent container's cgroup, which the container runtime
+  // kills whole when it stops the container.
+  std::string cgroup;
 };
 
 // A program that ran (it may have failed: exit_code, timed_out).
@@ -50,5 +58,9 @@ std::string describe(const Command& command);
 Status command_status(const Command& command, const Result<CommandResult>& result);
 // run_command, then command_status: for a program whose output does not matter.
 Status run_checked(const Command& command);
+
+// Moves process `pid` into the cgroup v2 folder `cgroup` as Command::cgroup moves a program (from a
+// child that joins pid 1's cgroup namespace): kFailedPrecondition naming the cgroup when it cannot.
+Status move_to_cgroup(int pid, const std::string& cgroup);
 
 }  // namespace tessera::agent

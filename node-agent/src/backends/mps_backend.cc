@@ -43,17 +43,76 @@ bool process_is(int pid, const std::string& program) {
   return comm == fs::path(program).filename().string().substr(0, 15);
 }
 
+// The CUDA_MPS_PIPE_DIRECTORY a process was started with, "" when it has none.
+std::string pipe_dir_of(int pid) {
+  std::ifstream environ_file("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  constexpr std::string_view kName = "CUDA_MPS_PIPE_DIRECTORY=";
+  std::string entry;
+  while (std::getline(environ_file, entry, '\0'))
+    if (entry.starts_with(kName)) return entry.substr(kName.size());
+  return "";
+}
+
 // The pid file is in the pipe folder, which the share's containers mount read-write: a tenant
 // could write another share's daemon pid there. The daemon this share owns was started with this
 // share's pipe folder in its environment; any other process is not acted on.
 bool daemon_of(int pid, const std::string& program, const std::string& pipe_dir) {
-  if (!process_is(pid, program)) return false;
-  std::ifstream environ_file("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-  const std::string wanted = "CUDA_MPS_PIPE_DIRECTORY=" + pipe_dir;
-  std::string entry;
-  while (std::getline(environ_file, entry, '\0'))
-    if (entry == wanted) return true;
-  return false;
+  return process_is(pid, program) && pipe_dir_of(pid) == pipe_dir;
+}
+
+// Field 22 of /proc/<pid>/stat: when the process started, in clock ticks after boot; 0 when it is
+// gone. With the boot id, what tells a process from a later one given the same pid.
+uint64_t start_time_of(int pid) {
+  if (pid <= 0) return 0;
+  char line[1024];
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  if (!read_small_file(path.c_str(), line, sizeof line).ok()) return 0;
+  const char* close = std::strrchr(line, ')');
+  if (close == nullptr) return 0;
+  std::istringstream fields(close + 1);
+  std::string field;
+  for (int index = 3; index <= 22 && fields >> field; ++index)
+    if (index == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  return 0;
+}
+
+std::string boot_id() {
+  char text[64];
+  const ReadResult got =
+      read_small_file("/proc/sys/kernel/random/boot_id", text, sizeof text, FileSource::kTrusted);
+  std::string id = got.ok() ? std::string(text, got.length) : "";
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return id.empty() ? "-" : id;
+}
+
+// Alive and not a zombie.
+bool is_running(int pid) {
+  char line[1024];
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  if (!read_small_file(path.c_str(), line, sizeof line).ok()) return false;
+  const char* close = std::strrchr(line, ')');
+  return close != nullptr && close[1] == ' ' && close[2] != 'Z' && close[2] != 'X' &&
+         close[2] != '\0';
+}
+
+// A small file's text, "" when it cannot be read.
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Every process's pid, from /proc.
+std::vector<int> all_pids() {
+  std::vector<int> pids;
+  std::error_code ec;
+  for (const auto& item : fs::directory_iterator("/proc", ec)) {
+    const std::string name = item.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    pids.push_back(std::atoi(name.c_str()));
+  }
+  return pids;
 }
 
 Status make_dir(const std::string& path, mode_t mode) {
@@ -94,20 +153,69 @@ int read_pid_file(const std::string& path) {
 }
 }  // namespace
 
-int MpsBackend::daemon_pid(const std::string& share_name) const {
+MpsBackend::Found MpsBackend::find_daemon(const std::string& share_name) const {
   const std::string pipe = pipe_dir(share_name);
-  const int pid = read_pid_file(pipe + kPidFile);
-  if (daemon_of(pid, options_.control, pipe)) return pid;
-  // The pid file is missing or names another process (a tenant can write it): look for the
-  // daemon itself, the control program started with this share's pipe folder.
-  std::error_code ec;
-  for (const auto& item : fs::directory_iterator("/proc", ec)) {
-    const std::string name = item.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const int candidate = std::atoi(name.c_str());
-    if (daemon_of(candidate, options_.control, pipe)) return candidate;
+  // The share folder (not the pipe folder inside it) is the agent's alone: its record is trusted.
+  char text[256];
+  const ReadResult got =
+      read_small_file(record_path(share_name).c_str(), text, sizeof text, FileSource::kTrusted);
+  if (got.ok()) {
+    std::istringstream fields(std::string(text, got.length));
+    int pid = 0;
+    uint64_t started = 0;
+    std::string boot;
+    if (fields >> pid >> started >> boot) {
+      // A launch removes the record first, so it names the last daemon started for the share: when
+      // that one is gone, so is the share's daemon (whatever now runs under its pid).
+      if (boot == boot_id() && started != 0 && start_time_of(pid) == started &&
+          daemon_of(pid, options_.control, pipe))
+        return {pid, Found::kRecord};
+      return {};
+    }
   }
-  return 0;
+  // No record: the pid file is a hint only (a tenant can write it); else look for the daemon
+  // itself, the control program started with this share's pipe folder.
+  const int hinted = read_pid_file(pipe + kPidFile);
+  if (daemon_of(hinted, options_.control, pipe)) return {hinted, Found::kPidFile};
+  // Possibly not the daemon: a control command or a launch (-d) in flight has the same name and
+  // environment. Good enough to act on now, never recorded.
+  for (const int candidate : all_pids())
+    if (daemon_of(candidate, options_.control, pipe)) return {candidate, Found::kScan};
+  return {};
+}
+
+int MpsBackend::daemon_pid(const std::string& share_name) const {
+  return find_daemon(share_name).pid;
+}
+
+Status MpsBackend::record_daemon(const std::string& share_name, int pid) const {
+  const uint64_t started = start_time_of(pid);
+  if (started == 0)
+    return unavailable("the MPS daemon of share " + share_name + " (pid " + std::to_string(pid) +
+                       ") exited");
+  const std::string text =
+      std::to_string(pid) + " " + std::to_string(started) + " " + boot_id() + "\n";
+  if (const int error = write_file_atomically(record_path(share_name).c_str(), text); error != 0)
+    return internal_error("cannot write " + record_path(share_name) + ": " + std::strerror(error));
+  return Status::ok();
+}
+
+std::string MpsBackend::cgroup(const std::string& share_name) const {
+  return options_.daemon_cgroup.empty() ? "" : options_.daemon_cgroup + "/" + share_name;
+}
+
+std::vector<std::pair<std::string, int>> MpsBackend::running_daemons() const {
+  std::vector<std::pair<std::string, int>> found;
+  const std::string prefix = options_.root + "/";
+  constexpr std::string_view kPipe = "/pipe";
+  for (const int pid : all_pids()) {
+    if (!process_is(pid, options_.control)) continue;
+    const std::string pipe = pipe_dir_of(pid);
+    if (!pipe.starts_with(prefix) || !pipe.ends_with(kPipe)) continue;
+    const std::string name = pipe.substr(prefix.size(), pipe.size() - prefix.size() - kPipe.size());
+    if (!name.empty() && name.find('/') == std::string::npos) found.emplace_back(name, pid);
+  }
+  return found;
 }
 
 std::vector<std::string> MpsBackend::share_folders() const {
@@ -171,17 +279,24 @@ Status MpsBackend::start(const ShareSpec& share) {
                                    {log_dir(name), 0755},
                                    {shm_dir(name), 01777}})
     TESSERA_RETURN_IF_ERROR(make_dir(path, static_cast<mode_t>(mode)));
-  if (daemon_pid(name) == 0) {
+  const Found found = find_daemon(name);
+  int pid = found.pid;
+  if (pid == 0) {
     std::error_code ec;
+    fs::remove(record_path(name), ec);          // names a daemon that is gone
     fs::remove(pipe_dir(name) + kPidFile, ec);  // a dead daemon's
+    if (!options_.daemon_cgroup.empty()) TESSERA_RETURN_IF_ERROR(make_dir(cgroup(name), 0755));
     Command launch({options_.control, "-d"}, environment(name, share.uuid), "", options_.timeout);
     launch.output_file = log_dir(name) + "/agent-launch.log";
     if (options_.private_dev_shm) launch.private_dev_shm = shm_dir(name);
+    // Not the agent's: its own session, and its own cgroup outside the agent's container.
+    launch.new_session = true;
+    launch.cgroup = cgroup(name);
     TESSERA_RETURN_IF_ERROR(
         run_checked(launch).with_context("cannot start the MPS daemon of share " + name));
     // -d returns once the daemon forked; its pid file appears shortly after.
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
-    while (daemon_pid(name) == 0) {
+    while ((pid = daemon_pid(name)) == 0) {
       if (std::chrono::steady_clock::now() > deadline)
         return unavailable("the MPS daemon of share " + name + " did not write " + pipe_dir(name) +
                            kPidFile + " within " + std::to_string(options_.timeout.count()) +
@@ -195,16 +310,59 @@ Status MpsBackend::start(const ShareSpec& share) {
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   for (;;) {
     Status status = set_limits(share);
-    if (status.is_ok() || daemon_pid(name) == 0 || std::chrono::steady_clock::now() > deadline)
-      return status;
+    if (status.is_ok()) break;
+    if (daemon_pid(name) == 0 || std::chrono::steady_clock::now() > deadline) return status;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  const Result<bool> adopted = adopt(name);
+  return adopted.is_ok() ? Status::ok() : adopted.status();
+}
+
+Result<bool> MpsBackend::adopt(const std::string& share_name) {
+  const Found found = find_daemon(share_name);
+  // A process found by its name and environment alone may be a command in flight: left alone.
+  if (found.source != Found::kRecord && found.source != Found::kPidFile) return false;
+  bool moved = false;
+  if (!options_.daemon_cgroup.empty()) {
+    // A daemon started where it ends with the agent's container (by an agent without
+    // --mps-daemon-cgroup, or an older one), and the MPS servers it spawned: into its cgroup.
+    const std::string target = cgroup(share_name);
+    const std::string members = read_text(target + "/cgroup.procs");
+    std::set<int> inside;
+    std::istringstream listed(members);
+    for (int pid = 0; listed >> pid;) inside.insert(pid);
+    if (!inside.count(found.pid)) {
+      TESSERA_RETURN_IF_ERROR(make_dir(target, 0755));
+      std::vector<int> processes{found.pid};
+      std::istringstream children(read_text("/proc/" + std::to_string(found.pid) + "/task/" +
+                                            std::to_string(found.pid) + "/children"));
+      for (int child = 0; children >> child;) processes.push_back(child);
+      for (const int pid : processes) {
+        const Status status = move_to_cgroup(pid, target);
+        // A child that exited meanwhile needs no move.
+        if (!status.is_ok() && (pid == found.pid || is_running(pid)))
+          return status.with_context("MPS daemon of share " + share_name);
+      }
+      moved = true;
+    }
+  }
+  // Recorded, so that from now on only that process is taken for the share's daemon.
+  if (found.source == Found::kPidFile)
+    TESSERA_RETURN_IF_ERROR(record_daemon(share_name, found.pid));
+  return moved;
 }
 
 Status MpsBackend::stop(const std::string& share_name) {
   if (const int pid = daemon_pid(share_name); pid != 0) {
-    const Command quit({options_.control}, environment(share_name, ""), "quit\n", options_.timeout);
-    const Status quit_status = run_checked(quit);
+    // Without its pipe folder (removed by hand) no control command reaches the daemon: SIGTERM.
+    Status quit_status = Status::ok();
+    if (fs::exists(pipe_dir(share_name))) {
+      const Command quit({options_.control}, environment(share_name, ""), "quit\n",
+                         options_.timeout);
+      quit_status = run_checked(quit);
+    } else {
+      kill(pid, SIGTERM);
+    }
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
     auto running = [&] { return daemon_of(pid, options_.control, pipe_dir(share_name)); };
     while (running() && std::chrono::steady_clock::now() < deadline)
@@ -217,6 +375,22 @@ Status MpsBackend::stop(const std::string& share_name) {
         return unavailable("the MPS daemon of share " + share_name + " (pid " +
                            std::to_string(pid) + ") did not stop" +
                            (quit_status.is_ok() ? "" : ": " + quit_status.message()));
+    }
+  }
+  if (!options_.daemon_cgroup.empty()) {
+    // The daemon's cgroup; an MPS server left in it (its daemon was killed) is killed with it.
+    const std::string folder_of_cgroup = cgroup(share_name);
+    const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    bool killed = false;
+    for (int error = 0; rmdir(folder_of_cgroup.c_str()) != 0 && (error = errno) != ENOENT;) {
+      if (error != EBUSY || std::chrono::steady_clock::now() > deadline)
+        return internal_error("cannot remove cgroup " + folder_of_cgroup + ": " +
+                              std::strerror(error));
+      if (!killed) {
+        std::ofstream(folder_of_cgroup + "/cgroup.kill") << "1";
+        killed = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
   std::error_code ec;
@@ -254,6 +428,10 @@ std::vector<DriftItem> MpsBackend::reconcile(const std::string&, const ShareSpec
                std::to_string(std::lround(daemon.active_thread_percentage.value_or(-1))) +
                ", expected " + std::to_string(wanted),
            "limits set again", start(share));
+  } else if (const Result<bool> adopted = adopt(share.name()); !adopted.is_ok()) {
+    record(subject, "MPS daemon not adopted", "", adopted.status());
+  } else if (*adopted) {
+    record(subject, "MPS daemon outside " + cgroup(share.name()), "moved into it", Status::ok());
   }
   return found;
 }
@@ -271,6 +449,17 @@ std::vector<DriftItem> MpsBackend::remove_orphans(const std::vector<ShareSpec>& 
     if (!reserved) continue;
     found.push_back({"share " + name, "MPS folder no claim names", "daemon stopped, removed",
                      stop(name).message()});
+  }
+  // A daemon whose share folder is gone (removed by hand, or a state folder wiped) serves nobody.
+  std::set<std::string> stopped;
+  for (const auto& [name, pid] : running_daemons()) {
+    if (shares.count(name) || stopped.count(name) || fs::exists(folder(name))) continue;
+    const OrphanReservation reserved = reserve(name);
+    if (!reserved) continue;
+    stopped.insert(name);
+    found.push_back({"share " + name,
+                     "MPS daemon (pid " + std::to_string(pid) + ") without a share folder",
+                     "stopped", stop(name).message()});
   }
   return found;
 }

@@ -20,6 +20,7 @@ const char* const kEnvNames[] = {"NODE_NAME",
                                  "CDI_DIR",
                                  "KUBECONFIG",
                                  "MPS_CONTROL",
+                                 "MPS_DAEMON_CGROUP",
                                  "NVIDIA_SMI",
                                  "RECONCILE_INTERVAL",
                                  "DEVICE_POLL_INTERVAL",
@@ -68,6 +69,7 @@ TEST_F(AgentConfigTest, Defaults) {
   EXPECT_EQ(c.cdi_dir, "/var/run/cdi");
   EXPECT_EQ(c.kubeconfig, "");
   EXPECT_EQ(c.mps_control, "nvidia-cuda-mps-control");
+  EXPECT_EQ(c.mps_daemon_cgroup, "");
   EXPECT_EQ(c.nvidia_smi, "nvidia-smi");
   EXPECT_EQ(c.reconcile_interval_s, 60u);
   EXPECT_EQ(c.device_poll_interval_s, 30u);
@@ -86,6 +88,18 @@ TEST_F(AgentConfigTest, ProcessWatchTakesAutoOnOffFromFlagOrEnvironment) {
   EXPECT_THROW(parse({"--node-name", "n", "--process-watch", "yes"}), CLI::ValidationError);
 }
 
+TEST_F(AgentConfigTest, MpsDaemonCgroupMustBeAnAbsolutePath) {
+  try {
+    parse({"--node-name", "n", "--mps-daemon-cgroup", "tessera-mps"});
+    ADD_FAILURE() << "a relative cgroup folder was accepted";
+  } catch (const CLI::ValidationError& error) {
+    EXPECT_NE(std::string(error.what())
+                  .find("--mps-daemon-cgroup must be an absolute path, not \"tessera-mps\""),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST_F(AgentConfigTest, NodeNameIsRequired) {
   EXPECT_THROW(parse({}), CLI::RequiredError);
 }
@@ -98,6 +112,7 @@ TEST_F(AgentConfigTest, EveryFlagHasItsEnvironmentVariable) {
   setenv("CDI_DIR", "/c", 1);
   setenv("KUBECONFIG", "/k", 1);
   setenv("MPS_CONTROL", "/m", 1);
+  setenv("MPS_DAEMON_CGROUP", "/host/sys/fs/cgroup/tessera-mps", 1);
   setenv("NVIDIA_SMI", "/n", 1);
   setenv("RECONCILE_INTERVAL", "5", 1);
   setenv("DEVICE_POLL_INTERVAL", "7", 1);
@@ -113,6 +128,7 @@ TEST_F(AgentConfigTest, EveryFlagHasItsEnvironmentVariable) {
   EXPECT_EQ(c.toolkit_spec_dirs, "/t1,/t2");
   EXPECT_EQ(c.driver_root, "/run/nvidia/driver");
   EXPECT_EQ(c.mps_control, "/m");
+  EXPECT_EQ(c.mps_daemon_cgroup, "/host/sys/fs/cgroup/tessera-mps");
   EXPECT_EQ(c.nvidia_smi, "/n");
   EXPECT_EQ(c.reconcile_interval_s, 5u);
   EXPECT_EQ(c.device_poll_interval_s, 7u);

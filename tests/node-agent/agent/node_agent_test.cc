@@ -9,7 +9,9 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -91,6 +93,8 @@ class AgentProcess {
                                   pod_uid,
                                   "--metrics-address",
                                   config.metrics_address};
+    if (!config.mps_daemon_cgroup.empty())
+      args.insert(args.end(), {"--mps-daemon-cgroup", config.mps_daemon_cgroup});
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -98,7 +102,13 @@ class AgentProcess {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    const int spawned = posix_spawn(&pid_, NODE_AGENT, &actions, nullptr, argv.data(), environ);
+    // Its own process group, as a container's processes: kill_container() ends all of it.
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attributes, 0);
+    const int spawned = posix_spawn(&pid_, NODE_AGENT, &actions, &attributes, argv.data(), environ);
+    posix_spawnattr_destroy(&attributes);
     posix_spawn_file_actions_destroy(&actions);
     if (spawned != 0) pid_ = -1;
     EXPECT_EQ(spawned, 0) << std::strerror(spawned);
@@ -122,6 +132,15 @@ class AgentProcess {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
   bool running() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+  // SIGKILL to its whole process group (a liveness failure, an OOM kill): true when it ended so.
+  bool kill_container() {
+    if (pid_ <= 0 || kill(-pid_, SIGKILL) != 0) return false;
+    int status = 0;
+    const bool reaped = waitpid(pid_, &status, 0) == pid_;
+    pid_ = -1;
+    return reaped && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+  }
+  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = -1;
@@ -131,6 +150,23 @@ class AgentProcess {
 bool wait_for_socket(const fs::path& path) {
   for (int i = 0; i < 1500; ++i) {
     if (fs::is_socket(path)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// Whether a server accepts connections on the unix socket `path` within 30 s (a socket file left
+// by a killed agent refuses them).
+bool wait_for_server(const fs::path& path) {
+  for (int i = 0; i < 1500; ++i) {
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
+    const bool accepted =
+        fd >= 0 && connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+    if (fd >= 0) close(fd);
+    if (accepted) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
@@ -713,6 +749,122 @@ TEST_F(NodeAgentTest, RollingUpdateHandsEveryClaimOverBetweenTwoAgentProcesses) 
   EXPECT_EQ(new_agent.stop(), 0) << logs();
   EXPECT_FALSE(fs::exists(registration(new_pod)));
   EXPECT_FALSE(fs::exists(dra(new_pod)));
+}
+
+// Fields 3 (state), 4 (ppid), 5 (pgrp), 6 (session) of /proc/<pid>/stat; empty once it is gone.
+std::vector<std::string> process_fields(int pid) {
+  const std::string stat = RecordingDoubles::read("/proc/" + std::to_string(pid) + "/stat");
+  std::vector<std::string> fields;
+  if (const auto close = stat.rfind(')'); close != std::string::npos) {
+    std::istringstream words(stat.substr(close + 1));
+    for (std::string word; fields.size() < 4 && words >> word;) fields.push_back(word);
+  }
+  return fields;
+}
+
+// The agent's container is killed (SIGKILL to all of it) and started again while a client uses an
+// MPS share: the share's daemon is in no process group or session of the agent's (and, where this
+// machine has a writable cgroup v2, in <--mps-daemon-cgroup>/<share>), so it and its client keep
+// running; the restarted agent adopts it (same pid, no second start) before it serves kubelet, and
+// unprepare through it stops that daemon.
+TEST_F(NodeAgentTest, TheMpsDaemonAndItsClientOutliveAKilledAgent) {
+  const std::string pod = "0c0c0c0c-0000-4000-8000-00000000000c";
+  const fs::path registration =
+      fs::path(config_.kubelet_registry_dir) / (std::string(kDriverName) + "-" + pod + "-reg.sock");
+  const fs::path first_log = base_ / "first-agent.log", second_log = base_ / "second-agent.log";
+  auto logs = [&] {
+    return "first agent:\n" + RecordingDoubles::read(first_log) + "second agent:\n" +
+           RecordingDoubles::read(second_log);
+  };
+  const std::string share = std::string(kMpsUid) + "-gpu-0-s-m";
+  config_.mps_daemon_cgroup =
+      testing::writable_cgroup2("tessera-agent-test-" + std::to_string(getpid()));
+  MpsOptions mps_options;
+  mps_options.control = config_.mps_control;
+  mps_options.root = config_.state_dir + "/mps";
+  mps_options.daemon_cgroup = config_.mps_daemon_cgroup;
+  MpsBackend mps(mps_options);
+  pid_t client = -1;
+  // Whatever happens below: no client or daemon outlives the test (they hold its output open).
+  struct Cleanup {
+    std::function<void()> run;
+    ~Cleanup() { run(); }
+  } cleanup{[&] {
+    if (client > 0 && waitpid(client, nullptr, WNOHANG) == 0) {
+      kill(client, SIGKILL);
+      waitpid(client, nullptr, 0);
+    }
+    mps.stop(share).ignore();
+    if (!config_.mps_daemon_cgroup.empty()) rmdir(config_.mps_daemon_cgroup.c_str());
+  }};
+
+  auto first = std::make_unique<AgentProcess>(config_, pod, first_log);
+  ASSERT_TRUE(wait_for_server(registration)) << logs();
+  {
+    KubeletSimulator kubelet(registration);
+    kubelet.connect();
+    dra1::NodePrepareResourcesResponse prepared;
+    ASSERT_TRUE(kubelet.prepare_v1({kMpsUid}, &prepared).ok());
+    ASSERT_EQ(prepared.claims().at(kMpsUid).error(), "") << logs();
+  }
+  const int daemon = mps.daemon_pid(share);
+  ASSERT_GT(daemon, 0);
+  const auto agent_fields = process_fields(first->pid()), daemon_fields = process_fields(daemon);
+  ASSERT_EQ(daemon_fields.size(), 4u);
+  EXPECT_NE(daemon_fields[1], std::to_string(first->pid()));  // parent
+  EXPECT_NE(daemon_fields[2], agent_fields[2]);               // process group
+  EXPECT_NE(daemon_fields[3], agent_fields[3]);               // session
+  if (!config_.mps_daemon_cgroup.empty()) {
+    const std::string in = RecordingDoubles::read("/proc/" + std::to_string(daemon) + "/cgroup");
+    EXPECT_NE(in.find(fs::path(config_.mps_daemon_cgroup).filename().string() + "/" + share + "\n"),
+              std::string::npos)
+        << in;
+  }
+
+  // A client in a tenant's pod: runs while the daemon it reached runs.
+  const fs::path reached = base_ / "client-reached";
+  std::string script = "d=$(cat \"" + mps.pipe_dir(share) + "/.control\"); echo $d >\"" +
+                       reached.string() +
+                       "\"; while kill -0 $d 2>/dev/null; do sleep 0.02; done; exit 3";
+  char* client_argv[] = {const_cast<char*>("/bin/sh"), const_cast<char*>("-c"), script.data(),
+                         nullptr};
+  ASSERT_EQ(posix_spawn(&client, "/bin/sh", nullptr, nullptr, client_argv, environ), 0);
+  while (RecordingDoubles::read(reached).empty() && waitpid(client, nullptr, WNOHANG) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(RecordingDoubles::read(reached), std::to_string(daemon) + "\n");
+
+  ASSERT_TRUE(first->kill_container()) << logs();
+  first.reset();
+  const auto after_kill = process_fields(daemon);
+  ASSERT_FALSE(after_kill.empty()) << "the daemon ended with the agent";
+  EXPECT_NE(after_kill[0], "Z");
+  ASSERT_EQ(waitpid(client, nullptr, WNOHANG), 0) << "the client ended with the agent";
+
+  // Started again (same pod): it serves once its start-up reconcile is done.
+  AgentProcess second(config_, pod, second_log);
+  ASSERT_TRUE(wait_for_server(registration)) << logs();
+  EXPECT_EQ(mps.daemon_pid(share), daemon);
+  EXPECT_EQ(mps.inspect(share).active_thread_percentage, 20.0);
+  EXPECT_EQ(occurrences(doubles_.calls(), "mps-control -d"), 1u) << doubles_.calls();
+  EXPECT_EQ(waitpid(client, nullptr, WNOHANG), 0);
+
+  {
+    KubeletSimulator kubelet(registration);
+    kubelet.connect();
+    dra1::NodeUnprepareResourcesResponse unprepared;
+    ASSERT_TRUE(kubelet.unprepare_v1({kMpsUid}, &unprepared).ok());
+    EXPECT_EQ(unprepared.claims().at(kMpsUid).error(), "") << logs();
+  }  // disconnected: the agent's SIGTERM does not wait out gRPC's shutdown grace
+  int client_status = 0;
+  ASSERT_EQ(waitpid(client, &client_status, 0), client);  // its daemon quit
+  client = -1;
+  EXPECT_EQ(WEXITSTATUS(client_status), 3);
+  EXPECT_EQ(occurrences(doubles_.calls(), "  quit"), 1u);
+  EXPECT_TRUE(mps.share_folders().empty());
+  if (!config_.mps_daemon_cgroup.empty()) {
+    EXPECT_FALSE(fs::exists(config_.mps_daemon_cgroup + "/" + share));
+  }
+  EXPECT_EQ(second.stop(), 0) << logs();
 }
 
 // The local API of a running agent, as `tessera events --follow -o json` (the CLI binary) sees it:
