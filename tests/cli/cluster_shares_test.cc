@@ -155,6 +155,28 @@ TEST(ClusterShares, JsonAndYamlAreOneDocumentWithEveryFieldAndReadBackTheSame) {
       yaml_to_json(render_cluster_shares(shares, "yaml", kNow).value());
   ASSERT_TRUE(yaml.is_ok()) << yaml.status().message();
   EXPECT_EQ(json::parse(yaml->dump()), document);
+  // The text docs/cli.md shows.
+  EXPECT_EQ(render_cluster_shares({shares[0]}, "yaml", kNow).value(),
+            "shares:\n"
+            "  - namespace: tenants\n"
+            "    claim: infer\n"
+            "    claim_uid: uid-infer\n"
+            "    node: node-b\n"
+            "    request: gpu\n"
+            "    driver: vgpu.tessera.dev\n"
+            "    pool: node-b\n"
+            "    device: gpu-2\n"
+            "    share_id: ~\n"
+            "    memory: 4Gi\n"
+            "    cores: ~\n"
+            "    reserved_for:\n"
+            "      - resource: pods\n"
+            "        name: infer-0\n"
+            "        uid: u0\n"
+            "      - resource: pods\n"
+            "        name: infer-1\n"
+            "        uid: u1\n"
+            "    created: 2026-11-30T00:00:00Z\n");
   // No shares: an empty list, still one document.
   EXPECT_EQ(json::parse(render_cluster_shares({}, "json", kNow).value()),
             json({{"shares", json::array()}}));
