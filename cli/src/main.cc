@@ -119,6 +119,15 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version
+    const std::vector<std::string> rest = app.remaining();
+    if (app.get_subcommands().empty() && !rest.empty() && rest[0].rfind('-', 0) != 0) {
+      std::string commands;
+      for (const CLI::App* command : app.get_subcommands({}))
+        commands += (commands.empty() ? "" : ", ") + command->get_name();
+      std::fprintf(stderr, "tessera: unknown command \"%s\" (commands: %s)\n", rest[0].c_str(),
+                   commands.c_str());
+      return tessera::cli::kExitUsage;
+    }
     std::fprintf(stderr, "tessera: %s\n", error.what());
     // `tessera run`'s status is its command's: a bad flag is tessera's own failure (125), as
     // podman run and docker run report it. The other commands: a usage error (2).
