@@ -183,5 +183,51 @@ TEST(ClusterShares, JsonAndYamlAreOneDocumentWithEveryFieldAndReadBackTheSame) {
   EXPECT_FALSE(render_cluster_shares(shares, "xml", kNow).is_ok());
 }
 
+// Answers GETs from a script, in order, and records the paths asked for.
+class ScriptedClient : public kube::KubeClient {
+ public:
+  explicit ScriptedClient(std::vector<std::string> bodies) : bodies_(std::move(bodies)) {}
+  Result<kube::ApiResponse> request(const std::string& method, const std::string& path,
+                                    const std::string&) override {
+    asked.push_back(method + " " + path);
+    if (next_ >= bodies_.size()) return unavailable("no more answers");
+    return kube::ApiResponse{200, bodies_[next_++]};
+  }
+  std::vector<std::string> asked;
+
+ private:
+  std::vector<std::string> bodies_;
+  size_t next_ = 0;
+};
+
+TEST(ListResourceClaims, FollowsContinueTokensEscapedAndStopsAtTheLastPage) {
+  ScriptedClient client({R"({"metadata":{"continue":"a+b/c="},"items":[{"n":1}]})",
+                         R"({"metadata":{},"items":null})"});
+  const Result<json> items = list_resource_claims(client, "team a", 1);
+  ASSERT_TRUE(items.is_ok()) << items.status().message();
+  EXPECT_EQ(*items, json::array({{{"n", 1}}}));
+  EXPECT_EQ(client.asked,
+            (std::vector<std::string>{
+                "GET /apis/resource.k8s.io/v1/namespaces/team%20a/resourceclaims?limit=1",
+                "GET /apis/resource.k8s.io/v1/namespaces/team%20a/resourceclaims?limit=1&continue="
+                "a%2Bb%2Fc%3D"}));
+}
+
+TEST(ListResourceClaims, RefusesAnswersThatAreNoListAndATokenThatNeverMoves) {
+  ScriptedClient garbled({"not json"});
+  EXPECT_EQ(list_resource_claims(garbled, "", 0).status().message(),
+            "GET /apis/resource.k8s.io/v1/resourceclaims: the answer is not a JSON object");
+  ScriptedClient not_array({R"({"items":{}})"});
+  EXPECT_EQ(list_resource_claims(not_array, "", 0).status().message(),
+            "GET /apis/resource.k8s.io/v1/resourceclaims: items is {}, not an array");
+  ScriptedClient stuck({R"({"metadata":{"continue":"t"},"items":[]})",
+                        R"({"metadata":{"continue":"t"},"items":[]})"});
+  EXPECT_EQ(list_resource_claims(stuck, "", 5).status().message(),
+            "GET /apis/resource.k8s.io/v1/resourceclaims: the server answered the same continue "
+            "token again");
+  ScriptedClient down({});
+  EXPECT_EQ(list_resource_claims(down, "", 5).status().code(), StatusCode::kUnavailable);
+}
+
 }  // namespace
 }  // namespace tessera::cli

@@ -184,6 +184,9 @@ Result<json> list_resource_claims(kube::KubeClient& client, const std::string& n
     if (page)
       for (const json& item : *page) items.push_back(item);
     const std::string* next = json_string_at(list, "/metadata/continue");
+    // A server that hands back the token it was given would page forever.
+    if (next && !next->empty() && *next == continue_token)
+      return internal_error("GET " + path + ": the server answered the same continue token again");
     continue_token = next ? *next : "";
   } while (!continue_token.empty());
   return items;
