@@ -6,7 +6,7 @@
 
 namespace tessera::cli {
 
-inline constexpr int kExitOk = 0;      // done; a live view or --follow ended by q, ^C or SIGTERM
+inline constexpr int kExitOk = 0;  // done; a live view or --follow ended as asked (q, ^C, SIGTERM)
 inline constexpr int kExitFailed = 1;  // the command failed: one line on stderr says why
 inline constexpr int kExitUsage = 2;   // a bad flag, value or command name (CLI11's parse errors)
 
