@@ -1,17 +1,58 @@
-// tessera: the command-line tool. `tessera run` confines a command to a GPU share on this machine.
+// tessera: the command-line tool. `tessera run` confines a command to a GPU share on this machine;
+// `tessera shares`, `top` and `events` show the shares of this node (`shares --cluster`: of every
+// node). Exit statuses: exit_codes.h.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
 
+#include "exit_codes.h"
 #include "run_command.h"
 #include "tessera/log.h"
+#include "tessera/version.h"
 #include "views/events.h"
 #include "views/local_node.h"
 #include "views/shares_view.h"
 #include "views/top_view.h"
 
+namespace {
+
+// "0.1.0 (commit 0123456789ab)", or "0.1.0" when the build had no git checkout.
+std::string version_text() {
+  std::string text = tessera::kVersion;
+  if (*tessera::kGitCommit != '\0') text += std::string(" (commit ") + tessera::kGitCommit + ")";
+  return text;
+}
+
+// `tessera version [-o text|json|yaml]`.
+void add_version_command(CLI::App& app) {
+  auto output = std::make_shared<std::string>("text");
+  CLI::App* command = app.add_subcommand("version", "Print the version of this build");
+  command->add_option("-o,--output", *output, "text, json or yaml")
+      ->check(CLI::IsMember({"text", "json", "yaml"}));
+  command->callback([output] {
+    nlohmann::ordered_json document = {{"version", tessera::kVersion}, {"commit", nullptr}};
+    if (*tessera::kGitCommit != '\0') document["commit"] = tessera::kGitCommit;
+    if (*output == "json") {
+      std::printf("%s\n", document.dump(2).c_str());
+    } else if (*output == "yaml") {
+      std::fputs(tessera::cli::json_to_yaml(document).c_str(), stdout);
+    } else {
+      std::printf("tessera %s\n", version_text().c_str());
+    }
+  });
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"Tessera: share NVIDIA GPUs between tenants with enforced quotas"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "tessera " + version_text());
+  app.footer(
+      "Exit status: 0 done; 1 the command failed; 2 a bad flag, value or command. `tessera run`: "
+      "the command's own, 125 when tessera failed (a bad flag too), 126, 127, 128+N (see `tessera "
+      "run --help`).");
   // Logs (not a command's output): given before or after the subcommand.
   app.fallthrough();
   int verbosity = 0;
@@ -67,6 +108,7 @@ int main(int argc, char** argv) {
       ->required();
   run_cmd->prefix_command(false);
   run_cmd->footer(tessera::cli::kRunExitStatusHelp);
+  add_version_command(app);
   tessera::cli::add_shares_command(app);
   tessera::cli::add_top_command(app);
 
@@ -76,10 +118,20 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    if (error.get_exit_code() == 0) return app.exit(error);  // --help
-    // A bad flag or value is tessera's own failure (125), as --help documents: one line.
+    if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version
+    const std::vector<std::string> rest = app.remaining();
+    if (app.get_subcommands().empty() && !rest.empty() && rest[0].rfind('-', 0) != 0) {
+      std::string commands;
+      for (const CLI::App* command : app.get_subcommands({}))
+        commands += (commands.empty() ? "" : ", ") + command->get_name();
+      std::fprintf(stderr, "tessera: unknown command \"%s\" (commands: %s)\n", rest[0].c_str(),
+                   commands.c_str());
+      return tessera::cli::kExitUsage;
+    }
     std::fprintf(stderr, "tessera: %s\n", error.what());
-    return tessera::cli::kRunFailed;
+    // `tessera run`'s status is its command's: a bad flag is tessera's own failure (125), as
+    // podman run and docker run report it. The other commands: a usage error (2).
+    return run_cmd->parsed() ? tessera::cli::kRunFailed : tessera::cli::kExitUsage;
   }
   tessera::log::Options logging;
   logging.logger = "tessera";
@@ -88,7 +140,7 @@ int main(int argc, char** argv) {
   logging.format = tessera::log::parse_format(log_format).value();
   logging.text_style = tessera::log::TextStyle::kCommand;
   tessera::log::configure(std::move(logging));
-  if (!*run_cmd) return 0;
+  if (!*run_cmd) return tessera::cli::kExitOk;
   const tessera::Result<int> status = tessera::cli::run(run);
   if (!status.is_ok()) {
     tessera::log::error(status.status().message());

@@ -273,7 +273,7 @@ Result<int> run_child(const RunOptions& options, const std::string& libvgpu, con
     print_summary(dir, limits, monotonic_s() - started);
     log("summary: " + wall.describe());
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : kKilledBySignalBase + WTERMSIG(status);
 }
 
 }  // namespace

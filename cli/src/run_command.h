@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "exit_codes.h"
 #include "tessera/status.h"
 
 namespace tessera::cli {
@@ -26,12 +27,6 @@ struct RunOptions {
   std::string libvgpu;    // --libvgpu: path of libvgpu.so; default: found next to this program
   std::vector<std::string> command;
 };
-
-// tessera's own failures (a bad flag or value, no GPU, an unusable shim), as `env`, `timeout` and
-// `docker run` report them; the command cannot be run (126) or is not found (127).
-inline constexpr int kRunFailed = 125;
-inline constexpr int kCommandNotRunnable = 126;
-inline constexpr int kCommandNotFound = 127;
 
 // The exit status section of `tessera run --help` (tests/cli/check_run_safety.py checks each).
 inline constexpr const char* kRunExitStatusHelp =

@@ -174,6 +174,48 @@ TEST_F(EventsAgainstAnAgent, WithoutFollowPrintsTheRecentEventsOneLineEachAndExi
       << changed;
 }
 
+TEST_F(EventsAgainstAnAgent, ANamespaceKeepsItsEventsAndYamlIsOneDocumentEach) {
+  events_.publish(event_of(v1::Event::PREPARED, "alpha", "share of tenants/alpha prepared"));
+  v1::Event other = event_of(v1::Event::PREPARED, "gamma", "share of research/gamma prepared");
+  other.set_namespace_("research");
+  events_.publish(other);
+  v1::Event health;  // a GPU's: in no namespace
+  health.set_kind(v1::Event::HEALTH_CHANGED);
+  health.set_gpu_uuid("GPU-1");
+  events_.publish(health);
+  EventsProcess tessera({"--socket", socket(), "-n", "research", "-o", "yaml"});
+  std::string text;
+  for (std::string line = tessera.line(); !line.empty(); line = tessera.line()) text += line + "\n";
+  EXPECT_EQ(tessera.wait_exit(), 0);
+  ASSERT_EQ(text.rfind("---\n", 0), 0u) << text;
+  EXPECT_EQ(text.find("---", 1), std::string::npos) << text;  // one document: gamma's
+  const Result<nlohmann::ordered_json> document = yaml_to_json(text.substr(4));
+  ASSERT_TRUE(document.is_ok()) << document.status().message();
+  EXPECT_EQ((*document)["claim"], "gamma");
+  EXPECT_EQ((*document)["sequence"], 2);
+  EXPECT_EQ((*document)["kind"], "PREPARED");
+
+  EventsProcess all({"--socket", socket(), "-A"});
+  int lines = 0;
+  while (!all.line().empty()) ++lines;
+  EXPECT_EQ(lines, 3);
+  EXPECT_EQ(all.wait_exit(), 0);
+}
+
+TEST(EventsFormat, WideHasTheSequenceFirstAndTheFieldsLast) {
+  v1::Event event = event_of(v1::Event::ALLOCATION_DENIED, "beta", "1 allocation denied");
+  event.set_sequence(7);
+  event.set_unix_ms(1764604800123);
+  (*event.mutable_fields())["total"] = "3";
+  (*event.mutable_fields())["denied"] = "1";
+  EXPECT_EQ(format_event(event, "wide"),
+            "7  2025-12-01T16:00:00.123Z  allocation_denied  tenants/beta share beta-uid-gpu-0  1 "
+            "allocation denied  denied=1  total=3");
+  const std::string yaml = format_event(event, "yaml");
+  EXPECT_EQ(yaml.rfind("---\nsequence: 7\n", 0), 0u) << yaml;
+  EXPECT_NE(yaml.back(), '\n');
+}
+
 TEST(EventsFormat, TextLineHasTheTimeKindSubjectAndMessage) {
   v1::Event event = event_of(v1::Event::THROTTLED, "beta", "launches waited 0.250 s");
   event.set_unix_ms(1764604800123);  // 2025-12-01T16:00:00.123Z

@@ -94,6 +94,30 @@ TEST_F(NodeSource, LocalOrNamedFoldersSkipTheAgent) {
   EXPECT_EQ(agent_calls_, 0);
 }
 
+TEST_F(NodeSource, ANamespaceKeepsOnlyItsShares) {
+  v1::ListSharesResponse node = agent_node();
+  node.mutable_shares(0)->set_namespace_("tenants");
+  node.add_shares()->set_namespace_("research");
+  node.add_shares()->set_name("tessera-run-share");  // no namespace
+  options_.namespaces.name = "tenants";
+  Result<Snapshot> snapshot = make_snapshot_source(options_, agent(node))();
+  ASSERT_TRUE(snapshot.is_ok());
+  ASSERT_EQ(snapshot->node.shares_size(), 1);
+  EXPECT_EQ(snapshot->node.shares(0).name(), "tenants-claim");
+  // The local shares have no namespace: none is in one.
+  options_.local_only = true;
+  snapshot = make_snapshot_source(options_, agent(node))();
+  ASSERT_TRUE(snapshot.is_ok());
+  EXPECT_EQ(snapshot->source, "local");
+  EXPECT_EQ(snapshot->node.shares_size(), 0);
+  // Every namespace (the default, or -A): all of them.
+  options_.local_only = false;
+  options_.namespaces = {};
+  snapshot = make_snapshot_source(options_, agent(node))();
+  ASSERT_TRUE(snapshot.is_ok());
+  EXPECT_EQ(snapshot->node.shares_size(), 3);
+}
+
 TEST_F(NodeSource, OptionsParseIntoTheSourceOptions) {
   CLI::App app;
   SourceOptions parsed;
@@ -103,6 +127,21 @@ TEST_F(NodeSource, OptionsParseIntoTheSourceOptions) {
   EXPECT_EQ(parsed.agent_socket, "/s");
   EXPECT_EQ(parsed.local.share_root, "/r");
   EXPECT_EQ(parsed.local.share_folders, (std::vector<std::string>{"/a", "/b"}));
+  EXPECT_EQ(parsed.namespaces.name, "");
+  app.parse("-n tenants", false);
+  EXPECT_EQ(parsed.namespaces.name, "tenants");
+  app.parse("-A", false);
+  EXPECT_TRUE(parsed.namespaces.all);
+  EXPECT_THROW(app.parse("-A -n tenants", false), CLI::ExcludesError);
+  // An empty namespace names none: refused, never read as "every namespace".
+  EXPECT_THROW(app.parse(std::vector<std::string>{"", "--namespace"}), CLI::ValidationError);
+  // `tessera top -n` is its iteration count: --namespace only.
+  CLI::App top;
+  SourceOptions top_options;
+  add_source_options(top, top_options, /*short_namespace=*/false);
+  top.parse("--namespace tenants", false);
+  EXPECT_EQ(top_options.namespaces.name, "tenants");
+  EXPECT_THROW(top.parse("-n tenants", false), CLI::ParseError);
 }
 
 }  // namespace

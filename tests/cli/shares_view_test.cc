@@ -193,11 +193,35 @@ TEST(SharesYaml, AnEmptyNodeRoundTripsToo) {
   EXPECT_EQ(json_to_yaml(json), "node: \"\"\ngpus: []\nshares: []\nsampled_unix_ms: 0\n");
 }
 
+TEST(SharesTable, WideAddsNodePodGpuUuidPriorityAndSourceWithNamesWhole) {
+  v1::ListSharesResponse node = full_node();
+  node.mutable_shares(1)->set_name(std::string(50, 'x'));  // cut at 40 in the table, not in wide
+  const std::vector<std::string> lines = lines_of(render_shares_table(node, kSampledAt, true));
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0],
+            "NAMESPACE   CLAIM   SHARE                                                GPU   MEMORY"
+            "       CORES     CLASS        PROCESSES   AGE   NODE         POD                  "
+            "GPU-UUID                                   PRIORITY   SOURCE");
+  EXPECT_EQ(
+      lines[2],
+      "tenants     train   tenants-train-0a1b                                   1     "
+      "0/2Gi..8Gi   50%/80%   burstable    1           90s   gpu-node-1   tenants/train-7d9f   "
+      "GPU-66666666-7777-8888-9999-000000000000   normal     agent");
+  EXPECT_NE(lines[3].find(std::string(50, 'x') + "   0"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[3].find("   -                    GPU-11111111-2222-3333-4444-555555555555   "
+                          "true       tessera-run"),
+            std::string::npos)
+      << lines[3];
+  const Result<std::string> wide = render_shares(snapshot_of(node), "wide", kSampledAt);
+  ASSERT_TRUE(wide.is_ok());
+  EXPECT_EQ(lines_of(*wide)[0], lines[0]);
+}
+
 TEST(SharesOutput, RefusesAnUnknownFormatAndBadInput) {
   Snapshot snapshot;
   const Result<std::string> text = render_shares(snapshot, "xml", kSampledAt);
   ASSERT_FALSE(text.is_ok());
-  EXPECT_EQ(text.status().message(), "-o 'xml' is not table, json or yaml");
+  EXPECT_EQ(text.status().message(), "-o 'xml' is not table, wide, json or yaml");
   EXPECT_FALSE(yaml_to_json("a: [1, 2").is_ok());
   v1::ListSharesResponse back;
   EXPECT_FALSE(message_from_json(nlohmann::ordered_json{{"shares", "not a list"}}, back).is_ok());

@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <ctime>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include <CLI/CLI.hpp>
 
+#include "exit_codes.h"
 #include "tessera/node_events/snapshot_events.h"
 #include "views/agent_client.h"
 #include "views/shares_view.h"
@@ -18,9 +20,6 @@ namespace tessera::cli {
 namespace v1 = tessera::node::v1;
 
 namespace {
-
-// tessera's own failures, as `tessera run` reports them.
-constexpr int kCannotRun = 125;
 
 std::string time_text(int64_t unix_ms) {
   const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
@@ -46,7 +45,8 @@ std::string subject(const v1::Event& event) {
 Status events_from_agent(const AgentClient& client, const EventsOptions& options, std::ostream& out,
                          const std::atomic<bool>& stop) {
   const auto print = [&](const v1::Event& event) {
-    out << format_event(event, options.output) << '\n' << std::flush;
+    if (options.namespaces.accepts(event.namespace_()))
+      out << format_event(event, options.output) << '\n' << std::flush;
     return true;
   };
   // Without --follow: what the agent remembers, and the stream ends.
@@ -79,7 +79,8 @@ Status events_from_local(const EventsOptions& options, const LocalSnapshot& loca
     }
     for (v1::Event& event : tessera::api::snapshot_events(last, *now)) {
       event.set_sequence(++sequence);
-      out << format_event(event, options.output) << '\n' << std::flush;
+      if (options.namespaces.accepts(event.namespace_()))
+        out << format_event(event, options.output) << '\n' << std::flush;
     }
     last = std::move(now).value();
   }
@@ -96,14 +97,25 @@ void on_stop_signal(int) {
 std::string format_event(const v1::Event& event, const std::string& output) {
   // The JSON of `tessera shares -o json` (numbers as numbers, every field), on one line.
   if (output == "json") return message_to_json(event).dump();
-  return time_text(event.unix_ms()) + "  " + tessera::api::event_kind_name(event.kind()) + "  " +
-         subject(event) + "  " + event.message();
+  if (output == "yaml") {
+    std::string document = "---\n" + json_to_yaml(message_to_json(event));
+    document.pop_back();  // the caller ends the line
+    return document;
+  }
+  std::string line = time_text(event.unix_ms()) + "  " +
+                     tessera::api::event_kind_name(event.kind()) + "  " + subject(event) + "  " +
+                     event.message();
+  if (output != "wide") return line;
+  std::map<std::string, std::string> fields(event.fields().begin(), event.fields().end());
+  for (const auto& [key, value] : fields) line += "  " + key + "=" + value;
+  return std::to_string(event.sequence()) + "  " + line;
 }
 
 Status run_events(const EventsOptions& options, const LocalSnapshot& local, std::ostream& out,
                   std::ostream& err, const std::atomic<bool>& stop) {
-  if (options.output != "text" && options.output != "json")
-    return invalid_argument("-o " + options.output + ": must be text or json");
+  if (options.output != "text" && options.output != "wide" && options.output != "json" &&
+      options.output != "yaml")
+    return invalid_argument("-o " + options.output + ": must be text, wide, json or yaml");
   const std::string socket = api_socket_path(options.socket);
   Result<AgentClient> client = AgentClient::connect(socket);
   if (client.is_ok()) return events_from_agent(*client, options, out, stop);
@@ -124,23 +136,24 @@ void add_events_command(CLI::App& app, LocalSnapshot local) {
   command->add_flag("-f,--follow", options->follow, "Keep printing new events until interrupted");
   command
       ->add_option("-o,--output", options->output,
-                   "text (one line each) or json (one object "
-                   "per line)")
-      ->check(CLI::IsMember({"text", "json"}))
+                   "text (one line each), wide (with sequence and fields), json (one object per "
+                   "line) or yaml (one document per event)")
+      ->check(CLI::IsMember({"text", "wide", "json", "yaml"}))
       ->capture_default_str();
   command->add_option("--socket,--agent-socket", options->socket,
                       std::string("The node agent's local API socket (default: $TESSERA_API_SOCKET "
                                   "or ") +
                           kDefaultApiSocket + ")");
+  add_namespace_options(*command, options->namespaces);
   command->callback([options, local] {
     signal(SIGINT, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
     const Status status = run_events(*options, local, std::cout, std::cerr, g_interrupted);
     if (!status.is_ok()) {
       std::fprintf(stderr, "tessera events: %s\n", status.message().c_str());
-      std::exit(kCannotRun);
+      std::exit(kExitFailed);
     }
-    std::exit(0);
+    std::exit(kExitOk);
   });
 }
 

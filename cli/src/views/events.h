@@ -14,6 +14,7 @@
 
 #include "tessera/node/v1/node_api.pb.h"
 #include "tessera/status.h"
+#include "views/namespace_filter.h"
 
 namespace CLI {
 class App;
@@ -26,14 +27,18 @@ using LocalSnapshot = std::function<Result<node::v1::ListSharesResponse>()>;
 
 struct EventsOptions {
   bool follow = false;
-  std::string output = "text";                     // "text" or "json" (one object per line)
-  std::string socket;                              // --socket; empty: api_socket_path()
+  std::string output = "text";  // "text", "wide" (with sequence and fields), "json" (one object
+                                // per line) or "yaml" (one document per event)
+  NamespaceFilter namespaces;   // -n: only events of that namespace (those with none are not)
+  std::string socket;           // --socket; empty: api_socket_path()
   std::chrono::milliseconds local_interval{1000};  // between local snapshots
 };
 
-// One event as one line (no newline): "time  kind  share/claim/pod  message" for text, the
-// event's JSON for json: one line, as `tessera shares -o json` writes a message (message_to_json:
-// every field, 64-bit integers as numbers).
+// One event as one line (no newline): "time  kind  share/claim/pod  message" for text; wide puts
+// the sequence number first and the fields (key=value, sorted by key) last; the event's JSON for
+// json: one line, as `tessera shares -o json` writes a message (message_to_json: every field,
+// 64-bit integers as numbers); for yaml, the same as a YAML document ("---" first, no newline at
+// the end).
 std::string format_event(const node::v1::Event& event, const std::string& output);
 
 // Runs the command: events to `out`, notes (which source, why not the agent) to `err`, until the

@@ -2,6 +2,7 @@
 #include "views/agent_client.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <utility>
 
 namespace tessera::cli {
@@ -16,11 +17,20 @@ SnapshotSource make_snapshot_source(SourceOptions options, AgentLister agent) {
     // Share folders named on the command line are local by definition.
     const bool local_only = options.local_only || !options.local.share_root.empty() ||
                             !options.local.share_folders.empty();
+    const auto keep_filtered = [&options](node::v1::ListSharesResponse& node) {
+      auto* shares = node.mutable_shares();
+      shares->erase(std::remove_if(shares->begin(), shares->end(),
+                                   [&options](const node::v1::Share& share) {
+                                     return !options.namespaces.accepts(share.namespace_());
+                                   }),
+                    shares->end());
+    };
     if (!local_only && agent) {
       Result<node::v1::ListSharesResponse> answered = agent(options.agent_socket);
       if (answered.is_ok()) {
         snapshot.node = std::move(answered).value();
         snapshot.source = "agent";
+        keep_filtered(snapshot.node);
         return snapshot;
       }
       const StatusCode code = answered.status().code();
@@ -32,11 +42,12 @@ SnapshotSource make_snapshot_source(SourceOptions options, AgentLister agent) {
     if (!local.is_ok()) return local.status();
     snapshot.node = std::move(local).value();
     snapshot.source = "local";
+    keep_filtered(snapshot.node);
     return snapshot;
   };
 }
 
-void add_source_options(CLI::App& command, SourceOptions& options) {
+void add_source_options(CLI::App& command, SourceOptions& options, bool short_namespace) {
   command.add_flag("--local", options.local_only,
                    "Read the `tessera run` shares of this machine, without asking the node agent");
   command.add_option("--socket,--agent-socket", options.agent_socket,
@@ -48,6 +59,7 @@ void add_source_options(CLI::App& command, SourceOptions& options) {
   command.add_option("--share-dir", options.local.share_folders,
                      "Read this share folder (as `tessera run --share-dir` keeps it) instead of "
                      "the share root; repeatable");
+  add_namespace_options(command, options.namespaces, short_namespace);
 }
 
 }  // namespace tessera::cli

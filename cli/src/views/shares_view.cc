@@ -13,7 +13,10 @@
 #include <memory>
 #include <vector>
 
+#include "exit_codes.h"
+#include "tessera/driver_name.h"
 #include "tessera/local_shares.h"
+#include "views/cluster_shares.h"
 #include "views/format.h"
 
 namespace tessera::cli {
@@ -193,37 +196,14 @@ int64_t system_unix_ms() {
       .count();
 }
 
-// kubectl's exit status for an error of its own.
-constexpr int kFailed = 1;
-
 }  // namespace
 
-std::string render_shares_table(const v1::ListSharesResponse& node, int64_t now_unix_ms) {
-  if (node.shares().empty()) return "";
-  std::vector<std::vector<std::string>> rows = {
-      {"NAMESPACE", "CLAIM", "SHARE", "GPU", "MEMORY", "CORES", "CLASS", "PROCESSES", "AGE"}};
-  for (const v1::Share& share : node.shares()) {
-    const std::string age = share.prepared_unix_ms() > 0
-                                ? format_age(now_unix_ms - share.prepared_unix_ms())
-                                : std::string("<unknown>");
-    const std::vector<std::string> common = {fit(dash_if_empty(share.namespace_()), kMaxNameColumn),
-                                             fit(dash_if_empty(share.claim()), kMaxNameColumn),
-                                             fit(share.name(), kMaxNameColumn)};
-    const std::string processes =
-        share.read_error().empty() ? std::to_string(share.processes_size()) : std::string("?");
-    const std::string qos = dash_if_empty(share.qos_class());
-    if (share.devices().empty()) {
-      rows.push_back({common[0], common[1], common[2], "-", "-", "-", qos, processes, age});
-      continue;
-    }
-    for (const v1::ShareDevice& device : share.devices()) {
-      rows.push_back({common[0], common[1], common[2], gpu_column(node, device.gpu_uuid()),
-                      memory_column(share, device), cores_column(device), qos, processes, age});
-    }
-  }
-  std::vector<size_t> widths(rows[0].size(), 0);
-  for (const auto& row : rows)
+std::string render_columns(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()), 0);
     for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
   std::string out;
   for (const auto& row : rows) {
     std::string line;
@@ -234,6 +214,44 @@ std::string render_shares_table(const v1::ListSharesResponse& node, int64_t now_
     out += line + "\n";
   }
   return out;
+}
+
+std::string render_shares_table(const v1::ListSharesResponse& node, int64_t now_unix_ms,
+                                bool wide) {
+  if (node.shares().empty()) return "";
+  std::vector<std::vector<std::string>> rows = {
+      {"NAMESPACE", "CLAIM", "SHARE", "GPU", "MEMORY", "CORES", "CLASS", "PROCESSES", "AGE"}};
+  if (wide) rows[0].insert(rows[0].end(), {"NODE", "POD", "GPU-UUID", "PRIORITY", "SOURCE"});
+  // Wide lines are for reading whole names: nothing is cut.
+  const int name_width = wide ? 1 << 20 : kMaxNameColumn;
+  for (const v1::Share& share : node.shares()) {
+    const std::string age = share.prepared_unix_ms() > 0
+                                ? format_age(now_unix_ms - share.prepared_unix_ms())
+                                : std::string("<unknown>");
+    const std::vector<std::string> common = {fit(dash_if_empty(share.namespace_()), name_width),
+                                             fit(dash_if_empty(share.claim()), name_width),
+                                             fit(share.name(), name_width)};
+    const std::string processes =
+        share.read_error().empty() ? std::to_string(share.processes_size()) : std::string("?");
+    const std::string qos = dash_if_empty(share.qos_class());
+    const auto add_row = [&](std::vector<std::string> row, const std::string& gpu_uuid) {
+      if (wide)
+        row.insert(row.end(),
+                   {dash_if_empty(node.node()), dash_if_empty(share.pod()), dash_if_empty(gpu_uuid),
+                    dash_if_empty(share.priority()), dash_if_empty(share.source())});
+      rows.push_back(std::move(row));
+    };
+    if (share.devices().empty()) {
+      add_row({common[0], common[1], common[2], "-", "-", "-", qos, processes, age}, "");
+      continue;
+    }
+    for (const v1::ShareDevice& device : share.devices()) {
+      add_row({common[0], common[1], common[2], gpu_column(node, device.gpu_uuid()),
+               memory_column(share, device), cores_column(device), qos, processes, age},
+              device.gpu_uuid());
+    }
+  }
+  return render_columns(rows);
 }
 
 std::vector<std::string> unread_share_warnings(const v1::ListSharesResponse& node) {
@@ -302,30 +320,96 @@ Result<json> yaml_to_json(const std::string& yaml) {
 
 Result<std::string> render_shares(const Snapshot& snapshot, const std::string& format,
                                   int64_t now_unix_ms) {
-  if (format == "table") return render_shares_table(snapshot.node, now_unix_ms);
+  if (format == "table" || format == "wide")
+    return render_shares_table(snapshot.node, now_unix_ms, format == "wide");
   if (format == "json") return message_to_json(snapshot.node).dump(2) + "\n";
   if (format == "yaml") return json_to_yaml(message_to_json(snapshot.node));
-  return invalid_argument("-o '" + format + "' is not table, json or yaml");
+  return invalid_argument("-o '" + format + "' is not table, wide, json or yaml");
 }
+
+namespace {
+
+// `tessera shares --cluster`: every node's shares, from the API server.
+int run_cluster_shares(const std::string& kubeconfig, const NamespaceFilter& namespaces,
+                       int chunk_size, const std::string& output) {
+  Result<kube::KubeConnection> connection = cluster_connection(kubeconfig);
+  if (!connection.is_ok()) {
+    std::fprintf(stderr, "tessera shares: %s\n", connection.status().message().c_str());
+    return kExitFailed;
+  }
+  kube::RetryPolicy retry;
+  retry.attempts = 3;
+  retry.timeout = std::chrono::seconds(15);
+  kube::HttpKubeClient client(std::move(connection).value(), retry);
+  const Result<nlohmann::json> claims = list_resource_claims(client, namespaces.name, chunk_size);
+  if (!claims.is_ok()) {
+    std::fprintf(stderr, "tessera shares: listing ResourceClaims: %s\n",
+                 claims.status().message().c_str());
+    return kExitFailed;
+  }
+  const Result<std::vector<ClusterShare>> shares = cluster_shares_from_claims(*claims, kDriverName);
+  if (!shares.is_ok()) {
+    std::fprintf(stderr, "tessera shares: %s\n", shares.status().message().c_str());
+    return kExitFailed;
+  }
+  const Result<std::string> text = render_cluster_shares(*shares, output, system_unix_ms());
+  if (!text.is_ok()) {
+    std::fprintf(stderr, "tessera shares: %s\n", text.status().message().c_str());
+    return kExitFailed;
+  }
+  if (text->empty()) {
+    std::fprintf(
+        stderr, "No shares found in %s.\n",
+        namespaces.name.empty() ? "the cluster" : ("namespace " + namespaces.name).c_str());
+    return kExitOk;
+  }
+  std::fputs(text->c_str(), stdout);
+  return kExitOk;
+}
+
+}  // namespace
 
 void add_shares_command(CLI::App& app) {
   struct Options {
     std::string output = "table";
     SourceOptions source;
+    bool cluster = false;
+    std::string kubeconfig;
+    int chunk_size = 500;
   };
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand(
-      "shares", "List the GPU shares on this node: the agent's, or the `tessera run` shares here");
-  command->add_option("-o,--output", options->output, "Output format: table, json or yaml")
-      ->check(CLI::IsMember({"table", "json", "yaml"}));
+      "shares",
+      "List the GPU shares on this node (the agent's, or the `tessera run` shares here), or with "
+      "--cluster those of every node, from the API server");
+  command->add_option("-o,--output", options->output, "Output format: table, wide, json or yaml")
+      ->check(CLI::IsMember({"table", "wide", "json", "yaml"}));
   add_source_options(*command, options->source);
+  CLI::Option* cluster = command->add_flag(
+      "--cluster", options->cluster,
+      "Every node's shares: the ResourceClaims allocated by Tessera's driver, from the API server");
+  command
+      ->add_option("--kubeconfig", options->kubeconfig,
+                   "With --cluster: the kubeconfig (default: $KUBECONFIG, ~/.kube/config, else "
+                   "the pod's service account)")
+      ->needs(cluster);
+  command
+      ->add_option("--chunk-size", options->chunk_size,
+                   "With --cluster: ResourceClaims per list request (0: all in one)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(cluster);
+  for (const char* node_only : {"--local", "--socket", "--share-root", "--share-dir"})
+    cluster->excludes(command->get_option(node_only));
   // Exit statuses by std::exit: main.cc reports anything CLI11 throws as a usage error.
   command->callback([options] {
+    if (options->cluster)
+      std::exit(run_cluster_shares(options->kubeconfig, options->source.namespaces,
+                                   options->chunk_size, options->output));
     const Result<Snapshot> snapshot =
         make_snapshot_source(options->source, default_agent_lister())();
     if (!snapshot.is_ok()) {
       std::fprintf(stderr, "tessera shares: %s\n", snapshot.status().message().c_str());
-      std::exit(kFailed);
+      std::exit(kExitFailed);
     }
     // Table or not, on stderr (as kubectl's warnings): stdout stays what -o asked for.
     for (const std::string& warning : unread_share_warnings(snapshot->node))
@@ -333,7 +417,7 @@ void add_shares_command(CLI::App& app) {
     const Result<std::string> text = render_shares(*snapshot, options->output, system_unix_ms());
     if (!text.is_ok()) {
       std::fprintf(stderr, "tessera shares: %s\n", text.status().message().c_str());
-      std::exit(kFailed);
+      std::exit(kExitFailed);
     }
     if (text->empty()) {
       const std::string where =
@@ -342,7 +426,11 @@ void add_shares_command(CLI::App& app) {
               : "no `tessera run` shares in " + (options->source.local.share_root.empty()
                                                      ? share::local_share_root()
                                                      : options->source.local.share_root);
-      std::fprintf(stderr, "No shares found on this node (%s).\n", where.c_str());
+      const std::string in_namespace = options->source.namespaces.name.empty()
+                                           ? std::string()
+                                           : " in namespace " + options->source.namespaces.name;
+      std::fprintf(stderr, "No shares found%s on this node (%s).\n", in_namespace.c_str(),
+                   where.c_str());
       return;
     }
     std::fputs(text->c_str(), stdout);

@@ -1,5 +1,6 @@
-// `tessera shares [-o table|json|yaml]`: the shares on this node, as `kubectl get` lists objects.
-// The table has one line per GPU of a share, in a fixed column order; json and yaml print the
+// `tessera shares [-o table|wide|json|yaml]`: the shares on this node, as `kubectl get` lists
+// objects. The table has one line per GPU of a share, in a fixed column order (wide: more columns
+// after them); json and yaml print the
 // whole ListSharesResponse under its proto field names (every field, defaults included), and
 // parse back into the same message.
 #pragma once
@@ -21,10 +22,12 @@ class App;
 
 namespace tessera::cli {
 
-// NAMESPACE CLAIM SHARE GPU MEMORY CORES PROCESSES AGE, columns as wide as their widest cell;
+// NAMESPACE CLAIM SHARE GPU MEMORY CORES CLASS PROCESSES AGE, columns as wide as their widest cell;
 // "" when there are no shares (the caller says so on stderr, as kubectl does). A share that could
 // not be read (read_error) shows "?" for its memory used and its processes: unknown, not 0.
-std::string render_shares_table(const node::v1::ListSharesResponse& node, int64_t now_unix_ms);
+// `wide` adds NODE POD GPU-UUID PRIORITY SOURCE after them, names not cut.
+std::string render_shares_table(const node::v1::ListSharesResponse& node, int64_t now_unix_ms,
+                                bool wide = false);
 
 // "share <name>: <read_error> (its usage is unknown)" for each share that could not be read whole,
 // in order; what `tessera shares` warns of on stderr, whatever the format.
@@ -41,7 +44,10 @@ Status message_from_json(const nlohmann::ordered_json& json, google::protobuf::M
 std::string json_to_yaml(const nlohmann::ordered_json& json);
 Result<nlohmann::ordered_json> yaml_to_json(const std::string& yaml);
 
-// What `tessera shares -o <format>` prints ("table", "json" or "yaml").
+// Lines of cells as a table: each column as wide as its widest cell, three spaces between.
+std::string render_columns(const std::vector<std::vector<std::string>>& rows);
+
+// What `tessera shares -o <format>` prints ("table", "wide", "json" or "yaml").
 Result<std::string> render_shares(const Snapshot& snapshot, const std::string& format,
                                   int64_t now_unix_ms);
 

@@ -21,6 +21,7 @@
 #include <optional>
 #include <thread>
 
+#include "exit_codes.h"
 #include "tessera/unique_fd.h"
 #include "views/format.h"
 #include "views/local_node.h"
@@ -474,9 +475,6 @@ class AnsiScreen : public TopScreen {
   AnsiScreen(const AnsiScreen&) = delete;
   AnsiScreen& operator=(const AnsiScreen&) = delete;
 
-  // The signal that ended the loop, 0 when none did.
-  int stop_signal() const { return g_stop_signal; }
-
   TopLayout size() override {
     TopLayout layout;
     struct winsize window {};
@@ -728,7 +726,8 @@ void add_top_command(CLI::App& app) {
       ->check(CLI::Range(0.1, 3600.0));
   command->add_option("--sort", options->sort, "Sort shares by memory, cores, throttled or name")
       ->check(CLI::IsMember({"memory", "cores", "throttled", "name"}));
-  add_source_options(*command, options->source);
+  // -n is the iteration count, as top's: the namespace is --namespace only.
+  add_source_options(*command, options->source, /*short_namespace=*/false);
   // Exit statuses by std::exit: main.cc reports anything CLI11 throws as a usage error.
   command->callback([options] {
     const SnapshotSource source = make_snapshot_source(options->source, default_agent_lister());
@@ -737,14 +736,12 @@ void add_top_command(CLI::App& app) {
     loop.sort = parse_sort(options->sort).value_or(TopSort::kMemory);
     const int iterations = options->once ? 1 : options->iterations;
     if (iterations == 0 && ::isatty(STDOUT_FILENO)) {
-      int stopped_by = 0;
       {
         AnsiScreen screen;
         run_top_screen(source, screen, loop);
-        stopped_by = screen.stop_signal();
       }  // the terminal is restored here
-      if (stopped_by != 0) std::exit(128 + stopped_by);
-      return;
+      // Ended as asked (q, ^C, SIGTERM, SIGHUP): done, as `tessera events --follow` is.
+      std::exit(kExitOk);
     }
     int width = 80;
     if (const char* columns = std::getenv("COLUMNS"); columns && std::atoi(columns) > 80)
@@ -758,7 +755,7 @@ void add_top_command(CLI::App& app) {
         [](int64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); });
     if (!done.is_ok()) {
       std::fprintf(stderr, "tessera top: %s\n", done.message().c_str());
-      std::exit(1);
+      std::exit(kExitFailed);
     }
   });
 }

@@ -12,6 +12,11 @@ StatusCode code_for_http_status(long http_status) {
   return StatusCode::kInternal;
 }
 
+std::string resource_claims_path(const std::string& namespace_name) {
+  if (namespace_name.empty()) return "/apis/resource.k8s.io/v1/resourceclaims";
+  return "/apis/resource.k8s.io/v1/namespaces/" + url_escape(namespace_name) + "/resourceclaims";
+}
+
 std::string resource_claim_path(const std::string& namespace_name, const std::string& name) {
   return "/apis/resource.k8s.io/v1/namespaces/" + url_escape(namespace_name) + "/resourceclaims/" +
          url_escape(name);

@@ -6,6 +6,7 @@
 #include <openssl/x509v3.h>
 
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -96,6 +97,7 @@ struct FakeApiServer::Impl {
   void serve_secrets();
   void serve_webhook_configurations();
   void hold_if_asked();
+  void serve_claim_lists();
   void serve_node();
   void serve_slices();
   void serve_events();
@@ -158,6 +160,114 @@ void FakeApiServer::Impl::serve_claims() {
                {"kind", "resourceclaims"}});
         res.set_content(it->second, "application/json");
       });
+}
+
+namespace {
+
+// base64url without padding (Go's base64.RawURLEncoding), as the API server writes a continue
+// token; and back, "" when `text` is not that.
+std::string raw_url_base64(const std::string& bytes) {
+  static const char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out;
+  unsigned value = 0;
+  int bits = 0;
+  for (const unsigned char byte : bytes) {
+    value = (value << 8) | byte;
+    bits += 8;
+    while (bits >= 6) out += kAlphabet[(value >> (bits -= 6)) & 63];
+  }
+  if (bits > 0) out += kAlphabet[(value << (6 - bits)) & 63];
+  return out;
+}
+std::optional<std::string> from_raw_url_base64(const std::string& text) {
+  std::string out;
+  unsigned value = 0;
+  int bits = 0;
+  for (const char c : text) {
+    const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const char* found = c ? std::strchr(alphabet, c) : nullptr;
+    if (!found) return std::nullopt;
+    value = (value << 6) | static_cast<unsigned>(found - alphabet);
+    bits += 6;
+    if (bits >= 8) out += static_cast<char>((value >> (bits -= 8)) & 0xff);
+  }
+  return out;
+}
+
+}  // namespace
+
+// LIST of ResourceClaims, of one namespace or of all, as kube-apiserver answers it: a
+// ResourceClaimList whose items are the stored claims without kind and apiVersion, in the order of
+// their storage keys (namespace, then name); with limit=N at most N items and, when more remain,
+// metadata.continue (the server's token: base64url of {"v","rv","start"}) and remainingItemCount.
+// A continue token that is not one is 400, as is a limit that is not a number. (The real server
+// pins later pages to the first page's resourceVersion; here they read the current claims.)
+void FakeApiServer::Impl::serve_claim_lists() {
+  const auto list = [this](const std::string& namespace_name, const httplib::Request& req,
+                           httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    self.claim_list_requests.push_back(req.target);
+    const std::string limit_text = req.get_param_value("limit");
+    int64_t limit = 0;
+    if (!limit_text.empty()) {
+      if (limit_text.find_first_not_of("0123456789") != std::string::npos || limit_text.size() > 18)
+        return answer_status(res, 400, "limit: Invalid value: \"" + limit_text + "\"",
+                             "BadRequest");
+      limit = std::stoll(limit_text);
+    }
+    std::string start;  // the first key to list (namespace/name), from the continue token
+    if (const std::string given = req.get_param_value("continue"); !given.empty()) {
+      const std::optional<std::string> decoded = from_raw_url_base64(given);
+      const json parsed = decoded ? json::parse(*decoded, nullptr, false) : json();
+      if (!parsed.is_object() || parsed.value("v", "") != "meta.k8s.io/v1" ||
+          !parsed.contains("start") || !parsed["start"].is_string())
+        return answer_status(res, 400,
+                             "continue key is not valid: incorrect encoded start "
+                             "resourceVersion (version meta.k8s.io/v1)",
+                             "BadRequest");
+      start = parsed["start"].get<std::string>();
+    }
+    json items = json::array();
+    std::string next;
+    int64_t remaining = 0;
+    for (const auto& [key, text] : claims) {
+      if (!namespace_name.empty() &&
+          key.compare(0, namespace_name.size() + 1, namespace_name + "/") != 0)
+        continue;
+      if (!start.empty() && key < start) continue;
+      if (limit > 0 && static_cast<int64_t>(items.size()) == limit) {
+        if (next.empty()) next = key;
+        ++remaining;
+        continue;
+      }
+      json item = json::parse(text, nullptr, false);
+      if (item.is_discarded()) continue;  // only a test's garbled GET body: never listed
+      if (item.is_object()) {
+        item.erase("kind");
+        item.erase("apiVersion");
+      }
+      items.push_back(std::move(item));
+    }
+    json metadata = {{"resourceVersion", std::to_string(last_version)}};
+    if (!next.empty()) {
+      metadata["continue"] = raw_url_base64(
+          json{{"v", "meta.k8s.io/v1"}, {"rv", last_version}, {"start", next}}.dump());
+      metadata["remainingItemCount"] = remaining;
+    }
+    res.set_content(json{{"kind", "ResourceClaimList"},
+                         {"apiVersion", "resource.k8s.io/v1"},
+                         {"metadata", metadata},
+                         {"items", items}}
+                        .dump(),
+                    "application/json");
+  };
+  server->Get("/apis/resource.k8s.io/v1/resourceclaims",
+              [list](const httplib::Request& req, httplib::Response& res) { list("", req, res); });
+  server->Get(R"(/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims)",
+              [list](const httplib::Request& req, httplib::Response& res) {
+                list(req.matches[1].str(), req, res);
+              });
 }
 
 // The Node as kubelet registered it (a create: its status allowed), stored by the write-back.
@@ -626,6 +736,7 @@ FakeApiServer::FakeApiServer(std::string token)
         return httplib::Server::HandlerResponse::Unhandled;
       });
   impl.serve_claims();
+  impl.serve_claim_lists();
   impl.serve_node();
   impl.serve_slices();
   impl.serve_secrets();

@@ -1,8 +1,8 @@
 // A local HTTPS Kubernetes API server for the node agent's tests: cpp-httplib with a self-signed
 // certificate made here with OpenSSL (SAN IP:127.0.0.1), listening on 127.0.0.1 port 0. It serves
-// ResourceClaims and Nodes as the API server returns them, stores ResourceSlices (with
-// resourceVersion) after kube-apiserver's own validation (apiserver_rules.h: a refused
-// create or update is answered 422 with the API server's Status, an undecodable one 400),
+// ResourceClaims (GET and LIST, limit/continue) and Nodes as the API server returns them, stores
+// ResourceSlices (with resourceVersion) after kube-apiserver's own validation (apiserver_rules.h: a
+// refused create or update is answered 422 with the API server's Status, an undecodable one 400),
 // records every write, checks the bearer token, and can fail the next N requests with 503. A
 // device taint written without timeAdded gets the server's time, as kube-apiserver's defaulting
 // does (set_time() fixes that time for a test); with device_taints_gate off it drops them, as a
@@ -118,6 +118,7 @@ class FakeApiServer {
   std::map<std::string, nlohmann::json> slices;  // guarded by the server's lock while serving
   std::vector<RecordedWrite> writes;
   std::string last_list_query;
+  std::vector<std::string> claim_list_requests;  // every ResourceClaim LIST: path and query
 
  private:
   struct Impl;

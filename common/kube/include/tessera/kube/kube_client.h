@@ -42,6 +42,8 @@ std::string url_escape(const std::string& text);
 // selector percent-encoded.
 std::string field_selector(const std::vector<std::pair<std::string, std::string>>& terms);
 std::string resource_claim_path(const std::string& namespace_name, const std::string& name);
+// The ResourceClaim collection of a namespace; of every namespace when `namespace_name` is empty.
+std::string resource_claims_path(const std::string& namespace_name);
 std::string node_path(const std::string& name);  // /api/v1/nodes/<name>
 inline constexpr char kResourceSlicesPath[] = "/apis/resource.k8s.io/v1/resourceslices";
 std::string resource_slice_path(const std::string& name);  // kResourceSlicesPath/<name>
