@@ -25,6 +25,7 @@
 #include "apiserver/claim_fixture.h"
 #include "apiserver/fake_api_server.h"
 #include "metrics/collector.h"
+#include "metrics/exposition.h"
 #include "metrics/metrics_server.h"
 #include "metrics/request_metrics.h"
 #include "share/fake_driver.h"
@@ -213,6 +214,22 @@ int main(int argc, char** argv) {
     (void)collect_metrics(sources);
     collect_ms.push_back(ms_since(start));
   }
+  // The collector's two parts: the families (the pages read, the series built) and the text
+  // (prometheus-cpp's TextSerializer).
+  std::vector<double> families_ms, text_ms;
+  for (int i = 0; i < scrapes; ++i) {
+    auto start = Steady::now();
+    const std::vector<prometheus::MetricFamily> families = MetricsCollector(sources).Collect();
+    families_ms.push_back(ms_since(start));
+    start = Steady::now();
+    (void)serialize(families);
+    text_ms.push_back(ms_since(start));
+  }
+  std::printf(
+      "FIGURE collector parts: families p50 %.2f ms p99 %.2f ms; text (TextSerializer) p50 %.2f ms "
+      "p99 %.2f ms\n",
+      percentile(families_ms, 0.5), percentile(families_ms, 0.99), percentile(text_ms, 0.5),
+      percentile(text_ms, 0.99));
   // The only lock a scrape shares with prepare: the in-memory checkpoint's, held for its copy.
   std::vector<double> copy_ms;
   for (int i = 0; i < scrapes; ++i) {
