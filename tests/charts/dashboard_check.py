@@ -9,7 +9,8 @@ fails (exit 1, one line a problem) when the JSON does not parse, a panel has no 
 a target has no expression or a datasource other than ${datasource}, or a query (a panel's `expr`
 or a variable's label_values) names a metric the endpoint does not export, a label in a selector, a
 `by (...)`/`without (...)`/`on (...)` clause or a legend that its metrics do not carry, or a
-function PromQL does not have. A histogram is queried as NAME_bucket (which adds `le`), NAME_sum or
+function PromQL does not have, or a panel draws a `_ratio` metric (0..1) in a unit other than
+Grafana's percentunit. A histogram is queried as NAME_bucket (which adds `le`), NAME_sum or
 NAME_count, never by its bare name. With --promtool, Prometheus's own parser also reads every
 expression (`promtool check rules` on them as recording rules), so a syntax error fails too.
 
@@ -285,6 +286,16 @@ def check_dashboard(dashboard, table):
                                     target.get("legendFormat", "")):
                 if not any(label in labels for labels in label_sets):
                     problems.append(f"{target_where}: legend names {label}, which no metric has")
+        # Ratios are 0..1 (Prometheus's convention): Grafana's unit for them is percentunit;
+        # `percent` would draw a full GPU as 1 %.
+        ratios = sorted({name for target in targets
+                         for name in re.findall(r"[A-Za-z_][A-Za-z0-9_:]*_ratio\b",
+                                                target.get("expr", ""))
+                         if name in table.metrics})
+        unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
+        if ratios and unit != "percentunit":
+            problems.append(f"{where}: draws {', '.join(ratios)} (0..1) with unit {unit!r}, not "
+                            f"'percentunit'")
     variables = dashboard.get("templating", {}).get("list", [])
     if not any(v.get("name") == "datasource" and v.get("type") == "datasource"
                and v.get("query") == "prometheus" for v in variables):

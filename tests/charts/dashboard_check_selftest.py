@@ -72,6 +72,8 @@ def replace_once(old, new, count=1):
 
 # (what is wrong, how to make it so, what the checker's output must name)
 CASES = [
+    ("a ratio drawn as percent (0..100)",
+     replace_once("percentunit", "percent"), "with unit 'percent'"),
     ("a misspelt metric",
      replace_once("tessera_share_memory_used_bytes{", "tessera_share_memory_use_bytes{"),
      "tessera_share_memory_use_bytes"),
@@ -110,7 +112,9 @@ CASES = [
     ("a variable whose shown definition differs from its query",
      replace_once("label_values(tessera_gpu_shares, node)", "label_values(tessera_gpu_healthy, node)"),
      "is not the query"),
-    ("a PromQL syntax error", replace_once("100 * max by", "100 * * max by"),
+    ("a PromQL syntax error",
+     replace_once("(rate(tessera_share_gpu_time_seconds_total",
+                  "(* rate(tessera_share_gpu_time_seconds_total"),
      "promtool: "),
     ("a share metric summed over both agents of a node",
      replace_once("max by (namespace, claim, share, uuid, node) (tessera_share_memory_used_bytes",

@@ -300,7 +300,6 @@ std::string NodeAgent::scrape_metrics() const {
   sources.health = [this] { return health_.snapshot(); };
   sources.gpu_stats = gpu_stats_.get();
   sources.requests = &requests_;
-  sources.version = TESSERA_VERSION;
   sources.findings = findings_ ? &findings_->counters() : nullptr;
   if (checker_) sources.unaccounted = [this] { return checker_->unaccounted_memory(); };
   if (findings_) sources.reclaim_evictions = [this] { return findings_->reclaim_evictions(); };

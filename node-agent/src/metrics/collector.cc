@@ -7,6 +7,7 @@
 
 #include "metrics/exposition.h"
 #include "share/share_manager.h"
+#include "tessera/log.h"
 #include "tessera/qos_class.h"
 #include "tessera/share_folder/snapshot.h"
 
@@ -15,10 +16,11 @@ namespace tessera::agent {
 namespace {
 
 constexpr double kNsPerSecond = 1e9;
+constexpr double kPercent = 100;
 
 void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
                   const std::vector<NodeDevice>& devices, std::map<std::string, uint64_t>& shares,
-                  Exposition& out) {
+                  ScrapeFamilies& out) {
   // A folder can hold several shares of a claim (one per GPU): it is read once.
   std::map<std::string, share_folder::ShareFolderSnapshot> folders;
   const PartitionViews partitions = sources.partitions ? sources.partitions() : PartitionViews{};
@@ -53,9 +55,10 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
               limit.memory_request == share::kUnlimited
                   ? memory_limit
                   : static_cast<double>(std::min(limit.memory_request, limit.memory_limit)));
-      out.add(MetricId::kShareCoresRequestPercent, labels, uint64_t{limit.cores_request});
-      out.add(MetricId::kShareCoresLimitPercent, labels,
-              uint64_t{share::effective_cores_limit(limit.cores_request, limit.cores_limit)});
+      // The limits page keeps whole percents; the metrics are ratios (0..1), as Prometheus's.
+      out.add(MetricId::kShareCoresRequestRatio, labels, limit.cores_request / kPercent);
+      out.add(MetricId::kShareCoresLimitRatio, labels,
+              share::effective_cores_limit(limit.cores_request, limit.cores_limit) / kPercent);
       const std::string qos_labels[] = {
           labels[0],
           labels[1],
@@ -93,7 +96,7 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
 }
 
 void write_gpus(const MetricsSources& sources, const std::vector<NodeDevice>& devices,
-                const std::map<std::string, uint64_t>& shares, Exposition& out) {
+                const std::map<std::string, uint64_t>& shares, ScrapeFamilies& out) {
   const DeviceHealthSnapshot health = sources.health ? sources.health() : DeviceHealthSnapshot{};
   const std::map<std::string, uint64_t> unaccounted =
       sources.unaccounted ? sources.unaccounted() : std::map<std::string, uint64_t>{};
@@ -105,7 +108,7 @@ void write_gpus(const MetricsSources& sources, const std::vector<NodeDevice>& de
       if (Result<GpuFigures> figures = sources.gpu_stats->read(device.uuid); figures.is_ok()) {
         out.add(MetricId::kGpuMemoryUsedBytes, labels, figures->memory_used_bytes);
         out.add(MetricId::kGpuMemoryTotalBytes, labels, figures->memory_total_bytes);
-        out.add(MetricId::kGpuUtilizationPercent, labels, uint64_t{figures->utilization_percent});
+        out.add(MetricId::kGpuUtilizationRatio, labels, figures->utilization_percent / kPercent);
       }
     }
     bool healthy = false;
@@ -131,8 +134,9 @@ void write_gpus(const MetricsSources& sources, const std::vector<NodeDevice>& de
 
 }  // namespace
 
-std::string collect_metrics(const MetricsSources& sources) {
-  Exposition out;
+std::vector<prometheus::MetricFamily> MetricsCollector::Collect() const {
+  const MetricsSources& sources = sources_;
+  ScrapeFamilies out;
   const Checkpoint checkpoint = sources.checkpoint ? sources.checkpoint() : Checkpoint{};
   const std::vector<NodeDevice> devices =
       sources.devices ? sources.devices() : std::vector<NodeDevice>{};
@@ -144,9 +148,11 @@ std::string collect_metrics(const MetricsSources& sources) {
       const std::string labels[] = {gpu.uuid, gpu.device, sources.node_name, gpu.reason};
       out.add(MetricId::kGpuWithheld, labels, uint64_t{1});
     }
-  if (sources.requests) sources.requests->write(out);
-  const std::string version[] = {sources.version};
-  out.add(MetricId::kBuildInfo, version, uint64_t{1});
+  if (sources.requests)
+    if (const Status merged = out.merge(sources.requests->Collect()); !merged.is_ok())
+      log::error("request metrics left out of the scrape", {{"error", merged.message()}});
+  const std::string build[] = {sources.version, sources.revision};
+  out.add(MetricId::kBuildInfo, build, uint64_t{1});
   // Every kind from the start, 0 until its first finding (a rate() then sees the first one).
   for (const FindingKind kind : kAllFindingKinds) {
     const std::string labels[] = {std::string(finding_kind_name(kind)), sources.node_name};
@@ -155,7 +161,11 @@ std::string collect_metrics(const MetricsSources& sources) {
   }
   out.add(MetricId::kKubeEventsDroppedTotal, {},
           sources.kube_events_dropped ? sources.kube_events_dropped() : uint64_t{0});
-  return out.text();
+  return out.take();
+}
+
+std::string collect_metrics(const MetricsSources& sources) {
+  return serialize(MetricsCollector(sources).Collect());
 }
 
 }  // namespace tessera::agent

@@ -3,6 +3,11 @@
 // pages are read afterwards without any lock, so a scrape never holds what a prepare needs; the
 // cost is one limits-page and one usage-page read per share folder (linear in shares and their
 // processes) and three NVML calls per GPU.
+//
+// The node's state is read anew on every scrape, so its series are built then, as a
+// prometheus::Collectable that returns fresh families (MetricsCollector): a share unprepared since
+// the last scrape has no series left behind, as a prometheus::Family of Gauges set on change would
+// keep until removed by hand.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +15,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include <prometheus/collectable.h>
 
 #include "devices/coexistence.h"
 #include "devices/device_health.h"
@@ -20,6 +27,7 @@
 #include "metrics/request_metrics.h"
 #include "model/node_device.h"
 #include "share/checkpoint.h"
+#include "tessera/version.h"
 
 namespace tessera::agent {
 
@@ -31,8 +39,10 @@ struct MetricsSources {
   std::function<DeviceHealthSnapshot()> health;      // null: every GPU unknown
   NvmlGpuStats* gpu_stats = nullptr;                 // null: no NVML figures
   const RequestMetrics* requests = nullptr;          // null: no request figures
-  std::string version;                               // tessera_build_info's label
-  const FindingCounters* findings = nullptr;         // null: every kind 0
+  // tessera_build_info's labels: the build's (tessera/version.h) unless a test sets others.
+  std::string version{kVersion};
+  std::string revision{kGitCommit};           // the git commit; "" when the build did not know it
+  const FindingCounters* findings = nullptr;  // null: every kind 0
   // Per GPU UUID, the memory of processes of no share (OutOfBandChecker::unaccounted_memory);
   // null or a GPU absent (no check ran, NVML did not answer): no series, never a 0 that means
   // "not known".
@@ -50,7 +60,18 @@ struct MetricsSources {
   std::function<std::vector<WithheldGpu>()> withheld;
 };
 
-// The exposition text of one scrape.
+// The families of one scrape, every metric of the table in its order (exposition.h).
+class MetricsCollector final : public prometheus::Collectable {
+ public:
+  // `sources` outlive the collector.
+  explicit MetricsCollector(const MetricsSources& sources) : sources_(sources) {}
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const MetricsSources& sources_;
+};
+
+// The exposition text of one scrape (MetricsCollector through prometheus::TextSerializer).
 std::string collect_metrics(const MetricsSources& sources);
 
 }  // namespace tessera::agent

@@ -1,133 +1,99 @@
 #include "metrics/exposition.h"
 
-#include <charconv>
-#include <cmath>
+#include <sstream>
+
+#include <prometheus/text_serializer.h>
 
 namespace tessera::agent {
 
-std::string escape_label_value(std::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '"')
-      out += "\\\"";
-    else if (c == '\n')
-      out += "\\n";
-    else
-      out += c;
+namespace {
+
+prometheus::MetricType family_type(MetricType type) {
+  switch (type) {
+    case MetricType::kCounter:
+      return prometheus::MetricType::Counter;
+    case MetricType::kGauge:
+      return prometheus::MetricType::Gauge;
+    case MetricType::kHistogram:
+      return prometheus::MetricType::Histogram;
   }
-  return out;
+  return prometheus::MetricType::Untyped;
 }
 
-std::string escape_help(std::string_view help) {
-  std::string out;
-  out.reserve(help.size());
-  for (char c : help) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '\n')
-      out += "\\n";
-    else
-      out += c;
-  }
-  return out;
-}
+}  // namespace
 
-std::string format_value(double value) {
-  if (std::isnan(value)) return "NaN";
-  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
-  char buffer[64];
-  // Whole numbers below 2^53 are exact as doubles: written without exponent or fraction.
-  if (value == std::floor(value) && std::fabs(value) < 9007199254740992.0) {
-    const auto [end, error] =
-        std::to_chars(buffer, buffer + sizeof buffer, static_cast<long long>(value));
-    return error == std::errc() ? std::string(buffer, end) : std::string("NaN");
-  }
-  const auto [end, error] = std::to_chars(buffer, buffer + sizeof buffer, value);
-  return error == std::errc() ? std::string(buffer, end) : std::string("NaN");
-}
-
-void Exposition::append_series(std::string& out, std::string_view name, MetricId id,
-                               std::span<const std::string> label_values,
-                               std::string_view extra_label, std::string_view extra_value) {
-  out += name;
-  const std::span<const std::string_view> names = label_names(metric_info(id).labels);
-  if (!names.empty() || !extra_label.empty()) {
-    out += '{';
-    bool first = true;
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (!first) out += ',';
-      first = false;
-      out += names[i];
-      out += "=\"";
-      if (i < label_values.size()) out += escape_label_value(label_values[i]);
-      out += '"';
-    }
-    if (!extra_label.empty()) {
-      if (!first) out += ',';
-      out += extra_label;
-      out += "=\"";
-      out += extra_value;
-      out += '"';
-    }
-    out += '}';
-  }
-  out += ' ';
-}
-
-void Exposition::add(MetricId id, std::span<const std::string> label_values, double value) {
-  std::string& out = bodies_[static_cast<size_t>(id)];
-  append_series(out, metric_info(id).name, id, label_values);
-  out += format_value(value);
-  out += '\n';
-}
-
-void Exposition::add(MetricId id, std::span<const std::string> label_values, uint64_t value) {
-  std::string& out = bodies_[static_cast<size_t>(id)];
-  append_series(out, metric_info(id).name, id, label_values);
-  out += std::to_string(value);
-  out += '\n';
-}
-
-void Exposition::add_histogram(MetricId id, std::span<const std::string> label_values,
-                               const HistogramSnapshot& histogram) {
-  std::string& out = bodies_[static_cast<size_t>(id)];
-  const std::string name(metric_info(id).name);
-  const std::string bucket = name + "_bucket";
-  for (size_t i = 0; i < histogram.bounds.size(); ++i) {
-    append_series(out, bucket, id, label_values, "le", format_value(histogram.bounds[i]));
-    out += std::to_string(i < histogram.cumulative_counts.size() ? histogram.cumulative_counts[i]
-                                                                 : histogram.count);
-    out += '\n';
-  }
-  append_series(out, bucket, id, label_values, "le", "+Inf");
-  out += std::to_string(histogram.count) + '\n';
-  append_series(out, name + "_sum", id, label_values);
-  out += format_value(histogram.sum) + '\n';
-  append_series(out, name + "_count", id, label_values);
-  out += std::to_string(histogram.count) + '\n';
-}
-
-std::string Exposition::text() const {
-  std::string out;
-  size_t size = 0;
-  for (const std::string& body : bodies_) size += body.size() + 256;
-  out.reserve(size);
+ScrapeFamilies::ScrapeFamilies() {
   for (const MetricInfo& metric : kMetricTable) {
-    out += "# HELP ";
-    out += metric.name;
-    out += ' ';
-    out += escape_help(metric.help);
-    out += "\n# TYPE ";
-    out += metric.name;
-    out += ' ';
-    out += type_name(metric.type);
-    out += '\n';
-    out += bodies_[static_cast<size_t>(metric.id)];
+    prometheus::MetricFamily& family = families_[static_cast<size_t>(metric.id)];
+    family.name = metric.name;
+    family.help = metric.help;
+    family.type = family_type(metric.type);
   }
-  return out;
+}
+
+void ScrapeFamilies::add(MetricId id, std::span<const std::string> label_values, double value) {
+  prometheus::MetricFamily& family = families_[static_cast<size_t>(id)];
+  prometheus::ClientMetric& series = family.metric.emplace_back();
+  const std::span<const std::string_view> names = label_names(metric_info(id).labels);
+  series.label.resize(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    series.label[i].name = names[i];
+    if (i < label_values.size()) series.label[i].value = label_values[i];
+  }
+  if (family.type == prometheus::MetricType::Counter)
+    series.counter.value = value;
+  else
+    series.gauge.value = value;
+}
+
+Status ScrapeFamilies::merge(std::vector<prometheus::MetricFamily> families) {
+  for (prometheus::MetricFamily& gathered : families) {
+    prometheus::MetricFamily* family = nullptr;
+    for (prometheus::MetricFamily& declared : families_)
+      if (declared.name == gathered.name) family = &declared;
+    if (family == nullptr)
+      return internal_error("metric family " + gathered.name +
+                            " is not in the metric table (metric_table.h)");
+    if (family->type != gathered.type)
+      return internal_error("metric family " + gathered.name +
+                            " has another type than the metric table gives it");
+    // The series' labels in the table's order; a label the table does not give the metric, or
+    // one missing, is an error as an undeclared metric is.
+    const std::span<const std::string_view> names =
+        label_names(metric_info(static_cast<MetricId>(family - families_.data())).labels);
+    for (prometheus::ClientMetric& series : gathered.metric) {
+      if (series.label.size() != names.size())
+        return internal_error("a series of " + gathered.name +
+                              " has other labels than the metric table gives it");
+      std::vector<prometheus::ClientMetric::Label> ordered(names.size());
+      for (prometheus::ClientMetric::Label& label : series.label) {
+        size_t i = 0;
+        while (i < names.size() && names[i] != label.name) ++i;
+        if (i == names.size())
+          return internal_error("a series of " + gathered.name + " has the label " + label.name +
+                                ", which the metric table does not give it");
+        ordered[i] = std::move(label);
+      }
+      series.label = std::move(ordered);
+      family->metric.push_back(std::move(series));
+    }
+  }
+  return Status::ok();
+}
+
+std::vector<prometheus::MetricFamily> ScrapeFamilies::take() {
+  return {std::make_move_iterator(families_.begin()), std::make_move_iterator(families_.end())};
+}
+
+std::string serialize(const std::vector<prometheus::MetricFamily>& families) {
+  // About 80 bytes a series: one buffer from the start rather than a doubling string.
+  size_t series = 0;
+  for (const prometheus::MetricFamily& family : families) series += family.metric.size();
+  std::string buffer;
+  buffer.reserve(4096 + series * 160);
+  std::ostringstream out(std::move(buffer));
+  prometheus::TextSerializer().Serialize(out, families);
+  return std::move(out).str();
 }
 
 }  // namespace tessera::agent

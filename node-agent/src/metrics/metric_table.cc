@@ -13,7 +13,7 @@ std::span<const std::string_view> label_names(LabelSet labels) {
                                                          "uuid",      "node",  "class"};
   static constexpr std::string_view kGpuLabels[] = {"uuid", "device", "node"};
   static constexpr std::string_view kResultLabels[] = {"result"};
-  static constexpr std::string_view kBuildLabels[] = {"version"};
+  static constexpr std::string_view kBuildLabels[] = {"version", "revision"};
   static constexpr std::string_view kFindingLabels[] = {"kind", "node"};
   static constexpr std::string_view kWithheldLabels[] = {"uuid", "device", "node", "reason"};
   switch (labels) {

@@ -1,5 +1,6 @@
 // Every metric the node agent exports, declared once: name, type, help and label names. The
-// exposition writer (exposition.h) takes values by MetricId and writes HELP and TYPE from here;
+// prometheus-cpp families (exposition.h, and the registry of request_metrics.h) take their names,
+// help and labels from here;
 // the tests check the naming rules on this table and docs/node-agent.md's Metrics section against
 // it (metrics_markdown_table), so the code, the endpoint and the doc cannot disagree.
 #pragma once
@@ -21,7 +22,7 @@ enum class LabelSet {
   kShareQos,  // the share's labels, then class (qos_class.h: guaranteed, burstable, best-effort)
   kGpu,       // uuid, device, node
   kResult,    // result: "ok" or "error"
-  kBuild,     // version
+  kBuild,     // version, revision (the git commit)
   kFinding,   // kind (model/finding.h finding_kind_name), node
   kWithheld,  // uuid, device, node, reason (devices/coexistence.h: device-plugin, other-dra-driver,
               // compute-mode)
@@ -32,8 +33,8 @@ enum class MetricId : size_t {
   kShareMemoryUsedBytes,
   kShareMemoryLimitBytes,
   kShareMemoryRequestBytes,
-  kShareCoresRequestPercent,
-  kShareCoresLimitPercent,
+  kShareCoresRequestRatio,
+  kShareCoresLimitRatio,
   kShareGpuTimeSecondsTotal,
   kShareThrottledSecondsTotal,
   kShareLaunchesTotal,
@@ -45,7 +46,7 @@ enum class MetricId : size_t {
   kShareDriverMemoryUsedBytes,
   kGpuMemoryUsedBytes,
   kGpuMemoryTotalBytes,
-  kGpuUtilizationPercent,
+  kGpuUtilizationRatio,
   kGpuHealthy,
   kGpuShares,
   kGpuUnaccountedMemoryBytes,
@@ -83,13 +84,14 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
      LabelSet::kShare,
      "Memory request of the share on the GPU: what it is guaranteed; above it, up to the limit, "
      "it borrows"},
-    {MetricId::kShareCoresRequestPercent, "tessera_share_cores_request_percent", MetricType::kGauge,
+    {MetricId::kShareCoresRequestRatio, "tessera_share_cores_request_ratio", MetricType::kGauge,
      LabelSet::kShare,
-     "Cores request of the share: percent of the GPU's time it is guaranteed (0 = best-effort)"},
-    {MetricId::kShareCoresLimitPercent, "tessera_share_cores_limit_percent", MetricType::kGauge,
+     "Cores request of the share: the part of the GPU's time it is guaranteed, 0 to 1 (0 = "
+     "best-effort)"},
+    {MetricId::kShareCoresLimitRatio, "tessera_share_cores_limit_ratio", MetricType::kGauge,
      LabelSet::kShare,
-     "Cores limit of the share: percent of the GPU's time it may reach while others leave it "
-     "idle (the request when it may not burst)"},
+     "Cores limit of the share: the part of the GPU's time it may reach while others leave it "
+     "idle, 0 to 1 (the request when it may not burst)"},
     {MetricId::kShareGpuTimeSecondsTotal, "tessera_share_gpu_time_seconds_total",
      MetricType::kCounter, LabelSet::kShare,
      "GPU time the share's processes held the GPU, as its compute meter measured it (the agent's "
@@ -125,9 +127,10 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
      LabelSet::kGpu, "Device memory in use on the GPU (NVML), all processes"},
     {MetricId::kGpuMemoryTotalBytes, "tessera_gpu_memory_total_bytes", MetricType::kGauge,
      LabelSet::kGpu, "Device memory of the GPU (NVML)"},
-    {MetricId::kGpuUtilizationPercent, "tessera_gpu_utilization_percent", MetricType::kGauge,
+    {MetricId::kGpuUtilizationRatio, "tessera_gpu_utilization_ratio", MetricType::kGauge,
      LabelSet::kGpu,
-     "Percent of the last sample period during which a kernel ran on the GPU (NVML)"},
+     "Part of the last sample period during which a kernel ran on the GPU, 0 to 1 (NVML's whole "
+     "percents)"},
     {MetricId::kGpuHealthy, "tessera_gpu_healthy", MetricType::kGauge, LabelSet::kGpu,
      "1 when the GPU is reported Healthy to kubelet, 0 when Unhealthy or not yet known"},
     {MetricId::kGpuShares, "tessera_gpu_shares", MetricType::kGauge, LabelSet::kGpu,
@@ -154,7 +157,8 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
     {MetricId::kUnprepareDurationSeconds, "tessera_unprepare_duration_seconds",
      MetricType::kHistogram, LabelSet::kNone, "Time to unprepare one claim"},
     {MetricId::kBuildInfo, "tessera_build_info", MetricType::kGauge, LabelSet::kBuild,
-     "Always 1; the version label names the agent's build"},
+     "Always 1; the labels name the agent's build: version (CMake's project version) and "
+     "revision (the git commit at configure time, empty when not known)"},
     {MetricId::kFindingsTotal, "tessera_findings_total", MetricType::kCounter, LabelSet::kFinding,
      "Findings of the out-of-band checks (and the process watcher) since the agent started, by "
      "kind: a share over its memory limit or cores limit, an unshimmed process, a corrupt or "

@@ -2,6 +2,11 @@
 // figures, and the chart's ServiceMonitor scrapes the pod): GET /metrics answers collect_metrics()
 // in the text exposition format 0.0.4, GET /healthz answers 200 "ok" while `healthy` says ok (else
 // 503 and why), anything else 404.
+//
+// Not prometheus-cpp-pull's Exposer (civetweb): /healthz must answer on the same port (the chart's
+// probes), a busy port must come back as a Status rather than an exception from a constructor,
+// tests bind port 0 and read the port back, and the webhook serves the same way; cpp-httplib does
+// all that already, so only the text it answers comes from prometheus-cpp (TextSerializer).
 #pragma once
 
 #include <atomic>

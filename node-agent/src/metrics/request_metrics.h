@@ -1,38 +1,44 @@
 // The agent's own figures: prepare and unprepare calls by result and their durations, counted by
 // InstrumentedPreparer, a ClaimPreparer that wraps the share manager's (so the plugin's calls are
-// counted without the share manager knowing of metrics).
+// counted without the share manager knowing of metrics). They live across scrapes, so they are
+// prometheus-cpp's instruments (Counter, Histogram) in a prometheus::Registry of their own, their
+// names and help from the metric table; a scrape collects the registry (prometheus::Collectable).
 #pragma once
 
-#include <array>
-#include <atomic>
-#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
 
 #include "clock/clock.h"
-#include "metrics/exposition.h"
 #include "metrics/metric_table.h"
 #include "model/claim_preparer.h"
 
 namespace tessera::agent {
 
-// A histogram over kRequestDurationBuckets; lock-free, safe from any thread.
-class DurationHistogram {
+// Safe from any thread (prometheus-cpp's counters are atomic, its histograms take a lock of their
+// own for an observation).
+class RequestMetrics final : public prometheus::Collectable {
  public:
-  void observe(Clock::duration elapsed);
-  HistogramSnapshot snapshot() const;
+  RequestMetrics();
+
+  void count_prepare(bool ok, Clock::duration elapsed);
+  void count_unprepare(bool ok, Clock::duration elapsed);
+
+  // The request counters and durations, every series from the start (0 until counted).
+  std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
-  std::array<std::atomic<uint64_t>, kRequestDurationBuckets.size()> buckets_{};  // not cumulative
-  std::atomic<uint64_t> count_{0};
-  std::atomic<uint64_t> sum_ns_{0};
-};
-
-struct RequestMetrics {
-  std::atomic<uint64_t> prepare_ok{0}, prepare_error{0};
-  std::atomic<uint64_t> unprepare_ok{0}, unprepare_error{0};
-  DurationHistogram prepare_durations, unprepare_durations;
-
-  // Adds the request counters and durations to `out`.
-  void write(Exposition& out) const;
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Counter& prepare_ok_;
+  prometheus::Counter& prepare_error_;
+  prometheus::Counter& unprepare_ok_;
+  prometheus::Counter& unprepare_error_;
+  prometheus::Histogram& prepare_durations_;
+  prometheus::Histogram& unprepare_durations_;
 };
 
 class InstrumentedPreparer final : public ClaimPreparer {

@@ -25,6 +25,7 @@
 #include "devices/device_health.h"
 #include "devices/resource_slices.h"
 #include "metrics/collector.h"
+#include "metrics/exposition.h"
 #include "metrics/gpu_stats.h"
 #include "metrics/metrics_server.h"
 #include "metrics/request_metrics.h"
@@ -216,8 +217,7 @@ TEST_F(MetricsEndToEnd, PromtoolAcceptsTheExposition) {
   checkpoint["uid-1"] = {
       "ns \"quoted\"", "back\\slash\nnewline", ClaimState::kPrepareCompleted, {spec}, {}};
   RequestMetrics requests;
-  requests.prepare_ok = 3;
-  requests.prepare_durations.observe(milliseconds(12));
+  for (int i = 0; i < 3; ++i) requests.count_prepare(true, milliseconds(12));
   DeviceHealthBoard health;
   health.set(health_report("gpu-0", DeviceHealthState::kUnhealthy));
   MetricsSources sources;
@@ -228,6 +228,7 @@ TEST_F(MetricsEndToEnd, PromtoolAcceptsTheExposition) {
   sources.health = [&] { return health.snapshot(); };
   sources.requests = &requests;
   sources.version = "0.1.0";
+  sources.revision = "0123456789ab";
   // The out-of-band checks' memory outside every share: GPU-1 read, GPU-9 not published here.
   sources.unaccounted = [] {
     return std::map<std::string, uint64_t>{{"GPU-1", 2 * kGiB}, {"GPU-9", kGiB}};
@@ -244,7 +245,10 @@ TEST_F(MetricsEndToEnd, PromtoolAcceptsTheExposition) {
   EXPECT_EQ(samples.at("tessera_share_memory_used_bytes" + series), 1.0 * kGiB);
   EXPECT_EQ(samples.at("tessera_share_launches_total" + series), 12);
   EXPECT_EQ(samples.at("tessera_share_throttled_seconds_total" + series), 1.5);
-  EXPECT_EQ(samples.at("tessera_share_cores_request_percent" + series), 25);
+  EXPECT_EQ(samples.at("tessera_share_cores_request_ratio" + series), 0.25);
+  EXPECT_EQ(samples.at("tessera_prepare_requests_total{result=\"ok\"}"), 3);
+  EXPECT_EQ(samples.at("tessera_prepare_duration_seconds_count"), 3);
+  EXPECT_EQ(samples.at("tessera_build_info{version=\"0.1.0\",revision=\"0123456789ab\"}"), 1);
   EXPECT_EQ(samples.at("tessera_gpu_healthy{uuid=\"GPU-1\",device=\"gpu-0\",node=\"node-a\"}"), 0);
   EXPECT_EQ(
       samples.at(
@@ -289,7 +293,6 @@ TEST_F(MetricsEndToEnd, EveryMetricOfARunningTwoShareClaim) {
   sources.health = [&] { return health.snapshot(); };
   sources.gpu_stats = &gpu_stats;
   sources.requests = &requests;
-  sources.version = "test-version";
   MetricsServerOptions serving;
   serving.address = "127.0.0.1:0";
   serving.metrics = [&] { return collect_metrics(sources); };
@@ -318,14 +321,17 @@ TEST_F(MetricsEndToEnd, EveryMetricOfARunningTwoShareClaim) {
     EXPECT_EQ(samples[share_series("tessera_share_usage_readable", a, uuid)], 1);
     EXPECT_EQ(samples[share_series("tessera_share_memory_limit_bytes", a, uuid)], 8.0 * kGiB);
     EXPECT_EQ(samples[share_series("tessera_share_memory_limit_bytes", b, uuid)], 4.0 * kGiB);
-    EXPECT_EQ(samples[share_series("tessera_share_cores_request_percent", a, uuid)], 30);
-    EXPECT_EQ(samples[share_series("tessera_share_cores_request_percent", b, uuid)], 70);
-    EXPECT_EQ(samples[share_series("tessera_share_cores_limit_percent", a, uuid)], 30);
+    EXPECT_EQ(samples[share_series("tessera_share_cores_request_ratio", a, uuid)], 0.3);
+    EXPECT_EQ(samples[share_series("tessera_share_cores_request_ratio", b, uuid)], 0.7);
+    EXPECT_EQ(samples[share_series("tessera_share_cores_limit_ratio", a, uuid)], 0.3);
     EXPECT_EQ(samples["tessera_gpu_shares" + gpu], 2);
     EXPECT_EQ(samples["tessera_prepare_requests_total{result=\"ok\"}"], 1);
     EXPECT_EQ(samples["tessera_prepare_requests_total{result=\"error\"}"], 0);
     EXPECT_EQ(samples["tessera_prepare_duration_seconds_count"], 1);
-    EXPECT_EQ(samples["tessera_build_info{version=\"test-version\"}"], 1);
+    // The build's own labels (tessera/version.h): CMake's project version and the commit.
+    EXPECT_EQ(samples["tessera_build_info{version=\"" + std::string(kVersion) + "\",revision=\"" +
+                      std::string(kGitCommit) + "\"}"],
+              1);
   }
 
   // Share a: filled to its limit in 256Mi chunks, the first refusal ends the fill (--no-fine),
@@ -403,8 +409,9 @@ TEST_F(MetricsEndToEnd, EveryMetricOfARunningTwoShareClaim) {
   EXPECT_EQ(samples["tessera_gpu_memory_used_bytes" + gpu],
             sim_device["memory_used_bytes"].get<double>());
   EXPECT_EQ(samples["tessera_gpu_memory_total_bytes" + gpu], 16.0 * kGiB);
-  EXPECT_GE(samples["tessera_gpu_utilization_percent" + gpu], 0);
-  EXPECT_LE(samples["tessera_gpu_utilization_percent" + gpu], 100);
+  ASSERT_TRUE(samples.count("tessera_gpu_utilization_ratio" + gpu));
+  EXPECT_GE(samples["tessera_gpu_utilization_ratio" + gpu], 0);
+  EXPECT_LE(samples["tessera_gpu_utilization_ratio" + gpu], 1);
   EXPECT_EQ(samples["tessera_gpu_healthy" + gpu], 1);
   EXPECT_EQ(samples["tessera_gpu_shares" + gpu], 2);
 

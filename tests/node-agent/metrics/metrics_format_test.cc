@@ -1,12 +1,13 @@
 // The metric table (naming rules, help and type everywhere, the doc's copy), the exposition
-// format (escaping, values, grouping, histograms). The share-folder reader's tests are in
-// tests/common/share_folder/.
+// through prometheus-cpp (escaping, values, grouping, histograms, families merged from a registry).
+// The share-folder reader's tests are in tests/common/share_folder/.
 #include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -43,6 +44,8 @@ TEST(MetricTable, EveryMetricFollowsTheNamingRules) {
     EXPECT_EQ(metric.name.substr(0, 8), "tessera_");
     EXPECT_FALSE(metric.help.empty());
     EXPECT_EQ(metric.help.find('\n'), std::string_view::npos);
+    // prometheus-cpp 1.0.1 writes HELP unescaped: nothing in it may need escaping.
+    EXPECT_EQ(metric.help.find('\\'), std::string_view::npos);
     EXPECT_NE(type_name(metric.type), "untyped");
     // Counters end in _total (time in _seconds_total); nothing else does.
     EXPECT_EQ(metric.type == MetricType::kCounter, ends_with(metric.name, "_total"));
@@ -56,6 +59,8 @@ TEST(MetricTable, EveryMetricFollowsTheNamingRules) {
       for (const char* unit : {"ms", "ns", "us", "millis", "milliseconds", "microseconds",
                                "nanoseconds", "kib", "mib", "gib", "kb", "mb", "gb"})
         EXPECT_NE(word, unit);
+    // Ratios 0..1, never percents (Prometheus's base units).
+    EXPECT_EQ(metric.name.find("percent"), std::string_view::npos);
     if (metric.name.find("memory") != std::string_view::npos) {
       EXPECT_TRUE(ends_with(metric.name, "_bytes"));
     }
@@ -100,50 +105,57 @@ TEST(MetricTable, TheDocListsEveryMetric) {
       << metrics_markdown_table();
 }
 
-TEST(Exposition, EscapesLabelValuesAndHelp) {
-  EXPECT_EQ(escape_label_value("plain"), "plain");
-  EXPECT_EQ(escape_label_value("a\"b"), "a\\\"b");
-  EXPECT_EQ(escape_label_value("a\\b"), "a\\\\b");
-  EXPECT_EQ(escape_label_value("a\nb"), "a\\nb");
-  EXPECT_EQ(escape_label_value("\\\"\n"), "\\\\\\\"\\n");
-  EXPECT_EQ(escape_label_value("tab\tand ünïcode"), "tab\tand ünïcode");  // as they are
-  EXPECT_EQ(escape_help("say \"x\"\\\n"), "say \"x\"\\\\\\n");            // quotes stay in HELP
-}
-
-TEST(Exposition, FormatsValues) {
-  EXPECT_EQ(format_value(0), "0");
-  EXPECT_EQ(format_value(8589934592.0), "8589934592");
-  EXPECT_EQ(format_value(-3), "-3");
-  EXPECT_EQ(format_value(0.25), "0.25");
-  EXPECT_EQ(format_value(0.001), "0.001");
-  EXPECT_EQ(format_value(1.5e-9), "1.5e-09");
-  EXPECT_EQ(format_value(1e300), "1e+300");
-  EXPECT_EQ(format_value(std::numeric_limits<double>::infinity()), "+Inf");
-  EXPECT_EQ(format_value(-std::numeric_limits<double>::infinity()), "-Inf");
-  EXPECT_EQ(format_value(std::nan("")), "NaN");
+// prometheus-cpp's TextSerializer (1.0.1) escapes label values but writes HELP as it is: the
+// table's help must need no escaping (checked in EveryMetricFollowsTheNamingRules) and label
+// values with quotes, backslashes and newlines come out escaped.
+TEST(Exposition, EscapesLabelValuesAndWritesValuesPrometheusReads) {
+  ScrapeFamilies out;
+  const std::string gpu[] = {"GPU-\"1\"", "back\\slash", "new\nline"};
+  out.add(MetricId::kGpuShares, gpu, 2);
+  const std::string other[] = {"GPU-2", "tab\tand ünïcode", "n"};
+  out.add(MetricId::kGpuMemoryTotalBytes, other, 8589934592.0);
+  out.add(MetricId::kGpuMemoryUsedBytes, other, 0.25);
+  out.add(MetricId::kGpuUnaccountedMemoryBytes, other, 1.5e-9);
+  out.add(MetricId::kGpuDriverPartitions, other, std::numeric_limits<double>::infinity());
+  out.add(MetricId::kGpuHealthy, other, -3);
+  const std::string text = serialize(out.take());
+  EXPECT_NE(text.find("tessera_gpu_shares{uuid=\"GPU-\\\"1\\\"\",device=\"back\\\\slash\","
+                      "node=\"new\\nline\"} 2\n"),
+            std::string::npos)
+      << text;
+  const std::string labels = "{uuid=\"GPU-2\",device=\"tab\tand ünïcode\",node=\"n\"} ";
+  EXPECT_NE(text.find("tessera_gpu_memory_total_bytes" + labels + "8589934592\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tessera_gpu_memory_used_bytes" + labels + "0.25\n"), std::string::npos);
+  EXPECT_NE(text.find("tessera_gpu_unaccounted_memory_bytes" + labels + "1.5e-09\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("tessera_gpu_driver_partitions" + labels + "+Inf\n"), std::string::npos);
+  EXPECT_NE(text.find("tessera_gpu_healthy" + labels + "-3\n"), std::string::npos);
 }
 
 TEST(Exposition, GroupsSamplesByMetricInTableOrderWithHelpAndType) {
-  Exposition out;
+  ScrapeFamilies out;
   const std::string gpu[] = {"GPU-1", "gpu-0", "node \"a\""};
-  const std::string build[] = {"0.1.0"};
-  out.add(MetricId::kBuildInfo, build, uint64_t{1});
-  out.add(MetricId::kGpuShares, gpu, uint64_t{2});
+  const std::string build[] = {"0.1.0", "0123456789ab"};
+  out.add(MetricId::kBuildInfo, build, 1);
+  out.add(MetricId::kGpuShares, gpu, 2);
   const std::string share_a[] = {"ns", "c", "s-a", "", "GPU-1", "n"};
   const std::string share_b[] = {"ns", "c", "s-b", "", "GPU-1", "n"};
-  out.add(MetricId::kShareMemoryUsedBytes, share_a, uint64_t{1} << 40);
+  out.add(MetricId::kShareMemoryUsedBytes, share_a, static_cast<double>(uint64_t{1} << 40));
   out.add(MetricId::kShareGpuTimeSecondsTotal, share_a, 1.25);
-  out.add(MetricId::kShareMemoryUsedBytes, share_b, uint64_t{0});
-  const std::string text = out.text();
-  // Every metric of the table has its HELP and TYPE, in table order.
+  out.add(MetricId::kShareMemoryUsedBytes, share_b, 0);
+  const std::string text = serialize(out.take());
+  // Every metric of the table has its HELP and TYPE, in table order, also without series.
   size_t at = 0;
   for (const MetricInfo& metric : kMetricTable) {
-    const std::string help = "# HELP " + std::string(metric.name) + " ";
+    const std::string help =
+        "# HELP " + std::string(metric.name) + " " + std::string(metric.help) + "\n";
     const std::string type =
         "# TYPE " + std::string(metric.name) + " " + std::string(type_name(metric.type)) + "\n";
     const size_t help_at = text.find(help, at);
     ASSERT_NE(help_at, std::string::npos) << metric.name;
-    ASSERT_EQ(text.find(type, help_at), text.find('\n', help_at) + 1) << metric.name;
+    ASSERT_EQ(text.find(type, help_at), help_at + help.size()) << metric.name;
     at = help_at + 1;
   }
   const std::string used =
@@ -160,22 +172,23 @@ TEST(Exposition, GroupsSamplesByMetricInTableOrderWithHelpAndType) {
   EXPECT_NE(text.find("tessera_gpu_shares{uuid=\"GPU-1\",device=\"gpu-0\",node=\"node \\\"a\\\"\"} "
                       "2\n"),
             std::string::npos);
-  EXPECT_NE(text.find("tessera_build_info{version=\"0.1.0\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("tessera_build_info{version=\"0.1.0\",revision=\"0123456789ab\"} 1\n"),
+            std::string::npos);
   EXPECT_EQ(text.back(), '\n');
 }
 
 TEST(Exposition, HistogramsHaveCumulativeBucketsSumAndCount) {
   RequestMetrics requests;
-  requests.prepare_durations.observe(std::chrono::milliseconds(3));   // le 0.005
-  requests.prepare_durations.observe(std::chrono::milliseconds(40));  // le 0.05
-  requests.prepare_durations.observe(std::chrono::seconds(60));       // only +Inf
-  requests.prepare_ok = 2;
-  requests.prepare_error = 1;
-  Exposition out;
-  requests.write(out);
-  const std::string text = out.text();
+  requests.count_prepare(true, std::chrono::milliseconds(3));     // le 0.005
+  requests.count_prepare(true, std::chrono::milliseconds(40));    // le 0.05
+  requests.count_prepare(false, std::chrono::seconds(60));        // only +Inf
+  requests.count_unprepare(true, -std::chrono::milliseconds(1));  // a clock stepped back: 0
+  ScrapeFamilies out;
+  ASSERT_EQ(out.merge(requests.Collect()).message(), "");
+  const std::string text = serialize(out.take());
   EXPECT_NE(text.find("tessera_prepare_requests_total{result=\"ok\"} 2\n"), std::string::npos);
   EXPECT_NE(text.find("tessera_prepare_requests_total{result=\"error\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("tessera_unprepare_requests_total{result=\"error\"} 0\n"), std::string::npos);
   EXPECT_NE(text.find("tessera_prepare_duration_seconds_bucket{le=\"0.0025\"} 0\n"
                       "tessera_prepare_duration_seconds_bucket{le=\"0.005\"} 1\n"),
             std::string::npos)
@@ -183,12 +196,42 @@ TEST(Exposition, HistogramsHaveCumulativeBucketsSumAndCount) {
   EXPECT_NE(text.find("tessera_prepare_duration_seconds_bucket{le=\"0.05\"} 2\n"),
             std::string::npos);
   EXPECT_NE(text.find("tessera_prepare_duration_seconds_bucket{le=\"10\"} 2\n"
-                      "tessera_prepare_duration_seconds_bucket{le=\"+Inf\"} 3\n"
-                      "tessera_prepare_duration_seconds_sum 60.04"),
+                      "tessera_prepare_duration_seconds_bucket{le=\"+Inf\"} 3\n"),
             std::string::npos)
       << text;
+  EXPECT_NE(text.find("\ntessera_prepare_duration_seconds_sum 60.043\n"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("\ntessera_prepare_duration_seconds_count 3\n"), std::string::npos);
-  EXPECT_NE(text.find("tessera_unprepare_duration_seconds_count 0\n"), std::string::npos);
+  EXPECT_NE(text.find("\ntessera_unprepare_duration_seconds_count 1\n"), std::string::npos);
+  EXPECT_NE(text.find("\ntessera_unprepare_duration_seconds_sum 0\n"), std::string::npos);
+  // Each family once, where the table puts it.
+  EXPECT_EQ(text.find("# TYPE tessera_prepare_requests_total"),
+            text.rfind("# TYPE tessera_prepare_requests_total"));
+  EXPECT_LT(text.find("# TYPE tessera_prepare_requests_total"),
+            text.find("# TYPE tessera_prepare_duration_seconds"));
+}
+
+// A family gathered elsewhere must be one the table declares, with its type and labels.
+TEST(Exposition, MergeRefusesFamiliesTheTableDoesNotDeclare) {
+  prometheus::MetricFamily unknown{
+      "tessera_not_declared_total", "x", prometheus::MetricType::Counter, {{}}};
+  EXPECT_EQ(ScrapeFamilies().merge({unknown}).code(), StatusCode::kInternal);
+  prometheus::MetricFamily retyped{std::string(metric_info(MetricId::kGpuShares).name),
+                                   "x",
+                                   prometheus::MetricType::Counter,
+                                   {{}}};
+  EXPECT_EQ(ScrapeFamilies().merge({retyped}).code(), StatusCode::kInternal);
+  prometheus::MetricFamily relabelled{
+      std::string(metric_info(MetricId::kPrepareRequestsTotal).name),
+      "x",
+      prometheus::MetricType::Counter,
+      {{}}};
+  relabelled.metric[0].label = {{"outcome", "ok"}};
+  const Status wrong_label = ScrapeFamilies().merge({relabelled});
+  EXPECT_EQ(wrong_label.code(), StatusCode::kInternal);
+  EXPECT_NE(wrong_label.message().find("outcome"), std::string::npos) << wrong_label.message();
+  relabelled.metric[0].label = {{"result", "ok"}, {"node", "n"}};
+  EXPECT_EQ(ScrapeFamilies().merge({relabelled}).code(), StatusCode::kInternal);
 }
 
 }  // namespace

@@ -1,12 +1,18 @@
-// The webhook's Prometheus metrics, all declared here, rendered in the text exposition format
-// (version 0.0.4). Lock-free counters: the request path only increments atomics.
+// The webhook's Prometheus metrics, all declared here, through prometheus-cpp: the request path's
+// counters and durations are its instruments (Counter, Histogram) in a prometheus::Registry; the
+// figures kept elsewhere (templates, certificates, lookups, readiness) are read when scraped and
+// added as families of that scrape. TextSerializer writes the text exposition format (0.0.4).
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include <prometheus/counter.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
 
 namespace tessera::webhook {
 
@@ -28,11 +34,14 @@ struct ScrapeCounts {
   bool ready = false;
 };
 
+// Safe from any thread: prometheus-cpp's counters are atomic; a histogram takes a lock of its own
+// for each observation (one per endpoint, held for a few additions).
 class Metrics {
  public:
   static constexpr std::array<double, 12> kBucketsSeconds = {
       0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 
+  Metrics();
   void record(Endpoint endpoint, Outcome outcome, std::chrono::nanoseconds duration);
   uint64_t requests(Endpoint endpoint, Outcome outcome) const;
   std::string render(const ScrapeCounts& counts) const;
@@ -40,10 +49,10 @@ class Metrics {
  private:
   static constexpr size_t kEndpoints = static_cast<size_t>(Endpoint::kCount);
   static constexpr size_t kOutcomes = static_cast<size_t>(Outcome::kCount);
-  std::array<std::array<std::atomic<uint64_t>, kOutcomes>, kEndpoints> requests_{};
-  // Per endpoint: one count per bucket (not cumulative; summed when rendered), +Inf, the sum.
-  std::array<std::array<std::atomic<uint64_t>, kBucketsSeconds.size() + 1>, kEndpoints> buckets_{};
-  std::array<std::atomic<uint64_t>, kEndpoints> duration_sum_ns_{};
+  std::shared_ptr<prometheus::Registry> registry_;
+  // Every endpoint and result from the start (0 until counted).
+  std::array<std::array<prometheus::Counter*, kOutcomes>, kEndpoints> requests_{};
+  std::array<prometheus::Histogram*, kEndpoints> durations_{};
 };
 
 }  // namespace tessera::webhook
