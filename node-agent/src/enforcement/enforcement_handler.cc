@@ -48,7 +48,7 @@ std::string EnforcementHandler::kill_offender(const Finding& finding) {
   if (finding.host_pid <= 0 || finding.host_pid_start_time == 0)
     return "no process to kill (the share as a whole)";
   if (finding.host_pid == getpid()) return "not killed: the agent itself";
-  std::lock_guard lock(kill_mutex_);
+  MutexLock lock(kill_mutex_);
   for (const Killed& done : killed_)
     if (done.pid == finding.host_pid && done.start_time == finding.host_pid_start_time)
       return "not signalled again: killed under " + std::string(finding_kind_name(done.kind));
@@ -72,7 +72,7 @@ std::string EnforcementHandler::kill_offender(const Finding& finding) {
 }
 
 std::map<std::string, uint64_t> EnforcementHandler::reclaim_evictions() const {
-  std::lock_guard lock(kill_mutex_);
+  MutexLock lock(kill_mutex_);
   return evictions_;
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "model/finding.h"
+#include "tessera/thread_annotations.h"
 
 namespace tessera::agent {
 
@@ -75,20 +76,21 @@ class EnforcementHandler final : public FindingHandler {
   uint64_t kills() const { return kills_.load(std::memory_order_relaxed); }
   // Processes killed under reclaim_eviction, per GPU UUID, since the start
   // (tessera_reclaim_evictions_total).
-  std::map<std::string, uint64_t> reclaim_evictions() const;
+  std::map<std::string, uint64_t> reclaim_evictions() const TESSERA_EXCLUDES(kill_mutex_);
   EnforcementPolicy policy_of(const std::string& share) const;
   // What a share whose VgpuConfig names no policy gets (--enforcement-default).
   EnforcementPolicy default_policy() const { return options_.default_policy; }
 
  private:
   // Kills `pid` if it is still the process the finding saw and `share`'s; what was done.
-  std::string kill_offender(const Finding& finding);
+  std::string kill_offender(const Finding& finding) TESSERA_EXCLUDES(kill_mutex_);
 
   EnforcementHandlerOptions options_;
   FindingCounters counters_;
   std::atomic<uint64_t> kills_{0};
-  mutable std::mutex kill_mutex_;  // one proof-and-signal at a time; guards killed_, evictions_
-  std::map<std::string, uint64_t> evictions_;  // reclaim_evictions()
+  mutable Mutex kill_mutex_;  // one proof-and-signal at a time
+  std::map<std::string, uint64_t> evictions_
+      TESSERA_GUARDED_BY(kill_mutex_);  // reclaim_evictions()
   // The processes this handler killed (pid, start time, the finding's kind), the latest last: a
   // later finding about one says so instead of failing the proof of a process that is gone.
   struct Killed {
@@ -96,7 +98,7 @@ class EnforcementHandler final : public FindingHandler {
     uint64_t start_time;
     FindingKind kind;
   };
-  std::deque<Killed> killed_;
+  std::deque<Killed> killed_ TESSERA_GUARDED_BY(kill_mutex_);
 };
 
 }  // namespace tessera::agent

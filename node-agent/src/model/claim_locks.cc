@@ -3,10 +3,10 @@
 namespace tessera::agent {
 
 ClaimLocks::Guard ClaimLocks::lock(const std::string& uid) {
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   if (held_.count(uid) != 0) {
     ++waiting_;
-    released_.wait(lock, [&] { return held_.count(uid) == 0; });
+    while (held_.count(uid) != 0) mutex_.wait(released_);
     --waiting_;
   }
   held_.insert(uid);
@@ -14,19 +14,19 @@ ClaimLocks::Guard ClaimLocks::lock(const std::string& uid) {
 }
 
 std::optional<ClaimLocks::Guard> ClaimLocks::try_lock(const std::string& uid) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (!held_.insert(uid).second) return std::nullopt;
   return Guard(*this, uid);
 }
 
 int ClaimLocks::waiting() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return waiting_;
 }
 
 void ClaimLocks::release(const std::string& uid) {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     held_.erase(uid);
   }
   released_.notify_all();

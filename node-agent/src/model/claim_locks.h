@@ -4,7 +4,8 @@
 // for the first attempt and then finds its result (prepare is idempotent). Different claims never
 // wait for each other. The share manager holds its own ClaimLocks (it is called from elsewhere
 // too), and the time-slice backend one keyed by GPU UUID: a ClaimLocks serves any string key. A
-// value-level primitive (standard library only), so every layer above model/ may hold one.
+// value-level primitive (standard library and tessera/thread_annotations.h), so every layer above
+// model/ may hold one.
 #pragma once
 
 #include <condition_variable>
@@ -13,6 +14,8 @@
 #include <set>
 #include <string>
 #include <utility>
+
+#include "tessera/thread_annotations.h"
 
 namespace tessera::agent {
 
@@ -37,19 +40,19 @@ class ClaimLocks {
   };
 
   // Blocks while another call holds `uid`.
-  [[nodiscard]] Guard lock(const std::string& uid);
+  [[nodiscard]] Guard lock(const std::string& uid) TESSERA_EXCLUDES(mutex_);
   // The guard when no other call holds `uid`, else nullopt at once (never blocks).
-  [[nodiscard]] std::optional<Guard> try_lock(const std::string& uid);
+  [[nodiscard]] std::optional<Guard> try_lock(const std::string& uid) TESSERA_EXCLUDES(mutex_);
   // Calls now waiting for a claim another call holds (for tests and metrics).
-  int waiting() const;
+  int waiting() const TESSERA_EXCLUDES(mutex_);
 
  private:
-  void release(const std::string& uid);
+  void release(const std::string& uid) TESSERA_EXCLUDES(mutex_);
 
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   std::condition_variable released_;
-  std::set<std::string> held_;
-  int waiting_ = 0;
+  std::set<std::string> held_ TESSERA_GUARDED_BY(mutex_);
+  int waiting_ TESSERA_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace tessera::agent

@@ -134,7 +134,7 @@ void ShareManager::remove_orphans(ReconcileReport& report) {
   std::set<std::string> owned;
   std::vector<ShareSpec> named;  // what the backends keep for a share not in it is theirs to remove
   {
-    std::lock_guard lock(checkpoint_mutex_);
+    MutexLock lock(checkpoint_mutex_);
     for (const auto& [uid, entry] : checkpoint_) {
       add_owned_names(uid, entry, owned);
       named.insert(named.end(), entry.shares.begin(), entry.shares.end());
@@ -170,7 +170,7 @@ void ShareManager::remove_orphans(ReconcileReport& report) {
   // removal); one a call holds is in use.
   std::set<std::string> entries;
   {
-    std::lock_guard lock(checkpoint_mutex_);
+    MutexLock lock(checkpoint_mutex_);
     for (const auto& [uid, entry] : checkpoint_) entries.insert(uid + ".lock");
   }
   for (const auto& item : fs::directory_iterator(options_.root + "/claims", ec)) {
@@ -192,7 +192,7 @@ void ShareManager::remove_orphans(ReconcileReport& report) {
 
 ReconcileReport ShareManager::reconcile() {
   ReconcileReport report;
-  std::lock_guard pass(reconcile_mutex_);
+  MutexLock pass(reconcile_mutex_);
   try {
     std::vector<std::string> completed;
     {
@@ -206,7 +206,7 @@ ReconcileReport ShareManager::reconcile() {
         report.items.push_back({"node", "reconcile stopped", "", fresh.message()});
         return report;
       }
-      std::lock_guard lock(checkpoint_mutex_);
+      MutexLock lock(checkpoint_mutex_);
       for (const auto& [uid, entry] : checkpoint_)
         if (entry.state == ClaimState::kPrepareCompleted) completed.push_back(uid);
     }
@@ -224,7 +224,7 @@ ReconcileReport ShareManager::reconcile() {
       if (!*hold) continue;
       std::optional<ClaimEntry> entry;
       {
-        std::lock_guard lock(checkpoint_mutex_);
+        MutexLock lock(checkpoint_mutex_);
         if (const auto it = checkpoint_.find(uid);
             it != checkpoint_.end() && it->second.state == ClaimState::kPrepareCompleted)
           entry = it->second;

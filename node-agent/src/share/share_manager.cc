@@ -75,17 +75,17 @@ std::string ShareManager::preload_file_path() const {
 }
 
 std::vector<NodeDevice> ShareManager::devices() const {
-  std::lock_guard lock(devices_mutex_);
+  MutexLock lock(devices_mutex_);
   return devices_;
 }
 
 void ShareManager::set_devices(std::vector<NodeDevice> devices) {
-  std::lock_guard lock(devices_mutex_);
+  MutexLock lock(devices_mutex_);
   devices_ = std::move(devices);
 }
 
 Checkpoint ShareManager::checkpoint() const {
-  std::lock_guard lock(checkpoint_mutex_);
+  MutexLock lock(checkpoint_mutex_);
   return checkpoint_;
 }
 
@@ -114,8 +114,8 @@ Status ShareManager::start(ReconcileReport* report) {
     Result<FileLock> state = lock_state();
     if (!state.is_ok()) return state.status();
     TESSERA_RETURN_IF_ERROR(refresh_checkpoint());
-    std::lock_guard save(save_mutex_);
-    std::lock_guard lock(checkpoint_mutex_);
+    MutexLock save(save_mutex_);
+    MutexLock lock(checkpoint_mutex_);
     ++version_;
     saved_version_ = version_;  // what was just read is what the file holds
   }
@@ -140,7 +140,7 @@ ShareManager::ClaimHold::~ClaimHold() {
   {
     // From here the entry on disk is the claim's truth again (every change of this call was saved
     // or undone), which the next refresh brings into memory.
-    std::lock_guard lock(manager_->checkpoint_mutex_);
+    MutexLock lock(manager_->checkpoint_mutex_);
     manager_->held_claims_.erase(uid_);
   }
   if (remove_lock_file_) lock_->remove_and_release();
@@ -169,7 +169,7 @@ Result<std::optional<ShareManager::ClaimHold>> ShareManager::hold_claim(const st
   if (!state.is_ok()) return state.status();
   TESSERA_RETURN_IF_ERROR(refresh_checkpoint());
   {
-    std::lock_guard lock(checkpoint_mutex_);
+    MutexLock lock(checkpoint_mutex_);
     held_claims_.insert(uid);
   }
   return std::optional<ClaimHold>(ClaimHold(*this, uid, std::move(*claim_file)));
@@ -194,7 +194,7 @@ Status ShareManager::refresh_checkpoint() {
   // means nobody wrote since: the common case of one agent costs a stat.
   const std::optional<FileSignature> now = signature_of(checkpoint_path());
   {
-    std::lock_guard lock(checkpoint_mutex_);
+    MutexLock lock(checkpoint_mutex_);
     if (now == disk_signature_) return Status::ok();
   }
   Checkpoint disk;
@@ -205,7 +205,7 @@ Status ShareManager::refresh_checkpoint() {
     if (!parsed.is_ok()) return parsed.status().with_context(checkpoint_path());
     disk = std::move(parsed).value();
   }
-  std::lock_guard lock(checkpoint_mutex_);
+  MutexLock lock(checkpoint_mutex_);
   for (const std::string& uid : held_claims_) {
     if (const auto it = checkpoint_.find(uid); it != checkpoint_.end()) {
       disk[uid] = it->second;
@@ -238,18 +238,18 @@ Status ShareManager::refresh_checkpoint() {
 }
 
 uint64_t ShareManager::update_checkpoint(const std::function<void(Checkpoint&)>& change) {
-  std::lock_guard lock(checkpoint_mutex_);
+  MutexLock lock(checkpoint_mutex_);
   change(checkpoint_);
   return ++version_;
 }
 
 Status ShareManager::save_checkpoint(uint64_t version,
                                      const std::function<void(Checkpoint&)>& undo) {
-  std::lock_guard save(save_mutex_);
+  MutexLock save(save_mutex_);
   if (saved_version_ >= version) return Status::ok();  // a later save wrote it along
   auto undone = [&](Status failed) {
     if (undo) {
-      std::lock_guard lock(checkpoint_mutex_);
+      MutexLock lock(checkpoint_mutex_);
       undo(checkpoint_);
       ++version_;
     }
@@ -262,7 +262,7 @@ Status ShareManager::save_checkpoint(uint64_t version,
   Checkpoint snapshot;
   uint64_t snapshot_version = 0;
   {
-    std::lock_guard lock(checkpoint_mutex_);
+    MutexLock lock(checkpoint_mutex_);
     snapshot = checkpoint_;
     snapshot_version = version_;
   }
@@ -270,7 +270,7 @@ Status ShareManager::save_checkpoint(uint64_t version,
       !written.is_ok())
     return undone(written);
   {
-    std::lock_guard lock(checkpoint_mutex_);
+    MutexLock lock(checkpoint_mutex_);
     disk_signature_ = signature_of(checkpoint_path());
   }
   saved_version_ = snapshot_version;
@@ -376,7 +376,7 @@ std::optional<ShareSpec> ShareManager::held_elsewhere(const std::string& claim_u
                                                       const ShareSpec& share) const {
   // Only claims whose backend prepare succeeded hold their setting: one a conflict left
   // half-prepared never set it.
-  std::lock_guard lock(checkpoint_mutex_);
+  MutexLock lock(checkpoint_mutex_);
   const auto gpu = holders_.find({share.strategy(), share.uuid});
   if (gpu == holders_.end()) return std::nullopt;
   for (const auto& [uid, other] : gpu->second)
@@ -385,12 +385,12 @@ std::optional<ShareSpec> ShareManager::held_elsewhere(const std::string& claim_u
 }
 
 void ShareManager::add_holder(const std::string& claim_uid, const ShareSpec& share) {
-  std::lock_guard lock(checkpoint_mutex_);
+  MutexLock lock(checkpoint_mutex_);
   holders_[{share.strategy(), share.uuid}][claim_uid] = share;
 }
 
 void ShareManager::remove_holder(const std::string& claim_uid, const ShareSpec& share) {
-  std::lock_guard lock(checkpoint_mutex_);
+  MutexLock lock(checkpoint_mutex_);
   if (const auto it = holders_.find({share.strategy(), share.uuid}); it != holders_.end()) {
     it->second.erase(claim_uid);
     if (it->second.empty()) holders_.erase(it);
@@ -409,7 +409,7 @@ void ShareManager::add_owned_names(const std::string& claim_uid, const ClaimEntr
 }
 
 bool ShareManager::reserve_orphan(const std::string& name) {
-  std::lock_guard lock(checkpoint_mutex_);
+  MutexLock lock(checkpoint_mutex_);
   if (removing_.count(name) != 0) return false;
   for (const auto& [uid, entry] : checkpoint_) {
     std::set<std::string> names;
@@ -422,7 +422,7 @@ bool ShareManager::reserve_orphan(const std::string& name) {
 
 void ShareManager::release_orphan(const std::string& name) {
   {
-    std::lock_guard lock(checkpoint_mutex_);
+    MutexLock lock(checkpoint_mutex_);
     removing_.erase(name);
   }
   orphan_released_.notify_all();
@@ -468,7 +468,7 @@ PrepareResult ShareManager::prepare_claim(const ClaimRef& claim) {
     Result<std::optional<ClaimHold>> hold = hold_claim(claim.uid, /*wait=*/true);
     if (!hold.is_ok()) return hold.status();
     {
-      std::lock_guard lock(checkpoint_mutex_);
+      MutexLock lock(checkpoint_mutex_);
       const auto it = checkpoint_.find(claim.uid);
       if (it != checkpoint_.end() && it->second.state == ClaimState::kPrepareCompleted)
         return result_of(it->second);
@@ -516,14 +516,17 @@ PrepareResult ShareManager::prepare_claim(const ClaimRef& claim) {
     add_owned_names(claim.uid, started, names);
     uint64_t version = 0;
     {
-      std::unique_lock lock(checkpoint_mutex_);
+      MutexLock lock(checkpoint_mutex_);
       checkpoint_[claim.uid] = started;
       version = ++version_;
-      orphan_released_.wait(lock, [&] {
-        for (const auto& name : names)
-          if (removing_.count(name) != 0) return false;
-        return true;
-      });
+      for (auto name = names.begin(); name != names.end();) {
+        if (removing_.count(*name) == 0) {
+          ++name;
+          continue;
+        }
+        checkpoint_mutex_.wait(orphan_released_);  // its removal is in flight: look again after
+        name = names.begin();
+      }
     }
     TESSERA_RETURN_IF_ERROR(save_checkpoint(version));
     step();
@@ -592,7 +595,7 @@ Result<std::vector<PodRef>> ShareManager::refresh_claim_pods(const std::string& 
                                  " is being changed by the other agent: later");
     ClaimEntry entry;
     {
-      std::lock_guard lock(checkpoint_mutex_);
+      MutexLock lock(checkpoint_mutex_);
       const auto it = checkpoint_.find(claim_uid);
       if (it == checkpoint_.end())
         return not_found("claim " + claim_uid + " is not prepared on this node");
@@ -634,7 +637,7 @@ Result<std::vector<PodRef>> ShareManager::refresh_claim_pods(const std::string& 
 size_t ShareManager::refresh_all_claim_pods() {
   std::vector<std::pair<std::string, std::vector<PodRef>>> completed;
   {
-    std::lock_guard lock(checkpoint_mutex_);
+    MutexLock lock(checkpoint_mutex_);
     for (const auto& [uid, entry] : checkpoint_)
       if (entry.state == ClaimState::kPrepareCompleted) completed.emplace_back(uid, entry.pods);
   }
@@ -673,7 +676,7 @@ Status ShareManager::unprepare(const ClaimRef& claim) {
     // A copy: only this call changes the entry while it holds the claim's locks.
     ClaimEntry entry;
     {
-      std::lock_guard lock(checkpoint_mutex_);
+      MutexLock lock(checkpoint_mutex_);
       const auto it = checkpoint_.find(claim.uid);
       if (it == checkpoint_.end()) {
         (*hold)->remove_lock_file();

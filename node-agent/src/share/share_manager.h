@@ -95,6 +95,7 @@
 #include "tessera/kube/kube_client.h"
 #include "tessera/share_folder/limits_writer.h"
 #include "tessera/status.h"
+#include "tessera/thread_annotations.h"
 
 namespace tessera::agent {
 
@@ -153,17 +154,19 @@ class ShareManager final : public ClaimPreparer {
 
   // Loads the checkpoint (a missing one is empty) and reconciles (the report goes to `report`
   // when given). Call once before use.
-  Status start(ReconcileReport* report = nullptr);
+  Status start(ReconcileReport* report = nullptr)
+      TESSERA_EXCLUDES(reconcile_mutex_, save_mutex_, checkpoint_mutex_);
   // Makes the host match the checkpoint (share folders and limits, CDI specs, MPS daemons,
   // time-slice settings) and removes what no entry names; says what differed (reconcile.cc).
   // Safe beside prepares and unprepares: a claim one of them holds is checked by the next pass.
-  ReconcileReport reconcile();
+  ReconcileReport reconcile() TESSERA_EXCLUDES(reconcile_mutex_, save_mutex_, checkpoint_mutex_);
 
   // Thread-safe; calls for different claims run concurrently (see Locking above). A refused
   // claim is one warn line naming it and why (kubelet's retries of the same refusal are counted
   // within the log's repeat window, not written again).
-  PrepareResult prepare(const ClaimRef& claim) override;
-  Status unprepare(const ClaimRef& claim) override;
+  PrepareResult prepare(const ClaimRef& claim) override
+      TESSERA_EXCLUDES(save_mutex_, checkpoint_mutex_);
+  Status unprepare(const ClaimRef& claim) override TESSERA_EXCLUDES(save_mutex_, checkpoint_mutex_);
 
   // The pods a claim is reserved for change after prepare: kubelet calls NodePrepareResources
   // only for the first pod of a shared claim on the node. This re-reads the prepared claim
@@ -178,18 +181,19 @@ class ShareManager final : public ClaimPreparer {
   // its watch cache, which is what a periodic pass over every claim should cost it.
   enum class PodsRead { kLatest, kCache };
   Result<std::vector<PodRef>> refresh_claim_pods(const std::string& claim_uid,
-                                                 PodsRead read = PodsRead::kLatest);
+                                                 PodsRead read = PodsRead::kLatest)
+      TESSERA_EXCLUDES(save_mutex_, checkpoint_mutex_);
   // refresh_claim_pods(kCache) of every PrepareCompleted claim (the reconcile loop's, one GET per
   // claim per pass; the first kUnavailable ends the pass: the API server is down); how many
   // entries changed.
-  size_t refresh_all_claim_pods();
+  size_t refresh_all_claim_pods() TESSERA_EXCLUDES(save_mutex_, checkpoint_mutex_);
 
   // The GPUs claims are checked against; the device monitor replaces them when the node's GPUs
   // change (prepared shares keep working from the checkpoint).
-  std::vector<NodeDevice> devices() const;
-  void set_devices(std::vector<NodeDevice> devices);
+  std::vector<NodeDevice> devices() const TESSERA_EXCLUDES(devices_mutex_);
+  void set_devices(std::vector<NodeDevice> devices) TESSERA_EXCLUDES(devices_mutex_);
 
-  Checkpoint checkpoint() const;
+  Checkpoint checkpoint() const TESSERA_EXCLUDES(checkpoint_mutex_);
   std::string share_dir(const ShareSpec& share) const;  // its folder (shared when grouped)
   std::string cdi_spec_path(const std::string& claim_uid) const;
   std::string preload_file_path() const;  // <root>/ld.so.preload
@@ -216,79 +220,97 @@ class ShareManager final : public ClaimPreparer {
   };
   // Takes the claim's lock file (waiting, or nullopt at once when `wait` is false and another
   // call of either agent holds it), then reads its entry from disk under the state lock.
-  Result<std::optional<ClaimHold>> hold_claim(const std::string& uid, bool wait);
+  Result<std::optional<ClaimHold>> hold_claim(const std::string& uid, bool wait)
+      TESSERA_EXCLUDES(checkpoint_mutex_);
   Result<FileLock> lock_state();
   // Under lock_state(): what another agent wrote to checkpoint.json since this process read or
   // wrote it replaces the in-memory entries (and holders_) of the claims this process does not
   // hold. kInternal naming the file when it cannot be read or parsed.
-  Status refresh_checkpoint();
+  Status refresh_checkpoint() TESSERA_EXCLUDES(checkpoint_mutex_);
   std::string checkpoint_path() const { return options_.root + "/checkpoint.json"; }
   // Changes the in-memory checkpoint (under checkpoint_mutex_); returns its new version.
-  uint64_t update_checkpoint(const std::function<void(Checkpoint&)>& change);
+  uint64_t update_checkpoint(const std::function<void(Checkpoint&)>& change)
+      TESSERA_EXCLUDES(checkpoint_mutex_);
   // Makes `version` of the checkpoint durable: writes the newest in-memory checkpoint unless a
   // save of `version` or later is already written. When the write fails, `undo` runs on the
   // in-memory checkpoint before any other save can snapshot it.
-  Status save_checkpoint(uint64_t version, const std::function<void(Checkpoint&)>& undo = {});
+  Status save_checkpoint(uint64_t version, const std::function<void(Checkpoint&)>& undo = {})
+      TESSERA_EXCLUDES(save_mutex_, checkpoint_mutex_);
   // Writes one share folder: the usage page and the limits page of all its shares. `unused`: no
   // process of the share can be in the folder (a claim not prepared yet), so the usage page's
   // temporaries of a dead writer go too (a tenant's shim names its own the same way).
-  Status write_share_folder(const std::vector<ShareSpec>& members, bool unused = false);
-  Status write_cdi_spec(const std::string& claim_uid, const std::vector<ShareSpec>& shares);
+  Status write_share_folder(const std::vector<ShareSpec>& members, bool unused = false)
+      TESSERA_EXCLUDES(save_mutex_, checkpoint_mutex_);
+  Status write_cdi_spec(const std::string& claim_uid, const std::vector<ShareSpec>& shares)
+      TESSERA_EXCLUDES(save_mutex_, checkpoint_mutex_);
   std::string expected_cdi_spec(const std::vector<ShareSpec>& shares) const;
   // The backend of the share's strategy, or null when it is not enabled on this node.
   ShareBackend* backend_for(SharingStrategy strategy);
   // A share of another claim whose backend prepare of the GPU of `share` with its strategy
   // succeeded (it holds a GPU-wide setting such as the time-slice interval): holders_.
   std::optional<ShareSpec> held_elsewhere(const std::string& claim_uid,
-                                          const ShareSpec& share) const;
-  void add_holder(const std::string& claim_uid, const ShareSpec& share);
-  void remove_holder(const std::string& claim_uid, const ShareSpec& share);
+                                          const ShareSpec& share) const
+      TESSERA_EXCLUDES(checkpoint_mutex_);
+  void add_holder(const std::string& claim_uid, const ShareSpec& share)
+      TESSERA_EXCLUDES(checkpoint_mutex_);
+  void remove_holder(const std::string& claim_uid, const ShareSpec& share)
+      TESSERA_EXCLUDES(checkpoint_mutex_);
   void reconcile_entry(const std::string& claim_uid, const ClaimEntry& entry,
-                       ReconcileReport& report);
-  void remove_orphans(ReconcileReport& report);
+                       ReconcileReport& report) TESSERA_REQUIRES(reconcile_mutex_)
+      TESSERA_EXCLUDES(save_mutex_, checkpoint_mutex_);
+  void remove_orphans(ReconcileReport& report) TESSERA_REQUIRES(reconcile_mutex_)
+      TESSERA_EXCLUDES(save_mutex_, checkpoint_mutex_);
   // The names an entry owns on the host, which orphan removal leaves alone: "shares/<folder>",
   // "cdi/<spec file>", and "<strategy>/<orphan_name>" for what a backend keeps per share.
   void add_owned_names(const std::string& claim_uid, const ClaimEntry& entry,
                        std::set<std::string>& names);
   // True when no entry owns `name` and no other removal has it: the caller then removes it and
   // calls release_orphan. A prepare that names it meanwhile waits for the release.
-  bool reserve_orphan(const std::string& name);
-  void release_orphan(const std::string& name);
+  bool reserve_orphan(const std::string& name) TESSERA_EXCLUDES(checkpoint_mutex_);
+  void release_orphan(const std::string& name) TESSERA_EXCLUDES(checkpoint_mutex_);
   // reserve_orphan for a backend's remove_orphans (names prefixed with its strategy).
   ReserveOrphan orphan_reserver(SharingStrategy strategy);
   std::string live_processes(const std::string& folder) const;
   void step();
   // prepare without its log line.
-  PrepareResult prepare_claim(const ClaimRef& claim);
+  PrepareResult prepare_claim(const ClaimRef& claim)
+      TESSERA_EXCLUDES(save_mutex_, checkpoint_mutex_);
   // The claim's answer: each share with its CDI device ids (cdi_device_ids).
   PrepareResult result_of(const ClaimEntry& entry) const;
 
   ShareManagerOptions options_;
   QuotaBackend quota_;
   kube::KubeClient& kube_;
-  mutable std::mutex devices_mutex_;  // devices_ only: prepare reads them before any other lock
-  std::vector<NodeDevice> devices_;
+  // devices_ only: prepare reads them before any other lock.
+  mutable Mutex devices_mutex_;
+  std::vector<NodeDevice> devices_ TESSERA_GUARDED_BY(devices_mutex_);
 
-  std::mutex reconcile_mutex_;           // 1.
-  ClaimLocks claim_locks_;               // 2. per claim UID
-  std::mutex save_mutex_;                // 4. (3. is the backends')
-  uint64_t saved_version_ = 0;           // the version checkpoint.json holds (under save_mutex_)
-  mutable std::mutex checkpoint_mutex_;  // 5.
+  // The lock levels above that are in-process mutexes carry their order (1. < 4. < 5.) and what
+  // they guard, which clang checks (docs/node-agent.md, "Concurrency"). 2., 3. (keyed by claim
+  // UID and GPU UUID) and the file locks 2b. and 4b. are not capabilities the analysis can name.
+  Mutex reconcile_mutex_;                                       // 1.
+  ClaimLocks claim_locks_;                                      // 2. per claim UID
+  Mutex save_mutex_ TESSERA_ACQUIRED_AFTER(reconcile_mutex_);   // 4. (3.: backends')
+  uint64_t saved_version_ TESSERA_GUARDED_BY(save_mutex_) = 0;  // what checkpoint.json holds
+  mutable Mutex checkpoint_mutex_ TESSERA_ACQUIRED_AFTER(save_mutex_);  // 5.
   std::condition_variable orphan_released_;
-  Checkpoint checkpoint_;
-  uint64_t version_ = 0;  // bumped by every change of checkpoint_
+  Checkpoint checkpoint_ TESSERA_GUARDED_BY(checkpoint_mutex_);
+  uint64_t version_ TESSERA_GUARDED_BY(checkpoint_mutex_) = 0;  // bumped by every change
   // (strategy, GPU UUID) -> claim UID -> its share there, from its successful backend prepare.
-  std::map<std::pair<SharingStrategy, std::string>, std::map<std::string, ShareSpec>> holders_;
-  std::set<std::string> removing_;     // names reserve_orphan handed out
-  std::set<std::string> held_claims_;  // claims a ClaimHold of this process has (checkpoint_mutex_)
-  // checkpoint.json as this process last read or wrote it (nullopt: absent); under
-  // checkpoint_mutex_, changed only under the state lock.
+  std::map<std::pair<SharingStrategy, std::string>, std::map<std::string, ShareSpec>> holders_
+      TESSERA_GUARDED_BY(checkpoint_mutex_);
+  // Names reserve_orphan handed out.
+  std::set<std::string> removing_ TESSERA_GUARDED_BY(checkpoint_mutex_);
+  // Claims a ClaimHold of this process has.
+  std::set<std::string> held_claims_ TESSERA_GUARDED_BY(checkpoint_mutex_);
+  // checkpoint.json as this process last read or wrote it (nullopt: absent); changed only under
+  // the state lock.
   struct FileSignature {
     uint64_t device = 0, inode = 0, size = 0;
     int64_t mtime_ns = 0, ctime_ns = 0;
     bool operator==(const FileSignature&) const = default;
   };
-  std::optional<FileSignature> disk_signature_;
+  std::optional<FileSignature> disk_signature_ TESSERA_GUARDED_BY(checkpoint_mutex_);
   static std::optional<FileSignature> signature_of(const std::string& path);
   std::atomic<int> steps_{0};
 };

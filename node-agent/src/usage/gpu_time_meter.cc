@@ -132,14 +132,14 @@ Status GpuTimeMeter::load_nvml() {
       options_.nvml_library,
       {EntryPoint::nvmlDeviceGetHandleByUUID, EntryPoint::nvmlDeviceGetProcessUtilization});
   if (!session.is_ok()) return unavailable(session.status().message());  // NVML missing: no meter
-  nvml_ = std::make_unique<Nvml>(std::move(session).value());
+  nvml_ = std::make_unique<Nvml>(Nvml{std::move(session).value()});
   return Status::ok();
 }
 
 Status GpuTimeMeter::start() {
   if (loop_) return failed_precondition("the gpu-time meter is already running");
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     TESSERA_RETURN_IF_ERROR(load_nvml());
   }
   last_loop_problem_.clear();
@@ -158,7 +158,7 @@ void GpuTimeMeter::stop() {
 void GpuTimeMeter::loop_pass() {
   std::string problem;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     problem = join_problems(pass());
   }
   if (problem != last_loop_problem_) {  // one line per change, not one per period
@@ -180,7 +180,7 @@ bool GpuTimeMeter::wait_for_loop_passes(uint64_t count, std::chrono::millisecond
 }
 
 Status GpuTimeMeter::sample_once() {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   TESSERA_RETURN_IF_ERROR(load_nvml());
   if (const Problems problems = pass(); !problems.empty())
     return unavailable(join_problems(problems));
@@ -188,7 +188,7 @@ Status GpuTimeMeter::sample_once() {
 }
 
 GpuTimeMeterStats GpuTimeMeter::stats() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return stats_;
 }
 
@@ -350,7 +350,7 @@ Problems GpuTimeMeter::pass() {
     // A process in no share we know: maybe one that joined a share since the last read. Re-read
     // the usage pages (at most once per pass); a process still in none is remembered until the
     // next rescan, so that processes outside every share cost no re-read each pass.
-    auto in_a_share = [this](uint64_t owner) {
+    auto in_a_share = [this](uint64_t owner) TESSERA_REQUIRES(mutex_) {
       return std::any_of(shares_.begin(), shares_.end(), [owner](const auto& share) {
         return share->measured_by_agent() && share->owns(owner);
       });

@@ -25,6 +25,7 @@
 #include "clock/clock.h"
 #include "clock/periodic_loop.h"
 #include "tessera/status.h"
+#include "tessera/thread_annotations.h"
 #include "usage/context_overhead.h"
 #include "usage/problems.h"
 #include "usage/share_processes.h"
@@ -92,9 +93,9 @@ class GpuTimeMeter {
   // One pass: rescan if due, one NVML query per GPU that an agent-measured share names, publish.
   // Loads NVML on first use. Returns ok or the problems of this pass, "; "-separated (the pass
   // still publishes what it could: a bad share folder never stops the others).
-  Status sample_once();
+  Status sample_once() TESSERA_EXCLUDES(mutex_);
 
-  GpuTimeMeterStats stats() const;
+  GpuTimeMeterStats stats() const TESSERA_EXCLUDES(mutex_);
 
   // Passes the loop completed since start() (0 when stopped), and a bounded wait for a count of
   // them: tests advance their clock by the period and wait for the pass instead of sleeping.
@@ -107,27 +108,30 @@ class GpuTimeMeter {
   struct Share;
   struct Gpu;
 
-  Status load_nvml();  // under mutex_; kUnavailable when NVML cannot be used
-  Problems pass();     // under mutex_
-  void rescan(Problems& problems);
-  void read_owners(Share& share);
-  std::optional<uint64_t> owner_of(int host_pid);
-  void loop_pass();
+  Status load_nvml() TESSERA_REQUIRES(mutex_);  // kUnavailable when NVML cannot be used
+  Problems pass() TESSERA_REQUIRES(mutex_);
+  void rescan(Problems& problems) TESSERA_REQUIRES(mutex_);
+  void read_owners(Share& share) TESSERA_REQUIRES(mutex_);
+  std::optional<uint64_t> owner_of(int host_pid) TESSERA_REQUIRES(mutex_);
+  void loop_pass() TESSERA_EXCLUDES(mutex_);
   // yield_mask and spare_percent of every agent-measured share, from the shares' activity.
-  void publish_classes(Clock::time_point now);
+  void publish_classes(Clock::time_point now) TESSERA_REQUIRES(mutex_);
 
   GpuTimeMeterOptions options_;
   Clock& clock_;
-  mutable std::mutex mutex_;  // one pass at a time; guards everything below
-  std::unique_ptr<Nvml> nvml_;
-  std::vector<std::unique_ptr<Share>> shares_;
-  std::vector<std::unique_ptr<Gpu>> gpus_;
-  std::map<int, std::optional<uint64_t>> owner_cache_;  // host pid -> owner word, per rescan
-  std::set<uint64_t> strangers_;  // owner words in no share's page (usage pages re-read since)
-  Clock::time_point next_rescan_{};
-  Problems rescan_problems_;  // what the last rescan found wrong
-  GpuTimeMeterStats stats_;
-  ContextOverheadMeter context_costs_;  // measured per pass (at its own period) for every share
+  mutable Mutex mutex_;  // one pass at a time
+  std::unique_ptr<Nvml> nvml_ TESSERA_GUARDED_BY(mutex_);
+  std::vector<std::unique_ptr<Share>> shares_ TESSERA_GUARDED_BY(mutex_);
+  std::vector<std::unique_ptr<Gpu>> gpus_ TESSERA_GUARDED_BY(mutex_);
+  // Host pid -> owner word, per rescan.
+  std::map<int, std::optional<uint64_t>> owner_cache_ TESSERA_GUARDED_BY(mutex_);
+  // Owner words in no share's page (usage pages re-read since).
+  std::set<uint64_t> strangers_ TESSERA_GUARDED_BY(mutex_);
+  Clock::time_point next_rescan_ TESSERA_GUARDED_BY(mutex_){};
+  Problems rescan_problems_ TESSERA_GUARDED_BY(mutex_);  // what the last rescan found wrong
+  GpuTimeMeterStats stats_ TESSERA_GUARDED_BY(mutex_);
+  // Measured per pass (at its own period) for every share.
+  ContextOverheadMeter context_costs_ TESSERA_GUARDED_BY(mutex_);
 
   std::string last_loop_problem_;       // the loop's thread only: one log line per change
   std::unique_ptr<PeriodicLoop> loop_;  // last: its passes use everything above
