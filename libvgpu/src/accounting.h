@@ -21,7 +21,7 @@ namespace tessera::vgpu {
 // ReclaimWait), the call is tried again while the agent reclaims borrowed memory, up to
 // TESSERA_RECLAIM_WAIT_MS. The path that succeeds at once is one call and one compare.
 template <typename Call>
-CUresult call_reclaiming(int index, uint64_t bytes, Call call) {
+CUresult call_reclaiming(GpuIndex index, uint64_t bytes, Call call) {
   CUresult result = call();
   if (__builtin_expect(result != CUDA_ERROR_OUT_OF_MEMORY, 1)) return result;
   return [&]() __attribute__((noinline)) {
@@ -33,12 +33,12 @@ CUresult call_reclaiming(int index, uint64_t bytes, Call call) {
 }
 
 // Records a handle and the bytes charged for it.
-inline void track(HandleKind kind, uint64_t handle, int index, uint64_t bytes, uint64_t context,
-                  uint64_t aux = 0) {
+inline void track(HandleKind kind, uint64_t handle, GpuIndex index, uint64_t bytes,
+                  uint64_t context, uint64_t aux = 0) {
   Record record;
   record.handle = handle;
   record.kind = kind;
-  record.device = static_cast<int16_t>(index);
+  record.device = static_cast<int16_t>(index.value);
   record.bytes = bytes;
   record.context = context;
   record.aux = aux;
@@ -59,7 +59,7 @@ CUresult free_tracked(HandleKind kind, uint64_t handle, FreeCall free_call) {
     shim().tracker.insert(record);  // still allocated
     return result;
   }
-  release_bytes(record.device, record.bytes);
+  release_bytes(record.gpu(), record.bytes);
   return result;
 }
 

@@ -43,7 +43,7 @@ bool array_bytes(const CUDA_ARRAY3D_DESCRIPTOR& d, uint64_t* out) {
 template <typename Call>
 CUresult create_array(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* descriptor, Call call) {
   CUcontext context = nullptr;
-  const int index = array && descriptor ? current_device(nullptr, &context) : kPassThrough;
+  const GpuIndex index = array && descriptor ? current_device(nullptr, &context) : kPassThrough;
   if (index == kPassThrough) return call();
   uint64_t bytes = 0;
   uint64_t charge = 0;

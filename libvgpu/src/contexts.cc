@@ -21,10 +21,10 @@ namespace {
 constexpr size_t kDrainBatch = 64;
 
 // Primary contexts retained through the shim, per CUDA ordinal (under g_context_lock).
-constinit std::atomic<bool> g_context_lock{false};
-int g_primary_refcount[kMaxOrdinals] = {};
-uint64_t g_primary_context[kMaxOrdinals] = {};
-int g_primary_index[kMaxOrdinals] = {};
+constinit SpinLock g_context_lock{LockRank::kContexts};
+int g_primary_refcount[kMaxOrdinals] TESSERA_GUARDED_BY(g_context_lock) = {};
+uint64_t g_primary_context[kMaxOrdinals] TESSERA_GUARDED_BY(g_context_lock) = {};
+GpuIndex g_primary_index[kMaxOrdinals] TESSERA_GUARDED_BY(g_context_lock) = {};
 
 // Gives back everything a destroyed context owned (the driver frees it with the context).
 void drain_context(uint64_t context) {
@@ -34,11 +34,11 @@ void drain_context(uint64_t context) {
     taken = shim().tracker.take_context(context, records, kDrainBatch);
     for (size_t i = 0; i < taken; ++i) {
       if (records[i].kind == HandleKind::kContext) {
-        release_context(records[i].device);  // its charge, at what it is now
+        release_context(records[i].gpu());  // its charge, at what it is now
       } else if (records[i].kind == HandleKind::kPoolPointer) {
         pool_pointer_freed(records[i]);  // charged through its pool
       } else {
-        release_bytes(records[i].device, records[i].bytes);
+        release_bytes(records[i].gpu(), records[i].bytes);
       }
     }
   } while (taken == kDrainBatch);
@@ -60,7 +60,7 @@ namespace {
 
 template <typename Call>
 CUresult create_context(CUcontext* context, CUdevice device, Call call) {
-  const int index = context ? device_for_ordinal(device) : kPassThrough;
+  const GpuIndex index = context ? device_for_ordinal(CudaOrdinal{device}) : kPassThrough;
   if (index == kPassThrough) return call();
   if (index == kBlocked || !charge_context(index)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult result = call();
@@ -75,7 +75,7 @@ CUresult create_context(CUcontext* context, CUdevice device, Call call) {
   return result;
 }
 
-void primary_released(CUdevice device) {
+void primary_released(CUdevice device) TESSERA_REQUIRES(g_context_lock) {
   if (device < 0 || device >= kMaxOrdinals || g_primary_refcount[device] == 0) return;
   if (--g_primary_refcount[device] > 0) return;
   release_context(g_primary_index[device]);
@@ -83,10 +83,10 @@ void primary_released(CUdevice device) {
 }
 
 // In a forked child: the parent's retains are not this process's, and another thread of the
-// parent may have held the lock at fork time.
-void reset_after_fork() {
+// parent may have held the lock at fork time. The child has one thread: no lock is needed.
+void reset_after_fork() TESSERA_NO_THREAD_SAFETY_ANALYSIS {
   for (int i = 0; i < kMaxOrdinals; ++i) g_primary_refcount[i] = 0;
-  g_context_lock.store(false, std::memory_order_relaxed);
+  g_context_lock.reset_after_fork();
 }
 
 __attribute__((constructor)) void register_fork_reset() {
@@ -133,7 +133,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
   count_call(kHook_cuDevicePrimaryCtxRetain);
   auto real = real_cuDevicePrimaryCtxRetain();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  const int index = context ? device_for_ordinal(device) : kPassThrough;
+  const GpuIndex index = context ? device_for_ordinal(CudaOrdinal{device}) : kPassThrough;
   if (index == kPassThrough || device < 0 || device >= kMaxOrdinals) return real(context, device);
   SpinGuard guard(g_context_lock);
   const bool first = g_primary_refcount[device] == 0;

@@ -46,15 +46,15 @@ constinit std::atomic<long> g_allocating_execs{0};
 // The devices' graph memory pools, per CUDA ordinal, under g_graph_lock: the reserved size last
 // accounted (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) and the share device it is charged to (valid
 // once g_graph_seen).
-constinit std::atomic<bool> g_graph_lock{false};
-bool g_graph_seen[kMaxOrdinals] = {};
-int g_graph_index[kMaxOrdinals] = {};
-uint64_t g_graph_accounted[kMaxOrdinals] = {};
+constinit SpinLock g_graph_lock{LockRank::kGraph};
+bool g_graph_seen[kMaxOrdinals] TESSERA_GUARDED_BY(g_graph_lock) = {};
+GpuIndex g_graph_index[kMaxOrdinals] TESSERA_GUARDED_BY(g_graph_lock) = {};
+uint64_t g_graph_accounted[kMaxOrdinals] TESSERA_GUARDED_BY(g_graph_lock) = {};
 
 // In a forked child: no executable graph of the parent is this process's, and another thread of
-// the parent may have held the lock at fork time.
-void reset_after_fork() {
-  g_graph_lock.store(false, std::memory_order_relaxed);
+// the parent may have held the lock at fork time. The child has one thread: no lock is needed.
+void reset_after_fork() TESSERA_NO_THREAD_SAFETY_ANALYSIS {
+  g_graph_lock.reset_after_fork();
   for (int i = 0; i < kMaxOrdinals; ++i) {
     g_graph_seen[i] = false;
     g_graph_accounted[i] = 0;
@@ -80,7 +80,7 @@ bool graph_attribute(CUdevice ordinal, CUgraphMem_attribute attribute, uint64_t*
 
 // Charges or releases the difference between the ordinal's graph pool reserved size and what was
 // accounted; returns the reserved size now accounted. Call with g_graph_lock held.
-uint64_t settle_graph_pool(CUdevice ordinal, int index) {
+uint64_t settle_graph_pool(CUdevice ordinal, GpuIndex index) TESSERA_REQUIRES(g_graph_lock) {
   if (!g_graph_seen[ordinal]) {
     g_graph_seen[ordinal] = true;
     g_graph_index[ordinal] = index;
@@ -157,13 +157,13 @@ void instantiated(CUgraphExec exec, CUgraph graph) {
     return;
   }
   if (bytes == 0) return;
-  int index = kBlocked;
-  if (ordinal >= 0 && ordinal < kMaxOrdinals) index = device_for_ordinal(ordinal);
+  GpuIndex index = kBlocked;
+  if (ordinal >= 0 && ordinal < kMaxOrdinals) index = device_for_ordinal(CudaOrdinal{ordinal});
   if (index == kPassThrough) return;
   Record record;
   record.handle = key(exec);
   record.kind = HandleKind::kGraphExec;
-  record.device = static_cast<int16_t>(index);
+  record.device = static_cast<int16_t>(index.value);
   record.bytes = bytes;
   record.aux = static_cast<uint64_t>(static_cast<uint32_t>(ordinal));
   Record stale;
@@ -198,8 +198,8 @@ using RunFn = CUresult (*)(CUgraphExec, CUstream);
   if (!s.tracker.find(HandleKind::kGraphExec, key(exec), &record) || (record.aux & kMapped)) {
     return real(exec, stream);
   }
-  const int index = record.device;
-  if (index < 0) return CUDA_ERROR_OUT_OF_MEMORY;  // the device may not be used
+  const GpuIndex index = record.gpu();
+  if (!index.is_gpu()) return CUDA_ERROR_OUT_OF_MEMORY;  // the device may not be used
   const auto ordinal = static_cast<CUdevice>(record.aux & kOrdinalMask);
   const uint64_t accounted = settle_graph_pool(ordinal, index);
   uint64_t used = accounted;
@@ -310,9 +310,9 @@ CUresult cuGraphExecDestroy(CUgraphExec exec) {
     return result;
   }
   g_allocating_execs.fetch_sub(1, std::memory_order_relaxed);
-  if ((record.aux & kMapped) && record.device >= 0) {
+  if ((record.aux & kMapped) && record.gpu().is_gpu()) {
     SpinGuard guard(g_graph_lock);
-    settle_graph_pool(static_cast<CUdevice>(record.aux & kOrdinalMask), record.device);
+    settle_graph_pool(static_cast<CUdevice>(record.aux & kOrdinalMask), record.gpu());
   }
   return result;
 }

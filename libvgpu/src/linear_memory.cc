@@ -13,7 +13,7 @@ namespace {
 
 // The linear-allocation pattern: reserve `charge`, call, record or roll back.
 template <typename Call>
-CUresult allocate_linear(int index, uint64_t requested, CUcontext context, CUdeviceptr* dptr,
+CUresult allocate_linear(GpuIndex index, uint64_t requested, CUcontext context, CUdeviceptr* dptr,
                          Call call) {
   uint64_t charge = 0;
   if (index == kBlocked || !charged_size(requested, &charge)) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -34,7 +34,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   auto real = real_cuMemAlloc_v2();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUcontext context = nullptr;
-  const int index = dptr && bytes ? current_device(nullptr, &context) : kPassThrough;
+  const GpuIndex index = dptr && bytes ? current_device(nullptr, &context) : kPassThrough;
   if (index == kPassThrough) return real(dptr, bytes);
   return allocate_linear(index, bytes, context, dptr, [&] { return real(dptr, bytes); });
 }
@@ -44,7 +44,7 @@ CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) 
   auto real = real_cuMemAllocManaged();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUcontext context = nullptr;
-  const int index = dptr && bytes ? current_device(nullptr, &context) : kPassThrough;
+  const GpuIndex index = dptr && bytes ? current_device(nullptr, &context) : kPassThrough;
   if (index == kPassThrough) return real(dptr, bytes, flags);
   // Managed memory counts like device memory: on an H200 the driver does not bound it, so it
   // would otherwise escape the quota entirely.
@@ -57,7 +57,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size
   auto real = real_cuMemAllocPitch_v2();
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUcontext context = nullptr;
-  const int index =
+  const GpuIndex index =
       dptr && pitch && width && height ? current_device(nullptr, &context) : kPassThrough;
   if (index == kPassThrough) return real(dptr, pitch, width, height, element);
   // Reserve for a 512-byte-aligned pitch, then settle against the pitch the driver chose.

@@ -14,7 +14,7 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   const CUresult result = real(free_bytes, total_bytes);  // checks NULL and the context
   if (result != CUDA_SUCCESS) return result;
-  const int index = current_device(nullptr, nullptr);
+  const GpuIndex index = current_device(nullptr, nullptr);
   if (index == kPassThrough) return result;
   const uint64_t limit = index == kBlocked ? 0 : device_limit(index);
   if (limit == tessera::share::kUnlimited) return result;
@@ -33,7 +33,7 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice device) {
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   const CUresult result = real(bytes, device);
   if (result != CUDA_SUCCESS) return result;
-  const int index = device_for_ordinal(device);
+  const GpuIndex index = device_for_ordinal(CudaOrdinal{device});
   if (index == kPassThrough) return result;
   const uint64_t limit = index == kBlocked ? 0 : device_limit(index);
   if (limit < *bytes) *bytes = limit;

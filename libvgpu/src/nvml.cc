@@ -15,7 +15,7 @@ bool limited_view(nvmlDevice_t device, unsigned long long* total, unsigned long 
   auto get_uuid = real_nvmlDeviceGetUUID();
   char uuid[96] = {};
   if (!get_uuid || get_uuid(device, uuid, sizeof uuid) != NVML_SUCCESS) return false;
-  const int index = device_for_uuid(uuid);
+  const GpuIndex index = device_for_uuid(uuid);
   if (index == kPassThrough) return false;
   const uint64_t limit = index == kBlocked ? 0 : device_limit(index);
   if (limit == tessera::share::kUnlimited) return false;

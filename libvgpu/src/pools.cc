@@ -29,20 +29,21 @@ namespace {
 // queries and the share's reservation included), never across an allocation's own driver call:
 // an allocation claims its share of the pool under the lock, calls the driver without it, then
 // settles under it again.
-constinit std::atomic<bool> g_pool_lock{false};
+constinit SpinLock g_pool_lock{LockRank::kPools};
 // Whether this thread holds g_pool_lock (a refusal inside its reservation settles the other
 // pools without taking the lock again), and the pool it is reserving for (left to its caller).
 __thread bool t_holds_pool_lock __attribute__((tls_model("initial-exec"))) = false;
 __thread CUmemoryPool t_reserving_for __attribute__((tls_model("initial-exec"))) = nullptr;
 
-struct PoolLock {
-  PoolLock() {
-    while (g_pool_lock.exchange(true, std::memory_order_acquire)) sched_yield();
+class TESSERA_SCOPED_CAPABILITY PoolLock {
+ public:
+  PoolLock() TESSERA_ACQUIRE(g_pool_lock) {
+    g_pool_lock.lock();
     t_holds_pool_lock = true;
   }
-  ~PoolLock() {
+  ~PoolLock() TESSERA_RELEASE() {
     t_holds_pool_lock = false;
-    g_pool_lock.store(false, std::memory_order_release);
+    g_pool_lock.unlock();
   }
   PoolLock(const PoolLock&) = delete;
   PoolLock& operator=(const PoolLock&) = delete;
@@ -52,11 +53,11 @@ struct PoolLock {
 // every allocation of the process). Under g_pool_lock. A process with more live pools than this
 // settles the others through a scan of the table, only before a refusal.
 constexpr uint32_t kListedPools = 64;
-constinit CUmemoryPool g_listed[kListedPools] = {};
-constinit uint32_t g_listed_count = 0;
-constinit uint32_t g_unlisted = 0;
+constinit CUmemoryPool g_listed[kListedPools] TESSERA_GUARDED_BY(g_pool_lock) = {};
+constinit uint32_t g_listed_count TESSERA_GUARDED_BY(g_pool_lock) = 0;
+constinit uint32_t g_unlisted TESSERA_GUARDED_BY(g_pool_lock) = 0;
 
-void list_pool(CUmemoryPool pool) {
+void list_pool(CUmemoryPool pool) TESSERA_REQUIRES(g_pool_lock) {
   if (g_listed_count < kListedPools) {
     g_listed[g_listed_count++] = pool;
   } else {
@@ -65,7 +66,7 @@ void list_pool(CUmemoryPool pool) {
   g_live_pools.fetch_add(1, std::memory_order_relaxed);
 }
 
-void unlist_pool(CUmemoryPool pool) {
+void unlist_pool(CUmemoryPool pool) TESSERA_REQUIRES(g_pool_lock) {
   bool found = false;
   for (uint32_t i = 0; i < g_listed_count; ++i) {
     if (g_listed[i] == pool) {
@@ -112,11 +113,11 @@ bool pool_need(CUmemoryPool pool, uint64_t claimed, uint64_t* need) {
 // the charge becomes the pool's reserved size (growth the shim did not see is charged, beyond the
 // limit if it must be: the driver holds it); with some, only a surplus is released (each of them
 // settles its own growth when it returns). Call with g_pool_lock held.
-void settle_live(LivePool& live) {
+void settle_live(LivePool& live) TESSERA_REQUIRES(g_pool_lock) {
   auto* pool = reinterpret_cast<CUmemoryPool>(live.record.handle);
   uint64_t need = 0;
   if (!pool_need(pool, live.claimed(), &need)) return;
-  const int index = live.record.device;
+  const GpuIndex index = live.record.gpu();
   if (need < live.charged()) {
     release_bytes(index, live.charged() - need);
   } else if (need > live.charged()) {
@@ -126,27 +127,27 @@ void settle_live(LivePool& live) {
   live.charged() = need;
 }
 
-void store(const LivePool& live) {
-  track(HandleKind::kPool, live.record.handle, live.record.device, live.record.bytes,
+void store(const LivePool& live) TESSERA_REQUIRES(g_pool_lock) {
+  track(HandleKind::kPool, live.record.handle, live.record.gpu(), live.record.bytes,
         live.record.context);
   set_before_refusal(settle_idle_pools);  // a pool is tracked: it may give memory back
 }
 
 // Finds a live pool's record, or starts one charged nothing (listed as live). Call with
 // g_pool_lock held.
-LivePool find_or_start(CUmemoryPool pool, int index) {
+LivePool find_or_start(CUmemoryPool pool, GpuIndex index) TESSERA_REQUIRES(g_pool_lock) {
   LivePool live;
   if (!shim().tracker.find(HandleKind::kPool, reinterpret_cast<uint64_t>(pool), &live.record)) {
     live.record = Record{};
     live.record.handle = reinterpret_cast<uint64_t>(pool);
     live.record.kind = HandleKind::kPool;
-    live.record.device = static_cast<int16_t>(index);
+    live.record.device = static_cast<int16_t>(index.value);
     list_pool(pool);
   }
   return live;
 }
 
-void settle_listed(CUmemoryPool pool) {
+void settle_listed(CUmemoryPool pool) TESSERA_REQUIRES(g_pool_lock) {
   if (pool == t_reserving_for) return;  // its allocation settles it
   LivePool live;
   if (!shim().tracker.find(HandleKind::kPool, reinterpret_cast<uint64_t>(pool), &live.record) ||
@@ -159,7 +160,7 @@ void settle_listed(CUmemoryPool pool) {
 
 // Settles every live pool. Call with g_pool_lock held. `scan`: also the pools beyond the list,
 // through a scan of the handle table.
-void settle_all(bool scan) {
+void settle_all(bool scan) TESSERA_REQUIRES(g_pool_lock) {
   for (uint32_t i = 0; i < g_listed_count; ++i) settle_listed(g_listed[i]);
   if (!scan || g_unlisted == 0) return;
   Record pools[64];
@@ -177,6 +178,7 @@ void settle_all(bool scan) {
 // holds the lock already while it reserves: the other pools are settled under it.
 void settle_idle_pools() {
   if (t_holds_pool_lock) {
+    g_pool_lock.assert_held();
     settle_all(/*scan=*/true);
     return;
   }
@@ -186,12 +188,12 @@ void settle_idle_pools() {
 
 // Reserves what the pool may grow by for an allocation of `estimate` bytes and claims them.
 // False (nothing claimed) if the share has no room. Call with g_pool_lock held.
-bool claim(LivePool& live, uint64_t estimate) {
+bool claim(LivePool& live, uint64_t estimate) TESSERA_REQUIRES(g_pool_lock) {
   auto* pool = reinterpret_cast<CUmemoryPool>(live.record.handle);
   uint64_t need = 0;
   // If the driver cannot be asked, the pool is assumed to have nothing idle.
   if (!pool_need(pool, live.claimed() + estimate, &need)) need = live.charged() + estimate;
-  const int index = live.record.device;
+  const GpuIndex index = live.record.gpu();
   if (need < live.charged()) {
     release_bytes(index, live.charged() - need);
   } else if (need > live.charged()) {
@@ -208,12 +210,12 @@ bool claim(LivePool& live, uint64_t estimate) {
 // After the driver call: the claim ends and the pool is settled. False if the pool grew beyond
 // what was reserved and the share cannot cover it (the growth is charged all the same: the driver
 // holds it; the caller undoes the allocation). Call with g_pool_lock held.
-bool settle_claim(LivePool& live, uint64_t estimate) {
+bool settle_claim(LivePool& live, uint64_t estimate) TESSERA_REQUIRES(g_pool_lock) {
   live.claimed() -= estimate < live.claimed() ? estimate : live.claimed();
   auto* pool = reinterpret_cast<CUmemoryPool>(live.record.handle);
   uint64_t need = 0;
   if (!pool_need(pool, live.claimed(), &need)) return true;  // the estimate stays charged
-  const int index = live.record.device;
+  const GpuIndex index = live.record.gpu();
   bool covered = true;
   if (need < live.charged()) {
     release_bytes(index, live.charged() - need);
@@ -230,28 +232,28 @@ bool settle_claim(LivePool& live, uint64_t estimate) {
 template <typename Call, typename FreeCall>
 CUresult allocate_from_pool(CUdeviceptr* dptr, size_t bytes, CUmemoryPool explicit_pool, Call call,
                             FreeCall free_call) {
-  CUdevice ordinal = 0;
+  CudaOrdinal ordinal;
   CUcontext context = nullptr;
-  const int index = dptr && bytes ? current_device(&ordinal, &context) : kPassThrough;
+  const GpuIndex index = dptr && bytes ? current_device(&ordinal, &context) : kPassThrough;
   if (index == kPassThrough) return call();
   if (index == kBlocked) return CUDA_ERROR_OUT_OF_MEMORY;
   CUmemoryPool pool = explicit_pool;
   auto get_pool = real_cuDeviceGetMemPool();
-  if (!pool && (!get_pool || get_pool(&pool, ordinal) != CUDA_SUCCESS)) {
+  if (!pool && (!get_pool || get_pool(&pool, ordinal.value) != CUDA_SUCCESS)) {
     // Without the pool its growth cannot be accounted: refuse rather than let it escape.
     TESSERA_ERROR("cannot find the memory pool of device %d; stream-ordered allocation refused",
-                  static_cast<int>(ordinal));
+                  ordinal.value);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   uint64_t estimate = 0;
   if (!charged_size(bytes, &estimate)) return CUDA_ERROR_OUT_OF_MEMORY;
   estimate = (estimate + (2ull << 20) - 1) / (2ull << 20) * (2ull << 20);
   const uint64_t handle = reinterpret_cast<uint64_t>(pool);
-  int pool_index = index;
+  GpuIndex pool_index = index;
   {
     PoolLock lock;
     LivePool live = find_or_start(pool, index);
-    pool_index = live.record.device;
+    pool_index = live.record.gpu();
     const bool claimed = claim(live, estimate);
     store(live);
     if (!claimed) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -303,9 +305,10 @@ bool capturing(Fn_cuStreamIsCapturing is_capturing, CUstream stream) {
          status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-// In a forked child: another thread of the parent may have held the lock at fork time.
-void reset_after_fork() {
-  g_pool_lock.store(false, std::memory_order_relaxed);
+// In a forked child: another thread of the parent may have held the lock at fork time. The child
+// has one thread: the pool records are reset without the lock.
+void reset_after_fork() TESSERA_NO_THREAD_SAFETY_ANALYSIS {
+  g_pool_lock.reset_after_fork();
   t_holds_pool_lock = false;
   t_reserving_for = nullptr;
   // The handle table is emptied in the child: no pool is tracked there.
@@ -336,7 +339,7 @@ void tessera::vgpu::pool_pointer_freed(const Record& record) {
     return;
   }
   const uint64_t returned = record.bytes < pool.bytes ? record.bytes : pool.bytes;
-  release_bytes(pool.device, returned);
+  release_bytes(pool.gpu(), returned);
   pool.bytes -= returned;
   if (pool.bytes == 0) {
     shim().tracker.take(HandleKind::kPool, record.aux, &pool);
@@ -419,11 +422,11 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   // The idle memory goes back now; what outstanding allocations use stays charged until they
   // are freed (the driver releases the pool's memory then).
   const uint64_t outstanding = used < known.bytes ? used : known.bytes;
-  release_bytes(known.device, known.bytes - outstanding);
+  release_bytes(known.gpu(), known.bytes - outstanding);
   if (outstanding > 0) {
     const uint64_t id = (1ull << 63) | g_next_destroyed_pool.fetch_add(1);
     shim().tracker.retag_aux(HandleKind::kPoolPointer, handle, id);
-    track(HandleKind::kPool, id, known.device, outstanding, 0, /*destroyed=*/1);
+    track(HandleKind::kPool, id, known.gpu(), outstanding, 0, /*destroyed=*/1);
   }
   return result;
 }

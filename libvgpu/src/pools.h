@@ -46,7 +46,7 @@ CUresult free_pointer(CUdeviceptr dptr, FreeCall free_call) {
   if (record.kind == HandleKind::kPoolPointer) {
     pool_pointer_freed(record);
   } else {
-    release_bytes(record.device, record.bytes);
+    release_bytes(record.gpu(), record.bytes);
   }
   return result;
 }

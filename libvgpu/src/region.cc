@@ -119,11 +119,11 @@ bool Region::open_standalone(const Options& options, const DeviceId* devices, in
     share::DeviceLimits& device = limits->devices[i];
     std::memcpy(device.uuid, devices[i].uuid, share::kUuidBytes);
     device.uuid[share::kUuidBytes - 1] = '\0';
-    device.memory_limit.store(memory_limit_for(options, devices[i].ordinal, devices[i].uuid),
+    device.memory_limit.store(memory_limit_for(options, devices[i].ordinal.value, devices[i].uuid),
                               std::memory_order_relaxed);
-    device.cores_request.store(cores_limit_for(options, devices[i].ordinal, devices[i].uuid),
+    device.cores_request.store(cores_limit_for(options, devices[i].ordinal.value, devices[i].uuid),
                                std::memory_order_relaxed);
-    device.cores_limit.store(cores_burst_for(options, devices[i].ordinal, devices[i].uuid),
+    device.cores_limit.store(cores_burst_for(options, devices[i].ordinal.value, devices[i].uuid),
                              std::memory_order_relaxed);
     limits->requests[i].memory_request.store(share::kUnlimited, std::memory_order_relaxed);
     limits->requests[i].spare_percent.store(share::kSpareUnknown, std::memory_order_relaxed);
@@ -137,24 +137,26 @@ bool Region::open_standalone(const Options& options, const DeviceId* devices, in
   return true;
 }
 
-int Region::find_device(const char* uuid) const {
-  if (!limits_ || !uuid) return -1;
+LimitsIndex Region::find_device(const char* uuid) const {
+  if (!limits_ || !uuid) return kNotInShare;
   uint32_t count = limits_->device_count.load(std::memory_order_acquire);
   if (count > share::kMaxDevices) count = share::kMaxDevices;
   for (uint32_t i = 0; i < count; ++i) {
     if (std::strncmp(limits_->devices[i].uuid, uuid, share::kUuidBytes) == 0) {
-      return static_cast<int>(i);
+      return LimitsIndex{static_cast<int>(i)};
     }
   }
-  return -1;
+  return kNotInShare;
 }
 
-uint64_t Region::limit(int index) const {
+uint64_t Region::limit(LimitsIndex device) const {
+  const int index = device.value;
   if (!limits_ || index < 0 || index >= static_cast<int>(share::kMaxDevices)) return 0;
   return limits_->devices[index].memory_limit.load(std::memory_order_acquire);
 }
 
-uint64_t Region::context_charge(int index) const {
+uint64_t Region::context_charge(LimitsIndex device) const {
+  const int index = device.value;
   if (!limits_ || index < 0 || index >= static_cast<int>(share::kMaxDevices)) {
     return kDefaultContextCharge;
   }
@@ -167,12 +169,13 @@ uint64_t Region::context_charge(int index) const {
          share::kContextChargeUnit;
 }
 
-uint64_t Region::usage(int index) const {
+uint64_t Region::usage(LimitsIndex device) const {
+  const int index = device.value;
   if (!usage_ || index < 0 || index >= static_cast<int>(share::kMaxDevices)) return 0;
   // share::share_usage, plus what the slots' contexts are under-charged at the current cost: a
   // process brings its own contexts to a higher cost only at its next reservation, and until then
   // the others must not hand out that memory (it is in use).
-  const uint64_t target = context_charge(index);
+  const uint64_t target = context_charge(device);
   uint32_t high = usage_->slot_high_water.load(std::memory_order_acquire);
   if (high > share::kMaxSlots) high = share::kMaxSlots;
   uint64_t sum = 0;
@@ -192,7 +195,8 @@ uint64_t Region::usage(int index) const {
   return sum;
 }
 
-uint64_t Region::own_usage(int index) const {
+uint64_t Region::own_usage(LimitsIndex device) const {
+  const int index = device.value;
   ProcessSlot* mine = slot_.load(std::memory_order_acquire);
   if (!mine || index < 0 || index >= static_cast<int>(share::kMaxDevices)) return 0;
   return mine->bytes[index].load(std::memory_order_relaxed);
@@ -206,7 +210,7 @@ ProcessSlot* Region::slot() {
 ProcessSlot* Region::claim_slot() {
   if (!usage_) return nullptr;
   // One claimer per process; others wait for it (a process-local flag: it dies with the process).
-  while (claiming_.exchange(true, std::memory_order_acquire)) sched_yield();
+  claim_lock_.lock();
   ProcessSlot* mine = slot_.load(std::memory_order_acquire);
   if (!mine) {
     // The owner word as the agent computes it for this process (share::read_process_identity);
@@ -255,15 +259,16 @@ ProcessSlot* Region::claim_slot() {
     }
     slot_.store(mine, std::memory_order_release);
   }
-  claiming_.store(false, std::memory_order_release);
+  claim_lock_.unlock();
   return mine;
 }
 
-bool Region::reserve(int index, uint64_t bytes) {
+bool Region::reserve(LimitsIndex device, uint64_t bytes) {
+  const int index = device.value;
   if (!usage_ || index < 0 || index >= static_cast<int>(share::kMaxDevices)) return false;
   ProcessSlot* mine = slot();
   if (!mine) return false;
-  const uint64_t cap = limit(index);
+  const uint64_t cap = limit(device);
   if (cap == share::kUnlimited) {
     mine->bytes[index].fetch_add(bytes, std::memory_order_seq_cst);
     return true;
@@ -272,7 +277,7 @@ bool Region::reserve(int index, uint64_t bytes) {
   bool reclaimed = false;
   for (int attempt = 0; attempt < kReserveAttempts; ++attempt) {
     mine->bytes[index].fetch_add(bytes, std::memory_order_seq_cst);
-    const uint64_t total = usage(index);
+    const uint64_t total = usage(device);
     if (total <= cap) return true;
     mine->bytes[index].fetch_sub(bytes, std::memory_order_seq_cst);
     if (!reclaimed) {
@@ -281,19 +286,21 @@ bool Region::reserve(int index, uint64_t bytes) {
     }
     // Did the total without us move while we looked? If not, nobody else is in flight and the
     // failure is genuine; if it did, a racing reservation may have backed off: try again.
-    const uint64_t others = usage(index);
+    const uint64_t others = usage(device);
     if (others == total - bytes) return false;
     sched_yield();
   }
   return false;
 }
 
-void Region::charge(int index, uint64_t bytes) {
+void Region::charge(LimitsIndex device, uint64_t bytes) {
+  const int index = device.value;
   if (!usage_ || index < 0 || index >= static_cast<int>(share::kMaxDevices)) return;
   if (ProcessSlot* mine = slot()) mine->bytes[index].fetch_add(bytes, std::memory_order_seq_cst);
 }
 
-uint64_t Region::release(int index, uint64_t bytes) {
+uint64_t Region::release(LimitsIndex device, uint64_t bytes) {
+  const int index = device.value;
   if (index < 0 || index >= static_cast<int>(share::kMaxDevices)) return 0;
   ProcessSlot* mine = slot_.load(std::memory_order_acquire);
   if (!mine) return 0;
@@ -344,7 +351,7 @@ void Region::maybe_reclaim() {
 
 void Region::forget_slot_after_fork() {
   slot_.store(nullptr, std::memory_order_relaxed);
-  claiming_.store(false, std::memory_order_relaxed);
+  claim_lock_.reset_after_fork();
   owner_.store(0, std::memory_order_relaxed);
 }
 

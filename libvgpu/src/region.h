@@ -12,6 +12,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "index_spaces.h"
+#include "spin_lock.h"
 #include "tessera/share_region.h"
 #include "tessera/vgpu/options.h"
 
@@ -22,7 +24,7 @@ namespace tessera::vgpu {
 inline constexpr uint64_t kDefaultContextCharge = 500ull << 20;
 
 struct DeviceId {
-  int ordinal;
+  CudaOrdinal ordinal;
   char uuid[share::kUuidBytes];
 };
 
@@ -44,26 +46,26 @@ class Region {
   bool is_open() const { return limits_ != nullptr; }
 
   // Limits-page index of the device with this UUID, or -1.
-  int find_device(const char* uuid) const;
+  LimitsIndex find_device(const char* uuid) const;
   uint64_t generation() const { return limits_->generation.load(std::memory_order_acquire); }
-  uint64_t limit(int index) const;
+  uint64_t limit(LimitsIndex index) const;
   // What the share holds on device `index`: the sum over its slots, plus what their contexts are
   // under-charged at the current context cost (a slot states its contexts and their charge in
   // ProcessSlot::contexts; its process charges a rise at its next reservation only).
-  uint64_t usage(int index) const;
+  uint64_t usage(LimitsIndex index) const;
   // The charge per context on device `index` that the limits page sets: the agent's measured cost
   // (rounded up to whole MiB), or kDefaultContextCharge when it has not measured one.
-  uint64_t context_charge(int index) const;
-  uint64_t own_usage(int index) const;
+  uint64_t context_charge(LimitsIndex index) const;
+  uint64_t own_usage(LimitsIndex index) const;
 
   // Reserves `bytes` on device `index` for this process; false if that would exceed the limit
   // (or no slot is free, or the index is invalid).
-  bool reserve(int index, uint64_t bytes);
+  bool reserve(LimitsIndex index, uint64_t bytes);
   // Adds bytes without a limit check (for memory the driver already handed out).
-  void charge(int index, uint64_t bytes);
+  void charge(LimitsIndex index, uint64_t bytes);
   // Takes back up to `bytes` from this process's slot; returns how many it took (never more than
   // the slot holds on that device).
-  uint64_t release(int index, uint64_t bytes);
+  uint64_t release(LimitsIndex index, uint64_t bytes);
 
   // Clears the slots of dead processes of this pid namespace; returns how many.
   int reclaim_dead();
@@ -101,7 +103,7 @@ class Region {
   const share::LimitsPage* limits_ = nullptr;
   share::UsagePage* usage_ = nullptr;
   std::atomic<share::ProcessSlot*> slot_{nullptr};
-  std::atomic<bool> claiming_{false};
+  SpinLock claim_lock_{LockRank::kSlotClaim};
   std::atomic<uint64_t> owner_{0};
   uint64_t pid_namespace_ = 0;
   char dir_[256] = {};

@@ -38,12 +38,13 @@ const char* environment(const char* name) {
 
 constinit std::atomic<BeforeRefusal> g_before_refusal{nullptr};
 
-constinit std::atomic<bool> g_ledger_lock{false};  // the contexts of every Gpu
+constinit SpinLock g_ledger_lock{LockRank::kLedger};  // the contexts of every Gpu
 
-void after_fork_in_child() {
+// The child has one thread: its state is reset without the locks.
+void after_fork_in_child() TESSERA_NO_THREAD_SAFETY_ANALYSIS {
   for (Region& region : g_shim.regions) region.forget_slot_after_fork();
   // The parent's contexts are not the child's.
-  g_ledger_lock.store(false, std::memory_order_relaxed);
+  g_ledger_lock.reset_after_fork();
   for (Gpu& gpu : g_shim.gpus) {
     gpu.contexts.store(0, std::memory_order_relaxed);
     gpu.charge_per_context.store(0, std::memory_order_relaxed);
@@ -241,34 +242,35 @@ void select_shares(Shim& s) {
 
 // ---- the process's GPUs -------------------------------------------------------------------------
 
-int find_gpu(const char* uuid) {
+GpuIndex find_gpu(const char* uuid) {
   const int count = g_shim.gpu_count.load(std::memory_order_acquire);
   for (int i = 0; i < count; ++i) {
-    if (std::strncmp(g_shim.gpus[i].uuid, uuid, share::kUuidBytes) == 0) return i;
+    if (std::strncmp(g_shim.gpus[i].uuid, uuid, share::kUuidBytes) == 0) return GpuIndex{i};
   }
-  return -1;
+  return GpuIndex{};
 }
 
-// The GPU's index, adding it when an open share holds it; -1 when none does.
-int gpu_for_uuid(const char* uuid) {
-  int index = find_gpu(uuid);
-  if (index >= 0) return index;
+// The GPU's index, adding it when an open share holds it; not a GPU (is_gpu() false) when none
+// does.
+GpuIndex gpu_for_uuid(const char* uuid) {
+  GpuIndex index = find_gpu(uuid);
+  if (index.is_gpu()) return index;
   bool held = false;
   for (int r = 0; r < g_shim.region_count && !held; ++r) {
-    held = g_shim.regions[r].find_device(uuid) >= 0;
+    held = g_shim.regions[r].find_device(uuid).found();
   }
-  if (!held) return -1;
+  if (!held) return GpuIndex{};
   SpinGuard guard(g_shim.gpu_lock);
   index = find_gpu(uuid);
-  if (index >= 0) return index;
+  if (index.is_gpu()) return index;
   const int count = g_shim.gpu_count.load(std::memory_order_relaxed);
   if (count == kMaxGpus) {
     TESSERA_ERROR("more than %d GPUs in the shares: %s is blocked", kMaxGpus, uuid);
-    return -1;
+    return GpuIndex{};
   }
   std::snprintf(g_shim.gpus[count].uuid, share::kUuidBytes, "%s", uuid);
   g_shim.gpu_count.store(count + 1, std::memory_order_release);
-  return count;
+  return GpuIndex{count};
 }
 
 bool open_regions() {
@@ -314,13 +316,13 @@ bool open_regions() {
     if (get_device(&device, ordinal) != CUDA_SUCCESS || get_uuid(&uuid, device) != CUDA_SUCCESS) {
       return false;
     }
-    devices[listed].ordinal = ordinal;
+    devices[listed].ordinal = CudaOrdinal{ordinal};
     format_uuid(uuid, devices[listed].uuid, sizeof devices[listed].uuid);
     ++listed;
   }
   // An environment limit naming a device this process does not see blocks every device.
   VisibleDevice visible[share::kMaxDevices];
-  for (int i = 0; i < listed; ++i) visible[i] = {devices[i].ordinal, devices[i].uuid};
+  for (int i = 0; i < listed; ++i) visible[i] = {devices[i].ordinal.value, devices[i].uuid};
   const int known_messages = s.options.message_count;
   check_visible_devices(&s.options, visible, listed);
   for (int i = known_messages; i < s.options.message_count; ++i) {
@@ -349,7 +351,7 @@ int ensure_region(bool may_enumerate_cuda) {
               gpu_for_uuid(uuid);
               TESSERA_INFO("share %s device %d %s: memory limit %llu bytes",
                            s.regions[r].dir()[0] ? s.regions[r].dir() : "(standalone)", i, uuid,
-                           static_cast<unsigned long long>(s.regions[r].limit(i)));
+                           static_cast<unsigned long long>(s.regions[r].limit(LimitsIndex{i})));
             }
           }
         }
@@ -407,17 +409,18 @@ uint64_t shares_generation() {
   return sum & kGenerationMask;
 }
 
-int share_device_slow(int index, int region) {
-  Gpu& gpu = g_shim.gpus[index];
+LimitsIndex share_device_slow(GpuIndex index, int region) {
+  Gpu& gpu = g_shim.gpus[index.value];
   const Region& share = g_shim.regions[region];
   const uint64_t generation = share.generation() & kGenerationMask;
-  const int found = share.find_device(gpu.uuid);
-  gpu.index_cache[region].store(generation << 8 | static_cast<uint64_t>(found + 2),
+  const LimitsIndex found = share.find_device(gpu.uuid);
+  gpu.index_cache[region].store(generation << 8 | static_cast<uint64_t>(found.value + 2),
                                 std::memory_order_release);
   return found;
 }
 
-int device_for_ordinal(CUdevice ordinal) {
+GpuIndex device_for_ordinal(CudaOrdinal cuda_ordinal) {
+  const int ordinal = cuda_ordinal.value;
   if (!enforcing()) return kPassThrough;
   const int region = ensure_region(true);
   if (region == 0) return kPassThrough;  // CUDA not initialised: the driver call fails anyway
@@ -426,29 +429,31 @@ int device_for_ordinal(CUdevice ordinal) {
   if (ordinal < 0 || ordinal >= kMaxOrdinals) return kBlocked;
   const uint64_t generation = shares_generation();
   const uint64_t cached = g_shim.ordinal_cache[ordinal].load(std::memory_order_acquire);
-  if (cached != 0 && (cached >> 8) == generation) return static_cast<int>(cached & 0xff) - 2;
+  if (cached != 0 && (cached >> 8) == generation) {
+    return GpuIndex{static_cast<int>(cached & 0xff) - 2};
+  }
   auto get_uuid = real_cuDeviceGetUuid_v2();
   CUuuid uuid{};
   if (!get_uuid || get_uuid(&uuid, ordinal) != CUDA_SUCCESS) return kPassThrough;
   char text[share::kUuidBytes];
   format_uuid(uuid, text, sizeof text);
-  int index = gpu_for_uuid(text);
-  if (index < 0) {
+  GpuIndex index = gpu_for_uuid(text);
+  if (!index.is_gpu()) {
     TESSERA_WARN("device %d (%s) is not part of the share: allocations on it fail", ordinal, text);
     index = kBlocked;
   }
-  g_shim.ordinal_cache[ordinal].store(generation << 8 | static_cast<uint64_t>(index + 2),
+  g_shim.ordinal_cache[ordinal].store(generation << 8 | static_cast<uint64_t>(index.value + 2),
                                       std::memory_order_release);
   return index;
 }
 
-int device_for_uuid(const char* uuid) {
+GpuIndex device_for_uuid(const char* uuid) {
   if (!enforcing()) return kPassThrough;
   const int region = ensure_region(false);
   if (region == 0) return kPassThrough;
   if (region == 3) return kBlocked;
-  const int index = gpu_for_uuid(uuid);
-  if (index >= 0) return index;
+  const GpuIndex index = gpu_for_uuid(uuid);
+  if (index.is_gpu()) return index;
   return g_shim.uses_shares() ? kBlocked : kPassThrough;
 }
 
@@ -468,12 +473,12 @@ struct DeviceMemo {
   CUcontext context;
   uint64_t generation;  // shares_generation() when it was learnt
   uint64_t epoch;       // g_context_epoch then (0: nothing learnt)
-  CUdevice ordinal;
-  int index;
+  CudaOrdinal ordinal;
+  GpuIndex index;
 };
 __thread DeviceMemo t_device __attribute__((tls_model("initial-exec"))) = {};
 
-[[gnu::noinline]] int learn_current_device(CUcontext current, CUdevice* ordinal) {
+[[gnu::noinline]] GpuIndex learn_current_device(CUcontext current, CudaOrdinal* ordinal) {
   // Read before the driver is asked: a change while it answers leaves the memo stale, not wrong.
   const uint64_t epoch = g_context_epoch.load(std::memory_order_acquire);
   const uint64_t generation = shares_generation();
@@ -481,12 +486,12 @@ __thread DeviceMemo t_device __attribute__((tls_model("initial-exec"))) = {};
   if (!get_device) return kPassThrough;
   CUdevice device = 0;
   if (get_device(&device) != CUDA_SUCCESS) return kPassThrough;
-  if (ordinal) *ordinal = device;
-  const int index = device_for_ordinal(device);
+  if (ordinal) *ordinal = CudaOrdinal{device};
+  const GpuIndex index = device_for_ordinal(CudaOrdinal{device});
   // Only an answer from open (or failed) shares is final; before they open it is pass-through.
   const int state = g_shim.region_state.load(std::memory_order_acquire);
   if ((state == 2 || state == 3) && generation == shares_generation()) {
-    t_device = {current, generation, epoch, device, index};
+    t_device = {current, generation, epoch, CudaOrdinal{device}, index};
   }
   return index;
 }
@@ -497,7 +502,7 @@ void contexts_changed() {
   g_context_epoch.fetch_add(1, std::memory_order_acq_rel);
 }
 
-int current_device(CUdevice* ordinal, CUcontext* context) {
+GpuIndex current_device(CudaOrdinal* ordinal, CUcontext* context) {
   if (!enforcing()) return kPassThrough;
   auto get_current = real_cuCtxGetCurrent();
   if (!get_current) return kPassThrough;
@@ -518,11 +523,11 @@ int current_device(CUdevice* ordinal, CUcontext* context) {
 namespace {
 
 // The shares holding GPU `index`, in their stable order: share numbers and limits-page indices.
-int holders(int index, int* regions, int* devices) {
+int holders(GpuIndex index, int* regions, LimitsIndex* devices) {
   int count = 0;
   for (int r = 0; r < g_shim.region_count; ++r) {
-    const int device = share_device(index, r);
-    if (device < 0) continue;
+    const LimitsIndex device = share_device(index, r);
+    if (!device.found()) continue;
     regions[count] = r;
     devices[count] = device;
     ++count;
@@ -530,16 +535,16 @@ int holders(int index, int* regions, int* devices) {
   return count;
 }
 
-uint64_t room_in(const Region& region, int device) {
+uint64_t room_in(const Region& region, LimitsIndex device) {
   const uint64_t limit = region.limit(device);
   if (limit == share::kUnlimited) return share::kUnlimited;
   const uint64_t used = region.usage(device);
   return limit > used ? limit - used : 0;
 }
 
-bool try_reserve(int index, uint64_t bytes) {
+bool try_reserve(GpuIndex index, uint64_t bytes) {
   int regions[kMaxShares];
-  int devices[kMaxShares];
+  LimitsIndex devices[kMaxShares];
   const int count = holders(index, regions, devices);
   if (count == 0) return false;
   if (count == 1) return g_shim.regions[regions[0]].reserve(devices[0], bytes);
@@ -575,36 +580,49 @@ bool try_reserve(int index, uint64_t bytes) {
 
 namespace {
 
-// After a first attempt failed: what the stream-ordered pools can give back, a second attempt,
-// then the refusal's traces.
-[[gnu::noinline]] bool reserve_after_refusal(int index, uint64_t bytes) {
+// What the stream-ordered pools can give back before a reservation is refused. The callback
+// takes the pools' lock (unless this thread holds it already), which ranks below the ledger's
+// (spin_lock.h): never called with g_ledger_lock held.
+void settle_before_refusal() TESSERA_EXCLUDES(g_ledger_lock) {
   if (BeforeRefusal settle = g_before_refusal.load(std::memory_order_acquire)) settle();
-  if (try_reserve(index, bytes)) return true;
+}
+
+// A refused reservation's traces.
+void note_refusal(GpuIndex index, uint64_t bytes) {
   TESSERA_DEBUG("reservation of %llu bytes on device %d refused (limit %llu, in use %llu)",
-                static_cast<unsigned long long>(bytes), index,
+                static_cast<unsigned long long>(bytes), index.value,
                 static_cast<unsigned long long>(device_limit(index)),
                 static_cast<unsigned long long>(device_usage(index)));
   // For the agent's metrics (tessera_share_allocations_denied_total): in the process's slot of
   // every share that holds the GPU (none of them had room).
   int regions[kMaxShares];
-  int devices[kMaxShares];
+  LimitsIndex devices[kMaxShares];
   const int count = holders(index, regions, devices);
   for (int i = 0; i < count; ++i) {
     if (share::ProcessSlot* slot = g_shim.regions[regions[i]].own_slot())
       slot->allocations_denied.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+// After a first attempt failed: what the stream-ordered pools can give back, a second attempt,
+// then the refusal's traces.
+[[gnu::noinline]] bool reserve_after_refusal(GpuIndex index, uint64_t bytes)
+    TESSERA_EXCLUDES(g_ledger_lock) {
+  settle_before_refusal();
+  if (try_reserve(index, bytes)) return true;
+  note_refusal(index, bytes);
   return false;
 }
 
-bool reserve_at_current_cost(int index, uint64_t bytes) {
-  if (index < 0) return false;
+bool reserve_at_current_cost(GpuIndex index, uint64_t bytes) TESSERA_EXCLUDES(g_ledger_lock) {
+  if (!index.is_gpu()) return false;
   if (try_reserve(index, bytes)) return true;
   return reserve_after_refusal(index, bytes);
 }
 
 // Tells each share holding a GPU of this process what contexts the process is charged for there
 // (ProcessSlot::contexts), for the agent's measurement. Under g_ledger_lock.
-void publish_contexts() {
+void publish_contexts() TESSERA_REQUIRES(g_ledger_lock) {
   const int gpus = g_shim.gpu_count.load(std::memory_order_acquire);
   for (int r = 0; r < g_shim.region_count; ++r) {
     if (!g_shim.uses_shares()) break;  // a private region has no agent
@@ -612,11 +630,11 @@ void publish_contexts() {
     bool several = false;
     for (int g = 0; g < gpus; ++g) {
       const uint32_t count = g_shim.gpus[g].contexts.load(std::memory_order_relaxed);
-      const int device = count == 0 ? -1 : share_device(g, r);
-      if (device < 0) continue;
+      const LimitsIndex device = count == 0 ? kNotInShare : share_device(GpuIndex{g}, r);
+      if (!device.found()) continue;
       several = several || word != 0;
       word =
-          share::pack_contexts(static_cast<uint32_t>(device), count,
+          share::pack_contexts(static_cast<uint32_t>(device.value), count,
                                g_shim.gpus[g].charge_per_context.load(std::memory_order_relaxed));
     }
     if (several) word = share::kContextsUnmeasurable << 4;
@@ -628,8 +646,8 @@ void publish_contexts() {
 }
 
 // update_context_charge under g_ledger_lock.
-void update_context_charge_locked(int index) {
-  Gpu& gpu = g_shim.gpus[index];
+void update_context_charge_locked(GpuIndex index) TESSERA_REQUIRES(g_ledger_lock) {
+  Gpu& gpu = g_shim.gpus[index.value];
   const uint64_t target = context_charge(index);
   const uint64_t applied = gpu.charge_per_context.load(std::memory_order_relaxed);
   const uint32_t count = gpu.contexts.load(std::memory_order_relaxed);
@@ -645,8 +663,8 @@ void update_context_charge_locked(int index) {
     TESSERA_INFO(
         "the context cost on device %d rose from %llu to %llu bytes: %u live contexts "
         "charged the difference",
-        index, static_cast<unsigned long long>(applied), static_cast<unsigned long long>(target),
-        count);
+        index.value, static_cast<unsigned long long>(applied),
+        static_cast<unsigned long long>(target), count);
     charge_bytes(index, (target - applied) * count);
     gpu.charge_per_context.store(target, std::memory_order_relaxed);
     publish_contexts();
@@ -657,21 +675,21 @@ void update_context_charge_locked(int index) {
   }
 }
 
-bool valid_gpu(int index) {
-  return index >= 0 && index < g_shim.gpu_count.load(std::memory_order_acquire);
+bool valid_gpu(GpuIndex index) {
+  return index.is_gpu() && index.value < g_shim.gpu_count.load(std::memory_order_acquire);
 }
 
 }  // namespace
 
-bool reserve_bytes(int index, uint64_t bytes) {
+bool reserve_bytes(GpuIndex index, uint64_t bytes) {
   // A process with one share (the usual case): no list of holders, and the context ledger only
   // looked at, unless its charge has to change. Dead processes' slots are reclaimed only when a
   // reservation is refused (Region::reserve): no clock is read under the limit.
   if (g_shim.region_count == 1 && valid_gpu(index)) {
     Region& region = g_shim.regions[0];
-    const int device = share_device(index, 0);
-    const Gpu& gpu = g_shim.gpus[index];
-    if (device >= 0 &&
+    const LimitsIndex device = share_device(index, 0);
+    const Gpu& gpu = g_shim.gpus[index.value];
+    if (device.found() &&
         (gpu.contexts.load(std::memory_order_relaxed) == 0 ||
          region.context_charge(device) == gpu.charge_per_context.load(std::memory_order_relaxed))) {
       if (region.reserve(device, bytes)) return true;
@@ -682,46 +700,55 @@ bool reserve_bytes(int index, uint64_t bytes) {
   return reserve_at_current_cost(index, bytes);
 }
 
-uint64_t context_charge(int index) {
+uint64_t context_charge(GpuIndex index) {
   if (!g_shim.uses_shares()) return g_shim.options.context_overhead;
   if (g_shim.region_count == 1) {
-    const int device = share_device(index, 0);
-    return device < 0 ? kDefaultContextCharge : g_shim.regions[0].context_charge(device);
+    const LimitsIndex device = share_device(index, 0);
+    return !device.found() ? kDefaultContextCharge : g_shim.regions[0].context_charge(device);
   }
   uint64_t charge = 0;
   for (int r = 0; r < g_shim.region_count; ++r) {
-    const int device = share_device(index, r);
-    if (device < 0) continue;
+    const LimitsIndex device = share_device(index, r);
+    if (!device.found()) continue;
     const uint64_t cost = g_shim.regions[r].context_charge(device);
     if (cost > charge) charge = cost;
   }
   return charge == 0 ? kDefaultContextCharge : charge;
 }
 
-void update_context_charge(int index) {
+void update_context_charge(GpuIndex index) {
   if (!valid_gpu(index)) return;
-  Gpu& gpu = g_shim.gpus[index];
+  Gpu& gpu = g_shim.gpus[index.value];
   if (gpu.contexts.load(std::memory_order_relaxed) == 0) return;
   if (context_charge(index) == gpu.charge_per_context.load(std::memory_order_relaxed)) return;
   SpinGuard guard(g_ledger_lock);
   update_context_charge_locked(index);
 }
 
-bool charge_context(int index) {
+bool charge_context(GpuIndex index) {
   if (!valid_gpu(index)) return false;
-  Gpu& gpu = g_shim.gpus[index];
-  SpinGuard guard(g_ledger_lock);
-  update_context_charge_locked(index);  // the live contexts at the current cost, and so the new one
-  const uint64_t charge = gpu.charge_per_context.load(std::memory_order_relaxed);
-  if (!reserve_at_current_cost(index, charge)) return false;
-  gpu.contexts.fetch_add(1, std::memory_order_relaxed);
-  publish_contexts();
-  return true;
+  Gpu& gpu = g_shim.gpus[index.value];
+  // Under the ledger: the live contexts at the current cost, and so the new one. A refusal
+  // releases the ledger while the pools give memory back (their lock ranks below it), then tries
+  // once more at the cost of then.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (attempt == 1) settle_before_refusal();
+    SpinGuard guard(g_ledger_lock);
+    update_context_charge_locked(index);
+    const uint64_t charge = gpu.charge_per_context.load(std::memory_order_relaxed);
+    if (try_reserve(index, charge)) {
+      gpu.contexts.fetch_add(1, std::memory_order_relaxed);
+      publish_contexts();
+      return true;
+    }
+    if (attempt == 1) note_refusal(index, charge);
+  }
+  return false;
 }
 
-void release_context(int index) {
+void release_context(GpuIndex index) {
   if (!valid_gpu(index)) return;
-  Gpu& gpu = g_shim.gpus[index];
+  Gpu& gpu = g_shim.gpus[index.value];
   SpinGuard guard(g_ledger_lock);
   if (gpu.contexts.load(std::memory_order_relaxed) == 0) return;
   gpu.contexts.fetch_sub(1, std::memory_order_relaxed);
@@ -729,24 +756,24 @@ void release_context(int index) {
   release_bytes(index, gpu.charge_per_context.load(std::memory_order_relaxed));
 }
 
-void release_bytes(int index, uint64_t bytes) {
-  if (index < 0) return;
+void release_bytes(GpuIndex index, uint64_t bytes) {
+  if (!index.is_gpu()) return;
   if (g_shim.region_count == 1) {
-    const int device = share_device(index, 0);
-    if (device >= 0) g_shim.regions[0].release(device, bytes);
+    const LimitsIndex device = share_device(index, 0);
+    if (device.found()) g_shim.regions[0].release(device, bytes);
     return;
   }
   // Last share first: the shares earlier in the order stay as full as they were.
   for (int r = g_shim.region_count - 1; r >= 0 && bytes > 0; --r) {
-    const int device = share_device(index, r);
-    if (device >= 0) bytes -= g_shim.regions[r].release(device, bytes);
+    const LimitsIndex device = share_device(index, r);
+    if (device.found()) bytes -= g_shim.regions[r].release(device, bytes);
   }
 }
 
-void charge_bytes(int index, uint64_t bytes) {
+void charge_bytes(GpuIndex index, uint64_t bytes) {
   int regions[kMaxShares];
-  int devices[kMaxShares];
-  const int count = index < 0 ? 0 : holders(index, regions, devices);
+  LimitsIndex devices[kMaxShares];
+  const int count = !index.is_gpu() ? 0 : holders(index, regions, devices);
   if (count == 0) return;
   for (int i = 0; i < count && bytes > 0; ++i) {
     Region& region = g_shim.regions[regions[i]];
@@ -758,11 +785,11 @@ void charge_bytes(int index, uint64_t bytes) {
   if (bytes > 0) g_shim.regions[regions[0]].charge(devices[0], bytes);
 }
 
-uint64_t device_limit(int index) {
+uint64_t device_limit(GpuIndex index) {
   uint64_t sum = 0;
   for (int r = 0; r < g_shim.region_count; ++r) {
-    const int device = share_device(index, r);
-    if (device < 0) continue;
+    const LimitsIndex device = share_device(index, r);
+    if (!device.found()) continue;
     const uint64_t limit = g_shim.regions[r].limit(device);
     if (limit == share::kUnlimited || sum + limit < sum) return share::kUnlimited;
     sum += limit;
@@ -770,11 +797,11 @@ uint64_t device_limit(int index) {
   return sum;
 }
 
-uint64_t device_usage(int index) {
+uint64_t device_usage(GpuIndex index) {
   uint64_t sum = 0;
   for (int r = 0; r < g_shim.region_count; ++r) {
-    const int device = share_device(index, r);
-    if (device < 0) continue;
+    const LimitsIndex device = share_device(index, r);
+    if (!device.found()) continue;
     const uint64_t used = g_shim.regions[r].usage(device);
     sum = sum + used < sum ? ~0ull : sum + used;
   }
@@ -795,27 +822,27 @@ int64_t monotonic_now_ns() {
 
 // What share `region` is guaranteed on its limits-page device `device`: its memory request, the
 // whole limit when the request is kUnlimited, never above the limit.
-uint64_t guaranteed(const Region& region, int device) {
+uint64_t guaranteed(const Region& region, LimitsIndex device) {
   const uint64_t limit = region.limit(device);
   const uint64_t request =
-      region.limits_page()->requests[device].memory_request.load(std::memory_order_acquire);
+      region.limits_page()->requests[device.value].memory_request.load(std::memory_order_acquire);
   return request < limit ? request : limit;
 }
 
 }  // namespace
 
-ReclaimWait::ReclaimWait(int index, uint64_t bytes) {
+ReclaimWait::ReclaimWait(GpuIndex index, uint64_t bytes) {
   if (!g_shim.uses_shares() || g_shim.options.reclaim_wait_ms == 0 || !valid_gpu(index)) return;
   // The first share holding the GPU that is within its request with this allocation (its usage
   // counts the bytes: they are reserved).
   for (int r = 0; r < g_shim.region_count; ++r) {
     Region& region = g_shim.regions[r];
-    const int device = share_device(index, r);
-    if (device < 0 || !region.usage_page() || !region.claimed_slot()) continue;
+    const LimitsIndex device = share_device(index, r);
+    if (!device.found() || !region.usage_page() || !region.claimed_slot()) continue;
     if (region.usage(device) > guaranteed(region, device)) continue;
     page_ = region.usage_page();
     owner_ = region.owner();
-    device_ = static_cast<uint32_t>(device);
+    device_ = device;
     break;
   }
   if (!page_ || owner_ == 0) {
@@ -829,14 +856,14 @@ ReclaimWait::ReclaimWait(int index, uint64_t bytes) {
   TESSERA_INFO(
       "the driver refused %llu bytes on device %d within the share's memory request: "
       "asking the agent to reclaim borrowed memory (waiting up to %u ms)",
-      static_cast<unsigned long long>(bytes), index, g_shim.options.reclaim_wait_ms);
+      static_cast<unsigned long long>(bytes), index.value, g_shim.options.reclaim_wait_ms);
 }
 
 void ReclaimWait::publish() {
   // The owner first and the bytes last: a reader that sees the bytes sees whose they are (or a
   // newer request's owner, which is the share's too).
   page_->reclaim_owner.store(owner_, std::memory_order_seq_cst);
-  page_->reclaim_device.store(device_, std::memory_order_seq_cst);
+  page_->reclaim_device.store(static_cast<uint32_t>(device_.value), std::memory_order_seq_cst);
   page_->reclaim_at_ns.store(static_cast<uint64_t>(started_ns_), std::memory_order_seq_cst);
   page_->reclaim_bytes.store(bytes_, std::memory_order_seq_cst);
 }
@@ -872,13 +899,6 @@ void set_before_refusal(BeforeRefusal callback) {
 
 void on_fork_child(void (*reset)()) {
   __register_atfork(nullptr, nullptr, reset, &__dso_handle);
-}
-
-SpinGuard::SpinGuard(std::atomic<bool>& flag) : flag_(flag) {
-  while (flag_.exchange(true, std::memory_order_acquire)) sched_yield();
-}
-SpinGuard::~SpinGuard() {
-  flag_.store(false, std::memory_order_release);
 }
 
 }  // namespace tessera::vgpu

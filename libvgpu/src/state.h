@@ -3,11 +3,12 @@
 // more shares), the handle tracker, and the CUDA-ordinal -> GPU cache. Everything here is off the
 // launch path.
 //
-// A device index, as the allocators pass it around, is an index into Shim::gpus: one GPU of the
-// process by UUID, whatever shares hold it. Its limit is the sum of those shares' limits; a
-// reservation is charged to one share with room, in the shares' stable order (split over several
-// only when no single one has room), so no share's usage ever exceeds its own limit; a release
-// takes the bytes back from this process's slots of those shares, last share first.
+// A GpuIndex, as the allocators pass it around, is an index into Shim::gpus: one GPU of the
+// process by UUID, whatever shares hold it (index_spaces.h: the three index spaces). Its limit is
+// the sum of those shares' limits; a reservation is charged to one share with room, in the shares'
+// stable order (split over several only when no single one has room), so no share's usage ever
+// exceeds its own limit; a release takes the bytes back from this process's slots of those shares,
+// last share first.
 #pragma once
 
 #include <cuda.h>
@@ -15,7 +16,9 @@
 #include <atomic>
 #include <cstdint>
 
+#include "index_spaces.h"
 #include "region.h"
+#include "spin_lock.h"
 #include "tessera/vgpu/options.h"
 #include "tracker.h"
 
@@ -44,10 +47,6 @@ struct ShareCandidate {
   int limits_fd = -1;  // -1: the limits file could not be opened (the share fails closed)
 };
 
-// Where an operation on a device is accounted.
-inline constexpr int kPassThrough = -1;  // no limits configured (or CUDA not ready): no accounting
-inline constexpr int kBlocked = -2;      // the device may not be used: every allocation fails
-
 struct Shim {
   std::atomic<int> init_state{0};  // 0 not started, 1 running, 2 done
   Options options;
@@ -63,7 +62,7 @@ struct Shim {
   Region regions[kMaxShares];
   bool mps_conflict = false;  // two MPS shares: refused (cuInit fails, every device is blocked)
 
-  std::atomic<bool> gpu_lock{false};
+  SpinLock gpu_lock{LockRank::kGpus};
   std::atomic<int> gpu_count{0};  // append-only: an index, once handed out, always names its GPU
   Gpu gpus[kMaxGpus];
 
@@ -87,15 +86,15 @@ inline bool enforcing() {
 
 // The share-device index for a CUDA ordinal: >= 0, kPassThrough or kBlocked. Opens the region on
 // first use (after cuInit: a standalone share enumerates the devices).
-int device_for_ordinal(CUdevice ordinal);
+GpuIndex device_for_ordinal(CudaOrdinal ordinal);
 // The same for an NVML device, by UUID (never initialises CUDA).
-int device_for_uuid(const char* uuid);
+GpuIndex device_for_uuid(const char* uuid);
 // The current context's device and index; kPassThrough if there is no current context. One
 // driver call (cuCtxGetCurrent, a thread-local read in the driver): each thread remembers the
 // device of the context it last asked about, valid while the shares' generation and the context
 // epoch stay the same; only a thread's first call, a context it has not asked about, a limits
 // change or a context created or destroyed asks the driver for the device (cuCtxGetDevice).
-int current_device(CUdevice* ordinal, CUcontext* context);
+GpuIndex current_device(CudaOrdinal* ordinal, CUcontext* context);
 // A context was created or destroyed (a handle may now name another device): every thread's
 // remembered device is stale.
 void contexts_changed();
@@ -106,28 +105,28 @@ void format_uuid(const CUuuid& uuid, char* out, size_t capacity);
 // reservation would fail, the before-refusal callback runs first and the reservation is tried once
 // more. charge_bytes adds without a limit check (memory the driver already handed out), to the
 // shares with room first.
-bool reserve_bytes(int index, uint64_t bytes);
-void release_bytes(int index, uint64_t bytes);
-void charge_bytes(int index, uint64_t bytes);
+bool reserve_bytes(GpuIndex index, uint64_t bytes);
+void release_bytes(GpuIndex index, uint64_t bytes);
+void charge_bytes(GpuIndex index, uint64_t bytes);
 
 // Contexts (docs/libvgpu.md, "The context cost"). The charge per context on GPU `index`: inside a
 // share the largest measured[].context_overhead its shares' limits pages publish (0 there: the
 // built-in 500 MiB), never the environment; without a share TESSERA_CONTEXT_OVERHEAD.
-uint64_t context_charge(int index);
+uint64_t context_charge(GpuIndex index);
 // Charges one new context at the current cost (the live ones brought to it first); false, with
 // nothing charged, when it does not fit.
-bool charge_context(int index);
+bool charge_context(GpuIndex index);
 // Gives one context's charge back (at what it is charged now).
-void release_context(int index);
+void release_context(GpuIndex index);
 // Brings the charge of this process's live contexts on GPU `index` to the current cost: a rise is
 // charged (even above the limit: the memory is in use, so new allocations then fail), a fall given
 // back. Every reservation calls it; lock-free when nothing changed.
-void update_context_charge(int index);
+void update_context_charge(GpuIndex index);
 
 // The GPU's limit (the sum of its shares' limits; share::kUnlimited if any is unlimited; 0 for
 // kBlocked or a GPU no share holds any more) and what its shares hold (every process of them).
-uint64_t device_limit(int index);
-uint64_t device_usage(int index);
+uint64_t device_limit(GpuIndex index);
+uint64_t device_usage(GpuIndex index);
 // Region::maybe_reclaim on every open share.
 void maybe_reclaim();
 
@@ -135,20 +134,22 @@ void maybe_reclaim();
 inline constexpr uint64_t kGenerationMask = 0x00ffffffffffffffull;
 
 // share_device when the cache does not answer: looks the GPU up and caches the answer.
-int share_device_slow(int index, int region);
+LimitsIndex share_device_slow(GpuIndex index, int region);
 
-// Where GPU `index` is in share `region`'s limits page, or -1 (that share does not hold it).
+// Where GPU `index` is in share `region`'s limits page, or kNotInShare (that share does not hold
+// it).
 // Inline: it is on every reservation and release; a limits page rewritten since (a new
 // generation) makes it look again.
-inline int share_device(int index, int region) {
-  if (index < 0 || index >= g_shim.gpu_count.load(std::memory_order_acquire) || region < 0 ||
-      region >= g_shim.region_count) {
-    return -1;
+inline LimitsIndex share_device(GpuIndex index, int region) {
+  if (index.value < 0 || index.value >= g_shim.gpu_count.load(std::memory_order_acquire) ||
+      region < 0 || region >= g_shim.region_count) {
+    return kNotInShare;
   }
   const uint64_t generation = g_shim.regions[region].generation() & kGenerationMask;
-  const uint64_t cached = g_shim.gpus[index].index_cache[region].load(std::memory_order_acquire);
+  const uint64_t cached =
+      g_shim.gpus[index.value].index_cache[region].load(std::memory_order_acquire);
   if (__builtin_expect(cached != 0 && (cached >> 8) == generation, 1)) {
-    return static_cast<int>(cached & 0xff) - 2;
+    return LimitsIndex{static_cast<int>(cached & 0xff) - 2};
   }
   return share_device_slow(index, region);
 }
@@ -171,7 +172,7 @@ uint64_t shares_generation();
 // the request. Only the failure path pays for any of it.
 class ReclaimWait {
  public:
-  ReclaimWait(int index, uint64_t bytes);
+  ReclaimWait(GpuIndex index, uint64_t bytes);
   ~ReclaimWait();
   ReclaimWait(const ReclaimWait&) = delete;
   ReclaimWait& operator=(const ReclaimWait&) = delete;
@@ -181,7 +182,7 @@ class ReclaimWait {
   void publish();
   share::UsagePage* page_ = nullptr;  // null: not owed the memory, no wait
   uint64_t owner_ = 0;
-  uint32_t device_ = 0;
+  LimitsIndex device_;
   uint64_t bytes_ = 0;
   int64_t started_ns_ = 0;
   int64_t deadline_ns_ = 0;
@@ -206,13 +207,5 @@ inline bool charged_size(uint64_t requested, uint64_t* charged) {
   *charged = (requested + align - 1) / align * align;
   return true;
 }
-
-struct SpinGuard {
-  explicit SpinGuard(std::atomic<bool>& flag);
-  ~SpinGuard();
-  SpinGuard(const SpinGuard&) = delete;
-  SpinGuard& operator=(const SpinGuard&) = delete;
-  std::atomic<bool>& flag_;
-};
 
 }  // namespace tessera::vgpu

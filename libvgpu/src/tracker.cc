@@ -23,13 +23,11 @@ size_t hash_of(uint64_t handle) {
 }  // namespace
 
 void Tracker::lock() {
-  while (locked_.exchange(true, std::memory_order_acquire)) {
-    while (locked_.load(std::memory_order_relaxed)) sched_yield();
-  }
+  lock_.lock();
 }
 
 void Tracker::unlock() {
-  locked_.store(false, std::memory_order_release);
+  lock_.unlock();
 }
 
 long Tracker::find_index(HandleKind kind, uint64_t handle) const {
@@ -206,7 +204,7 @@ size_t Tracker::mappings() {
 }
 
 void Tracker::reset_after_fork() {
-  locked_.store(false, std::memory_order_relaxed);
+  lock_.reset_after_fork();
   clear();
 }
 

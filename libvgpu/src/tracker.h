@@ -11,6 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "index_spaces.h"
+#include "spin_lock.h"
+
 namespace tessera::vgpu {
 
 enum class HandleKind : uint8_t {
@@ -30,10 +33,11 @@ enum class HandleKind : uint8_t {
 struct Record {
   uint64_t handle = 0;
   HandleKind kind = HandleKind::kDevicePointer;
-  int16_t device = -1;  // limits-page index
+  int16_t device = -1;  // the GPU's GpuIndex::value (Shim::gpus), narrowed: use gpu()
   uint64_t bytes = 0;
   uint64_t context = 0;  // the context that owns it (freed with the context), 0 if none
   uint64_t aux = 0;
+  GpuIndex gpu() const { return GpuIndex{device}; }
 };
 
 class Tracker {
@@ -68,18 +72,18 @@ class Tracker {
     Record record;
     uint8_t state;  // 0 empty, 1 used
   };
-  void lock();
-  void unlock();
-  long find_index(HandleKind kind, uint64_t handle) const;
+  void lock() TESSERA_ACQUIRE(lock_);
+  void unlock() TESSERA_RELEASE(lock_);
+  long find_index(HandleKind kind, uint64_t handle) const TESSERA_REQUIRES(lock_);
   // Empties entry `index` and moves later entries of its probe run back into the gap.
-  void erase_at(size_t index);
-  bool grow();
+  void erase_at(size_t index) TESSERA_REQUIRES(lock_);
+  bool grow() TESSERA_REQUIRES(lock_);
 
-  std::atomic<bool> locked_{false};
-  Entry* entries_ = nullptr;
-  size_t capacity_ = 0;  // a power of two
-  size_t used_ = 0;      // live entries (there are no others)
-  size_t mappings_ = 0;
+  SpinLock lock_{LockRank::kTracker};
+  Entry* entries_ TESSERA_GUARDED_BY(lock_) = nullptr;
+  size_t capacity_ TESSERA_GUARDED_BY(lock_) = 0;  // a power of two
+  size_t used_ TESSERA_GUARDED_BY(lock_) = 0;      // live entries (there are no others)
+  size_t mappings_ TESSERA_GUARDED_BY(lock_) = 0;
 };
 
 }  // namespace tessera::vgpu

@@ -15,7 +15,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   const bool on_device =
       handle && prop && size && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
-  const int index = on_device ? device_for_ordinal(prop->location.id) : kPassThrough;
+  const GpuIndex index =
+      on_device ? device_for_ordinal(CudaOrdinal{prop->location.id}) : kPassThrough;
   if (index == kPassThrough) return real(handle, size, prop, flags);
   if (index == kBlocked || !reserve_bytes(index, size)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult result =

@@ -20,6 +20,8 @@
 
 namespace {
 
+using tessera::vgpu::CudaOrdinal;
+using tessera::vgpu::LimitsIndex;
 using tessera::vgpu::Options;
 using tessera::vgpu::Region;
 using tessera::vgpu::testing::ShareDir;
@@ -38,18 +40,18 @@ TEST(Region, ReserveStopsAtTheLimitExactly) {
   ShareDir dir({{kUuid, 100 * kMi}});
   Region region;
   ASSERT_TRUE(region.open_share_dir(dir.path().c_str()));
-  ASSERT_EQ(region.find_device(kUuid), 0);
-  EXPECT_EQ(region.find_device("GPU-other"), -1);
-  EXPECT_TRUE(region.reserve(0, 60 * kMi));
-  EXPECT_TRUE(region.reserve(0, 40 * kMi));
-  EXPECT_FALSE(region.reserve(0, 1));
-  EXPECT_EQ(region.usage(0), 100 * kMi);
-  region.release(0, 40 * kMi);
-  EXPECT_TRUE(region.reserve(0, 40 * kMi));
-  region.release(0, 1000 * kMi);  // more than held: saturates at zero, never wraps
-  EXPECT_EQ(region.usage(0), 0u);
-  EXPECT_FALSE(region.reserve(-1, 1));
-  EXPECT_FALSE(region.reserve(share::kMaxDevices, 1));
+  ASSERT_EQ(region.find_device(kUuid), LimitsIndex{0});
+  EXPECT_EQ(region.find_device("GPU-other"), tessera::vgpu::kNotInShare);
+  EXPECT_TRUE(region.reserve(LimitsIndex{0}, 60 * kMi));
+  EXPECT_TRUE(region.reserve(LimitsIndex{0}, 40 * kMi));
+  EXPECT_FALSE(region.reserve(LimitsIndex{0}, 1));
+  EXPECT_EQ(region.usage(LimitsIndex{0}), 100 * kMi);
+  region.release(LimitsIndex{0}, 40 * kMi);
+  EXPECT_TRUE(region.reserve(LimitsIndex{0}, 40 * kMi));
+  region.release(LimitsIndex{0}, 1000 * kMi);  // more than held: saturates at zero, never wraps
+  EXPECT_EQ(region.usage(LimitsIndex{0}), 0u);
+  EXPECT_FALSE(region.reserve(LimitsIndex{-1}, 1));
+  EXPECT_FALSE(region.reserve(LimitsIndex{static_cast<int>(share::kMaxDevices)}, 1));
   region.release_slot();
   EXPECT_EQ(dir.used(), 0u);
 }
@@ -77,12 +79,12 @@ TEST(Region, ThreadsRacingNeverCommitMoreThanTheLimit) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
       for (int round = 0; round < kRounds; ++round) {
-        const bool ok = region.reserve(0, request);
+        const bool ok = region.reserve(LimitsIndex{0}, request);
         if (ok) held.fetch_add(1);
         tried.arrive_and_wait();
         if (ok) {
           held.fetch_sub(1);
-          region.release(0, request);
+          region.release(LimitsIndex{0}, request);
         }
         released.arrive_and_wait();
       }
@@ -92,7 +94,7 @@ TEST(Region, ThreadsRacingNeverCommitMoreThanTheLimit) {
   EXPECT_LE(most.load(), 5) << "more than the limit was committed";
   EXPECT_EQ(most.load(), 5) << "the limit was never filled";
   EXPECT_GE(fewest.load(), 1) << "a round where every racer backed off";
-  EXPECT_EQ(region.usage(0), 0u);
+  EXPECT_EQ(region.usage(LimitsIndex{0}), 0u);
 }
 
 TEST(Region, InvalidLimitsPageIsRefused) {
@@ -117,7 +119,7 @@ TEST(Region, ConcurrentOpenersShareOneUsagePageAndDistinctSlots) {
     if (pid == 0) {
       Region region;
       if (!region.open_share_dir(dir.path().c_str())) _exit(1);
-      if (!region.reserve(0, 10 * kMi)) _exit(2);
+      if (!region.reserve(LimitsIndex{0}, 10 * kMi)) _exit(2);
       pause();  // hold until killed
       _exit(0);
     }
@@ -130,9 +132,9 @@ TEST(Region, ConcurrentOpenersShareOneUsagePageAndDistinctSlots) {
   // The dead processes' bytes are still in their slots until someone reclaims them.
   Region region;
   ASSERT_TRUE(region.open_share_dir(dir.path().c_str()));
-  EXPECT_EQ(region.usage(0), 80 * kMi);
+  EXPECT_EQ(region.usage(LimitsIndex{0}), 80 * kMi);
   EXPECT_EQ(region.reclaim_dead(), 8);
-  EXPECT_EQ(region.usage(0), 0u);
+  EXPECT_EQ(region.usage(LimitsIndex{0}), 0u);
   EXPECT_EQ(region.reclaim_dead(), 0);
 }
 
@@ -141,22 +143,24 @@ TEST(Region, ReserveReclaimsDeadProcessesWhenItWouldFail) {
   const pid_t pid = fork();
   if (pid == 0) {
     Region region;
-    if (!region.open_share_dir(dir.path().c_str()) || !region.reserve(0, 100 * kMi)) _exit(1);
+    if (!region.open_share_dir(dir.path().c_str()) || !region.reserve(LimitsIndex{0}, 100 * kMi))
+      _exit(1);
     raise(SIGKILL);
   }
   EXPECT_EQ(wait_child(pid), 128 + SIGKILL);
   Region region;
   ASSERT_TRUE(region.open_share_dir(dir.path().c_str()));
-  EXPECT_EQ(region.usage(0), 100 * kMi);
-  EXPECT_TRUE(region.reserve(0, 100 * kMi));  // only possible after reclaiming the dead slot
-  EXPECT_EQ(region.usage(0), 100 * kMi);
+  EXPECT_EQ(region.usage(LimitsIndex{0}), 100 * kMi);
+  EXPECT_TRUE(
+      region.reserve(LimitsIndex{0}, 100 * kMi));  // only possible after reclaiming the dead slot
+  EXPECT_EQ(region.usage(LimitsIndex{0}), 100 * kMi);
 }
 
 TEST(Region, LiveAndForeignNamespaceSlotsAreNeverReclaimed) {
   ShareDir dir({{kUuid, 100 * kMi}});
   Region region;
   ASSERT_TRUE(region.open_share_dir(dir.path().c_str()));
-  ASSERT_TRUE(region.reserve(0, 10 * kMi));
+  ASSERT_TRUE(region.reserve(LimitsIndex{0}, 10 * kMi));
   share::UsagePage* page = dir.usage();
   ASSERT_NE(page, nullptr);
   // A slot of a process in another pid namespace (pid 1 there): it cannot be checked from here.
@@ -166,9 +170,9 @@ TEST(Region, LiveAndForeignNamespaceSlotsAreNeverReclaimed) {
   foreign.bytes[0].store(20 * kMi);
   page->slot_high_water.store(6);
   EXPECT_EQ(region.reclaim_dead(), 0);
-  EXPECT_EQ(region.usage(0), 30 * kMi);
-  EXPECT_FALSE(region.reserve(0, 71 * kMi));
-  EXPECT_TRUE(region.reserve(0, 70 * kMi));
+  EXPECT_EQ(region.usage(LimitsIndex{0}), 30 * kMi);
+  EXPECT_FALSE(region.reserve(LimitsIndex{0}, 71 * kMi));
+  EXPECT_TRUE(region.reserve(LimitsIndex{0}, 70 * kMi));
 }
 
 TEST(Region, ProcessStartTimeIdentifiesAProcess) {
@@ -185,21 +189,21 @@ TEST(Region, StandaloneRegionTakesLimitsFromOptions) {
   Options options;
   options.tessera_set = true;
   ASSERT_TRUE(tessera::vgpu::parse_memory_limit("0=64Mi", false, &options.tessera));
-  tessera::vgpu::DeviceId devices[2] = {{0, {}}, {1, {}}};
+  tessera::vgpu::DeviceId devices[2] = {{CudaOrdinal{0}, {}}, {CudaOrdinal{1}, {}}};
   std::strcpy(devices[0].uuid, kUuid);
   std::strcpy(devices[1].uuid, "GPU-5e1a0000-7e55-4e2a-9000-000000000001");
   Region region;
   ASSERT_TRUE(region.open_standalone(options, devices, 2));
-  EXPECT_EQ(region.limit(0), 64 * kMi);
-  EXPECT_EQ(region.limit(1), share::kUnlimited);
-  EXPECT_TRUE(region.reserve(0, 64 * kMi));
-  EXPECT_FALSE(region.reserve(0, 512));
-  EXPECT_TRUE(region.reserve(1, 1ull << 40));
+  EXPECT_EQ(region.limit(LimitsIndex{0}), 64 * kMi);
+  EXPECT_EQ(region.limit(LimitsIndex{1}), share::kUnlimited);
+  EXPECT_TRUE(region.reserve(LimitsIndex{0}, 64 * kMi));
+  EXPECT_FALSE(region.reserve(LimitsIndex{0}, 512));
+  EXPECT_TRUE(region.reserve(LimitsIndex{1}, 1ull << 40));
   // A forked child shares the region but takes its own slot.
   const pid_t pid = fork();
   if (pid == 0) {
     region.forget_slot_after_fork();
-    _exit(region.reserve(0, 512) ? 1 : region.own_usage(0) == 0 ? 0 : 2);
+    _exit(region.reserve(LimitsIndex{0}, 512) ? 1 : region.own_usage(LimitsIndex{0}) == 0 ? 0 : 2);
   }
   EXPECT_EQ(wait_child(pid), 0);
 }

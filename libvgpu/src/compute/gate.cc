@@ -252,9 +252,9 @@ bool wait_at_gate() {
   Shim& s = shim();
   if (s.region_state.load(std::memory_order_acquire) != 2) return true;
   maybe_start();
-  CUdevice ordinal = 0;
-  const int index = current_device(&ordinal, nullptr);
-  if (index < 0) return true;
+  CudaOrdinal ordinal;
+  const GpuIndex index = current_device(&ordinal, nullptr);
+  if (!index.is_gpu()) return true;
   // Every share of this GPU that has a meter gates its launches (docs/libvgpu.md, "Compute").
   const uint32_t started = g_started_shares.load(std::memory_order_acquire);
   const int64_t began = monotonic_ns();
@@ -262,8 +262,10 @@ bool wait_at_gate() {
   Region* waited = nullptr;
   for (int r = 0; r < s.region_count; ++r) {
     if ((started & (1u << r)) == 0) continue;
-    const int device = share_device(index, r);
-    if (device < 0 || device >= static_cast<int>(share::kMaxDevices)) continue;
+    const LimitsIndex limits_index = share_device(index, r);
+    if (!limits_index.found() || limits_index.value >= static_cast<int>(share::kMaxDevices))
+      continue;
+    const int device = limits_index.value;
     share::ComputeArea& area = s.regions[r].usage_page()->compute;
     const uint64_t bit = 1ull << device;
     if ((area.closed_mask.load(std::memory_order_acquire) & bit) != 0 &&
