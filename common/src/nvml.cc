@@ -337,9 +337,9 @@ Result<MemoryLimits> Session::memory_limits(nvmlDevice_t device,
 
 Result<EventSet> Session::create_event_set() const {
   TESSERA_RETURN_IF_ERROR(library_->require({EntryPoint::nvmlEventSetFree}));
-  Result<nvmlEventSet_t> set = answer<nvmlEventSet_t>(TESSERA_NVML(nvmlEventSetCreate));
-  if (!set.is_ok()) return set.status();
-  return EventSet(library_, *set);
+  TESSERA_ASSIGN_OR_RETURN(nvmlEventSet_t set,
+                           answer<nvmlEventSet_t>(TESSERA_NVML(nvmlEventSetCreate)));
+  return EventSet(library_, set);
 }
 
 Result<unsigned long long> Session::supported_event_types(nvmlDevice_t device) const {
