@@ -200,9 +200,8 @@ void EventSet::reset() {
 // ---- Session ------------------------------------------------------------------------------------
 
 Result<Session> Session::open(const std::string& path, std::initializer_list<EntryPoint> required) {
-  Result<const Library*> loaded = Library::load(path);
-  if (!loaded.is_ok()) return loaded.status();
-  const Library& library = **loaded;
+  TESSERA_ASSIGN_OR_RETURN(const Library* loaded, Library::load(path));
+  const Library& library = *loaded;
   TESSERA_RETURN_IF_ERROR(library.require(
       {EntryPoint::nvmlInit_v2, EntryPoint::nvmlShutdown, EntryPoint::nvmlErrorString}));
   TESSERA_RETURN_IF_ERROR(library.require(required));
