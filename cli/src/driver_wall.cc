@@ -35,20 +35,20 @@ Result<DriverWall> DriverWall::prepare(const std::vector<share_folder::DeviceLim
     wall.why_not_ = supported.message();
     return wall;
   }
-  Result<std::vector<cgroup::Mount>> mounts = cgroup::cgroup2_mounts(mountinfo);
-  if (!mounts.is_ok()) return mounts.status();
-  if (mounts->empty()) {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<cgroup::Mount> mounts, cgroup::cgroup2_mounts(mountinfo));
+  if (mounts.empty()) {
     wall.why_not_ = "no cgroup v2 hierarchy is mounted (" + mountinfo + ")";
     return wall;
   }
   // From here this machine has a wall to offer: a failure is an error, never a silent shim-only
   // run.
-  Result<std::string> parent = cgroup::own_cgroup_directory(*mounts);
-  if (!parent.is_ok()) return parent.status().with_context("the driver's memory wall");
-  Result<cgroup::OwnedCgroup> created =
-      cgroup::OwnedCgroup::create(*parent, "tessera-run-" + std::to_string(getpid()));
-  if (!created.is_ok()) return created.status().with_context("the driver's memory wall");
-  wall.cgroup_ = std::move(created).value();
+  TESSERA_ASSIGN_OR_RETURN(std::string parent, cgroup::own_cgroup_directory(mounts),
+                           with_context("the driver's memory wall"));
+  TESSERA_ASSIGN_OR_RETURN(
+      cgroup::OwnedCgroup created,
+      cgroup::OwnedCgroup::create(parent, "tessera-run-" + std::to_string(getpid())),
+      with_context("the driver's memory wall"));
+  wall.cgroup_ = std::move(created);
   if (Status applied = cgroup::apply_partitions(*session, wall.cgroup_->directory(), wall.limits_);
       !applied.is_ok())
     return applied.with_context("the driver's memory wall");  // the cgroup goes with `wall`

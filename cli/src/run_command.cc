@@ -141,20 +141,18 @@ class ShareDir {
  public:
   static Result<ShareDir> create(const std::string& given) {
     if (!given.empty()) return ShareDir(given, false);
-    Result<std::string> root = prepare_local_share_root(share::local_share_root());
-    if (!root.is_ok()) return root.status();
-    remove_stale_shares(*root);
-    Result<std::string> owner = own_owner_line();
-    if (!owner.is_ok()) return owner.status();
-    std::string pattern = *root + "/run-XXXXXX";
+    TESSERA_ASSIGN_OR_RETURN(std::string root, prepare_local_share_root(share::local_share_root()));
+    remove_stale_shares(root);
+    TESSERA_ASSIGN_OR_RETURN(std::string owner, own_owner_line());
+    std::string pattern = root + "/run-XXXXXX";
     if (!mkdtemp(pattern.data())) {
-      return internal_error("cannot create a share directory in " + *root + ": " +
+      return internal_error("cannot create a share directory in " + root + ": " +
                             std::strerror(errno));
     }
     ShareDir dir(std::move(pattern), true);
     const std::string owner_path = dir.path() + "/" + share::kLocalShareOwnerFile;
     std::ofstream out(owner_path, std::ios::trunc);
-    out << *owner;
+    out << owner;
     out.close();
     if (!out) return internal_error("cannot write " + owner_path);
     return dir;
@@ -185,9 +183,8 @@ constexpr const char* kLibvgpuHint = " (give --libvgpu PATH or set TESSERA_LIBVG
 Result<std::string> libvgpu_path(const std::string& given) {
   std::string path = given;
   if (path.empty()) {
-    Result<std::string> found = find_libvgpu(executable_dir());
-    if (!found.is_ok()) return found.status();
-    path = std::move(found).value();
+    TESSERA_ASSIGN_OR_RETURN(std::string found, find_libvgpu(executable_dir()));
+    path = std::move(found);
   }
   if (!is_file(path)) return not_found("libvgpu.so not found at " + path + kLibvgpuHint);
   // ld.so only warns about a preload it cannot load, and the command would run unconfined.
@@ -341,28 +338,24 @@ Result<std::string> find_libvgpu(const std::string& dir) {
 }
 
 Result<int> run(const RunOptions& options) {
-  Result<std::vector<GpuInfo>> listed = list_gpus();
-  if (!listed.is_ok()) return listed.status();
-  const std::vector<GpuInfo> gpus = std::move(listed).value();
+  TESSERA_ASSIGN_OR_RETURN(std::vector<GpuInfo> listed, list_gpus());
+  const std::vector<GpuInfo> gpus = std::move(listed);
   uint32_t priority = share::kPriorityNormal;
   if (!options.priority.empty() && !vgpu::parse_priority(options.priority, &priority)) {
     return invalid_argument("--priority '" + options.priority + "' is not high, normal or low");
   }
-  Result<std::vector<share_folder::DeviceLimit>> limits =
-      plan_share(gpus, {options.memory, options.memory_limit, options.cores, options.cores_limit});
-  if (!limits.is_ok()) return limits.status();
-  Result<std::string> libvgpu = libvgpu_path(options.libvgpu);
-  if (!libvgpu.is_ok()) return libvgpu.status();
-  Result<DriverWall> wall = DriverWall::prepare(*limits);
-  if (!wall.is_ok()) return wall.status();
-  if (options.verbose) log(wall->describe());
+  TESSERA_ASSIGN_OR_RETURN(
+      std::vector<share_folder::DeviceLimit> limits,
+      plan_share(gpus, {options.memory, options.memory_limit, options.cores, options.cores_limit}));
+  TESSERA_ASSIGN_OR_RETURN(std::string libvgpu, libvgpu_path(options.libvgpu));
+  TESSERA_ASSIGN_OR_RETURN(DriverWall wall, DriverWall::prepare(limits));
+  if (options.verbose) log(wall.describe());
 
-  Result<ShareDir> dir = ShareDir::create(options.share_dir);
-  if (!dir.is_ok()) return dir.status();
-  TESSERA_RETURN_IF_ERROR(share_folder::write_limits(dir->path(), *limits, {priority}));
-  Result<int> status = run_child(options, *libvgpu, dir->path(), *limits, *wall);
+  TESSERA_ASSIGN_OR_RETURN(ShareDir dir, ShareDir::create(options.share_dir));
+  TESSERA_RETURN_IF_ERROR(share_folder::write_limits(dir.path(), limits, {priority}));
+  Result<int> status = run_child(options, libvgpu, dir.path(), limits, wall);
   // Processes the command left behind keep the cgroup, which then stays (said here).
-  if (Status released = wall->release(); !released.is_ok()) log(released.message());
+  if (Status released = wall.release(); !released.is_ok()) log(released.message());
   return status;
 }
 

@@ -71,33 +71,24 @@ std::string normalise_bus_id(const char* bus_id) {
 Result<GpuInfo> describe_gpu(const nvml::Session& session, unsigned index) {
   GpuInfo gpu;
   gpu.index = index;
-  Result<nvmlDevice_t> device = session.device_by_index(index);
-  if (!device.is_ok()) return device.status();
-  Result<std::string> uuid = session.uuid(*device);
-  if (!uuid.is_ok()) return uuid.status();
-  Result<std::string> name = session.name(*device);
-  if (!name.is_ok()) return name.status();
-  Result<nvmlMemory_t> memory = session.memory(*device);
-  if (!memory.is_ok()) return memory.status();
-  Result<unsigned> minor = session.minor_number(*device);
-  if (!minor.is_ok()) return minor.status();
-  Result<nvmlPciInfo_t> pci = session.pci_info(*device);
-  if (!pci.is_ok()) return pci.status();
-  Result<nvmlBrandType_t> brand = session.brand(*device);
-  if (!brand.is_ok()) return brand.status();
-  Result<nvmlDeviceArchitecture_t> architecture = session.architecture(*device);
-  if (!architecture.is_ok()) return architecture.status();
-  Result<nvml::ComputeCapability> capability = session.compute_capability(*device);
-  if (!capability.is_ok()) return capability.status();
-  gpu.uuid = *uuid;
-  gpu.product_name = *name;
-  gpu.memory_bytes = memory->total;
-  gpu.minor = *minor;
-  gpu.pci_bus_id = normalise_bus_id(pci->busId);
-  gpu.brand = brand_name(*brand);
-  gpu.architecture = architecture_name(*architecture);
-  gpu.cc_major = capability->major;
-  gpu.cc_minor = capability->minor;
+  TESSERA_ASSIGN_OR_RETURN(nvmlDevice_t device, session.device_by_index(index));
+  TESSERA_ASSIGN_OR_RETURN(std::string uuid, session.uuid(device));
+  TESSERA_ASSIGN_OR_RETURN(std::string name, session.name(device));
+  TESSERA_ASSIGN_OR_RETURN(nvmlMemory_t memory, session.memory(device));
+  TESSERA_ASSIGN_OR_RETURN(unsigned minor, session.minor_number(device));
+  TESSERA_ASSIGN_OR_RETURN(nvmlPciInfo_t pci, session.pci_info(device));
+  TESSERA_ASSIGN_OR_RETURN(nvmlBrandType_t brand, session.brand(device));
+  TESSERA_ASSIGN_OR_RETURN(nvmlDeviceArchitecture_t architecture, session.architecture(device));
+  TESSERA_ASSIGN_OR_RETURN(nvml::ComputeCapability capability, session.compute_capability(device));
+  gpu.uuid = uuid;
+  gpu.product_name = name;
+  gpu.memory_bytes = memory.total;
+  gpu.minor = minor;
+  gpu.pci_bus_id = normalise_bus_id(pci.busId);
+  gpu.brand = brand_name(brand);
+  gpu.architecture = architecture_name(architecture);
+  gpu.cc_major = capability.major;
+  gpu.cc_minor = capability.minor;
   return gpu;
 }
 
@@ -106,26 +97,24 @@ Result<GpuInfo> describe_gpu(const nvml::Session& session, unsigned index) {
 Result<std::vector<GpuInfo>> list_gpus() {
   using nvml::EntryPoint;
   // Every entry point up front: a driver too old fails before NVML starts.
-  Result<nvml::Session> opened = nvml::Session::open(
-      nvml::kDefaultLibrary,
-      {EntryPoint::nvmlSystemGetDriverVersion, EntryPoint::nvmlDeviceGetCount_v2,
-       EntryPoint::nvmlDeviceGetHandleByIndex_v2, EntryPoint::nvmlDeviceGetUUID,
-       EntryPoint::nvmlDeviceGetName, EntryPoint::nvmlDeviceGetMemoryInfo,
-       EntryPoint::nvmlDeviceGetMinorNumber, EntryPoint::nvmlDeviceGetPciInfo_v3,
-       EntryPoint::nvmlDeviceGetBrand, EntryPoint::nvmlDeviceGetArchitecture,
-       EntryPoint::nvmlDeviceGetCudaComputeCapability});
-  if (!opened.is_ok()) return opened.status();
-  const nvml::Session& session = *opened;
-  Result<std::string> version = session.driver_version();
-  if (!version.is_ok()) return version.status();
-  Result<unsigned> count = session.device_count();
-  if (!count.is_ok()) return count.status();
+  TESSERA_ASSIGN_OR_RETURN(
+      nvml::Session opened,
+      nvml::Session::open(
+          nvml::kDefaultLibrary,
+          {EntryPoint::nvmlSystemGetDriverVersion, EntryPoint::nvmlDeviceGetCount_v2,
+           EntryPoint::nvmlDeviceGetHandleByIndex_v2, EntryPoint::nvmlDeviceGetUUID,
+           EntryPoint::nvmlDeviceGetName, EntryPoint::nvmlDeviceGetMemoryInfo,
+           EntryPoint::nvmlDeviceGetMinorNumber, EntryPoint::nvmlDeviceGetPciInfo_v3,
+           EntryPoint::nvmlDeviceGetBrand, EntryPoint::nvmlDeviceGetArchitecture,
+           EntryPoint::nvmlDeviceGetCudaComputeCapability}));
+  const nvml::Session& session = opened;
+  TESSERA_ASSIGN_OR_RETURN(std::string version, session.driver_version());
+  TESSERA_ASSIGN_OR_RETURN(unsigned count, session.device_count());
   std::vector<GpuInfo> gpus;
-  for (unsigned i = 0; i < *count; ++i) {
-    Result<GpuInfo> gpu = describe_gpu(session, i);
-    if (!gpu.is_ok()) return gpu.status();
-    gpu->driver_version = *version;
-    gpus.push_back(std::move(gpu).value());
+  for (unsigned i = 0; i < count; ++i) {
+    TESSERA_ASSIGN_OR_RETURN(GpuInfo gpu, describe_gpu(session, i));
+    gpu.driver_version = version;
+    gpus.push_back(std::move(gpu));
   }
   return gpus;
 }

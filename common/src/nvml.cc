@@ -200,9 +200,8 @@ void EventSet::reset() {
 // ---- Session ------------------------------------------------------------------------------------
 
 Result<Session> Session::open(const std::string& path, std::initializer_list<EntryPoint> required) {
-  Result<const Library*> loaded = Library::load(path);
-  if (!loaded.is_ok()) return loaded.status();
-  const Library& library = **loaded;
+  TESSERA_ASSIGN_OR_RETURN(const Library* loaded, Library::load(path));
+  const Library& library = *loaded;
   TESSERA_RETURN_IF_ERROR(library.require(
       {EntryPoint::nvmlInit_v2, EntryPoint::nvmlShutdown, EntryPoint::nvmlErrorString}));
   TESSERA_RETURN_IF_ERROR(library.require(required));
@@ -337,9 +336,9 @@ Result<MemoryLimits> Session::memory_limits(nvmlDevice_t device,
 
 Result<EventSet> Session::create_event_set() const {
   TESSERA_RETURN_IF_ERROR(library_->require({EntryPoint::nvmlEventSetFree}));
-  Result<nvmlEventSet_t> set = answer<nvmlEventSet_t>(TESSERA_NVML(nvmlEventSetCreate));
-  if (!set.is_ok()) return set.status();
-  return EventSet(library_, *set);
+  TESSERA_ASSIGN_OR_RETURN(nvmlEventSet_t set,
+                           answer<nvmlEventSet_t>(TESSERA_NVML(nvmlEventSetCreate)));
+  return EventSet(library_, set);
 }
 
 Result<unsigned long long> Session::supported_event_types(nvmlDevice_t device) const {

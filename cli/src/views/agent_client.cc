@@ -162,9 +162,8 @@ Status AgentClient::watch(const v1::WatchEventsRequest& request,
 }
 
 Result<v1::ListSharesResponse> list_agent_shares(const std::string& socket_path) {
-  Result<AgentClient> client = AgentClient::connect(api_socket_path(socket_path));
-  if (!client.is_ok()) return client.status();
-  return client->list_shares();
+  TESSERA_ASSIGN_OR_RETURN(AgentClient client, AgentClient::connect(api_socket_path(socket_path)));
+  return client.list_shares();
 }
 
 }  // namespace tessera::cli

@@ -84,12 +84,11 @@ Result<std::vector<ClusterShare>> cluster_shares_from_claims(const json& items,
     ClaimReader reader{"items[" + std::to_string(i) + "]"};
     const json* metadata = json_member(claim, "metadata");
     if (!metadata || !metadata->is_object()) return reader.wrong("metadata", metadata, "an object");
-    Result<std::string> name = reader.required_string(*metadata, "name", "metadata.name");
-    if (!name.is_ok()) return name.status();
-    Result<std::string> namespace_name =
-        reader.required_string(*metadata, "namespace", "metadata.namespace");
-    if (!namespace_name.is_ok()) return namespace_name.status();
-    reader.claim = *namespace_name + "/" + *name;
+    TESSERA_ASSIGN_OR_RETURN(std::string name,
+                             reader.required_string(*metadata, "name", "metadata.name"));
+    TESSERA_ASSIGN_OR_RETURN(std::string namespace_name,
+                             reader.required_string(*metadata, "namespace", "metadata.namespace"));
+    reader.claim = namespace_name + "/" + name;
     const json* allocation = json_at(claim, "/status/allocation");
     if (!allocation || allocation->is_null()) continue;  // not allocated (yet)
     const json* results = json_at(*allocation, "/devices/results");
@@ -109,9 +108,9 @@ Result<std::vector<ClusterShare>> cluster_shares_from_claims(const json& items,
         for (auto [key, target] :
              {std::pair{"resource", &consumer.resource}, std::pair{"name", &consumer.name},
               std::pair{"uid", &consumer.uid}}) {
-          Result<std::string> value = reader.required_string(entry, key, field + "." + key);
-          if (!value.is_ok()) return value.status();
-          *target = std::move(value).value();
+          TESSERA_ASSIGN_OR_RETURN(std::string value,
+                                   reader.required_string(entry, key, field + "." + key));
+          *target = std::move(value);
         }
         consumers.push_back(std::move(consumer));
       }
@@ -121,38 +120,37 @@ Result<std::vector<ClusterShare>> cluster_shares_from_claims(const json& items,
       const std::string field = "status.allocation.devices.results[" + std::to_string(r) + "]";
       const json& result = (*results)[r];
       if (!result.is_object()) return reader.wrong(field, &result, "an object");
-      Result<std::string> result_driver =
-          reader.required_string(result, "driver", field + ".driver");
-      if (!result_driver.is_ok()) return result_driver.status();
-      if (*result_driver != driver) continue;
+      TESSERA_ASSIGN_OR_RETURN(std::string result_driver,
+                               reader.required_string(result, "driver", field + ".driver"));
+      if (result_driver != driver) continue;
       ClusterShare share;
-      share.namespace_name = *namespace_name;
-      share.claim = *name;
+      share.namespace_name = namespace_name;
+      share.claim = name;
       share.claim_uid = json_string(*metadata, "uid");
       share.created = json_string(*metadata, "creationTimestamp");
-      share.driver = *result_driver;
+      share.driver = result_driver;
       share.node = allocated_node(*allocation);
       share.reserved_for = consumers;
       for (auto [key, target] :
            {std::pair{"request", &share.request}, std::pair{"pool", &share.pool},
             std::pair{"device", &share.device}}) {
-        Result<std::string> value = reader.required_string(result, key, field + "." + key);
-        if (!value.is_ok()) return value.status();
-        *target = std::move(value).value();
+        TESSERA_ASSIGN_OR_RETURN(std::string value,
+                                 reader.required_string(result, key, field + "." + key));
+        *target = std::move(value);
       }
-      Result<std::string> share_id = reader.optional_string(result, "shareID", field + ".shareID");
-      if (!share_id.is_ok()) return share_id.status();
-      share.share_id = std::move(share_id).value();
+      TESSERA_ASSIGN_OR_RETURN(std::string share_id,
+                               reader.optional_string(result, "shareID", field + ".shareID"));
+      share.share_id = std::move(share_id);
       const json* consumed = json_member(result, "consumedCapacity");
       if (consumed && !consumed->is_null()) {
         if (!consumed->is_object())
           return reader.wrong(field + ".consumedCapacity", consumed, "an object");
         for (auto [key, target] :
              {std::pair{"memory", &share.memory}, std::pair{"cores", &share.cores}}) {
-          Result<std::string> value =
-              reader.optional_string(*consumed, key, field + ".consumedCapacity." + key);
-          if (!value.is_ok()) return value.status();
-          *target = std::move(value).value();
+          TESSERA_ASSIGN_OR_RETURN(
+              std::string value,
+              reader.optional_string(*consumed, key, field + ".consumedCapacity." + key));
+          *target = std::move(value);
         }
       }
       shares.push_back(std::move(share));
@@ -171,10 +169,9 @@ Result<json> list_resource_claims(kube::KubeClient& client, const std::string& n
     if (chunk_size > 0) query = "limit=" + std::to_string(chunk_size);
     if (!continue_token.empty())
       query += (query.empty() ? "" : "&") + ("continue=" + kube::url_escape(continue_token));
-    Result<kube::ApiResponse> answer =
-        client.request("GET", query.empty() ? path : path + "?" + query);
-    if (!answer.is_ok()) return answer.status();
-    const json list = json::parse(answer->body, nullptr, false);
+    TESSERA_ASSIGN_OR_RETURN(kube::ApiResponse answer,
+                             client.request("GET", query.empty() ? path : path + "?" + query));
+    const json list = json::parse(answer.body, nullptr, false);
     if (list.is_discarded() || !list.is_object())
       return invalid_argument("GET " + path + ": the answer is not a JSON object");
     const json* page = json_member(list, "items");

@@ -57,14 +57,14 @@ Status events_from_agent(const AgentClient& client, const EventsOptions& options
 Status events_from_local(const EventsOptions& options, const LocalSnapshot& local,
                          std::ostream& out, std::ostream& err, const std::atomic<bool>& stop) {
   if (!local) return unavailable("this build of tessera cannot read the local shares");
-  Result<v1::ListSharesResponse> first = local();
-  if (!first.is_ok()) return first.status().with_context("cannot read the local shares");
+  TESSERA_ASSIGN_OR_RETURN(v1::ListSharesResponse first, local(),
+                           with_context("cannot read the local shares"));
   if (!options.follow) {
     err << "tessera events: the local shares keep no history; --follow shows what happens to them "
            "from now on\n";
     return Status::ok();
   }
-  v1::ListSharesResponse last = std::move(first).value();
+  v1::ListSharesResponse last = std::move(first);
   uint64_t sequence = 0;
   auto next = std::chrono::steady_clock::now();
   while (!stop.load()) {

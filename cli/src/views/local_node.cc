@@ -144,12 +144,13 @@ Result<std::vector<std::string>> list_share_folders(const std::string& root) {
 Result<std::vector<v1::Gpu>> nvml_gpus(const std::string& library_path) {
   using nvml::EntryPoint;
   // nvmlDeviceGetUtilizationRates is optional: a GPU without it shows no utilisation.
-  Result<nvml::Session> opened = nvml::Session::open(
-      library_path, {EntryPoint::nvmlDeviceGetCount_v2, EntryPoint::nvmlDeviceGetHandleByIndex_v2,
-                     EntryPoint::nvmlDeviceGetUUID, EntryPoint::nvmlDeviceGetName,
-                     EntryPoint::nvmlDeviceGetMemoryInfo});
-  if (!opened.is_ok()) return opened.status();
-  const nvml::Session& session = *opened;
+  TESSERA_ASSIGN_OR_RETURN(
+      nvml::Session opened,
+      nvml::Session::open(library_path,
+                          {EntryPoint::nvmlDeviceGetCount_v2,
+                           EntryPoint::nvmlDeviceGetHandleByIndex_v2, EntryPoint::nvmlDeviceGetUUID,
+                           EntryPoint::nvmlDeviceGetName, EntryPoint::nvmlDeviceGetMemoryInfo}));
+  const nvml::Session& session = opened;
   std::vector<v1::Gpu> gpus;
   const Result<unsigned> count = session.device_count();
   // Each figure NVML cannot give is left out; a GPU without a UUID is left out.
@@ -224,9 +225,8 @@ Result<v1::ListSharesResponse> read_local_node(const LocalNodeOptions& options) 
   if (scanned) {
     const std::string root =
         options.share_root.empty() ? share::local_share_root() : options.share_root;
-    Result<std::vector<std::string>> listed = list_share_folders(root);
-    if (!listed.is_ok()) return listed.status();
-    folders = std::move(listed).value();
+    TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> listed, list_share_folders(root));
+    folders = std::move(listed);
   }
   const std::optional<uint64_t> namespace_hash = own_namespace_hash(options.proc_root);
   std::vector<v1::Share> shares;

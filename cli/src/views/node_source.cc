@@ -38,9 +38,8 @@ SnapshotSource make_snapshot_source(SourceOptions options, AgentLister agent) {
       if (code != StatusCode::kUnavailable && code != StatusCode::kNotFound)
         return answered.status().with_context("node agent");
     }
-    Result<node::v1::ListSharesResponse> local = read_local_node(options.local);
-    if (!local.is_ok()) return local.status();
-    snapshot.node = std::move(local).value();
+    TESSERA_ASSIGN_OR_RETURN(node::v1::ListSharesResponse local, read_local_node(options.local));
+    snapshot.node = std::move(local);
     snapshot.source = "local";
     keep_filtered(snapshot.node);
     return snapshot;

@@ -688,18 +688,16 @@ Status run_top_plain(const SnapshotSource& source, int iterations, int width,
   // One snapshot an interval before the first print, so every print has rates (cores used,
   // throttled), as vmstat's and iostat's reports after their first do.
   int64_t started = clock();
-  Result<Snapshot> first = source();
-  if (!first.is_ok()) return first.status();
-  Snapshot before = std::move(first).value();
+  TESSERA_ASSIGN_OR_RETURN(Snapshot first, source());
+  Snapshot before = std::move(first);
   for (int i = 0; iterations == 0 || i < iterations; ++i) {
     sleep_ms(std::max<int64_t>(0, started + options.interval_ms - clock()));
     started = clock();
-    Result<Snapshot> now = source();
-    if (!now.is_ok()) return now.status();
+    TESSERA_ASSIGN_OR_RETURN(Snapshot now, source());
     std::string text;
-    for (const std::string& line : render_top(*now, &before, layout)) text += line + "\n";
+    for (const std::string& line : render_top(now, &before, layout)) text += line + "\n";
     write(text + "\n");
-    before = std::move(now).value();
+    before = std::move(now);
   }
   return Status::ok();
 }

@@ -67,9 +67,8 @@ Result<std::vector<Mount>> parse_cgroup2_mounts(const std::string& mountinfo) {
 }
 
 Result<std::vector<Mount>> cgroup2_mounts(const std::string& path) {
-  Result<std::string> text = read_text(path);
-  if (!text.is_ok()) return text.status();
-  return parse_cgroup2_mounts(*text);
+  TESSERA_ASSIGN_OR_RETURN(std::string text, read_text(path));
+  return parse_cgroup2_mounts(text);
 }
 
 Result<std::string> parse_process_cgroup(const std::string& cgroup_file) {
@@ -88,10 +87,8 @@ Result<std::string> parse_process_cgroup(const std::string& cgroup_file) {
 
 Result<std::string> process_cgroup(pid_t pid, const std::string& proc_root) {
   const std::string path = proc_root + "/" + std::to_string(pid) + "/cgroup";
-  Result<std::string> text = read_text(path);
-  if (!text.is_ok()) return text.status();
-  Result<std::string> cgroup = parse_process_cgroup(*text);
-  if (!cgroup.is_ok()) return cgroup.status().with_context(path);
+  TESSERA_ASSIGN_OR_RETURN(std::string text, read_text(path));
+  TESSERA_ASSIGN_OR_RETURN(std::string cgroup, parse_process_cgroup(text), with_context(path));
   return cgroup;
 }
 
@@ -121,9 +118,8 @@ Result<std::string> directory_of(const std::vector<Mount>& mounts, const std::st
 
 Result<std::string> own_cgroup_directory(const std::vector<Mount>& mounts,
                                          const std::string& proc_root) {
-  Result<std::string> own = process_cgroup(getpid(), proc_root);
-  if (!own.is_ok()) return own.status();
-  return directory_of(mounts, *own);
+  TESSERA_ASSIGN_OR_RETURN(std::string own, process_cgroup(getpid(), proc_root));
+  return directory_of(mounts, own);
 }
 
 Result<OwnedCgroup> OwnedCgroup::create(const std::string& parent_directory,

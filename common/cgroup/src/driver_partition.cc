@@ -17,10 +17,9 @@ std::string mib(uint64_t bytes) {
 }  // namespace
 
 Status driver_partitions_supported(const nvml::Session& session) {
-  Result<std::string> version = session.driver_version();
-  if (!version.is_ok()) return version.status();
-  if (driver_branch(*version) < kPartitionDriverBranch)
-    return failed_precondition("driver " + *version + " is older than R" +
+  TESSERA_ASSIGN_OR_RETURN(std::string version, session.driver_version());
+  if (driver_branch(version) < kPartitionDriverBranch)
+    return failed_precondition("driver " + version + " is older than R" +
                                std::to_string(kPartitionDriverBranch) +
                                ": it has no per-cgroup memory limits");
   return session.library().require(nvml::kMemoryLimitEntryPoints);
@@ -28,9 +27,8 @@ Status driver_partitions_supported(const nvml::Session& session) {
 
 Result<nvml::MemoryLimits> read_partition(const nvml::Session& session,
                                           const std::string& directory, const std::string& uuid) {
-  Result<nvmlDevice_t> device = session.device_by_uuid(uuid);
-  if (!device.is_ok()) return device.status();
-  return session.memory_limits(*device, directory);
+  TESSERA_ASSIGN_OR_RETURN(nvmlDevice_t device, session.device_by_uuid(uuid));
+  return session.memory_limits(device, directory);
 }
 
 Status apply_partitions(const nvml::Session& session, const std::string& directory,

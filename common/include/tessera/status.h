@@ -111,6 +111,20 @@ class [[nodiscard]] Result {
   Status status_;
 };
 
+// An error handler for TESSERA_ASSIGN_OR_RETURN: the failed Status with "<context>: " before its
+// message, same code. `with_context("reading " + path)`.
+class StatusContext {
+ public:
+  explicit StatusContext(std::string context) : context_(std::move(context)) {}
+  Status operator()(const Status& status) const { return status.with_context(context_); }
+
+ private:
+  std::string context_;
+};
+inline StatusContext with_context(std::string context) {
+  return StatusContext(std::move(context));
+}
+
 inline std::string_view status_code_name(StatusCode code) {
   switch (code) {
     case StatusCode::kOk:
@@ -139,3 +153,26 @@ inline std::string_view status_code_name(StatusCode code) {
     ::tessera::Status tessera_status_ = (expr);           \
     if (!tessera_status_.is_ok()) return tessera_status_; \
   } while (false)
+
+// `TESSERA_ASSIGN_OR_RETURN(T name, expr);` where `expr` is a Result<T>: declares `name` holding
+// the value, or returns the Status from the enclosing function. The lhs may also be an existing
+// variable. A third argument handles the error before it is returned: any callable taking the
+// Status, e.g. `with_context("reading " + path)` or a function mapping it to the caller's return
+// type; it is evaluated only on error. The lhs must not contain an unparenthesized comma.
+#define TESSERA_ASSIGN_OR_RETURN(...)                                      \
+  TESSERA_ASSIGN_OR_RETURN_PICK_(__VA_ARGS__, TESSERA_ASSIGN_OR_RETURN_3_, \
+                                 TESSERA_ASSIGN_OR_RETURN_2_, unused_)     \
+  (__VA_ARGS__)
+#define TESSERA_ASSIGN_OR_RETURN_PICK_(lhs, expr, on_error, name, ...) name
+#define TESSERA_ASSIGN_OR_RETURN_2_(lhs, expr)                                                 \
+  TESSERA_ASSIGN_OR_RETURN_IMPL_(TESSERA_STATUS_CONCAT_(tessera_result_, __LINE__), lhs, expr, \
+                                 [](const ::tessera::Status& s) { return s; })
+#define TESSERA_ASSIGN_OR_RETURN_3_(lhs, expr, on_error)                                       \
+  TESSERA_ASSIGN_OR_RETURN_IMPL_(TESSERA_STATUS_CONCAT_(tessera_result_, __LINE__), lhs, expr, \
+                                 on_error)
+#define TESSERA_ASSIGN_OR_RETURN_IMPL_(result, lhs, expr, on_error) \
+  auto result = (expr);                                             \
+  if (!result.is_ok()) return (on_error)(result.status());          \
+  lhs = std::move(result).value()
+#define TESSERA_STATUS_CONCAT_INNER_(a, b) a##b
+#define TESSERA_STATUS_CONCAT_(a, b) TESSERA_STATUS_CONCAT_INNER_(a, b)

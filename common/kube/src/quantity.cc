@@ -208,9 +208,8 @@ Result<Parsed> parse(std::string_view text) {
 }  // namespace
 
 Result<Quantity> parse_quantity(std::string_view text) {
-  Result<Parsed> parsed = parse(text);
-  if (!parsed.is_ok()) return parsed.status();
-  return parsed->quantity;
+  TESSERA_ASSIGN_OR_RETURN(Parsed parsed, parse(text));
+  return parsed.quantity;
 }
 
 std::string canonical_text(const Quantity& quantity) {
@@ -239,10 +238,9 @@ std::string canonical_text(const Quantity& quantity) {
 }
 
 Result<std::string> canonical_quantity(std::string_view text) {
-  Result<Parsed> parsed = parse(text);
-  if (!parsed.is_ok()) return parsed.status();
-  if (parsed->kept_as_written) return std::string(text);
-  return canonical_text(parsed->quantity);
+  TESSERA_ASSIGN_OR_RETURN(Parsed parsed, parse(text));
+  if (parsed.kept_as_written) return std::string(text);
+  return canonical_text(parsed.quantity);
 }
 
 std::string canonical_bytes(uint64_t bytes) {

@@ -126,9 +126,8 @@ std::string_view compute_counter_name(ComputeRepair::Counter counter) {
 }
 
 Result<UsagePageMapping> UsagePageMapping::open(const std::string& path) {
-  Result<UniqueFd> opened = open_folder_file(path, O_RDWR, kPageBytes);
-  if (!opened.is_ok()) return opened.status();
-  const UniqueFd fd = std::move(opened).value();
+  TESSERA_ASSIGN_OR_RETURN(UniqueFd opened, open_folder_file(path, O_RDWR, kPageBytes));
+  const UniqueFd fd = std::move(opened);
   // The header through pread first: a file that is no usage page is never mapped.
   auto header = std::make_unique<share::UsagePage>();
   if (::pread(fd.get(), header.get(), kHeaderBytes, 0) != static_cast<ssize_t>(kHeaderBytes) ||
@@ -199,9 +198,8 @@ Result<RepairOutcome> repair_usage_page(const std::string& folder, const UsagePa
       return internal_error("cannot create " + path + ": " + std::strerror(error));
     // The new page has none of the old one's slots; its gates are closed as the old one's were.
     if (repair.compute.empty()) return RepairOutcome{};
-    Result<UsagePageMapping> mapping = UsagePageMapping::open(path);
-    if (!mapping.is_ok()) return mapping.status();
-    return mapping->apply(repair.compute);
+    TESSERA_ASSIGN_OR_RETURN(UsagePageMapping mapping, UsagePageMapping::open(path));
+    return mapping.apply(repair.compute);
   }
   {
     Result<UniqueFd> opened = open_folder_file(path, O_RDWR, 0);
@@ -230,16 +228,14 @@ Result<RepairOutcome> repair_usage_page(const std::string& folder, const UsagePa
   }
   if (repair.clears.empty() && repair.sets.empty() && !repair.high_water && repair.compute.empty())
     return RepairOutcome{};
-  Result<UsagePageMapping> mapping = UsagePageMapping::open(path);
-  if (!mapping.is_ok()) return mapping.status();
-  Result<RepairOutcome> slots = mapping->apply(static_cast<const SlotRepair&>(repair));
+  TESSERA_ASSIGN_OR_RETURN(UsagePageMapping mapping, UsagePageMapping::open(path));
+  Result<RepairOutcome> slots = mapping.apply(static_cast<const SlotRepair&>(repair));
   if (!slots.is_ok() || repair.compute.empty()) return slots;
-  Result<RepairOutcome> compute = mapping->apply(repair.compute);
-  if (!compute.is_ok()) return compute.status();
+  TESSERA_ASSIGN_OR_RETURN(RepairOutcome compute, mapping.apply(repair.compute));
   RepairOutcome outcome = *slots;
-  outcome.skipped += compute->skipped;
-  outcome.counters_set = compute->counters_set;
-  outcome.gates_closed = compute->gates_closed;
+  outcome.skipped += compute.skipped;
+  outcome.counters_set = compute.counters_set;
+  outcome.gates_closed = compute.gates_closed;
   return outcome;
 }
 

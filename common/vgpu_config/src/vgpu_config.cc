@@ -72,9 +72,8 @@ Status decode_enum_member(const json& object, const char* key, const std::string
                           NameTable<Enum> names, std::optional<Enum>& out) {
   const auto it = object.find(key);
   if (it == object.end()) return Status::ok();
-  Result<Enum> decoded = decode_enum(*it, path, names);
-  if (!decoded.is_ok()) return decoded.status();
-  out = *decoded;
+  TESSERA_ASSIGN_OR_RETURN(Enum decoded, decode_enum(*it, path, names));
+  out = decoded;
   return Status::ok();
 }
 
@@ -124,9 +123,8 @@ Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
       if (compute->contains("burst"))
         return invalid_argument(
             "compute.burst: the old name of compute.limit; set compute.limit alone");
-      Result<uint32_t> percent = decode_percent(*limit, "compute.limit");
-      if (!percent.is_ok()) return percent.status();
-      out.cores_limit = *percent;
+      TESSERA_ASSIGN_OR_RETURN(uint32_t percent, decode_percent(*limit, "compute.limit"));
+      out.cores_limit = percent;
     }
     // compute.burst (before requests and limits): the same ceiling; 0 meant "no bursting", which
     // is now a limit equal to the request, the default.
@@ -146,9 +144,8 @@ Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
     TESSERA_RETURN_IF_ERROR(expect_object(*memory, "memory"));
     TESSERA_RETURN_IF_ERROR(unknown_fields(*memory, "memory.", {"limit"}));
     if (const auto limit = memory->find("limit"); limit != memory->end()) {
-      Result<uint64_t> bytes = decode_bytes(*limit, "memory.limit");
-      if (!bytes.is_ok()) return bytes.status();
-      out.memory_limit = *bytes;
+      TESSERA_ASSIGN_OR_RETURN(uint64_t bytes, decode_bytes(*limit, "memory.limit"));
+      out.memory_limit = bytes;
     }
   }
   if (const auto sharing = parameters.find("sharing"); sharing != parameters.end()) {
@@ -164,9 +161,8 @@ Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
     }
   }
   if (const auto enforcement = parameters.find("enforcement"); enforcement != parameters.end()) {
-    Result<EnforcementPolicy> policy = decode_enforcement_policy(*enforcement);
-    if (!policy.is_ok()) return policy.status();
-    out.enforcement = *policy;
+    TESSERA_ASSIGN_OR_RETURN(EnforcementPolicy policy, decode_enforcement_policy(*enforcement));
+    out.enforcement = policy;
   }
   if (const auto bounds = parameters.find("tenantBounds"); bounds != parameters.end()) {
     TESSERA_RETURN_IF_ERROR(expect_object(*bounds, "tenantBounds"));
@@ -176,14 +172,13 @@ Result<VgpuConfig> decode_vgpu_config(const json& parameters) {
     TESSERA_RETURN_IF_ERROR(decode_enum_member(*bounds, "maxPriority", "tenantBounds.maxPriority",
                                                kPriorityNames, decoded.max_priority));
     if (const auto limit = bounds->find("maxComputeLimit"); limit != bounds->end()) {
-      Result<uint32_t> percent = decode_percent(*limit, "tenantBounds.maxComputeLimit");
-      if (!percent.is_ok()) return percent.status();
-      decoded.max_cores_limit = *percent;
+      TESSERA_ASSIGN_OR_RETURN(uint32_t percent,
+                               decode_percent(*limit, "tenantBounds.maxComputeLimit"));
+      decoded.max_cores_limit = percent;
     }
     if (const auto limit = bounds->find("maxMemoryLimit"); limit != bounds->end()) {
-      Result<uint64_t> bytes = decode_bytes(*limit, "tenantBounds.maxMemoryLimit");
-      if (!bytes.is_ok()) return bytes.status();
-      decoded.max_memory_limit = *bytes;
+      TESSERA_ASSIGN_OR_RETURN(uint64_t bytes, decode_bytes(*limit, "tenantBounds.maxMemoryLimit"));
+      decoded.max_memory_limit = bytes;
     }
     out.tenant_bounds = decoded;
   }

@@ -5,6 +5,8 @@
 #include "api/node_api_server.h"
 #include "devices/coexistence.h"
 #include "metrics/metrics_server.h"
+#include "tessera/flags/listen_address.h"
+#include "tessera/flags/log_flags.h"
 #include "tessera/log.h"
 #include "tessera/vgpu_config.h"
 
@@ -59,28 +61,26 @@ Status pod_uid_error(const std::string& uid) {
 Result<TenantBounds> tenant_bounds(const AgentConfig& config) {
   TenantBounds bounds;
   if (!config.tenant_min_enforcement.empty()) {
-    Result<EnforcementPolicy> policy = decode_enforcement_policy(
-        nlohmann::json(config.tenant_min_enforcement), "--tenant-min-enforcement");
-    if (!policy.is_ok()) return policy.status();
-    bounds.min_enforcement = *policy;
+    TESSERA_ASSIGN_OR_RETURN(
+        EnforcementPolicy policy,
+        decode_enforcement_policy(nlohmann::json(config.tenant_min_enforcement),
+                                  "--tenant-min-enforcement"));
+    bounds.min_enforcement = policy;
   }
   if (!config.tenant_max_priority.empty()) {
-    Result<Priority> priority =
-        decode_priority(config.tenant_max_priority, "--tenant-max-priority");
-    if (!priority.is_ok()) return priority.status();
-    bounds.max_priority = *priority;
+    TESSERA_ASSIGN_OR_RETURN(Priority priority,
+                             decode_priority(config.tenant_max_priority, "--tenant-max-priority"));
+    bounds.max_priority = priority;
   }
   if (!config.tenant_max_compute_limit.empty()) {
-    Result<uint32_t> percent =
-        decode_cores_limit(config.tenant_max_compute_limit, "--tenant-max-compute-limit");
-    if (!percent.is_ok()) return percent.status();
-    bounds.max_cores_limit = *percent;
+    TESSERA_ASSIGN_OR_RETURN(uint32_t percent, decode_cores_limit(config.tenant_max_compute_limit,
+                                                                  "--tenant-max-compute-limit"));
+    bounds.max_cores_limit = percent;
   }
   if (!config.tenant_max_memory_limit.empty()) {
-    Result<uint64_t> bytes =
-        decode_memory_limit(config.tenant_max_memory_limit, "--tenant-max-memory-limit");
-    if (!bytes.is_ok()) return bytes.status();
-    bounds.max_memory_limit = *bytes;
+    TESSERA_ASSIGN_OR_RETURN(uint64_t bytes, decode_memory_limit(config.tenant_max_memory_limit,
+                                                                 "--tenant-max-memory-limit"));
+    bounds.max_memory_limit = bytes;
   }
   return bounds;
 }
@@ -190,15 +190,7 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
       ->envname("PROCESS_WATCH")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
-  app.add_option("--log-format", config.log_format,
-                 "text (one line per record) or json (one JSON object per line, with fields such "
-                 "as claim and share)")
-      ->envname("LOG_FORMAT")
-      ->check(CLI::Validator(
-          [](const std::string& format) { return log::parse_format(format).status().message(); },
-          "text|json", "log format"))
-      ->capture_default_str();
-  app.add_flag("-v,--verbose", config.verbosity, "More detail in the log: -v debug, -vv trace");
+  flags::add_log_flags(app, config.log_format, config.verbosity, "LOG_FORMAT");
   app.add_option("--check-interval", config.check_interval_s,
                  "Seconds between out-of-band checks of the shares' processes (0: off)")
       ->envname("CHECK_INTERVAL")
@@ -260,12 +252,7 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
          "--metrics-address", config.metrics_address,
          "host:port (or :port) of the Prometheus /metrics and /healthz endpoint; empty: none")
       ->envname("METRICS_ADDRESS")
-      ->check(CLI::Validator(
-          [](const std::string& address) {
-            return address.empty() ? std::string()
-                                   : parse_listen_address(address).status().message();
-          },
-          "[HOST]:PORT", "metrics address"))
+      ->check(flags::listen_address_check("--metrics-address", /*allow_empty=*/true))
       ->capture_default_str();
   app.add_option("--api-socket", config.api_socket,
                  "Unix socket of the local API for tools on the node (tessera events, shares, "

@@ -83,12 +83,11 @@ Status apply_container_flags(const AgentConfig& config, ShareManagerOptions& opt
   driver.mode = *mode;
   driver.toolkit_spec_dirs = split_list(config.toolkit_spec_dirs);
   driver.driver_root = config.driver_root;
-  Result<ContainerDriver> found = discover_container_driver(driver);
-  if (!found.is_ok())
-    return found.status().with_context("cannot give containers the NVIDIA driver");
+  TESSERA_ASSIGN_OR_RETURN(ContainerDriver found, discover_container_driver(driver),
+                           with_context("cannot give containers the NVIDIA driver"));
   options.shim_path = config.shim_path;
   options.shim_loading = *loading;
-  options.container_driver = std::move(found).value();
+  options.container_driver = std::move(found);
   if (announce) {
     log::info("containers get the driver and the shim",
               {{"driver", describe(options.container_driver)},
@@ -144,16 +143,15 @@ ClaimPreparer& NodeAgent::preparer() {
 Status NodeAgent::start() {
   if (config_.node_name.empty()) return invalid_argument("--node-name (NODE_NAME) is required");
   if (Status locked = lock_state_dir(); !locked.is_ok()) return locked;
-  Result<kube::KubeConnection> connection = config_.kubeconfig.empty()
-                                                ? kube::in_cluster_connection()
-                                                : kube::kubeconfig_connection(config_.kubeconfig);
-  if (!connection.is_ok()) return connection.status();
-  kube_ = std::make_unique<kube::HttpKubeClient>(*connection);
+  TESSERA_ASSIGN_OR_RETURN(kube::KubeConnection connection,
+                           config_.kubeconfig.empty()
+                               ? kube::in_cluster_connection()
+                               : kube::kubeconfig_connection(config_.kubeconfig));
+  kube_ = std::make_unique<kube::HttpKubeClient>(connection);
   slices_ =
       std::make_unique<SlicePublisher>(*kube_, SliceIdentity{kDriverName, config_.node_name, ""});
-  Result<GpuSelection> selection = GpuSelection::parse(config_.gpus);
-  if (!selection.is_ok()) return selection.status();
-  gpu_selection_ = std::make_unique<GpuSelection>(std::move(selection).value());
+  TESSERA_ASSIGN_OR_RETURN(GpuSelection selection, GpuSelection::parse(config_.gpus));
+  gpu_selection_ = std::make_unique<GpuSelection>(std::move(selection));
   compute_modes_ = std::make_unique<NvmlComputeModes>();
   coexistence_ = std::make_unique<CoexistenceCheck>(*kube_, config_.node_name, kDriverName,
                                                     compute_modes_.get());
@@ -176,9 +174,8 @@ Status NodeAgent::start() {
   options.root = config_.state_dir;
   options.cdi_dir = config_.cdi_dir;
   options.node_name = config_.node_name;
-  Result<TenantBounds> bounds = tenant_bounds(config_);
-  if (!bounds.is_ok()) return bounds.status();
-  options.tenant_bounds = *bounds;
+  TESSERA_ASSIGN_OR_RETURN(TenantBounds bounds, tenant_bounds(config_));
+  options.tenant_bounds = bounds;
   options.mps = mps_.get();
   options.time_slice = time_slice_.get();
   // Containers' pids are not NVML's: the agent measures every share's GPU time (the meter below).
@@ -228,10 +225,11 @@ Status NodeAgent::start() {
   TESSERA_RETURN_IF_ERROR(start_process_watch());
 
   if (config_.reconcile_interval_s > 0) {
-    auto loop = PeriodicLoop::start(clock_, std::chrono::seconds(config_.reconcile_interval_s),
-                                    [this] { reconcile_pass(); });
-    if (!loop.is_ok()) return loop.status().with_context("cannot start the reconcile loop");
-    reconciler_ = std::move(loop).value();
+    TESSERA_ASSIGN_OR_RETURN(
+        reconciler_,
+        PeriodicLoop::start(clock_, std::chrono::seconds(config_.reconcile_interval_s),
+                            [this] { reconcile_pass(); }),
+        with_context("cannot start the reconcile loop"));
   }
   {
     std::lock_guard lock(liveness_mutex_);
@@ -257,9 +255,8 @@ Status NodeAgent::start_api() {
   serving.socket =
       config_.api_socket.empty() ? config_.state_dir + "/api.sock" : config_.api_socket;
   serving.pod_uid = config_.pod_uid;
-  Result<mode_t> mode = parse_socket_mode(config_.api_socket_mode);
-  if (!mode.is_ok()) return mode.status();
-  serving.mode = *mode;
+  TESSERA_ASSIGN_OR_RETURN(mode_t mode, parse_socket_mode(config_.api_socket_mode));
+  serving.mode = mode;
   serving.group = config_.api_socket_group;
   // A state folder too deep for a unix socket address: without the API when it was not asked for
   // by name (it serves tools; kubelet's sockets are what the node needs), else the flag is wrong.
@@ -401,11 +398,11 @@ Status NodeAgent::publish(const std::vector<GpuInfo>& all_gpus) {
 }
 
 Status NodeAgent::start_enforcement() {
-  Result<EnforcementPolicy> fallback = decode_enforcement_policy(
-      nlohmann::json(config_.enforcement_default), "--enforcement-default");
-  if (!fallback.is_ok()) return fallback.status();
+  TESSERA_ASSIGN_OR_RETURN(EnforcementPolicy fallback,
+                           decode_enforcement_policy(nlohmann::json(config_.enforcement_default),
+                                                     "--enforcement-default"));
   EnforcementHandlerOptions handling;
-  handling.default_policy = *fallback;
+  handling.default_policy = fallback;
   handling.share_policy = [this](const std::string& name) -> std::optional<EnforcementPolicy> {
     for (const auto& [uid, entry] : shares_->checkpoint())
       for (const ShareSpec& share : entry.shares)
@@ -516,11 +513,12 @@ Status NodeAgent::start_partition_check() {
   for (const std::string& uuid : partition_capability_.supported()) checking.gpus.insert(uuid);
   partition_check_ = std::make_unique<PartitionCheck>(
       checking, [this] { return node_checkpoint(); }, *partition_session_, *findings_);
-  auto loop = PeriodicLoop::start(
-      clock_, std::chrono::milliseconds(static_cast<int64_t>(config_.check_interval_s * 1000)),
-      [this] { (void)partition_check_->check_once(); });
-  if (!loop.is_ok()) return loop.status().with_context("cannot start the partition check");
-  partition_loop_ = std::move(loop).value();
+  TESSERA_ASSIGN_OR_RETURN(
+      partition_loop_,
+      PeriodicLoop::start(
+          clock_, std::chrono::milliseconds(static_cast<int64_t>(config_.check_interval_s * 1000)),
+          [this] { (void)partition_check_->check_once(); }),
+      with_context("cannot start the partition check"));
   return Status::ok();
 }
 
@@ -578,9 +576,9 @@ Status NodeAgent::start_process_watch() {
   refresh();
   TESSERA_RETURN_IF_ERROR(
       watch_program_->start([this](const tessera_watch_event& event) { watcher_->handle(event); }));
-  auto loop = PeriodicLoop::start(clock_, std::chrono::seconds(1), refresh);
-  if (!loop.is_ok()) return loop.status().with_context("cannot start the process watcher");
-  watch_refresher_ = std::move(loop).value();
+  TESSERA_ASSIGN_OR_RETURN(watch_refresher_,
+                           PeriodicLoop::start(clock_, std::chrono::seconds(1), refresh),
+                           with_context("cannot start the process watcher"));
   log::info("process watcher on", {{"exits", "tp_btf/sched_process_exit"},
                                    {"device_opens", watch_program_->open_hook()}});
   return Status::ok();

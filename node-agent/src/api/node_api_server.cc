@@ -252,9 +252,8 @@ Status NodeApiServer::start() {
     std::lock_guard lock(snapshot_mutex_);
     last_ = options_.snapshot(now_unix_ms());
   }
-  Result<BindFolder> folder = BindFolder::create(options_.socket);
-  if (!folder.is_ok()) return folder.status();
-  const fs::path bound = folder->socket();
+  TESSERA_ASSIGN_OR_RETURN(BindFolder folder, BindFolder::create(options_.socket));
+  const fs::path bound = folder.socket();
 
   service_ = std::make_unique<NodeApiService>(*this, events_);
   grpc::ServerBuilder builder;

@@ -177,16 +177,16 @@ std::vector<WithheldGpu> find_withheld(const std::vector<GpuInfo>& managed, size
 Result<std::vector<WithheldGpu>> CoexistenceCheck::check(const std::vector<GpuInfo>& managed,
                                                          size_t node_gpu_count, bool split) {
   const std::string node_path = kube::node_path(node_name_);
-  const Result<kube::ApiResponse> node = kube_.request("GET", node_path);
-  if (!node.is_ok()) return node.status().with_context("cannot read the Node's device plugins");
-  const json node_body = json::parse(node->body, nullptr, false);
+  TESSERA_ASSIGN_OR_RETURN(const kube::ApiResponse node, kube_.request("GET", node_path),
+                           with_context("cannot read the Node's device plugins"));
+  const json node_body = json::parse(node.body, nullptr, false);
   if (!node_body.is_object() || !json_string_at(node_body, "/metadata/name"))
     return internal_error("GET " + node_path + ": expected a Node, got " + json_shown(&node_body));
   const std::string list_path = std::string(kube::kResourceSlicesPath) + "?fieldSelector=" +
                                 kube::field_selector({{"spec.nodeName", node_name_}});
-  const Result<kube::ApiResponse> listed = kube_.request("GET", list_path);
-  if (!listed.is_ok()) return listed.status().with_context("cannot read the node's other drivers");
-  const json list = json::parse(listed->body, nullptr, false);
+  TESSERA_ASSIGN_OR_RETURN(const kube::ApiResponse listed, kube_.request("GET", list_path),
+                           with_context("cannot read the node's other drivers"));
+  const json list = json::parse(listed.body, nullptr, false);
   const json* items = json_member(list, "items");
   if (!items || !items->is_array())
     return internal_error("GET " + list_path + ": items: expected an array, got " +

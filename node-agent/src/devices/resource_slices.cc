@@ -232,9 +232,9 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
   writes_ = 0;
   if (identity_.node_uid.empty()) {
     const std::string path = kube::node_path(identity_.node_name);
-    const Result<kube::ApiResponse> node = kube_.request("GET", path);
-    if (!node.is_ok()) return node.status().with_context("cannot read the Node's UID");
-    const json body = json::parse(node->body, nullptr, false);
+    TESSERA_ASSIGN_OR_RETURN(const kube::ApiResponse node, kube_.request("GET", path),
+                             with_context("cannot read the Node's UID"));
+    const json body = json::parse(node.body, nullptr, false);
     const std::string* uid = json_string_at(body, "/metadata/uid");
     if (!uid || uid->empty())
       return internal_error("GET " + path + ": metadata.uid: expected a non-empty string, got " +
@@ -244,9 +244,8 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
   const std::string list_path = std::string(kube::kResourceSlicesPath) + "?fieldSelector=" +
                                 kube::field_selector({{"spec.nodeName", identity_.node_name},
                                                       {"spec.driver", identity_.driver}});
-  const Result<kube::ApiResponse> listed = kube_.request("GET", list_path);
-  if (!listed.is_ok()) return listed.status();
-  const json list = json::parse(listed->body, nullptr, false);
+  TESSERA_ASSIGN_OR_RETURN(const kube::ApiResponse listed, kube_.request("GET", list_path));
+  const json list = json::parse(listed.body, nullptr, false);
   const json* items = json_member(list, "items");
   if (!items || !items->is_array())
     return internal_error("GET " + list_path + ": items: expected an array, got " +

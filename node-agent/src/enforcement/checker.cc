@@ -129,10 +129,11 @@ OutOfBandChecker::~OutOfBandChecker() {
 
 Status OutOfBandChecker::start() {
   if (loop_) return failed_precondition("the out-of-band checks are already running");
-  auto loop = PeriodicLoop::start(
-      clock_, options_.interval, [this] { check_once(); }, PeriodicLoop::FirstTick::kAtOnce);
-  if (!loop.is_ok()) return loop.status().with_context("cannot start the out-of-band checks");
-  loop_ = std::move(loop).value();
+  TESSERA_ASSIGN_OR_RETURN(
+      loop_,
+      PeriodicLoop::start(
+          clock_, options_.interval, [this] { check_once(); }, PeriodicLoop::FirstTick::kAtOnce),
+      with_context("cannot start the out-of-band checks"));
   if (options_.reclaim_watch.count() > 0) {
     auto watch = PeriodicLoop::start(clock_, options_.reclaim_watch, [this] { watch_reclaim(); });
     if (!watch.is_ok()) {

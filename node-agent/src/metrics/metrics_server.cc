@@ -3,25 +3,9 @@
 #include <httplib.h>
 
 #include "metrics/exposition.h"
+#include "tessera/flags/listen_address.h"
 
 namespace tessera::agent {
-
-Result<ListenAddress> parse_listen_address(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos)
-    return invalid_argument("metrics address \"" + address + "\" has no :port");
-  ListenAddress out;
-  out.host = address.substr(0, colon);
-  if (out.host.size() >= 2 && out.host.front() == '[' && out.host.back() == ']')
-    out.host = out.host.substr(1, out.host.size() - 2);
-  if (out.host.empty()) out.host = "0.0.0.0";
-  const std::string port = address.substr(colon + 1);
-  if (port.empty() || port.size() > 5 ||
-      port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535)
-    return invalid_argument("metrics address \"" + address + "\": the port must be 0..65535");
-  out.port = std::stoi(port);
-  return out;
-}
 
 MetricsServer::MetricsServer(MetricsServerOptions options) : options_(std::move(options)) {}
 
@@ -31,8 +15,8 @@ MetricsServer::~MetricsServer() {
 
 Status MetricsServer::start() {
   if (server_) return failed_precondition("the metrics server is already running");
-  Result<ListenAddress> listen = parse_listen_address(options_.address);
-  if (!listen.is_ok()) return listen.status();
+  TESSERA_ASSIGN_OR_RETURN(flags::ListenAddress listen,
+                           flags::parse_listen_address(options_.address, "--metrics-address"));
   auto server = std::make_unique<httplib::Server>();
   const int threads = options_.threads > 0 ? options_.threads : 1;
   server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -45,9 +29,8 @@ Status MetricsServer::start() {
     response.status = healthy.is_ok() ? 200 : 503;
     response.set_content(healthy.is_ok() ? "ok\n" : healthy.message() + "\n", "text/plain");
   });
-  port_ = listen->port == 0
-              ? server->bind_to_any_port(listen->host)
-              : (server->bind_to_port(listen->host, listen->port) ? listen->port : -1);
+  port_ = listen.port == 0 ? server->bind_to_any_port(listen.host)
+                           : (server->bind_to_port(listen.host, listen.port) ? listen.port : -1);
   if (port_ <= 0)
     return unavailable("cannot listen on " + options_.address + " for metrics (port taken?)");
   server_ = std::move(server);

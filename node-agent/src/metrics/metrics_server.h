@@ -23,14 +23,6 @@ class Server;
 
 namespace tessera::agent {
 
-struct ListenAddress {
-  std::string host;  // "0.0.0.0" for ":port"
-  int port = 0;      // 0: any free port (tests)
-};
-
-// "host:port", ":port" (every address) or "[v6]:port"; kInvalidArgument saying what is wrong.
-Result<ListenAddress> parse_listen_address(const std::string& address);
-
 struct MetricsServerOptions {
   std::string address = ":9464";
   std::function<std::string()> metrics;  // the exposition text of one scrape

@@ -23,9 +23,8 @@ Result<ClaimPods> parse_claim_pods(const json& claim) {
   const json* metadata = json_member(claim, "metadata");
   if (!metadata || !metadata->is_object()) return invalid_argument("metadata: not an object");
   ClaimPods out;
-  Result<std::string> uid = required_string(*metadata, "uid", "metadata.uid");
-  if (!uid.is_ok()) return uid.status();
-  out.uid = std::move(uid).value();
+  TESSERA_ASSIGN_OR_RETURN(std::string uid, required_string(*metadata, "uid", "metadata.uid"));
+  out.uid = std::move(uid);
   const json* status = json_member(claim, "status");
   if (!status || status->is_null()) return out;  // not allocated, nobody reserved it
   if (!status->is_object()) return invalid_argument("status: not an object");
@@ -36,19 +35,17 @@ Result<ClaimPods> parse_claim_pods(const json& claim) {
     const json& consumer = (*reserved)[i];
     const std::string path = "status.reservedFor[" + std::to_string(i) + "]";
     if (!consumer.is_object()) return invalid_argument(path + ": not an object");
-    Result<std::string> resource = required_string(consumer, "resource", path + ".resource");
-    if (!resource.is_ok()) return resource.status();
+    TESSERA_ASSIGN_OR_RETURN(std::string resource,
+                             required_string(consumer, "resource", path + ".resource"));
     // apiGroup is optional: absent or "" is the core group, whose "pods" are pods.
     const json* group = json_member(consumer, "apiGroup");
     if (group && !group->is_null() && !group->is_string())
       return invalid_argument(path + ".apiGroup: not a string");
     const bool core = !group || group->is_null() || group->get_ref<const std::string&>().empty();
-    Result<std::string> name = required_string(consumer, "name", path + ".name");
-    if (!name.is_ok()) return name.status();
-    Result<std::string> pod_uid = required_string(consumer, "uid", path + ".uid");
-    if (!pod_uid.is_ok()) return pod_uid.status();
-    if (!core || *resource != "pods") continue;  // another kind of consumer: not a pod of ours
-    out.pods.push_back({std::move(name).value(), std::move(pod_uid).value()});
+    TESSERA_ASSIGN_OR_RETURN(std::string name, required_string(consumer, "name", path + ".name"));
+    TESSERA_ASSIGN_OR_RETURN(std::string pod_uid, required_string(consumer, "uid", path + ".uid"));
+    if (!core || resource != "pods") continue;  // another kind of consumer: not a pod of ours
+    out.pods.push_back({std::move(name), std::move(pod_uid)});
   }
   return out;
 }

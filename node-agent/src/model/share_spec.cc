@@ -101,10 +101,10 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out,
   // Configs of this driver in API order (FromClass before FromClaim, as the API server lists them).
   std::vector<VgpuConfigEntry> configs;
   if (const json* list = devices ? json_member(*devices, "config") : nullptr) {
-    Result<std::vector<VgpuConfigEntry>> decoded = decode_vgpu_config_list(
-        *list, "status.allocation.devices.config", ConfigList::kAllocation, input.driver);
-    if (!decoded.is_ok()) return decoded.status();
-    configs = std::move(decoded).value();
+    TESSERA_ASSIGN_OR_RETURN(std::vector<VgpuConfigEntry> decoded,
+                             decode_vgpu_config_list(*list, "status.allocation.devices.config",
+                                                     ConfigList::kAllocation, input.driver));
+    configs = std::move(decoded);
   }
 
   std::set<std::tuple<std::string, std::string, std::string>> seen;

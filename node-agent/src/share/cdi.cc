@@ -122,9 +122,10 @@ Result<std::vector<std::string>> cdi_device_ids(const ShareSpec& share,
                                                 const ContainerDriver& driver) {
   std::vector<std::string> ids = {cdi_device_id(share)};
   if (driver.uses_toolkit()) {
-    Result<std::string> toolkit = toolkit_device_id(driver, share.uuid, share.minor);
-    if (!toolkit.is_ok()) return toolkit.status().with_context("share " + share.name());
-    ids.push_back(*toolkit);
+    TESSERA_ASSIGN_OR_RETURN(std::string toolkit,
+                             toolkit_device_id(driver, share.uuid, share.minor),
+                             with_context("share " + share.name()));
+    ids.push_back(toolkit);
   } else if (!driver.uses_driver_root()) {
     return failed_precondition(
         "share " + share.name() +

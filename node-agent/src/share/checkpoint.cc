@@ -221,10 +221,9 @@ Result<ClaimEntry> claim_from_json(const std::string& uid, const json& value) {
     return read.status();
   }
   for (size_t i = 0; i < shares->size(); ++i) {
-    Result<ShareSpec> share =
-        share_from_json((*shares)[i], at + "shares[" + std::to_string(i) + "].");
-    if (!share.is_ok()) return share.status();
-    entry.shares.push_back(std::move(share).value());
+    TESSERA_ASSIGN_OR_RETURN(
+        ShareSpec share, share_from_json((*shares)[i], at + "shares[" + std::to_string(i) + "]."));
+    entry.shares.push_back(std::move(share));
   }
   if (value.contains("pods")) TESSERA_RETURN_IF_ERROR(pods_from_json(value, at, entry.pods));
   if (value.contains("preparedUnixMs")) {
@@ -307,9 +306,8 @@ Result<Checkpoint> checkpoint_from_json(const std::string& text) {
   }
   Checkpoint out;
   for (const auto& [uid, value] : claims->items()) {
-    Result<ClaimEntry> entry = claim_from_json(uid, value);
-    if (!entry.is_ok()) return entry.status();
-    out[uid] = std::move(entry).value();
+    TESSERA_ASSIGN_OR_RETURN(ClaimEntry entry, claim_from_json(uid, value));
+    out[uid] = std::move(entry);
   }
   return out;
 }

@@ -39,10 +39,9 @@ Result<Checkpoint> CheckpointView::read() {
     done += static_cast<size_t>(got);
   }
   text.resize(done);
-  Result<Checkpoint> parsed = checkpoint_from_json(text);
-  if (!parsed.is_ok()) return parsed.status().with_context(path_);
+  TESSERA_ASSIGN_OR_RETURN(Checkpoint parsed, checkpoint_from_json(text), with_context(path_));
   ++parses_;
-  cached_ = std::move(parsed).value();
+  cached_ = std::move(parsed);
   signature_ = signature;
   return cached_;
 }

@@ -308,9 +308,9 @@ Result<ContainerDriver> discover_driver_root(const std::string& driver_root) {
 
 Result<ContainerDriver> discover_container_driver(const DriverOptions& options) {
   if (options.mode != DriverMode::kDriverRoot) {
-    Result<std::optional<ContainerDriver>> toolkit = read_toolkit_specs(options.toolkit_spec_dirs);
-    if (!toolkit.is_ok()) return toolkit.status();
-    if (*toolkit) return std::move(**toolkit);
+    TESSERA_ASSIGN_OR_RETURN(std::optional<ContainerDriver> toolkit,
+                             read_toolkit_specs(options.toolkit_spec_dirs));
+    if (toolkit) return std::move(*toolkit);
     if (options.mode == DriverMode::kToolkit)
       return not_found(
           "no NVIDIA Container Toolkit CDI spec (kind nvidia.com/gpu) with a GPU "

@@ -82,9 +82,8 @@ Result<HookRequest> parse_hook_arguments(const std::vector<std::string>& args) {
       if (!safe_name_component(value)) return invalid_argument("--gpu \"" + value + "\"");
       request.partition.gpu = value;
     } else if (name == "--soft" || name == "--hard") {
-      Result<uint64_t> bytes = parse_bytes(name, value);
-      if (!bytes.is_ok()) return bytes.status();
-      (name == "--soft" ? soft : hard) = *bytes;
+      TESSERA_ASSIGN_OR_RETURN(uint64_t bytes, parse_bytes(name, value));
+      (name == "--soft" ? soft : hard) = bytes;
     } else if (name == "--record") {
       if (value.empty() || value[0] != '/')
         return invalid_argument("--record \"" + value + "\": not an absolute path");
@@ -132,35 +131,36 @@ Status run_apply_memory_limits(const HookRequest& request, const OciState& state
   const std::string what = "GPU " + wanted.gpu + ", container " + state.id + " (pid " +
                            std::to_string(state.pid) + "), soft " + mib(wanted.soft) + ", hard " +
                            mib(wanted.hard);
-  Result<std::vector<cgroup::Mount>> mounts = cgroup::cgroup2_mounts(environment.mountinfo);
-  if (!mounts.is_ok()) return mounts.status().with_context(what);
-  if (mounts->empty())
+  TESSERA_ASSIGN_OR_RETURN(std::vector<cgroup::Mount> mounts,
+                           cgroup::cgroup2_mounts(environment.mountinfo), with_context(what));
+  if (mounts.empty())
     return failed_precondition(what + ": no cgroup v2 hierarchy is mounted (" +
                                environment.mountinfo + ")");
-  Result<std::string> path = cgroup::process_cgroup(state.pid, environment.proc_root);
-  if (!path.is_ok()) return path.status().with_context(what + ": the container's cgroup");
-  Result<std::string> directory = cgroup::directory_of(*mounts, *path);
-  if (!directory.is_ok()) return directory.status().with_context(what + ": the container's cgroup");
-  const std::string where = what + ", cgroup " + *directory;
-  Result<nvml::Session> session = nvml::Session::open(environment.nvml_library);
-  if (!session.is_ok()) return session.status().with_context(where);
-  if (Status supported = cgroup::driver_partitions_supported(*session); !supported.is_ok())
+  TESSERA_ASSIGN_OR_RETURN(std::string path,
+                           cgroup::process_cgroup(state.pid, environment.proc_root),
+                           with_context(what + ": the container's cgroup"));
+  TESSERA_ASSIGN_OR_RETURN(std::string directory, cgroup::directory_of(mounts, path),
+                           with_context(what + ": the container's cgroup"));
+  const std::string where = what + ", cgroup " + directory;
+  TESSERA_ASSIGN_OR_RETURN(nvml::Session session, nvml::Session::open(environment.nvml_library),
+                           with_context(where));
+  if (Status supported = cgroup::driver_partitions_supported(session); !supported.is_ok())
     return supported.with_context(where);
   if (Status applied =
-          cgroup::apply_partitions(*session, *directory, {{wanted.gpu, wanted.soft, wanted.hard}});
+          cgroup::apply_partitions(session, directory, {{wanted.gpu, wanted.soft, wanted.hard}});
       !applied.is_ok())
     return applied.with_context("container " + state.id + ", soft " + mib(wanted.soft) + ", hard " +
                                 mib(wanted.hard));
   PartitionRecord record = wanted;
   record.container_id = state.id;
-  record.cgroup = *directory;
+  record.cgroup = directory;
   std::error_code ec;
   std::filesystem::create_directories(request.record_dir, ec);
   Status recorded = ec ? internal_error("cannot create " + request.record_dir + ": " + ec.message())
                        : write_file_atomically(partition_record_path(request.record_dir, record),
                                                partition_record_json(record));
   if (!recorded.is_ok()) {
-    (void)cgroup::clear_partitions(*session, *directory, {wanted.gpu});
+    (void)cgroup::clear_partitions(session, directory, {wanted.gpu});
     return recorded.with_context(where + ": the partition was undone");
   }
   return Status::ok();

@@ -111,8 +111,7 @@ Status ShareManager::start(ReconcileReport* report) {
     // The other agent of a rolling update may be writing it: read under the state lock.
     // Completed entries hold their settings (holders_, rebuilt by the refresh); a PrepareStarted
     // one redoes its prepare when retried.
-    Result<FileLock> state = lock_state();
-    if (!state.is_ok()) return state.status();
+    TESSERA_ASSIGN_OR_RETURN(FileLock state, lock_state());
     TESSERA_RETURN_IF_ERROR(refresh_checkpoint());
     MutexLock save(save_mutex_);
     MutexLock lock(checkpoint_mutex_);
@@ -155,18 +154,15 @@ Result<std::optional<ShareManager::ClaimHold>> ShareManager::hold_claim(const st
   const std::string path = options_.root + "/claims/" + uid + ".lock";
   std::optional<FileLock> claim_file;
   if (wait) {
-    Result<FileLock> locked = FileLock::acquire(path);
-    if (!locked.is_ok()) return locked.status();
-    claim_file = std::move(locked).value();
+    TESSERA_ASSIGN_OR_RETURN(FileLock locked, FileLock::acquire(path));
+    claim_file = std::move(locked);
   } else {
-    Result<std::optional<FileLock>> locked = FileLock::try_acquire(path);
-    if (!locked.is_ok()) return locked.status();
-    if (!*locked) return std::optional<ClaimHold>();
-    claim_file = std::move(**locked);
+    TESSERA_ASSIGN_OR_RETURN(std::optional<FileLock> locked, FileLock::try_acquire(path));
+    if (!locked) return std::optional<ClaimHold>();
+    claim_file = std::move(*locked);
   }
   // Not held yet, so the refresh takes its entry from disk: what the other agent did with it last.
-  Result<FileLock> state = lock_state();
-  if (!state.is_ok()) return state.status();
+  TESSERA_ASSIGN_OR_RETURN(FileLock state, lock_state());
   TESSERA_RETURN_IF_ERROR(refresh_checkpoint());
   {
     MutexLock lock(checkpoint_mutex_);
@@ -201,9 +197,9 @@ Status ShareManager::refresh_checkpoint() {
   if (now) {
     const std::optional<std::string> text = read_file(checkpoint_path());
     if (!text) return internal_error("cannot read " + checkpoint_path());
-    Result<Checkpoint> parsed = checkpoint_from_json(*text);
-    if (!parsed.is_ok()) return parsed.status().with_context(checkpoint_path());
-    disk = std::move(parsed).value();
+    TESSERA_ASSIGN_OR_RETURN(Checkpoint parsed, checkpoint_from_json(*text),
+                             with_context(checkpoint_path()));
+    disk = std::move(parsed);
   }
   MutexLock lock(checkpoint_mutex_);
   for (const std::string& uid : held_claims_) {
@@ -439,10 +435,10 @@ ReserveOrphan ShareManager::orphan_reserver(SharingStrategy strategy) {
 PrepareResult ShareManager::result_of(const ClaimEntry& entry) const {
   std::vector<PreparedDevice> devices;
   for (const auto& share : entry.shares) {
-    Result<std::vector<std::string>> ids = cdi_device_ids(share, options_.container_driver);
-    if (!ids.is_ok()) return ids.status();
+    TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> ids,
+                             cdi_device_ids(share, options_.container_driver));
     devices.push_back(
-        {share.request_names, share.pool, share.device, std::move(ids).value(), share.share_id});
+        {share.request_names, share.pool, share.device, std::move(ids), share.share_id});
   }
   return devices;
 }

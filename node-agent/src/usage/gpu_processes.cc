@@ -13,9 +13,8 @@ class NvmlProcessSource final : public GpuProcessSource {
   explicit NvmlProcessSource(nvml::Session session) : session_(std::move(session)) {}
 
   Result<std::vector<GpuProcessMemory>> memory(const std::string& uuid) override {
-    Result<nvmlDevice_t> device = handle(uuid);
-    if (!device.is_ok()) return device.status();
-    Result<std::vector<nvmlProcessInfo_t>> infos = session_.compute_processes(*device);
+    TESSERA_ASSIGN_OR_RETURN(nvmlDevice_t device, handle(uuid));
+    Result<std::vector<nvmlProcessInfo_t>> infos = session_.compute_processes(device);
     if (!infos.is_ok())
       return unavailable(infos.status().with_context("running processes of " + uuid).message());
     std::vector<GpuProcessMemory> out;
@@ -29,17 +28,15 @@ class NvmlProcessSource final : public GpuProcessSource {
   }
 
   Result<uint64_t> free_memory(const std::string& uuid) override {
-    Result<nvmlDevice_t> device = handle(uuid);
-    if (!device.is_ok()) return device.status();
-    Result<nvmlMemory_t> memory = session_.memory(*device);
+    TESSERA_ASSIGN_OR_RETURN(nvmlDevice_t device, handle(uuid));
+    Result<nvmlMemory_t> memory = session_.memory(device);
     if (!memory.is_ok())
       return unavailable(memory.status().with_context("memory of " + uuid).message());
     return static_cast<uint64_t>(memory->free);
   }
 
   Result<std::vector<GpuProcessBusy>> busy(const std::string& uuid) override {
-    Result<nvmlDevice_t> device = handle(uuid);
-    if (!device.is_ok()) return device.status();
+    TESSERA_ASSIGN_OR_RETURN(nvmlDevice_t device, handle(uuid));
     unsigned long long& since = last_seen_us_[uuid];
     const unsigned long long now = nvml::wall_clock_us();
     std::vector<GpuProcessBusy> out;
@@ -48,7 +45,7 @@ class NvmlProcessSource final : public GpuProcessSource {
       return out;
     }
     Result<std::vector<nvmlProcessUtilizationSample_t>> samples =
-        session_.process_utilization(*device, since);
+        session_.process_utilization(device, since);
     if (!samples.is_ok())
       return unavailable(samples.status().with_context("process utilisation of " + uuid).message());
     unsigned long long newest = since;

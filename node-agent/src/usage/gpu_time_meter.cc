@@ -144,10 +144,11 @@ Status GpuTimeMeter::start() {
   }
   last_loop_problem_.clear();
   // A pass that overruns the period skips the missed ones: no burst of catch-up passes.
-  auto loop = PeriodicLoop::start(
-      clock_, options_.period, [this] { loop_pass(); }, PeriodicLoop::FirstTick::kAtOnce);
-  if (!loop.is_ok()) return loop.status().with_context("cannot start the gpu-time meter");
-  loop_ = std::move(loop).value();
+  TESSERA_ASSIGN_OR_RETURN(
+      loop_,
+      PeriodicLoop::start(
+          clock_, options_.period, [this] { loop_pass(); }, PeriodicLoop::FirstTick::kAtOnce),
+      with_context("cannot start the gpu-time meter"));
   return Status::ok();
 }
 

@@ -500,13 +500,6 @@ TEST(MetricsServer, HealthzFollowsTheAgentAndBadAddressesAreRefused) {
   EXPECT_EQ(MetricsServer(elsewhere).start().code(), StatusCode::kInvalidArgument);
   server.stop();
   server.stop();  // idempotent
-
-  EXPECT_EQ(parse_listen_address(":9464")->host, "0.0.0.0");
-  EXPECT_EQ(parse_listen_address(":9464")->port, 9464);
-  EXPECT_EQ(parse_listen_address("[::1]:80")->host, "::1");
-  EXPECT_EQ(parse_listen_address("10.0.0.1:0")->port, 0);
-  for (const char* bad : {"9464", ":", ":65536", ":94a4", "host:-1"})
-    EXPECT_EQ(parse_listen_address(bad).status().code(), StatusCode::kInvalidArgument) << bad;
 }
 
 }  // namespace

@@ -12,16 +12,6 @@
 
 #include "tessera/kube/quantity.h"
 
-// `lhs = value of expr`, or return its error.
-#define ALLOCATOR_CONCAT_(a, b) a##b
-#define ALLOCATOR_CONCAT(a, b) ALLOCATOR_CONCAT_(a, b)
-#define ALLOCATOR_ASSIGN_(tmp, lhs, expr) \
-  auto tmp = (expr);                      \
-  if (!tmp.is_ok()) return tmp.status();  \
-  lhs = std::move(tmp).value()
-#define TESSERA_ASSIGN_OR_RETURN(lhs, expr) \
-  ALLOCATOR_ASSIGN_(ALLOCATOR_CONCAT(assigned_, __LINE__), lhs, expr)
-
 namespace tessera::testing::allocator {
 namespace {
 

@@ -208,18 +208,5 @@ TEST(Options, TheExtendedResourceNameIsOneKubeApiserverAccepts) {
   }
 }
 
-TEST(Options, ListenAddresses) {
-  auto any = parse_listen(":8443");
-  ASSERT_TRUE(any.is_ok());
-  EXPECT_EQ(any->host, "0.0.0.0");
-  EXPECT_EQ(any->port, 8443);
-  auto v6 = parse_listen("[::1]:0");
-  ASSERT_TRUE(v6.is_ok());
-  EXPECT_EQ(v6->host, "::1");
-  EXPECT_EQ(v6->port, 0);
-  EXPECT_FALSE(parse_listen("host:99999").is_ok());
-  EXPECT_FALSE(parse_listen("host:").is_ok());
-}
-
 }  // namespace
 }  // namespace tessera::webhook

@@ -68,10 +68,10 @@ Result<std::vector<VgpuConfigEntry>> class_entries(DeviceClassLookup* classes,
 Status check_devices(const json& devices, const std::string& path, DeviceClassLookup* classes) {
   const json* list = json_member(devices, "config");
   if (!list) return Status::ok();
-  Result<std::vector<VgpuConfigEntry>> decoded =
-      decode_vgpu_config_list(*list, path + ".config", ConfigList::kClaimSpec);
-  if (!decoded.is_ok()) return decoded.status();
-  const std::vector<VgpuConfigEntry>& configs = *decoded;
+  TESSERA_ASSIGN_OR_RETURN(
+      std::vector<VgpuConfigEntry> decoded,
+      decode_vgpu_config_list(*list, path + ".config", ConfigList::kClaimSpec));
+  const std::vector<VgpuConfigEntry>& configs = decoded;
   if (configs.empty()) return Status::ok();
   // The merge the agent makes per allocated request (claim configs in order; the class's configs
   // come first there and cannot undo a refusal here).
@@ -100,17 +100,16 @@ Status check_devices(const json& devices, const std::string& path, DeviceClassLo
       const VgpuConfig config = config_for_request(configs, full);
       if (const Status supported = check_supported(config); !supported.is_ok())
         return invalid_argument(at + " (" + full + "): " + supported.message());
-      Result<ShareRequests> asked = capacity_requests(*body, full_path);
-      if (!asked.is_ok()) return asked.status();
+      TESSERA_ASSIGN_OR_RETURN(ShareRequests asked, capacity_requests(*body, full_path));
       // The GPU is not known before the scheduler picks it: the agent checks a limit above the
       // GPU at prepare.
-      if (const Status limits = check_limits_against_requests(config, *asked); !limits.is_ok())
+      if (const Status limits = check_limits_against_requests(config, asked); !limits.is_ok())
         return invalid_argument(at + " (" + full + "): " + limits.message());
       // What the tenant set, against the bounds of the class this (sub)request names.
       const std::string class_name = device_class_of(*body);
-      Result<std::vector<VgpuConfigEntry>> admin = class_entries(classes, class_name);
-      if (!admin.is_ok()) return admin.status();
-      const Status bounded = check_tenant_bounds(config, bounds_for_request(*admin, full), *asked,
+      TESSERA_ASSIGN_OR_RETURN(std::vector<VgpuConfigEntry> admin,
+                               class_entries(classes, class_name));
+      const Status bounded = check_tenant_bounds(config, bounds_for_request(admin, full), asked,
                                                  "DeviceClass " + class_name);
       if (!bounded.is_ok()) return invalid_argument(at + " (" + full + "): " + bounded.message());
     }
@@ -152,13 +151,11 @@ AdmissionResponse validate_claim(const AdmissionRequest& request, DeviceClassLoo
 }
 
 Result<json> validate(std::string_view body, DeviceClassLookup* classes) {
-  Result<json> review = parse_json_body(body);
-  if (!review.is_ok()) return review.status();
-  Result<AdmissionRequest> request = read_admission_request(*review);
-  if (!request.is_ok()) return request.status();
-  if (request->api_version != kAdmissionV1)
-    return review_response(request->api_version, request->uid, unserved_version());
-  return review_response(request->api_version, request->uid, validate_claim(*request, classes));
+  TESSERA_ASSIGN_OR_RETURN(json review, parse_json_body(body));
+  TESSERA_ASSIGN_OR_RETURN(AdmissionRequest request, read_admission_request(review));
+  if (request.api_version != kAdmissionV1)
+    return review_response(request.api_version, request.uid, unserved_version());
+  return review_response(request.api_version, request.uid, validate_claim(request, classes));
 }
 
 }  // namespace tessera::webhook

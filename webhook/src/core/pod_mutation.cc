@@ -380,19 +380,17 @@ PodMutation mutate_pod(const AdmissionRequest& request, const MutateConfig& conf
 
 Result<MutateResult> mutate(std::string_view body, const MutateConfig& config,
                             ClaimLookup& claims) {
-  Result<json> review = parse_json_body(body);
-  if (!review.is_ok()) return review.status();
-  Result<AdmissionRequest> request = read_admission_request(*review);
-  if (!request.is_ok()) return request.status();
+  TESSERA_ASSIGN_OR_RETURN(json review, parse_json_body(body));
+  TESSERA_ASSIGN_OR_RETURN(AdmissionRequest request, read_admission_request(review));
   MutateResult out;
-  out.dry_run = request->dry_run;
-  out.namespace_name = request->namespace_name;
-  if (request->api_version != kAdmissionV1) {
-    out.review = review_response(request->api_version, request->uid, unserved_version());
+  out.dry_run = request.dry_run;
+  out.namespace_name = request.namespace_name;
+  if (request.api_version != kAdmissionV1) {
+    out.review = review_response(request.api_version, request.uid, unserved_version());
     return out;
   }
-  PodMutation mutation = mutate_pod(*request, config, claims);
-  out.review = review_response(request->api_version, request->uid, mutation.response);
+  PodMutation mutation = mutate_pod(request, config, claims);
+  out.review = review_response(request.api_version, request.uid, mutation.response);
   out.templates = std::move(mutation.templates);
   return out;
 }

@@ -81,76 +81,75 @@ Result<uint32_t> percent(const std::string& who, const char* key, const std::str
 
 Result<std::optional<Shorthand>> read_tessera(const json& resources, const std::string& who) {
   Shorthand out;
-  auto gpu = read_key(resources, who, kTesseraGpu, out);
-  if (!gpu.is_ok()) return gpu.status();
-  auto memory = read_key(resources, who, kTesseraMemory, out);
-  if (!memory.is_ok()) return memory.status();
-  auto cores = read_key(resources, who, kTesseraCores, out);
-  if (!cores.is_ok()) return cores.status();
-  if (!*gpu && !*memory && !*cores) return std::optional<Shorthand>();
-  if (*gpu) {
-    auto count = whole_number(who, kTesseraGpu, **gpu, 1, kMaxSharesPerRequest,
-                              "a whole number of shares, 1..32");
-    if (!count.is_ok()) return count.status();
-    out.request.count = static_cast<uint32_t>(*count);
+  TESSERA_ASSIGN_OR_RETURN(std::optional<std::string> gpu,
+                           read_key(resources, who, kTesseraGpu, out));
+  TESSERA_ASSIGN_OR_RETURN(std::optional<std::string> memory,
+                           read_key(resources, who, kTesseraMemory, out));
+  TESSERA_ASSIGN_OR_RETURN(std::optional<std::string> cores,
+                           read_key(resources, who, kTesseraCores, out));
+  if (!gpu && !memory && !cores) return std::optional<Shorthand>();
+  if (gpu) {
+    TESSERA_ASSIGN_OR_RETURN(uint64_t count,
+                             whole_number(who, kTesseraGpu, *gpu, 1, kMaxSharesPerRequest,
+                                          "a whole number of shares, 1..32"));
+    out.request.count = static_cast<uint32_t>(count);
   }
-  if (*memory) {
-    const std::optional<uint64_t> bytes = parse_byte_quantity(**memory);
+  if (memory) {
+    const std::optional<uint64_t> bytes = parse_byte_quantity(*memory);
     if (!bytes || *bytes == 0)
-      return invalid_argument(who + ": " + kTesseraMemory + " " + json(**memory).dump() +
+      return invalid_argument(who + ": " + kTesseraMemory + " " + json(*memory).dump() +
                               ": expected a byte quantity above 0 such as 8Gi or 512Mi");
     out.request.memory_bytes = *bytes;
   }
-  if (*cores) {
-    auto cores_percent = percent(who, kTesseraCores, **cores, 0, 100,
-                                 "a whole percent of the GPU's compute, 0..100");
-    if (!cores_percent.is_ok()) return cores_percent.status();
+  if (cores) {
+    TESSERA_ASSIGN_OR_RETURN(uint32_t cores_percent,
+                             percent(who, kTesseraCores, *cores, 0, 100,
+                                     "a whole percent of the GPU's compute, 0..100"));
     // 0 requests no compute: the claim names none and the share is best-effort.
-    if (*cores_percent > 0) out.request.cores = *cores_percent;
+    if (cores_percent > 0) out.request.cores = cores_percent;
   }
   return std::optional<Shorthand>(std::move(out));
 }
 
 Result<std::optional<Shorthand>> read_hami(const json& resources, const std::string& who) {
   Shorthand out;
-  auto gpu = read_key(resources, who, kHamiGpu, out);
-  if (!gpu.is_ok()) return gpu.status();
-  auto memory = read_key(resources, who, kHamiMemory, out);
-  if (!memory.is_ok()) return memory.status();
-  auto memory_percent = read_key(resources, who, kHamiMemoryPercent, out);
-  if (!memory_percent.is_ok()) return memory_percent.status();
-  auto cores = read_key(resources, who, kHamiCores, out);
-  if (!cores.is_ok()) return cores.status();
-  if (!*gpu && !*memory && !*memory_percent && !*cores) return std::optional<Shorthand>();
-  if (*gpu) {
-    auto count = whole_number(who, kHamiGpu, **gpu, 1, kMaxSharesPerRequest,
-                              "a whole number of GPUs, 1..32");
-    if (!count.is_ok()) return count.status();
-    out.request.count = static_cast<uint32_t>(*count);
+  TESSERA_ASSIGN_OR_RETURN(std::optional<std::string> gpu, read_key(resources, who, kHamiGpu, out));
+  TESSERA_ASSIGN_OR_RETURN(std::optional<std::string> memory,
+                           read_key(resources, who, kHamiMemory, out));
+  TESSERA_ASSIGN_OR_RETURN(std::optional<std::string> memory_percent,
+                           read_key(resources, who, kHamiMemoryPercent, out));
+  TESSERA_ASSIGN_OR_RETURN(std::optional<std::string> cores,
+                           read_key(resources, who, kHamiCores, out));
+  if (!gpu && !memory && !memory_percent && !cores) return std::optional<Shorthand>();
+  if (gpu) {
+    TESSERA_ASSIGN_OR_RETURN(uint64_t count,
+                             whole_number(who, kHamiGpu, *gpu, 1, kMaxSharesPerRequest,
+                                          "a whole number of GPUs, 1..32"));
+    out.request.count = static_cast<uint32_t>(count);
   }
-  if (*memory && *memory_percent)
+  if (memory && memory_percent)
     return invalid_argument(who + ": " + kHamiMemory + " and " + kHamiMemoryPercent +
                             " are both set; give one");
-  if (*memory) {
-    auto mib = whole_number(who, kHamiMemory, **memory, 1, UINT64_MAX / kMiB,
-                            "a whole number of MiB above 0");
-    if (!mib.is_ok()) return mib.status();
-    out.request.memory_bytes = *mib * kMiB;
+  if (memory) {
+    TESSERA_ASSIGN_OR_RETURN(uint64_t mib,
+                             whole_number(who, kHamiMemory, *memory, 1, UINT64_MAX / kMiB,
+                                          "a whole number of MiB above 0"));
+    out.request.memory_bytes = mib * kMiB;
   }
-  if (*memory_percent) {
-    auto value = percent(who, kHamiMemoryPercent, **memory_percent, 1, 100, "a percent, 1..100");
-    if (!value.is_ok()) return value.status();
+  if (memory_percent) {
+    TESSERA_ASSIGN_OR_RETURN(uint32_t value, percent(who, kHamiMemoryPercent, *memory_percent, 1,
+                                                     100, "a percent, 1..100"));
     // A claim asks for an amount of memory; a fraction of a GPU not yet chosen has no amount.
     // 100 is the whole memory, which is what a share asks for by default.
-    if (*value != 100)
-      return invalid_argument(who + ": " + kHamiMemoryPercent + " " + **memory_percent +
+    if (value != 100)
+      return invalid_argument(who + ": " + kHamiMemoryPercent + " " + *memory_percent +
                               ": only 100 can be translated (a share asks for an amount); use " +
                               kHamiMemory + " (MiB) or " + kTesseraMemory + " instead");
   }
-  if (*cores) {
-    auto value = percent(who, kHamiCores, **cores, 0, 100, "a percent, 0..100");
-    if (!value.is_ok()) return value.status();
-    if (*value > 0) out.request.cores = *value;
+  if (cores) {
+    TESSERA_ASSIGN_OR_RETURN(uint32_t value,
+                             percent(who, kHamiCores, *cores, 0, 100, "a percent, 0..100"));
+    if (value > 0) out.request.cores = value;
   }
   return std::optional<Shorthand>(std::move(out));
 }

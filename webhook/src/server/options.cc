@@ -7,6 +7,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "tessera/flags/listen_address.h"
+#include "tessera/flags/log_flags.h"
+
 namespace tessera::webhook {
 namespace {
 
@@ -149,22 +152,6 @@ Result<PolicyAction> parse_policy_action(const std::string& text) {
   return invalid_argument("invalid policy action \"" + text + "\" (deny or warn)");
 }
 
-Result<ListenAddress> parse_listen(const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) return invalid_argument("--listen " + listen + ": no :port");
-  ListenAddress out;
-  out.host = listen.substr(0, colon);
-  if (out.host.size() >= 2 && out.host.front() == '[' && out.host.back() == ']')
-    out.host = out.host.substr(1, out.host.size() - 2);
-  if (out.host.empty()) out.host = "0.0.0.0";
-  const std::string port = listen.substr(colon + 1);
-  if (port.empty() || port.size() > 5 ||
-      port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535)
-    return invalid_argument("--listen " + listen + ": the port must be 0..65535");
-  out.port = std::stoi(port);
-  return out;
-}
-
 ParsedOptions parse_options(int argc, const char* const* argv) {
   ParsedOptions parsed;
   WebhookOptions& out = parsed.options;
@@ -255,13 +242,7 @@ ParsedOptions parse_options(int argc, const char* const* argv) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   std::string log_format = "text";
-  app.add_option("--log-format", log_format, "log lines as text or json (one object per line)")
-      ->envname("TESSERA_WEBHOOK_LOG_FORMAT")
-      ->check(CLI::Validator(
-          [](const std::string& format) { return log::parse_format(format).status().message(); },
-          "text|json", "log format"))
-      ->capture_default_str();
-  app.add_flag("-v,--verbose", out.verbosity, "more detail in the log: -v debug, -vv trace");
+  flags::add_log_flags(app, log_format, out.verbosity, "TESSERA_WEBHOOK_LOG_FORMAT");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -317,8 +298,8 @@ ParsedOptions parse_options(int argc, const char* const* argv) {
         "--tls-cert-file and --tls-private-key-file are required (the webhook serves HTTPS "
         "only), or --tls-secret-name for a certificate the webhook makes and renews itself"));
   }
-  if (Result<ListenAddress> listen = parse_listen(out.listen); !listen.is_ok())
-    return fail(listen.status());
+  if (Status listen = flags::parse_listen_address(out.listen, "--listen").status(); !listen.is_ok())
+    return fail(listen);
   if (Status s = validate_extended_resource_name(out.extended_resource_name); !s.is_ok())
     return fail(s.with_context("--extended-resource-name"));
   return parsed;

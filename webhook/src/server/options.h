@@ -49,13 +49,6 @@ struct ParsedOptions {
 
 ParsedOptions parse_options(int argc, const char* const* argv);
 
-struct ListenAddress {
-  std::string host;  // "0.0.0.0" for ":8443"
-  int port = 0;
-};
-// ":8443", "127.0.0.1:8443", "[::1]:8443" (port 0: any free port).
-Result<ListenAddress> parse_listen(const std::string& listen);
-
 Result<PolicyAction> parse_policy_action(const std::string& text);
 
 // An extended resource name as kube-apiserver accepts it in a DeviceClass and in a container's

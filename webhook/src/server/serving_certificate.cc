@@ -145,9 +145,8 @@ Result<CertificatePems> pems_of_secret(const json& secret) {
                              std::pair{"tls.key", &pems.key}}) {
     if (!data.contains(key) || !data[key].is_string())
       return invalid_argument(std::string("data.") + key + ": missing");
-    Result<std::string> decoded = base64_decode(data[key].get<std::string>(), key);
-    if (!decoded.is_ok()) return decoded.status();
-    *target = std::move(*decoded);
+    TESSERA_ASSIGN_OR_RETURN(std::string decoded, base64_decode(data[key].get<std::string>(), key));
+    *target = std::move(decoded);
   }
   return pems;
 }
@@ -206,27 +205,27 @@ Result<CertificatePems> generate_serving_certificate(const std::vector<std::stri
   // The CA's name carries its start time: a renewed CA and the one it follows differ by name,
   // as well as by key identifier, when both are in ca.crt.
   const std::string ca_name = dns_names.front() + "-ca@" + std::to_string(to_time_t(now));
-  Result<X509Ptr> ca =
+  TESSERA_ASSIGN_OR_RETURN(
+      X509Ptr ca,
       new_certificate(ca_key.get(), ca_name, not_before, not_after, nullptr, ca_key.get(),
                       {{NID_basic_constraints, "critical,CA:TRUE,pathlen:0"},
                        {NID_key_usage, "critical,keyCertSign,cRLSign"},
-                       {NID_subject_key_identifier, "hash"}});
-  if (!ca.is_ok()) return ca.status();
+                       {NID_subject_key_identifier, "hash"}}));
   std::string alt_names;
   for (const std::string& name : dns_names)
     alt_names += (alt_names.empty() ? "DNS:" : ",DNS:") + name;
   const std::string common_name = dns_names.size() > 2 ? dns_names[2] : dns_names.front();
-  Result<X509Ptr> leaf =
-      new_certificate(leaf_key.get(), common_name, not_before, not_after, ca->get(), ca_key.get(),
+  TESSERA_ASSIGN_OR_RETURN(
+      X509Ptr leaf,
+      new_certificate(leaf_key.get(), common_name, not_before, not_after, ca.get(), ca_key.get(),
                       {{NID_basic_constraints, "critical,CA:FALSE"},
                        {NID_key_usage, "critical,digitalSignature"},
                        {NID_ext_key_usage, "serverAuth"},
                        {NID_subject_alt_name, alt_names},
-                       {NID_authority_key_identifier, "keyid:always"}});
-  if (!leaf.is_ok()) return leaf.status();
+                       {NID_authority_key_identifier, "keyid:always"}}));
   CertificatePems out;
-  out.ca = pem_of(ca->get());
-  out.cert = pem_of(leaf->get());
+  out.ca = pem_of(ca.get());
+  out.cert = pem_of(leaf.get());
   out.key = pem_of(leaf_key.get());
   // The CAs before it, while valid: a replica that has not yet taken the new pair is trusted.
   const std::time_t at = to_time_t(now);
@@ -281,9 +280,8 @@ ServingCertificate::ServingCertificate(kube::KubeClient& api, ServingCertificate
       clock_(std::move(clock)) {}
 
 Result<json> ServingCertificate::read_secret() {
-  Result<kube::ApiResponse> response = api_.request("GET", secret_path(settings_));
-  if (!response.is_ok()) return response.status();
-  json secret = json::parse(response->body, nullptr, false);
+  TESSERA_ASSIGN_OR_RETURN(kube::ApiResponse response, api_.request("GET", secret_path(settings_)));
+  json secret = json::parse(response.body, nullptr, false);
   if (!secret.is_object() || !secret.contains("metadata"))
     return internal_error("GET " + secret_path(settings_) + ": not a Secret");
   return secret;
@@ -309,11 +307,10 @@ Result<json> ServingCertificate::write_secret(const json* existing, const Certif
   secret["data"] = {{"ca.crt", base64_encode(pems.ca)},
                     {"tls.crt", base64_encode(pems.cert)},
                     {"tls.key", base64_encode(pems.key)}};
-  Result<kube::ApiResponse> response =
-      existing ? api_.request("PUT", secret_path(settings_), secret.dump())
-               : api_.request("POST", secrets_path(settings_), secret.dump());
-  if (!response.is_ok()) return response.status();
-  json stored = json::parse(response->body, nullptr, false);
+  TESSERA_ASSIGN_OR_RETURN(kube::ApiResponse response,
+                           existing ? api_.request("PUT", secret_path(settings_), secret.dump())
+                                    : api_.request("POST", secrets_path(settings_), secret.dump()));
+  json stored = json::parse(response.body, nullptr, false);
   if (!stored.is_object())
     return internal_error((existing ? "PUT " : "POST ") + secret_name_of(settings_) +
                           ": the answer is not a Secret");
@@ -327,9 +324,8 @@ Status ServingCertificate::patch_ca_bundle(bool mutating, const std::string& nam
       (mutating ? "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
                 : "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/") +
       kube::url_escape(name);
-  Result<kube::ApiResponse> response = api_.request("GET", path);
-  if (!response.is_ok()) return response.status();
-  const json configuration = json::parse(response->body, nullptr, false);
+  TESSERA_ASSIGN_OR_RETURN(kube::ApiResponse response, api_.request("GET", path));
+  const json configuration = json::parse(response.body, nullptr, false);
   if (!configuration.is_object()) return internal_error("GET " + path + ": not an object");
   const json webhooks = configuration.value("webhooks", json::array());
   json patch = json::array();
@@ -354,8 +350,7 @@ Status ServingCertificate::patch_ca_bundle(bool mutating, const std::string& nam
     patch.push_back({{"op", "add"}, {"path", at + "/clientConfig/caBundle"}, {"value", wanted}});
   }
   if (patch.empty()) return Status::ok();
-  Result<kube::ApiResponse> patched = api_.request("PATCH", path, patch.dump());
-  if (!patched.is_ok()) return patched.status();
+  TESSERA_ASSIGN_OR_RETURN(kube::ApiResponse patched, api_.request("PATCH", path, patch.dump()));
   std::lock_guard lock(mutex_);
   ++counts_.patched;
   return Status::ok();
@@ -375,10 +370,11 @@ Status ServingCertificate::reconcile() {
   if (!reason.empty()) {
     log::info("making a new serving certificate",
               {{"secret", secret_name_of(settings_)}, {"reason", reason}});
-    Result<CertificatePems> fresh = generate_serving_certificate(
-        dns_names_, settings_.validity, now, pems.is_ok() ? pems->ca : std::string());
-    if (!fresh.is_ok()) return fresh.status().with_context(where);
-    Result<json> written = write_secret(existing, *fresh);
+    TESSERA_ASSIGN_OR_RETURN(CertificatePems fresh,
+                             generate_serving_certificate(dns_names_, settings_.validity, now,
+                                                          pems.is_ok() ? pems->ca : std::string()),
+                             with_context(where));
+    Result<json> written = write_secret(existing, fresh);
     if (written.is_ok()) {
       std::lock_guard lock(mutex_);
       ++(existing ? counts_.renewed : counts_.created);
@@ -420,13 +416,12 @@ Status ServingCertificate::reconcile() {
     changed = served_cert_ != pems->cert;
   }
   if (changed) {
-    Result<std::shared_ptr<const CertifiedKey>> pair =
-        parse_certified_key(pems->cert, pems->key, where);
-    if (!pair.is_ok()) return pair.status();
-    reloader_.set(*pair);
+    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<const CertifiedKey> pair,
+                             parse_certified_key(pems->cert, pems->key, where));
+    reloader_.set(pair);
     log::info("serving certificate", {{"secret", secret_name_of(settings_)},
                                       {"resource_version", version},
-                                      {"serial", (*pair)->serial_hex}});
+                                      {"serial", pair->serial_hex}});
     std::lock_guard lock(mutex_);
     served_cert_ = pems->cert;
     ++counts_.served;

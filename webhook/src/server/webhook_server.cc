@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "core/claim_validation.h"
+#include "tessera/flags/listen_address.h"
 #include "tessera/json_access.h"
 
 namespace tessera::webhook {
@@ -44,8 +45,8 @@ WebhookServer::~WebhookServer() {
 }
 
 Status WebhookServer::start() {
-  Result<ListenAddress> listen = parse_listen(options_.listen);
-  if (!listen.is_ok()) return listen.status();
+  TESSERA_ASSIGN_OR_RETURN(flags::ListenAddress listen,
+                           flags::parse_listen_address(options_.listen, "--listen"));
   TESSERA_RETURN_IF_ERROR(certificates_.load());
   server_ = std::make_unique<httplib::SSLServer>([this](SSL_CTX& ctx) {
     certificates_.install(ctx);
@@ -97,14 +98,14 @@ Status WebhookServer::start() {
         res.status = 500;
         res.set_content("internal error\n", "text/plain");
       });
-  if (listen->port == 0) {
-    port_ = server_->bind_to_any_port(listen->host);
+  if (listen.port == 0) {
+    port_ = server_->bind_to_any_port(listen.host);
   } else {
-    port_ = server_->bind_to_port(listen->host, listen->port) ? listen->port : -1;
+    port_ = server_->bind_to_port(listen.host, listen.port) ? listen.port : -1;
   }
   if (port_ <= 0) return unavailable("cannot listen on " + options_.listen);
   ready_ = true;
-  log::info("serving HTTPS", {{"host", listen->host},
+  log::info("serving HTTPS", {{"host", listen.host},
                               {"port", port_},
                               {"certificate_serial", certificates_.current()->serial_hex}});
   return Status::ok();
