@@ -306,32 +306,59 @@ CUresult integrity_check(uint32_t version, uint64_t unix_seconds, uint64_t* answ
 
 // --- The tables ----------------------------------------------------------------------------------
 
-const Slot kRuntimeInterface[13] = {
-    table_size(13),
-    slot(runtime_get_module_from_cubin),
-    slot(runtime_primary_context),
-    nullptr,
-    nullptr,
-    nullptr,
-    slot(runtime_get_module_from_cubin_ext1),
-    slot(runtime_slot7),
-    slot(runtime_get_module_from_cubin_ext2),
-    nullptr,
-    nullptr,
-    nullptr,
-    slot(runtime_load_compilers),
-};
-const Slot kToolsCallbackHooks[7] = {
-    table_size(7), nullptr, slot(hooks_buffer1), nullptr, nullptr, nullptr, slot(hooks_buffer2),
-};
-const Slot kToolsThreadLocal[4] = {table_size(4), nullptr, slot(tools_current_context), nullptr};
+// Slots the simulator does not serve answer CUDA_ERROR_NOT_SUPPORTED and say so under
+// SIMGPU_TRACE (unknown_slot), never a null a caller would jump to.
+constexpr char kRuntimeInterfaceName[] = "runtime interface";
+constexpr char kToolsCallbackHooksName[] = "tools callback hooks";
+constexpr char kToolsThreadLocalName[] = "tools thread local";
+constexpr char kContextLocalStorageName[] = "context local storage";
+constexpr char kContextChecksName[] = "context checks";
+constexpr char kIntegrityCheckName[] = "integrity check";
+
+std::array<Slot, 13> runtime_interface_table() {
+  std::array<Slot, 13> table = unknown_table<kRuntimeInterfaceName, 13>();
+  table[1] = slot(runtime_get_module_from_cubin);
+  table[2] = slot(runtime_primary_context);
+  table[6] = slot(runtime_get_module_from_cubin_ext1);
+  table[7] = slot(runtime_slot7);
+  table[8] = slot(runtime_get_module_from_cubin_ext2);
+  table[12] = slot(runtime_load_compilers);
+  return table;
+}
+std::array<Slot, 7> tools_callback_hooks_table() {
+  std::array<Slot, 7> table = unknown_table<kToolsCallbackHooksName, 7>();
+  table[2] = slot(hooks_buffer1);
+  table[6] = slot(hooks_buffer2);
+  return table;
+}
+std::array<Slot, 4> tools_thread_local_table() {
+  std::array<Slot, 4> table = unknown_table<kToolsThreadLocalName, 4>();
+  table[2] = slot(tools_current_context);
+  return table;
+}
+std::array<Slot, 4> context_checks_table() {
+  std::array<Slot, 4> table = unknown_table<kContextChecksName, 4>();
+  table[2] = slot(checks_context);
+  table[3] = slot(checks_slot3);
+  return table;
+}
+std::array<Slot, 3> integrity_check_table() {
+  std::array<Slot, 3> table = unknown_table<kIntegrityCheckName, 3>();
+  table[1] = slot(integrity_check);
+  return table;
+}
+
+const std::array<Slot, 13> kRuntimeInterface = runtime_interface_table();
+const std::array<Slot, 7> kToolsCallbackHooks = tools_callback_hooks_table();
+const std::array<Slot, 4> kToolsThreadLocal = tools_thread_local_table();
+// No size word: the storage table starts with its functions.
 const Slot kContextLocalStorage[4] = {slot(storage_put), slot(storage_delete), slot(storage_get),
-                                      nullptr};
-const Slot kContextChecks[4] = {table_size(4), nullptr, slot(checks_context), slot(checks_slot3)};
+                                      slot(unknown_slot<kContextLocalStorageName, 3>)};
+const std::array<Slot, 4> kContextChecks = context_checks_table();
 const std::array<Slot, kToolsContextWords> kToolsContext = tools_context_table();
 const std::array<Slot, kToolsModuleWords> kToolsModule = tools_module_table();
 const Slot kContextCreateBypass[2] = {table_size(2), slot(bypass_ctx_create)};
-const Slot kIntegrityCheck[3] = {table_size(3), slot(integrity_check), nullptr};
+const std::array<Slot, 3> kIntegrityCheck = integrity_check_table();
 
 struct ServedTable {
   CUuuid id;
@@ -349,19 +376,19 @@ constexpr CUuuid uuid(std::initializer_list<unsigned> bytes) {
 const ServedTable kServed[] = {
     {uuid({0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d,
            0xf9}),
-     kRuntimeInterface, "runtime interface"},
+     kRuntimeInterface.data(), "runtime interface"},
     {uuid({0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a,
            0x66}),
-     kToolsCallbackHooks, "tools callback hooks"},
+     kToolsCallbackHooks.data(), "tools callback hooks"},
     {uuid({0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec,
            0xdc}),
-     kToolsThreadLocal, "tools thread-local storage"},
+     kToolsThreadLocal.data(), "tools thread-local storage"},
     {uuid({0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95,
            0x93}),
      kContextLocalStorage, "context-local storage"},
     {uuid({0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa,
            0x7e}),
-     kContextChecks, "context checks"},
+     kContextChecks.data(), "context checks"},
     {uuid({0x0c, 0xa5, 0x0b, 0x8c, 0x10, 0x04, 0x92, 0x9a, 0x89, 0xa7, 0xd0, 0xdf, 0x10, 0xe7, 0x72,
            0x86}),
      kContextCreateBypass, "context creation bypass"},
@@ -373,7 +400,7 @@ const ServedTable kServed[] = {
      kToolsModule.data(), kToolsModuleName},
     {uuid({0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1,
            0xf2}),
-     kIntegrityCheck, "integrity check"},
+     kIntegrityCheck.data(), "integrity check"},
 };
 
 void print_uuid(const CUuuid& id, char (&out)[37]) {
@@ -410,8 +437,8 @@ CUresult integrity_check(uint32_t version, uint64_t unix_seconds, uint64_t* answ
   inputs.driver_version = static_cast<uint32_t>(driver_version());
   inputs.process_id = static_cast<uint32_t>(simgpu::current_pid());
   inputs.thread_id = static_cast<uint32_t>(pthread_self());
-  inputs.runtime_table = kRuntimeInterface;
-  inputs.integrity_table = kIntegrityCheck;
+  inputs.runtime_table = kRuntimeInterface.data();
+  inputs.integrity_table = kIntegrityCheck.data();
   inputs.check_function = kIntegrityCheck[1];
   inputs.devices = devices;
   const std::array<uint64_t, 2> result = integrity_answer(inputs);

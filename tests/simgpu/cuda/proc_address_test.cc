@@ -181,7 +181,18 @@ TEST(ExportTables, TheRuntimeTablesAreServedWithTheirSizes) {
     if (table.words) {
       EXPECT_EQ(*static_cast<const size_t*>(found), table.words * sizeof(void*));
     }
+    // Every slot is served or answers an error: none is a null a caller would jump to.
+    const size_t first = table.words ? 1 : 0;
+    const size_t words = table.words ? table.words : 4;  // the storage table: four functions
+    for (size_t i = first; i < words; ++i)
+      EXPECT_NE(static_cast<void* const*>(found)[i], nullptr) << "slot " << i;
   }
+  // A slot the simulator does not serve (the runtime interface's 3rd): CUDA_ERROR_NOT_SUPPORTED.
+  const void* runtime = nullptr;
+  ASSERT_EQ(cuGetExportTable(&runtime, &served[0].id), CUDA_SUCCESS);
+  auto unserved = reinterpret_cast<CUresult (*)(uint64_t, uint64_t, uint64_t, uint64_t)>(
+      static_cast<void* const*>(runtime)[3]);
+  EXPECT_EQ(unserved(0, 0, 0, 0), CUDA_ERROR_NOT_SUPPORTED);
 }
 
 // What cuBLAS and cuBLASLt ask before a GEMM, and cuFFT when it starts: the thread's context, the
