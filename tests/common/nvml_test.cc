@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -24,6 +25,7 @@ constexpr char kMissingLibrary[] = "libtessera-test-no-such-nvml.so.1";
 struct SimulatorState {
   std::string path = "/tmp/tessera-nvml-test-" + std::to_string(getpid()) + ".state";
   SimulatorState() {
+    std::remove(path.c_str());  // a file an earlier process of this pid left (another layout)
     setenv("SIMGPU_STATE", path.c_str(), 1);
     setenv("SIMGPU_DEVICES",
            "name=NVIDIA H200,memory=16Gi,sms=132,cc=9.0;name=NVIDIA H100,memory=8Gi,sms=132,cc=9.0",

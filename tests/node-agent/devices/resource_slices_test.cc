@@ -604,6 +604,7 @@ TEST(ResourceSlices, ATotalOffTheMebibyteIsPublishedInWholeMebibytes) {
 TEST(ResourceSlices, SimulatedGpusOfEverySizeArePublishedAndAccepted) {
   const std::string state = std::filesystem::temp_directory_path() /
                             ("agent-simgpu-sizes-" + std::to_string(getpid()) + ".state");
+  std::filesystem::remove(state);  // a file an earlier process of this pid left (another layout)
   setenv("SIMGPU_STATE", state.c_str(), 1);
   setenv("SIMGPU_DEVICES",
          "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0;"

@@ -98,9 +98,12 @@ class Reclaim : public ::testing::Test {
     base_ = testing::fresh_folder(
         "reclaim-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     // One simulator for the program (the simulated NVML reads the state file's name once).
-    static const std::string state =
-        (fs::temp_directory_path() / ("reclaim-simgpu-" + std::to_string(getpid()) + ".state"))
-            .string();
+    static const std::string state = [] {
+      const fs::path path =
+          fs::temp_directory_path() / ("reclaim-simgpu-" + std::to_string(getpid()) + ".state");
+      fs::remove(path);  // a file an earlier process of this pid left (another layout)
+      return path.string();
+    }();
     state_ = state;
     setenv("SIMGPU_STATE", state_.c_str(), 1);
     setenv("SIMGPU_DEVICES", kDevices, 1);

@@ -152,6 +152,7 @@ const std::string& simgpu_state() {
     const std::string path =
         (fs::temp_directory_path() / ("context-overhead-" + std::to_string(getpid()) + ".state"))
             .string();
+    fs::remove(path);  // a file an earlier process of this pid left (another layout)
     setenv("SIMGPU_STATE", path.c_str(), 1);
     setenv("SIMGPU_DEVICES", kDevices, 1);
     setenv("SIMGPU_CONTEXT_OVERHEAD", "520Mi", 1);

@@ -56,6 +56,7 @@ const std::string& simgpu_state() {
     const std::string path =
         (fs::temp_directory_path() / ("gpu-time-meter-" + std::to_string(getpid()) + ".state"))
             .string();
+    fs::remove(path);  // a file an earlier process of this pid left (another layout)
     setenv("SIMGPU_STATE", path.c_str(), 1);
     setenv("SIMGPU_DEVICES", kDevices, 1);
     return path;
