@@ -438,6 +438,23 @@ class Run {
  public:
   Run(const AllocatorInput& input, const json& claim) : input_(input), claim_(claim) {}
 
+  Result<json> counters_left() {
+    TESSERA_RETURN_IF_ERROR(gather_pools());
+    TESSERA_RETURN_IF_ERROR(gather_allocated());
+    json pools = json::object();
+    for (const Pool& pool : pools_) {
+      if (pool.incomplete)
+        return failed_precondition("resource pool " + pool.id() + " is currently being updated");
+      if (pool.invalid)
+        return failed_precondition("resource pool " + pool.id() +
+                                   " is currently invalid: " + pool.invalid_reason);
+      if (pool.counter_sets.empty()) continue;
+      TESSERA_ASSIGN_OR_RETURN(CounterSets left, committed_left(pool));
+      pools[pool.id()] = left;
+    }
+    return pools;
+  }
+
   Result<json> allocate() {
     TESSERA_RETURN_IF_ERROR(gather_pools());
     TESSERA_RETURN_IF_ERROR(gather_allocated());
@@ -713,24 +730,7 @@ class Run {
     const Pool& pool = *d.owner;
     auto available = available_counters_.find(pool.name);
     if (available == available_counters_.end()) {
-      CounterSets left = pool.counter_sets;
-      for (const std::vector<const json*>* slices : {&pool.slices, &pool.other_slices})
-        for (const json* slice : *slices)
-          for (const json& device : list_at((*slice)["spec"], "devices")) {
-            if (!is_device_allocated(pool.driver + "/" + pool.name + "/" +
-                                     device.value("name", "")))
-              continue;
-            for (const json& consumption : consumes_counters(device)) {
-              auto set = left.find(consumption.value("counterSet", ""));
-              if (set == left.end()) continue;
-              for (const auto& [name, counter] : map_at(consumption, "counters").items()) {
-                auto entry = set->second.find(name);
-                if (entry == set->second.end()) continue;
-                TESSERA_ASSIGN_OR_RETURN(int64_t value, read_counter(counter, "counter " + name));
-                entry->second -= value;
-              }
-            }
-          }
+      TESSERA_ASSIGN_OR_RETURN(CounterSets left, committed_left(pool));
       available = available_counters_.emplace(pool.name, std::move(left)).first;
     }
     TESSERA_RETURN_IF_ERROR(add_counters(d, +1));
@@ -750,6 +750,28 @@ class Run {
         }
       }
     return true;
+  }
+
+  // The pool's counter sets less what its allocated devices consume, each device once.
+  Result<CounterSets> committed_left(const Pool& pool) const {
+    CounterSets left = pool.counter_sets;
+    for (const std::vector<const json*>* slices : {&pool.slices, &pool.other_slices})
+      for (const json* slice : *slices)
+        for (const json& device : list_at((*slice)["spec"], "devices")) {
+          if (!is_device_allocated(pool.driver + "/" + pool.name + "/" + device.value("name", "")))
+            continue;
+          for (const json& consumption : consumes_counters(device)) {
+            auto set = left.find(consumption.value("counterSet", ""));
+            if (set == left.end()) continue;
+            for (const auto& [name, counter] : map_at(consumption, "counters").items()) {
+              auto entry = set->second.find(name);
+              if (entry == set->second.end()) continue;
+              TESSERA_ASSIGN_OR_RETURN(int64_t value, read_counter(counter, "counter " + name));
+              entry->second -= value;
+            }
+          }
+        }
+    return left;
   }
 
   // The device's consumesCounters added to (+1) or taken from (-1, deallocateCountersForDevice)
@@ -1029,6 +1051,11 @@ Result<std::string> consumed_quantity(const json* request, const json& capacity)
 
 Result<json> allocate(const AllocatorInput& input, const json& claim) {
   return Run(input, claim).allocate();
+}
+
+Result<json> counters_left(const AllocatorInput& input) {
+  const json no_claim;
+  return Run(input, no_claim).counters_left();
 }
 
 Result<json> allocated(const AllocatorInput& input, const json& claim) {

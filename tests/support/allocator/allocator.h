@@ -116,6 +116,13 @@ Result<nlohmann::json> allocate(const AllocatorInput& input, const nlohmann::jso
 // `claim` with status.allocation set by allocate(), or the refusal.
 Result<nlohmann::json> allocated(const AllocatorInput& input, const nlohmann::json& claim);
 
+// What each counter set of the node's pools has left once the devices of `allocated_claims`
+// have taken theirs, each device once (checkAvailableCounters' first step):
+// {"<driver>/<pool>": {"<counter set>": {"<counter>": <int>}}}; pools without counter sets are
+// left out. Negative: more consumed than the set holds. An incomplete or invalid pool is
+// kFailedPrecondition naming it and why.
+Result<nlohmann::json> counters_left(const AllocatorInput& input);
+
 // A random version 4 UUID (what the scheduler's uuid.NewUUID gives).
 std::string random_share_id();
 

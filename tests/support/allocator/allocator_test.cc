@@ -496,6 +496,15 @@ TEST(AllocatorCounters, SharedDeviceConsumesCountersOnce) {
   EXPECT_EQ(results[0]["shareID"], "share-1");
   EXPECT_EQ(results[1]["shareID"], "share-2");
   EXPECT_EQ(results[0]["consumedCapacity"]["memory"], "10Gi");
+  // Two shares, one device: its counters are taken once.
+  Result<json> left = counters_left(f.input);
+  ASSERT_TRUE(left.is_ok()) << left.status().message();
+  const json& set = (*left)["gpu.nvidia.com/node-a"][kCounterSet];
+  EXPECT_EQ(set["multiprocessors"], 132 - 60);
+  EXPECT_EQ(set["memory"], int64_t{143104 - 71168} << 20);
+  EXPECT_EQ(set["memory-slice-0"], 0);
+  EXPECT_EQ(set["memory-slice-3"], 0);
+  EXPECT_EQ(set["memory-slice-4"], 1);
 
   EXPECT_EQ(f.commit(shares_of_3g_at_0("b", 1)), std::vector<std::string>{"gpu-0-mig-3g71gb-9-0"});
   EXPECT_EQ(f.refusal({request("gpu", "gpu.nvidia.com")}).code(), StatusCode::kFailedPrecondition);
@@ -571,6 +580,13 @@ TEST(AllocatorCounters, InvalidPools) {
                 .message()
                 .find("counter memory-slice-8 not found in counter set gpu-0-counter-set"),
             std::string::npos);
+
+  H200 invalid(json::array({plain, unknown_counter}));
+  const Result<json> left = counters_left(invalid.input);
+  ASSERT_FALSE(left.is_ok());
+  EXPECT_EQ(left.status().message(),
+            "resource pool gpu.nvidia.com/node-a is currently invalid: counter memory-slice-8 not "
+            "found in counter set gpu-0-counter-set");
 
   // "All" over the invalid pool: an error naming it.
   H200 all(json::array({plain, unknown_counter}));
