@@ -546,6 +546,35 @@ TEST(AllocatorCounters, BacktrackingGivesBackCountersOfDevicesOfTheirOwn) {
   EXPECT_TRUE(shared.refusal({request("small", "mig.nvidia.com", {profile_is(k2g)})}).is_ok());
 }
 
+// "All" with counters (the 1.36.2 fix FIX-ALL made it work, not panic): every matching device,
+// so devices that exclude each other refuse the request; a result with admin access consumes
+// nothing (foreachAllocatedDevice skips it).
+TEST(AllocatorCounters, AllModeAndAdminAccess) {
+  json every = request("mig", "mig.nvidia.com", {profile_is(k3g)});
+  every["exactly"]["allocationMode"] = "All";
+  every["exactly"].erase("count");
+  H200 two(json::array({whole_gpu(), mig(k3g, 0), mig(k3g, 4)}));
+  EXPECT_EQ(two.commit({every}),
+            (std::vector<std::string>{"gpu-0-mig-3g71gb-9-0", "gpu-0-mig-3g71gb-9-4"}));
+  H200 overlapping(json::array({mig(k4g, 0), mig(k3g, 0), mig(k3g, 4)}));
+  json any_big = every;
+  any_big["exactly"]["selectors"] = json::array();
+  EXPECT_EQ(overlapping.refusal({any_big}).code(), StatusCode::kFailedPrecondition);
+
+  H200 admin(h200_devices());
+  admin.input.allocated_claims.push_back({{"status",
+                                           {{"allocation",
+                                             {{"devices",
+                                               {{"results",
+                                                 {{{"request", "gpu"},
+                                                   {"driver", kNvidia},
+                                                   {"pool", "node-a"},
+                                                   {"device", "gpu-0"},
+                                                   {"adminAccess", true}}}}}}}}}}});
+  EXPECT_EQ(admin.commit({request("mig", "mig.nvidia.com", {profile_is(k3g)})}),
+            std::vector<std::string>{"gpu-0-mig-3g71gb-9-0"});
+}
+
 // A pool whose counter sets or references do not add up is invalid as a whole (no device of it
 // is offered), with the reason; "All" over it is an error.
 TEST(AllocatorCounters, InvalidPools) {

@@ -155,6 +155,59 @@ TEST(FakeApiServer, ASliceUpdateWithoutAResourceVersionIsUnconditional) {
   EXPECT_EQ(server.stored_slices().at("node-a-vgpu.tessera.dev-0")["metadata"]["generation"], 3);
 }
 
+// Partitionable devices as a driver publishes them from 1.35 on: a slice holding the pool's
+// counter sets and a slice of devices consuming them are stored (counter values canonical); the
+// 1.34 shape, both in one slice, is refused with kube-apiserver's message.
+TEST(FakeApiServer, CounterSetSlicesAreStoredAndTheCombinedShapeRefused) {
+  FakeApiServer server;
+  kube::HttpKubeClient client(server.connection(), one_try());
+  const auto slice = [](const std::string& name) {
+    return json{{"apiVersion", "resource.k8s.io/v1"},
+                {"kind", "ResourceSlice"},
+                {"metadata", {{"name", name}}},
+                {"spec",
+                 {{"driver", "gpu.nvidia.com"},
+                  {"nodeName", "node-a"},
+                  {"pool", {{"name", "node-a"}, {"generation", 1}, {"resourceSliceCount", 2}}}}}};
+  };
+  const json set = {{"name", "gpu-0-counter-set"},
+                    {"counters",
+                     {{"memory", {{"value", "150055829504"}}},
+                      {"memory-slice-0", {{"value", "1"}}},
+                      {"copy-engines", {{"value", "8000"}}}}}};
+  json counters = slice("node-a-gpu.nvidia.com-counters");
+  counters["spec"]["sharedCounters"] = json::array({set});
+  json devices = slice("node-a-gpu.nvidia.com-gpu-0");
+  devices["spec"]["devices"] = json::array(
+      {{{"name", "gpu-0-mig-1g18gb-19-0"},
+        {"consumesCounters", json::array({{{"counterSet", "gpu-0-counter-set"},
+                                           {"counters",
+                                            {{"memory", {{"value", "16384Mi"}}},
+                                             {"memory-slice-0", {{"value", 1}}}}}}})}}});
+  const std::string path = "/apis/resource.k8s.io/v1/resourceslices";
+  const Result<kube::ApiResponse> created = client.request("POST", path, devices.dump());
+  ASSERT_TRUE(created.is_ok()) << created.status().message();
+  const Result<kube::ApiResponse> stored_set = client.request("POST", path, counters.dump());
+  ASSERT_TRUE(stored_set.is_ok()) << stored_set.status().message();
+  const json stored = server.stored_slices().at("node-a-gpu.nvidia.com-counters");
+  EXPECT_EQ(stored["spec"]["sharedCounters"][0]["counters"]["memory"]["value"], "150055829504");
+  EXPECT_EQ(stored["spec"]["sharedCounters"][0]["counters"]["copy-engines"]["value"], "8k");
+  EXPECT_EQ(server.stored_slices().at(
+                "node-a-gpu.nvidia.com-gpu-0")["spec"]["devices"][0]["consumesCounters"][0]
+                                              ["counters"]["memory-slice-0"]["value"],
+            "1");
+
+  json combined = slice("node-a-gpu.nvidia.com-combined");
+  combined["spec"]["sharedCounters"] = json::array({set});
+  combined["spec"]["devices"] = devices["spec"]["devices"];
+  const Status refused = client.request("POST", path, combined.dump()).status();
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);  // HTTP 422
+  EXPECT_TRUE(refused.message().ends_with(
+      "HTTP 422: ResourceSlice.resource.k8s.io \"node-a-gpu.nvidia.com-combined\" is invalid: "
+      "spec: Invalid value: \"\": only one of `sharedCounters` or `devices` is allowed"))
+      << refused.message();
+}
+
 // Secrets as kube-apiserver keeps them (pkg/registry/core/secret/strategy.go,
 // pkg/apis/core/validation ValidateSecret/ValidateSecretUpdate): a tls Secret needs both keys,
 // stringData becomes data, no generation, a second create is AlreadyExists, a stale
