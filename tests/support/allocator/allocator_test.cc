@@ -2,7 +2,9 @@
 // staging/src/k8s.io/dynamic-resource-allocation/structured/internal/incubating/
 // allocator_incubating.go (03ab440c41a8098613d2149f10b367c7f7ce32c8) and consumable_capacity.go
 // (0c8a1b073dc32ebfc32004fd7d77c8d7ba03df8c), checked against the cases of upstream's
-// consumable_capacity_test.go and allocator_test.go that concern us.
+// consumable_capacity_test.go and allocator_test.go that concern us; the counters (partitionable
+// devices) as kubernetes/dynamic-resource-allocation v0.36.2
+// (b0162be5933a67898f582c979419d0b7dd9c75ee, Kubernetes 1.36.2) checks them.
 #include "allocator/allocator.h"
 
 #include <algorithm>
