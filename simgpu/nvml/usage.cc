@@ -3,6 +3,8 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "nvml_internal.h"
@@ -30,6 +32,16 @@ unsigned int percent(uint64_t part, uint64_t whole) {
   if (whole == 0) return 0;
   const uint64_t rounded = (part * 100 + whole / 2) / whole;
   return static_cast<unsigned int>(std::min<uint64_t>(rounded, 100));
+}
+
+// SIMGPU_NVML_UTILIZATION=unsupported: the utilisation queries answer NVML_ERROR_NOT_SUPPORTED,
+// as a MIG-enabled GPU's do (for the shim's and the agent's fallbacks). Read per process.
+bool utilization_unsupported() {
+  static const bool unsupported = [] {
+    const char* value = std::getenv("SIMGPU_NVML_UTILIZATION");
+    return value != nullptr && std::string_view(value) == "unsupported";
+  }();
+  return unsupported;
 }
 
 // Memory and utilisation of a GPU that fell off the bus cannot be read, as with a real one.
@@ -156,6 +168,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
   using namespace simgpu::nvml;
   Device dev;
   if (nvmlReturn_t result = resolve_reachable(device, dev); result != NVML_SUCCESS) return result;
+  if (utilization_unsupported()) return NVML_ERROR_NOT_SUPPORTED;
   if (processSamplesCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
 
   const uint64_t now_us = wall_clock_us();
@@ -195,6 +208,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
   using namespace simgpu::nvml;
   Device dev;
   if (nvmlReturn_t result = resolve_reachable(device, dev); result != NVML_SUCCESS) return result;
+  if (utilization_unsupported()) return NVML_ERROR_NOT_SUPPORTED;
   if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   const uint64_t monotonic_now_ns = simgpu::now_ns();
   const uint64_t period_ns = std::min(kDeviceSamplePeriodNs, monotonic_now_ns);
