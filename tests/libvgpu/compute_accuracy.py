@@ -461,6 +461,44 @@ def no_time(h, seconds):
         FAILURES.append(f"the control (cores 30) failed: {control.stderr.strip()!r}")
 
 
+def unmeasured(h, seconds):
+    """NVML answers NOT_SUPPORTED for per-process utilisation (SIMGPU_NVML_UTILIZATION=unsupported,
+    as every MIG device does): the shim times its launches itself. Alone on the device the quota
+    holds as on a measured GPU, and the GPU time the shim counted is the kernels' time (the
+    accounting is judged against kernels x kernel time). Timed launches cost the launching thread
+    more CPU, so what this machine can reach is measured with timing on: a share at cores 99 (timed,
+    effectively unlimited) is the baseline the quotas are judged against."""
+    h.kernel(SHORT_US)
+    h.env["SIMGPU_NVML_UTILIZATION"] = "unsupported"
+    h.env["TESSERA_LOG_LEVEL"] = "info"  # the line that says the launches are timed
+    base = h.baseline(seconds)
+    figure("unlimited_gpu_percent", h.busy_percent([base]))
+    timed_base = h.finish(h.start(["--cores", "99"], seconds=seconds))[0]
+    figure("timed_cores99_gpu_percent", h.busy_percent([timed_base]))
+    for cores in (30, 60):
+        process = h.start(["--cores", str(cores), "--verbose"], seconds=seconds)
+        r = h.finish(process)[0]
+        quota_figures(h, f"unmeasured_cores{cores}", r, timed_base, cores)
+        check_summary(h, process.summary, r, cores)
+        if "timed by the shim" not in process.summary:
+            FAILURES.append(f"cores {cores}: the shim did not say it times the launches: "
+                            f"{process.summary!r}")
+
+
+def unmeasured_shares(h, seconds):
+    """Two shares on one device NVML cannot measure (a MIG instance), 30 and 70: each is charged
+    what its own launches' events span, which while the other's kernels hold the device includes
+    their time. A share is never charged less than it used: neither exceeds its quota."""
+    h.env["SIMGPU_NVML_UTILIZATION"] = "unsupported"
+    h.kernel(SHORT_US)
+    tenants = [h.start(["--cores", str(q), "--verbose"], seconds=seconds) for q in (30, 70)]
+    results = [h.finish(t) for t in tenants]
+    for quota, reports in zip((30, 70), results):
+        figure(f"unmeasured_share{quota}_gpu_percent", h.busy_percent(reports))
+        if h.busy_percent(reports) > quota + 3:
+            FAILURES.append(f"share {quota}: above its quota")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--tessera", required=True)
@@ -498,6 +536,10 @@ def main():
             priority(h, s)
         elif args.scenario == "takeover":
             takeover(h, s)
+        elif args.scenario == "unmeasured":
+            unmeasured(h, s)
+        elif args.scenario == "unmeasured-shares":
+            unmeasured_shares(h, s)
         elif args.scenario == "no-time":
             no_time(h, s)
         elif args.scenario.startswith("probe-"):

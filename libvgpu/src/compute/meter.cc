@@ -35,6 +35,45 @@ void AgentSource::reset() {
   for (uint32_t d = 0; d < share::kMaxDevices; ++d) last_at_[d] = 0;
 }
 
+bool OwnSource::measure(int device, int64_t now_ns, Busy* out) {
+  const uint64_t bit = 1ull << device;
+  if ((timed_mask_->load(std::memory_order_acquire) & bit) == 0) {
+    return inner_ ? inner_->measure(device, now_ns, out) : false;
+  }
+  if (now_ns != collected_at_ns_) {
+    // One look at the slots per tick, shared by every timed device of the share.
+    uint32_t high = usage_->slot_high_water.load(std::memory_order_acquire);
+    if (high > share::kMaxSlots) high = share::kMaxSlots;
+    uint64_t growth = 0;
+    for (uint32_t s = 0; s < high; ++s) {
+      const share::ProcessSlot& slot = usage_->slots[s];
+      const uint64_t generation = slot.generation.load(std::memory_order_acquire);
+      const uint64_t busy = slot.gpu_busy_ns.load(std::memory_order_relaxed);
+      // A slot claimed again since the last look was zeroed at its claim: all of it is new.
+      const uint64_t since = generation == last_generation_[s] ? last_busy_[s] : 0;
+      if (busy > since) growth += busy - since;
+      last_generation_[s] = generation;
+      last_busy_[s] = busy;
+    }
+    // The first look only records where the slots stand.
+    window_valid_ = primed_;
+    window_ns_ = growth;
+    primed_ = true;
+    collected_at_ns_ = now_ns;
+  }
+  if (!window_valid_) return false;
+  *out = Busy{static_cast<int64_t>(window_ns_), 0};
+  return true;
+}
+
+void OwnSource::reset() {
+  primed_ = false;
+  window_valid_ = false;
+  collected_at_ns_ = -1;
+  window_ns_ = 0;
+  if (inner_) inner_->reset();
+}
+
 bool Meter::no_time(const share::DeviceLimits& device) {
   return share::effective_cores_limit(device.cores_request.load(std::memory_order_acquire),
                                       device.cores_limit.load(std::memory_order_acquire)) == 0;

@@ -5,6 +5,7 @@
 // priority signal are injected, so all of it runs under simulated time in the unit tests.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "compute/controller.h"
@@ -68,6 +69,30 @@ class AgentSource final : public BusySource {
   uint64_t last_share_[share::kMaxDevices] = {};
   uint64_t last_others_[share::kMaxDevices] = {};
   uint64_t last_at_[share::kMaxDevices] = {};
+};
+
+// The GPU time the share's processes timed themselves (timed_launch.h) on the devices whose bit
+// is set in `timed_mask`: the growth of their slots' gpu_busy_ns (a slot claimed again counts from
+// 0). Every other device is measured by `inner`. The slots do not say on which device a launch
+// ran, so a share with several timed devices is charged its whole timed time on each (more than
+// it used, never less); "others" are unknown there (0).
+class OwnSource final : public BusySource {
+ public:
+  OwnSource(share::UsagePage* usage, BusySource* inner, const std::atomic<uint64_t>* timed_mask)
+      : usage_(usage), inner_(inner), timed_mask_(timed_mask) {}
+  bool measure(int device, int64_t now_ns, Busy* out) override;
+  void reset() override;
+
+ private:
+  share::UsagePage* usage_;
+  BusySource* inner_;
+  const std::atomic<uint64_t>* timed_mask_;
+  bool primed_ = false;
+  bool window_valid_ = false;  // the look at collected_at_ns_ had a previous one to difference
+  int64_t collected_at_ns_ = -1;
+  uint64_t window_ns_ = 0;  // the growth found at collected_at_ns_
+  uint64_t last_generation_[share::kMaxSlots] = {};
+  uint64_t last_busy_[share::kMaxSlots] = {};
 };
 
 struct MeterTiming {
