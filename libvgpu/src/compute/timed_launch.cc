@@ -60,7 +60,9 @@ void collect(Ring& ring, bool wait_oldest) {
 }
 
 // The entry's events, made in the current context if they were made in another (or never).
-bool events_for(Pending& entry) {
+// `fresh`: make new ones even in the same context (a context destroyed and another made at the same
+// address took the old ones with it).
+bool events_for(Pending& entry, bool fresh) {
   auto current = real_cuCtxGetCurrent();
   auto create = real_cuEventCreate();
   auto destroy = real_cuEventDestroy_v2();
@@ -68,7 +70,7 @@ bool events_for(Pending& entry) {
   if (!current || !create || !destroy || current(&context) != CUDA_SUCCESS || !context) {
     return false;
   }
-  if (entry.start && entry.context == context) return true;
+  if (entry.start && entry.context == context && !fresh) return true;
   if (entry.start) destroy(entry.start);
   if (entry.end) destroy(entry.end);
   entry.start = entry.end = nullptr;
@@ -109,8 +111,11 @@ void begin_timed(LaunchTimer& timer, const TimedLaunch&, CUstream stream, bool p
   const int index = (ring.oldest + ring.count) % kTimedInFlight;
   Pending& entry = ring.entries[index];
   auto record = real_cuEventRecord();
-  if (record && events_for(entry) && record(entry.start, timer.stream) == CUDA_SUCCESS) {
-    timer.entry = index;
+  for (const bool fresh : {false, true}) {
+    if (record && events_for(entry, fresh) && record(entry.start, timer.stream) == CUDA_SUCCESS) {
+      timer.entry = index;
+      break;
+    }
   }
   // Otherwise (a stream of another context, no events): timed by the host clock (end_timed).
 }
