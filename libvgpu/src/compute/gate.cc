@@ -334,6 +334,7 @@ bool wait_at_gate(TimedLaunch* timed) {
       if (wake > now + 2 * kMillisecond) wake = now + 2 * kMillisecond;
       if (wake < now + 100'000) wake = now + 100'000;
       sleep_until(wake);
+      if (g_timing.load(std::memory_order_relaxed)) collect_timed();
       now = monotonic_ns();
       // A gate left closed by a leader that died stays closed only until this process's own
       // meter takes the lead over (MeterTiming::leader_timeout_ns).

@@ -74,6 +74,19 @@ void OwnSource::reset() {
   if (inner_) inner_->reset();
 }
 
+int64_t Meter::apportion_timed(int64_t span_ns, uint64_t others_ns, int sharers,
+                               int64_t window_ns) {
+  if (span_ns <= 0 || sharers <= 0 || window_ns <= 0) return span_ns;
+  const int64_t others = others_ns > static_cast<uint64_t>(INT64_MAX / 4)
+                             ? INT64_MAX / 4
+                             : static_cast<int64_t>(others_ns);
+  const int64_t excess = span_ns + others - window_ns;
+  if (excess <= 0) return span_ns;  // no overlap need have happened: all of it is the share's
+  const int64_t floor = span_ns / (sharers + 1);
+  const int64_t charged = span_ns - excess / (sharers + 1);
+  return charged > floor ? charged : floor;
+}
+
 bool Meter::no_time(const share::DeviceLimits& device) {
   return share::effective_cores_limit(device.cores_request.load(std::memory_order_acquire),
                                       device.cores_limit.load(std::memory_order_acquire)) == 0;
@@ -180,6 +193,21 @@ int64_t Meter::tick(int64_t now_ns) {
       // No window yet (first look of this leader): nothing to decide on.
       device.last_tick_ns.store(static_cast<uint64_t>(now_ns), std::memory_order_release);
       continue;
+    }
+    if (source_->timed(static_cast<int>(d)) && busy.share_ns >= 0) {
+      // Spans of launches timed by the share itself include the other shares' time on the
+      // device: the board says how much they spanned meanwhile.
+      timed_total_ns_[d] += static_cast<uint64_t>(busy.share_ns);
+      uint64_t others = 0;
+      int sharers = 0;
+      const int64_t last =
+          static_cast<int64_t>(device.last_tick_ns.load(std::memory_order_acquire));
+      if (board_ &&
+          board_->others_timed(static_cast<int>(d), timed_total_ns_[d], now_ns, &others,
+                               &sharers) &&
+          primed_[d] && last > 0 && now_ns > last) {
+        busy.share_ns = apportion_timed(busy.share_ns, others, sharers, now_ns - last);
+      }
     }
     device.busy_ns.fetch_add(static_cast<uint64_t>(busy.share_ns), std::memory_order_relaxed);
     device.others_busy_ns.fetch_add(static_cast<uint64_t>(busy.others_ns),

@@ -93,6 +93,10 @@ void charge_by_host_clock(const LaunchTimer& timer, const TimedLaunch& timed) {
 
 }  // namespace
 
+void collect_timed() {
+  if (t_ring.count > 0) collect(t_ring, false);
+}
+
 void begin_timed(LaunchTimer& timer, const TimedLaunch&, CUstream stream, bool per_thread) {
   timer.stream = stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream;
   // A launch queued into a graph under capture runs when the graph does (that launch is timed);

@@ -50,6 +50,11 @@ struct LaunchTimer {
   bool capturing = false;  // queued into a graph being captured: nothing runs now, nothing timed
 };
 
+// Adds the time of the calling thread's completed launches, without waiting (the gate calls it
+// while the thread waits, so the time of work that drains then is seen then, not at the thread's
+// next launch).
+void collect_timed();
+
 // `per_thread`: the entry point is a _ptsz one (stream 0 is the thread's default stream).
 void begin_timed(LaunchTimer& timer, const TimedLaunch& timed, CUstream stream, bool per_thread);
 // Queues the launch's second event, or forgets the first when the launch failed.
