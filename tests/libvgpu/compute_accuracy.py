@@ -74,8 +74,9 @@ class Harness:
                 "--sync-every", str(sync_every), "--launch", launch]
 
     def start(self, share_args, processes=1, seconds=3.0, launch="kernel", sync_every=None,
-              delay=0.0):
-        """One share (tessera run with share_args, or unconfined when None) of `processes` burns."""
+              delay=0.0, env=None):
+        """One share (tessera run with share_args, or unconfined when None) of `processes` burns;
+        `env`: variables this share's processes get beside the harness's."""
         burn = " ".join(self.burn_command(seconds, launch, sync_every))
         script = f"sleep {delay}; " if delay else ""
         script += " & ".join([burn] * processes) + " & wait"
@@ -84,8 +85,8 @@ class Harness:
             self.count += 1
             command = [self.args.tessera, "run", "--share-dir",
                        os.path.join(self.work, f"share{self.count}"), *share_args, "--", *command]
-        return subprocess.Popen(command, env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(command, env=dict(self.env, **(env or {})),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def finish(self, process, timeout=120):
         out, err = process.communicate(timeout=timeout)
@@ -508,6 +509,28 @@ def unmeasured_shares(h, seconds):
                100.0 * float(used.group(1)) / (kernels * h.kernel_us * 1e-6))
 
 
+def unmeasured_instances(h, seconds):
+    """Two MIG instances of one GPU, as CUDA presents them (each its own device, named "<parent> MIG
+    <profile>"; SIMGPU_NVML_UTILIZATION=unsupported as on MIG): a cores-30 share sees only the
+    first instance (CUDA_VISIBLE_DEVICES), an unlimited burn saturates the second. The burn is on
+    another device: the share's timed launches, its meter and its board never see it, so the share
+    holds its quota as if alone and is charged exactly its kernels' time."""
+    instance = "name=NVIDIA H100 80GB HBM3 MIG 3g.40gb,memory=40448Mi,sms=60,cc=9.0"
+    h.env["SIMGPU_DEVICES"] = f"{instance};{instance}"
+    h.env["SIMGPU_NVML_UTILIZATION"] = "unsupported"
+    h.kernel(SHORT_US)
+    first, second = {"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}
+    timed_base = h.finish(h.start(["--cores", "99"], seconds=seconds, env=first))[0]
+    figure("timed_cores99_gpu_percent", h.busy_percent([timed_base]))
+    other = h.start(None, seconds=seconds + 1.0, env=second)
+    process = h.start(["--cores", "30", "--verbose"], seconds=seconds, env=first)
+    r = h.finish(process)[0]
+    burn = h.finish(other)[0]
+    figure("other_instance_unlimited_gpu_percent", h.busy_percent([burn]))
+    quota_figures(h, "instance0_cores30", r, timed_base, 30)
+    check_summary(h, process.summary, r, 30)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--tessera", required=True)
@@ -549,6 +572,8 @@ def main():
             unmeasured(h, s)
         elif args.scenario == "unmeasured-shares":
             unmeasured_shares(h, s)
+        elif args.scenario == "unmeasured-instances":
+            unmeasured_instances(h, s)
         elif args.scenario == "no-time":
             no_time(h, s)
         elif args.scenario.startswith("probe-"):
