@@ -476,7 +476,9 @@ def unmeasured(h, seconds):
     figure("unlimited_gpu_percent", h.busy_percent([base]))
     timed_base = h.finish(h.start(["--cores", "99"], seconds=seconds))[0]
     figure("timed_cores99_gpu_percent", h.busy_percent([timed_base]))
-    for cores in (30, 60):
+    # 30 and 50: timed launches cost CPU, and on a loaded 2-core machine a timed share reaches
+    # about 60-70%: a higher quota would judge the machine, not the meter.
+    for cores in (30, 50):
         process = h.start(["--cores", str(cores), "--verbose"], seconds=seconds)
         r = h.finish(process)[0]
         quota_figures(h, f"unmeasured_cores{cores}", r, timed_base, cores)

@@ -644,5 +644,31 @@ TEST(OwnSource, DifferencesTheSlotsOnTimedDevicesAndAsksTheOtherSourceElsewhere)
   EXPECT_EQ(busy.share_ns, 30);
 }
 
+TEST(OwnSource, AProcessOnOneTimedDeviceIsChargedThereOnly) {
+  Pages pages;
+  std::atomic<uint64_t> timed{0b11};  // two timed devices (two MIG instances in one share)
+  OwnSource source(pages.usage.get(), nullptr, &timed);
+  share::UsagePage& usage = *pages.usage;
+  usage.slot_high_water.store(2);
+  usage.slots[0].generation.store(1);
+  usage.slots[0].contexts.store(share::pack_contexts(1, 1, 500ull << 20));  // on device 1
+  usage.slots[1].generation.store(1);  // says nothing about its contexts: charged on both
+  Busy busy;
+  EXPECT_FALSE(source.measure(0, 10, &busy));
+  usage.slots[0].gpu_busy_ns.store(100);
+  usage.slots[1].gpu_busy_ns.store(7);
+  ASSERT_TRUE(source.measure(0, 20, &busy));
+  EXPECT_EQ(busy.share_ns, 7);
+  ASSERT_TRUE(source.measure(1, 20, &busy));
+  EXPECT_EQ(busy.share_ns, 107);
+  // Contexts on both devices: the slot cannot say which, each timed device is charged all of it.
+  usage.slots[0].contexts.store(share::kContextsUnmeasurable << 4);
+  usage.slots[0].gpu_busy_ns.store(150);
+  ASSERT_TRUE(source.measure(0, 30, &busy));
+  EXPECT_EQ(busy.share_ns, 50);
+  ASSERT_TRUE(source.measure(1, 30, &busy));
+  EXPECT_EQ(busy.share_ns, 50);
+}
+
 }  // namespace
 }  // namespace tessera::vgpu::compute

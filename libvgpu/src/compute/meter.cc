@@ -44,25 +44,35 @@ bool OwnSource::measure(int device, int64_t now_ns, Busy* out) {
     // One look at the slots per tick, shared by every timed device of the share.
     uint32_t high = usage_->slot_high_water.load(std::memory_order_acquire);
     if (high > share::kMaxSlots) high = share::kMaxSlots;
-    uint64_t growth = 0;
+    const uint64_t timed = timed_mask_->load(std::memory_order_acquire);
+    for (uint64_t& window : window_ns_) window = 0;
     for (uint32_t s = 0; s < high; ++s) {
       const share::ProcessSlot& slot = usage_->slots[s];
       const uint64_t generation = slot.generation.load(std::memory_order_acquire);
       const uint64_t busy = slot.gpu_busy_ns.load(std::memory_order_relaxed);
       // A slot claimed again since the last look was zeroed at its claim: all of it is new.
       const uint64_t since = generation == last_generation_[s] ? last_busy_[s] : 0;
-      if (busy > since) growth += busy - since;
       last_generation_[s] = generation;
       last_busy_[s] = busy;
+      if (busy <= since) continue;
+      // A process whose contexts are on one timed device of the share launched there only (the
+      // slot's contexts word); otherwise every timed device is charged all of it.
+      const uint32_t contexts = slot.contexts.load(std::memory_order_relaxed);
+      const uint32_t count = share::contexts_count(contexts);
+      const uint32_t on = share::contexts_device(contexts);
+      const bool one_device = count > 0 && count != share::kContextsUnmeasurable &&
+                              on < share::kMaxDevices && ((timed >> on) & 1u) != 0;
+      for (uint32_t d = 0; d < share::kMaxDevices; ++d) {
+        if (((timed >> d) & 1u) != 0 && (!one_device || d == on)) window_ns_[d] += busy - since;
+      }
     }
     // The first look only records where the slots stand.
     window_valid_ = primed_;
-    window_ns_ = growth;
     primed_ = true;
     collected_at_ns_ = now_ns;
   }
   if (!window_valid_) return false;
-  *out = Busy{static_cast<int64_t>(window_ns_), 0};
+  *out = Busy{static_cast<int64_t>(window_ns_[device]), 0};
   return true;
 }
 
@@ -70,7 +80,6 @@ void OwnSource::reset() {
   primed_ = false;
   window_valid_ = false;
   collected_at_ns_ = -1;
-  window_ns_ = 0;
   if (inner_) inner_->reset();
 }
 

@@ -80,9 +80,10 @@ class AgentSource final : public BusySource {
 
 // The GPU time the share's processes timed themselves (timed_launch.h) on the devices whose bit
 // is set in `timed_mask`: the growth of their slots' gpu_busy_ns (a slot claimed again counts from
-// 0). Every other device is measured by `inner`. The slots do not say on which device a launch
-// ran, so a share with several timed devices is charged its whole timed time on each (more than
-// it used, never less); "others" are unknown there (0).
+// 0). Every other device is measured by `inner`. A slot's time goes to the timed device its
+// process's contexts are on (ProcessSlot::contexts); a process with contexts on several devices
+// (or none said) is charged its whole timed time on each timed device (more than it used, never
+// less). "Others" are unknown there (0).
 class OwnSource final : public BusySource {
  public:
   OwnSource(share::UsagePage* usage, BusySource* inner, const std::atomic<uint64_t>* timed_mask)
@@ -100,7 +101,7 @@ class OwnSource final : public BusySource {
   bool primed_ = false;
   bool window_valid_ = false;  // the look at collected_at_ns_ had a previous one to difference
   int64_t collected_at_ns_ = -1;
-  uint64_t window_ns_ = 0;  // the growth found at collected_at_ns_
+  uint64_t window_ns_[share::kMaxDevices] = {};  // per device, the growth found at collected_at_ns_
   uint64_t last_generation_[share::kMaxSlots] = {};
   uint64_t last_busy_[share::kMaxSlots] = {};
 };
