@@ -123,6 +123,26 @@ class SharesInMigInstanceTest : public ::testing::Test {
   simgpu::testing::SimEnvironment sim_{kMigInstance};
 };
 
+// The simulated GPU's own MIG (simgpu-ctl mig): an H100 in MIG mode.
+class SharesOnSimulatedMigTest : public ::testing::Test {
+ protected:
+  // Creates a GPU and a compute instance of `profile` on GPU 0; its MIG UUID, or "" (a failure).
+  std::string create_instance(const std::string& profile) {
+    const std::string command = std::string(SIMGPU_CTL) + " mig create 0 " + profile;
+    FILE* pipe = popen(command.c_str(), "r");
+    if (!pipe) return "";
+    std::string out;
+    char buffer[256];
+    while (std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
+    if (pclose(pipe) != 0) return "";
+    const size_t at = out.find("\"MIG-");
+    if (at == std::string::npos) return "";
+    return out.substr(at + 1, out.find('"', at + 1) - at - 1);
+  }
+  simgpu::testing::SimEnvironment sim_{
+      "name=NVIDIA H100 80GB HBM3,memory=81559Mi,sms=132,cc=9.0,mig=on"};
+};
+
 class SharesOnTwoGpusTest : public ::testing::Test {
  protected:
   simgpu::testing::SimEnvironment sim_{kTwoGpus};
@@ -207,6 +227,25 @@ TEST_F(SharesInMigInstanceTest, TheOtherPrefixOfTheSameUuidIsTheSameDevice) {
   ASSERT_EQ(run.status, 0) << run.err;
   ASSERT_EQ(run.lines.size(), 2u) << run.err;
   EXPECT_EQ(field(run.lines[1], 3), kGi + kContext) << run.lines[1];
+}
+
+// NVML on a MIG device's handle (nvmlDeviceGetHandleByUUID("MIG-...")) shows each share its own
+// quota of the instance; the parent GPU is not part of such a share (a view of 0).
+TEST_F(SharesOnSimulatedMigTest, NvmlOnTheMigHandleShowsEachShareItsQuota) {
+  const std::string uuid = create_instance("3g.40gb");
+  ASSERT_EQ(uuid.rfind("MIG-", 0), 0u) << uuid;
+  ShareDir a({{uuid, 4 * kGi}});
+  ShareDir b({{uuid, 2 * kGi}});
+  for (auto [share, quota] : {std::pair{&a, 4 * kGi}, std::pair{&b, 2 * kGi}}) {
+    ProbeRun run =
+        run_probe({{"TESSERA_SHARE_DIR", share->path()}}, {"nvmluuid:" + uuid, "nvml:0"});
+    ASSERT_EQ(run.status, 0) << run.err;
+    ASSERT_EQ(run.lines.size(), 2u) << run.err;
+    EXPECT_EQ(field(run.lines[0], 1), 0u) << run.lines[0];  // NVML_SUCCESS
+    EXPECT_EQ(field(run.lines[0], 2), quota) << run.lines[0];
+    EXPECT_EQ(field(run.lines[0], 3), quota) << run.lines[0];  // nothing allocated: all free
+    EXPECT_EQ(field(run.lines[1], 2), 0u) << run.lines[1];     // the parent: not the share's
+  }
 }
 
 TEST_F(SharesOnTwoGpusTest, EachGpuIsHeldToItsOwnShare) {
