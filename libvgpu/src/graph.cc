@@ -26,10 +26,18 @@
 // limits are in the tree) applies to it here too.
 #if __has_include("compute/gate.h")
 #include "compute/gate.h"
-#define TESSERA_GRAPH_GATE() \
-  if (!::tessera::vgpu::compute::gate_launch()) return CUDA_ERROR_NOT_PERMITTED
+#define TESSERA_GRAPH_GATE()                   \
+  ::tessera::vgpu::compute::TimedLaunch timed; \
+  if (!::tessera::vgpu::compute::gate_launch(&timed)) return CUDA_ERROR_NOT_PERMITTED
+#define TESSERA_GRAPH_TIMED(symbol, call)                                      \
+  if (__builtin_expect(timed.slot != nullptr, 0)) {                            \
+    return ::tessera::vgpu::compute::run_timed(                                \
+        timed, stream, ::tessera::vgpu::compute::is_per_thread_entry(#symbol), \
+        [&] { return call; });                                                 \
+  }
 #else
 #define TESSERA_GRAPH_GATE() static_cast<void>(0)
+#define TESSERA_GRAPH_TIMED(symbol, call) static_cast<void>(0)
 #endif
 
 using namespace tessera::vgpu;
@@ -234,21 +242,28 @@ using RunFn = CUresult (*)(CUgraphExec, CUstream);
 // ---- launch and upload
 // ---------------------------------------------------------------------------
 
-#define TESSERA_GRAPH_RUN(symbol, gate)                                                 \
+#define TESSERA_GRAPH_RUN(symbol, gate, timing)                                         \
   CUresult symbol(CUgraphExec exec, CUstream stream) {                                  \
     count_call(kHook_##symbol);                                                         \
     gate;                                                                               \
     auto real = real_##symbol();                                                        \
     if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_NOT_INITIALIZED;        \
+    timing;                                                                             \
     if (__builtin_expect(g_allocating_execs.load(std::memory_order_relaxed) == 0, 1)) { \
       return real(exec, stream);                                                        \
     }                                                                                   \
     return run_allocating(real, exec, stream);                                          \
   }
-TESSERA_GRAPH_RUN(cuGraphLaunch, TESSERA_GRAPH_GATE())
-TESSERA_GRAPH_RUN(cuGraphLaunch_ptsz, TESSERA_GRAPH_GATE())
-TESSERA_GRAPH_RUN(cuGraphUpload, static_cast<void>(0))
-TESSERA_GRAPH_RUN(cuGraphUpload_ptsz, static_cast<void>(0))
+// A timed launch (compute/timed_launch.h) times the whole call, allocating executables included.
+#define TESSERA_GRAPH_LAUNCH_TIMED(symbol)                                            \
+  TESSERA_GRAPH_TIMED(symbol, g_allocating_execs.load(std::memory_order_relaxed) == 0 \
+                                  ? real(exec, stream)                                \
+                                  : run_allocating(real, exec, stream))
+TESSERA_GRAPH_RUN(cuGraphLaunch, TESSERA_GRAPH_GATE(), TESSERA_GRAPH_LAUNCH_TIMED(cuGraphLaunch))
+TESSERA_GRAPH_RUN(cuGraphLaunch_ptsz, TESSERA_GRAPH_GATE(),
+                  TESSERA_GRAPH_LAUNCH_TIMED(cuGraphLaunch_ptsz))
+TESSERA_GRAPH_RUN(cuGraphUpload, static_cast<void>(0), static_cast<void>(0))
+TESSERA_GRAPH_RUN(cuGraphUpload_ptsz, static_cast<void>(0), static_cast<void>(0))
 
 // ---- instantiation
 // -------------------------------------------------------------------------------

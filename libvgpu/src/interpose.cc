@@ -146,32 +146,35 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
 #define TESSERA_HOOK(lib, kind, symbol, ret, params, args) \
   TESSERA_HOOK_##kind(symbol, ret, params, args)
 #define TESSERA_HOOK_CUSTOM(symbol, ret, params, args)
-#define TESSERA_HOOK_COUNTED(symbol, ret, params, args)                          \
-  [[gnu::cold, gnu::noinline]] static ret symbol##_at_closed_gate params {       \
-    if (!compute::wait_at_gate()) return CUDA_ERROR_NOT_PERMITTED;               \
-    auto real = real_##symbol();                                                 \
-    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                      \
-    return real args;                                                            \
-  }                                                                              \
-  /* A thread's first call: takes its counters, then goes on as below. */        \
-  [[gnu::cold, gnu::noinline]] static ret symbol##_first_call params {           \
-    count_first_call(kHook_##symbol);                                            \
-    if (compute::gate_closed()) return symbol##_at_closed_gate args;             \
-    auto real = real_##symbol();                                                 \
-    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                      \
-    return real args;                                                            \
-  }                                                                              \
-  ret symbol params {                                                            \
-    CallCounts* counts = t_call_counts;                                          \
-    if (__builtin_expect(counts == nullptr, 0)) {                                \
-      return symbol##_first_call args; /* a tail call, as below */               \
-    }                                                                            \
-    count_in(counts, kHook_##symbol);                                            \
-    if (__builtin_expect(compute::gate_closed(), 0)) {                           \
-      return symbol##_at_closed_gate args; /* a tail call: no spills here */     \
-    }                                                                            \
-    auto real = real_##symbol();                                                 \
-    if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_NOT_INITIALIZED; \
-    return real args;                                                            \
+#define TESSERA_HOOK_COUNTED(symbol, ret, params, args)                                          \
+  [[gnu::cold, gnu::noinline]] static ret symbol##_at_closed_gate params {                       \
+    compute::TimedLaunch timed;                                                                  \
+    if (!compute::wait_at_gate(&timed)) return CUDA_ERROR_NOT_PERMITTED;                         \
+    auto real = real_##symbol();                                                                 \
+    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                      \
+    if (timed.slot == nullptr) return real args;                                                 \
+    return compute::run_timed(timed, compute::launch_stream args,                                \
+                              compute::is_per_thread_entry(#symbol), [&] { return real args; }); \
+  }                                                                                              \
+  /* A thread's first call: takes its counters, then goes on as below. */                        \
+  [[gnu::cold, gnu::noinline]] static ret symbol##_first_call params {                           \
+    count_first_call(kHook_##symbol);                                                            \
+    if (compute::gate_closed()) return symbol##_at_closed_gate args;                             \
+    auto real = real_##symbol();                                                                 \
+    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                      \
+    return real args;                                                                            \
+  }                                                                                              \
+  ret symbol params {                                                                            \
+    CallCounts* counts = t_call_counts;                                                          \
+    if (__builtin_expect(counts == nullptr, 0)) {                                                \
+      return symbol##_first_call args; /* a tail call, as below */                               \
+    }                                                                                            \
+    count_in(counts, kHook_##symbol);                                                            \
+    if (__builtin_expect(compute::gate_closed(), 0)) {                                           \
+      return symbol##_at_closed_gate args; /* a tail call: no spills here */                     \
+    }                                                                                            \
+    auto real = real_##symbol();                                                                 \
+    if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_NOT_INITIALIZED;                 \
+    return real args;                                                                            \
   }
 #include "hooks.def"

@@ -8,6 +8,7 @@
 
 #include "log.h"
 #include "tessera/quantity.h"
+#include "tessera/share_region.h"
 
 namespace tessera::vgpu {
 namespace {
@@ -427,7 +428,8 @@ void scan_ordinal_names(const char* const* environment, Options* options) {
 uint64_t spec_value_for(const MemoryLimitSpec& spec, int ordinal, const char* uuid,
                         uint64_t otherwise) {
   for (int i = 0; i < spec.count; ++i) {
-    if (spec.entries[i].ordinal < 0 && uuid && std::strcmp(spec.entries[i].uuid, uuid) == 0) {
+    if (spec.entries[i].ordinal < 0 && uuid &&
+        share::same_device_uuid(spec.entries[i].uuid, uuid)) {
       return spec.entries[i].bytes;
     }
   }
@@ -444,9 +446,10 @@ int unmatched_entry(const MemoryLimitSpec& spec, const VisibleDevice* devices, i
   for (int i = 0; i < spec.count; ++i) {
     bool found = false;
     for (int d = 0; d < count && !found; ++d) {
-      found = spec.entries[i].ordinal >= 0
-                  ? spec.entries[i].ordinal == devices[d].ordinal
-                  : devices[d].uuid && std::strcmp(spec.entries[i].uuid, devices[d].uuid) == 0;
+      found =
+          spec.entries[i].ordinal >= 0
+              ? spec.entries[i].ordinal == devices[d].ordinal
+              : devices[d].uuid && share::same_device_uuid(spec.entries[i].uuid, devices[d].uuid);
     }
     if (!found) return i;
   }

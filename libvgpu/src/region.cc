@@ -142,7 +142,7 @@ LimitsIndex Region::find_device(const char* uuid) const {
   uint32_t count = limits_->device_count.load(std::memory_order_acquire);
   if (count > share::kMaxDevices) count = share::kMaxDevices;
   for (uint32_t i = 0; i < count; ++i) {
-    if (std::strncmp(limits_->devices[i].uuid, uuid, share::kUuidBytes) == 0) {
+    if (share::same_device_uuid(limits_->devices[i].uuid, uuid)) {
       return LimitsIndex{static_cast<int>(i)};
     }
   }

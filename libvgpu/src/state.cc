@@ -245,7 +245,7 @@ void select_shares(Shim& s) {
 GpuIndex find_gpu(const char* uuid) {
   const int count = g_shim.gpu_count.load(std::memory_order_acquire);
   for (int i = 0; i < count; ++i) {
-    if (std::strncmp(g_shim.gpus[i].uuid, uuid, share::kUuidBytes) == 0) return GpuIndex{i};
+    if (share::same_device_uuid(g_shim.gpus[i].uuid, uuid)) return GpuIndex{i};
   }
   return GpuIndex{};
 }
@@ -317,7 +317,7 @@ bool open_regions() {
       return false;
     }
     devices[listed].ordinal = CudaOrdinal{ordinal};
-    format_uuid(uuid, devices[listed].uuid, sizeof devices[listed].uuid);
+    format_uuid(uuid, devices[listed].uuid, sizeof devices[listed].uuid, is_mig_device(device));
     ++listed;
   }
   // An environment limit naming a device this process does not see blocks every device.
@@ -395,12 +395,21 @@ void ensure_initialized() {
   while (g_shim.init_state.load(std::memory_order_acquire) != 2) sched_yield();
 }
 
-void format_uuid(const CUuuid& uuid, char* out, size_t capacity) {
+bool is_mig_device(CUdevice device) {
+  // CUDA names a MIG device "<parent> MIG <profile>" (mig-facts.md section 3); its UUID is then
+  // the MIG UUID, which NVML and the agent write as "MIG-<uuid>".
+  auto get_name = real_cuDeviceGetName();
+  char name[256] = {};
+  if (!get_name || get_name(name, sizeof name - 1, device) != CUDA_SUCCESS) return false;
+  return std::strstr(name, " MIG ") != nullptr;
+}
+
+void format_uuid(const CUuuid& uuid, char* out, size_t capacity, bool mig) {
   const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
   std::snprintf(out, capacity,
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-                b[14], b[15]);
+                "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                mig ? "MIG" : "GPU", b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9],
+                b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
 uint64_t shares_generation() {
@@ -436,7 +445,7 @@ GpuIndex device_for_ordinal(CudaOrdinal cuda_ordinal) {
   CUuuid uuid{};
   if (!get_uuid || get_uuid(&uuid, ordinal) != CUDA_SUCCESS) return kPassThrough;
   char text[share::kUuidBytes];
-  format_uuid(uuid, text, sizeof text);
+  format_uuid(uuid, text, sizeof text, is_mig_device(ordinal));
   GpuIndex index = gpu_for_uuid(text);
   if (!index.is_gpu()) {
     TESSERA_WARN("device %d (%s) is not part of the share: allocations on it fail", ordinal, text);

@@ -99,7 +99,9 @@ GpuIndex current_device(CudaOrdinal* ordinal, CUcontext* context);
 // remembered device is stale.
 void contexts_changed();
 
-void format_uuid(const CUuuid& uuid, char* out, size_t capacity);
+// "GPU-<uuid>", or "MIG-<uuid>" for a MIG device (is_mig_device).
+void format_uuid(const CUuuid& uuid, char* out, size_t capacity, bool mig);
+bool is_mig_device(CUdevice device);
 
 // Reserve on the GPU's shares (with the periodic dead-process reclaim) / give back. When a
 // reservation would fail, the before-refusal callback runs first and the reservation is tried once

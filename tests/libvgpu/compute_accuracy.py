@@ -74,8 +74,9 @@ class Harness:
                 "--sync-every", str(sync_every), "--launch", launch]
 
     def start(self, share_args, processes=1, seconds=3.0, launch="kernel", sync_every=None,
-              delay=0.0):
-        """One share (tessera run with share_args, or unconfined when None) of `processes` burns."""
+              delay=0.0, env=None):
+        """One share (tessera run with share_args, or unconfined when None) of `processes` burns;
+        `env`: variables this share's processes get beside the harness's."""
         burn = " ".join(self.burn_command(seconds, launch, sync_every))
         script = f"sleep {delay}; " if delay else ""
         script += " & ".join([burn] * processes) + " & wait"
@@ -84,8 +85,8 @@ class Harness:
             self.count += 1
             command = [self.args.tessera, "run", "--share-dir",
                        os.path.join(self.work, f"share{self.count}"), *share_args, "--", *command]
-        return subprocess.Popen(command, env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(command, env=dict(self.env, **(env or {})),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def finish(self, process, timeout=120):
         out, err = process.communicate(timeout=timeout)
@@ -461,6 +462,77 @@ def no_time(h, seconds):
         FAILURES.append(f"the control (cores 30) failed: {control.stderr.strip()!r}")
 
 
+def unmeasured(h, seconds):
+    """NVML answers NOT_SUPPORTED for per-process utilisation (SIMGPU_NVML_UTILIZATION=unsupported,
+    as every MIG device does): the shim times its launches itself. Alone on the device the quota
+    holds as on a measured GPU, and the GPU time the shim counted is the kernels' time (the
+    accounting is judged against kernels x kernel time). Timed launches cost the launching thread
+    more CPU, so what this machine can reach is measured with timing on: a share at cores 99 (timed,
+    effectively unlimited) is the baseline the quotas are judged against."""
+    h.kernel(SHORT_US)
+    h.env["SIMGPU_NVML_UTILIZATION"] = "unsupported"
+    h.env["TESSERA_LOG_LEVEL"] = "info"  # the line that says the launches are timed
+    base = h.baseline(seconds)
+    figure("unlimited_gpu_percent", h.busy_percent([base]))
+    timed_base = h.finish(h.start(["--cores", "99"], seconds=seconds))[0]
+    figure("timed_cores99_gpu_percent", h.busy_percent([timed_base]))
+    # 30 and 50: timed launches cost CPU, and on a loaded 2-core machine a timed share reaches
+    # about 60-70%: a higher quota would judge the machine, not the meter.
+    for cores in (30, 50):
+        process = h.start(["--cores", str(cores), "--verbose"], seconds=seconds)
+        r = h.finish(process)[0]
+        quota_figures(h, f"unmeasured_cores{cores}", r, timed_base, cores)
+        check_summary(h, process.summary, r, cores)
+        if "timed by the shim" not in process.summary:
+            FAILURES.append(f"cores {cores}: the shim did not say it times the launches: "
+                            f"{process.summary!r}")
+
+
+def unmeasured_shares(h, seconds):
+    """Two shares on one device NVML cannot measure (a MIG instance), 30 and 70, each timing its own
+    launches. Each launch's events also span the time the device gave the other share meanwhile;
+    the shares' meters take out their part of the overlap through the priority board. Judged on
+    the meter's accounting (machine speed moves the rates, not this): the GPU time each share was
+    charged against its kernels x kernel time, and neither share above its quota."""
+    h.env["SIMGPU_NVML_UTILIZATION"] = "unsupported"
+    h.kernel(SHORT_US)
+    tenants = [h.start(["--cores", str(q), "--verbose"], seconds=seconds) for q in (30, 70)]
+    results = [h.finish(t) for t in tenants]
+    for quota, reports, tenant in zip((30, 70), results, tenants):
+        figure(f"unmeasured_share{quota}_gpu_percent", h.busy_percent(reports))
+        if h.busy_percent(reports) > quota + 3:
+            FAILURES.append(f"share {quota}: above its quota")
+        used = re.search(r"GPU time used ([0-9.]+) s", tenant.summary)
+        if not used:
+            FAILURES.append(f"share {quota}: no usage summary in {tenant.summary!r}")
+            continue
+        kernels = sum(r["kernels"] for r in reports) + len(reports)  # and the warm-up kernels
+        figure(f"unmeasured_share{quota}_charged_vs_kernels_percent",
+               100.0 * float(used.group(1)) / (kernels * h.kernel_us * 1e-6))
+
+
+def unmeasured_instances(h, seconds):
+    """Two MIG instances of one GPU, as CUDA presents them (each its own device, named "<parent> MIG
+    <profile>"; SIMGPU_NVML_UTILIZATION=unsupported as on MIG): a cores-30 share sees only the
+    first instance (CUDA_VISIBLE_DEVICES), an unlimited burn saturates the second. The burn is on
+    another device: the share's timed launches, its meter and its board never see it, so the share
+    holds its quota as if alone and is charged exactly its kernels' time."""
+    instance = "name=NVIDIA H100 80GB HBM3 MIG 3g.40gb,memory=40448Mi,sms=60,cc=9.0"
+    h.env["SIMGPU_DEVICES"] = f"{instance};{instance}"
+    h.env["SIMGPU_NVML_UTILIZATION"] = "unsupported"
+    h.kernel(SHORT_US)
+    first, second = {"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}
+    timed_base = h.finish(h.start(["--cores", "99"], seconds=seconds, env=first))[0]
+    figure("timed_cores99_gpu_percent", h.busy_percent([timed_base]))
+    other = h.start(None, seconds=seconds + 1.0, env=second)
+    process = h.start(["--cores", "30", "--verbose"], seconds=seconds, env=first)
+    r = h.finish(process)[0]
+    burn = h.finish(other)[0]
+    figure("other_instance_unlimited_gpu_percent", h.busy_percent([burn]))
+    quota_figures(h, "instance0_cores30", r, timed_base, 30)
+    check_summary(h, process.summary, r, 30)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--tessera", required=True)
@@ -498,6 +570,12 @@ def main():
             priority(h, s)
         elif args.scenario == "takeover":
             takeover(h, s)
+        elif args.scenario == "unmeasured":
+            unmeasured(h, s)
+        elif args.scenario == "unmeasured-shares":
+            unmeasured_shares(h, s)
+        elif args.scenario == "unmeasured-instances":
+            unmeasured_instances(h, s)
         elif args.scenario == "no-time":
             no_time(h, s)
         elif args.scenario.startswith("probe-"):

@@ -189,6 +189,51 @@ TEST_F(UserBoardTest, ShareEntriesReserveRequestsAndExpire) {
   EXPECT_EQ(best_effort.spare(0, kNormal, be, true, 160 * kMs, 260 * kMs), 40u);
 }
 
+// Shares that time their own launches (a MIG instance) publish what their launches spanned and read
+// the others' growth, whatever their priority; an expired entry counts no more.
+TEST_F(UserBoardTest, TimedSharesSeeEachOthersSpans) {
+  UserBoard a(high_limits_.get(), base_.c_str(), 21);
+  UserBoard b(low_limits_.get(), base_.c_str(), 22);
+  const Claim c30{30, 30}, c70{70, 70};
+  uint64_t others = 0;
+  int sharers = 0;
+  ASSERT_TRUE(a.others_timed(0, 1'000'000, 10 * kMs, &others, &sharers));
+  EXPECT_EQ(sharers, 0);
+  a.spare(0, share::kPriorityNormal, c30, true, 10 * kMs, 110 * kMs);  // publishes 1 ms
+  ASSERT_TRUE(b.others_timed(0, 5'000'000, 11 * kMs, &others, &sharers));
+  EXPECT_EQ(sharers, 0);  // a's entry seen for the first time: its growth starts here
+  b.spare(0, share::kPriorityLow, c70, true, 11 * kMs, 111 * kMs);
+  ASSERT_TRUE(a.others_timed(0, 3'000'000, 15 * kMs, &others, &sharers));
+  EXPECT_EQ(sharers, 0);                                               // b's entry, first seen
+  a.spare(0, share::kPriorityNormal, c30, true, 15 * kMs, 115 * kMs);  // publishes 3 ms
+  ASSERT_TRUE(b.others_timed(0, 9'000'000, 16 * kMs, &others, &sharers));
+  EXPECT_EQ(sharers, 1);
+  EXPECT_EQ(others, 2'000'000u);                                    // a grew from 1 ms to 3 ms
+  b.spare(0, share::kPriorityLow, c70, true, 16 * kMs, 116 * kMs);  // publishes 9 ms
+  ASSERT_TRUE(a.others_timed(0, 3'000'000, 20 * kMs, &others, &sharers));
+  EXPECT_EQ(sharers, 1);
+  EXPECT_EQ(others, 4'000'000u);  // b grew from 5 ms to 9 ms
+  // b stops refreshing: once its entry expires it is not a sharer, whatever it published.
+  ASSERT_TRUE(a.others_timed(0, 3'000'000, 117 * kMs, &others, &sharers));
+  EXPECT_EQ(sharers, 0);
+}
+
+TEST(MeterApportion, SpansBeyondTheWindowLoseAnEqualPartOfTheExcess) {
+  constexpr int64_t kW = 5'000'000;
+  // Alone, or spans that fit in the window: all of the span is the share's.
+  EXPECT_EQ(Meter::apportion_timed(3'000'000, 0, 0, kW), 3'000'000);
+  EXPECT_EQ(Meter::apportion_timed(2'000'000, 3'000'000, 1, kW), 2'000'000);
+  // Two shares pending the whole window on a time-sliced device: half each.
+  EXPECT_EQ(Meter::apportion_timed(kW, kW, 1, kW), kW / 2);
+  // One pending all the window, the other 2 ms of it: those 2 ms were shared.
+  EXPECT_EQ(Meter::apportion_timed(kW, 2'000'000, 1, kW), 4'000'000);
+  EXPECT_EQ(Meter::apportion_timed(2'000'000, kW, 1, kW), 1'000'000);
+  // Never below span / (sharers + 1) (the others' spans arrived late and add up to much more).
+  EXPECT_EQ(Meter::apportion_timed(1'000'000, 30'000'000, 1, kW), 500'000);
+  // Three shares pending the whole window: a third each.
+  EXPECT_EQ(Meter::apportion_timed(kW, 2 * kW, 2, kW), kW - (2 * kW) / 3);
+}
+
 TEST_F(UserBoardTest, AFullBoardSaysSoOnceAndTheShareStillRuns) {
   std::vector<std::unique_ptr<share::LimitsPage>> pages;
   std::vector<std::unique_ptr<UserBoard>> boards;

@@ -595,5 +595,80 @@ TEST(AgentSource, DifferencesCumulativeFiguresAndSurvivesRestarts) {
   EXPECT_EQ(busy.share_ns, 100);
 }
 
+// A fixed source for the devices OwnSource does not time.
+class FixedSource final : public BusySource {
+ public:
+  bool measure(int, int64_t, Busy* out) override {
+    *out = Busy{7, 3};
+    return true;
+  }
+  void reset() override { ++resets; }
+  int resets = 0;
+};
+
+TEST(OwnSource, DifferencesTheSlotsOnTimedDevicesAndAsksTheOtherSourceElsewhere) {
+  Pages pages;
+  FixedSource nvml;
+  std::atomic<uint64_t> timed{0b01};  // device 0 timed by the processes, device 1 by NVML
+  OwnSource source(pages.usage.get(), &nvml, &timed);
+  share::UsagePage& usage = *pages.usage;
+  usage.slot_high_water.store(2);
+  usage.slots[0].generation.store(1);
+  usage.slots[0].gpu_busy_ns.store(500);  // before the first look: not this leader's window
+  Busy busy;
+  EXPECT_FALSE(source.measure(0, 10, &busy));  // primes
+  ASSERT_TRUE(source.measure(1, 10, &busy));   // the other source, untouched
+  EXPECT_EQ(busy.share_ns, 7);
+  usage.slots[0].gpu_busy_ns.store(800);
+  usage.slots[1].generation.store(1);  // a process claimed the second slot and ran 40 ns
+  usage.slots[1].gpu_busy_ns.store(40);
+  ASSERT_TRUE(source.measure(0, 20, &busy));
+  EXPECT_EQ(busy.share_ns, 300 + 40);
+  EXPECT_EQ(busy.others_ns, 0);               // unknown on a timed device
+  ASSERT_TRUE(source.measure(0, 20, &busy));  // the same tick again: the same window
+  EXPECT_EQ(busy.share_ns, 340);
+  // The first slot was released and claimed again (zeroed at the claim): all of it is new.
+  usage.slots[0].generation.store(2);
+  usage.slots[0].gpu_busy_ns.store(25);
+  ASSERT_TRUE(source.measure(0, 30, &busy));
+  EXPECT_EQ(busy.share_ns, 25);
+  ASSERT_TRUE(source.measure(0, 40, &busy));  // nothing ran
+  EXPECT_EQ(busy.share_ns, 0);
+  // A new leader starts its own windows: the first look primes again, the other source resets.
+  source.reset();
+  EXPECT_EQ(nvml.resets, 1);
+  usage.slots[0].gpu_busy_ns.store(100);
+  EXPECT_FALSE(source.measure(0, 50, &busy));
+  usage.slots[0].gpu_busy_ns.store(130);
+  ASSERT_TRUE(source.measure(0, 60, &busy));
+  EXPECT_EQ(busy.share_ns, 30);
+}
+
+TEST(OwnSource, AProcessOnOneTimedDeviceIsChargedThereOnly) {
+  Pages pages;
+  std::atomic<uint64_t> timed{0b11};  // two timed devices (two MIG instances in one share)
+  OwnSource source(pages.usage.get(), nullptr, &timed);
+  share::UsagePage& usage = *pages.usage;
+  usage.slot_high_water.store(2);
+  usage.slots[0].generation.store(1);
+  usage.slots[0].contexts.store(share::pack_contexts(1, 1, 500ull << 20));  // on device 1
+  usage.slots[1].generation.store(1);  // says nothing about its contexts: charged on both
+  Busy busy;
+  EXPECT_FALSE(source.measure(0, 10, &busy));
+  usage.slots[0].gpu_busy_ns.store(100);
+  usage.slots[1].gpu_busy_ns.store(7);
+  ASSERT_TRUE(source.measure(0, 20, &busy));
+  EXPECT_EQ(busy.share_ns, 7);
+  ASSERT_TRUE(source.measure(1, 20, &busy));
+  EXPECT_EQ(busy.share_ns, 107);
+  // Contexts on both devices: the slot cannot say which, each timed device is charged all of it.
+  usage.slots[0].contexts.store(share::kContextsUnmeasurable << 4);
+  usage.slots[0].gpu_busy_ns.store(150);
+  ASSERT_TRUE(source.measure(0, 30, &busy));
+  EXPECT_EQ(busy.share_ns, 50);
+  ASSERT_TRUE(source.measure(1, 30, &busy));
+  EXPECT_EQ(busy.share_ns, 50);
+}
+
 }  // namespace
 }  // namespace tessera::vgpu::compute

@@ -108,6 +108,41 @@ class SharesTest : public ::testing::Test {
   simgpu::testing::SimEnvironment sim_{kOneGpu};
 };
 
+// A MIG instance as CUDA presents it to a process that sees only it (mig-facts.md section 3): named
+// "<parent> MIG <profile>", the instance's memory. The agent keys the share to the MIG UUID
+// ("MIG-<uuid>"), while cuDeviceGetUuid hands out the same 16 bytes as for any device.
+constexpr char kMigInstance[] =
+    "name=NVIDIA H100 80GB HBM3 MIG 3g.40gb,memory=40448Mi,sms=60,cc=9.0";
+
+std::string mig_uuid(int index) {
+  return "MIG-" + sim_uuid(index).substr(4);
+}
+
+class SharesInMigInstanceTest : public ::testing::Test {
+ protected:
+  simgpu::testing::SimEnvironment sim_{kMigInstance};
+};
+
+// The simulated GPU's own MIG (simgpu-ctl mig): an H100 in MIG mode.
+class SharesOnSimulatedMigTest : public ::testing::Test {
+ protected:
+  // Creates a GPU and a compute instance of `profile` on GPU 0; its MIG UUID, or "" (a failure).
+  std::string create_instance(const std::string& profile) {
+    const std::string command = std::string(SIMGPU_CTL) + " mig create 0 " + profile;
+    FILE* pipe = popen(command.c_str(), "r");
+    if (!pipe) return "";
+    std::string out;
+    char buffer[256];
+    while (std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
+    if (pclose(pipe) != 0) return "";
+    const size_t at = out.find("\"MIG-");
+    if (at == std::string::npos) return "";
+    return out.substr(at + 1, out.find('"', at + 1) - at - 1);
+  }
+  simgpu::testing::SimEnvironment sim_{
+      "name=NVIDIA H100 80GB HBM3,memory=81559Mi,sms=132,cc=9.0,mig=on"};
+};
+
 class SharesOnTwoGpusTest : public ::testing::Test {
  protected:
   simgpu::testing::SimEnvironment sim_{kTwoGpus};
@@ -157,6 +192,60 @@ TEST_F(SharesTest, AnAllocationLargerThanAnyOneShareIsSplitAndGivenBackInFull) {
   EXPECT_EQ(a.used(), kContext) << "the context is still held";
   EXPECT_EQ(b.used(), 0u);
   unlink(go.c_str());
+}
+
+// Two processes, each with its own share of one MIG instance (the agent's limits pages name the MIG
+// UUID): each sees its quota as the device's memory and allocates exactly up to it.
+TEST_F(SharesInMigInstanceTest, TwoSharesOfOneInstanceEachHoldTheirQuotaExactly) {
+  ShareDir a({{mig_uuid(0), 4 * kGi + kContext}});
+  ShareDir b({{mig_uuid(0), 2 * kGi + kContext}});
+  Probe first({{"TESSERA_SHARE_DIR", a.path()}},
+              {"init", "info", "total", "fill:mem:64Mi", "info", "ready", "hold"});
+  Probe second({{"TESSERA_SHARE_DIR", b.path()}},
+               {"init", "info", "total", "fill:mem:64Mi", "info", "ready", "hold"});
+  for (auto [probe, quota] : {std::pair{&first, 4 * kGi}, std::pair{&second, 2 * kGi}}) {
+    EXPECT_EQ(probe->read_line(), "init CUDA_SUCCESS");
+    const std::string info = probe->read_line().value_or("");
+    EXPECT_EQ(field(info, 3), quota + kContext) << info;  // total: the share's quota
+    EXPECT_EQ(field(info, 2), quota) << info;             // free: all but the context
+    EXPECT_EQ(field(probe->read_line().value_or(""), 2), quota + kContext);
+    const std::string fill = probe->read_line().value_or("");
+    EXPECT_EQ(field(fill, 3), quota) << fill;  // exactly the quota, in 64Mi allocations
+    EXPECT_EQ(words(fill).back(), "CUDA_ERROR_OUT_OF_MEMORY");
+    EXPECT_EQ(field(probe->read_line().value_or(""), 2), 0u);
+    EXPECT_EQ(probe->read_line(), "ready");
+  }
+  EXPECT_EQ(a.used(), 4 * kGi + kContext);
+  EXPECT_EQ(b.used(), 2 * kGi + kContext);
+}
+
+// A share whose limits page names the device "GPU-<uuid>" where CUDA presents a MIG device (or the
+// reverse) still holds it: the same 16 bytes are the same device, whichever prefix.
+TEST_F(SharesInMigInstanceTest, TheOtherPrefixOfTheSameUuidIsTheSameDevice) {
+  ShareDir a({{sim_uuid(0), kGi + kContext}});
+  ProbeRun run = run_probe({{"TESSERA_SHARE_DIR", a.path()}}, {"init", "info"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  ASSERT_EQ(run.lines.size(), 2u) << run.err;
+  EXPECT_EQ(field(run.lines[1], 3), kGi + kContext) << run.lines[1];
+}
+
+// NVML on a MIG device's handle (nvmlDeviceGetHandleByUUID("MIG-...")) shows each share its own
+// quota of the instance; the parent GPU is not part of such a share (a view of 0).
+TEST_F(SharesOnSimulatedMigTest, NvmlOnTheMigHandleShowsEachShareItsQuota) {
+  const std::string uuid = create_instance("3g.40gb");
+  ASSERT_EQ(uuid.rfind("MIG-", 0), 0u) << uuid;
+  ShareDir a({{uuid, 4 * kGi}});
+  ShareDir b({{uuid, 2 * kGi}});
+  for (auto [share, quota] : {std::pair{&a, 4 * kGi}, std::pair{&b, 2 * kGi}}) {
+    ProbeRun run =
+        run_probe({{"TESSERA_SHARE_DIR", share->path()}}, {"nvmluuid:" + uuid, "nvml:0"});
+    ASSERT_EQ(run.status, 0) << run.err;
+    ASSERT_EQ(run.lines.size(), 2u) << run.err;
+    EXPECT_EQ(field(run.lines[0], 1), 0u) << run.lines[0];  // NVML_SUCCESS
+    EXPECT_EQ(field(run.lines[0], 2), quota) << run.lines[0];
+    EXPECT_EQ(field(run.lines[0], 3), quota) << run.lines[0];  // nothing allocated: all free
+    EXPECT_EQ(field(run.lines[1], 2), 0u) << run.lines[1];     // the parent: not the share's
+  }
 }
 
 TEST_F(SharesOnTwoGpusTest, EachGpuIsHeldToItsOwnShare) {

@@ -15,6 +15,7 @@
 //   pooldestroy             cuMemPoolDestroy of the pool the "pool" API allocates from
 //   freeall                 free everything
 //   info / infonull / total[:ordinal] / nvml    the memory views
+//   nvmluuid:<uuid>         the NVML memory view of the device of that UUID (a MIG device's)
 //   sync                    cuCtxSynchronize
 //   mt:<threads>:<n>:<size>[:async]  threads allocating and freeing concurrently (cuMemAlloc_v2, or
 //                           cuMemAllocAsync from the default pool): "mt <failures>"
@@ -443,6 +444,14 @@ int main(int argc, char** argv) {
       nvmlReturn_t r2 = r == NVML_SUCCESS ? nvmlDeviceGetMemoryInfo_v2(device, &v2) : r;
       std::printf("nvml %d %llu %llu %llu %d %llu %llu %llu %llu\n", static_cast<int>(r1), v1.total,
                   v1.free, v1.used, static_cast<int>(r2), v2.total, v2.free, v2.used, v2.reserved);
+    } else if (verb == "nvmluuid") {
+      nvmlReturn_t r = nvmlInit_v2();
+      nvmlDevice_t device = nullptr;
+      const std::string uuid = parts.size() > 1 ? parts[1] : "";
+      if (r == NVML_SUCCESS) r = nvmlDeviceGetHandleByUUID(uuid.c_str(), &device);
+      nvmlMemory_t v1{};
+      const nvmlReturn_t r1 = r == NVML_SUCCESS ? nvmlDeviceGetMemoryInfo(device, &v1) : r;
+      std::printf("nvmluuid %d %llu %llu %llu\n", static_cast<int>(r1), v1.total, v1.free, v1.used);
     } else if (verb == "mt") {
       // mt:<threads>:<iterations>:<size>: threads allocate and free concurrently in the current
       // context; prints how many allocations or frees failed.

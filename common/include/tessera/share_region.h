@@ -247,6 +247,30 @@ static_assert(sizeof(UsagePage) == 64 + 192 * kMaxSlots + 128 + 64 * kMaxDevices
 // ---- helpers shared by both sides
 // ----------------------------------------------------------------
 
+// Whether two device UUIDs (DeviceLimits::uuid, NVML's, the shim's rendering of cuDeviceGetUuid)
+// name the same device: equal, or "GPU-<x>" and "MIG-<x>" with the same <x>. CUDA hands out a
+// MIG device's UUID as 16 bytes like a GPU's (mig-facts.md section 3), so the prefix a reader
+// prints them with can be the wrong one; the 16 bytes of a MIG device are never a GPU's.
+inline constexpr bool same_device_uuid(const char* a, const char* b) {
+  // Equal up to the terminator, looking at no more than `limit` characters.
+  auto equal = [](const char* x, const char* y, uint32_t limit) {
+    uint32_t i = 0;
+    for (; i < limit && x[i] && x[i] == y[i]; ++i) {
+    }
+    return i == limit || x[i] == y[i];
+  };
+  auto prefixed = [](const char* u) {
+    return (u[0] == 'G' && u[1] == 'P' && u[2] == 'U' && u[3] == '-') ||
+           (u[0] == 'M' && u[1] == 'I' && u[2] == 'G' && u[3] == '-');
+  };
+  if (a == nullptr || b == nullptr) return false;
+  if (equal(a, b, kUuidBytes)) return true;
+  return prefixed(a) && prefixed(b) && a[4] != '\0' && equal(a + 4, b + 4, kUuidBytes - 4);
+}
+static_assert(same_device_uuid("MIG-1234", "GPU-1234") &&
+              !same_device_uuid("MIG-1234", "GPU-1235"));
+static_assert(!same_device_uuid("MIG-", "GPU-") && same_device_uuid("GPU-1", "GPU-1"));
+
 inline constexpr uint64_t make_owner(uint32_t pid, uint64_t pid_namespace, uint64_t start_time) {
   const uint64_t ns = (pid_namespace ^ (pid_namespace >> 20) ^ (pid_namespace >> 40)) & 0xfffff;
   const uint64_t start = (start_time ^ (start_time >> 21) ^ (start_time >> 42)) & 0x1fffff;

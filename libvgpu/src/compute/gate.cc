@@ -30,6 +30,10 @@ constinit std::atomic<bool> g_checking{false};
 constinit std::atomic<bool> g_exiting{false};
 constinit std::atomic<Meter*> g_meters[kMaxShares] = {};
 constinit std::atomic<std::atomic<uint64_t>*> g_more_closed[kMaxShares] = {};
+// Per share: bit d = this process times its launches on limits-page device d (timed_launch.h).
+constinit std::atomic<uint64_t> g_timed_masks[kMaxShares] = {};
+// Set once any share times launches: every launch then takes the slow path (more_gates_closed).
+constinit std::atomic<bool> g_timing{false};
 
 int64_t monotonic_ns() {
   timespec now{};
@@ -60,6 +64,13 @@ uint64_t own_launches() {
   return sum;
 }
 
+// Whether the share limits device d now (a cores request below 100, or a priority): its launches
+// there are then timed where NVML cannot measure them.
+bool device_has_compute(const share::LimitsPage& limits, int device) {
+  return limits.priority.load(std::memory_order_acquire) != share::kPriorityNormal ||
+         limits.devices[device].cores_request.load(std::memory_order_acquire) < 100;
+}
+
 bool owner_alive(uint64_t owner, void* context) {
   return static_cast<Region*>(context)->owner_alive(owner);
 }
@@ -67,6 +78,7 @@ bool owner_alive(uint64_t owner, void* context) {
 struct MeterThread {
   NvmlSource* nvml = nullptr;
   AgentSource* agent = nullptr;
+  OwnSource* own = nullptr;
   LimitsYield* agent_yield = nullptr;
   UserBoard* user_board = nullptr;
   Meter* meter = nullptr;
@@ -105,6 +117,7 @@ void start_thread(int r) {
   alignas(AgentSource) static unsigned char agent_storages[kMaxShares][sizeof(AgentSource)];
   alignas(LimitsYield) static unsigned char yield_storages[kMaxShares][sizeof(LimitsYield)];
   alignas(UserBoard) static unsigned char board_storages[kMaxShares][sizeof(UserBoard)];
+  alignas(OwnSource) static unsigned char own_storages[kMaxShares][sizeof(OwnSource)];
   alignas(Meter) static unsigned char meter_storages[kMaxShares][sizeof(Meter)];
   static MeterThread all_parts[kMaxShares];
   MeterThread& parts = all_parts[r];
@@ -113,6 +126,7 @@ void start_thread(int r) {
   unsigned char* yield_storage = yield_storages[r];
   unsigned char* board_storage = board_storages[r];
   unsigned char* meter_storage = meter_storages[r];
+  unsigned char* own_storage = own_storages[r];
   parts.region = &region;
   BusySource* source = nullptr;
   PriorityBoard* board = nullptr;
@@ -141,6 +155,31 @@ void start_thread(int r) {
           limits, s.options.device_dir, UserBoard::share_identity(region.dir(), region.owner()));
     board = parts.user_board;
   }
+  // Devices whose NVML has no per-process utilisation (MIG): the share's processes time their own
+  // launches there, whatever measures the other devices (the agent cannot measure them either).
+  if (!parts.nvml) {
+    parts.nvml = new (nvml_storage) NvmlSource(limits, usage);
+    if (!parts.nvml->open()) {
+      TESSERA_INFO("NVML is not usable: devices it cannot measure are not recognised");
+    }
+  }
+  parts.nvml->set_timed_mask(&g_timed_masks[r]);
+  // Every device of the share is asked, limited now or not: the agent may limit it later, and a
+  // launch is timed only while its device has a compute setting (wait_at_gate).
+  uint64_t timed = 0;
+  uint32_t count = limits->device_count.load(std::memory_order_acquire);
+  if (count > share::kMaxDevices) count = share::kMaxDevices;
+  for (uint32_t d = 0; d < count; ++d) {
+    if (!parts.nvml->utilization_unsupported(static_cast<int>(d))) continue;
+    timed |= 1ull << d;
+    TESSERA_INFO(
+        "device %s: NVML has no per-process utilisation (a MIG instance): while the share has a "
+        "compute setting there, its launches are timed by the shim",
+        limits->devices[d].uuid);
+  }
+  g_timed_masks[r].store(timed, std::memory_order_release);
+  parts.own = new (own_storage) OwnSource(usage, source, &g_timed_masks[r]);
+  source = parts.own;
   parts.meter =
       new (meter_storage) Meter(limits, usage, source, board, region.owner(), owner_alive, &region);
   g_meters[r].store(parts.meter, std::memory_order_release);
@@ -148,6 +187,9 @@ void start_thread(int r) {
   // them closed; wait_at_gate refuses their launches).
   if (const uint64_t none = Meter::no_time_mask(*limits); none != 0)
     usage->compute.closed_mask.fetch_or(none, std::memory_order_acq_rel);
+  if (timed != 0 && !g_timing.exchange(true, std::memory_order_acq_rel)) {
+    g_more_closed_count.fetch_add(1, std::memory_order_acq_rel);  // every launch: the slow path
+  }
   // The first share with a meter has the fast path's word; the others are looked at after it.
   std::atomic<uint64_t>* closed = &usage->compute.closed_mask;
   std::atomic<uint64_t>* expected = &g_always_open;
@@ -198,6 +240,7 @@ constinit std::atomic<std::atomic<uint64_t>*> g_closed_word{&g_always_open};
 constinit std::atomic<int> g_more_closed_count{0};
 
 bool more_gates_closed() {
+  if (g_timing.load(std::memory_order_relaxed)) return true;
   for (const auto& word : g_more_closed) {
     const std::atomic<uint64_t>* closed = word.load(std::memory_order_relaxed);
     if (closed && closed->load(std::memory_order_relaxed) != 0) return true;
@@ -248,7 +291,7 @@ void reset_after_fork() {
   // Until the child's own meters start it keeps obeying the shares' gates (same pages).
 }
 
-bool wait_at_gate() {
+bool wait_at_gate(TimedLaunch* timed) {
   Shim& s = shim();
   if (s.region_state.load(std::memory_order_acquire) != 2) return true;
   maybe_start();
@@ -268,6 +311,10 @@ bool wait_at_gate() {
     const int device = limits_index.value;
     share::ComputeArea& area = s.regions[r].usage_page()->compute;
     const uint64_t bit = 1ull << device;
+    if (timed && (g_timed_masks[r].load(std::memory_order_acquire) & bit) != 0 &&
+        device_has_compute(*s.regions[r].limits_page(), device)) {
+      timed->slot = s.regions[r].own_slot();
+    }
     if ((area.closed_mask.load(std::memory_order_acquire) & bit) != 0 &&
         Meter::no_time(s.regions[r].limits_page()->devices[device])) {
       static std::atomic<bool> said{false};
@@ -287,6 +334,7 @@ bool wait_at_gate() {
       if (wake > now + 2 * kMillisecond) wake = now + 2 * kMillisecond;
       if (wake < now + 100'000) wake = now + 100'000;
       sleep_until(wake);
+      if (g_timing.load(std::memory_order_relaxed)) collect_timed();
       now = monotonic_ns();
       // A gate left closed by a leader that died stays closed only until this process's own
       // meter takes the lead over (MeterTiming::leader_timeout_ns).

@@ -10,15 +10,20 @@
 #include <atomic>
 #include <cstdint>
 
+#include "compute/timed_launch.h"
+
 namespace tessera::vgpu::compute {
 
 extern std::atomic<std::atomic<uint64_t>*> g_closed_word;
 extern std::atomic<int> g_more_closed_count;
 
-[[gnu::cold, gnu::noinline]] bool wait_at_gate();
+// `timed`: told where the launch's GPU time goes when this process times launches on its device
+// (timed_launch.h); left alone otherwise.
+[[gnu::cold, gnu::noinline]] bool wait_at_gate(TimedLaunch* timed = nullptr);
 [[gnu::noinline]] bool more_gates_closed();
 
-// True when any gate of the shares is closed (the wrapper then takes its slow path).
+// True when any gate of the shares is closed, or this process times its launches on some device
+// (timed_launch.h): the wrapper then takes its slow path.
 inline bool gate_closed() {
   if (g_closed_word.load(std::memory_order_relaxed)->load(std::memory_order_relaxed) != 0) {
     return true;
@@ -29,8 +34,8 @@ inline bool gate_closed() {
 
 // False: the launch is refused (a share gives the device no GPU time); the wrapper returns
 // CUDA_ERROR_NOT_PERMITTED instead of calling the driver.
-inline bool gate_launch() {
-  return !__builtin_expect(gate_closed(), 0) || wait_at_gate();
+inline bool gate_launch(TimedLaunch* timed = nullptr) {
+  return !__builtin_expect(gate_closed(), 0) || wait_at_gate(timed);
 }
 
 // Starts a meter thread of this process for each share with a compute setting (called on the

@@ -35,6 +35,67 @@ void AgentSource::reset() {
   for (uint32_t d = 0; d < share::kMaxDevices; ++d) last_at_[d] = 0;
 }
 
+bool OwnSource::measure(int device, int64_t now_ns, Busy* out) {
+  const uint64_t bit = 1ull << device;
+  if ((timed_mask_->load(std::memory_order_acquire) & bit) == 0) {
+    return inner_ ? inner_->measure(device, now_ns, out) : false;
+  }
+  if (now_ns != collected_at_ns_) {
+    // One look at the slots per tick, shared by every timed device of the share.
+    uint32_t high = usage_->slot_high_water.load(std::memory_order_acquire);
+    if (high > share::kMaxSlots) high = share::kMaxSlots;
+    const uint64_t timed = timed_mask_->load(std::memory_order_acquire);
+    for (uint64_t& window : window_ns_) window = 0;
+    for (uint32_t s = 0; s < high; ++s) {
+      const share::ProcessSlot& slot = usage_->slots[s];
+      const uint64_t generation = slot.generation.load(std::memory_order_acquire);
+      const uint64_t busy = slot.gpu_busy_ns.load(std::memory_order_relaxed);
+      // A slot claimed again since the last look was zeroed at its claim: all of it is new.
+      const uint64_t since = generation == last_generation_[s] ? last_busy_[s] : 0;
+      last_generation_[s] = generation;
+      last_busy_[s] = busy;
+      if (busy <= since) continue;
+      // A process whose contexts are on one timed device of the share launched there only (the
+      // slot's contexts word); otherwise every timed device is charged all of it.
+      const uint32_t contexts = slot.contexts.load(std::memory_order_relaxed);
+      const uint32_t count = share::contexts_count(contexts);
+      const uint32_t on = share::contexts_device(contexts);
+      const bool one_device = count > 0 && count != share::kContextsUnmeasurable &&
+                              on < share::kMaxDevices && ((timed >> on) & 1u) != 0;
+      for (uint32_t d = 0; d < share::kMaxDevices; ++d) {
+        if (((timed >> d) & 1u) != 0 && (!one_device || d == on)) window_ns_[d] += busy - since;
+      }
+    }
+    // The first look only records where the slots stand.
+    window_valid_ = primed_;
+    primed_ = true;
+    collected_at_ns_ = now_ns;
+  }
+  if (!window_valid_) return false;
+  *out = Busy{static_cast<int64_t>(window_ns_[device]), 0};
+  return true;
+}
+
+void OwnSource::reset() {
+  primed_ = false;
+  window_valid_ = false;
+  collected_at_ns_ = -1;
+  if (inner_) inner_->reset();
+}
+
+int64_t Meter::apportion_timed(int64_t span_ns, uint64_t others_ns, int sharers,
+                               int64_t window_ns) {
+  if (span_ns <= 0 || sharers <= 0 || window_ns <= 0) return span_ns;
+  const int64_t others = others_ns > static_cast<uint64_t>(INT64_MAX / 4)
+                             ? INT64_MAX / 4
+                             : static_cast<int64_t>(others_ns);
+  const int64_t excess = span_ns + others - window_ns;
+  if (excess <= 0) return span_ns;  // no overlap need have happened: all of it is the share's
+  const int64_t floor = span_ns / (sharers + 1);
+  const int64_t charged = span_ns - excess / (sharers + 1);
+  return charged > floor ? charged : floor;
+}
+
 bool Meter::no_time(const share::DeviceLimits& device) {
   return share::effective_cores_limit(device.cores_request.load(std::memory_order_acquire),
                                       device.cores_limit.load(std::memory_order_acquire)) == 0;
@@ -141,6 +202,21 @@ int64_t Meter::tick(int64_t now_ns) {
       // No window yet (first look of this leader): nothing to decide on.
       device.last_tick_ns.store(static_cast<uint64_t>(now_ns), std::memory_order_release);
       continue;
+    }
+    if (source_->timed(static_cast<int>(d)) && busy.share_ns >= 0) {
+      // Spans of launches timed by the share itself include the other shares' time on the
+      // device: the board says how much they spanned meanwhile.
+      timed_total_ns_[d] += static_cast<uint64_t>(busy.share_ns);
+      uint64_t others = 0;
+      int sharers = 0;
+      const int64_t last =
+          static_cast<int64_t>(device.last_tick_ns.load(std::memory_order_acquire));
+      if (board_ &&
+          board_->others_timed(static_cast<int>(d), timed_total_ns_[d], now_ns, &others,
+                               &sharers) &&
+          primed_[d] && last > 0 && now_ns > last) {
+        busy.share_ns = apportion_timed(busy.share_ns, others, sharers, now_ns - last);
+      }
     }
     device.busy_ns.fetch_add(static_cast<uint64_t>(busy.share_ns), std::memory_order_relaxed);
     device.others_busy_ns.fetch_add(static_cast<uint64_t>(busy.others_ns),

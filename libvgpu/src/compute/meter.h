@@ -5,6 +5,7 @@
 // priority signal are injected, so all of it runs under simulated time in the unit tests.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "compute/controller.h"
@@ -26,6 +27,9 @@ class BusySource {
   virtual bool measure(int device, int64_t now_ns, Busy* out) = 0;
   // Forget the previous measurement (a new leader starts its own windows).
   virtual void reset() = 0;
+  // True when the share's GPU time on the device is what its own launches' events spanned
+  // (OwnSource): time the device gave other processes meanwhile is in it.
+  virtual bool timed(int) const { return false; }
 
  protected:
   ~BusySource() = default;  // never deleted through the interface (the shim allocates nothing)
@@ -45,6 +49,10 @@ class PriorityBoard {
   // leave its request to it.
   virtual uint32_t spare(int device, uint32_t priority, const Claim& own, bool active,
                          int64_t now_ns, int64_t until_ns) = 0;
+  // Shares that time their own launches on a device (OwnSource) publish what their launches
+  // spanned so far (`own_total_ns`) and learn what the other active shares' spans grew by since
+  // the previous call (`others_ns`) and how many grew (`sharers`). False where nothing is known.
+  virtual bool others_timed(int, uint64_t, int64_t, uint64_t*, int*) { return false; }
 
  protected:
   ~PriorityBoard() = default;
@@ -68,6 +76,34 @@ class AgentSource final : public BusySource {
   uint64_t last_share_[share::kMaxDevices] = {};
   uint64_t last_others_[share::kMaxDevices] = {};
   uint64_t last_at_[share::kMaxDevices] = {};
+};
+
+// The GPU time the share's processes timed themselves (timed_launch.h) on the devices whose bit
+// is set in `timed_mask`: the growth of their slots' gpu_busy_ns (a slot claimed again counts from
+// 0). Every other device is measured by `inner`. A slot's time goes to the timed device its
+// process's contexts are on (ProcessSlot::contexts); a process with contexts on several devices
+// (or none said) is charged its whole timed time on each timed device (more than it used, never
+// less). "Others" are unknown there (0).
+class OwnSource final : public BusySource {
+ public:
+  OwnSource(share::UsagePage* usage, BusySource* inner, const std::atomic<uint64_t>* timed_mask)
+      : usage_(usage), inner_(inner), timed_mask_(timed_mask) {}
+  bool measure(int device, int64_t now_ns, Busy* out) override;
+  void reset() override;
+  bool timed(int device) const override {
+    return (timed_mask_->load(std::memory_order_acquire) >> device) & 1u;
+  }
+
+ private:
+  share::UsagePage* usage_;
+  BusySource* inner_;
+  const std::atomic<uint64_t>* timed_mask_;
+  bool primed_ = false;
+  bool window_valid_ = false;  // the look at collected_at_ns_ had a previous one to difference
+  int64_t collected_at_ns_ = -1;
+  uint64_t window_ns_[share::kMaxDevices] = {};  // per device, the growth found at collected_at_ns_
+  uint64_t last_generation_[share::kMaxSlots] = {};
+  uint64_t last_busy_[share::kMaxSlots] = {};
 };
 
 struct MeterTiming {
@@ -109,6 +145,13 @@ class Meter {
   static uint64_t no_time_mask(const share::LimitsPage& limits);
   // Request and limit both 0: the device gives the share no time at all.
   static bool no_time(const share::DeviceLimits& device);
+  // The share's part of what its timed launches spanned over a window (docs/compute.md, "Shares
+  // that contend inside one instance"): `span_ns` its own, `others_ns` the other `sharers`' spans
+  // over the window. Spans that add up to more than the window overlapped by at least the excess,
+  // and a time-sliced device gave each of the overlapping shares an equal part of it: each is
+  // charged its span less an equal part of the excess, never below span / (sharers + 1).
+  static int64_t apportion_timed(int64_t span_ns, uint64_t others_ns, int sharers,
+                                 int64_t window_ns);
   Config config_for(int device) const;
 
  private:
@@ -123,6 +166,7 @@ class Meter {
   Config base_config_;
   bool leading_ = false;
   bool primed_[share::kMaxDevices] = {};
+  uint64_t timed_total_ns_[share::kMaxDevices] = {};  // what timed launches spanned, published
   uint64_t last_launches_ = 0;
 };
 

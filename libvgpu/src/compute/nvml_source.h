@@ -5,6 +5,8 @@
 // (LimitsPage::measure_source, AgentSource).
 #pragma once
 
+#include <atomic>
+
 #include "compute/meter.h"
 #include "tessera/nvml_abi.h"
 
@@ -18,6 +20,13 @@ class NvmlSource final : public BusySource {
   bool open();
   bool measure(int device, int64_t now_ns, Busy* out) override;
   void reset() override;
+  // True when NVML answers NVML_ERROR_NOT_SUPPORTED for the device's per-process utilisation (every
+  // MIG device): the share's launches there are timed by the shim (timed_launch.h). Asks NVML
+  // once per device; false when NVML or the device cannot be reached (nothing is known).
+  bool utilization_unsupported(int device);
+  // While the share times launches itself, ProcessSlot::gpu_busy_ns holds that time: the pids'
+  // NVML figures are then not added to it.
+  void set_timed_mask(const std::atomic<uint64_t>* timed_mask) { timed_mask_ = timed_mask; }
 
  private:
   using InitFn = nvmlReturn_t (*)();
@@ -28,7 +37,11 @@ class NvmlSource final : public BusySource {
   share::UsagePage* usage_;
   HandleFn handle_by_uuid_ = nullptr;
   UtilFn utilization_ = nullptr;
+  bool handle(int device);
+  const std::atomic<uint64_t>* timed_mask_ = nullptr;
   nvmlDevice_t handles_[share::kMaxDevices] = {};
+  // Per device: 0 not asked yet, 1 supported (or unknown), 2 NVML_ERROR_NOT_SUPPORTED.
+  uint8_t support_[share::kMaxDevices] = {};
   unsigned long long last_seen_us_[share::kMaxDevices] = {};
   static constexpr unsigned kMaxSamples = 256;
   nvmlProcessUtilizationSample_t samples_[kMaxSamples] = {};

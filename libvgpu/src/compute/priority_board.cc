@@ -213,8 +213,9 @@ uint32_t UserBoard::spare(int device, uint32_t priority, const Claim& own, bool 
       }
     }
     if (mine >= 0) {
-      const Entry entry{
-          identity_, static_cast<uint64_t>(until_ns), own.request, own.limit, priority, 0};
+      const Entry entry{identity_,   static_cast<uint64_t>(until_ns),
+                        own.request, own.limit,
+                        priority,    timed_us_[device]};
       if (pwrite(fd, &entry, sizeof entry, kEntriesOffset + mine * sizeof(Entry)) !=
           static_cast<ssize_t>(sizeof entry)) {
         refuse(device, "cannot be written");
@@ -239,6 +240,35 @@ uint32_t UserBoard::spare(int device, uint32_t priority, const Claim& own, bool 
     others[count++] = Claim{entry.request, entry.limit};
   }
   return spare_part(own, others, count);
+}
+
+bool UserBoard::others_timed(int device, uint64_t own_total_ns, int64_t now_ns, uint64_t* others_ns,
+                             int* sharers) {
+  timed_us_[device] = static_cast<uint32_t>(own_total_ns / 1000);
+  *others_ns = 0;
+  *sharers = 0;
+  const int fd = board_fd(device);
+  if (fd < 0) return false;
+  Entry entries[kEntries];
+  if (pread(fd, entries, sizeof entries, kEntriesOffset) != static_cast<ssize_t>(sizeof entries)) {
+    refuse(device, "was truncated");
+    return false;
+  }
+  const uint64_t now = now_ns > 0 ? static_cast<uint64_t>(now_ns) : 0;
+  for (int i = 0; i < kEntries; ++i) {
+    const Entry& entry = entries[i];
+    const bool other = entry.identity != 0 && entry.identity != identity_;
+    // Growth since the last look at this entry, modulo 2^32 microseconds; an entry that another
+    // share took since is seen from now on.
+    const bool same = other && seen_identity_[device][i] == entry.identity;
+    const uint32_t growth_us = same ? entry.timed_us - seen_timed_us_[device][i] : 0;
+    seen_identity_[device][i] = other ? entry.identity : 0;
+    seen_timed_us_[device][i] = entry.timed_us;
+    if (!other || entry.active_until_ns <= now || growth_us == 0) continue;
+    *others_ns += static_cast<uint64_t>(growth_us) * 1000;
+    ++*sharers;
+  }
+  return true;
 }
 
 }  // namespace tessera::vgpu::compute

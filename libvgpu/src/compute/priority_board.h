@@ -49,6 +49,11 @@ class UserBoard final : public PriorityBoard {
   // A board that cannot be used: the part as if the share were alone.
   uint32_t spare(int device, uint32_t priority, const Claim& own, bool active, int64_t now_ns,
                  int64_t until_ns) override;
+  // The share's timed total is published in its entry (Entry::timed_us) at its next spare(); the
+  // others' growth is read from their live entries, whatever their priority (time-slicing gives
+  // every process its turn).
+  bool others_timed(int device, uint64_t own_total_ns, int64_t now_ns, uint64_t* others_ns,
+                    int* sharers) override;
 
   // A share's identity on the board: its folder's device and inode, mixed (every process of the
   // share finds the same); a share without a folder (standalone: the process is the share) uses
@@ -63,7 +68,9 @@ class UserBoard final : public PriorityBoard {
     uint32_t request;          // percent
     uint32_t limit;            // percent
     uint32_t priority;         // share::kPriority*
-    uint32_t reserved;
+    // What the share's timed launches spanned so far, microseconds modulo 2^32 (meter.h
+    // PriorityBoard::others_timed); 0 where it times none. Was reserved (0) in version 3.
+    uint32_t timed_us;
   };
   static_assert(sizeof(Entry) == 32);
   static constexpr int kEntries = 64;
@@ -91,6 +98,10 @@ class UserBoard final : public PriorityBoard {
   int fds_[share::kMaxDevices] = {};  // fd + 1 (0: not opened yet)
   bool failed_[share::kMaxDevices] = {};
   bool full_said_[share::kMaxDevices] = {};
+  uint32_t timed_us_[share::kMaxDevices] = {};  // the share's own, written at spare()
+  // Per device and entry: whose timed total was seen there last, and what it was.
+  uint64_t seen_identity_[share::kMaxDevices][kEntries] = {};
+  uint32_t seen_timed_us_[share::kMaxDevices][kEntries] = {};
 };
 
 }  // namespace tessera::vgpu::compute
