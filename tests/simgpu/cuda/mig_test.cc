@@ -341,6 +341,81 @@ TEST_F(SimMigCuda, NvmlListsEachProcessOnItsInstance) {
   EXPECT_EQ(on_b->wait_exit(), 0);
 }
 
+// tessera/nvml.h's MIG calls end to end, as the node agent makes them (NVIDIA's DRA driver's
+// order: mode, profile by index, placements, GI at a placement, CI, MIG device by its UUID).
+TEST_F(SimMigCuda, SessionCallsWalkTheMigApi) {
+  Child child([](FILE* out) {
+    using tessera::StatusCode;
+    auto session = tessera::nvml::Session::open(SIMGPU_NVML_LIBRARY);
+    if (!session.is_ok() || !session->library().require(tessera::nvml::kMigEntryPoints).is_ok())
+      return 2;
+    auto gpu = session->device_by_index(0);
+    auto other = session->device_by_index(1);
+    if (!gpu.is_ok() || !other.is_ok()) return 3;
+    auto mode = session->mig_mode(*gpu);
+    if (!mode.is_ok() || mode->current != NVML_DEVICE_MIG_ENABLE) return 4;
+    if (session->mig_mode(*other).status().code() != StatusCode::kFailedPrecondition) return 5;
+    auto profile = session->gpu_instance_profile_info(*gpu, NVML_GPU_INSTANCE_PROFILE_2_SLICE);
+    if (!profile.is_ok() || profile->id != 14 || std::string(profile->name) != "MIG 2g.35gb")
+      return 6;
+    if (session->gpu_instance_profile_info(*gpu, NVML_GPU_INSTANCE_PROFILE_COUNT).status().code() !=
+        StatusCode::kInvalidArgument)
+      return 7;
+    auto placements = session->gpu_instance_possible_placements(*gpu, profile->id);
+    if (!placements.is_ok() || placements->size() != 3) return 8;
+    auto instance =
+        session->create_gpu_instance_with_placement(*gpu, profile->id, (*placements)[1]);
+    if (!instance.is_ok()) return 9;
+    if (session->create_gpu_instance_with_placement(*gpu, profile->id, (*placements)[1])
+            .status()
+            .code() != StatusCode::kAlreadyExists)
+      return 10;
+    auto listed = session->gpu_instances(*gpu, profile->id);
+    if (!listed.is_ok() || listed->size() != 1 || (*listed)[0] != *instance) return 11;
+    auto info = session->gpu_instance_info(*instance);
+    if (!info.is_ok() || info->id != 4 || info->placement.start != 2) return 12;
+    auto ci_profile =
+        session->compute_instance_profile_info(*instance, NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE);
+    if (!ci_profile.is_ok() || ci_profile->multiprocessorCount != 32) return 13;
+    auto compute = session->create_compute_instance(*instance, ci_profile->id);
+    if (!compute.is_ok()) return 14;
+    auto computes = session->compute_instances(*instance, ci_profile->id);
+    if (!computes.is_ok() || computes->size() != 1) return 15;
+    auto ci_info = session->compute_instance_info(*compute);
+    if (!ci_info.is_ok()) return 16;
+    auto devices = session->mig_devices(*gpu);
+    if (!devices.is_ok() || devices->size() != 1 || (*devices)[0] != ci_info->device) return 17;
+    auto max = session->max_mig_device_count(*gpu);
+    if (!max.is_ok() || *max != 7) return 18;
+    if (session->mig_device_by_index(*gpu, 3).status().code() != StatusCode::kNotFound) return 19;
+    auto is_mig = session->is_mig_device(ci_info->device);
+    if (!is_mig.is_ok() || !*is_mig) return 20;
+    auto parent = session->device_from_mig_handle(ci_info->device);
+    if (!parent.is_ok() || *parent != *gpu) return 21;
+    auto gi_id = session->gpu_instance_id(ci_info->device);
+    auto ci_id = session->compute_instance_id(ci_info->device);
+    if (!gi_id.is_ok() || *gi_id != 4 || !ci_id.is_ok() || *ci_id != 0) return 22;
+    auto attributes = session->attributes(ci_info->device);
+    if (!attributes.is_ok() || attributes->memorySizeMB != 33024) return 23;
+    if (session->attributes(*gpu).status().code() != StatusCode::kFailedPrecondition) return 24;
+    auto by_id = session->gpu_instance_by_id(*gpu, 4);
+    if (!by_id.is_ok()) return 25;
+    auto ci_by_id = session->compute_instance_by_id(*by_id, 0);
+    if (!ci_by_id.is_ok()) return 26;
+    if (session->destroy_gpu_instance(*by_id).code() != StatusCode::kUnavailable) return 27;
+    if (!session->destroy_compute_instance(*ci_by_id).is_ok()) return 28;
+    if (!session->destroy_gpu_instance(*by_id).is_ok()) return 29;
+    if (session->gpu_instance_by_id(*gpu, 4).status().code() != StatusCode::kNotFound) return 30;
+    if (!session->set_mig_mode(*gpu, NVML_DEVICE_MIG_DISABLE).is_ok()) return 31;
+    if (session->create_gpu_instance(*gpu, 19).status().code() != StatusCode::kFailedPrecondition)
+      return 32;
+    std::fprintf(out, "done\n");
+    return 0;
+  });
+  EXPECT_EQ(child.read_line(), "done");
+  EXPECT_EQ(child.wait_exit(), 0) << "the exit code names the step that failed";
+}
+
 // simgpu-ctl's MIG commands (through NVML, as nvidia-smi mig works): what tests and people use.
 std::string ctl(const std::string& arguments, int& exit_code) {
   std::string output;
