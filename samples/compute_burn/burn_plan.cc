@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 #include <stdexcept>
 
 namespace tessera::samples {
@@ -77,6 +78,10 @@ void add_burn_report(Json& report, const BurnOptions& options, int sm_count, con
   report["latency_us_p50"] = percentile(latencies, 50);
   report["latency_us_p99"] = percentile(latencies, 99);
   report["latency_us_max"] = latencies.back();
+  // With --sync-every 1 every kernel is timed, from just before its launch to its end: the total
+  // is the time the tenant wanted the GPU (its launch held by a quota's gate, its kernel waiting
+  // for other tenants' or running), what a quota test counts as owed a share of.
+  report["latency_us_total"] = std::accumulate(latencies.begin(), latencies.end(), 0.0);
 }
 
 }  // namespace tessera::samples

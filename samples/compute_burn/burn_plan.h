@@ -57,7 +57,7 @@ BurnTimings time_burn(const BurnOptions& options, const BurnCalls& calls);
 
 // The keys after the sample's own: sms, blocks, threads_per_block, rounds_per_block,
 // resident_blocks_per_sm, waves, iterations, sync_every, kernels, seconds, kernels_per_s and the
-// latency figures.
+// latency figures (samples, min, p50, p99, max and the total of the timed kernels).
 void add_burn_report(Json& report, const BurnOptions& options, int sm_count, const BurnGrid& grid,
                      const BurnTimings& timings);
 

@@ -6,7 +6,8 @@ scenario first measures the unlimited baseline in the same run, prints its figur
 
   compute_accuracy.py --tessera T --burn B [--probe P] --lib-dir D SCENARIO [--seconds S]
 
-Scenarios: single (cores 10/30/50/90 alone vs unlimited), shares (30/70, 50 us kernels),
+Scenarios: single (cores 10/30/50/90 alone, judged by what the share was given, not by how fast
+this machine let it ask), shares (30/70, 50 us kernels),
 shares-long (30/70, 5 ms kernels), four (10/20/30/40), four-long (the same, 5 ms kernels),
 processes (30/70, two processes per share),
 burst (request 30, limit 100, then a 70% tenant arrives), classes (a guaranteed 60 beside a
@@ -34,6 +35,7 @@ import time
 
 SHORT_US = 50     # one wave of burn_fma (--blocks-per-sm 8 = one wave on 132 SMs)
 LONG_US = 5000
+SINGLE_US = 5000  # `single`: one kernel in flight, long enough that launching is a small part
 FAILURES = []
 
 
@@ -100,8 +102,9 @@ class Harness:
         """GPU time of the share's processes, percent of wall time."""
         return sum(100.0 * r["kernels"] * self.kernel_us * 1e-6 / r["seconds"] for r in reports)
 
-    def baseline(self, seconds, launch="kernel"):
-        reports = self.finish(self.start(None, seconds=seconds, launch=launch))
+    def baseline(self, seconds, launch="kernel", sync_every=None):
+        reports = self.finish(self.start(None, seconds=seconds, launch=launch,
+                                         sync_every=sync_every))
         figure(f"unlimited_{launch}_kernels_per_s", reports[0]["kernels_per_s"])
         return reports[0]
 
@@ -117,32 +120,86 @@ def quota_figures(h, name, report, base, cores):
 
 
 def single(h, seconds):
-    h.kernel(SHORT_US)
-    base = h.baseline(seconds)
+    """Cores 10/30/50/90 alone, judged by what the share was given, not by how fast this machine
+    let it ask (a loaded machine stretches the tenant's own launches; no verdict depends on that).
+    One kernel in flight (--sync-every 1), so the wall time splits into three parts that do not
+    overlap: on the GPU (G, kernels x kernel time), held at the compute gate (W, the shim's
+    `throttled_ns`), and the tenant's own CPU time (launching, and waiting for a CPU). Then:
+      cap:   G <= q T + 3 points of T          (the share never gets more than its quota)
+      floor: G >= q (G + W) - 3 points of T    (it is held only once it has had its quota of the
+                                                time it wanted; a tenant that could not ask for
+                                                more is not owed more)
+    The bucket gives a share exactly q T less what it leaves unused at the cap (C = 20 ms) while
+    its gate is open, so a correct limiter meets both on any machine (docs/compute.md)."""
+    h.kernel(SINGLE_US)
+    base = h.baseline(seconds, sync_every=1)
     figure("unlimited_gpu_percent", h.busy_percent([base]))
     for cores in (10, 30, 50, 90):
-        process = h.start(["--cores", str(cores), "--verbose"], seconds=seconds)
-        r = h.finish(process)[0]
-        quota_figures(h, f"cores{cores}", r, base, cores)
-        check_summary(h, process.summary, r, cores)
+        held = given_quota(h, f"cores{cores}", base, cores, seconds)
+        if cores == 10 and held is not None and held <= 0:
+            # A tenant that asks for 10 times its quota on any machine that runs it at all.
+            FAILURES.append("cores 10: never held at the gate")
 
 
-def check_summary(h, stderr, report, cores, limit=None):
-    """`tessera run --verbose`: the shim's own counters agree with what the burn measured."""
+def given_quota(h, name, base, cores, seconds, launch="kernel", limit=None):
+    """One share of `cores` (and `limit`) alone, one kernel in flight, judged as `single` says at
+    the rate it is owed alone, its limit. Returns the time it was held at the gate (s), None
+    without a usage summary. Launches are counted exactly on
+    compute-burn's driver paths; a CUDA runtime build launches more than it times (the runtime's
+    graph path launches once outside the timed loop), so there every kernel must be counted."""
+    share_args = ["--cores", str(cores)] + (["--cores-limit", str(limit)] if limit else [])
+    process = h.start(share_args + ["--verbose"], seconds=seconds, launch=launch, sync_every=1)
+    r = h.finish(process)[0]
+    figure(f"{name}_percent_of_unlimited", 100.0 * r["kernels_per_s"] / base["kernels_per_s"])
+    exact = "runtime" not in os.path.basename(h.args.burn)
+    held = check_summary(h, process.summary, r, cores, limit, require_held=False,
+                         exact_launches=exact)
+    if held is None:
+        return None
+    gpu = r["kernels"] * h.kernel_us * 1e-6
+    wall = r["seconds"]
+    q = (limit or cores) / 100.0
+    figure(f"{name}_gpu_percent", 100.0 * gpu / wall)
+    figure(f"{name}_held_percent", 100.0 * held / wall)
+    judge_at_most(f"{name}_gpu_minus_quota_points", 100.0 * (gpu - q * wall) / wall, 3)
+    judge_at_most(f"{name}_owed_minus_gpu_points", 100.0 * (q * (gpu + held) - gpu) / wall, 3)
+    return held
+
+
+def judge_at_most(name, value, most):
+    line = f"FIGURE {name} = {value:.2f}"
+    ok = value <= most
+    line += f" (expected <= {most}: {'ok' if ok else 'FAIL'})"
+    if not ok:
+        FAILURES.append(line)
+    print(line, flush=True)
+
+
+def check_summary(h, stderr, report, cores, limit=None, require_held=True, exact_launches=True):
+    """`tessera run --verbose`: the shim's own counters agree with what the burn measured. Returns
+    the time the launching threads were held at the gate (s), None without a summary."""
     launches = re.search(r"summary: [0-9.]+ s, ([0-9]+) launches, launching threads waited "
                          r"([0-9.]+) s", stderr)
     used = re.search(rf"cores request {cores}%, limit {limit or cores}%; GPU time used ([0-9.]+) s",
                      stderr)
     if not launches or not used:
         FAILURES.append(f"cores {cores}: no usage summary in: {stderr!r}")
-        return
+        return None
     kernels = report["kernels"] + 1  # and the warm-up kernel
-    figure(f"cores{cores}_summary_launches", int(launches.group(1)), kernels, 0)
+    if exact_launches:
+        figure(f"cores{cores}_summary_launches", int(launches.group(1)), kernels, 0)
+    else:
+        judge_at_most(f"cores{cores}_kernels_beyond_summary_launches",
+                      kernels - int(launches.group(1)), 0)
     gpu_s = kernels * h.kernel_us * 1e-6
+    # 5 %, and the two windows the meter does not debit (the first after the share starts and the
+    # one after its last period), each up to one kernel: 2 x 50 us is nothing, 2 x 5 ms is not.
     figure(f"cores{cores}_summary_gpu_time_vs_kernels_percent",
-           100.0 * float(used.group(1)) / gpu_s, 100, 5)
-    if (limit or cores) < 90 and float(launches.group(2)) <= 0:
+           100.0 * float(used.group(1)) / gpu_s, 100,
+           round(5 + 100.0 * 2 * h.kernel_us * 1e-6 / gpu_s, 2))
+    if (limit or cores) < 90 and float(launches.group(2)) <= 0 and require_held:
         FAILURES.append(f"cores {cores}: no throttled time counted")
+    return float(launches.group(2))
 
 
 def shares(h, seconds, quotas, kernel_us, processes=1):
@@ -326,31 +383,21 @@ def classes(h, seconds):
 
 
 def best_effort(h, seconds):
-    """A best-effort share (--cores 0) alone: at least 90 % of what an unlimited run gets."""
-    h.kernel(SHORT_US)
-    base = h.baseline(seconds)
-    process = h.start(["--cores", "0", "--verbose"], seconds=seconds)
-    r = h.finish(process)[0]
-    percent = 100.0 * r["kernels_per_s"] / base["kernels_per_s"]
-    line = f"FIGURE best_effort_alone_percent_of_unlimited = {percent:.2f}"
-    ok = percent >= 90
-    line += f" (expected >= 90: {'ok' if ok else 'FAIL'})"
-    if not ok:
-        FAILURES.append(line)
-    print(line, flush=True)
-    figure("best_effort_alone_gpu_percent", h.busy_percent([r]))
-    check_summary(h, process.summary, r, 0, 100)
+    """A best-effort share (--cores 0) alone: owed the whole GPU, so held at the gate for at most
+    3 points of its wall time (judged as `single`, at a rate of 100)."""
+    h.kernel(SINGLE_US)
+    base = h.baseline(seconds, sync_every=1)
+    figure("unlimited_gpu_percent", h.busy_percent([base]))
+    given_quota(h, "best_effort_alone", base, 0, seconds, limit=100)
 
 
 def burstable(h, seconds):
-    """Request 30, limit 60, alone: the spare time takes it to its limit, 60."""
-    h.kernel(SHORT_US)
-    base = h.baseline(seconds)
+    """Request 30, limit 60, alone: the spare time takes it to its limit, 60 (judged as
+    `single`)."""
+    h.kernel(SINGLE_US)
+    base = h.baseline(seconds, sync_every=1)
     figure("unlimited_gpu_percent", h.busy_percent([base]))
-    process = h.start(["--cores", "30", "--cores-limit", "60", "--verbose"], seconds=seconds)
-    r = h.finish(process)[0]
-    quota_figures(h, "request30_limit60", r, base, 60)
-    check_summary(h, process.summary, r, 30, 60)
+    given_quota(h, "request30_limit60", base, 30, seconds, limit=60)
 
 
 def meter_leader(share_dir):
@@ -409,10 +456,11 @@ def priority(h, seconds):
 
 
 def path(h, seconds, launch):
-    h.kernel(SHORT_US)
-    base = h.baseline(seconds, launch)
-    r = h.finish(h.start(["--cores", "30"], seconds=seconds, launch=launch))[0]
-    quota_figures(h, f"{launch}_cores30", r, base, 30)
+    """Cores 30 through one of compute-burn's launch paths, judged as `single`."""
+    h.kernel(SINGLE_US)
+    base = h.baseline(seconds, launch, sync_every=1)
+    figure(f"unlimited_{launch}_gpu_percent", h.busy_percent([base]))
+    given_quota(h, f"{launch}_cores30", base, 30, seconds, launch)
 
 
 def probe_path(h, seconds, entry):

@@ -122,7 +122,8 @@ def check_compute_burn(args, extra):
     report = parse_report(run_sample(args.binary, args.lib_dir, sample_args, 60),
                           args.sample or "compute-burn", args.default_stream)
     require_keys(report, ["launch", "kernels", "seconds", "kernels_per_s", "blocks",
-                          "threads_per_block", "latency_us_p50", "latency_us_p99"])
+                          "threads_per_block", "latency_us_p50", "latency_us_p99", "latency_samples",
+                          "latency_us_total"])
     expect(report["launch"] == args.launch, f"launch is {report['launch']!r}")
     expect(report["threads_per_block"] == 256, f"threads_per_block {report['threads_per_block']}")
     expect(report["waves"] == WAVES, f"waves {report['waves']} != {WAVES}")
@@ -143,6 +144,9 @@ def check_compute_burn(args, extra):
     for key in ("latency_us_p50", "latency_us_p99"):
         expect(math.isclose(report[key], kernel_us, rel_tol=0.10),
                f"{key} {report[key]:.1f}, expected {kernel_us} +-10%")
+    timed = report["latency_samples"] * kernel_us
+    expect(math.isclose(report["latency_us_total"], timed, rel_tol=0.10),
+           f"latency_us_total {report['latency_us_total']:.1f}, expected {timed} +-10%")
 
 
 def check_fails(args, extra):
