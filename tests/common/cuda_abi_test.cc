@@ -1,4 +1,4 @@
-#include "tessera/cuda_abi.h"
+#include "tessera/cuda_abi/cuda_abi.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace tessera {
+namespace tessera::cuda_abi {
 namespace {
 
 constexpr cuuint64_t kDefault = CU_GET_PROC_ADDRESS_DEFAULT;
@@ -195,4 +195,4 @@ TEST(CuResult, UnknownValuesHaveNoNameOrString) {
 }
 
 }  // namespace
-}  // namespace tessera
+}  // namespace tessera::cuda_abi

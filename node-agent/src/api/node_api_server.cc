@@ -192,7 +192,7 @@ void NodeApiServer::poll_once() {
   {
     std::lock_guard lock(snapshot_mutex_);
     fill_cores_used(last_, now);
-    changes = tessera::api::snapshot_events(last_, now);
+    changes = tessera::node_events::snapshot_events(last_, now);
     last_ = std::move(now);
   }
   for (v1::Event& event : changes) events_.publish(std::move(event));

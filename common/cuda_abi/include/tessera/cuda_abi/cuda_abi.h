@@ -12,7 +12,7 @@
 #include <span>
 #include <string_view>
 
-namespace tessera {
+namespace tessera::cuda_abi {
 
 // One ABI of one driver entry point. Rows are sorted by (name, version, per_thread).
 struct ProcEntry {
@@ -55,4 +55,4 @@ const char* cu_result_name(CUresult result);
 // memory"), otherwise the first sentence of cuda.h's documentation. nullptr if unknown.
 const char* cu_result_string(CUresult result);
 
-}  // namespace tessera
+}  // namespace tessera::cuda_abi
