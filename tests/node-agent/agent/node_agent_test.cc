@@ -30,12 +30,12 @@
 #include "backends/mps_backend.h"
 #include "captured_log.h"
 #include "clock/clock.h"
-#include "plugin_server.h"
+#include "plugin/plugin_server.h"
+#include "plugin/test_support.h"
 #include "share/checkpoint.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "tessera/share_region.h"
-#include "test_support.h"
 
 namespace tessera::agent {
 namespace {
