@@ -9,6 +9,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 
@@ -54,5 +55,26 @@ const char* cu_result_name(CUresult result);
 // A short description: the driver's own cuGetErrorString text for common codes ("out of
 // memory"), otherwise the first sentence of cuda.h's documentation. nullptr if unknown.
 const char* cu_result_string(CUresult result);
+
+// The bytes of one channel of one element of a CUDA array of `format` (CUDA_ARRAY3D_DESCRIPTOR's
+// Format), or 0 for a format this table does not list: each caller decides what an unknown one
+// means (the shim charges the widest element, the simulator refuses the array).
+constexpr uint64_t array_format_bytes(CUarray_format format) {
+  switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+      return 4;
+    default:
+      return 0;
+  }
+}
 
 }  // namespace tessera::cuda_abi
