@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "config.h"
+#include "core/config.h"
 #include "driver.h"
 #include "tessera/cuda_abi/cuda_abi.h"
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "process_id.h"
+#include "core/process_id.h"
 
 namespace simgpu::driver {
 // CUDA_VISIBLE_DEVICES as the real driver reads it: a comma-separated list of indices or UUID

@@ -9,7 +9,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "simulator.h"
+#include "core/simulator.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Inspect and steer the simulated GPU (state file: $SIMGPU_STATE)"};
