@@ -1,9 +1,9 @@
-#include "tessera/cuda_abi.h"
+#include "tessera/cuda_abi/cuda_abi.h"
 
 #include <algorithm>
 #include <iterator>
 
-namespace tessera {
+namespace tessera::cuda_abi {
 namespace {
 
 // Constant-initialised: no constructor runs, so the shim may resolve symbols before main.
@@ -112,4 +112,4 @@ const char* cu_result_string(CUresult result) {
   return nullptr;
 }
 
-}  // namespace tessera
+}  // namespace tessera::cuda_abi

@@ -5,27 +5,15 @@
 #include "accounting.h"
 #include "hooks.h"
 #include "state.h"
+#include "tessera/cuda_abi/cuda_abi.h"
 
 using namespace tessera::vgpu;
 
 namespace {
 
 uint64_t array_element_bytes(CUarray_format format) {
-  switch (format) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-      return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-      return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
-      return 4;
-    default:
-      return 16;  // formats the shim does not know: the widest element, so nothing escapes
-  }
+  const uint64_t bytes = tessera::cuda_abi::array_format_bytes(format);
+  return bytes != 0 ? bytes : 16;  // a format the shim does not know: the widest, nothing escapes
 }
 
 bool array_bytes(const CUDA_ARRAY3D_DESCRIPTOR& d, uint64_t* out) {

@@ -9,7 +9,7 @@
 #include "glibc_compat.h"
 #include "hooks.h"
 #include "log.h"
-#include "tessera/cuda_abi.h"
+#include "tessera/cuda_abi/cuda_abi.h"
 
 namespace tessera::vgpu {
 namespace {
@@ -24,8 +24,9 @@ long long call_count(const char* symbol) {
 // The wrapper for the real entry point `pointer` that the real resolver handed out for `name`, or
 // `pointer` itself when the shim does not hook that ABI.
 void* wrap_resolved(const char* name, void* pointer) {
-  const ProcEntry* candidates[kMaxProcSymbolsPerName];
-  const size_t count = proc_symbols_for(name, candidates, kMaxProcSymbolsPerName);
+  const cuda_abi::ProcEntry* candidates[cuda_abi::kMaxProcSymbolsPerName];
+  const size_t count =
+      cuda_abi::proc_symbols_for(name, candidates, cuda_abi::kMaxProcSymbolsPerName);
   for (size_t i = 0; i < count; ++i) {
     const int id = find_hook(candidates[i]->symbol);
     if (id >= 0 && real_entry(static_cast<HookId>(id)) == pointer) return kEntries[id].wrapper;

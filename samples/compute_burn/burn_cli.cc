@@ -1,6 +1,6 @@
 #include "burn_cli.h"
 
-#include "options.h"
+#include "common/options.h"
 
 namespace tessera::samples {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "burn_plan.h"
-#include "common_options.h"
+#include "common/common_options.h"
 
 namespace tessera::samples {
 

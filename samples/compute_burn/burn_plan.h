@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "report.h"
+#include "common/report.h"
 
 namespace tessera::samples {
 

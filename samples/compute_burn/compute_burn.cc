@@ -13,8 +13,8 @@
 #include "burn_cli.h"
 #include "burn_kernels_ptx.h"
 #include "burn_plan.h"
-#include "driver.h"
-#include "report.h"
+#include "common/driver.h"
+#include "common/report.h"
 
 namespace tessera::samples {
 namespace {

@@ -16,8 +16,8 @@
 #include "burn_cli.h"
 #include "burn_plan.h"
 #include "burn_runtime.h"
-#include "report.h"
-#include "runtime.h"
+#include "common/report.h"
+#include "common/runtime.h"
 
 namespace tessera::samples {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "options.h"
+#include "common/options.h"
 
 namespace tessera::samples {
 namespace {

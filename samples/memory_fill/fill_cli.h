@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "common_options.h"
+#include "common/common_options.h"
 #include "fill_plan.h"
 
 namespace tessera::samples {

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "report.h"
+#include "common/report.h"
 
 namespace tessera::samples {
 

@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include "driver.h"
+#include "common/driver.h"
+#include "common/report.h"
 #include "fill_cli.h"
 #include "fill_plan.h"
-#include "report.h"
 
 namespace tessera::samples {
 namespace {

@@ -14,10 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/report.h"
+#include "common/runtime.h"
 #include "fill_cli.h"
 #include "fill_plan.h"
-#include "report.h"
-#include "runtime.h"
 
 namespace tessera::samples {
 namespace {

@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "config.h"
+#include "core/config.h"
 #include "driver.h"
-#include "tessera/cuda_abi.h"
+#include "tessera/cuda_abi/cuda_abi.h"
 
 using namespace simgpu::driver;
 
@@ -53,8 +53,8 @@ CUresult proc_address(const char* symbol, void** pfn, int cuda_version, cuuint64
     return CUDA_ERROR_INVALID_VALUE;
   }
   *pfn = nullptr;
-  const tessera::ProcResolution resolution =
-      tessera::resolve_proc_symbol(symbol, cuda_version, flags);
+  const tessera::cuda_abi::ProcResolution resolution =
+      tessera::cuda_abi::resolve_proc_symbol(symbol, cuda_version, flags);
   if (status) *status = resolution.status;
   if (resolution.status != CU_GET_PROC_ADDRESS_SUCCESS) {
     if (trace_enabled()) {
@@ -368,13 +368,13 @@ SIMGPU_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice* ordinal, const char* bus_
 
 SIMGPU_EXPORT CUresult cuGetErrorString(CUresult error, const char** text) {
   if (!text) return CUDA_ERROR_INVALID_VALUE;
-  *text = tessera::cu_result_string(error);
+  *text = tessera::cuda_abi::cu_result_string(error);
   return *text ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 SIMGPU_EXPORT CUresult cuGetErrorName(CUresult error, const char** text) {
   if (!text) return CUDA_ERROR_INVALID_VALUE;
-  *text = tessera::cu_result_name(error);
+  *text = tessera::cuda_abi::cu_result_name(error);
   return *text ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 

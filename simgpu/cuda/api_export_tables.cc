@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/process_id.h"
 #include "driver.h"
 #include "integrity_hash.h"
-#include "process_id.h"
 
 using namespace simgpu::driver;
 

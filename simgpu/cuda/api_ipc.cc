@@ -19,8 +19,8 @@
 #include <cstring>
 #include <map>
 
+#include "core/process_id.h"
 #include "driver.h"
-#include "process_id.h"
 
 using namespace simgpu::driver;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "driver.h"
+#include "tessera/cuda_abi/cuda_abi.h"
 
 using namespace simgpu::driver;
 
@@ -22,31 +23,13 @@ void maybe_free_physical(Driver& driver, PhysicalAllocation* physical) {
   }
 }
 
-uint64_t format_bytes(CUarray_format format) {
-  switch (format) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-      return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-      return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
-      return 4;
-    default:
-      return 0;
-  }
-}
-
 CUresult create_array(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR& descriptor) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   Driver& driver = Driver::get();
   std::lock_guard<std::mutex> lock(driver.mutex);
   Context* context = nullptr;
   if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
-  const uint64_t element = format_bytes(descriptor.Format);
+  const uint64_t element = tessera::cuda_abi::array_format_bytes(descriptor.Format);
   const unsigned channels = descriptor.NumChannels;
   if (element == 0 || (channels != 1 && channels != 2 && channels != 4) || descriptor.Width == 0) {
     return CUDA_ERROR_INVALID_VALUE;

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "process_id.h"
+#include "core/process_id.h"
 
 namespace simgpu::driver {
 namespace {

@@ -16,7 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "simulator.h"
+#include "core/simulator.h"
 
 #define SIMGPU_EXPORT extern "C" __attribute__((visibility("default")))
 

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "cgroup.h"
+#include "core/cgroup.h"
 #include "nvml_internal.h"
 
 namespace simgpu::nvml {

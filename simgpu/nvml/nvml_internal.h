@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "simulator.h"
+#include "core/simulator.h"
 #include "tessera/nvml_abi.h"
 
 // A device handle is the address of one of these; the library owns one per possible device and

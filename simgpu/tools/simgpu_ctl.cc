@@ -19,7 +19,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "simulator.h"
+#include "core/simulator.h"
 #include "tessera/nvml.h"
 
 namespace {

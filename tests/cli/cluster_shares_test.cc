@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apiserver/claim_fixture.h"
-#include "tessera/driver_name.h"
+#include "tessera/vgpu_config/driver_name.h"
 #include "views/shares_view.h"
 
 namespace tessera::cli {

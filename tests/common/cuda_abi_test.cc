@@ -1,4 +1,4 @@
-#include "tessera/cuda_abi.h"
+#include "tessera/cuda_abi/cuda_abi.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace tessera {
+namespace tessera::cuda_abi {
 namespace {
 
 constexpr cuuint64_t kDefault = CU_GET_PROC_ADDRESS_DEFAULT;
@@ -185,6 +185,20 @@ TEST(CuResult, NamesEveryCodeAndDescribesItLikeTheDriver) {
                "access which has not been enabled yet via cuCtxEnablePeerAccess().");
 }
 
+TEST(ArrayFormat, ChannelBytesAsCudaDefinesThemAndZeroForAFormatNotListed) {
+  static_assert(array_format_bytes(CU_AD_FORMAT_FLOAT) == 4);  // usable in constant expressions
+  EXPECT_EQ(array_format_bytes(CU_AD_FORMAT_UNSIGNED_INT8), 1u);
+  EXPECT_EQ(array_format_bytes(CU_AD_FORMAT_SIGNED_INT8), 1u);
+  EXPECT_EQ(array_format_bytes(CU_AD_FORMAT_UNSIGNED_INT16), 2u);
+  EXPECT_EQ(array_format_bytes(CU_AD_FORMAT_SIGNED_INT16), 2u);
+  EXPECT_EQ(array_format_bytes(CU_AD_FORMAT_HALF), 2u);
+  EXPECT_EQ(array_format_bytes(CU_AD_FORMAT_UNSIGNED_INT32), 4u);
+  EXPECT_EQ(array_format_bytes(CU_AD_FORMAT_SIGNED_INT32), 4u);
+  EXPECT_EQ(array_format_bytes(CU_AD_FORMAT_FLOAT), 4u);
+  // Within the enum's value range, so the cast is well defined, but not an enumerator.
+  EXPECT_EQ(array_format_bytes(static_cast<CUarray_format>(0x7f)), 0u);
+}
+
 TEST(CuResult, UnknownValuesHaveNoNameOrString) {
   // Within the enum's value range, so the cast is well defined, but not an enumerator.
   for (const int value : {42, 1000}) {
@@ -195,4 +209,4 @@ TEST(CuResult, UnknownValuesHaveNoNameOrString) {
 }
 
 }  // namespace
-}  // namespace tessera
+}  // namespace tessera::cuda_abi

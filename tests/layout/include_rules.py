@@ -1,9 +1,9 @@
-"""What the two include checks share: a rules block read from a Markdown file, the quoted includes
+"""What the include checks share: a rules block read from a Markdown file, the quoted includes
 of a source file, the verdict, and the self-test of a check on a fixture tree.
 
 agent_layers.py checks the node agent's layers (node-agent/README.md's ```layers block);
 component_includes.py checks the components of the whole tree (docs/README.md's ```components
-block)."""
+block); include_style.py the one include spelling and the namespaces (its ```namespaces block)."""
 import os
 import re
 import shutil

@@ -43,7 +43,7 @@
 #include <thread>
 #include <vector>
 
-#include "tessera/cuda_abi.h"
+#include "tessera/cuda_abi/cuda_abi.h"
 #include "tessera/nvml_abi.h"
 #include "tessera/quantity.h"
 
@@ -201,14 +201,14 @@ int proc_matrix() {
   }
   const cuuint64_t kFlags[] = {CU_GET_PROC_ADDRESS_DEFAULT, CU_GET_PROC_ADDRESS_LEGACY_STREAM,
                                CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM};
-  for (const tessera::ProcEntry& row : tessera::cuda_proc_table()) {
+  for (const tessera::cuda_abi::ProcEntry& row : tessera::cuda_abi::cuda_proc_table()) {
     if (!is_hooked(row.symbol)) continue;  // a base name with at least one hooked ABI
     const int versions[] = {row.version, row.version + 10, 13000};
     for (int version : versions) {
       for (cuuint64_t flags : kFlags) {
         ++checked;
-        const tessera::ProcResolution expected =
-            tessera::resolve_proc_symbol(row.name, version, flags);
+        const tessera::cuda_abi::ProcResolution expected =
+            tessera::cuda_abi::resolve_proc_symbol(row.name, version, flags);
         void* pointer = nullptr;
         CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
         const CUresult r = resolver(row.name, &pointer, version, flags, &status);
@@ -336,7 +336,7 @@ CUresult build_graph(const std::string& kind, uint64_t bytes, const std::string&
 }
 
 void print_result(const char* what, CUresult r) {
-  const char* name = tessera::cu_result_name(r);
+  const char* name = tessera::cuda_abi::cu_result_name(r);
   std::printf("%s %s\n", what, name ? name : "?");
 }
 
@@ -396,7 +396,7 @@ int main(int argc, char** argv) {
         ++count;
         bytes += held.bytes;
       }
-      const char* name = tessera::cu_result_name(r);
+      const char* name = tessera::cuda_abi::cu_result_name(r);
       std::printf("fill %s %llu %llu %s\n", parts[1].c_str(),
                   static_cast<unsigned long long>(count), static_cast<unsigned long long>(bytes),
                   name ? name : "?");
@@ -419,17 +419,18 @@ int main(int argc, char** argv) {
       size_t free_bytes = 0;
       size_t total = 0;
       const CUresult r = cuMemGetInfo_v2(&free_bytes, &total);
-      std::printf("info %s %zu %zu\n", tessera::cu_result_name(r), free_bytes, total);
+      std::printf("info %s %zu %zu\n", tessera::cuda_abi::cu_result_name(r), free_bytes, total);
     } else if (verb == "infonull") {
       size_t value = 0;
       const CUresult a = cuMemGetInfo_v2(nullptr, &value);
       const CUresult b = cuMemGetInfo_v2(&value, nullptr);
-      std::printf("infonull %s %s\n", tessera::cu_result_name(a), tessera::cu_result_name(b));
+      std::printf("infonull %s %s\n", tessera::cuda_abi::cu_result_name(a),
+                  tessera::cuda_abi::cu_result_name(b));
     } else if (verb == "total") {
       size_t bytes = 0;
       const CUresult r =
           cuDeviceTotalMem_v2(&bytes, parts.size() > 1 ? std::atoi(parts[1].c_str()) : 0);
-      std::printf("total %s %zu\n", tessera::cu_result_name(r), bytes);
+      std::printf("total %s %zu\n", tessera::cuda_abi::cu_result_name(r), bytes);
     } else if (verb == "nvml") {
       nvmlReturn_t r = nvmlInit_v2();
       nvmlDevice_t device = nullptr;

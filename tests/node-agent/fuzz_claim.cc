@@ -6,7 +6,7 @@
 #include <string>
 
 #include "model/share_spec.h"
-#include "tessera/vgpu_config.h"
+#include "tessera/vgpu_config/vgpu_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;

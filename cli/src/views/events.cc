@@ -77,7 +77,7 @@ Status events_from_local(const EventsOptions& options, const LocalSnapshot& loca
       err << "tessera events: " << now.status().message() << '\n';
       continue;
     }
-    for (v1::Event& event : tessera::api::snapshot_events(last, *now)) {
+    for (v1::Event& event : tessera::node_events::snapshot_events(last, *now)) {
       event.set_sequence(++sequence);
       if (options.namespaces.accepts(event.namespace_()))
         out << format_event(event, options.output) << '\n' << std::flush;
@@ -103,8 +103,8 @@ std::string format_event(const v1::Event& event, const std::string& output) {
     return document;
   }
   std::string line = time_text(event.unix_ms()) + "  " +
-                     tessera::api::event_kind_name(event.kind()) + "  " + subject(event) + "  " +
-                     event.message();
+                     tessera::node_events::event_kind_name(event.kind()) + "  " + subject(event) +
+                     "  " + event.message();
   if (output != "wide") return line;
   std::map<std::string, std::string> fields(event.fields().begin(), event.fields().end());
   for (const auto& [key, value] : fields) line += "  " + key + "=" + value;

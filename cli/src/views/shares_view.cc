@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "exit_codes.h"
-#include "tessera/driver_name.h"
 #include "tessera/local_shares.h"
+#include "tessera/vgpu_config/driver_name.h"
 #include "views/cluster_shares.h"
 #include "views/format.h"
 

@@ -5,6 +5,7 @@
 // is a tessera::Mutex and is taken with a tessera::MutexLock.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -57,6 +58,18 @@ class TESSERA_CAPABILITY("mutex") Mutex {
     std::unique_lock held(mutex_, std::adopt_lock);
     changed.wait(held);
     held.release();  // still locked: the caller's MutexLock releases it
+  }
+
+  // As wait(), but returns by `deadline` at the latest: false when the deadline passed (callers
+  // then read their condition once more, holding the lock again).
+  template <class WaitClock, class Duration>
+  bool wait_until(std::condition_variable& changed,
+                  const std::chrono::time_point<WaitClock, Duration>& deadline)
+      TESSERA_REQUIRES(this) {
+    std::unique_lock held(mutex_, std::adopt_lock);
+    const bool notified = changed.wait_until(held, deadline) == std::cv_status::no_timeout;
+    held.release();  // still locked: the caller's MutexLock releases it
+    return notified;
   }
 
  private:

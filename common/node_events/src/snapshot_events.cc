@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-namespace tessera::api {
+namespace tessera::node_events {
 
 namespace v1 = tessera::node::v1;
 
@@ -155,4 +155,4 @@ std::vector<v1::Event> snapshot_events(const v1::ListSharesResponse& before,
   return events;
 }
 
-}  // namespace tessera::api
+}  // namespace tessera::node_events

@@ -1,4 +1,4 @@
-#include "tessera/vgpu_config.h"
+#include "tessera/vgpu_config/vgpu_config.h"
 
 #include <initializer_list>
 #include <utility>

@@ -8,7 +8,7 @@
 #include "tessera/flags/listen_address.h"
 #include "tessera/flags/log_flags.h"
 #include "tessera/log.h"
-#include "tessera/vgpu_config.h"
+#include "tessera/vgpu_config/vgpu_config.h"
 
 namespace tessera::agent {
 

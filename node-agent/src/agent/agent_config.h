@@ -5,7 +5,7 @@
 #include <string>
 
 #include "tessera/status.h"
-#include "tessera/vgpu_config.h"
+#include "tessera/vgpu_config/vgpu_config.h"
 
 namespace CLI {
 class App;

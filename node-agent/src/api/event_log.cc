@@ -24,7 +24,7 @@ std::uint64_t EventLog::publish(v1::Event event) {
   std::uint64_t sequence = 0;
   std::shared_ptr<const Observer> observer;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     sequence = next_++;
     event.set_sequence(sequence);
     observer = observer_;
@@ -41,20 +41,22 @@ std::uint64_t EventLog::publish(v1::Event event) {
 }
 
 void EventLog::set_observer(Observer observer) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   observer_ = observer ? std::make_shared<const Observer>(std::move(observer)) : nullptr;
 }
 
 EventLog::Cursor EventLog::cursor(bool include_recent) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (include_recent) return Cursor{next_ - 1 - events_.size()};
   return Cursor{next_ - 1};
 }
 
 std::vector<v1::Event> EventLog::read(Cursor& cursor, std::chrono::milliseconds timeout,
                                       std::size_t max) {
-  std::unique_lock lock(mutex_);
-  published_.wait_for(lock, timeout, [&] { return closed_ || next_ - 1 > cursor.last; });
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(mutex_);
+  while (!closed_ && next_ - 1 <= cursor.last && mutex_.wait_until(published_, deadline)) {
+  }
   std::vector<v1::Event> batch;
   if (closed_ || next_ - 1 <= cursor.last) return batch;
   const std::uint64_t oldest = next_ - events_.size();
@@ -80,19 +82,19 @@ std::vector<v1::Event> EventLog::read(Cursor& cursor, std::chrono::milliseconds 
 
 void EventLog::close() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     closed_ = true;
   }
   published_.notify_all();
 }
 
 bool EventLog::closed() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return closed_;
 }
 
 std::uint64_t EventLog::last_sequence() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return next_ - 1;
 }
 

@@ -181,7 +181,7 @@ fs::path NodeApiServer::own_socket() const {
 
 v1::ListSharesResponse NodeApiServer::snapshot_now() {
   v1::ListSharesResponse now = options_.snapshot(now_unix_ms());
-  std::lock_guard lock(snapshot_mutex_);
+  MutexLock lock(snapshot_mutex_);
   fill_cores_used(last_, now);
   return now;
 }
@@ -190,9 +190,9 @@ void NodeApiServer::poll_once() {
   v1::ListSharesResponse now = options_.snapshot(now_unix_ms());
   std::vector<v1::Event> changes;
   {
-    std::lock_guard lock(snapshot_mutex_);
+    MutexLock lock(snapshot_mutex_);
     fill_cores_used(last_, now);
-    changes = tessera::api::snapshot_events(last_, now);
+    changes = tessera::node_events::snapshot_events(last_, now);
     last_ = std::move(now);
   }
   for (v1::Event& event : changes) events_.publish(std::move(event));
@@ -249,7 +249,7 @@ Status NodeApiServer::start() {
     return internal_error("cannot create " + options_.socket.parent_path().native() + ": " +
                           ec.message());
   {
-    std::lock_guard lock(snapshot_mutex_);
+    MutexLock lock(snapshot_mutex_);
     last_ = options_.snapshot(now_unix_ms());
   }
   TESSERA_ASSIGN_OR_RETURN(BindFolder folder, BindFolder::create(options_.socket));

@@ -24,7 +24,6 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "api/event_log.h"
@@ -32,6 +31,7 @@
 #include "clock/periodic_loop.h"
 #include "tessera/node/v1/node_api.pb.h"
 #include "tessera/status.h"
+#include "tessera/thread_annotations.h"
 
 namespace grpc {
 class Server;
@@ -63,14 +63,14 @@ class NodeApiServer {
   // socket, starts the loop. kInvalidArgument for a socket path too long or an unknown group,
   // kAlreadyExists for a path that is something other than a socket, kFailedPrecondition when
   // already started, kInternal otherwise; nothing is left serving on error.
-  Status start();
+  Status start() TESSERA_EXCLUDES(snapshot_mutex_);
   // Ends open streams, stops serving, stops the loop, removes the socket (when still its own).
   // Idempotent.
   void stop();
 
   // One pass of the loop now: a snapshot, its events published, api.sock linked again if a peer
   // removed it. The loop calls it every poll_interval; tests may call it directly.
-  void poll_once();
+  void poll_once() TESSERA_EXCLUDES(snapshot_mutex_);
   std::uint64_t passes() const { return passes_.load(); }
   PeriodicLoop* loop() { return loop_.get(); }
 
@@ -78,7 +78,7 @@ class NodeApiServer {
   std::filesystem::path own_socket() const;  // api-<podUID>.sock, or socket() without a pod UID
 
   // The latest snapshot (fresh), with cores_used_percent against the loop's last one.
-  tessera::node::v1::ListSharesResponse snapshot_now();
+  tessera::node::v1::ListSharesResponse snapshot_now() TESSERA_EXCLUDES(snapshot_mutex_);
   std::int64_t now_unix_ms() const;
 
  private:
@@ -90,8 +90,8 @@ class NodeApiServer {
   Clock& clock_;
   const std::int64_t wall_at_start_ms_;
   const Clock::time_point clock_at_start_;
-  std::mutex snapshot_mutex_;  // guards last_ (the loop and ListShares both read the node)
-  tessera::node::v1::ListSharesResponse last_;
+  Mutex snapshot_mutex_;  // the loop and ListShares both read the node
+  tessera::node::v1::ListSharesResponse last_ TESSERA_GUARDED_BY(snapshot_mutex_);
   std::atomic<std::uint64_t> passes_{0};
   ino_t socket_inode_ = 0;
   dev_t socket_device_ = 0;

@@ -16,7 +16,7 @@
 
 #include "backends/backend.h"
 #include "model/claim_locks.h"
-#include "tessera/vgpu_config.h"
+#include "tessera/vgpu_config/vgpu_config.h"
 
 namespace tessera::agent {
 

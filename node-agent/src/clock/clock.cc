@@ -7,24 +7,26 @@ namespace {
 
 class SteadyTimer final : public Clock::Timer {
  public:
-  bool wait_until(Clock::time_point deadline) noexcept override {
-    std::unique_lock lock(mutex_);
-    const bool woken = woken_changed_.wait_until(lock, deadline, [this] { return woken_; });
+  bool wait_until(Clock::time_point deadline) noexcept override TESSERA_EXCLUDES(mutex_) {
+    MutexLock lock(mutex_);
+    while (!woken_ && mutex_.wait_until(woken_changed_, deadline)) {
+    }
+    const bool woken = woken_;
     woken_ = false;
     return woken;
   }
-  void wake() noexcept override {
+  void wake() noexcept override TESSERA_EXCLUDES(mutex_) {
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       woken_ = true;
     }
     woken_changed_.notify_all();
   }
 
  private:
-  std::mutex mutex_;
+  Mutex mutex_;
   std::condition_variable woken_changed_;
-  bool woken_ = false;
+  bool woken_ TESSERA_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace
@@ -43,26 +45,26 @@ Clock& real_clock() noexcept {
 class SimulatedClock::SimulatedTimer final : public Clock::Timer {
  public:
   explicit SimulatedTimer(SimulatedClock& clock) : clock_(clock) {
-    std::lock_guard lock(clock_.mutex_);
+    MutexLock lock(clock_.mutex_);
     ++clock_.timers_;
   }
   ~SimulatedTimer() override {
-    std::lock_guard lock(clock_.mutex_);
+    MutexLock lock(clock_.mutex_);
     --clock_.timers_;
   }
 
-  bool wait_until(Clock::time_point deadline) noexcept override {
-    std::unique_lock lock(clock_.mutex_);
+  bool wait_until(Clock::time_point deadline) noexcept override TESSERA_EXCLUDES(clock_.mutex_) {
+    MutexLock lock(clock_.mutex_);
     ++clock_.waiters_;
-    clock_.moved_.wait(lock, [&] { return woken_ || clock_.now_ >= deadline; });
+    while (!woken_ && clock_.now_ < deadline) clock_.mutex_.wait(clock_.moved_);
     --clock_.waiters_;
     const bool woken = woken_;
     woken_ = false;
     return woken;
   }
-  void wake() noexcept override {
+  void wake() noexcept override TESSERA_EXCLUDES(clock_.mutex_) {
     {
-      std::lock_guard lock(clock_.mutex_);
+      MutexLock lock(clock_.mutex_);
       woken_ = true;
     }
     clock_.moved_.notify_all();
@@ -70,16 +72,16 @@ class SimulatedClock::SimulatedTimer final : public Clock::Timer {
 
  private:
   SimulatedClock& clock_;
-  bool woken_ = false;  // under clock_.mutex_
+  bool woken_ TESSERA_GUARDED_BY(clock_.mutex_) = false;
 };
 
 SimulatedClock::~SimulatedClock() {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   assert(timers_ == 0 && "a SimulatedClock must outlive its timers (and the loops using it)");
 }
 
 Clock::time_point SimulatedClock::now() const noexcept {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return now_;
 }
 
@@ -89,14 +91,14 @@ std::unique_ptr<Clock::Timer> SimulatedClock::make_timer() {
 
 void SimulatedClock::advance(duration by) noexcept {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (by > duration::zero()) now_ += by;
   }
   moved_.notify_all();
 }
 
 std::size_t SimulatedClock::waiters() const noexcept {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return waiters_;
 }
 

@@ -1,13 +1,15 @@
 // The time the node agent's loops run on. A loop takes a Clock& (real_clock() by default) so that
 // its tests drive it with SimulatedClock: they advance the time and wait for the loop's ticks
-// instead of sleeping and guessing. The lowest layer of the agent: the standard library only.
+// instead of sleeping and guessing. The lowest layer of the agent: the standard library and the
+// lock annotations only.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <memory>
-#include <mutex>
+
+#include "tessera/thread_annotations.h"
 
 namespace tessera::agent {
 
@@ -51,22 +53,22 @@ class SimulatedClock final : public Clock {
   SimulatedClock() : now_(std::chrono::hours(24)) {}
   ~SimulatedClock() override;
 
-  time_point now() const noexcept override;
+  time_point now() const noexcept override TESSERA_EXCLUDES(mutex_);
   std::unique_ptr<Timer> make_timer() override;
 
   // Moves the time forward and wakes every waiter whose deadline it reaches.
-  void advance(duration by) noexcept;
+  void advance(duration by) noexcept TESSERA_EXCLUDES(mutex_);
   // Threads blocked in a Timer::wait_until now.
-  std::size_t waiters() const noexcept;
+  std::size_t waiters() const noexcept TESSERA_EXCLUDES(mutex_);
 
  private:
   class SimulatedTimer;
 
-  mutable std::mutex mutex_;       // guards now_, waiters_, timers_ and every timer's wake flag
+  mutable Mutex mutex_;            // also guards every timer's wake flag
   std::condition_variable moved_;  // the time moved or a timer was woken
-  time_point now_;
-  std::size_t waiters_ = 0;
-  std::size_t timers_ = 0;
+  time_point now_ TESSERA_GUARDED_BY(mutex_);
+  std::size_t waiters_ TESSERA_GUARDED_BY(mutex_) = 0;
+  std::size_t timers_ TESSERA_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace tessera::agent

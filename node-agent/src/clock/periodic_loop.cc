@@ -36,7 +36,7 @@ PeriodicLoop::~PeriodicLoop() {
 
 void PeriodicLoop::stop() noexcept {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   timer_->wake();
@@ -45,7 +45,7 @@ void PeriodicLoop::stop() noexcept {
 
 void PeriodicLoop::tick_now() noexcept {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (stopping_) return;
     tick_requested_ = true;
   }
@@ -53,23 +53,25 @@ void PeriodicLoop::tick_now() noexcept {
 }
 
 std::uint64_t PeriodicLoop::ticks() const noexcept {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return ticks_;
 }
 
 std::uint64_t PeriodicLoop::failed_ticks() const noexcept {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return failed_ticks_;
 }
 
 std::string PeriodicLoop::last_failure() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return last_failure_;
 }
 
 bool PeriodicLoop::wait_for_ticks(std::uint64_t count, std::chrono::milliseconds timeout) const {
-  std::unique_lock lock(mutex_);
-  ticked_.wait_for(lock, timeout, [&] { return ticks_ >= count || stopped_; });
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(mutex_);
+  while (ticks_ < count && !stopped_ && mutex_.wait_until(ticked_, deadline)) {
+  }
   return ticks_ >= count;
 }
 
@@ -96,7 +98,7 @@ void PeriodicLoop::run_tick() noexcept {
   const Clock::time_point now = clock_.now();
   if (next_ <= now) next_ = next_deadline_after(now);
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     ++ticks_;
     if (failed) {
       ++failed_ticks_;
@@ -110,7 +112,7 @@ void PeriodicLoop::run() noexcept {
   for (;;) {
     bool requested = false;
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       if (stopping_) break;
       requested = tick_requested_;
       tick_requested_ = false;
@@ -122,7 +124,7 @@ void PeriodicLoop::run() noexcept {
     timer_->wait_until(next_);  // woken (stop, tick_now) or due: the top of the loop decides
   }
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     stopped_ = true;
   }
   ticked_.notify_all();

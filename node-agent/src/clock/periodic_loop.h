@@ -9,12 +9,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "clock/clock.h"
 #include "tessera/status.h"
+#include "tessera/thread_annotations.h"
 
 namespace tessera::agent {
 
@@ -40,29 +40,30 @@ class PeriodicLoop {
 
   // Waits for a running tick to end, then joins the thread: no tick starts after stop() returns.
   // Idempotent. Not from inside the tick.
-  void stop() noexcept;
+  void stop() noexcept TESSERA_EXCLUDES(mutex_);
 
   // One extra tick as soon as the thread is free (requests made while one is pending merge into
   // it); the periodic deadlines stay as they are. Ignored after stop().
-  void tick_now() noexcept;
+  void tick_now() noexcept TESSERA_EXCLUDES(mutex_);
 
   // Ticks completed so far (periodic and on demand).
-  std::uint64_t ticks() const noexcept;
+  std::uint64_t ticks() const noexcept TESSERA_EXCLUDES(mutex_);
   // Ticks whose function threw.
-  std::uint64_t failed_ticks() const noexcept;
+  std::uint64_t failed_ticks() const noexcept TESSERA_EXCLUDES(mutex_);
   // The message of the last exception a tick threw ("" if none).
-  std::string last_failure() const;
+  std::string last_failure() const TESSERA_EXCLUDES(mutex_);
 
   // For tests: blocks until `count` ticks have completed, or `timeout` of real time has passed
   // (a bound against a hang, not a guess: it returns as soon as the count is reached). False on
   // timeout, or when the loop stopped short of the count.
   bool wait_for_ticks(std::uint64_t count,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+                      std::chrono::milliseconds timeout = std::chrono::seconds(10)) const
+      TESSERA_EXCLUDES(mutex_);
 
  private:
   PeriodicLoop(Clock& clock, Clock::duration interval, std::function<void()> tick, FirstTick first);
-  void run() noexcept;
-  void run_tick() noexcept;
+  void run() noexcept TESSERA_EXCLUDES(mutex_);
+  void run_tick() noexcept TESSERA_EXCLUDES(mutex_);
   Clock::time_point next_deadline_after(Clock::time_point now) const noexcept;
 
   Clock& clock_;
@@ -72,14 +73,14 @@ class PeriodicLoop {
   const Clock::time_point started_;
   Clock::time_point next_;  // loop thread only
 
-  mutable std::mutex mutex_;  // guards everything below
+  mutable Mutex mutex_;
   mutable std::condition_variable ticked_;
-  bool stopping_ = false;
-  bool stopped_ = false;  // the thread has ended
-  bool tick_requested_ = false;
-  std::uint64_t ticks_ = 0;
-  std::uint64_t failed_ticks_ = 0;
-  std::string last_failure_;
+  bool stopping_ TESSERA_GUARDED_BY(mutex_) = false;
+  bool stopped_ TESSERA_GUARDED_BY(mutex_) = false;  // the thread has ended
+  bool tick_requested_ TESSERA_GUARDED_BY(mutex_) = false;
+  std::uint64_t ticks_ TESSERA_GUARDED_BY(mutex_) = 0;
+  std::uint64_t failed_ticks_ TESSERA_GUARDED_BY(mutex_) = 0;
+  std::string last_failure_ TESSERA_GUARDED_BY(mutex_);
   std::thread thread_;  // last: started when everything above is ready
 };
 

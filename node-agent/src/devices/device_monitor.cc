@@ -123,12 +123,12 @@ void DeviceMonitor::stop() {
 }
 
 std::vector<GpuInfo> DeviceMonitor::devices() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return listed_;
 }
 
 bool DeviceMonitor::events_supported() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return events_supported_;
 }
 
@@ -158,7 +158,7 @@ void DeviceMonitor::inventory_turn() {
   last_list_error_.clear();
   bool changed = false;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     changed = gpus != listed_;
   }
   if (changed) {
@@ -212,7 +212,7 @@ void DeviceMonitor::apply_inventory(const std::vector<GpuInfo>& gpus) {
     faults_.erase(device.uuid);
     report(device.name, DeviceHealthState::kHealthy);
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   listed_ = gpus;
 }
 
@@ -275,7 +275,7 @@ void DeviceMonitor::register_events() {
         {{"gpus", names}});
     logged_no_events_ = true;
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   events_supported_ = static_cast<bool>(nvml.set);
 }
 

@@ -14,7 +14,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,6 +23,7 @@
 #include "devices/device_health.h"
 #include "tessera/gpu_info.h"
 #include "tessera/status.h"
+#include "tessera/thread_annotations.h"
 
 namespace tessera::agent {
 
@@ -83,14 +83,14 @@ class DeviceMonitor {
   // Loads NVML, lists the GPUs, reports them all Healthy, calls on_devices (an error there is
   // logged and retried by the loop) and starts the loop. Returns ok or why nothing started
   // (NVML missing: unavailable; the first listing failed: unavailable; already running).
-  Status start();
+  Status start() TESSERA_EXCLUDES(mutex_);
   // Stops the loop (waiting only for a turn in progress) and releases NVML. Safe to call twice.
   void stop();
 
   // The last successful listing.
-  std::vector<GpuInfo> devices() const;
+  std::vector<GpuInfo> devices() const TESSERA_EXCLUDES(mutex_);
   // Whether NVML events are watched (false: inventory polling only).
-  bool events_supported() const;
+  bool events_supported() const TESSERA_EXCLUDES(mutex_);
 
   // Turns completed since start() (0 when stopped), and a bounded wait for a count of them: tests
   // advance their clock by poll_interval and wait for the turn instead of sleeping.
@@ -101,11 +101,11 @@ class DeviceMonitor {
  private:
   struct Nvml;  // the NVML session and the event set (the loop's thread after start)
 
-  void turn();
-  void inventory_turn();
-  void deliver();
-  void apply_inventory(const std::vector<GpuInfo>& gpus);
-  void register_events();
+  void turn() TESSERA_EXCLUDES(mutex_);
+  void inventory_turn() TESSERA_EXCLUDES(mutex_);
+  void deliver() TESSERA_EXCLUDES(mutex_);
+  void apply_inventory(const std::vector<GpuInfo>& gpus) TESSERA_EXCLUDES(mutex_);
+  void register_events() TESSERA_EXCLUDES(mutex_);
   void collect_events();
   // Why a device is Unhealthy: the health report's message and XID (0: not an XID).
   struct Fault {
@@ -125,9 +125,9 @@ class DeviceMonitor {
   Clock& clock_;
   std::unique_ptr<Nvml> nvml_;
 
-  mutable std::mutex mutex_;  // guards listed_, events_supported_
-  std::vector<GpuInfo> listed_;
-  bool events_supported_ = false;
+  mutable Mutex mutex_;  // devices() and events_supported() read these from any thread
+  std::vector<GpuInfo> listed_ TESSERA_GUARDED_BY(mutex_);
+  bool events_supported_ TESSERA_GUARDED_BY(mutex_) = false;
 
   // The loop's thread only (and start() before the loop exists).
   bool pending_ = false;                 // listed_ not yet delivered to on_devices

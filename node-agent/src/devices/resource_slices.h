@@ -16,10 +16,10 @@
 
 #include "devices/device_health.h"
 #include "model/node_device.h"
-#include "tessera/driver_name.h"
 #include "tessera/gpu_info.h"
 #include "tessera/kube/kube_client.h"
 #include "tessera/status.h"
+#include "tessera/vgpu_config/driver_name.h"
 
 namespace tessera::agent {
 

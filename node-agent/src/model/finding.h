@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "tessera/vgpu_config.h"  // EnforcementPolicy: what the agent does with a finding
+#include "tessera/vgpu_config/vgpu_config.h"  // EnforcementPolicy: what the agent does with a finding
 
 namespace tessera::agent {
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "model/node_device.h"
-#include "tessera/driver_name.h"
-#include "tessera/vgpu_config.h"
+#include "tessera/vgpu_config/driver_name.h"
+#include "tessera/vgpu_config/vgpu_config.h"
 
 namespace tessera::agent {
 

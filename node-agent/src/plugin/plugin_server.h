@@ -23,8 +23,8 @@
 #include "model/claim_locks.h"
 #include "model/claim_preparer.h"
 #include "registration_server.h"
-#include "tessera/driver_name.h"
 #include "tessera/status.h"
+#include "tessera/vgpu_config/driver_name.h"
 
 namespace grpc {
 class Server;

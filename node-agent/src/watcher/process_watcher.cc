@@ -23,13 +23,13 @@ std::string comm_of(const tessera_watch_event& event) {
 }  // namespace
 
 std::vector<WatchedShare> StaticShareResolver::shares() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return shares_;
 }
 
 std::optional<WatchedShare> StaticShareResolver::share_of(int /*host_pid*/, uint64_t cgroup_id,
                                                           uint64_t watched_cgroup_id) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   for (const WatchedShare& share : shares_) {
     for (const uint64_t id : share.cgroup_ids) {
       if (id != 0 && (id == watched_cgroup_id || id == cgroup_id)) return share;
@@ -39,7 +39,7 @@ std::optional<WatchedShare> StaticShareResolver::share_of(int /*host_pid*/, uint
 }
 
 void StaticShareResolver::set_shares(std::vector<WatchedShare> shares) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   shares_ = std::move(shares);
 }
 
@@ -117,7 +117,7 @@ Status ProcessWatcher::refresh_shares() {
       if (id != 0) cgroups.insert(id);
   }
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     // Keep the mappings of shares still there (same page path), drop the others.
     for (auto it = mappings_.begin(); it != mappings_.end();) {
       const auto kept = std::find_if(shares.begin(), shares.end(), [&](const WatchedShare& s) {
@@ -141,7 +141,7 @@ void ProcessWatcher::handle(const tessera_watch_event& event) {
 }
 
 ProcessWatcherCounters ProcessWatcher::counters() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return counters_;
 }
 
@@ -156,7 +156,7 @@ share_folder::UsagePageMapping* ProcessWatcher::mapping_for(const WatchedShare& 
 
 void ProcessWatcher::handle_exit(const tessera_watch_event& event) {
   const uint64_t owner = event_owner(event);
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   ++counters_.exits;
   reported_.erase({event.host_tgid, event.start_boottime_ns});
   int cleared = 0;
@@ -188,7 +188,7 @@ void ProcessWatcher::handle_exit(const tessera_watch_event& event) {
 
 void ProcessWatcher::handle_device_open(const tessera_watch_event& event) {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     ++counters_.device_opens;
     if (reported_.count({event.host_tgid, event.start_boottime_ns})) return;
   }
@@ -216,7 +216,7 @@ void ProcessWatcher::handle_device_open(const tessera_watch_event& event) {
                    ") opened the nvidia device " + std::to_string(event.device_major) + ":" +
                    std::to_string(event.device_minor) + " without libvgpu.so mapped";
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     reported_.insert({event.host_tgid, event.start_boottime_ns});
     ++counters_.unshimmed_findings;
   }

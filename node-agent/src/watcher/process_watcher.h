@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -19,6 +18,7 @@
 #include "model/finding.h"
 #include "tessera/share_folder/usage_repair.h"
 #include "tessera/status.h"
+#include "tessera/thread_annotations.h"
 #include "watcher/process_watch_events.h"
 
 namespace tessera::agent {
@@ -54,14 +54,15 @@ class ShareResolver {
 class StaticShareResolver final : public ShareResolver {
  public:
   explicit StaticShareResolver(std::vector<WatchedShare> shares) : shares_(std::move(shares)) {}
-  std::vector<WatchedShare> shares() const override;
+  std::vector<WatchedShare> shares() const override TESSERA_EXCLUDES(mutex_);
   std::optional<WatchedShare> share_of(int host_pid, uint64_t cgroup_id,
-                                       uint64_t watched_cgroup_id) const override;
-  void set_shares(std::vector<WatchedShare> shares);
+                                       uint64_t watched_cgroup_id) const override
+      TESSERA_EXCLUDES(mutex_);
+  void set_shares(std::vector<WatchedShare> shares) TESSERA_EXCLUDES(mutex_);
 
  private:
-  mutable std::mutex mutex_;
-  std::vector<WatchedShare> shares_;
+  mutable Mutex mutex_;
+  std::vector<WatchedShare> shares_ TESSERA_GUARDED_BY(mutex_);
 };
 
 // The kernel side's filter (the BPF maps), behind an interface so the logic is tested without it.
@@ -113,18 +114,20 @@ class ProcessWatcher {
 
   // Re-reads the resolver's shares: the kernel filter's cgroups, the usage pages kept mapped. The
   // agent calls it whenever its shares change (and periodically: cgroups appear with pods).
-  Status refresh_shares();
+  // The resolver is asked before the watcher's lock is taken (and in handle(), after it is
+  // released): the two locks never nest.
+  Status refresh_shares() TESSERA_EXCLUDES(mutex_);
 
   // One kernel event (called on the poll thread).
-  void handle(const tessera_watch_event& event);
+  void handle(const tessera_watch_event& event) TESSERA_EXCLUDES(mutex_);
 
-  ProcessWatcherCounters counters() const;
+  ProcessWatcherCounters counters() const TESSERA_EXCLUDES(mutex_);
 
  private:
-  void handle_exit(const tessera_watch_event& event);
-  void handle_device_open(const tessera_watch_event& event);
+  void handle_exit(const tessera_watch_event& event) TESSERA_EXCLUDES(mutex_);
+  void handle_device_open(const tessera_watch_event& event) TESSERA_EXCLUDES(mutex_);
   // The mapping of the share's page, opened on first use; null when it cannot be mapped.
-  share_folder::UsagePageMapping* mapping_for(const WatchedShare& share);
+  share_folder::UsagePageMapping* mapping_for(const WatchedShare& share) TESSERA_REQUIRES(mutex_);
 
   const ShareResolver& resolver_;
   FindingHandler& findings_;
@@ -133,12 +136,13 @@ class ProcessWatcher {
   Options options_;
   uint64_t reclaimer_owner_ = 0;
 
-  mutable std::mutex mutex_;  // guards everything below (handle() and refresh_shares() race)
-  std::vector<WatchedShare> shares_;
-  std::map<std::string, share_folder::UsagePageMapping> mappings_;  // share id -> its page
+  mutable Mutex mutex_;  // handle() and refresh_shares() race
+  std::vector<WatchedShare> shares_ TESSERA_GUARDED_BY(mutex_);
+  // Share id -> its page.
+  std::map<std::string, share_folder::UsagePageMapping> mappings_ TESSERA_GUARDED_BY(mutex_);
   // Processes already reported (host tgid, start): one finding per process, not per device.
-  std::set<std::pair<uint32_t, uint64_t>> reported_;
-  ProcessWatcherCounters counters_;
+  std::set<std::pair<uint32_t, uint64_t>> reported_ TESSERA_GUARDED_BY(mutex_);
+  ProcessWatcherCounters counters_ TESSERA_GUARDED_BY(mutex_);
 };
 
 }  // namespace tessera::agent

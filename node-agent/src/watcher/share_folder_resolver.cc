@@ -83,12 +83,12 @@ void ShareFolderResolver::refresh() {
     }
     shares.push_back(std::move(share));
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   shares_ = std::move(shares);
 }
 
 std::vector<WatchedShare> ShareFolderResolver::shares() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return shares_;
 }
 
@@ -98,7 +98,7 @@ std::optional<WatchedShare> ShareFolderResolver::share_of(int host_pid, uint64_t
   const uint64_t own =
       cgroup_id != 0 ? cgroup_id
                      : process_cgroup_v2_id(options_.proc_root, host_pid, options_.cgroup_roots);
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   for (const WatchedShare& share : shares_) {
     for (const uint64_t id : share.cgroup_ids) {
       if (id != 0 && (id == watched_cgroup_id || id == own)) return share;

@@ -4,10 +4,10 @@
 // in no v2 cgroup of its own makes the share report_all_exits.
 #pragma once
 
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "tessera/thread_annotations.h"
 #include "watcher/process_watcher.h"
 
 namespace tessera::agent {
@@ -23,16 +23,17 @@ class ShareFolderResolver final : public ShareResolver {
   explicit ShareFolderResolver(Options options) : options_(std::move(options)) {}
 
   // Re-reads the share folders and their slot owners' cgroups.
-  void refresh();
+  void refresh() TESSERA_EXCLUDES(mutex_);
 
-  std::vector<WatchedShare> shares() const override;
+  std::vector<WatchedShare> shares() const override TESSERA_EXCLUDES(mutex_);
   std::optional<WatchedShare> share_of(int host_pid, uint64_t cgroup_id,
-                                       uint64_t watched_cgroup_id) const override;
+                                       uint64_t watched_cgroup_id) const override
+      TESSERA_EXCLUDES(mutex_);
 
  private:
   Options options_;
-  mutable std::mutex mutex_;
-  std::vector<WatchedShare> shares_;
+  mutable Mutex mutex_;
+  std::vector<WatchedShare> shares_ TESSERA_GUARDED_BY(mutex_);
 };
 
 // Whether one of `cgroup_roots` is a cgroup v2 (unified) hierarchy: its root has

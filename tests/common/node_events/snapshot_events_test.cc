@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-namespace tessera::api {
+namespace tessera::node_events {
 namespace {
 
 namespace v1 = tessera::node::v1;
@@ -140,4 +140,4 @@ TEST(SnapshotEvents, KindNames) {
 }
 
 }  // namespace
-}  // namespace tessera::api
+}  // namespace tessera::node_events

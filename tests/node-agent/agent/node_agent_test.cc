@@ -30,12 +30,13 @@
 #include "backends/mps_backend.h"
 #include "captured_log.h"
 #include "clock/clock.h"
-#include "plugin_server.h"
+#include "plugin/plugin_server.h"
+#include "plugin/test_support.h"
 #include "share/checkpoint.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "tessera/share_region.h"
-#include "test_support.h"
+#include "test_node_config.h"
 
 namespace tessera::agent {
 namespace {
@@ -185,31 +186,8 @@ class NodeAgentTest : public ::testing::Test {
     fs::create_directories(base_);
     setenv("SIMGPU_STATE", (base_ / "simgpu.state").c_str(), 1);
     setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0", 1);
-    std::ofstream(base_ / "ca.crt") << api_.ca_pem();
-    std::ofstream(base_ / "kubeconfig")
-        << "apiVersion: v1\nkind: Config\ncurrent-context: test\ncontexts:\n- name: test\n"
-           "  context: {cluster: fake, user: agent}\nclusters:\n- name: fake\n  cluster:\n"
-           "    server: "
-        << api_.url() << "\n    certificate-authority: " << (base_ / "ca.crt").string()
-        << "\nusers:\n- name: agent\n  user:\n    token: " << api_.token() << "\n";
-    config_.node_name = "node-a";
-    config_.state_dir = (base_ / "state").string();
-    config_.cdi_dir = (base_ / "cdi").string();
-    // Unix socket paths are limited to 107 bytes: kubelet's folders go in a short one.
     sockets_ = fs::path("/tmp") / ("na-" + std::to_string(getpid()));
-    config_.kubelet_registry_dir = (sockets_ / "registry").string();
-    config_.kubelet_plugins_dir = (sockets_ / "plugins").string();
-    config_.kubeconfig = (base_ / "kubeconfig").string();
-    config_.mps_control = RecordingDoubles::mps_control();
-    config_.nvidia_smi = RecordingDoubles::nvidia_smi();
-    // The node's driver and shim, as doubles; no toolkit spec unless a test writes one.
-    config_.shim_path = testing::write_fake_shim(base_ / "shim/libvgpu.so");
-    fs::remove_all(base_ / "driver");
-    testing::make_fake_driver_root(base_ / "driver");
-    config_.driver_root = (base_ / "driver").string();
-    config_.toolkit_spec_dirs = (base_ / "toolkit").string();
-    config_.reconcile_interval_s = 1;
-    config_.device_poll_interval_s = 1;
+    config_ = testing::test_node_config(api_, base_, sockets_);
     config_.metrics_address = "127.0.0.1:0";  // any free port: tests run side by side
 
     add_claim(kQuotaUid, {{"a", "gpu-0", "s-a", "8Gi", "30"}, {"b", "gpu-0", "s-b", "4Gi", "70"}});

@@ -27,11 +27,11 @@
 #include "apiserver/claim_fixture.h"
 #include "apiserver/fake_api_server.h"
 #include "backends/mps_backend.h"
-#include "plugin_server.h"
+#include "plugin/plugin_server.h"
+#include "plugin/test_support.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "tessera/kube/http_kube_client.h"
-#include "test_support.h"
 
 namespace {
 

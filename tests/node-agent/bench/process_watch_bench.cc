@@ -25,9 +25,9 @@
 
 #include "tessera/share_folder/snapshot.h"
 #include "usage/share_processes.h"
-#include "watch_fixture.h"
 #include "watcher/process_watch_program.h"
 #include "watcher/process_watcher.h"
+#include "watcher/watch_fixture.h"
 
 namespace {
 

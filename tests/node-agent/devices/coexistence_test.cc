@@ -16,6 +16,7 @@
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "tessera/kube/http_kube_client.h"
+#include "test_node_config.h"
 
 namespace tessera::agent {
 namespace {
@@ -207,28 +208,8 @@ class CoexistingAgentTest : public ::testing::Test {
            "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0;"
            "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0",
            1);
-    std::ofstream(base_ / "ca.crt") << api_.ca_pem();
-    std::ofstream(base_ / "kubeconfig")
-        << "apiVersion: v1\nkind: Config\ncurrent-context: test\ncontexts:\n- name: test\n"
-           "  context: {cluster: fake, user: agent}\nclusters:\n- name: fake\n  cluster:\n"
-           "    server: "
-        << api_.url() << "\n    certificate-authority: " << (base_ / "ca.crt").string()
-        << "\nusers:\n- name: agent\n  user:\n    token: " << api_.token() << "\n";
-    config_.node_name = "node-a";
-    config_.state_dir = (base_ / "state").string();
-    config_.cdi_dir = (base_ / "cdi").string();
     sockets_ = fs::path("/tmp") / ("coex-" + std::to_string(getpid()));
-    config_.kubelet_registry_dir = (sockets_ / "registry").string();
-    config_.kubelet_plugins_dir = (sockets_ / "plugins").string();
-    config_.kubeconfig = (base_ / "kubeconfig").string();
-    config_.mps_control = RecordingDoubles::mps_control();
-    config_.nvidia_smi = RecordingDoubles::nvidia_smi();
-    config_.shim_path = testing::write_fake_shim(base_ / "shim/libvgpu.so");
-    testing::make_fake_driver_root(base_ / "driver");
-    config_.driver_root = (base_ / "driver").string();
-    config_.toolkit_spec_dirs = (base_ / "toolkit").string();
-    config_.reconcile_interval_s = 1;
-    config_.device_poll_interval_s = 1;
+    config_ = testing::test_node_config(api_, base_, sockets_);
     config_.metrics_address = "";
     config_.api_socket = "off";
     config_.check_interval_s = 0;

@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 
 #include "devices/device_health.h"
-#include "health_service.h"
-#include "plugin_server.h"
-#include "test_support.h"
+#include "plugin/health_service.h"
+#include "plugin/plugin_server.h"
+#include "plugin/test_support.h"
 
 namespace tessera::agent::testing {
 namespace {

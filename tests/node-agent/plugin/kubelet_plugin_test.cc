@@ -10,8 +10,8 @@
 
 #include <gtest/gtest.h>
 
-#include "plugin_server.h"
-#include "test_support.h"
+#include "plugin/plugin_server.h"
+#include "plugin/test_support.h"
 
 namespace tessera::agent::testing {
 namespace {

@@ -1,5 +1,5 @@
 // Cgroup v2 paths of the simulated R615 driver's memory partitions: the pure parsers.
-#include "cgroup.h"
+#include "core/cgroup.h"
 
 #include <gtest/gtest.h>
 

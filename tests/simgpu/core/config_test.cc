@@ -1,5 +1,5 @@
-#include "config.h"
-#include "mig_profiles.h"
+#include "core/config.h"
+#include "core/mig_profiles.h"
 
 #include <gtest/gtest.h>
 

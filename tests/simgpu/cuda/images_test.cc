@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "fatbin.h"
-#include "integrity_hash.h"
+#include "cuda/fatbin.h"
+#include "cuda/integrity_hash.h"
 
 namespace simgpu::driver {
 namespace {

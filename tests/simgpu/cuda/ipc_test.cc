@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "shared_state.h"
+#include "core/shared_state.h"
 #include "sim_test_support.h"
 
 namespace simgpu::testing {

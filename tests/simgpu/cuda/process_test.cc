@@ -17,7 +17,7 @@
 #include <sstream>
 #include <string>
 
-#include "shared_state.h"
+#include "core/shared_state.h"
 #include "sim_test_support.h"
 
 namespace simgpu::testing {

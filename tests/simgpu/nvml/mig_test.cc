@@ -20,7 +20,7 @@
 
 #include <gtest/gtest.h>
 
-#include "simulator.h"
+#include "core/simulator.h"
 #include "tessera/nvml_abi.h"
 
 namespace {

@@ -23,8 +23,8 @@
 
 #include <gtest/gtest.h>
 
-#include "config.h"
-#include "simulator.h"
+#include "core/config.h"
+#include "core/simulator.h"
 #include "tessera/nvml_abi.h"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "review_fixture.h"
-#include "tessera/vgpu_config.h"
+#include "tessera/vgpu_config/vgpu_config.h"
 
 namespace tessera::webhook {
 namespace {

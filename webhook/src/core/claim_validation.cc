@@ -4,10 +4,10 @@
 #include <utility>
 #include <vector>
 
-#include "tessera/driver_name.h"
 #include "tessera/json_access.h"
 #include "tessera/quantity.h"
-#include "tessera/vgpu_config.h"
+#include "tessera/vgpu_config/driver_name.h"
+#include "tessera/vgpu_config/vgpu_config.h"
 
 namespace tessera::webhook {
 

@@ -2,8 +2,8 @@
 
 #include <utility>
 
-#include "tessera/driver_name.h"
 #include "tessera/json_access.h"
+#include "tessera/vgpu_config/driver_name.h"
 
 namespace tessera::webhook {
 

@@ -9,7 +9,7 @@
 
 #include "tessera/node/v1/node_api.pb.h"
 
-namespace tessera::api {
+namespace tessera::node_events {
 
 // The events from `before` to `after`, each stamped with after.sampled_unix_ms and no sequence
 // (the event log numbers them). Order: health changes (by GPU order in `after`), unprepared shares
@@ -29,4 +29,4 @@ void describe_share(const tessera::node::v1::Share& share, tessera::node::v1::Ev
 // "prepared", "allocation_denied", ...: the kind as one lower-case word (text output, logs).
 const char* event_kind_name(tessera::node::v1::Event::Kind kind);
 
-}  // namespace tessera::api
+}  // namespace tessera::node_events

@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/driver_name.h"
 #include "tessera/status.h"
+#include "tessera/vgpu_config/driver_name.h"
 
 namespace tessera {
 

@@ -9,10 +9,11 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 
-namespace tessera {
+namespace tessera::cuda_abi {
 
 // One ABI of one driver entry point. Rows are sorted by (name, version, per_thread).
 struct ProcEntry {
@@ -55,4 +56,25 @@ const char* cu_result_name(CUresult result);
 // memory"), otherwise the first sentence of cuda.h's documentation. nullptr if unknown.
 const char* cu_result_string(CUresult result);
 
-}  // namespace tessera
+// The bytes of one channel of one element of a CUDA array of `format` (CUDA_ARRAY3D_DESCRIPTOR's
+// Format), or 0 for a format this table does not list: each caller decides what an unknown one
+// means (the shim charges the widest element, the simulator refuses the array).
+constexpr uint64_t array_format_bytes(CUarray_format format) {
+  switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+      return 4;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace tessera::cuda_abi
