@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -72,14 +73,44 @@ Status failed(const Library& library, const char* call, nvmlReturn_t result) {
   return unavailable(std::move(message));
 }
 
+// The Status of a MIG call that did not succeed: as `failed`, with the codes a MIG caller acts on
+// (nvml.h, Session's MIG calls).
+Status mig_failed(const Library& library, const char* call, nvmlReturn_t result) {
+  Status status = failed(library, call, result);
+  switch (result) {
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return invalid_argument(status.message());
+    case NVML_ERROR_NOT_FOUND:
+      return not_found(status.message());
+    case NVML_ERROR_INSUFFICIENT_RESOURCES:
+      return already_exists(status.message());
+    default:
+      return status;
+  }
+}
+
+using Failure = Status (*)(const Library&, const char*, nvmlReturn_t);
+
 // Calls an entry point (`slot`, its member of EntryPoints) when the library has it: ok, or why not.
 template <typename Function, typename... Args>
-Status call(const Library& library, EntryPoint entry, Function EntryPoints::*slot, Args... args) {
+Status call_as(Failure failure, const Library& library, EntryPoint entry,
+               Function EntryPoints::*slot, Args... args) {
   const Function function = library.entry_points().*slot;
   if (function == nullptr) return missing(library, entry);
   if (const nvmlReturn_t result = function(args...); result != NVML_SUCCESS)
-    return failed(library, symbol_name(entry), result);
+    return failure(library, symbol_name(entry), result);
   return Status::ok();
+}
+
+template <typename Function, typename... Args>
+Status call(const Library& library, EntryPoint entry, Function EntryPoints::*slot, Args... args) {
+  return call_as(&failed, library, entry, slot, args...);
+}
+
+template <typename Function, typename... Args>
+Status mig_call(const Library& library, EntryPoint entry, Function EntryPoints::*slot,
+                Args... args) {
+  return call_as(&mig_failed, library, entry, slot, args...);
 }
 
 // An entry point whose last parameter is where NVML writes its answer.
@@ -89,6 +120,30 @@ Result<Value> answer(const Library& library, EntryPoint entry, Function EntryPoi
   Value value{};
   TESSERA_RETURN_IF_ERROR(call(library, entry, slot, args..., &value));
   return value;
+}
+
+template <typename Value, typename Function, typename... Args>
+Result<Value> mig_answer(const Library& library, EntryPoint entry, Function EntryPoints::*slot,
+                         Args... args) {
+  Value value{};
+  TESSERA_RETURN_IF_ERROR(mig_call(library, entry, slot, args..., &value));
+  return value;
+}
+
+// NVML's instance lists write only the count: the buffer must hold every instance the profile
+// allows. No GPU has more than 15 GPU instances (IDs 0..14) or 8 compute instances per GPU
+// instance (IDs 0..7), so this many always suffices.
+constexpr unsigned kMaxInstances = 64;
+
+template <typename Handle, typename Call>
+Result<std::vector<Handle>> instance_list(const Library& library, EntryPoint entry, Call call) {
+  if (!library.has(entry)) return missing(library, entry);
+  std::vector<Handle> handles(kMaxInstances);
+  unsigned count = 0;
+  if (const nvmlReturn_t result = call(handles.data(), &count); result != NVML_SUCCESS)
+    return mig_failed(library, symbol_name(entry), result);
+  handles.resize(std::min(count, kMaxInstances));
+  return handles;
 }
 
 // An entry point that writes a string of at most kSize bytes (NUL included) into its last two
@@ -333,6 +388,215 @@ Result<MemoryLimits> Session::memory_limits(nvmlDevice_t device,
   if (result != NVML_SUCCESS) return failed(*library_, "nvmlDeviceGetMemoryLimits_v1", result);
   return MemoryLimits{limits.softLimit, limits.hardLimit, limits.currentUsed};
 }
+
+// ---- MIG ----------------------------------------------------------------------------------------
+
+Result<MigMode> Session::mig_mode(nvmlDevice_t device) const {
+  MigMode mode;
+  TESSERA_RETURN_IF_ERROR(
+      mig_call(TESSERA_NVML(nvmlDeviceGetMigMode), device, &mode.current, &mode.pending));
+  return mode;
+}
+
+Status Session::set_mig_mode(nvmlDevice_t device, unsigned mode) const {
+  nvmlReturn_t activation = NVML_SUCCESS;
+  TESSERA_RETURN_IF_ERROR(mig_call(TESSERA_NVML(nvmlDeviceSetMigMode), device, mode, &activation));
+  if (activation != NVML_SUCCESS)
+    return mig_failed(*library_, "nvmlDeviceSetMigMode (activation)", activation);
+  return Status::ok();
+}
+
+Result<nvmlGpuInstanceProfileInfo_v3_t> Session::gpu_instance_profile_info(
+    nvmlDevice_t device, unsigned profile_index) const {
+  const auto get = library_->entry_points().nvmlDeviceGetGpuInstanceProfileInfoV;
+  if (get == nullptr) return missing(*library_, EntryPoint::nvmlDeviceGetGpuInstanceProfileInfoV);
+  nvmlGpuInstanceProfileInfo_v3_t info{};
+  info.version = nvmlGpuInstanceProfileInfo_v3;
+  // NVML passes both layouts through the v2 pointer type, told apart by `version`.
+  nvmlReturn_t result =
+      get(device, profile_index, reinterpret_cast<nvmlGpuInstanceProfileInfo_v2_t*>(&info));
+  if (result == NVML_SUCCESS) return info;
+  // A driver older than v3 refuses the version (INVALID_ARGUMENT, which also ends an enumeration,
+  // or ARGUMENT_VERSION_MISMATCH): ask again in v2, and keep v3's answer when v2 fails the same.
+  if (result != NVML_ERROR_INVALID_ARGUMENT && result != NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+    return mig_failed(*library_, "nvmlDeviceGetGpuInstanceProfileInfoV", result);
+  nvmlGpuInstanceProfileInfo_v2_t old{};
+  old.version = nvmlGpuInstanceProfileInfo_v2;
+  if (get(device, profile_index, &old) != NVML_SUCCESS)
+    return mig_failed(*library_, "nvmlDeviceGetGpuInstanceProfileInfoV", result);
+  info = {};
+  info.version = nvmlGpuInstanceProfileInfo_v3;
+  info.id = old.id;
+  info.sliceCount = old.sliceCount;
+  info.instanceCount = old.instanceCount;
+  info.multiprocessorCount = old.multiprocessorCount;
+  info.copyEngineCount = old.copyEngineCount;
+  info.decoderCount = old.decoderCount;
+  info.encoderCount = old.encoderCount;
+  info.jpegCount = old.jpegCount;
+  info.ofaCount = old.ofaCount;
+  info.memorySizeMB = old.memorySizeMB;
+  std::memcpy(info.name, old.name, sizeof info.name);
+  info.capabilities = old.isP2pSupported != 0 ? NVML_GPU_INSTANCE_PROFILE_CAPS_P2P : 0;
+  return info;
+}
+
+Result<std::vector<nvmlGpuInstancePlacement_t>> Session::gpu_instance_possible_placements(
+    nvmlDevice_t device, unsigned profile_id) const {
+  const auto get = library_->entry_points().nvmlDeviceGetGpuInstancePossiblePlacements_v2;
+  if (get == nullptr)
+    return missing(*library_, EntryPoint::nvmlDeviceGetGpuInstancePossiblePlacements_v2);
+  constexpr const char* kCall = "nvmlDeviceGetGpuInstancePossiblePlacements_v2";
+  unsigned count = 0;
+  if (const nvmlReturn_t result = get(device, profile_id, nullptr, &count); result != NVML_SUCCESS)
+    return mig_failed(*library_, kCall, result);
+  std::vector<nvmlGpuInstancePlacement_t> placements(count);
+  if (count == 0) return placements;
+  if (const nvmlReturn_t result = get(device, profile_id, placements.data(), &count);
+      result != NVML_SUCCESS)
+    return mig_failed(*library_, kCall, result);
+  placements.resize(std::min<size_t>(count, placements.size()));
+  return placements;
+}
+
+Result<nvmlGpuInstance_t> Session::create_gpu_instance_with_placement(
+    nvmlDevice_t device, unsigned profile_id, const nvmlGpuInstancePlacement_t& placement) const {
+  return mig_answer<nvmlGpuInstance_t>(TESSERA_NVML(nvmlDeviceCreateGpuInstanceWithPlacement),
+                                       device, profile_id, &placement);
+}
+
+Result<nvmlGpuInstance_t> Session::create_gpu_instance(nvmlDevice_t device,
+                                                       unsigned profile_id) const {
+  return mig_answer<nvmlGpuInstance_t>(TESSERA_NVML(nvmlDeviceCreateGpuInstance), device,
+                                       profile_id);
+}
+
+Result<std::vector<nvmlGpuInstance_t>> Session::gpu_instances(nvmlDevice_t device,
+                                                              unsigned profile_id) const {
+  const EntryPoints& table = library_->entry_points();
+  return instance_list<nvmlGpuInstance_t>(*library_, EntryPoint::nvmlDeviceGetGpuInstances,
+                                          [&](nvmlGpuInstance_t* handles, unsigned* count) {
+                                            return table.nvmlDeviceGetGpuInstances(
+                                                device, profile_id, handles, count);
+                                          });
+}
+
+Result<nvmlGpuInstance_t> Session::gpu_instance_by_id(nvmlDevice_t device,
+                                                      unsigned gpu_instance_id) const {
+  return mig_answer<nvmlGpuInstance_t>(TESSERA_NVML(nvmlDeviceGetGpuInstanceById), device,
+                                       gpu_instance_id);
+}
+
+Result<nvmlGpuInstanceInfo_t> Session::gpu_instance_info(nvmlGpuInstance_t instance) const {
+  return mig_answer<nvmlGpuInstanceInfo_t>(TESSERA_NVML(nvmlGpuInstanceGetInfo), instance);
+}
+
+Status Session::destroy_gpu_instance(nvmlGpuInstance_t instance) const {
+  return mig_call(TESSERA_NVML(nvmlGpuInstanceDestroy), instance);
+}
+
+Result<nvmlComputeInstanceProfileInfo_v3_t> Session::compute_instance_profile_info(
+    nvmlGpuInstance_t instance, unsigned profile_index, unsigned engine_profile) const {
+  const auto get = library_->entry_points().nvmlGpuInstanceGetComputeInstanceProfileInfoV;
+  if (get == nullptr)
+    return missing(*library_, EntryPoint::nvmlGpuInstanceGetComputeInstanceProfileInfoV);
+  constexpr const char* kCall = "nvmlGpuInstanceGetComputeInstanceProfileInfoV";
+  nvmlComputeInstanceProfileInfo_v3_t info{};
+  info.version = nvmlComputeInstanceProfileInfo_v3;
+  nvmlReturn_t result = get(instance, profile_index, engine_profile,
+                            reinterpret_cast<nvmlComputeInstanceProfileInfo_v2_t*>(&info));
+  if (result == NVML_SUCCESS) return info;
+  if (result != NVML_ERROR_INVALID_ARGUMENT && result != NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+    return mig_failed(*library_, kCall, result);
+  // v3 appends `capabilities` to v2: the v2 answer is a prefix of it.
+  info = {};
+  info.version = nvmlComputeInstanceProfileInfo_v2;
+  if (get(instance, profile_index, engine_profile,
+          reinterpret_cast<nvmlComputeInstanceProfileInfo_v2_t*>(&info)) != NVML_SUCCESS)
+    return mig_failed(*library_, kCall, result);
+  info.version = nvmlComputeInstanceProfileInfo_v3;
+  info.capabilities = 0;
+  return info;
+}
+
+Result<nvmlComputeInstance_t> Session::create_compute_instance(nvmlGpuInstance_t instance,
+                                                               unsigned profile_id) const {
+  return mig_answer<nvmlComputeInstance_t>(TESSERA_NVML(nvmlGpuInstanceCreateComputeInstance),
+                                           instance, profile_id);
+}
+
+Result<std::vector<nvmlComputeInstance_t>> Session::compute_instances(nvmlGpuInstance_t instance,
+                                                                      unsigned profile_id) const {
+  const EntryPoints& table = library_->entry_points();
+  return instance_list<nvmlComputeInstance_t>(
+      *library_, EntryPoint::nvmlGpuInstanceGetComputeInstances,
+      [&](nvmlComputeInstance_t* handles, unsigned* count) {
+        return table.nvmlGpuInstanceGetComputeInstances(instance, profile_id, handles, count);
+      });
+}
+
+Result<nvmlComputeInstance_t> Session::compute_instance_by_id(nvmlGpuInstance_t instance,
+                                                              unsigned compute_instance_id) const {
+  return mig_answer<nvmlComputeInstance_t>(TESSERA_NVML(nvmlGpuInstanceGetComputeInstanceById),
+                                           instance, compute_instance_id);
+}
+
+Result<nvmlComputeInstanceInfo_t> Session::compute_instance_info(
+    nvmlComputeInstance_t instance) const {
+  return mig_answer<nvmlComputeInstanceInfo_t>(TESSERA_NVML(nvmlComputeInstanceGetInfo_v2),
+                                               instance);
+}
+
+Status Session::destroy_compute_instance(nvmlComputeInstance_t instance) const {
+  return mig_call(TESSERA_NVML(nvmlComputeInstanceDestroy), instance);
+}
+
+Result<unsigned> Session::max_mig_device_count(nvmlDevice_t parent) const {
+  return mig_answer<unsigned>(TESSERA_NVML(nvmlDeviceGetMaxMigDeviceCount), parent);
+}
+
+Result<nvmlDevice_t> Session::mig_device_by_index(nvmlDevice_t parent, unsigned index) const {
+  return mig_answer<nvmlDevice_t>(TESSERA_NVML(nvmlDeviceGetMigDeviceHandleByIndex), parent, index);
+}
+
+Result<std::vector<nvmlDevice_t>> Session::mig_devices(nvmlDevice_t parent) const {
+  TESSERA_ASSIGN_OR_RETURN(const unsigned max, max_mig_device_count(parent));
+  std::vector<nvmlDevice_t> devices;
+  for (unsigned index = 0; index < max; ++index) {
+    Result<nvmlDevice_t> device = mig_device_by_index(parent, index);
+    if (device.is_ok()) {
+      devices.push_back(*device);
+    } else if (device.status().code() != StatusCode::kNotFound) {
+      return device.status();
+    }
+  }
+  return devices;
+}
+
+Result<bool> Session::is_mig_device(nvmlDevice_t device) const {
+  TESSERA_ASSIGN_OR_RETURN(const unsigned is_mig,
+                           mig_answer<unsigned>(TESSERA_NVML(nvmlDeviceIsMigDeviceHandle), device));
+  return is_mig != 0;
+}
+
+Result<nvmlDevice_t> Session::device_from_mig_handle(nvmlDevice_t mig_device) const {
+  return mig_answer<nvmlDevice_t>(TESSERA_NVML(nvmlDeviceGetDeviceHandleFromMigDeviceHandle),
+                                  mig_device);
+}
+
+Result<unsigned> Session::gpu_instance_id(nvmlDevice_t mig_device) const {
+  return mig_answer<unsigned>(TESSERA_NVML(nvmlDeviceGetGpuInstanceId), mig_device);
+}
+
+Result<unsigned> Session::compute_instance_id(nvmlDevice_t mig_device) const {
+  return mig_answer<unsigned>(TESSERA_NVML(nvmlDeviceGetComputeInstanceId), mig_device);
+}
+
+Result<nvmlDeviceAttributes_t> Session::attributes(nvmlDevice_t mig_device) const {
+  return mig_answer<nvmlDeviceAttributes_t>(TESSERA_NVML(nvmlDeviceGetAttributes_v2), mig_device);
+}
+
+// ---- Events -------------------------------------------------------------------------------------
 
 Result<EventSet> Session::create_event_set() const {
   TESSERA_RETURN_IF_ERROR(library_->require({EntryPoint::nvmlEventSetFree}));

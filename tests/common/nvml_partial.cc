@@ -2,7 +2,10 @@
 // nvmlDeviceGetHandleByUUID, no events), nvmlDeviceGetCount_v2 answers Not Supported, and the
 // process lists of two made-up devices exercise the NVML_ERROR_INSUFFICIENT_SIZE protocol:
 // device 1 has kListedProcesses processes, device 2's list grows by more than it is asked for on
-// every call; nvmlDeviceGetProcessUtilization has no samples (NVML_ERROR_NOT_FOUND).
+// every call; nvmlDeviceGetProcessUtilization has no samples (NVML_ERROR_NOT_FOUND). Its MIG
+// entry points are an older driver's: profile info only in the v2 layout (v3 is refused as
+// INVALID_ARGUMENT, as is profile index 1 and up), GPU instance 7 does not exist, every creation
+// finds the slices taken, and a mode change cannot activate while processes run.
 #include <atomic>
 #include <cstdint>
 
@@ -34,6 +37,14 @@ TESSERA_NVML_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
       return "Not Supported";
     case NVML_ERROR_INSUFFICIENT_SIZE:
       return "Insufficient Size";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_NOT_FOUND:
+      return "Not Found";
+    case NVML_ERROR_IN_USE:
+      return "In use by another client";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES:
+      return "Insufficient Resources";
     default:
       return "Unknown Error";
   }
@@ -61,6 +72,43 @@ TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(
     nvmlDevice_t /*device*/, nvmlProcessUtilizationSample_t* /*utilization*/,
     unsigned int* /*processSamplesCount*/, unsigned long long /*lastSeenTimeStamp*/) {
   return NVML_ERROR_NOT_FOUND;
+}
+
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(
+    nvmlDevice_t /*device*/, unsigned int profile, nvmlGpuInstanceProfileInfo_v2_t* info) {
+  if (profile != NVML_GPU_INSTANCE_PROFILE_1_SLICE ||
+      info->version != nvmlGpuInstanceProfileInfo_v2)
+    return NVML_ERROR_INVALID_ARGUMENT;
+  *info = {};
+  info->version = nvmlGpuInstanceProfileInfo_v2;
+  info->id = 19;
+  info->isP2pSupported = 1;
+  info->sliceCount = 1;
+  info->instanceCount = 7;
+  info->multiprocessorCount = 14;
+  info->memorySizeMB = 4864;
+  const char name[] = "MIG 1g.5gb";
+  for (unsigned i = 0; i < sizeof name; ++i) info->name[i] = name[i];
+  return NVML_SUCCESS;
+}
+
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t /*device*/,
+                                                              unsigned int /*id*/,
+                                                              nvmlGpuInstance_t* /*gpuInstance*/) {
+  return NVML_ERROR_NOT_FOUND;
+}
+
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(
+    nvmlDevice_t /*device*/, unsigned int /*profileId*/,
+    const nvmlGpuInstancePlacement_t* /*placement*/, nvmlGpuInstance_t* /*gpuInstance*/) {
+  return NVML_ERROR_INSUFFICIENT_RESOURCES;
+}
+
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t /*device*/,
+                                                      unsigned int /*mode*/,
+                                                      nvmlReturn_t* activationStatus) {
+  *activationStatus = NVML_ERROR_IN_USE;
+  return NVML_SUCCESS;
 }
 
 }  // extern "C"

@@ -94,6 +94,39 @@ TEST(NvmlLibrary, NotSupportedIsAFailedPrecondition) {
             failed_precondition("nvmlDeviceGetCount_v2: Not Supported"));
 }
 
+// The codes a MIG caller acts on, and a v2-only driver's profile info read in the v3 layout.
+TEST(NvmlLibrary, MigErrorsCarryTheCodesCallersActOn) {
+  const std::string partial = NVML_PARTIAL_LIBRARY;
+  const Result<Session> session = Session::open(partial);
+  ASSERT_TRUE(session.is_ok()) << session.status().message();
+  const nvmlDevice_t device = fake_device(1);
+
+  const Result<nvmlGpuInstanceProfileInfo_v3_t> info =
+      session->gpu_instance_profile_info(device, NVML_GPU_INSTANCE_PROFILE_1_SLICE);
+  ASSERT_TRUE(info.is_ok()) << info.status().message();
+  EXPECT_EQ(info->version, nvmlGpuInstanceProfileInfo_v3);
+  EXPECT_EQ(info->id, 19u);
+  EXPECT_EQ(info->instanceCount, 7u);
+  EXPECT_EQ(info->multiprocessorCount, 14u);
+  EXPECT_EQ(info->memorySizeMB, 4864u);
+  EXPECT_STREQ(info->name, "MIG 1g.5gb");
+  EXPECT_EQ(info->capabilities, unsigned{NVML_GPU_INSTANCE_PROFILE_CAPS_P2P});
+
+  EXPECT_EQ(session->gpu_instance_profile_info(device, NVML_GPU_INSTANCE_PROFILE_2_SLICE).status(),
+            invalid_argument("nvmlDeviceGetGpuInstanceProfileInfoV: Invalid Argument"));
+  EXPECT_EQ(session->gpu_instance_by_id(device, 7).status(),
+            not_found("nvmlDeviceGetGpuInstanceById: Not Found"));
+  EXPECT_EQ(session->create_gpu_instance_with_placement(device, 19, {0, 1}).status(),
+            already_exists("nvmlDeviceCreateGpuInstanceWithPlacement: Insufficient Resources"));
+  EXPECT_EQ(session->set_mig_mode(device, NVML_DEVICE_MIG_ENABLE),
+            unavailable("nvmlDeviceSetMigMode (activation): In use by another client"));
+  EXPECT_EQ(session->mig_mode(device).status(),
+            failed_precondition(partial + " has no nvmlDeviceGetMigMode"));
+  EXPECT_EQ(session->mig_devices(device).status(),
+            failed_precondition(partial + " has no nvmlDeviceGetMaxMigDeviceCount"));
+  EXPECT_FALSE(session->library().require(kMigEntryPoints).is_ok());
+}
+
 TEST(NvmlLibrary, ProcessListsGrowUntilTheyFit) {
   const Result<Session> session = Session::open(NVML_PARTIAL_LIBRARY);
   ASSERT_TRUE(session.is_ok()) << session.status().message();

@@ -32,33 +32,56 @@ inline constexpr char kDefaultLibrary[] = "libnvidia-ml.so.1";
 // Every NVML entry point the product calls. A library lacking one still loads: the calls that need
 // it fail with "<path> has no <symbol>", and callers that cannot do without it require it up front
 // (Session::open's `required`, Library::require).
-#define TESSERA_NVML_ENTRY_POINTS(X)         \
-  X(nvmlInit_v2)                             \
-  X(nvmlShutdown)                            \
-  X(nvmlErrorString)                         \
-  X(nvmlSystemGetDriverVersion)              \
-  X(nvmlDeviceGetCount_v2)                   \
-  X(nvmlDeviceGetHandleByIndex_v2)           \
-  X(nvmlDeviceGetHandleByUUID)               \
-  X(nvmlDeviceGetUUID)                       \
-  X(nvmlDeviceGetName)                       \
-  X(nvmlDeviceGetMemoryInfo)                 \
-  X(nvmlDeviceGetMinorNumber)                \
-  X(nvmlDeviceGetPciInfo_v3)                 \
-  X(nvmlDeviceGetBrand)                      \
-  X(nvmlDeviceGetArchitecture)               \
-  X(nvmlDeviceGetCudaComputeCapability)      \
-  X(nvmlDeviceGetComputeMode)                \
-  X(nvmlDeviceGetUtilizationRates)           \
-  X(nvmlDeviceGetComputeRunningProcesses_v3) \
-  X(nvmlDeviceGetProcessUtilization)         \
-  X(nvmlEventSetCreate)                      \
-  X(nvmlEventSetFree)                        \
-  X(nvmlEventSetWait_v2)                     \
-  X(nvmlDeviceGetSupportedEventTypes)        \
-  X(nvmlDeviceRegisterEvents)                \
-  X(nvmlDeviceSetMemoryLimits_v1)            \
-  X(nvmlDeviceGetMemoryLimits_v1)
+#define TESSERA_NVML_ENTRY_POINTS(X)               \
+  X(nvmlInit_v2)                                   \
+  X(nvmlShutdown)                                  \
+  X(nvmlErrorString)                               \
+  X(nvmlSystemGetDriverVersion)                    \
+  X(nvmlDeviceGetCount_v2)                         \
+  X(nvmlDeviceGetHandleByIndex_v2)                 \
+  X(nvmlDeviceGetHandleByUUID)                     \
+  X(nvmlDeviceGetUUID)                             \
+  X(nvmlDeviceGetName)                             \
+  X(nvmlDeviceGetMemoryInfo)                       \
+  X(nvmlDeviceGetMinorNumber)                      \
+  X(nvmlDeviceGetPciInfo_v3)                       \
+  X(nvmlDeviceGetBrand)                            \
+  X(nvmlDeviceGetArchitecture)                     \
+  X(nvmlDeviceGetCudaComputeCapability)            \
+  X(nvmlDeviceGetComputeMode)                      \
+  X(nvmlDeviceGetUtilizationRates)                 \
+  X(nvmlDeviceGetComputeRunningProcesses_v3)       \
+  X(nvmlDeviceGetProcessUtilization)               \
+  X(nvmlEventSetCreate)                            \
+  X(nvmlEventSetFree)                              \
+  X(nvmlEventSetWait_v2)                           \
+  X(nvmlDeviceGetSupportedEventTypes)              \
+  X(nvmlDeviceRegisterEvents)                      \
+  X(nvmlDeviceSetMemoryLimits_v1)                  \
+  X(nvmlDeviceGetMemoryLimits_v1)                  \
+  X(nvmlDeviceGetMigMode)                          \
+  X(nvmlDeviceSetMigMode)                          \
+  X(nvmlDeviceGetGpuInstanceProfileInfoV)          \
+  X(nvmlDeviceGetGpuInstancePossiblePlacements_v2) \
+  X(nvmlDeviceCreateGpuInstance)                   \
+  X(nvmlDeviceCreateGpuInstanceWithPlacement)      \
+  X(nvmlDeviceGetGpuInstances)                     \
+  X(nvmlDeviceGetGpuInstanceById)                  \
+  X(nvmlGpuInstanceGetInfo)                        \
+  X(nvmlGpuInstanceDestroy)                        \
+  X(nvmlGpuInstanceGetComputeInstanceProfileInfoV) \
+  X(nvmlGpuInstanceCreateComputeInstance)          \
+  X(nvmlGpuInstanceGetComputeInstances)            \
+  X(nvmlGpuInstanceGetComputeInstanceById)         \
+  X(nvmlComputeInstanceGetInfo_v2)                 \
+  X(nvmlComputeInstanceDestroy)                    \
+  X(nvmlDeviceGetMaxMigDeviceCount)                \
+  X(nvmlDeviceGetMigDeviceHandleByIndex)           \
+  X(nvmlDeviceIsMigDeviceHandle)                   \
+  X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)  \
+  X(nvmlDeviceGetGpuInstanceId)                    \
+  X(nvmlDeviceGetComputeInstanceId)                \
+  X(nvmlDeviceGetAttributes_v2)
 
 // Named as the C functions are, so a requirement reads as the symbol it is.
 enum class EntryPoint {
@@ -80,6 +103,33 @@ inline constexpr std::initializer_list<EntryPoint> kEventEntryPoints = {
 // The per-cgroup memory-limit entry points: only an R615 or newer libnvidia-ml.so.1 has them.
 inline constexpr std::initializer_list<EntryPoint> kMemoryLimitEntryPoints = {
     EntryPoint::nvmlDeviceSetMemoryLimits_v1, EntryPoint::nvmlDeviceGetMemoryLimits_v1};
+
+// The MIG entry points: every driver since R470 has them (a GPU without MIG answers
+// NVML_ERROR_NOT_SUPPORTED, not a missing symbol).
+inline constexpr std::initializer_list<EntryPoint> kMigEntryPoints = {
+    EntryPoint::nvmlDeviceGetMigMode,
+    EntryPoint::nvmlDeviceSetMigMode,
+    EntryPoint::nvmlDeviceGetGpuInstanceProfileInfoV,
+    EntryPoint::nvmlDeviceGetGpuInstancePossiblePlacements_v2,
+    EntryPoint::nvmlDeviceCreateGpuInstance,
+    EntryPoint::nvmlDeviceCreateGpuInstanceWithPlacement,
+    EntryPoint::nvmlDeviceGetGpuInstances,
+    EntryPoint::nvmlDeviceGetGpuInstanceById,
+    EntryPoint::nvmlGpuInstanceGetInfo,
+    EntryPoint::nvmlGpuInstanceDestroy,
+    EntryPoint::nvmlGpuInstanceGetComputeInstanceProfileInfoV,
+    EntryPoint::nvmlGpuInstanceCreateComputeInstance,
+    EntryPoint::nvmlGpuInstanceGetComputeInstances,
+    EntryPoint::nvmlGpuInstanceGetComputeInstanceById,
+    EntryPoint::nvmlComputeInstanceGetInfo_v2,
+    EntryPoint::nvmlComputeInstanceDestroy,
+    EntryPoint::nvmlDeviceGetMaxMigDeviceCount,
+    EntryPoint::nvmlDeviceGetMigDeviceHandleByIndex,
+    EntryPoint::nvmlDeviceIsMigDeviceHandle,
+    EntryPoint::nvmlDeviceGetDeviceHandleFromMigDeviceHandle,
+    EntryPoint::nvmlDeviceGetGpuInstanceId,
+    EntryPoint::nvmlDeviceGetComputeInstanceId,
+    EntryPoint::nvmlDeviceGetAttributes_v2};
 
 struct EntryPoints;  // the resolved table (nvml.cc)
 
@@ -145,6 +195,12 @@ struct MemoryLimits {
 inline constexpr unsigned long long kClearSoftLimit = 0;
 inline constexpr unsigned long long kClearHardLimit = ~0ull;
 
+// A GPU's MIG mode now and after the next activation (NVML_DEVICE_MIG_ENABLE / _DISABLE).
+struct MigMode {
+  unsigned current = NVML_DEVICE_MIG_DISABLE;
+  unsigned pending = NVML_DEVICE_MIG_DISABLE;
+};
+
 class Session {
  public:
   // Loads `path` (Library::load), checks that it has nvmlInit_v2, nvmlShutdown, nvmlErrorString and
@@ -201,6 +257,63 @@ class Session {
   // either answers NVML_ERROR_NOT_SUPPORTED (kFailedPrecondition). Both mean "no limit here".
   Result<MemoryLimits> memory_limits(nvmlDevice_t device,
                                      const std::string& cgroup_directory) const;
+
+  // Multi-Instance GPU. Errors name the call and NVML's error string; their codes let a caller
+  // act on the answer: kFailedPrecondition NVML_ERROR_NOT_SUPPORTED (no MIG on this GPU, MIG mode
+  // off, a profile the GPU lacks) or a missing entry point; kInvalidArgument
+  // NVML_ERROR_INVALID_ARGUMENT (a profile index past the last: enumeration ends there);
+  // kNotFound NVML_ERROR_NOT_FOUND (a GI/CI ID or MIG index that does not exist, e.g. destroyed);
+  // kAlreadyExists NVML_ERROR_INSUFFICIENT_RESOURCES (the placement overlaps an instance, or the
+  // profile's instances are used up); kUnavailable for the rest, NVML_ERROR_IN_USE (processes or
+  // compute instances still there: retry once they are gone) and NVML_ERROR_NO_PERMISSION among
+  // them.
+  Result<MigMode> mig_mode(nvmlDevice_t device) const;
+  // nvmlDeviceSetMigMode, its activation status included: a mode the driver could not activate
+  // (NVML_ERROR_IN_USE while processes run) is an error like the call's own.
+  Status set_mig_mode(nvmlDevice_t device, unsigned mode) const;
+  // GPU instance profile by *index* (NVML_GPU_INSTANCE_PROFILE_*), in the v3 layout; from a driver
+  // that knows only v2 the v2 answer is converted (capabilities from isP2pSupported).
+  Result<nvmlGpuInstanceProfileInfo_v3_t> gpu_instance_profile_info(nvmlDevice_t device,
+                                                                    unsigned profile_index) const;
+  // Every legal placement of a profile *ID* (`info.id`), occupied or not.
+  Result<std::vector<nvmlGpuInstancePlacement_t>> gpu_instance_possible_placements(
+      nvmlDevice_t device, unsigned profile_id) const;
+  Result<nvmlGpuInstance_t> create_gpu_instance_with_placement(
+      nvmlDevice_t device, unsigned profile_id, const nvmlGpuInstancePlacement_t& placement) const;
+  // The driver chooses the placement.
+  Result<nvmlGpuInstance_t> create_gpu_instance(nvmlDevice_t device, unsigned profile_id) const;
+  // The GPU instances of one profile ID.
+  Result<std::vector<nvmlGpuInstance_t>> gpu_instances(nvmlDevice_t device,
+                                                       unsigned profile_id) const;
+  Result<nvmlGpuInstance_t> gpu_instance_by_id(nvmlDevice_t device, unsigned gpu_instance_id) const;
+  Result<nvmlGpuInstanceInfo_t> gpu_instance_info(nvmlGpuInstance_t instance) const;
+  Status destroy_gpu_instance(nvmlGpuInstance_t instance) const;
+  // Compute instance profile by *index* (NVML_COMPUTE_INSTANCE_PROFILE_*), v3 layout (v2
+  // converted).
+  Result<nvmlComputeInstanceProfileInfo_v3_t> compute_instance_profile_info(
+      nvmlGpuInstance_t instance, unsigned profile_index,
+      unsigned engine_profile = NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED) const;
+  // Takes the CI profile ID (`info.id`).
+  Result<nvmlComputeInstance_t> create_compute_instance(nvmlGpuInstance_t instance,
+                                                        unsigned profile_id) const;
+  Result<std::vector<nvmlComputeInstance_t>> compute_instances(nvmlGpuInstance_t instance,
+                                                               unsigned profile_id) const;
+  Result<nvmlComputeInstance_t> compute_instance_by_id(nvmlGpuInstance_t instance,
+                                                       unsigned compute_instance_id) const;
+  // `info.device` is the compute instance's MIG device handle (uuid() of it: "MIG-...").
+  Result<nvmlComputeInstanceInfo_t> compute_instance_info(nvmlComputeInstance_t instance) const;
+  Status destroy_compute_instance(nvmlComputeInstance_t instance) const;
+  // MIG devices (one per compute instance) under a parent GPU: indices 0..max-1, with holes
+  // (kNotFound at a hole). mig_devices walks them and skips the holes.
+  Result<unsigned> max_mig_device_count(nvmlDevice_t parent) const;
+  Result<nvmlDevice_t> mig_device_by_index(nvmlDevice_t parent, unsigned index) const;
+  Result<std::vector<nvmlDevice_t>> mig_devices(nvmlDevice_t parent) const;
+  Result<bool> is_mig_device(nvmlDevice_t device) const;
+  Result<nvmlDevice_t> device_from_mig_handle(nvmlDevice_t mig_device) const;  // the parent GPU
+  Result<unsigned> gpu_instance_id(nvmlDevice_t mig_device) const;
+  Result<unsigned> compute_instance_id(nvmlDevice_t mig_device) const;
+  // nvmlDeviceGetAttributes_v2: MIG device handles only.
+  Result<nvmlDeviceAttributes_t> attributes(nvmlDevice_t mig_device) const;
 
   // Events.
   Result<EventSet> create_event_set() const;

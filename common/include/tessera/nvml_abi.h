@@ -240,6 +240,197 @@ typedef struct nvmlEventData_st {
   unsigned int computeInstanceId;
 } nvmlEventData_t;
 
+/* ---- Multi-Instance GPU (MIG) ------------------------------------------------------------------
+ * Layouts and values from NVIDIA's nvml.h (NVML_API_VERSION 13) as published in NVIDIA/go-nvml
+ * gen/nvml/nvml.h @ 2f9e261fe40a7a1c54783d66805e8920564763b4, the "Multi Instance GPU
+ * Management" group. Two numbering spaces: the profile *index* (NVML_GPU_INSTANCE_PROFILE_*) is
+ * what the profile-info queries take; the profile *ID* (the `id` they return, e.g. 19 for 1g on
+ * A100/H100) is what placements, create and list take. Placements count memory slices. */
+
+typedef struct nvmlGpuInstance_st* nvmlGpuInstance_t;
+typedef struct nvmlComputeInstance_st* nvmlComputeInstance_t;
+
+#define NVML_DEVICE_MIG_DISABLE 0x0
+#define NVML_DEVICE_MIG_ENABLE 0x1
+
+/* GPU instance profile indices (argument of nvmlDeviceGetGpuInstanceProfileInfo*). */
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE 0x0
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE 0x1
+#define NVML_GPU_INSTANCE_PROFILE_3_SLICE 0x2
+#define NVML_GPU_INSTANCE_PROFILE_4_SLICE 0x3
+#define NVML_GPU_INSTANCE_PROFILE_7_SLICE 0x4
+#define NVML_GPU_INSTANCE_PROFILE_8_SLICE 0x5
+#define NVML_GPU_INSTANCE_PROFILE_6_SLICE 0x6
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 0x7 /* with at least one media engine ("+me") */
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1 0x8 /* with at least one media engine */
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 0x9 /* twice the memory (1g.20gb on H100) */
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX 0x0A
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX 0x0B
+#define NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX 0x0C
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME 0x0D
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME 0x0E
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME 0x0F /* blocks all but _NO_ME profiles */
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME 0x10 /* blocks all but _NO_ME profiles */
+#define NVML_GPU_INSTANCE_PROFILE_3_SLICE_GFX 0x11
+#define NVML_GPU_INSTANCE_PROFILE_COUNT 0x12
+
+/* nvmlGpuInstanceProfileInfo_v3_t.capabilities bits. */
+#define NVML_GPU_INSTANCE_PROFILE_CAPS_P2P 0x1
+#define NVML_GPU_INSTANCE_PROFILE_CAPS_GFX 0x2
+/* nvmlComputeInstanceProfileInfo_v3_t.capabilities bits. */
+#define NVML_COMPUTE_INSTANCE_PROFILE_CAPS_GFX 0x1
+
+/* Compute instance profile indices (argument of nvmlGpuInstanceGetComputeInstanceProfileInfo*). */
+#define NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE 0x0
+#define NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE 0x1
+#define NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE 0x2
+#define NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE 0x3
+#define NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE 0x4
+#define NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE 0x5
+#define NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE 0x6
+#define NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1 0x7
+#define NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE_NVL 0x8
+#define NVML_COMPUTE_INSTANCE_PROFILE_COUNT 0x9
+
+/* All engines except the SMs are shared between the compute instances of a GPU instance. */
+#define NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED 0x0
+#define NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT 0x1
+
+typedef struct nvmlGpuInstancePlacement_st {
+  unsigned int start; /* index of the first occupied memory slice */
+  unsigned int size;  /* number of memory slices occupied */
+} nvmlGpuInstancePlacement_t;
+
+typedef struct nvmlGpuInstanceProfileInfo_st {
+  unsigned int id; /* the profile ID, unique within the device */
+  unsigned int isP2pSupported;
+  unsigned int sliceCount; /* compute (GPU) slices */
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int copyEngineCount;
+  unsigned int decoderCount;
+  unsigned int encoderCount;
+  unsigned int jpegCount;
+  unsigned int ofaCount;
+  unsigned long long memorySizeMB; /* MiB */
+} nvmlGpuInstanceProfileInfo_t;
+
+/* v2 adds `version` first and `name` last: not layout-compatible with v1. */
+typedef struct nvmlGpuInstanceProfileInfo_v2_st {
+  unsigned int version; /* nvmlGpuInstanceProfileInfo_v2 */
+  unsigned int id;
+  unsigned int isP2pSupported;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int copyEngineCount;
+  unsigned int decoderCount;
+  unsigned int encoderCount;
+  unsigned int jpegCount;
+  unsigned int ofaCount;
+  unsigned long long memorySizeMB;
+  char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+} nvmlGpuInstanceProfileInfo_v2_t;
+
+#define nvmlGpuInstanceProfileInfo_v2 NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2)
+
+/* v3 drops isP2pSupported and adds `capabilities` (NVML_GPU_INSTANCE_PROFILE_CAPS_*). */
+typedef struct nvmlGpuInstanceProfileInfo_v3_st {
+  unsigned int version; /* nvmlGpuInstanceProfileInfo_v3 */
+  unsigned int id;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int copyEngineCount;
+  unsigned int decoderCount;
+  unsigned int encoderCount;
+  unsigned int jpegCount;
+  unsigned int ofaCount;
+  unsigned long long memorySizeMB;
+  char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+  unsigned int capabilities;
+} nvmlGpuInstanceProfileInfo_v3_t;
+
+#define nvmlGpuInstanceProfileInfo_v3 NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 3)
+
+typedef struct nvmlGpuInstanceInfo_st {
+  nvmlDevice_t device; /* the parent GPU */
+  unsigned int id;     /* GPU instance ID, unique within the device */
+  unsigned int profileId;
+  nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+typedef struct nvmlComputeInstancePlacement_st {
+  unsigned int start; /* index of the first occupied compute slice of the GPU instance */
+  unsigned int size;  /* number of compute slices occupied */
+} nvmlComputeInstancePlacement_t;
+
+typedef struct nvmlComputeInstanceProfileInfo_st {
+  unsigned int id; /* the profile ID, unique within the GPU instance */
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+
+typedef struct nvmlComputeInstanceProfileInfo_v2_st {
+  unsigned int version; /* nvmlComputeInstanceProfileInfo_v2 */
+  unsigned int id;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+  char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+} nvmlComputeInstanceProfileInfo_v2_t;
+
+#define nvmlComputeInstanceProfileInfo_v2 NVML_STRUCT_VERSION(ComputeInstanceProfileInfo, 2)
+
+typedef struct nvmlComputeInstanceProfileInfo_v3_st {
+  unsigned int version; /* nvmlComputeInstanceProfileInfo_v3 */
+  unsigned int id;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+  char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+  unsigned int capabilities; /* NVML_COMPUTE_INSTANCE_PROFILE_CAPS_* */
+} nvmlComputeInstanceProfileInfo_v3_t;
+
+#define nvmlComputeInstanceProfileInfo_v3 NVML_STRUCT_VERSION(ComputeInstanceProfileInfo, 3)
+
+typedef struct nvmlComputeInstanceInfo_st {
+  nvmlDevice_t device; /* the MIG device of this compute instance (its GetUUID is the MIG UUID) */
+  nvmlGpuInstance_t gpuInstance;
+  unsigned int id; /* compute instance ID, unique within the GPU instance */
+  unsigned int profileId;
+  nvmlComputeInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+
+/* nvmlDeviceGetAttributes_v2: MIG device handles only. */
+typedef struct nvmlDeviceAttributes_st {
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+  unsigned int gpuInstanceSliceCount;
+  unsigned int computeInstanceSliceCount;
+  unsigned long long memorySizeMB; /* MiB */
+} nvmlDeviceAttributes_t;
+
 /* ---- Functions ---------------------------------------------------------------------------------
  */
 
@@ -344,6 +535,84 @@ TESSERA_NVML_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEve
                                                      unsigned int timeoutms);
 TESSERA_NVML_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set);
 
+/* Multi-Instance GPU. Mode changes and instance management need root on a real driver. A MIG
+ * device handle (one per compute instance) is accepted, with restrictions, wherever a GPU handle
+ * is; nvmlDeviceGetHandleByUUID takes "MIG-<uuid>" too. */
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device,
+                                                      unsigned int* currentMode,
+                                                      unsigned int* pendingMode);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode,
+                                                      nvmlReturn_t* activationStatus);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(
+    nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_t* info);
+/* `info->version` must be set (v2 or v3 layout; both are passed as the v2 pointer type). */
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(
+    nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_v2_t* info);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoByIdV(
+    nvmlDevice_t device, unsigned int profileId, nvmlGpuInstanceProfileInfo_v2_t* info);
+/* Every placement of the profile, occupied or not; `placements` NULL: only the count. */
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(
+    nvmlDevice_t device, unsigned int profileId, nvmlGpuInstancePlacement_t* placements,
+    unsigned int* count);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device,
+                                                                           unsigned int profileId,
+                                                                           unsigned int* count);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device,
+                                                             unsigned int profileId,
+                                                             nvmlGpuInstance_t* gpuInstance);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(
+    nvmlDevice_t device, unsigned int profileId, const nvmlGpuInstancePlacement_t* placement,
+    nvmlGpuInstance_t* gpuInstance);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance);
+/* `count` is only written: the buffer must hold the profile's instanceCount entries. */
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device,
+                                                           unsigned int profileId,
+                                                           nvmlGpuInstance_t* gpuInstances,
+                                                           unsigned int* count);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
+                                                              nvmlGpuInstance_t* gpuInstance);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance,
+                                                        nvmlGpuInstanceInfo_t* info);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(
+    nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
+    nvmlComputeInstanceProfileInfo_t* info);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(
+    nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
+    nvmlComputeInstanceProfileInfo_v2_t* info);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId, unsigned int* count);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+    nvmlComputeInstancePlacement_t* placements, unsigned int* count);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t* computeInstance);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstanceWithPlacement(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+    const nvmlComputeInstancePlacement_t* placement, nvmlComputeInstance_t* computeInstance);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance);
+TESSERA_NVML_EXPORT nvmlReturn_t
+nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                   nvmlComputeInstance_t* computeInstances, unsigned int* count);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(
+    nvmlGpuInstance_t gpuInstance, unsigned int id, nvmlComputeInstance_t* computeInstance);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(
+    nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t* info);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device,
+                                                             unsigned int* isMigDevice);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int* id);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device,
+                                                                unsigned int* id);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device,
+                                                                unsigned int* count);
+/* NVML_ERROR_NOT_FOUND where no MIG device has that index (indices have holes). */
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,
+                                                                     unsigned int index,
+                                                                     nvmlDevice_t* migDevice);
+TESSERA_NVML_EXPORT nvmlReturn_t
+nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t* device);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device,
+                                                            nvmlDeviceAttributes_t* attributes);
+
 /* Legacy (unversioned or older) entry points that libnvidia-ml.so.1 still exports for programs
  * built against older headers; same behaviour, older layouts where they differ. */
 TESSERA_NVML_EXPORT nvmlReturn_t nvmlInit(void);
@@ -357,6 +626,13 @@ TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice
                                                                       nvmlProcessInfo_v1_t* infos);
 TESSERA_NVML_EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t* data,
                                                   unsigned int timeoutms);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements(
+    nvmlDevice_t device, unsigned int profileId, nvmlGpuInstancePlacement_t* placements,
+    unsigned int* count);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInstance,
+                                                            nvmlComputeInstanceInfo_t* info);
+TESSERA_NVML_EXPORT nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t device,
+                                                         nvmlDeviceAttributes_t* attributes);
 
 #ifdef __cplusplus
 } /* extern "C" */
@@ -374,6 +650,21 @@ static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32);
 static_assert(sizeof(nvmlEventData_t) == 32);
 static_assert(sizeof(nvmlSetMemoryLimits_v1_t) == 24);
 static_assert(sizeof(nvmlGetMemoryLimits_v1_t) == 32);
+static_assert(sizeof(nvmlGpuInstancePlacement_t) == 8);
+static_assert(sizeof(nvmlGpuInstanceProfileInfo_t) == 48);
+static_assert(sizeof(nvmlGpuInstanceProfileInfo_v2_t) == 152);
+static_assert(sizeof(nvmlGpuInstanceProfileInfo_v3_t) == 152);
+static_assert(nvmlGpuInstanceProfileInfo_v2 == 0x02000098u);
+static_assert(nvmlGpuInstanceProfileInfo_v3 == 0x03000098u);
+static_assert(sizeof(nvmlGpuInstanceInfo_t) == 24);
+static_assert(sizeof(nvmlComputeInstancePlacement_t) == 8);
+static_assert(sizeof(nvmlComputeInstanceProfileInfo_t) == 36);
+static_assert(sizeof(nvmlComputeInstanceProfileInfo_v2_t) == 136);
+static_assert(sizeof(nvmlComputeInstanceProfileInfo_v3_t) == 140);
+static_assert(nvmlComputeInstanceProfileInfo_v2 == 0x02000088u);
+static_assert(nvmlComputeInstanceProfileInfo_v3 == 0x0300008Cu);
+static_assert(sizeof(nvmlComputeInstanceInfo_t) == 32);
+static_assert(sizeof(nvmlDeviceAttributes_t) == 40);
 #endif
 
 #endif /* TESSERA_NVML_ABI_H_ */
