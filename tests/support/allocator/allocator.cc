@@ -358,18 +358,66 @@ struct Request {
   bool all = false;
 };
 
+// counterSets of allocator_incubating.go: counter set name -> counter name -> value.
+using CounterSets = std::map<std::string, std::map<std::string, int64_t>>;
+
+struct Pool {
+  std::string driver, name;
+  std::vector<const json*> slices;        // device slices of the newest generation for the node
+  std::vector<const json*> other_slices;  // the pool's other device slices (their devices
+                                          // consume the pool's counters too)
+  CounterSets counter_sets;               // from the slices that hold sharedCounters
+  bool incomplete = false;
+  bool invalid = false;
+  std::string invalid_reason;
+  std::string id() const { return driver + "/" + name; }
+};
+
 struct DeviceRef {
   std::string driver, pool, name;
   const json* device = nullptr;
   const json* slice = nullptr;
+  const Pool* owner = nullptr;
   std::string key() const { return driver + "/" + pool + "/" + name; }
 };
 
-struct Pool {
-  std::string driver, name;
-  std::vector<const json*> slices;  // of the newest generation, targeting the node
-  bool incomplete = false;
-};
+// A counter's value. Quantity.Cmp compares exactly; this port models whole numbers only (bytes,
+// slices, multiprocessors) and refuses a fraction rather than rounding it.
+Result<int64_t> read_counter(const json& counter, const std::string& field) {
+  if (!counter.is_object()) return invalid_argument(field + ": expected {value}");
+  if (!counter.contains("value")) return int64_t{0};  // Go's zero Quantity
+  const json& node = counter["value"];
+  TESSERA_ASSIGN_OR_RETURN(Quantity quantity, read_quantity(node, field + ".value"));
+  const Result<kube::Quantity> parsed =
+      kube::parse_quantity(node.is_string() ? node.get<std::string>() : node.dump());
+  __int128 unscaled = parsed->value.unscaled;
+  for (int32_t e = parsed->value.exponent; e < 0; ++e, unscaled /= 10)
+    if (unscaled % 10 != 0)
+      return invalid_argument(field + ".value: " + node.dump() +
+                              ": a fractional counter (this port models whole numbers only)");
+  return quantity.value;
+}
+
+// node[name] when it is a list (a map), else an empty one; a reference, never a temporary.
+const json& list_at(const json& node, const char* name) {
+  static const json kNone = json::array();
+  return node.contains(name) && node[name].is_array() ? node[name] : kNone;
+}
+const json& map_at(const json& node, const char* name) {
+  static const json kNone = json::object();
+  return node.contains(name) && node[name].is_object() ? node[name] : kNone;
+}
+
+// The device's consumesCounters entries: {counterSet, counters {name: {value}}}.
+const json& consumes_counters(const json& device) {
+  return list_at(device, "consumesCounters");
+}
+
+bool has_shared_counters(const json& slice) {
+  const json& spec = slice["spec"];
+  return spec.contains("sharedCounters") && spec["sharedCounters"].is_array() &&
+         !spec["sharedCounters"].empty();
+}
 
 bool tolerated(const json& taint, const json& tolerations) {
   for (const json& toleration : tolerations) {
@@ -389,6 +437,23 @@ bool tolerated(const json& taint, const json& tolerations) {
 class Run {
  public:
   Run(const AllocatorInput& input, const json& claim) : input_(input), claim_(claim) {}
+
+  Result<json> counters_left() {
+    TESSERA_RETURN_IF_ERROR(gather_pools());
+    TESSERA_RETURN_IF_ERROR(gather_allocated());
+    json pools = json::object();
+    for (const Pool& pool : pools_) {
+      if (pool.incomplete)
+        return failed_precondition("resource pool " + pool.id() + " is currently being updated");
+      if (pool.invalid)
+        return failed_precondition("resource pool " + pool.id() +
+                                   " is currently invalid: " + pool.invalid_reason);
+      if (pool.counter_sets.empty()) continue;
+      TESSERA_ASSIGN_OR_RETURN(CounterSets left, committed_left(pool));
+      pools[pool.id()] = left;
+    }
+    return pools;
+  }
 
   Result<json> allocate() {
     TESSERA_RETURN_IF_ERROR(gather_pools());
@@ -420,6 +485,20 @@ class Run {
       requests_.push_back(std::move(alternatives));
     }
     TESSERA_ASSIGN_OR_RETURN(bool done, allocate_request(0));
+    // Allocate: with no solution, an invalid pool is what gets reported (upstream only logs its
+    // reason; it is in the message here so that a test sees why).
+    if (!done) {
+      for (const Pool& pool : pools_)
+        if (pool.invalid)
+          return failed_precondition(
+              "cannot allocate all claims: invalid resource pools were encountered: resource "
+              "pool " +
+              pool.id() + ": " + pool.invalid_reason);
+    }
+    if (!done && !counter_refusal_.empty())
+      return failed_precondition(
+          "cannot allocate all claims: request \"" + failed_request_ +
+          "\" found no device that fits (last counter refusal: " + counter_refusal_ + ")");
     if (!done)
       return failed_precondition("cannot allocate all claims: request \"" + failed_request_ +
                                  "\" found no device that fits");
@@ -447,39 +526,108 @@ class Run {
     return r;
   }
 
+  // GatherPools and buildPool (pools_incubating.go): the newest generation of each pool; a
+  // slice with sharedCounters is always relevant for the node, whatever its node selection; the
+  // pool's slices are sorted by name (first fit follows the driver's naming); a pool whose
+  // counter sets or counter references do not add up is invalid as a whole.
   Status gather_pools() {
-    std::map<std::pair<std::string, std::string>, Pool> pools;
-    std::map<std::pair<std::string, std::string>, int64_t> newest;
+    using PoolKey = std::pair<std::string, std::string>;
+    std::map<PoolKey, int64_t> newest;
     for (const json& slice : input_.slices) {
       const json& spec = slice["spec"];
-      const auto id = std::pair{spec.value("driver", ""), spec["pool"].value("name", "")};
+      const auto id = PoolKey{spec.value("driver", ""), spec["pool"].value("name", "")};
       newest[id] = std::max(newest[id], spec["pool"].value("generation", int64_t{0}));
     }
-    std::map<std::pair<std::string, std::string>, int64_t> slice_counts;
+    std::map<PoolKey, std::vector<const json*>> relevant, irrelevant;
+    std::map<PoolKey, int64_t> slice_counts;
     for (const json& slice : input_.slices) {
       const json& spec = slice["spec"];
-      const auto id = std::pair{spec.value("driver", ""), spec["pool"].value("name", "")};
+      const auto id = PoolKey{spec.value("driver", ""), spec["pool"].value("name", "")};
       if (spec["pool"].value("generation", int64_t{0}) != newest[id]) continue;
       ++slice_counts[id];
-      if (spec.contains("nodeSelector"))
-        return invalid_argument("ResourceSlice " + slice["metadata"].value("name", "") +
-                                ": nodeSelector is not evaluated by this port");
-      const bool targets =
-          spec.value("nodeName", "") == input_.node_name || spec.value("allNodes", false);
-      Pool& pool = pools[id];
+      const std::string slice_name = slice["metadata"].value("name", "");
+      bool targets = has_shared_counters(slice);
+      if (!targets) {
+        if (spec.contains("nodeSelector"))
+          return invalid_argument("ResourceSlice " + slice_name +
+                                  ": nodeSelector is not evaluated by this port");
+        if (spec.value("perDeviceNodeSelection", false))
+          return invalid_argument("ResourceSlice " + slice_name +
+                                  ": perDeviceNodeSelection is not evaluated by this port");
+        targets = spec.value("nodeName", "") == input_.node_name || spec.value("allNodes", false);
+      }
+      (targets ? relevant : irrelevant)[id].push_back(&slice);
+    }
+    const auto by_name = [](const json* a, const json* b) {
+      return (*a)["metadata"].value("name", "") < (*b)["metadata"].value("name", "");
+    };
+    for (auto& [id, slices] : relevant) {
+      Pool pool;
       pool.driver = id.first;
       pool.name = id.second;
-      if (targets) pool.slices.push_back(&slice);
-      pool.incomplete = spec["pool"].value("resourceSliceCount", int64_t{1}) != slice_counts[id];
-    }
-    for (auto& [id, pool] : pools) {
-      const json* first = pool.slices.empty() ? nullptr : pool.slices.front();
-      if (first)
-        pool.incomplete =
-            (*first)["spec"]["pool"].value("resourceSliceCount", int64_t{1}) != slice_counts[id];
-      if (!pool.slices.empty()) pools_.push_back(pool);
+      std::sort(slices.begin(), slices.end(), by_name);
+      pool.incomplete = (*slices.front())["spec"]["pool"].value("resourceSliceCount", int64_t{1}) !=
+                        slice_counts[id];
+      if (!pool.incomplete) {
+        std::vector<const json*> counter_slices;
+        for (const json* slice : slices)
+          (has_shared_counters(*slice) ? counter_slices : pool.slices).push_back(slice);
+        std::vector<const json*>& others = irrelevant[id];
+        std::sort(others.begin(), others.end(), by_name);
+        for (const json* slice : others)
+          if (!has_shared_counters(*slice)) pool.other_slices.push_back(slice);
+        TESSERA_ASSIGN_OR_RETURN(std::string reason, validate_pool(pool, counter_slices, slices));
+        pool.invalid = !reason.empty();
+        pool.invalid_reason = reason;
+      }
+      pools_.push_back(std::move(pool));
     }
     return Status::ok();
+  }
+
+  // validateDeviceNames, getAndValidateCounterSets and validateDeviceCounterConsumption: the
+  // first reason the pool is invalid, or "" when it is valid. Every relevant slice's devices are
+  // checked against the counter sets (also those of a slice that holds sharedCounters, which
+  // the allocator never allocates from), then those of the slices not targeting the node.
+  Result<std::string> validate_pool(Pool& pool, const std::vector<const json*>& counter_slices,
+                                    const std::vector<const json*>& relevant) {
+    std::set<std::string> device_names;
+    for (const json* slice : pool.slices)
+      for (const json& device : list_at((*slice)["spec"], "devices"))
+        if (!device_names.insert(device.value("name", "")).second)
+          return "duplicate device name " + device.value("name", "");
+    for (const json* slice : counter_slices) {
+      const std::string slice_name = (*slice)["metadata"].value("name", "");
+      for (const json& set : (*slice)["spec"]["sharedCounters"]) {
+        const std::string set_name = set.value("name", "");
+        if (pool.counter_sets.count(set_name)) return "duplicate counter set name " + set_name;
+        auto& counters = pool.counter_sets[set_name];
+        for (const auto& [name, counter] : map_at(set, "counters").items()) {
+          TESSERA_ASSIGN_OR_RETURN(
+              counters[name],
+              read_counter(counter, "ResourceSlice " + slice_name + ": sharedCounters " + set_name +
+                                        ": counter " + name));
+        }
+      }
+    }
+    for (const std::vector<const json*>* slices :
+         {&relevant, static_cast<const std::vector<const json*>*>(&pool.other_slices)})
+      for (const json* slice : *slices)
+        for (const json& device : list_at((*slice)["spec"], "devices"))
+          for (const json& consumption : consumes_counters(device)) {
+            const std::string set_name = consumption.value("counterSet", "");
+            auto set = pool.counter_sets.find(set_name);
+            if (set == pool.counter_sets.end()) return "counter set " + set_name + " not found";
+            for (const auto& [name, counter] : map_at(consumption, "counters").items()) {
+              if (!set->second.count(name))
+                return "counter " + name + " not found in counter set " + set_name;
+              TESSERA_RETURN_IF_ERROR(read_counter(counter, "device " + device.value("name", "") +
+                                                                ": consumesCounters " + set_name +
+                                                                ": counter " + name)
+                                          .status());
+            }
+          }
+    return std::string();
   }
 
   Status gather_allocated() {
@@ -489,6 +637,10 @@ class Run {
         results = &claim["status"]["allocation"]["devices"]["results"];
       if (!results) continue;
       for (const json& result : *results) {
+        // foreachAllocatedDevice (the scheduler's allocateddevices.go): a result with admin
+        // access is not allocated; one with a shareID is a share (AllocatedSharedDeviceIDs, and
+        // its consumedCapacity into AggregatedCapacity); any other is the device's alone.
+        if (result.value("adminAccess", false)) continue;
         const std::string driver = result.value("driver", "");
         const std::string key =
             driver + "/" + result.value("pool", "") + "/" + result.value("device", "");
@@ -496,7 +648,9 @@ class Run {
           in_use_.insert(key);
           continue;
         }
-        if (!result.contains("consumedCapacity")) continue;
+        shared_devices_.insert(key);
+        if (!result.contains("consumedCapacity") || result["consumedCapacity"].is_null()) continue;
+        committed_capacity_.insert(key);
         for (const auto& [name, quantity] : result["consumedCapacity"].items()) {
           TESSERA_ASSIGN_OR_RETURN(Quantity q, read_quantity(quantity, "consumedCapacity." + name));
           allocated_[key][qualified(name, driver)] += q.value;
@@ -556,12 +710,103 @@ class Run {
     return std::optional{consumed};
   }
 
+  // internal.IsDeviceAllocated (allocatedstate.go at v0.36.2, the FIX-SHARED rule): allocated
+  // for itself, or shared by any committed share, or with committed consumed capacity.
+  bool is_device_allocated(const std::string& key) const {
+    return in_use_.count(key) || shared_devices_.count(key) || committed_capacity_.count(key);
+  }
+
+  // deviceCapacityInUse: a share of the device is committed or being allocated in this call.
+  bool device_capacity_in_use(const std::string& key) const {
+    return committed_capacity_.count(key) || allocating_capacity_.count(key);
+  }
+
+  // checkAvailableCounters. What the pool's counter sets have left once every allocated device
+  // of the pool (targeting the node or not) has taken its consumesCounters, each device once
+  // however many claims share it, is computed on first use. This call's devices add theirs to
+  // consumed_counters_; the device fits when no counter of any set of the pool is then consumed
+  // beyond what is left (left may be negative: none). Keyed by pool name alone, as upstream.
+  Result<bool> counters_available(const DeviceRef& d) {
+    const Pool& pool = *d.owner;
+    auto available = available_counters_.find(pool.name);
+    if (available == available_counters_.end()) {
+      TESSERA_ASSIGN_OR_RETURN(CounterSets left, committed_left(pool));
+      available = available_counters_.emplace(pool.name, std::move(left)).first;
+    }
+    TESSERA_RETURN_IF_ERROR(add_counters(d, +1));
+    CounterSets& consumed = consumed_counters_[pool.name];
+    for (const auto& [set_name, counters] : available->second)
+      for (const auto& [name, left] : counters) {
+        const auto set = consumed.find(set_name);
+        const int64_t used = set == consumed.end()          ? 0
+                             : set->second.count(name) == 0 ? 0
+                                                            : set->second.at(name);
+        if (left < used) {
+          TESSERA_RETURN_IF_ERROR(add_counters(d, -1));
+          counter_refusal_ = "device " + d.key() + " needs counter " + name + " of counter set " +
+                             set_name + ", of which " + std::to_string(left) + " is left and " +
+                             std::to_string(used) + " would be consumed";
+          return false;
+        }
+      }
+    return true;
+  }
+
+  // The pool's counter sets less what its allocated devices consume, each device once.
+  Result<CounterSets> committed_left(const Pool& pool) const {
+    CounterSets left = pool.counter_sets;
+    for (const std::vector<const json*>* slices : {&pool.slices, &pool.other_slices})
+      for (const json* slice : *slices)
+        for (const json& device : list_at((*slice)["spec"], "devices")) {
+          if (!is_device_allocated(pool.driver + "/" + pool.name + "/" + device.value("name", "")))
+            continue;
+          for (const json& consumption : consumes_counters(device)) {
+            auto set = left.find(consumption.value("counterSet", ""));
+            if (set == left.end()) continue;
+            for (const auto& [name, counter] : map_at(consumption, "counters").items()) {
+              auto entry = set->second.find(name);
+              if (entry == set->second.end()) continue;
+              TESSERA_ASSIGN_OR_RETURN(int64_t value, read_counter(counter, "counter " + name));
+              entry->second -= value;
+            }
+          }
+        }
+    return left;
+  }
+
+  // The device's consumesCounters added to (+1) or taken from (-1, deallocateCountersForDevice)
+  // what this call consumes.
+  Status add_counters(const DeviceRef& d, int sign) {
+    CounterSets& consumed = consumed_counters_[d.owner->name];
+    for (const json& consumption : consumes_counters(*d.device))
+      for (const auto& [name, counter] : map_at(consumption, "counters").items()) {
+        TESSERA_ASSIGN_OR_RETURN(int64_t value, read_counter(counter, "counter " + name));
+        consumed[consumption.value("counterSet", "")][name] += sign * value;
+      }
+    return Status::ok();
+  }
+
   // One device for `r`: ok(true) when taken (state updated), ok(false) when it cannot be.
+  // allocateOne's checks (in use, selectors, capacity), then allocateDevice's in its order: in
+  // use, counters, taints, capacity.
   Result<bool> take_device(const Request& r, const DeviceRef& d) {
     const bool multi = d.device->value("allowMultipleAllocations", false);
-    if (!multi && (in_use_.count(d.key()) || allocating_devices_.count(d.key()))) return false;
+    // deviceInUse: allocated for itself (a shared device too, when a result without shareID
+    // holds it), or taken for itself in this call.
+    if (in_use_.count(d.key()) || allocating_devices_.count(d.key())) return false;
     TESSERA_ASSIGN_OR_RETURN(bool match, selectable(r, d));
     if (!match) return false;
+    // allocateDevice checks the capacity again after the taints; nothing between changes it.
+    TESSERA_ASSIGN_OR_RETURN(auto consumed, fits(r, d));
+    if (!consumed) return false;
+    const bool counts = !consumes_counters(*d.device).empty();
+    // A shared device consumes its counters once, with its first share (skipCounterCheck).
+    if (counts && !(multi && device_capacity_in_use(d.key()))) {
+      TESSERA_ASSIGN_OR_RETURN(bool available, counters_available(d));
+      if (!available) return false;
+    }
+    // Upstream returns false below without taking back the counters it just added: a device
+    // refused for a taint keeps its counters consumed for the rest of this call. Ported as is.
     if (d.device->contains("taints")) {
       const json tolerations = r.spec->value("tolerations", json::array());
       for (const json& taint : (*d.device)["taints"]) {
@@ -570,12 +815,11 @@ class Run {
           return false;
       }
     }
-    TESSERA_ASSIGN_OR_RETURN(auto consumed, fits(r, d));
-    if (!consumed) return false;
     json entry = {{"request", r.name}, {"driver", d.driver}, {"pool", d.pool}, {"device", d.name}};
     if (r.spec->contains("tolerations")) entry["tolerations"] = (*r.spec)["tolerations"];
     if (multi) {
       entry["shareID"] = input_.share_id ? input_.share_id() : random_share_id();
+      allocating_capacity_.insert(d.key());
       json capacity = json::object();
       for (const auto& [name, q] : *consumed) {
         capacity[name] = text_of(q);
@@ -589,26 +833,37 @@ class Run {
     return true;
   }
 
-  void release_last() {
+  // The rollback of allocateDevice. A share gives back its capacity (the device's entry goes
+  // once nothing of it is left) but not its counters; a device of its own gives back both.
+  Status release_last() {
     const Taken& taken = results_.back();
+    const std::string key = taken.device.key();
     if (taken.multi) {
-      for (const auto& [name, q] : taken.consumed)
-        allocating_[taken.device.key()][qualified(name, taken.device.driver)] -= q.value;
+      if (!taken.consumed.empty()) {
+        for (const auto& [name, q] : taken.consumed)
+          allocating_[key][qualified(name, taken.device.driver)] -= q.value;
+        const auto& left = allocating_[key];
+        if (std::all_of(left.begin(), left.end(), [](const auto& e) { return e.second == 0; }))
+          allocating_capacity_.erase(key);
+      }
     } else {
-      allocating_devices_.erase(taken.device.key());
+      allocating_devices_.erase(key);
+      if (!consumes_counters(*taken.device.device).empty())
+        TESSERA_RETURN_IF_ERROR(add_counters(taken.device, -1));
     }
     results_.pop_back();
+    return Status::ok();
   }
 
   std::vector<DeviceRef> devices() const {
     std::vector<DeviceRef> all;
     for (const Pool& pool : pools_) {
-      if (pool.incomplete) continue;
+      if (pool.incomplete || pool.invalid) continue;
       for (const json* slice : pool.slices) {
         const json& spec = (*slice)["spec"];
         if (!spec.contains("devices") || !spec["devices"].is_array()) continue;
         for (const json& device : spec["devices"])
-          all.push_back({pool.driver, pool.name, device.value("name", ""), &device, slice});
+          all.push_back({pool.driver, pool.name, device.value("name", ""), &device, slice, &pool});
       }
     }
     return all;
@@ -620,11 +875,16 @@ class Run {
     for (size_t alternative = 0; alternative < requests_[index].size(); ++alternative) {
       Request& r = requests_[index][alternative];
       if (r.all) {
-        for (const Pool& pool : pools_)
+        for (const Pool& pool : pools_) {
           if (pool.incomplete)
             return invalid_argument("request " + r.name +
-                                    ": asks for all devices, but resource pool " + pool.driver +
-                                    "/" + pool.name + " is currently being updated");
+                                    ": asks for all devices, but resource pool " + pool.id() +
+                                    " is currently being updated");
+          if (pool.invalid)
+            return invalid_argument("request " + r.name +
+                                    ": asks for all devices, but resource pool " + pool.id() +
+                                    " is currently invalid (" + pool.invalid_reason + ")");
+        }
         const size_t before = results_.size();
         bool any = false, ok = true;
         for (const DeviceRef& d : devices()) {
@@ -643,7 +903,7 @@ class Run {
           TESSERA_ASSIGN_OR_RETURN(bool done, allocate_request(index + 1));
           if (done) return true;
         }
-        while (results_.size() > before) release_last();
+        while (results_.size() > before) TESSERA_RETURN_IF_ERROR(release_last());
         failed_request_ = r.name;
         continue;
       }
@@ -661,7 +921,7 @@ class Run {
       if (!took) continue;
       TESSERA_ASSIGN_OR_RETURN(bool done, allocate_device(index, r, taken + 1, i + 1));
       if (done) return true;
-      release_last();
+      TESSERA_RETURN_IF_ERROR(release_last());
     }
     if (failed_request_.empty() || taken == 0) failed_request_ = r.name;
     return false;
@@ -749,6 +1009,12 @@ class Run {
   std::map<std::string, std::map<std::string, int64_t>> allocated_;   // device -> capacity -> sum
   std::map<std::string, std::map<std::string, int64_t>> allocating_;  // this run's
   std::set<std::string> allocating_devices_;
+  std::set<std::string> shared_devices_;       // AllocatedSharedDeviceIDs, by device
+  std::set<std::string> committed_capacity_;   // devices with an AggregatedCapacity entry
+  std::set<std::string> allocating_capacity_;  // devices with an allocatingCapacity entry
+  std::map<std::string, CounterSets> available_counters_;  // pool name -> left once committed
+  std::map<std::string, CounterSets> consumed_counters_;   // pool name -> this call's
+  std::string counter_refusal_;  // why the last device refused for counters did not fit
   std::vector<Taken> results_;
   std::string failed_request_;
 };
@@ -785,6 +1051,11 @@ Result<std::string> consumed_quantity(const json* request, const json& capacity)
 
 Result<json> allocate(const AllocatorInput& input, const json& claim) {
   return Run(input, claim).allocate();
+}
+
+Result<json> counters_left(const AllocatorInput& input) {
+  const json no_claim;
+  return Run(input, no_claim).counters_left();
 }
 
 Result<json> allocated(const AllocatorInput& input, const json& claim) {

@@ -5,6 +5,8 @@
 // consumable_capacity_test.go and allocator_test.go that concern us.
 #include "allocator/allocator.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 namespace tessera::testing::allocator {
@@ -245,6 +247,402 @@ TEST(Allocator, SelectorsTaintsAndUnknownClasses) {
       device_matches("device.attributes.exists(a, true)", kDriver, device);
   ASSERT_FALSE(unsupported.is_ok());
   EXPECT_NE(unsupported.status().message().find("outside what this port"), std::string::npos);
+}
+
+// ---- Partitionable devices (KEP-4815): an H200 141GB published as NVIDIA's DRA driver publishes
+// dynamic MIG (docs/design facts: mig-facts.md §1.3 for the profiles, §5.2 for the layout): one
+// counter set per GPU holding the largest profile's capacities and memory-slice-0..7, in a slice
+// of its own (the 1.35+ shape); the whole GPU consumes every counter, each MIG device its
+// profile's capacities and the memory slices of its placement.
+
+constexpr char kNvidia[] = "gpu.nvidia.com";
+constexpr char kCounterSet[] = "gpu-0-counter-set";
+
+struct Profile {
+  std::string name;  // "3g.71gb"
+  int id;            // GPU instance profile ID
+  int64_t memory_mib;
+  int multiprocessors, copy_engines, decoders, jpeg_engines, ofa_engines, memory_slices;
+};
+const Profile k1g{"1g.18gb", 19, 16384, 16, 1, 1, 1, 0, 1};
+const Profile k2g{"2g.35gb", 14, 33024, 32, 2, 2, 2, 0, 2};
+const Profile k3g{"3g.71gb", 9, 71168, 60, 3, 3, 3, 0, 4};
+const Profile k4g{"4g.71gb", 5, 71168, 64, 4, 4, 4, 0, 4};
+const Profile k7g{"7g.141gb", 0, 143104, 132, 8, 7, 7, 1, 8};
+
+json counter(int64_t value) {
+  return {{"value", std::to_string(value)}};
+}
+
+// The counters a profile at `start` consumes (the whole GPU: k7g at 0 consumes every one).
+json mig_counters(const Profile& p, int start) {
+  json counters = {{"multiprocessors", counter(p.multiprocessors)},
+                   {"copy-engines", counter(p.copy_engines)},
+                   {"decoders", counter(p.decoders)},
+                   {"encoders", counter(0)},
+                   {"jpeg-engines", counter(p.jpeg_engines)},
+                   {"ofa-engines", counter(p.ofa_engines)},
+                   {"memory", {{"value", std::to_string(p.memory_mib) + "Mi"}}}};
+  for (int slice = start; slice < start + p.memory_slices; ++slice)
+    counters["memory-slice-" + std::to_string(slice)] = counter(1);
+  return counters;
+}
+
+json h200_capacity(const Profile& p) {
+  return {{"multiprocessors", {{"value", std::to_string(p.multiprocessors)}}},
+          {"copyEngines", {{"value", std::to_string(p.copy_engines)}}},
+          {"decoders", {{"value", std::to_string(p.decoders)}}},
+          {"encoders", {{"value", "0"}}},
+          {"jpegEngines", {{"value", std::to_string(p.jpeg_engines)}}},
+          {"ofaEngines", {{"value", std::to_string(p.ofa_engines)}}},
+          {"memory", {{"value", std::to_string(p.memory_mib) + "Mi"}}}};
+}
+
+// gpu-0-mig-<profile>-<id>-<start>. `placementStart` is this test's attribute (the driver does
+// not publish one), so that a request can name a placement.
+json mig(const Profile& p, int start, bool shared = false) {
+  std::string profile = p.name;
+  profile.erase(std::remove(profile.begin(), profile.end(), '.'), profile.end());
+  json device = {
+      {"name", "gpu-0-mig-" + profile + "-" + std::to_string(p.id) + "-" + std::to_string(start)},
+      {"attributes",
+       {{"type", {{"string", "mig"}}},
+        {"profile", {{"string", p.name}}},
+        {"placementStart", {{"int", start}}},
+        {"productName", {{"string", "NVIDIA H200"}}}}},
+      {"capacity", h200_capacity(p)},
+      {"consumesCounters", {{{"counterSet", kCounterSet}, {"counters", mig_counters(p, start)}}}}};
+  if (shared) {
+    // A capacity without a requestPolicy is consumed whole by every share (upstream's
+    // calculateConsumedCapacity), so a shared device publishes only its memory, with a policy.
+    device["allowMultipleAllocations"] = true;
+    device["capacity"] = {
+        {"memory",
+         {{"value", std::to_string(p.memory_mib) + "Mi"},
+          {"requestPolicy",
+           {{"default", "0"},
+            {"validRange",
+             {{"min", "0"}, {"max", std::to_string(p.memory_mib) + "Mi"}, {"step", "1Mi"}}}}}}}};
+  }
+  return device;
+}
+
+json whole_gpu() {
+  return {
+      {"name", "gpu-0"},
+      {"attributes", {{"type", {{"string", "gpu"}}}, {"productName", {{"string", "NVIDIA H200"}}}}},
+      {"capacity", h200_capacity(k7g)},
+      {"consumesCounters", {{{"counterSet", kCounterSet}, {"counters", mig_counters(k7g, 0)}}}}};
+}
+
+json nvidia_slice(const std::string& name, const std::string& node, int count) {
+  return {{"metadata", {{"name", name}}},
+          {"spec",
+           {{"driver", kNvidia},
+            {"nodeName", node},
+            {"pool", {{"name", "node-a"}, {"generation", 1}, {"resourceSliceCount", count}}}}}};
+}
+
+// (Lists as std::vector: nlohmann takes a one-element brace list for its element, not a list.)
+json counter_slice(const std::vector<json>& counter_sets, int count = 2) {
+  json s = nvidia_slice("node-a-gpu.nvidia.com-counters", "node-a", count);
+  s["spec"]["sharedCounters"] = counter_sets;
+  return s;
+}
+
+json h200_counter_set() {
+  return {{"name", kCounterSet}, {"counters", mig_counters(k7g, 0)}};
+}
+
+json device_slice(const json& devices, int count = 2) {
+  json s = nvidia_slice("node-a-gpu.nvidia.com-gpu-0", "node-a", count);
+  s["spec"]["devices"] = devices;
+  return s;
+}
+
+json nvidia_class(const std::string& name, const std::string& type) {
+  return {{"metadata", {{"name", name}}},
+          {"spec",
+           {{"selectors",
+             {{{"cel",
+                {{"expression",
+                  "device.driver == \"gpu.nvidia.com\" && "
+                  "device.attributes[\"gpu.nvidia.com\"].type == \"" +
+                      type + "\""}}}}}}}}};
+}
+
+// One request: the class, CEL selectors on the device's attributes, a count.
+json request(const std::string& name, const std::string& device_class,
+             const std::vector<std::string>& selectors = {}, int count = 1,
+             const json& capacity = json()) {
+  json e = {{"deviceClassName", device_class}, {"allocationMode", "ExactCount"}, {"count", count}};
+  for (const std::string& expression : selectors)
+    e["selectors"].push_back({{"cel", {{"expression", expression}}}});
+  if (!capacity.is_null()) e["capacity"] = {{"requests", capacity}};
+  return {{"name", name}, {"exactly", e}};
+}
+
+std::string profile_is(const Profile& p) {
+  return "device.attributes[\"gpu.nvidia.com\"].profile == \"" + p.name + "\"";
+}
+std::string placed_at(int start) {
+  return "device.attributes[\"gpu.nvidia.com\"].placementStart == " + std::to_string(start);
+}
+
+struct H200 {
+  AllocatorInput input;
+  int next = 0;
+  explicit H200(const json& devices) {
+    input.slices = {counter_slice({h200_counter_set()}), device_slice(devices)};
+    input.device_classes = {nvidia_class("gpu.nvidia.com", "gpu"),
+                            nvidia_class("mig.nvidia.com", "mig")};
+    input.node_name = "node-a";
+    input.share_id = [this] { return "share-" + std::to_string(++next); };
+  }
+  // Allocates `requests` and keeps the claim as allocated; the device names, in result order.
+  std::vector<std::string> commit(const std::vector<json>& requests) {
+    Result<json> done = allocated(input, claim(requests));
+    EXPECT_TRUE(done.is_ok()) << done.status().message();
+    if (!done.is_ok()) return {};
+    input.allocated_claims.push_back(*done);
+    std::vector<std::string> devices;
+    for (const json& result : (*done)["status"]["allocation"]["devices"]["results"])
+      devices.push_back(result["device"]);
+    return devices;
+  }
+  Status refusal(const std::vector<json>& requests) {
+    Result<json> done = allocate(input, claim(requests));
+    return done.is_ok() ? Status::ok() : done.status();
+  }
+};
+
+json h200_devices(bool shared_migs = false) {
+  return json::array({whole_gpu(), mig(k4g, 0, shared_migs), mig(k3g, 0, shared_migs),
+                      mig(k3g, 4, shared_migs), mig(k2g, 0), mig(k2g, 2), mig(k2g, 4), mig(k1g, 0),
+                      mig(k1g, 1), mig(k1g, 6)});
+}
+
+// The whole GPU consumes every counter: once a 3g is allocated it no longer fits, and once the
+// whole GPU is allocated no MIG device does.
+TEST(AllocatorCounters, WholeGpuAndMigDevicesExcludeEachOther) {
+  H200 mig_first(h200_devices());
+  EXPECT_EQ(mig_first.commit({request("mig", "mig.nvidia.com", {profile_is(k3g)})}),
+            std::vector<std::string>{"gpu-0-mig-3g71gb-9-0"});
+  const Status whole = mig_first.refusal({request("gpu", "gpu.nvidia.com")});
+  EXPECT_EQ(whole.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(whole.message().find("request \"gpu\" found no device that fits"), std::string::npos);
+  EXPECT_NE(whole.message().find("device gpu.nvidia.com/node-a/gpu-0 needs counter"),
+            std::string::npos)
+      << whole.message();
+  EXPECT_NE(whole.message().find("of counter set gpu-0-counter-set"), std::string::npos);
+
+  H200 gpu_first(h200_devices());
+  EXPECT_EQ(gpu_first.commit({request("gpu", "gpu.nvidia.com")}),
+            std::vector<std::string>{"gpu-0"});
+  EXPECT_EQ(gpu_first.refusal({request("mig", "mig.nvidia.com")}).code(),
+            StatusCode::kFailedPrecondition);
+  // Without the committed claim both fit again: what is committed is what consumes.
+  gpu_first.input.allocated_claims.clear();
+  EXPECT_TRUE(gpu_first.refusal({request("mig", "mig.nvidia.com")}).is_ok());
+}
+
+// Two 3g at placements 0 and 4 fill the memory slices; a device overlapping either is refused
+// with the counter it lacks; in one claim as across claims.
+TEST(AllocatorCounters, PlacementsShareMemorySlices) {
+  H200 one_claim(h200_devices());
+  EXPECT_EQ(one_claim.commit({request("pair", "mig.nvidia.com", {profile_is(k3g)}, 2)}),
+            (std::vector<std::string>{"gpu-0-mig-3g71gb-9-0", "gpu-0-mig-3g71gb-9-4"}));
+  EXPECT_EQ(one_claim.refusal({request("any", "mig.nvidia.com")}).code(),
+            StatusCode::kFailedPrecondition);
+
+  H200 f(h200_devices());
+  EXPECT_EQ(f.commit({request("a", "mig.nvidia.com", {profile_is(k3g), placed_at(0)})}),
+            std::vector<std::string>{"gpu-0-mig-3g71gb-9-0"});
+  // 2g at 2 takes memory slices 2 and 3, held by the 3g at 0.
+  const Status overlap =
+      f.refusal({request("b", "mig.nvidia.com", {profile_is(k2g), placed_at(2)})});
+  EXPECT_EQ(overlap.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(overlap.message().find("device gpu.nvidia.com/node-a/gpu-0-mig-2g35gb-14-2 needs "
+                                   "counter memory-slice-2 of counter set gpu-0-counter-set, of "
+                                   "which 0 is left and 1 would be consumed"),
+            std::string::npos)
+      << overlap.message();
+  EXPECT_EQ(f.commit({request("b", "mig.nvidia.com", {profile_is(k3g)})}),
+            std::vector<std::string>{"gpu-0-mig-3g71gb-9-4"});
+  // Every memory slice is taken; the 1g at 6 and the 4g at 0 are refused.
+  EXPECT_FALSE(f.refusal({request("c", "mig.nvidia.com", {profile_is(k1g)})}).is_ok());
+  EXPECT_FALSE(f.refusal({request("c", "mig.nvidia.com", {profile_is(k4g)})}).is_ok());
+}
+
+// `n` requests for a 10Gi share of the 3g at 0.
+std::vector<json> shares_of_3g_at_0(const std::string& prefix, int n) {
+  std::vector<json> requests;
+  for (int i = 0; i < n; ++i)
+    requests.push_back(request(prefix + std::to_string(i), "mig.nvidia.com",
+                               {profile_is(k3g), placed_at(0)}, 1, {{"memory", "10Gi"}}));
+  return requests;
+}
+
+// A device with allowMultipleAllocations consumes its counters once, with its first share: two
+// shares in one claim fit, a share in a later call is not counter-checked again, and the
+// committed shares count for other devices (the 1.36.2 fix: a whole GPU is refused next to a
+// shared 3g; 1.36.0-1.36.1 let it through).
+TEST(AllocatorCounters, SharedDeviceConsumesCountersOnce) {
+  H200 f(h200_devices(/*shared_migs=*/true));
+  const json share = {{"memory", "10Gi"}};
+  const std::vector<std::string> first = f.commit(shares_of_3g_at_0("a", 2));
+  EXPECT_EQ(first, (std::vector<std::string>{"gpu-0-mig-3g71gb-9-0", "gpu-0-mig-3g71gb-9-0"}));
+  const json& results = f.input.allocated_claims[0]["status"]["allocation"]["devices"]["results"];
+  EXPECT_EQ(results[0]["shareID"], "share-1");
+  EXPECT_EQ(results[1]["shareID"], "share-2");
+  EXPECT_EQ(results[0]["consumedCapacity"]["memory"], "10Gi");
+  // Two shares, one device: its counters are taken once.
+  Result<json> left = counters_left(f.input);
+  ASSERT_TRUE(left.is_ok()) << left.status().message();
+  const json& set = (*left)["gpu.nvidia.com/node-a"][kCounterSet];
+  EXPECT_EQ(set["multiprocessors"], 132 - 60);
+  EXPECT_EQ(set["memory"], int64_t{143104 - 71168} << 20);
+  EXPECT_EQ(set["memory-slice-0"], 0);
+  EXPECT_EQ(set["memory-slice-3"], 0);
+  EXPECT_EQ(set["memory-slice-4"], 1);
+
+  EXPECT_EQ(f.commit(shares_of_3g_at_0("b", 1)), std::vector<std::string>{"gpu-0-mig-3g71gb-9-0"});
+  EXPECT_EQ(f.refusal({request("gpu", "gpu.nvidia.com")}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(f.refusal({request("c", "mig.nvidia.com", {profile_is(k4g)})}).is_ok());
+  // The shared 3g holds memory slices 0-3 only: the 3g at 4 still fits.
+  EXPECT_EQ(f.commit({request("d", "mig.nvidia.com", {profile_is(k3g), placed_at(4)}, 1, share)}),
+            std::vector<std::string>{"gpu-0-mig-3g71gb-9-4"});
+  // Capacity is still checked per share: 71168Mi holds six 10Gi shares, not seven.
+  EXPECT_EQ(f.commit(shares_of_3g_at_0("e", 3)).size(), 3u);
+  EXPECT_FALSE(f.refusal(shares_of_3g_at_0("f", 1)).is_ok());
+}
+
+// Backtracking: a device of its own gives its counters back, a shared device's first share does
+// not (allocateDevice's rollback), so within one call a backtracked share keeps its memory
+// slices.
+TEST(AllocatorCounters, BacktrackingGivesBackCountersOfDevicesOfTheirOwn) {
+  // "big" takes the 4g at 0 first; "small" (a 2g at 0) then overlaps, so "big" moves to the 3g
+  // at 4 and "small" fits.
+  H200 f(h200_devices());
+  EXPECT_EQ(f.commit({request("big", "mig.nvidia.com",
+                              {"device.capacity[\"gpu.nvidia.com\"].multiprocessors.compareTo("
+                               "quantity(\"60\")) >= 0"}),
+                      request("small", "mig.nvidia.com", {profile_is(k2g), placed_at(0)})}),
+            (std::vector<std::string>{"gpu-0-mig-3g71gb-9-4", "gpu-0-mig-2g35gb-14-0"}));
+
+  // The same with the 4g and 3g at 0 shareable: "big" tries the 4g at 0 and keeps its counters
+  // on backtracking, so neither placement-0 device nor the 2g at 0 fits afterwards.
+  H200 shared(json::array({mig(k4g, 0, true), mig(k3g, 4), mig(k2g, 0)}));
+  const Status kept =
+      shared.refusal({request("big", "mig.nvidia.com",
+                              {"device.attributes[\"gpu.nvidia.com\"].profile == \"4g.71gb\" || "
+                               "device.attributes[\"gpu.nvidia.com\"].profile == \"3g.71gb\""}),
+                      request("small", "mig.nvidia.com", {profile_is(k2g), placed_at(0)})});
+  EXPECT_EQ(kept.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(kept.message().find("device gpu.nvidia.com/node-a/gpu-0-mig-2g35gb-14-0 needs counter"),
+            std::string::npos)
+      << kept.message();
+  // Each request alone fits.
+  EXPECT_TRUE(shared.refusal({request("small", "mig.nvidia.com", {profile_is(k2g)})}).is_ok());
+}
+
+// A pool whose counter sets or references do not add up is invalid as a whole (no device of it
+// is offered), with the reason; "All" over it is an error.
+TEST(AllocatorCounters, InvalidPools) {
+  const auto reason = [](const std::vector<json>& slices) {
+    H200 f(json::array());
+    f.input.slices = slices;
+    return f.refusal({request("mig", "mig.nvidia.com")});
+  };
+  json plain = mig(k1g, 0);
+  plain.erase("consumesCounters");
+  std::vector<json> duplicated = {counter_slice({h200_counter_set()}, 3),
+                                  counter_slice({h200_counter_set()}, 3),
+                                  device_slice(json::array({plain}), 3)};
+  duplicated[1]["metadata"]["name"] = "node-a-gpu.nvidia.com-counters-2";
+  EXPECT_EQ(reason(duplicated).message(),
+            "cannot allocate all claims: invalid resource pools were encountered: resource pool "
+            "gpu.nvidia.com/node-a: duplicate counter set name gpu-0-counter-set");
+
+  json unknown_set = mig(k1g, 1);
+  unknown_set["consumesCounters"][0]["counterSet"] = "gpu-1-counter-set";
+  const Status no_set = reason(
+      {counter_slice({h200_counter_set()}), device_slice(json::array({plain, unknown_set}))});
+  EXPECT_EQ(no_set.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(no_set.message().find("gpu.nvidia.com/node-a: counter set gpu-1-counter-set not found"),
+            std::string::npos)
+      << no_set.message();
+
+  json unknown_counter = mig(k1g, 1);
+  unknown_counter["consumesCounters"][0]["counters"]["memory-slice-8"] = counter(1);
+  EXPECT_NE(reason({counter_slice({h200_counter_set()}),
+                    device_slice(json::array({plain, unknown_counter}))})
+                .message()
+                .find("counter memory-slice-8 not found in counter set gpu-0-counter-set"),
+            std::string::npos);
+
+  H200 invalid(json::array({plain, unknown_counter}));
+  const Result<json> left = counters_left(invalid.input);
+  ASSERT_FALSE(left.is_ok());
+  EXPECT_EQ(left.status().message(),
+            "resource pool gpu.nvidia.com/node-a is currently invalid: counter memory-slice-8 not "
+            "found in counter set gpu-0-counter-set");
+
+  // "All" over the invalid pool: an error naming it.
+  H200 all(json::array({plain, unknown_counter}));
+  json every = request("mig", "mig.nvidia.com");
+  every["exactly"]["allocationMode"] = "All";
+  every["exactly"].erase("count");
+  const Status refused = all.refusal({every});
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("resource pool gpu.nvidia.com/node-a is currently invalid"),
+            std::string::npos);
+}
+
+// What counts: a counter slice whatever node it names, devices of the pool in slices for other
+// nodes (allocated ones consume), and the 1.34 shape (counters beside devices in one slice),
+// whose devices the 1.36 allocator never offers.
+TEST(AllocatorCounters, SliceShapes) {
+  H200 f(h200_devices());
+  f.input.slices[0]["spec"].erase("nodeName");
+  f.input.slices[0]["spec"]["nodeSelector"] = {
+      {"nodeSelectorTerms", {{{"matchLabels", {{"gpu", "h200"}}}}}}};
+  EXPECT_EQ(f.commit({request("gpu", "gpu.nvidia.com")}), std::vector<std::string>{"gpu-0"});
+
+  // A pool of three slices: the 3g at 0 is published for node-b, and allocated.
+  H200 spread(json::array({whole_gpu(), mig(k3g, 4)}));
+  for (json& slice : spread.input.slices) slice["spec"]["pool"]["resourceSliceCount"] = 3;
+  json elsewhere = device_slice(json::array({mig(k3g, 0)}), 3);
+  elsewhere["metadata"]["name"] = "node-b-gpu.nvidia.com-gpu-0";
+  elsewhere["spec"]["nodeName"] = "node-b";
+  spread.input.slices.push_back(elsewhere);
+  spread.input.allocated_claims.push_back({{"status",
+                                            {{"allocation",
+                                              {{"devices",
+                                                {{"results",
+                                                  {{{"request", "mig"},
+                                                    {"driver", kNvidia},
+                                                    {"pool", "node-a"},
+                                                    {"device", "gpu-0-mig-3g71gb-9-0"}}}}}}}}}}});
+  EXPECT_FALSE(spread.refusal({request("gpu", "gpu.nvidia.com")}).is_ok());
+  EXPECT_EQ(spread.commit({request("mig", "mig.nvidia.com")}),
+            std::vector<std::string>{"gpu-0-mig-3g71gb-9-4"});
+
+  // 1.34: sharedCounters and devices in one slice.
+  H200 combined(json::array());
+  json old = device_slice(json::array({whole_gpu()}), 1);
+  old["spec"]["sharedCounters"] = json::array({h200_counter_set()});
+  combined.input.slices = {old};
+  EXPECT_EQ(combined.refusal({request("gpu", "gpu.nvidia.com")}).message(),
+            "cannot allocate all claims: request \"gpu\" found no device that fits");
+
+  // A fractional counter is refused, not rounded.
+  H200 fraction(h200_devices());
+  fraction.input.slices[0]["spec"]["sharedCounters"][0]["counters"]["multiprocessors"] = {
+      {"value", "1500m"}};
+  const Status fractional = fraction.refusal({request("gpu", "gpu.nvidia.com")});
+  EXPECT_EQ(fractional.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(fractional.message().find("a fractional counter"), std::string::npos);
 }
 
 TEST(Allocator, ShareIdsAreVersion4Uuids) {

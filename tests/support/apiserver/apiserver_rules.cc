@@ -495,6 +495,51 @@ const json* lookup_device(const json* old_spec, const std::string& name) {
   return nullptr;
 }
 
+// validateMap over counters (a CounterSet's or a DeviceCounterConsumption's): at most 32, the
+// check short-circuiting; each key a DNS label, reported at the map's path (validateMap hands
+// validateKey the map's path, not the key's); any value that parses is valid
+// (validateDeviceCounter).
+ErrorList validate_counters(const json& counters, const std::string& path) {
+  if (counters.size() > 32) return {too_many(path, counters.size(), 32)};
+  ErrorList errors;
+  for (const auto& [name, counter] : counters.items())
+    append(errors, validate_dns1123_label(name, path));
+  return errors;
+}
+
+// validateCounterSet / validateDeviceCounterConsumption: a named (counterSet: referenced) set
+// of counters, neither empty.
+ErrorList validate_named_counters(const json& entry, const char* name_field,
+                                  const std::string& path) {
+  ErrorList errors;
+  const std::string name = entry.value(name_field, "");
+  if (name.empty())
+    errors.push_back(required(child(path, name_field), ""));
+  else
+    append(errors, validate_dns1123_label(name, child(path, name_field)));
+  const json counters = entry.value("counters", json::object());
+  if (counters.empty())
+    errors.push_back(required(child(path, "counters"), ""));
+  else
+    append(errors, validate_counters(counters, child(path, "counters")));
+  return errors;
+}
+
+// validateSet of counter sets (at most 8 per slice) or of a device's counter consumptions (at
+// most 2): the size check short-circuits; then each entry; then duplicates by name.
+ErrorList validate_counter_list(const json& list, size_t max, const char* name_field,
+                                const std::string& path) {
+  if (list.size() > max) return {too_many(path, list.size(), static_cast<int>(max))};
+  ErrorList errors;
+  for (size_t i = 0; i < list.size(); ++i)
+    append(errors, validate_named_counters(list[i], name_field, index(path, i)));
+  std::set<std::string> names;
+  for (size_t i = 0; i < list.size(); ++i)
+    if (!names.insert(list[i].value(name_field, "")).second)
+      errors.push_back(duplicate(index(path, i), list[i].value(name_field, "")));
+  return errors;
+}
+
 ErrorList validate_device(const json& device, const json* old_device, const std::string& path,
                           bool per_device_node_selection) {
   ErrorList errors;
@@ -540,6 +585,8 @@ ErrorList validate_device(const json& device, const json* old_device, const std:
         append(errors, validate_device_taint(taints[i], index(child(path, "taints"), i)));
     }
   }
+  append(errors, validate_counter_list(device.value("consumesCounters", json::array()), 2,
+                                       "counterSet", child(path, "consumesCounters")));
   const bool any_node_selection =
       device.contains("nodeName") || device.contains("nodeSelector") || device.contains("allNodes");
   if (!per_device_node_selection && any_node_selection)
@@ -646,6 +693,8 @@ ErrorList validate_resource_slice_spec(const json& spec, const json* old_spec) {
       if (!names.insert(devices[i].value("name", "")).second)
         errors.push_back(duplicate(index("spec.devices", i), devices[i].value("name", "")));
   }
+  append(errors, validate_counter_list(spec.value("sharedCounters", json::array()), 8, "name",
+                                       "spec.sharedCounters"));
   return errors;
 }
 
@@ -659,8 +708,20 @@ std::optional<std::string> undecodable_quantity(const json& slice) {
     return "fake API server: the quantity " + go_quote(text) +
            " is not a whole number this port models";
   };
-  const json devices = slice.value("spec", json::object()).value("devices", json::array());
+  const json spec = slice.value("spec", json::object());
+  const auto check_counters = [&](const json& sets) -> std::optional<std::string> {
+    for (const auto& set : sets) {
+      const json counters = set.value("counters", json::object());
+      for (const auto& [name, counter] : counters.items())
+        if (counter.contains("value"))
+          if (auto e = check(counter["value"])) return e;
+    }
+    return std::nullopt;
+  };
+  if (auto e = check_counters(spec.value("sharedCounters", json::array()))) return e;
+  const json devices = spec.value("devices", json::array());
   for (const auto& device : devices) {
+    if (auto e = check_counters(device.value("consumesCounters", json::array()))) return e;
     const json capacity = device.value("capacity", json::object());
     for (const auto& [name, entry] : capacity.items()) {
       if (!entry.contains("value")) return std::string("capacity ") + name + ": no value";

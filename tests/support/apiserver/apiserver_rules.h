@@ -12,6 +12,18 @@
 //     validateRequestPolicyRangeStep, validateInt64Range, validateQualifiedName,
 //     validateCIdentifier, validateDeviceTaint, validateLabelValue, validateMap (key paths,
 //     truncateIfTooLong), validateSlice / validateSet (size short-circuit, duplicates);
+//     partitionable devices, read at 009801d930e2e3c8b3671a3ec28e31a2f64865ac:
+//     validateResourceSliceSpec's "only one of `sharedCounters` or `devices`" and its
+//     validateSet of sharedCounters (ResourceSliceMaxCounterSets 8, unique names),
+//     validateCounterSet (name required, a DNS label; counters required, validateMap with
+//     ResourceSliceMaxCountersPerCounterSet 32, keys DNS labels reported at the map's path),
+//     validateDevice's validateSet of consumesCounters
+//     (ResourceSliceMaxDeviceCounterConsumptionsPerDevice 2, unique counterSet),
+//     validateDeviceCounterConsumption (counterSet required, a DNS label; counters required, at
+//     most ResourceSliceMaxCountersPerDeviceCounterConsumption 32), validateDeviceCounter (any
+//     quantity); the limits as pkg/apis/resource/types.go declares them from 1.35 on. Which
+//     counter set a device names, and whether it exists, is the scheduler's check (an invalid
+//     pool, tests/support/allocator/allocator.h), not the API server's;
 //   pkg/apis/resource/v1/defaults.go: SetDefaults_DeviceTaint (timeAdded = now, whole seconds);
 //   pkg/registry/resource/resourceslice/strategy.go: dropDisabledDRADeviceTaintsFields;
 //   pkg/apis/resource/types.go: ResourceSliceMaxDevices (128),

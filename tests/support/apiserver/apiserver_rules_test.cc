@@ -220,6 +220,156 @@ TEST(ApiServerRules, ConsumesCountersAlsoLowerTheLimitTo64) {
   EXPECT_EQ(errors_of(slice), "spec.devices: Too many: 65: must have at most 64 items");
 }
 
+// ---- Partitionable devices (validateCounterSet, validateDeviceCounterConsumption): the 1.35+
+// shape, counter sets in a slice of their own.
+
+json counters(int n, const std::string& prefix = "memory-slice-") {
+  json map = json::object();
+  for (int i = 0; i < n; ++i) map[prefix + std::to_string(i)] = {{"value", "1"}};
+  return map;
+}
+
+json counter_slice() {
+  json slice = valid_slice();
+  slice["metadata"]["name"] = "node-a-gpu.nvidia.com-counters";
+  slice["spec"]["driver"] = "gpu.nvidia.com";
+  slice["spec"].erase("devices");
+  slice["spec"]["sharedCounters"] =
+      json::array({{{"name", "gpu-0-counter-set"}, {"counters", counters(8)}}});
+  return slice;
+}
+
+json consuming_device(const std::string& name, const json& consumption) {
+  json device = valid_device(name);
+  device.erase("allowMultipleAllocations");
+  device["capacity"] = {{"memory", {{"value", "71168Mi"}}}};
+  device["consumesCounters"] = consumption;
+  return device;
+}
+
+TEST(ApiServerRules, ACounterSliceAndConsumingDevicesAreValid) {
+  ASSERT_TRUE(counter_slice()["spec"]["sharedCounters"].is_array());
+  ASSERT_EQ(counter_slice()["spec"]["sharedCounters"][0]["counters"].size(), 8u);
+  EXPECT_EQ(errors_of(counter_slice()), "");
+  json slice = valid_slice();
+  slice["spec"]["devices"] = json::array({consuming_device(
+      "gpu-0-mig-3g71gb-9-0",
+      json::array({{{"counterSet", "gpu-0-counter-set"}, {"counters", counters(4)}}}))});
+  EXPECT_EQ(errors_of(slice), "");
+}
+
+// 1.35 on: a slice holds devices or counter sets, not both (the 1.34 shape is refused).
+TEST(ApiServerRules, SharedCountersAndDevicesNotInOneSlice) {
+  json slice = counter_slice();
+  slice["spec"]["devices"] = json::array({valid_device()});
+  ASSERT_TRUE(slice["spec"]["sharedCounters"].is_array());
+  EXPECT_EQ(errors_of(slice),
+            "spec: Invalid value: \"\": only one of `sharedCounters` or `devices` is allowed");
+}
+
+TEST(ApiServerRules, AtMost8CounterSetsOf32CountersWithUniqueDnsLabelNames) {
+  json slice = counter_slice();
+  json sets = json::array();
+  for (int i = 0; i < 9; ++i)
+    sets.push_back(
+        {{"name", "gpu-" + std::to_string(i) + "-counter-set"}, {"counters", counters(1)}});
+  slice["spec"]["sharedCounters"] = sets;
+  EXPECT_EQ(errors_of(slice), "spec.sharedCounters: Too many: 9: must have at most 8 items");
+  sets.erase(sets.end() - 1);
+  slice["spec"]["sharedCounters"] = sets;
+  EXPECT_EQ(errors_of(slice), "");
+
+  slice = counter_slice();
+  slice["spec"]["sharedCounters"][0]["counters"] = counters(33);
+  EXPECT_EQ(errors_of(slice),
+            "spec.sharedCounters[0].counters: Too many: 33: must have at most 32 items");
+  slice["spec"]["sharedCounters"][0]["counters"] = counters(32);
+  EXPECT_EQ(errors_of(slice), "");
+
+  slice = counter_slice();
+  slice["spec"]["sharedCounters"].push_back(slice["spec"]["sharedCounters"][0]);
+  EXPECT_EQ(errors_of(slice), "spec.sharedCounters[1]: Duplicate value: \"gpu-0-counter-set\"");
+
+  // Names and counter names are DNS labels; a counter name's error is at the map's path.
+  slice = counter_slice();
+  slice["spec"]["sharedCounters"][0]["name"] = "GPU_0";
+  slice["spec"]["sharedCounters"][0]["counters"] = {{"memorySlice0", {{"value", "1"}}}};
+  EXPECT_EQ(errors_of(slice),
+            "[spec.sharedCounters[0].name: Invalid value: \"GPU_0\": " + kLabelMessage +
+                ", spec.sharedCounters[0].counters: Invalid value: \"memorySlice0\": " +
+                kLabelMessage + "]");
+
+  slice = counter_slice();
+  slice["spec"]["sharedCounters"] = json::array({{{"name", ""}, {"counters", json::object()}}});
+  EXPECT_EQ(errors_of(slice),
+            "[spec.sharedCounters[0].name: Required value, "
+            "spec.sharedCounters[0].counters: Required value]");
+}
+
+TEST(ApiServerRules, AtMost2CounterConsumptionsOf32CountersPerDevice) {
+  json slice = valid_slice();
+  const auto consumption = [](const std::string& set, const json& c) {
+    return json{{"counterSet", set}, {"counters", c}};
+  };
+  slice["spec"]["devices"] = json::array({consuming_device(
+      "gpu-0", json::array({consumption("a", counters(1)), consumption("b", counters(1)),
+                            consumption("c", counters(1))}))});
+  EXPECT_EQ(errors_of(slice),
+            "spec.devices[0].consumesCounters: Too many: 3: must have at most 2 items");
+  slice["spec"]["devices"][0]["consumesCounters"] = json::array({consumption("a", counters(33))});
+  EXPECT_EQ(errors_of(slice),
+            "spec.devices[0].consumesCounters[0].counters: Too many: 33: must have at most 32 "
+            "items");
+  slice["spec"]["devices"][0]["consumesCounters"] =
+      json::array({consumption("a", counters(1)), consumption("a", counters(2))});
+  EXPECT_EQ(errors_of(slice), "spec.devices[0].consumesCounters[1]: Duplicate value: \"a\"");
+  slice["spec"]["devices"][0]["consumesCounters"] =
+      json::array({{{"counterSet", ""}, {"counters", json::object()}}});
+  EXPECT_EQ(errors_of(slice),
+            "[spec.devices[0].consumesCounters[0].counterSet: Required value, "
+            "spec.devices[0].consumesCounters[0].counters: Required value]");
+  slice["spec"]["devices"][0]["consumesCounters"] =
+      json::array({consumption("gpu-0-counter-set", {{"memory_slice", {{"value", "1"}}}})});
+  EXPECT_EQ(errors_of(slice),
+            "spec.devices[0].consumesCounters[0].counters: Invalid value: \"memory_slice\": " +
+                kLabelMessage);
+  // Which set it names and whether that set exists is the scheduler's business (an invalid
+  // pool), not the API server's.
+  slice["spec"]["devices"][0]["consumesCounters"] =
+      json::array({consumption("no-such-set", counters(1))});
+  EXPECT_EQ(errors_of(slice), "");
+}
+
+// The 64-device limit once a device consumes counters; a counter slice has no device limit
+// beyond the 8 sets.
+TEST(ApiServerRules, SixtyFourMigDevicesPerSlice) {
+  json slice = valid_slice();
+  slice["spec"]["devices"] = json::array();
+  for (int i = 0; i < 64; ++i)
+    slice["spec"]["devices"].push_back(consuming_device(
+        "mig-" + std::to_string(i),
+        json::array({{{"counterSet", "gpu-0-counter-set"}, {"counters", counters(1)}}})));
+  EXPECT_EQ(errors_of(slice), "");
+  slice["spec"]["devices"].push_back(consuming_device("mig-64", json::array()));
+  EXPECT_EQ(errors_of(slice), "spec.devices: Too many: 65: must have at most 64 items");
+}
+
+// A counter whose value is no quantity is a 400, as json decoding refuses it.
+TEST(ApiServerRules, UndecodableCountersAreABadRequest) {
+  json slice = counter_slice();
+  slice["spec"]["sharedCounters"][0]["counters"]["memory-slice-0"]["value"] = "one";
+  auto refusal = check_resource_slice_write(slice, nullptr);
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->code, 400);
+  json devices = valid_slice();
+  devices["spec"]["devices"] = json::array({consuming_device(
+      "gpu-0",
+      json::array({{{"counterSet", "s"}, {"counters", {{"memory", {{"value", "12 Gi"}}}}}}}))});
+  refusal = check_resource_slice_write(devices, nullptr);
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->code, 400);
+}
+
 // SetDefaults_DeviceTaint: a taint without timeAdded gets the time of the write, whole seconds.
 TEST(ApiServerRules, ATaintWithoutTimeAddedGetsTheServersTime) {
   EXPECT_EQ(rfc3339_utc(1764590400), "2025-12-01T12:00:00Z");

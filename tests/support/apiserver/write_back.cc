@@ -80,14 +80,37 @@ Status canonical_claim_status(nlohmann::json& status) {
   return Status::ok();
 }
 
-// A ResourceSlice's devices: capacity values and request policies canonical, taints dated.
+// Counter sets (sharedCounters) or counter consumptions (consumesCounters): every counter's
+// value canonical.
+Status canonicalise_counters(nlohmann::json& list, const std::string& field) {
+  if (!list.is_array()) return invalid_argument(field + ": not a list");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = field + "[" + std::to_string(i) + "].counters";
+    if (!list[i].is_object() || !list[i].contains("counters")) continue;
+    if (!list[i]["counters"].is_object()) return invalid_argument(at + ": not an object");
+    for (auto& [name, counter] : list[i]["counters"].items()) {
+      if (!counter.is_object()) return invalid_argument(at + "." + name + ": not an object");
+      if (counter.contains("value"))
+        TESSERA_RETURN_IF_ERROR(canonicalise(counter["value"], at + "." + name + ".value"));
+    }
+  }
+  return Status::ok();
+}
+
+// A ResourceSlice's counter sets and devices: counter values, capacity values and request
+// policies canonical, taints dated.
 Status default_slice_spec(nlohmann::json& spec, const std::string& now) {
+  if (spec.is_object() && spec.contains("sharedCounters") && !spec["sharedCounters"].is_null())
+    TESSERA_RETURN_IF_ERROR(canonicalise_counters(spec["sharedCounters"], "spec.sharedCounters"));
   if (!spec.is_object() || !spec.contains("devices") || !spec["devices"].is_array())
     return Status::ok();
   nlohmann::json& devices = spec["devices"];
   for (size_t i = 0; i < devices.size(); ++i) {
     nlohmann::json& device = devices[i];
     const std::string at = "spec.devices[" + std::to_string(i) + "]";
+    if (device.contains("consumesCounters") && !device["consumesCounters"].is_null())
+      TESSERA_RETURN_IF_ERROR(
+          canonicalise_counters(device["consumesCounters"], at + ".consumesCounters"));
     if (device.contains("capacity")) {
       for (auto& [name, capacity] : device["capacity"].items()) {
         const std::string field = at + ".capacity." + name;

@@ -141,6 +141,49 @@ TEST(WriteBack, SliceCapacitiesCanonicalAndGenerationCountsSpecChanges) {
   EXPECT_EQ((*updated)["metadata"]["uid"], "uid-1");
 }
 
+// Counters are Quantities too: stored canonical, in the counter sets and in what devices consume.
+TEST(WriteBack, CounterValuesAreStoredCanonical) {
+  const json counters = {{"memory", {{"value", "73014444032"}}},
+                         {"memory-slice-0", {{"value", 1}}},
+                         {"multiprocessors", {{"value", "60"}}},
+                         {"copy-engines", {{"value", "3000"}}}};
+  json counter_slice = {
+      {"apiVersion", "resource.k8s.io/v1"},
+      {"kind", "ResourceSlice"},
+      {"metadata", {{"name", "node-a-gpu.nvidia.com-counters"}}},
+      {"spec",
+       {{"driver", "gpu.nvidia.com"},
+        {"sharedCounters", {{{"name", "gpu-0-counter-set"}, {"counters", counters}}}}}}};
+  Result<json> stored = write_back(counter_slice, nullptr, fields("3"));
+  ASSERT_TRUE(stored.is_ok()) << stored.status().message();
+  const json& set = (*stored)["spec"]["sharedCounters"][0]["counters"];
+  EXPECT_EQ(set["memory"]["value"], "73014444032");
+  EXPECT_EQ(set["memory-slice-0"]["value"], "1");
+  EXPECT_EQ(set["copy-engines"]["value"], "3k");
+
+  json device_slice = counter_slice;
+  device_slice["spec"].erase("sharedCounters");
+  device_slice["spec"]["devices"] = {
+      {{"name", "gpu-0-mig-3g71gb-9-0"},
+       {"consumesCounters",
+        {{{"counterSet", "gpu-0-counter-set"},
+          {"counters",
+           {{"memory", {{"value", "71168Mi"}}}, {"decoders", {{"value", "1000"}}}}}}}}}};
+  stored = write_back(device_slice, nullptr, fields("4"));
+  ASSERT_TRUE(stored.is_ok()) << stored.status().message();
+  const json& consumed = (*stored)["spec"]["devices"][0]["consumesCounters"][0]["counters"];
+  EXPECT_EQ(consumed["memory"]["value"], "71168Mi");
+  EXPECT_EQ(consumed["decoders"]["value"], "1k");
+
+  device_slice["spec"]["devices"][0]["consumesCounters"][0]["counters"]["memory"]["value"] = "lots";
+  const Result<json> refused = write_back(device_slice, nullptr, fields("5"));
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(
+      refused.status().message().find("spec.devices[0].consumesCounters[0].counters.memory.value"),
+      std::string::npos)
+      << refused.status().message();
+}
+
 TEST(WriteBack, AStaleResourceVersionIsAConflict) {
   const json stored = {{"metadata", {{"resourceVersion", "5"}}}};
   EXPECT_TRUE(
