@@ -38,7 +38,9 @@ Result<MigGpu> NvmlMigDriver::inspect(const GpuInfo& gpu) {
   state.uuid = gpu.uuid;
   state.minor = gpu.minor;
   state.memory_bytes = gpu.memory_bytes;
-  TESSERA_ASSIGN_OR_RETURN(const nvml::Session session, open_session(library_));
+  TESSERA_ASSIGN_OR_RETURN(const nvml::Session session, nvml::Session::open(library_));
+  // A driver older than MIG (R470) has not its entry points: no MIG on any of its GPUs.
+  if (!session.library().require(nvml::kMigEntryPoints).is_ok()) return state;
   TESSERA_ASSIGN_OR_RETURN(const nvmlDevice_t device, session.device_by_uuid(gpu.uuid));
   Result<nvml::MigMode> mode = session.mig_mode(device);
   if (!mode.is_ok()) {

@@ -1,7 +1,8 @@
 // MigDriver over NVML (tessera/nvml.h's MIG calls; mig-facts.md §2.3), one session per call
 // sequence. The profiles are read by index (NVML_GPU_INSTANCE_PROFILE_*, kMigProfileIndices) with
 // their possible placements; the instances by profile ID with their first compute instance and its
-// MIG device's UUID.
+// MIG device's UUID. A library without the MIG entry points (a driver before R470) or a GPU whose
+// NVML says Not Supported is a GPU without MIG (inspect: capable = false).
 #pragma once
 
 #include <string>

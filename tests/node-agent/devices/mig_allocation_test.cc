@@ -35,7 +35,7 @@ using testing::FakeMigDriver;
 using testing::h200;
 using testing::KubeletSimulator;
 namespace allocator = ::tessera::testing::allocator;
-namespace apiserver = ::tessera::agent::testing::apiserver;
+namespace apiserver = ::tessera::testing::apiserver;
 namespace dra1 = testing::dra1;
 
 constexpr char kNode[] = "node-a";
@@ -108,17 +108,22 @@ class MigAllocationTest : public ::testing::Test {
     fs::remove_all(base_);
   }
 
-  // A claim of one request for a device of `profile`, asking `capacity`, allocated by the
-  // scheduler's allocator beside the claims allocated before; stored where the plugin reads it
-  // (KubeletSimulator asks for claim-<uid> in ns-<uid>).
-  Result<json> allocate(const std::string& uid, const std::string& profile, json capacity) {
+  // A claim of one request for a MIG device of `profile_memory` (the profile's memory: 3g.71gb
+  // and 4g.71gb share theirs, 1g.18gb and its +me twin theirs), asking `capacity`, allocated by
+  // the scheduler's allocator beside the claims allocated before; stored where the plugin reads
+  // it (KubeletSimulator asks for claim-<uid> in ns-<uid>). By type and memory rather than by
+  // profile: a whole GPU has no profile attribute, and the ported CEL does not absorb a missing
+  // key's error on the right of a false && as CEL does.
+  Result<json> allocate(const std::string& uid, const std::string& profile_memory, json capacity) {
     json exactly = {{"deviceClassName", "vgpu.tessera.dev"},
                     {"allocationMode", "ExactCount"},
                     {"count", 1},
                     {"selectors",
                      {{{"cel",
-                        {{"expression", "device.attributes[\"vgpu.tessera.dev\"].profile == \"" +
-                                            profile + "\""}}}}}}};
+                        {{"expression",
+                          "device.attributes[\"vgpu.tessera.dev\"].type == \"mig\" && "
+                          "device.capacity[\"vgpu.tessera.dev\"].memory.compareTo(quantity(\"" +
+                              profile_memory + "\")) == 0"}}}}}}};
     if (!capacity.empty()) exactly["capacity"] = {{"requests", capacity}};
     json claim = {
         {"apiVersion", "resource.k8s.io/v1"},
@@ -162,23 +167,25 @@ TEST_F(MigAllocationTest, InstancesAtTheAllocatedPlacementsAndNoneOverlapping) {
   const std::string whole = "c1000000-0000-4000-8000-000000000001";
   const std::string first = "c2000000-0000-4000-8000-000000000002";
   const std::string second = "c3000000-0000-4000-8000-000000000003";
-  Result<json> whole_claim = allocate(whole, "3g.71gb", {{"cores", "100"}});
+  Result<json> whole_claim = allocate(whole, "71168Mi", {{"cores", "100"}});
   ASSERT_TRUE(whole_claim.is_ok()) << whole_claim.status().message();
-  Result<json> first_claim = allocate(first, "3g.71gb", {{"memory", "20Gi"}, {"cores", "30"}});
+  Result<json> first_claim = allocate(first, "71168Mi", {{"memory", "20Gi"}, {"cores", "30"}});
   ASSERT_TRUE(first_claim.is_ok()) << first_claim.status().message();
-  Result<json> second_claim = allocate(second, "3g.71gb", {{"memory", "20Gi"}, {"cores", "30"}});
+  Result<json> second_claim = allocate(second, "71168Mi", {{"memory", "20Gi"}, {"cores", "30"}});
   ASSERT_TRUE(second_claim.is_ok()) << second_claim.status().message();
   // The whole instance took one 3g placement; both shares the other.
   EXPECT_EQ(device_of(*whole_claim), "gpu-0-mig-3g71gb-0");
   EXPECT_EQ(device_of(*first_claim), "gpu-0-mig-3g71gb-4");
   EXPECT_EQ(device_of(*second_claim), "gpu-0-mig-3g71gb-4");
 
-  // Overlapping claims are the scheduler's to refuse: the memory slices are taken.
-  for (const char* profile : {"4g.71gb", "1g.18gb", "7g.141gb"}) {
+  // Overlapping claims are the scheduler's to refuse: the GPU's counters (its memory slices, its
+  // memory) are taken.
+  // 4g.71gb (and 3g.71gb), 1g.18gb (and +me), 7g.141gb: every placement overlaps.
+  for (const char* profile : {"71168Mi", "16384Mi", "143104Mi"}) {
     Result<json> refused =
         allocate("c9000000-0000-4000-8000-000000000009", profile, json::object());
     ASSERT_FALSE(refused.is_ok()) << profile << " got " << device_of(*refused);
-    EXPECT_NE(refused.status().message().find("memory-slice-"), std::string::npos)
+    EXPECT_NE(refused.status().message().find("of counter set gpu-0-counters"), std::string::npos)
         << refused.status().message();
   }
   // The whole GPU too (type gpu: it consumes every counter).
