@@ -20,6 +20,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <gtest/gtest.h>
 #include <httplib.h>  // the metrics endpoint's client
@@ -376,6 +377,38 @@ TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
 // The webhook refuses this claim at apply time; created around it (or before the class got its
 // bounds), kubelet's prepare through the agent gives the share the admin's bounds: the class's
 // kill, its highest priority and largest compute limit, and the node's --tenant-max-memory-limit.
+// --mig-strategy dynamic on a GPU without MIG (this simulated H200 is not MIG-capable): the GPU is
+// published whole, with type "gpu", and no counter set; a strategy or shape the agent does not
+// know stops the start naming the flag.
+TEST_F(NodeAgentTest, DynamicMigOnAGpuWithoutMigPublishesItWhole) {
+  config_.mig_strategy = "dynamic";
+  config_.resource_slice_shape = "split";
+  {
+    NodeAgent agent(config_, clock_);
+    ASSERT_EQ(agent.start().message(), "");
+    const auto slices = api_.stored_slices();
+    ASSERT_EQ(slices.size(), 1u);
+    const json& spec = slices.begin()->second["spec"];
+    EXPECT_FALSE(spec.contains("sharedCounters"));
+    ASSERT_EQ(spec["devices"].size(), 1u);
+    EXPECT_EQ(spec["devices"][0]["name"], "gpu-0");
+    EXPECT_EQ(spec["devices"][0]["attributes"]["type"]["string"], "gpu");
+    EXPECT_FALSE(spec["devices"][0].contains("consumesCounters"));
+  }
+  for (const auto& [strategy, shape, flag] :
+       {std::tuple{"mixed", "split", "--mig-strategy \"mixed\""},
+        std::tuple{"dynamic", "v1beta1", "--resource-slice-shape \"v1beta1\""}}) {
+    AgentConfig bad = config_;
+    bad.state_dir = (base_ / "state-bad").string();
+    bad.mig_strategy = strategy;
+    bad.resource_slice_shape = shape;
+    NodeAgent agent(bad, clock_);
+    const Status refused = agent.start();
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.message().find(flag), std::string::npos) << refused.message();
+  }
+}
+
 TEST_F(NodeAgentTest, AClaimPastTheAdminsBoundsIsHeldToThemAtPrepare) {
   constexpr char kBoundedUid[] = "b4444444-0000-4000-8000-000000000004";
   const json vgpu = {{"apiVersion", "vgpu.tessera.dev/v1alpha1"}, {"kind", "VgpuConfig"}};
