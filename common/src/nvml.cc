@@ -139,7 +139,7 @@ template <typename Handle, typename Call>
 Result<std::vector<Handle>> instance_list(const Library& library, EntryPoint entry, Call call) {
   if (!library.has(entry)) return missing(library, entry);
   std::vector<Handle> handles(kMaxInstances);
-  unsigned count = 0;
+  unsigned count = kMaxInstances;  // go-nvml passes the buffer's size; NVML only writes it
   if (const nvmlReturn_t result = call(handles.data(), &count); result != NVML_SUCCESS)
     return mig_failed(library, symbol_name(entry), result);
   handles.resize(std::min(count, kMaxInstances));

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include <unistd.h>
 
+#include "mig_profiles.h"
 #include "shared_state.h"
 #include "tessera/quantity.h"
 
@@ -121,9 +123,39 @@ std::optional<std::vector<DeviceSpec>> parse_devices(std::string_view text, Conf
           return std::nullopt;
         }
         spec.compute_mode = static_cast<uint32_t>(found - std::begin(kModes));
+      } else if (key == "mig") {
+        if (value == "capable") {
+          spec.mig = MigSetting::kCapable;
+        } else if (value == "on") {
+          spec.mig = MigSetting::kOn;
+        } else {
+          error.message = "SIMGPU_DEVICES: mig " + quoted(value) +
+                          " must be capable (MIG mode off at start) or on";
+          return std::nullopt;
+        }
       } else {
         error.message = "SIMGPU_DEVICES: unknown field " + quoted(key) +
-                        " (expected name, memory, sms, cc, mode)";
+                        " (expected name, memory, sms, cc, mode, mig)";
+        return std::nullopt;
+      }
+    }
+    if (spec.mig != MigSetting::kNone) {
+      const MigModel* model = mig_model_for(spec.name);
+      if (model == nullptr) {
+        std::string known;
+        for (const MigModel& each : mig_models())
+          known += (known.empty() ? "" : ", ") + std::string(each.model);
+        error.message = "SIMGPU_DEVICES: mig for name " + quoted(spec.name) +
+                        ": the simulator has MIG profiles only for " + known;
+        return std::nullopt;
+      }
+      uint64_t largest = 0;
+      for (const MigGpuInstanceProfile& profile : model->profiles)
+        largest = std::max(largest, profile.memory_mib << 20);
+      if (spec.memory_bytes < largest) {
+        error.message = "SIMGPU_DEVICES: memory of MIG device " + quoted(spec.name) + " is " +
+                        std::to_string(spec.memory_bytes >> 20) + "Mi, less than its " +
+                        model->model + " profiles need (" + std::to_string(largest >> 20) + "Mi)";
         return std::nullopt;
       }
     }
@@ -265,6 +297,14 @@ SimConfig load_config() {
         continue;
       }
       config.unhealthy_devices.push_back(static_cast<int>(*index));
+    }
+  }
+  if (const char* root = std::getenv("SIMGPU_PROC_ROOT"); root && *root) {
+    if (root[0] != '/' || std::strlen(root) >= static_cast<size_t>(kProcRootBytes)) {
+      warn(std::string("SIMGPU_PROC_ROOT=") + quoted(root) + " is not an absolute path under " +
+           std::to_string(kProcRootBytes) + " characters");
+    } else {
+      config.proc_root = root;
     }
   }
   if (const char* version = std::getenv("SIMGPU_DRIVER_VERSION"); version && *version) {

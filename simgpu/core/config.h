@@ -11,6 +11,11 @@
 
 namespace simgpu {
 
+// SIMGPU_DEVICES' mig= field: no MIG (the default), MIG-capable with MIG mode off at start, or
+// MIG mode on at start. Only a device whose name has a MIG profile table (mig_profiles.h) may
+// have it.
+enum class MigSetting { kNone, kCapable, kOn };
+
 struct DeviceSpec {
   std::string name = "NVIDIA H200";
   uint64_t memory_bytes = 143771ull << 20;  // 143771Mi, as an H200 reports
@@ -19,6 +24,7 @@ struct DeviceSpec {
   uint32_t cc_minor = 0;
   uint32_t compute_mode =
       0;  // nvmlComputeMode_t: mode=default|exclusive_thread|prohibited|exclusive_process
+  MigSetting mig = MigSetting::kNone;  // mig=capable|on
 };
 
 struct SimConfig {
@@ -32,6 +38,7 @@ struct SimConfig {
   int64_t fail_alloc_at = 0;                       // SIMGPU_FAIL_ALLOC_AT: Nth allocation fails
   std::vector<int> unhealthy_devices;              // SIMGPU_UNHEALTHY: "0,2"
   std::string driver_version = "580.159.04";       // SIMGPU_DRIVER_VERSION
+  std::string proc_root;  // SIMGPU_PROC_ROOT: where MIG capability files and `devices` are kept
 };
 
 // The first driver branch with per-cgroup memory partitions (R615, CUDA 13.4).

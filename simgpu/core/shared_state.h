@@ -14,7 +14,7 @@
 namespace simgpu {
 
 inline constexpr uint32_t kStateMagic = 0x5347'5055;  // "SGPU"
-inline constexpr uint32_t kStateVersion = 2;
+inline constexpr uint32_t kStateVersion = 3;          // 3: MIG
 inline constexpr int kMaxDevices = 8;
 inline constexpr int kMaxProcesses = 128;
 // Per (process, device) history of when that context ran: enough for event timing and for
@@ -31,6 +31,58 @@ struct DeviceConfig {
   uint32_t cc_minor;
   uint32_t minor_number;  // /dev/nvidia<minor>
   uint32_t compute_mode;  // nvmlComputeMode_t, as SIMGPU_DEVICES' mode= set it
+  uint32_t mig_capable;   // SIMGPU_DEVICES' mig=capable|on: the name has a MIG profile table
+  uint32_t pad;
+};
+
+// Multi-Instance GPU (simgpu/nvml/mig.cc). A GPU holds at most one GPU instance (GI) per compute
+// slice and a GI at most 8 compute instances (CI, IDs 0..7). Each CI is one MIG device with its
+// own UUID (new at every creation), index under its parent (0..6, with holes), serial (never
+// reused on this machine: what a process's binding names) and execution timeline.
+inline constexpr int kMaxGpuInstances = 7;
+inline constexpr int kMaxComputeInstances = 8;
+inline constexpr int kMaxMigDevices = 7;
+inline constexpr int kTimelines = 1 + kMaxMigDevices;  // the whole GPU, then one per MIG device
+
+struct MigComputeInstance {
+  uint32_t in_use;
+  uint32_t id;          // CI ID within the GI
+  uint32_t profile_id;  // NVML_COMPUTE_INSTANCE_PROFILE_* (index = ID)
+  uint32_t start;       // placement in the GI's compute slices
+  uint32_t size;
+  uint32_t multiprocessors;
+  uint32_t mig_index;  // MIG device index under the parent
+  uint32_t pad;
+  uint64_t serial;
+  char uuid[48];  // "MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+};
+
+struct MigGpuInstance {
+  uint32_t in_use;
+  uint32_t id;             // GI ID within the GPU
+  uint32_t profile_index;  // into the model's profile table (NVML_GPU_INSTANCE_PROFILE_*)
+  uint32_t start;          // placement, memory slices
+  uint32_t size;
+  uint32_t pad;
+  uint64_t memory_bytes;  // the profile's memory: the pool its CIs share
+  uint64_t used_memory;   // what processes bound to its CIs hold
+  MigComputeInstance compute[kMaxComputeInstances];
+};
+
+struct MigState {
+  uint32_t mode;          // NVML_DEVICE_MIG_DISABLE / _ENABLE
+  uint32_t pending_mode;  // differs from `mode` only on Ampere after a refused activation
+  MigGpuInstance gpu_instances[kMaxGpuInstances];
+};
+
+// Which MIG device a process's contexts on one GPU run on (one per GPU per process): serial 0 is
+// the whole GPU.
+struct MigBinding {
+  uint64_t serial;
+  int32_t gpu_instance;      // slot in MigState::gpu_instances
+  int32_t compute_instance;  // slot in MigGpuInstance::compute
+  int32_t timeline;          // into DeviceState::timelines
+  uint32_t pad;
 };
 
 // One stretch of time during which a context ran on the device: wall time [start, end) and the
@@ -58,17 +110,27 @@ struct ProcessSlot {
   uint64_t start_time;  // /proc/<pid>/stat field 22, so pid reuse cannot inherit a slot
   uint64_t used_memory[kMaxDevices];  // device memory this process holds, context overhead included
   uint32_t context_count[kMaxDevices];
+  MigBinding mig[kMaxDevices];
   EngineSlot engine[kMaxDevices];
 };
 
-struct DeviceState {
-  uint64_t used_memory;     // sum over live processes
+// One execution timeline: the whole GPU's, or one MIG device's (its own SMs, so its kernels take
+// no time from another instance's).
+struct Timeline {
   uint64_t last_update_ns;  // engine simulated up to here
   int64_t slice_left_ns;
   int64_t switch_left_ns;  // device time still spent switching to `running_slot`
-  int32_t running_slot;    // process slot whose context holds the device, -1 idle
-  uint32_t healthy;        // 1 healthy, 0 marked unhealthy by fault injection
-  uint64_t xid_events;     // count of injected faults, for NVML health signals
+  int32_t running_slot;    // process slot whose context holds it, -1 idle
+  uint32_t pad;
+};
+
+struct DeviceState {
+  uint64_t used_memory;  // sum over live processes
+  uint32_t healthy;      // 1 healthy, 0 marked unhealthy by fault injection
+  uint32_t pad;
+  uint64_t xid_events;  // count of injected faults, for NVML health signals
+  Timeline timelines[kTimelines];
+  MigState mig;
 };
 
 struct EngineConfig {
@@ -100,6 +162,7 @@ struct IpcExport {
 inline constexpr int kMaxMemoryLimits = 64;
 inline constexpr int kDriverVersionBytes = 32;
 inline constexpr int kCgroupPathBytes = 512;
+inline constexpr int kProcRootBytes = 256;
 struct MemoryLimit {
   uint32_t in_use;  // 0: free entry
   uint32_t device;
@@ -127,6 +190,9 @@ struct SharedState {
   uint32_t memory_limit_count;  // entries of memory_limits in use: 0 skips all cgroup work
   uint32_t pad2;
   MemoryLimit memory_limits[kMaxMemoryLimits];
+  uint64_t last_mig_serial;  // the last MigComputeInstance::serial handed out
+  // SIMGPU_PROC_ROOT when the state was created: where MIG capability files are kept ("" none).
+  char proc_root[kProcRootBytes];
 };
 
 static_assert(offsetof(SharedState, magic) == 0);

@@ -45,9 +45,14 @@ void init_state(SharedState* state, const SimConfig& config) {
     device.cc_minor = spec.cc_minor;
     device.minor_number = static_cast<uint32_t>(i);
     device.compute_mode = spec.compute_mode;
-    state->device_state[i].running_slot = -1;
-    state->device_state[i].healthy = 1;
+    device.mig_capable = spec.mig != MigSetting::kNone ? 1 : 0;
+    DeviceState& device_state = state->device_state[i];
+    for (Timeline& timeline : device_state.timelines) timeline.running_slot = -1;
+    device_state.healthy = 1;
+    device_state.mig.mode = spec.mig == MigSetting::kOn ? 1 : 0;
+    device_state.mig.pending_mode = device_state.mig.mode;
   }
+  std::snprintf(state->proc_root, sizeof state->proc_root, "%s", config.proc_root.c_str());
   for (int index : config.unhealthy_devices) {
     state->device_state[index].healthy = 0;
     state->device_state[index].xid_events = 1;
@@ -118,6 +123,7 @@ SharedState* open_or_create_state(const SimConfig& config) {
     return nullptr;
   }
   init_state(static_cast<SharedState*>(memory), config);
+  write_mig_proc_files(static_cast<SharedState*>(memory)->proc_root);
   const bool linked = ::link(temp_path.c_str(), config.state_path.c_str()) == 0;
   ::unlink(temp_path.c_str());
   if (linked) return static_cast<SharedState*>(memory);
@@ -191,16 +197,7 @@ void release_slot_at_exit() {
   Simulator* sim = g_instance.load();
   if (!sim || g_instance_pid.load() != current_pid()) return;
   Simulator::LockGuard lock(*sim);
-  SharedState* state = sim->state();
-  ProcessSlot& slot = state->processes[sim->slot()];
-  for (uint32_t d = 0; d < state->device_count; ++d) {
-    state->device_state[d].used_memory -=
-        std::min(state->device_state[d].used_memory, slot.used_memory[d]);
-    if (state->device_state[d].running_slot == sim->slot()) {
-      state->device_state[d].running_slot = -1;
-    }
-  }
-  slot.pid = 0;
+  sim->release_own_slot_locked();
 }
 
 }  // namespace
@@ -218,6 +215,15 @@ Simulator::LockGuard::LockGuard(Simulator& sim) : sim_(sim) {
         if (slot.pid != 0) used += slot.used_memory[d];
       }
       state->device_state[d].used_memory = used;
+      for (int g = 0; g < kMaxGpuInstances; ++g) {
+        uint64_t instance_used = 0;
+        for (const ProcessSlot& slot : state->processes) {
+          if (slot.pid != 0 &&
+              sim_.bound_gpu_instance_locked(slot.mig[d], static_cast<int>(d)) == g)
+            instance_used += slot.used_memory[d];
+        }
+        state->device_state[d].mig.gpu_instances[g].used_memory = instance_used;
+      }
     }
     uint32_t limits = 0;
     for (const MemoryLimit& limit : state->memory_limits) limits += limit.in_use != 0 ? 1 : 0;
@@ -236,15 +242,31 @@ int Simulator::reclaim_locked(uint64_t now) {
     ProcessSlot& slot = state_->processes[i];
     if (slot.pid == 0 || i == slot_) continue;
     if (process_alive(slot.pid, slot.start_time)) continue;
-    for (uint32_t d = 0; d < state_->device_count; ++d) {
-      DeviceState& device = state_->device_state[d];
-      device.used_memory -= std::min(device.used_memory, slot.used_memory[d]);
-      if (device.running_slot == i) device.running_slot = -1;
-    }
-    slot.pid = 0;
+    release_slot_locked(i);
     ++reclaimed;
   }
   return reclaimed;
+}
+
+void Simulator::release_slot_locked(int index) {
+  ProcessSlot& slot = state_->processes[index];
+  for (uint32_t d = 0; d < state_->device_count; ++d) {
+    DeviceState& device = state_->device_state[d];
+    device.used_memory -= std::min(device.used_memory, slot.used_memory[d]);
+    const int instance = bound_gpu_instance_locked(slot.mig[d], static_cast<int>(d));
+    if (instance >= 0) {
+      uint64_t& used = device.mig.gpu_instances[instance].used_memory;
+      used -= std::min(used, slot.used_memory[d]);
+    }
+    for (Timeline& timeline : device.timelines) {
+      if (timeline.running_slot == index) timeline.running_slot = -1;
+    }
+  }
+  slot.pid = 0;
+}
+
+void Simulator::release_own_slot_locked() {
+  release_slot_locked(slot_);
 }
 
 int Simulator::reclaim_dead_processes() {
@@ -277,8 +299,21 @@ AllocResult Simulator::reserve(int device, uint64_t bytes) {
       if (bytes > partition_headroom_locked(device, own)) return AllocResult::kOutOfMemory;
     }
   }
+  // A MIG device's memory is its GPU instance's, shared by the instance's compute instances.
+  ProcessSlot& own = state_->processes[slot_];
+  int instance = -1;
+  if (own.mig[device].serial != 0) {
+    instance = bound_gpu_instance_locked(own.mig[device], device);
+    if (instance < 0) return AllocResult::kOutOfMemory;  // its MIG device was destroyed
+    const MigGpuInstance& gpu_instance = state_->device_state[device].mig.gpu_instances[instance];
+    if (bytes >
+        gpu_instance.memory_bytes - std::min(gpu_instance.memory_bytes, gpu_instance.used_memory)) {
+      return AllocResult::kOutOfMemory;
+    }
+  }
   state.used_memory += bytes;
-  state_->processes[slot_].used_memory[device] += bytes;
+  own.used_memory[device] += bytes;
+  if (instance >= 0) state_->device_state[device].mig.gpu_instances[instance].used_memory += bytes;
   return AllocResult::kOk;
 }
 
@@ -289,6 +324,10 @@ void Simulator::release(int device, uint64_t bytes) {
   slot.used_memory[device] -= held;
   DeviceState& state = state_->device_state[device];
   state.used_memory -= std::min(state.used_memory, held);
+  if (const int instance = bound_gpu_instance_locked(slot.mig[device], device); instance >= 0) {
+    uint64_t& used = state.mig.gpu_instances[instance].used_memory;
+    used -= std::min(used, held);
+  }
 }
 
 uint64_t Simulator::used_memory(int device) {
@@ -298,14 +337,29 @@ uint64_t Simulator::used_memory(int device) {
   return state_->device_state[device].used_memory;
 }
 
+uint64_t Simulator::used_memory_seen(int device) {
+  LockGuard lock(*this);
+  const int instance = bound_gpu_instance_locked(state_->processes[slot_].mig[device], device);
+  if (instance < 0) return state_->device_state[device].used_memory;
+  return state_->device_state[device].mig.gpu_instances[instance].used_memory;
+}
+
 std::vector<ProcessMemory> Simulator::process_memory(int device) {
   LockGuard lock(*this);
   reclaim_locked(now_ns());
   std::vector<ProcessMemory> result;
+  const MigState& mig = state_->device_state[device].mig;
   for (const ProcessSlot& slot : state_->processes) {
     if (slot.pid == 0) continue;
     if (slot.used_memory[device] == 0 && slot.context_count[device] == 0) continue;
-    result.push_back({slot.pid, slot.used_memory[device]});
+    ProcessMemory process{slot.pid, slot.used_memory[device]};
+    if (const int instance = bound_gpu_instance_locked(slot.mig[device], device); instance >= 0) {
+      const MigGpuInstance& gpu_instance = mig.gpu_instances[instance];
+      process.gpu_instance_id = gpu_instance.id;
+      process.compute_instance_id = gpu_instance.compute[slot.mig[device].compute_instance].id;
+      process.mig_serial = slot.mig[device].serial;
+    }
+    result.push_back(process);
   }
   return result;
 }
@@ -429,9 +483,13 @@ std::vector<MemoryPartition> Simulator::memory_partitions() {
   return result;
 }
 
-void Simulator::context_created(int device) {
+bool Simulator::context_created(int device) {
   LockGuard lock(*this);
-  ++state_->processes[slot_].context_count[device];
+  ProcessSlot& slot = state_->processes[slot_];
+  if (slot.mig[device].serial != 0 && bound_gpu_instance_locked(slot.mig[device], device) < 0)
+    return false;
+  ++slot.context_count[device];
+  return true;
 }
 
 void Simulator::context_destroyed(int device) {
@@ -454,28 +512,42 @@ void record_segment(EngineSlot& engine, uint64_t start, uint64_t end, uint64_t w
   ++engine.segment_count;
 }
 
-bool has_pending(const ProcessSlot& slot, int device) {
-  return slot.pid != 0 && slot.engine[device].submitted_ns > slot.engine[device].done_ns;
+bool has_pending(const ProcessSlot& slot, int device, int timeline) {
+  const int own = slot.mig[device].serial != 0 ? slot.mig[device].timeline : 0;
+  return slot.pid != 0 && own == timeline &&
+         slot.engine[device].submitted_ns > slot.engine[device].done_ns;
 }
 
 }  // namespace
 
-// Runs the device's timeline from its last update to `now`: one context at a time; contexts with
-// pending work take turns in time slices (round robin over process slots), and a switch between
-// two contexts costs `switch_cost_ns` of device time that nobody's work advances in.
+// Runs every timeline of the device: the whole GPU's and, with MIG, one per MIG device, each with
+// SMs of its own (a kernel on one instance takes no time from another).
 void Simulator::advance_locked(int device, uint64_t now) {
-  DeviceState& dev = state_->device_state[device];
+  const int timelines = state_->device_state[device].mig.mode != 0 ? kTimelines : 1;
+  for (int timeline = 0; timeline < timelines; ++timeline)
+    advance_timeline_locked(device, timeline, now);
+  // Timelines of MIG devices that mode no longer has have nothing pending: keep their clocks.
+  for (int timeline = timelines; timeline < kTimelines; ++timeline)
+    state_->device_state[device].timelines[timeline].last_update_ns = now;
+}
+
+// Runs one timeline from its last update to `now`: one context at a time; contexts with pending
+// work take turns in time slices (round robin over process slots), and a switch between two
+// contexts costs `switch_cost_ns` of device time that nobody's work advances in.
+void Simulator::advance_timeline_locked(int device, int timeline, uint64_t now) {
+  Timeline& dev = state_->device_state[device].timelines[timeline];
   const EngineConfig& engine = state_->engine;
   uint64_t t = dev.last_update_ns;
   if (t == 0 || t > now) t = now;
   while (t < now) {
     int running = dev.running_slot;
-    const bool running_pending = running >= 0 && has_pending(state_->processes[running], device);
+    const bool running_pending =
+        running >= 0 && has_pending(state_->processes[running], device, timeline);
     if (!running_pending || dev.slice_left_ns <= 0) {
       int next = -1;
       for (int step = 1; step <= kMaxProcesses; ++step) {
         const int candidate = ((running < 0 ? -1 : running) + step + kMaxProcesses) % kMaxProcesses;
-        if (has_pending(state_->processes[candidate], device)) {
+        if (has_pending(state_->processes[candidate], device, timeline)) {
           next = candidate;
           break;
         }

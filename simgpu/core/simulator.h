@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config.h"
+#include "mig_profiles.h"
 #include "shared_state.h"
 
 namespace simgpu {
@@ -17,9 +18,32 @@ namespace simgpu {
 // Monotonic wall clock shared by all processes on the host.
 uint64_t now_ns();
 
+// What NVML reports as gpuInstanceId / computeInstanceId of a process not on a MIG device.
+inline constexpr uint32_t kNoMigInstance = 0xFFFFFFFF;
+
 struct ProcessMemory {
   int32_t pid;
   uint64_t bytes;
+  uint32_t gpu_instance_id = kNoMigInstance;  // the MIG device it runs on, if any
+  uint32_t compute_instance_id = kNoMigInstance;
+  uint64_t mig_serial = 0;  // MigComputeInstance::serial, 0 for the whole GPU
+};
+
+// Outcomes of MIG management, which NVML maps to its codes (simgpu/nvml/mig.cc).
+enum class MigError {
+  kOk,
+  kNotSupported,           // not MIG-capable, MIG mode off, or a profile the GPU lacks
+  kInvalidArgument,        // a mode or placement that cannot be
+  kInsufficientResources,  // the slices are taken, or the profile's instances used up
+  kInUse,                  // processes (or compute instances) are on it
+  kNotFound,               // no instance of that ID
+};
+
+// A MIG device (one compute instance) by its slots in the shared state.
+struct MigDeviceRef {
+  int device = -1;
+  int gpu_instance = -1;      // slot in MigState::gpu_instances
+  int compute_instance = -1;  // slot in MigGpuInstance::compute
 };
 
 struct ProcessBusy {
@@ -39,6 +63,10 @@ struct MemoryPartition {
 };
 
 enum class LimitResult { kOk, kTableFull };
+
+// Writes SIMGPU_PROC_ROOT's fixed files (when set): `devices` with an nvidia-caps major, and the
+// mig/config and mig/monitor capabilities. Done once, when the state file is created.
+void write_mig_proc_files(const char* root);
 
 class Simulator {
  public:
@@ -80,11 +108,36 @@ class Simulator {
   AllocResult reserve(int device, uint64_t bytes);
   void release(int device, uint64_t bytes);
   uint64_t used_memory(int device);
+  // What this process sees used: its MIG device's GPU instance's use when it is bound to one, else
+  // used_memory.
+  uint64_t used_memory_seen(int device);
   std::vector<ProcessMemory> process_memory(int device);
 
-  // Context bookkeeping (NVML lists processes that hold a context).
-  void context_created(int device);
+  // Context bookkeeping (NVML lists processes that hold a context). context_created fails when
+  // this process is bound to a MIG device of `device` that has been destroyed since.
+  bool context_created(int device);
   void context_destroyed(int device);
+
+  // Multi-Instance GPU (simulator_mig.cc). The model table of a MIG-capable device, else nullptr.
+  const MigModel* mig_model(int device) const;
+  MigState mig_state(int device);  // a copy, taken under the lock
+  // Hopper+ switches at once; Ampere keeps the request pending when it cannot activate it.
+  // kInUse while processes hold the GPU (or, to disable, while GPU instances exist).
+  MigError set_mig_mode(int device, bool enable);
+  // `start` null: the simulator chooses (the highest free placement). The GI ID is fixed by the
+  // placement (whole 0, halves 1-2, quarters 3-6, eighths 7-14), as observed on A100/H100.
+  MigError create_gpu_instance(int device, uint32_t profile_id, const uint32_t* start,
+                               uint32_t& gpu_instance_id);
+  MigError destroy_gpu_instance(int device, uint32_t gpu_instance_id);
+  MigError create_compute_instance(int device, uint32_t gpu_instance_id, uint32_t profile_id,
+                                   const uint32_t* start, uint32_t& compute_instance_id);
+  MigError destroy_compute_instance(int device, uint32_t gpu_instance_id,
+                                    uint32_t compute_instance_id);
+  // The MIG device of a "MIG-..." UUID, on any GPU.
+  std::optional<MigDeviceRef> find_mig_device(std::string_view uuid);
+  // This process's contexts on `device` run on the MIG device of that serial from now on (the
+  // CUDA_VISIBLE_DEVICES choice); false when it no longer exists.
+  bool bind_mig_device(int device, uint64_t serial);
 
   // Execution engine. `submit` queues `work_ns` of device time for this process on `device` and
   // returns the work mark at which it completes. `done` says how far this process's work has run.
@@ -108,6 +161,9 @@ class Simulator {
   // lazily by reserve(). Returns the number of slots reclaimed.
   int reclaim_dead_processes();
 
+  // Frees this process's slot (at exit). Call with the lock held.
+  void release_own_slot_locked();
+
   // Raw access for tools and tests (callers take the lock via LockGuard).
   SharedState* state() { return state_; }
 
@@ -125,6 +181,16 @@ class Simulator {
  private:
   Simulator(SharedState* state, SimConfig config, int slot);
   void advance_locked(int device, uint64_t now);
+  void advance_timeline_locked(int device, int timeline, uint64_t now);
+  // Returns a slot's memory to its device (and MIG GPU instance) and lets go of the engine.
+  void release_slot_locked(int slot);
+  // The GPU instance slot a live binding names (its CI still there), else -1.
+  int bound_gpu_instance_locked(const MigBinding& binding, int device) const;
+  // Processes with a context or memory on the device, or on one GPU instance (-1: any).
+  bool busy_locked(int device, int gpu_instance) const;
+  void write_capability_files_locked(int device, const MigGpuInstance& instance, int compute) const;
+  void remove_capability_file_locked(int device, uint32_t gpu_instance_id,
+                                     const uint32_t* compute_instance_id) const;
   int reclaim_locked(uint64_t now);
   int governing_limit_locked(int device, std::string_view cgroup) const;
   uint64_t partition_used_locked(int device, int limit, const std::optional<std::string>& own);

@@ -12,7 +12,11 @@ CUresult activate_context(Driver& driver, Context* context) {
   if (CUresult r = to_result(driver.sim->reserve(context->device, overhead)); r != CUDA_SUCCESS) {
     return r;
   }
-  driver.sim->context_created(context->device);
+  if (!driver.sim->context_created(context->device)) {
+    // The MIG device this process was given has been destroyed since cuInit.
+    driver.sim->release(context->device, overhead);
+    return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  }
   context->id = ++driver.last_context_id;
   driver.contexts.insert(context);
   return CUDA_SUCCESS;

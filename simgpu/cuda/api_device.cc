@@ -125,7 +125,7 @@ SIMGPU_EXPORT CUresult cuDeviceGetName(char* name, int length, CUdevice ordinal)
   std::lock_guard<std::mutex> lock(driver.mutex);
   int device = 0;
   if (CUresult r = device_index(driver, ordinal, device); r != CUDA_SUCCESS) return r;
-  std::snprintf(name, static_cast<size_t>(length), "%s", driver.sim->device(device).name);
+  std::snprintf(name, static_cast<size_t>(length), "%s", driver.device_config(device).name);
   return CUDA_SUCCESS;
 }
 
@@ -135,7 +135,7 @@ SIMGPU_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice ordinal) {
   std::lock_guard<std::mutex> lock(driver.mutex);
   int device = 0;
   if (CUresult r = device_index(driver, ordinal, device); r != CUDA_SUCCESS) return r;
-  uuid_bytes(driver.sim->device(device).uuid, uuid);
+  uuid_bytes(driver.device_config(device).uuid, uuid);
   return CUDA_SUCCESS;
 }
 
@@ -145,7 +145,7 @@ SIMGPU_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice ordinal) {
   std::lock_guard<std::mutex> lock(driver.mutex);
   int device = 0;
   if (CUresult r = device_index(driver, ordinal, device); r != CUDA_SUCCESS) return r;
-  *bytes = driver.sim->device(device).total_memory;
+  *bytes = driver.device_config(device).total_memory;
   return CUDA_SUCCESS;
 }
 
@@ -155,8 +155,8 @@ SIMGPU_EXPORT CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevic
   std::lock_guard<std::mutex> lock(driver.mutex);
   int device = 0;
   if (CUresult r = device_index(driver, ordinal, device); r != CUDA_SUCCESS) return r;
-  *major = static_cast<int>(driver.sim->device(device).cc_major);
-  *minor = static_cast<int>(driver.sim->device(device).cc_minor);
+  *major = static_cast<int>(driver.device_config(device).cc_major);
+  *minor = static_cast<int>(driver.device_config(device).cc_minor);
   return CUDA_SUCCESS;
 }
 
@@ -167,7 +167,7 @@ SIMGPU_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attri
   std::lock_guard<std::mutex> lock(driver.mutex);
   int device = 0;
   if (CUresult r = device_index(driver, ordinal, device); r != CUDA_SUCCESS) return r;
-  const simgpu::DeviceConfig& config = driver.sim->device(device);
+  const simgpu::DeviceConfig& config = driver.device_config(device);
   unsigned bus = 0;
   std::sscanf(config.pci_bus_id, "%*x:%x", &bus);
   switch (attribute) {
@@ -348,7 +348,7 @@ SIMGPU_EXPORT CUresult cuDeviceGetPCIBusId(char* bus_id, int length, CUdevice or
   std::lock_guard<std::mutex> lock(driver.mutex);
   int device = 0;
   if (CUresult r = device_index(driver, ordinal, device); r != CUDA_SUCCESS) return r;
-  std::snprintf(bus_id, static_cast<size_t>(length), "%s", driver.sim->device(device).pci_bus_id);
+  std::snprintf(bus_id, static_cast<size_t>(length), "%s", driver.device_config(device).pci_bus_id);
   return CUDA_SUCCESS;
 }
 
@@ -358,7 +358,7 @@ SIMGPU_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice* ordinal, const char* bus_
   std::lock_guard<std::mutex> lock(driver.mutex);
   if (CUresult r = check_initialized(driver); r != CUDA_SUCCESS) return r;
   for (size_t i = 0; i < driver.visible_devices.size(); ++i) {
-    if (strcasecmp(driver.sim->device(driver.visible_devices[i]).pci_bus_id, bus_id) == 0) {
+    if (strcasecmp(driver.device_config(driver.visible_devices[i]).pci_bus_id, bus_id) == 0) {
       *ordinal = static_cast<CUdevice>(i);
       return CUDA_SUCCESS;
     }

@@ -50,7 +50,7 @@ CUresult launch(CUfunction handle, const LaunchShape& shape, CUstream stream_han
   if (cooperative) {
     const uint64_t blocks = uint64_t{shape.grid[0]} * shape.grid[1] * shape.grid[2];
     const uint64_t co_resident =
-        uint64_t{driver.sim->device(stream->context->device).sm_count} *
+        uint64_t{driver.device_config(stream->context->device).sm_count} *
         resident_blocks_per_sm(static_cast<unsigned>(threads), shape.shared_bytes);
     if (blocks > co_resident) return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
   }

@@ -230,8 +230,9 @@ SIMGPU_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) 
   Context* context = nullptr;
   if (CUresult r = require_context(driver, context); r != CUDA_SUCCESS) return r;
   if (!free_bytes || !total_bytes) return CUDA_ERROR_INVALID_VALUE;
-  const uint64_t total = driver.sim->device(context->device).total_memory;
-  const uint64_t used = driver.sim->used_memory(context->device);
+  const uint64_t total = driver.device_config(context->device).total_memory;
+  // On a MIG device: what its GPU instance's processes hold.
+  const uint64_t used = driver.sim->used_memory_seen(context->device);
   *total_bytes = total;
   *free_bytes = total - std::min(total, used);
   // Inside an R615 memory partition: the hard limit and the headroom under it.

@@ -64,7 +64,7 @@ CUresult read_image(const void* image, size_t size_hint, ImageKernels& out) {
     const int device = context                          ? context->device
                        : driver.visible_devices.empty() ? 0
                                                         : driver.visible_devices.front();
-    const SimDeviceConfigView config = driver.sim ? &driver.sim->device(device) : nullptr;
+    const SimDeviceConfigView config = driver.sim ? &driver.device_config(device) : nullptr;
     const unsigned sm = config ? config->cc_major * 10 + config->cc_minor : 90;
     std::optional<FatbinContents> contents = read_fatbin(image, sm);
     if (!contents) return CUDA_ERROR_INVALID_IMAGE;
@@ -410,7 +410,7 @@ SIMGPU_EXPORT CUresult cuOccupancyMaxActiveClusters(int* clusters, CUfunction ha
   Function* function = valid_function(driver, handle);
   if (!function) return CUDA_ERROR_INVALID_HANDLE;
   const uint64_t resident =
-      uint64_t{driver.sim->device(function->module->context->device).sm_count} *
+      uint64_t{driver.device_config(function->module->context->device).sm_count} *
       resident_blocks_per_sm(threads, config->sharedMemBytes);
   *clusters = static_cast<int>(resident / size);
   return CUDA_SUCCESS;

@@ -1,6 +1,7 @@
 #include "driver.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -8,13 +9,52 @@
 #include "process_id.h"
 
 namespace simgpu::driver {
-// CUDA_VISIBLE_DEVICES as the real driver reads it: a comma-separated list of indices or UUID
-// prefixes; the list ends at the first entry that names no device (or one already listed).
-std::vector<int> parse_visible_devices(const SharedState& state) {
-  std::vector<int> visible;
+namespace {
+
+// The MIG devices of a MIG-enabled GPU, lowest MIG index first.
+std::vector<VisibleDevice> mig_devices_of(Simulator& sim, int device) {
+  std::vector<std::pair<uint32_t, VisibleDevice>> found;
+  const MigState state = sim.mig_state(device);
+  for (int g = 0; g < kMaxGpuInstances; ++g) {
+    if (state.gpu_instances[g].in_use == 0) continue;
+    for (int c = 0; c < kMaxComputeInstances; ++c) {
+      const MigComputeInstance& compute = state.gpu_instances[g].compute[c];
+      if (compute.in_use == 0) continue;
+      found.push_back({compute.mig_index, VisibleDevice{device, compute.serial, {device, g, c}}});
+    }
+  }
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<VisibleDevice> result;
+  for (const auto& each : found) result.push_back(each.second);
+  return result;
+}
+
+}  // namespace
+
+// CUDA_VISIBLE_DEVICES as the real driver reads it: a comma-separated list of indices, GPU UUID
+// prefixes and MIG UUIDs ("MIG-<uuid>", mixed with GPUs as R570+ allows [G-NAMES]); the list ends
+// at the first entry that names no device (or one already listed). A GPU with MIG mode on is no
+// CUDA device itself: unset, its MIG devices are enumerated instead; named by index or UUID, it
+// adds nothing. Simplification: a process uses at most one MIG device per GPU (the first listed,
+// or with the variable unset the lowest MIG index), where R570+ allows one per GPU instance.
+std::vector<VisibleDevice> parse_visible_devices(Simulator& sim) {
+  std::vector<VisibleDevice> visible;
+  const int count = sim.device_count();
+  auto has_gpu = [&](int device) {
+    return std::any_of(visible.begin(), visible.end(),
+                       [&](const VisibleDevice& each) { return each.device == device; });
+  };
+  auto add_gpu = [&](int device) {
+    if (sim.mig_state(device).mode == 0) {
+      visible.push_back({device, 0, {}});
+    } else if (const auto migs = mig_devices_of(sim, device); !migs.empty()) {
+      visible.push_back(migs.front());
+    }
+  };
   const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
   if (!env) {
-    for (uint32_t i = 0; i < state.device_count; ++i) visible.push_back(static_cast<int>(i));
+    for (int i = 0; i < count; ++i) add_gpu(i);
     return visible;
   }
   std::string_view rest(env);
@@ -27,20 +67,48 @@ std::vector<int> parse_visible_devices(const SharedState& state) {
     if (!entry.empty() &&
         std::all_of(entry.begin(), entry.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       const long index = std::strtol(std::string(entry).c_str(), nullptr, 10);
-      if (index >= 0 && index < static_cast<long>(state.device_count))
-        found = static_cast<int>(index);
+      if (index >= 0 && index < count) found = static_cast<int>(index);
     } else if (entry.size() >= 5 && entry.substr(0, 4) == "GPU-") {
-      for (uint32_t i = 0; i < state.device_count; ++i) {
-        if (std::string_view(state.devices[i].uuid).substr(0, entry.size()) == entry) {
-          found = static_cast<int>(i);
+      for (int i = 0; i < count; ++i) {
+        if (std::string_view(sim.device(i).uuid).substr(0, entry.size()) == entry) {
+          found = i;
           break;
         }
       }
+    } else if (entry.size() > 4 && entry.substr(0, 4) == "MIG-") {
+      const auto mig = sim.find_mig_device(entry);
+      if (!mig) break;
+      if (has_gpu(mig->device)) continue;  // one MIG device per GPU (see above)
+      const MigState state = sim.mig_state(mig->device);
+      visible.push_back(
+          {mig->device,
+           state.gpu_instances[mig->gpu_instance].compute[mig->compute_instance].serial, *mig});
+      continue;
     }
-    if (found < 0 || std::find(visible.begin(), visible.end(), found) != visible.end()) break;
-    visible.push_back(found);
+    if (found < 0 || has_gpu(found)) break;
+    // A MIG-enabled GPU named as a whole is no CUDA device.
+    if (sim.mig_state(found).mode == 0) visible.push_back({found, 0, {}});
   }
   return visible;
+}
+
+// The process's view of a device it sees as a MIG device: "<parent> MIG <profile>", the MIG UUID,
+// the GPU instance's memory and the compute instance's SMs.
+DeviceConfig mig_device_view(Simulator& sim, const VisibleDevice& visible) {
+  DeviceConfig view = sim.device(visible.device);
+  const MigState state = sim.mig_state(visible.device);
+  const MigGpuInstance& instance = state.gpu_instances[visible.mig.gpu_instance];
+  const MigComputeInstance& compute = instance.compute[visible.mig.compute_instance];
+  const MigModel* model = sim.mig_model(visible.device);
+  std::string profile = model->profiles[instance.profile_index].name;
+  if (compute.size != model->profiles[instance.profile_index].compute_slices)
+    profile = std::to_string(compute.size) + "c." + profile;
+  std::snprintf(view.name, sizeof view.name, "%s MIG %s", sim.device(visible.device).name,
+                profile.c_str());
+  std::snprintf(view.uuid, sizeof view.uuid, "%s", compute.uuid);
+  view.total_memory = instance.memory_bytes;
+  view.sm_count = compute.multiprocessors;
+  return view;
 }
 
 CUresult Driver::initialize() {
@@ -49,7 +117,15 @@ CUresult Driver::initialize() {
   }
   sim = Simulator::get();
   if (!sim) return CUDA_ERROR_NO_DEVICE;
-  visible_devices = parse_visible_devices(*sim->state());
+  for (int d = 0; d < sim->device_count(); ++d) device_views[d] = sim->device(d);
+  for (const VisibleDevice& visible : parse_visible_devices(*sim)) {
+    // Bound now: this process's memory and work on that GPU belong to the MIG device from here.
+    if (visible.mig_serial != 0) {
+      if (!sim->bind_mig_device(visible.device, visible.mig_serial)) continue;  // just destroyed
+      device_views[visible.device] = mig_device_view(*sim, visible);
+    }
+    visible_devices.push_back(visible.device);
+  }
   if (visible_devices.empty()) return CUDA_ERROR_NO_DEVICE;
   for (size_t ordinal = 0; ordinal < visible_devices.size(); ++ordinal) {
     auto primary = std::make_unique<Context>();
@@ -167,8 +243,8 @@ uint64_t kernel_duration_ns(const Driver& driver, const Function& function, cons
   const uint64_t blocks = uint64_t{grid[0]} * grid[1] * grid[2];
   const unsigned threads = block[0] * block[1] * block[2];
   const int device = function.module->context->device;
-  const uint64_t per_wave =
-      uint64_t{driver.sim->device(device).sm_count} * resident_blocks_per_sm(threads, shared_bytes);
+  const uint64_t per_wave = uint64_t{driver.device_config(device).sm_count} *
+                            resident_blocks_per_sm(threads, shared_bytes);
   const uint64_t waves = (blocks + per_wave - 1) / per_wave;
   return waves * function.wave_ns;
 }

@@ -246,6 +246,10 @@ class Driver {
   int initialized_pid = 0;  // a forked child cannot use its parent's driver, as with real CUDA
   Simulator* sim = nullptr;
   std::vector<int> visible_devices;  // ordinal -> shared-state device index (CUDA_VISIBLE_DEVICES)
+  // What this process sees of each shared-state device: the GPU's configuration, or, for a GPU
+  // whose MIG device CUDA_VISIBLE_DEVICES chose, that MIG device's name, UUID, memory and SMs.
+  DeviceConfig device_views[kMaxDevices] = {};
+  const DeviceConfig& device_config(int device) const { return device_views[device]; }
 
   std::vector<std::unique_ptr<Context>> primary_contexts;  // one per visible ordinal
   std::unordered_set<Context*> contexts;
@@ -304,7 +308,15 @@ bool trace_enabled();
 CUresult get_proc_address(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
                           CUdriverProcAddressQueryResult* status);
 
-std::vector<int> parse_visible_devices(const SharedState& state);
+// One CUDA device: a whole GPU (mig_serial 0) or a MIG device of it.
+struct VisibleDevice {
+  int device = -1;
+  uint64_t mig_serial = 0;
+  MigDeviceRef mig;  // slots of the MIG device, when mig_serial != 0
+};
+
+// CUDA_VISIBLE_DEVICES as a driver of R570 or later reads it (see driver.cc).
+std::vector<VisibleDevice> parse_visible_devices(Simulator& sim);
 
 // Frees everything a context owns (allocations, arrays, streams, events, modules) and returns its
 // memory and overhead to the device. Call with the driver mutex held.

@@ -108,6 +108,7 @@ nvmlReturn_t handle_by_pci_bus_id(const char* pci_bus_id, nvmlDevice_t* device) 
 }  // namespace simgpu::nvml
 
 using simgpu::nvml::Device;
+using simgpu::nvml::mig_device_name;
 using simgpu::nvml::resolve;
 
 extern "C" {
@@ -144,6 +145,14 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
       return NVML_SUCCESS;
     }
   }
+  // A MIG device's UUID gives its MIG device handle.
+  if (const auto mig = sim->find_mig_device(uuid)) {
+    const simgpu::MigGpuInstance& instance =
+        sim->mig_state(mig->device).gpu_instances[mig->gpu_instance];
+    *device = simgpu::nvml::mig_handle_for(mig->device, instance.id,
+                                           instance.compute[mig->compute_instance].id);
+    return NVML_SUCCESS;
+  }
   return NVML_ERROR_NOT_FOUND;
 }
 
@@ -159,7 +168,8 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
   Device dev;
   if (nvmlReturn_t result = resolve(device, dev); result != NVML_SUCCESS) return result;
   if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  *index = static_cast<unsigned int>(dev.index);
+  // A MIG device's index is the one nvmlDeviceGetMigDeviceHandleByIndex takes.
+  *index = dev.is_mig ? dev.mig.compute_instance.mig_index : static_cast<unsigned int>(dev.index);
   return NVML_SUCCESS;
 }
 
@@ -167,6 +177,7 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int len
   Device dev;
   if (nvmlReturn_t result = resolve(device, dev); result != NVML_SUCCESS) return result;
   if (name == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (dev.is_mig) return simgpu::nvml::copy_string(mig_device_name(dev).c_str(), name, length);
   return simgpu::nvml::copy_string(dev.config().name, name, length);
 }
 
@@ -174,6 +185,7 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int len
   Device dev;
   if (nvmlReturn_t result = resolve(device, dev); result != NVML_SUCCESS) return result;
   if (uuid == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (dev.is_mig) return simgpu::nvml::copy_string(dev.mig.compute_instance.uuid, uuid, length);
   return simgpu::nvml::copy_string(dev.config().uuid, uuid, length);
 }
 
@@ -219,6 +231,8 @@ nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t* mo
   Device dev;
   if (nvmlReturn_t result = resolve(device, dev); result != NVML_SUCCESS) return result;
   if (mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  // "If MIG is enabled on a GPU, device must be MIG device handle" (nvml.h).
+  if (!dev.is_mig && dev.mig_enabled()) return NVML_ERROR_NOT_SUPPORTED;
   *mode = static_cast<nvmlComputeMode_t>(dev.config().compute_mode);
   return NVML_SUCCESS;
 }
@@ -259,6 +273,7 @@ nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int* numCore
   Device dev;
   if (nvmlReturn_t result = resolve(device, dev); result != NVML_SUCCESS) return result;
   if (numCores == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (dev.is_mig || dev.mig_enabled()) return NVML_ERROR_NOT_SUPPORTED;  // per nvml.h
   *numCores = dev.config().sm_count * simgpu::nvml::cores_per_sm(dev.config());
   return NVML_SUCCESS;
 }

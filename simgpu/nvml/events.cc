@@ -82,7 +82,7 @@ nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
 
 nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long* eventTypes) {
   Device dev;
-  if (nvmlReturn_t result = simgpu::nvml::resolve(device, dev); result != NVML_SUCCESS) {
+  if (nvmlReturn_t result = simgpu::nvml::resolve_gpu(device, dev); result != NVML_SUCCESS) {
     return result;
   }
   if (eventTypes == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
@@ -95,7 +95,7 @@ nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long
 nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
                                       nvmlEventSet_t set) {
   Device dev;
-  if (nvmlReturn_t result = simgpu::nvml::resolve(device, dev); result != NVML_SUCCESS) {
+  if (nvmlReturn_t result = simgpu::nvml::resolve_gpu(device, dev); result != NVML_SUCCESS) {
     return result;
   }
   if (set == nullptr) return NVML_ERROR_INVALID_ARGUMENT;

@@ -10,8 +10,37 @@ namespace {
 std::mutex g_init_mutex;
 int g_init_count = 0;  // guarded by g_init_mutex; NVML's init is reference counted
 
-nvmlDevice_st g_handles[kMaxDevices] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
+nvmlDevice_st g_handles[kMaxDevices] = {{0, -1, -1}, {1, -1, -1}, {2, -1, -1}, {3, -1, -1},
+                                        {4, -1, -1}, {5, -1, -1}, {6, -1, -1}, {7, -1, -1}};
 static_assert(sizeof g_handles / sizeof g_handles[0] == kMaxDevices);
+
+// Handles of MIG devices, GPU instances and compute instances, by (GPU, GI ID, CI ID).
+struct InstanceHandles {
+  nvmlDevice_st mig[kMaxDevices][kGpuInstanceIds][kMaxComputeInstances];
+  nvmlGpuInstance_st gpu[kMaxDevices][kGpuInstanceIds];
+  nvmlComputeInstance_st compute[kMaxDevices][kGpuInstanceIds][kMaxComputeInstances];
+  InstanceHandles() {
+    for (int d = 0; d < kMaxDevices; ++d) {
+      for (int g = 0; g < kGpuInstanceIds; ++g) {
+        gpu[d][g] = {d, g};
+        for (int c = 0; c < kMaxComputeInstances; ++c) {
+          mig[d][g][c] = {d, g, c};
+          compute[d][g][c] = {d, g, c};
+        }
+      }
+    }
+  }
+};
+InstanceHandles g_instance_handles;
+
+// Whether `pointer` is one of `count` consecutive handles from `first`: pointers from callers are
+// compared, never read, until they are known to be ours.
+template <typename T>
+bool one_of(const T* first, size_t count, const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  const auto base = reinterpret_cast<uintptr_t>(first);
+  return address >= base && address < base + count * sizeof(T) && (address - base) % sizeof(T) == 0;
+}
 
 nvmlReturn_t init() {
   std::lock_guard<std::mutex> lock(g_init_mutex);
@@ -44,17 +73,66 @@ nvmlDevice_t handle_for(int index) {
   return &g_handles[index];
 }
 
+nvmlDevice_t mig_handle_for(int index, uint32_t gpu_instance_id, uint32_t compute_instance_id) {
+  return &g_instance_handles.mig[index][gpu_instance_id][compute_instance_id];
+}
+
+nvmlGpuInstance_t gpu_instance_handle(int index, uint32_t gpu_instance_id) {
+  return &g_instance_handles.gpu[index][gpu_instance_id];
+}
+
+nvmlComputeInstance_t compute_instance_handle(int index, uint32_t gpu_instance_id,
+                                              uint32_t compute_instance_id) {
+  return &g_instance_handles.compute[index][gpu_instance_id][compute_instance_id];
+}
+
+bool Device::mig_enabled() const {
+  return sim->mig_state(index).mode != 0;
+}
+
 nvmlReturn_t resolve(nvmlDevice_t handle, Device& out) {
   Simulator* sim = initialised_simulator();
   if (sim == nullptr) return NVML_ERROR_UNINITIALIZED;
   // Compare addresses only: a foreign pointer must not be dereferenced.
   for (int i = 0; i < sim->device_count(); ++i) {
     if (handle == &g_handles[i]) {
-      out = Device{sim, i};
+      out = Device{sim, i, false, MigView{}};
       return NVML_SUCCESS;
     }
   }
-  return NVML_ERROR_INVALID_ARGUMENT;
+  if (!one_of(&g_instance_handles.mig[0][0][0],
+              size_t{kMaxDevices} * kGpuInstanceIds * kMaxComputeInstances, handle)) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  const nvmlDevice_st& mig = *handle;  // one of ours: safe to read
+  if (mig.index >= sim->device_count()) return NVML_ERROR_INVALID_ARGUMENT;
+  const MigModel* model = sim->mig_model(mig.index);
+  const MigState state = sim->mig_state(mig.index);
+  if (model == nullptr || state.mode == 0) return NVML_ERROR_INVALID_ARGUMENT;
+  for (const MigGpuInstance& instance : state.gpu_instances) {
+    if (instance.in_use == 0 || instance.id != static_cast<uint32_t>(mig.gpu_instance_id)) continue;
+    for (const MigComputeInstance& compute : instance.compute) {
+      if (compute.in_use == 0 || compute.id != static_cast<uint32_t>(mig.compute_instance_id))
+        continue;
+      out = Device{sim, mig.index, true,
+                   MigView{instance, compute, &model->profiles[instance.profile_index]}};
+      return NVML_SUCCESS;
+    }
+  }
+  return NVML_ERROR_INVALID_ARGUMENT;  // its instance was destroyed
+}
+
+nvmlReturn_t resolve_gpu(nvmlDevice_t handle, Device& out) {
+  if (nvmlReturn_t result = resolve(handle, out); result != NVML_SUCCESS) return result;
+  return out.is_mig ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
+}
+
+std::string mig_device_name(const Device& device) {
+  const MigView& mig = device.mig;
+  std::string profile = mig.profile->name;
+  if (mig.compute_instance.size != mig.profile->compute_slices)
+    profile = std::to_string(mig.compute_instance.size) + "c." + profile;
+  return std::string(device.config().name) + " MIG " + profile;
 }
 
 nvmlReturn_t copy_string(const char* value, char* out, unsigned int length) {

@@ -33,11 +33,12 @@ nvmlReturn_t cgroup_of(const char* name_space, std::string& out) {
   return NVML_SUCCESS;
 }
 
-// What both entry points check first: the device, and that this driver has the feature. The
-// simulator has no MIG devices, so every handle is a whole GPU (a MIG handle would be refused).
+// What both entry points check first: the device, and that this driver has the feature. MIG
+// device handles are refused with NOT_SUPPORTED ("MIG handles are not supported" [NVML-MEMLIM]).
 nvmlReturn_t resolve_partitionable(nvmlDevice_t handle, Device& out) {
   if (nvmlReturn_t result = resolve(handle, out); result != NVML_SUCCESS) return result;
   if (!out.sim->has_memory_partitions()) return NVML_ERROR_FUNCTION_NOT_FOUND;
+  if (out.is_mig) return NVML_ERROR_NOT_SUPPORTED;
   return NVML_SUCCESS;
 }
 

@@ -17,7 +17,6 @@ constexpr uint64_t kDeviceSamplePeriodNs = kNsPerSecond;
 // How far back the driver's per-process sample buffer reaches (lastSeenTimeStamp 0, or older):
 // within what the simulator's per-context run history (kSegmentRing) keeps.
 constexpr uint64_t kProcessSampleHistoryNs = 2 * kNsPerSecond;
-constexpr unsigned int kNoMigInstance = 0xFFFFFFFF;
 
 // NVML timestamps are CPU wall-clock microseconds; the simulator's timeline is CLOCK_MONOTONIC.
 uint64_t wall_clock_us() {
@@ -47,6 +46,14 @@ struct MemoryFigures {
 MemoryFigures memory_figures(const Device& dev) {
   // A killed process's memory is free at once on a real GPU; reclaim before reading.
   dev.sim->reclaim_dead_processes();
+  if (dev.is_mig) {
+    // The GPU instance's memory, shared by its compute instances (read again after the reclaim).
+    for (const MigGpuInstance& instance : dev.sim->mig_state(dev.index).gpu_instances) {
+      if (instance.in_use == 0 || instance.id != dev.mig.gpu_instance.id) continue;
+      const uint64_t used = std::min(instance.used_memory, instance.memory_bytes);
+      return {instance.memory_bytes, used, instance.memory_bytes - used};
+    }
+  }
   const uint64_t total = dev.config().total_memory;
   const uint64_t used = std::min(dev.sim->used_memory(dev.index), total);
   return {total, used, total - used};
@@ -63,7 +70,13 @@ nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int* info_count, In
   if (info_count == nullptr || (infos == nullptr && *info_count != 0)) {
     return NVML_ERROR_INVALID_ARGUMENT;
   }
-  const std::vector<ProcessMemory> processes = dev.sim->process_memory(dev.index);
+  std::vector<ProcessMemory> processes = dev.sim->process_memory(dev.index);
+  // A MIG handle lists the processes on its compute instance; the parent lists all of them.
+  if (dev.is_mig) {
+    std::erase_if(processes, [&](const ProcessMemory& process) {
+      return process.mig_serial != dev.mig.compute_instance.serial;
+    });
+  }
   const auto found = static_cast<unsigned int>(processes.size());
   if (*info_count < found) {
     *info_count = found;
@@ -82,13 +95,14 @@ void fill_v1(nvmlProcessInfo_v1_t& info, const ProcessMemory& process) {
 void fill_v2(nvmlProcessInfo_v2_t& info, const ProcessMemory& process) {
   info.pid = static_cast<unsigned int>(process.pid);
   info.usedGpuMemory = process.bytes;
-  info.gpuInstanceId = kNoMigInstance;
-  info.computeInstanceId = kNoMigInstance;
+  info.gpuInstanceId = process.gpu_instance_id;
+  info.computeInstanceId = process.compute_instance_id;
 }
 
 }  // namespace
 }  // namespace simgpu::nvml
 
+using simgpu::MigGpuInstance;
 using simgpu::nvml::Device;
 
 extern "C" {
@@ -157,6 +171,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
   Device dev;
   if (nvmlReturn_t result = resolve_reachable(device, dev); result != NVML_SUCCESS) return result;
   if (processSamplesCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (dev.is_mig || dev.mig_enabled()) return NVML_ERROR_NOT_SUPPORTED;  // per nvml.h
 
   const uint64_t now_us = wall_clock_us();
   const uint64_t monotonic_now_ns = simgpu::now_ns();
@@ -196,6 +211,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
   Device dev;
   if (nvmlReturn_t result = resolve_reachable(device, dev); result != NVML_SUCCESS) return result;
   if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (dev.is_mig || dev.mig_enabled()) return NVML_ERROR_NOT_SUPPORTED;  // per nvml.h
   const uint64_t monotonic_now_ns = simgpu::now_ns();
   const uint64_t period_ns = std::min(kDeviceSamplePeriodNs, monotonic_now_ns);
   const uint64_t busy_ns = dev.sim->device_busy(dev.index, monotonic_now_ns - period_ns);

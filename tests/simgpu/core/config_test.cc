@@ -1,4 +1,5 @@
 #include "config.h"
+#include "mig_profiles.h"
 
 #include <gtest/gtest.h>
 
@@ -43,6 +44,48 @@ TEST(SimConfig, ParsesTheComputeModeNvmlReports) {
   EXPECT_EQ(error.message,
             "SIMGPU_DEVICES: mode 'exclusive' must be default, exclusive_thread, prohibited or "
             "exclusive_process");
+}
+
+TEST(SimConfig, ParsesMigAndNamesBadValues) {
+  ConfigError error;
+  auto devices = parse_devices(
+      "name=NVIDIA H200,memory=143771Mi,mig=capable;name=NVIDIA H100 80GB HBM3,memory=81559Mi,"
+      "mig=on;name=NVIDIA L4",
+      error);
+  ASSERT_TRUE(devices) << error.message;
+  EXPECT_EQ((*devices)[0].mig, MigSetting::kCapable);
+  EXPECT_EQ((*devices)[1].mig, MigSetting::kOn);
+  EXPECT_EQ((*devices)[2].mig, MigSetting::kNone);
+  EXPECT_FALSE(parse_devices("name=NVIDIA H200,mig=yes", error));
+  EXPECT_EQ(error.message,
+            "SIMGPU_DEVICES: mig 'yes' must be capable (MIG mode off at start) or on");
+  EXPECT_FALSE(parse_devices("name=NVIDIA L4,mig=capable", error));
+  EXPECT_EQ(error.message,
+            "SIMGPU_DEVICES: mig for name 'NVIDIA L4': the simulator has MIG profiles only for "
+            "H200 141GB, H100 80GB, A100 80GB, A100 40GB");
+  EXPECT_FALSE(parse_devices("name=NVIDIA H200,memory=16Gi,mig=on", error));
+  EXPECT_EQ(error.message,
+            "SIMGPU_DEVICES: memory of MIG device 'NVIDIA H200' is 16384Mi, less than its H200 "
+            "141GB profiles need (143104Mi)");
+}
+
+// The tables are chosen by product name, and each profile's placements fit the 8 memory slices.
+TEST(SimConfig, MigTablesByName) {
+  ASSERT_NE(mig_model_for("NVIDIA A100-SXM4-80GB"), nullptr);
+  EXPECT_STREQ(mig_model_for("NVIDIA A100-SXM4-80GB")->model, "A100 80GB");
+  EXPECT_STREQ(mig_model_for("NVIDIA A100-PCIE-40GB")->model, "A100 40GB");
+  EXPECT_STREQ(mig_model_for("NVIDIA H100 80GB HBM3")->model, "H100 80GB");
+  EXPECT_STREQ(mig_model_for("NVIDIA H200")->model, "H200 141GB");
+  EXPECT_EQ(mig_model_for("NVIDIA L40S"), nullptr);
+  for (const MigModel& model : mig_models()) {
+    for (const MigGpuInstanceProfile& profile : model.profiles) {
+      SCOPED_TRACE(std::string(model.model) + " " + profile.name);
+      EXPECT_GE(profile.placement_count, 1u);
+      for (uint32_t p = 0; p < profile.placement_count; ++p)
+        EXPECT_LE(profile.placement_starts[p] + profile.memory_slices, 8u);
+      EXPECT_LE(profile.compute_slices, 7u);
+    }
+  }
 }
 
 TEST(SimConfig, ParsesKernelTimes) {
