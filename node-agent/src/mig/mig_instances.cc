@@ -190,6 +190,17 @@ Result<GpuInfo> MigInstances::gpu_of(const std::string& parent_uuid) const {
   return not_found("GPU " + parent_uuid + " is not one of this node's");
 }
 
+GpuInfo MigInstances::parent_of(const MigRecord& record) const {
+  Result<GpuInfo> listed = gpu_of(record.parent_uuid);
+  if (listed.is_ok()) return *listed;
+  // Before the node's GPUs are known (the reconcile at start) or after the GPU left the list:
+  // its UUID and minor are what finding and destroying its instances need.
+  GpuInfo gpu;
+  gpu.uuid = record.parent_uuid;
+  gpu.minor = record.parent_minor;
+  return gpu;
+}
+
 Status MigInstances::ensure_mig_mode(const GpuInfo& gpu, const MigGpu& state) {
   if (!state.capable)
     return failed_precondition("GPU " + gpu.uuid + " (" + gpu.product_name + ") cannot do MIG");
@@ -253,8 +264,7 @@ Status MigInstances::destroy(MigRecord& record) {
     // A record that never got its GPU instance's ID may still have one (a crash right after the
     // create): found the way finish() would adopt it.
     if (!record.gi_id) {
-      TESSERA_ASSIGN_OR_RETURN(const GpuInfo gpu, gpu_of(record.parent_uuid));
-      TESSERA_ASSIGN_OR_RETURN(const MigGpu state, driver_.inspect(gpu));
+      TESSERA_ASSIGN_OR_RETURN(const MigGpu state, driver_.inspect(parent_of(record)));
       if (const MigInstance* found = created_instance(record, state)) {
         record.gi_id = found->gi_id;
         record.ci_id = found->ci_id;
@@ -268,8 +278,7 @@ Status MigInstances::destroy(MigRecord& record) {
     // does not name yet (created just before a crash) is found by inspecting the GPU.
     std::optional<unsigned> ci = record.ci_id;
     if (!ci) {
-      TESSERA_ASSIGN_OR_RETURN(const GpuInfo gpu, gpu_of(record.parent_uuid));
-      TESSERA_ASSIGN_OR_RETURN(const MigGpu state, driver_.inspect(gpu));
+      TESSERA_ASSIGN_OR_RETURN(const MigGpu state, driver_.inspect(parent_of(record)));
       for (const auto& instance : state.instances)
         if (instance.gi_id == *record.gi_id) ci = instance.ci_id;
     }

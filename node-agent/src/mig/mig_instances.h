@@ -94,6 +94,8 @@ class MigInstances {
   Status save(const MigRecord& record);
   std::optional<MigRecord> load(const std::string& path) const;
   Result<GpuInfo> gpu_of(const std::string& parent_uuid) const;
+  // The record's GPU: the node's, or one made of the record's UUID and minor.
+  GpuInfo parent_of(const MigRecord& record) const;
   // Carries the record from its step to kReady (creating or adopting what is missing).
   Status finish(MigRecord& record, const MigGpu& state);
   // Destroys what the record says this agent created, then removes the record.

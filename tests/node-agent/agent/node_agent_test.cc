@@ -4,6 +4,7 @@
 // control program and nvidia-smi.
 #include "agent/node_agent.h"
 #include "devices/device_monitor.h"
+#include "devices/resource_slices.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -38,6 +39,7 @@
 #include "share/checkpoint.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
+#include "tessera/kube/http_kube_client.h"
 #include "tessera/share_region.h"
 #include "test_support.h"
 
@@ -536,6 +538,93 @@ TEST_F(NodeAgentTest, DynamicMigOnTheSimulatedGpuThroughTheAllocatorAndTheKubele
   ASSERT_TRUE(state.is_ok()) << state.status().message();
   EXPECT_TRUE(state->instances.empty());
   EXPECT_FALSE(fs::exists(config_.state_dir + "/mig") && !fs::is_empty(config_.state_dir + "/mig"));
+  unsetenv("SIMGPU_PROC_ROOT");
+}
+
+// An agent killed on the simulated MIG GPU after it created the GPU instance and before the CDI
+// spec (the share lifecycle stopped at MigInstances' step 2, the instance's ID recorded), then the
+// real agent started on the same state folder: kubelet's retried prepare adopts the instance (none
+// created beside it) and completes, and unprepare destroys it. Killed again the same way, with the
+// claim unprepared while the agent was down (its checkpoint entry gone): the start destroys it.
+TEST_F(NodeAgentTest, AnAgentKilledBetweenTheMigInstanceAndTheCdiSpecLeaksNothing) {
+  setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0,mig=on", 1);
+  setenv("SIMGPU_PROC_ROOT", (base_ / "proc").c_str(), 1);
+  config_.mig_strategy = "dynamic";
+  config_.resource_slice_shape = "split";
+  config_.proc_root = (base_ / "proc").string();
+  const std::string uid = "e1000000-0000-4000-8000-000000000001";
+  api_.add_claim("ns-" + uid, "claim-" + uid,
+                 testing::written_claim("claim-" + uid, uid,
+                                        {{"gpu", "gpu-0-mig-2g35gb-2", "s1", "8Gi", "20"}})
+                     .dump());
+  Result<std::vector<GpuInfo>> gpus = list_gpus();
+  ASSERT_TRUE(gpus.is_ok()) << gpus.status().message();
+  ASSERT_EQ(gpus->size(), 1u);
+  NvmlMigDriver nvml;
+  auto crash = [&] {
+    struct Killed : std::runtime_error {
+      Killed() : std::runtime_error("agent killed") {}
+    };
+    MigPublication mig;
+    mig.strategy = MigStrategy::kDynamic;
+    Result<MigGpu> state = nvml.inspect(gpus->front());
+    ASSERT_TRUE(state.is_ok()) << state.status().message();
+    mig.gpus = {*state};
+    MigInstancesOptions instances;
+    instances.root = config_.state_dir;
+    instances.after_step = [](int step) {
+      if (step == 2) throw Killed();
+    };
+    MigInstances killed_instances(instances, nvml, *gpus);
+    ShareManagerOptions options;
+    ASSERT_EQ(apply_container_flags(config_, options, false).message(), "");
+    options.root = config_.state_dir;
+    options.cdi_dir = config_.cdi_dir;
+    options.node_name = config_.node_name;
+    options.proc_root = config_.proc_root;
+    options.mig_instances = &killed_instances;
+    kube::KubeConnection connection = *kube::kubeconfig_connection(config_.kubeconfig);
+    kube::HttpKubeClient kube(connection);
+    ShareManager shares(options, kube, node_devices(*gpus, &mig));
+    ASSERT_EQ(shares.start().message(), "");
+    const PrepareResult result = shares.prepare({"ns-" + uid, uid, "claim-" + uid});
+    ASSERT_FALSE(result.is_ok());
+    EXPECT_NE(result.status().message().find("agent killed"), std::string::npos);
+  };
+  auto instances_now = [&] {
+    Result<MigGpu> state = nvml.inspect(gpus->front());
+    EXPECT_TRUE(state.is_ok()) << state.status().message();
+    return state.is_ok() ? state->instances.size() : size_t{99};
+  };
+  crash();
+  ASSERT_EQ(instances_now(), 1u);
+  EXPECT_FALSE(fs::exists(config_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_" + uid + ".json"));
+  {
+    NodeAgent agent(config_, clock_);
+    ASSERT_EQ(agent.start().message(), "");
+    EXPECT_EQ(instances_now(), 1u);  // its claim is still being prepared: kept
+    PluginServer server(plugin_options(), agent.preparer(), &agent.health());
+    ASSERT_EQ(server.start().message(), "");
+    KubeletSimulator kubelet(server.registration_socket());
+    kubelet.connect();
+    dra1::NodePrepareResourcesResponse prepared;
+    ASSERT_TRUE(kubelet.prepare_v1({uid}, &prepared).ok());
+    EXPECT_EQ(prepared.claims().at(uid).error(), "");
+    EXPECT_EQ(instances_now(), 1u);  // adopted, not created again
+    EXPECT_TRUE(fs::exists(config_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_" + uid + ".json"));
+    dra1::NodeUnprepareResourcesResponse unprepared;
+    ASSERT_TRUE(kubelet.unprepare_v1({uid}, &unprepared).ok());
+    EXPECT_EQ(unprepared.claims().at(uid).error(), "");
+    EXPECT_EQ(instances_now(), 0u);
+  }
+  crash();
+  ASSERT_EQ(instances_now(), 1u);
+  fs::remove(config_.state_dir + "/checkpoint.json");  // unprepared elsewhere meanwhile
+  {
+    NodeAgent agent(config_, clock_);
+    ASSERT_EQ(agent.start().message(), "");
+    EXPECT_EQ(instances_now(), 0u);
+  }
   unsetenv("SIMGPU_PROC_ROOT");
 }
 
