@@ -52,6 +52,13 @@ CLUSTER_SCOPED = {"nodes", "namespaces", "resourceslices", "deviceclasses",
 UNNAMEABLE_VERBS = {"create", "list", "watch", "deletecollection"}
 PLACEHOLDER = "\x00"
 
+# Non-resource paths every client may GET without a grant of ours: Kubernetes' bootstrap
+# ClusterRole system:public-info-viewer (kubernetes/kubernetes
+# plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go) allows GET of /version (and
+# /healthz, /livez, /readyz) to system:authenticated and system:unauthenticated. The agent reads
+# /version for dynamic MIG's slice shape.
+PUBLIC_GETS = {"/version"}
+
 CALL_RE = re.compile(r"(?:\.|->)request\(")
 STRING_RE = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
@@ -275,6 +282,8 @@ def calls_in(source_root, folder):
                 continue
             try:
                 for value in resolver.resolve(parts[1], path, m.start()):
+                    if method.group(1) == "GET" and value in PUBLIC_GETS:
+                        continue
                     group, resource, sub, named, query = parse_path(value)
                     verb = verb_for(method.group(1), named, query)
                     if verb is None:

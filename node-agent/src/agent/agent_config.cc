@@ -181,6 +181,28 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
       ->envname("DRIVER_PARTITIONS")
       ->check(CLI::IsMember({"auto", "off"}))
       ->capture_default_str();
+  app.add_option("--mig-strategy", config.mig_strategy,
+                 "MIG: none (every GPU whole), static (a GPU in MIG mode as its existing "
+                 "instances), dynamic (MIG-capable GPUs whole and as every profile and placement, "
+                 "the instance created at prepare)")
+      ->envname("MIG_STRATEGY")
+      ->check(CLI::IsMember({"none", "static", "dynamic"}))
+      ->capture_default_str();
+  app.add_flag("--allow-mig-mode-change", config.allow_mig_mode_change,
+               "Dynamic MIG: turn a GPU's MIG mode on at a prepare that needs it (refused while "
+               "processes run on the GPU)")
+      ->envname("ALLOW_MIG_MODE_CHANGE");
+  app.add_option("--resource-slice-shape", config.resource_slice_shape,
+                 "Where dynamic MIG's counter sets are published: auto (from the API server's "
+                 "version), combined (with the devices: Kubernetes 1.34), split (slices of their "
+                 "own: 1.35 and later)")
+      ->envname("RESOURCE_SLICE_SHAPE")
+      ->check(CLI::IsMember({"auto", "combined", "split"}))
+      ->capture_default_str();
+  app.add_option("--proc-root", config.proc_root,
+                 "Where the MIG capability files (driver/nvidia/capabilities) and devices are read")
+      ->envname("PROC_ROOT")
+      ->capture_default_str();
   app.add_option("--cdi-hook-path", config.cdi_hook_path,
                  "tessera-cdi-hook on the host (default: beside --shim-path)")
       ->envname("CDI_HOOK_PATH");

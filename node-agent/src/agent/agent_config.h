@@ -63,6 +63,15 @@ struct AgentConfig {
   // cgroup v2; docs/driver-partitions.md). auto: detected per GPU at start, applied by the CDI hook
   // where found; off: the shim alone holds memory.
   std::string driver_partitions = "auto";
+  // MIG (docs/node-agent.md, "MIG"): --mig-strategy / MIG_STRATEGY none|static|dynamic;
+  // --allow-mig-mode-change / ALLOW_MIG_MODE_CHANGE (dynamic: MIG mode turned on at a prepare
+  // that needs it, never while processes run); --resource-slice-shape / RESOURCE_SLICE_SHAPE
+  // auto|combined|split (where dynamic MIG's counter sets go; auto: from the API server's
+  // version); --proc-root / PROC_ROOT (where the MIG capability files and /proc/devices are read).
+  std::string mig_strategy = "none";
+  bool allow_mig_mode_change = false;
+  std::string resource_slice_shape = "auto";
+  std::string proc_root = "/proc";
   // --cdi-hook-path / CDI_HOOK_PATH: tessera-cdi-hook on the host; "" = beside the shim.
   std::string cdi_hook_path;
   // --pod-uid / POD_UID: the agent pod's metadata.uid (downward API). Given, the kubelet sockets

@@ -25,11 +25,13 @@
 #include "metrics/collector.h"
 #include "metrics/gpu_stats.h"
 #include "metrics/metrics_server.h"
+#include "mig/nvml_mig_driver.h"
 #include "share/checkpoint_view.h"
 #include "share/partition_hook.h"
 #include "share/share_manager.h"
 #include "share/shim_library.h"
 #include "tessera/cgroup/driver_partition.h"
+#include "tessera/json_access.h"
 #include "tessera/kube/event_recorder.h"
 #include "tessera/kube/http_kube_client.h"
 #include "tessera/log.h"
@@ -170,6 +172,26 @@ Status NodeAgent::start() {
 
   ShareManagerOptions options;
   TESSERA_RETURN_IF_ERROR(apply_container_flags(config_, options, /*announce=*/true));
+  const std::optional<MigStrategy> mig_strategy = parse_mig_strategy(config_.mig_strategy);
+  const std::optional<SliceShape> slice_shape = parse_slice_shape(config_.resource_slice_shape);
+  if (!mig_strategy)
+    return invalid_argument("--mig-strategy \"" + config_.mig_strategy +
+                            "\": expected none, static or dynamic");
+  if (!slice_shape)
+    return invalid_argument("--resource-slice-shape \"" + config_.resource_slice_shape +
+                            "\": expected auto, combined or split");
+  mig_strategy_ = *mig_strategy;
+  slice_shape_ = *slice_shape;
+  if (mig_strategy_ != MigStrategy::kNone) mig_driver_ = std::make_unique<NvmlMigDriver>();
+  if (mig_strategy_ == MigStrategy::kDynamic) {
+    MigInstancesOptions instances;
+    instances.root = config_.state_dir;
+    instances.allow_mode_change = config_.allow_mig_mode_change;
+    mig_instances_ =
+        std::make_unique<MigInstances>(instances, *mig_driver_, std::vector<GpuInfo>{});
+    options.mig_instances = mig_instances_.get();
+  }
+  options.proc_root = config_.proc_root;
   detect_partitions(options);
   options.root = config_.state_dir;
   options.cdi_dir = config_.cdi_dir;
@@ -352,8 +374,40 @@ Status NodeAgent::liveness() {
 Status NodeAgent::on_devices(const std::vector<GpuInfo>& gpus) {
   // Claims are checked against the new list at once; the API learns it next (a failed publish is
   // retried by the monitor, and the scheduler keeps using the old slices meanwhile).
-  shares_->set_devices(node_devices(gpu_selection_->filter(gpus)));
+  const std::vector<GpuInfo> managed = gpu_selection_->filter(gpus);
+  if (mig_instances_) mig_instances_->set_gpus(managed);
+  TESSERA_ASSIGN_OR_RETURN(const std::optional<MigPublication> mig, mig_publication(managed));
+  shares_->set_devices(node_devices(managed, mig ? &*mig : nullptr));
   return publish(gpus);
+}
+
+Result<std::optional<MigPublication>> NodeAgent::mig_publication(const std::vector<GpuInfo>& gpus) {
+  if (mig_strategy_ == MigStrategy::kNone || !mig_driver_) return std::optional<MigPublication>();
+  std::lock_guard lock(mig_mutex_);  // the monitor's thread and the reconcile loop both ask
+  MigPublication publication;
+  publication.strategy = mig_strategy_;
+  if (mig_strategy_ == MigStrategy::kDynamic && slice_shape_ == SliceShape::kAuto) {
+    // The counter sets' place changed incompatibly in 1.35 (mig-facts.md §4.2): asked once.
+    TESSERA_ASSIGN_OR_RETURN(const kube::ApiResponse version, kube_->request("GET", "/version"),
+                             with_context("cannot read the API server's version"));
+    const nlohmann::json body = nlohmann::json::parse(version.body, nullptr, false);
+    const std::string* git = json_string_at(body, "/gitVersion");
+    if (!git) return unavailable("GET /version: gitVersion: expected a string");
+    TESSERA_ASSIGN_OR_RETURN(slice_shape_, slice_shape_for_version(*git));
+    log::info("ResourceSlice shape for dynamic MIG",
+              {{"kubernetes", *git}, {"shape", to_string(slice_shape_)}});
+  }
+  publication.shape = slice_shape_ == SliceShape::kAuto ? SliceShape::kSplit : slice_shape_;
+  for (const GpuInfo& gpu : gpus) {
+    Result<MigGpu> state = mig_driver_->inspect(gpu);
+    if (!state.is_ok())
+      return state.status().with_context("reading the MIG state of GPU " + gpu.uuid);
+    publication.gpus.push_back(*state);
+  }
+  if (mig_instances_)
+    for (const MigRecord& record : mig_instances_->records())
+      if (record.gi_id) publication.tessera_instances.insert({record.parent_uuid, *record.gi_id});
+  return std::optional<MigPublication>(std::move(publication));
 }
 
 std::vector<WithheldGpu> NodeAgent::withheld_gpus() const {
@@ -382,7 +436,10 @@ Status NodeAgent::publish(const std::vector<GpuInfo>& all_gpus) {
                      [&](const WithheldGpu& w) { return w.uuid == gpu.uuid; }))
       gpus.push_back(gpu);
   // The board is current: the monitor reports a fault before it delivers (taints follow health).
-  if (const Status published = slices_->publish(gpus, health_.snapshot().devices);
+  Result<std::optional<MigPublication>> mig = mig_publication(gpus);
+  if (!mig.is_ok()) return unavailable("cannot publish ResourceSlices: " + mig.status().message());
+  if (const Status published =
+          slices_->publish(gpus, health_.snapshot().devices, *mig ? &**mig : nullptr);
       !published.is_ok())
     return unavailable("cannot publish ResourceSlices: " + published.message());
   if (slices_->writes() > 0)
@@ -524,6 +581,7 @@ Status NodeAgent::start_partition_check() {
 
 void NodeAgent::reconcile_pass() {
   log_report("periodic", shares_->reconcile());
+  shares_->reconcile_mig();           // dynamic MIG instances no share uses any more
   shares_->refresh_all_claim_pods();  // shared claims' later pods (it logs what changed)
   // The API side too: a slice deleted or edited by someone else is put back (no writes when the
   // API already matches).

@@ -19,9 +19,12 @@
 #include "clock/periodic_loop.h"
 #include "devices/coexistence.h"
 #include "devices/device_health.h"
+#include "devices/mig_slices.h"
 #include "devices/partition_capability.h"
 #include "enforcement/partition_check.h"
 #include "metrics/request_metrics.h"
+#include "mig/mig_driver.h"
+#include "mig/mig_instances.h"
 #include "model/claim_preparer.h"
 #include "share/checkpoint.h"
 #include "tessera/gpu_info.h"
@@ -122,6 +125,9 @@ class NodeAgent {
   Status lock_state_dir();
   Status on_devices(const std::vector<GpuInfo>& gpus);
   Status publish(const std::vector<GpuInfo>& gpus);
+  // --mig-strategy: each managed GPU's MIG view from NVML, and the slice shape (auto: asked of
+  // the API server once). Null when the strategy is none.
+  Result<std::optional<MigPublication>> mig_publication(const std::vector<GpuInfo>& gpus);
   void reconcile_pass();
   // The finding policy, and the out-of-band checks unless --check-interval is 0 (without NVML
   // they are off, and said so).
@@ -153,6 +159,13 @@ class NodeAgent {
   std::string last_unmatched_gpus_;  // --gpus entries that named no GPU, as last logged
   std::unique_ptr<MpsBackend> mps_;
   std::unique_ptr<TimeSliceBackend> time_slice_;
+  // MIG (--mig-strategy): the NVML seam, and dynamic MIG's instances (before the share manager,
+  // which calls them).
+  MigStrategy mig_strategy_ = MigStrategy::kNone;
+  std::mutex mig_mutex_;                        // slice_shape_
+  SliceShape slice_shape_ = SliceShape::kAuto;  // resolved at the first publish that needs it
+  std::unique_ptr<MigDriver> mig_driver_;
+  std::unique_ptr<MigInstances> mig_instances_;
   std::unique_ptr<ShareManager> shares_;
   std::unique_ptr<CheckpointView> shared_checkpoint_;  // <state-dir>/checkpoint.json
   DeviceHealthBoard health_;

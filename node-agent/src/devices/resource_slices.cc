@@ -15,7 +15,7 @@ namespace {
 using nlohmann::json;
 
 // Quantities the API server may print in another canonical form ("268435456" -> "256Mi"):
-// compared as numbers.
+// compared as numbers (every string that reads as a quantity, on both sides alike).
 json normalise(const json& devices) {
   json copy = devices;
   std::function<void(json&)> walk = [&](json& node) {
@@ -25,8 +25,7 @@ json normalise(const json& devices) {
       for (auto& child : node) walk(child);
     }
   };
-  for (auto& device : copy)
-    if (device.contains("capacity")) walk(device["capacity"]);
+  walk(copy);
   return copy;
 }
 
@@ -68,6 +67,7 @@ void keep_taint_times(std::vector<json>& desired, const std::map<std::string, js
     }
   }
   for (json& slice : desired) {
+    if (!slice["spec"].contains("devices")) continue;  // a slice of counter sets only
     for (json& device : slice["spec"]["devices"]) {
       if (!device.contains("taints")) continue;
       const auto found = published.find(device["name"].get<std::string>());
@@ -108,7 +108,8 @@ json taint_set(const std::vector<json>& slices) {
 
 void strip_taints(std::vector<json>& slices) {
   for (json& slice : slices)
-    for (json& device : slice["spec"]["devices"]) device.erase("taints");
+    if (slice["spec"].contains("devices"))
+      for (json& device : slice["spec"]["devices"]) device.erase("taints");
 }
 
 }  // namespace
@@ -140,27 +141,70 @@ json device_taints(const DeviceHealthReport& health) {
   return taints;
 }
 
-json build_device(const GpuInfo& gpu, const DeviceHealthReport* health) {
+namespace {
+
+// The parent GPU's attributes every device of it carries.
+json gpu_attributes(const GpuInfo& gpu) {
   json attributes = {
-      {"uuid", {{"string", gpu.uuid}}},
       {"productName", {{"string", gpu.product_name.substr(0, 64)}}},
       {"architecture", {{"string", gpu.architecture}}},
-      {"brand", {{"string", gpu.brand}}},
       {"cudaComputeCapability",
        {{"version", to_semver(std::to_string(gpu.cc_major) + "." + std::to_string(gpu.cc_minor))}}},
       {"resource.kubernetes.io/pciBusID", {{"string", gpu.pci_bus_id}}}};
   if (auto driver = to_semver(gpu.driver_version); !driver.empty())
     attributes["driverVersion"] = {{"version", driver}};
+  return attributes;
+}
+
+json cores_capacity() {
+  return {{"value", "100"},
+          {"requestPolicy",
+           {{"default", "0"}, {"validRange", {{"min", "0"}, {"max", "100"}, {"step", "1"}}}}}};
+}
+
+}  // namespace
+
+json build_planned_device(const GpuInfo& gpu, const PlannedDevice& planned,
+                          const CounterSetPlan* counters, const DeviceHealthReport* health) {
+  json device;
+  if (planned.whole_gpu) {
+    device = build_device(gpu, health);
+  } else {
+    const MigDeviceRef& mig = *planned.node.mig;
+    json attributes = gpu_attributes(gpu);
+    attributes["type"] = {{"string", "mig"}};
+    attributes["profile"] = {{"string", mig.profile}};
+    attributes["parentUUID"] = {{"string", mig.parent_uuid}};
+    attributes["placementStart"] = {{"int", mig.placement.start}};
+    attributes["placementSize"] = {{"int", mig.placement.size}};
+    if (!planned.node.uuid.empty()) attributes["uuid"] = {{"string", planned.node.uuid}};
+    // Shares inside an instance as on a whole GPU: memory within the instance's, cores a percent
+    // of its SMs' time.
+    json capacity = {{"memory", memory_capacity(planned.node.memory_bytes)},
+                     {"cores", cores_capacity()}};
+    device = {{"name", planned.node.name},
+              {"attributes", attributes},
+              {"capacity", capacity},
+              {"allowMultipleAllocations", true}};
+    if (health != nullptr)
+      if (json taints = device_taints(*health); !taints.empty()) device["taints"] = taints;
+  }
+  if (planned.consumes_counters && counters)
+    device["consumesCounters"] = json::array({counter_consumption_json(planned, *counters)});
+  return device;
+}
+
+json build_device(const GpuInfo& gpu, const DeviceHealthReport* health) {
+  json attributes = gpu_attributes(gpu);
+  attributes["type"] = {{"string", "gpu"}};
+  attributes["uuid"] = {{"string", gpu.uuid}};
+  attributes["brand"] = {{"string", gpu.brand}};
   // Defaults: a request that names no memory takes the whole memory; one that names no cores
   // requests none and is best-effort (docs/resource-model.md), as a HAMi pod without gpucores
   // packs beside others. Memory in whole MiB from 256Mi (validRange rounds a request up), cores
   // in whole percent from 0.
-  json capacity = {
-      {"memory", memory_capacity(published_memory_bytes(gpu))},
-      {"cores",
-       {{"value", "100"},
-        {"requestPolicy",
-         {{"default", "0"}, {"validRange", {{"min", "0"}, {"max", "100"}, {"step", "1"}}}}}}}};
+  json capacity = {{"memory", memory_capacity(published_memory_bytes(gpu))},
+                   {"cores", cores_capacity()}};
   json device = {{"name", device_name(gpu)},
                  {"attributes", attributes},
                  {"capacity", capacity},
@@ -170,41 +214,107 @@ json build_device(const GpuInfo& gpu, const DeviceHealthReport* health) {
   return device;
 }
 
-std::vector<NodeDevice> node_devices(const std::vector<GpuInfo>& gpus) {
+std::vector<NodeDevice> node_devices(const std::vector<GpuInfo>& gpus, const MigPublication* mig) {
   std::vector<NodeDevice> devices;
   for (const auto& gpu : gpus)
-    devices.push_back(
-        {device_name(gpu), gpu.uuid, gpu.minor, published_memory_bytes(gpu), gpu.product_name});
+    for (const auto& planned : plan_gpu(gpu, mig).devices) devices.push_back(planned.node);
   return devices;
 }
 
 std::vector<json> build_resource_slices(const std::vector<GpuInfo>& gpus,
                                         const SliceIdentity& identity, int64_t generation,
-                                        const std::vector<DeviceHealthReport>& health) {
+                                        const std::vector<DeviceHealthReport>& health,
+                                        const MigPublication* mig) {
   std::vector<GpuInfo> sorted = gpus;
   std::sort(sorted.begin(), sorted.end(),
             [](const GpuInfo& a, const GpuInfo& b) { return a.minor < b.minor; });
-  std::vector<json> entries;
-  bool tainted = false;
-  for (const GpuInfo& gpu : sorted) {
-    const std::string name = device_name(gpu);
+  auto report_for = [&](const std::string& name) -> const DeviceHealthReport* {
     const auto report =
         std::find_if(health.begin(), health.end(), [&](const DeviceHealthReport& r) {
           return r.device_name == name &&
                  (r.pool_name.empty() || r.pool_name == identity.node_name);
         });
-    entries.push_back(build_device(gpu, report == health.end() ? nullptr : &*report));
-    tainted = tainted || entries.back().contains("taints");
+    return report == health.end() ? nullptr : &*report;
+  };
+  // Per GPU its devices (a MIG device has its parent's health unless it has its own) and, for
+  // dynamic MIG, its counter set.
+  struct GpuGroup {
+    std::vector<json> devices;
+    std::optional<json> counter_set;
+  };
+  std::vector<GpuGroup> groups;
+  bool tainted = false, counted = false;
+  for (const GpuInfo& gpu : sorted) {
+    const PlannedGpu plan = plan_gpu(gpu, mig);
+    GpuGroup group;
+    const DeviceHealthReport* parent_health = report_for(device_name(gpu));
+    for (const auto& planned : plan.devices) {
+      const DeviceHealthReport* own = report_for(planned.node.name);
+      group.devices.push_back(build_planned_device(
+          gpu, planned, plan.counters ? &*plan.counters : nullptr, own ? own : parent_health));
+      tainted = tainted || group.devices.back().contains("taints");
+    }
+    if (plan.counters) {
+      group.counter_set = counter_set_json(*plan.counters);
+      counted = true;
+    }
+    groups.push_back(std::move(group));
   }
-  // One limit for every slice of the pool while any device is tainted: a slice never holds more
-  // than kube-apiserver takes, whichever device the taint is on.
-  const size_t per_slice = tainted ? kMaxDevicesPerSliceWithTaints : kMaxDevicesPerSlice;
-  const size_t count = std::max<size_t>(1, (entries.size() + per_slice - 1) / per_slice);
+  // One limit for every slice of the pool while any device is tainted or consumes counters: a
+  // slice never holds more than kube-apiserver takes, whichever device it is.
+  const size_t per_slice = tainted || counted ? kMaxDevicesPerSliceWithTaints : kMaxDevicesPerSlice;
+  // Each slice's spec content: devices, counter sets (one or the other from 1.35; both in a
+  // GPU's own slice before).
+  struct SliceContent {
+    json devices = json::array();
+    json counters = json::array();
+  };
+  std::vector<SliceContent> contents;
+  std::vector<json> loose;  // devices not kept with their counter set
+  const bool combined = mig && mig->shape == SliceShape::kCombined;
+  if (combined) {
+    for (auto& group : groups) {
+      if (!group.counter_set) {
+        for (auto& device : group.devices) loose.push_back(std::move(device));
+        continue;
+      }
+      SliceContent content;
+      content.counters.push_back(*group.counter_set);
+      for (auto& device : group.devices) content.devices.push_back(std::move(device));
+      contents.push_back(std::move(content));
+    }
+  } else {
+    json sets = json::array();
+    for (auto& group : groups) {
+      if (group.counter_set) sets.push_back(*group.counter_set);
+      for (auto& device : group.devices) loose.push_back(std::move(device));
+    }
+    for (size_t i = 0; i < sets.size(); i += kMaxCounterSetsPerSlice) {
+      SliceContent content;
+      for (size_t j = i; j < sets.size() && j < i + kMaxCounterSetsPerSlice; ++j)
+        content.counters.push_back(sets[j]);
+      contents.push_back(std::move(content));
+    }
+  }
+  for (size_t i = 0; i < loose.size(); i += per_slice) {
+    SliceContent content;
+    for (size_t d = i; d < loose.size() && d < i + per_slice; ++d)
+      content.devices.push_back(std::move(loose[d]));
+    contents.push_back(std::move(content));
+  }
+  if (contents.empty()) contents.emplace_back();  // a pool of no devices is still published
+  const size_t count = contents.size();
   std::vector<json> slices;
   for (size_t i = 0; i < count; ++i) {
-    json devices = json::array();
-    for (size_t d = i * per_slice; d < entries.size() && d < (i + 1) * per_slice; ++d)
-      devices.push_back(entries[d]);
+    json spec = {{"driver", identity.driver},
+                 {"nodeName", identity.node_name},
+                 {"pool",
+                  {{"name", identity.node_name},
+                   {"generation", generation},
+                   {"resourceSliceCount", count}}}};
+    if (!contents[i].counters.empty()) spec["sharedCounters"] = contents[i].counters;
+    if (!contents[i].devices.empty() || contents[i].counters.empty())
+      spec["devices"] = contents[i].devices;
     slices.push_back({{"apiVersion", "resource.k8s.io/v1"},
                       {"kind", "ResourceSlice"},
                       {"metadata",
@@ -215,20 +325,14 @@ std::vector<json> build_resource_slices(const std::vector<GpuInfo>& gpus,
                            {"name", identity.node_name},
                            {"uid", identity.node_uid},
                            {"controller", true}}}}}},
-                      {"spec",
-                       {{"driver", identity.driver},
-                        {"nodeName", identity.node_name},
-                        {"pool",
-                         {{"name", identity.node_name},
-                          {"generation", generation},
-                          {"resourceSliceCount", count}}},
-                        {"devices", devices}}}});
+                      {"spec", spec}});
   }
   return slices;
 }
 
 Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
-                               const std::vector<DeviceHealthReport>& health) {
+                               const std::vector<DeviceHealthReport>& health,
+                               const MigPublication* mig) {
   writes_ = 0;
   if (identity_.node_uid.empty()) {
     const std::string path = kube::node_path(identity_.node_name);
@@ -280,11 +384,11 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
   // The taints asked for; the ones the API server dropped last time (DRADeviceTaints off) are not
   // sent again until the health changes, so an unhealthy GPU does not rewrite the slices on every
   // publish.
-  const json wanted = taint_set(build_resource_slices(gpus, identity_, generation, health));
+  const json wanted = taint_set(build_resource_slices(gpus, identity_, generation, health, mig));
   if (wanted.empty()) dropped_taints_ = json();  // all Healthy: the next fault is tried again
   const bool send_taints = wanted.empty() || wanted != dropped_taints_;
   auto build = [&](int64_t at) {
-    auto slices = build_resource_slices(gpus, identity_, at, health);
+    auto slices = build_resource_slices(gpus, identity_, at, health, mig);
     if (!send_taints) strip_taints(slices);
     keep_taint_times(slices, existing);
     return slices;
@@ -301,9 +405,16 @@ Status SlicePublisher::publish(const std::vector<GpuInfo>& gpus,
     }
     const json& published = it->second;
     const json* devices = json_at(published, "/spec/devices");
+    const json* counters = json_at(published, "/spec/sharedCounters");
     const json* count = json_at(published, "/spec/pool/resourceSliceCount");
     const json* owners = json_at(published, "/metadata/ownerReferences");
-    same = same && devices && normalise(*devices) == normalise(slice["spec"]["devices"]) &&
+    const json no_devices = json::array();
+    const json& want_devices =
+        slice["spec"].contains("devices") ? slice["spec"]["devices"] : no_devices;
+    const json& want_counters =
+        slice["spec"].contains("sharedCounters") ? slice["spec"]["sharedCounters"] : no_devices;
+    same = same && normalise(devices ? *devices : no_devices) == normalise(want_devices) &&
+           normalise(counters ? *counters : no_devices) == normalise(want_counters) &&
            *json_at(published, "/spec/pool/generation") == generation && count &&
            *count == desired.size() && owners && *owners == slice["metadata"]["ownerReferences"];
   }

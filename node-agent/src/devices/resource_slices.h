@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "devices/device_health.h"
+#include "devices/mig_slices.h"
 #include "model/node_device.h"
 #include "tessera/gpu_info.h"
 #include "tessera/kube/kube_client.h"
@@ -46,13 +47,22 @@ struct SliceIdentity {
 nlohmann::json device_taints(const DeviceHealthReport& health);
 // One device entry of a slice's spec.devices; `health` null or Healthy: no taints.
 nlohmann::json build_device(const GpuInfo& gpu, const DeviceHealthReport* health = nullptr);
+// A planned device (devices/mig_slices.h) of `gpu`: the whole GPU as build_device, a MIG device
+// with its attributes and capacities; with its consumesCounters when it consumes `counters`.
+nlohmann::json build_planned_device(const GpuInfo& gpu, const PlannedDevice& planned,
+                                    const CounterSetPlan* counters,
+                                    const DeviceHealthReport* health = nullptr);
 // Full ResourceSlice objects (without resourceVersion), named "<node>-<driver>-<i>". `health`:
-// the devices' reports (matched by device name; a device without one is untainted).
+// the devices' reports (matched by device name; a MIG device without one has its parent's; a
+// device without one is untainted). `mig`: the MIG strategy and state (null: none); dynamic MIG
+// adds the counter sets, in the slice shape it names (devices/mig_slices.h).
 std::vector<nlohmann::json> build_resource_slices(
     const std::vector<GpuInfo>& gpus, const SliceIdentity& identity, int64_t generation,
-    const std::vector<DeviceHealthReport>& health = {});
-// The devices share_spec.h checks allocations against (memory = the published memory).
-std::vector<NodeDevice> node_devices(const std::vector<GpuInfo>& gpus);
+    const std::vector<DeviceHealthReport>& health = {}, const MigPublication* mig = nullptr);
+// The devices share_spec.h checks allocations against (memory = the published memory), MIG
+// devices included.
+std::vector<NodeDevice> node_devices(const std::vector<GpuInfo>& gpus,
+                                     const MigPublication* mig = nullptr);
 // The memory a GPU is published with: its total rounded down to a whole MiB (the same on every
 // GPU we know of, whose NVML totals are whole MiB).
 uint64_t published_memory_bytes(const GpuInfo& gpu);
@@ -68,7 +78,8 @@ class SlicePublisher {
   // Ok, or the first error (naming the request): the API's code, or kInternal for an answer
   // that is not the object asked for.
   Status publish(const std::vector<GpuInfo>& gpus,
-                 const std::vector<DeviceHealthReport>& health = {});
+                 const std::vector<DeviceHealthReport>& health = {},
+                 const MigPublication* mig = nullptr);
   int64_t generation() const { return generation_; }
   int writes() const { return writes_; }  // creates + updates + deletes of the last publish()
   // The API server stored the slices without the taints it was sent (its DRADeviceTaints gate is

@@ -136,6 +136,7 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out,
     spec.request_names = {*request};
     spec.uuid = node_device->uuid;
     spec.minor = node_device->minor;
+    spec.mig = node_device->mig;
     if (const json* share = json_member(result, "shareID")) {
       if (!share->is_string() || !safe_name_component(share->get<std::string>()))
         return invalid_argument(path + ".shareID: invalid value " + share->dump());
@@ -191,6 +192,13 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out,
                                                  node_device->memory_bytes)
                                 .status()
                                 .with_context(path));
+    // A MIG instance's memory is a hardware wall: a share cannot be given more of it than it has
+    // (the scheduler never allocates that; a hand-written allocation could).
+    if (node_device->mig && spec.memory_bytes && *spec.memory_bytes > node_device->memory_bytes)
+      return invalid_argument(path +
+                              ".consumedCapacity.memory: " + std::to_string(*spec.memory_bytes) +
+                              " bytes is more than MIG device " + *device + " has (" +
+                              std::to_string(node_device->memory_bytes) + ")");
     // The time-slice interval is a property of the whole GPU: only a claim that holds all of it
     // may choose it, or one tenant would change the scheduling of every other.
     if (spec.strategy() == SharingStrategy::kTimeSlicing) {

@@ -28,7 +28,10 @@ struct ShareSpec {
   // the whole device (DRAConsumableCapacity off, or a capacity the device does not publish).
   std::optional<uint64_t> memory_bytes;
   std::optional<uint32_t> cores;  // percent 0..100
-  VgpuConfig config;              // class configs, then claim configs, merged in API order
+  // A share of a MIG device: its instance (the node device's, then the IDs prepare created for a
+  // dynamic one); uuid is then the MIG UUID and minor the parent's.
+  std::optional<MigDeviceRef> mig;
+  VgpuConfig config;  // class configs, then claim configs, merged in API order
   // The consumed capacities are the share's requests; the config may raise its limits above them
   // (docs/resource-model.md). Both, resolved: compute_share_specs checked them against the GPU.
   ShareLimits limits() const;

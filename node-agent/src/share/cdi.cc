@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mig/mig_caps.h"
 #include "tessera/json_access.h"
 
 namespace tessera::agent {
@@ -122,9 +123,12 @@ Result<std::vector<std::string>> cdi_device_ids(const ShareSpec& share,
                                                 const ContainerDriver& driver) {
   std::vector<std::string> ids = {cdi_device_id(share)};
   if (driver.uses_toolkit()) {
-    TESSERA_ASSIGN_OR_RETURN(std::string toolkit,
-                             toolkit_device_id(driver, share.uuid, share.minor),
-                             with_context("share " + share.name()));
+    TESSERA_ASSIGN_OR_RETURN(
+        std::string toolkit,
+        // A MIG share: the toolkit's device of its parent GPU (the caps
+        // nodes come from our own spec).
+        toolkit_device_id(driver, share.mig ? share.mig->parent_uuid : share.uuid, share.minor),
+        with_context("share " + share.name()));
     ids.push_back(toolkit);
   } else if (!driver.uses_driver_root()) {
     return failed_precondition(
@@ -193,20 +197,33 @@ std::string build_cdi_spec(const std::vector<ShareSpec>& shares, const CdiPaths&
                         {"containerPath", "/dev/shm"},
                         {"options", {"rbind", "rw", "nosuid", "nodev", "noexec"}}});
     }
+    // A MIG device: CUDA sees the instance only (its MIG UUID), through its GPU and compute
+    // instances' capability nodes, which the runtime creates from major and minor (they need not
+    // exist on the host; mig-facts.md §2.6, §5.3).
+    if (share.mig) env.push_back("CUDA_VISIBLE_DEVICES=" + share.uuid);
     json device_edits = {{"env", env}, {"mounts", mounts}};
+    json device_nodes = json::array();
     // The GPU's own node, from where the driver root keeps its nodes (the toolkit's device
     // brings it otherwise).
     if (driver.uses_driver_root()) {
       const std::string node = "nvidia" + std::to_string(share.minor);
-      device_edits["deviceNodes"] = json::array(
-          {node_json({"/dev/" + node,
-                      driver.host_dev_dir == "/dev" ? "" : driver.host_dev_dir + "/" + node})});
+      device_nodes.push_back(node_json(
+          {"/dev/" + node, driver.host_dev_dir == "/dev" ? "" : driver.host_dev_dir + "/" + node}));
     }
+    if (share.mig && share.mig->caps)
+      for (const unsigned minor : {share.mig->caps->gi_minor, share.mig->caps->ci_minor})
+        device_nodes.push_back({{"path", caps_node_path(minor)},
+                                {"type", "c"},
+                                {"major", share.mig->caps->major},
+                                {"minor", minor},
+                                {"permissions", "r"}});
+    if (!device_nodes.empty()) device_edits["deviceNodes"] = device_nodes;
     // The driver's wall on the container's own cgroup: a createRuntime hook runs in the runtime
     // namespace once the container's process is in its cgroup, before the user's program starts
     // (runtime-spec config.md#createruntime-hooks). Per device: a container given several shares
     // gets one hook per GPU, each with that share's limits.
-    if (paths.partition_hook && paths.partition_hook->gpus.count(share.uuid))
+    // Not for a MIG share: the driver's memory limits take no MIG handle (mig-facts.md §2.4).
+    if (paths.partition_hook && !share.mig && paths.partition_hook->gpus.count(share.uuid))
       if (const std::optional<PartitionRecord> partition = share_partition(share)) {
         std::vector<std::string> args = {kCdiHookName};
         for (std::string& arg :

@@ -34,7 +34,8 @@ using nlohmann::json;
 //   completed ("preparedUnixMs", wall-clock ms since the epoch: the shares' age) and per share the
 //   merged config's enforcement policy. All are additions a version-1 reader without them skips
 //   (unknown keys are ignored) and a checkpoint without them reads as "none" (the age: unknown):
-//   old files stay readable both ways, so the version is unchanged.
+//   old files stay readable both ways, so the version is unchanged. Likewise per share "mig": the
+//   MIG device it is on (kind, parent, profile, placement, instance IDs, caps nodes).
 // A reader refuses any other version rather than guessing: bump it on any change of meaning.
 constexpr int kCheckpointVersion = 1;
 
@@ -54,6 +55,22 @@ json share_to_json(const ShareSpec& s) {
   if (s.config.time_slice) j["timeSlice"] = static_cast<int>(*s.config.time_slice);
   if (!s.folder.empty()) j["folder"] = s.folder;
   if (s.config.enforcement) j["enforcement"] = enforcement_policy_name(*s.config.enforcement);
+  if (s.mig) {
+    json mig = {{"kind", s.mig->kind == MigKind::kDynamic ? "dynamic" : "static"},
+                {"parentUUID", s.mig->parent_uuid},
+                {"profileID", s.mig->profile_id},
+                {"profile", s.mig->profile},
+                {"placementStart", s.mig->placement.start},
+                {"placementSize", s.mig->placement.size},
+                {"multiprocessors", s.mig->multiprocessors}};
+    if (s.mig->gi_id) mig["gpuInstance"] = *s.mig->gi_id;
+    if (s.mig->ci_id) mig["computeInstance"] = *s.mig->ci_id;
+    if (s.mig->caps)
+      mig["caps"] = {{"major", s.mig->caps->major},
+                     {"gpuInstanceMinor", s.mig->caps->gi_minor},
+                     {"computeInstanceMinor", s.mig->caps->ci_minor}};
+    j["mig"] = mig;
+  }
   return j;
 }
 
@@ -164,6 +181,44 @@ Result<ShareSpec> share_from_json(const json& j, const std::string& at) {
     const auto policy = parse_enforcement_policy(name);
     if (!policy) read.fail(at + "enforcement: unknown " + j["enforcement"].dump());
     if (policy) s.config.enforcement = *policy;
+  }
+  if (j.contains("mig")) {
+    const json* mig = read.member(j, at, "mig");
+    if (read.ok() && !mig->is_object()) read.bad_field(at + "mig", "an object", mig);
+    if (!read.ok()) return read.status();
+    const std::string mig_at = at + "mig.";
+    MigDeviceRef ref;
+    const std::string kind = read.string_member(*mig, mig_at, "kind");
+    if (read.ok() && kind != "static" && kind != "dynamic")
+      read.fail(mig_at + "kind: unknown \"" + kind + "\"");
+    ref.kind = kind == "dynamic" ? MigKind::kDynamic : MigKind::kStatic;
+    ref.parent_uuid = read.string_member(*mig, mig_at, "parentUUID");
+    ref.profile_id = static_cast<unsigned>(read.unsigned_member(*mig, mig_at, "profileID", 255));
+    ref.profile = read.string_member(*mig, mig_at, "profile");
+    ref.placement.start =
+        static_cast<unsigned>(read.unsigned_member(*mig, mig_at, "placementStart", 7));
+    ref.placement.size =
+        static_cast<unsigned>(read.unsigned_member(*mig, mig_at, "placementSize", 8));
+    ref.multiprocessors =
+        static_cast<unsigned>(read.unsigned_member(*mig, mig_at, "multiprocessors", 100000));
+    if (mig->contains("gpuInstance"))
+      ref.gi_id = static_cast<unsigned>(read.unsigned_member(*mig, mig_at, "gpuInstance", 255));
+    if (mig->contains("computeInstance"))
+      ref.ci_id = static_cast<unsigned>(read.unsigned_member(*mig, mig_at, "computeInstance", 255));
+    if (mig->contains("caps")) {
+      const json* caps = read.member(*mig, mig_at, "caps");
+      if (read.ok() && !caps->is_object()) read.bad_field(mig_at + "caps", "an object", caps);
+      if (!read.ok()) return read.status();
+      const std::string caps_at = mig_at + "caps.";
+      MigCapsNodes nodes;
+      nodes.major = static_cast<unsigned>(read.unsigned_member(*caps, caps_at, "major", 4095));
+      nodes.gi_minor =
+          static_cast<unsigned>(read.unsigned_member(*caps, caps_at, "gpuInstanceMinor", 1048575));
+      nodes.ci_minor = static_cast<unsigned>(
+          read.unsigned_member(*caps, caps_at, "computeInstanceMinor", 1048575));
+      ref.caps = nodes;
+    }
+    s.mig = ref;
   }
   if (!read.ok()) return read.status();
   if (!safe_name_component(s.claim_uid) || !safe_name_component(s.device) ||

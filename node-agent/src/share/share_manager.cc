@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "backends/mps_backend.h"
 #include "backends/time_slice_backend.h"
 #include "files/atomic_file.h"
+#include "mig/mig_caps.h"
 #include "model/claim_pods.h"
 #include "share/shim_library.h"
 #include "tessera/log.h"
@@ -119,8 +121,17 @@ Status ShareManager::start(ReconcileReport* report) {
     saved_version_ = version_;  // what was just read is what the file holds
   }
   ReconcileReport found = reconcile();
+  reconcile_mig();
   if (report) *report = std::move(found);
   return Status::ok();
+}
+
+std::vector<std::string> ShareManager::reconcile_mig() {
+  if (!options_.mig_instances) return {};
+  std::vector<std::string> lines =
+      options_.mig_instances->reconcile([this] { return mig_users(); });
+  for (const auto& line : lines) log::info("MIG reconcile", {{"change", line}});
+  return lines;
 }
 
 ShareManager::ClaimHold::ClaimHold(ShareManager& manager, std::string uid, FileLock lock)
@@ -494,7 +505,12 @@ PrepareResult ShareManager::prepare_claim(const ClaimRef& claim) {
                 {{"claim", claim.namespace_name + "/" + claim.name},
                  {"claim_uid", claim.uid},
                  {"change", line}});
-    const std::vector<ShareSpec>& shares = *computed;
+    std::vector<ShareSpec>& shares = *computed;
+    for (const auto& share : shares)
+      if (share.mig && share.strategy() == SharingStrategy::kTimeSlicing)
+        return invalid_argument("share " + share.name() + ": sharing.strategy TimeSlicing does " +
+                                "not apply to MIG device " + share.device +
+                                " (the driver's time-slice interval is not settable there)");
     // The driver for every share (the toolkit's device for its GPU), before anything is written.
     for (const auto& share : shares)
       TESSERA_RETURN_IF_ERROR(cdi_device_ids(share, options_.container_driver).status());
@@ -526,6 +542,15 @@ PrepareResult ShareManager::prepare_claim(const ClaimRef& claim) {
     }
     TESSERA_RETURN_IF_ERROR(save_checkpoint(version));
     step();
+    // MIG: the instances before anything names their UUIDs (the limits page, the CDI spec); the
+    // entry then records what was created, so unprepare and a restart know it.
+    if (std::any_of(shares.begin(), shares.end(), [](const ShareSpec& s) { return s.mig; })) {
+      TESSERA_RETURN_IF_ERROR(prepare_mig(shares));
+      version = update_checkpoint(
+          [&claim, &shares](Checkpoint& checkpoint) { checkpoint[claim.uid].shares = shares; });
+      TESSERA_RETURN_IF_ERROR(save_checkpoint(version));
+      step();
+    }
     for (const auto& members : shares_by_folder(shares)) {
       TESSERA_RETURN_IF_ERROR(write_share_folder(members, /*unused=*/true)
                                   .with_context("share " + members.front().folder_name()));
@@ -564,6 +589,7 @@ PrepareResult ShareManager::prepare_claim(const ClaimRef& claim) {
         save_checkpoint(version, set_state(ClaimState::kPrepareStarted, std::nullopt)));
     step();
     ClaimEntry completed = started;
+    completed.shares = shares;
     completed.state = ClaimState::kPrepareCompleted;
     completed.prepared_unix_ms = prepared_unix_ms;
     return result_of(completed);
@@ -663,6 +689,51 @@ std::string ShareManager::live_processes(const std::string& folder) const {
   return found;
 }
 
+std::set<std::string> ShareManager::mig_users() const {
+  std::set<std::string> users;
+  MutexLock lock(checkpoint_mutex_);
+  for (const auto& [uid, entry] : checkpoint_)
+    for (const auto& share : entry.shares)
+      if (share.mig && share.mig->kind == MigKind::kDynamic) users.insert(share.name());
+  return users;
+}
+
+Status ShareManager::prepare_mig(std::vector<ShareSpec>& shares) {
+  std::vector<const ShareSpec*> acquired;
+  auto release_acquired = [&](Status failed) {
+    for (const ShareSpec* share : acquired)
+      if (Status undone = options_.mig_instances->release(*share->mig, share->name());
+          !undone.is_ok())
+        return failed.with_context("(releasing " + share->device + " failed: " + undone.message() +
+                                   ")");
+    return failed;
+  };
+  for (auto& share : shares) {
+    if (!share.mig) continue;
+    if (share.mig->kind == MigKind::kDynamic) {
+      if (!options_.mig_instances)
+        return release_acquired(
+            failed_precondition("share " + share.name() + ": device " + share.device +
+                                " is a dynamic MIG device and dynamic MIG is not enabled on node " +
+                                options_.node_name));
+      Result<AcquiredMig> got =
+          options_.mig_instances->acquire(*share.mig, share.minor, share.name());
+      if (!got.is_ok()) return release_acquired(got.status().with_context("share " + share.name()));
+      share.mig = got->device;
+      share.uuid = got->uuid;
+      acquired.push_back(&share);
+    }
+    if (!share.mig->gi_id || !share.mig->ci_id)
+      return release_acquired(internal_error("share " + share.name() + ": MIG device " +
+                                             share.device + " has no instance IDs"));
+    Result<MigCapsNodes> caps =
+        read_mig_caps(options_.proc_root, share.minor, *share.mig->gi_id, *share.mig->ci_id);
+    if (!caps.is_ok()) return release_acquired(caps.status().with_context("share " + share.name()));
+    share.mig->caps = *caps;
+  }
+  return Status::ok();
+}
+
 Status ShareManager::unprepare(const ClaimRef& claim) {
   try {
     if (!safe_name_component(claim.uid)) return Status::ok();  // no entry can name it
@@ -722,6 +793,17 @@ Status ShareManager::unprepare(const ClaimRef& claim) {
         remove_holder(claim.uid, share);
       }
       if (!backend || backend->changes_node()) step();
+    }
+    // The dynamic MIG instances of the claim's shares: the last share of one destroys it.
+    for (const auto& share : entry.shares) {
+      if (!share.mig || share.mig->kind != MigKind::kDynamic) continue;
+      if (!options_.mig_instances)
+        return failed_precondition("share " + share.name() + " is on dynamic MIG device " +
+                                   share.device + " but dynamic MIG is not enabled on node " +
+                                   options_.node_name + " any more: its instance is kept");
+      TESSERA_RETURN_IF_ERROR(options_.mig_instances->release(*share.mig, share.name())
+                                  .with_context("share " + share.name()));
+      step();
     }
     // The driver's partitions the hook recorded: their soft limits zeroed on the cgroups that are
     // still there (usually none: runc removes a container's cgroup before its poststop hooks run,

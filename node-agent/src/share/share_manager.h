@@ -84,6 +84,7 @@
 
 #include "backends/quota_backend.h"
 #include "files/file_lock.h"
+#include "mig/mig_instances.h"
 #include "model/claim_locks.h"
 #include "model/claim_preparer.h"
 #include "model/share_spec.h"
@@ -127,6 +128,12 @@ struct ShareManagerOptions {
   // Null: such a claim gets an error saying the strategy is not enabled on this node.
   MpsBackend* mps = nullptr;
   TimeSliceBackend* time_slice = nullptr;
+  // Dynamic MIG (--mig-strategy=dynamic): creates a dynamic MIG device's instance at its first
+  // share's prepare and destroys it at its last share's unprepare. Null: a claim on a dynamic MIG
+  // device gets an error saying dynamic MIG is not enabled on this node.
+  MigInstances* mig_instances = nullptr;
+  // Where the MIG capability files and /proc/devices are read (a simulated root in tests).
+  std::string proc_root = "/proc";
   // Who measures a share's GPU time (LimitsPage::measure_source): kMeasureAgent when the agent's
   // GpuTimeMeter runs (containers: the shim cannot see its host pids in NVML).
   uint32_t measure_source = share::kMeasureNvml;
@@ -160,6 +167,10 @@ class ShareManager final : public ClaimPreparer {
   // time-slice settings) and removes what no entry names; says what differed (reconcile.cc).
   // Safe beside prepares and unprepares: a claim one of them holds is checked by the next pass.
   ReconcileReport reconcile() TESSERA_EXCLUDES(reconcile_mutex_, save_mutex_, checkpoint_mutex_);
+  // Dynamic MIG instances no checkpoint share uses (a claim unprepared while the agent was down,
+  // a prepare that crashed before its entry) destroyed: start() and the reconcile loop call it.
+  // One line per change.
+  std::vector<std::string> reconcile_mig() TESSERA_EXCLUDES(checkpoint_mutex_);
 
   // Thread-safe; calls for different claims run concurrently (see Locking above). A refused
   // claim is one warn line naming it and why (kubelet's retries of the same refusal are counted
@@ -271,6 +282,12 @@ class ShareManager final : public ClaimPreparer {
   // reserve_orphan for a backend's remove_orphans (names prefixed with its strategy).
   ReserveOrphan orphan_reserver(SharingStrategy strategy);
   std::string live_processes(const std::string& folder) const;
+  // The claim's MIG shares made ready: a dynamic device's instance acquired (created or adopted),
+  // every MIG share's instance IDs, MIG UUID and capability nodes filled in. On error what this
+  // call acquired is released again.
+  Status prepare_mig(std::vector<ShareSpec>& shares);
+  // The share names of the checkpoint's dynamic MIG shares (users MigInstances keeps).
+  std::set<std::string> mig_users() const TESSERA_EXCLUDES(checkpoint_mutex_);
   void step();
   // prepare without its log line.
   PrepareResult prepare_claim(const ClaimRef& claim)

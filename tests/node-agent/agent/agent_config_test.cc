@@ -38,7 +38,11 @@ const char* const kEnvNames[] = {"NODE_NAME",
                                  "TENANT_MIN_ENFORCEMENT",
                                  "TENANT_MAX_PRIORITY",
                                  "TENANT_MAX_COMPUTE_LIMIT",
-                                 "TENANT_MAX_MEMORY_LIMIT"};
+                                 "TENANT_MAX_MEMORY_LIMIT",
+                                 "MIG_STRATEGY",
+                                 "ALLOW_MIG_MODE_CHANGE",
+                                 "RESOURCE_SLICE_SHAPE",
+                                 "PROC_ROOT"};
 
 class AgentConfigTest : public ::testing::Test {
  protected:
@@ -160,6 +164,44 @@ TEST_F(AgentConfigTest, ShimLoadingAndDriverModeTakeOnlyTheirValues) {
   for (const std::vector<std::string>& bad :
        {std::vector<std::string>{"--shim-loading", "ld_preload"},
         std::vector<std::string>{"--driver-mode", "nvidia"}}) {
+    std::vector<std::string> args = {"--node-name", "n"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    try {
+      parse(args);
+      FAIL() << "accepted " << bad[0] << " " << bad[1];
+    } catch (const CLI::ValidationError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad[1]), std::string::npos) << e.what();
+    }
+  }
+}
+
+// MIG (docs/node-agent.md, "MIG"): none by default, no mode changes, the slice shape from the API
+// server; each flag with its environment variable and only its values.
+TEST_F(AgentConfigTest, MigFlagsTakeTheirValuesFromFlagOrEnvironment) {
+  const AgentConfig defaults = parse({"--node-name", "n"});
+  EXPECT_EQ(defaults.mig_strategy, "none");
+  EXPECT_FALSE(defaults.allow_mig_mode_change);
+  EXPECT_EQ(defaults.resource_slice_shape, "auto");
+  EXPECT_EQ(defaults.proc_root, "/proc");
+  const AgentConfig flags =
+      parse({"--node-name", "n", "--mig-strategy", "dynamic", "--allow-mig-mode-change",
+             "--resource-slice-shape", "split", "--proc-root", "/host/proc"});
+  EXPECT_EQ(flags.mig_strategy, "dynamic");
+  EXPECT_TRUE(flags.allow_mig_mode_change);
+  EXPECT_EQ(flags.resource_slice_shape, "split");
+  EXPECT_EQ(flags.proc_root, "/host/proc");
+  setenv("MIG_STRATEGY", "static", 1);
+  setenv("ALLOW_MIG_MODE_CHANGE", "true", 1);
+  setenv("RESOURCE_SLICE_SHAPE", "combined", 1);
+  setenv("PROC_ROOT", "/p", 1);
+  const AgentConfig env = parse({"--node-name", "n"});
+  EXPECT_EQ(env.mig_strategy, "static");
+  EXPECT_TRUE(env.allow_mig_mode_change);
+  EXPECT_EQ(env.resource_slice_shape, "combined");
+  EXPECT_EQ(env.proc_root, "/p");
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--mig-strategy", "mixed"},
+        std::vector<std::string>{"--resource-slice-shape", "v1beta1"}}) {
     std::vector<std::string> args = {"--node-name", "n"};
     args.insert(args.end(), bad.begin(), bad.end());
     try {

@@ -4,6 +4,7 @@
 // control program and nvidia-smi.
 #include "agent/node_agent.h"
 #include "devices/device_monitor.h"
+#include "devices/resource_slices.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -18,23 +19,28 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <gtest/gtest.h>
 #include <httplib.h>  // the metrics endpoint's client
 
+#include "allocator/allocator.h"
 #include "apiserver/claim_fixture.h"
 #include "apiserver/fake_api_server.h"
 #include "backend_doubles.h"
 #include "backends/mps_backend.h"
 #include "captured_log.h"
 #include "clock/clock.h"
+#include "mig/nvml_mig_driver.h"
 #include "plugin/plugin_server.h"
 #include "plugin/test_support.h"
 #include "share/checkpoint.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
+#include "tessera/kube/http_kube_client.h"
 #include "tessera/share_region.h"
 #include "test_node_config.h"
 
@@ -354,6 +360,252 @@ TEST_F(NodeAgentTest, KubeletPreparesAndUnpreparesThroughTheAgent) {
 // The webhook refuses this claim at apply time; created around it (or before the class got its
 // bounds), kubelet's prepare through the agent gives the share the admin's bounds: the class's
 // kill, its highest priority and largest compute limit, and the node's --tenant-max-memory-limit.
+// --mig-strategy dynamic on a GPU without MIG (this simulated H200 is not MIG-capable): the GPU is
+// published whole, with type "gpu", and no counter set; a strategy or shape the agent does not
+// know stops the start naming the flag.
+TEST_F(NodeAgentTest, DynamicMigOnAGpuWithoutMigPublishesItWhole) {
+  config_.mig_strategy = "dynamic";
+  config_.resource_slice_shape = "split";
+  {
+    NodeAgent agent(config_, clock_);
+    ASSERT_EQ(agent.start().message(), "");
+    const auto slices = api_.stored_slices();
+    ASSERT_EQ(slices.size(), 1u);
+    const json& spec = slices.begin()->second["spec"];
+    EXPECT_FALSE(spec.contains("sharedCounters"));
+    ASSERT_EQ(spec["devices"].size(), 1u);
+    EXPECT_EQ(spec["devices"][0]["name"], "gpu-0");
+    EXPECT_EQ(spec["devices"][0]["attributes"]["type"]["string"], "gpu");
+    EXPECT_FALSE(spec["devices"][0].contains("consumesCounters"));
+  }
+  for (const auto& [strategy, shape, flag] :
+       {std::tuple{"mixed", "split", "--mig-strategy \"mixed\""},
+        std::tuple{"dynamic", "v1beta1", "--resource-slice-shape \"v1beta1\""}}) {
+    AgentConfig bad = config_;
+    bad.state_dir = (base_ / "state-bad").string();
+    bad.mig_strategy = strategy;
+    bad.resource_slice_shape = shape;
+    NodeAgent agent(bad, clock_);
+    const Status refused = agent.start();
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.message().find(flag), std::string::npos) << refused.message();
+  }
+}
+
+// Dynamic MIG on a MIG-capable simulated H200 (MIG mode off at start), end to end: the agent
+// publishes the GPU's devices and counter set, kube-scheduler's allocator (tests/support/allocator)
+// allocates a claim for a whole 3g instance and two claims for shares inside the other 3g instance
+// and refuses an overlapping one, kubelet prepares them through the plugin's gRPC (the agent turns
+// MIG mode on and creates both instances at the allocated placements, the CDI specs carry the
+// simulated capability nodes and the MIG UUID), and unprepare destroys what prepare created.
+TEST_F(NodeAgentTest, DynamicMigOnTheSimulatedGpuThroughTheAllocatorAndTheKubeletPlugin) {
+  setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0,mig=capable", 1);
+  setenv("SIMGPU_PROC_ROOT", (base_ / "proc").c_str(), 1);
+  config_.mig_strategy = "dynamic";
+  config_.allow_mig_mode_change = true;
+  config_.resource_slice_shape = "split";
+  config_.proc_root = (base_ / "proc").string();
+  NodeAgent agent(config_, clock_);
+  ASSERT_EQ(agent.start().message(), "");
+  PluginServer server(plugin_options(), agent.preparer(), &agent.health());
+  ASSERT_EQ(server.start().message(), "");
+
+  ::tessera::testing::allocator::AllocatorInput input;
+  GpuInfo gpu;
+  for (const auto& [name, slice] : api_.stored_slices()) {
+    input.slices.push_back(slice);
+    for (const json& device : slice["spec"].value("devices", json::array()))
+      if (device["name"] == "gpu-0") gpu.uuid = device["attributes"]["uuid"]["string"];
+  }
+  ASSERT_EQ(input.slices.size(), 2u);  // the counter set's, the devices'
+  ASSERT_FALSE(gpu.uuid.empty());
+  gpu.memory_bytes = 143771ull << 20;
+  input.device_classes = {
+      {{"metadata", {{"name", "vgpu.tessera.dev"}}},
+       {"spec",
+        {{"selectors", {{{"cel", {{"expression", "device.driver == \"vgpu.tessera.dev\""}}}}}}}}}};
+  input.node_name = "node-a";
+  // A MIG device of the profile's memory (71168Mi: the 3g and 4g instances; a whole GPU has no
+  // profile attribute for a selector to read).
+  auto allocate = [&](const std::string& uid, const std::string& memory,
+                      json capacity) -> Result<json> {
+    json exactly = {{"deviceClassName", "vgpu.tessera.dev"},
+                    {"allocationMode", "ExactCount"},
+                    {"count", 1},
+                    {"selectors",
+                     {{{"cel",
+                        {{"expression",
+                          "device.attributes[\"vgpu.tessera.dev\"].type == \"mig\" && "
+                          "device.capacity[\"vgpu.tessera.dev\"].memory.compareTo(quantity(\"" +
+                              memory + "\")) == 0"}}}}}}};
+    if (!capacity.empty()) exactly["capacity"] = {{"requests", capacity}};
+    json claim = {
+        {"apiVersion", "resource.k8s.io/v1"},
+        {"kind", "ResourceClaim"},
+        {"metadata", {{"name", "claim-" + uid}, {"namespace", "ns-" + uid}, {"uid", uid}}},
+        {"spec", {{"devices", {{"requests", {{{"name", "gpu"}, {"exactly", exactly}}}}}}}}};
+    TESSERA_ASSIGN_OR_RETURN(json allocated,
+                             ::tessera::testing::allocator::allocated(input, claim));
+    allocated["status"]["reservedFor"] = {
+        {{"resource", "pods"}, {"name", "pod-" + uid}, {"uid", "pod-uid-" + uid}}};
+    input.allocated_claims.push_back(allocated);
+    api_.add_claim("ns-" + uid, "claim-" + uid, allocated.dump());
+    return allocated;
+  };
+  const std::string whole = "d1000000-0000-4000-8000-000000000001";
+  const std::string first = "d2000000-0000-4000-8000-000000000002";
+  const std::string second = "d3000000-0000-4000-8000-000000000003";
+  std::map<std::string, std::string> devices;
+  for (const auto& [uid, capacity] :
+       {std::pair{whole, json{{"cores", "100"}}},
+        std::pair{first, json{{"memory", "20Gi"}, {"cores", "30"}}},
+        std::pair{second, json{{"memory", "20Gi"}, {"cores", "30"}}}}) {
+    Result<json> allocated = allocate(uid, "71168Mi", capacity);
+    ASSERT_TRUE(allocated.is_ok()) << allocated.status().message();
+    devices[uid] = (*allocated)["status"]["allocation"]["devices"]["results"][0]["device"];
+  }
+  EXPECT_EQ(devices[whole], "gpu-0-mig-3g71gb-0");
+  EXPECT_EQ(devices[first], "gpu-0-mig-3g71gb-4");
+  EXPECT_EQ(devices[second], "gpu-0-mig-3g71gb-4");
+  Result<json> overlapping = allocate("d9000000-0000-4000-8000-000000000009", "16384Mi", {});
+  ASSERT_FALSE(overlapping.is_ok());
+  EXPECT_NE(overlapping.status().message().find("of counter set gpu-0-counters"), std::string::npos)
+      << overlapping.status().message();
+
+  KubeletSimulator kubelet(server.registration_socket());
+  kubelet.connect();
+  dra1::NodePrepareResourcesResponse prepared;
+  ASSERT_TRUE(kubelet.prepare_v1({whole, first, second}, &prepared).ok());
+  for (const std::string& uid : {whole, first, second})
+    EXPECT_EQ(prepared.claims().at(uid).error(), "") << uid;
+  NvmlMigDriver nvml;
+  Result<MigGpu> state = nvml.inspect(gpu);
+  ASSERT_TRUE(state.is_ok()) << state.status().message();
+  EXPECT_TRUE(state->enabled);
+  ASSERT_EQ(state->instances.size(), 2u);
+  for (const MigInstance& instance : state->instances) {
+    EXPECT_EQ(instance.profile_id, 9u);
+    EXPECT_TRUE(instance.ci_id.has_value());
+    EXPECT_TRUE(instance.placement == (MigPlacement{0, 4}) ||
+                instance.placement == (MigPlacement{4, 4}))
+        << instance.placement.start;
+  }
+  const MigInstance& shared =
+      state->instances[0].placement.start == 4 ? state->instances[0] : state->instances[1];
+  const json spec = json::parse(
+      RecordingDoubles::read(config_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_" + first + ".json"));
+  const json& edits = spec["devices"][0]["containerEdits"];
+  EXPECT_NE(
+      std::find(edits["env"].begin(), edits["env"].end(), "CUDA_VISIBLE_DEVICES=" + shared.uuid),
+      edits["env"].end())
+      << edits["env"].dump();
+  std::vector<std::string> caps;
+  for (const json& node : edits["deviceNodes"])
+    if (node.contains("major")) caps.push_back(node["path"]);
+  const unsigned gi_minor = 3 + 9 * shared.gi_id;  // NVIDIA's numbering, GPU minor 0
+  EXPECT_EQ(caps,
+            (std::vector<std::string>{
+                "/dev/nvidia-caps/nvidia-cap" + std::to_string(gi_minor),
+                "/dev/nvidia-caps/nvidia-cap" + std::to_string(gi_minor + 1 + *shared.ci_id)}));
+
+  dra1::NodeUnprepareResourcesResponse unprepared;
+  ASSERT_TRUE(kubelet.unprepare_v1({whole, first, second}, &unprepared).ok());
+  for (const std::string& uid : {whole, first, second})
+    EXPECT_EQ(unprepared.claims().at(uid).error(), "") << uid;
+  state = nvml.inspect(gpu);
+  ASSERT_TRUE(state.is_ok()) << state.status().message();
+  EXPECT_TRUE(state->instances.empty());
+  EXPECT_FALSE(fs::exists(config_.state_dir + "/mig") && !fs::is_empty(config_.state_dir + "/mig"));
+  unsetenv("SIMGPU_PROC_ROOT");
+}
+
+// An agent killed on the simulated MIG GPU after it created the GPU instance and before the CDI
+// spec (the share lifecycle stopped at MigInstances' step 2, the instance's ID recorded), then the
+// real agent started on the same state folder: kubelet's retried prepare adopts the instance (none
+// created beside it) and completes, and unprepare destroys it. Killed again the same way, with the
+// claim unprepared while the agent was down (its checkpoint entry gone): the start destroys it.
+TEST_F(NodeAgentTest, AnAgentKilledBetweenTheMigInstanceAndTheCdiSpecLeaksNothing) {
+  setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0,mig=on", 1);
+  setenv("SIMGPU_PROC_ROOT", (base_ / "proc").c_str(), 1);
+  config_.mig_strategy = "dynamic";
+  config_.resource_slice_shape = "split";
+  config_.proc_root = (base_ / "proc").string();
+  const std::string uid = "e1000000-0000-4000-8000-000000000001";
+  api_.add_claim("ns-" + uid, "claim-" + uid,
+                 testing::written_claim("claim-" + uid, uid,
+                                        {{"gpu", "gpu-0-mig-2g35gb-2", "s1", "8Gi", "20"}})
+                     .dump());
+  Result<std::vector<GpuInfo>> gpus = list_gpus();
+  ASSERT_TRUE(gpus.is_ok()) << gpus.status().message();
+  ASSERT_EQ(gpus->size(), 1u);
+  NvmlMigDriver nvml;
+  auto crash = [&] {
+    struct Killed : std::runtime_error {
+      Killed() : std::runtime_error("agent killed") {}
+    };
+    MigPublication mig;
+    mig.strategy = MigStrategy::kDynamic;
+    Result<MigGpu> state = nvml.inspect(gpus->front());
+    ASSERT_TRUE(state.is_ok()) << state.status().message();
+    mig.gpus = {*state};
+    MigInstancesOptions instances;
+    instances.root = config_.state_dir;
+    instances.after_step = [](int step) {
+      if (step == 2) throw Killed();
+    };
+    MigInstances killed_instances(instances, nvml, *gpus);
+    ShareManagerOptions options;
+    ASSERT_EQ(apply_container_flags(config_, options, false).message(), "");
+    options.root = config_.state_dir;
+    options.cdi_dir = config_.cdi_dir;
+    options.node_name = config_.node_name;
+    options.proc_root = config_.proc_root;
+    options.mig_instances = &killed_instances;
+    kube::KubeConnection connection = *kube::kubeconfig_connection(config_.kubeconfig);
+    kube::HttpKubeClient kube(connection);
+    ShareManager shares(options, kube, node_devices(*gpus, &mig));
+    ASSERT_EQ(shares.start().message(), "");
+    const PrepareResult result = shares.prepare({"ns-" + uid, uid, "claim-" + uid});
+    ASSERT_FALSE(result.is_ok());
+    EXPECT_NE(result.status().message().find("agent killed"), std::string::npos);
+  };
+  auto instances_now = [&] {
+    Result<MigGpu> state = nvml.inspect(gpus->front());
+    EXPECT_TRUE(state.is_ok()) << state.status().message();
+    return state.is_ok() ? state->instances.size() : size_t{99};
+  };
+  crash();
+  ASSERT_EQ(instances_now(), 1u);
+  EXPECT_FALSE(fs::exists(config_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_" + uid + ".json"));
+  {
+    NodeAgent agent(config_, clock_);
+    ASSERT_EQ(agent.start().message(), "");
+    EXPECT_EQ(instances_now(), 1u);  // its claim is still being prepared: kept
+    PluginServer server(plugin_options(), agent.preparer(), &agent.health());
+    ASSERT_EQ(server.start().message(), "");
+    KubeletSimulator kubelet(server.registration_socket());
+    kubelet.connect();
+    dra1::NodePrepareResourcesResponse prepared;
+    ASSERT_TRUE(kubelet.prepare_v1({uid}, &prepared).ok());
+    EXPECT_EQ(prepared.claims().at(uid).error(), "");
+    EXPECT_EQ(instances_now(), 1u);  // adopted, not created again
+    EXPECT_TRUE(fs::exists(config_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_" + uid + ".json"));
+    dra1::NodeUnprepareResourcesResponse unprepared;
+    ASSERT_TRUE(kubelet.unprepare_v1({uid}, &unprepared).ok());
+    EXPECT_EQ(unprepared.claims().at(uid).error(), "");
+    EXPECT_EQ(instances_now(), 0u);
+  }
+  crash();
+  ASSERT_EQ(instances_now(), 1u);
+  fs::remove(config_.state_dir + "/checkpoint.json");  // unprepared elsewhere meanwhile
+  {
+    NodeAgent agent(config_, clock_);
+    ASSERT_EQ(agent.start().message(), "");
+    EXPECT_EQ(instances_now(), 0u);
+  }
+  unsetenv("SIMGPU_PROC_ROOT");
+}
+
 TEST_F(NodeAgentTest, AClaimPastTheAdminsBoundsIsHeldToThemAtPrepare) {
   constexpr char kBoundedUid[] = "b4444444-0000-4000-8000-000000000004";
   const json vgpu = {{"apiVersion", "vgpu.tessera.dev/v1alpha1"}, {"kind", "VgpuConfig"}};
