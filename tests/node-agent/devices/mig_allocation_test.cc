@@ -19,11 +19,11 @@
 #include "apiserver/claim_fixture.h"
 #include "apiserver/write_back.h"
 #include "devices/resource_slices.h"
-#include "plugin_server.h"
+#include "plugin/plugin_server.h"
+#include "plugin/test_support.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "share/share_test_support.h"
-#include "test_support.h"
 
 namespace tessera::agent {
 namespace {
