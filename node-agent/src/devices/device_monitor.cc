@@ -168,7 +168,7 @@ void DeviceMonitor::inventory_turn() {
     return;
   }
   // Unchanged: refresh each report's time, so the board says when health was last checked.
-  for (const NodeDevice& device : node_devices(gpus)) {
+  for (const NodeDevice& device : published_devices(gpus)) {
     const auto fault = faults_.find(device.uuid);
     if (fault == faults_.end())
       report(device.name, DeviceHealthState::kHealthy);
@@ -189,8 +189,8 @@ void DeviceMonitor::deliver() {
 }
 
 void DeviceMonitor::apply_inventory(const std::vector<GpuInfo>& gpus) {
-  const std::vector<NodeDevice> before = node_devices(devices());
-  const std::vector<NodeDevice> after = node_devices(gpus);
+  const std::vector<NodeDevice> before = published_devices(devices());
+  const std::vector<NodeDevice> after = published_devices(gpus);
   auto same = [](const NodeDevice& a, const NodeDevice& b) {
     return a.name == b.name && a.uuid == b.uuid;
   };
@@ -222,7 +222,7 @@ void DeviceMonitor::register_events() {
   std::vector<std::string> unsupported;
   // Events are registered on the GPUs, never on a MIG instance's handle; an event names its
   // instance by GI id (collect_events).
-  const std::vector<NodeDevice> published = node_devices(devices());
+  const std::vector<NodeDevice> published = published_devices(devices());
   const std::vector<NodeDevice> listed = physical_gpus(published);
   // kFailedPrecondition from an event call: this driver or GPU has no events (Not Supported).
   auto not_supported = [](const Status& status) {
@@ -304,7 +304,7 @@ void DeviceMonitor::collect_events() {
     // An event NVML blames on a MIG instance (its GI id) makes only that instance's device
     // Unhealthy; the GPU's other instances stay schedulable.
     const std::vector<NodeDevice> hit =
-        devices_hit_by(node_devices(devices()), uuid, event.gpuInstanceId);
+        devices_hit_by(published_devices(devices()), uuid, event.gpuInstanceId);
     const std::string xid = std::to_string(event.eventData);
     const std::string instance =
         event.gpuInstanceId == kNoGpuInstance ? "" : std::to_string(event.gpuInstanceId);
@@ -346,6 +346,10 @@ void DeviceMonitor::report(const std::string& name, DeviceHealthState state, con
   report.message = fault.message;
   report.xid = fault.xid;
   health_.set(report);
+}
+
+std::vector<NodeDevice> DeviceMonitor::published_devices(const std::vector<GpuInfo>& gpus) const {
+  return options_.published ? options_.published(gpus) : node_devices(gpus);
 }
 
 void DeviceMonitor::log_once(std::string& last, const std::string& message) {

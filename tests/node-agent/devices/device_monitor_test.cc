@@ -220,6 +220,53 @@ TEST(DeviceMonitor, XidEventMarksThatDeviceUnhealthy) {
   });
 }
 
+// GPU 0 published as two MIG instances (static MIG: no whole-GPU device), GPU 1 whole: the
+// simulator's XID 79 on GPU 0 comes without a GPU-instance id (the whole GPU fell off the bus), so
+// both instances turn Unhealthy and GPU 1 stays Healthy; events are watched on GPU 0 itself.
+TEST(DeviceMonitor, AGpuWideXidMarksEveryMigInstanceOfThatGpuOnly) {
+  in_simulator([] {
+    SimulatedClock clock;
+    DeviceHealthBoard board;
+    Recorder recorder;
+    DeviceMonitorOptions options = fast_options();
+    options.published = [](const std::vector<GpuInfo>& gpus) {
+      std::vector<NodeDevice> devices;
+      for (const NodeDevice& whole : node_devices(gpus)) {
+        if (whole.minor != 0) {
+          devices.push_back(whole);
+          continue;
+        }
+        for (unsigned gi : {1u, 2u}) {
+          NodeDevice instance{"gpu-0-mig-gi" + std::to_string(gi), "MIG-" + std::to_string(gi), 0,
+                              whole.memory_bytes / 2, whole.product_name};
+          instance.mig = MigDeviceRef{};
+          instance.mig->parent_uuid = whole.uuid;
+          instance.mig->profile = "3g.71gb";
+          instance.mig->gi_id = gi;
+          instance.mig->ci_id = 0;
+          devices.push_back(instance);
+        }
+      }
+      return devices;
+    };
+    DeviceMonitor monitor(options, board, recorder.callback(), clock);
+    ASSERT_EQ(monitor.start().message(), "");
+    EXPECT_TRUE(monitor.events_supported()) << "GPU 0 is watched through its own handle";
+    EXPECT_EQ(state_of(board, "gpu-0-mig-gi1"), DeviceHealthState::kHealthy);
+    EXPECT_EQ(state_of(board, "gpu-0"), std::nullopt) << "not a published device";
+    simgpu_ctl("health 0 unhealthy");
+    run_turns(clock, monitor);
+    ASSERT_TRUE(wait_for_state(board, "gpu-0-mig-gi1", DeviceHealthState::kUnhealthy));
+    ASSERT_TRUE(wait_for_state(board, "gpu-0-mig-gi2", DeviceHealthState::kUnhealthy));
+    EXPECT_EQ(state_of(board, "gpu-1"), DeviceHealthState::kHealthy);
+    for (const DeviceHealthReport& report : board.snapshot().devices) {
+      if (report.device_name.rfind("gpu-0-mig-", 0) == 0) {
+        EXPECT_EQ(report.xid, 79u);
+      }
+    }
+  });
+}
+
 // A static-MIG GPU (two instances, no whole-GPU device) and a whole GPU, as node_devices lists
 // them.
 std::vector<NodeDevice> mig_and_whole() {
