@@ -249,7 +249,16 @@ def check_promises(ctx, docs):
     check_self_managed_tls(docs)
 
     classes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "DeviceClass"}
-    expect(set(classes) == {"vgpu.tessera.dev", "mps.vgpu.tessera.dev"}, f"DeviceClasses {set(classes)}")
+    expect(set(classes) == {"vgpu.tessera.dev", "mps.vgpu.tessera.dev", "mig.vgpu.tessera.dev"},
+           f"DeviceClasses {set(classes)}")
+    mig_selector = classes["mig.vgpu.tessera.dev"]["spec"]["selectors"][0]["cel"]["expression"]
+    expect(mig_selector == 'device.driver == "vgpu.tessera.dev" && '
+                          'device.attributes["vgpu.tessera.dev"].type == "mig"',
+           f"the MIG class selects MIG instances only: {mig_selector}")
+    webhook_classes = [a for a in find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+                       if a.startswith("--device-class=")]
+    expect(webhook_classes == ["--device-class=vgpu.tessera.dev,mps.vgpu.tessera.dev,mig.vgpu.tessera.dev"],
+           f"the webhook knows every class's claims as Tessera's: {webhook_classes}")
     mps = classes["mps.vgpu.tessera.dev"]["spec"]["config"][0]["opaque"]["parameters"]
     expect(mps["sharing"] == {"strategy": "MPS"}, "the MPS preset")
     expect("extendedResourceName" not in classes["vgpu.tessera.dev"]["spec"], "no extended resource by default")

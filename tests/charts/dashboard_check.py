@@ -62,6 +62,9 @@ NOT_ON_DASHBOARD = {
     "tessera_gpu_driver_partitions": "whether the GPU's driver holds partitions: a node fact",
     # docs/coexistence.md: a GPU another allocator hands out; the Node's GpuWithheld Event says why.
     "tessera_gpu_withheld": "a GPU left to another allocator: a node fact, with a Node Event",
+    # docs/resource-model.md, "MIG": labels to join a MIG instance's tessera_gpu_* series to its
+    # GPU and profile (group_left), not a figure; tessera top lists the instances.
+    "tessera_mig_instance_info": "a join table for the MIG instances' device series",
     "tessera_share_driver_partition": "which layer holds the share: in the local API",
     "tessera_share_driver_memory_used_bytes": "the driver's count beside the shim's: a "
                                               "layers_disagree finding when they part",

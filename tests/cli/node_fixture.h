@@ -27,6 +27,23 @@ inline node::v1::Gpu& add_gpu(node::v1::ListSharesResponse& node, const std::str
   return gpu;
 }
 
+// A MIG instance of `gpu` (which is then in MIG mode), published as device
+// "gpu-<index>-mig-gi<gi>" with UUID "MIG-<gi>-<gpu's uuid>".
+inline node::v1::MigInstance& add_mig_instance(node::v1::Gpu& gpu, uint32_t gi,
+                                               const std::string& profile, uint64_t used,
+                                               uint64_t total) {
+  gpu.set_mig_enabled(true);
+  node::v1::MigInstance& instance = *gpu.add_mig_instances();
+  instance.set_device("gpu-" + std::to_string(gpu.index()) + "-mig-gi" + std::to_string(gi));
+  instance.set_uuid("MIG-" + std::to_string(gi) + "-" + gpu.uuid().substr(4));
+  instance.set_profile(profile);
+  instance.set_gpu_instance_id(gi);
+  instance.set_memory_used_bytes(used);
+  instance.set_memory_total_bytes(total);
+  instance.set_healthy(true);
+  return instance;
+}
+
 // A share with one device on `uuid`: `used` of `limit` bytes (0: unlimited), cores quota
 // `cores`, `gpu_seconds` and `throttled_seconds` so far, and one process per command.
 inline node::v1::Share& add_share(node::v1::ListSharesResponse& node, const std::string& name,
@@ -56,8 +73,16 @@ inline node::v1::Share& add_share(node::v1::ListSharesResponse& node, const std:
     process.set_command(command);
     process.add_memory_bytes(used / commands.size());
   }
-  for (node::v1::Gpu& gpu : *node.mutable_gpus())
+  for (node::v1::Gpu& gpu : *node.mutable_gpus()) {
     if (gpu.uuid() == uuid) gpu.set_shares(gpu.shares() + 1);
+    // A share inside a MIG instance: on the instance's device and UUID, counted by both.
+    for (node::v1::MigInstance& instance : *gpu.mutable_mig_instances())
+      if (instance.uuid() == uuid) {
+        device.set_device(instance.device());
+        instance.set_shares(instance.shares() + 1);
+        gpu.set_shares(gpu.shares() + 1);
+      }
+  }
   return share;
 }
 

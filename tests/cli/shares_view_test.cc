@@ -217,6 +217,84 @@ TEST(SharesTable, WideAddsNodePodGpuUuidPriorityAndSourceWithNamesWhole) {
   EXPECT_EQ(lines_of(*wide)[0], lines[0]);
 }
 
+// A node with a GPU in MIG mode (two instances) and a whole GPU; a share inside each instance
+// (found by the instance's device) and one on the whole GPU.
+v1::ListSharesResponse mig_node() {
+  v1::ListSharesResponse node;
+  v1::Gpu& mig =
+      add_gpu(node, "GPU-11111111-2222-3333-4444-555555555555", 20 * kGiB, 141 * kGiB, 0);
+  add_mig_instance(mig, 1, "3g.71gb", 6 * kGiB, 71168 * kMiB);
+  add_mig_instance(mig, 9, "1g.18gb", kGiB, 16 * kGiB);
+  add_gpu(node, "GPU-66666666-7777-8888-9999-000000000000", 0, 141 * kGiB, 0);
+  add_share(node, "in-3g", node.gpus(0).mig_instances(0).uuid(), 3 * kGiB, 8 * kGiB, 30);
+  add_share(node, "in-1g", node.gpus(0).mig_instances(1).uuid(), 0, 16 * kGiB, 100);
+  add_share(node, "whole", node.gpus(1).uuid(), kGiB, 4 * kGiB, 10);
+  // The instance is found by its published device even where the share names another UUID.
+  node.mutable_shares(1)->mutable_devices(0)->set_gpu_uuid("MIG-recreated");
+  node.set_node("gpu-node-1");
+  node.set_sampled_unix_ms(kSampledAt);
+  return node;
+}
+
+TEST(SharesTable, ASharesMigInstanceShowsAsGpuSlashGiWithItsProfile) {
+  const v1::ListSharesResponse node = mig_node();
+  EXPECT_EQ(node.gpus(0).shares(), 2u);
+  const std::vector<std::string> lines = lines_of(render_shares_table(node, kSampledAt));
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0],
+            "NAMESPACE   CLAIM   SHARE   GPU     PROFILE   MEMORY    CORES   CLASS   PROCESSES   "
+            "AGE");
+  EXPECT_EQ(lines[1],
+            "-           -       in-3g   0/gi1   3g.71gb   3Gi/8Gi   30%     -       0           "
+            "90s");
+  EXPECT_EQ(lines[2],
+            "-           -       in-1g   0/gi9   1g.18gb   0/16Gi    100%    -       0           "
+            "90s");
+  EXPECT_EQ(lines[3],
+            "-           -       whole   1       -         1Gi/4Gi   10%     -       0           "
+            "90s");
+  // Wide: GPU-UUID is the physical GPU's, MIG-DEVICE and MIG-UUID name the instance.
+  const std::vector<std::string> wide = lines_of(render_shares_table(node, kSampledAt, true));
+  ASSERT_EQ(wide.size(), 4u);
+  EXPECT_NE(wide[0].find("GPU-UUID                                   PRIORITY   SOURCE        "
+                         "MIG-DEVICE      MIG-UUID"),
+            std::string::npos)
+      << wide[0];
+  EXPECT_NE(wide[1].find("GPU-11111111-2222-3333-4444-555555555555   normal     tessera-run   "
+                         "gpu-0-mig-gi1   MIG-1-11111111-2222-3333-4444-555555555555"),
+            std::string::npos)
+      << wide[1];
+  EXPECT_NE(wide[3].find("GPU-66666666-7777-8888-9999-000000000000   normal     tessera-run   -"
+                         "               -"),
+            std::string::npos)
+      << wide[3];
+}
+
+TEST(SharesJson, MigInstancesRoundTripUnderTheirGpu) {
+  const v1::ListSharesResponse node = mig_node();
+  Snapshot snapshot;
+  snapshot.node = node;
+  const Result<std::string> text = render_shares(snapshot, "json", kSampledAt);
+  ASSERT_TRUE(text.is_ok());
+  const nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(*text);
+  EXPECT_EQ(parsed["gpus"][0]["mig_enabled"], true);
+  EXPECT_EQ(parsed["gpus"][0]["mig_instances"][0]["profile"], "3g.71gb");
+  EXPECT_EQ(parsed["gpus"][0]["mig_instances"][0]["device"], "gpu-0-mig-gi1");
+  EXPECT_EQ(parsed["gpus"][0]["mig_instances"][0]["shares"], 1);
+  EXPECT_EQ(parsed["gpus"][1]["mig_instances"], nlohmann::ordered_json::array());
+  EXPECT_EQ(parsed["shares"][0]["devices"][0]["device"], "gpu-0-mig-gi1");
+  v1::ListSharesResponse back;
+  ASSERT_TRUE(message_from_json(parsed, back).is_ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(node, back)) << back.DebugString();
+  const Result<std::string> yaml = render_shares(snapshot, "yaml", kSampledAt);
+  ASSERT_TRUE(yaml.is_ok());
+  EXPECT_NE(yaml->find("profile: 3g.71gb"), std::string::npos) << *yaml;
+  const Result<nlohmann::ordered_json> from_yaml = yaml_to_json(*yaml);
+  ASSERT_TRUE(from_yaml.is_ok());
+  ASSERT_TRUE(message_from_json(*from_yaml, back).is_ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(node, back)) << back.DebugString();
+}
+
 TEST(SharesOutput, RefusesAnUnknownFormatAndBadInput) {
   Snapshot snapshot;
   const Result<std::string> text = render_shares(snapshot, "xml", kSampledAt);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 
 #include "node_fixture.h"
@@ -82,6 +83,47 @@ TEST_F(TopRender, At80x24ItShowsHeaderGpusAndShares) {
   EXPECT_NE(shares[1].find(" 1Gi/8Gi "), std::string::npos) << shares[1];
   EXPECT_NE(shares[1].find(" 60/60% "), std::string::npos) << shares[1];
   EXPECT_NE(shares[1].find(" 1 memory-fill"), std::string::npos) << shares[1];
+}
+
+// A GPU in MIG mode: its line (no utilisation: NVML has none in MIG mode), a line per instance
+// under it (GI id, profile, its memory, the shares inside it; '!' when unhealthy), and each share
+// inside an instance on "<gpu>/gi<id>" with its bar over its own limit.
+TEST_F(TopRender, MigInstancesAreListedUnderTheirGpuAndSharesNameTheirInstance) {
+  v1::ListSharesResponse node;
+  v1::Gpu& gpu = add_gpu(node, "GPU-aaaa", 20 * kGiB, 141 * kGiB, 0);
+  add_mig_instance(gpu, 1, "3g.71gb", 6 * kGiB, 71168 * kMiB);
+  v1::MigInstance& sick = add_mig_instance(gpu, 12, "1g.18gb", 0, 16 * kGiB);
+  sick.set_healthy(false);
+  sick.set_health_reason("xid-94: contained ECC error");
+  add_gpu(node, "GPU-bbbb", 0, 141 * kGiB, 45);
+  add_share(node, "in-3g", node.gpus(0).mig_instances(0).uuid(), 4 * kGiB, 8 * kGiB, 30);
+  add_share(node, "whole", "GPU-bbbb", 2 * kGiB, 8 * kGiB, 10);
+  const TopLayout size{80, 24, TopSort::kMemory};
+  const std::vector<std::string> screen = render_top(snapshot_of(node), nullptr, size);
+  expect_fits(screen, size);
+  ASSERT_GE(screen.size(), 12u);
+  EXPECT_EQ(screen[1].rfind("2 GPUs, 2 shares", 0), 0u) << screen[1];
+  EXPECT_EQ(screen[4].rfind("0   NVIDIA H200", 0), 0u) << screen[4];
+  EXPECT_NE(screen[4].find(" 20Gi/141Gi    - "), std::string::npos) << screen[4];
+  EXPECT_EQ(screen[5].rfind("     gi1 3g.71gb", 0), 0u) << screen[5];
+  EXPECT_NE(screen[5].find("   6Gi/70Gi    -      1       -"), std::string::npos) << screen[5];
+  EXPECT_EQ(bar_of(screen[5]).first, std::lround(bar_of(screen[5]).second * 6.0 / 69.5))
+      << "6 GiB of 69.5: " << screen[5];
+  EXPECT_EQ(screen[6].rfind("    !gi12 1g.18gb", 0), 0u) << screen[6];
+  EXPECT_NE(screen[6].find(" 0/16Gi    -      0       -"), std::string::npos) << screen[6];
+  EXPECT_EQ(screen[7].rfind("1   NVIDIA H200", 0), 0u) << screen[7];
+  EXPECT_NE(screen[7].find(" 45% "), std::string::npos) << screen[7];
+  const std::vector<std::string> shares = share_lines(screen);
+  ASSERT_EQ(shares.size(), 2u);
+  EXPECT_EQ(shares[0].rfind("in-3g          0/gi1 [", 0), 0u) << shares[0];
+  EXPECT_EQ(bar_of(shares[0]).first * 2, bar_of(shares[0]).second) << "4 of 8 GiB: " << shares[0];
+  EXPECT_EQ(shares[1].rfind("whole          1     [", 0), 0u) << shares[1];
+  // Cut to a small screen, whole GPUs (with their instances) are shown and the rest counted.
+  const TopLayout small{80, 10, TopSort::kMemory};
+  const std::vector<std::string> cut = render_top(snapshot_of(node), nullptr, small);
+  expect_fits(cut, small);
+  EXPECT_NE(std::find(cut.begin(), cut.end(), "+2 more GPUs"), cut.end())
+      << "one row for GPUs: the first GPU and its instances need three";
 }
 
 // OUTSIDE: the memory processes of no share hold on the GPU (the agent's checks), "-" when the

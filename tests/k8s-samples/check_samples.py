@@ -55,9 +55,9 @@ from pathlib import Path
 import jsonpatch
 import yaml
 
-# The names the chart creates (charts/tessera): the default class, the MPS preset, the extended
-# resource name the default class is given for the extended-resource sample.
-DEVICE_CLASSES = {"vgpu.tessera.dev", "mps.vgpu.tessera.dev"}
+# The names the chart creates (charts/tessera): the default class, the MPS preset, the MIG class,
+# the extended resource name the default class is given for the extended-resource sample.
+DEVICE_CLASSES = {"vgpu.tessera.dev", "mps.vgpu.tessera.dev", "mig.vgpu.tessera.dev"}
 EXTENDED_RESOURCE = "vgpu.tessera.dev/gpu"
 # The image the samples run: the name scripts/build-images.sh gives, with its default tag, the
 # chart's appVersion (also the chart's default image tag).

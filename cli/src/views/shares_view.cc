@@ -17,6 +17,7 @@
 #include "tessera/local_shares.h"
 #include "tessera/vgpu_config/driver_name.h"
 #include "views/cluster_shares.h"
+#include "views/device_place.h"
 #include "views/format.h"
 
 namespace tessera::cli {
@@ -33,11 +34,11 @@ std::string dash_if_empty(const std::string& text) {
   return text.empty() ? "-" : text;
 }
 
-// The GPU's index when the node lists it, else the start of its UUID.
-std::string gpu_column(const v1::ListSharesResponse& node, const std::string& uuid) {
-  for (const v1::Gpu& gpu : node.gpus())
-    if (gpu.uuid() == uuid && !gpu.name().empty()) return std::to_string(gpu.index());
-  return uuid.substr(0, 12);
+// The GPU's index when the node lists it ("0/gi1" inside a MIG instance), else the start of the
+// device's UUID.
+std::string gpu_column(const DevicePlace& place, const v1::ShareDevice& device) {
+  if (place.gpu && (place.instance || !place.gpu->name().empty())) return place_label(place);
+  return device.gpu_uuid().substr(0, 12);
 }
 
 // Used/limit, or used/request..limit for a share that may borrow above its request; "?" for the
@@ -219,9 +220,17 @@ std::string render_columns(const std::vector<std::vector<std::string>>& rows) {
 std::string render_shares_table(const v1::ListSharesResponse& node, int64_t now_unix_ms,
                                 bool wide) {
   if (node.shares().empty()) return "";
+  // A PROFILE column after GPU only where a share sits inside a MIG instance: a node without
+  // MIG lists its shares as before.
+  bool inside_mig = false;
+  for (const v1::Share& share : node.shares())
+    for (const v1::ShareDevice& device : share.devices())
+      inside_mig = inside_mig || find_device_place(node, device).instance != nullptr;
   std::vector<std::vector<std::string>> rows = {
       {"NAMESPACE", "CLAIM", "SHARE", "GPU", "MEMORY", "CORES", "CLASS", "PROCESSES", "AGE"}};
+  if (inside_mig) rows[0].insert(rows[0].begin() + 4, "PROFILE");
   if (wide) rows[0].insert(rows[0].end(), {"NODE", "POD", "GPU-UUID", "PRIORITY", "SOURCE"});
+  if (wide && inside_mig) rows[0].insert(rows[0].end(), {"MIG-DEVICE", "MIG-UUID"});
   // Wide lines are for reading whole names: nothing is cut.
   const int name_width = wide ? 1 << 20 : kMaxNameColumn;
   for (const v1::Share& share : node.shares()) {
@@ -234,21 +243,29 @@ std::string render_shares_table(const v1::ListSharesResponse& node, int64_t now_
     const std::string processes =
         share.read_error().empty() ? std::to_string(share.processes_size()) : std::string("?");
     const std::string qos = dash_if_empty(share.qos_class());
-    const auto add_row = [&](std::vector<std::string> row, const std::string& gpu_uuid) {
+    // GPU-UUID is the physical GPU's; inside a MIG instance, MIG-DEVICE and MIG-UUID name it.
+    const auto add_row = [&](std::vector<std::string> row, const v1::ShareDevice* device) {
+      const DevicePlace place = device ? find_device_place(node, *device) : DevicePlace{};
+      if (inside_mig) row.insert(row.begin() + 4, place.instance ? place.instance->profile() : "-");
+      const std::string gpu_uuid =
+          place.instance ? place.gpu->uuid() : (device ? device->gpu_uuid() : "");
       if (wide)
         row.insert(row.end(),
                    {dash_if_empty(node.node()), dash_if_empty(share.pod()), dash_if_empty(gpu_uuid),
                     dash_if_empty(share.priority()), dash_if_empty(share.source())});
+      if (wide && inside_mig)
+        row.insert(row.end(), {place.instance ? place.instance->device() : "-",
+                               place.instance ? dash_if_empty(place.instance->uuid()) : "-"});
       rows.push_back(std::move(row));
     };
     if (share.devices().empty()) {
-      add_row({common[0], common[1], common[2], "-", "-", "-", qos, processes, age}, "");
+      add_row({common[0], common[1], common[2], "-", "-", "-", qos, processes, age}, nullptr);
       continue;
     }
     for (const v1::ShareDevice& device : share.devices()) {
-      add_row({common[0], common[1], common[2], gpu_column(node, device.gpu_uuid()),
+      add_row({common[0], common[1], common[2], gpu_column(find_device_place(node, device), device),
                memory_column(share, device), cores_column(device), qos, processes, age},
-              device.gpu_uuid());
+              &device);
     }
   }
   return render_columns(rows);

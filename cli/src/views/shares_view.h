@@ -25,7 +25,10 @@ namespace tessera::cli {
 // NAMESPACE CLAIM SHARE GPU MEMORY CORES CLASS PROCESSES AGE, columns as wide as their widest cell;
 // "" when there are no shares (the caller says so on stderr, as kubectl does). A share that could
 // not be read (read_error) shows "?" for its memory used and its processes: unknown, not 0.
-// `wide` adds NODE POD GPU-UUID PRIORITY SOURCE after them, names not cut.
+// `wide` adds NODE POD GPU-UUID PRIORITY SOURCE after them, names not cut. Where a share sits
+// inside a MIG instance, GPU reads "<index>/gi<GPU instance id>", a PROFILE column follows GPU
+// ("3g.71gb"; "-" for a whole GPU), and wide adds MIG-DEVICE and MIG-UUID (GPU-UUID stays the
+// physical GPU's).
 std::string render_shares_table(const node::v1::ListSharesResponse& node, int64_t now_unix_ms,
                                 bool wide = false);
 

@@ -23,6 +23,7 @@
 
 #include "exit_codes.h"
 #include "tessera/unique_fd.h"
+#include "views/device_place.h"
 #include "views/format.h"
 #include "views/local_node.h"
 
@@ -103,12 +104,6 @@ std::string spread(const std::string& left, const std::string& right, int width)
   return left + std::string(static_cast<size_t>(gap), ' ') + right;
 }
 
-const v1::Gpu* find_gpu(const v1::ListSharesResponse& node, const std::string& uuid) {
-  for (const v1::Gpu& gpu : node.gpus())
-    if (gpu.uuid() == uuid) return &gpu;
-  return nullptr;
-}
-
 // What one share shows, and what it is sorted by.
 struct ShareLine {
   const v1::Share* share = nullptr;
@@ -123,8 +118,14 @@ class Renderer {
       : now_(now), size_(size), width_(std::max(size.width, 1)) {
     if (before) rates_ = rates_between(before->node, now.node);
     has_rates_ = before != nullptr;
+    for (const v1::Share& share : now.node.shares())
+      for (const v1::ShareDevice& device : share.devices())
+        share_gpu_width_ =
+            std::max(share_gpu_width_,
+                     static_cast<int>(place_label(find_device_place(now.node, device)).size()));
     share_bar_ = std::clamp(kShareBarAt80 + (width_ - 80) / 2, kShareBarAt80, kShareBarMax);
-    process_width_ = std::max(1, width_ - kShareFixed - share_bar_);
+    process_width_ =
+        std::max(1, width_ - kShareFixed - (share_gpu_width_ - kGpuWidth) - share_bar_);
     gpu_bar_ = std::clamp(width_ - kGpuFixed, 10, kGpuBarMax);
   }
 
@@ -164,25 +165,43 @@ class Renderer {
 
     // Rows for GPUs and shares: all when they fit (or there is no height), else as many as fit
     // with a line saying how many were left out.
+    // A GPU's rows: its line, then one per MIG instance.
     const int gpu_count = node.gpus_size();
+    std::vector<std::vector<std::string>> gpu_blocks;
+    int gpu_rows_total = 0;
+    for (const v1::Gpu& gpu : node.gpus()) {
+      std::vector<std::string> block = {gpu_line(gpu)};
+      for (const v1::MigInstance& instance : gpu.mig_instances())
+        block.push_back(instance_line(instance));
+      gpu_rows_total += static_cast<int>(block.size());
+      gpu_blocks.push_back(std::move(block));
+    }
     int share_rows_total = 0;
     for (const ShareLine& line : shares) share_rows_total += rows_of(*line.share);
     const bool limited = size_.height > 0;
     const int available =
         limited ? size_.height - kFixedLines - static_cast<int>(problem_lines.size()) : 1 << 30;
-    int gpu_budget = gpu_count;
-    if (gpu_count + std::max(share_rows_total, 1) > available)
-      gpu_budget = std::min(gpu_count, std::max(1, available / 3));
+    int gpu_budget = gpu_rows_total;
+    if (gpu_rows_total + std::max(share_rows_total, 1) > available)
+      gpu_budget = std::min(gpu_rows_total, std::max(1, available / 3));
 
     lines.push_back(gpu_header());
     if (gpu_count == 0) {
       lines.push_back("No GPUs seen (NVML unavailable and no share names one)");
       gpu_budget = 1;
-    } else if (gpu_budget >= gpu_count) {
-      for (const v1::Gpu& gpu : node.gpus()) lines.push_back(gpu_line(gpu));
+    } else if (gpu_budget >= gpu_rows_total) {
+      for (const auto& block : gpu_blocks) lines.insert(lines.end(), block.begin(), block.end());
     } else {
-      for (int g = 0; g < gpu_budget - 1; ++g) lines.push_back(gpu_line(node.gpus(g)));
-      lines.push_back("+" + std::to_string(gpu_count - std::max(gpu_budget - 1, 0)) + " more GPUs");
+      // Whole GPUs (with their instances) while they fit beside the "+N more" line.
+      int shown = 0, rows = 0;
+      while (shown < gpu_count &&
+             rows + static_cast<int>(gpu_blocks[shown].size()) <= gpu_budget - 1) {
+        rows += static_cast<int>(gpu_blocks[shown].size());
+        lines.insert(lines.end(), gpu_blocks[shown].begin(), gpu_blocks[shown].end());
+        ++shown;
+      }
+      lines.push_back("+" + std::to_string(gpu_count - shown) + " more GPUs");
+      gpu_budget = rows + 1;
     }
     lines.emplace_back();
 
@@ -278,19 +297,41 @@ class Renderer {
                  static_cast<double>(gpu.memory_total_bytes());
     }
     const std::string name = seen ? gpu.name() : gpu.uuid();
+    // NVML has no utilisation for a GPU in MIG mode (mig-facts.md §2.4): "-", not 0 %.
+    const bool utilization = seen && !gpu.mig_enabled();
     return pad_right(seen ? std::to_string(gpu.index()) : "?", kGpuWidth) + " " +
            pad_right(name, kGpuNameWidth) + " " + format_bar(fraction, gpu_bar_) + " " +
            pad_left(memory, kMemoryTextWidth) + " " +
-           pad_left(seen ? percent_text(gpu.utilization_percent()) + "%" : "-", kUtilWidth) + " " +
-           pad_left(std::to_string(gpu.shares()), kSharesWidth) + " " +
+           pad_left(utilization ? percent_text(gpu.utilization_percent()) + "%" : "-", kUtilWidth) +
+           " " + pad_left(std::to_string(gpu.shares()), kSharesWidth) + " " +
            pad_left(gpu.has_unaccounted_memory_bytes()
                         ? format_bytes(gpu.unaccounted_memory_bytes())
                         : "-",
                     kOutsideWidth);
   }
 
+  // A MIG instance under its GPU's line: " gi1 3g.71gb" ('!' first when unhealthy), its memory
+  // (used as NVML reads it through the instance) and the shares inside it.
+  std::string instance_line(const v1::MigInstance& instance) const {
+    const std::string name = std::string(instance.healthy() ? " " : "!") + "gi" +
+                             std::to_string(instance.gpu_instance_id()) + " " + instance.profile();
+    std::string memory = "-";
+    double fraction = 0;
+    if (instance.memory_total_bytes() > 0) {
+      memory = format_bytes(instance.memory_used_bytes()) + "/" +
+               format_bytes(instance.memory_total_bytes());
+      fraction = static_cast<double>(instance.memory_used_bytes()) /
+                 static_cast<double>(instance.memory_total_bytes());
+    }
+    return pad_right("", kGpuWidth) + " " + pad_right(name, kGpuNameWidth) + " " +
+           format_bar(fraction, gpu_bar_) + " " + pad_left(memory, kMemoryTextWidth) + " " +
+           pad_left("-", kUtilWidth) + " " +
+           pad_left(std::to_string(instance.shares()), kSharesWidth) + " " +
+           pad_left("-", kOutsideWidth);
+  }
+
   std::string share_header() const {
-    return pad_right("SHARE", kNameWidth) + " " + pad_right("GPU", kGpuWidth) + " " +
+    return pad_right("SHARE", kNameWidth) + " " + pad_right("GPU", share_gpu_width_) + " " +
            pad_right("MEMORY", share_bar_) + " " + pad_left("USED/LIMIT", kMemoryTextWidth) + " " +
            pad_left("CORES", kCoresWidth) + " " + pad_left("THR", kThrottledWidth) + " " +
            pad_right("PROCESSES", process_width_);
@@ -334,7 +375,7 @@ class Renderer {
     const bool known = share.read_error().empty();
     const std::string processes = known ? processes_text(share) : std::string("?");
     if (share.devices().empty()) {
-      lines.push_back(name + " " + pad_right("-", kGpuWidth) + " " +
+      lines.push_back(name + " " + pad_right("-", share_gpu_width_) + " " +
                       (known ? format_bar(0, share_bar_) : unknown_bar()) + " " +
                       pad_left("-", kMemoryTextWidth) + " " + pad_left("-", kCoresWidth) + " " +
                       pad_left("-", kThrottledWidth) + " " + processes);
@@ -342,8 +383,13 @@ class Renderer {
     }
     bool first = true;
     for (const v1::ShareDevice& device : share.devices()) {
-      const v1::Gpu* gpu = find_gpu(now_.node, device.gpu_uuid());
-      const bool gpu_seen = gpu && (!gpu->name().empty() || gpu->memory_total_bytes() > 0);
+      const DevicePlace place = find_device_place(now_.node, device);
+      const v1::Gpu* gpu = place.gpu;
+      const bool gpu_seen =
+          gpu && (place.instance || !gpu->name().empty() || gpu->memory_total_bytes() > 0);
+      // Inside a MIG instance the share's part is of the instance's memory, not the GPU's.
+      const uint64_t place_total = place.instance ? place.instance->memory_total_bytes()
+                                                  : (gpu ? gpu->memory_total_bytes() : 0);
       double fraction = 0;
       std::string limit = "-";
       if (!device.memory_unlimited()) {
@@ -352,10 +398,10 @@ class Renderer {
                        ? (device.memory_used_bytes() > 0 ? 1.0 : 0.0)
                        : static_cast<double>(device.memory_used_bytes()) /
                              static_cast<double>(device.memory_limit_bytes());
-      } else if (gpu && gpu->memory_total_bytes() > 0) {
-        // No limit: the bar is the share's part of the whole GPU.
-        fraction = static_cast<double>(device.memory_used_bytes()) /
-                   static_cast<double>(gpu->memory_total_bytes());
+      } else if (place_total > 0) {
+        // No limit: the bar is the share's part of the whole GPU (or MIG instance).
+        fraction =
+            static_cast<double>(device.memory_used_bytes()) / static_cast<double>(place_total);
       }
       // A share that could not be read: its limits are known, what it uses is not ("?").
       const std::optional<double> used = known ? cores_used(share, device) : std::nullopt;
@@ -367,7 +413,7 @@ class Renderer {
       const std::string memory =
           (known ? format_bytes(device.memory_used_bytes()) : std::string("?")) + "/" + limit;
       lines.push_back((first ? name : std::string(kNameWidth, ' ')) + " " +
-                      pad_right(gpu_seen ? std::to_string(gpu->index()) : "?", kGpuWidth) + " " +
+                      pad_right(gpu_seen ? place_label(place) : "?", share_gpu_width_) + " " +
                       (known ? format_bar(fraction, share_bar_) : unknown_bar()) + " " +
                       pad_left(memory, kMemoryTextWidth) + " " + pad_left(cores, kCoresWidth) +
                       " " + pad_left(throttled, kThrottledWidth) + " " +
@@ -384,6 +430,8 @@ class Renderer {
   int share_bar_ = kShareBarAt80;
   int process_width_ = 1;
   int gpu_bar_ = 10;
+  // The share lines' GPU column: wider where a share sits inside a MIG instance ("0/gi12").
+  int share_gpu_width_ = kGpuWidth;
 };
 
 // ---- the terminal ------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
   for (const ShareSpec& spec : folder_shares) {
     v1::ShareDevice& device = *share.add_devices();
     device.set_gpu_uuid(spec.uuid);
+    device.set_device(spec.device);
     const share_folder::DeviceLimit limit = share_limits(spec);
     device.set_memory_unlimited(limit.memory_limit == share::kUnlimited);
     if (limit.memory_limit != share::kUnlimited) device.set_memory_limit_bytes(limit.memory_limit);
@@ -92,6 +93,30 @@ void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
                                        share);
 }
 
+struct DeviceHealthView {
+  bool healthy = false;
+  std::string reason;  // empty when healthy
+};
+
+// A device's health as the local API shows it: "health not known yet" before its first report,
+// "xid-<n>: <message>" for an XID.
+DeviceHealthView device_health_view(const DeviceHealthSnapshot& health, const std::string& pool,
+                                    const std::string& device) {
+  DeviceHealthView view{false, "health not known yet"};
+  for (const DeviceHealthReport& report : health.devices) {
+    if (report.pool_name != pool || report.device_name != device) continue;
+    view.healthy = report.state == DeviceHealthState::kHealthy;
+    if (view.healthy) {
+      view.reason.clear();
+      continue;
+    }
+    view.reason = report.xid != 0 ? "xid-" + std::to_string(report.xid) : "";
+    if (!report.message.empty()) view.reason += (view.reason.empty() ? "" : ": ") + report.message;
+    if (view.reason.empty()) view.reason = "unhealthy";
+  }
+  return view;
+}
+
 }  // namespace
 
 v1::ListSharesResponse read_node_snapshot(const NodeSnapshotSources& sources,
@@ -103,12 +128,21 @@ v1::ListSharesResponse read_node_snapshot(const NodeSnapshotSources& sources,
   const std::vector<NodeDevice> devices =
       sources.devices ? sources.devices() : std::vector<NodeDevice>{};
 
+  // Shares per device (by name) and per physical GPU (by UUID): a share inside a MIG instance
+  // counts for the instance and for its GPU.
+  std::map<std::string, uint32_t> shares_per_device;
   std::map<std::string, uint32_t> shares_per_gpu;
   std::optional<std::map<uint64_t, int>> host_pids;
   for (const auto& [claim_uid, entry] : checkpoint) {
     // A claim still being prepared may have no folder yet; it is listed once it completes.
     if (entry.state != ClaimState::kPrepareCompleted) continue;
-    for (const ShareSpec& spec : entry.shares) ++shares_per_gpu[spec.uuid];
+    for (const ShareSpec& spec : entry.shares) {
+      ++shares_per_device[spec.device];
+      const auto device = std::find_if(devices.begin(), devices.end(),
+                                       [&](const NodeDevice& d) { return d.name == spec.device; });
+      ++shares_per_gpu[device != devices.end() && device->mig ? device->mig->parent_uuid
+                                                              : spec.uuid];
+    }
     for (const std::vector<ShareSpec>& folder : shares_by_folder(entry.shares))
       add_share(sources, entry, claim_uid, folder, host_pids, out);
   }
@@ -117,43 +151,75 @@ v1::ListSharesResponse read_node_snapshot(const NodeSnapshotSources& sources,
   const std::map<std::string, uint64_t> unaccounted =
       sources.unaccounted ? sources.unaccounted() : std::map<std::string, uint64_t>{};
   uint32_t index = 0;
+  // The physical GPUs in the order their first device is listed: a whole GPU's device, or (in
+  // static MIG, where the GPU itself is not published) its first MIG instance's.
+  std::map<std::string, v1::Gpu*> gpu_of;
+  std::set<std::string> published_whole;  // GPUs with a device of their own
+  for (const NodeDevice& device : devices)
+    if (!device.mig) published_whole.insert(device.uuid);
   for (const NodeDevice& device : devices) {
-    v1::Gpu& gpu = *out.add_gpus();
-    gpu.set_uuid(device.uuid);
-    gpu.set_name(device.product_name);  // as the CLI's local mode names it (NVML's product name)
-    gpu.set_index(index++);
-    gpu.set_memory_total_bytes(device.memory_bytes);
-    if (sources.gpu_stats) {
-      if (Result<GpuFigures> figures = sources.gpu_stats->read(device.uuid); figures.is_ok()) {
-        gpu.set_memory_used_bytes(figures->memory_used_bytes);
-        if (figures->memory_total_bytes > 0)
-          gpu.set_memory_total_bytes(figures->memory_total_bytes);
-        gpu.set_utilization_percent(figures->utilization_percent);
+    const std::string gpu_uuid = device.mig ? device.mig->parent_uuid : device.uuid;
+    v1::Gpu*& gpu = gpu_of[gpu_uuid];
+    if (gpu == nullptr) {
+      gpu = out.add_gpus();
+      gpu->set_uuid(gpu_uuid);
+      gpu->set_name(device.product_name);  // as the CLI's local mode names it (NVML's)
+      gpu->set_index(index++);
+      if (!device.mig) gpu->set_memory_total_bytes(device.memory_bytes);
+      if (sources.gpu_stats) {
+        if (Result<GpuFigures> figures = sources.gpu_stats->read(gpu_uuid); figures.is_ok()) {
+          gpu->set_memory_used_bytes(figures->memory_used_bytes);
+          if (figures->memory_total_bytes > 0)
+            gpu->set_memory_total_bytes(figures->memory_total_bytes);
+          gpu->set_utilization_percent(figures->utilization_percent.value_or(0));
+        }
+      }
+      // A GPU without a device of its own is as healthy as its instances (set below).
+      gpu->set_healthy(device.mig.has_value());
+      gpu->set_health_reason(device.mig ? "" : "health not known yet");
+      const auto count = shares_per_gpu.find(gpu_uuid);
+      gpu->set_shares(count == shares_per_gpu.end() ? 0 : count->second);
+      if (const auto bytes = unaccounted.find(gpu_uuid); bytes != unaccounted.end())
+        gpu->set_unaccounted_memory_bytes(bytes->second);
+      if (sources.partition_capability) {
+        const auto support = sources.partition_capability->gpus.find(gpu_uuid);
+        if (support != sources.partition_capability->gpus.end()) {
+          gpu->set_driver_partitions(support->second.supported);
+          gpu->set_driver_partitions_reason(support->second.reason);
+        }
       }
     }
-    std::string reason = "health not known yet";
-    for (const DeviceHealthReport& report : health.devices) {
-      if (report.pool_name != sources.node_name || report.device_name != device.name) continue;
-      gpu.set_healthy(report.state == DeviceHealthState::kHealthy);
-      if (report.state == DeviceHealthState::kHealthy) {
-        reason.clear();
-      } else {
-        reason = report.xid != 0 ? "xid-" + std::to_string(report.xid) : "";
-        if (!report.message.empty()) reason += (reason.empty() ? "" : ": ") + report.message;
-        if (reason.empty()) reason = "unhealthy";
-      }
+    const DeviceHealthView state = device_health_view(health, sources.node_name, device.name);
+    if (!device.mig) {
+      gpu->set_healthy(state.healthy);
+      gpu->set_health_reason(state.reason);
+      continue;
     }
-    gpu.set_health_reason(reason);
-    const auto count = shares_per_gpu.find(device.uuid);
-    gpu.set_shares(count == shares_per_gpu.end() ? 0 : count->second);
-    if (const auto bytes = unaccounted.find(device.uuid); bytes != unaccounted.end())
-      gpu.set_unaccounted_memory_bytes(bytes->second);
-    if (sources.partition_capability) {
-      const auto support = sources.partition_capability->gpus.find(device.uuid);
-      if (support != sources.partition_capability->gpus.end()) {
-        gpu.set_driver_partitions(support->second.supported);
-        gpu.set_driver_partitions_reason(support->second.reason);
-      }
+    gpu->set_mig_enabled(true);
+    v1::MigInstance& instance = *gpu->add_mig_instances();
+    instance.set_device(device.name);
+    instance.set_uuid(device.uuid);
+    instance.set_profile(device.mig->profile);
+    instance.set_gpu_instance_id(device.mig->gi_id.value_or(0));
+    instance.set_compute_instance_id(device.mig->ci_id.value_or(0));
+    instance.set_placement_start(device.mig->placement.start);
+    instance.set_placement_size(device.mig->placement.size);
+    instance.set_memory_total_bytes(device.memory_bytes);
+    instance.set_multiprocessors(device.mig->multiprocessors);
+    // NVML answers memory for a MIG instance's handle (not utilisation: mig-facts.md §2.4).
+    if (sources.gpu_stats && !device.uuid.empty())
+      if (Result<GpuFigures> figures = sources.gpu_stats->read(device.uuid); figures.is_ok())
+        instance.set_memory_used_bytes(figures->memory_used_bytes);
+    instance.set_healthy(state.healthy);
+    instance.set_health_reason(state.reason);
+    const auto count = shares_per_device.find(device.name);
+    instance.set_shares(count == shares_per_device.end() ? 0 : count->second);
+    // A GPU published only through its instances (static MIG) is as healthy as they are, and
+    // says which one is not; one with a device of its own keeps that device's health.
+    if (!state.healthy && !published_whole.count(gpu_uuid)) {
+      gpu->set_healthy(false);
+      gpu->set_health_reason((gpu->health_reason().empty() ? "" : gpu->health_reason() + "; ") +
+                             "MIG instance " + device.name + ": " + state.reason);
     }
   }
   return out;

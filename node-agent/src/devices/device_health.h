@@ -10,7 +10,25 @@
 #include <string>
 #include <vector>
 
+#include "model/node_device.h"
+
 namespace tessera::agent {
+
+// NVML's GPU-instance id of an event that no MIG instance can be blamed for (nvmlEventData_t:
+// the whole GPU, or a GPU not in MIG mode).
+inline constexpr unsigned kNoGpuInstance = 0xFFFFFFFF;
+
+// The published devices an NVML event on GPU `gpu_uuid` makes Unhealthy: with a GPU-instance id,
+// only the MIG instance's device (none when no published instance has that id: an instance made
+// outside the agent); without one, every device of the GPU (the whole GPU's and each instance's).
+// mig-facts.md §2: events on a MIG-enabled GPU carry the GI and CI ids of the instance.
+std::vector<NodeDevice> devices_hit_by(const std::vector<NodeDevice>& devices,
+                                       const std::string& gpu_uuid, unsigned gpu_instance_id);
+
+// The physical GPUs behind `devices`, each once in order (NVML events are registered on them,
+// never on a MIG instance's handle): a whole GPU's device, or for a GPU published only through
+// its instances (static MIG), a NodeDevice with its UUID and the name "gpu-<minor>".
+std::vector<NodeDevice> physical_gpus(const std::vector<NodeDevice>& devices);
 
 enum class DeviceHealthState { kUnknown, kHealthy, kUnhealthy };
 

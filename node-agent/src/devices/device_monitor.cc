@@ -168,7 +168,7 @@ void DeviceMonitor::inventory_turn() {
     return;
   }
   // Unchanged: refresh each report's time, so the board says when health was last checked.
-  for (const NodeDevice& device : node_devices(gpus)) {
+  for (const NodeDevice& device : published_devices(gpus)) {
     const auto fault = faults_.find(device.uuid);
     if (fault == faults_.end())
       report(device.name, DeviceHealthState::kHealthy);
@@ -189,8 +189,8 @@ void DeviceMonitor::deliver() {
 }
 
 void DeviceMonitor::apply_inventory(const std::vector<GpuInfo>& gpus) {
-  const std::vector<NodeDevice> before = node_devices(devices());
-  const std::vector<NodeDevice> after = node_devices(gpus);
+  const std::vector<NodeDevice> before = published_devices(devices());
+  const std::vector<NodeDevice> after = published_devices(gpus);
   auto same = [](const NodeDevice& a, const NodeDevice& b) {
     return a.name == b.name && a.uuid == b.uuid;
   };
@@ -220,7 +220,10 @@ void DeviceMonitor::register_events() {
   Nvml& nvml = *nvml_;
   nvml.free_set();  // NVML cannot unregister: a new set replaces the old one
   std::vector<std::string> unsupported;
-  const std::vector<NodeDevice> listed = node_devices(devices());
+  // Events are registered on the GPUs, never on a MIG instance's handle; an event names its
+  // instance by GI id (collect_events).
+  const std::vector<NodeDevice> published = published_devices(devices());
+  const std::vector<NodeDevice> listed = physical_gpus(published);
   // kFailedPrecondition from an event call: this driver or GPU has no events (Not Supported).
   auto not_supported = [](const Status& status) {
     return status.code() == StatusCode::kFailedPrecondition;
@@ -241,7 +244,8 @@ void DeviceMonitor::register_events() {
         const std::string why = "NVML cannot watch the GPU: " + status.message();
         log::warn("GPU marked Unhealthy",
                   {{"gpu", device.name}, {"uuid", device.uuid}, {"reason", why}});
-        mark_unhealthy(device.name, device.uuid, Fault{why, 0});
+        for (const NodeDevice& hit : devices_hit_by(published, device.uuid, kNoGpuInstance))
+          mark_unhealthy(hit.name, hit.uuid, Fault{why, 0});
       };
       Result<nvmlDevice_t> handle = nvml.session.device_by_uuid(device.uuid);
       if (!handle.is_ok()) {
@@ -297,20 +301,30 @@ void DeviceMonitor::collect_events() {
     const auto registered = nvml.uuid_of.find(event.device);
     if (registered == nvml.uuid_of.end()) continue;
     const std::string& uuid = registered->second;
-    std::string name;
-    for (const NodeDevice& device : node_devices(devices()))
-      if (device.uuid == uuid) name = device.name;
-    if (name.empty()) continue;
+    // An event NVML blames on a MIG instance (its GI id) makes only that instance's device
+    // Unhealthy; the GPU's other instances stay schedulable.
+    const std::vector<NodeDevice> hit =
+        devices_hit_by(published_devices(devices()), uuid, event.gpuInstanceId);
     const std::string xid = std::to_string(event.eventData);
-    if (!xid_marks_unhealthy(event.eventData)) {
-      log::info("XID of an application error: GPU still Healthy",
-                {{"gpu", name}, {"uuid", uuid}, {"xid", xid}});
+    const std::string instance =
+        event.gpuInstanceId == kNoGpuInstance ? "" : std::to_string(event.gpuInstanceId);
+    if (hit.empty()) {
+      if (!instance.empty())
+        log::info("XID on a MIG instance the agent does not publish: ignored",
+                  {{"uuid", uuid}, {"gpu_instance", instance}, {"xid", xid}});
       continue;
     }
-    const std::string why = describe_xid(event.eventData);
-    log::warn("GPU marked Unhealthy",
-              {{"gpu", name}, {"uuid", uuid}, {"xid", xid}, {"reason", why}});
-    mark_unhealthy(name, uuid, Fault{why, event.eventData});
+    for (const NodeDevice& device : hit) {
+      if (!xid_marks_unhealthy(event.eventData)) {
+        log::info("XID of an application error: device still Healthy",
+                  {{"gpu", device.name}, {"uuid", device.uuid}, {"xid", xid}});
+        continue;
+      }
+      const std::string why = describe_xid(event.eventData);
+      log::warn("GPU marked Unhealthy",
+                {{"gpu", device.name}, {"uuid", device.uuid}, {"xid", xid}, {"reason", why}});
+      mark_unhealthy(device.name, device.uuid, Fault{why, event.eventData});
+    }
   }
 }
 
@@ -332,6 +346,10 @@ void DeviceMonitor::report(const std::string& name, DeviceHealthState state, con
   report.message = fault.message;
   report.xid = fault.xid;
   health_.set(report);
+}
+
+std::vector<NodeDevice> DeviceMonitor::published_devices(const std::vector<GpuInfo>& gpus) const {
+  return options_.published ? options_.published(gpus) : node_devices(gpus);
 }
 
 void DeviceMonitor::log_once(std::string& last, const std::string& message) {

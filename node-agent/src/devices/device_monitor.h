@@ -41,6 +41,10 @@ struct DeviceMonitorOptions {
   };
   // The NVML library for events (tests name a missing one).
   std::string nvml_library = "libnvidia-ml.so.1";
+  // The devices `gpus` are published as, each of which gets a health report: MIG devices too
+  // where the agent publishes a GPU's MIG instances (an XID NVML blames on one instance then
+  // marks that device only: devices_hit_by). Empty: each GPU whole (node_devices).
+  std::function<std::vector<NodeDevice>(const std::vector<GpuInfo>&)> published;
 };
 
 // Where health reports go: the monitor writes through these two functions, so tests can record
@@ -118,6 +122,7 @@ class DeviceMonitor {
   // Marks the device Unhealthy for `fault`; a new or different fault is delivered again.
   void mark_unhealthy(const std::string& name, const std::string& uuid, Fault fault);
   void log_once(std::string& last, const std::string& message);
+  std::vector<NodeDevice> published_devices(const std::vector<GpuInfo>& gpus) const;
 
   DeviceMonitorOptions options_;
   DeviceHealthSink health_;

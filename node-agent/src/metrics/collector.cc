@@ -18,6 +18,11 @@ namespace {
 constexpr double kNsPerSecond = 1e9;
 constexpr double kPercent = 100;
 
+// A MIG instance's GPU or compute instance id as a label: "" while a dynamic instance is not made.
+std::string id_label(const std::optional<unsigned>& id) {
+  return id ? std::to_string(*id) : "";
+}
+
 void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
                   const std::vector<NodeDevice>& devices, std::map<std::string, uint64_t>& shares,
                   ScrapeFamilies& out) {
@@ -104,11 +109,22 @@ void write_gpus(const MetricsSources& sources, const std::vector<NodeDevice>& de
       sources.reclaim_evictions ? sources.reclaim_evictions() : std::map<std::string, uint64_t>{};
   for (const NodeDevice& device : devices) {
     const std::string labels[] = {device.uuid, device.name, sources.node_name};
+    if (device.mig) {
+      const std::string mig_labels[] = {device.uuid,
+                                        device.name,
+                                        sources.node_name,
+                                        device.mig->parent_uuid,
+                                        device.mig->profile,
+                                        id_label(device.mig->gi_id),
+                                        id_label(device.mig->ci_id)};
+      out.add(MetricId::kMigInstanceInfo, mig_labels, uint64_t{1});
+    }
     if (sources.gpu_stats) {
       if (Result<GpuFigures> figures = sources.gpu_stats->read(device.uuid); figures.is_ok()) {
         out.add(MetricId::kGpuMemoryUsedBytes, labels, figures->memory_used_bytes);
         out.add(MetricId::kGpuMemoryTotalBytes, labels, figures->memory_total_bytes);
-        out.add(MetricId::kGpuUtilizationRatio, labels, figures->utilization_percent / kPercent);
+        if (figures->utilization_percent)
+          out.add(MetricId::kGpuUtilizationRatio, labels, *figures->utilization_percent / kPercent);
       }
     }
     bool healthy = false;

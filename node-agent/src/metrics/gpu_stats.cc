@@ -43,8 +43,12 @@ Result<GpuFigures> NvmlGpuStats::read(const std::string& uuid) {
   Result<nvmlMemory_t> memory = session.memory(*device);
   if (!memory.is_ok()) return unavailable(memory.status().with_context(uuid).message());
   Result<nvmlUtilization_t> utilization = session.utilization(*device);
-  if (!utilization.is_ok()) return unavailable(utilization.status().with_context(uuid).message());
-  return GpuFigures{memory->used, memory->total, utilization->gpu};
+  // Not Supported (kFailedPrecondition): a GPU in MIG mode, or a MIG instance; memory stands.
+  if (!utilization.is_ok() && utilization.status().code() != StatusCode::kFailedPrecondition)
+    return unavailable(utilization.status().with_context(uuid).message());
+  GpuFigures figures{memory->used, memory->total, std::nullopt};
+  if (utilization.is_ok()) figures.utilization_percent = utilization->gpu;
+  return figures;
 }
 
 }  // namespace tessera::agent

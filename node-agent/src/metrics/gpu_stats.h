@@ -16,7 +16,8 @@ namespace tessera::agent {
 struct GpuFigures {
   uint64_t memory_used_bytes = 0;
   uint64_t memory_total_bytes = 0;
-  unsigned utilization_percent = 0;
+  // None where NVML has no utilisation: a GPU in MIG mode and its instances (mig-facts.md §2.4).
+  std::optional<unsigned> utilization_percent;
 };
 
 class NvmlGpuStats {

@@ -16,6 +16,8 @@ std::span<const std::string_view> label_names(LabelSet labels) {
   static constexpr std::string_view kBuildLabels[] = {"version", "revision"};
   static constexpr std::string_view kFindingLabels[] = {"kind", "node"};
   static constexpr std::string_view kWithheldLabels[] = {"uuid", "device", "node", "reason"};
+  static constexpr std::string_view kMigInstanceLabels[] = {
+      "uuid", "device", "node", "parent_uuid", "profile", "gpu_instance", "compute_instance"};
   switch (labels) {
     case LabelSet::kNone:
       return {};
@@ -33,6 +35,8 @@ std::span<const std::string_view> label_names(LabelSet labels) {
       return kFindingLabels;
     case LabelSet::kWithheld:
       return kWithheldLabels;
+    case LabelSet::kMigInstance:
+      return kMigInstanceLabels;
   }
   return {};
 }

@@ -26,6 +26,8 @@ enum class LabelSet {
   kFinding,   // kind (model/finding.h finding_kind_name), node
   kWithheld,  // uuid, device, node, reason (devices/coexistence.h: device-plugin, other-dra-driver,
               // compute-mode)
+  kMigInstance,  // uuid, device, node (as kGpu), then parent_uuid, profile, gpu_instance,
+                 // compute_instance
 };
 
 // The order of kMetricTable below (checked at compile time).
@@ -52,6 +54,7 @@ enum class MetricId : size_t {
   kGpuUnaccountedMemoryBytes,
   kGpuDriverPartitions,
   kGpuWithheld,
+  kMigInstanceInfo,
   kPrepareRequestsTotal,
   kPrepareDurationSeconds,
   kUnprepareRequestsTotal,
@@ -130,7 +133,7 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
     {MetricId::kGpuUtilizationRatio, "tessera_gpu_utilization_ratio", MetricType::kGauge,
      LabelSet::kGpu,
      "Part of the last sample period during which a kernel ran on the GPU, 0 to 1 (NVML's whole "
-     "percents)"},
+     "percents); no series for a GPU in MIG mode or a MIG instance, where NVML has none"},
     {MetricId::kGpuHealthy, "tessera_gpu_healthy", MetricType::kGauge, LabelSet::kGpu,
      "1 when the GPU is reported Healthy to kubelet, 0 when Unhealthy or not yet known"},
     {MetricId::kGpuShares, "tessera_gpu_shares", MetricType::kGauge, LabelSet::kGpu,
@@ -148,6 +151,12 @@ inline constexpr std::array<MetricInfo, kMetricCount> kMetricTable = {{
      "1 for a GPU this agent does not publish because another allocator hands it out (reason: "
      "device-plugin, other-dra-driver, or compute-mode set outside Tessera; "
      "docs/coexistence.md); no series once it is published"},
+    {MetricId::kMigInstanceInfo, "tessera_mig_instance_info", MetricType::kGauge,
+     LabelSet::kMigInstance,
+     "1 for each MIG instance the agent publishes as a device; its tessera_gpu_* series carry the "
+     "same uuid and device (the instance's), and these labels join them to the GPU they sit on "
+     "(parent_uuid), the profile and NVML's GPU and compute instance ids (empty while a "
+     "dynamic instance is not created)"},
     {MetricId::kPrepareRequestsTotal, "tessera_prepare_requests_total", MetricType::kCounter,
      LabelSet::kResult, "NodePrepareResources claims handled, by result"},
     {MetricId::kPrepareDurationSeconds, "tessera_prepare_duration_seconds", MetricType::kHistogram,

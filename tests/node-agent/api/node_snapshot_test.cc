@@ -73,6 +73,7 @@ class NodeSnapshot : public ::testing::Test {
     sources.shares_dir = (base_ / "shares").string();
     sources.checkpoint = [this] { return checkpoint_; };
     sources.devices = [this] { return devices_; };
+    if (!health_.empty()) sources.health = [this] { return DeviceHealthSnapshot{1, health_}; };
     sources.proc_root = (base_ / "proc").string();
     return read_node_snapshot(sources, unix_ms);
   }
@@ -96,6 +97,7 @@ class NodeSnapshot : public ::testing::Test {
   ShareSpec spec_;
   Checkpoint checkpoint_;
   std::vector<NodeDevice> devices_;
+  std::vector<DeviceHealthReport> health_;
 };
 
 TEST_F(NodeSnapshot, AReadableFolderHasItsUsageAndNoReadError) {
@@ -125,6 +127,79 @@ TEST_F(NodeSnapshot, AGpuIsNamedByItsProductNameAsTheCliLocalModeNamesIt) {
   EXPECT_EQ(node.gpus(0).uuid(), "GPU-aaaa");
   EXPECT_EQ(node.gpus(0).index(), 0u);
   EXPECT_EQ(node.gpus(0).shares(), 1u);
+}
+
+// A GPU in static MIG mode is published only through its instances: the snapshot lists the GPU
+// once, in MIG mode, with each instance under it (profile, GI/CI ids, placement, memory, health,
+// the shares inside it); the share names its instance's device; an unhealthy instance leaves the
+// other instance healthy and makes the GPU say which one is not.
+TEST_F(NodeSnapshot, MigInstancesAreListedUnderTheirGpuWithTheSharesInsideThem) {
+  auto instance = [](const std::string& name, const std::string& uuid, unsigned gi,
+                     unsigned start) {
+    NodeDevice device{name, uuid, 0, 71168ull << 20, "NVIDIA H200"};
+    MigDeviceRef mig;
+    mig.parent_uuid = "GPU-aaaa";
+    mig.profile = "3g.71gb";
+    mig.placement = {start, 4};
+    mig.multiprocessors = 60;
+    mig.gi_id = gi;
+    mig.ci_id = 0;
+    device.mig = mig;
+    return device;
+  };
+  devices_ = {instance("gpu-0-mig-gi1", "MIG-1111", 1, 4),
+              instance("gpu-0-mig-gi2", "MIG-2222", 2, 0),
+              NodeDevice{"gpu-1", "GPU-bbbb", 1, 140 * kGiB, "NVIDIA H200"}};
+  checkpoint_["uid-1"].shares[0].device = "gpu-0-mig-gi2";
+  checkpoint_["uid-1"].shares[0].uuid = "MIG-2222";
+  auto report = [](const std::string& device, DeviceHealthState state) {
+    DeviceHealthReport out;
+    out.pool_name = "node-1";
+    out.device_name = device;
+    out.state = state;
+    return out;
+  };
+  DeviceHealthReport sick = report("gpu-0-mig-gi1", DeviceHealthState::kUnhealthy);
+  sick.message = "XID 94: contained ECC error";
+  sick.xid = 94;
+  health_ = {report("gpu-0-mig-gi2", DeviceHealthState::kHealthy), sick,
+             report("gpu-1", DeviceHealthState::kHealthy)};
+  const v1::ListSharesResponse node = snapshot();
+  ASSERT_EQ(node.gpus_size(), 2);
+  const v1::Gpu& gpu = node.gpus(0);
+  EXPECT_EQ(gpu.uuid(), "GPU-aaaa");
+  EXPECT_EQ(gpu.name(), "NVIDIA H200");
+  EXPECT_EQ(gpu.index(), 0u);
+  EXPECT_TRUE(gpu.mig_enabled());
+  EXPECT_EQ(gpu.shares(), 1u);
+  ASSERT_EQ(gpu.mig_instances_size(), 2);
+  const v1::MigInstance& first = gpu.mig_instances(0);
+  EXPECT_EQ(first.device(), "gpu-0-mig-gi1");
+  EXPECT_EQ(first.uuid(), "MIG-1111");
+  EXPECT_EQ(first.profile(), "3g.71gb");
+  EXPECT_EQ(first.gpu_instance_id(), 1u);
+  EXPECT_EQ(first.placement_start(), 4u);
+  EXPECT_EQ(first.placement_size(), 4u);
+  EXPECT_EQ(first.memory_total_bytes(), 71168ull << 20);
+  EXPECT_EQ(first.multiprocessors(), 60u);
+  EXPECT_FALSE(first.healthy());
+  EXPECT_EQ(first.health_reason(), "xid-94: XID 94: contained ECC error");
+  EXPECT_EQ(first.shares(), 0u);
+  const v1::MigInstance& second = gpu.mig_instances(1);
+  EXPECT_TRUE(second.healthy());
+  EXPECT_EQ(second.health_reason(), "");
+  EXPECT_EQ(second.shares(), 1u);
+  EXPECT_FALSE(gpu.healthy());
+  EXPECT_EQ(gpu.health_reason(), "MIG instance gpu-0-mig-gi1: xid-94: XID 94: contained ECC error");
+  const v1::Gpu& whole = node.gpus(1);
+  EXPECT_FALSE(whole.mig_enabled());
+  EXPECT_EQ(whole.mig_instances_size(), 0);
+  EXPECT_TRUE(whole.healthy());
+  EXPECT_EQ(whole.index(), 1u);
+  EXPECT_EQ(whole.memory_total_bytes(), 140 * kGiB);
+  ASSERT_EQ(node.shares_size(), 1);
+  EXPECT_EQ(node.shares(0).devices(0).device(), "gpu-0-mig-gi2");
+  EXPECT_EQ(node.shares(0).devices(0).gpu_uuid(), "MIG-2222");
 }
 
 // Requests and limits (docs/resource-model.md): the consumed capacities are the requests, the

@@ -220,6 +220,109 @@ TEST(DeviceMonitor, XidEventMarksThatDeviceUnhealthy) {
   });
 }
 
+// GPU 0 published as two MIG instances (static MIG: no whole-GPU device), GPU 1 whole: the
+// simulator's XID 79 on GPU 0 comes without a GPU-instance id (the whole GPU fell off the bus), so
+// both instances turn Unhealthy and GPU 1 stays Healthy; events are watched on GPU 0 itself.
+TEST(DeviceMonitor, AGpuWideXidMarksEveryMigInstanceOfThatGpuOnly) {
+  in_simulator([] {
+    SimulatedClock clock;
+    DeviceHealthBoard board;
+    Recorder recorder;
+    DeviceMonitorOptions options = fast_options();
+    options.published = [](const std::vector<GpuInfo>& gpus) {
+      std::vector<NodeDevice> devices;
+      for (const NodeDevice& whole : node_devices(gpus)) {
+        if (whole.minor != 0) {
+          devices.push_back(whole);
+          continue;
+        }
+        for (unsigned gi : {1u, 2u}) {
+          NodeDevice instance{"gpu-0-mig-gi" + std::to_string(gi), "MIG-" + std::to_string(gi), 0,
+                              whole.memory_bytes / 2, whole.product_name};
+          instance.mig = MigDeviceRef{};
+          instance.mig->parent_uuid = whole.uuid;
+          instance.mig->profile = "3g.71gb";
+          instance.mig->gi_id = gi;
+          instance.mig->ci_id = 0;
+          devices.push_back(instance);
+        }
+      }
+      return devices;
+    };
+    DeviceMonitor monitor(options, board, recorder.callback(), clock);
+    ASSERT_EQ(monitor.start().message(), "");
+    EXPECT_TRUE(monitor.events_supported()) << "GPU 0 is watched through its own handle";
+    EXPECT_EQ(state_of(board, "gpu-0-mig-gi1"), DeviceHealthState::kHealthy);
+    EXPECT_EQ(state_of(board, "gpu-0"), std::nullopt) << "not a published device";
+    simgpu_ctl("health 0 unhealthy");
+    run_turns(clock, monitor);
+    ASSERT_TRUE(wait_for_state(board, "gpu-0-mig-gi1", DeviceHealthState::kUnhealthy));
+    ASSERT_TRUE(wait_for_state(board, "gpu-0-mig-gi2", DeviceHealthState::kUnhealthy));
+    EXPECT_EQ(state_of(board, "gpu-1"), DeviceHealthState::kHealthy);
+    for (const DeviceHealthReport& report : board.snapshot().devices) {
+      if (report.device_name.rfind("gpu-0-mig-", 0) == 0) {
+        EXPECT_EQ(report.xid, 79u);
+      }
+    }
+  });
+}
+
+// A static-MIG GPU (two instances, no whole-GPU device) and a whole GPU, as node_devices lists
+// them.
+std::vector<NodeDevice> mig_and_whole() {
+  auto instance = [](const std::string& name, const std::string& uuid, unsigned gi) {
+    NodeDevice device{name, uuid, 0, 71168ull << 20, "NVIDIA H200"};
+    MigDeviceRef mig;
+    mig.parent_uuid = "GPU-a";
+    mig.profile = "3g.71gb";
+    mig.placement = {gi == 1 ? 4u : 0u, 4};
+    mig.multiprocessors = 60;
+    mig.gi_id = gi;
+    mig.ci_id = 0;
+    device.mig = mig;
+    return device;
+  };
+  return {instance("gpu-0-mig-gi1", "MIG-1", 1), instance("gpu-0-mig-gi2", "MIG-2", 2),
+          NodeDevice{"gpu-1", "GPU-b", 1, 141ull << 30, "NVIDIA H200"}};
+}
+
+std::vector<std::string> names_of(const std::vector<NodeDevice>& devices) {
+  std::vector<std::string> names;
+  for (const NodeDevice& device : devices) names.push_back(device.name);
+  return names;
+}
+
+// An event NVML attributes to GPU instance 2 hits that instance's device only; one without a GI
+// id hits every device of the GPU; a GI the agent does not publish hits nothing.
+TEST(DeviceMonitor, AnEventOnAMigInstanceHitsThatInstanceOnly) {
+  const std::vector<NodeDevice> devices = mig_and_whole();
+  EXPECT_EQ(names_of(devices_hit_by(devices, "GPU-a", 2)),
+            std::vector<std::string>{"gpu-0-mig-gi2"});
+  EXPECT_EQ(names_of(devices_hit_by(devices, "GPU-a", kNoGpuInstance)),
+            (std::vector<std::string>{"gpu-0-mig-gi1", "gpu-0-mig-gi2"}));
+  EXPECT_TRUE(devices_hit_by(devices, "GPU-a", 7).empty());
+  EXPECT_EQ(names_of(devices_hit_by(devices, "GPU-b", kNoGpuInstance)),
+            std::vector<std::string>{"gpu-1"});
+  // A GI id on a GPU without instances matches no device either (nothing to blame).
+  EXPECT_TRUE(devices_hit_by(devices, "GPU-b", 2).empty());
+  EXPECT_TRUE(devices_hit_by(devices, "GPU-c", kNoGpuInstance).empty());
+}
+
+// Events are registered on physical GPUs: a static-MIG GPU once (named after its minor), never
+// its instances' handles.
+TEST(DeviceMonitor, EventsAreWatchedOnEachPhysicalGpuOnce) {
+  const std::vector<NodeDevice> gpus = physical_gpus(mig_and_whole());
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0].name, "gpu-0");
+  EXPECT_EQ(gpus[0].uuid, "GPU-a");
+  EXPECT_FALSE(gpus[0].mig.has_value());
+  EXPECT_EQ(gpus[1].name, "gpu-1");
+  // With the whole GPU published too (dynamic MIG), its own device stands for it.
+  std::vector<NodeDevice> with_whole = mig_and_whole();
+  with_whole.push_back({"gpu-0", "GPU-a", 0, 141ull << 30, "NVIDIA H200"});
+  EXPECT_EQ(names_of(physical_gpus(with_whole)), (std::vector<std::string>{"gpu-0", "gpu-1"}));
+}
+
 TEST(DeviceMonitor, XidsAreDescribedForPeople) {
   EXPECT_EQ(describe_xid(79), "XID 79: GPU has fallen off the bus");
   EXPECT_EQ(describe_xid(48), "XID 48: double-bit ECC error");

@@ -85,20 +85,26 @@ json json_of(const YAML::Node& node) {
 }
 
 // The chart's DeviceClasses (charts/tessera/templates/deviceclasses.yaml): the default class and
-// the MPS preset, both selecting the driver's devices.
+// the MPS preset, both selecting the driver's devices, and the MIG class (MIG instances only).
 std::vector<json> device_classes() {
   const json selector = {{{"cel", {{"expression", "device.driver == \"vgpu.tessera.dev\""}}}}};
-  return {{{"metadata", {{"name", "vgpu.tessera.dev"}}}, {"spec", {{"selectors", selector}}}},
-          {{"metadata", {{"name", "mps.vgpu.tessera.dev"}}},
-           {"spec",
-            {{"selectors", selector},
-             {"config",
-              {{{"opaque",
-                 {{"driver", "vgpu.tessera.dev"},
-                  {"parameters",
-                   {{"apiVersion", "vgpu.tessera.dev/v1alpha1"},
-                    {"kind", "VgpuConfig"},
-                    {"sharing", {{"strategy", "MPS"}}}}}}}}}}}}}};
+  const json mig_selector = {{{"cel",
+                               {{"expression",
+                                 "device.driver == \"vgpu.tessera.dev\" && "
+                                 "device.attributes[\"vgpu.tessera.dev\"].type == \"mig\""}}}}};
+  return {
+      {{"metadata", {{"name", "vgpu.tessera.dev"}}}, {"spec", {{"selectors", selector}}}},
+      {{"metadata", {{"name", "mig.vgpu.tessera.dev"}}}, {"spec", {{"selectors", mig_selector}}}},
+      {{"metadata", {{"name", "mps.vgpu.tessera.dev"}}},
+       {"spec",
+        {{"selectors", selector},
+         {"config",
+          {{{"opaque",
+             {{"driver", "vgpu.tessera.dev"},
+              {"parameters",
+               {{"apiVersion", "vgpu.tessera.dev/v1alpha1"},
+                {"kind", "VgpuConfig"},
+                {"sharing", {{"strategy", "MPS"}}}}}}}}}}}}}};
 }
 
 // A claim made from a spec as kube-apiserver stores it (defaults, canonical quantities).
@@ -120,14 +126,25 @@ struct Sample {
   json claim;
 };
 
-// Every claim the samples make: their ResourceClaims and ResourceClaimTemplates, the claim the
-// scheduler makes for the extended resource, and the templates the webhook makes for the
-// shorthand and HAMi-style pods. `third` = the two-tenant sample's third tenant apart.
-std::vector<Sample> sample_claims(bool third) {
+// Which samples: those that ask for a share of a GPU, the two-tenant sample's third tenant, or
+// those of the MIG class (samples/k8s/mig/, which need a node with MIG instances).
+enum class SampleSet { kGpu, kThird, kMig };
+
+SampleSet set_of(const std::filesystem::path& file) {
+  const std::filesystem::path relative = std::filesystem::relative(file, SAMPLES_K8S_DIR);
+  if (*relative.begin() == "mig") return SampleSet::kMig;
+  if (file.parent_path().filename() == "third") return SampleSet::kThird;
+  return SampleSet::kGpu;
+}
+
+// Every claim the samples of `set` make: their ResourceClaims and ResourceClaimTemplates, the
+// claim the scheduler makes for the extended resource, and the templates the webhook makes for the
+// shorthand and HAMi-style pods.
+std::vector<Sample> sample_claims(SampleSet set) {
   std::vector<Sample> samples;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(SAMPLES_K8S_DIR)) {
     if (entry.path().extension() != ".yaml") continue;
-    if ((entry.path().parent_path().filename() == "third") != third) continue;
+    if (set_of(entry.path()) != set) continue;
     const std::string file = std::filesystem::relative(entry.path(), SAMPLES_K8S_DIR).string();
     for (const YAML::Node& document : YAML::LoadAllFromFile(entry.path().string())) {
       const json object = json_of(document);
@@ -208,7 +225,7 @@ void expect_agent_accepts(const json& claim, const GpuInfo& gpu, const std::stri
 // every size has), consumedCapacity as the request policy rounds it, a shareID; the agent takes it.
 // Then the webhook's templates for amounts beyond the smaller GPUs: refused where they do not fit.
 TEST(SchedulerAllocation, EverySampleOnEveryGpuSize) {
-  const std::vector<Sample> samples = sample_claims(false);
+  const std::vector<Sample> samples = sample_claims(SampleSet::kGpu);
   ASSERT_GE(samples.size(), 7u);  // one-share, mps, two tenants, extended, shorthand, hami
   for (const GpuSize& size : kSizes) {
     const GpuInfo gpu = gpu_of(size);
@@ -252,9 +269,9 @@ TEST(SchedulerAllocation, EverySampleOnEveryGpuSize) {
 // third tenant is refused (no cores left), each allocation a distinct share.
 TEST(SchedulerAllocation, TwoTenantsShareOneGpuAndAThirdIsRefused) {
   std::vector<Sample> tenants;
-  for (const Sample& sample : sample_claims(false))
+  for (const Sample& sample : sample_claims(SampleSet::kGpu))
     if (sample.name.find("two-tenants/") == 0) tenants.push_back(sample);
-  const std::vector<Sample> third = sample_claims(true);
+  const std::vector<Sample> third = sample_claims(SampleSet::kThird);
   ASSERT_EQ(tenants.size(), 2u);
   ASSERT_EQ(third.size(), 1u);
   for (const GpuSize& size : kSizes) {
@@ -315,6 +332,158 @@ TEST(SchedulerAllocation, TwoHamiPodsWithoutGpucoresPackOnOneGpu) {
       input.allocated_claims.push_back(*claim);
     }
   }
+}
+
+// ---- MIG: an H200 node with MIG instances (static MIG), as the agent publishes it.
+
+// One MIG instance of a fixture GPU (mig-facts.md §1.3, H200 141GB: 3g.71gb = 71168 MiB,
+// 2g.35gb = 33024 MiB, 1g.18gb = 16384 MiB; placements in memory slices).
+struct MigInstanceFixture {
+  unsigned gi;
+  const char* profile;
+  uint64_t mib;
+  int64_t placement_start, placement_size;
+};
+
+// The device the agent publishes for a MIG instance: a GPU device of the instance's memory (the
+// same capacities and request policies: cores 100 = all of the instance's SMs), named
+// gpu-<minor>-mig-gi<GI>, with type "mig", its profile, parent and placement.
+json mig_device(const GpuInfo& parent, const MigInstanceFixture& instance) {
+  GpuInfo as_gpu = parent;
+  as_gpu.memory_bytes = instance.mib << 20;
+  as_gpu.uuid = "MIG-5e1a0c3d-" + std::to_string(parent.minor) + std::to_string(instance.gi) +
+                "00-4a0b-8c1d-2e3f4a5b6c7d";
+  json device = build_device(as_gpu);
+  device["name"] = "gpu-" + std::to_string(parent.minor) + "-mig-gi" + std::to_string(instance.gi);
+  json& attributes = device["attributes"];
+  attributes["type"] = {{"string", "mig"}};
+  attributes["profile"] = {{"string", instance.profile}};
+  attributes["parentUUID"] = {{"string", parent.uuid}};
+  attributes["placementStart"] = {{"int", instance.placement_start}};
+  attributes["placementSize"] = {{"int", instance.placement_size}};
+  return device;
+}
+
+// gpu-0: all-3g.71gb (GI 1 at 4, GI 2 at 0); gpu-1: 3g.71gb at 4, 2g.35gb at 0, two 1g.18gb at 2
+// and 3; gpu-2: MIG off, the whole GPU (type "gpu"). A GPU in MIG mode has no whole-GPU device.
+allocator::AllocatorInput mig_node() {
+  const std::vector<std::vector<MigInstanceFixture>> layouts = {
+      {{1, "3g.71gb", 71168, 4, 4}, {2, "3g.71gb", 71168, 0, 4}},
+      {{1, "3g.71gb", 71168, 4, 4},
+       {5, "2g.35gb", 33024, 0, 2},
+       {9, "1g.18gb", 16384, 2, 1},
+       {10, "1g.18gb", 16384, 3, 1}},
+      {}};
+  std::vector<GpuInfo> gpus;
+  json devices = json::array();
+  for (unsigned minor = 0; minor < layouts.size(); ++minor) {
+    GpuInfo gpu = gpu_of(kSizes[0]);
+    gpu.index = gpu.minor = minor;
+    gpu.uuid = "GPU-0d0f6a2e-1c3b-4e5f-8a7b-9c0d1e2f3a4" + std::to_string(minor);
+    gpus.push_back(gpu);
+    for (const MigInstanceFixture& instance : layouts[minor])
+      devices.push_back(mig_device(gpu, instance));
+    if (layouts[minor].empty()) {
+      json whole = build_device(gpu);
+      whole["attributes"]["type"] = {{"string", "gpu"}};
+      devices.push_back(whole);
+    }
+  }
+  SliceIdentity identity;
+  identity.node_name = "node-a";
+  identity.node_uid = "3d7c0b8e-node-uid";
+  std::vector<json> slices = build_resource_slices(gpus, identity, 1);
+  EXPECT_EQ(slices.size(), 1u);
+  slices[0]["spec"]["devices"] = devices;
+  allocator::AllocatorInput input;
+  for (const json& slice : slices) {
+    apiserver::ServerFields fields;
+    fields.uid = "slice-uid";
+    fields.resource_version = "2";
+    Result<json> stored = apiserver::write_back(slice, nullptr, fields);
+    EXPECT_TRUE(stored.is_ok()) << stored.status().message();
+    if (stored.is_ok()) input.slices.push_back(*stored);
+  }
+  input.device_classes = device_classes();
+  input.node_name = "node-a";
+  return input;
+}
+
+const Sample& mig_sample(const std::vector<Sample>& samples, const std::string& name) {
+  for (const Sample& sample : samples)
+    if (sample.name == "mig/claim-templates.yaml:" + name) return sample;
+  ADD_FAILURE() << "samples/k8s/mig has no template " << name;
+  return samples.front();
+}
+
+// "A whole MIG instance of at least 40 GiB": each claim takes a 3g.71gb instance whole (all of
+// its memory, all of its cores), never the whole GPU gpu-2 nor the 2g.35gb; a fourth is refused.
+TEST(SchedulerAllocation, MigWholeInstanceSampleTakesEachLargeInstanceOnce) {
+  const std::vector<Sample> samples = sample_claims(SampleSet::kMig);
+  ASSERT_EQ(samples.size(), 2u);  // the two templates; the pods name them
+  const Sample& whole = mig_sample(samples, "mig-instance-40g");
+  allocator::AllocatorInput input = mig_node();
+  for (const char* expected : {"gpu-0-mig-gi1", "gpu-0-mig-gi2", "gpu-1-mig-gi1"}) {
+    Result<json> claim = allocator::allocated(input, whole.claim);
+    ASSERT_TRUE(claim.is_ok()) << expected << ": " << claim.status().message();
+    const json& result = (*claim)["status"]["allocation"]["devices"]["results"][0];
+    EXPECT_EQ(result["device"], expected);
+    // All of the instance's memory (the request policy's default, in the slice's spelling).
+    EXPECT_EQ(parse_byte_quantity(result["consumedCapacity"]["memory"].get<std::string>()),
+              71168ull << 20)
+        << expected;
+    EXPECT_EQ(result["consumedCapacity"]["cores"], "100") << expected;
+    input.allocated_claims.push_back(*claim);
+  }
+  Result<json> refused = allocator::allocated(input, whole.claim);
+  ASSERT_FALSE(refused.is_ok()) << "no instance of 40 GiB or more is left: " << refused->dump();
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.status().message(),
+            "cannot allocate all claims: request \"mig\" found no device that fits");
+}
+
+// "A share inside a 3g instance": shares pack on the first 3g instance (8 GiB and 30 % of its SMs
+// each); a whole-instance claim then takes the other 3g instance, not the shared one; the smaller
+// instances are never chosen.
+TEST(SchedulerAllocation, MigShareSamplePacksInsideA3gInstance) {
+  const std::vector<Sample> samples = sample_claims(SampleSet::kMig);
+  const Sample& share = mig_sample(samples, "mig-3g-share");
+  const Sample& whole = mig_sample(samples, "mig-instance-40g");
+  allocator::AllocatorInput input = mig_node();
+  std::vector<std::string> share_ids;
+  for (int i = 0; i < 3; ++i) {
+    Result<json> claim = allocator::allocated(input, share.claim);
+    ASSERT_TRUE(claim.is_ok()) << "share " << i << ": " << claim.status().message();
+    const json& result = (*claim)["status"]["allocation"]["devices"]["results"][0];
+    EXPECT_EQ(result["device"], "gpu-0-mig-gi1") << "share " << i;
+    EXPECT_EQ(result["consumedCapacity"]["memory"], "8Gi");
+    EXPECT_EQ(result["consumedCapacity"]["cores"], "30");
+    share_ids.push_back(result["shareID"]);
+    input.allocated_claims.push_back(*claim);
+  }
+  EXPECT_NE(share_ids[0], share_ids[1]);
+  // 90 of the instance's cores are taken: a fourth share of 30 goes to the next 3g instance.
+  Result<json> fourth = allocator::allocated(input, share.claim);
+  ASSERT_TRUE(fourth.is_ok()) << fourth.status().message();
+  EXPECT_EQ(fourth->at("status")["allocation"]["devices"]["results"][0]["device"], "gpu-0-mig-gi2");
+  input.allocated_claims.push_back(*fourth);
+  Result<json> taken_whole = allocator::allocated(input, whole.claim);
+  ASSERT_TRUE(taken_whole.is_ok()) << taken_whole.status().message();
+  EXPECT_EQ(taken_whole->at("status")["allocation"]["devices"]["results"][0]["device"],
+            "gpu-1-mig-gi1")
+      << "the only 3g instance nobody shares";
+  input.allocated_claims.push_back(*taken_whole);
+  // gpu-0-mig-gi2 has 70 cores left: two more shares, then every 3g instance is full or taken
+  // whole, and 30 more cores fit nowhere (not in the 2g or 1g instances, not in gpu-2).
+  for (int i = 0; i < 2; ++i) {
+    Result<json> more = allocator::allocated(input, share.claim);
+    ASSERT_TRUE(more.is_ok()) << more.status().message();
+    EXPECT_EQ(more->at("status")["allocation"]["devices"]["results"][0]["device"], "gpu-0-mig-gi2");
+    input.allocated_claims.push_back(*more);
+  }
+  Result<json> refused = allocator::allocated(input, share.claim);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -224,7 +224,18 @@ TEST_F(MetricsEndToEnd, PromtoolAcceptsTheExposition) {
   sources.node_name = "node-a";
   sources.shares_dir = shares;
   sources.checkpoint = [&] { return checkpoint; };
-  sources.devices = [] { return std::vector<NodeDevice>{{"gpu-0", "GPU-1", 0, 16 * kGiB}}; };
+  // And a MIG instance of another GPU, healthy: its own gpu series and the info series that joins
+  // them to its GPU.
+  NodeDevice instance{"gpu-1-mig-gi3", "MIG-3", 1, 71168ull << 20, "NVIDIA H200"};
+  instance.mig = MigDeviceRef{};
+  instance.mig->parent_uuid = "GPU-2";
+  instance.mig->profile = "3g.71gb";
+  instance.mig->gi_id = 3;
+  instance.mig->ci_id = 0;
+  health.set(health_report("gpu-1-mig-gi3", DeviceHealthState::kHealthy));
+  sources.devices = [&] {
+    return std::vector<NodeDevice>{{"gpu-0", "GPU-1", 0, 16 * kGiB}, instance};
+  };
   sources.health = [&] { return health.snapshot(); };
   sources.requests = &requests;
   sources.version = "0.1.0";
@@ -255,6 +266,15 @@ TEST_F(MetricsEndToEnd, PromtoolAcceptsTheExposition) {
           "tessera_gpu_unaccounted_memory_bytes{uuid=\"GPU-1\",device=\"gpu-0\",node=\"node-a\"}"),
       2.0 * kGiB);
   EXPECT_EQ(text.find("GPU-9"), std::string::npos);  // only the published GPUs have series
+  EXPECT_EQ(samples.at("tessera_mig_instance_info{uuid=\"MIG-3\",device=\"gpu-1-mig-gi3\","
+                       "node=\"node-a\",parent_uuid=\"GPU-2\",profile=\"3g.71gb\","
+                       "gpu_instance=\"3\",compute_instance=\"0\"}"),
+            1);
+  EXPECT_EQ(
+      samples.at("tessera_gpu_healthy{uuid=\"MIG-3\",device=\"gpu-1-mig-gi3\",node=\"node-a\"}"),
+      1);
+  EXPECT_EQ(text.find("tessera_mig_instance_info{uuid=\"GPU-1\""), std::string::npos)
+      << "a whole GPU has no MIG info series";
 }
 
 TEST_F(MetricsEndToEnd, EveryMetricOfARunningTwoShareClaim) {

@@ -322,7 +322,14 @@ class Cel {
       return invalid_argument("CEL selector \"" + text_ +
                               "\": runtime error: no such key: " + name);
     if (field == "attributes") {
-      if (entry->contains("string")) return Value{(*entry)["string"].get<std::string>()};
+      if (entry->contains("string")) {
+        const std::string value = (*entry)["string"].get<std::string>();
+        // CEL's string function: the MIG class's samples pick a profile family ("3g.").
+        if (!take(".startsWith(")) return Value{value};
+        TESSERA_ASSIGN_OR_RETURN(std::string prefix, string_literal());
+        if (!take(")")) return unsupported("missing )");
+        return Value{value.rfind(prefix, 0) == 0};
+      }
       if (entry->contains("int")) return Value{(*entry)["int"].get<int64_t>()};
       if (entry->contains("bool")) return Value{(*entry)["bool"].get<bool>()};
       if (entry->contains("version")) return Value{(*entry)["version"].get<std::string>()};

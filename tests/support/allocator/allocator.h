@@ -73,7 +73,8 @@
 //
 // CEL: the selectors our DeviceClasses, samples and fixtures use, evaluated as the scheduler's CEL
 // environment would: `device.driver`, `device.allowMultipleAllocations`,
-// `device.attributes["<domain>"].<name>` (string, int, bool), `device.capacity["<domain>"].<name>`
+// `device.attributes["<domain>"].<name>` (string, int, bool; a string's `.startsWith("...")`),
+// `device.capacity["<domain>"].<name>`
 // with `.compareTo(quantity("<q>"))`, literals, `== != < <= > >=`, `&& || !` and parentheses. An
 // expression outside that is refused with an error naming it, never taken as a match.
 #pragma once

@@ -245,6 +245,14 @@ TEST(Allocator, SelectorsTaintsAndUnknownClasses) {
   EXPECT_TRUE(
       *device_matches("device.attributes[\"vgpu.tessera.dev\"].index == 0", kDriver, device));
   EXPECT_FALSE(*device_matches("!(device.allowMultipleAllocations)", kDriver, device));
+  EXPECT_TRUE(
+      *device_matches("device.attributes[\"vgpu.tessera.dev\"].productName"
+                      ".startsWith(\"NVIDIA H\")",
+                      kDriver, device));
+  EXPECT_FALSE(
+      *device_matches("device.attributes[\"vgpu.tessera.dev\"].productName"
+                      ".startsWith(\"H200\")",
+                      kDriver, device));
   const Result<bool> unsupported =
       device_matches("device.attributes.exists(a, true)", kDriver, device);
   ASSERT_FALSE(unsupported.is_ok());

@@ -111,6 +111,31 @@ TEST(PodMutation, ThePatchRemovesKeysByEscapedPointer) {
                             {"path", "/spec/containers/0/resources/limits/tessera.dev~1gpu"}}));
 }
 
+// A MIG profile key: removed by escaped pointer, a claim from the MIG class's template.
+TEST(PodMutation, MigShorthandBecomesAClaimOfTheMigClass) {
+  json request = golden("pod_shorthand.json");
+  json& resources = container(request, "containers", 0)["resources"];
+  resources["limits"] = {{"cpu", "2"}, {"tessera.dev/mig-3g.71gb", "1"}};
+  resources.erase("requests");
+  FakeClaimLookup claims;
+  const Mutated out = run(request, {}, claims);
+  EXPECT_EQ(out.review["response"]["allowed"], true) << out.review.dump();
+  EXPECT_EQ(patch_of(out.review)[0],
+            json({{"op", "remove"},
+                  {"path", "/spec/containers/0/resources/limits/tessera.dev~1mig-3g.71gb"}}));
+  EXPECT_EQ(out.pod["spec"]["containers"][0]["resources"]["limits"], json({{"cpu", "2"}}));
+  EXPECT_EQ(out.pod["spec"]["resourceClaims"], json::parse(R"([{"name": "tessera-train",
+                             "resourceClaimTemplateName": "tessera-vgpu-1-mig3g71gb-c100"}])"));
+  ASSERT_EQ(out.templates.size(), 1u);
+  EXPECT_EQ(
+      out.templates[0]["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"],
+      "mig.vgpu.tessera.dev");
+  // A bad profile is refused as any bad shorthand is.
+  resources["limits"] = {{"tessera.dev/mig-3g.71", "1"}};
+  expect_denied(run(request, {}, claims).review, 422, "Invalid",
+                "container \"train\": tessera.dev/mig-3g.71: \"3g.71\" is not a MIG profile");
+}
+
 TEST(PodMutation, MutatingAMutatedPodChangesNothing) {
   json request = golden("pod_shorthand.json");
   FakeClaimLookup claims;

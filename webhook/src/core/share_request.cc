@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cstring>
+#include <regex>
 
+#include "tessera/driver_name.h"
 #include "tessera/kube/quantity.h"
 #include "tessera/quantity.h"
 
@@ -79,6 +82,42 @@ Result<uint32_t> percent(const std::string& who, const char* key, const std::str
   return *value;
 }
 
+// The distinct tessera.dev/mig-<profile> keys of limits and requests, in order.
+std::vector<std::string> mig_keys(const json& resources) {
+  std::vector<std::string> keys;
+  for (const char* list : {"limits", "requests"}) {
+    const auto it = resources.find(list);
+    if (it == resources.end() || !it->is_object()) continue;
+    for (const auto& item : it->items())
+      if (item.key().rfind(kMigKeyPrefix, 0) == 0 &&
+          std::find(keys.begin(), keys.end(), item.key()) == keys.end())
+        keys.push_back(item.key());
+  }
+  return keys;
+}
+
+// tessera.dev/mig-<profile>: the count and the profile, into `out`.
+Status read_mig(const json& resources, const std::string& who, const std::string& key,
+                bool gpu_given, Shorthand& out) {
+  TESSERA_ASSIGN_OR_RETURN(std::optional<std::string> count,
+                           read_key(resources, who, key.c_str(), out));
+  const std::string profile = key.substr(std::strlen(kMigKeyPrefix));
+  if (!is_mig_profile(profile))
+    return invalid_argument(who + ": " + key + ": " + json(profile).dump() +
+                            " is not a MIG profile: expected <compute slices>g.<memory>gb, such as "
+                            "3g.71gb or 1g.18gb");
+  if (gpu_given)
+    return invalid_argument(who + ": " + kTesseraGpu + " and " + key + " both give a count; give " +
+                            key + " alone (its value is the number of MIG instances)");
+  TESSERA_ASSIGN_OR_RETURN(
+      uint64_t instances,
+      whole_number(who, key.c_str(), count.value_or(""), 1, kMaxSharesPerRequest,
+                   "a whole number of MIG instances, 1..32"));
+  out.request.count = static_cast<uint32_t>(instances);
+  out.request.mig_profile = profile;
+  return Status::ok();
+}
+
 Result<std::optional<Shorthand>> read_tessera(const json& resources, const std::string& who) {
   Shorthand out;
   TESSERA_ASSIGN_OR_RETURN(std::optional<std::string> gpu,
@@ -87,7 +126,16 @@ Result<std::optional<Shorthand>> read_tessera(const json& resources, const std::
                            read_key(resources, who, kTesseraMemory, out));
   TESSERA_ASSIGN_OR_RETURN(std::optional<std::string> cores,
                            read_key(resources, who, kTesseraCores, out));
-  if (!gpu && !memory && !cores) return std::optional<Shorthand>();
+  const std::vector<std::string> mig = mig_keys(resources);
+  if (!gpu && !memory && !cores && mig.empty()) return std::optional<Shorthand>();
+  if (mig.size() > 1)
+    return invalid_argument(who + " asks for MIG instances of two profiles (" + mig[0] + ", " +
+                            mig[1] + "); give one");
+  if (!mig.empty()) {
+    TESSERA_RETURN_IF_ERROR(read_mig(resources, who, mig[0], gpu.has_value(), out));
+    // Neither memory nor cores: the instance whole (its memory is the request policy's default).
+    if (!memory && !cores) out.request.cores = 100;
+  }
   if (gpu) {
     TESSERA_ASSIGN_OR_RETURN(uint64_t count,
                              whole_number(who, kTesseraGpu, *gpu, 1, kMaxSharesPerRequest,
@@ -166,8 +214,19 @@ bool has_any_key(const json& resources, const auto& keys) {
 
 }  // namespace
 
+bool is_mig_profile(const std::string& profile) {
+  // At most 7 compute slices on every MIG GPU (mig-facts.md §1.1); memory in whole GB.
+  static const std::regex kProfile("[1-7]g\\.[1-9][0-9]{0,3}gb");
+  return std::regex_match(profile, kProfile);
+}
+
 std::string ShareRequest::template_name() const {
   std::string name = kTemplateNamePrefix + std::to_string(count);
+  if (mig_profile) {
+    std::string profile = *mig_profile;
+    std::erase(profile, '.');
+    name += "-mig" + profile;
+  }
   if (memory_bytes) {
     char text[32];
     format_byte_quantity(*memory_bytes, text, sizeof(text));
@@ -181,8 +240,14 @@ std::string ShareRequest::template_name() const {
 }
 
 json ShareRequest::claim_template(const std::string& namespace_name) const {
-  json exactly = {
-      {"deviceClassName", kTesseraDeviceClass}, {"allocationMode", "ExactCount"}, {"count", count}};
+  json exactly = {{"deviceClassName", mig_profile ? kMigDeviceClass : kTesseraDeviceClass},
+                  {"allocationMode", "ExactCount"},
+                  {"count", count}};
+  if (mig_profile)
+    exactly["selectors"] = {
+        {{"cel",
+          {{"expression", "device.attributes[\"" + std::string(kDriverName) +
+                              "\"].profile == " + json(*mig_profile).dump()}}}}};
   json capacity = json::object();
   // Canonical, as kube-apiserver stores it: what is read back after a 409 is what was sent.
   if (memory_bytes) capacity["memory"] = kube::canonical_bytes(*memory_bytes);
@@ -205,7 +270,7 @@ Result<std::optional<Shorthand>> read_shorthand(const json& container, bool hami
   const auto resources = container.find("resources");
   if (resources == container.end() || !resources->is_object()) return std::optional<Shorthand>();
   const std::string who = "container " + json(container_name(container)).dump();
-  const bool tessera = has_any_key(*resources, kTesseraKeys);
+  const bool tessera = has_any_key(*resources, kTesseraKeys) || !mig_keys(*resources).empty();
   const bool hami = hami_names && has_any_key(*resources, kHamiKeys);
   if (tessera && hami)
     return invalid_argument(who + " mixes tessera.dev/ and nvidia.com/ GPU requests; use one");
