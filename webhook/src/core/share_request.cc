@@ -6,9 +6,9 @@
 #include <cstring>
 #include <regex>
 
-#include "tessera/driver_name.h"
 #include "tessera/kube/quantity.h"
 #include "tessera/quantity.h"
+#include "tessera/vgpu_config/driver_name.h"
 
 namespace tessera::webhook {
 namespace {
