@@ -25,6 +25,8 @@
 #include "metrics/collector.h"
 #include "metrics/gpu_stats.h"
 #include "metrics/metrics_server.h"
+#include "observe/observation_board.h"
+#include "observe/observer.h"
 #include "share/checkpoint_view.h"
 #include "share/partition_hook.h"
 #include "share/share_manager.h"
@@ -220,6 +222,7 @@ Status NodeAgent::start() {
     return share_event_objects(shares_->checkpoint(), share);
   });
   events_->set_observer([this](const node::v1::Event& event) { pod_events_->observe(event); });
+  start_observation();
   TESSERA_RETURN_IF_ERROR(start_enforcement());
   TESSERA_RETURN_IF_ERROR(start_partition_check());
   TESSERA_RETURN_IF_ERROR(start_process_watch());
@@ -232,7 +235,7 @@ Status NodeAgent::start() {
         with_context("cannot start the reconcile loop"));
   }
   {
-    std::lock_guard lock(liveness_mutex_);
+    MutexLock lock(liveness_mutex_);
     started_ = true;
     monitor_moved_at_ = reconcile_moved_at_ = clock_.now();
   }
@@ -323,7 +326,7 @@ int NodeAgent::metrics_port() const {
 }
 
 Status NodeAgent::liveness() {
-  std::lock_guard lock(liveness_mutex_);
+  MutexLock lock(liveness_mutex_);
   if (!started_) return unavailable("the agent has not started");
   if (stopped_) return unavailable("the agent is stopping");
   const Clock::time_point now = clock_.now();
@@ -361,7 +364,7 @@ std::vector<WithheldGpu> NodeAgent::withheld_gpus() const {
 }
 
 Status NodeAgent::publish(const std::vector<GpuInfo>& all_gpus) {
-  std::lock_guard lock(slices_mutex_);
+  MutexLock lock(slices_mutex_);
   std::string unmatched;
   for (const std::string& entry : gpu_selection_->unmatched(all_gpus))
     unmatched += (unmatched.empty() ? "" : ",") + entry;
@@ -415,31 +418,24 @@ Status NodeAgent::start_enforcement() {
   handling.then = event_findings_.get();  // on the local API's event stream too
   findings_ = std::make_unique<EnforcementHandler>(handling);
   if (config_.check_interval_s <= 0) return Status::ok();
-  Result<std::unique_ptr<GpuProcessSource>> source = nvml_process_source();
-  if (!source.is_ok()) {
+  if (!gpu_processes_) {
     log::error(
         "out-of-band checks not running (memory limits hold only for processes that load the "
         "shim)",
-        {{"error", source.status().message()}});
+        {{"error", gpu_processes_error_}});
     return Status::ok();
   }
-  gpu_processes_ = std::move(source).value();
   CheckerOptions checking;
   auto millis = [](double seconds) {
     return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
   };
   checking.interval = millis(config_.check_interval_s);
+  checking.proc_root = observer_->options().proc_root;
   checking.memory_grace = millis(config_.memory_grace_s);
   checking.cores_grace = millis(config_.cores_grace_s);
   // A pod that joined a shared claim after its prepare (kubelet prepares for the first pod only).
   checking.claim_pods = [this](const std::string& claim_uid) {
     return shares_->refresh_claim_pods(claim_uid);
-  };
-  // Every GPU of the node: processes of no share are found on GPUs without shares too.
-  checking.node_gpus = [this] {
-    std::vector<std::string> uuids;
-    for (const NodeDevice& device : shares_->devices()) uuids.push_back(device.uuid);
-    return uuids;
   };
   // The MPS shares' daemons: they and the servers they spawn are those shares', not unaccounted.
   checking.mps_daemons = [this] {
@@ -453,12 +449,49 @@ Status NodeAgent::start_enforcement() {
     }
     return daemons;
   };
-  const std::string shares_dir = config_.state_dir + "/shares";
-  // The claims on disk: during a rolling update the other agent's shares are no one's otherwise.
+  // Each pass judges the observer's observation of the node (the claims on disk: during a rolling
+  // update the other agent's shares are no one's otherwise); both go on the board.
+  checking.judged = [this](std::shared_ptr<const NodeObservation> observation,
+                           std::shared_ptr<const Judgment> judgment) {
+    board_->publish(std::move(observation), std::move(judgment));
+  };
   checker_ = std::make_unique<OutOfBandChecker>(
-      checking, [this, shares_dir] { return checked_shares(node_checkpoint(), shares_dir); },
-      *gpu_processes_, *findings_, clock_);
+      checking, [this] { return observer_->observe(); }, *findings_, clock_);
   return checker_->start();
+}
+
+void NodeAgent::start_observation() {
+  // One NVML session for the checks and every report (the GPU-time meter and the device monitor
+  // keep theirs: docs/node-agent.md, "One observation per pass").
+  Result<std::unique_ptr<GpuProcessSource>> source = nvml_process_source();
+  if (source.is_ok()) {
+    gpu_processes_ = std::move(source).value();
+  } else {
+    gpu_processes_error_ = source.status().message();
+    log::warn("no NVML figures: the node is observed without its GPUs",
+              {{"error", gpu_processes_error_}});
+  }
+  ObserverOptions observing;
+  observing.shares_dir = config_.state_dir + "/shares";
+  observing.checkpoint = [this] { return node_checkpoint(); };
+  observing.devices = [this] { return shares_->devices(); };
+  observing.health = [this] { return health_.snapshot(); };
+  // The agent's clock (tests run a simulated one), from the wall time at start.
+  observing.unix_ms = [this, wall = std::chrono::system_clock::now(), at = clock_.now()] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               (wall +
+                std::chrono::duration_cast<std::chrono::system_clock::duration>(clock_.now() - at))
+                   .time_since_epoch())
+        .count();
+  };
+  observer_ = std::make_unique<Observer>(std::move(observing), gpu_processes_.get(), clock_);
+  // With the checks on, their loop observes once per --check-interval and a reader takes that
+  // pass's observation; without them each reader observes.
+  const bool checks = config_.check_interval_s > 0 && gpu_processes_;
+  const auto max_age =
+      checks ? std::chrono::milliseconds(static_cast<int64_t>(2000 * config_.check_interval_s))
+             : std::chrono::milliseconds(0);
+  board_ = std::make_unique<ObservationBoard>(*observer_, clock_, max_age);
 }
 
 void NodeAgent::detect_partitions(ShareManagerOptions& options) {
@@ -586,7 +619,7 @@ Status NodeAgent::start_process_watch() {
 
 void NodeAgent::stop() {
   {
-    std::lock_guard lock(liveness_mutex_);
+    MutexLock lock(liveness_mutex_);
     stopped_ = started_;
   }
   watch_refresher_.reset();

@@ -10,14 +10,9 @@
 #include <string>
 
 #include "tessera/status.h"
+#include "usage/gpu_processes.h"  // GpuFigures
 
 namespace tessera::agent {
-
-struct GpuFigures {
-  uint64_t memory_used_bytes = 0;
-  uint64_t memory_total_bytes = 0;
-  unsigned utilization_percent = 0;
-};
 
 class NvmlGpuStats {
  public:

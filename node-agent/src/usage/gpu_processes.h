@@ -22,6 +22,14 @@ struct GpuProcessBusy {
   unsigned sm_percent = 0;  // of the window since the previous query of this GPU
 };
 
+// A GPU's own figures (nvmlDeviceGetMemoryInfo, nvmlDeviceGetUtilizationRates): what /metrics and
+// the local API show per GPU.
+struct GpuFigures {
+  uint64_t memory_used_bytes = 0;
+  uint64_t memory_total_bytes = 0;
+  unsigned utilization_percent = 0;
+};
+
 // The per-process figures of a GPU (NVML on a node; a fake in tests and the benchmark).
 class GpuProcessSource {
  public:
@@ -35,9 +43,14 @@ class GpuProcessSource {
   virtual Result<uint64_t> free_memory(const std::string& uuid) {
     return unavailable("no free-memory figure for " + uuid);
   }
+  // The GPU's memory and utilisation; a source that cannot tell says kUnavailable (no figures).
+  virtual Result<GpuFigures> figures(const std::string& uuid) {
+    return unavailable("no figures for " + uuid);
+  }
 };
 
-// nvmlDeviceGetComputeRunningProcesses_v3 and nvmlDeviceGetProcessUtilization through `library`;
+// nvmlDeviceGetComputeRunningProcesses_v3, nvmlDeviceGetProcessUtilization, nvmlDeviceGetMemoryInfo
+// and nvmlDeviceGetUtilizationRates through one session of `library`;
 // kUnavailable when NVML cannot be loaded or started.
 Result<std::unique_ptr<GpuProcessSource>> nvml_process_source(
     const std::string& library = "libnvidia-ml.so.1");
