@@ -23,7 +23,6 @@
 #include "enforcement/checker.h"
 #include "enforcement/enforcement_handler.h"
 #include "metrics/collector.h"
-#include "metrics/gpu_stats.h"
 #include "metrics/metrics_server.h"
 #include "observe/observation_board.h"
 #include "observe/observer.h"
@@ -239,7 +238,6 @@ Status NodeAgent::start() {
     started_ = true;
     monitor_moved_at_ = reconcile_moved_at_ = clock_.now();
   }
-  gpu_stats_ = std::make_unique<NvmlGpuStats>();  // NVML loads on the first read
   TESSERA_RETURN_IF_ERROR(start_api());
   if (!config_.metrics_address.empty()) {
     MetricsServerOptions serving;
@@ -269,19 +267,14 @@ Status NodeAgent::start_api() {
               {{"reason", fits.message()}});
     return Status::ok();
   }
-  serving.snapshot = [this](std::int64_t unix_ms) {
+  // The node as the last pass observed it, stamped with that pass's time.
+  serving.snapshot = [this](std::int64_t) {
     NodeSnapshotSources sources;
     sources.node_name = config_.node_name;
-    sources.shares_dir = config_.state_dir + "/shares";
-    sources.checkpoint = [this] { return node_checkpoint(); };
-    sources.devices = [this] { return shares_->devices(); };
-    sources.health = [this] { return health_.snapshot(); };
-    sources.gpu_stats = gpu_stats_.get();
-    if (checker_) sources.unaccounted = [this] { return checker_->unaccounted_memory(); };
     sources.partition_capability = &partition_capability_;
     if (partition_check_) sources.partitions = [this] { return partition_check_->views(); };
     sources.default_policy = findings_->default_policy();
-    return read_node_snapshot(sources, unix_ms);
+    return node_snapshot(board_->current(), sources);
   };
   api_ = std::make_unique<NodeApiServer>(serving, *events_, clock_);
   return api_->start();
@@ -294,14 +287,10 @@ std::string NodeAgent::api_socket() const {
 std::string NodeAgent::scrape_metrics() const {
   MetricsSources sources;
   sources.node_name = config_.node_name;
-  sources.shares_dir = config_.state_dir + "/shares";
-  sources.checkpoint = [this] { return node_checkpoint(); };
-  sources.devices = [this] { return shares_->devices(); };
-  sources.health = [this] { return health_.snapshot(); };
-  sources.gpu_stats = gpu_stats_.get();
+  sources.observed = [this] { return board_->current(); };
   sources.requests = &requests_;
-  sources.findings = findings_ ? &findings_->counters() : nullptr;
-  if (checker_) sources.unaccounted = [this] { return checker_->unaccounted_memory(); };
+  if (findings_)
+    sources.findings = [this](FindingKind kind) { return findings_->counters().count(kind); };
   if (findings_) sources.reclaim_evictions = [this] { return findings_->reclaim_evictions(); };
   if (kube_events_)
     sources.kube_events_dropped = [this] {

@@ -50,7 +50,6 @@ class GpuTimeMeter;
 class InstrumentedPreparer;
 class MetricsServer;
 class MpsBackend;
-class NvmlGpuStats;
 class Observer;
 class ObservationBoard;
 struct ShareManagerOptions;
@@ -188,7 +187,6 @@ class NodeAgent {
 
   RequestMetrics requests_;
   std::unique_ptr<InstrumentedPreparer> preparer_;  // counts into requests_
-  std::unique_ptr<NvmlGpuStats> gpu_stats_;
   // The driver's partitions (docs/driver-partitions.md): detected at start; the session the
   // check and unprepare use, the check and its loop where any GPU has the capability.
   PartitionCapability partition_capability_;

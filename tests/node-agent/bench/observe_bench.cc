@@ -14,7 +14,8 @@
 // Fails when a pass reads no folder (the counting seam is broken) or finds none of the lies.
 //
 // The simulated GPUs run none of the fake processes, so the per-process figures come from a fake
-// (FakeGpus) while the readers' sessions are opened on the simulated NVML as on a node.
+// (FakeGpus) while the readers' sessions are opened on the simulated NVML as on a node (the one
+// observer's, since observe/: docs/node-agent.md "One observation per pass").
 // Usage: agent_observe_bench [--shares 64] [--processes 512] [--gpus 8] [--passes 20]
 #include <dirent.h>
 #include <dlfcn.h>
@@ -36,7 +37,8 @@
 #include "enforcement/checker.h"
 #include "enforcement/fake_node.h"
 #include "metrics/collector.h"
-#include "metrics/gpu_stats.h"
+#include "observe/observation_board.h"
+#include "observe/observer.h"
 #include "tessera/node_events/snapshot_events.h"
 #include "usage/context_overhead.h"
 
@@ -256,59 +258,60 @@ int main(int argc, char** argv) {
   counts.proc_root = node.proc->root().string();
 
   // ---- pass_readers: the readers as node_agent.cc wires them ------------------------------------
-  // The checker's NVML session (NodeAgent::start_enforcement's nvml_process_source), opened as on
+  // The observer's NVML session (NodeAgent::start_observation's nvml_process_source), opened as on
   // a node; its figures are the fake's (see the header).
-  tessera::Result<std::unique_ptr<GpuProcessSource>> checker_session =
+  tessera::Result<std::unique_ptr<GpuProcessSource>> observer_session =
       nvml_process_source(nvml_library);
-  if (!checker_session.is_ok()) {
+  if (!observer_session.is_ok()) {
     std::fprintf(stderr, "the simulated NVML does not open: %s\n",
-                 checker_session.status().message().c_str());
+                 observer_session.status().message().c_str());
     return 1;
   }
-  CountingHandler handler;
-  CheckerOptions checking;
-  checking.proc_root = counts.proc_root;
-  checking.repair = false;  // the same lies every pass: each pass does the same work
-  OutOfBandChecker checker(
-      checking, [&node] { return checked_shares(node.checkpoint, node.shares_dir); }, node.figures,
-      handler);
-  ContextOverheadOptions costing;
+  std::int64_t unix_ms = 1'700'000'000'000;
+  ObserverOptions observing;
+  observing.shares_dir = node.shares_dir;
+  observing.proc_root = counts.proc_root;
+  observing.checkpoint = [&node] { return node.checkpoint; };
+  observing.devices = [&node] { return node.devices; };
+  observing.unix_ms = [&unix_ms] { return unix_ms; };
+  Observer observer(observing, &node.figures);
+  // A pass a minute old is still the last one here (the agent: two check intervals).
+  ObservationBoard board(observer, tessera::agent::real_clock(), std::chrono::minutes(1));
+  ContextOverheadOptions costing;  // the GPU-time meter's context-cost meter, reading for itself
   costing.shares_dir = node.shares_dir;
   costing.nvml_library = nvml_library;
   costing.proc_root = counts.proc_root;
   ContextOverheadMeter context_costs(costing);
-  NvmlGpuStats gpu_stats(nvml_library);
+  CountingHandler handler;
+  CheckerOptions checking;
+  checking.proc_root = counts.proc_root;
+  checking.repair = false;  // the same lies every pass: each pass does the same work
+  checking.judged = [&](std::shared_ptr<const NodeObservation> observation,
+                        std::shared_ptr<const Judgment> judgment) {
+    board.publish(std::move(observation), std::move(judgment));
+  };
+  OutOfBandChecker checker(
+      checking, [&observer] { return observer.observe(); }, handler);
   MetricsSources metrics;
   metrics.node_name = "node-a";
-  metrics.shares_dir = node.shares_dir;
-  metrics.checkpoint = [&node] { return node.checkpoint; };
-  metrics.devices = [&node] { return node.devices; };
-  metrics.gpu_stats = &gpu_stats;
-  metrics.unaccounted = [&checker] { return checker.unaccounted_memory(); };
+  metrics.observed = [&board] { return board.current(); };
   NodeSnapshotSources snapshot;
   snapshot.node_name = "node-a";
-  snapshot.shares_dir = node.shares_dir;
-  snapshot.checkpoint = [&node] { return node.checkpoint; };
-  snapshot.devices = [&node] { return node.devices; };
-  snapshot.gpu_stats = &gpu_stats;
-  snapshot.proc_root = counts.proc_root;
-  snapshot.unaccounted = [&checker] { return checker.unaccounted_memory(); };
   tessera::node::v1::ListSharesResponse last_events_snapshot;
-  std::int64_t unix_ms = 1'700'000'000'000;
   size_t scrape_bytes = 0, listed = 0, events = 0;
   std::vector<double> cpu, wall;
   auto pass = [&](bool timed) {
     const double cpu_start = thread_cpu_ms();
     const Steady::time_point wall_start = Steady::now();
-    checker.check_once();
+    checker.check_once();  // observes, judges, publishes
     if (timed) {
       cpu.push_back(thread_cpu_ms() - cpu_start);
       wall.push_back(std::chrono::duration<double, std::milli>(Steady::now() - wall_start).count());
     }
     (void)context_costs.measure();
     scrape_bytes = collect_metrics(metrics).size();
-    listed = static_cast<size_t>(read_node_snapshot(snapshot, unix_ms).shares_size());
-    tessera::node::v1::ListSharesResponse now = read_node_snapshot(snapshot, unix_ms);
+    listed = static_cast<size_t>(node_snapshot(board.current(), snapshot).shares_size());
+    tessera::node::v1::ListSharesResponse now = node_snapshot(board.current(), snapshot);
     events = tessera::api::snapshot_events(last_events_snapshot, now).size();
     last_events_snapshot = std::move(now);
     unix_ms += 1000;

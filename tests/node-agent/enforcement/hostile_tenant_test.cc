@@ -490,10 +490,13 @@ TEST_F(HostileTenant, AProcessOfNoShareIsReportedAndCountedButNeverKilledEvenUnd
   const std::map<std::string, uint64_t> unaccounted = checker_->unaccounted_memory();
   ASSERT_EQ(unaccounted.count(uuid_), 1u);
   EXPECT_EQ(unaccounted.at(uuid_), finding.bytes);
+  // The scrape of that observation, beside the checks' judgment.
+  ObserverOptions observing;
+  observing.devices = [this] { return devices_; };
+  Observer observer(observing, nullptr);
   MetricsSources sources;
   sources.node_name = "node-a";
-  sources.devices = [this] { return devices_; };
-  sources.unaccounted = [this] { return checker_->unaccounted_memory(); };
+  sources.observed = [&] { return ObservedNode{observer.observe(), checker_->last_judgment()}; };
   const std::string text = collect_metrics(sources);
   const std::string series = "tessera_gpu_unaccounted_memory_bytes{uuid=\"" + uuid_ +
                              "\",device=\"" + devices_[0].name + "\",node=\"node-a\"} " +
