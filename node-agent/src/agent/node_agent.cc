@@ -34,6 +34,7 @@
 #include "tessera/kube/event_recorder.h"
 #include "tessera/kube/http_kube_client.h"
 #include "tessera/log.h"
+#include "usage/context_overhead.h"
 #include "usage/gpu_time_meter.h"
 #include "watcher/process_watch_program.h"
 #include "watcher/process_watcher.h"
@@ -223,6 +224,15 @@ Status NodeAgent::start() {
   events_->set_observer([this](const node::v1::Event& event) { pod_events_->observe(event); });
   start_observation();
   TESSERA_RETURN_IF_ERROR(start_enforcement());
+  if (!checker_ && gpu_processes_) {
+    // No checks, still a pass a second: the context cost, and what the reports show.
+    TESSERA_ASSIGN_OR_RETURN(
+        observe_loop_,
+        PeriodicLoop::start(
+            clock_, std::chrono::seconds(1), [this] { after_pass(observer_->observe(), nullptr); },
+            PeriodicLoop::FirstTick::kAtOnce),
+        with_context("cannot start the observation loop"));
+  }
   TESSERA_RETURN_IF_ERROR(start_partition_check());
   TESSERA_RETURN_IF_ERROR(start_process_watch());
 
@@ -442,7 +452,7 @@ Status NodeAgent::start_enforcement() {
   // update the other agent's shares are no one's otherwise); both go on the board.
   checking.judged = [this](std::shared_ptr<const NodeObservation> observation,
                            std::shared_ptr<const Judgment> judgment) {
-    board_->publish(std::move(observation), std::move(judgment));
+    after_pass(std::move(observation), std::move(judgment));
   };
   checker_ = std::make_unique<OutOfBandChecker>(
       checking, [this] { return observer_->observe(); }, *findings_, clock_);
@@ -474,13 +484,32 @@ void NodeAgent::start_observation() {
         .count();
   };
   observer_ = std::make_unique<Observer>(std::move(observing), gpu_processes_.get(), clock_);
+  context_costs_ = std::make_unique<ContextOverheadMeter>(ContextOverheadOptions{});
   // With the checks on, their loop observes once per --check-interval and a reader takes that
   // pass's observation; without them each reader observes.
-  const bool checks = config_.check_interval_s > 0 && gpu_processes_;
   const auto max_age =
-      checks ? std::chrono::milliseconds(static_cast<int64_t>(2000 * config_.check_interval_s))
-             : std::chrono::milliseconds(0);
+      !gpu_processes_ ? std::chrono::milliseconds(0)
+      : config_.check_interval_s > 0
+          ? std::chrono::milliseconds(static_cast<int64_t>(2000 * config_.check_interval_s))
+          : std::chrono::milliseconds(2000);
   board_ = std::make_unique<ObservationBoard>(*observer_, clock_, max_age);
+}
+
+void NodeAgent::after_pass(std::shared_ptr<const NodeObservation> observation,
+                           std::shared_ptr<const Judgment> judgment) {
+  // After the check (a liar it just found gives no evidence): the context cost of the same
+  // observation (usage/context_overhead.h), one log line per change of what went wrong.
+  const std::string problems =
+      join_problems(context_costs_->measure(context_cost_inputs(*observation)));
+  if (problems != last_context_problem_) {
+    if (problems.empty()) {
+      log::info("context cost measured again");
+    } else {
+      log::warn("context cost not measured", {{"problems", problems}});
+    }
+    last_context_problem_ = problems;
+  }
+  board_->publish(std::move(observation), std::move(judgment));
 }
 
 void NodeAgent::detect_partitions(ShareManagerOptions& options) {
@@ -616,6 +645,7 @@ void NodeAgent::stop() {
   if (metrics_) metrics_->stop();  // no scrape runs past here
   if (api_) api_->stop();          // no call nor pass runs past here
   reconciler_.reset();             // joins: no pass runs past here
+  observe_loop_.reset();           // joins: no observation pass runs past here
   partition_loop_.reset();         // joins: no partition check runs past here
   if (checker_) checker_->stop();
   if (meter_) meter_->stop();

@@ -51,6 +51,9 @@ class InstrumentedPreparer;
 class MetricsServer;
 class MpsBackend;
 class Observer;
+class ContextOverheadMeter;
+struct NodeObservation;
+struct Judgment;
 class ObservationBoard;
 struct ShareManagerOptions;
 class ShareManager;
@@ -130,6 +133,10 @@ class NodeAgent {
   // The one NVML session (none without NVML: said in a warn line), the observer of the node and
   // the board its passes go on.
   void start_observation();
+  // After each pass (the checks' loop, or the observation loop without checks): the context cost
+  // of its observation measured and published, then the observation and its judgment on the board.
+  void after_pass(std::shared_ptr<const NodeObservation> observation,
+                  std::shared_ptr<const Judgment> judgment);
   Status start_process_watch();  // per --process-watch
   // --driver-partitions: detects the capability per GPU and, where found, gives the share manager
   // the CDI hook and the clearing of partitions at unprepare.
@@ -138,8 +145,8 @@ class NodeAgent {
   Status start_api();
   // The node's claims as checkpoint.json holds them now, the other agent's of a rolling update
   // too (the share manager's memory learns them at its next reconcile pass); the share manager's
-  // own copy when the file cannot be read (said in a warn line). The scrape, the local API and the
-  // out-of-band checks read it.
+  // own copy when the file cannot be read (said in a warn line). The observer reads it, once per
+  // pass (and the board, to see whether the claims changed since).
   Checkpoint node_checkpoint() const;
 
   AgentConfig config_;
@@ -176,8 +183,12 @@ class NodeAgent {
   std::string gpu_processes_error_;
   std::unique_ptr<Observer> observer_;
   std::unique_ptr<ObservationBoard> board_;
-  std::unique_ptr<OutOfBandChecker> checker_;  // after what its passes use
-  std::unique_ptr<PeriodicLoop> reconciler_;   // after what its passes use
+  std::unique_ptr<ContextOverheadMeter> context_costs_;  // the pass loop's thread only
+  std::string last_context_problem_;                     // the pass loop's thread only
+  std::unique_ptr<OutOfBandChecker> checker_;            // after what its passes use
+  std::unique_ptr<PeriodicLoop> reconciler_;             // after what its passes use
+  // Without the checks: a pass a second (after_pass), after what it uses.
+  std::unique_ptr<PeriodicLoop> observe_loop_;
   // The eBPF process watcher (watcher/), when loaded: the program's poll thread calls the
   // watcher, the refresher both, so each is declared after what it uses.
   std::unique_ptr<ShareFolderResolver> watch_resolver_;

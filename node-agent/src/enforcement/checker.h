@@ -1,8 +1,9 @@
 // The out-of-band checks: the layer that catches a tenant who does not cooperate with the shim.
-// Every --check-interval (1 s) the checker asks NVML, per GPU a prepared share names, which
-// processes hold memory and how busy each was; maps each host process to its share through its
-// cgroup (the pod UID kubelet puts in the path, against the pods the claim was reserved for) and
-// through the usage page's owner words; and finds:
+// Every --check-interval (1 s) the checker judges one observation of the node (observe/: NVML's
+// answer, per GPU, of which processes hold memory and how busy each was; the share folders' pages;
+// every host process), returning a Judgment beside it; maps each host process to its share through
+// its cgroup (the pod UID kubelet puts in the path, against the pods the claim was reserved for)
+// and through the usage page's owner words; and finds:
 //  - over_memory_limit: the share's processes hold more than its limit as NVML sees it (past
 //    --memory-grace): the offenders are those holding more than their slot says (no shim, a
 //    second driver copy, a zeroed slot);

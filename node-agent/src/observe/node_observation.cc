@@ -32,6 +32,18 @@ std::vector<CheckedShare> checked_shares(const Checkpoint& checkpoint,
   return out;
 }
 
+ContextCostInputs context_cost_inputs(const NodeObservation& observation) {
+  ContextCostInputs inputs;
+  for (const auto& [path, folder] : observation.folders)
+    inputs.folders.push_back({path, folder.limits, folder.usage});
+  for (const auto& [uuid, gpu] : observation.gpus)
+    if (gpu.listed) inputs.processes.emplace(uuid, gpu.memory);
+  for (const auto& [pid, facts] : observation.processes)
+    if (facts.owner) inputs.owners.emplace(pid, *facts.owner);
+  inputs.problems = observation.problems;
+  return inputs;
+}
+
 const ObservedGpu* NodeObservation::gpu(const std::string& uuid) const {
   const auto it = gpus.find(uuid);
   return it == gpus.end() ? nullptr : &it->second;

@@ -22,6 +22,7 @@
 #include "observe/process_map.h"
 #include "share/checkpoint.h"
 #include "tessera/share_folder/snapshot.h"
+#include "usage/context_overhead.h"
 #include "usage/gpu_processes.h"
 #include "usage/problems.h"
 
@@ -81,6 +82,10 @@ struct NodeObservation {
   // The folder's pages, or null when the pass did not read it (no prepared share there).
   const share_folder::ShareFolderSnapshot* folder(const std::string& path) const;
 };
+
+// The context-cost meter's inputs (usage/context_overhead.h) from an observation: its folders'
+// pages, NVML's processes per GPU it listed, the owner words of its walk of /proc.
+ContextCostInputs context_cost_inputs(const NodeObservation& observation);
 
 // What the out-of-band checks made of one observation: it travels beside the observation, so
 // /metrics and the local API show the checks' figures without reaching into the checks.

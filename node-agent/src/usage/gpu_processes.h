@@ -1,7 +1,7 @@
 // The per-process figures of a GPU from host NVML: memory (nvmlDeviceGetComputeRunningProcesses_v3)
-// and SM utilisation (nvmlDeviceGetProcessUtilization), behind an interface so tests and the
-// benchmarks give their own. One implementation for the out-of-band checks (enforcement/) and the
-// context-cost meter (usage/context_overhead.h).
+// and SM utilisation (nvmlDeviceGetProcessUtilization), and the GPU's own figures, behind an
+// interface so tests and the benchmarks give their own. The agent's one session of it is the
+// observer's (observe/observer.h), for the checks, the context-cost meter and the reports.
 #pragma once
 
 #include <cstdint>

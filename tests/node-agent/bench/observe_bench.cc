@@ -277,17 +277,15 @@ int main(int argc, char** argv) {
   Observer observer(observing, &node.figures);
   // A pass a minute old is still the last one here (the agent: two check intervals).
   ObservationBoard board(observer, tessera::agent::real_clock(), std::chrono::minutes(1));
-  ContextOverheadOptions costing;  // the GPU-time meter's context-cost meter, reading for itself
-  costing.shares_dir = node.shares_dir;
-  costing.nvml_library = nvml_library;
-  costing.proc_root = counts.proc_root;
-  ContextOverheadMeter context_costs(costing);
+  ContextOverheadMeter context_costs(ContextOverheadOptions{});
   CountingHandler handler;
   CheckerOptions checking;
   checking.proc_root = counts.proc_root;
   checking.repair = false;  // the same lies every pass: each pass does the same work
+  // NodeAgent::after_pass: the context cost of the pass's observation, then the board.
   checking.judged = [&](std::shared_ptr<const NodeObservation> observation,
                         std::shared_ptr<const Judgment> judgment) {
+    (void)context_costs.measure(context_cost_inputs(*observation));
     board.publish(std::move(observation), std::move(judgment));
   };
   OutOfBandChecker checker(
@@ -303,12 +301,11 @@ int main(int argc, char** argv) {
   auto pass = [&](bool timed) {
     const double cpu_start = thread_cpu_ms();
     const Steady::time_point wall_start = Steady::now();
-    checker.check_once();  // observes, judges, publishes
+    checker.check_once();  // observes, judges, measures the context cost, publishes
     if (timed) {
       cpu.push_back(thread_cpu_ms() - cpu_start);
       wall.push_back(std::chrono::duration<double, std::milli>(Steady::now() - wall_start).count());
     }
-    (void)context_costs.measure();
     scrape_bytes = collect_metrics(metrics).size();
     listed = static_cast<size_t>(node_snapshot(board.current(), snapshot).shares_size());
     tessera::node::v1::ListSharesResponse now = node_snapshot(board.current(), snapshot);
