@@ -256,6 +256,15 @@ bool OutOfBandChecker::belongs(int pid, uint64_t start_time, const std::string& 
   return known != page_members_.end() && known->second.count(*facts->owner) != 0;
 }
 
+// A pod the claim has is not unknown any more: should a stale read drop it from the checkpoint
+// later, an answer about it is asked for afresh, not taken from before.
+OutOfBandChecker::PodVerdict OutOfBandChecker::known_pod(const std::string& claim_uid,
+                                                         const std::string& pod_uid) {
+  if (const auto it = pods_questions_.find(claim_uid); it != pods_questions_.end())
+    it->second.unknown.erase(pod_uid);
+  return PodVerdict::kClaims;
+}
+
 OutOfBandChecker::PodVerdict OutOfBandChecker::pod_verdict(std::vector<CheckedShare>& shares,
                                                            const std::string& claim_uid,
                                                            const std::string& pod_uid,
@@ -267,16 +276,7 @@ OutOfBandChecker::PodVerdict OutOfBandChecker::pod_verdict(std::vector<CheckedSh
           if (pod.uid == pod_uid) return true;
     return false;
   };
-  // A pod the claim has is not unknown any more: should a stale read drop it from the checkpoint
-  // later, an answer about it is asked for afresh, not taken from before.
-  // (The lambdas reach the pass's state through references taken under the lock.)
-  std::map<std::string, PodsQuestion>& questions = pods_questions_;
-  auto known = [&] {
-    if (const auto it = questions.find(claim_uid); it != questions.end())
-      it->second.unknown.erase(pod_uid);
-    return PodVerdict::kClaims;
-  };
-  if (named()) return known();
+  if (named()) return known_pod(claim_uid, pod_uid);
   if (!options_.claim_pods) return PodVerdict::kOther;
   PodsQuestion& question = pods_questions_[claim_uid];
   const uint64_t first_seen = question.unknown.try_emplace(pod_uid, stats_.passes).first->second;
@@ -292,7 +292,7 @@ OutOfBandChecker::PodVerdict OutOfBandChecker::pod_verdict(std::vector<CheckedSh
   question.answered_pass = stats_.passes;
   for (CheckedShare& share : shares)
     if (share.claim_uid == claim_uid) share.pods = *pods;
-  return named() ? known() : PodVerdict::kOther;
+  return named() ? known_pod(claim_uid, pod_uid) : PodVerdict::kOther;
 }
 
 // ---- One pass, in steps -------------------------------------------------------------------------
@@ -1002,6 +1002,19 @@ constexpr std::chrono::seconds kDeclineLogGap{10};
 
 }  // namespace
 
+// A request not acted on is said once, and at most once per share per kDeclineLogGap: a tenant
+// rewriting its request cannot fill the log.
+void OutOfBandChecker::decline_reclaim(const Pass& pass, const CheckedShare& share, uint64_t bytes,
+                                       bool fresh, const std::string& why) {
+  stats_.last_reclaim = share.name + ": " + why;
+  if (!fresh) return;
+  const auto logged = declines_logged_.find(share.name);
+  if (logged != declines_logged_.end() && pass.now - logged->second < kDeclineLogGap) return;
+  declines_logged_[share.name] = pass.now;
+  log::info("reclaim request not acted on",
+            {{"share", share.name}, {"gpu", share.uuid}, {"bytes", bytes}, {"reason", why}});
+}
+
 void OutOfBandChecker::reclaim(Pass& pass) {
   // Evictions done: the process left its GPU (NVML no longer lists it, or a new process has the
   // pid), or the kill did not land in time.
@@ -1032,26 +1045,12 @@ void OutOfBandChecker::reclaim(Pass& pass) {
     const bool fresh = reclaim_seen_[share.name] != key;
     reclaim_seen_[share.name] = key;
     if (fresh) ++stats_.reclaim_requests;
-    // A request not acted on is said once, and at most once per share per kDeclineLogGap: a
-    // tenant rewriting its request cannot fill the log.
-    // (The lambda reaches the pass's state through references taken under the lock.)
-    CheckerStats& stats = stats_;
-    std::map<std::string, Clock::time_point>& declines = declines_logged_;
-    auto decline = [&](const std::string& why) {
-      stats.last_reclaim = share.name + ": " + why;
-      if (!fresh) return;
-      const auto logged = declines.find(share.name);
-      if (logged != declines.end() && pass.now - logged->second < kDeclineLogGap) return;
-      declines[share.name] = pass.now;
-      log::info(
-          "reclaim request not acted on",
-          {{"share", share.name}, {"gpu", share.uuid}, {"bytes", request.bytes}, {"reason", why}});
-    };
     // The request's owner must be a live process of the share on the GPU, in its page now.
     const std::vector<Member>& own = members->second.first;
     if (std::none_of(own.begin(), own.end(),
                      [&](const Member& m) { return m.in_page && m.owner == request.owner; })) {
-      decline("its owner word names no process of the share on the GPU");
+      decline_reclaim(pass, share, request.bytes, fresh,
+                      "its owner word names no process of the share on the GPU");
       continue;
     }
     const ObservedGpu* observed = pass.node.gpu(share.uuid);
@@ -1059,7 +1058,8 @@ void OutOfBandChecker::reclaim(Pass& pass) {
         observed ? observed->free_bytes : unavailable("no free-memory figure for " + share.uuid);
     if (!free_bytes.is_ok()) {
       pass.problems.push_back(free_bytes.status());
-      decline("the GPU's free memory is not known: " + free_bytes.status().message());
+      decline_reclaim(pass, share, request.bytes, fresh,
+                      "the GPU's free memory is not known: " + free_bytes.status().message());
       continue;
     }
     // The GPU's shares by the agent's figures (NVML), the processes chosen before left out and
@@ -1086,7 +1086,7 @@ void OutOfBandChecker::reclaim(Pass& pass) {
     const ReclaimPlan plan = plan_reclaim({share.name, request.bytes}, *free_bytes + coming_back,
                                           shares, options_.memory_margin);
     if (plan.victims.empty()) {
-      decline(plan.reason);
+      decline_reclaim(pass, share, request.bytes, fresh, plan.reason);
       continue;
     }
     stats_.last_reclaim = share.name + ": " + plan.reason;

@@ -185,6 +185,9 @@ class OutOfBandChecker {
   PodVerdict pod_verdict(std::vector<CheckedShare>& shares, const std::string& claim_uid,
                          const std::string& pod_uid, Clock::time_point now)
       TESSERA_REQUIRES(mutex_);
+  // kClaims, and `pod_uid` no longer an unknown pod of claim `claim_uid`.
+  PodVerdict known_pod(const std::string& claim_uid, const std::string& pod_uid)
+      TESSERA_REQUIRES(mutex_);
   // True once the condition `key` has held for `grace` and was not reported in this episode.
   bool due(const EpisodeKey& key, Clock::time_point now, Clock::duration grace)
       TESSERA_REQUIRES(mutex_);
@@ -231,6 +234,10 @@ class OutOfBandChecker {
   // Reclaim (reclaim.h): each share's reclaim request in its usage page, judged on the agent's
   // figures; the victims as reclaim_eviction findings.
   void reclaim(Pass& pass) TESSERA_REQUIRES(mutex_);
+  // A share's reclaim request not acted on: why, in the stats and (once per request, at most once
+  // per share per 10 s) in the log.
+  void decline_reclaim(const Pass& pass, const CheckedShare& share, uint64_t bytes, bool fresh,
+                       const std::string& why) TESSERA_REQUIRES(mutex_);
   // Ends the pass: forgets conditions no longer seen, counts, logs what could not be checked.
   void end_pass(Pass& pass) TESSERA_REQUIRES(mutex_);
 

@@ -33,6 +33,15 @@ std::shared_ptr<const NodeObservation> Observer::observe(const Checkpoint* check
     if (!node.folders.count(share.folder))
       node.folders.emplace(share.folder, share_folder::read_share_folder(share.folder));
   observe_gpus(node);
+  // A process new on a GPU is read in full again: its pod is its cgroup's now, not the one it had
+  // when a walk first saw it (a container's process may be moved into its pod's cgroup after it
+  // started); the checks map it by that pod.
+  std::set<int> on_gpus;
+  for (const auto& [uuid, gpu] : node.gpus)
+    for (const GpuProcessMemory& process : gpu.memory) on_gpus.insert(process.pid);
+  for (const int pid : on_gpus)
+    if (!on_gpus_.count(pid)) processes_.forget(pid);
+  on_gpus_ = std::move(on_gpus);
   // After NVML answered: a process it listed is in the walk unless it exited since.
   processes_.begin_pass();
   node.processes = processes_.walk();

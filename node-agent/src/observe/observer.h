@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,7 @@ class Observer {
   Clock& clock_;
   Mutex mutex_;  // one pass at a time
   ProcessMap processes_ TESSERA_GUARDED_BY(mutex_);
+  std::set<int> on_gpus_ TESSERA_GUARDED_BY(mutex_);  // host pids NVML listed at the last pass
 };
 
 }  // namespace tessera::agent

@@ -46,6 +46,8 @@ class ProcessMap {
   const ProcessFacts* lookup(int host_pid);
   // Drops the pids not looked up in this pass (exited processes).
   void end_pass();
+  // Forgets what is known of `host_pid`: its next lookup reads it in full.
+  void forget(int host_pid) { processes_.erase(host_pid); }
   // Every live process on the host (a scan of proc_root), owner word -> host pid, from the cache.
   const std::map<uint64_t, int>& live_owners();
   // Every live process on the host (one scan of proc_root, once per pass): pid -> its facts.
