@@ -23,9 +23,10 @@
 #include "enforcement/checker.h"
 #include "enforcement/enforcement_handler.h"
 #include "metrics/collector.h"
-#include "metrics/gpu_stats.h"
 #include "metrics/metrics_server.h"
 #include "mig/nvml_mig_driver.h"
+#include "observe/observation_board.h"
+#include "observe/observer.h"
 #include "share/checkpoint_view.h"
 #include "share/partition_hook.h"
 #include "share/share_manager.h"
@@ -35,6 +36,7 @@
 #include "tessera/kube/event_recorder.h"
 #include "tessera/kube/http_kube_client.h"
 #include "tessera/log.h"
+#include "usage/context_overhead.h"
 #include "usage/gpu_time_meter.h"
 #include "watcher/process_watch_program.h"
 #include "watcher/process_watcher.h"
@@ -242,7 +244,17 @@ Status NodeAgent::start() {
     return share_event_objects(shares_->checkpoint(), share);
   });
   events_->set_observer([this](const node::v1::Event& event) { pod_events_->observe(event); });
+  start_observation();
   TESSERA_RETURN_IF_ERROR(start_enforcement());
+  if (!checker_ && gpu_processes_) {
+    // No checks, still a pass a second: the context cost, and what the reports show.
+    TESSERA_ASSIGN_OR_RETURN(
+        observe_loop_,
+        PeriodicLoop::start(
+            clock_, std::chrono::seconds(1), [this] { after_pass(observer_->observe(), nullptr); },
+            PeriodicLoop::FirstTick::kAtOnce),
+        with_context("cannot start the observation loop"));
+  }
   TESSERA_RETURN_IF_ERROR(start_partition_check());
   TESSERA_RETURN_IF_ERROR(start_process_watch());
 
@@ -254,11 +266,10 @@ Status NodeAgent::start() {
         with_context("cannot start the reconcile loop"));
   }
   {
-    std::lock_guard lock(liveness_mutex_);
+    MutexLock lock(liveness_mutex_);
     started_ = true;
     monitor_moved_at_ = reconcile_moved_at_ = clock_.now();
   }
-  gpu_stats_ = std::make_unique<NvmlGpuStats>();  // NVML loads on the first read
   TESSERA_RETURN_IF_ERROR(start_api());
   if (!config_.metrics_address.empty()) {
     MetricsServerOptions serving;
@@ -288,19 +299,14 @@ Status NodeAgent::start_api() {
               {{"reason", fits.message()}});
     return Status::ok();
   }
-  serving.snapshot = [this](std::int64_t unix_ms) {
+  // The node as the last pass observed it, stamped with that pass's time.
+  serving.snapshot = [this](std::int64_t) {
     NodeSnapshotSources sources;
     sources.node_name = config_.node_name;
-    sources.shares_dir = config_.state_dir + "/shares";
-    sources.checkpoint = [this] { return node_checkpoint(); };
-    sources.devices = [this] { return shares_->devices(); };
-    sources.health = [this] { return health_.snapshot(); };
-    sources.gpu_stats = gpu_stats_.get();
-    if (checker_) sources.unaccounted = [this] { return checker_->unaccounted_memory(); };
     sources.partition_capability = &partition_capability_;
     if (partition_check_) sources.partitions = [this] { return partition_check_->views(); };
     sources.default_policy = findings_->default_policy();
-    return read_node_snapshot(sources, unix_ms);
+    return node_snapshot(board_->current(), sources);
   };
   api_ = std::make_unique<NodeApiServer>(serving, *events_, clock_);
   return api_->start();
@@ -313,14 +319,10 @@ std::string NodeAgent::api_socket() const {
 std::string NodeAgent::scrape_metrics() const {
   MetricsSources sources;
   sources.node_name = config_.node_name;
-  sources.shares_dir = config_.state_dir + "/shares";
-  sources.checkpoint = [this] { return node_checkpoint(); };
-  sources.devices = [this] { return shares_->devices(); };
-  sources.health = [this] { return health_.snapshot(); };
-  sources.gpu_stats = gpu_stats_.get();
+  sources.observed = [this] { return board_->current(); };
   sources.requests = &requests_;
-  sources.findings = findings_ ? &findings_->counters() : nullptr;
-  if (checker_) sources.unaccounted = [this] { return checker_->unaccounted_memory(); };
+  if (findings_)
+    sources.findings = [this](FindingKind kind) { return findings_->counters().count(kind); };
   if (findings_) sources.reclaim_evictions = [this] { return findings_->reclaim_evictions(); };
   if (kube_events_)
     sources.kube_events_dropped = [this] {
@@ -345,7 +347,7 @@ int NodeAgent::metrics_port() const {
 }
 
 Status NodeAgent::liveness() {
-  std::lock_guard lock(liveness_mutex_);
+  MutexLock lock(liveness_mutex_);
   if (!started_) return unavailable("the agent has not started");
   if (stopped_) return unavailable("the agent is stopping");
   const Clock::time_point now = clock_.now();
@@ -415,7 +417,7 @@ std::vector<WithheldGpu> NodeAgent::withheld_gpus() const {
 }
 
 Status NodeAgent::publish(const std::vector<GpuInfo>& all_gpus) {
-  std::lock_guard lock(slices_mutex_);
+  MutexLock lock(slices_mutex_);
   std::string unmatched;
   for (const std::string& entry : gpu_selection_->unmatched(all_gpus))
     unmatched += (unmatched.empty() ? "" : ",") + entry;
@@ -472,31 +474,24 @@ Status NodeAgent::start_enforcement() {
   handling.then = event_findings_.get();  // on the local API's event stream too
   findings_ = std::make_unique<EnforcementHandler>(handling);
   if (config_.check_interval_s <= 0) return Status::ok();
-  Result<std::unique_ptr<GpuProcessSource>> source = nvml_process_source();
-  if (!source.is_ok()) {
+  if (!gpu_processes_) {
     log::error(
         "out-of-band checks not running (memory limits hold only for processes that load the "
         "shim)",
-        {{"error", source.status().message()}});
+        {{"error", gpu_processes_error_}});
     return Status::ok();
   }
-  gpu_processes_ = std::move(source).value();
   CheckerOptions checking;
   auto millis = [](double seconds) {
     return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
   };
   checking.interval = millis(config_.check_interval_s);
+  checking.proc_root = observer_->options().proc_root;
   checking.memory_grace = millis(config_.memory_grace_s);
   checking.cores_grace = millis(config_.cores_grace_s);
   // A pod that joined a shared claim after its prepare (kubelet prepares for the first pod only).
   checking.claim_pods = [this](const std::string& claim_uid) {
     return shares_->refresh_claim_pods(claim_uid);
-  };
-  // Every GPU of the node: processes of no share are found on GPUs without shares too.
-  checking.node_gpus = [this] {
-    std::vector<std::string> uuids;
-    for (const NodeDevice& device : shares_->devices()) uuids.push_back(device.uuid);
-    return uuids;
   };
   // The MPS shares' daemons: they and the servers they spawn are those shares', not unaccounted.
   checking.mps_daemons = [this] {
@@ -510,12 +505,68 @@ Status NodeAgent::start_enforcement() {
     }
     return daemons;
   };
-  const std::string shares_dir = config_.state_dir + "/shares";
-  // The claims on disk: during a rolling update the other agent's shares are no one's otherwise.
+  // Each pass judges the observer's observation of the node (the claims on disk: during a rolling
+  // update the other agent's shares are no one's otherwise); both go on the board.
+  checking.judged = [this](std::shared_ptr<const NodeObservation> observation,
+                           std::shared_ptr<const Judgment> judgment) {
+    after_pass(std::move(observation), std::move(judgment));
+  };
   checker_ = std::make_unique<OutOfBandChecker>(
-      checking, [this, shares_dir] { return checked_shares(node_checkpoint(), shares_dir); },
-      *gpu_processes_, *findings_, clock_);
+      checking, [this] { return observer_->observe(); }, *findings_, clock_);
   return checker_->start();
+}
+
+void NodeAgent::start_observation() {
+  // One NVML session for the checks and every report (the GPU-time meter and the device monitor
+  // keep theirs: docs/node-agent.md, "One observation per pass").
+  Result<std::unique_ptr<GpuProcessSource>> source = nvml_process_source();
+  if (source.is_ok()) {
+    gpu_processes_ = std::move(source).value();
+  } else {
+    gpu_processes_error_ = source.status().message();
+    log::warn("no NVML figures: the node is observed without its GPUs",
+              {{"error", gpu_processes_error_}});
+  }
+  ObserverOptions observing;
+  observing.shares_dir = config_.state_dir + "/shares";
+  observing.checkpoint = [this] { return node_checkpoint(); };
+  observing.devices = [this] { return shares_->devices(); };
+  observing.health = [this] { return health_.snapshot(); };
+  // The agent's clock (tests run a simulated one), from the wall time at start.
+  observing.unix_ms = [this, wall = std::chrono::system_clock::now(), at = clock_.now()] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               (wall +
+                std::chrono::duration_cast<std::chrono::system_clock::duration>(clock_.now() - at))
+                   .time_since_epoch())
+        .count();
+  };
+  observer_ = std::make_unique<Observer>(std::move(observing), gpu_processes_.get(), clock_);
+  context_costs_ = std::make_unique<ContextOverheadMeter>(ContextOverheadOptions{});
+  // With the checks on, their loop observes once per --check-interval and a reader takes that
+  // pass's observation; without them each reader observes.
+  const auto max_age =
+      !gpu_processes_ ? std::chrono::milliseconds(0)
+      : config_.check_interval_s > 0
+          ? std::chrono::milliseconds(static_cast<int64_t>(2000 * config_.check_interval_s))
+          : std::chrono::milliseconds(2000);
+  board_ = std::make_unique<ObservationBoard>(*observer_, clock_, max_age);
+}
+
+void NodeAgent::after_pass(std::shared_ptr<const NodeObservation> observation,
+                           std::shared_ptr<const Judgment> judgment) {
+  // After the check (a liar it just found gives no evidence): the context cost of the same
+  // observation (usage/context_overhead.h), one log line per change of what went wrong.
+  const std::string problems =
+      join_problems(context_costs_->measure(context_cost_inputs(*observation)));
+  if (problems != last_context_problem_) {
+    if (problems.empty()) {
+      log::info("context cost measured again");
+    } else {
+      log::warn("context cost not measured", {{"problems", problems}});
+    }
+    last_context_problem_ = problems;
+  }
+  board_->publish(std::move(observation), std::move(judgment));
 }
 
 void NodeAgent::detect_partitions(ShareManagerOptions& options) {
@@ -644,7 +695,7 @@ Status NodeAgent::start_process_watch() {
 
 void NodeAgent::stop() {
   {
-    std::lock_guard lock(liveness_mutex_);
+    MutexLock lock(liveness_mutex_);
     stopped_ = started_;
   }
   watch_refresher_.reset();
@@ -652,6 +703,7 @@ void NodeAgent::stop() {
   if (metrics_) metrics_->stop();  // no scrape runs past here
   if (api_) api_->stop();          // no call nor pass runs past here
   reconciler_.reset();             // joins: no pass runs past here
+  observe_loop_.reset();           // joins: no observation pass runs past here
   partition_loop_.reset();         // joins: no partition check runs past here
   if (checker_) checker_->stop();
   if (meter_) meter_->stop();

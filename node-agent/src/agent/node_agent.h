@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +28,7 @@
 #include "share/checkpoint.h"
 #include "tessera/gpu_info.h"
 #include "tessera/status.h"
+#include "tessera/thread_annotations.h"
 
 namespace tessera::kube {
 class HttpKubeClient;
@@ -53,7 +53,11 @@ class GpuTimeMeter;
 class InstrumentedPreparer;
 class MetricsServer;
 class MpsBackend;
-class NvmlGpuStats;
+class Observer;
+class ContextOverheadMeter;
+struct NodeObservation;
+struct Judgment;
+class ObservationBoard;
 struct ShareManagerOptions;
 class ShareManager;
 class CheckpointView;
@@ -116,7 +120,7 @@ class NodeAgent {
   // What /healthz answers: ok once start() succeeded, while the device monitor turns and the
   // reconcile loop passes (a loop that has not moved for much longer than its interval, by the
   // agent's clock, is reported), until stop().
-  Status liveness();
+  Status liveness() TESSERA_EXCLUDES(liveness_mutex_);
   // The metrics endpoint's port (0 when it is off), and one scrape's text.
   int metrics_port() const;
   std::string scrape_metrics() const;
@@ -124,7 +128,7 @@ class NodeAgent {
  private:
   Status lock_state_dir();
   Status on_devices(const std::vector<GpuInfo>& gpus);
-  Status publish(const std::vector<GpuInfo>& gpus);
+  Status publish(const std::vector<GpuInfo>& gpus) TESSERA_EXCLUDES(slices_mutex_);
   // --mig-strategy: each managed GPU's MIG view from NVML, and the slice shape (auto: asked of
   // the API server once). Null when the strategy is none.
   Result<std::optional<MigPublication>> mig_publication(const std::vector<GpuInfo>& gpus);
@@ -132,6 +136,13 @@ class NodeAgent {
   // The finding policy, and the out-of-band checks unless --check-interval is 0 (without NVML
   // they are off, and said so).
   Status start_enforcement();
+  // The one NVML session (none without NVML: said in a warn line), the observer of the node and
+  // the board its passes go on.
+  void start_observation();
+  // After each pass (the checks' loop, or the observation loop without checks): the context cost
+  // of its observation measured and published, then the observation and its judgment on the board.
+  void after_pass(std::shared_ptr<const NodeObservation> observation,
+                  std::shared_ptr<const Judgment> judgment);
   Status start_process_watch();  // per --process-watch
   // --driver-partitions: detects the capability per GPU and, where found, gives the share manager
   // the CDI hook and the clearing of partitions at unprepare.
@@ -140,23 +151,24 @@ class NodeAgent {
   Status start_api();
   // The node's claims as checkpoint.json holds them now, the other agent's of a rolling update
   // too (the share manager's memory learns them at its next reconcile pass); the share manager's
-  // own copy when the file cannot be read (said in a warn line). The scrape, the local API and the
-  // out-of-band checks read it.
+  // own copy when the file cannot be read (said in a warn line). The observer reads it, once per
+  // pass (and the board, to see whether the claims changed since).
   Checkpoint node_checkpoint() const;
 
   AgentConfig config_;
   Clock& clock_;
   int lock_fd_ = -1;  // <state-dir>/agent.lock, held (flock: exclusive, shared with a pod UID)
   std::unique_ptr<kube::HttpKubeClient> kube_;
-  std::mutex slices_mutex_;  // the monitor's thread and the reconcile loop both publish
-  std::unique_ptr<SlicePublisher> slices_;
+  Mutex slices_mutex_;  // the monitor's thread and the reconcile loop both publish
+  std::unique_ptr<SlicePublisher> slices_ TESSERA_PT_GUARDED_BY(slices_mutex_);
   // Coexistence (devices/coexistence.h): --gpus, and the other allocators checked at each publish.
   std::unique_ptr<GpuSelection> gpu_selection_;
   std::unique_ptr<NvmlComputeModes> compute_modes_;
   std::unique_ptr<CoexistenceCheck> coexistence_;
   std::unique_ptr<NodeEventWriter> node_events_;
   std::unique_ptr<WithheldGpus> withheld_;
-  std::string last_unmatched_gpus_;  // --gpus entries that named no GPU, as last logged
+  // --gpus entries that named no GPU, as last logged.
+  std::string last_unmatched_gpus_ TESSERA_GUARDED_BY(slices_mutex_);
   std::unique_ptr<MpsBackend> mps_;
   std::unique_ptr<TimeSliceBackend> time_slice_;
   // MIG (--mig-strategy): the NVML seam, and dynamic MIG's instances (before the share manager,
@@ -178,9 +190,18 @@ class NodeAgent {
   std::unique_ptr<kube::EventRecorder> kube_events_;
   std::unique_ptr<PodEvents> pod_events_;
   std::unique_ptr<EnforcementHandler> findings_;
+  // The one NVML session of the observer (null without NVML, and why), the observer, and the
+  // latest observation with its judgment.
   std::unique_ptr<GpuProcessSource> gpu_processes_;
-  std::unique_ptr<OutOfBandChecker> checker_;  // after what its passes use
-  std::unique_ptr<PeriodicLoop> reconciler_;   // after what its passes use
+  std::string gpu_processes_error_;
+  std::unique_ptr<Observer> observer_;
+  std::unique_ptr<ObservationBoard> board_;
+  std::unique_ptr<ContextOverheadMeter> context_costs_;  // the pass loop's thread only
+  std::string last_context_problem_;                     // the pass loop's thread only
+  std::unique_ptr<OutOfBandChecker> checker_;            // after what its passes use
+  std::unique_ptr<PeriodicLoop> reconciler_;             // after what its passes use
+  // Without the checks: a pass a second (after_pass), after what it uses.
+  std::unique_ptr<PeriodicLoop> observe_loop_;
   // The eBPF process watcher (watcher/), when loaded: the program's poll thread calls the
   // watcher, the refresher both, so each is declared after what it uses.
   std::unique_ptr<ShareFolderResolver> watch_resolver_;
@@ -190,17 +211,19 @@ class NodeAgent {
 
   RequestMetrics requests_;
   std::unique_ptr<InstrumentedPreparer> preparer_;  // counts into requests_
-  std::unique_ptr<NvmlGpuStats> gpu_stats_;
   // The driver's partitions (docs/driver-partitions.md): detected at start; the session the
   // check and unprepare use, the check and its loop where any GPU has the capability.
   PartitionCapability partition_capability_;
   std::optional<nvml::Session> partition_session_;
   std::unique_ptr<PartitionCheck> partition_check_;
   std::unique_ptr<PeriodicLoop> partition_loop_;
-  std::mutex liveness_mutex_;  // what liveness() last saw
-  bool started_ = false, stopped_ = false;
-  std::uint64_t monitor_turns_seen_ = 0, reconcile_passes_seen_ = 0;
-  Clock::time_point monitor_moved_at_{}, reconcile_moved_at_{};
+  Mutex liveness_mutex_;  // what liveness() last saw
+  bool started_ TESSERA_GUARDED_BY(liveness_mutex_) = false;
+  bool stopped_ TESSERA_GUARDED_BY(liveness_mutex_) = false;
+  std::uint64_t monitor_turns_seen_ TESSERA_GUARDED_BY(liveness_mutex_) = 0;
+  std::uint64_t reconcile_passes_seen_ TESSERA_GUARDED_BY(liveness_mutex_) = 0;
+  Clock::time_point monitor_moved_at_ TESSERA_GUARDED_BY(liveness_mutex_){};
+  Clock::time_point reconcile_moved_at_ TESSERA_GUARDED_BY(liveness_mutex_){};
   std::unique_ptr<NodeApiServer> api_;      // its snapshots use everything above
   std::unique_ptr<MetricsServer> metrics_;  // last: its scrapes use everything above
 };

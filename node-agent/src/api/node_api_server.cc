@@ -182,7 +182,9 @@ fs::path NodeApiServer::own_socket() const {
 v1::ListSharesResponse NodeApiServer::snapshot_now() {
   v1::ListSharesResponse now = options_.snapshot(now_unix_ms());
   MutexLock lock(snapshot_mutex_);
-  fill_cores_used(last_, now);
+  // The loop's last snapshot may be of this same observation (the agent's snapshots are of the
+  // last pass): the rate is then taken against the one before it.
+  fill_cores_used(now.sampled_unix_ms() == last_.sampled_unix_ms() ? before_last_ : last_, now);
   return now;
 }
 
@@ -191,8 +193,10 @@ void NodeApiServer::poll_once() {
   std::vector<v1::Event> changes;
   {
     MutexLock lock(snapshot_mutex_);
-    fill_cores_used(last_, now);
+    const bool same_moment = now.sampled_unix_ms() == last_.sampled_unix_ms();
+    fill_cores_used(same_moment ? before_last_ : last_, now);
     changes = tessera::node_events::snapshot_events(last_, now);
+    if (!same_moment) before_last_ = std::move(last_);
     last_ = std::move(now);
   }
   for (v1::Event& event : changes) events_.publish(std::move(event));

@@ -45,7 +45,8 @@ struct NodeApiServerOptions {
   mode_t mode = 0600;
   std::string group;  // given: the socket's group (mode 0660 lets that group's tools connect)
   Clock::duration poll_interval = std::chrono::seconds(1);
-  // The node now, stamped with the given wall time (read_node_snapshot with the agent's sources).
+  // The node, stamped with the given wall time or, from the agent, with the time of the pass that
+  // observed it (node_snapshot of the ObservationBoard's observation).
   std::function<tessera::node::v1::ListSharesResponse(std::int64_t unix_ms)> snapshot;
 };
 
@@ -92,6 +93,9 @@ class NodeApiServer {
   const Clock::time_point clock_at_start_;
   Mutex snapshot_mutex_;  // the loop and ListShares both read the node
   tessera::node::v1::ListSharesResponse last_ TESSERA_GUARDED_BY(snapshot_mutex_);
+  // The loop's snapshot before last_ with an earlier stamp (cores_used_percent of a snapshot of
+  // the same moment as last_).
+  tessera::node::v1::ListSharesResponse before_last_ TESSERA_GUARDED_BY(snapshot_mutex_);
   std::atomic<std::uint64_t> passes_{0};
   ino_t socket_inode_ = 0;
   dev_t socket_device_ = 0;

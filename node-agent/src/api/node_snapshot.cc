@@ -8,7 +8,6 @@
 #include "share/share_manager.h"
 #include "tessera/qos_class.h"
 #include "tessera/share_folder/share_view.h"
-#include "usage/share_processes.h"
 
 namespace tessera::agent {
 
@@ -28,9 +27,9 @@ const char* backend_name(SharingStrategy strategy) {
   return "quota";
 }
 
-void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
-               const std::string& claim_uid, const std::vector<ShareSpec>& folder_shares,
-               std::optional<std::map<uint64_t, int>>& host_pids, v1::ListSharesResponse& out) {
+void add_share(const NodeSnapshotSources& sources, const NodeObservation& node,
+               const ClaimEntry& entry, const std::string& claim_uid,
+               const std::vector<ShareSpec>& folder_shares, v1::ListSharesResponse& out) {
   const ShareSpec& first = folder_shares.front();
   const PartitionViews partitions = sources.partitions ? sources.partitions() : PartitionViews{};
   v1::Share& share = *out.add_shares();
@@ -49,7 +48,7 @@ void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
   share.set_policy(std::string(
       enforcement_policy_name(first.config.enforcement.value_or(sources.default_policy))));
   share.set_source("agent");
-  share.set_folder(sources.shares_dir + "/" + first.folder_name());
+  share.set_folder(node.shares_dir + "/" + first.folder_name());
   // Absent in entries of older checkpoints: left 0, which views show as unknown.
   if (entry.prepared_unix_ms) share.set_prepared_unix_ms(*entry.prepared_unix_ms);
 
@@ -82,15 +81,18 @@ void add_share(const NodeSnapshotSources& sources, const ClaimEntry& entry,
   share_folder::ShareViewOptions view;
   view.counters = share_folder::ShareViewOptions::Counters::kShare;
   view.host_process = [&](const share_folder::SlotCopy& slot) {
-    if (!host_pids) host_pids = live_process_owners(sources.proc_root);  // one /proc scan, if any
-    const auto host = host_pids->find(slot.owner);
+    const auto host = node.owners.find(slot.owner);  // the pass's walk of /proc
     share_folder::HostProcess process;
-    process.pid = host == host_pids->end() ? 0 : host->second;
-    process.command = share_folder::process_command(sources.proc_root, process.pid);
+    process.pid = host == node.owners.end() ? 0 : host->second;
+    process.command = share_folder::process_command(node.proc_root, process.pid);
     return std::optional(process);
   };
-  share_folder::fill_share_from_folder(share_folder::read_share_folder(share.folder()), view,
-                                       share);
+  // Every prepared share's folder is in the observation; one that is not reads as missing.
+  share_folder::ShareFolderSnapshot missing;
+  missing.folder = share.folder();
+  missing.usage.problem = share_folder::UsageProblem::kMissing;
+  const share_folder::ShareFolderSnapshot* read = node.folder(share.folder());
+  share_folder::fill_share_from_folder(read ? *read : missing, view, share);
 }
 
 struct DeviceHealthView {
@@ -119,45 +121,43 @@ DeviceHealthView device_health_view(const DeviceHealthSnapshot& health, const st
 
 }  // namespace
 
-v1::ListSharesResponse read_node_snapshot(const NodeSnapshotSources& sources,
-                                          std::int64_t unix_ms) {
+v1::ListSharesResponse node_snapshot(const ObservedNode& observed,
+                                     const NodeSnapshotSources& sources) {
+  const NodeObservation empty;
+  const NodeObservation& node = observed.observation ? *observed.observation : empty;
   v1::ListSharesResponse out;
   out.set_node(sources.node_name);
-  out.set_sampled_unix_ms(unix_ms);
-  const Checkpoint checkpoint = sources.checkpoint ? sources.checkpoint() : Checkpoint{};
-  const std::vector<NodeDevice> devices =
-      sources.devices ? sources.devices() : std::vector<NodeDevice>{};
+  out.set_sampled_unix_ms(node.unix_ms);
 
   // Shares per device (by name) and per physical GPU (by UUID): a share inside a MIG instance
   // counts for the instance and for its GPU.
   std::map<std::string, uint32_t> shares_per_device;
   std::map<std::string, uint32_t> shares_per_gpu;
-  std::optional<std::map<uint64_t, int>> host_pids;
-  for (const auto& [claim_uid, entry] : checkpoint) {
+  for (const auto& [claim_uid, entry] : node.checkpoint) {
     // A claim still being prepared may have no folder yet; it is listed once it completes.
     if (entry.state != ClaimState::kPrepareCompleted) continue;
     for (const ShareSpec& spec : entry.shares) {
       ++shares_per_device[spec.device];
-      const auto device = std::find_if(devices.begin(), devices.end(),
+      const auto device = std::find_if(node.devices.begin(), node.devices.end(),
                                        [&](const NodeDevice& d) { return d.name == spec.device; });
-      ++shares_per_gpu[device != devices.end() && device->mig ? device->mig->parent_uuid
-                                                              : spec.uuid];
+      ++shares_per_gpu[device != node.devices.end() && device->mig ? device->mig->parent_uuid
+                                                                   : spec.uuid];
     }
     for (const std::vector<ShareSpec>& folder : shares_by_folder(entry.shares))
-      add_share(sources, entry, claim_uid, folder, host_pids, out);
+      add_share(sources, node, entry, claim_uid, folder, out);
   }
 
-  const DeviceHealthSnapshot health = sources.health ? sources.health() : DeviceHealthSnapshot{};
+  const DeviceHealthSnapshot& health = node.health;
   const std::map<std::string, uint64_t> unaccounted =
-      sources.unaccounted ? sources.unaccounted() : std::map<std::string, uint64_t>{};
+      observed.judgment ? observed.judgment->unaccounted_memory : std::map<std::string, uint64_t>{};
   uint32_t index = 0;
   // The physical GPUs in the order their first device is listed: a whole GPU's device, or (in
   // static MIG, where the GPU itself is not published) its first MIG instance's.
   std::map<std::string, v1::Gpu*> gpu_of;
   std::set<std::string> published_whole;  // GPUs with a device of their own
-  for (const NodeDevice& device : devices)
+  for (const NodeDevice& device : node.devices)
     if (!device.mig) published_whole.insert(device.uuid);
-  for (const NodeDevice& device : devices) {
+  for (const NodeDevice& device : node.devices) {
     const std::string gpu_uuid = device.mig ? device.mig->parent_uuid : device.uuid;
     v1::Gpu*& gpu = gpu_of[gpu_uuid];
     if (gpu == nullptr) {
@@ -166,13 +166,12 @@ v1::ListSharesResponse read_node_snapshot(const NodeSnapshotSources& sources,
       gpu->set_name(device.product_name);  // as the CLI's local mode names it (NVML's)
       gpu->set_index(index++);
       if (!device.mig) gpu->set_memory_total_bytes(device.memory_bytes);
-      if (sources.gpu_stats) {
-        if (Result<GpuFigures> figures = sources.gpu_stats->read(gpu_uuid); figures.is_ok()) {
-          gpu->set_memory_used_bytes(figures->memory_used_bytes);
-          if (figures->memory_total_bytes > 0)
-            gpu->set_memory_total_bytes(figures->memory_total_bytes);
-          gpu->set_utilization_percent(figures->utilization_percent.value_or(0));
-        }
+      if (const ObservedGpu* observed_gpu = node.gpu(gpu_uuid);
+          observed_gpu && observed_gpu->figures) {
+        const GpuFigures& figures = *observed_gpu->figures;
+        gpu->set_memory_used_bytes(figures.memory_used_bytes);
+        if (figures.memory_total_bytes > 0) gpu->set_memory_total_bytes(figures.memory_total_bytes);
+        gpu->set_utilization_percent(figures.utilization_percent.value_or(0));
       }
       // A GPU without a device of its own is as healthy as its instances (set below).
       gpu->set_healthy(device.mig.has_value());
@@ -207,9 +206,9 @@ v1::ListSharesResponse read_node_snapshot(const NodeSnapshotSources& sources,
     instance.set_memory_total_bytes(device.memory_bytes);
     instance.set_multiprocessors(device.mig->multiprocessors);
     // NVML answers memory for a MIG instance's handle (not utilisation: mig-facts.md §2.4).
-    if (sources.gpu_stats && !device.uuid.empty())
-      if (Result<GpuFigures> figures = sources.gpu_stats->read(device.uuid); figures.is_ok())
-        instance.set_memory_used_bytes(figures->memory_used_bytes);
+    if (const ObservedGpu* observed = device.uuid.empty() ? nullptr : node.gpu(device.uuid);
+        observed && observed->figures)
+      instance.set_memory_used_bytes(observed->figures->memory_used_bytes);
     instance.set_healthy(state.healthy);
     instance.set_health_reason(state.reason);
     const auto count = shares_per_device.find(device.name);

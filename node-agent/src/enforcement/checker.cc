@@ -83,44 +83,31 @@ std::string compute_lies(
 
 }  // namespace
 
-std::vector<CheckedShare> checked_shares(const Checkpoint& checkpoint,
-                                         const std::string& shares_dir) {
-  std::vector<CheckedShare> out;
-  for (const auto& [uid, entry] : checkpoint) {
-    if (entry.state != ClaimState::kPrepareCompleted) continue;
-    for (const ShareSpec& spec : entry.shares) {
-      CheckedShare share;
-      share.name = spec.name();
-      share.folder = shares_dir + "/" + spec.folder_name();
-      share.uuid = spec.uuid;
-      const ShareLimits limits = spec.limits();
-      if (limits.memory_limit != share::kUnlimited) share.memory_limit = limits.memory_limit;
-      if (limits.memory_request != share::kUnlimited)
-        share.memory_request = std::min(limits.memory_request, limits.memory_limit);
-      share.cores = spec.cores;
-      if (spec.cores) share.cores_limit = limits.cores_limit;
-      share.claim_namespace = entry.namespace_name;
-      share.claim_name = entry.name;
-      share.claim_uid = uid;
-      share.pods = entry.pods;
-      out.push_back(std::move(share));
-    }
-  }
-  return out;
-}
-
 // ---- OutOfBandChecker ---------------------------------------------------------------------------
+
+OutOfBandChecker::OutOfBandChecker(CheckerOptions options,
+                                   std::function<std::shared_ptr<const NodeObservation>()> observe,
+                                   FindingHandler& handler, Clock& clock)
+    : options_(std::move(options)), observe_(std::move(observe)), handler_(handler), clock_(clock) {
+  if (options_.interval.count() <= 0) options_.interval = std::chrono::milliseconds(1000);
+}
 
 OutOfBandChecker::OutOfBandChecker(CheckerOptions options,
                                    std::function<std::vector<CheckedShare>()> shares,
                                    GpuProcessSource& gpus, FindingHandler& handler, Clock& clock)
-    : options_(std::move(options)),
-      shares_(std::move(shares)),
-      gpus_(gpus),
-      handler_(handler),
-      clock_(clock),
-      processes_(options_.proc_root) {
-  if (options_.interval.count() <= 0) options_.interval = std::chrono::milliseconds(1000);
+    : OutOfBandChecker(std::move(options), nullptr, handler, clock) {
+  own_shares_ = std::move(shares);
+  ObserverOptions observing;
+  observing.proc_root = options_.proc_root;
+  observing.shares = own_shares_;
+  if (options_.node_gpus)
+    observing.devices = [node_gpus = options_.node_gpus] {
+      std::vector<NodeDevice> devices;
+      for (const std::string& uuid : node_gpus()) devices.push_back({"", uuid, 0, 0});
+      return devices;
+    };
+  own_observer_ = std::make_unique<Observer>(std::move(observing), &gpus, clock_);
+  observe_ = [this] { return own_observer_->observe(); };
 }
 
 OutOfBandChecker::~OutOfBandChecker() {
@@ -154,7 +141,10 @@ void OutOfBandChecker::stop() {
 // through a symlink or a FIFO) and asks the pass loop for a pass at once when one is new.
 void OutOfBandChecker::watch_reclaim() {
   std::set<std::string> folders;
-  for (const CheckedShare& share : shares_()) folders.insert(share.folder);
+  {
+    MutexLock lock(last_mutex_);
+    for (const CheckedShare& share : last_shares_) folders.insert(share.folder);
+  }
   std::erase_if(watched_, [&](const auto& seen) { return folders.count(seen.first) == 0; });
   constexpr size_t kFrom = offsetof(share::UsagePage, reclaim_device);
   constexpr size_t kBytes = offsetof(share::UsagePage, reserved0) - kFrom;
@@ -197,7 +187,7 @@ bool OutOfBandChecker::wait_for_loop_passes(uint64_t count,
 }
 
 CheckerStats OutOfBandChecker::stats() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return stats_;
 }
 
@@ -211,18 +201,42 @@ bool OutOfBandChecker::due(const EpisodeKey& key, Clock::time_point now, Clock::
 }
 
 std::vector<Finding> OutOfBandChecker::check_once() {
-  std::vector<Finding> findings;
+  std::shared_ptr<const NodeObservation> observation = observe_();
+  auto judgment = std::make_shared<const Judgment>(judge(*observation));
+  if (options_.judged) options_.judged(std::move(observation), judgment);
+  return judgment->findings;
+}
+
+Judgment OutOfBandChecker::judge(const NodeObservation& observation) {
+  Judgment judgment;
   {
-    std::lock_guard lock(mutex_);
-    findings = pass();
+    MutexLock lock(mutex_);
+    judgment = pass(observation);
+  }
+  {
+    MutexLock lock(last_mutex_);
+    last_ = std::make_shared<const Judgment>(judgment);
+    last_shares_ = observation.shares;
   }
   // Outside the lock: the handler's proof before a kill calls belongs(), which takes it.
-  for (const Finding& finding : findings) handler_.handle(finding);
-  return findings;
+  for (const Finding& finding : judgment.findings) handler_.handle(finding);
+  return judgment;
+}
+
+std::shared_ptr<const Judgment> OutOfBandChecker::last_judgment() const {
+  MutexLock lock(last_mutex_);
+  return last_;
 }
 
 bool OutOfBandChecker::belongs(int pid, uint64_t start_time, const std::string& share_name) {
-  const std::vector<CheckedShare> shares = shares_();
+  // The prepared shares now (the checks' own list), or as the last pass judged them.
+  std::vector<CheckedShare> shares;
+  if (own_shares_) {
+    shares = own_shares_();
+  } else {
+    MutexLock lock(last_mutex_);
+    shares = last_shares_;
+  }
   const auto share = std::find_if(shares.begin(), shares.end(),
                                   [&](const CheckedShare& s) { return s.name == share_name; });
   if (share == shares.end()) return false;
@@ -237,9 +251,18 @@ bool OutOfBandChecker::belongs(int pid, uint64_t start_time, const std::string& 
   if (!facts->owner) return false;
   if (share_folder::read_usage_page(share->folder + "/usage").owns(*facts->owner)) return true;
   // Its page wiped since a pass read its owner word there (the start time is in the word).
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto known = page_members_.find(share->folder);
   return known != page_members_.end() && known->second.count(*facts->owner) != 0;
+}
+
+// A pod the claim has is not unknown any more: should a stale read drop it from the checkpoint
+// later, an answer about it is asked for afresh, not taken from before.
+OutOfBandChecker::PodVerdict OutOfBandChecker::known_pod(const std::string& claim_uid,
+                                                         const std::string& pod_uid) {
+  if (const auto it = pods_questions_.find(claim_uid); it != pods_questions_.end())
+    it->second.unknown.erase(pod_uid);
+  return PodVerdict::kClaims;
 }
 
 OutOfBandChecker::PodVerdict OutOfBandChecker::pod_verdict(std::vector<CheckedShare>& shares,
@@ -253,14 +276,7 @@ OutOfBandChecker::PodVerdict OutOfBandChecker::pod_verdict(std::vector<CheckedSh
           if (pod.uid == pod_uid) return true;
     return false;
   };
-  // A pod the claim has is not unknown any more: should a stale read drop it from the checkpoint
-  // later, an answer about it is asked for afresh, not taken from before.
-  auto known = [&] {
-    if (const auto it = pods_questions_.find(claim_uid); it != pods_questions_.end())
-      it->second.unknown.erase(pod_uid);
-    return PodVerdict::kClaims;
-  };
-  if (named()) return known();
+  if (named()) return known_pod(claim_uid, pod_uid);
   if (!options_.claim_pods) return PodVerdict::kOther;
   PodsQuestion& question = pods_questions_[claim_uid];
   const uint64_t first_seen = question.unknown.try_emplace(pod_uid, stats_.passes).first->second;
@@ -276,7 +292,7 @@ OutOfBandChecker::PodVerdict OutOfBandChecker::pod_verdict(std::vector<CheckedSh
   question.answered_pass = stats_.passes;
   for (CheckedShare& share : shares)
     if (share.claim_uid == claim_uid) share.pods = *pods;
-  return named() ? known() : PodVerdict::kOther;
+  return named() ? known_pod(claim_uid, pod_uid) : PodVerdict::kOther;
 }
 
 // ---- One pass, in steps -------------------------------------------------------------------------
@@ -356,14 +372,19 @@ SlotFigure remembered_figure(const std::vector<share_folder::SlotCopy>& slots, i
   return figure;
 }
 
-// Each folder's pages once.
-std::map<std::string, CheckedFolder> read_folders(const std::vector<CheckedShare>& shares) {
+// Each folder's pages as the observation read them.
+std::map<std::string, CheckedFolder> read_folders(const std::vector<CheckedShare>& shares,
+                                                  const NodeObservation& node) {
   std::map<std::string, CheckedFolder> folders;
   for (const CheckedShare& share : shares) {
     auto [it, fresh] = folders.try_emplace(share.folder);
     CheckedFolder& folder = it->second;
     if (fresh) {
-      const share_folder::ShareFolderSnapshot read = share_folder::read_share_folder(share.folder);
+      // Every prepared share's folder is in the observation; one that is not reads as missing.
+      share_folder::ShareFolderSnapshot missing;
+      missing.usage.problem = share_folder::UsageProblem::kMissing;
+      const share_folder::ShareFolderSnapshot* observed = node.folder(share.folder);
+      const share_folder::ShareFolderSnapshot& read = observed ? *observed : missing;
       folder.page = read.usage;
       if (read.limits.valid())
         for (const share_folder::LimitsDevice& device : read.limits.devices) {
@@ -384,25 +405,14 @@ std::map<std::string, CheckedFolder> read_folders(const std::vector<CheckedShare
   return folders;
 }
 
-// Each GPU's processes once; a GPU NVML does not answer for is a problem of the pass.
-std::map<std::string, CheckedGpu> read_gpus(const std::vector<CheckedShare>& shares,
-                                            GpuProcessSource& source, Problems& problems) {
+// Each GPU's processes as NVML answered in the observation (one it did not answer for is not ok).
+std::map<std::string, CheckedGpu> read_gpus(const NodeObservation& node) {
   std::map<std::string, CheckedGpu> gpus;
-  for (const CheckedShare& share : shares) {
-    auto [it, fresh] = gpus.try_emplace(share.uuid);
-    if (!fresh) continue;
-    Result<std::vector<GpuProcessMemory>> memory = source.memory(share.uuid);
-    if (!memory.is_ok()) {
-      problems.push_back(memory.status());
-      continue;
-    }
-    it->second.memory = std::move(memory).value();
-    it->second.ok = true;
-    if (Result<std::vector<GpuProcessBusy>> busy = source.busy(share.uuid); busy.is_ok()) {
-      for (const GpuProcessBusy& b : *busy) it->second.busy[b.pid] += b.sm_percent;
-    } else {
-      problems.push_back(busy.status());
-    }
+  for (const auto& [uuid, observed] : node.gpus) {
+    CheckedGpu& gpu = gpus[uuid];
+    gpu.ok = observed.listed;
+    gpu.memory = observed.memory;
+    if (observed.busy_listed) gpu.busy = observed.busy;
   }
   return gpus;
 }
@@ -411,6 +421,7 @@ std::map<std::string, CheckedGpu> read_gpus(const std::vector<CheckedShare>& sha
 
 // What one pass reads once and what it decides (the steps below fill it in order).
 struct OutOfBandChecker::Pass {
+  const NodeObservation& node;  // what the pass judges
   Clock::time_point now;
   // Not const: a claim's pods asked for afresh (pod_verdict) replace its shares' here.
   std::vector<CheckedShare> shares;
@@ -422,6 +433,8 @@ struct OutOfBandChecker::Pass {
   std::map<std::string, std::set<int>> members;  // by UUID: the pids some share of it has
   // By share name: its processes on its GPU and its limits-page device (for reclaim).
   std::map<std::string, std::pair<std::vector<Member>, int>> share_members;
+  // Per GPU: the memory of processes of no share, and of the MPS shares' daemons and servers.
+  std::map<std::string, uint64_t> unaccounted, mps_servers;
 };
 
 // One share on its GPU: its folder, its page's device index and its processes.
@@ -433,26 +446,31 @@ struct OutOfBandChecker::ShareCheck {
   std::vector<Member> members;
 };
 
-std::vector<Finding> OutOfBandChecker::pass() {
-  Pass pass;
+Judgment OutOfBandChecker::pass(const NodeObservation& observation) {
+  Pass pass{observation, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   begin_pass(pass);
-  pass.folders = read_folders(pass.shares);
-  pass.gpus = read_gpus(pass.shares, gpus_, pass.problems);
+  pass.folders = read_folders(pass.shares, observation);
+  pass.gpus = read_gpus(observation);
   for (const CheckedShare& share : pass.shares) check_share(pass, share);
   find_unaccounted(pass);
   reclaim(pass);
   check_pages(pass);
   if (options_.repair) apply_repairs(pass);
   end_pass(pass);
-  return std::move(pass.findings);
+  Judgment judgment;
+  judgment.findings = std::move(pass.findings);
+  judgment.unaccounted_memory = std::move(pass.unaccounted);
+  judgment.mps_server_memory = std::move(pass.mps_servers);
+  return judgment;
 }
 
 void OutOfBandChecker::begin_pass(Pass& pass) {
   ++stats_.passes;
-  pass.now = clock_.now();
+  pass.now = pass.node.at;
   for (auto& [key, episode] : episodes_) episode.seen = false;
-  processes_.begin_pass();
-  pass.shares = shares_();
+  pass.shares = pass.node.shares;
+  // What could not be observed (NVML's answers) could not be checked.
+  pass.problems = pass.node.problems;
   std::erase_if(pods_questions_, [&pass](const auto& question) {
     return std::none_of(pass.shares.begin(), pass.shares.end(), [&](const CheckedShare& share) {
       return share.claim_uid == question.first;
@@ -485,7 +503,7 @@ void OutOfBandChecker::find_members(Pass& pass, ShareCheck& check) {
   const CheckedShare& share = check.share;
   std::vector<Member>& members = check.members;
   for (const GpuProcessMemory& process : check.gpu.memory) {
-    const ProcessFacts* facts = processes_.lookup(process.pid);
+    const ProcessFacts* facts = pass.node.process(process.pid);
     if (!facts) continue;
     const bool in_page = facts->owner && check.folder.owners.count(*facts->owner) != 0;
     // In the page when a pass last read it, and no longer (the page wiped, cut or replaced): still
@@ -655,19 +673,7 @@ void OutOfBandChecker::find_over_cores(Pass& pass, const ShareCheck& check) {
 }
 
 void OutOfBandChecker::find_unaccounted(Pass& pass) {
-  // GPUs no share names are read here (memory only: no share's cores to judge there).
-  if (options_.node_gpus)
-    for (const std::string& uuid : options_.node_gpus()) {
-      auto [it, fresh] = pass.gpus.try_emplace(uuid);
-      if (!fresh) continue;
-      Result<std::vector<GpuProcessMemory>> memory = gpus_.memory(uuid);
-      if (!memory.is_ok()) {
-        pass.problems.push_back(memory.status());
-        continue;
-      }
-      it->second.memory = std::move(memory).value();
-      it->second.ok = true;
-    }
+  // GPUs no share names are in the observation too (read_gpus): their processes are judged here.
   // The MPS shares' daemons by pid, with their GPU: they and the servers they spawned are those
   // shares' infrastructure.
   std::map<int, std::string> daemons;
@@ -677,7 +683,7 @@ void OutOfBandChecker::find_unaccounted(Pass& pass) {
   auto mps_infrastructure = [&](int pid, const std::string& uuid) {
     if (daemons.empty()) return false;
     if (const auto it = daemons.find(pid); it != daemons.end()) return it->second == uuid;
-    const std::optional<int> parent = processes_.parent_pid(pid);
+    const std::optional<int> parent = parent_pid(pass.node.proc_root, pid);
     const auto it = parent ? daemons.find(*parent) : daemons.end();
     return it != daemons.end() && it->second == uuid;
   };
@@ -688,7 +694,7 @@ void OutOfBandChecker::find_unaccounted(Pass& pass) {
     const std::set<int>& members = pass.members[uuid];
     for (const GpuProcessMemory& process : gpu.memory) {
       if (members.count(process.pid) != 0) continue;
-      const ProcessFacts* facts = processes_.lookup(process.pid);
+      const ProcessFacts* facts = pass.node.process(process.pid);
       if (!facts) continue;  // gone since NVML answered
       if (mps_infrastructure(process.pid, uuid)) {
         mps_servers[uuid] += process.used_bytes;
@@ -730,19 +736,18 @@ void OutOfBandChecker::find_unaccounted(Pass& pass) {
       pass.findings.push_back(std::move(finding));
     }
   }
-  std::lock_guard lock(unaccounted_mutex_);
-  unaccounted_ = std::move(unaccounted);
-  mps_servers_ = std::move(mps_servers);
+  pass.unaccounted = std::move(unaccounted);
+  pass.mps_servers = std::move(mps_servers);
 }
 
 std::map<std::string, uint64_t> OutOfBandChecker::unaccounted_memory() const {
-  std::lock_guard lock(unaccounted_mutex_);
-  return unaccounted_;
+  MutexLock lock(last_mutex_);
+  return last_ ? last_->unaccounted_memory : std::map<std::string, uint64_t>{};
 }
 
 std::map<std::string, uint64_t> OutOfBandChecker::mps_server_memory() const {
-  std::lock_guard lock(unaccounted_mutex_);
-  return mps_servers_;
+  MutexLock lock(last_mutex_);
+  return last_ ? last_->mps_server_memory : std::map<std::string, uint64_t>{};
 }
 
 void OutOfBandChecker::check_pages(Pass& pass) {
@@ -751,7 +756,7 @@ void OutOfBandChecker::check_pages(Pass& pass) {
   std::map<uint64_t, int> gpu_owners;
   for (const auto& [uuid, gpu] : pass.gpus)
     for (const GpuProcessMemory& process : gpu.memory)
-      if (const ProcessFacts* facts = processes_.lookup(process.pid); facts && facts->owner)
+      if (const ProcessFacts* facts = pass.node.process(process.pid); facts && facts->owner)
         gpu_owners[*facts->owner] = process.pid;
   for (const auto& [path, folder] : pass.folders) check_page(pass, path, gpu_owners);
   std::erase_if(compute_seen_,
@@ -908,13 +913,13 @@ OutOfBandChecker::SlotVerdicts OutOfBandChecker::judge_slots(
       std::optional<int> pid;
       if (known != gpu_owners.end()) {
         pid = known->second;
-      } else if (const auto& live = processes_.live_owners(); live.count(owner) != 0) {
+      } else if (const auto& live = pass.node.owners; live.count(owner) != 0) {
         pid = live.at(owner);
       }
       if (!pid) {
         clear = true;  // dead, or an owner word no process has
       } else if (!pods.empty()) {
-        const ProcessFacts* facts = processes_.lookup(*pid);
+        const ProcessFacts* facts = pass.node.process(*pid);
         if (facts && facts->pod_uid && pods.count(*facts->pod_uid) == 0) {
           // Another pod's, unless the folder's claim was reserved for it since it was
           // prepared. Undecided (no answer yet): left as it is, neither cleared nor reported.
@@ -972,8 +977,7 @@ void OutOfBandChecker::apply_repairs(Pass& pass) {
 
 void OutOfBandChecker::end_pass(Pass& pass) {
   std::erase_if(episodes_, [](const auto& item) { return !item.second.seen; });
-  processes_.end_pass();
-  stats_.process_reads = processes_.full_reads();
+  stats_.process_reads = pass.node.process_reads;
   stats_.findings += pass.findings.size();
   // One log line per change of what could not be checked, not one per pass.
   const std::string problems = join_problems(pass.problems);
@@ -998,6 +1002,19 @@ constexpr std::chrono::seconds kDeclineLogGap{10};
 
 }  // namespace
 
+// A request not acted on is said once, and at most once per share per kDeclineLogGap: a tenant
+// rewriting its request cannot fill the log.
+void OutOfBandChecker::decline_reclaim(const Pass& pass, const CheckedShare& share, uint64_t bytes,
+                                       bool fresh, const std::string& why) {
+  stats_.last_reclaim = share.name + ": " + why;
+  if (!fresh) return;
+  const auto logged = declines_logged_.find(share.name);
+  if (logged != declines_logged_.end() && pass.now - logged->second < kDeclineLogGap) return;
+  declines_logged_[share.name] = pass.now;
+  log::info("reclaim request not acted on",
+            {{"share", share.name}, {"gpu", share.uuid}, {"bytes", bytes}, {"reason", why}});
+}
+
 void OutOfBandChecker::reclaim(Pass& pass) {
   // Evictions done: the process left its GPU (NVML no longer lists it, or a new process has the
   // pid), or the kill did not land in time.
@@ -1009,7 +1026,7 @@ void OutOfBandChecker::reclaim(Pass& pass) {
     const bool listed =
         std::any_of(gpu->second.memory.begin(), gpu->second.memory.end(),
                     [pid = pid](const GpuProcessMemory& process) { return process.pid == pid; });
-    const ProcessFacts* facts = processes_.lookup(pid);
+    const ProcessFacts* facts = pass.node.process(pid);
     return !listed || !facts || facts->start_time != eviction.start_time;
   });
   std::set<std::string> asking;
@@ -1028,29 +1045,21 @@ void OutOfBandChecker::reclaim(Pass& pass) {
     const bool fresh = reclaim_seen_[share.name] != key;
     reclaim_seen_[share.name] = key;
     if (fresh) ++stats_.reclaim_requests;
-    // A request not acted on is said once, and at most once per share per kDeclineLogGap: a
-    // tenant rewriting its request cannot fill the log.
-    auto decline = [&](const std::string& why) {
-      stats_.last_reclaim = share.name + ": " + why;
-      if (!fresh) return;
-      const auto logged = declines_logged_.find(share.name);
-      if (logged != declines_logged_.end() && pass.now - logged->second < kDeclineLogGap) return;
-      declines_logged_[share.name] = pass.now;
-      log::info(
-          "reclaim request not acted on",
-          {{"share", share.name}, {"gpu", share.uuid}, {"bytes", request.bytes}, {"reason", why}});
-    };
     // The request's owner must be a live process of the share on the GPU, in its page now.
     const std::vector<Member>& own = members->second.first;
     if (std::none_of(own.begin(), own.end(),
                      [&](const Member& m) { return m.in_page && m.owner == request.owner; })) {
-      decline("its owner word names no process of the share on the GPU");
+      decline_reclaim(pass, share, request.bytes, fresh,
+                      "its owner word names no process of the share on the GPU");
       continue;
     }
-    Result<uint64_t> free_bytes = gpus_.free_memory(share.uuid);
+    const ObservedGpu* observed = pass.node.gpu(share.uuid);
+    const Result<uint64_t> free_bytes =
+        observed ? observed->free_bytes : unavailable("no free-memory figure for " + share.uuid);
     if (!free_bytes.is_ok()) {
       pass.problems.push_back(free_bytes.status());
-      decline("the GPU's free memory is not known: " + free_bytes.status().message());
+      decline_reclaim(pass, share, request.bytes, fresh,
+                      "the GPU's free memory is not known: " + free_bytes.status().message());
       continue;
     }
     // The GPU's shares by the agent's figures (NVML), the processes chosen before left out and
@@ -1077,7 +1086,7 @@ void OutOfBandChecker::reclaim(Pass& pass) {
     const ReclaimPlan plan = plan_reclaim({share.name, request.bytes}, *free_bytes + coming_back,
                                           shares, options_.memory_margin);
     if (plan.victims.empty()) {
-      decline(plan.reason);
+      decline_reclaim(pass, share, request.bytes, fresh, plan.reason);
       continue;
     }
     stats_.last_reclaim = share.name + ": " + plan.reason;

@@ -1,8 +1,9 @@
 // The out-of-band checks: the layer that catches a tenant who does not cooperate with the shim.
-// Every --check-interval (1 s) the checker asks NVML, per GPU a prepared share names, which
-// processes hold memory and how busy each was; maps each host process to its share through its
-// cgroup (the pod UID kubelet puts in the path, against the pods the claim was reserved for) and
-// through the usage page's owner words; and finds:
+// Every --check-interval (1 s) the checker judges one observation of the node (observe/: NVML's
+// answer, per GPU, of which processes hold memory and how busy each was; the share folders' pages;
+// every host process), returning a Judgment beside it; maps each host process to its share through
+// its cgroup (the pod UID kubelet puts in the path, against the pods the claim was reserved for)
+// and through the usage page's owner words; and finds:
 //  - over_memory_limit: the share's processes hold more than its limit as NVML sees it (past
 //    --memory-grace): the offenders are those holding more than their slot says (no shim, a
 //    second driver copy, a zeroed slot);
@@ -40,7 +41,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -48,12 +48,14 @@
 
 #include "clock/clock.h"
 #include "clock/periodic_loop.h"
-#include "enforcement/process_map.h"
 #include "model/finding.h"
 #include "model/share_spec.h"
+#include "observe/node_observation.h"
+#include "observe/observer.h"
 #include "share/checkpoint.h"
 #include "tessera/share_folder/snapshot.h"
 #include "tessera/status.h"
+#include "tessera/thread_annotations.h"
 #include "usage/gpu_processes.h"
 
 namespace tessera::share_folder {
@@ -61,26 +63,6 @@ struct UsagePageRepair;
 }  // namespace tessera::share_folder
 
 namespace tessera::agent {
-
-// One prepared share as the checks need it.
-struct CheckedShare {
-  std::string name;    // ShareSpec::name()
-  std::string folder;  // its folder's path (shared by a claim's shares of several GPUs)
-  std::string uuid;
-  std::optional<uint64_t>
-      memory_limit;  // bytes (the share's limit, not its request); none: the GPU
-  // Bytes guaranteed (its request, at most the limit); none: the whole limit. Above it the share
-  // borrows, and reclaim may evict its processes.
-  std::optional<uint64_t> memory_request;
-  std::optional<uint32_t> cores;        // the cores request, percent; none: no compute limit
-  std::optional<uint32_t> cores_limit;  // percent it may reach
-  std::string claim_namespace, claim_name, claim_uid;
-  std::vector<PodRef> pods;
-};
-
-// The PrepareCompleted shares of `checkpoint`, folders under `shares_dir`.
-std::vector<CheckedShare> checked_shares(const Checkpoint& checkpoint,
-                                         const std::string& shares_dir);
 
 // An MPS control daemon the agent started for a share (MpsBackend), as the checks see it.
 struct MpsDaemon {
@@ -117,6 +99,10 @@ struct CheckerOptions {
   // back-to-back. 0: a request waits for the next pass (up to `interval`).
   std::chrono::milliseconds reclaim_watch{100};
   std::chrono::milliseconds reclaim_pass_gap{250};
+  // After each pass of the loop (check_once): the observation it judged and the judgment (the
+  // agent puts both on its ObservationBoard). Null: kept only for unaccounted_memory().
+  std::function<void(std::shared_ptr<const NodeObservation>, std::shared_ptr<const Judgment>)>
+      judged;
 };
 
 struct CheckerStats {
@@ -135,8 +121,14 @@ struct CheckerStats {
 
 class OutOfBandChecker {
  public:
-  // `shares` lists the prepared shares (the share manager's checkpoint); `gpus` and `handler`
-  // outlive the checker. `clock` paces the loop and times the graces.
+  // Each pass judges the observation `observe` hands it (the agent's Observer: one read of the node
+  // per pass for the checks and everything that reports). `handler` outlives the checker; `clock`
+  // paces the loop and times the graces.
+  OutOfBandChecker(CheckerOptions options,
+                   std::function<std::shared_ptr<const NodeObservation>()> observe,
+                   FindingHandler& handler, Clock& clock = real_clock());
+  // The checks on their own (tests, the benchmark): an Observer of their own over `shares` (the
+  // prepared shares), `gpus` (outlives the checker), options.proc_root and options.node_gpus.
   OutOfBandChecker(CheckerOptions options, std::function<std::vector<CheckedShare>()> shares,
                    GpuProcessSource& gpus, FindingHandler& handler, Clock& clock = real_clock());
   ~OutOfBandChecker();
@@ -148,24 +140,32 @@ class OutOfBandChecker {
   Status start();
   void stop();
 
-  // One pass; the findings it handed to the handler (for tests and the benchmark).
-  std::vector<Finding> check_once();
+  // One pass: an observation, judged; the findings it handed to the handler (for tests and the
+  // benchmark).
+  std::vector<Finding> check_once() TESSERA_EXCLUDES(mutex_, last_mutex_);
+  // The checks of one observation: every finding handed to the handler (after the judgment is
+  // recorded, so the handler's proof, belongs(), sees the shares it was judged on), and returned
+  // with the figures the reports show.
+  Judgment judge(const NodeObservation& observation) TESSERA_EXCLUDES(mutex_, last_mutex_);
 
   // True when host process `pid` with `start_time` is a process of share `share` now, checked
   // afresh (not from the pass's cache): its owner word is in the share's usage page, or its
   // cgroup names a pod the share's claim was reserved for, or (the page wiped since) an earlier
   // pass read that owner word in the page. The handler's proof before a kill.
-  bool belongs(int pid, uint64_t start_time, const std::string& share);
+  bool belongs(int pid, uint64_t start_time, const std::string& share)
+      TESSERA_EXCLUDES(mutex_, last_mutex_);
 
   // Per GPU the last pass read: the device memory of processes that belong to no share of it
   // (tessera_gpu_unaccounted_memory_bytes). A GPU NVML did not answer for is absent.
-  std::map<std::string, uint64_t> unaccounted_memory() const;
+  std::map<std::string, uint64_t> unaccounted_memory() const TESSERA_EXCLUDES(last_mutex_);
   // Per GPU the last pass read: the device memory of the MPS shares' daemons and servers there (in
   // no share's page and no unaccounted figure: each MPS share's limit binds its clients; the
   // server's own context is the price of MPS). A GPU without any is absent.
-  std::map<std::string, uint64_t> mps_server_memory() const;
+  std::map<std::string, uint64_t> mps_server_memory() const TESSERA_EXCLUDES(last_mutex_);
+  // The last judgment (null before the first pass).
+  std::shared_ptr<const Judgment> last_judgment() const TESSERA_EXCLUDES(last_mutex_);
 
-  CheckerStats stats() const;
+  CheckerStats stats() const TESSERA_EXCLUDES(mutex_);
   uint64_t loop_passes() const;
   bool wait_for_loop_passes(uint64_t count,
                             std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
@@ -183,11 +183,17 @@ class OutOfBandChecker {
   // got in the pass that first saw the pod, or a later one, has come.
   enum class PodVerdict { kClaims, kOther, kUndecided };
   PodVerdict pod_verdict(std::vector<CheckedShare>& shares, const std::string& claim_uid,
-                         const std::string& pod_uid, Clock::time_point now);
+                         const std::string& pod_uid, Clock::time_point now)
+      TESSERA_REQUIRES(mutex_);
+  // kClaims, and `pod_uid` no longer an unknown pod of claim `claim_uid`.
+  PodVerdict known_pod(const std::string& claim_uid, const std::string& pod_uid)
+      TESSERA_REQUIRES(mutex_);
   // True once the condition `key` has held for `grace` and was not reported in this episode.
-  bool due(const EpisodeKey& key, Clock::time_point now, Clock::duration grace);
+  bool due(const EpisodeKey& key, Clock::time_point now, Clock::duration grace)
+      TESSERA_REQUIRES(mutex_);
 
-  std::vector<Finding> pass();  // under mutex_: the steps below, in this order
+  Judgment pass(const NodeObservation& observation)
+      TESSERA_REQUIRES(mutex_);  // the steps below, in this order
   // The steps of a pass (checker.cc). Pass holds what the pass read and decided; ShareCheck one
   // share on its GPU.
   struct Pass;
@@ -200,58 +206,67 @@ class OutOfBandChecker {
     bool below_mark = false;  // a slot in use at or above the high-water mark
   };
   // Starts the pass: its clock reading, the prepared shares, a fresh view of the processes.
-  void begin_pass(Pass& pass);
+  void begin_pass(Pass& pass) TESSERA_REQUIRES(mutex_);
   // One share on its GPU: its processes, then each kind of lie and overuse.
-  void check_share(Pass& pass, const CheckedShare& share);
-  void find_members(Pass& pass, ShareCheck& check);
+  void check_share(Pass& pass, const CheckedShare& share) TESSERA_REQUIRES(mutex_);
+  void find_members(Pass& pass, ShareCheck& check) TESSERA_REQUIRES(mutex_);
   // unshimmed_process and usage_disagrees (with the slot's repair).
-  void find_slot_lies(Pass& pass, const ShareCheck& check);
-  void find_over_memory(Pass& pass, const ShareCheck& check);
-  void find_over_cores(Pass& pass, const ShareCheck& check);
+  void find_slot_lies(Pass& pass, const ShareCheck& check) TESSERA_REQUIRES(mutex_);
+  void find_over_memory(Pass& pass, const ShareCheck& check) TESSERA_REQUIRES(mutex_);
+  void find_over_cores(Pass& pass, const ShareCheck& check) TESSERA_REQUIRES(mutex_);
   // unaccounted_process: each GPU's processes that no share of it has (after every share's
   // members are known), and the per-GPU sums unaccounted_memory() answers.
-  void find_unaccounted(Pass& pass);
+  void find_unaccounted(Pass& pass) TESSERA_REQUIRES(mutex_);
   // corrupt_usage_page: each folder's page, its shape and its slots, and what to repair.
-  void check_pages(Pass& pass);
-  void check_page(Pass& pass, const std::string& path, const std::map<uint64_t, int>& gpu_owners);
+  void check_pages(Pass& pass) TESSERA_REQUIRES(mutex_);
+  void check_page(Pass& pass, const std::string& path, const std::map<uint64_t, int>& gpu_owners)
+      TESSERA_REQUIRES(mutex_);
   // page_members_ after the pass (its GPU processes' owner words -> host pids).
-  void remember_members(Pass& pass, const std::map<uint64_t, int>& gpu_owners);
+  void remember_members(Pass& pass, const std::map<uint64_t, int>& gpu_owners)
+      TESSERA_REQUIRES(mutex_);
   SlotVerdicts judge_slots(Pass& pass, const std::string& path,
                            const std::map<uint64_t, int>& gpu_owners,
-                           share_folder::UsagePageRepair& repair);
+                           share_folder::UsagePageRepair& repair) TESSERA_REQUIRES(mutex_);
   // pod_verdict for a slot's pod against every claim of a folder's shares.
-  PodVerdict folder_pod_verdict(Pass& pass, const std::string& path, const std::string& pod_uid);
-  void apply_repairs(Pass& pass);
+  PodVerdict folder_pod_verdict(Pass& pass, const std::string& path, const std::string& pod_uid)
+      TESSERA_REQUIRES(mutex_);
+  void apply_repairs(Pass& pass) TESSERA_REQUIRES(mutex_);
   // Reclaim (reclaim.h): each share's reclaim request in its usage page, judged on the agent's
   // figures; the victims as reclaim_eviction findings.
-  void reclaim(Pass& pass);
+  void reclaim(Pass& pass) TESSERA_REQUIRES(mutex_);
+  // A share's reclaim request not acted on: why, in the stats and (once per request, at most once
+  // per share per 10 s) in the log.
+  void decline_reclaim(const Pass& pass, const CheckedShare& share, uint64_t bytes, bool fresh,
+                       const std::string& why) TESSERA_REQUIRES(mutex_);
   // Ends the pass: forgets conditions no longer seen, counts, logs what could not be checked.
-  void end_pass(Pass& pass);
+  void end_pass(Pass& pass) TESSERA_REQUIRES(mutex_);
 
   CheckerOptions options_;
-  std::function<std::vector<CheckedShare>()> shares_;
-  GpuProcessSource& gpus_;
+  // The checks' own observer (the second constructor) and the prepared shares it lists.
+  std::function<std::vector<CheckedShare>()> own_shares_;
+  std::unique_ptr<Observer> own_observer_;
+  std::function<std::shared_ptr<const NodeObservation>()> observe_;
   FindingHandler& handler_;
   Clock& clock_;
-  mutable std::mutex mutex_;  // one pass at a time; guards everything below
-  ProcessMap processes_;
-  std::map<EpisodeKey, Episode> episodes_;
+  mutable Mutex mutex_;  // one pass at a time; guards the pass's state below
+  std::map<EpisodeKey, Episode> episodes_ TESSERA_GUARDED_BY(mutex_);
   // Per claim UID: the asks of claim_pods, and the pods its shares did not name when seen.
   struct PodsQuestion {
     std::optional<Clock::time_point> asked;   // the last ask, answered or not
     uint64_t answered_pass = 0;               // the pass of the last answer (0: none)
     std::map<std::string, uint64_t> unknown;  // pod UID -> the pass that first saw it
   };
-  std::map<std::string, PodsQuestion> pods_questions_;
+  std::map<std::string, PodsQuestion> pods_questions_ TESSERA_GUARDED_BY(mutex_);
   // Per usage page: its compute area's counters at the last pass that read it whole, and when.
   struct ComputeSeen {
     Clock::time_point at;
     std::array<share_folder::ComputeDeviceCopy, share::kMaxDevices> devices;
   };
-  std::map<std::string, ComputeSeen> compute_seen_;
+  std::map<std::string, ComputeSeen> compute_seen_ TESSERA_GUARDED_BY(mutex_);
   // Per usage page: the owner words of processes on a GPU that a pass read in it, with their
   // slots then, kept while the process is on a GPU (so a wiped page does not make them nobody's).
-  std::map<std::string, std::map<uint64_t, std::vector<share_folder::SlotCopy>>> page_members_;
+  std::map<std::string, std::map<uint64_t, std::vector<share_folder::SlotCopy>>> page_members_
+      TESSERA_GUARDED_BY(mutex_);
   // Processes chosen for eviction, by pid: not chosen again, and their bytes counted as coming
   // back, while NVML still lists them (dropped after kEvictionPending, should the kill not land).
   struct Eviction {
@@ -260,19 +275,21 @@ class OutOfBandChecker {
     uint64_t bytes;
     Clock::time_point at;
   };
-  std::map<int, Eviction> evictions_;
+  std::map<int, Eviction> evictions_ TESSERA_GUARDED_BY(mutex_);
   // Per share: the last reclaim request read (its owner and start), so each is counted and logged
   // once.
-  std::map<std::string, std::pair<uint64_t, uint64_t>> reclaim_seen_;
-  std::map<std::string, Clock::time_point> declines_logged_;  // per share: the last decline said
-  CheckerStats stats_;
-  mutable std::mutex unaccounted_mutex_;  // unaccounted_ only: a scrape never waits for a pass
-  std::map<std::string, uint64_t> unaccounted_;
-  std::map<std::string, uint64_t> mps_servers_;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> reclaim_seen_ TESSERA_GUARDED_BY(mutex_);
+  // Per share: the last decline said.
+  std::map<std::string, Clock::time_point> declines_logged_ TESSERA_GUARDED_BY(mutex_);
+  CheckerStats stats_ TESSERA_GUARDED_BY(mutex_);
+  // The last judgment and the shares it judged: a scrape or a kill's proof never waits for a pass.
+  mutable Mutex last_mutex_ TESSERA_ACQUIRED_AFTER(mutex_);
+  std::shared_ptr<const Judgment> last_ TESSERA_GUARDED_BY(last_mutex_);
+  std::vector<CheckedShare> last_shares_ TESSERA_GUARDED_BY(last_mutex_);
   std::unique_ptr<PeriodicLoop> loop_;  // its passes use everything above
   // The reclaim watch (its own thread): the last request seen per folder, and whether a pass it
   // asked for waits for reclaim_pass_gap.
-  void watch_reclaim();
+  void watch_reclaim() TESSERA_EXCLUDES(last_mutex_);
   std::map<std::string, std::pair<uint64_t, uint64_t>> watched_;
   std::optional<Clock::time_point> watch_triggered_;
   bool watch_pending_ = false;

@@ -21,10 +21,6 @@ bool is_directory(const std::string& path) {
 
 }  // namespace
 
-const char* memory_layer_name(bool driver) {
-  return driver ? "both" : "shim";
-}
-
 PartitionCheck::PartitionCheck(PartitionCheckOptions options,
                                std::function<Checkpoint()> checkpoint, const nvml::Session& session,
                                FindingHandler& handler)

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "model/finding.h"
+#include "model/partition_view.h"
 #include "share/checkpoint.h"
 #include "tessera/nvml.h"
 
@@ -34,24 +35,12 @@ struct PartitionCheckOptions {
   bool repair = true;
 };
 
-// Which layer holds a share's memory on one GPU, and what each counts.
-struct SharePartitionView {
-  bool driver = false;       // the GPU has the capability and the share a memory limit
-  uint64_t driver_used = 0;  // currentUsed summed over the share's live container cgroups
-  uint64_t shim_used = 0;    // the usage page's sum for the GPU
-  uint32_t cgroups = 0;      // container cgroups holding a partition now
-};
-using PartitionViews = std::map<std::pair<std::string, std::string>, SharePartitionView>;
-
 struct PartitionCheckStats {
   uint64_t passes = 0;
   uint64_t findings = 0;
   uint64_t repairs = 0;
   uint64_t records_dropped = 0;
 };
-
-// "both" where the driver holds the share's memory beside the shim, else "shim".
-const char* memory_layer_name(bool driver);
 
 class PartitionCheck {
  public:

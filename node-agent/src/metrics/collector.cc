@@ -23,24 +23,20 @@ std::string id_label(const std::optional<unsigned>& id) {
   return id ? std::to_string(*id) : "";
 }
 
-void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
-                  const std::vector<NodeDevice>& devices, std::map<std::string, uint64_t>& shares,
-                  ScrapeFamilies& out) {
-  // A folder can hold several shares of a claim (one per GPU): it is read once.
-  std::map<std::string, share_folder::ShareFolderSnapshot> folders;
+void write_shares(const MetricsSources& sources, const NodeObservation& node,
+                  std::map<std::string, uint64_t>& shares, ScrapeFamilies& out) {
+  const Checkpoint& checkpoint = node.checkpoint;
+  const std::vector<NodeDevice>& devices = node.devices;
   const PartitionViews partitions = sources.partitions ? sources.partitions() : PartitionViews{};
   for (const auto& [claim_uid, entry] : checkpoint) {
     // A claim still being prepared may have no folder yet; its series appear when it completes.
     if (entry.state != ClaimState::kPrepareCompleted) continue;
     for (const ShareSpec& share : entry.shares) {
       ++shares[share.uuid];
-      const std::string folder_name = share.folder_name();
-      auto folder = folders.find(folder_name);
-      if (folder == folders.end())
-        folder = folders
-                     .emplace(folder_name, share_folder::read_share_folder(sources.shares_dir +
-                                                                           "/" + folder_name))
-                     .first;
+      // The pass read each prepared share's folder once (a claim's shares of several GPUs
+      // share one).
+      const share_folder::ShareFolderSnapshot* folder =
+          node.folder(node.shares_dir + "/" + share.folder_name());
       // The pod the claim was reserved for at prepare (status.reservedFor, in the checkpoint);
       // several (a shared claim): comma-separated; none known (an old checkpoint): empty.
       std::string pod;
@@ -80,10 +76,10 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
       if (driver) out.add(MetricId::kShareDriverMemoryUsedBytes, labels, view->second.driver_used);
       // A page that cannot be read whole (a tenant may truncate or replace it) leaves the usage
       // series out: 0 would read as "nothing used". Zero until a process has written the page.
-      const share_folder::ShareFolderSnapshot& usage = folder->second;
-      const bool readable = usage.readable();
+      const bool readable = folder && folder->readable();
       out.add(MetricId::kShareUsageReadable, labels, uint64_t{readable ? 1u : 0u});
       if (!readable) continue;
+      const share_folder::ShareFolderSnapshot& usage = *folder;
       const int index = usage.limits.device_index(share.uuid);
       const uint64_t memory =
           index >= 0 ? usage.usage.memory_bytes(static_cast<uint32_t>(index)) : 0;
@@ -100,14 +96,15 @@ void write_shares(const MetricsSources& sources, const Checkpoint& checkpoint,
   }
 }
 
-void write_gpus(const MetricsSources& sources, const std::vector<NodeDevice>& devices,
-                const std::map<std::string, uint64_t>& shares, ScrapeFamilies& out) {
-  const DeviceHealthSnapshot health = sources.health ? sources.health() : DeviceHealthSnapshot{};
+void write_gpus(const MetricsSources& sources, const NodeObservation& node,
+                const Judgment* judgment, const std::map<std::string, uint64_t>& shares,
+                ScrapeFamilies& out) {
+  const DeviceHealthSnapshot& health = node.health;
   const std::map<std::string, uint64_t> unaccounted =
-      sources.unaccounted ? sources.unaccounted() : std::map<std::string, uint64_t>{};
+      judgment ? judgment->unaccounted_memory : std::map<std::string, uint64_t>{};
   const std::map<std::string, uint64_t> evictions =
       sources.reclaim_evictions ? sources.reclaim_evictions() : std::map<std::string, uint64_t>{};
-  for (const NodeDevice& device : devices) {
+  for (const NodeDevice& device : node.devices) {
     const std::string labels[] = {device.uuid, device.name, sources.node_name};
     if (device.mig) {
       const std::string mig_labels[] = {device.uuid,
@@ -119,13 +116,12 @@ void write_gpus(const MetricsSources& sources, const std::vector<NodeDevice>& de
                                         id_label(device.mig->ci_id)};
       out.add(MetricId::kMigInstanceInfo, mig_labels, uint64_t{1});
     }
-    if (sources.gpu_stats) {
-      if (Result<GpuFigures> figures = sources.gpu_stats->read(device.uuid); figures.is_ok()) {
-        out.add(MetricId::kGpuMemoryUsedBytes, labels, figures->memory_used_bytes);
-        out.add(MetricId::kGpuMemoryTotalBytes, labels, figures->memory_total_bytes);
-        if (figures->utilization_percent)
-          out.add(MetricId::kGpuUtilizationRatio, labels, *figures->utilization_percent / kPercent);
-      }
+    if (const ObservedGpu* gpu = node.gpu(device.uuid); gpu && gpu->figures) {
+      out.add(MetricId::kGpuMemoryUsedBytes, labels, gpu->figures->memory_used_bytes);
+      out.add(MetricId::kGpuMemoryTotalBytes, labels, gpu->figures->memory_total_bytes);
+      if (gpu->figures->utilization_percent)
+        out.add(MetricId::kGpuUtilizationRatio, labels,
+                *gpu->figures->utilization_percent / kPercent);
     }
     bool healthy = false;
     for (const DeviceHealthReport& report : health.devices)
@@ -153,12 +149,12 @@ void write_gpus(const MetricsSources& sources, const std::vector<NodeDevice>& de
 std::vector<prometheus::MetricFamily> MetricsCollector::Collect() const {
   const MetricsSources& sources = sources_;
   ScrapeFamilies out;
-  const Checkpoint checkpoint = sources.checkpoint ? sources.checkpoint() : Checkpoint{};
-  const std::vector<NodeDevice> devices =
-      sources.devices ? sources.devices() : std::vector<NodeDevice>{};
+  const ObservedNode observed = sources.observed ? sources.observed() : ObservedNode{};
+  const NodeObservation empty;
+  const NodeObservation& node = observed.observation ? *observed.observation : empty;
   std::map<std::string, uint64_t> shares;  // prepared shares per GPU UUID
-  write_shares(sources, checkpoint, devices, shares, out);
-  write_gpus(sources, devices, shares, out);
+  write_shares(sources, node, shares, out);
+  write_gpus(sources, node, observed.judgment.get(), shares, out);
   if (sources.withheld)
     for (const WithheldGpu& gpu : sources.withheld()) {
       const std::string labels[] = {gpu.uuid, gpu.device, sources.node_name, gpu.reason};
@@ -173,7 +169,7 @@ std::vector<prometheus::MetricFamily> MetricsCollector::Collect() const {
   for (const FindingKind kind : kAllFindingKinds) {
     const std::string labels[] = {std::string(finding_kind_name(kind)), sources.node_name};
     out.add(MetricId::kFindingsTotal, labels,
-            sources.findings ? sources.findings->count(kind) : uint64_t{0});
+            sources.findings ? sources.findings(kind) : uint64_t{0});
   }
   out.add(MetricId::kKubeEventsDroppedTotal, {},
           sources.kube_events_dropped ? sources.kube_events_dropped() : uint64_t{0});

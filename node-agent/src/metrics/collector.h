@@ -1,13 +1,12 @@
-// One scrape: the agent's state turned into the exposition. The share list is a copy of the
-// checkpoint (taken under the share manager's in-memory lock, which is held only for the copy), the
-// pages are read afterwards without any lock, so a scrape never holds what a prepare needs; the
-// cost is one limits-page and one usage-page read per share folder (linear in shares and their
-// processes) and three NVML calls per GPU.
+// One scrape: the node as the last pass observed it (observe/node_observation.h: the checkpoint's
+// copy, each share folder's pages, NVML's figures per GPU, the health board) and the checks'
+// judgment of it, turned into the exposition. A scrape reads nothing of the node itself: it shows
+// what the check and the local API show, at the same moment (ObservationBoard::current takes a new
+// observation only when the claims changed or the last one is stale).
 //
-// The node's state is read anew on every scrape, so its series are built then, as a
-// prometheus::Collectable that returns fresh families (MetricsCollector): a share unprepared since
-// the last scrape has no series left behind, as a prometheus::Family of Gauges set on change would
-// keep until removed by hand.
+// Its series are built then, as a prometheus::Collectable that returns fresh families
+// (MetricsCollector): a share unprepared since the last scrape has no series left behind, as a
+// prometheus::Family of Gauges set on change would keep until removed by hand.
 #pragma once
 
 #include <cstdint>
@@ -19,34 +18,26 @@
 #include <prometheus/collectable.h>
 
 #include "devices/coexistence.h"
-#include "devices/device_health.h"
 #include "devices/partition_capability.h"
-#include "enforcement/enforcement_handler.h"
-#include "enforcement/partition_check.h"
-#include "metrics/gpu_stats.h"
 #include "metrics/request_metrics.h"
-#include "model/node_device.h"
-#include "share/checkpoint.h"
+#include "model/finding.h"
+#include "model/partition_view.h"
+#include "observe/node_observation.h"
 #include "tessera/version.h"
 
 namespace tessera::agent {
 
 struct MetricsSources {
   std::string node_name;
-  std::string shares_dir;                  // "<state>/shares"
-  std::function<Checkpoint()> checkpoint;  // the prepared claims (ShareManager::checkpoint)
-  std::function<std::vector<NodeDevice>()> devices;  // the published GPUs
-  std::function<DeviceHealthSnapshot()> health;      // null: every GPU unknown
-  NvmlGpuStats* gpu_stats = nullptr;                 // null: no NVML figures
-  const RequestMetrics* requests = nullptr;          // null: no request figures
+  // The node as one pass observed it, and the checks' judgment (null: no check ran: no series of
+  // theirs, never a 0 that means "not known"). Null: an empty node.
+  std::function<ObservedNode()> observed;
+  const RequestMetrics* requests = nullptr;  // null: no request figures
   // tessera_build_info's labels: the build's (tessera/version.h) unless a test sets others.
   std::string version{kVersion};
-  std::string revision{kGitCommit};           // the git commit; "" when the build did not know it
-  const FindingCounters* findings = nullptr;  // null: every kind 0
-  // Per GPU UUID, the memory of processes of no share (OutOfBandChecker::unaccounted_memory);
-  // null or a GPU absent (no check ran, NVML did not answer): no series, never a 0 that means
-  // "not known".
-  std::function<std::map<std::string, uint64_t>()> unaccounted;
+  std::string revision{kGitCommit};  // the git commit; "" when the build did not know it
+  // The findings of a kind so far (the finding policy's counters); null: every kind 0.
+  std::function<uint64_t(FindingKind)> findings;
   // Per GPU UUID, the processes killed under reclaim (EnforcementHandler::reclaim_evictions); a
   // GPU absent, or null: 0.
   std::function<std::map<std::string, uint64_t>()> reclaim_evictions;

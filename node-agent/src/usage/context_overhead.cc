@@ -17,7 +17,6 @@
 #include "tessera/share_folder/folder_file.h"
 #include "tessera/share_folder/snapshot.h"
 #include "tessera/share_region.h"
-#include "usage/share_processes.h"
 
 namespace tessera::agent {
 namespace {
@@ -28,21 +27,16 @@ uint64_t round_up_mib(uint64_t bytes) {
   return (bytes + kMiB - 1) / kMiB * kMiB;
 }
 
-// A share folder as one measurement reads it: copies of both pages (the one reader's, never a
-// mapping to read), and its limits page mapped read-write to publish (the agent's own file, in a
-// folder a tenant can write to: stores go through the SIGBUS guard).
+// A share folder as one measurement sees it: copies of both pages (the pass's), and its limits
+// page mapped read-write to publish (the agent's own file, in a folder a tenant can write to:
+// stores go through the SIGBUS guard).
 struct ShareView {
-  std::string dir;
-  share_folder::LimitsPageCopy limits_copy;
+  const ContextCostInputs::Folder* read = nullptr;
   share::LimitsPage* limits = nullptr;
-  share_folder::UsagePageCopy usage;
 
   ShareView() = default;
   ShareView(ShareView&& other) noexcept
-      : dir(std::move(other.dir)),
-        limits_copy(std::move(other.limits_copy)),
-        limits(std::exchange(other.limits, nullptr)),
-        usage(std::move(other.usage)) {}
+      : read(other.read), limits(std::exchange(other.limits, nullptr)) {}
   ShareView(const ShareView&) = delete;
   ShareView& operator=(const ShareView&) = delete;
   ShareView& operator=(ShareView&&) = delete;
@@ -50,38 +44,37 @@ struct ShareView {
     if (limits) munmap(limits, sizeof(share::LimitsPage));
   }
 
-  uint32_t device_count() const { return static_cast<uint32_t>(limits_copy.devices.size()); }
-  const std::string& uuid(uint32_t device) const { return limits_copy.devices[device].uuid; }
+  const std::string& dir() const { return read->dir; }
+  const share_folder::UsagePageCopy& usage() const { return read->usage; }
+  uint32_t device_count() const { return static_cast<uint32_t>(read->limits.devices.size()); }
+  const std::string& uuid(uint32_t device) const { return read->limits.devices[device].uuid; }
   // The live slot that `owner` holds, or null.
   const share_folder::SlotCopy* slot_of(uint64_t owner) const {
-    for (const share_folder::SlotCopy* slot : usage.owned_slots())
+    for (const share_folder::SlotCopy* slot : usage().owned_slots())
       if (slot->owner == owner) return slot;
     return nullptr;
   }
 };
 
-// Opens <dir>: its limits page mapped read-write, its usage page copied. The view, or why the
-// folder is no usable share (none without a limits page yet: no problem, nothing to measure).
-Result<std::optional<ShareView>> open_share(const std::string& dir) {
+// `folder` with its limits page mapped read-write. The view, or why the folder is no usable share
+// (none without a limits page yet: no problem, nothing to measure).
+Result<std::optional<ShareView>> open_share(const ContextCostInputs::Folder& folder) {
   ShareView view;
-  view.dir = dir;
-  view.limits_copy = share_folder::read_limits_page(dir + "/limits");
-  if (view.limits_copy.problem == share_folder::LimitsProblem::kMissing)
+  view.read = &folder;
+  if (folder.limits.problem == share_folder::LimitsProblem::kMissing)
     return std::optional<ShareView>();
-  if (!view.limits_copy.valid()) return failed_precondition(view.limits_copy.message);
+  if (!folder.limits.valid()) return failed_precondition(folder.limits.message);
   Result<UniqueFd> limits =
-      share_folder::open_folder_file(dir + "/limits", O_RDWR, sizeof(share::LimitsPage));
+      share_folder::open_folder_file(folder.dir + "/limits", O_RDWR, sizeof(share::LimitsPage));
   if (!limits.is_ok()) {
     if (limits.status().code() == StatusCode::kNotFound) return std::optional<ShareView>();
-    return limits.status().with_context(dir + "/limits cannot be opened");
+    return limits.status().with_context(folder.dir + "/limits cannot be opened");
   }
   void* memory = mmap(nullptr, sizeof(share::LimitsPage), PROT_READ | PROT_WRITE, MAP_SHARED,
                       limits->get(), 0);
   if (memory == MAP_FAILED)
-    return internal_error("cannot map " + dir + "/limits: " + std::strerror(errno));
+    return internal_error("cannot map " + folder.dir + "/limits: " + std::strerror(errno));
   view.limits = static_cast<share::LimitsPage*>(memory);
-  // No usable page (none yet, or a scribbled one): no slots to measure; the checks report it.
-  view.usage = share_folder::read_usage_page(dir + "/usage");
   return std::optional<ShareView>(std::move(view));
 }
 
@@ -140,9 +133,7 @@ uint64_t ContextCostWindow::published(uint64_t cap) const {
 // ---- ContextOverheadMeter ------------------------------------------------------------------
 
 ContextOverheadMeter::ContextOverheadMeter(ContextOverheadOptions options)
-    : options_(std::move(options)) {
-  if (options_.period.count() <= 0) options_.period = std::chrono::milliseconds(1000);
-}
+    : options_(std::move(options)) {}
 
 ContextOverheadMeter::~ContextOverheadMeter() = default;
 
@@ -151,33 +142,15 @@ uint64_t ContextOverheadMeter::published(const std::string& share_dir, uint32_t 
   return it == windows_.end() ? 0 : it->second.published(context_cost_cap(options_.memory_margin));
 }
 
-Problems ContextOverheadMeter::maybe_measure(Clock::time_point now) {
-  if (last_ && now - *last_ < options_.period) return last_problems_;
-  last_ = now;
-  last_problems_ = measure();
-  return last_problems_;
-}
-
-Problems ContextOverheadMeter::measure() {
-  Problems problems;
-  if (!nvml_) {
-    Result<std::unique_ptr<GpuProcessSource>> nvml = nvml_process_source(options_.nvml_library);
-    if (!nvml.is_ok()) return {nvml.status()};
-    nvml_ = std::move(nvml).value();
-  }
+Problems ContextOverheadMeter::measure(const ContextCostInputs& inputs) {
+  Problems problems = inputs.problems;
   ++stats_.passes;
 
   std::vector<ShareView> shares;
-  if (DIR* folder = opendir(options_.shares_dir.c_str())) {
-    while (const dirent* entry = readdir(folder)) {
-      if (entry->d_name[0] == '.') continue;  // ".", "..", and temporary names
-      // A folder that is no usable share is skipped here; the GPU-time meter's rescan reports it.
-      Result<std::optional<ShareView>> view = open_share(options_.shares_dir + "/" + entry->d_name);
-      if (view.is_ok() && view->has_value()) shares.push_back(std::move(**view));
-    }
-    closedir(folder);
-  } else {
-    return {internal_error("cannot read " + options_.shares_dir + ": " + std::strerror(errno))};
+  for (const ContextCostInputs::Folder& folder : inputs.folders) {
+    // A folder that is no usable share is skipped here; the checks report it.
+    Result<std::optional<ShareView>> view = open_share(folder);
+    if (view.is_ok() && view->has_value()) shares.push_back(std::move(**view));
   }
 
   // Which (owner, GPU) pairs appear in more than one share: not measured (see the header).
@@ -185,12 +158,11 @@ Problems ContextOverheadMeter::measure() {
   for (const ShareView& view : shares) {
     std::set<std::string> gpus;
     for (uint32_t d = 0; d < view.device_count(); ++d) gpus.insert(view.uuid(d));
-    for (const share_folder::SlotCopy* slot : view.usage.owned_slots())
+    for (const share_folder::SlotCopy* slot : view.usage().owned_slots())
       for (const std::string& uuid : gpus) ++holders[{slot->owner, uuid}];
   }
 
   std::map<std::string, std::optional<std::map<int, uint64_t>>> used_on;  // per GPU, this pass
-  std::map<int, std::optional<uint64_t>> owners;                          // host pid -> owner
   std::set<std::string> live;
   std::set<uint64_t> on_gpus;  // owner words NVML showed on a GPU this pass
   bool every_gpu_listed = true;
@@ -199,48 +171,46 @@ Problems ContextOverheadMeter::measure() {
     for (uint32_t d = 0; d < view.device_count(); ++d) {
       const std::string uuid = view.uuid(d);
       if (uuid.empty() || uuid.size() >= share::kUuidBytes) continue;
-      const std::string key = view.dir + "#" + std::to_string(d);
+      const std::string key = view.dir() + "#" + std::to_string(d);
       live.insert(key);
       ContextCostWindow& window = windows_[key];
       std::map<uint64_t, uint64_t> costs;
       std::set<uint64_t> present;
-      if (!view.usage.owned_slots().empty()) {
+      if (!view.usage().owned_slots().empty()) {
         auto found = used_on.find(uuid);
         if (found == used_on.end()) {
           std::optional<std::map<int, uint64_t>> used;
-          if (Result<std::vector<GpuProcessMemory>> listed = nvml_->memory(uuid); listed.is_ok()) {
+          if (const auto listed = inputs.processes.find(uuid); listed != inputs.processes.end()) {
             used.emplace();
-            for (const GpuProcessMemory& process : *listed)
+            for (const GpuProcessMemory& process : listed->second)
               (*used)[process.pid] += process.used_bytes;
           } else {
-            problems.push_back(listed.status());
-            every_gpu_listed = false;
+            every_gpu_listed = false;  // the inputs' problems say why
           }
           found = used_on.emplace(uuid, std::move(used)).first;
         }
         if (!found->second) continue;  // NVML cannot say: the figure stays as it is
         for (const auto& [pid, used] : *found->second) {
-          auto owner = owners.find(pid);
-          if (owner == owners.end())
-            owner = owners.emplace(pid, process_owner(options_.proc_root, pid)).first;
-          if (!owner->second) continue;
-          on_gpus.insert(*owner->second);
-          const share_folder::SlotCopy* slot = view.slot_of(*owner->second);
+          const auto found_owner = inputs.owners.find(pid);
+          if (found_owner == inputs.owners.end()) continue;  // gone, or no owner word
+          const uint64_t owner = found_owner->second;
+          on_gpus.insert(owner);
+          const share_folder::SlotCopy* slot = view.slot_of(owner);
           if (!slot) continue;  // not a process of this share
-          present.insert(*owner->second);
-          if (holders[{*owner->second, uuid}] != 1) continue;
-          if (distrusted_.count(*owner->second)) continue;
+          present.insert(owner);
+          if (holders[{owner, uuid}] != 1) continue;
+          if (distrusted_.count(owner)) continue;
           uint64_t slot_bytes = 0;  // all its slots on this device, as the checker adds them
-          for (const share_folder::SlotCopy* mine : view.usage.owned_slots())
+          for (const share_folder::SlotCopy* mine : view.usage().owned_slots())
             if (mine->owner == slot->owner) slot_bytes += mine->bytes[d];
           if (used > slot_bytes + options_.memory_margin) {
             // It holds more than its slot says (the over_memory_limit liar's rule): what it said
             // before may have been as false, so none of it counts, nor does it again.
-            distrusted_.insert(*owner->second);
-            window.forget(*owner->second);
+            distrusted_.insert(owner);
+            window.forget(owner);
             ++stats_.disagreed;
             log::info("context cost: not measuring a process that holds more than its slot says",
-                      {{"share", view.dir},
+                      {{"share", view.dir()},
                        {"device", d},
                        {"pid", pid},
                        {"slot_mib", slot_bytes >> 20},
@@ -256,7 +226,7 @@ Problems ContextOverheadMeter::measure() {
           sample.contexts_word = slot->contexts;
           sample.device = d;
           if (const std::optional<uint64_t> cost = context_cost_of(sample)) {
-            costs[*owner->second] = *cost;
+            costs[owner] = *cost;
             ++stats_.samples;
           }
         }
@@ -272,14 +242,14 @@ Problems ContextOverheadMeter::measure() {
           });
       if (!whole) {
         problems.push_back(
-            failed_precondition(view.dir + "/limits was truncated under its mapping"));
+            failed_precondition(view.dir() + "/limits was truncated under its mapping"));
         continue;
       }
       if (before == figure) continue;
       ++stats_.publications;
       if (before == 0 || figure == 0 || figure > before + (before >> 3) ||
           figure + (before >> 3) < before) {
-        log::info("measured context cost", {{"share", view.dir},
+        log::info("measured context cost", {{"share", view.dir()},
                                             {"device", d},
                                             {"uuid", uuid},
                                             {"mib_per_context", figure >> 20},

@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "clock/clock.h"
+#include "tessera/share_folder/snapshot.h"
 #include "usage/gpu_processes.h"
 #include "usage/problems.h"
 
@@ -91,11 +91,24 @@ class ContextCostWindow {
 };
 
 struct ContextOverheadOptions {
-  std::string shares_dir;  // "<state>/shares": one folder per share, each with limits and usage
-  std::chrono::milliseconds period{1000};  // one measurement per period (the caller's passes)
-  std::string nvml_library = "libnvidia-ml.so.1";
-  std::string proc_root = "/proc";                // the host's: the agent runs with hostPID: true
   uint64_t memory_margin = kDefaultMemoryMargin;  // the checker's: wider is a lie
+};
+
+// What one measurement reads, once per pass (the agent's NodeObservation, observe/): each share
+// folder's two pages, NVML's processes per GPU, and the host processes' owner words. The meter
+// reads nothing itself; it maps a folder's limits page only to publish its figure.
+struct ContextCostInputs {
+  struct Folder {
+    std::string dir;
+    share_folder::LimitsPageCopy limits;
+    share_folder::UsagePageCopy usage;
+  };
+  std::vector<Folder> folders;
+  // Per GPU UUID: its processes as NVML listed them; absent: NVML did not answer (the figures on
+  // that GPU stay as they are, and `problems` says why).
+  std::map<std::string, std::vector<GpuProcessMemory>> processes;
+  std::map<int, uint64_t> owners;  // host pid -> owner word, of every live host process
+  Problems problems;               // what could not be read (NVML's answers)
 };
 
 struct ContextOverheadStats {
@@ -105,8 +118,8 @@ struct ContextOverheadStats {
   uint64_t disagreed = 0;     // processes found with a slot NVML contradicts (samples dropped)
 };
 
-// Measures and publishes the context cost of every share under shares_dir. Not thread-safe: one
-// caller (the GPU-time meter's pass) drives it.
+// Measures and publishes the context cost of every share folder a pass read. Not thread-safe: one
+// caller (the agent's check pass, after the check) drives it.
 class ContextOverheadMeter {
  public:
   explicit ContextOverheadMeter(ContextOverheadOptions options);
@@ -114,12 +127,10 @@ class ContextOverheadMeter {
   ContextOverheadMeter(const ContextOverheadMeter&) = delete;
   ContextOverheadMeter& operator=(const ContextOverheadMeter&) = delete;
 
-  // Measures once `period` has passed since the last measurement (at once the first time).
-  // Returns the problems of the last measurement (none: empty), NVML's (a folder that is no usable
-  // share is skipped, and never stops the others).
-  Problems maybe_measure(Clock::time_point now);
-  // Measures now.
-  Problems measure();
+  // One measurement of `inputs`. Returns its problems (none: empty): the inputs' and a figure that
+  // could not be published (a folder that is no usable share is skipped, and never stops the
+  // others).
+  Problems measure(const ContextCostInputs& inputs);
 
   ContextOverheadStats stats() const { return stats_; }
   // The figure this meter holds for a share folder and limits-page device (0 = none yet).
@@ -129,11 +140,8 @@ class ContextOverheadMeter {
 
  private:
   ContextOverheadOptions options_;
-  std::unique_ptr<GpuProcessSource> nvml_;            // loaded at the first measurement
   std::map<std::string, ContextCostWindow> windows_;  // "<dir>#<device>"
   std::set<uint64_t> distrusted_;                     // owner words, until they leave the GPUs
-  std::optional<Clock::time_point> last_;
-  Problems last_problems_;
   ContextOverheadStats stats_;
 };
 

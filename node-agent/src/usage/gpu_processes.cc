@@ -35,6 +35,20 @@ class NvmlProcessSource final : public GpuProcessSource {
     return static_cast<uint64_t>(memory->free);
   }
 
+  Result<GpuFigures> figures(const std::string& uuid) override {
+    TESSERA_ASSIGN_OR_RETURN(nvmlDevice_t device, handle(uuid));
+    Result<nvmlMemory_t> memory = session_.memory(device);
+    if (!memory.is_ok())
+      return unavailable(memory.status().with_context("memory of " + uuid).message());
+    Result<nvmlUtilization_t> rates = session_.utilization(device);
+    // Not Supported (kFailedPrecondition): a GPU in MIG mode, or a MIG instance; memory stands.
+    if (!rates.is_ok() && rates.status().code() != StatusCode::kFailedPrecondition)
+      return unavailable(rates.status().with_context("utilisation of " + uuid).message());
+    GpuFigures figures{memory->used, memory->total, std::nullopt};
+    if (rates.is_ok()) figures.utilization_percent = rates->gpu;
+    return figures;
+  }
+
   Result<std::vector<GpuProcessBusy>> busy(const std::string& uuid) override {
     TESSERA_ASSIGN_OR_RETURN(nvmlDevice_t device, handle(uuid));
     unsigned long long& since = last_seen_us_[uuid];
@@ -81,7 +95,8 @@ Result<std::unique_ptr<GpuProcessSource>> nvml_process_source(const std::string&
   Result<nvml::Session> session = nvml::Session::open(
       library,
       {EntryPoint::nvmlDeviceGetHandleByUUID, EntryPoint::nvmlDeviceGetComputeRunningProcesses_v3,
-       EntryPoint::nvmlDeviceGetProcessUtilization, EntryPoint::nvmlDeviceGetMemoryInfo});
+       EntryPoint::nvmlDeviceGetProcessUtilization, EntryPoint::nvmlDeviceGetMemoryInfo,
+       EntryPoint::nvmlDeviceGetUtilizationRates});
   if (!session.is_ok()) return unavailable(session.status().message());
   return std::unique_ptr<GpuProcessSource>(
       std::make_unique<NvmlProcessSource>(std::move(session).value()));

@@ -1,11 +1,12 @@
 // The per-process figures of a GPU from host NVML: memory (nvmlDeviceGetComputeRunningProcesses_v3)
-// and SM utilisation (nvmlDeviceGetProcessUtilization), behind an interface so tests and the
-// benchmarks give their own. One implementation for the out-of-band checks (enforcement/) and the
-// context-cost meter (usage/context_overhead.h).
+// and SM utilisation (nvmlDeviceGetProcessUtilization), and the GPU's own figures, behind an
+// interface so tests and the benchmarks give their own. The agent's one session of it is the
+// observer's (observe/observer.h), for the checks, the context-cost meter and the reports.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,15 @@ struct GpuProcessBusy {
   unsigned sm_percent = 0;  // of the window since the previous query of this GPU
 };
 
+// A GPU's own figures (nvmlDeviceGetMemoryInfo, nvmlDeviceGetUtilizationRates): what /metrics and
+// the local API show per GPU.
+struct GpuFigures {
+  uint64_t memory_used_bytes = 0;
+  uint64_t memory_total_bytes = 0;
+  // None where NVML has no utilisation: a GPU in MIG mode and its instances (mig-facts.md §2.4).
+  std::optional<unsigned> utilization_percent;
+};
+
 // The per-process figures of a GPU (NVML on a node; a fake in tests and the benchmark).
 class GpuProcessSource {
  public:
@@ -35,9 +45,14 @@ class GpuProcessSource {
   virtual Result<uint64_t> free_memory(const std::string& uuid) {
     return unavailable("no free-memory figure for " + uuid);
   }
+  // The GPU's memory and utilisation; a source that cannot tell says kUnavailable (no figures).
+  virtual Result<GpuFigures> figures(const std::string& uuid) {
+    return unavailable("no figures for " + uuid);
+  }
 };
 
-// nvmlDeviceGetComputeRunningProcesses_v3 and nvmlDeviceGetProcessUtilization through `library`;
+// nvmlDeviceGetComputeRunningProcesses_v3, nvmlDeviceGetProcessUtilization, nvmlDeviceGetMemoryInfo
+// and nvmlDeviceGetUtilizationRates through one session of `library`;
 // kUnavailable when NVML cannot be loaded or started.
 Result<std::unique_ptr<GpuProcessSource>> nvml_process_source(
     const std::string& library = "libnvidia-ml.so.1");

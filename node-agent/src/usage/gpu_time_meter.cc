@@ -112,10 +112,7 @@ struct GpuTimeMeter::Gpu {
 };
 
 GpuTimeMeter::GpuTimeMeter(GpuTimeMeterOptions options, Clock& clock)
-    : options_(std::move(options)),
-      clock_(clock),
-      context_costs_({options_.shares_dir, std::chrono::seconds(1), options_.nvml_library,
-                      options_.proc_root}) {
+    : options_(std::move(options)), clock_(clock) {
   if (options_.period.count() <= 0) options_.period = std::chrono::milliseconds(20);
   if (options_.pid_refresh.count() <= 0) options_.pid_refresh = std::chrono::milliseconds(500);
   if (options_.priority_hold.count() <= 0) options_.priority_hold = std::chrono::milliseconds(100);
@@ -299,8 +296,7 @@ Problems GpuTimeMeter::pass() {
     next_rescan_ = now + options_.pid_refresh;
   }
   problems = rescan_problems_;  // repeated until the next rescan: the log line stays the same
-  add_problems(problems, context_costs_.maybe_measure(now));  // usage/context_overhead.h
-  bool reread = false;  // the usage pages were re-read in this pass
+  bool reread = false;          // the usage pages were re-read in this pass
 
   for (auto& gpu : gpus_) {
     if (!gpu->handle) {

@@ -26,7 +26,6 @@
 #include "clock/periodic_loop.h"
 #include "tessera/status.h"
 #include "tessera/thread_annotations.h"
-#include "usage/context_overhead.h"
 #include "usage/problems.h"
 #include "usage/share_processes.h"
 
@@ -130,8 +129,6 @@ class GpuTimeMeter {
   Clock::time_point next_rescan_ TESSERA_GUARDED_BY(mutex_){};
   Problems rescan_problems_ TESSERA_GUARDED_BY(mutex_);  // what the last rescan found wrong
   GpuTimeMeterStats stats_ TESSERA_GUARDED_BY(mutex_);
-  // Measured per pass (at its own period) for every share.
-  ContextOverheadMeter context_costs_ TESSERA_GUARDED_BY(mutex_);
 
   std::string last_loop_problem_;       // the loop's thread only: one log line per change
   std::unique_ptr<PeriodicLoop> loop_;  // last: its passes use everything above

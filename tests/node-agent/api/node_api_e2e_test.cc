@@ -29,7 +29,7 @@
 #include "devices/device_health.h"
 #include "devices/device_monitor.h"
 #include "devices/resource_slices.h"
-#include "metrics/gpu_stats.h"
+#include "observe/observer.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "tenant_claims.h"
@@ -37,6 +37,7 @@
 #include "tessera/kube/event_recorder.h"
 #include "tessera/kube/http_kube_client.h"
 #include "tessera/node/v1/node_api.grpc.pb.h"
+#include "usage/gpu_processes.h"
 
 #ifndef MEMORY_FILL
 #define MEMORY_FILL ""
@@ -185,15 +186,25 @@ class NodeApiOnASimulatedNode : public ::testing::Test {
 
     NodeApiServerOptions serving;
     serving.socket = base_ / "state" / "api.sock";
+    // The node observed afresh for each snapshot (the agent's loop observes once per pass), with
+    // the agent's one NVML session.
+    Result<std::unique_ptr<GpuProcessSource>> nvml = nvml_process_source();
+    ASSERT_EQ(nvml.status().message(), "");
+    gpu_processes_ = std::move(nvml).value();
+    ObserverOptions observing;
+    observing.shares_dir = (base_ / "state" / "shares").string();
+    observing.checkpoint = [this] { return manager_->checkpoint(); };
+    observing.devices = [this] { return manager_->devices(); };
+    observing.health = [this] { return health_.snapshot(); };
+    observer_ = std::make_unique<Observer>(observing, gpu_processes_.get());
     serving.snapshot = [this](std::int64_t unix_ms) {
       NodeSnapshotSources sources;
       sources.node_name = "node-a";
-      sources.shares_dir = (base_ / "state" / "shares").string();
-      sources.checkpoint = [this] { return manager_->checkpoint(); };
-      sources.devices = [this] { return manager_->devices(); };
-      sources.health = [this] { return health_.snapshot(); };
-      sources.gpu_stats = &gpu_stats_;
-      return read_node_snapshot(sources, unix_ms);
+      ObservedNode observed{observer_->observe(), nullptr};
+      auto stamped = std::make_shared<NodeObservation>(*observed.observation);
+      stamped->unix_ms = unix_ms;  // the server's clock, which the test moves
+      observed.observation = std::move(stamped);
+      return node_snapshot(observed, sources);
     };
     server_ = std::make_unique<NodeApiServer>(serving, events_, clock_);
     ASSERT_EQ(server_->start().message(), "");
@@ -236,7 +247,8 @@ class NodeApiOnASimulatedNode : public ::testing::Test {
   DeviceHealthBoard health_;
   SimulatedClock monitor_clock_;
   std::unique_ptr<DeviceMonitor> monitor_;
-  NvmlGpuStats gpu_stats_;
+  std::unique_ptr<GpuProcessSource> gpu_processes_;
+  std::unique_ptr<Observer> observer_;
   SimulatedClock clock_;
   EventLog events_{clock_};
   std::unique_ptr<NodeApiServer> server_;

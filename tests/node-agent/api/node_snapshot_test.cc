@@ -2,6 +2,7 @@
 // damaged: a usage page cut short, a symlink or a FIFO in its place, no limits page. Such a share
 // is listed with its limits and a read_error, never with usage figures of 0 that look read.
 #include "api/node_snapshot.h"
+#include "observe/observer.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -67,15 +68,21 @@ class NodeSnapshot : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(base_); }
 
+  // One observation of the node stamped `unix_ms`, and its snapshot.
+  ObservedNode observe(int64_t unix_ms = 1000) {
+    ObserverOptions observing;
+    observing.shares_dir = (base_ / "shares").string();
+    observing.proc_root = (base_ / "proc").string();
+    observing.checkpoint = [this] { return checkpoint_; };
+    observing.devices = [this] { return devices_; };
+    if (!health_.empty()) observing.health = [this] { return DeviceHealthSnapshot{1, health_}; };
+    observing.unix_ms = [unix_ms] { return unix_ms; };
+    return {Observer(observing, nullptr).observe(), nullptr};
+  }
   v1::ListSharesResponse snapshot(int64_t unix_ms = 1000) {
     NodeSnapshotSources sources;
     sources.node_name = "node-1";
-    sources.shares_dir = (base_ / "shares").string();
-    sources.checkpoint = [this] { return checkpoint_; };
-    sources.devices = [this] { return devices_; };
-    if (!health_.empty()) sources.health = [this] { return DeviceHealthSnapshot{1, health_}; };
-    sources.proc_root = (base_ / "proc").string();
-    return read_node_snapshot(sources, unix_ms);
+    return node_snapshot(observe(unix_ms), sources);
   }
 
   // The share's figures are all unknown (0 in the message) and its limits still there.
@@ -256,13 +263,9 @@ TEST_F(NodeSnapshot, TheLayerHoldingTheMemoryAndTheGpusCapabilityAreShown) {
   view.cgroups = 1;
   NodeSnapshotSources sources;
   sources.node_name = "node-1";
-  sources.shares_dir = (base_ / "shares").string();
-  sources.checkpoint = [this] { return checkpoint_; };
-  sources.devices = [this] { return devices_; };
-  sources.proc_root = (base_ / "proc").string();
   sources.partition_capability = &capability;
   sources.partitions = [&] { return PartitionViews{{{spec_.name(), "GPU-aaaa"}, view}}; };
-  node = read_node_snapshot(sources, 1000);
+  node = node_snapshot(observe(1000), sources);
   ASSERT_EQ(node.gpus_size(), 1);
   EXPECT_FALSE(node.gpus(0).driver_partitions());
   EXPECT_EQ(node.gpus(0).driver_partitions_reason(), "driver 580.159.04 is older than R615");

@@ -30,6 +30,7 @@
 #include "metrics/exposition.h"
 #include "metrics/metrics_server.h"
 #include "metrics/request_metrics.h"
+#include "observe/observer.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "tessera/kube/http_kube_client.h"
@@ -167,11 +168,16 @@ int main(int argc, char** argv) {
       }
 
   RequestMetrics requests;
+  // Each scrape observes the node (the agent without its checks; with them a scrape takes the
+  // last pass's observation, docs/node-agent.md "One observation per pass").
+  ObserverOptions observing;
+  observing.shares_dir = options.root + "/shares";
+  observing.checkpoint = [&] { return manager.checkpoint(); };
+  observing.devices = [&] { return manager.devices(); };
+  Observer observer(observing, nullptr);
   MetricsSources sources;
   sources.node_name = "node-a";
-  sources.shares_dir = options.root + "/shares";
-  sources.checkpoint = [&] { return manager.checkpoint(); };
-  sources.devices = [&] { return manager.devices(); };
+  sources.observed = [&] { return ObservedNode{observer.observe(), nullptr}; };
   sources.requests = &requests;
   sources.version = "bench";
   MetricsServerOptions serving;

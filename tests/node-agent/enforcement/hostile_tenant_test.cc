@@ -490,10 +490,13 @@ TEST_F(HostileTenant, AProcessOfNoShareIsReportedAndCountedButNeverKilledEvenUnd
   const std::map<std::string, uint64_t> unaccounted = checker_->unaccounted_memory();
   ASSERT_EQ(unaccounted.count(uuid_), 1u);
   EXPECT_EQ(unaccounted.at(uuid_), finding.bytes);
+  // The scrape of that observation, beside the checks' judgment.
+  ObserverOptions observing;
+  observing.devices = [this] { return devices_; };
+  Observer observer(observing, nullptr);
   MetricsSources sources;
   sources.node_name = "node-a";
-  sources.devices = [this] { return devices_; };
-  sources.unaccounted = [this] { return checker_->unaccounted_memory(); };
+  sources.observed = [&] { return ObservedNode{observer.observe(), checker_->last_judgment()}; };
   const std::string text = collect_metrics(sources);
   const std::string series = "tessera_gpu_unaccounted_memory_bytes{uuid=\"" + uuid_ +
                              "\",device=\"" + devices_[0].name + "\",node=\"node-a\"} " +
@@ -658,9 +661,16 @@ uint64_t filled(const std::string& share_dir, const std::string& state) {
 TEST_F(HostileTenant, ALiarMeasuredBeforeTheCheckLeavesItsShareUsable) {
   ASSERT_NO_FATAL_FAILURE(prepare("kill", false));
   testing::CapturedLog log;
-  ContextOverheadOptions costs;
-  costs.shares_dir = (base_ / "state" / "shares").string();
-  ContextOverheadMeter meter(costs);
+  // The meter measures an observation of the node made before the check's (the agent's Observer
+  // with its own NVML session here), as the agent's pass would if it measured first.
+  Result<std::unique_ptr<GpuProcessSource>> nvml = nvml_process_source();
+  ASSERT_EQ(nvml.status().message(), "");
+  ObserverOptions observing;
+  observing.shares_dir = (base_ / "state" / "shares").string();
+  observing.checkpoint = [this] { return manager_->checkpoint(); };
+  Observer observer(observing, nvml->get());
+  ContextOverheadMeter meter(ContextOverheadOptions{});
+  auto measure = [&] { return meter.measure(context_cost_inputs(*observer.observe())); };
   auto page_figure = [this] {
     const share_folder::LimitsPageCopy limits =
         share_folder::read_limits_page(share_dir_ + "/limits");
@@ -673,7 +683,7 @@ TEST_F(HostileTenant, ALiarMeasuredBeforeTheCheckLeavesItsShareUsable) {
   ASSERT_EQ(held.rfind("held ", 0), 0u) << "tenant said: " << held;
   EXPECT_GT(std::stoull(held.substr(5)), 7 * kGiB) << "the liar got past its share's limit";
 
-  EXPECT_EQ(join_problems(meter.maybe_measure(sim_clock_.now())), "");
+  EXPECT_EQ(join_problems(measure()), "");
   EXPECT_EQ(page_figure(), 0u) << "nothing taken from the liar";
   EXPECT_EQ(log.count("mib_per_context=4096"), 0u);
   const std::vector<Finding> found = checker_->check_once();
@@ -688,7 +698,7 @@ TEST_F(HostileTenant, ALiarMeasuredBeforeTheCheckLeavesItsShareUsable) {
 
   for (int second = 1; second <= 8; ++second) {
     sim_clock_.advance(std::chrono::seconds(1));
-    EXPECT_EQ(join_problems(meter.maybe_measure(sim_clock_.now())), "");
+    EXPECT_EQ(join_problems(measure()), "");
     checker_->check_once();
   }
   EXPECT_EQ(meter.stats().passes, 9u);

@@ -302,9 +302,12 @@ TEST_F(Reclaim, AShareWithinItsRequestGetsItsMemoryAfterTheNewestBorrowerIsEvict
   EXPECT_NE(event->message().find("reclaim: killed (SIGKILL)"), std::string::npos)
       << event->message();
   EXPECT_EQ(policy_->reclaim_evictions()[uuid_], 1u);
+  ObserverOptions observing;
+  observing.devices = [this] { return devices_; };
+  Observer observer(observing, nullptr);
   MetricsSources sources;
   sources.node_name = "node-a";
-  sources.devices = [this] { return devices_; };
+  sources.observed = [&] { return ObservedNode{observer.observe(), nullptr}; };
   sources.reclaim_evictions = [this] { return policy_->reclaim_evictions(); };
   const std::string scrape = collect_metrics(sources);
   EXPECT_NE(scrape.find("tessera_reclaim_evictions_total{uuid=\"" + uuid_ + "\",device=\"" +

@@ -88,13 +88,15 @@ class SharedClaim : public ::testing::Test {
     return saved.is_ok() && saved->count(kUid) ? saved->at(kUid).pods : std::vector<PodRef>{};
   }
   std::string listed_pod() {
+    ObserverOptions observing;
+    observing.shares_dir = (base_ / "state" / "shares").string();
+    observing.checkpoint = [this] { return manager_->checkpoint(); };
+    observing.devices = [this] { return manager_->devices(); };
+    observing.proc_root = proc_.root().string();
     NodeSnapshotSources sources;
     sources.node_name = "node-a";
-    sources.shares_dir = (base_ / "state" / "shares").string();
-    sources.checkpoint = [this] { return manager_->checkpoint(); };
-    sources.devices = [this] { return manager_->devices(); };
-    sources.proc_root = proc_.root().string();
-    const tessera::node::v1::ListSharesResponse listed = read_node_snapshot(sources, 0);
+    const tessera::node::v1::ListSharesResponse listed =
+        node_snapshot({Observer(observing, nullptr).observe(), nullptr}, sources);
     EXPECT_EQ(listed.shares_size(), 1);
     return listed.shares_size() == 1 ? listed.shares(0).pod() : "";
   }

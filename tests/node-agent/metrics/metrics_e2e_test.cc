@@ -26,14 +26,15 @@
 #include "devices/resource_slices.h"
 #include "metrics/collector.h"
 #include "metrics/exposition.h"
-#include "metrics/gpu_stats.h"
 #include "metrics/metrics_server.h"
 #include "metrics/request_metrics.h"
+#include "observe/observer.h"
 #include "share/fake_driver.h"
 #include "share/share_manager.h"
 #include "tessera/gpu_info.h"
 #include "tessera/share_contract.h"
 #include "tessera/share_folder/limits_writer.h"
+#include "usage/gpu_processes.h"
 #include "usage/gpu_time_meter.h"
 
 // Without the samples (TESSERA_BUILD_SAMPLES off) the scrape of a running claim is skipped, saying
@@ -170,7 +171,9 @@ class MetricsEndToEnd : public ::testing::Test {
   }
 
   fs::path base_;
-  std::unique_ptr<MetricsServer> server_;
+  std::unique_ptr<GpuProcessSource> gpu_processes_;
+  std::unique_ptr<Observer> observer_;
+  std::unique_ptr<MetricsServer> server_;  // last: its scrapes use the observer
 };
 
 std::string share_series(const std::string& name, const std::string& share,
@@ -220,10 +223,6 @@ TEST_F(MetricsEndToEnd, PromtoolAcceptsTheExposition) {
   for (int i = 0; i < 3; ++i) requests.count_prepare(true, milliseconds(12));
   DeviceHealthBoard health;
   health.set(health_report("gpu-0", DeviceHealthState::kUnhealthy));
-  MetricsSources sources;
-  sources.node_name = "node-a";
-  sources.shares_dir = shares;
-  sources.checkpoint = [&] { return checkpoint; };
   // And a MIG instance of another GPU, healthy: its own gpu series and the info series that joins
   // them to its GPU.
   NodeDevice instance{"gpu-1-mig-gi3", "MIG-3", 1, 71168ull << 20, "NVIDIA H200"};
@@ -233,17 +232,23 @@ TEST_F(MetricsEndToEnd, PromtoolAcceptsTheExposition) {
   instance.mig->gi_id = 3;
   instance.mig->ci_id = 0;
   health.set(health_report("gpu-1-mig-gi3", DeviceHealthState::kHealthy));
-  sources.devices = [&] {
+  ObserverOptions observing;
+  observing.shares_dir = shares;
+  observing.checkpoint = [&] { return checkpoint; };
+  observing.devices = [&] {
     return std::vector<NodeDevice>{{"gpu-0", "GPU-1", 0, 16 * kGiB}, instance};
   };
-  sources.health = [&] { return health.snapshot(); };
+  observing.health = [&] { return health.snapshot(); };
+  Observer observer(observing, nullptr);
+  // The out-of-band checks' memory outside every share: GPU-1 read, GPU-9 not published here.
+  auto judgment = std::make_shared<Judgment>();
+  judgment->unaccounted_memory = {{"GPU-1", 2 * kGiB}, {"GPU-9", kGiB}};
+  MetricsSources sources;
+  sources.node_name = "node-a";
+  sources.observed = [&] { return ObservedNode{observer.observe(), judgment}; };
   sources.requests = &requests;
   sources.version = "0.1.0";
   sources.revision = "0123456789ab";
-  // The out-of-band checks' memory outside every share: GPU-1 read, GPU-9 not published here.
-  sources.unaccounted = [] {
-    return std::map<std::string, uint64_t>{{"GPU-1", 2 * kGiB}, {"GPU-9", kGiB}};
-  };
   const std::string text = collect_metrics(sources);
   EXPECT_NE(text.find("namespace=\"ns \\\"quoted\\\"\",claim=\"back\\\\slash\\nnewline\""),
             std::string::npos)
@@ -304,14 +309,19 @@ TEST_F(MetricsEndToEnd, EveryMetricOfARunningTwoShareClaim) {
   RequestMetrics requests;
   SteadyClock clock;
   InstrumentedPreparer preparer(manager, requests, clock);
-  NvmlGpuStats gpu_stats;
+  // The agent's one NVML session, and its observer of the node (a scrape per observation here).
+  Result<std::unique_ptr<GpuProcessSource>> nvml = nvml_process_source();
+  ASSERT_EQ(nvml.status().message(), "");
+  gpu_processes_ = std::move(nvml).value();
+  ObserverOptions observing;
+  observing.shares_dir = options.root + "/shares";
+  observing.checkpoint = [&] { return manager.checkpoint(); };
+  observing.devices = [&] { return manager.devices(); };
+  observing.health = [&] { return health.snapshot(); };
+  observer_ = std::make_unique<Observer>(observing, gpu_processes_.get());
   MetricsSources sources;
   sources.node_name = "node-a";
-  sources.shares_dir = options.root + "/shares";
-  sources.checkpoint = [&] { return manager.checkpoint(); };
-  sources.devices = [&] { return manager.devices(); };
-  sources.health = [&] { return health.snapshot(); };
-  sources.gpu_stats = &gpu_stats;
+  sources.observed = [this] { return ObservedNode{observer_->observe(), nullptr}; };
   sources.requests = &requests;
   MetricsServerOptions serving;
   serving.address = "127.0.0.1:0";

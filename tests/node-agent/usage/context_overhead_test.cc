@@ -23,11 +23,11 @@
 #include <nlohmann/json.hpp>
 
 #include "limits_page_edit.h"
+#include "observe/observer.h"
 #include "tessera/gpu_info.h"
 #include "tessera/nvml.h"
 #include "tessera/share_folder/limits_writer.h"
 #include "tessera/share_region.h"
-#include "usage/gpu_time_meter.h"
 #include "usage/share_processes.h"
 
 // Without the samples (TESSERA_BUILD_SAMPLES off) the end-to-end tests are skipped.
@@ -174,6 +174,42 @@ class TempDir {
 
  private:
   fs::path path_;
+};
+
+// The meter as the agent drives it: one observation of the share folders under `shares`, all on
+// GPU `uuid` (the Observer, with the agent's one NVML session and the host's /proc), then one
+// measurement of it.
+class ObservedMeter {
+ public:
+  ObservedMeter(const std::string& shares, const std::string& uuid) {
+    Result<std::unique_ptr<GpuProcessSource>> nvml = nvml_process_source();
+    EXPECT_EQ(nvml.status().message(), "");
+    if (nvml.is_ok()) nvml_ = std::move(nvml).value();
+    ObserverOptions observing;
+    observing.shares = [shares, uuid] {
+      std::vector<CheckedShare> found;
+      for (const auto& entry : fs::directory_iterator(shares)) {
+        CheckedShare share;
+        share.name = entry.path().filename().string();
+        share.folder = entry.path().string();
+        share.uuid = uuid;
+        found.push_back(share);
+      }
+      return found;
+    };
+    observer_ = std::make_unique<Observer>(observing, nvml_.get());
+  }
+  Problems measure() { return meter_.measure(context_cost_inputs(*observer_->observe())); }
+  bool distrusts(uint64_t owner) const { return meter_.distrusts(owner); }
+  uint64_t published(const std::string& dir, uint32_t device) const {
+    return meter_.published(dir, device);
+  }
+  ContextOverheadStats stats() const { return meter_.stats(); }
+
+ private:
+  std::unique_ptr<GpuProcessSource> nvml_;
+  std::unique_ptr<Observer> observer_;
+  ContextOverheadMeter meter_{ContextOverheadOptions{}};
 };
 
 // NVML of the simulator, for the figures the test checks (the driver's view, not the shim's).
@@ -329,9 +365,7 @@ FillOutcome fill_share(bool measure) {
   device.memory_limit = 4 * kGi;
   EXPECT_EQ(share_folder::write_limits(dir, {device}).message(), "");
 
-  GpuTimeMeterOptions options;
-  options.shares_dir = base.shares();
-  GpuTimeMeter meter(options);
+  ObservedMeter meter(base.shares(), uuid);
   // The fills start together at a fixed time; before it, the three contexts must exist and the
   // agent's figure be published (about a second: its measurement runs once a second), with over
   // ten times that to spare on a loaded machine. The loops below end as soon as both are done.
@@ -341,15 +375,15 @@ FillOutcome fill_share(bool measure) {
   std::vector<pid_t> pids;
   for (const auto& fill : fills) pids.push_back(fill->pid());
 
-  // Before the fill: every context exists; the agent's pass (the GPU-time meter's, which measures
-  // the context cost once a second) publishes what they cost.
+  // Before the fill: every context exists; the agent's pass (the check pass, which measures the
+  // context cost of its observation after each check) publishes what they cost.
   while (epoch_seconds() < start_at - 0.5 && slots_with_contexts(dir) < 3) {
     std::this_thread::sleep_for(milliseconds(20));
   }
   EXPECT_EQ(slots_with_contexts(dir), 3) << "the contexts were not created in time";
   if (measure) {
     while (epoch_seconds() < start_at - 0.2 && published_in_page(dir) != 520 * kMi) {
-      meter.sample_once().ignore();
+      EXPECT_EQ(join_problems(meter.measure()), "");
       std::this_thread::sleep_for(milliseconds(100));
     }
   }
@@ -444,9 +478,7 @@ TEST(ContextOverheadOnSimulatedGpu, ALyingSlotMovesOnlyItsOwnShare) {
   }
   ASSERT_NE(slot, nullptr);
 
-  ContextOverheadOptions options;
-  options.shares_dir = base.shares();
-  ContextOverheadMeter meter(options);
+  ObservedMeter meter(base.shares(), uuid);
   // A forged "everything is allocations": B's figure would fall to the floor, A's is untouched.
   slot->bytes[0].store(520 * kMi + 400 * kMi);
   slot->contexts.store(share::pack_contexts(0, 1, 400 * kMi));
@@ -508,8 +540,6 @@ TEST(ContextOverheadOnSimulatedGpu, AFigureDoesNotOutliveItsProcessNorARestart) 
   device.memory_limit = 4 * kGi;
   const std::string dir = base.shares() + "/a";
   ASSERT_EQ(share_folder::write_limits(dir, {device}).message(), "");
-  ContextOverheadOptions options;
-  options.shares_dir = base.shares();
   {
     Fill fill(base, dir, epoch_seconds() + 60, 0);  // holds its context only
     const auto deadline = steady_clock::now() + std::chrono::seconds(10);
@@ -525,7 +555,7 @@ TEST(ContextOverheadOnSimulatedGpu, AFigureDoesNotOutliveItsProcessNorARestart) 
     // Left by an earlier run after the process was charged (a figure there before would have been
     // its charge).
     ASSERT_NO_FATAL_FAILURE(set_in_page(dir, kMaxContextCost));
-    ContextOverheadMeter meter(options);
+    ObservedMeter meter(base.shares(), device.uuid);
     EXPECT_EQ(join_problems(meter.measure()), "");
     EXPECT_EQ(published_in_page(dir), 520 * kMi) << "the live process's figure, not the old one";
     kill(fill.pid(), SIGKILL);
@@ -535,7 +565,7 @@ TEST(ContextOverheadOnSimulatedGpu, AFigureDoesNotOutliveItsProcessNorARestart) 
     EXPECT_EQ(meter.published(dir, 0), 0u);
   }
   ASSERT_NO_FATAL_FAILURE(set_in_page(dir, kMaxContextCost));
-  ContextOverheadMeter restarted(options);
+  ObservedMeter restarted(base.shares(), device.uuid);
   EXPECT_EQ(join_problems(restarted.measure()), "");
   EXPECT_EQ(published_in_page(dir), 0u) << "no process of this run gave it";
 }

@@ -1,4 +1,4 @@
-#include "enforcement/process_map.h"
+#include "observe/process_map.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -122,9 +122,9 @@ void ProcessMap::end_pass() {
   std::erase_if(processes_, [this](const auto& item) { return item.second.checked_pass != pass_; });
 }
 
-std::optional<int> ProcessMap::parent_pid(int host_pid) const {
+std::optional<int> parent_pid(const std::string& proc_root, int host_pid) {
   // "pid (comm) state ppid ...": the command may hold spaces and parentheses, the last ')' ends it.
-  const std::string stat = read_small(proc_root_ + "/" + std::to_string(host_pid) + "/stat");
+  const std::string stat = read_small(proc_root + "/" + std::to_string(host_pid) + "/stat");
   const size_t close = stat.rfind(')');
   if (close == std::string::npos || close + 4 >= stat.size()) return std::nullopt;
   const char* field = stat.c_str() + close + 4;  // past ") S "
@@ -135,20 +135,28 @@ std::optional<int> ProcessMap::parent_pid(int host_pid) const {
 }
 
 const std::map<uint64_t, int>& ProcessMap::live_owners() {
-  if (live_owners_pass_ == pass_) return live_owners_;
-  live_owners_pass_ = pass_;
+  walk();
+  return live_owners_;
+}
+
+const std::map<int, ProcessFacts>& ProcessMap::walk() {
+  if (walked_pass_ == pass_) return walked_;
+  walked_pass_ = pass_;
+  walked_.clear();
   live_owners_.clear();
   DIR* proc = opendir(proc_root_.c_str());
-  if (!proc) return live_owners_;
+  if (!proc) return walked_;
   while (const dirent* entry = readdir(proc)) {
     char* end = nullptr;
     const long pid = std::strtol(entry->d_name, &end, 10);
     if (!end || *end || pid <= 0 || pid > 0x7fffffff) continue;
-    if (const ProcessFacts* facts = lookup(static_cast<int>(pid)); facts && facts->owner)
-      live_owners_[*facts->owner] = static_cast<int>(pid);
+    const ProcessFacts* facts = lookup(static_cast<int>(pid));
+    if (!facts) continue;
+    walked_.emplace(static_cast<int>(pid), *facts);
+    if (facts->owner) live_owners_[*facts->owner] = static_cast<int>(pid);
   }
   closedir(proc);
-  return live_owners_;
+  return walked_;
 }
 
 }  // namespace tessera::agent

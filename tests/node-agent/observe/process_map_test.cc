@@ -1,4 +1,4 @@
-#include "enforcement/process_map.h"
+#include "observe/process_map.h"
 
 #include <gtest/gtest.h>
 

@@ -23,6 +23,10 @@ std::optional<std::string> pod_uid_of_cgroup_path(std::string_view path);
 // lines, v1 and the v2 "0::path").
 std::optional<std::string> pod_uid_of_cgroup_file(std::string_view text);
 
+// Host process `host_pid`'s parent as <proc_root>/<pid>/stat says it now (never cached: a
+// process's parent changes when the parent exits), nullopt when it cannot be read.
+std::optional<int> parent_pid(const std::string& proc_root, int host_pid);
+
 struct ProcessFacts {
   uint64_t start_time = 0;  // /proc/<pid>/stat field 22
   std::optional<uint64_t> owner;
@@ -42,11 +46,16 @@ class ProcessMap {
   const ProcessFacts* lookup(int host_pid);
   // Drops the pids not looked up in this pass (exited processes).
   void end_pass();
+  // Forgets what is known of `host_pid`: its next lookup reads it in full.
+  void forget(int host_pid) { processes_.erase(host_pid); }
   // Every live process on the host (a scan of proc_root), owner word -> host pid, from the cache.
   const std::map<uint64_t, int>& live_owners();
-  // Its parent's host pid as /proc/<pid>/stat says it now (never cached: a process's parent
-  // changes when the parent exits), nullopt when it cannot be read.
-  std::optional<int> parent_pid(int host_pid) const;
+  // Every live process on the host (one scan of proc_root, once per pass): pid -> its facts.
+  const std::map<int, ProcessFacts>& walk();
+  // Its parent's host pid now (the free parent_pid under proc_root).
+  std::optional<int> parent_pid(int host_pid) const {
+    return agent::parent_pid(proc_root_, host_pid);
+  }
 
   const std::string& proc_root() const { return proc_root_; }
   uint64_t full_reads() const { return full_reads_; }
@@ -63,7 +72,8 @@ class ProcessMap {
   std::unordered_map<int, Entry> processes_;
   std::unordered_map<std::string, std::optional<std::string>> pods_by_cgroup_;  // path -> pod
   std::map<uint64_t, int> live_owners_;
-  uint64_t live_owners_pass_ = 0;
+  std::map<int, ProcessFacts> walked_;
+  uint64_t walked_pass_ = 0;
 };
 
 }  // namespace tessera::agent
