@@ -206,9 +206,9 @@ v1::ListSharesResponse node_snapshot(const ObservedNode& observed,
     instance.set_memory_total_bytes(device.memory_bytes);
     instance.set_multiprocessors(device.mig->multiprocessors);
     // NVML answers memory for a MIG instance's handle (not utilisation: mig-facts.md §2.4).
-    if (const ObservedGpu* observed = device.uuid.empty() ? nullptr : node.gpu(device.uuid);
-        observed && observed->figures)
-      instance.set_memory_used_bytes(observed->figures->memory_used_bytes);
+    if (const ObservedGpu* instance_seen = device.uuid.empty() ? nullptr : node.gpu(device.uuid);
+        instance_seen && instance_seen->figures)
+      instance.set_memory_used_bytes(instance_seen->figures->memory_used_bytes);
     instance.set_healthy(state.healthy);
     instance.set_health_reason(state.reason);
     const auto count = shares_per_device.find(device.name);
