@@ -214,6 +214,12 @@ Status NodeAgent::start() {
   DeviceMonitorOptions monitoring;
   monitoring.pool = config_.node_name;
   monitoring.inventory_interval = std::chrono::seconds(config_.device_poll_interval_s);
+  // Health per published device: with MIG, an XID NVML blames on one instance marks that
+  // instance's device only. A MIG view NVML cannot give now leaves the GPUs whole.
+  monitoring.published = [this](const std::vector<GpuInfo>& gpus) {
+    Result<std::optional<MigPublication>> mig = mig_publication(gpu_selection_->filter(gpus));
+    return node_devices(gpus, mig.is_ok() && mig->has_value() ? &**mig : nullptr);
+  };
   monitor_ = std::make_unique<DeviceMonitor>(
       monitoring, health_, [this](const std::vector<GpuInfo>& gpus) { return on_devices(gpus); },
       clock_);
