@@ -3,12 +3,11 @@
 #include "hooks.h"
 
 #include <pthread.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cstdlib>
 
 #include "glibc_compat.h"
+#include "os/system_calls.h"
 
 namespace tessera::vgpu {
 
@@ -64,9 +63,8 @@ CallCounts* take_counts() {
       return counts;
     }
   }
-  void* memory =
-      mmap(nullptr, sizeof(CallCounts), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) return nullptr;
+  void* memory = os::map_private_anonymous(sizeof(CallCounts));
+  if (!memory) return nullptr;
   auto* counts = static_cast<CallCounts*>(memory);  // zero-filled: no calls yet
   counts->owned.store(true, std::memory_order_relaxed);
   CallCounts* head = g_call_counts.load(std::memory_order_relaxed);
@@ -144,7 +142,7 @@ DlsymFn real_dlsym() {
 #endif
   if (!found) {
     static constexpr char kMessage[] = "tessera: fatal: the real dlsym cannot be found\n";
-    [[maybe_unused]] ssize_t ignored = write(2, kMessage, sizeof kMessage - 1);
+    [[maybe_unused]] ssize_t ignored = os::write(2, kMessage, sizeof kMessage - 1);
     std::abort();
   }
   __atomic_store_n(&tessera_real_dlsym, found, __ATOMIC_RELEASE);

@@ -1,9 +1,8 @@
 // The run-time lock-order check (spin_lock.h): SpinLock calls it in builds without NDEBUG.
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 
+#include "os/system_calls.h"
 #include "spin_lock.h"
 
 namespace tessera::vgpu {
@@ -25,7 +24,7 @@ void lock_order_acquire(LockRank rank) {
         "libvgpu: lock order violated: taking a lock of rank %u while holding rank %u "
         "(libvgpu/src/spin_lock.h)\n",
         static_cast<unsigned>(rank), highest);
-    if (length > 0) (void)!write(2, line, static_cast<size_t>(length));
+    if (length > 0) (void)!os::write(2, line, static_cast<size_t>(length));
     std::abort();
   }
   t_held_ranks |= bit;

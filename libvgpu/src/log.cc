@@ -1,9 +1,9 @@
 #include "log.h"
 
-#include <unistd.h>
-
 #include <cstdarg>
 #include <cstddef>
+
+#include "os/system_calls.h"
 
 namespace tessera::vgpu {
 namespace {
@@ -120,7 +120,7 @@ bool log_site_allows(std::atomic<uint32_t>& counter, LogLevel level) {
   if (seen < kMaxRepeats) return true;
   if (seen == kMaxRepeats) {
     static constexpr char kSuppressed[] = "tessera: further messages from this site suppressed\n";
-    [[maybe_unused]] ssize_t ignored = write(2, kSuppressed, sizeof kSuppressed - 1);
+    [[maybe_unused]] ssize_t ignored = os::write(2, kSuppressed, sizeof kSuppressed - 1);
   }
   return false;
 }
@@ -206,7 +206,7 @@ void write_line(LogLevel level, const char* text) {
   buffer[length++] = '\n';
   size_t written = 0;
   while (written < length) {
-    const ssize_t n = write(2, buffer + written, length - written);
+    const ssize_t n = os::write(2, buffer + written, length - written);
     if (n <= 0) break;
     written += static_cast<size_t>(n);
   }
@@ -226,7 +226,7 @@ void log_message(LogLevel level, const char* format, ...) {
   buffer[length++] = '\n';
   size_t written = 0;
   while (written < length) {
-    const ssize_t n = write(2, buffer + written, length - written);
+    const ssize_t n = os::write(2, buffer + written, length - written);
     if (n <= 0) break;
     written += static_cast<size_t>(n);
   }

@@ -1,12 +1,11 @@
 #include "tessera/vgpu/options.h"
 
-#include <unistd.h>
-
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 
 #include "log.h"
+#include "os/system_calls.h"
 #include "tessera/quantity.h"
 #include "tessera/share_region.h"
 
@@ -68,7 +67,7 @@ void add_share_message(Options* options, const char* name, const char* value) {
 void write_all(int fd, const char* text) {
   size_t length = std::strlen(text);
   while (length > 0) {
-    const ssize_t n = write(fd, text, length);
+    const ssize_t n = os::write(fd, text, length);
     if (n <= 0) return;
     text += n;
     length -= static_cast<size_t>(n);

@@ -2,17 +2,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 
 #include "log.h"
+#include "os/system_calls.h"
 #include "tessera/file_io.h"
 #include "tessera/share_contract.h"
 #include "tessera/unique_fd.h"
@@ -30,24 +26,19 @@ using tessera::UniqueFd;
 constexpr int kReserveAttempts = 8;
 
 int64_t monotonic_ns() {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+  return os::monotonic_coarse_ns();
 }
 
 // Maps the limits page read-only from an opened limits file.
 const LimitsPage* map_limits_page(int fd) {
   if (fd < 0) return nullptr;
-  void* page = mmap(nullptr, sizeof(LimitsPage), PROT_READ, MAP_SHARED, fd, 0);
-  return page == MAP_FAILED ? nullptr : static_cast<const LimitsPage*>(page);
+  return static_cast<const LimitsPage*>(os::map_file_read_only(fd, sizeof(LimitsPage)));
 }
 
-// A regular file (never a symlink, FIFO or device). fstatat through syscall(2): glibc 2.33 gave
-// the stat family symbols of their own, and the shim must load with glibc 2.17.
+// A regular file (never a symlink, FIFO or device).
 bool is_regular_file(const char* path) {
   struct stat status {};
-  return syscall(SYS_newfstatat, AT_FDCWD, path, &status, AT_SYMLINK_NOFOLLOW) == 0 &&
-         S_ISREG(status.st_mode);
+  return os::stat_at(AT_FDCWD, path, &status) == 0 && S_ISREG(status.st_mode);
 }
 
 }  // namespace
@@ -86,7 +77,7 @@ bool Region::open_share(const char* dir, int limits_fd) {
         "%s is missing or not a valid limits page (version %u expected); every device is "
         "limited to 0 bytes: allocations fail with CUDA_ERROR_OUT_OF_MEMORY",
         limits_path, share::kLimitsVersion);
-    if (limits) munmap(const_cast<LimitsPage*>(limits), sizeof(LimitsPage));
+    if (limits) os::unmap(limits, sizeof(LimitsPage));
     return false;
   }
   UsagePage* usage = nullptr;
@@ -95,7 +86,7 @@ bool Region::open_share(const char* dir, int limits_fd) {
         "%s cannot be opened read-write or is not a valid usage page (errno %d); every device is "
         "limited to 0 bytes: allocations fail with CUDA_ERROR_OUT_OF_MEMORY",
         usage_path, error);
-    munmap(const_cast<LimitsPage*>(limits), sizeof(LimitsPage));
+    os::unmap(limits, sizeof(LimitsPage));
     return false;
   }
   pid_namespace_ = read_pid_namespace();
@@ -108,8 +99,8 @@ bool Region::open_share(const char* dir, int limits_fd) {
 
 bool Region::open_standalone(const Options& options, const DeviceId* devices, int count) {
   const size_t size = sizeof(LimitsPage) + sizeof(UsagePage);
-  void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) return false;
+  void* memory = os::map_shared_anonymous(size);
+  if (!memory) return false;
   auto* limits = static_cast<LimitsPage*>(memory);
   auto* usage = reinterpret_cast<UsagePage*>(static_cast<char*>(memory) + sizeof(LimitsPage));
   share::init_limits_page(*limits);
@@ -217,7 +208,7 @@ ProcessSlot* Region::claim_slot() {
     // without a readable /proc, the pid and namespace known here and no start time.
     share::ProcessIdentity identity;
     if (share::read_process_identity("/proc", share::kSelfPid, identity) != 0) {
-      identity.pid = static_cast<uint32_t>(getpid());
+      identity.pid = static_cast<uint32_t>(os::process_id());
       identity.pid_namespace = pid_namespace_;
       identity.start_time = 0;
     }
@@ -288,7 +279,7 @@ bool Region::reserve(LimitsIndex device, uint64_t bytes) {
     // failure is genuine; if it did, a racing reservation may have backed off: try again.
     const uint64_t others = usage(device);
     if (others == total - bytes) return false;
-    sched_yield();
+    os::yield();
   }
   return false;
 }

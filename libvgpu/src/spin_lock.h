@@ -22,11 +22,10 @@
 // aborts with both ranks named.
 #pragma once
 
-#include <sched.h>
-
 #include <atomic>
 #include <cstdint>
 
+#include "os/system_calls.h"
 #include "tessera/thread_annotations.h"
 
 namespace tessera::vgpu {
@@ -57,7 +56,7 @@ class TESSERA_CAPABILITY("spin lock") SpinLock {
     lock_order_acquire(rank_);
 #endif
     while (held_.exchange(true, std::memory_order_acquire)) {
-      while (held_.load(std::memory_order_relaxed)) sched_yield();
+      while (held_.load(std::memory_order_relaxed)) os::yield();
     }
   }
   void unlock() TESSERA_RELEASE() {

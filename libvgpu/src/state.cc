@@ -2,29 +2,17 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
-extern char** environ;
-
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "compute/gate.h"
 #include "hooks.h"
 #include "log.h"
+#include "os/system_calls.h"
 #include "tessera/file_io.h"
 #include "tessera/unique_fd.h"
-
-extern "C" int __register_atfork(void (*prepare)(void), void (*parent)(void), void (*child)(void),
-                                 void* dso_handle);
-extern "C" void* __dso_handle;
 
 namespace tessera::vgpu {
 
@@ -33,7 +21,7 @@ constinit Shim g_shim;
 namespace {
 
 const char* environment(const char* name) {
-  return std::getenv(name);
+  return os::environment_variable(name);
 }
 
 constinit std::atomic<BeforeRefusal> g_before_refusal{nullptr};
@@ -96,30 +84,23 @@ int open_limits(const char* dir) {
 // own root file system but cannot make a read-only mount: a limits file on one was put there by
 // the container runtime from the CDI spec.
 bool on_read_only_mount(int fd) {
-  struct statvfs status {};
-  return fstatvfs(fd, &status) == 0 && (status.f_flag & ST_RDONLY) != 0;
-}
-
-// fstat/fstatat through syscall(2): glibc 2.33 gave them symbols of their own (GLIBC_2.33), and
-// the shim must load with glibc 2.17 (common/src/file_io.cc does the same).
-int stat_at(int dir_fd, const char* path, struct stat* status) {
-  return static_cast<int>(syscall(SYS_newfstatat, dir_fd, path, status, AT_SYMLINK_NOFOLLOW));
+  return os::on_read_only_mount(fd);
 }
 
 FileKey key_of(int fd) {
   struct stat status {};
-  if (syscall(SYS_fstat, fd, &status) != 0) return {};
+  if (os::stat_fd(fd, &status) != 0) return {};
   return {status.st_dev, status.st_ino};
 }
 
 // The sub-folder names of the share root, sorted (the stable order reservations follow).
 int list_share_folders(char (*names)[256], int capacity) {
-  const int root = open(kShareRoot, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int root = os::open(kShareRoot, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (root < 0) return 0;
   int count = 0;
   alignas(8) char buffer[4096];
   while (true) {
-    const long got = syscall(SYS_getdents64, root, buffer, sizeof buffer);
+    const long got = os::read_dir_entries(root, buffer, sizeof buffer);
     if (got <= 0) break;
     for (long offset = 0; offset < got;) {
       struct Entry {
@@ -134,7 +115,7 @@ int list_share_folders(char (*names)[256], int capacity) {
       if (entry->name[0] == '.') continue;  // ".", "..", and temporaries
       if (entry->type != DT_DIR && entry->type != DT_UNKNOWN) continue;
       struct stat status {};
-      if (stat_at(root, entry->name, &status) != 0 || !S_ISDIR(status.st_mode)) {
+      if (os::stat_at(root, entry->name, &status) != 0 || !S_ISDIR(status.st_mode)) {
         continue;
       }
       if (count == capacity) {
@@ -145,7 +126,7 @@ int list_share_folders(char (*names)[256], int capacity) {
       std::snprintf(names[count++], 256, "%s", entry->name);
     }
   }
-  close(root);
+  os::close(root);
   for (int i = 1; i < count; ++i) {  // insertion sort: a handful of names
     for (int j = i; j > 0 && std::strcmp(names[j - 1], names[j]) > 0; --j) {
       char swap[256];
@@ -172,7 +153,7 @@ void select_shares(Shim& s) {
     if (s.candidate_count == kMaxShares) {
       TESSERA_ERROR("more than %d shares: %s is not used (the GPUs only it holds are blocked)",
                     kMaxShares, dir);
-      if (fd >= 0) close(fd);
+      if (fd >= 0) os::close(fd);
       return;
     }
     ShareCandidate& candidate = s.candidates[s.candidate_count];
@@ -199,11 +180,11 @@ void select_shares(Shim& s) {
           "%s/limits is not on a read-only mount, so the node agent did not put it there: ignored "
           "(it raises no limit)",
           dir);
-      close(fd);
+      os::close(fd);
       continue;
     }
     if (known(key_of(fd))) {
-      close(fd);
+      os::close(fd);
       continue;
     }
     add(dir, fd);
@@ -220,13 +201,13 @@ void select_shares(Shim& s) {
       dir[length] = '\0';
       const int fd = open_limits(dir);
       if (fd >= 0 && known(key_of(fd))) {
-        close(fd);  // the same share, found under the root as well
+        os::close(fd);  // the same share, found under the root as well
       } else if (discovered && (fd < 0 || !on_read_only_mount(fd))) {
         TESSERA_WARN(
             "TESSERA_SHARE_DIR names %s, whose limits page is not on a read-only mount, while the "
             "shares under %s are: ignored (it raises no limit)",
             dir, kShareRoot);
-        if (fd >= 0) close(fd);
+        if (fd >= 0) os::close(fd);
       } else {
         add(dir, fd);  // fd -1: the share fails closed when it opens
       }
@@ -284,7 +265,7 @@ bool open_regions() {
         ok = s.regions[i].open_share(candidate.dir, candidate.limits_fd);
         if (ok && s.regions[i].is_mps()) ++mps;
       }
-      if (candidate.limits_fd >= 0) close(candidate.limits_fd);
+      if (candidate.limits_fd >= 0) os::close(candidate.limits_fd);
       candidate.limits_fd = -1;
     }
     if (!ok) return false;  // which GPUs the broken share holds is unknown: all are blocked
@@ -361,7 +342,7 @@ int ensure_region(bool may_enumerate_cuda) {
       }
       continue;
     }
-    sched_yield();
+    os::yield();
     state = s.region_state.load(std::memory_order_acquire);
   }
   return state;
@@ -373,7 +354,7 @@ void ensure_initialized() {
   int state = g_shim.init_state.load(std::memory_order_acquire);
   if (__builtin_expect(state == 2, 1)) return;
   if (state == 0 && g_shim.init_state.compare_exchange_strong(state, 1)) {
-    read_options(environment, &g_shim.options, environ);
+    read_options(environment, &g_shim.options, os::environment_entries());
     set_log_level(g_shim.options.log_level);
     select_shares(g_shim);
     // Inside a share the limits page sets every limit and charge: the environment's accounting
@@ -392,7 +373,7 @@ void ensure_initialized() {
     g_shim.init_state.store(2, std::memory_order_release);
     return;
   }
-  while (g_shim.init_state.load(std::memory_order_acquire) != 2) sched_yield();
+  while (g_shim.init_state.load(std::memory_order_acquire) != 2) os::yield();
 }
 
 bool is_mig_device(CUdevice device) {
@@ -824,9 +805,7 @@ void maybe_reclaim() {
 namespace {
 
 int64_t monotonic_now_ns() {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+  return os::monotonic_ns();
 }
 
 // What share `region` is guaranteed on its limits-page device `device`: its memory request, the
@@ -887,9 +866,7 @@ bool ReclaimWait::again() {
   }
   const int64_t left = deadline_ns_ - now;
   const int64_t sleep_ns = left < kReclaimRetryNs ? left : kReclaimRetryNs;
-  timespec pause{sleep_ns / 1000000000, sleep_ns % 1000000000};
-  while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
-  }
+  os::sleep_ns(sleep_ns);
   // Another process of the share that stopped waiting withdrew the request: ask again.
   if (page_->reclaim_bytes.load(std::memory_order_acquire) == 0) publish();
   return true;
@@ -907,7 +884,7 @@ void set_before_refusal(BeforeRefusal callback) {
 }
 
 void on_fork_child(void (*reset)()) {
-  __register_atfork(nullptr, nullptr, reset, &__dso_handle);
+  os::on_fork_child(reset);
 }
 
 }  // namespace tessera::vgpu

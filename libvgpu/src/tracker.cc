@@ -1,7 +1,6 @@
 #include "tracker.h"
 
-#include <sched.h>
-#include <sys/mman.h>
+#include "os/system_calls.h"
 
 namespace tessera::vgpu {
 namespace {
@@ -59,9 +58,8 @@ void Tracker::erase_at(size_t index) {
 
 bool Tracker::grow() {
   const size_t capacity = capacity_ == 0 ? kInitialCapacity : capacity_ * 2;
-  void* memory = mmap(nullptr, capacity * sizeof(Entry), PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) return false;
+  void* memory = os::map_private_anonymous(capacity * sizeof(Entry));
+  if (!memory) return false;
   auto* entries = static_cast<Entry*>(memory);  // zero-filled: every state is 0 (empty)
   const size_t mask = capacity - 1;
   for (size_t i = 0; i < capacity_; ++i) {
@@ -70,7 +68,7 @@ bool Tracker::grow() {
     while (entries[j].state != 0) j = (j + 1) & mask;
     entries[j] = entries_[i];
   }
-  if (entries_) munmap(entries_, capacity_ * sizeof(Entry));
+  if (entries_) os::unmap(entries_, capacity_ * sizeof(Entry));
   entries_ = entries;
   capacity_ = capacity;
   ++mappings_;

@@ -1,10 +1,8 @@
 // The launch gate's slow path and the meter thread of each process (docs/compute.md).
 #include "compute/gate.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
-#include <time.h>
 
 #include <new>
 
@@ -15,6 +13,7 @@
 #include "compute/priority_board.h"
 #include "hooks.h"
 #include "log.h"
+#include "os/system_calls.h"
 #include "state.h"
 
 namespace tessera::vgpu::compute {
@@ -36,17 +35,11 @@ constinit std::atomic<uint64_t> g_timed_masks[kMaxShares] = {};
 constinit std::atomic<bool> g_timing{false};
 
 int64_t monotonic_ns() {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<int64_t>(now.tv_sec) * kSecond + now.tv_nsec;
+  return os::monotonic_ns();
 }
 
 void sleep_until(int64_t deadline_ns) {
-  timespec until{};
-  until.tv_sec = deadline_ns / kSecond;
-  until.tv_nsec = deadline_ns % kSecond;
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) == EINTR) {
-  }
+  os::sleep_until_monotonic_ns(deadline_ns);
 }
 
 // Launches of this process, from the wrappers' call counters (no extra work on the launch path).

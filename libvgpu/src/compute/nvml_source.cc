@@ -1,12 +1,12 @@
 #include "compute/nvml_source.h"
 
 #include <dlfcn.h>
-#include <time.h>
 
 #include <cstring>
 
 #include "glibc_compat.h"
 #include "log.h"
+#include "os/system_calls.h"
 
 namespace tessera::vgpu {
 using DlsymFn = void* (*)(void*, const char*);
@@ -17,10 +17,7 @@ namespace tessera::vgpu::compute {
 namespace {
 
 unsigned long long wall_us() {
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  return static_cast<unsigned long long>(now.tv_sec) * 1000000ull +
-         static_cast<unsigned long long>(now.tv_nsec) / 1000ull;
+  return static_cast<unsigned long long>(os::realtime_ns()) / 1000ull;
 }
 
 }  // namespace

@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
@@ -11,15 +9,10 @@
 #include <cstring>
 
 #include "log.h"
+#include "os/system_calls.h"
 
 namespace tessera::vgpu::compute {
 namespace {
-
-// fstat(2) through syscall(2): glibc 2.33 made fstat a symbol of its own (GLIBC_2.33), and the
-// shim must load with glibc 2.17 (tessera::file_io does the same).
-int stat_fd(int fd, struct stat* info) {
-  return static_cast<int>(syscall(SYS_fstat, fd, info));
-}
 
 constexpr off_t kActiveOffset = offsetof(UserBoard::Page, active_until_ns);
 constexpr off_t kEntriesOffset = offsetof(UserBoard::Page, entries);
@@ -35,7 +28,7 @@ class Fd {
  public:
   explicit Fd(int fd) : fd_(fd) {}
   ~Fd() {
-    if (fd_ >= 0) close(fd_);
+    if (fd_ >= 0) os::close(fd_);
   }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
@@ -52,19 +45,19 @@ class Fd {
 
 // A file or folder only this user can reach: ours, no group or other bits.
 bool private_to_user(const struct stat& info) {
-  return info.st_uid == geteuid() && (info.st_mode & 077) == 0;
+  return info.st_uid == os::effective_user_id() && (info.st_mode & 077) == 0;
 }
 
 }  // namespace
 
 void UserBoard::refuse(int device, const char* why) {
   failed_[device] = true;
-  if (fds_[device] > 0) close(fds_[device] - 1);
+  if (fds_[device] > 0) os::close(fds_[device] - 1);
   fds_[device] = 0;
   TESSERA_ERROR(
       "priority board of device %d (%s/tessera-%u/tessera-device-%s) %s: priorities are "
       "not applied on this device by this process",
-      device, dir_, static_cast<unsigned>(geteuid()), limits_->devices[device].uuid, why);
+      device, dir_, os::effective_user_id(), limits_->devices[device].uuid, why);
 }
 
 int UserBoard::board_fd(int device) {
@@ -76,14 +69,14 @@ int UserBoard::board_fd(int device) {
     return -1;
   }
   char folder[320];
-  std::snprintf(folder, sizeof folder, "%s/tessera-%u", dir_, static_cast<unsigned>(geteuid()));
-  if (mkdir(folder, 0700) != 0 && errno != EEXIST) {
+  std::snprintf(folder, sizeof folder, "%s/tessera-%u", dir_, os::effective_user_id());
+  if (os::make_dir(folder, 0700) != 0 && errno != EEXIST) {
     refuse(device, "cannot be created (mkdir of its folder failed)");
     return -1;
   }
-  const Fd dir(open(folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  const Fd dir(os::open(folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat info {};
-  if (dir.get() < 0 || stat_fd(dir.get(), &info) != 0) {
+  if (dir.get() < 0 || os::stat_fd(dir.get(), &info) != 0) {
     refuse(device, "is in a folder that cannot be opened (or is a symlink)");
     return -1;
   }
@@ -94,31 +87,32 @@ int UserBoard::board_fd(int device) {
   char name[96];
   std::snprintf(name, sizeof name, "tessera-device-%s", uuid);
   constexpr int kOpenFlags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
-  int fd = openat(dir.get(), name, kOpenFlags);
+  int fd = os::open_at(dir.get(), name, kOpenFlags);
   if (fd < 0 && errno == ENOENT) {
     // Created fully initialised under a temporary name, then linked into place.
     char temporary[128];
-    std::snprintf(temporary, sizeof temporary, ".%s.%d.tmp", name, static_cast<int>(getpid()));
-    const Fd created(
-        openat(dir.get(), temporary, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    std::snprintf(temporary, sizeof temporary, ".%s.%d.tmp", name, os::process_id());
+    const Fd created(os::open_at(dir.get(), temporary,
+                                 O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (created.get() >= 0) {
       Page initial{};
       initial.magic = kMagic;
       initial.version = kVersion;
-      if (fchmod(created.get(), 0600) == 0 && pwrite(created.get(), &initial, sizeof initial, 0) ==
-                                                  static_cast<ssize_t>(sizeof initial)) {
-        linkat(dir.get(), temporary, dir.get(), name, 0);  // EEXIST: another process was first
+      if (os::change_mode(created.get(), 0600) == 0 &&
+          os::write_at(created.get(), &initial, sizeof initial, 0) ==
+              static_cast<ssize_t>(sizeof initial)) {
+        os::link_at(dir.get(), temporary, dir.get(), name);  // EEXIST: another process was first
       }
-      unlinkat(dir.get(), temporary, 0);
+      os::unlink_at(dir.get(), temporary);
     }
-    fd = openat(dir.get(), name, kOpenFlags);
+    fd = os::open_at(dir.get(), name, kOpenFlags);
   }
   Fd board(fd);
   if (board.get() < 0) {
     refuse(device, "cannot be opened");
     return -1;
   }
-  if (stat_fd(board.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+  if (os::stat_fd(board.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
     refuse(device, "is not a regular file");
     return -1;
   }
@@ -131,7 +125,7 @@ int UserBoard::board_fd(int device) {
     return -1;
   }
   Page page{};
-  if (pread(board.get(), &page, sizeof page, 0) != static_cast<ssize_t>(sizeof page) ||
+  if (os::read_at(board.get(), &page, sizeof page, 0) != static_cast<ssize_t>(sizeof page) ||
       page.magic != kMagic || page.version != kVersion) {
     refuse(device, "is not a priority board (remove it to start a new one)");
     return -1;
@@ -148,13 +142,13 @@ void UserBoard::announce(int device, uint32_t priority, int64_t until_ns) {
   if (fd < 0) return;
   const off_t at = kActiveOffset + 8 * priority_rank(priority);
   uint64_t current = 0;
-  if (pread(fd, &current, sizeof current, at) != static_cast<ssize_t>(sizeof current)) {
+  if (os::read_at(fd, &current, sizeof current, at) != static_cast<ssize_t>(sizeof current)) {
     refuse(device, "was truncated");
     return;
   }
   if (current >= static_cast<uint64_t>(until_ns)) return;
   const uint64_t until = static_cast<uint64_t>(until_ns);
-  if (pwrite(fd, &until, sizeof until, at) != static_cast<ssize_t>(sizeof until))
+  if (os::write_at(fd, &until, sizeof until, at) != static_cast<ssize_t>(sizeof until))
     refuse(device, "cannot be written");
 }
 
@@ -162,7 +156,7 @@ bool UserBoard::higher_active(int device, uint32_t priority, int64_t now_ns) {
   const int fd = board_fd(device);
   if (fd < 0) return false;
   uint64_t until[3] = {};
-  if (pread(fd, until, sizeof until, kActiveOffset) != static_cast<ssize_t>(sizeof until)) {
+  if (os::read_at(fd, until, sizeof until, kActiveOffset) != static_cast<ssize_t>(sizeof until)) {
     refuse(device, "was truncated");
     return false;
   }
@@ -174,9 +168,9 @@ bool UserBoard::higher_active(int device, uint32_t priority, int64_t now_ns) {
 
 uint64_t UserBoard::share_identity(const char* share_dir, uint64_t owner) {
   if (share_dir && share_dir[0]) {
-    const Fd dir(open(share_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    const Fd dir(os::open(share_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     struct stat info {};
-    if (dir.get() >= 0 && stat_fd(dir.get(), &info) == 0) {
+    if (dir.get() >= 0 && os::stat_fd(dir.get(), &info) == 0) {
       const uint64_t identity =
           mix(mix(static_cast<uint64_t>(info.st_dev)) ^ static_cast<uint64_t>(info.st_ino));
       return identity ? identity : 1;
@@ -194,7 +188,8 @@ uint32_t UserBoard::spare(int device, uint32_t priority, const Claim& own, bool 
   const int fd = board_fd(device);
   if (fd < 0) return spare_part(own, nullptr, 0);
   Entry entries[kEntries];
-  if (pread(fd, entries, sizeof entries, kEntriesOffset) != static_cast<ssize_t>(sizeof entries)) {
+  if (os::read_at(fd, entries, sizeof entries, kEntriesOffset) !=
+      static_cast<ssize_t>(sizeof entries)) {
     refuse(device, "was truncated");
     return spare_part(own, nullptr, 0);
   }
@@ -216,7 +211,7 @@ uint32_t UserBoard::spare(int device, uint32_t priority, const Claim& own, bool 
       const Entry entry{identity_,   static_cast<uint64_t>(until_ns),
                         own.request, own.limit,
                         priority,    timed_us_[device]};
-      if (pwrite(fd, &entry, sizeof entry, kEntriesOffset + mine * sizeof(Entry)) !=
+      if (os::write_at(fd, &entry, sizeof entry, kEntriesOffset + mine * sizeof(Entry)) !=
           static_cast<ssize_t>(sizeof entry)) {
         refuse(device, "cannot be written");
         return spare_part(own, nullptr, 0);
@@ -250,7 +245,8 @@ bool UserBoard::others_timed(int device, uint64_t own_total_ns, int64_t now_ns, 
   const int fd = board_fd(device);
   if (fd < 0) return false;
   Entry entries[kEntries];
-  if (pread(fd, entries, sizeof entries, kEntriesOffset) != static_cast<ssize_t>(sizeof entries)) {
+  if (os::read_at(fd, entries, sizeof entries, kEntriesOffset) !=
+      static_cast<ssize_t>(sizeof entries)) {
     refuse(device, "was truncated");
     return false;
   }

@@ -1,8 +1,7 @@
 #include "compute/timed_launch.h"
 
-#include <time.h>
-
 #include "hooks.h"
+#include "os/system_calls.h"
 
 namespace tessera::vgpu::compute {
 namespace {
@@ -25,9 +24,7 @@ struct Ring {
 __thread Ring t_ring __attribute__((tls_model("initial-exec"))) = {};
 
 int64_t monotonic_ns() {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+  return os::monotonic_ns();
 }
 
 void charge(share::ProcessSlot* slot, int64_t busy_ns) {
