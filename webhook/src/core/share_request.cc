@@ -4,7 +4,7 @@
 #include <array>
 #include <cctype>
 #include <cstring>
-#include <regex>
+#include <string_view>
 
 #include "tessera/kube/quantity.h"
 #include "tessera/quantity.h"
@@ -215,9 +215,15 @@ bool has_any_key(const json& resources, const auto& keys) {
 }  // namespace
 
 bool is_mig_profile(const std::string& profile) {
-  // At most 7 compute slices on every MIG GPU (mig-facts.md §1.1); memory in whole GB.
-  static const std::regex kProfile("[1-7]g\\.[1-9][0-9]{0,3}gb");
-  return std::regex_match(profile, kProfile);
+  // "<N>g.<M>gb": at most 7 compute slices on every MIG GPU (mig-facts.md §1.1); memory in whole
+  // GB, 1 to 4 digits without a leading zero. Read by hand: GCC 12's std::regex does not build
+  // warning-free under the sanitizers.
+  const std::string_view text = profile;
+  if (text.size() < 6 || text[0] < '1' || text[0] > '7' || text.substr(1, 2) != "g.") return false;
+  if (text.substr(text.size() - 2) != "gb") return false;
+  const std::string_view memory = text.substr(3, text.size() - 5);
+  if (memory.empty() || memory.size() > 4 || memory[0] == '0') return false;
+  return std::all_of(memory.begin(), memory.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 std::string ShareRequest::template_name() const {
