@@ -111,9 +111,9 @@ class MigAllocationTest : public ::testing::Test {
   // A claim of one request for a MIG device of `profile_memory` (the profile's memory: 3g.71gb
   // and 4g.71gb share theirs, 1g.18gb and its +me twin theirs), asking `capacity`, allocated by
   // the scheduler's allocator beside the claims allocated before; stored where the plugin reads
-  // it (KubeletSimulator asks for claim-<uid> in ns-<uid>). By type and memory rather than by
-  // profile: a whole GPU has no profile attribute, and the ported CEL does not absorb a missing
-  // key's error on the right of a false && as CEL does.
+  // it (KubeletSimulator asks for claim-<uid> in ns-<uid>). By type and memory: a profile
+  // selector would also need `type == "mig" &&` before it (a whole GPU has no profile attribute;
+  // CEL's && absorbs that missing key's error only beside a false).
   Result<json> allocate(const std::string& uid, const std::string& profile_memory, json capacity) {
     json exactly = {{"deviceClassName", "vgpu.tessera.dev"},
                     {"allocationMode", "ExactCount"},

@@ -171,7 +171,13 @@ std::string resolve_capacity_name(const std::string& requested, const std::strin
 struct Absent {
   bool operator==(const Absent&) const = default;
 };
-using Value = std::variant<Absent, bool, int64_t, std::string>;
+// A CEL runtime error (a missing key) is a value, as in cel-go: `false && <error>` is false and
+// `true || <error>` is true (commutative, error-absorbing logic); anything else carries it on.
+struct RuntimeError {
+  std::string message;
+  bool operator==(const RuntimeError&) const = default;
+};
+using Value = std::variant<Absent, bool, int64_t, std::string, RuntimeError>;
 
 class Cel {
  public:
@@ -182,6 +188,8 @@ class Cel {
     TESSERA_ASSIGN_OR_RETURN(Value value, parse_or());
     skip_space();
     if (at_ < text_.size()) return unsupported("unexpected text at offset " + std::to_string(at_));
+    if (const auto* error = std::get_if<RuntimeError>(&value))
+      return invalid_argument(error->message);
     if (!std::holds_alternative<bool>(value)) return unsupported("the result is not a bool");
     return std::get<bool>(value);
   }
@@ -227,9 +235,7 @@ class Cel {
     TESSERA_ASSIGN_OR_RETURN(Value left, parse_and());
     while (take("||")) {
       TESSERA_ASSIGN_OR_RETURN(Value right, parse_and());
-      if (!std::holds_alternative<bool>(left) || !std::holds_alternative<bool>(right))
-        return unsupported("|| of non-bool values");
-      left = std::get<bool>(left) || std::get<bool>(right);
+      TESSERA_ASSIGN_OR_RETURN(left, logical(left, right, true, "||"));
     }
     return left;
   }
@@ -237,32 +243,50 @@ class Cel {
     TESSERA_ASSIGN_OR_RETURN(Value left, parse_unary());
     while (take("&&")) {
       TESSERA_ASSIGN_OR_RETURN(Value right, parse_unary());
-      if (!std::holds_alternative<bool>(left) || !std::holds_alternative<bool>(right))
-        return unsupported("&& of non-bool values");
-      left = std::get<bool>(left) && std::get<bool>(right);
+      TESSERA_ASSIGN_OR_RETURN(left, logical(left, right, false, "&&"));
     }
     return left;
+  }
+  // && (`decisive` false) and || (true): either side equal to `decisive` decides, even beside an
+  // error; otherwise an error on either side is the result.
+  Result<Value> logical(const Value& left, const Value& right, bool decisive, const char* op) {
+    for (const Value* side : {&left, &right})
+      if (const bool* b = std::get_if<bool>(side); b && *b == decisive) return Value{decisive};
+    for (const Value* side : {&left, &right})
+      if (const RuntimeError* error = std::get_if<RuntimeError>(side)) return Value{*error};
+    if (!std::holds_alternative<bool>(left) || !std::holds_alternative<bool>(right))
+      return unsupported(std::string(op) + " of non-bool values");
+    return Value{!decisive};
   }
   Result<Value> parse_unary() {
     skip_space();
     if (at_ < text_.size() && text_[at_] == '!' && text_.compare(at_, 2, "!=") != 0) {
       ++at_;
       TESSERA_ASSIGN_OR_RETURN(Value value, parse_unary());
+      if (const RuntimeError* error = std::get_if<RuntimeError>(&value)) return Value{*error};
       if (!std::holds_alternative<bool>(value)) return unsupported("! of a non-bool value");
       return Value{!std::get<bool>(value)};
     }
     return parse_comparison();
+  }
+  // Two values of one type (checked by the caller), compared alternative by alternative: GCC 12
+  // warns (maybe-uninitialized) on std::variant's own == for this variant at -O3.
+  static bool equal(const Value& left, const Value& right) {
+    if (const bool* a = std::get_if<bool>(&left)) return *a == std::get<bool>(right);
+    if (const int64_t* a = std::get_if<int64_t>(&left)) return *a == std::get<int64_t>(right);
+    return std::get<std::string>(left) == std::get<std::string>(right);
   }
   Result<Value> parse_comparison() {
     TESSERA_ASSIGN_OR_RETURN(Value left, parse_operand());
     for (const char* op : {"==", "!=", "<=", ">=", "<", ">"}) {
       if (!take(op)) continue;
       TESSERA_ASSIGN_OR_RETURN(Value right, parse_operand());
+      if (const RuntimeError* error = std::get_if<RuntimeError>(&left)) return Value{*error};
+      if (const RuntimeError* error = std::get_if<RuntimeError>(&right)) return Value{*error};
       if (left.index() != right.index() || std::holds_alternative<Absent>(left))
         return unsupported(std::string("operands of ") + op + " of different types");
       const std::string o = op;
-      if (o == "==") return Value{left == right};
-      if (o == "!=") return Value{left != right};
+      if (o == "==" || o == "!=") return Value{equal(left, right) == (o == "==")};
       if (!std::holds_alternative<int64_t>(left)) return unsupported("ordering of non-ints");
       const int64_t a = std::get<int64_t>(left), b = std::get<int64_t>(right);
       if (o == "<=") return Value{a <= b};
@@ -318,31 +342,36 @@ class Cel {
     const json* entry = nullptr;
     if (map.contains(domain + "/" + name)) entry = &map[domain + "/" + name];
     if (!entry && domain == driver_ && map.contains(name)) entry = &map[name];
-    if (!entry)
-      return invalid_argument("CEL selector \"" + text_ +
-                              "\": runtime error: no such key: " + name);
+    const RuntimeError missing{"CEL selector \"" + text_ +
+                               "\": runtime error: no such key: " + name};
     if (field == "attributes") {
+      // CEL's string function: the MIG class's samples pick a profile family ("3g.").
+      std::optional<std::string> prefix;
+      if (take(".startsWith(")) {
+        TESSERA_ASSIGN_OR_RETURN(prefix, string_literal());
+        if (!take(")")) return unsupported("missing )");
+      }
+      if (!entry) return Value{missing};
       if (entry->contains("string")) {
         const std::string value = (*entry)["string"].get<std::string>();
-        // CEL's string function: the MIG class's samples pick a profile family ("3g.").
-        if (!take(".startsWith(")) return Value{value};
-        TESSERA_ASSIGN_OR_RETURN(std::string prefix, string_literal());
-        if (!take(")")) return unsupported("missing )");
-        return Value{value.rfind(prefix, 0) == 0};
+        if (!prefix) return Value{value};
+        return Value{value.rfind(*prefix, 0) == 0};
       }
+      if (prefix) return unsupported("startsWith of attribute " + name + ", not a string");
       if (entry->contains("int")) return Value{(*entry)["int"].get<int64_t>()};
       if (entry->contains("bool")) return Value{(*entry)["bool"].get<bool>()};
       if (entry->contains("version")) return Value{(*entry)["version"].get<std::string>()};
       return unsupported("attribute " + name + " of an unknown type");
     }
-    TESSERA_ASSIGN_OR_RETURN(Quantity capacity,
-                             read_quantity(entry->value("value", json()), "capacity " + name));
     if (!take(".compareTo("))
       return unsupported("a capacity is used through .compareTo(quantity(...))");
     if (!take("quantity(")) return unsupported("compareTo takes quantity(\"...\")");
     TESSERA_ASSIGN_OR_RETURN(std::string text, string_literal());
     if (!take(")") || !take(")")) return unsupported("missing )");
     TESSERA_ASSIGN_OR_RETURN(Quantity other, read_quantity(json(text), "quantity"));
+    if (!entry) return Value{missing};
+    TESSERA_ASSIGN_OR_RETURN(Quantity capacity,
+                             read_quantity(entry->value("value", json()), "capacity " + name));
     return Value{static_cast<int64_t>(capacity.value < other.value   ? -1
                                       : capacity.value > other.value ? 1
                                                                      : 0)};

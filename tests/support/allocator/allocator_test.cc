@@ -253,6 +253,22 @@ TEST(Allocator, SelectorsTaintsAndUnknownClasses) {
       *device_matches("device.attributes[\"vgpu.tessera.dev\"].productName"
                       ".startsWith(\"H200\")",
                       kDriver, device));
+  // A missing key is a runtime error that CEL's && and || absorb when the other side decides
+  // (cel-go's commutative logic): a whole GPU has no "profile", yet the first two select it out.
+  const std::string profile = "device.attributes[\"vgpu.tessera.dev\"].profile.startsWith(\"3g.\")";
+  const std::string no_gpu = "device.attributes[\"vgpu.tessera.dev\"].index == 7";
+  EXPECT_FALSE(*device_matches(no_gpu + " && " + profile, kDriver, device));
+  EXPECT_FALSE(*device_matches(profile + " && " + no_gpu, kDriver, device));
+  EXPECT_TRUE(
+      *device_matches(profile + " || device.driver == 'vgpu.tessera.dev'", kDriver, device));
+  EXPECT_TRUE(*device_matches("!(" + profile + " && false)", kDriver, device));
+  for (const std::string& undecided : std::vector<std::string>{
+           profile, profile + " || " + no_gpu, "!(" + profile + ")",
+           "device.capacity[\"vgpu.tessera.dev\"].sms.compareTo(quantity(\"1\")) > 0"}) {
+    const Result<bool> error = device_matches(undecided, kDriver, device);
+    ASSERT_FALSE(error.is_ok()) << undecided;
+    EXPECT_NE(error.status().message().find("no such key"), std::string::npos) << undecided;
+  }
   const Result<bool> unsupported =
       device_matches("device.attributes.exists(a, true)", kDriver, device);
   ASSERT_FALSE(unsupported.is_ok());
