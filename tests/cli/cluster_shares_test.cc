@@ -50,7 +50,7 @@ json claims_of_three_nodes() {
 
 TEST(ClusterShares, OneSharePerResultOfTesserasDriverWithItsNodeCapacityAndPods) {
   const Result<std::vector<ClusterShare>> shares =
-      cluster_shares_from_claims(claims_of_three_nodes(), kDriverName);
+      cluster_shares_from_claims(claims_of_three_nodes(), vgpu_config::kDriverName);
   ASSERT_TRUE(shares.is_ok()) << shares.status().message();
   ASSERT_EQ(shares->size(), 3u);
   const ClusterShare& infer = (*shares)[0];
@@ -78,7 +78,7 @@ TEST(ClusterShares, AnAllocationPinnedToNoSingleNodeHasNoNode) {
   claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]
        ["values"] = json::array({"node-a", "node-b"});
   const Result<std::vector<ClusterShare>> shares =
-      cluster_shares_from_claims(json::array({claim}), kDriverName);
+      cluster_shares_from_claims(json::array({claim}), vgpu_config::kDriverName);
   ASSERT_TRUE(shares.is_ok()) << shares.status().message();
   ASSERT_EQ(shares->size(), 1u);
   EXPECT_EQ((*shares)[0].node, "");
@@ -91,7 +91,7 @@ TEST(ClusterShares, AnAllocationPinnedToNoSingleNodeHasNoNode) {
 TEST(ClusterShares, AFieldTheServerWouldNotStoreIsRefusedByNameAndValue) {
   const auto refusal = [](const json& claim) {
     const Result<std::vector<ClusterShare>> shares =
-        cluster_shares_from_claims(json::array({claim}), kDriverName);
+        cluster_shares_from_claims(json::array({claim}), vgpu_config::kDriverName);
     return shares.is_ok() ? std::string("accepted") : shares.status().message();
   };
   json base = written_claim("train", "uid", {{"gpu", "gpu-0", "s", "8Gi", "30"}});
@@ -113,13 +113,13 @@ TEST(ClusterShares, AFieldTheServerWouldNotStoreIsRefusedByNameAndValue) {
   nameless["metadata"].erase("name");
   EXPECT_EQ(refusal(nameless),
             "ResourceClaim items[0]: metadata.name is nothing, not a non-empty string");
-  EXPECT_EQ(cluster_shares_from_claims(json::object(), kDriverName).status().message(),
+  EXPECT_EQ(cluster_shares_from_claims(json::object(), vgpu_config::kDriverName).status().message(),
             "the ResourceClaim list's items are {}, not an array");
 }
 
 TEST(ClusterShares, TableAndWideColumns) {
   const std::vector<ClusterShare> shares =
-      cluster_shares_from_claims(claims_of_three_nodes(), kDriverName).value();
+      cluster_shares_from_claims(claims_of_three_nodes(), vgpu_config::kDriverName).value();
   EXPECT_EQ(render_cluster_table(shares, kNow, false),
             "NAMESPACE   CLAIM   NODE     DEVICE   MEMORY   CORES   PODS              AGE\n"
             "tenants     infer   node-b   gpu-2    4Gi      -       infer-0,infer-1   60m\n"
@@ -136,7 +136,7 @@ TEST(ClusterShares, TableAndWideColumns) {
 
 TEST(ClusterShares, JsonAndYamlAreOneDocumentWithEveryFieldAndReadBackTheSame) {
   const std::vector<ClusterShare> shares =
-      cluster_shares_from_claims(claims_of_three_nodes(), kDriverName).value();
+      cluster_shares_from_claims(claims_of_three_nodes(), vgpu_config::kDriverName).value();
   const json document = json::parse(render_cluster_shares(shares, "json", kNow).value());
   ASSERT_EQ(document["shares"].size(), 3u);
   const json& infer = document["shares"][0];
@@ -147,7 +147,7 @@ TEST(ClusterShares, JsonAndYamlAreOneDocumentWithEveryFieldAndReadBackTheSame) {
   EXPECT_EQ(infer["memory"], "4Gi");
   EXPECT_TRUE(infer["cores"].is_null());
   EXPECT_TRUE(infer["share_id"].is_null());
-  EXPECT_EQ(infer["driver"], kDriverName);
+  EXPECT_EQ(infer["driver"], vgpu_config::kDriverName);
   EXPECT_EQ(infer["reserved_for"][1],
             json({{"resource", "pods"}, {"name", "infer-1"}, {"uid", "u1"}}));
   EXPECT_EQ(infer["created"], "2026-11-30T00:00:00Z");

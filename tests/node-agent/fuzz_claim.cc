@@ -29,7 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const auto parameters = nlohmann::json::parse(text, nullptr, false);
   if (!parameters.is_discarded()) {
-    const tessera::Result<VgpuConfig> config = decode_vgpu_config(parameters);
+    const tessera::Result<vgpu_config::VgpuConfig> config =
+        vgpu_config::decode_vgpu_config(parameters);
     if (!config.is_ok() && config.status().message().empty()) std::abort();
   }
   return 0;

@@ -364,7 +364,8 @@ int run_cluster_shares(const std::string& kubeconfig, const NamespaceFilter& nam
                  claims.status().message().c_str());
     return kExitFailed;
   }
-  const Result<std::vector<ClusterShare>> shares = cluster_shares_from_claims(*claims, kDriverName);
+  const Result<std::vector<ClusterShare>> shares =
+      cluster_shares_from_claims(*claims, vgpu_config::kDriverName);
   if (!shares.is_ok()) {
     std::fprintf(stderr, "tessera shares: %s\n", shares.status().message().c_str());
     return kExitFailed;

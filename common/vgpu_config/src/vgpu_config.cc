@@ -7,7 +7,7 @@
 #include "tessera/quantity.h"
 #include "tessera/share_region.h"
 
-namespace tessera {
+namespace tessera::vgpu_config {
 namespace {
 
 using nlohmann::json;
@@ -484,4 +484,4 @@ Result<uint64_t> decode_memory_limit(std::string_view text, const std::string& f
   return decode_bytes(json(std::string(text)), flag);
 }
 
-}  // namespace tessera
+}  // namespace tessera::vgpu_config

@@ -58,28 +58,31 @@ Status pod_uid_error(const std::string& uid) {
                           "8-4-4-4-12 hexadecimal digits (set it from the downward API)");
 }
 
-Result<TenantBounds> tenant_bounds(const AgentConfig& config) {
-  TenantBounds bounds;
+Result<vgpu_config::TenantBounds> tenant_bounds(const AgentConfig& config) {
+  vgpu_config::TenantBounds bounds;
   if (!config.tenant_min_enforcement.empty()) {
     TESSERA_ASSIGN_OR_RETURN(
-        EnforcementPolicy policy,
-        decode_enforcement_policy(nlohmann::json(config.tenant_min_enforcement),
-                                  "--tenant-min-enforcement"));
+        vgpu_config::EnforcementPolicy policy,
+        vgpu_config::decode_enforcement_policy(nlohmann::json(config.tenant_min_enforcement),
+                                               "--tenant-min-enforcement"));
     bounds.min_enforcement = policy;
   }
   if (!config.tenant_max_priority.empty()) {
-    TESSERA_ASSIGN_OR_RETURN(Priority priority,
-                             decode_priority(config.tenant_max_priority, "--tenant-max-priority"));
+    TESSERA_ASSIGN_OR_RETURN(
+        vgpu_config::Priority priority,
+        vgpu_config::decode_priority(config.tenant_max_priority, "--tenant-max-priority"));
     bounds.max_priority = priority;
   }
   if (!config.tenant_max_compute_limit.empty()) {
-    TESSERA_ASSIGN_OR_RETURN(uint32_t percent, decode_cores_limit(config.tenant_max_compute_limit,
-                                                                  "--tenant-max-compute-limit"));
+    TESSERA_ASSIGN_OR_RETURN(uint32_t percent,
+                             vgpu_config::decode_cores_limit(config.tenant_max_compute_limit,
+                                                             "--tenant-max-compute-limit"));
     bounds.max_cores_limit = percent;
   }
   if (!config.tenant_max_memory_limit.empty()) {
-    TESSERA_ASSIGN_OR_RETURN(uint64_t bytes, decode_memory_limit(config.tenant_max_memory_limit,
-                                                                 "--tenant-max-memory-limit"));
+    TESSERA_ASSIGN_OR_RETURN(uint64_t bytes,
+                             vgpu_config::decode_memory_limit(config.tenant_max_memory_limit,
+                                                              "--tenant-max-memory-limit"));
     bounds.max_memory_limit = bytes;
   }
   return bounds;
@@ -234,7 +237,8 @@ void add_agent_flags(CLI::App& app, AgentConfig& config) {
       ->envname("ENFORCEMENT_DEFAULT")
       ->check(CLI::Validator(
           [](const std::string& value) {
-            return decode_enforcement_policy(nlohmann::json(value), "--enforcement-default")
+            return vgpu_config::decode_enforcement_policy(nlohmann::json(value),
+                                                          "--enforcement-default")
                 .status()
                 .message();
           },

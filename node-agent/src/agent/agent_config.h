@@ -98,7 +98,7 @@ Status pod_uid_error(const std::string& uid);
 Status node_name_error(const std::string& name);
 
 // The --tenant-* flags as bounds, or kInvalidArgument naming the flag and its value.
-Result<TenantBounds> tenant_bounds(const AgentConfig& config);
+Result<vgpu_config::TenantBounds> tenant_bounds(const AgentConfig& config);
 
 // Registers the flags above on `app`, writing into `config` (whose values are the defaults).
 // A flag given on the command line wins over its environment variable.

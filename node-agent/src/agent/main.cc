@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     // is the Node's, read from the API when the agent publishes.
     const tessera::Result<std::vector<tessera::GpuInfo>> gpus = tessera::list_gpus();
     if (!gpus.is_ok()) return report_failure(gpus.status());
-    const SliceIdentity identity{tessera::kDriverName, config.node_name, ""};
+    const SliceIdentity identity{tessera::vgpu_config::kDriverName, config.node_name, ""};
     for (const auto& slice : build_resource_slices(*gpus, identity, 1))
       std::cout << slice.dump(2) << '\n';
     return 0;
@@ -70,14 +70,14 @@ int main(int argc, char** argv) {
   }
 
   PluginServerOptions options;
-  options.driver_name = tessera::kDriverName;
+  options.driver_name = tessera::vgpu_config::kDriverName;
   options.registry_dir = config.kubelet_registry_dir;
   options.plugins_dir = config.kubelet_plugins_dir;
   options.pod_uid = config.pod_uid;
   PluginServer server(options, agent.preparer(), &agent.health());
   if (const tessera::Status started = server.start(); !started.is_ok())
     return report_failure(started);
-  tessera::log::info("serving", {{"driver", tessera::kDriverName},
+  tessera::log::info("serving", {{"driver", tessera::vgpu_config::kDriverName},
                                  {"node", config.node_name},
                                  {"registration_socket", server.registration_socket().native()},
                                  {"dra_socket", server.dra_socket().native()}});

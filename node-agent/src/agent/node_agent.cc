@@ -152,13 +152,13 @@ Status NodeAgent::start() {
                                ? kube::in_cluster_connection()
                                : kube::kubeconfig_connection(config_.kubeconfig));
   kube_ = std::make_unique<kube::HttpKubeClient>(connection);
-  slices_ =
-      std::make_unique<SlicePublisher>(*kube_, SliceIdentity{kDriverName, config_.node_name, ""});
+  slices_ = std::make_unique<SlicePublisher>(
+      *kube_, SliceIdentity{vgpu_config::kDriverName, config_.node_name, ""});
   TESSERA_ASSIGN_OR_RETURN(GpuSelection selection, GpuSelection::parse(config_.gpus));
   gpu_selection_ = std::make_unique<GpuSelection>(std::move(selection));
   compute_modes_ = std::make_unique<NvmlComputeModes>();
-  coexistence_ = std::make_unique<CoexistenceCheck>(*kube_, config_.node_name, kDriverName,
-                                                    compute_modes_.get());
+  coexistence_ = std::make_unique<CoexistenceCheck>(*kube_, config_.node_name,
+                                                    vgpu_config::kDriverName, compute_modes_.get());
   node_events_ = std::make_unique<NodeEventWriter>(*kube_, config_.node_name);
   withheld_ = std::make_unique<WithheldGpus>(node_events_.get());
 
@@ -198,7 +198,7 @@ Status NodeAgent::start() {
   options.root = config_.state_dir;
   options.cdi_dir = config_.cdi_dir;
   options.node_name = config_.node_name;
-  TESSERA_ASSIGN_OR_RETURN(TenantBounds bounds, tenant_bounds(config_));
+  TESSERA_ASSIGN_OR_RETURN(vgpu_config::TenantBounds bounds, tenant_bounds(config_));
   options.tenant_bounds = bounds;
   options.mps = mps_.get();
   options.time_slice = time_slice_.get();
@@ -463,12 +463,14 @@ Status NodeAgent::publish(const std::vector<GpuInfo>& all_gpus) {
 }
 
 Status NodeAgent::start_enforcement() {
-  TESSERA_ASSIGN_OR_RETURN(EnforcementPolicy fallback,
-                           decode_enforcement_policy(nlohmann::json(config_.enforcement_default),
-                                                     "--enforcement-default"));
+  TESSERA_ASSIGN_OR_RETURN(
+      vgpu_config::EnforcementPolicy fallback,
+      vgpu_config::decode_enforcement_policy(nlohmann::json(config_.enforcement_default),
+                                             "--enforcement-default"));
   EnforcementHandlerOptions handling;
   handling.default_policy = fallback;
-  handling.share_policy = [this](const std::string& name) -> std::optional<EnforcementPolicy> {
+  handling.share_policy =
+      [this](const std::string& name) -> std::optional<vgpu_config::EnforcementPolicy> {
     for (const auto& [uid, entry] : shares_->checkpoint())
       for (const ShareSpec& share : entry.shares)
         if (share.name() == name) return share.config.enforcement;
@@ -505,7 +507,7 @@ Status NodeAgent::start_enforcement() {
     for (const auto& [uid, entry] : node_checkpoint()) {
       if (entry.state != ClaimState::kPrepareCompleted) continue;
       for (const ShareSpec& share : entry.shares)
-        if (share.strategy() == SharingStrategy::kMps)
+        if (share.strategy() == vgpu_config::SharingStrategy::kMps)
           if (const int pid = mps_->daemon_pid(share.name()); pid > 0)
             daemons.push_back({share.name(), share.uuid, pid});
     }

@@ -15,13 +15,13 @@ namespace v1 = tessera::node::v1;
 
 namespace {
 
-const char* backend_name(SharingStrategy strategy) {
+const char* backend_name(vgpu_config::SharingStrategy strategy) {
   switch (strategy) {
-    case SharingStrategy::kQuota:
+    case vgpu_config::SharingStrategy::kQuota:
       return "quota";
-    case SharingStrategy::kMps:
+    case vgpu_config::SharingStrategy::kMps:
       return "mps";
-    case SharingStrategy::kTimeSlicing:
+    case vgpu_config::SharingStrategy::kTimeSlicing:
       return "time-slicing";
   }
   return "quota";
@@ -38,15 +38,15 @@ void add_share(const NodeSnapshotSources& sources, const NodeObservation& node,
   share.set_claim(entry.name);
   share.set_claim_uid(claim_uid);
   share.set_backend(backend_name(first.strategy()));
-  share.set_priority(to_string(first.config.priority.value_or(Priority::kNormal)));
+  share.set_priority(to_string(first.config.priority.value_or(vgpu_config::Priority::kNormal)));
   // The pods the claim is reserved for (the checkpoint's, kept current by the reconcile loop),
   // "<namespace>/<name>" (as kubectl names them).
   std::string pods;
   for (const PodRef& pod : entry.pods)
     pods += (pods.empty() ? "" : ",") + entry.namespace_name + "/" + pod.name;
   share.set_pod(pods);
-  share.set_policy(std::string(
-      enforcement_policy_name(first.config.enforcement.value_or(sources.default_policy))));
+  share.set_policy(std::string(vgpu_config::enforcement_policy_name(
+      first.config.enforcement.value_or(sources.default_policy))));
   share.set_source("agent");
   share.set_folder(node.shares_dir + "/" + first.folder_name());
   // Absent in entries of older checkpoints: left 0, which views show as unknown.

@@ -24,7 +24,7 @@ namespace tessera::agent {
 struct NodeSnapshotSources {
   std::string node_name;
   // The enforcement policy of a share whose VgpuConfig names none (--enforcement-default).
-  EnforcementPolicy default_policy = EnforcementPolicy::kReport;
+  vgpu_config::EnforcementPolicy default_policy = vgpu_config::EnforcementPolicy::kReport;
   // The driver's partitions: the capability per GPU (null: none anywhere) and the partition
   // check's figures per share and GPU (null: no check runs).
   const PartitionCapability* partition_capability = nullptr;

@@ -61,7 +61,7 @@ class ShareBackend {
  public:
   virtual ~ShareBackend() = default;
 
-  virtual SharingStrategy strategy() const = 0;
+  virtual vgpu_config::SharingStrategy strategy() const = 0;
   // False when the strategy needs nothing on the node beyond the share folder: its calls are no
   // durable steps of prepare and unprepare.
   virtual bool changes_node() const { return true; }

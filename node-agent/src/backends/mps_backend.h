@@ -47,7 +47,9 @@ class MpsBackend final : public ShareBackend {
 
   // ShareBackend: start / stop the share's daemon; reconcile restarts it or sets its limits
   // again; orphans are daemons (and folders) of shares no checkpoint entry names, by share name.
-  SharingStrategy strategy() const override { return SharingStrategy::kMps; }
+  vgpu_config::SharingStrategy strategy() const override {
+    return vgpu_config::SharingStrategy::kMps;
+  }
   std::string orphan_name(const ShareSpec& share) const override { return share.name(); }
   Status prepare(const ShareSpec& share, const HolderLookup& holder) override;
   Status unprepare(const ShareSpec& share, const HolderLookup& holder) override;

@@ -9,7 +9,9 @@ namespace tessera::agent {
 
 class QuotaBackend final : public ShareBackend {
  public:
-  SharingStrategy strategy() const override { return SharingStrategy::kQuota; }
+  vgpu_config::SharingStrategy strategy() const override {
+    return vgpu_config::SharingStrategy::kQuota;
+  }
   bool changes_node() const override { return false; }
   Status prepare(const ShareSpec& share, const HolderLookup& holder) override;
   Status unprepare(const ShareSpec& share, const HolderLookup& holder) override;

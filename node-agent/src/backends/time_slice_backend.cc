@@ -10,21 +10,21 @@
 namespace tessera::agent {
 namespace fs = std::filesystem;
 
-int TimeSliceBackend::policy_value(TimeSlice slice) {
+int TimeSliceBackend::policy_value(vgpu_config::TimeSlice slice) {
   switch (slice) {
-    case TimeSlice::kShort:
+    case vgpu_config::TimeSlice::kShort:
       return 1;
-    case TimeSlice::kMedium:
+    case vgpu_config::TimeSlice::kMedium:
       return 2;
-    case TimeSlice::kLong:
+    case vgpu_config::TimeSlice::kLong:
       return 3;
-    case TimeSlice::kDefault:
+    case vgpu_config::TimeSlice::kDefault:
       break;
   }
   return 0;
 }
 
-Status TimeSliceBackend::set(const std::string& uuid, TimeSlice slice) {
+Status TimeSliceBackend::set(const std::string& uuid, vgpu_config::TimeSlice slice) {
   // Time slicing needs the Default compute mode (an exclusive mode admits one process only).
   const Command mode({options_.nvidia_smi, "-i", uuid, "-c", "DEFAULT"}, {}, "", options_.timeout);
   TESSERA_RETURN_IF_ERROR(run_checked(mode).with_context("time slice on " + uuid));
@@ -34,7 +34,7 @@ Status TimeSliceBackend::set(const std::string& uuid, TimeSlice slice) {
   return run_checked(policy).with_context("time slice on " + uuid);
 }
 
-Status TimeSliceBackend::apply(const std::string& uuid, TimeSlice slice) {
+Status TimeSliceBackend::apply(const std::string& uuid, vgpu_config::TimeSlice slice) {
   std::error_code ec;
   fs::create_directories(options_.root, ec);
   if (ec) return internal_error("cannot create " + options_.root + ": " + ec.message());
@@ -43,7 +43,7 @@ Status TimeSliceBackend::apply(const std::string& uuid, TimeSlice slice) {
 }
 
 Status TimeSliceBackend::restore(const std::string& uuid) {
-  TESSERA_RETURN_IF_ERROR(set(uuid, TimeSlice::kDefault));
+  TESSERA_RETURN_IF_ERROR(set(uuid, vgpu_config::TimeSlice::kDefault));
   std::error_code ec;
   fs::remove(options_.root + "/" + uuid, ec);
   if (ec)
@@ -51,12 +51,13 @@ Status TimeSliceBackend::restore(const std::string& uuid) {
   return Status::ok();
 }
 
-std::optional<TimeSlice> TimeSliceBackend::recorded(const std::string& uuid) const {
+std::optional<vgpu_config::TimeSlice> TimeSliceBackend::recorded(const std::string& uuid) const {
   std::ifstream in(options_.root + "/" + uuid);
   std::string word;
   if (!(in >> word)) return std::nullopt;
-  for (TimeSlice slice :
-       {TimeSlice::kDefault, TimeSlice::kShort, TimeSlice::kMedium, TimeSlice::kLong})
+  for (vgpu_config::TimeSlice slice :
+       {vgpu_config::TimeSlice::kDefault, vgpu_config::TimeSlice::kShort,
+        vgpu_config::TimeSlice::kMedium, vgpu_config::TimeSlice::kLong})
     if (word == to_string(slice)) return slice;
   return std::nullopt;
 }
@@ -88,7 +89,7 @@ Status TimeSliceBackend::unprepare(const ShareSpec& share, const HolderLookup& h
 
 std::vector<DriftItem> TimeSliceBackend::reconcile(const std::string& claim_uid,
                                                    const ShareSpec& share) {
-  const TimeSlice wanted = share.time_slice();
+  const vgpu_config::TimeSlice wanted = share.time_slice();
   const auto applied = recorded(share.uuid);
   if (applied == wanted) return {};
   const Status repair = apply(share.uuid, wanted);
@@ -102,7 +103,8 @@ std::vector<DriftItem> TimeSliceBackend::remove_orphans(const std::vector<ShareS
                                                         const ReserveOrphan& reserve) {
   std::set<std::string> time_sliced;
   for (const auto& share : named)
-    if (share.strategy() == SharingStrategy::kTimeSlicing) time_sliced.insert(share.uuid);
+    if (share.strategy() == vgpu_config::SharingStrategy::kTimeSlicing)
+      time_sliced.insert(share.uuid);
   std::vector<DriftItem> found;
   for (const auto& uuid : recorded_uuids()) {
     if (time_sliced.count(uuid)) continue;

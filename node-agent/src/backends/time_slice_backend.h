@@ -34,7 +34,9 @@ class TimeSliceBackend final : public ShareBackend {
   // holder (another prepared claim's TimeSlicing share of the GPU), and unprepare leaves it while
   // a holder remains; reconcile re-applies a missing or different record; orphans are records of
   // GPUs no TimeSlicing share names (set back to Default).
-  SharingStrategy strategy() const override { return SharingStrategy::kTimeSlicing; }
+  vgpu_config::SharingStrategy strategy() const override {
+    return vgpu_config::SharingStrategy::kTimeSlicing;
+  }
   std::string orphan_name(const ShareSpec& share) const override { return share.uuid; }
   std::optional<ClaimLocks::Guard> lock_gpu(const std::string& uuid) override {
     return gpu_locks_.lock(uuid);
@@ -46,16 +48,16 @@ class TimeSliceBackend final : public ShareBackend {
                                         const ReserveOrphan& reserve) override;
 
   // kFailedPrecondition when nvidia-smi cannot run, kInternal when it or the record fails.
-  Status apply(const std::string& uuid, TimeSlice slice);
+  Status apply(const std::string& uuid, vgpu_config::TimeSlice slice);
   Status restore(const std::string& uuid);
   // What apply() last set on `uuid` (none after restore, or never applied).
-  std::optional<TimeSlice> recorded(const std::string& uuid) const;
+  std::optional<vgpu_config::TimeSlice> recorded(const std::string& uuid) const;
   std::vector<std::string> recorded_uuids() const;
 
-  static int policy_value(TimeSlice slice);  // the --set-timeslice argument
+  static int policy_value(vgpu_config::TimeSlice slice);  // the --set-timeslice argument
 
  private:
-  Status set(const std::string& uuid, TimeSlice slice);
+  Status set(const std::string& uuid, vgpu_config::TimeSlice slice);
   TimeSliceOptions options_;
   ClaimLocks gpu_locks_;  // per GPU UUID
 };

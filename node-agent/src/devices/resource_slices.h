@@ -37,7 +37,7 @@ inline constexpr uint64_t kMemoryStep = 1ull << 20;
 inline constexpr uint64_t kMemoryMin = 256ull << 20;
 
 struct SliceIdentity {
-  std::string driver = kDriverName;
+  std::string driver = vgpu_config::kDriverName;
   std::string node_name;
   std::string node_uid;  // for ownerReferences (GET /api/v1/nodes/<name>)
 };

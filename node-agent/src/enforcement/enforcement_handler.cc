@@ -38,7 +38,7 @@ int signal_checked(const std::string& proc_root, int pid, uint64_t start_time) {
 EnforcementHandler::EnforcementHandler(EnforcementHandlerOptions options)
     : options_(std::move(options)) {}
 
-EnforcementPolicy EnforcementHandler::policy_of(const std::string& share) const {
+vgpu_config::EnforcementPolicy EnforcementHandler::policy_of(const std::string& share) const {
   if (options_.share_policy)
     if (const auto policy = options_.share_policy(share)) return *policy;
   return options_.default_policy;
@@ -78,15 +78,16 @@ std::map<std::string, uint64_t> EnforcementHandler::reclaim_evictions() const {
 
 void EnforcementHandler::handle(const Finding& finding) {
   counters_.add(finding.kind);
-  const EnforcementPolicy policy = policy_of(finding.share);
+  const vgpu_config::EnforcementPolicy policy = policy_of(finding.share);
   std::string action = "reported";
-  if ((policy == EnforcementPolicy::kKill && kill_worthy(finding.kind)) ||
+  if ((policy == vgpu_config::EnforcementPolicy::kKill && kill_worthy(finding.kind)) ||
       killed_regardless(finding.kind))
     action = kill_offender(finding);
   // What decided the action: the share's policy, or reclaim (whatever the policy).
-  const std::string by = killed_regardless(finding.kind)
-                             ? std::string("reclaim")
-                             : "policy " + std::string(enforcement_policy_name(policy));
+  const std::string by =
+      killed_regardless(finding.kind)
+          ? std::string("reclaim")
+          : "policy " + std::string(vgpu_config::enforcement_policy_name(policy));
   if (options_.then) {
     Finding handled = finding;
     handled.detail += "; " + by + ": " + action;
@@ -112,7 +113,7 @@ void EnforcementHandler::handle(const Finding& finding) {
   }
   const std::string_view kind = finding_kind_name(finding.kind);
   const std::string_view policy_name =
-      killed_regardless(finding.kind) ? "reclaim" : enforcement_policy_name(policy);
+      killed_regardless(finding.kind) ? "reclaim" : vgpu_config::enforcement_policy_name(policy);
   if (of_share) {
     log::warn("finding", {{"kind", kind},
                           {"pid", finding.host_pid},

@@ -48,9 +48,11 @@ constexpr bool killed_regardless(FindingKind kind) {
 }
 
 struct EnforcementHandlerOptions {
-  EnforcementPolicy default_policy = EnforcementPolicy::kReport;  // --enforcement-default
+  vgpu_config::EnforcementPolicy default_policy =
+      vgpu_config::EnforcementPolicy::kReport;  // --enforcement-default
   // The share's own policy (its VgpuConfig `enforcement`), nullopt: the default.
-  std::function<std::optional<EnforcementPolicy>(const std::string& share)> share_policy;
+  std::function<std::optional<vgpu_config::EnforcementPolicy>(const std::string& share)>
+      share_policy;
   // True when host process `pid`, started at `start_time` (/proc/<pid>/stat field 22), is a
   // process of `share` now (the checker's mapping: the share's usage page or its pod's cgroup).
   // Without it nothing is killed.
@@ -77,9 +79,9 @@ class EnforcementHandler final : public FindingHandler {
   // Processes killed under reclaim_eviction, per GPU UUID, since the start
   // (tessera_reclaim_evictions_total).
   std::map<std::string, uint64_t> reclaim_evictions() const TESSERA_EXCLUDES(kill_mutex_);
-  EnforcementPolicy policy_of(const std::string& share) const;
+  vgpu_config::EnforcementPolicy policy_of(const std::string& share) const;
   // What a share whose VgpuConfig names no policy gets (--enforcement-default).
-  EnforcementPolicy default_policy() const { return options_.default_policy; }
+  vgpu_config::EnforcementPolicy default_policy() const { return options_.default_policy; }
 
  private:
   // Kills `pid` if it is still the process the finding saw and `share`'s; what was done.

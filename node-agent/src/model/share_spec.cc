@@ -26,12 +26,13 @@ std::string ShareSpec::name() const {
   return text;
 }
 
-ShareLimits ShareSpec::limits() const {
-  Result<ShareLimits> resolved = resolve_share_limits(config, {memory_bytes, cores}, std::nullopt);
+vgpu_config::ShareLimits ShareSpec::limits() const {
+  Result<vgpu_config::ShareLimits> resolved =
+      vgpu_config::resolve_share_limits(config, {memory_bytes, cores}, std::nullopt);
   if (resolved.is_ok()) return *resolved;
   // Only a checkpoint written before the checks could hold such a share: it gets no more than
   // its requests, never more than it asked for.
-  ShareLimits requests;
+  vgpu_config::ShareLimits requests;
   requests.memory_request = requests.memory_limit = memory_bytes.value_or(share::kUnlimited);
   requests.cores_request = cores.value_or(100);
   requests.cores_limit = requests.cores_request == 0 ? 100 : requests.cores_request;
@@ -99,11 +100,12 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out,
                             json_shown(results));
 
   // Configs of this driver in API order (FromClass before FromClaim, as the API server lists them).
-  std::vector<VgpuConfigEntry> configs;
+  std::vector<vgpu_config::VgpuConfigEntry> configs;
   if (const json* list = devices ? json_member(*devices, "config") : nullptr) {
-    TESSERA_ASSIGN_OR_RETURN(std::vector<VgpuConfigEntry> decoded,
-                             decode_vgpu_config_list(*list, "status.allocation.devices.config",
-                                                     ConfigList::kAllocation, input.driver));
+    TESSERA_ASSIGN_OR_RETURN(
+        std::vector<vgpu_config::VgpuConfigEntry> decoded,
+        vgpu_config::decode_vgpu_config_list(*list, "status.allocation.devices.config",
+                                             vgpu_config::ConfigList::kAllocation, input.driver));
     configs = std::move(decoded);
   }
 
@@ -176,20 +178,21 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out,
         spec.cores = *value;
       }
     }
-    spec.config = config_for_request(configs, *request);
-    TESSERA_RETURN_IF_ERROR(check_supported(spec.config).with_context(path));
+    spec.config = vgpu_config::config_for_request(configs, *request);
+    TESSERA_RETURN_IF_ERROR(vgpu_config::check_supported(spec.config).with_context(path));
     // The webhook refused a claim past its class's bounds at apply time, but it may be bypassed,
     // and it knows no node's flags: what the share gets is held to the bounds here.
     std::vector<std::string> changed;
-    spec.config =
-        clamp_to_bounds(spec.config, bounds_for_request(configs, *request, input.node_bounds),
-                        {spec.memory_bytes, spec.cores}, changed);
+    spec.config = vgpu_config::clamp_to_bounds(
+        spec.config, vgpu_config::bounds_for_request(configs, *request, input.node_bounds),
+        {spec.memory_bytes, spec.cores}, changed);
     for (const std::string& line : changed)
       clamped.push_back(path + " (request " + *request + "): " + line);
     // The webhook checked the limits against the requests at apply time, but it may be bypassed;
     // only here is the GPU known.
-    TESSERA_RETURN_IF_ERROR(resolve_share_limits(spec.config, {spec.memory_bytes, spec.cores},
-                                                 node_device->memory_bytes)
+    TESSERA_RETURN_IF_ERROR(vgpu_config::resolve_share_limits(spec.config,
+                                                              {spec.memory_bytes, spec.cores},
+                                                              node_device->memory_bytes)
                                 .status()
                                 .with_context(path));
     // A MIG instance's memory is a hardware wall: a share cannot be given more of it than it has
@@ -201,7 +204,7 @@ Status compute(const ShareSpecInput& input, std::vector<ShareSpec>& out,
                               std::to_string(node_device->memory_bytes) + ")");
     // The time-slice interval is a property of the whole GPU: only a claim that holds all of it
     // may choose it, or one tenant would change the scheduling of every other.
-    if (spec.strategy() == SharingStrategy::kTimeSlicing) {
+    if (spec.strategy() == vgpu_config::SharingStrategy::kTimeSlicing) {
       if (spec.cores && *spec.cores != 100)
         return invalid_argument(
             path + ": sharing.strategy TimeSlicing needs the whole GPU, but consumedCapacity" +
@@ -228,7 +231,7 @@ void group_into_folders(std::vector<ShareSpec>& shares) {
   std::vector<Group> groups;
   for (size_t i = 0; i < shares.size(); ++i) {
     ShareSpec& share = shares[i];
-    if (share.strategy() != SharingStrategy::kQuota) continue;
+    if (share.strategy() != vgpu_config::SharingStrategy::kQuota) continue;
     Group* home = nullptr;
     for (auto& group : groups)
       if (shares[group.leader].config == share.config && !group.devices.count(share.device) &&

@@ -31,10 +31,10 @@ struct ShareSpec {
   // A share of a MIG device: its instance (the node device's, then the IDs prepare created for a
   // dynamic one); uuid is then the MIG UUID and minor the parent's.
   std::optional<MigDeviceRef> mig;
-  VgpuConfig config;  // class configs, then claim configs, merged in API order
+  vgpu_config::VgpuConfig config;  // class configs, then claim configs, merged in API order
   // The consumed capacities are the share's requests; the config may raise its limits above them
   // (docs/resource-model.md). Both, resolved: compute_share_specs checked them against the GPU.
-  ShareLimits limits() const;
+  vgpu_config::ShareLimits limits() const;
   // The share folder this share's limits live in, when it is shared with other shares of the
   // claim (the first one's name); "" = its own folder, name(). See compute_share_specs.
   std::string folder;
@@ -44,20 +44,24 @@ struct ShareSpec {
   std::string name() const;
   std::string folder_name() const { return folder.empty() ? name() : folder; }
   // The merged config's sharing, defaults applied (Quota; the Default interval).
-  SharingStrategy strategy() const { return config.strategy.value_or(SharingStrategy::kQuota); }
-  TimeSlice time_slice() const { return config.time_slice.value_or(TimeSlice::kDefault); }
+  vgpu_config::SharingStrategy strategy() const {
+    return config.strategy.value_or(vgpu_config::SharingStrategy::kQuota);
+  }
+  vgpu_config::TimeSlice time_slice() const {
+    return config.time_slice.value_or(vgpu_config::TimeSlice::kDefault);
+  }
   bool operator==(const ShareSpec&) const = default;
 };
 
 struct ShareSpecInput {
   std::string claim_json;
   std::string expected_uid;
-  std::string driver = kDriverName;
+  std::string driver = vgpu_config::kDriverName;
   std::string pool;  // this node's pool name (the node name)
   std::vector<NodeDevice> devices;
   // The agent's --tenant-* flags: bounds on every share of this node, tightened by each class's
   // (docs/resource-model.md, "Who sets what").
-  TenantBounds node_bounds;
+  vgpu_config::TenantBounds node_bounds;
 };
 
 // A pod the claim is reserved for (status.reservedFor[] entries with resource "pods"; the pods

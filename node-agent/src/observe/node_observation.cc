@@ -16,7 +16,7 @@ std::vector<CheckedShare> checked_shares(const Checkpoint& checkpoint,
       share.name = spec.name();
       share.folder = shares_dir + "/" + spec.folder_name();
       share.uuid = spec.uuid;
-      const ShareLimits limits = spec.limits();
+      const vgpu_config::ShareLimits limits = spec.limits();
       if (limits.memory_limit != share::kUnlimited) share.memory_limit = limits.memory_limit;
       if (limits.memory_request != share::kUnlimited)
         share.memory_request = std::min(limits.memory_request, limits.memory_limit);

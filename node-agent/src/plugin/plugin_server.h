@@ -37,7 +37,7 @@ class DraServiceV1Beta1;
 class HealthService;
 
 struct PluginServerOptions {
-  std::string driver_name = kDriverName;
+  std::string driver_name = vgpu_config::kDriverName;
   std::filesystem::path registry_dir = "/var/lib/kubelet/plugins_registry";
   std::filesystem::path plugins_dir = "/var/lib/kubelet/plugins";
   std::string pod_uid;  // empty: the fixed socket names (one agent per node at a time)

@@ -184,7 +184,7 @@ std::string build_cdi_spec(const std::vector<ShareSpec>& shares, const CdiPaths&
                                {{"hostPath", host_dir + "/limits"},
                                 {"containerPath", container_dir + "/limits"},
                                 {"options", {"bind", "ro", "nosuid", "nodev", "noexec"}}}});
-    if (share.strategy() == SharingStrategy::kMps) {
+    if (share.strategy() == vgpu_config::SharingStrategy::kMps) {
       // The share's own MPS control daemon: its pipe folder, and the /dev/shm it shares with the
       // daemon (and with no other share).
       const std::string host_mps = paths.host_mps_dir + "/" + share.name();

@@ -54,7 +54,8 @@ json share_to_json(const ShareSpec& s) {
   if (s.config.strategy) j["strategy"] = static_cast<int>(*s.config.strategy);
   if (s.config.time_slice) j["timeSlice"] = static_cast<int>(*s.config.time_slice);
   if (!s.folder.empty()) j["folder"] = s.folder;
-  if (s.config.enforcement) j["enforcement"] = enforcement_policy_name(*s.config.enforcement);
+  if (s.config.enforcement)
+    j["enforcement"] = vgpu_config::enforcement_policy_name(*s.config.enforcement);
   if (s.mig) {
     json mig = {{"kind", s.mig->kind == MigKind::kDynamic ? "dynamic" : "static"},
                 {"parentUUID", s.mig->parent_uuid},
@@ -169,16 +170,17 @@ Result<ShareSpec> share_from_json(const json& j, const std::string& at) {
     }
   if (j.contains("memoryLimit"))
     s.config.memory_limit = read.unsigned_member(j, at, "memoryLimit", UINT64_MAX);
-  if (j.contains("priority")) s.config.priority = read.enum_member<Priority>(j, at, "priority", 3);
+  if (j.contains("priority"))
+    s.config.priority = read.enum_member<vgpu_config::Priority>(j, at, "priority", 3);
   if (j.contains("strategy"))
-    s.config.strategy = read.enum_member<SharingStrategy>(j, at, "strategy", 3);
+    s.config.strategy = read.enum_member<vgpu_config::SharingStrategy>(j, at, "strategy", 3);
   if (j.contains("timeSlice"))
-    s.config.time_slice = read.enum_member<TimeSlice>(j, at, "timeSlice", 4);
+    s.config.time_slice = read.enum_member<vgpu_config::TimeSlice>(j, at, "timeSlice", 4);
   if (j.contains("folder")) s.folder = read.string_member(j, at, "folder");
   if (j.contains("enforcement")) {
     const std::string name = read.string_member(j, at, "enforcement");
     if (!read.ok()) return read.status();
-    const auto policy = parse_enforcement_policy(name);
+    const auto policy = vgpu_config::parse_enforcement_policy(name);
     if (!policy) read.fail(at + "enforcement: unknown " + j["enforcement"].dump());
     if (policy) s.config.enforcement = *policy;
   }

@@ -44,7 +44,7 @@ std::optional<std::pair<uint64_t, uint64_t>> partition_bytes(uint64_t memory_req
 }
 
 std::optional<PartitionRecord> share_partition(const ShareSpec& share) {
-  const ShareLimits limits = share.limits();
+  const vgpu_config::ShareLimits limits = share.limits();
   const auto bytes = partition_bytes(limits.memory_request, limits.memory_limit);
   if (!bytes) return std::nullopt;
   return PartitionRecord{share.name(), "", "", share.uuid, bytes->first, bytes->second};

@@ -179,8 +179,9 @@ void ShareManager::remove_orphans(ReconcileReport& report) {
     Result<std::optional<FileLock>> unused = FileLock::try_acquire(item.path().string());
     if (unused.is_ok() && *unused) (*unused)->remove_and_release();
   }
-  for (const SharingStrategy strategy :
-       {SharingStrategy::kQuota, SharingStrategy::kMps, SharingStrategy::kTimeSlicing})
+  for (const vgpu_config::SharingStrategy strategy :
+       {vgpu_config::SharingStrategy::kQuota, vgpu_config::SharingStrategy::kMps,
+        vgpu_config::SharingStrategy::kTimeSlicing})
     if (ShareBackend* backend = backend_for(strategy))
       for (auto& item : backend->remove_orphans(named, orphan_reserver(strategy)))
         report.items.push_back(std::move(item));

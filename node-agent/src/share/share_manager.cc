@@ -287,24 +287,24 @@ Status ShareManager::save_checkpoint(uint64_t version,
 share_folder::DeviceLimit share_limits(const ShareSpec& share) {
   share_folder::DeviceLimit limit;
   limit.uuid = share.uuid;
-  const ShareLimits limits = share.limits();
+  const vgpu_config::ShareLimits limits = share.limits();
   limit.memory_limit = limits.memory_limit;
   limit.memory_request = limits.memory_request;
   // Under MPS the daemon's active-thread percentage limits compute; the shim limiting GPU time
   // as well would compound the two (30% of the threads for 30% of the time).
-  const bool mps = share.strategy() == SharingStrategy::kMps;
+  const bool mps = share.strategy() == vgpu_config::SharingStrategy::kMps;
   limit.cores_request = mps ? 100 : limits.cores_request;
   limit.cores_limit = mps ? 100 : limits.cores_limit;
   return limit;
 }
 
 uint32_t share_priority(const ShareSpec& share) {
-  switch (share.config.priority.value_or(Priority::kNormal)) {
-    case Priority::kHigh:
+  switch (share.config.priority.value_or(vgpu_config::Priority::kNormal)) {
+    case vgpu_config::Priority::kHigh:
       return share::kPriorityHigh;
-    case Priority::kLow:
+    case vgpu_config::Priority::kLow:
       return share::kPriorityLow;
-    case Priority::kNormal:
+    case vgpu_config::Priority::kNormal:
       break;
   }
   return share::kPriorityNormal;
@@ -350,7 +350,8 @@ Status ShareManager::write_share_folder(const std::vector<ShareSpec>& members, b
   // share_folder::write_limits is shared with the CLI.
   TESSERA_RETURN_IF_ERROR(share_folder::write_limits(
       dir, limits, {share_priority(members.front()), options_.measure_source}));
-  if (members.front().strategy() == SharingStrategy::kMps) return write_mps_marker(dir);
+  if (members.front().strategy() == vgpu_config::SharingStrategy::kMps)
+    return write_mps_marker(dir);
   return Status::ok();
 }
 
@@ -367,13 +368,13 @@ Status ShareManager::write_cdi_spec(const std::string& claim_uid,
   return write_file_atomically(cdi_spec_path(claim_uid), expected_cdi_spec(shares));
 }
 
-ShareBackend* ShareManager::backend_for(SharingStrategy strategy) {
+ShareBackend* ShareManager::backend_for(vgpu_config::SharingStrategy strategy) {
   switch (strategy) {
-    case SharingStrategy::kQuota:
+    case vgpu_config::SharingStrategy::kQuota:
       return &quota_;
-    case SharingStrategy::kMps:
+    case vgpu_config::SharingStrategy::kMps:
       return options_.mps;
-    case SharingStrategy::kTimeSlicing:
+    case vgpu_config::SharingStrategy::kTimeSlicing:
       return options_.time_slice;
   }
   return nullptr;
@@ -435,7 +436,7 @@ void ShareManager::release_orphan(const std::string& name) {
   orphan_released_.notify_all();
 }
 
-ReserveOrphan ShareManager::orphan_reserver(SharingStrategy strategy) {
+ReserveOrphan ShareManager::orphan_reserver(vgpu_config::SharingStrategy strategy) {
   return [this, strategy](const std::string& name) {
     std::string key = std::string(to_string(strategy)) + "/" + name;
     if (!reserve_orphan(key)) return OrphanReservation();
@@ -507,7 +508,7 @@ PrepareResult ShareManager::prepare_claim(const ClaimRef& claim) {
                  {"change", line}});
     std::vector<ShareSpec>& shares = *computed;
     for (const auto& share : shares)
-      if (share.mig && share.strategy() == SharingStrategy::kTimeSlicing)
+      if (share.mig && share.strategy() == vgpu_config::SharingStrategy::kTimeSlicing)
         return invalid_argument("share " + share.name() + ": sharing.strategy TimeSlicing does " +
                                 "not apply to MIG device " + share.device +
                                 " (the driver's time-slice interval is not settable there)");

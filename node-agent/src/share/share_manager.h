@@ -107,9 +107,9 @@ struct ShareManagerOptions {
   std::string root = "/var/lib/tessera";  // checkpoint.json and shares/
   std::string cdi_dir = "/var/run/cdi";
   std::string node_name;  // the pool name
-  std::string driver = kDriverName;
+  std::string driver = vgpu_config::kDriverName;
   // The --tenant-* flags: every share's config is held to them at prepare (compute_share_specs).
-  TenantBounds tenant_bounds;
+  vgpu_config::TenantBounds tenant_bounds;
   // Checked before each prepare (share/shim_library.h): a claim is never handed out unenforced.
   std::string shim_path = "/usr/local/tessera/lib/libvgpu.so";
   // kLdSoPreload: <root>/ld.so.preload (naming the shim) is mounted at /etc/ld.so.preload.
@@ -256,7 +256,7 @@ class ShareManager final : public ClaimPreparer {
       TESSERA_EXCLUDES(save_mutex_, checkpoint_mutex_);
   std::string expected_cdi_spec(const std::vector<ShareSpec>& shares) const;
   // The backend of the share's strategy, or null when it is not enabled on this node.
-  ShareBackend* backend_for(SharingStrategy strategy);
+  ShareBackend* backend_for(vgpu_config::SharingStrategy strategy);
   // A share of another claim whose backend prepare of the GPU of `share` with its strategy
   // succeeded (it holds a GPU-wide setting such as the time-slice interval): holders_.
   std::optional<ShareSpec> held_elsewhere(const std::string& claim_uid,
@@ -280,7 +280,7 @@ class ShareManager final : public ClaimPreparer {
   bool reserve_orphan(const std::string& name) TESSERA_EXCLUDES(checkpoint_mutex_);
   void release_orphan(const std::string& name) TESSERA_EXCLUDES(checkpoint_mutex_);
   // reserve_orphan for a backend's remove_orphans (names prefixed with its strategy).
-  ReserveOrphan orphan_reserver(SharingStrategy strategy);
+  ReserveOrphan orphan_reserver(vgpu_config::SharingStrategy strategy);
   std::string live_processes(const std::string& folder) const;
   // The claim's MIG shares made ready: a dynamic device's instance acquired (created or adopted),
   // every MIG share's instance IDs, MIG UUID and capability nodes filled in. On error what this
@@ -314,8 +314,8 @@ class ShareManager final : public ClaimPreparer {
   Checkpoint checkpoint_ TESSERA_GUARDED_BY(checkpoint_mutex_);
   uint64_t version_ TESSERA_GUARDED_BY(checkpoint_mutex_) = 0;  // bumped by every change
   // (strategy, GPU UUID) -> claim UID -> its share there, from its successful backend prepare.
-  std::map<std::pair<SharingStrategy, std::string>, std::map<std::string, ShareSpec>> holders_
-      TESSERA_GUARDED_BY(checkpoint_mutex_);
+  std::map<std::pair<vgpu_config::SharingStrategy, std::string>, std::map<std::string, ShareSpec>>
+      holders_ TESSERA_GUARDED_BY(checkpoint_mutex_);
   // Names reserve_orphan handed out.
   std::set<std::string> removing_ TESSERA_GUARDED_BY(checkpoint_mutex_);
   // Claims a ClaimHold of this process has.

@@ -258,15 +258,15 @@ TEST_F(AgentConfigTest, OutOfBandCheckFlagsAndTheEnforcementDefault) {
 // each from its flag or its environment variable, a bad value refused naming the flag.
 TEST_F(AgentConfigTest, TenantBoundFlags) {
   const AgentConfig defaults = parse({"--node-name", "n"});
-  EXPECT_EQ(*tenant_bounds(defaults), TenantBounds{});
+  EXPECT_EQ(*tenant_bounds(defaults), vgpu_config::TenantBounds{});
   setenv("TENANT_MAX_MEMORY_LIMIT", "16Gi", 1);
   const AgentConfig set =
       parse({"--node-name", "n", "--tenant-min-enforcement", "kill", "--tenant-max-priority",
              "normal", "--tenant-max-compute-limit", "60"});
-  const Result<TenantBounds> bounds = tenant_bounds(set);
+  const Result<vgpu_config::TenantBounds> bounds = tenant_bounds(set);
   ASSERT_TRUE(bounds.is_ok()) << bounds.status().message();
-  EXPECT_EQ(bounds->min_enforcement, EnforcementPolicy::kKill);
-  EXPECT_EQ(bounds->max_priority, Priority::kNormal);
+  EXPECT_EQ(bounds->min_enforcement, vgpu_config::EnforcementPolicy::kKill);
+  EXPECT_EQ(bounds->max_priority, vgpu_config::Priority::kNormal);
   EXPECT_EQ(bounds->max_cores_limit, 60u);
   EXPECT_EQ(bounds->max_memory_limit, 16ull << 30);
   for (const auto& [flag, value, message] : std::vector<std::array<std::string, 3>>{

@@ -221,7 +221,7 @@ class NodeAgentTest : public ::testing::Test {
   // The kubelet folders of config_, for a PluginServer in front of the agent under test.
   PluginServerOptions plugin_options() const {
     PluginServerOptions options;
-    options.driver_name = kDriverName;
+    options.driver_name = vgpu_config::kDriverName;
     options.registry_dir = config_.kubelet_registry_dir;
     options.plugins_dir = config_.kubelet_plugins_dir;
     return options;
@@ -634,8 +634,8 @@ TEST_F(NodeAgentTest, AClaimPastTheAdminsBoundsIsHeldToThemAtPrepare) {
       checkpoint_from_json(RecordingDoubles::read(config_.state_dir + "/checkpoint.json"));
   ASSERT_TRUE(checkpoint.is_ok()) << checkpoint.status().message();
   const ShareSpec& share = checkpoint->at(kBoundedUid).shares.at(0);
-  EXPECT_EQ(share.config.enforcement, EnforcementPolicy::kKill);
-  EXPECT_EQ(share.config.priority, Priority::kNormal);
+  EXPECT_EQ(share.config.enforcement, vgpu_config::EnforcementPolicy::kKill);
+  EXPECT_EQ(share.config.priority, vgpu_config::Priority::kNormal);
   EXPECT_EQ(share.limits().cores_limit, 50u);
   EXPECT_EQ(share.limits().memory_limit, 12ull << 30);
   EXPECT_EQ(log.count("claim config held to its bounds"), 4u);
@@ -873,9 +873,9 @@ TEST_F(NodeAgentTest, RollingUpdateHandsEveryClaimOverBetweenTwoAgentProcesses) 
   }
   auto gets = [&](const std::string& uid) { return api_.claim_gets("ns-" + uid, "claim-" + uid); };
   const fs::path registry = config_.kubelet_registry_dir;
-  const fs::path plugin_dir = fs::path(config_.kubelet_plugins_dir) / kDriverName;
+  const fs::path plugin_dir = fs::path(config_.kubelet_plugins_dir) / vgpu_config::kDriverName;
   auto registration = [&](const std::string& pod) {
-    return registry / (std::string(kDriverName) + "-" + pod + "-reg.sock");
+    return registry / (std::string(vgpu_config::kDriverName) + "-" + pod + "-reg.sock");
   };
   auto dra = [&](const std::string& pod) { return plugin_dir / ("dra-" + pod + ".sock"); };
   const fs::path old_log = base_ / "old-agent.log", new_log = base_ / "new-agent.log";
@@ -901,7 +901,7 @@ TEST_F(NodeAgentTest, RollingUpdateHandsEveryClaimOverBetweenTwoAgentProcesses) 
     EXPECT_TRUE(fs::is_socket(registration(pod))) << pod;
     EXPECT_TRUE(fs::is_socket(dra(pod))) << pod;
   }
-  EXPECT_FALSE(fs::exists(registry / (std::string(kDriverName) + "-reg.sock")));
+  EXPECT_FALSE(fs::exists(registry / (std::string(vgpu_config::kDriverName) + "-reg.sock")));
   EXPECT_FALSE(fs::exists(plugin_dir / "dra.sock"));
   KubeletSimulator new_kubelet(registration(new_pod));
   pluginregistration::PluginInfo info;
@@ -999,8 +999,8 @@ std::vector<std::string> process_fields(int pid) {
 // unprepare through it stops that daemon.
 TEST_F(NodeAgentTest, TheMpsDaemonAndItsClientOutliveAKilledAgent) {
   const std::string pod = "0c0c0c0c-0000-4000-8000-00000000000c";
-  const fs::path registration =
-      fs::path(config_.kubelet_registry_dir) / (std::string(kDriverName) + "-" + pod + "-reg.sock");
+  const fs::path registration = fs::path(config_.kubelet_registry_dir) /
+                                (std::string(vgpu_config::kDriverName) + "-" + pod + "-reg.sock");
   const fs::path first_log = base_ / "first-agent.log", second_log = base_ / "second-agent.log";
   auto logs = [&] {
     return "first agent:\n" + RecordingDoubles::read(first_log) + "second agent:\n" +

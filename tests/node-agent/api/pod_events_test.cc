@@ -94,7 +94,7 @@ class PodEventsTest : public ::testing::Test {
   SimulatedClock clock_;
   EventLog log_{clock_};
   EventFindingHandler to_log_{log_};
-  std::optional<EnforcementPolicy> policy_ = EnforcementPolicy::kKill;
+  std::optional<vgpu_config::EnforcementPolicy> policy_ = vgpu_config::EnforcementPolicy::kKill;
   std::unique_ptr<EnforcementHandler> handler_;
 };
 
@@ -129,7 +129,7 @@ TEST_F(PodEventsTest, AKillIsAWarningOnThePodAndRepeatsAreCounted) {
 }
 
 TEST_F(PodEventsTest, OnlyWhatWasDoneBecomesAnEvent) {
-  policy_ = EnforcementPolicy::kReport;  // reported, not killed
+  policy_ = vgpu_config::EnforcementPolicy::kReport;  // reported, not killed
   handler_->handle(finding(FindingKind::kOverMemoryLimit, 7));
   handler_->handle(finding(FindingKind::kUsageDisagrees, 8));  // never killed
   EXPECT_TRUE(pod_events().empty());

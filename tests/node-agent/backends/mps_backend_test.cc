@@ -33,7 +33,7 @@ ShareSpec share(const std::string& share_id, uint64_t memory, uint32_t cores) {
   spec.uuid = kGpu0;
   spec.memory_bytes = memory;
   spec.cores = cores;
-  spec.config.strategy = SharingStrategy::kMps;
+  spec.config.strategy = vgpu_config::SharingStrategy::kMps;
   return spec;
 }
 

@@ -23,14 +23,14 @@ class TimeSliceBackendTest : public ::testing::Test {
 
 TEST_F(TimeSliceBackendTest, AppliesTheIntervalAndRestoresDefault) {
   TimeSliceBackend backend(options_);
-  ASSERT_EQ(backend.apply(kGpu0, TimeSlice::kLong).message(), "");
+  ASSERT_EQ(backend.apply(kGpu0, vgpu_config::TimeSlice::kLong).message(), "");
   EXPECT_EQ(doubles_.calls(), std::string("nvidia-smi -i ") + kGpu0 +
                                   " -c DEFAULT\n"
                                   "nvidia-smi compute-policy -i " +
                                   kGpu0 + " --set-timeslice 3\n");
   EXPECT_EQ(doubles_.gpu_setting(kGpu0, "timeslice"), "3");
   EXPECT_EQ(doubles_.gpu_setting(kGpu0, "compute-mode"), "DEFAULT");
-  EXPECT_EQ(backend.recorded(kGpu0), TimeSlice::kLong);
+  EXPECT_EQ(backend.recorded(kGpu0), vgpu_config::TimeSlice::kLong);
   EXPECT_EQ(backend.recorded_uuids(), std::vector<std::string>{kGpu0});
 
   ASSERT_EQ(backend.restore(kGpu0).message(), "");
@@ -40,16 +40,16 @@ TEST_F(TimeSliceBackendTest, AppliesTheIntervalAndRestoresDefault) {
 }
 
 TEST_F(TimeSliceBackendTest, EveryIntervalHasItsPolicyValue) {
-  EXPECT_EQ(TimeSliceBackend::policy_value(TimeSlice::kDefault), 0);
-  EXPECT_EQ(TimeSliceBackend::policy_value(TimeSlice::kShort), 1);
-  EXPECT_EQ(TimeSliceBackend::policy_value(TimeSlice::kMedium), 2);
-  EXPECT_EQ(TimeSliceBackend::policy_value(TimeSlice::kLong), 3);
+  EXPECT_EQ(TimeSliceBackend::policy_value(vgpu_config::TimeSlice::kDefault), 0);
+  EXPECT_EQ(TimeSliceBackend::policy_value(vgpu_config::TimeSlice::kShort), 1);
+  EXPECT_EQ(TimeSliceBackend::policy_value(vgpu_config::TimeSlice::kMedium), 2);
+  EXPECT_EQ(TimeSliceBackend::policy_value(vgpu_config::TimeSlice::kLong), 3);
 }
 
 TEST_F(TimeSliceBackendTest, AFailingNvidiaSmiIsReportedAndNothingRecorded) {
   TimeSliceBackend backend(options_);
   doubles_.fail_nvidia_smi();
-  const Status applied = backend.apply(kGpu0, TimeSlice::kShort);
+  const Status applied = backend.apply(kGpu0, vgpu_config::TimeSlice::kShort);
   EXPECT_EQ(applied.code(), StatusCode::kInternal);
   EXPECT_EQ(applied.message(),
             std::string("time slice on ") + kGpu0 + ": " + RecordingDoubles::nvidia_smi() + " -i " +

@@ -93,7 +93,7 @@ TEST(FindWithheld, ADevicePluginOnTheNodeWithholdsEveryGpuUnlessGpusSplitsTheNod
   const std::vector<GpuInfo> gpus = {gpu(0, kGpu0), gpu(1, kGpu1)};
   const json plugin = node_with({{"cpu", "8"}, {"nvidia.com/gpu", "2"}});
   const std::vector<WithheldGpu> withheld =
-      find_withheld(gpus, 2, false, plugin, json::array(), kDriverName);
+      find_withheld(gpus, 2, false, plugin, json::array(), vgpu_config::kDriverName);
   ASSERT_EQ(withheld.size(), 2u);
   EXPECT_EQ(withheld[0].device, "gpu-0");
   EXPECT_EQ(withheld[0].uuid, kGpu0);
@@ -102,26 +102,28 @@ TEST(FindWithheld, ADevicePluginOnTheNodeWithholdsEveryGpuUnlessGpusSplitsTheNod
             "the Node advertises nvidia.com/gpu=2 (NVIDIA's device plugin hands out this node's "
             "GPUs; split them with --gpus)");
   // No plugin, or one whose resource is 0 (kubelet's entry after the plugin is gone): nothing.
-  EXPECT_TRUE(
-      find_withheld(gpus, 2, false, node_with({{"cpu", "8"}}), json::array(), kDriverName).empty());
+  EXPECT_TRUE(find_withheld(gpus, 2, false, node_with({{"cpu", "8"}}), json::array(),
+                            vgpu_config::kDriverName)
+                  .empty());
   EXPECT_TRUE(find_withheld(gpus, 2, false, node_with({{"nvidia.com/gpu", "0"}}), json::array(),
-                            kDriverName)
+                            vgpu_config::kDriverName)
                   .empty());
   // A stopped plugin: allocatable 0, capacity kept a while; its GPUs may still be in use.
   const json stopping = {
       {"metadata", {{"name", "node-a"}}},
       {"status",
        {{"capacity", {{"nvidia.com/gpu", "2"}}}, {"allocatable", {{"nvidia.com/gpu", "0"}}}}}};
-  EXPECT_EQ(find_withheld(gpus, 2, false, stopping, json::array(), kDriverName).size(), 2u);
+  EXPECT_EQ(find_withheld(gpus, 2, false, stopping, json::array(), vgpu_config::kDriverName).size(),
+            2u);
 
   // --gpus 1 on a node of 3: the plugin may have the other 2, not 3.
   const std::vector<GpuInfo> managed = {gpu(1, kGpu1)};
   EXPECT_TRUE(find_withheld(managed, 3, true, node_with({{"nvidia.com/gpu", "2"}}), json::array(),
-                            kDriverName)
+                            vgpu_config::kDriverName)
                   .empty());
   const std::vector<WithheldGpu> overlap = find_withheld(
       managed, 3, true, node_with({{"nvidia.com/gpu", "2"}, {"nvidia.com/mig-1g.10gb", "1"}}),
-      json::array(), kDriverName);
+      json::array(), vgpu_config::kDriverName);
   ASSERT_EQ(overlap.size(), 1u);
   EXPECT_EQ(overlap[0].detail,
             "the Node advertises nvidia.com/gpu=2, nvidia.com/mig-1g.10gb=1 but --gpus leaves 2 "
@@ -134,14 +136,14 @@ TEST(FindWithheld, AnotherDriversSliceNamingTheUuidWithholdsThatGpuOnly) {
                              // Another node's, and our own: not another allocator of this GPU.
                              nvidia_dra_slice("node-b", "gpu-1", kGpu1)});
   json ours = nvidia_dra_slice("node-a", "gpu-1", kGpu1);
-  ours["spec"]["driver"] = kDriverName;
+  ours["spec"]["driver"] = vgpu_config::kDriverName;
   slices.push_back(ours);
   // A MIG device names its GPU as parentUUID, here qualified.
   json mig = nvidia_dra_slice("node-a", "gpu-9-mig-0", "MIG-1");
   mig["spec"]["driver"] = "mig.example.com";
   mig["spec"]["devices"][0]["attributes"]["gpu.nvidia.com/parentUUID"] = {{"string", kGpu1}};
   const std::vector<WithheldGpu> withheld =
-      find_withheld(gpus, 2, false, node_with({{"cpu", "8"}}), slices, kDriverName);
+      find_withheld(gpus, 2, false, node_with({{"cpu", "8"}}), slices, vgpu_config::kDriverName);
   ASSERT_EQ(withheld.size(), 1u);
   EXPECT_EQ(withheld[0].uuid, kGpu0);
   EXPECT_EQ(withheld[0].reason, "other-dra-driver");
@@ -150,7 +152,7 @@ TEST(FindWithheld, AnotherDriversSliceNamingTheUuidWithholdsThatGpuOnly) {
             "(device gpu-0)");
   slices.push_back(mig);
   const std::vector<WithheldGpu> both =
-      find_withheld(gpus, 2, false, node_with({{"cpu", "8"}}), slices, kDriverName);
+      find_withheld(gpus, 2, false, node_with({{"cpu", "8"}}), slices, vgpu_config::kDriverName);
   ASSERT_EQ(both.size(), 2u);
   EXPECT_EQ(both[1].uuid, kGpu1);
 }
@@ -159,9 +161,9 @@ TEST(FindWithheld, AComputeModeSetOutsideTesseraWithholdsThatGpu) {
   const std::vector<GpuInfo> gpus = {gpu(0, kGpu0), gpu(1, kGpu1)};
   EXPECT_EQ(compute_mode_name(NVML_COMPUTEMODE_DEFAULT), "");
   EXPECT_EQ(compute_mode_name(NVML_COMPUTEMODE_EXCLUSIVE_PROCESS), "EXCLUSIVE_PROCESS");
-  const std::vector<WithheldGpu> withheld =
-      find_withheld(gpus, 2, false, node_with({{"cpu", "8"}}), json::array(), kDriverName,
-                    {{kGpu1, compute_mode_name(NVML_COMPUTEMODE_PROHIBITED)}});
+  const std::vector<WithheldGpu> withheld = find_withheld(
+      gpus, 2, false, node_with({{"cpu", "8"}}), json::array(), vgpu_config::kDriverName,
+      {{kGpu1, compute_mode_name(NVML_COMPUTEMODE_PROHIBITED)}});
   ASSERT_EQ(withheld.size(), 1u);
   EXPECT_EQ(withheld[0].device, "gpu-1");
   EXPECT_EQ(withheld[0].reason, "compute-mode");
@@ -226,7 +228,7 @@ class CoexistingAgentTest : public ::testing::Test {
   std::vector<std::string> published() {
     std::vector<std::string> names;
     for (const auto& [name, slice] : api_.stored_slices())
-      if (slice["spec"]["driver"] == kDriverName)
+      if (slice["spec"]["driver"] == vgpu_config::kDriverName)
         for (const json& device : slice["spec"].value("devices", json::array()))
           names.push_back(device["name"]);
     return names;

@@ -322,7 +322,7 @@ TEST(SchedulerAllocation, TwoHamiPodsWithoutGpucoresPackOnOneGpu) {
       spec_input.devices = node_devices({gpu});
       Result<std::vector<ShareSpec>> specs = compute_share_specs(spec_input);
       ASSERT_TRUE(specs.is_ok()) << what;
-      const ShareLimits limits = specs->front().limits();
+      const vgpu_config::ShareLimits limits = specs->front().limits();
       EXPECT_EQ(limits.memory_limit, 4000ull << 20) << what << ": held to 4000 MiB";
       EXPECT_EQ(limits.cores_request, 0u) << what;
       EXPECT_EQ(device_qos_class(limits.memory_request, limits.memory_limit, limits.cores_request,

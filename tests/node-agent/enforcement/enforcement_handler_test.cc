@@ -101,7 +101,7 @@ TEST(EnforcementHandler, AnUnaccountedProcessIsLoggedWithWhatTheCheckSaw) {
   {
     testing::CapturedLog log;
     EnforcementHandlerOptions options;
-    options.default_policy = EnforcementPolicy::kKill;
+    options.default_policy = vgpu_config::EnforcementPolicy::kKill;
     options.belongs = [](int, uint64_t, const std::string&) { return true; };
     int signals = 0;
     options.send_kill = [&](int) { return ++signals, 0; };
@@ -145,7 +145,7 @@ TEST(EnforcementHandler, AProcessKilledUnderOneFindingIsNotTriedAgainUnderTheNex
   testing::CapturedLog log;
   Sleeper offender;
   EnforcementHandlerOptions options;
-  options.default_policy = EnforcementPolicy::kKill;
+  options.default_policy = vgpu_config::EnforcementPolicy::kKill;
   options.belongs = [&](int pid, uint64_t start_time, const std::string&) {
     uint64_t now = 0;
     return share::read_process_start_time("/proc", pid, now) == 0 && now == start_time &&
@@ -176,7 +176,7 @@ TEST(EnforcementHandler, KillsOnlyAProvenProcessOfTheShareWithTheStartTimeSeen) 
   std::vector<std::string> lines;
   Sleeper offender, other_share, reused;
   EnforcementHandlerOptions options;
-  options.default_policy = EnforcementPolicy::kKill;
+  options.default_policy = vgpu_config::EnforcementPolicy::kKill;
   options.log = [&](const std::string& line) { lines.push_back(line); };
   // The offender is share a's; the other sleeper is share b's.
   options.belongs = [&](int pid, uint64_t start_time, const std::string& share) {
@@ -184,8 +184,9 @@ TEST(EnforcementHandler, KillsOnlyAProvenProcessOfTheShareWithTheStartTimeSeen) 
     if (share::read_process_start_time("/proc", pid, now) != 0 || now != start_time) return false;
     return (share == "a" && pid == offender.pid) || (share == "b" && pid == other_share.pid);
   };
-  options.share_policy = [](const std::string& share) -> std::optional<EnforcementPolicy> {
-    if (share == "reporting") return EnforcementPolicy::kReport;
+  options.share_policy =
+      [](const std::string& share) -> std::optional<vgpu_config::EnforcementPolicy> {
+    if (share == "reporting") return vgpu_config::EnforcementPolicy::kReport;
     return std::nullopt;
   };
   EnforcementHandler handler(options);

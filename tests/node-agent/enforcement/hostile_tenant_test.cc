@@ -173,7 +173,7 @@ class HostileTenant : public ::testing::Test {
   // clock, as the agent runs it; without, the test calls check_once() and the checker times its
   // graces on sim_clock_; `fallback`: --enforcement-default.
   void prepare(const std::string& policy, bool loop = true,
-               EnforcementPolicy fallback = EnforcementPolicy::kReport) {
+               vgpu_config::EnforcementPolicy fallback = vgpu_config::EnforcementPolicy::kReport) {
     base_ = testing::fresh_folder(
         "hostile-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     state_ = simulator_state();
@@ -208,7 +208,8 @@ class HostileTenant : public ::testing::Test {
     // The agent's checks, as NodeAgent wires them.
     EnforcementHandlerOptions handling;
     handling.default_policy = fallback;
-    handling.share_policy = [this](const std::string& name) -> std::optional<EnforcementPolicy> {
+    handling.share_policy =
+        [this](const std::string& name) -> std::optional<vgpu_config::EnforcementPolicy> {
       for (const auto& [uid, entry] : manager_->checkpoint())
         for (const ShareSpec& share : entry.shares)
           if (share.name() == name) return share.config.enforcement;
@@ -460,7 +461,7 @@ TEST_F(HostileTenant, ASecondDriverCopyIsReportedAndKilled) {
 // stream, in tessera_gpu_unaccounted_memory_bytes, and never killed although the share's policy
 // and the agent's default are kill.
 TEST_F(HostileTenant, AProcessOfNoShareIsReportedAndCountedButNeverKilledEvenUnderKill) {
-  ASSERT_NO_FATAL_FAILURE(prepare("kill", true, EnforcementPolicy::kKill));
+  ASSERT_NO_FATAL_FAILURE(prepare("kill", true, vgpu_config::EnforcementPolicy::kKill));
   const EventLog::Cursor cursor = events_.cursor(/*include_recent=*/true);
   Tenant tenant;
   ASSERT_NO_FATAL_FAILURE(start(tenant, {"--attack", "none", "--bytes", std::to_string(2 * kGiB)},
@@ -538,7 +539,7 @@ std::string fill_report(const std::string& share_dir, const std::string& state) 
 // finding; once the daemon is no longer the share's, the same process is unaccounted (and still
 // never killed).
 TEST_F(HostileTenant, AnMpsSharesServerIsItsInfrastructureNotUnaccounted) {
-  ASSERT_NO_FATAL_FAILURE(prepare("kill", true, EnforcementPolicy::kKill));
+  ASSERT_NO_FATAL_FAILURE(prepare("kill", true, vgpu_config::EnforcementPolicy::kKill));
   Tenant daemon, server;  // the server is killed first, then its parent
   ASSERT_NO_FATAL_FAILURE(start_mps_server(daemon, server, kGiB));
   const std::string held = server.line(std::chrono::seconds(60));
@@ -568,7 +569,7 @@ TEST_F(HostileTenant, AnMpsSharesServerIsItsInfrastructureNotUnaccounted) {
 // its page is wiped: the page is corrupt_usage_page (repaired), the process is never unaccounted
 // nor unshimmed, and under kill it lives (it holds what its slot said).
 TEST_F(HostileTenant, AWipedPageLeavesItsProcessTheShares) {
-  ASSERT_NO_FATAL_FAILURE(prepare("kill", true, EnforcementPolicy::kKill));
+  ASSERT_NO_FATAL_FAILURE(prepare("kill", true, vgpu_config::EnforcementPolicy::kKill));
   Tenant tenant;
   ASSERT_NO_FATAL_FAILURE(start(tenant, {"--attack", "none", "--bytes", std::to_string(kGiB)},
                                 /*shim=*/true, /*in_pod=*/false));

@@ -312,7 +312,7 @@ TEST(EnforcementHandler, AReclaimEvictionIsKilledWhateverThePolicyAndCountedPerG
   std::vector<int> signalled;
   std::vector<std::string> lines;
   EnforcementHandlerOptions options;
-  options.default_policy = EnforcementPolicy::kReport;
+  options.default_policy = vgpu_config::EnforcementPolicy::kReport;
   options.belongs = [](int, uint64_t, const std::string&) { return true; };
   options.send_kill = [&](int pid) {
     signalled.push_back(pid);

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   share.minor = gpus[0].minor;
   share.memory_bytes = kShareMemory;
   share.cores = kShareCores;
-  share.config.strategy = tessera::SharingStrategy::kMps;
+  share.config.strategy = tessera::vgpu_config::SharingStrategy::kMps;
 
   std::filesystem::create_directories(options.root);
   MpsBackend mps(options);

@@ -130,9 +130,9 @@ TEST(ShareSpec, ClassThenClaimConfigsMergeInApiOrderPerRequest) {
   std::vector<ShareSpec> specs;
   ASSERT_EQ(specs_or_error(input_for(claim), specs), "");
   EXPECT_EQ(specs[0].config.cores_limit, 50u);
-  EXPECT_EQ(specs[0].config.priority, Priority::kHigh);
+  EXPECT_EQ(specs[0].config.priority, vgpu_config::Priority::kHigh);
   EXPECT_EQ(specs[1].config.cores_limit, 50u);
-  EXPECT_EQ(specs[1].config.priority, Priority::kLow);
+  EXPECT_EQ(specs[1].config.priority, vgpu_config::Priority::kLow);
 }
 
 TEST(ShareSpec, SubRequestsTakeTheirParentsConfig) {
@@ -225,8 +225,8 @@ TEST(ShareSpec, ErrorsNameWhatIsWrong) {
             "it or absent)");
   json whole = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "150Gi", "100"}}, time_slicing);
   ASSERT_EQ(specs_or_error(input_for(whole), specs), "");
-  EXPECT_EQ(specs[0].config.strategy, SharingStrategy::kTimeSlicing);
-  EXPECT_EQ(specs[0].config.time_slice, TimeSlice::kLong);
+  EXPECT_EQ(specs[0].config.strategy, vgpu_config::SharingStrategy::kTimeSlicing);
+  EXPECT_EQ(specs[0].config.time_slice, vgpu_config::TimeSlice::kLong);
 
   // What the scheduler never writes (it refuses the request): written out as given.
   json bad_memory = written_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gx", "30"}});
@@ -378,9 +378,9 @@ TEST(ShareSpec, AClaimPastItsClassesBoundsIsHeldToThemAtPrepare) {
   std::vector<std::string> clamped;
   Result<std::vector<ShareSpec>> specs = compute_share_specs(input_for(claim), &clamped);
   ASSERT_TRUE(specs.is_ok()) << specs.status().message();
-  const VgpuConfig& held = (*specs)[0].config;
-  EXPECT_EQ(held.enforcement, EnforcementPolicy::kKill);
-  EXPECT_EQ(held.priority, Priority::kNormal);
+  const vgpu_config::VgpuConfig& held = (*specs)[0].config;
+  EXPECT_EQ(held.enforcement, vgpu_config::EnforcementPolicy::kKill);
+  EXPECT_EQ(held.priority, vgpu_config::Priority::kNormal);
   EXPECT_EQ(held.cores_limit, 50u);
   EXPECT_EQ(held.memory_limit, 16ull << 30);
   EXPECT_EQ((*specs)[0].limits().cores_limit, 50u);
@@ -400,8 +400,8 @@ TEST(ShareSpec, AClaimPastItsClassesBoundsIsHeldToThemAtPrepare) {
       input_for(make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}}, unbounded)),
       &clamped);
   ASSERT_TRUE(specs.is_ok()) << specs.status().message();
-  EXPECT_EQ((*specs)[0].config.enforcement, EnforcementPolicy::kReport);
-  EXPECT_EQ((*specs)[0].config.priority, Priority::kHigh);
+  EXPECT_EQ((*specs)[0].config.enforcement, vgpu_config::EnforcementPolicy::kReport);
+  EXPECT_EQ((*specs)[0].config.priority, vgpu_config::Priority::kHigh);
   EXPECT_EQ((*specs)[0].config.cores_limit, 90u);
   EXPECT_TRUE(clamped.empty());
 }
@@ -417,8 +417,8 @@ TEST(ShareSpec, AClassesBoundsHoldOnlyItsOwnRequests) {
       configs);
   std::vector<ShareSpec> specs;
   ASSERT_EQ(specs_or_error(input_for(claim), specs), "");
-  EXPECT_EQ(specs[0].config.enforcement, EnforcementPolicy::kKill);
-  EXPECT_EQ(specs[1].config.enforcement, EnforcementPolicy::kReport);
+  EXPECT_EQ(specs[0].config.enforcement, vgpu_config::EnforcementPolicy::kKill);
+  EXPECT_EQ(specs[1].config.enforcement, vgpu_config::EnforcementPolicy::kReport);
 }
 
 // The agent's --tenant-* flags bound every share of the node, class or not, the class's own
@@ -429,14 +429,14 @@ TEST(ShareSpec, TheNodesBoundsHoldEveryShare) {
   });
   const json claim = make_claim("c", kUid, {{"gpu", "gpu-0", kShareA, "8Gi", "30"}}, configs);
   ShareSpecInput input = input_for(claim);
-  input.node_bounds.min_enforcement = EnforcementPolicy::kKill;
-  input.node_bounds.max_priority = Priority::kLow;
+  input.node_bounds.min_enforcement = vgpu_config::EnforcementPolicy::kKill;
+  input.node_bounds.max_priority = vgpu_config::Priority::kLow;
   input.node_bounds.max_cores_limit = 40;
   std::vector<std::string> clamped;
   Result<std::vector<ShareSpec>> specs = compute_share_specs(input, &clamped);
   ASSERT_TRUE(specs.is_ok()) << specs.status().message();
-  EXPECT_EQ((*specs)[0].config.enforcement, EnforcementPolicy::kKill);
-  EXPECT_EQ((*specs)[0].config.priority, Priority::kLow);
+  EXPECT_EQ((*specs)[0].config.enforcement, vgpu_config::EnforcementPolicy::kKill);
+  EXPECT_EQ((*specs)[0].config.priority, vgpu_config::Priority::kLow);
   EXPECT_EQ((*specs)[0].config.cores_limit, 40u);
   EXPECT_EQ(clamped.size(), 3u);
 }

@@ -12,8 +12,8 @@ json base() {
 }
 
 // "" with `out` decoded, or the error's message (every decoding error is kInvalidArgument).
-std::string decode(const json& parameters, VgpuConfig& out) {
-  Result<VgpuConfig> decoded = decode_vgpu_config(parameters);
+std::string decode(const json& parameters, vgpu_config::VgpuConfig& out) {
+  Result<vgpu_config::VgpuConfig> decoded = vgpu_config::decode_vgpu_config(parameters);
   if (!decoded.is_ok()) {
     EXPECT_EQ(decoded.status().code(), StatusCode::kInvalidArgument);
     return decoded.status().message();
@@ -23,8 +23,8 @@ std::string decode(const json& parameters, VgpuConfig& out) {
 }
 
 // check_supported's message, and every refusal is kInvalidArgument.
-std::string supported(const VgpuConfig& config) {
-  const Status status = check_supported(config);
+std::string supported(const vgpu_config::VgpuConfig& config) {
+  const Status status = vgpu_config::check_supported(config);
   if (!status.is_ok()) {
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   }
@@ -36,23 +36,23 @@ TEST(VgpuConfig, DecodesEveryField) {
   p["compute"] = {{"limit", 80}, {"priority", "high"}};
   p["memory"] = {{"limit", "8Gi"}};
   p["sharing"] = {{"strategy", "TimeSlicing"}, {"timeSlice", "Long"}};
-  VgpuConfig c;
+  vgpu_config::VgpuConfig c;
   ASSERT_EQ(decode(p, c), "");
   EXPECT_EQ(c.cores_limit, 80u);
   EXPECT_EQ(c.memory_limit, 8ull << 30);
-  EXPECT_EQ(c.priority, Priority::kHigh);
-  EXPECT_EQ(c.strategy, SharingStrategy::kTimeSlicing);
-  EXPECT_EQ(c.time_slice, TimeSlice::kLong);
+  EXPECT_EQ(c.priority, vgpu_config::Priority::kHigh);
+  EXPECT_EQ(c.strategy, vgpu_config::SharingStrategy::kTimeSlicing);
+  EXPECT_EQ(c.time_slice, vgpu_config::TimeSlice::kLong);
 }
 
 TEST(VgpuConfig, EmptyConfigSetsNothing) {
-  VgpuConfig c;
+  vgpu_config::VgpuConfig c;
   ASSERT_EQ(decode(base(), c), "");
-  EXPECT_EQ(c, VgpuConfig{});
+  EXPECT_EQ(c, vgpu_config::VgpuConfig{});
 }
 
 TEST(VgpuConfig, UnknownFieldsNameTheirPath) {
-  VgpuConfig c;
+  vgpu_config::VgpuConfig c;
   json p = base();
   p["extra"] = 1;
   EXPECT_EQ(decode(p, c), "extra: unknown field");
@@ -68,7 +68,7 @@ TEST(VgpuConfig, UnknownFieldsNameTheirPath) {
 }
 
 TEST(VgpuConfig, WrongTypesAndValuesNameFieldAndValue) {
-  VgpuConfig c;
+  vgpu_config::VgpuConfig c;
   json p = base();
   p["compute"] = {{"burst", "80"}};
   EXPECT_EQ(decode(p, c),
@@ -99,7 +99,7 @@ TEST(VgpuConfig, WrongTypesAndValuesNameFieldAndValue) {
 }
 
 TEST(VgpuConfig, ApiVersionAndKindAreChecked) {
-  VgpuConfig c;
+  vgpu_config::VgpuConfig c;
   EXPECT_EQ(decode({{"kind", "VgpuConfig"}}, c), "apiVersion: required");
   EXPECT_EQ(decode({{"apiVersion", "vgpu.tessera.dev/v1alpha1"}}, c), "kind: required");
   EXPECT_EQ(
@@ -110,70 +110,74 @@ TEST(VgpuConfig, ApiVersionAndKindAreChecked) {
 }
 
 TEST(VgpuConfig, LaterConfigOverridesFieldByField) {
-  VgpuConfig klass, claim;
+  vgpu_config::VgpuConfig klass, claim;
   klass.cores_limit = 50;
   klass.memory_limit = 8ull << 30;
-  klass.priority = Priority::kLow;
-  claim.priority = Priority::kHigh;
+  klass.priority = vgpu_config::Priority::kLow;
+  claim.priority = vgpu_config::Priority::kHigh;
   claim.memory_limit = 4ull << 30;
-  const VgpuConfig merged = merge_vgpu_config(klass, claim);
+  const vgpu_config::VgpuConfig merged = vgpu_config::merge_vgpu_config(klass, claim);
   EXPECT_EQ(merged.cores_limit, 50u);
   EXPECT_EQ(merged.memory_limit, 4ull << 30);
-  EXPECT_EQ(merged.priority, Priority::kHigh);
+  EXPECT_EQ(merged.priority, vgpu_config::Priority::kHigh);
   EXPECT_FALSE(merged.strategy.has_value());
 }
 
 TEST(VgpuConfig, MergedCombinationsAreChecked) {
-  VgpuConfig c;
+  vgpu_config::VgpuConfig c;
   EXPECT_EQ(supported(c), "");
-  for (auto strategy :
-       {SharingStrategy::kQuota, SharingStrategy::kMps, SharingStrategy::kTimeSlicing}) {
+  for (auto strategy : {vgpu_config::SharingStrategy::kQuota, vgpu_config::SharingStrategy::kMps,
+                        vgpu_config::SharingStrategy::kTimeSlicing}) {
     c.strategy = strategy;
     EXPECT_EQ(supported(c), "") << to_string(strategy);
   }
   // A class config chose TimeSlicing with Long slices; the claim's config switched to Quota.
-  c.strategy = SharingStrategy::kQuota;
-  c.time_slice = TimeSlice::kLong;
+  c.strategy = vgpu_config::SharingStrategy::kQuota;
+  c.time_slice = vgpu_config::TimeSlice::kLong;
   EXPECT_EQ(supported(c), "sharing.timeSlice Long is set but the merged sharing.strategy is Quota");
   c.time_slice.reset();
   c.cores_limit = 60;
   EXPECT_EQ(supported(c), "");
-  c.strategy = SharingStrategy::kMps;
+  c.strategy = vgpu_config::SharingStrategy::kMps;
   EXPECT_EQ(supported(c),
             "compute.limit 60 is only supported with sharing.strategy Quota, not MPS");
   c.cores_limit.reset();
-  c.priority = Priority::kHigh;
-  c.strategy = SharingStrategy::kTimeSlicing;
+  c.priority = vgpu_config::Priority::kHigh;
+  c.strategy = vgpu_config::SharingStrategy::kTimeSlicing;
   EXPECT_EQ(supported(c),
             "compute.priority high is only supported with sharing.strategy Quota, not TimeSlicing");
 }
 
 TEST(VgpuConfig, EnforcementIsReportOrKillAndNamedWhenWrong) {
-  VgpuConfig c;
+  vgpu_config::VgpuConfig c;
   json p = base();
   p["enforcement"] = "kill";
   ASSERT_EQ(decode(p, c), "");
-  EXPECT_EQ(c.enforcement, EnforcementPolicy::kKill);
+  EXPECT_EQ(c.enforcement, vgpu_config::EnforcementPolicy::kKill);
   p["enforcement"] = "report";
   ASSERT_EQ(decode(p, c), "");
-  EXPECT_EQ(c.enforcement, EnforcementPolicy::kReport);
+  EXPECT_EQ(c.enforcement, vgpu_config::EnforcementPolicy::kReport);
   p["enforcement"] = "kil";
   EXPECT_EQ(decode(p, c), "enforcement: invalid value \"kil\" (one of report|kill)");
   p["enforcement"] = 1;
   EXPECT_EQ(decode(p, c), "enforcement: invalid value 1 (one of report|kill)");
   // A later config overrides it; an unset one keeps it.
-  VgpuConfig klass, claim;
-  klass.enforcement = EnforcementPolicy::kKill;
-  EXPECT_EQ(merge_vgpu_config(klass, claim).enforcement, EnforcementPolicy::kKill);
-  claim.enforcement = EnforcementPolicy::kReport;
-  EXPECT_EQ(merge_vgpu_config(klass, claim).enforcement, EnforcementPolicy::kReport);
-  EXPECT_EQ(decode_enforcement_policy(json("stop"), "--enforcement-default").status().message(),
+  vgpu_config::VgpuConfig klass, claim;
+  klass.enforcement = vgpu_config::EnforcementPolicy::kKill;
+  EXPECT_EQ(vgpu_config::merge_vgpu_config(klass, claim).enforcement,
+            vgpu_config::EnforcementPolicy::kKill);
+  claim.enforcement = vgpu_config::EnforcementPolicy::kReport;
+  EXPECT_EQ(vgpu_config::merge_vgpu_config(klass, claim).enforcement,
+            vgpu_config::EnforcementPolicy::kReport);
+  EXPECT_EQ(vgpu_config::decode_enforcement_policy(json("stop"), "--enforcement-default")
+                .status()
+                .message(),
             "--enforcement-default: invalid value \"stop\" (one of report|kill)");
 }
 
 TEST(VgpuConfig, LimitsAreDecodedStrictlyAndBurstIsTheOldNameOfTheCoresLimit) {
   json p = base();
-  VgpuConfig c;
+  vgpu_config::VgpuConfig c;
   p["compute"] = {{"burst", 60}};
   ASSERT_EQ(decode(p, c), "");
   EXPECT_EQ(c.cores_limit, 60u) << "old configs keep working";
@@ -201,37 +205,40 @@ TEST(VgpuConfig, LimitsAreDecodedStrictlyAndBurstIsTheOldNameOfTheCoresLimit) {
       << "the request is the consumable capacity, never a config field";
 }
 
-std::string limits_error(const VgpuConfig& config, const ShareRequests& requests,
+std::string limits_error(const vgpu_config::VgpuConfig& config,
+                         const vgpu_config::ShareRequests& requests,
                          std::optional<uint64_t> gpu = std::nullopt) {
-  Result<ShareLimits> resolved = resolve_share_limits(config, requests, gpu);
+  Result<vgpu_config::ShareLimits> resolved =
+      vgpu_config::resolve_share_limits(config, requests, gpu);
   return resolved.is_ok() ? "" : resolved.status().message();
 }
 
 TEST(ShareLimits, DefaultToTheRequestsAndBestEffortReachesTheWholeGpu) {
-  Result<ShareLimits> limits = resolve_share_limits({}, {4ull << 30, 30}, 141ull << 30);
+  Result<vgpu_config::ShareLimits> limits =
+      vgpu_config::resolve_share_limits({}, {4ull << 30, 30}, 141ull << 30);
   ASSERT_TRUE(limits.is_ok());
   EXPECT_EQ(limits->memory_request, 4ull << 30);
   EXPECT_EQ(limits->memory_limit, 4ull << 30);
   EXPECT_EQ(limits->cores_request, 30u);
   EXPECT_EQ(limits->cores_limit, 30u);
-  limits = resolve_share_limits({}, {4ull << 30, 0}, 141ull << 30);
+  limits = vgpu_config::resolve_share_limits({}, {4ull << 30, 0}, 141ull << 30);
   EXPECT_EQ(limits->cores_request, 0u);
   EXPECT_EQ(limits->cores_limit, 100u);
   // No capacity at all (consumable capacity off): the whole GPU.
-  limits = resolve_share_limits({}, {}, 141ull << 30);
+  limits = vgpu_config::resolve_share_limits({}, {}, 141ull << 30);
   EXPECT_EQ(limits->memory_limit, 141ull << 30);
   EXPECT_EQ(limits->cores_request, 100u);
-  VgpuConfig raised;
+  vgpu_config::VgpuConfig raised;
   raised.memory_limit = 8ull << 30;
   raised.cores_limit = 60;
-  limits = resolve_share_limits(raised, {2ull << 30, 30}, 141ull << 30);
+  limits = vgpu_config::resolve_share_limits(raised, {2ull << 30, 30}, 141ull << 30);
   EXPECT_EQ(limits->memory_request, 2ull << 30);
   EXPECT_EQ(limits->memory_limit, 8ull << 30);
   EXPECT_EQ(limits->cores_limit, 60u);
 }
 
 TEST(ShareLimits, ALimitBelowItsRequestOrAboveTheGpuIsRefusedNamingFieldValueAndBound) {
-  VgpuConfig config;
+  vgpu_config::VgpuConfig config;
   config.memory_limit = 2ull << 30;
   EXPECT_EQ(limits_error(config, {4ull << 30, 30}),
             "memory.limit 2Gi is below the memory request 4Gi (a limit is at least the request)");
@@ -246,12 +253,13 @@ TEST(ShareLimits, ALimitBelowItsRequestOrAboveTheGpuIsRefusedNamingFieldValueAnd
   config.cores_limit = 20;
   EXPECT_EQ(limits_error(config, {4ull << 30, 30}),
             "compute.limit 20 is below the cores request 30 (a limit is at least the request)");
-  EXPECT_EQ(check_limits_against_requests(config, {4ull << 30, 30}).message(),
+  EXPECT_EQ(vgpu_config::check_limits_against_requests(config, {4ull << 30, 30}).message(),
             "compute.limit 20 is below the cores request 30 (a limit is at least the request)");
   EXPECT_EQ(limits_error(config, {4ull << 30, 101}), "cores request 101 is above 100");
   // The same value given as the old compute.burst meant "no bursting": the request, no error.
   config.cores_limit_from_burst = true;
-  Result<ShareLimits> old = resolve_share_limits(config, {4ull << 30, 30}, std::nullopt);
+  Result<vgpu_config::ShareLimits> old =
+      vgpu_config::resolve_share_limits(config, {4ull << 30, 30}, std::nullopt);
   ASSERT_TRUE(old.is_ok()) << old.status().message();
   EXPECT_EQ(old->cores_limit, 30u);
 }
@@ -265,20 +273,22 @@ json entry(const std::string& source, const json& fields) {
   return out;
 }
 
-std::vector<VgpuConfigEntry> entries(const json& list, ConfigList kind = ConfigList::kAllocation) {
-  Result<std::vector<VgpuConfigEntry>> decoded = decode_vgpu_config_list(list, "config", kind);
+std::vector<vgpu_config::VgpuConfigEntry> entries(
+    const json& list, vgpu_config::ConfigList kind = vgpu_config::ConfigList::kAllocation) {
+  Result<std::vector<vgpu_config::VgpuConfigEntry>> decoded =
+      vgpu_config::decode_vgpu_config_list(list, "config", kind);
   EXPECT_TRUE(decoded.is_ok()) << decoded.status().message();
-  return decoded.is_ok() ? *decoded : std::vector<VgpuConfigEntry>{};
+  return decoded.is_ok() ? *decoded : std::vector<vgpu_config::VgpuConfigEntry>{};
 }
 
 TEST(TenantBounds, DecodedFromAClassConfigAndRefusedInAClaimsConfig) {
   json p = base();
   p["tenantBounds"] = {
       {"maxPriority", "normal"}, {"maxComputeLimit", 50}, {"maxMemoryLimit", "16Gi"}};
-  VgpuConfig c;
+  vgpu_config::VgpuConfig c;
   ASSERT_EQ(decode(p, c), "");
   ASSERT_TRUE(c.tenant_bounds);
-  EXPECT_EQ(c.tenant_bounds->max_priority, Priority::kNormal);
+  EXPECT_EQ(c.tenant_bounds->max_priority, vgpu_config::Priority::kNormal);
   EXPECT_EQ(c.tenant_bounds->max_cores_limit, 50u);
   EXPECT_EQ(c.tenant_bounds->max_memory_limit, 16ull << 30);
   EXPECT_FALSE(c.tenant_bounds->min_enforcement) << "the class's enforcement is the floor";
@@ -302,78 +312,86 @@ TEST(TenantBounds, DecodedFromAClassConfigAndRefusedInAClaimsConfig) {
   // FromClass in the claim's spec; an allocation entry without a source is the tenant's.
   const json bounds = {{"tenantBounds", {{"maxComputeLimit", 50}}}};
   for (const auto& [list, kind] :
-       {std::pair{json::array({entry("FromClaim", bounds)}), ConfigList::kAllocation},
-        std::pair{json::array({entry("", bounds)}), ConfigList::kAllocation},
-        std::pair{json::array({entry("FromClass", bounds)}), ConfigList::kClaimSpec}}) {
-    Result<std::vector<VgpuConfigEntry>> decoded = decode_vgpu_config_list(list, "config", kind);
+       {std::pair{json::array({entry("FromClaim", bounds)}), vgpu_config::ConfigList::kAllocation},
+        std::pair{json::array({entry("", bounds)}), vgpu_config::ConfigList::kAllocation},
+        std::pair{json::array({entry("FromClass", bounds)}),
+                  vgpu_config::ConfigList::kClaimSpec}}) {
+    Result<std::vector<vgpu_config::VgpuConfigEntry>> decoded =
+        vgpu_config::decode_vgpu_config_list(list, "config", kind);
     ASSERT_FALSE(decoded.is_ok()) << list.dump();
     EXPECT_EQ(decoded.status().message(),
               "config[0].opaque.parameters.tenantBounds: only a DeviceClass's config may set "
               "bounds; a claim's config may not");
   }
-  EXPECT_EQ(entries(json::array({entry("FromClass", bounds)}))[0].source, ConfigSource::kClass);
-  EXPECT_EQ(entries(json::array({entry("", bounds)}), ConfigList::kDeviceClass)[0].source,
-            ConfigSource::kClass);
-  Result<std::vector<VgpuConfigEntry>> forged = decode_vgpu_config_list(
-      json::array({entry("FromAdmin", json::object())}), "config", ConfigList::kAllocation);
+  EXPECT_EQ(entries(json::array({entry("FromClass", bounds)}))[0].source,
+            vgpu_config::ConfigSource::kClass);
+  EXPECT_EQ(
+      entries(json::array({entry("", bounds)}), vgpu_config::ConfigList::kDeviceClass)[0].source,
+      vgpu_config::ConfigSource::kClass);
+  Result<std::vector<vgpu_config::VgpuConfigEntry>> forged =
+      vgpu_config::decode_vgpu_config_list(json::array({entry("FromAdmin", json::object())}),
+                                           "config", vgpu_config::ConfigList::kAllocation);
   EXPECT_EQ(forged.status().message(),
             "config[0].source: invalid value \"FromAdmin\" (one of FromClass|FromClaim)");
 }
 
 TEST(TenantBounds, TheClassesKillIsAFloorAndTheTighterBoundWins) {
-  const std::vector<VgpuConfigEntry> list = entries(json::array({
+  const std::vector<vgpu_config::VgpuConfigEntry> list = entries(json::array({
       entry("FromClass", {{"enforcement", "kill"},
                           {"tenantBounds", {{"maxPriority", "high"}, {"maxComputeLimit", 80}}}}),
       entry("FromClass", {{"tenantBounds", {{"maxComputeLimit", 60}}}}),
       // A claim's config names no bound, whatever it sets.
       entry("FromClaim", {{"enforcement", "report"}, {"compute", {{"priority", "high"}}}}),
   }));
-  TenantBounds node;
-  node.max_priority = Priority::kNormal;
+  vgpu_config::TenantBounds node;
+  node.max_priority = vgpu_config::Priority::kNormal;
   node.max_memory_limit = 32ull << 30;
-  const TenantBounds bounds = bounds_for_request(list, "gpu", node);
-  EXPECT_EQ(bounds.min_enforcement, EnforcementPolicy::kKill);
-  EXPECT_EQ(bounds.max_priority, Priority::kNormal) << "the node's is tighter";
+  const vgpu_config::TenantBounds bounds = vgpu_config::bounds_for_request(list, "gpu", node);
+  EXPECT_EQ(bounds.min_enforcement, vgpu_config::EnforcementPolicy::kKill);
+  EXPECT_EQ(bounds.max_priority, vgpu_config::Priority::kNormal) << "the node's is tighter";
   EXPECT_EQ(bounds.max_cores_limit, 60u);
   EXPECT_EQ(bounds.max_memory_limit, 32ull << 30);
   // A class's report floors nothing: a tenant may still ask for kill.
-  const TenantBounds report = bounds_for_request(
+  const vgpu_config::TenantBounds report = vgpu_config::bounds_for_request(
       entries(json::array({entry("FromClass", {{"enforcement", "report"}})})), "gpu");
-  EXPECT_EQ(report, TenantBounds{});
+  EXPECT_EQ(report, vgpu_config::TenantBounds{});
   // Only what the tenant wrote is checked at apply time.
-  const VgpuConfig tenant = claim_config_for_request(list, "gpu");
-  EXPECT_EQ(tenant.enforcement, EnforcementPolicy::kReport);
-  EXPECT_EQ(tenant.priority, Priority::kHigh);
+  const vgpu_config::VgpuConfig tenant = vgpu_config::claim_config_for_request(list, "gpu");
+  EXPECT_EQ(tenant.enforcement, vgpu_config::EnforcementPolicy::kReport);
+  EXPECT_EQ(tenant.priority, vgpu_config::Priority::kHigh);
   EXPECT_FALSE(tenant.tenant_bounds);
-  EXPECT_FALSE(config_for_request(list, "gpu").tenant_bounds) << "bounds are never merged";
+  EXPECT_FALSE(vgpu_config::config_for_request(list, "gpu").tenant_bounds)
+      << "bounds are never merged";
 }
 
 TEST(TenantBounds, AClaimPastABoundIsRefusedNamingFieldValueAndBound) {
-  TenantBounds bounds;
-  bounds.min_enforcement = EnforcementPolicy::kKill;
-  bounds.max_priority = Priority::kNormal;
+  vgpu_config::TenantBounds bounds;
+  bounds.min_enforcement = vgpu_config::EnforcementPolicy::kKill;
+  bounds.max_priority = vgpu_config::Priority::kNormal;
   bounds.max_cores_limit = 50;
   bounds.max_memory_limit = 16ull << 30;
-  const ShareRequests requests{4ull << 30, 30};
-  const auto refusal = [&](const VgpuConfig& tenant, const ShareRequests& asked) {
-    const Status status = check_tenant_bounds(tenant, bounds, asked, "DeviceClass gpu-small");
+  const vgpu_config::ShareRequests requests{4ull << 30, 30};
+  const auto refusal = [&](const vgpu_config::VgpuConfig& tenant,
+                           const vgpu_config::ShareRequests& asked) {
+    const Status status =
+        vgpu_config::check_tenant_bounds(tenant, bounds, asked, "DeviceClass gpu-small");
     if (!status.is_ok()) {
       EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
     }
     return status.message();
   };
-  VgpuConfig tenant;
+  vgpu_config::VgpuConfig tenant;
   EXPECT_EQ(refusal(tenant, requests), "") << "nothing set, nothing past a bound";
-  tenant.enforcement = EnforcementPolicy::kReport;
+  tenant.enforcement = vgpu_config::EnforcementPolicy::kReport;
   EXPECT_EQ(refusal(tenant, requests),
             "enforcement report is weaker than enforcement kill, the floor of DeviceClass "
             "gpu-small (a claim may not weaken it)");
-  tenant.enforcement = EnforcementPolicy::kKill;
-  tenant.priority = Priority::kHigh;
+  tenant.enforcement = vgpu_config::EnforcementPolicy::kKill;
+  tenant.priority = vgpu_config::Priority::kHigh;
   EXPECT_EQ(refusal(tenant, requests),
             "compute.priority high is above tenantBounds.maxPriority normal of DeviceClass "
             "gpu-small");
-  tenant.priority = Priority::kLow;
+  tenant.priority = vgpu_config::Priority::kLow;
   tenant.cores_limit = 80;
   EXPECT_EQ(refusal(tenant, requests),
             "compute.limit 80 is above tenantBounds.maxComputeLimit 50 of DeviceClass gpu-small");
@@ -388,21 +406,22 @@ TEST(TenantBounds, AClaimPastABoundIsRefusedNamingFieldValueAndBound) {
 }
 
 TEST(TenantBounds, AtPrepareAConfigPastABoundIsHeldToIt) {
-  TenantBounds bounds;
-  bounds.min_enforcement = EnforcementPolicy::kKill;
-  bounds.max_priority = Priority::kNormal;
+  vgpu_config::TenantBounds bounds;
+  bounds.min_enforcement = vgpu_config::EnforcementPolicy::kKill;
+  bounds.max_priority = vgpu_config::Priority::kNormal;
   bounds.max_cores_limit = 50;
   bounds.max_memory_limit = 16ull << 30;
-  VgpuConfig merged;
-  merged.enforcement = EnforcementPolicy::kReport;
-  merged.priority = Priority::kHigh;
+  vgpu_config::VgpuConfig merged;
+  merged.enforcement = vgpu_config::EnforcementPolicy::kReport;
+  merged.priority = vgpu_config::Priority::kHigh;
   merged.cores_limit = 90;
   merged.cores_limit_from_burst = true;
   merged.memory_limit = 64ull << 30;
   std::vector<std::string> clamped;
-  const VgpuConfig held = clamp_to_bounds(merged, bounds, {4ull << 30, 30}, clamped);
-  EXPECT_EQ(held.enforcement, EnforcementPolicy::kKill);
-  EXPECT_EQ(held.priority, Priority::kNormal);
+  const vgpu_config::VgpuConfig held =
+      vgpu_config::clamp_to_bounds(merged, bounds, {4ull << 30, 30}, clamped);
+  EXPECT_EQ(held.enforcement, vgpu_config::EnforcementPolicy::kKill);
+  EXPECT_EQ(held.priority, vgpu_config::Priority::kNormal);
   EXPECT_EQ(held.cores_limit, 50u);
   EXPECT_FALSE(held.cores_limit_from_burst);
   EXPECT_EQ(held.memory_limit, 16ull << 30);
@@ -414,19 +433,20 @@ TEST(TenantBounds, AtPrepareAConfigPastABoundIsHeldToIt) {
 
   // Within the bounds: nothing changes, nothing is said.
   clamped.clear();
-  VgpuConfig within;
-  within.enforcement = EnforcementPolicy::kKill;
-  within.priority = Priority::kLow;
+  vgpu_config::VgpuConfig within;
+  within.enforcement = vgpu_config::EnforcementPolicy::kKill;
+  within.priority = vgpu_config::Priority::kLow;
   within.cores_limit = 40;
   within.memory_limit = 8ull << 30;
-  EXPECT_EQ(clamp_to_bounds(within, bounds, {4ull << 30, 30}, clamped), within);
+  EXPECT_EQ(vgpu_config::clamp_to_bounds(within, bounds, {4ull << 30, 30}, clamped), within);
   EXPECT_TRUE(clamped.empty());
 
   // Unset fields get what they would have had, held too: a best-effort share's default limit is
   // 100, an unset enforcement the agent's default; requests above a bound are kept.
   clamped.clear();
-  const VgpuConfig unset = clamp_to_bounds({}, bounds, {20ull << 30, 0}, clamped);
-  EXPECT_EQ(unset.enforcement, EnforcementPolicy::kKill);
+  const vgpu_config::VgpuConfig unset =
+      vgpu_config::clamp_to_bounds({}, bounds, {20ull << 30, 0}, clamped);
+  EXPECT_EQ(unset.enforcement, vgpu_config::EnforcementPolicy::kKill);
   EXPECT_EQ(unset.cores_limit, 50u);
   EXPECT_FALSE(unset.priority) << "normal is within the bound";
   EXPECT_FALSE(unset.memory_limit);
@@ -436,32 +456,35 @@ TEST(TenantBounds, AtPrepareAConfigPastABoundIsHeldToIt) {
   clamped.clear();
   merged.cores_limit = 90;
   merged.memory_limit = 64ull << 30;
-  const VgpuConfig big = clamp_to_bounds(merged, bounds, {32ull << 30, 70}, clamped);
+  const vgpu_config::VgpuConfig big =
+      vgpu_config::clamp_to_bounds(merged, bounds, {32ull << 30, 70}, clamped);
   EXPECT_EQ(big.cores_limit, 70u) << "the request, above the bound, is never lowered";
   EXPECT_EQ(big.memory_limit, 32ull << 30);
 
   // Under MPS the hardware schedules: no priority or cores limit is set there to be refused.
   clamped.clear();
-  VgpuConfig mps;
-  mps.strategy = SharingStrategy::kMps;
-  TenantBounds low;
-  low.max_priority = Priority::kLow;
+  vgpu_config::VgpuConfig mps;
+  mps.strategy = vgpu_config::SharingStrategy::kMps;
+  vgpu_config::TenantBounds low;
+  low.max_priority = vgpu_config::Priority::kLow;
   low.max_cores_limit = 10;
-  EXPECT_EQ(clamp_to_bounds(mps, low, {4ull << 30, 30}, clamped), mps);
-  EXPECT_EQ(check_supported(mps).message(), "");
+  EXPECT_EQ(vgpu_config::clamp_to_bounds(mps, low, {4ull << 30, 30}, clamped), mps);
+  EXPECT_EQ(vgpu_config::check_supported(mps).message(), "");
 }
 
 TEST(TenantBounds, FlagValuesAreDecodedOrRefusedNamingTheFlag) {
-  EXPECT_EQ(*decode_priority("low", "--tenant-max-priority"), Priority::kLow);
-  EXPECT_EQ(decode_priority("top", "--tenant-max-priority").status().message(),
+  EXPECT_EQ(*vgpu_config::decode_priority("low", "--tenant-max-priority"),
+            vgpu_config::Priority::kLow);
+  EXPECT_EQ(vgpu_config::decode_priority("top", "--tenant-max-priority").status().message(),
             "--tenant-max-priority: invalid value \"top\" (one of high|normal|low)");
-  EXPECT_EQ(*decode_cores_limit("60", "--tenant-max-compute-limit"), 60u);
-  EXPECT_EQ(decode_cores_limit("0", "--tenant-max-compute-limit").status().message(),
+  EXPECT_EQ(*vgpu_config::decode_cores_limit("60", "--tenant-max-compute-limit"), 60u);
+  EXPECT_EQ(vgpu_config::decode_cores_limit("0", "--tenant-max-compute-limit").status().message(),
             "--tenant-max-compute-limit: invalid value \"0\" (an integer percent 1..100)");
-  EXPECT_EQ(*decode_memory_limit("16Gi", "--tenant-max-memory-limit"), 16ull << 30);
-  EXPECT_EQ(decode_memory_limit("16 GB", "--tenant-max-memory-limit").status().message(),
-            "--tenant-max-memory-limit: invalid value \"16 GB\" (a positive byte quantity such "
-            "as \"8Gi\")");
+  EXPECT_EQ(*vgpu_config::decode_memory_limit("16Gi", "--tenant-max-memory-limit"), 16ull << 30);
+  EXPECT_EQ(
+      vgpu_config::decode_memory_limit("16 GB", "--tenant-max-memory-limit").status().message(),
+      "--tenant-max-memory-limit: invalid value \"16 GB\" (a positive byte quantity such "
+      "as \"8Gi\")");
 }
 
 }  // namespace

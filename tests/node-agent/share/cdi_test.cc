@@ -69,7 +69,7 @@ ShareSpec mps_share() {
   share.device = "gpu-1";
   share.uuid = kUuid1;
   share.minor = 1;
-  share.config.strategy = SharingStrategy::kMps;
+  share.config.strategy = vgpu_config::SharingStrategy::kMps;
   return share;
 }
 

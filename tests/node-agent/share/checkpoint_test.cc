@@ -19,7 +19,7 @@ TEST(Checkpoint, PodsEnforcementAndPrepareTimeRoundTripAndOldCheckpointsStayRead
   share.device = "gpu-0";
   share.share_id = "s";
   share.uuid = "GPU-1";
-  share.config.enforcement = EnforcementPolicy::kKill;
+  share.config.enforcement = vgpu_config::EnforcementPolicy::kKill;
   Checkpoint checkpoint;
   checkpoint["uid-1"] = {"tenants",
                          "pair",

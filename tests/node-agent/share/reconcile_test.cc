@@ -47,7 +47,7 @@ constexpr char kOtherWholeUid[] = "a4444444-0000-4000-8000-000000000004";
 constexpr char kGpu0[] = "GPU-00000000-0000-0000-0000-000000000000";
 constexpr char kGpu1[] = "GPU-11111111-1111-1111-1111-111111111111";
 
-json vgpu_config(const json& sharing) {
+json vgpu_config_json(const json& sharing) {
   return {
       {"apiVersion", "vgpu.tessera.dev/v1alpha1"}, {"kind", "VgpuConfig"}, {"sharing", sharing}};
 }
@@ -82,14 +82,15 @@ class ReconcileTest : public ::testing::Test {
 
     add_claim("mps", kMpsUid,
               {{"a", "gpu-0", "s-a", "8Gi", "30"}, {"b", "gpu-0", "s-b", "4Gi", "70"}},
-              json::array({opaque_config("FromClass", vgpu_config({{"strategy", "MPS"}}))}));
+              json::array({opaque_config("FromClass", vgpu_config_json({{"strategy", "MPS"}}))}));
     add_claim("whole", kWholeUid, {{"gpu", "gpu-1", "", "", ""}},
-              json::array({opaque_config("FromClaim", vgpu_config({{"strategy", "TimeSlicing"},
-                                                                   {"timeSlice", "Long"}}))}));
+              json::array({opaque_config("FromClaim", vgpu_config_json({{"strategy", "TimeSlicing"},
+                                                                        {"timeSlice", "Long"}}))}));
     add_claim("quota", kQuotaUid, {{"gpu", "gpu-0", "s-c", "2Gi", "20"}});
-    add_claim("other-whole", kOtherWholeUid, {{"gpu", "gpu-1", "", "", ""}},
-              json::array({opaque_config("FromClaim", vgpu_config({{"strategy", "TimeSlicing"},
-                                                                   {"timeSlice", "Short"}}))}));
+    add_claim(
+        "other-whole", kOtherWholeUid, {{"gpu", "gpu-1", "", "", ""}},
+        json::array({opaque_config("FromClaim", vgpu_config_json({{"strategy", "TimeSlicing"},
+                                                                  {"timeSlice", "Short"}}))}));
   }
   void TearDown() override {
     for (const auto& name : mps_->share_folders()) mps_->stop(name).ignore();
@@ -251,7 +252,7 @@ TEST_F(ReconcileTest, DriftIsRepairedAndReported) {
   EXPECT_TRUE(fs::exists(m->cdi_spec_path(kQuotaUid)));
   EXPECT_EQ(mps_->inspect(share_a_).active_thread_percentage, 30.0);
   EXPECT_EQ(mps_->inspect(share_b_).active_thread_percentage, 70.0);
-  EXPECT_EQ(time_slice_->recorded(kGpu1), TimeSlice::kLong);
+  EXPECT_EQ(time_slice_->recorded(kGpu1), vgpu_config::TimeSlice::kLong);
   const ReconcileReport again = m->reconcile();
   EXPECT_TRUE(again.clean()) << again.to_text();
 }
@@ -270,7 +271,7 @@ TEST_F(ReconcileTest, WhatNoClaimNamesIsRemoved) {
   stray.uuid = kGpu0;
   stray.cores = 10;
   ASSERT_EQ(mps_->start(stray).message(), "");
-  ASSERT_EQ(time_slice_->apply(kGpu0, TimeSlice::kMedium).message(), "");
+  ASSERT_EQ(time_slice_->apply(kGpu0, vgpu_config::TimeSlice::kMedium).message(), "");
 
   const ReconcileReport report = m->reconcile();
   EXPECT_EQ(report.failures(), 0u) << report.to_text();
@@ -360,7 +361,7 @@ TEST_F(ReconcileTest, BackendOrphanRemovalAsksBeforeStoppingOrRestoring) {
   EXPECT_EQ(asked, expected);
   EXPECT_TRUE(mps_->inspect(share_a_).running);
   EXPECT_TRUE(mps_->inspect(share_b_).running);
-  EXPECT_EQ(time_slice_->recorded(kGpu1), TimeSlice::kLong);
+  EXPECT_EQ(time_slice_->recorded(kGpu1), vgpu_config::TimeSlice::kLong);
   EXPECT_TRUE(m->reconcile().clean());
 
   int released = 0;
@@ -401,7 +402,8 @@ TEST_F(ReconcileTest, RacingTimeSliceClaimsWithDifferentIntervalsYieldOneSuccess
                   " conflicts with claim " + winner + ", which set " +
                   (long_won ? "Long" : "Short") + " on gpu-1");
     EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), long_won ? "3" : "1");
-    EXPECT_EQ(time_slice_->recorded(kGpu1), long_won ? TimeSlice::kLong : TimeSlice::kShort);
+    EXPECT_EQ(time_slice_->recorded(kGpu1),
+              long_won ? vgpu_config::TimeSlice::kLong : vgpu_config::TimeSlice::kShort);
     // The loser's half-prepared entry goes without touching the winner's interval.
     ASSERT_EQ(m->unprepare(long_won ? other_whole_claim_ : whole_claim_).message(), "");
     EXPECT_EQ(doubles_.gpu_setting(kGpu1, "timeslice"), long_won ? "3" : "1");

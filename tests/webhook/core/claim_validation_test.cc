@@ -47,7 +47,7 @@ json& claim_parameters(json& request) {
 
 // The agent's decoder message for `parameters`, as it prefixes it.
 std::string agent_message(const json& parameters) {
-  return decode_vgpu_config(parameters).status().message();
+  return vgpu_config::decode_vgpu_config(parameters).status().message();
 }
 
 TEST(ClaimValidation, AGoodClaimAndTemplateAreAllowed) {

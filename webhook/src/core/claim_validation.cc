@@ -18,13 +18,13 @@ using nlohmann::json;
 // The capacities one (sub)request asks for: `exactly` in resource.k8s.io/v1, the request itself in
 // v1beta1 and a firstAvailable alternative. A value that is no quantity is refused here, naming it:
 // kube-apiserver refuses it too, but a bypassed webhook must not read it as "the whole GPU".
-Result<ShareRequests> capacity_requests(const json& request, const std::string& path) {
+Result<vgpu_config::ShareRequests> capacity_requests(const json& request, const std::string& path) {
   const json* exactly = json_member(request, "exactly");
   const json& body = exactly ? *exactly : request;
   const std::string at = path + (exactly ? ".exactly" : "") + ".capacity.requests";
   const json* capacity = json_member(body, "capacity");
   const json* requests = capacity ? json_member(*capacity, "requests") : nullptr;
-  ShareRequests out;
+  vgpu_config::ShareRequests out;
   if (!requests) return out;
   if (const json* memory = json_member(*requests, "memory")) {
     if (memory->is_string()) out.memory_bytes = parse_byte_quantity(memory->get<std::string>());
@@ -49,18 +49,19 @@ std::string device_class_of(const json& request) {
 
 // The class's Tessera configs, each applying to every request (the scheduler copies them for the
 // requests that name the class), or an error that refuses the claim.
-Result<std::vector<VgpuConfigEntry>> class_entries(DeviceClassLookup* classes,
-                                                   const std::string& name) {
-  if (!classes || name.empty()) return std::vector<VgpuConfigEntry>{};
+Result<std::vector<vgpu_config::VgpuConfigEntry>> class_entries(DeviceClassLookup* classes,
+                                                                const std::string& name) {
+  if (!classes || name.empty()) return std::vector<vgpu_config::VgpuConfigEntry>{};
   Result<json> configs = classes->class_configs(name);
   if (!configs.is_ok()) {
     // A claim may name a class that does not exist yet; it is not allocated until it does.
-    if (configs.status().code() == StatusCode::kNotFound) return std::vector<VgpuConfigEntry>{};
+    if (configs.status().code() == StatusCode::kNotFound)
+      return std::vector<vgpu_config::VgpuConfigEntry>{};
     return unavailable("cannot read DeviceClass " + name + " to check the claim against its " +
                        "bounds: " + configs.status().message());
   }
-  return decode_vgpu_config_list(*configs, "DeviceClass " + name + " spec.config",
-                                 ConfigList::kDeviceClass);
+  return vgpu_config::decode_vgpu_config_list(*configs, "DeviceClass " + name + " spec.config",
+                                              vgpu_config::ConfigList::kDeviceClass);
 }
 
 // Ok, or kInvalidArgument with the first problem, prefixed with its field path (kUnavailable
@@ -68,10 +69,10 @@ Result<std::vector<VgpuConfigEntry>> class_entries(DeviceClassLookup* classes,
 Status check_devices(const json& devices, const std::string& path, DeviceClassLookup* classes) {
   const json* list = json_member(devices, "config");
   if (!list) return Status::ok();
-  TESSERA_ASSIGN_OR_RETURN(
-      std::vector<VgpuConfigEntry> decoded,
-      decode_vgpu_config_list(*list, path + ".config", ConfigList::kClaimSpec));
-  const std::vector<VgpuConfigEntry>& configs = decoded;
+  TESSERA_ASSIGN_OR_RETURN(std::vector<vgpu_config::VgpuConfigEntry> decoded,
+                           vgpu_config::decode_vgpu_config_list(
+                               *list, path + ".config", vgpu_config::ConfigList::kClaimSpec));
+  const std::vector<vgpu_config::VgpuConfigEntry>& configs = decoded;
   if (configs.empty()) return Status::ok();
   // The merge the agent makes per allocated request (claim configs in order; the class's configs
   // come first there and cannot undo a refusal here).
@@ -97,20 +98,22 @@ Status check_devices(const json& devices, const std::string& path, DeviceClassLo
       names.push_back({name, at, &request});
     }
     for (const auto& [full, full_path, body] : names) {
-      const VgpuConfig config = config_for_request(configs, full);
-      if (const Status supported = check_supported(config); !supported.is_ok())
+      const vgpu_config::VgpuConfig config = vgpu_config::config_for_request(configs, full);
+      if (const Status supported = vgpu_config::check_supported(config); !supported.is_ok())
         return invalid_argument(at + " (" + full + "): " + supported.message());
-      TESSERA_ASSIGN_OR_RETURN(ShareRequests asked, capacity_requests(*body, full_path));
+      TESSERA_ASSIGN_OR_RETURN(vgpu_config::ShareRequests asked,
+                               capacity_requests(*body, full_path));
       // The GPU is not known before the scheduler picks it: the agent checks a limit above the
       // GPU at prepare.
-      if (const Status limits = check_limits_against_requests(config, asked); !limits.is_ok())
+      if (const Status limits = vgpu_config::check_limits_against_requests(config, asked);
+          !limits.is_ok())
         return invalid_argument(at + " (" + full + "): " + limits.message());
       // What the tenant set, against the bounds of the class this (sub)request names.
       const std::string class_name = device_class_of(*body);
-      TESSERA_ASSIGN_OR_RETURN(std::vector<VgpuConfigEntry> admin,
+      TESSERA_ASSIGN_OR_RETURN(std::vector<vgpu_config::VgpuConfigEntry> admin,
                                class_entries(classes, class_name));
-      const Status bounded = check_tenant_bounds(config, bounds_for_request(admin, full), asked,
-                                                 "DeviceClass " + class_name);
+      const Status bounded = vgpu_config::check_tenant_bounds(
+          config, vgpu_config::bounds_for_request(admin, full), asked, "DeviceClass " + class_name);
       if (!bounded.is_ok()) return invalid_argument(at + " (" + full + "): " + bounded.message());
     }
   }

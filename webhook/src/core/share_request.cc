@@ -252,7 +252,7 @@ json ShareRequest::claim_template(const std::string& namespace_name) const {
   if (mig_profile)
     exactly["selectors"] = {
         {{"cel",
-          {{"expression", "device.attributes[\"" + std::string(kDriverName) +
+          {{"expression", "device.attributes[\"" + std::string(vgpu_config::kDriverName) +
                               "\"].profile == " + json(*mig_profile).dump()}}}}};
   json capacity = json::object();
   // Canonical, as kube-apiserver stores it: what is read back after a 409 is what was sent.

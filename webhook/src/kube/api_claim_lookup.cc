@@ -51,7 +51,8 @@ bool asks_for_tessera(const json& object, const std::set<std::string>& device_cl
   if (const json* results = allocated ? json_member(*allocated, "results") : nullptr;
       results && results->is_array())
     for (const json& result : *results)
-      if (const json* driver = json_member(result, "driver"); driver && *driver == kDriverName)
+      if (const json* driver = json_member(result, "driver");
+          driver && *driver == vgpu_config::kDriverName)
         return true;
   return false;
 }

@@ -2,8 +2,8 @@
 // the ResourceSlices and of the allocation results the agent reads, and the VgpuConfig API group.
 #pragma once
 
-namespace tessera {
+namespace tessera::vgpu_config {
 
 inline constexpr char kDriverName[] = "vgpu.tessera.dev";
 
-}  // namespace tessera
+}  // namespace tessera::vgpu_config

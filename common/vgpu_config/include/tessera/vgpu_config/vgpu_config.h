@@ -15,7 +15,7 @@
 #include "tessera/status.h"
 #include "tessera/vgpu_config/driver_name.h"
 
-namespace tessera {
+namespace tessera::vgpu_config {
 
 inline constexpr char kConfigApiVersion[] = "vgpu.tessera.dev/v1alpha1";
 static_assert(std::string_view(kConfigApiVersion).starts_with(kDriverName),
@@ -203,4 +203,4 @@ const char* to_string(TimeSlice time_slice);
 Result<EnforcementPolicy> decode_enforcement_policy(const nlohmann::json& value,
                                                     const std::string& path = "enforcement");
 
-}  // namespace tessera
+}  // namespace tessera::vgpu_config
