@@ -222,9 +222,12 @@ MigError Simulator::create_gpu_instance(int device, uint32_t profile_id, const u
   slot->start = *chosen;
   slot->size = profile->memory_slices;
   slot->memory_bytes = profile->memory_mib << 20;
+  // The capability file before the instance is visible: on a real GPU the creation is one ioctl,
+  // done by the kernel whatever becomes of its caller; here a caller killed in between leaves at
+  // worst a file the next creation of that ID rewrites, never an instance without its file.
+  write_capability_files_locked(device, *slot, -1);
   slot->in_use = 1;
   gpu_instance_id = slot->id;
-  write_capability_files_locked(device, *slot, -1);
   return MigError::kOk;
 }
 
@@ -327,12 +330,12 @@ MigError Simulator::create_compute_instance(int device, uint32_t gpu_instance_id
   compute.mig_index = static_cast<uint32_t>(mig_index);
   compute.serial = ++state_->last_mig_serial;
   std::snprintf(compute.uuid, sizeof compute.uuid, "%s", random_mig_uuid().c_str());
-  compute.in_use = 1;
-  compute_instance_id = id;
   // Its timeline starts idle, clock now.
   Timeline& timeline = state_->device_state[device].timelines[1 + mig_index];
   timeline = Timeline{now_ns(), 0, 0, -1, 0};
-  write_capability_files_locked(device, *instance, slot);
+  write_capability_files_locked(device, *instance, slot);  // before it is visible (as above)
+  compute.in_use = 1;
+  compute_instance_id = id;
   return MigError::kOk;
 }
 

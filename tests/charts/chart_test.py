@@ -255,6 +255,10 @@ def check_promises(ctx, docs):
     expect(mig_selector == 'device.driver == "vgpu.tessera.dev" && '
                           'device.attributes["vgpu.tessera.dev"].type == "mig"',
            f"the MIG class selects MIG instances only: {mig_selector}")
+    default_selector = classes["vgpu.tessera.dev"]["spec"]["selectors"][0]["cel"]["expression"]
+    expect(default_selector == 'device.driver == "vgpu.tessera.dev" && '
+                               'device.attributes["vgpu.tessera.dev"].type == "gpu"',
+           f"the default class selects whole GPUs only, never a MIG instance: {default_selector}")
     webhook_classes = [a for a in find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
                        if a.startswith("--device-class=")]
     expect(webhook_classes == ["--device-class=vgpu.tessera.dev,mps.vgpu.tessera.dev,mig.vgpu.tessera.dev"],

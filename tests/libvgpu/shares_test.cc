@@ -108,40 +108,51 @@ class SharesTest : public ::testing::Test {
   simgpu::testing::SimEnvironment sim_{kOneGpu};
 };
 
-// A MIG instance as CUDA presents it to a process that sees only it (mig-facts.md section 3): named
-// "<parent> MIG <profile>", the instance's memory. The agent keys the share to the MIG UUID
-// ("MIG-<uuid>"), while cuDeviceGetUuid hands out the same 16 bytes as for any device.
-constexpr char kMigInstance[] =
-    "name=NVIDIA H100 80GB HBM3 MIG 3g.40gb,memory=40448Mi,sms=60,cc=9.0";
-
-std::string mig_uuid(int index) {
-  return "MIG-" + sim_uuid(index).substr(4);
+// A GPU instance and its compute instance of `profile` made on GPU 0 of the simulated machine by
+// `simgpu-ctl mig create` (through the simulated NVML, as nvidia-smi mig -cgi -C): its MIG UUID, or
+// "" (a failure).
+std::string create_mig_instance(const std::string& profile) {
+  const std::string command = std::string(SIMGPU_CTL) + " mig create 0 " + profile;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return "";
+  std::string out;
+  char buffer[256];
+  while (std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
+  if (pclose(pipe) != 0) return "";
+  const size_t at = out.find("\"MIG-");
+  if (at == std::string::npos) return "";
+  return out.substr(at + 1, out.find('"', at + 1) - at - 1);
 }
 
+// `simgpu-ctl mig list 0`'s `key` of the compute instance whose MIG UUID is `uuid` (the simulated
+// NVML's view of the instance, apart from any shim), or ~0 when it is not listed.
+uint64_t mig_instance_figure(const std::string& uuid, const std::string& key) {
+  FILE* pipe = popen((std::string(SIMGPU_CTL) + " mig list 0").c_str(), "r");
+  if (!pipe) return ~0ull;
+  std::string out;
+  char buffer[256];
+  while (std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
+  pclose(pipe);
+  const nlohmann::json gpu = nlohmann::json::parse(out, nullptr, false);
+  if (!gpu.is_object()) return ~0ull;
+  for (const auto& instance : gpu.value("gpu_instances", nlohmann::json::array()))
+    for (const auto& compute : instance.value("compute_instances", nlohmann::json::array()))
+      if (compute.value("uuid", "") == uuid) return compute.value(key, ~0ull);
+  return ~0ull;
+}
+
+// An H100 80GB in MIG mode on the simulated GPU, with instances made by simgpu-ctl: a process given
+// CUDA_VISIBLE_DEVICES=MIG-<uuid> sees the instance alone, as the agent's CDI spec hands it out
+// (named "<parent> MIG <profile>", the instance's memory and SMs; mig-facts.md section 3), and the
+// agent keys the share's limits page to the MIG UUID.
 class SharesInMigInstanceTest : public ::testing::Test {
  protected:
-  simgpu::testing::SimEnvironment sim_{kMigInstance};
-};
-
-// The simulated GPU's own MIG (simgpu-ctl mig): an H100 in MIG mode.
-class SharesOnSimulatedMigTest : public ::testing::Test {
- protected:
-  // Creates a GPU and a compute instance of `profile` on GPU 0; its MIG UUID, or "" (a failure).
-  std::string create_instance(const std::string& profile) {
-    const std::string command = std::string(SIMGPU_CTL) + " mig create 0 " + profile;
-    FILE* pipe = popen(command.c_str(), "r");
-    if (!pipe) return "";
-    std::string out;
-    char buffer[256];
-    while (std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
-    if (pclose(pipe) != 0) return "";
-    const size_t at = out.find("\"MIG-");
-    if (at == std::string::npos) return "";
-    return out.substr(at + 1, out.find('"', at + 1) - at - 1);
-  }
   simgpu::testing::SimEnvironment sim_{
       "name=NVIDIA H100 80GB HBM3,memory=81559Mi,sms=132,cc=9.0,mig=on"};
 };
+
+// The same machine, for NVML's view of an instance.
+class SharesOnSimulatedMigTest : public SharesInMigInstanceTest {};
 
 class SharesOnTwoGpusTest : public ::testing::Test {
  protected:
@@ -194,14 +205,18 @@ TEST_F(SharesTest, AnAllocationLargerThanAnyOneShareIsSplitAndGivenBackInFull) {
   unlink(go.c_str());
 }
 
-// Two processes, each with its own share of one MIG instance (the agent's limits pages name the MIG
-// UUID): each sees its quota as the device's memory and allocates exactly up to it.
+// Two processes in one 3g.40gb instance (40448 MiB of the H100's 81559), each with its own share
+// keyed to the MIG UUID: each sees its quota as the device's memory and allocates exactly up to it;
+// what they hold is the instance's own memory, as the simulated NVML counts it for the instance.
 TEST_F(SharesInMigInstanceTest, TwoSharesOfOneInstanceEachHoldTheirQuotaExactly) {
-  ShareDir a({{mig_uuid(0), 4 * kGi + kContext}});
-  ShareDir b({{mig_uuid(0), 2 * kGi + kContext}});
-  Probe first({{"TESSERA_SHARE_DIR", a.path()}},
+  const std::string uuid = create_mig_instance("3g.40gb");
+  ASSERT_EQ(uuid.rfind("MIG-", 0), 0u) << uuid;
+  ASSERT_EQ(mig_instance_figure(uuid, "memory_total_bytes"), 40448 * kMi);
+  ShareDir a({{uuid, 4 * kGi + kContext}});
+  ShareDir b({{uuid, 2 * kGi + kContext}});
+  Probe first({{"TESSERA_SHARE_DIR", a.path()}, {"CUDA_VISIBLE_DEVICES", uuid}},
               {"init", "info", "total", "fill:mem:64Mi", "info", "ready", "hold"});
-  Probe second({{"TESSERA_SHARE_DIR", b.path()}},
+  Probe second({{"TESSERA_SHARE_DIR", b.path()}, {"CUDA_VISIBLE_DEVICES", uuid}},
                {"init", "info", "total", "fill:mem:64Mi", "info", "ready", "hold"});
   for (auto [probe, quota] : {std::pair{&first, 4 * kGi}, std::pair{&second, 2 * kGi}}) {
     EXPECT_EQ(probe->read_line(), "init CUDA_SUCCESS");
@@ -217,13 +232,48 @@ TEST_F(SharesInMigInstanceTest, TwoSharesOfOneInstanceEachHoldTheirQuotaExactly)
   }
   EXPECT_EQ(a.used(), 4 * kGi + kContext);
   EXPECT_EQ(b.used(), 2 * kGi + kContext);
+  // Both processes' memory is on the instance: the driver's count of it is the shares' sum.
+  EXPECT_EQ(mig_instance_figure(uuid, "memory_used_bytes"), 6 * kGi + 2 * kContext);
 }
 
-// A share whose limits page names the device "GPU-<uuid>" where CUDA presents a MIG device (or the
-// reverse) still holds it: the same 16 bytes are the same device, whichever prefix.
+// A share whose quota is larger than its instance (16 GiB on a 1g.10gb instance of 9984 MiB, on an
+// 80 GB GPU) is held by the instance: the process sees and gets the instance's memory, never the
+// parent GPU's; and a second share beside it gets only what the first left of the instance.
+TEST_F(SharesInMigInstanceTest, TheInstancesOwnMemoryBoundsItsShares) {
+  const std::string uuid = create_mig_instance("1g.10gb");
+  ASSERT_EQ(uuid.rfind("MIG-", 0), 0u) << uuid;
+  const uint64_t instance = 9984 * kMi;
+  ASSERT_EQ(mig_instance_figure(uuid, "memory_total_bytes"), instance);
+  ShareDir big({{uuid, 16 * kGi}});
+  ShareDir small({{uuid, 4 * kGi}});
+  Probe first({{"TESSERA_SHARE_DIR", big.path()}, {"CUDA_VISIBLE_DEVICES", uuid}},
+              {"init", "total", "fill:mem:64Mi", "ready", "hold"});
+  EXPECT_EQ(first.read_line(), "init CUDA_SUCCESS");
+  EXPECT_EQ(first.read_line(), "total CUDA_SUCCESS " + std::to_string(instance));
+  const std::string filled = first.read_line().value_or("");
+  // 64Mi allocations up to the instance's memory, its context (500Mi) taken out.
+  EXPECT_EQ(field(filled, 3), (instance - kContext) / (64 * kMi) * (64 * kMi)) << filled;
+  EXPECT_EQ(words(filled).back(), "CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(first.read_line(), "ready");
+  const uint64_t left = instance - mig_instance_figure(uuid, "memory_used_bytes");
+  ASSERT_LT(left, 64 * kMi);
+  // The second share's process: within its 4 GiB quota, but the instance has no room for its
+  // context.
+  ProbeRun second = run_probe({{"TESSERA_SHARE_DIR", small.path()}, {"CUDA_VISIBLE_DEVICES", uuid}},
+                              {"init", "alloc:mem:1Gi"});
+  ASSERT_GE(second.lines.size(), 1u) << second.err;
+  EXPECT_EQ(second.lines[0], "init CUDA_ERROR_OUT_OF_MEMORY") << "left in the instance: " << left;
+  EXPECT_EQ(small.used(), 0u);
+}
+
+// A share whose limits page names the device "GPU-<uuid>" where CUDA presents the MIG device with
+// the same 16 bytes still holds it: the same bytes are the same device, whichever prefix.
 TEST_F(SharesInMigInstanceTest, TheOtherPrefixOfTheSameUuidIsTheSameDevice) {
-  ShareDir a({{sim_uuid(0), kGi + kContext}});
-  ProbeRun run = run_probe({{"TESSERA_SHARE_DIR", a.path()}}, {"init", "info"});
+  const std::string uuid = create_mig_instance("3g.40gb");
+  ASSERT_EQ(uuid.rfind("MIG-", 0), 0u) << uuid;
+  ShareDir a({{"GPU-" + uuid.substr(4), kGi + kContext}});
+  ProbeRun run = run_probe({{"TESSERA_SHARE_DIR", a.path()}, {"CUDA_VISIBLE_DEVICES", uuid}},
+                           {"init", "info"});
   ASSERT_EQ(run.status, 0) << run.err;
   ASSERT_EQ(run.lines.size(), 2u) << run.err;
   EXPECT_EQ(field(run.lines[1], 3), kGi + kContext) << run.lines[1];
@@ -232,7 +282,7 @@ TEST_F(SharesInMigInstanceTest, TheOtherPrefixOfTheSameUuidIsTheSameDevice) {
 // NVML on a MIG device's handle (nvmlDeviceGetHandleByUUID("MIG-...")) shows each share its own
 // quota of the instance; the parent GPU is not part of such a share (a view of 0).
 TEST_F(SharesOnSimulatedMigTest, NvmlOnTheMigHandleShowsEachShareItsQuota) {
-  const std::string uuid = create_instance("3g.40gb");
+  const std::string uuid = create_mig_instance("3g.40gb");
   ASSERT_EQ(uuid.rfind("MIG-", 0), 0u) << uuid;
   ShareDir a({{uuid, 4 * kGi}});
   ShareDir b({{uuid, 2 * kGi}});

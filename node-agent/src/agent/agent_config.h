@@ -87,6 +87,11 @@ struct AgentConfig {
   std::string api_socket;
   std::string api_socket_mode = "0600";
   std::string api_socket_group;
+  // Not a flag and not for production: TESSERA_TEST_KILL_AT, read from the environment once by
+  // main. A crash point for tests (docs/node-agent.md, "Test hook"): the process kills itself with
+  // SIGKILL right after NVML created a dynamic MIG GPU instance (after-gpu-instance) or compute
+  // instance (after-compute-instance), before its record names it. Empty: never.
+  std::string test_kill_at;
 };
 
 // Ok when `uid` can be a pod's metadata.uid (a UUID: 8-4-4-4-12 hexadecimal digits), else

@@ -2,6 +2,7 @@
 // services and device health) for the NodeAgent, until SIGTERM or SIGINT.
 #include <signal.h>
 
+#include <cstdlib>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
   app.add_flag("--print-resource-slices", print_slices,
                "Print the ResourceSlices this node would publish (GPUs from NVML) and exit");
   CLI11_PARSE(app, argc, argv);
+  // The tests' crash point (agent_config.h); checked by NodeAgent::start.
+  if (const char* kill_at = std::getenv("TESSERA_TEST_KILL_AT")) config.test_kill_at = kill_at;
   {
     tessera::log::Options logging;
     logging.logger = "tessera-node-agent";

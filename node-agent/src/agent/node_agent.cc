@@ -1,6 +1,7 @@
 #include "agent/node_agent.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <optional>
 
@@ -54,6 +56,27 @@ std::vector<std::string> split_list(const std::string& text) {
     start = comma + 1;
   }
   return items;
+}
+
+// TESSERA_TEST_KILL_AT (agent_config.h): the hook that kills this process with SIGKILL at the named
+// crash point, as the OOM killer or a node's power loss would (no destructor, no flush); none
+// when empty; kInvalidArgument naming the variable and its value for anything else.
+Result<std::function<void(MigCreated)>> test_kill_point(const std::string& value) {
+  if (value.empty()) return std::function<void(MigCreated)>();
+  std::optional<MigCreated> point;
+  if (value == "after-gpu-instance") point = MigCreated::kGpuInstance;
+  if (value == "after-compute-instance") point = MigCreated::kComputeInstance;
+  if (!point)
+    return invalid_argument("TESSERA_TEST_KILL_AT \"" + value +
+                            "\": expected after-gpu-instance or after-compute-instance (a test "
+                            "hook; unset it outside tests)");
+  log::warn("test hook armed: this agent kills itself at a MIG crash point",
+            {{"TESSERA_TEST_KILL_AT", value}});
+  return std::function<void(MigCreated)>([point = *point, value](MigCreated created) {
+    if (created != point) return;
+    log::warn("test hook: killed by SIGKILL", {{"TESSERA_TEST_KILL_AT", value}});
+    kill(getpid(), SIGKILL);
+  });
 }
 
 void log_report(const char* when, const ReconcileReport& report) {
@@ -182,6 +205,8 @@ Status NodeAgent::start() {
   if (!slice_shape)
     return invalid_argument("--resource-slice-shape \"" + config_.resource_slice_shape +
                             "\": expected auto, combined or split");
+  TESSERA_ASSIGN_OR_RETURN(const std::function<void(MigCreated)> kill_point,
+                           test_kill_point(config_.test_kill_at));
   mig_strategy_ = *mig_strategy;
   slice_shape_ = *slice_shape;
   if (mig_strategy_ != MigStrategy::kNone) mig_driver_ = std::make_unique<NvmlMigDriver>();
@@ -189,6 +214,7 @@ Status NodeAgent::start() {
     MigInstancesOptions instances;
     instances.root = config_.state_dir;
     instances.allow_mode_change = config_.allow_mig_mode_change;
+    instances.after_create = kill_point;
     mig_instances_ =
         std::make_unique<MigInstances>(instances, *mig_driver_, std::vector<GpuInfo>{});
     options.mig_instances = mig_instances_.get();
@@ -412,9 +438,15 @@ Result<std::optional<MigPublication>> NodeAgent::mig_publication(const std::vect
       return state.status().with_context("reading the MIG state of GPU " + gpu.uuid);
     publication.gpus.push_back(*state);
   }
+  // Tessera's instances, those a crash left before their record named them included (otherwise
+  // their own device would be withheld as overlapping a stranger's instance, and their claim's
+  // retried prepare refused).
   if (mig_instances_)
     for (const MigRecord& record : mig_instances_->records())
-      if (record.gi_id) publication.tessera_instances.insert({record.parent_uuid, *record.gi_id});
+      for (const MigGpu& state : publication.gpus)
+        if (const MigInstance* instance =
+                state.uuid == record.parent_uuid ? created_instance(record, state) : nullptr)
+          publication.tessera_instances.insert({record.parent_uuid, instance->gi_id});
   return std::optional<MigPublication>(std::move(publication));
 }
 

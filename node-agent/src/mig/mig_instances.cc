@@ -44,8 +44,8 @@ std::string placements_text(const MigProfile& profile) {
   return "{" + text + "}";
 }
 
-// The GPU instance a crash may have left between its creation and the record of its ID: at the
-// record's profile and placement and not one of those that existed before.
+}  // namespace
+
 const MigInstance* created_instance(const MigRecord& record, const MigGpu& state) {
   for (const auto& instance : state.instances) {
     if (record.gi_id) {
@@ -61,8 +61,6 @@ const MigInstance* created_instance(const MigRecord& record, const MigGpu& state
   }
   return nullptr;
 }
-
-}  // namespace
 
 std::string mig_record_to_json(const MigRecord& record) {
   json j = {{"parentUUID", record.parent_uuid},
@@ -235,6 +233,7 @@ Status MigInstances::finish(MigRecord& record, const MigGpu& state) {
           const unsigned gi,
           driver_.create_gpu_instance(record.parent_uuid, record.profile_id, record.placement),
           with_context("creating the GPU instance of " + describe(record)));
+      if (options_.after_create) options_.after_create(MigCreated::kGpuInstance);
       record.gi_id = gi;
     }
     record.step = MigStep::kCreatingComputeInstance;
@@ -250,6 +249,7 @@ Status MigInstances::finish(MigRecord& record, const MigGpu& state) {
           const CreatedComputeInstance created,
           driver_.create_compute_instance(record.parent_uuid, *record.gi_id),
           with_context("creating the compute instance of " + describe(record)));
+      if (options_.after_create) options_.after_create(MigCreated::kComputeInstance);
       record.ci_id = created.ci_id;
       record.uuid = created.uuid;
     }

@@ -34,6 +34,9 @@ namespace tessera::agent {
 
 enum class MigStep { kCreatingGpuInstance, kCreatingComputeInstance, kReady, kDestroying };
 
+// What NVML has just created, before the record says so (where a crash leaves most to find).
+enum class MigCreated { kGpuInstance, kComputeInstance };
+
 struct MigRecord {
   std::string parent_uuid;
   unsigned parent_minor = 0;
@@ -48,6 +51,11 @@ struct MigRecord {
   std::set<std::string> users;  // share names
   bool operator==(const MigRecord&) const = default;
 };
+
+// The GPU instance of `state` (the record's GPU's) that the record's instance is: the one whose ID
+// it names, or, where a crash left it between NVML's creation and the record of its ID, the one at
+// the record's profile and placement that is not one of those that existed before. Null if none.
+const MigInstance* created_instance(const MigRecord& record, const MigGpu& state);
 
 std::string mig_record_to_json(const MigRecord& record);
 // kInternal naming `source` and the field when the text is not a record.
@@ -65,6 +73,9 @@ struct MigInstancesOptions {
   // Tests only: called after each durable step with its 1-based number (a crash test calls _exit
   // there), as ShareManagerOptions::after_step.
   std::function<void(int step)> after_step;
+  // Tests only: called right after NVML created the GPU instance, then the compute instance, before
+  // the record names it (the agent's TESSERA_TEST_KILL_AT kills the process there).
+  std::function<void(MigCreated created)> after_create;
 };
 
 class MigInstances {

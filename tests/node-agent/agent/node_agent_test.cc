@@ -34,6 +34,7 @@
 #include "backends/mps_backend.h"
 #include "captured_log.h"
 #include "clock/clock.h"
+#include "enforcement/tenant_process.h"
 #include "mig/nvml_mig_driver.h"
 #include "plugin/plugin_server.h"
 #include "plugin/test_support.h"
@@ -102,6 +103,10 @@ class AgentProcess {
                                   config.metrics_address};
     if (!config.mps_daemon_cgroup.empty())
       args.insert(args.end(), {"--mps-daemon-cgroup", config.mps_daemon_cgroup});
+    if (config.mig_strategy != "none")
+      args.insert(args.end(), {"--mig-strategy", config.mig_strategy, "--resource-slice-shape",
+                               config.resource_slice_shape, "--proc-root", config.proc_root});
+    if (config.allow_mig_mode_change) args.push_back("--allow-mig-mode-change");
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -139,6 +144,19 @@ class AgentProcess {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
   bool running() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+  // Waits up to 30 s for it to end by itself: its exit status (128 + the signal when one ended
+  // it), or -1 while it still runs.
+  int wait_exit() {
+    for (int i = 0; pid_ > 0 && i < 1500; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
   // SIGKILL to its whole process group (a liveness failure, an OOM kill): true when it ended so.
   bool kill_container() {
     if (pid_ <= 0 || kill(-pid_, SIGKILL) != 0) return false;
@@ -185,6 +203,29 @@ size_t occurrences(const std::string& text, const std::string& what) {
   return count;
 }
 
+// GPU 0 of the simulated machine as `simgpu-ctl mig list 0` shows it through the simulated NVML
+// (MIG mode, GPU instances with their placement and compute instances); null when it failed.
+json simulated_mig() {
+  const std::string command = std::string(SIMGPU_CTL) + " mig list 0";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return nullptr;
+  std::string out;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
+  if (pclose(pipe) != 0) return nullptr;
+  return json::parse(out, nullptr, false);
+}
+
+// The dynamic MIG instances' intent records, <state>/mig/*.json, parsed (a torn one as null).
+std::vector<json> intent_records(const std::string& state_dir) {
+  std::vector<json> records;
+  std::error_code ec;
+  for (const auto& item : fs::directory_iterator(state_dir + "/mig", ec))
+    if (item.path().extension() == ".json")
+      records.push_back(json::parse(RecordingDoubles::read(item.path()), nullptr, false));
+  return records;
+}
+
 class NodeAgentTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -210,6 +251,19 @@ class NodeAgentTest : public ::testing::Test {
   void TearDown() override {
     fs::remove(base_ / "simgpu.state");
     fs::remove_all(sockets_);
+    unsetenv("SIMGPU_PROC_ROOT");
+    unsetenv("TESSERA_TEST_KILL_AT");
+  }
+
+  // A simulated H200 with MIG (`mig` "capable": MIG mode off at start, or "on"), its capability
+  // files under base_/proc, and the agent on it with dynamic MIG.
+  void use_simulated_mig(const std::string& mig) {
+    setenv("SIMGPU_DEVICES", ("name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0,mig=" + mig).c_str(),
+           1);
+    setenv("SIMGPU_PROC_ROOT", (base_ / "proc").c_str(), 1);
+    config_.mig_strategy = "dynamic";
+    config_.resource_slice_shape = "split";
+    config_.proc_root = (base_ / "proc").string();
   }
 
   void add_claim(const std::string& uid, const std::vector<testing::FixtureShare>& shares,
@@ -420,24 +474,27 @@ TEST_F(NodeAgentTest, DynamicMigOnTheSimulatedGpuThroughTheAllocatorAndTheKubele
   ASSERT_EQ(input.slices.size(), 2u);  // the counter set's, the devices'
   ASSERT_FALSE(gpu.uuid.empty());
   gpu.memory_bytes = 143771ull << 20;
+  // The chart's MIG class (charts/tessera/templates/deviceclasses.yaml).
   input.device_classes = {
-      {{"metadata", {{"name", "vgpu.tessera.dev"}}},
+      {{"metadata", {{"name", "mig.vgpu.tessera.dev"}}},
        {"spec",
-        {{"selectors", {{{"cel", {{"expression", "device.driver == \"vgpu.tessera.dev\""}}}}}}}}}};
+        {{"selectors",
+          {{{"cel",
+             {{"expression",
+               "device.driver == \"vgpu.tessera.dev\" && "
+               "device.attributes[\"vgpu.tessera.dev\"].type == \"mig\""}}}}}}}}}};
   input.node_name = "node-a";
-  // A MIG device of the profile's memory (71168Mi: the 3g and 4g instances; a whole GPU has no
-  // profile attribute for a selector to read).
+  // Through the MIG class, a MIG device of the profile's memory (71168Mi: the 3g and 4g instances).
   auto allocate = [&](const std::string& uid, const std::string& memory,
                       json capacity) -> Result<json> {
-    json exactly = {{"deviceClassName", "vgpu.tessera.dev"},
-                    {"allocationMode", "ExactCount"},
-                    {"count", 1},
-                    {"selectors",
-                     {{{"cel",
-                        {{"expression",
-                          "device.attributes[\"vgpu.tessera.dev\"].type == \"mig\" && "
-                          "device.capacity[\"vgpu.tessera.dev\"].memory.compareTo(quantity(\"" +
-                              memory + "\")) == 0"}}}}}}};
+    json exactly = {
+        {"deviceClassName", "mig.vgpu.tessera.dev"},
+        {"allocationMode", "ExactCount"},
+        {"count", 1},
+        {"selectors",
+         {{{"cel",
+            {{"expression", "device.capacity[\"vgpu.tessera.dev\"].memory.compareTo(quantity(\"" +
+                                memory + "\")) == 0"}}}}}}};
     if (!capacity.empty()) exactly["capacity"] = {{"requests", capacity}};
     json claim = {
         {"apiVersion", "resource.k8s.io/v1"},
@@ -519,91 +576,328 @@ TEST_F(NodeAgentTest, DynamicMigOnTheSimulatedGpuThroughTheAllocatorAndTheKubele
   unsetenv("SIMGPU_PROC_ROOT");
 }
 
-// An agent killed on the simulated MIG GPU after it created the GPU instance and before the CDI
-// spec (the share lifecycle stopped at MigInstances' step 2, the instance's ID recorded), then the
-// real agent started on the same state folder: kubelet's retried prepare adopts the instance (none
-// created beside it) and completes, and unprepare destroys it. Killed again the same way, with the
-// claim unprepared while the agent was down (its checkpoint entry gone): the start destroys it.
-TEST_F(NodeAgentTest, AnAgentKilledBetweenTheMigInstanceAndTheCdiSpecLeaksNothing) {
-  setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0,mig=on", 1);
-  setenv("SIMGPU_PROC_ROOT", (base_ / "proc").c_str(), 1);
-  config_.mig_strategy = "dynamic";
-  config_.resource_slice_shape = "split";
-  config_.proc_root = (base_ / "proc").string();
+// The agent process killed by SIGKILL while kubelet's prepare of a claim on a dynamic MIG device is
+// in flight through the plugin's gRPC: right after NVML created the GPU instance, then (second
+// round) right after it created the compute instance, each time before the intent record names
+// it (TESSERA_TEST_KILL_AT). Between the kill and the restart the instance is there
+// (`simgpu-ctl mig list`), its record says the step it was in, and no CDI spec or share folder
+// was handed out. The same agent started again on the same state folder and simulated GPU keeps
+// the instance while its claim is being prepared; kubelet's retried prepare adopts it (no second
+// one) and completes, a second prepare answers the same, and unprepare leaves no instance, record,
+// spec or folder. After the second kill kubelet gives up first (unprepare): the half-made instance
+// goes at once, and a new prepare of the same claim creates it afresh.
+TEST_F(NodeAgentTest, AnAgentKilledRightAfterNvmlCreatedItsMigInstanceLeaksNothingWhenRestarted) {
+  use_simulated_mig("on");
   const std::string uid = "e1000000-0000-4000-8000-000000000001";
   api_.add_claim("ns-" + uid, "claim-" + uid,
                  testing::written_claim("claim-" + uid, uid,
                                         {{"gpu", "gpu-0-mig-2g35gb-2", "s1", "8Gi", "20"}})
                      .dump());
-  Result<std::vector<GpuInfo>> gpus = list_gpus();
-  ASSERT_TRUE(gpus.is_ok()) << gpus.status().message();
-  ASSERT_EQ(gpus->size(), 1u);
-  NvmlMigDriver nvml;
-  auto crash = [&] {
-    struct Killed : std::runtime_error {
-      Killed() : std::runtime_error("agent killed") {}
-    };
-    MigPublication mig;
-    mig.strategy = MigStrategy::kDynamic;
-    Result<MigGpu> state = nvml.inspect(gpus->front());
-    ASSERT_TRUE(state.is_ok()) << state.status().message();
-    mig.gpus = {*state};
-    MigInstancesOptions instances;
-    instances.root = config_.state_dir;
-    instances.after_step = [](int step) {
-      if (step == 2) throw Killed();
-    };
-    MigInstances killed_instances(instances, nvml, *gpus);
-    ShareManagerOptions options;
-    ASSERT_EQ(apply_container_flags(config_, options, false).message(), "");
-    options.root = config_.state_dir;
-    options.cdi_dir = config_.cdi_dir;
-    options.node_name = config_.node_name;
-    options.proc_root = config_.proc_root;
-    options.mig_instances = &killed_instances;
-    kube::KubeConnection connection = *kube::kubeconfig_connection(config_.kubeconfig);
-    kube::HttpKubeClient kube(connection);
-    ShareManager shares(options, kube, node_devices(*gpus, &mig));
-    ASSERT_EQ(shares.start().message(), "");
-    const PrepareResult result = shares.prepare({"ns-" + uid, uid, "claim-" + uid});
-    ASSERT_FALSE(result.is_ok());
-    EXPECT_NE(result.status().message().find("agent killed"), std::string::npos);
+  const std::string pod = "0e0e0e0e-0000-4000-8000-00000000000e";
+  const fs::path registration =
+      fs::path(config_.kubelet_registry_dir) / (std::string(kDriverName) + "-" + pod + "-reg.sock");
+  const std::string cdi_spec = config_.cdi_dir + "/" + cdi_spec_file_name(uid);
+  const std::string share_folder = config_.state_dir + "/shares/" + uid + "-gpu-0-mig-2g35gb-2-s1";
+  const fs::path killed_log = base_ / "killed-agent.log", restarted_log = base_ / "agent.log";
+  auto logs = [&] {
+    return "killed agent:\n" + RecordingDoubles::read(killed_log) + "restarted agent:\n" +
+           RecordingDoubles::read(restarted_log);
   };
-  auto instances_now = [&] {
-    Result<MigGpu> state = nvml.inspect(gpus->front());
-    EXPECT_TRUE(state.is_ok()) << state.status().message();
-    return state.is_ok() ? state->instances.size() : size_t{99};
+  auto instances = [] {
+    const json gpu = simulated_mig();
+    return gpu.is_object() ? gpu["gpu_instances"] : json();
   };
-  crash();
-  ASSERT_EQ(instances_now(), 1u);
-  EXPECT_FALSE(fs::exists(config_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_" + uid + ".json"));
-  {
-    NodeAgent agent(config_, clock_);
-    ASSERT_EQ(agent.start().message(), "");
-    EXPECT_EQ(instances_now(), 1u);  // its claim is still being prepared: kept
-    PluginServer server(plugin_options(), agent.preparer(), &agent.health());
-    ASSERT_EQ(server.start().message(), "");
-    KubeletSimulator kubelet(server.registration_socket());
+  auto checkpoint_state = [&] {
+    const json saved =
+        json::parse(RecordingDoubles::read(config_.state_dir + "/checkpoint.json"), nullptr, false);
+    const json::json_pointer state("/claims/" + uid + "/state");
+    return saved.is_object() && saved.contains(state) ? saved.at(state).get<std::string>() : "";
+  };
+  // The claim's CDI spec names the instance the simulated GPU has, by its MIG UUID.
+  auto expect_spec_names = [&](const json& instance) {
+    const json spec = json::parse(RecordingDoubles::read(cdi_spec), nullptr, false);
+    ASSERT_TRUE(spec.is_object()) << cdi_spec;
+    const json& env = spec["devices"][0]["containerEdits"]["env"];
+    const std::string visible =
+        "CUDA_VISIBLE_DEVICES=" + instance["compute_instances"][0]["uuid"].get<std::string>();
+    EXPECT_NE(std::find(env.begin(), env.end(), visible), env.end()) << env.dump();
+  };
+
+  for (const auto& [kill_at, step, compute_instances] :
+       {std::tuple{"after-gpu-instance", "CreatingGpuInstance", 0u},
+        std::tuple{"after-compute-instance", "CreatingComputeInstance", 1u}}) {
+    SCOPED_TRACE(kill_at);
+    const bool retried = std::string(kill_at) == "after-gpu-instance";
+    setenv("TESSERA_TEST_KILL_AT", kill_at, 1);
+    {
+      AgentProcess killed(config_, pod, killed_log);
+      unsetenv("TESSERA_TEST_KILL_AT");  // the restarted agent runs without it
+      ASSERT_TRUE(wait_for_server(registration)) << logs();
+      KubeletSimulator kubelet(registration);
+      kubelet.connect();
+      dra1::NodePrepareResourcesResponse lost;
+      const grpc::Status call = kubelet.prepare_v1({uid}, &lost);
+      EXPECT_FALSE(call.ok()) << "the agent answered: " << lost.DebugString();
+      EXPECT_EQ(killed.wait_exit(), 128 + SIGKILL) << logs();
+    }
+    // Killed: the instance NVML made is there, the record says where the prepare stopped, and
+    // nothing was handed out.
+    json made = instances();
+    ASSERT_EQ(made.size(), 1u) << made.dump(2);
+    EXPECT_EQ(made[0]["profile"], "2g.35gb");
+    EXPECT_EQ(made[0]["placement"], (json{{"start", 2}, {"size", 2}}));
+    EXPECT_EQ(made[0]["compute_instances"].size(), compute_instances) << made.dump(2);
+    std::vector<json> records = intent_records(config_.state_dir);
+    ASSERT_EQ(records.size(), 1u);
+    EXPECT_EQ(records[0]["step"], step) << records[0].dump(2);
+    EXPECT_EQ(records[0]["users"], json::array({uid + "-gpu-0-mig-2g35gb-2-s1"}));
+    EXPECT_FALSE(fs::exists(cdi_spec));
+    EXPECT_FALSE(fs::exists(share_folder));
+    EXPECT_EQ(checkpoint_state(), "PrepareStarted");
+
+    AgentProcess restarted(config_, pod, restarted_log);
+    ASSERT_TRUE(wait_for_server(registration)) << logs();
+    EXPECT_EQ(instances().size(), 1u) << "its claim is still being prepared: kept";
+    KubeletSimulator kubelet(registration);
+    kubelet.connect();
+    if (!retried) {
+      // Kubelet gave up on the pod: unprepare destroys the half-made instance.
+      dra1::NodeUnprepareResourcesResponse unprepared;
+      ASSERT_TRUE(kubelet.unprepare_v1({uid}, &unprepared).ok());
+      EXPECT_EQ(unprepared.claims().at(uid).error(), "") << logs();
+      EXPECT_EQ(instances(), json::array()) << logs();
+      EXPECT_TRUE(intent_records(config_.state_dir).empty());
+      EXPECT_EQ(checkpoint_state(), "");
+    }
+    dra1::NodePrepareResourcesResponse prepared;
+    ASSERT_TRUE(kubelet.prepare_v1({uid}, &prepared).ok()) << logs();
+    ASSERT_EQ(prepared.claims().at(uid).error(), "") << logs();
+    const json now = instances();
+    ASSERT_EQ(now.size(), 1u) << now.dump(2);
+    ASSERT_EQ(now[0]["compute_instances"].size(), 1u) << now.dump(2);
+    if (retried) {
+      EXPECT_EQ(now[0]["id"], made[0]["id"]) << "adopted, not made again";
+    }
+    expect_spec_names(now[0]);
+    EXPECT_TRUE(fs::exists(share_folder + "/limits"));
+    EXPECT_EQ(checkpoint_state(), "PrepareCompleted");
+    records = intent_records(config_.state_dir);
+    ASSERT_EQ(records.size(), 1u);
+    EXPECT_EQ(records[0]["step"], "Ready");
+    // A second prepare of the same claim: the same answer, nothing new on the GPU.
+    dra1::NodePrepareResourcesResponse again;
+    ASSERT_TRUE(kubelet.prepare_v1({uid}, &again).ok());
+    EXPECT_EQ(again.claims().at(uid).SerializeAsString(),
+              prepared.claims().at(uid).SerializeAsString());
+    EXPECT_EQ(instances(), now);
+
+    dra1::NodeUnprepareResourcesResponse unprepared;
+    ASSERT_TRUE(kubelet.unprepare_v1({uid}, &unprepared).ok());
+    EXPECT_EQ(unprepared.claims().at(uid).error(), "") << logs();
+    EXPECT_EQ(instances(), json::array());
+    EXPECT_TRUE(intent_records(config_.state_dir).empty());
+    EXPECT_TRUE(fs::is_empty(config_.cdi_dir));
+    EXPECT_TRUE(fs::is_empty(config_.state_dir + "/shares"));
+    EXPECT_EQ(restarted.stop(), 0) << logs();
+  }
+}
+
+// The agent process killed from outside (SIGKILL to its container) at a moment its prepare has an
+// intent record (<state>/mig/*.json), wherever the lifecycle then is: the restarted agent's
+// answer to kubelet's retry is one instance at the allocated placement, with its compute instance,
+// named by the CDI spec, and unprepare leaves nothing. Each round kills a little later and says in
+// the test's output which step the record was in at the kill.
+TEST_F(NodeAgentTest, AnAgentKilledWhileItsMigIntentIsRecordedLeaksNothingWhenRestarted) {
+  use_simulated_mig("capable");
+  config_.allow_mig_mode_change = true;
+  const std::string uid = "e2000000-0000-4000-8000-000000000002";
+  api_.add_claim("ns-" + uid, "claim-" + uid,
+                 testing::written_claim("claim-" + uid, uid,
+                                        {{"gpu", "gpu-0-mig-3g71gb-4", "s1", "8Gi", "20"}})
+                     .dump());
+  const std::string pod = "0f0f0f0f-0000-4000-8000-00000000000f";
+  const fs::path registration =
+      fs::path(config_.kubelet_registry_dir) / (std::string(kDriverName) + "-" + pod + "-reg.sock");
+  const fs::path log = base_ / "agent.log";
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    {
+      AgentProcess agent(config_, pod, log);
+      ASSERT_TRUE(wait_for_server(registration)) << RecordingDoubles::read(log);
+      std::thread prepare([&] {
+        KubeletSimulator kubelet(registration);
+        kubelet.connect();
+        dra1::NodePrepareResourcesResponse response;
+        (void)kubelet.prepare_v1({uid}, &response);  // answered, or cut off by the kill
+      });
+      std::vector<json> records;
+      for (int i = 0; i < 30000 && records.empty(); ++i) {
+        records = intent_records(config_.state_dir);
+        if (records.empty()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      // Later rounds let the prepare run on a little before the kill (0, 2, then 8 ms).
+      std::this_thread::sleep_for(std::chrono::milliseconds(2 * round * round));
+      const bool killed = agent.kill_container();
+      prepare.join();
+      ASSERT_FALSE(records.empty()) << "no intent record appeared\n" << RecordingDoubles::read(log);
+      ASSERT_TRUE(killed);
+      records = intent_records(config_.state_dir);
+      std::cout << "round " << round << ": killed with the record at step "
+                << (records.size() == 1 && records[0].is_object() ? records[0].value("step", "?")
+                                                                  : "(none)")
+                << "; the GPU had " << simulated_mig()["gpu_instances"].size()
+                << " GPU instance(s)\n";
+    }
+    AgentProcess restarted(config_, pod, log);
+    ASSERT_TRUE(wait_for_server(registration)) << RecordingDoubles::read(log);
+    KubeletSimulator kubelet(registration);
     kubelet.connect();
     dra1::NodePrepareResourcesResponse prepared;
     ASSERT_TRUE(kubelet.prepare_v1({uid}, &prepared).ok());
-    EXPECT_EQ(prepared.claims().at(uid).error(), "");
-    EXPECT_EQ(instances_now(), 1u);  // adopted, not created again
-    EXPECT_TRUE(fs::exists(config_.cdi_dir + "/k8s.vgpu.tessera.dev-claim_" + uid + ".json"));
+    ASSERT_EQ(prepared.claims().at(uid).error(), "") << RecordingDoubles::read(log);
+    const json gpu = simulated_mig();
+    EXPECT_EQ(gpu["mig"], "on");
+    const json& made = gpu["gpu_instances"];
+    ASSERT_EQ(made.size(), 1u) << gpu.dump(2);
+    EXPECT_EQ(made[0]["placement"], (json{{"start", 4}, {"size", 4}}));
+    ASSERT_EQ(made[0]["compute_instances"].size(), 1u) << gpu.dump(2);
+    const json spec = json::parse(
+        RecordingDoubles::read(config_.cdi_dir + "/" + cdi_spec_file_name(uid)), nullptr, false);
+    ASSERT_TRUE(spec.is_object());
+    const json& env = spec["devices"][0]["containerEdits"]["env"];
+    EXPECT_NE(std::find(env.begin(), env.end(),
+                        "CUDA_VISIBLE_DEVICES=" +
+                            made[0]["compute_instances"][0]["uuid"].get<std::string>()),
+              env.end())
+        << env.dump();
     dra1::NodeUnprepareResourcesResponse unprepared;
     ASSERT_TRUE(kubelet.unprepare_v1({uid}, &unprepared).ok());
     EXPECT_EQ(unprepared.claims().at(uid).error(), "");
-    EXPECT_EQ(instances_now(), 0u);
+    EXPECT_EQ(simulated_mig()["gpu_instances"], json::array());
+    EXPECT_TRUE(intent_records(config_.state_dir).empty());
+    EXPECT_TRUE(fs::is_empty(config_.cdi_dir));
+    EXPECT_TRUE(fs::is_empty(config_.state_dir + "/shares"));
+    EXPECT_EQ(restarted.stop(), 0) << RecordingDoubles::read(log);
   }
-  crash();
-  ASSERT_EQ(instances_now(), 1u);
-  fs::remove(config_.state_dir + "/checkpoint.json");  // unprepared elsewhere meanwhile
-  {
-    NodeAgent agent(config_, clock_);
-    ASSERT_EQ(agent.start().message(), "");
-    EXPECT_EQ(instances_now(), 0u);
+}
+
+// Bad claims on the simulated MIG GPU, through the kubelet plugin's gRPC into the agent: an
+// allocation naming a profile the GPU does not have, one at a placement off the GPU (start 8 of 8
+// memory slices), and a prepare that needs MIG mode turned on (--allow-mig-mode-change) while a
+// process holds memory on the GPU. Each answer is the claim's error naming the field and the value
+// (or the GPU and the pids in its way); nothing is left half-created: MIG mode and the GPU's
+// instances as they were (`simgpu-ctl mig list`), no CDI spec, no share folder, no intent record.
+// Once the process has gone the same claim is prepared (MIG mode turned on, its instance made).
+// What the simulated GPU cannot be made to do (a published profile or placement NVML then denies,
+// a failed NVML call mid-way) is tested against the NVML double: agent.MigInstances*, MigShare*.
+TEST_F(NodeAgentTest, BadMigClaimsAreRefusedThroughTheKubeletPluginWithNothingHalfCreated) {
+#ifndef HOSTILE_TENANT
+  GTEST_SKIP() << "built without samples: no program to hold memory on the GPU";
+#else
+  use_simulated_mig("capable");
+  config_.allow_mig_mode_change = true;
+  const std::string unknown_profile = "e3000000-0000-4000-8000-000000000003";
+  const std::string off_the_gpu = "e4000000-0000-4000-8000-000000000004";
+  const std::string needs_mig_mode = "e5000000-0000-4000-8000-000000000005";
+  for (const auto& [uid, device] : {std::pair{unknown_profile, "gpu-0-mig-5g99gb-0"},
+                                    std::pair{off_the_gpu, "gpu-0-mig-1g18gb-8"},
+                                    std::pair{needs_mig_mode, "gpu-0-mig-3g71gb-0"}})
+    api_.add_claim(
+        "ns-" + uid, "claim-" + uid,
+        testing::written_claim("claim-" + uid, uid, {{"gpu", device, "s1", "8Gi", "20"}}).dump());
+  NodeAgent agent(config_, clock_);
+  ASSERT_EQ(agent.start().message(), "");
+  PluginServer server(plugin_options(), agent.preparer(), &agent.health());
+  ASSERT_EQ(server.start().message(), "");
+  KubeletSimulator kubelet(server.registration_socket());
+  kubelet.connect();
+  const json before = simulated_mig();
+  ASSERT_EQ(before["mig"], "off") << before.dump(2);
+  auto expect_nothing_made = [&](const std::string& uid) {
+    EXPECT_EQ(simulated_mig(), before);
+    EXPECT_TRUE(intent_records(config_.state_dir).empty());
+    EXPECT_FALSE(fs::exists(config_.cdi_dir + "/" + cdi_spec_file_name(uid)));
+    EXPECT_TRUE(fs::is_empty(config_.state_dir + "/shares"));
+  };
+
+  for (const auto& [uid, device] : {std::pair{unknown_profile, "gpu-0-mig-5g99gb-0"},
+                                    std::pair{off_the_gpu, "gpu-0-mig-1g18gb-8"}}) {
+    SCOPED_TRACE(device);
+    dra1::NodePrepareResourcesResponse prepared;
+    ASSERT_TRUE(kubelet.prepare_v1({uid}, &prepared).ok());
+    EXPECT_EQ(prepared.claims().at(uid).error(),
+              "ResourceClaim ns-" + uid + "/claim-" + uid +
+                  ": status.allocation.devices.results[0]: unknown device " + device +
+                  " in pool node-a");
+    EXPECT_EQ(prepared.claims().at(uid).devices_size(), 0);
+    expect_nothing_made(uid);
+    const json saved = json::parse(RecordingDoubles::read(config_.state_dir + "/checkpoint.json"),
+                                   nullptr, false);  // none yet: no claim was ever prepared
+    EXPECT_FALSE(saved.is_object() && saved.contains(json::json_pointer("/claims/" + uid)))
+        << saved.dump(2);
   }
-  unsetenv("SIMGPU_PROC_ROOT");
+
+  // A process on the whole GPU (MIG mode off): the mode is not changed under it.
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  testing::TenantProcess holder;
+  holder.out = out[0];
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  std::vector<std::string> args{HOSTILE_TENANT, "--attack", "none", "--bytes",
+                                std::to_string(1ull << 30)};
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  ASSERT_EQ(posix_spawn(&holder.pid, HOSTILE_TENANT, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  ASSERT_EQ(holder.line(std::chrono::seconds(30)).rfind("held 1073741824", 0), 0u);
+  const json holding = simulated_mig();
+  dra1::NodePrepareResourcesResponse refused;
+  ASSERT_TRUE(kubelet.prepare_v1({needs_mig_mode}, &refused).ok());
+  const std::string error = refused.claims().at(needs_mig_mode).error();
+  EXPECT_EQ(error, "share " + needs_mig_mode + "-gpu-0-mig-3g71gb-0-s1: MIG mode of GPU " +
+                       before["uuid"].get<std::string>() +
+                       " cannot be turned on while processes run on it (pids " +
+                       std::to_string(holder.pid) + ")");
+  EXPECT_EQ(refused.claims().at(needs_mig_mode).devices_size(), 0);
+  EXPECT_EQ(simulated_mig(), holding);
+  EXPECT_EQ(simulated_mig()["mig"], "off");
+  expect_nothing_made(needs_mig_mode);
+  kill(holder.pid, SIGKILL);
+  waitpid(holder.pid, nullptr, 0);
+  holder.pid = 0;
+
+  // Nothing in the way any more: kubelet's retry prepares the claim, its unprepare undoes it.
+  dra1::NodePrepareResourcesResponse prepared;
+  ASSERT_TRUE(kubelet.prepare_v1({needs_mig_mode}, &prepared).ok());
+  ASSERT_EQ(prepared.claims().at(needs_mig_mode).error(), "");
+  const json after = simulated_mig();
+  EXPECT_EQ(after["mig"], "on");
+  ASSERT_EQ(after["gpu_instances"].size(), 1u) << after.dump(2);
+  EXPECT_EQ(after["gpu_instances"][0]["placement"], (json{{"start", 0}, {"size", 4}}));
+  dra1::NodeUnprepareResourcesResponse unprepared;
+  ASSERT_TRUE(kubelet.unprepare_v1({needs_mig_mode}, &unprepared).ok());
+  EXPECT_EQ(unprepared.claims().at(needs_mig_mode).error(), "");
+  EXPECT_EQ(simulated_mig()["gpu_instances"], json::array());
+  EXPECT_TRUE(intent_records(config_.state_dir).empty());
+  EXPECT_TRUE(fs::is_empty(config_.cdi_dir));
+  server.stop();
+  agent.stop();
+#endif
+}
+
+// A crash point the agent does not know stops its start, naming the variable and the value.
+TEST_F(NodeAgentTest, AnUnknownTestKillPointStopsTheStart) {
+  config_.test_kill_at = "after-cdi-spec";
+  NodeAgent agent(config_, clock_);
+  const Status refused = agent.start();
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(),
+            "TESSERA_TEST_KILL_AT \"after-cdi-spec\": expected after-gpu-instance or "
+            "after-compute-instance (a test hook; unset it outside tests)");
 }
 
 TEST_F(NodeAgentTest, AClaimPastTheAdminsBoundsIsHeldToThemAtPrepare) {

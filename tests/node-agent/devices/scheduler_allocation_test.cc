@@ -84,16 +84,20 @@ json json_of(const YAML::Node& node) {
   }
 }
 
-// The chart's DeviceClasses (charts/tessera/templates/deviceclasses.yaml): the default class and
-// the MPS preset, both selecting the driver's devices, and the MIG class (MIG instances only).
+// The chart's DeviceClasses (charts/tessera/templates/deviceclasses.yaml): the default class
+// (whole GPUs only), the MPS preset (the driver's devices) and the MIG class (MIG instances only).
 std::vector<json> device_classes() {
   const json selector = {{{"cel", {{"expression", "device.driver == \"vgpu.tessera.dev\""}}}}};
+  const json gpu_selector = {{{"cel",
+                               {{"expression",
+                                 "device.driver == \"vgpu.tessera.dev\" && "
+                                 "device.attributes[\"vgpu.tessera.dev\"].type == \"gpu\""}}}}};
   const json mig_selector = {{{"cel",
                                {{"expression",
                                  "device.driver == \"vgpu.tessera.dev\" && "
                                  "device.attributes[\"vgpu.tessera.dev\"].type == \"mig\""}}}}};
   return {
-      {{"metadata", {{"name", "vgpu.tessera.dev"}}}, {"spec", {{"selectors", selector}}}},
+      {{"metadata", {{"name", "vgpu.tessera.dev"}}}, {"spec", {{"selectors", gpu_selector}}}},
       {{"metadata", {{"name", "mig.vgpu.tessera.dev"}}}, {"spec", {{"selectors", mig_selector}}}},
       {{"metadata", {{"name", "mps.vgpu.tessera.dev"}}},
        {"spec",
@@ -484,6 +488,42 @@ TEST(SchedulerAllocation, MigShareSamplePacksInsideA3gInstance) {
   Result<json> refused = allocator::allocated(input, share.claim);
   ASSERT_FALSE(refused.is_ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+}
+
+// The default class is for a share of a whole GPU: on a node with MIG instances its samples (and
+// the webhook's shorthand templates) land on the GPU in no MIG mode (gpu-2) only, never inside an
+// instance, and once that GPU is full they are refused although the instances have room.
+TEST(SchedulerAllocation, TheDefaultClassNeverPicksAMigInstance) {
+  std::vector<Sample> samples;
+  for (const Sample& sample : sample_claims(SampleSet::kGpu))
+    if (sample.claim.value(json::json_pointer("/spec/devices/requests/0/exactly/deviceClassName"),
+                           "") == "vgpu.tessera.dev")
+      samples.push_back(sample);
+  ASSERT_GE(samples.size(), 4u);  // one-share, two tenants, extended resource, shorthand
+  for (const Sample& sample : samples) {
+    allocator::AllocatorInput input = mig_node();
+    Result<json> claim = allocator::allocated(input, sample.claim);
+    ASSERT_TRUE(claim.is_ok()) << sample.name << ": " << claim.status().message();
+    EXPECT_EQ((*claim)["status"]["allocation"]["devices"]["results"][0]["device"], "gpu-2")
+        << sample.name;
+  }
+  // 90 cores of gpu-2 taken by three 30-core shares: a fourth finds no whole GPU, while the
+  // 3g instances (100 cores each) would have held it.
+  webhook::ShareRequest request;
+  request.memory_bytes = 8ull << 30;
+  request.cores = 30;
+  const json made = request.claim_template("tessera-samples");
+  allocator::AllocatorInput input = mig_node();
+  for (int i = 0; i < 3; ++i) {
+    Result<json> claim = allocator::allocated(input, claim_from("share", made["spec"]["spec"]));
+    ASSERT_TRUE(claim.is_ok()) << i << ": " << claim.status().message();
+    EXPECT_EQ((*claim)["status"]["allocation"]["devices"]["results"][0]["device"], "gpu-2");
+    input.allocated_claims.push_back(*claim);
+  }
+  Result<json> refused = allocator::allocated(input, claim_from("share", made["spec"]["spec"]));
+  ASSERT_FALSE(refused.is_ok()) << refused->dump();
+  EXPECT_EQ(refused.status().message(),
+            "cannot allocate all claims: request \"gpu\" found no device that fits");
 }
 
 }  // namespace

@@ -1,6 +1,15 @@
 // MigInstances: dynamic MIG instances created at a placement, shared by several shares, destroyed
 // by the last, and left consistent by a crash at any step (the driver double stops where NVML
 // cannot be stopped); bad input refused with nothing created.
+//
+// On the NVML double because the simulated GPU cannot do it: a profile or placement MigInstances
+// is handed that the GPU's NVML then does not list (the agent only publishes what NVML lists, so
+// through the agent such a device is refused earlier as unknown:
+// agent.NodeAgentTest.BadMigClaimsAreRefusedThroughTheKubeletPluginWithNothingHalfCreated), an NVML
+// call failing between two steps (AFailedStepUndoesWhatTheCallCreated), a destroy NVML refuses
+// (ReleaseOfAnInstanceInUseKeepsItsRecord), and a crash after every durable step rather than only
+// after NVML's two creations (ACrashAtAnyStepThenAReconcileLeavesNothing). The process-kill
+// versions on the simulated GPU: agent.NodeAgentTest.AnAgentKilled*.
 #include "mig/mig_instances.h"
 
 #include <unistd.h>

@@ -4,6 +4,10 @@
 // capability nodes, the limits pages are keyed by the MIG UUID, unprepare destroys what prepare
 // created (the last share of an instance), a crash between the instance and the CDI spec leaks
 // nothing, bad input creates nothing, and a static instance is never created or destroyed.
+// On the NVML double, which can stop the lifecycle between two NVML calls and put a stranger's
+// instance over a placement the share manager was already given; the same paths through the real
+// agent process and the simulated GPU: agent.NodeAgentTest.DynamicMig*, AnAgentKilled*,
+// BadMigClaims*.
 #include <unistd.h>
 
 #include <algorithm>
