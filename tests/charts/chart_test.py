@@ -259,6 +259,9 @@ def check_promises(ctx, docs):
     expect(default_selector == 'device.driver == "vgpu.tessera.dev" && '
                                'device.attributes["vgpu.tessera.dev"].type == "gpu"',
            f"the default class selects whole GPUs only, never a MIG instance: {default_selector}")
+    mps_selector = classes["mps.vgpu.tessera.dev"]["spec"]["selectors"][0]["cel"]["expression"]
+    expect(mps_selector == default_selector,
+           f"the MPS preset selects whole GPUs only, as the default class: {mps_selector}")
     webhook_classes = [a for a in find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
                        if a.startswith("--device-class=")]
     expect(webhook_classes == ["--device-class=vgpu.tessera.dev,mps.vgpu.tessera.dev,mig.vgpu.tessera.dev"],

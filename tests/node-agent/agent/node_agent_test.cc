@@ -594,8 +594,8 @@ TEST_F(NodeAgentTest, AnAgentKilledRightAfterNvmlCreatedItsMigInstanceLeaksNothi
                                         {{"gpu", "gpu-0-mig-2g35gb-2", "s1", "8Gi", "20"}})
                      .dump());
   const std::string pod = "0e0e0e0e-0000-4000-8000-00000000000e";
-  const fs::path registration =
-      fs::path(config_.kubelet_registry_dir) / (std::string(kDriverName) + "-" + pod + "-reg.sock");
+  const fs::path registration = fs::path(config_.kubelet_registry_dir) /
+                                (std::string(vgpu_config::kDriverName) + "-" + pod + "-reg.sock");
   const std::string cdi_spec = config_.cdi_dir + "/" + cdi_spec_file_name(uid);
   const std::string share_folder = config_.state_dir + "/shares/" + uid + "-gpu-0-mig-2g35gb-2-s1";
   const fs::path killed_log = base_ / "killed-agent.log", restarted_log = base_ / "agent.log";
@@ -716,8 +716,8 @@ TEST_F(NodeAgentTest, AnAgentKilledWhileItsMigIntentIsRecordedLeaksNothingWhenRe
                                         {{"gpu", "gpu-0-mig-3g71gb-4", "s1", "8Gi", "20"}})
                      .dump());
   const std::string pod = "0f0f0f0f-0000-4000-8000-00000000000f";
-  const fs::path registration =
-      fs::path(config_.kubelet_registry_dir) / (std::string(kDriverName) + "-" + pod + "-reg.sock");
+  const fs::path registration = fs::path(config_.kubelet_registry_dir) /
+                                (std::string(vgpu_config::kDriverName) + "-" + pod + "-reg.sock");
   const fs::path log = base_ / "agent.log";
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
