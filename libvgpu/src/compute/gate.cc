@@ -78,8 +78,8 @@ struct MeterThread {
   PendingBoard* pending_board = nullptr;  // `tessera run` shares: timed devices' pending spans
   Meter* meter = nullptr;
   Region* region = nullptr;
-  int share = -1;  // the region's position
-  PendingSpan taken[kPendingQueue] = {};
+  int share = -1;                // the region's position
+  PendingSpan* taken = nullptr;  // room for kPendingQueue spans (publish_pending)
 };
 
 // Publishes the spans this process's timed launches of the share were pending (every process of
@@ -93,7 +93,7 @@ void publish_pending(MeterThread& parts, int64_t now_ns) {
   while (devices != 0) {
     const int device = __builtin_ctzll(devices);
     devices &= devices - 1;
-    PendingSpan of_device[kPendingQueue];
+    PendingSpan of_device[kPendingQueue];  // 6 KiB of the thread's 256
     int n = 0;
     for (int i = 0; i < count; ++i) {
       if (parts.taken[i].device == device) of_device[n++] = parts.taken[i];
@@ -144,6 +144,7 @@ void start_thread(int r) {
   alignas(PendingBoard) static unsigned char pending_storages[kMaxShares][sizeof(PendingBoard)];
   alignas(Meter) static unsigned char meter_storages[kMaxShares][sizeof(Meter)];
   static MeterThread all_parts[kMaxShares];
+  static PendingSpan taken_spans[kMaxShares][kPendingQueue];  // zero-filled storage
   MeterThread& parts = all_parts[r];
   unsigned char* nvml_storage = nvml_storages[r];
   unsigned char* agent_storage = agent_storages[r];
@@ -153,6 +154,7 @@ void start_thread(int r) {
   unsigned char* own_storage = own_storages[r];
   parts.region = &region;
   parts.share = r;
+  parts.taken = taken_spans[r];
   BusySource* source = nullptr;
   PriorityBoard* board = nullptr;
   if (limits->measure_source.load(std::memory_order_acquire) == share::kMeasureAgent) {

@@ -19,7 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "compute/timed_launch.h"
+#include "compute/pending_span.h"
 #include "tessera/share_region.h"
 
 namespace tessera::vgpu::compute {

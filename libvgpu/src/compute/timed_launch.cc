@@ -42,21 +42,25 @@ struct Reference {
 __thread Reference t_reference __attribute__((tls_model("initial-exec"))) = {};
 constexpr int64_t kReferenceAge = 250'000'000;
 
-// Per share, the spans collected but not yet published (the meter thread takes them).
+// Per share, the spans collected but not yet published (the meter thread takes them):
+// g_queued[share][0, count). The spans live apart from their locks so that they are zero-filled
+// storage, not 48 KiB of initialised data in every process's shim; they are guarded by their
+// queue's lock all the same.
 struct PendingQueue {
   SpinLock lock{LockRank::kPendingSpans};
-  PendingSpan spans[kPendingQueue] TESSERA_GUARDED_BY(lock);
   int count TESSERA_GUARDED_BY(lock) = 0;
 };
 constinit PendingQueue g_pending[kMaxShares];
+PendingSpan g_queued[kMaxShares][kPendingQueue];
 
 void push_pending(int share, const PendingSpan& span) {
   if (share < 0 || share >= kMaxShares || span.device < 0 || span.end_ns <= span.start_ns) return;
   PendingQueue& queue = g_pending[share];
+  PendingSpan* spans = g_queued[share];
   SpinGuard guard(queue.lock);
   // Spans that touch are one: a launch queued behind the previous one starts where it ended.
   for (int i = queue.count - 1; i >= 0; --i) {
-    PendingSpan& last = queue.spans[i];
+    PendingSpan& last = spans[i];
     if (last.device != span.device) continue;
     const bool touching = span.start_ns <= last.end_ns && span.end_ns >= last.start_ns;
     if (touching || queue.count == kPendingQueue) {
@@ -67,7 +71,7 @@ void push_pending(int share, const PendingSpan& span) {
     }
     break;
   }
-  if (queue.count < kPendingQueue) queue.spans[queue.count++] = span;
+  if (queue.count < kPendingQueue) spans[queue.count++] = span;
 }
 
 // Where the entry's launch was pending, in CLOCK_MONOTONIC. Without a reference in its context
@@ -204,10 +208,11 @@ void collect_timed() {
 int take_pending(int share, PendingSpan* out, int capacity) {
   if (share < 0 || share >= kMaxShares) return 0;
   PendingQueue& queue = g_pending[share];
+  PendingSpan* spans = g_queued[share];
   SpinGuard guard(queue.lock);
   const int taken = queue.count < capacity ? queue.count : capacity;
-  for (int i = 0; i < taken; ++i) out[i] = queue.spans[i];
-  for (int i = taken; i < queue.count; ++i) queue.spans[i - taken] = queue.spans[i];
+  for (int i = 0; i < taken; ++i) out[i] = spans[i];
+  for (int i = taken; i < queue.count; ++i) spans[i - taken] = spans[i];
   queue.count -= taken;
   return taken;
 }

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "compute/pending_span.h"
 #include "tessera/share_region.h"
 
 namespace tessera::vgpu::compute {
@@ -32,14 +33,6 @@ struct TimedLaunch {
   share::ProcessSlot* slot = nullptr;
   int share = -1;   // the share's position in the shim's regions
   int device = -1;  // the launch's device in that share's limits page
-};
-
-// A span during which one of this process's timed launches was pending on its device (queued
-// behind nothing of its own, or running), CLOCK_MONOTONIC.
-struct PendingSpan {
-  int64_t start_ns = 0;
-  int64_t end_ns = 0;
-  int device = -1;  // limits-page index
 };
 
 inline constexpr int kPendingQueue = 256;
