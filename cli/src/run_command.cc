@@ -339,6 +339,10 @@ Result<std::string> find_libvgpu(const std::string& dir) {
 
 Result<int> run(const RunOptions& options) {
   TESSERA_ASSIGN_OR_RETURN(std::vector<GpuInfo> listed, list_gpus());
+  // On a GPU in MIG mode CUDA's devices are its MIG devices: the share names them too, so that a
+  // limit applies inside an instance (CUDA_VISIBLE_DEVICES=MIG-<uuid>).
+  TESSERA_ASSIGN_OR_RETURN(std::vector<GpuInfo> migs, list_mig_devices());
+  listed.insert(listed.end(), migs.begin(), migs.end());
   const std::vector<GpuInfo> gpus = std::move(listed);
   uint32_t priority = share::kPriorityNormal;
   if (!options.priority.empty() && !vgpu::parse_priority(options.priority, &priority)) {

@@ -20,8 +20,11 @@ Status apply_entries(const std::vector<GpuInfo>& gpus, const vgpu::MemoryLimitSp
     const vgpu::LimitEntry& entry = spec.entries[i];
     share_folder::DeviceLimit* target = nullptr;
     for (size_t g = 0; g < gpus.size(); ++g) {
-      const bool match = entry.ordinal >= 0 ? gpus[g].index == static_cast<unsigned>(entry.ordinal)
-                                            : gpus[g].uuid == entry.uuid;
+      // An index names a whole GPU; a MIG device is named by its UUID.
+      const bool match =
+          entry.ordinal >= 0
+              ? gpus[g].index == static_cast<unsigned>(entry.ordinal) && gpus[g].parent_uuid.empty()
+              : gpus[g].uuid == entry.uuid;
       if (match) target = &limits[g];
     }
     if (!target) {

@@ -119,4 +119,29 @@ Result<std::vector<GpuInfo>> list_gpus() {
   return gpus;
 }
 
+Result<std::vector<GpuInfo>> list_mig_devices() {
+  TESSERA_ASSIGN_OR_RETURN(const nvml::Session session, nvml::Session::open());
+  std::vector<GpuInfo> devices;
+  if (!session.library().require(nvml::kMigEntryPoints).is_ok()) return devices;
+  TESSERA_ASSIGN_OR_RETURN(unsigned count, session.device_count());
+  for (unsigned i = 0; i < count; ++i) {
+    TESSERA_ASSIGN_OR_RETURN(nvmlDevice_t parent, session.device_by_index(i));
+    Result<nvml::MigMode> mode = session.mig_mode(parent);
+    if (!mode.is_ok() || mode->current != NVML_DEVICE_MIG_ENABLE) continue;  // no MIG, or off
+    TESSERA_ASSIGN_OR_RETURN(std::string parent_uuid, session.uuid(parent));
+    TESSERA_ASSIGN_OR_RETURN(std::vector<nvmlDevice_t> migs, session.mig_devices(parent));
+    for (nvmlDevice_t mig : migs) {
+      GpuInfo device;
+      device.index = i;
+      device.parent_uuid = parent_uuid;
+      TESSERA_ASSIGN_OR_RETURN(device.uuid, session.uuid(mig));
+      TESSERA_ASSIGN_OR_RETURN(device.product_name, session.name(mig));
+      TESSERA_ASSIGN_OR_RETURN(nvmlMemory_t memory, session.memory(mig));
+      device.memory_bytes = memory.total;
+      devices.push_back(std::move(device));
+    }
+  }
+  return devices;
+}
+
 }  // namespace tessera

@@ -9,8 +9,9 @@
 //   5     Shim::gpu_lock          state.h        appending a GPU to Shim::gpus
 //   6     Region::claim_lock_     region.h       claiming this process's slot in a share
 //   7     Tracker::lock_          tracker.h      the handle table
+//   8     PendingQueue::lock   timed_launch.cc  a share's pending spans not yet published
 //
-// Ranks 5 to 7 are leaves: nothing is locked under them. The reservation path runs under ranks
+// Ranks 5 to 8 are leaves: nothing is locked under them. The reservation path runs under ranks
 // 1 to 3 (a context, a graph launch, a pool allocation reserve memory), and the ledger (4) is
 // taken inside a reservation when the context cost changed; so nothing that holds the ledger may
 // reach the pools: the before-refusal callback (pools.cc, settle_idle_pools) runs only with the
@@ -38,6 +39,7 @@ enum class LockRank : uint8_t {
   kGpus = 5,
   kSlotClaim = 6,
   kTracker = 7,
+  kPendingSpans = 8,
 };
 
 // The run-time order check (lock_order.cc): the ranks this thread holds, one bit each; taking a

@@ -137,6 +137,28 @@ TEST(PlanShareCompute, CoresRequestsForEveryGpuOrPerGpu) {
   EXPECT_EQ(limits[0].cores_limit, 100u);
 }
 
+// On a GPU in MIG mode its MIG devices are in the share too (list_mig_devices): one percent for
+// every device reaches them, an index names only the whole GPU, a MIG UUID the instance.
+TEST(PlanShareCompute, AMigDeviceIsNamedByItsUuidNotItsParentsIndex) {
+  GpuInfo instance = h200(0, "MIG-cccc");
+  instance.parent_uuid = "GPU-aaaa";
+  instance.memory_bytes = 71ull << 30;
+  const std::vector<GpuInfo> gpus = {h200(0, "GPU-aaaa"), instance};
+  std::vector<share_folder::DeviceLimit> limits;
+  std::string error;
+  ASSERT_TRUE(planned(plan_share(gpus, ShareAsk{"", "", "30", ""}), limits, error)) << error;
+  ASSERT_EQ(limits.size(), 2u);
+  EXPECT_EQ(limits[1].uuid, "MIG-cccc");
+  EXPECT_EQ(limits[1].cores_request, 30u);
+  ASSERT_TRUE(planned(plan_share(gpus, ShareAsk{"", "", "0=50", ""}), limits, error)) << error;
+  EXPECT_EQ(limits[0].cores_request, 50u);
+  EXPECT_EQ(limits[1].cores_request, 100u) << "an index is the whole GPU's";
+  ASSERT_TRUE(planned(plan_share(gpus, ShareAsk{"", "", "MIG-cccc=40", ""}), limits, error))
+      << error;
+  EXPECT_EQ(limits[0].cores_request, 100u);
+  EXPECT_EQ(limits[1].cores_request, 40u);
+}
+
 TEST(PlanShareCompute, CoresZeroIsBestEffortUpToTheWholeGpuOrItsLimit) {
   std::vector<share_folder::DeviceLimit> limits;
   std::string error;

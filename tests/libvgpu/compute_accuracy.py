@@ -15,7 +15,10 @@ best-effort share, both burning), best-effort (--cores 0 alone), burstable (requ
 alone), takeover (the meter's leader process is
 killed: another process of the share leads), priority (a high share's p99 latency
 while a low share saturates), path-<launch> (cores 30 through one of compute-burn's launch paths),
-probe-<entry point> (cores 30 through one entry point, with compute_probe).
+probe-<entry point> (cores 30 through one entry point, with compute_probe), unmeasured (cores 30
+and 50 alone where NVML has no per-process utilisation: launches timed by the shim),
+unmeasured-shares (30/70 there, judged as `shares`), unmeasured-instances (30/70 inside one
+instance of a simulated MIG GPU, an unlimited burn in another; needs --simgpu-ctl).
 
 GPU time of a tenant = kernels x kernel time / wall time: the simulator's kernel time is exact
 (waves x SIMGPU_KERNEL_US), so this is an independent measurement, not the shim's own figure.
@@ -209,18 +212,8 @@ def shares(h, seconds, quotas, kernel_us, processes=1):
     reachable = h.busy_percent([base])
     tenants = [h.start(["--cores", str(q)], processes=processes, seconds=seconds) for q in quotas]
     results = [h.finish(t) for t in tenants]
-    busy = [h.busy_percent(reports) for reports in results]
-    for index, (quota, value) in enumerate(zip(quotas, busy)):
-        # Owed its quota, or where quotas add up to more than this machine drove the GPU alone
-        # (launches are CPU-bound on a loaded machine), what was left of that beyond the others.
-        others = sum(busy) - value
-        owed = round(min(quota, max(0.0, reachable - others)), 2)
-        line = f"FIGURE share{quota}_gpu_percent = {value:.2f}"
-        ok = owed - 3 <= value <= quota + 3
-        line += f" (expected {owed - 3:.2f} to {quota + 3}: {'ok' if ok else 'FAIL'})"
-        if not ok:
-            FAILURES.append(line)
-        print(line, flush=True)
+    judge_shares([f"share{q}" for q in quotas], quotas,
+                 [h.busy_percent(reports) for reports in results], reachable)
 
 
 class Sample(ctypes.Structure):
@@ -536,49 +529,92 @@ def unmeasured(h, seconds):
                             f"{process.summary!r}")
 
 
-def unmeasured_shares(h, seconds):
-    """Two shares on one device NVML cannot measure (a MIG instance), 30 and 70, each timing its own
-    launches. Each launch's events also span the time the device gave the other share meanwhile;
-    the shares' meters take out their part of the overlap through the priority board. Judged on
-    the meter's accounting (machine speed moves the rates, not this): the GPU time each share was
-    charged against its kernels x kernel time, and neither share above its quota."""
-    h.env["SIMGPU_NVML_UTILIZATION"] = "unsupported"
+def judge_shares(names, quotas, busy, reachable):
+    """Each share owed its quota, or where quotas add up to more than this machine drove the GPU
+    alone (launches are CPU-bound on a loaded machine), what was left of that beyond the others;
+    never above its quota. +/-3 points either way (the `shares` verdict)."""
+    for name, quota, value in zip(names, quotas, busy):
+        others = sum(busy) - value
+        owed = round(min(quota, max(0.0, reachable - others)), 2)
+        line = f"FIGURE {name}_gpu_percent = {value:.2f}"
+        ok = owed - 3 <= value <= quota + 3
+        line += f" (expected {owed - 3:.2f} to {quota + 3}: {'ok' if ok else 'FAIL'})"
+        if not ok:
+            FAILURES.append(line)
+        print(line, flush=True)
+
+
+def charged_vs_kernels(h, name, reports, tenant):
+    """The GPU time the share's meter charged it (`tessera run --verbose`) against its kernels x
+    kernel time: printed, not judged (the quota verdict is on the kernels)."""
+    # One line per device of the share (on a MIG GPU the parent too, where nothing ran).
+    used = re.findall(r"GPU time used ([0-9.]+) s", tenant.summary)
+    if not used:
+        FAILURES.append(f"{name}: no usage summary in {tenant.summary!r}")
+        return
+    kernels = sum(r["kernels"] for r in reports) + len(reports)  # and the warm-up kernels
+    figure(f"{name}_charged_vs_kernels_percent",
+           100.0 * sum(float(u) for u in used) / (kernels * h.kernel_us * 1e-6))
+
+
+def timed_shares(h, seconds, quotas, env=None, burn_env=None):
+    """Shares `quotas` on one device NVML cannot measure (`env` picks it), each timing its own
+    launches, judged as `shares` is against what a timed cores-99 share reached there alone (timed
+    launches cost the launching thread CPU). With `burn_env`, an unlimited burn runs on another
+    device meanwhile. Returns the burn's GPU-time percent (None without one)."""
     h.kernel(SHORT_US)
-    tenants = [h.start(["--cores", str(q), "--verbose"], seconds=seconds) for q in (30, 70)]
+    timed_base = h.finish(h.start(["--cores", "99"], seconds=min(seconds, 2.0), env=env))[0]
+    reachable = h.busy_percent([timed_base])
+    figure("timed_cores99_gpu_percent", reachable)
+    burn = h.start(None, seconds=seconds + 1.0, env=burn_env) if burn_env is not None else None
+    tenants = [h.start(["--cores", str(q), "--verbose"], seconds=seconds, env=env)
+               for q in quotas]
     results = [h.finish(t) for t in tenants]
-    for quota, reports, tenant in zip((30, 70), results, tenants):
-        figure(f"unmeasured_share{quota}_gpu_percent", h.busy_percent(reports))
-        if h.busy_percent(reports) > quota + 3:
-            FAILURES.append(f"share {quota}: above its quota")
-        used = re.search(r"GPU time used ([0-9.]+) s", tenant.summary)
-        if not used:
-            FAILURES.append(f"share {quota}: no usage summary in {tenant.summary!r}")
-            continue
-        kernels = sum(r["kernels"] for r in reports) + len(reports)  # and the warm-up kernels
-        figure(f"unmeasured_share{quota}_charged_vs_kernels_percent",
-               100.0 * float(used.group(1)) / (kernels * h.kernel_us * 1e-6))
+    burn_percent = h.busy_percent(h.finish(burn)) if burn is not None else None
+    names = [f"unmeasured_share{q}" for q in quotas]
+    judge_shares(names, quotas, [h.busy_percent(r) for r in results], reachable)
+    for name, reports, tenant in zip(names, results, tenants):
+        charged_vs_kernels(h, name, reports, tenant)
+        if "timed by the shim" not in tenant.summary:
+            FAILURES.append(f"{name}: the shim did not say it times the launches")
+    return burn_percent
+
+
+def unmeasured_shares(h, seconds):
+    """Two shares on one device NVML cannot measure (SIMGPU_NVML_UTILIZATION=unsupported, as inside
+    a MIG instance), 30 and 70, each timing its own launches. Each process publishes the spans its
+    launches were pending on the device's pending board, and each share is charged its equal part
+    of the time at each moment: held as on a whole GPU."""
+    h.env["SIMGPU_NVML_UTILIZATION"] = "unsupported"
+    h.env["TESSERA_LOG_LEVEL"] = "info"  # the line that says the launches are timed
+    timed_shares(h, seconds, [30, 70])
+
+
+def mig_instances(h, count, profile):
+    """A simulated H200 in MIG mode with `count` instances of `profile` made through the simulated
+    NVML (simgpu-ctl, as nvidia-smi mig does): their MIG UUIDs."""
+    h.env["SIMGPU_DEVICES"] = "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0,mig=on"
+    uuids = []
+    for _ in range(count):
+        made = subprocess.run([h.args.simgpu_ctl, "mig", "create", "0", profile], env=h.env,
+                              capture_output=True, text=True, check=True)
+        uuids.append(re.search(r'"(MIG-[0-9a-f-]+)"', made.stdout).group(1))
+    return uuids
 
 
 def unmeasured_instances(h, seconds):
-    """Two MIG instances of one GPU, as CUDA presents them (each its own device, named "<parent> MIG
-    <profile>"; SIMGPU_NVML_UTILIZATION=unsupported as on MIG): a cores-30 share sees only the
-    first instance (CUDA_VISIBLE_DEVICES), an unlimited burn saturates the second. The burn is on
-    another device: the share's timed launches, its meter and its board never see it, so the share
-    holds its quota as if alone and is charged exactly its kernels' time."""
-    instance = "name=NVIDIA H100 80GB HBM3 MIG 3g.40gb,memory=40448Mi,sms=60,cc=9.0"
-    h.env["SIMGPU_DEVICES"] = f"{instance};{instance}"
-    h.env["SIMGPU_NVML_UTILIZATION"] = "unsupported"
-    h.kernel(SHORT_US)
-    first, second = {"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}
-    timed_base = h.finish(h.start(["--cores", "99"], seconds=seconds, env=first))[0]
-    figure("timed_cores99_gpu_percent", h.busy_percent([timed_base]))
-    other = h.start(None, seconds=seconds + 1.0, env=second)
-    process = h.start(["--cores", "30", "--verbose"], seconds=seconds, env=first)
-    r = h.finish(process)[0]
-    burn = h.finish(other)[0]
-    figure("other_instance_unlimited_gpu_percent", h.busy_percent([burn]))
-    quota_figures(h, "instance0_cores30", r, timed_base, 30)
-    check_summary(h, process.summary, r, 30)
+    """A MIG GPU of the simulator with two 3g instances (each with SMs of its own: a kernel on one
+    takes no time from the other). Shares 30 and 70 in the first (CUDA_VISIBLE_DEVICES=MIG-<uuid>;
+    NVML has no utilisation on a MIG GPU, so their launches are timed), an unlimited burn in the
+    second: the shares are held as on a whole GPU, and the burn does not slow them (it is on
+    another device: their spans, board and meters never see it)."""
+    h.env["TESSERA_LOG_LEVEL"] = "info"
+    first, second = mig_instances(h, 2, "3g.71gb")
+    burn = timed_shares(h, seconds, [30, 70], env={"CUDA_VISIBLE_DEVICES": first},
+                        burn_env={"CUDA_VISIBLE_DEVICES": second})
+    figure("other_instance_unlimited_gpu_percent", burn)
+    if burn < 50:
+        FAILURES.append(f"the burn on the other instance reached only {burn:.1f}%: not saturating")
 
 
 def main():
@@ -588,6 +624,7 @@ def main():
     parser.add_argument("--probe", help="compute_probe, for the probe-<entry point> scenarios")
     parser.add_argument("--lib-dir", required=True)
     parser.add_argument("--libvgpu", help="libvgpu.so, for the no-time scenario")
+    parser.add_argument("--simgpu-ctl", help="simgpu-ctl, for the unmeasured-instances scenario")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("scenario")
     args = parser.parse_args()

@@ -23,6 +23,9 @@ struct GpuInfo {
   std::string driver_version;  // "580.159.04"
   std::string pci_bus_id;      // "0000:3b:00.0" (lower case, 4-digit domain)
   uint64_t memory_bytes = 0;
+  // A MIG device (list_mig_devices): its parent GPU's UUID; `index` is the parent's. Empty for a
+  // whole GPU.
+  std::string parent_uuid;
   bool operator==(const GpuInfo&) const = default;
 };
 
@@ -31,5 +34,11 @@ struct GpuInfo {
 // kFailedPrecondition when the library lacks an entry point or NVML says Not Supported (a driver
 // or GPU too old).
 Result<std::vector<GpuInfo>> list_gpus();
+
+// The MIG devices (one per compute instance) of the node's GPUs whose MIG mode is on, each with
+// its MIG UUID ("MIG-..."), name, memory and its parent's UUID and index: what CUDA shows as
+// devices on a MIG GPU (mig-facts.md section 3). Empty where no GPU has MIG on, or the library
+// lacks the MIG entry points.
+Result<std::vector<GpuInfo>> list_mig_devices();
 
 }  // namespace tessera

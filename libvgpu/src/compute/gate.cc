@@ -10,6 +10,7 @@
 
 #include "compute/meter.h"
 #include "compute/nvml_source.h"
+#include "compute/pending_board.h"
 #include "compute/priority_board.h"
 #include "hooks.h"
 #include "log.h"
@@ -74,9 +75,32 @@ struct MeterThread {
   OwnSource* own = nullptr;
   LimitsYield* agent_yield = nullptr;
   UserBoard* user_board = nullptr;
+  PendingBoard* pending_board = nullptr;  // `tessera run` shares: timed devices' pending spans
   Meter* meter = nullptr;
   Region* region = nullptr;
+  int share = -1;                // the region's position
+  PendingSpan* taken = nullptr;  // room for kPendingQueue spans (publish_pending)
 };
+
+// Publishes the spans this process's timed launches of the share were pending (every process of
+// the share, leader or not: the leader charges each process its part of the time it was pending).
+void publish_pending(MeterThread& parts, int64_t now_ns) {
+  if (!parts.pending_board) return;
+  const int count = take_pending(parts.share, parts.taken, kPendingQueue);
+  // Per device, in the order taken (publish() takes one device's spans at a time).
+  uint64_t devices = 0;
+  for (int i = 0; i < count; ++i) devices |= 1ull << parts.taken[i].device;
+  while (devices != 0) {
+    const int device = __builtin_ctzll(devices);
+    devices &= devices - 1;
+    PendingSpan of_device[kPendingQueue];  // 6 KiB of the thread's 256
+    int n = 0;
+    for (int i = 0; i < count; ++i) {
+      if (parts.taken[i].device == device) of_device[n++] = parts.taken[i];
+    }
+    parts.pending_board->publish(device, of_device, n, now_ns);
+  }
+}
 
 void* meter_main(void* argument) {
   auto* parts = static_cast<MeterThread*>(argument);
@@ -87,6 +111,12 @@ void* meter_main(void* argument) {
       slot->launches.store(own_launches(), std::memory_order_relaxed);
     }
     int64_t next = now + meter.timing().follower_period_ns;
+    // Where launches are timed, every process publishes its pending spans every period.
+    const bool timing = g_timed_masks[parts->share].load(std::memory_order_acquire) != 0;
+    if (timing) {
+      publish_pending(*parts, now);
+      next = now + meter.timing().period_ns;
+    }
     if (!g_exiting.load(std::memory_order_acquire) && meter.lead(now)) next = meter.tick(now);
     sleep_until(next);
   }
@@ -111,8 +141,10 @@ void start_thread(int r) {
   alignas(LimitsYield) static unsigned char yield_storages[kMaxShares][sizeof(LimitsYield)];
   alignas(UserBoard) static unsigned char board_storages[kMaxShares][sizeof(UserBoard)];
   alignas(OwnSource) static unsigned char own_storages[kMaxShares][sizeof(OwnSource)];
+  alignas(PendingBoard) static unsigned char pending_storages[kMaxShares][sizeof(PendingBoard)];
   alignas(Meter) static unsigned char meter_storages[kMaxShares][sizeof(Meter)];
   static MeterThread all_parts[kMaxShares];
+  static PendingSpan taken_spans[kMaxShares][kPendingQueue];  // zero-filled storage
   MeterThread& parts = all_parts[r];
   unsigned char* nvml_storage = nvml_storages[r];
   unsigned char* agent_storage = agent_storages[r];
@@ -121,6 +153,8 @@ void start_thread(int r) {
   unsigned char* meter_storage = meter_storages[r];
   unsigned char* own_storage = own_storages[r];
   parts.region = &region;
+  parts.share = r;
+  parts.taken = taken_spans[r];
   BusySource* source = nullptr;
   PriorityBoard* board = nullptr;
   if (limits->measure_source.load(std::memory_order_acquire) == share::kMeasureAgent) {
@@ -171,7 +205,14 @@ void start_thread(int r) {
         limits->devices[d].uuid);
   }
   g_timed_masks[r].store(timed, std::memory_order_release);
-  parts.own = new (own_storage) OwnSource(usage, source, &g_timed_masks[r]);
+  // `tessera run` shares of one instance see each other's pending spans on the user's board
+  // folder (pending_board.h); under the agent the shares are in other containers: no board.
+  if (timed != 0 && parts.user_board && !parts.pending_board) {
+    parts.pending_board = new (pending_storages[r])
+        PendingBoard(limits, s.options.device_dir,
+                     UserBoard::share_identity(region.dir(), region.owner()), region.owner());
+  }
+  parts.own = new (own_storage) OwnSource(usage, source, &g_timed_masks[r], parts.pending_board);
   source = parts.own;
   parts.meter =
       new (meter_storage) Meter(limits, usage, source, board, region.owner(), owner_alive, &region);
@@ -281,6 +322,7 @@ void reset_after_fork() {
   g_checked_generation.store(0, std::memory_order_relaxed);
   g_started_shares.store(0, std::memory_order_relaxed);
   g_checking.store(false, std::memory_order_relaxed);
+  reset_pending_after_fork();
   // Until the child's own meters start it keeps obeying the shares' gates (same pages).
 }
 
@@ -307,6 +349,8 @@ bool wait_at_gate(TimedLaunch* timed) {
     if (timed && (g_timed_masks[r].load(std::memory_order_acquire) & bit) != 0 &&
         device_has_compute(*s.regions[r].limits_page(), device)) {
       timed->slot = s.regions[r].own_slot();
+      timed->share = r;
+      timed->device = device;
     }
     if ((area.closed_mask.load(std::memory_order_acquire) & bit) != 0 &&
         Meter::no_time(s.regions[r].limits_page()->devices[device])) {

@@ -1,5 +1,7 @@
 #include "compute/meter.h"
 
+#include "compute/pending_board.h"
+
 #include "tessera/vgpu/usage_counters.h"
 
 namespace tessera::vgpu::compute {
@@ -71,6 +73,26 @@ bool OwnSource::measure(int device, int64_t now_ns, Busy* out) {
     primed_ = true;
     collected_at_ns_ = now_ns;
   }
+  if (pending_ && pending_->usable(device)) {
+    exact_[device] = true;
+    const int64_t to = now_ns - lag_ns_;
+    if (charged_to_[device] == kNotCharged) {
+      charged_to_[device] = to;  // the first window starts here
+      return false;
+    }
+    if (to <= charged_to_[device]) {
+      *out = Busy{};
+      return true;
+    }
+    PendingBoard::Split split;
+    if (pending_->charge(device, charged_to_[device], to, &split)) {
+      charged_to_[device] = to;
+      *out = Busy{split.own_ns, split.others_ns};
+      return true;
+    }
+    // The board was refused just now: what the launches spanned, from here on.
+  }
+  exact_[device] = false;
   if (!window_valid_) return false;
   *out = Busy{static_cast<int64_t>(window_ns_[device]), 0};
   return true;
@@ -78,6 +100,7 @@ bool OwnSource::measure(int device, int64_t now_ns, Busy* out) {
 
 void OwnSource::reset() {
   primed_ = false;
+  for (int64_t& charged_to : charged_to_) charged_to = kNotCharged;
   window_valid_ = false;
   collected_at_ns_ = -1;
   if (inner_) inner_->reset();

@@ -13,6 +13,8 @@
 
 namespace tessera::vgpu::compute {
 
+class PendingBoard;  // pending_board.h
+
 struct Busy {
   int64_t share_ns = 0;   // GPU time of the share's processes since the previous measurement
   int64_t others_ns = 0;  // GPU time of every other process meanwhile
@@ -79,31 +81,50 @@ class AgentSource final : public BusySource {
 };
 
 // The GPU time the share's processes timed themselves (timed_launch.h) on the devices whose bit
-// is set in `timed_mask`: the growth of their slots' gpu_busy_ns (a slot claimed again counts from
-// 0). Every other device is measured by `inner`. A slot's time goes to the timed device its
-// process's contexts are on (ProcessSlot::contexts); a process with contexts on several devices
-// (or none said) is charged its whole timed time on each timed device (more than it used, never
-// less). "Others" are unknown there (0).
+// is set in `timed_mask`. Every other device is measured by `inner`.
+//
+// Exact, where the device's pending board can be used (`pending`, pending_board.h: `tessera run`
+// shares): the share's processes' equal parts of the time they were pending, over windows that end
+// `lag_ns` before now (the time a span takes to be collected, queued and published); "others" are
+// the other processes' parts.
+//
+// Otherwise what the launches spanned: the growth of the slots' gpu_busy_ns (a slot claimed again
+// counts from 0). A slot's time goes to the timed device its process's contexts are on
+// (ProcessSlot::contexts); a process with contexts on several devices (or none said) is charged
+// its whole timed time on each timed device (more than it used, never less). "Others" are unknown
+// there (0), and timed() says the spans include them (Meter::apportion_timed).
 class OwnSource final : public BusySource {
  public:
-  OwnSource(share::UsagePage* usage, BusySource* inner, const std::atomic<uint64_t>* timed_mask)
-      : usage_(usage), inner_(inner), timed_mask_(timed_mask) {}
+  static constexpr int64_t kPendingLag = 25 * kMillisecond;
+
+  OwnSource(share::UsagePage* usage, BusySource* inner, const std::atomic<uint64_t>* timed_mask,
+            PendingBoard* pending = nullptr, int64_t lag_ns = kPendingLag)
+      : usage_(usage), inner_(inner), timed_mask_(timed_mask), pending_(pending), lag_ns_(lag_ns) {
+    for (int64_t& charged_to : charged_to_) charged_to = kNotCharged;
+  }
   bool measure(int device, int64_t now_ns, Busy* out) override;
   void reset() override;
+  // The device is timed and its last measurement is what the launches spanned (not exact).
   bool timed(int device) const override {
-    return (timed_mask_->load(std::memory_order_acquire) >> device) & 1u;
+    return ((timed_mask_->load(std::memory_order_acquire) >> device) & 1u) != 0 && !exact_[device];
   }
 
  private:
   share::UsagePage* usage_;
   BusySource* inner_;
   const std::atomic<uint64_t>* timed_mask_;
+  PendingBoard* pending_;
+  int64_t lag_ns_;
   bool primed_ = false;
   bool window_valid_ = false;  // the look at collected_at_ns_ had a previous one to difference
   int64_t collected_at_ns_ = -1;
   uint64_t window_ns_[share::kMaxDevices] = {};  // per device, the growth found at collected_at_ns_
   uint64_t last_generation_[share::kMaxSlots] = {};
   uint64_t last_busy_[share::kMaxSlots] = {};
+  bool exact_[share::kMaxDevices] = {};  // the last measurement came from the board
+  static constexpr int64_t kNotCharged = INT64_MIN;
+  // The end of the last window charged.
+  int64_t charged_to_[share::kMaxDevices];
 };
 
 struct MeterTiming {

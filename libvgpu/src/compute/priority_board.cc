@@ -60,6 +60,62 @@ void UserBoard::refuse(int device, const char* why) {
       device, dir_, os::effective_user_id(), limits_->devices[device].uuid, why);
 }
 
+int open_user_board(const char* dir, const char* name, const void* initial, size_t size,
+                    const char** why) {
+  char folder[320];
+  std::snprintf(folder, sizeof folder, "%s/tessera-%u", dir, os::effective_user_id());
+  if (os::make_dir(folder, 0700) != 0 && errno != EEXIST) {
+    *why = "cannot be created (mkdir of its folder failed)";
+    return -1;
+  }
+  const Fd folder_fd(os::open(folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat info {};
+  if (folder_fd.get() < 0 || os::stat_fd(folder_fd.get(), &info) != 0) {
+    *why = "is in a folder that cannot be opened (or is a symlink)";
+    return -1;
+  }
+  if (!private_to_user(info)) {
+    *why = "is in a folder of another user or open to others (must be 0700, ours)";
+    return -1;
+  }
+  constexpr int kOpenFlags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+  int fd = os::open_at(folder_fd.get(), name, kOpenFlags);
+  if (fd < 0 && errno == ENOENT) {
+    // Created fully initialised under a temporary name, then linked into place.
+    char temporary[160];
+    std::snprintf(temporary, sizeof temporary, ".%s.%d.tmp", name, os::process_id());
+    const Fd created(os::open_at(folder_fd.get(), temporary,
+                                 O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (created.get() >= 0) {
+      if (os::change_mode(created.get(), 0600) == 0 &&
+          os::write_at(created.get(), initial, size, 0) == static_cast<ssize_t>(size)) {
+        // EEXIST: another process was first.
+        os::link_at(folder_fd.get(), temporary, folder_fd.get(), name);
+      }
+      os::unlink_at(folder_fd.get(), temporary);
+    }
+    fd = os::open_at(folder_fd.get(), name, kOpenFlags);
+  }
+  Fd board(fd);
+  if (board.get() < 0) {
+    *why = "cannot be opened";
+    return -1;
+  }
+  if (os::stat_fd(board.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    *why = "is not a regular file";
+    return -1;
+  }
+  if (!private_to_user(info)) {
+    *why = "belongs to another user or is open to others (must be 0600, ours)";
+    return -1;
+  }
+  if (info.st_size != static_cast<off_t>(size)) {
+    *why = "has the wrong size (remove it to start a new one)";
+    return -1;
+  }
+  return board.release();
+}
+
 int UserBoard::board_fd(int device) {
   if (failed_[device]) return -1;
   if (fds_[device] > 0) return fds_[device] - 1;
@@ -68,63 +124,17 @@ int UserBoard::board_fd(int device) {
     refuse(device, "has no usable device name");
     return -1;
   }
-  char folder[320];
-  std::snprintf(folder, sizeof folder, "%s/tessera-%u", dir_, os::effective_user_id());
-  if (os::make_dir(folder, 0700) != 0 && errno != EEXIST) {
-    refuse(device, "cannot be created (mkdir of its folder failed)");
-    return -1;
-  }
-  const Fd dir(os::open(folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  struct stat info {};
-  if (dir.get() < 0 || os::stat_fd(dir.get(), &info) != 0) {
-    refuse(device, "is in a folder that cannot be opened (or is a symlink)");
-    return -1;
-  }
-  if (!private_to_user(info)) {
-    refuse(device, "is in a folder of another user or open to others (must be 0700, ours)");
-    return -1;
-  }
   char name[96];
   std::snprintf(name, sizeof name, "tessera-device-%s", uuid);
-  constexpr int kOpenFlags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
-  int fd = os::open_at(dir.get(), name, kOpenFlags);
-  if (fd < 0 && errno == ENOENT) {
-    // Created fully initialised under a temporary name, then linked into place.
-    char temporary[128];
-    std::snprintf(temporary, sizeof temporary, ".%s.%d.tmp", name, os::process_id());
-    const Fd created(os::open_at(dir.get(), temporary,
-                                 O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
-    if (created.get() >= 0) {
-      Page initial{};
-      initial.magic = kMagic;
-      initial.version = kVersion;
-      if (os::change_mode(created.get(), 0600) == 0 &&
-          os::write_at(created.get(), &initial, sizeof initial, 0) ==
-              static_cast<ssize_t>(sizeof initial)) {
-        os::link_at(dir.get(), temporary, dir.get(), name);  // EEXIST: another process was first
-      }
-      os::unlink_at(dir.get(), temporary);
-    }
-    fd = os::open_at(dir.get(), name, kOpenFlags);
-  }
-  Fd board(fd);
-  if (board.get() < 0) {
-    refuse(device, "cannot be opened");
-    return -1;
-  }
-  if (os::stat_fd(board.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
-    refuse(device, "is not a regular file");
-    return -1;
-  }
-  if (!private_to_user(info)) {
-    refuse(device, "belongs to another user or is open to others (must be 0600, ours)");
-    return -1;
-  }
-  if (info.st_size != static_cast<off_t>(sizeof(Page))) {
-    refuse(device, "has the wrong size (remove it to start a new one)");
-    return -1;
-  }
   Page page{};
+  page.magic = kMagic;
+  page.version = kVersion;
+  const char* why = nullptr;
+  Fd board(open_user_board(dir_, name, &page, sizeof page, &why));
+  if (board.get() < 0) {
+    refuse(device, why);
+    return -1;
+  }
   if (os::read_at(board.get(), &page, sizeof page, 0) != static_cast<ssize_t>(sizeof page) ||
       page.magic != kMagic || page.version != kVersion) {
     refuse(device, "is not a priority board (remove it to start a new one)");

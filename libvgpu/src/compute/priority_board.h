@@ -12,12 +12,21 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "compute/meter.h"
 #include "tessera/share_region.h"
 
 namespace tessera::vgpu::compute {
+
+// Opens `<dir>/tessera-<uid>/<name>`, creating it (fully initialised with the `size` bytes at
+// `initial`, under a temporary name, then linked into place) when absent: a regular file of this
+// user's, mode 0600, exactly `size` bytes, in a folder of this user's, mode 0700, neither a
+// symlink. The fd (O_CLOEXEC), or -1 with `*why` saying what is wrong. The caller checks the
+// content (magic, version).
+int open_user_board(const char* dir, const char* name, const void* initial, size_t size,
+                    const char** why);
 
 class LimitsYield final : public PriorityBoard {
  public:

@@ -7,6 +7,14 @@
 // process's slot (ProcessSlot::gpu_busy_ns), which the meter's OwnSource differences. A thread
 // with kTimedInFlight launches not yet complete waits for the oldest: the time the shim has not
 // yet seen is bounded. Nothing changes on devices NVML measures.
+//
+// Each collected launch is also placed in time: the span during which it was pending on its
+// device (from its first event, when the work before it on its stream was done, to its second),
+// in CLOCK_MONOTONIC, through a reference event the thread records on a stream of its own, which
+// is always idle, so the reference completes when it is recorded (its host time is known). The
+// spans of a share go into a small queue per share (merged where they touch), which the process's
+// meter thread publishes on the device's pending board (pending_board.h): the shares of one
+// instance charge each process its equal part of the time it was pending.
 #pragma once
 
 #include <cuda.h>
@@ -14,6 +22,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "compute/pending_span.h"
 #include "tessera/share_region.h"
 
 namespace tessera::vgpu::compute {
@@ -22,7 +31,18 @@ namespace tessera::vgpu::compute {
 // is added. Null: the launch is not timed.
 struct TimedLaunch {
   share::ProcessSlot* slot = nullptr;
+  int share = -1;   // the share's position in the shim's regions
+  int device = -1;  // the launch's device in that share's limits page
 };
+
+inline constexpr int kPendingQueue = 256;
+
+// Moves up to `capacity` of share `share`'s collected spans into `out` (oldest first); returns how
+// many. The meter thread calls it every period. A queue that filled up merged its newest spans
+// into its last one (the process looks pending longer than it was: charged more, never less).
+int take_pending(int share, PendingSpan* out, int capacity);
+// In a forked child: the queues' locks and the thread's reference are the parent's.
+void reset_pending_after_fork();
 
 // The stream a launch entry point queues on (the argument lists of hooks.def).
 inline CUstream launch_stream(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -46,7 +66,7 @@ inline constexpr int kTimedInFlight = 16;
 struct LaunchTimer {
   int entry = -1;  // the thread's ring entry holding the launch's events; -1: none
   CUstream stream = nullptr;
-  int64_t began_ns = 0;    // for the host-clock fallback
+  int64_t began_ns = 0;    // for the host-clock fallback, and a span that cannot be placed
   bool capturing = false;  // queued into a graph being captured: nothing runs now, nothing timed
 };
 

@@ -1,0 +1,236 @@
+#include "compute/pending_board.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+
+#include "compute/priority_board.h"
+#include "log.h"
+#include "os/system_calls.h"
+
+namespace tessera::vgpu::compute {
+namespace {
+
+constexpr off_t record_offset(int record) {
+  return static_cast<off_t>(offsetof(PendingBoard::Page, records) +
+                            sizeof(PendingBoard::Record) * static_cast<size_t>(record));
+}
+constexpr size_t kHeaderSize = offsetof(PendingBoard::Record, spans);
+// The longest span one stored entry holds (a longer one is stored as several).
+constexpr int64_t kLongestStored = 4'000'000'000;
+
+}  // namespace
+
+PendingBoard::Split PendingBoard::equal_split(const ProcessSpan* spans, int count, int64_t from_ns,
+                                              int64_t to_ns, Edge* edges) {
+  Split split;
+  int edge_count = 0;
+  for (int i = 0; i < count; ++i) {
+    const int64_t start = std::max(spans[i].start_ns, from_ns);
+    const int64_t end = std::min(spans[i].end_ns, to_ns);
+    if (end <= start || spans[i].process < 0 || spans[i].process >= kRecords) continue;
+    edges[edge_count++] = Edge{start, spans[i].process, +1};
+    edges[edge_count++] = Edge{end, spans[i].process, -1};
+  }
+  std::sort(edges, edges + edge_count,
+            [](const Edge& a, const Edge& b) { return a.at_ns < b.at_ns; });
+  bool own[kRecords] = {};
+  for (int i = 0; i < count; ++i) {
+    if (spans[i].process >= 0 && spans[i].process < kRecords && spans[i].own)
+      own[spans[i].process] = true;
+  }
+  int depth[kRecords] = {};
+  int pending = 0;      // processes with a span open
+  int own_pending = 0;  // of which the share's
+  for (int e = 0; e < edge_count; ++e) {
+    if (e > 0 && pending > 0) {
+      const int64_t length = edges[e].at_ns - edges[e - 1].at_ns;
+      const int64_t own_part = length * own_pending / pending;
+      split.own_ns += own_part;
+      split.others_ns += length * (pending - own_pending) / pending;
+    }
+    const Edge& edge = edges[e];
+    const int before = depth[edge.process];
+    depth[edge.process] += edge.delta;
+    const bool was = before > 0;
+    const bool is = depth[edge.process] > 0;
+    if (was != is) {
+      pending += is ? 1 : -1;
+      if (own[edge.process]) own_pending += is ? 1 : -1;
+    }
+  }
+  return split;
+}
+
+void PendingBoard::refuse(int device, const char* why) {
+  failed_[device] = true;
+  if (fds_[device] > 0) os::close(fds_[device] - 1);
+  fds_[device] = 0;
+  TESSERA_ERROR(
+      "pending board of device %d (%s/tessera-%u/tessera-pending-%s) %s: this share's timed GPU "
+      "time there is what its launches spanned (the other shares' time in it)",
+      device, dir_, os::effective_user_id(), limits_->devices[device].uuid, why);
+}
+
+int PendingBoard::board_fd(int device) {
+  if (device < 0 || device >= static_cast<int>(share::kMaxDevices) || failed_[device]) return -1;
+  if (fds_[device] > 0) return fds_[device] - 1;
+  const char* uuid = limits_->devices[device].uuid;
+  if (!uuid[0] || std::strchr(uuid, '/')) {
+    refuse(device, "has no usable device name");
+    return -1;
+  }
+  char name[96];
+  std::snprintf(name, sizeof name, "tessera-pending-%s", uuid);
+  std::memset(&page_, 0, sizeof page_);
+  page_.magic = kMagic;
+  page_.version = kVersion;
+  const char* why = nullptr;
+  const int fd = open_user_board(dir_, name, &page_, sizeof page_, &why);
+  if (fd < 0) {
+    refuse(device, why);
+    return -1;
+  }
+  uint32_t head[2] = {};
+  if (os::read_at(fd, head, sizeof head, 0) != static_cast<ssize_t>(sizeof head) ||
+      head[0] != kMagic || head[1] != kVersion) {
+    os::close(fd);
+    refuse(device, "is not a pending board (remove it to start a new one)");
+    return -1;
+  }
+  fds_[device] = fd + 1;
+  return fd;
+}
+
+bool PendingBoard::usable(int device) {
+  return board_fd(device) >= 0;
+}
+
+int PendingBoard::claim(int fd, int device, int64_t now_ns) {
+  const uint64_t now = now_ns > 0 ? static_cast<uint64_t>(now_ns) : 0;
+  Record header{};
+  if (mine_[device] > 0) {
+    const int record = mine_[device] - 1;
+    if (os::read_at(fd, &header, kHeaderSize, record_offset(record)) ==
+            static_cast<ssize_t>(kHeaderSize) &&
+        header.process == process_) {
+      return record;
+    }
+    // Taken by another process (two claimed it at once, or ours had expired): claim again.
+    mine_[device] = 0;
+  }
+  const int first = static_cast<int>(process_ % kRecords);
+  for (int k = 0; k < kRecords; ++k) {
+    const int record = (first + k) % kRecords;
+    if (os::read_at(fd, &header, kHeaderSize, record_offset(record)) !=
+        static_cast<ssize_t>(kHeaderSize)) {
+      refuse(device, "was truncated");
+      return -1;
+    }
+    const bool free = header.process == 0 || header.kept_until_ns <= now;
+    if (header.process != process_ && !free) continue;
+    // The count of spans written goes on from the record's: its readers' places stay valid.
+    header.process = process_;
+    header.share = share_;
+    header.kept_until_ns = now + static_cast<uint64_t>(kHold);
+    if (os::write_at(fd, &header, kHeaderSize, record_offset(record)) !=
+        static_cast<ssize_t>(kHeaderSize)) {
+      refuse(device, "cannot be written");
+      return -1;
+    }
+    mine_[device] = record + 1;
+    return record;
+  }
+  if (!full_said_[device]) {
+    full_said_[device] = true;
+    TESSERA_ERROR(
+        "pending board of device %d is full (%d processes): this process's spans are not seen "
+        "by the other shares there",
+        device, kRecords);
+  }
+  return -1;
+}
+
+bool PendingBoard::write_span(int fd, int record, uint64_t number, int64_t start_ns,
+                              uint32_t length_ns) {
+  const Stored stored{start_ns, length_ns, static_cast<uint32_t>(number + 1)};
+  const off_t at = record_offset(record) + static_cast<off_t>(offsetof(Record, spans)) +
+                   static_cast<off_t>(sizeof(Stored) * (number % kSpans));
+  return os::write_at(fd, &stored, sizeof stored, at) == static_cast<ssize_t>(sizeof stored);
+}
+
+void PendingBoard::publish(int device, const PendingSpan* spans, int count, int64_t now_ns) {
+  const int fd = board_fd(device);
+  if (fd < 0) return;
+  const int record = claim(fd, device, now_ns);
+  if (record < 0) return;
+  Record header{};
+  if (os::read_at(fd, &header, kHeaderSize, record_offset(record)) !=
+      static_cast<ssize_t>(kHeaderSize)) {
+    refuse(device, "was truncated");
+    return;
+  }
+  uint64_t written = header.written;
+  for (int i = 0; i < count; ++i) {
+    for (int64_t start = spans[i].start_ns; start < spans[i].end_ns; start += kLongestStored) {
+      const int64_t length = std::min(spans[i].end_ns - start, kLongestStored);
+      if (!write_span(fd, record, written, start, static_cast<uint32_t>(length))) {
+        refuse(device, "cannot be written");
+        return;
+      }
+      ++written;
+    }
+  }
+  // The count last: a reader takes a span only once it is counted and its number matches.
+  header.process = process_;
+  header.share = share_;
+  header.kept_until_ns = static_cast<uint64_t>(now_ns) + static_cast<uint64_t>(kHold);
+  header.written = written;
+  if (os::write_at(fd, &header, kHeaderSize, record_offset(record)) !=
+      static_cast<ssize_t>(kHeaderSize)) {
+    refuse(device, "cannot be written");
+  }
+}
+
+bool PendingBoard::charge(int device, int64_t from_ns, int64_t to_ns, Split* out) {
+  *out = Split{};
+  const int fd = board_fd(device);
+  if (fd < 0) return false;
+  if (os::read_at(fd, &page_, sizeof page_, 0) != static_cast<ssize_t>(sizeof page_) ||
+      page_.magic != kMagic || page_.version != kVersion) {
+    refuse(device, "was truncated or overwritten");
+    return false;
+  }
+  int count = 0;
+  int64_t late_ns = 0;
+  for (int r = 0; r < kRecords; ++r) {
+    const Record& record = page_.records[r];
+    if (record.process == 0) continue;
+    // Spans counted since the last look at this record; none for a record first seen now (its
+    // spans before `from` are from before this share's windows).
+    const uint64_t seen =
+        seen_process_[device][r] == record.process ? seen_written_[device][r] : record.written;
+    seen_process_[device][r] = record.process;
+    seen_written_[device][r] = record.written;
+    const bool own = record.share == share_;
+    const uint64_t oldest = record.written > kSpans ? record.written - kSpans : 0;
+    for (uint64_t k = oldest; k < record.written; ++k) {
+      const Stored& stored = record.spans[k % kSpans];
+      if (stored.sequence != static_cast<uint32_t>(k + 1)) continue;  // being written
+      const int64_t start = stored.start_ns;
+      const int64_t end = start + static_cast<int64_t>(stored.length_ns);
+      if (own && k >= seen && start < from_ns) {
+        // Published after its window was charged: the share's in whole (its split is gone).
+        late_ns += std::min(end, from_ns) - start;
+      }
+      if (end <= from_ns || start >= to_ns) continue;
+      spans_[count++] = ProcessSpan{start, end, r, own};
+    }
+  }
+  *out = equal_split(spans_, count, from_ns, to_ns, edges_);
+  out->own_ns += late_ns;
+  return true;
+}
+
+}  // namespace tessera::vgpu::compute

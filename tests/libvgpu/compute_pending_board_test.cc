@@ -1,0 +1,195 @@
+// The pending board (compute/pending_board.h): the shares of one device NVML cannot measure (a MIG
+// instance) publish when each of their processes was pending there, and each share is charged its
+// processes' equal parts of the time: the rule (equal_split), the board between two shares in the
+// user's private folder, a span published after its window, and a board of the wrong size refused.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "compute/meter.h"
+#include "compute/pending_board.h"
+
+namespace tessera::vgpu::compute {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int64_t kMs = 1000 * 1000;
+using Span = PendingBoard::ProcessSpan;
+
+PendingBoard::Split split(const std::vector<Span>& spans, int64_t from, int64_t to) {
+  std::vector<PendingBoard::Edge> edges(2 * spans.size() + 1);
+  return PendingBoard::equal_split(spans.data(), static_cast<int>(spans.size()), from, to,
+                                   edges.data());
+}
+
+TEST(PendingBoardSplit, AProcessAloneIsGivenAllOfItsPendingTime) {
+  const PendingBoard::Split s = split({{10 * kMs, 20 * kMs, 0, true}}, 0, 30 * kMs);
+  EXPECT_EQ(s.own_ns, 10 * kMs);
+  EXPECT_EQ(s.others_ns, 0);
+}
+
+TEST(PendingBoardSplit, TwoPendingAtOnceEachGetHalfOfThatTime) {
+  // A alone 0-5, A and B 5-10, B alone 10-15.
+  const PendingBoard::Split s =
+      split({{0, 10 * kMs, 0, true}, {5 * kMs, 15 * kMs, 1, false}}, 0, 20 * kMs);
+  EXPECT_EQ(s.own_ns, 5 * kMs + 5 * kMs / 2);
+  EXPECT_EQ(s.others_ns, 5 * kMs + 5 * kMs / 2);
+}
+
+TEST(PendingBoardSplit, ThreeProcessesTwoOfTheShareGetTwoThirds) {
+  const PendingBoard::Split s =
+      split({{0, 30 * kMs, 0, true}, {0, 30 * kMs, 1, true}, {0, 30 * kMs, 2, false}}, 0, 30 * kMs);
+  EXPECT_EQ(s.own_ns, 20 * kMs);
+  EXPECT_EQ(s.others_ns, 10 * kMs);
+}
+
+TEST(PendingBoardSplit, OverlappingSpansOfOneProcessCountOnce) {
+  // Two threads of process 0 pending 0-10 and 5-15, process 1 pending 0-20: process 0 is one of
+  // two pending processes throughout 0-15.
+  const PendingBoard::Split s = split(
+      {{0, 10 * kMs, 0, true}, {5 * kMs, 15 * kMs, 0, true}, {0, 20 * kMs, 1, false}}, 0, 20 * kMs);
+  EXPECT_EQ(s.own_ns, 15 * kMs / 2);
+  EXPECT_EQ(s.others_ns, 15 * kMs / 2 + 5 * kMs);
+}
+
+TEST(PendingBoardSplit, OnlyTheWindowIsCounted) {
+  const PendingBoard::Split s =
+      split({{0, 10 * kMs, 0, true}, {0, 10 * kMs, 1, false}}, 4 * kMs, 6 * kMs);
+  EXPECT_EQ(s.own_ns, 1 * kMs);
+  EXPECT_EQ(s.others_ns, 1 * kMs);
+  EXPECT_EQ(split({{0, 10 * kMs, 0, true}}, 10 * kMs, 20 * kMs).own_ns, 0);
+}
+
+std::unique_ptr<share::LimitsPage> limits_page(const char* uuid) {
+  auto page = std::make_unique<share::LimitsPage>();
+  share::init_limits_page(*page);
+  std::snprintf(page->devices[0].uuid, share::kUuidBytes, "%s", uuid);
+  page->device_count.store(1);
+  return page;
+}
+
+class PendingBoardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = (fs::temp_directory_path() / ("pending-board-" + std::to_string(getpid()))).string();
+    fs::remove_all(base_);
+    fs::create_directories(base_);
+    file_ = base_ + "/tessera-" + std::to_string(geteuid()) + "/tessera-pending-MIG-instance";
+  }
+  void TearDown() override { fs::remove_all(base_); }
+
+  // A board of share `share` seen by process `process`.
+  std::unique_ptr<PendingBoard> board(uint64_t share, uint64_t process) {
+    return std::make_unique<PendingBoard>(limits_.get(), base_.c_str(), share, process);
+  }
+
+  std::string base_, file_;
+  std::unique_ptr<share::LimitsPage> limits_ = limits_page("MIG-instance");
+};
+
+TEST_F(PendingBoardTest, TwoSharesAreChargedTheirEqualPartsOfTheTimeTheyWerePending) {
+  auto thirty = board(30, 301);
+  auto seventy = board(70, 701);
+  auto seventy_second = board(70, 702);  // a second process of the 70 share
+  const int64_t now = 2000 * kMs;
+  // 30 pending 0-10; 70's first process 5-20; its second 15-25.
+  const PendingSpan a{1000 * kMs, 1010 * kMs, 0};
+  const PendingSpan b{1005 * kMs, 1020 * kMs, 0};
+  const PendingSpan c{1015 * kMs, 1025 * kMs, 0};
+  thirty->publish(0, &a, 1, now);
+  seventy->publish(0, &b, 1, now);
+  seventy_second->publish(0, &c, 1, now);
+  struct stat info {};
+  ASSERT_EQ(stat(file_.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 07777, 0600u);
+  EXPECT_EQ(info.st_size, static_cast<off_t>(sizeof(PendingBoard::Page)));
+
+  PendingBoard::Split s30, s70;
+  ASSERT_TRUE(thirty->charge(0, 990 * kMs, 1030 * kMs, &s30));
+  ASSERT_TRUE(seventy->charge(0, 990 * kMs, 1030 * kMs, &s70));
+  // 30: alone 0-5, with one other 5-10. 70: half of 5-10, alone 10-15, its two processes 15-20
+  // and its second alone 20-25.
+  EXPECT_EQ(s30.own_ns, 5 * kMs + 5 * kMs / 2);
+  EXPECT_EQ(s70.own_ns, 5 * kMs / 2 + 5 * kMs + 5 * kMs + 5 * kMs);
+  // Together exactly the time anyone was pending, each share's "others" the other's part.
+  EXPECT_EQ(s30.own_ns + s70.own_ns, 25 * kMs);
+  EXPECT_EQ(s30.others_ns, s70.own_ns);
+  EXPECT_EQ(s70.others_ns, s30.own_ns);
+}
+
+TEST_F(PendingBoardTest, ASpanPublishedAfterItsWindowIsChargedWhole) {
+  auto thirty = board(30, 301);
+  auto seventy = board(70, 701);
+  const PendingSpan early{1000 * kMs, 1010 * kMs, 0};
+  thirty->publish(0, &early, 1, 2000 * kMs);
+  seventy->publish(0, &early, 1, 2000 * kMs);
+  PendingBoard::Split s;
+  ASSERT_TRUE(thirty->charge(0, 990 * kMs, 1020 * kMs, &s));
+  EXPECT_EQ(s.own_ns, 5 * kMs);
+  // Published only now, though it ended before the window just charged: its split is gone, so
+  // the share pays all of it (never less than it used); the other share's late span is not its.
+  const PendingSpan late{1012 * kMs, 1018 * kMs, 0};
+  thirty->publish(0, &late, 1, 2000 * kMs);
+  seventy->publish(0, &late, 1, 2000 * kMs);
+  ASSERT_TRUE(thirty->charge(0, 1020 * kMs, 1030 * kMs, &s));
+  EXPECT_EQ(s.own_ns, 6 * kMs);
+  EXPECT_EQ(s.others_ns, 0);
+}
+
+TEST_F(PendingBoardTest, TheRingKeepsTheLastSpansAndAProcessItsRecord) {
+  auto thirty = board(30, 301);
+  std::vector<PendingSpan> spans;
+  for (int i = 0; i < PendingBoard::kSpans + 10; ++i)
+    spans.push_back({(1000 + 2 * i) * kMs, (1001 + 2 * i) * kMs, 0});
+  thirty->publish(0, spans.data(), static_cast<int>(spans.size()), 2000 * kMs);
+  PendingBoard::Split s;
+  ASSERT_TRUE(thirty->charge(0, 0, 5000 * kMs, &s));
+  EXPECT_EQ(s.own_ns, PendingBoard::kSpans * kMs);  // the 10 oldest were overwritten
+  thirty->publish(0, spans.data(), 1, 2000 * kMs);  // same record, one more span
+  std::ifstream file(file_, std::ios::binary);
+  PendingBoard::Page page{};
+  file.read(reinterpret_cast<char*>(&page), sizeof page);
+  int records = 0;
+  for (const PendingBoard::Record& record : page.records) records += record.process != 0;
+  EXPECT_EQ(records, 1);
+}
+
+TEST_F(PendingBoardTest, ABoardOfTheWrongSizeIsRefusedAndNotUsed) {
+  fs::create_directories(fs::path(file_).parent_path());
+  chmod(fs::path(file_).parent_path().c_str(), 0700);
+  { std::ofstream(file_) << "not a board"; }
+  chmod(file_.c_str(), 0600);
+  auto thirty = board(30, 301);
+  EXPECT_FALSE(thirty->usable(0));
+  PendingBoard::Split s;
+  EXPECT_FALSE(thirty->charge(0, 0, 10 * kMs, &s));
+}
+
+// The meter's source: exact where the board can be used, what the launches spanned otherwise.
+TEST_F(PendingBoardTest, OwnSourceChargesTheBoardsPartsOverALaggedWindow) {
+  auto usage = std::make_unique<share::UsagePage>();
+  share::init_usage_page(*usage);
+  std::atomic<uint64_t> timed{1};
+  auto thirty = board(30, 301);
+  auto seventy = board(70, 701);
+  OwnSource source(usage.get(), nullptr, &timed, thirty.get(), 25 * kMs);
+  Busy busy;
+  EXPECT_FALSE(source.measure(0, 1000 * kMs, &busy));  // the first window starts at 975
+  const PendingSpan a{980 * kMs, 990 * kMs, 0};
+  thirty->publish(0, &a, 1, 1000 * kMs);
+  seventy->publish(0, &a, 1, 1000 * kMs);
+  ASSERT_TRUE(source.measure(0, 1020 * kMs, &busy));  // (975, 995]
+  EXPECT_EQ(busy.share_ns, 5 * kMs);
+  EXPECT_EQ(busy.others_ns, 5 * kMs);
+  EXPECT_FALSE(source.timed(0));  // exact: nothing for the meter to take out
+}
+
+}  // namespace
+}  // namespace tessera::vgpu::compute
