@@ -298,8 +298,6 @@ void GpuTimeMeter::rescan(Problems& problems) {
   stats_.shares = shares_.size();
   stats_.agent_shares = agent_shares;
   stats_.gpus = gpus_.size();
-  stats_.timed_gpus = static_cast<size_t>(std::count_if(
-      gpus_.begin(), gpus_.end(), [](const auto& gpu) { return gpu->timed_by_shims; }));
 }
 
 Problems GpuTimeMeter::pass() {
@@ -366,24 +364,23 @@ bool GpuTimeMeter::resolve(Gpu& gpu, Problems& problems) {
   return true;
 }
 
-void GpuTimeMeter::measure_by_nvml(Gpu& gpu_ref, Clock::time_point now, bool& reread,
+void GpuTimeMeter::measure_by_nvml(Gpu& gpu, Clock::time_point now, bool& reread,
                                    Problems& problems) {
-  Gpu* const gpu = &gpu_ref;
   auto note = [&problems](Status problem) { problems.push_back(std::move(problem)); };
   // The window (last_seen, now], exactly as libvgpu's NvmlSource queries it.
-  const unsigned long long since = gpu->last_seen_us;
+  const unsigned long long since = gpu.last_seen_us;
   const unsigned long long now_us = nvml::wall_clock_us();
   if (since == 0) {
-    gpu->last_seen_us = now_us;  // priming: the first window starts now
+    gpu.last_seen_us = now_us;  // priming: the first window starts now
     return;
   }
   // None (NVML_ERROR_NOT_FOUND): nobody ran in the window, publish zeros (the shim sees a
   // fresh window).
   Result<std::vector<nvmlProcessUtilizationSample_t>> samples =
-      nvml_->session.process_utilization(gpu->handle, since);
+      nvml_->session.process_utilization(gpu.handle, since);
   if (!samples.is_ok()) {
     ++stats_.nvml_errors;
-    note(samples.status().with_context("per-process utilisation of " + gpu->uuid));
+    note(samples.status().with_context("per-process utilisation of " + gpu.uuid));
     return;
   }
   ++stats_.windows;
@@ -405,7 +402,7 @@ void GpuTimeMeter::measure_by_nvml(Gpu& gpu_ref, Clock::time_point now, bool& re
     busy.push_back({ns, owner_of(static_cast<int>(sample.pid))});
     total_ns += ns;
   }
-  gpu->last_seen_us = newest > since ? newest : now_us;
+  gpu.last_seen_us = newest > since ? newest : now_us;
 
   // A process in no share we know: maybe one that joined a share since the last read. Re-read
   // the usage pages (at most once per pass); a process still in none is remembered until the
@@ -439,8 +436,8 @@ void GpuTimeMeter::measure_by_nvml(Gpu& gpu_ref, Clock::time_point now, bool& re
     if (!share->measured_by_agent()) continue;
     for (uint32_t d = 0; d < share->device_count(); ++d) {
       const char* uuid = share->limits->devices[d].uuid;
-      if (strnlen(uuid, share::kUuidBytes) != gpu->uuid.size() ||
-          std::memcmp(uuid, gpu->uuid.data(), gpu->uuid.size()) != 0)
+      if (strnlen(uuid, share::kUuidBytes) != gpu.uuid.size() ||
+          std::memcmp(uuid, gpu.uuid.data(), gpu.uuid.size()) != 0)
         continue;
       uint64_t share_ns = 0;
       for (const Busy& b : busy)
@@ -452,7 +449,7 @@ void GpuTimeMeter::measure_by_nvml(Gpu& gpu_ref, Clock::time_point now, bool& re
       m.others_busy_ns.fetch_add(total_ns - share_ns, std::memory_order_relaxed);
       m.sampled_at_ns.store(stamp, std::memory_order_release);  // last: readers see the sums
       ++stats_.publications;
-      if (share_ns > 0) share->active_until[gpu->uuid] = now + options_.priority_hold;
+      if (share_ns > 0) share->active_until[gpu.uuid] = now + options_.priority_hold;
     }
   }
 }
