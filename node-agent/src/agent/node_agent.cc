@@ -209,7 +209,10 @@ Status NodeAgent::start() {
                            test_kill_point(config_.test_kill_at));
   mig_strategy_ = *mig_strategy;
   slice_shape_ = *slice_shape;
-  if (mig_strategy_ != MigStrategy::kNone) mig_driver_ = std::make_unique<NvmlMigDriver>();
+  if (mig_strategy_ != MigStrategy::kNone) {
+    mig_nvml_ = std::make_unique<NvmlMigDriver>();
+    mig_driver_ = std::make_unique<LayoutTrackingMigDriver>(*mig_nvml_);
+  }
   if (mig_strategy_ == MigStrategy::kDynamic) {
     MigInstancesOptions instances;
     instances.root = config_.state_dir;
@@ -409,6 +412,8 @@ Status NodeAgent::on_devices(const std::vector<GpuInfo>& gpus) {
   // Claims are checked against the new list at once; the API learns it next (a failed publish is
   // retried by the monitor, and the scheduler keeps using the old slices meanwhile).
   const std::vector<GpuInfo> managed = gpu_selection_->filter(gpus);
+  // A new GPU list or a device's health changed: the MIG view is read again.
+  if (mig_driver_) mig_driver_->note_layout_change();
   if (mig_instances_) mig_instances_->set_gpus(managed);
   TESSERA_ASSIGN_OR_RETURN(const std::optional<MigPublication> mig, mig_publication(managed));
   shares_->set_devices(node_devices(managed, mig ? &*mig : nullptr));
@@ -418,6 +423,12 @@ Status NodeAgent::on_devices(const std::vector<GpuInfo>& gpus) {
 Result<std::optional<MigPublication>> NodeAgent::mig_publication(const std::vector<GpuInfo>& gpus) {
   if (mig_strategy_ == MigStrategy::kNone || !mig_driver_) return std::optional<MigPublication>();
   std::lock_guard lock(mig_mutex_);  // the monitor's thread and the reconcile loop both ask
+  // Read before the view: a change during the reads leaves a view that is read again next time.
+  const uint64_t layout = mig_driver_->layout_changes();
+  std::vector<std::string> uuids;
+  for (const GpuInfo& gpu : gpus) uuids.push_back(gpu.uuid);
+  if (mig_view_ && mig_view_->layout == layout && mig_view_->gpus == uuids)
+    return std::optional<MigPublication>(mig_view_->publication);
   MigPublication publication;
   publication.strategy = mig_strategy_;
   if (mig_strategy_ == MigStrategy::kDynamic && slice_shape_ == SliceShape::kAuto) {
@@ -447,6 +458,7 @@ Result<std::optional<MigPublication>> NodeAgent::mig_publication(const std::vect
         if (const MigInstance* instance =
                 state.uuid == record.parent_uuid ? created_instance(record, state) : nullptr)
           publication.tessera_instances.insert({record.parent_uuid, instance->gi_id});
+  mig_view_ = MigView{std::move(uuids), layout, publication};
   return std::optional<MigPublication>(std::move(publication));
 }
 
@@ -675,7 +687,9 @@ void NodeAgent::reconcile_pass() {
   shares_->reconcile_mig();           // dynamic MIG instances no share uses any more
   shares_->refresh_all_claim_pods();  // shared claims' later pods (it logs what changed)
   // The API side too: a slice deleted or edited by someone else is put back (no writes when the
-  // API already matches).
+  // API already matches). The MIG view is read afresh: instances an admin made or destroyed
+  // outside Tessera are seen here.
+  if (mig_driver_) mig_driver_->note_layout_change();
   if (Status published = publish(monitor_->devices()); !published.is_ok())
     log::error("reconcile could not publish ResourceSlices",
                {{"pass", "periodic"}, {"error", published.message()}});

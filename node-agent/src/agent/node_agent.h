@@ -24,6 +24,7 @@
 #include "metrics/request_metrics.h"
 #include "mig/mig_driver.h"
 #include "mig/mig_instances.h"
+#include "mig/mig_layout.h"
 #include "model/claim_preparer.h"
 #include "share/checkpoint.h"
 #include "tessera/gpu_info.h"
@@ -104,6 +105,9 @@ class NodeAgent {
   EventLog* events() { return events_.get(); }
   std::string api_socket() const;
   const PartitionCapability& partition_capability() const { return partition_capability_; }
+  // How many times the MIG state of a GPU was read from NVML (each an NVML session); 0 without
+  // --mig-strategy.
+  uint64_t mig_inspections() const { return mig_driver_ ? mig_driver_->inspections() : 0; }
   // The managed GPUs not published because another allocator hands them out (docs/coexistence.md),
   // as of the last publish.
   std::vector<WithheldGpu> withheld_gpus() const;
@@ -130,7 +134,10 @@ class NodeAgent {
   Status on_devices(const std::vector<GpuInfo>& gpus);
   Status publish(const std::vector<GpuInfo>& gpus) TESSERA_EXCLUDES(slices_mutex_);
   // --mig-strategy: each managed GPU's MIG view from NVML, and the slice shape (auto: asked of
-  // the API server once). Null when the strategy is none.
+  // the API server once). Null when the strategy is none. The view last read is kept for the same
+  // GPUs until the MIG layout can have changed (the driver made or destroyed an instance or
+  // changed a mode; a device event; the periodic republish): the device monitor asks at every
+  // turn.
   Result<std::optional<MigPublication>> mig_publication(const std::vector<GpuInfo>& gpus);
   void reconcile_pass();
   // The finding policy, and the out-of-band checks unless --check-interval is 0 (without NVML
@@ -174,9 +181,17 @@ class NodeAgent {
   // MIG (--mig-strategy): the NVML seam, and dynamic MIG's instances (before the share manager,
   // which calls them).
   MigStrategy mig_strategy_ = MigStrategy::kNone;
-  std::mutex mig_mutex_;                        // slice_shape_
+  std::mutex mig_mutex_;                        // slice_shape_, mig_view_
   SliceShape slice_shape_ = SliceShape::kAuto;  // resolved at the first publish that needs it
-  std::unique_ptr<MigDriver> mig_driver_;
+  std::unique_ptr<MigDriver> mig_nvml_;
+  std::unique_ptr<LayoutTrackingMigDriver> mig_driver_;  // mig_nvml_, counted
+  // The MIG view last read: for these GPUs, at this count of the driver's layout changes.
+  struct MigView {
+    std::vector<std::string> gpus;
+    uint64_t layout = 0;
+    MigPublication publication;
+  };
+  std::optional<MigView> mig_view_;
   std::unique_ptr<MigInstances> mig_instances_;
   std::unique_ptr<ShareManager> shares_;
   std::unique_ptr<CheckpointView> shared_checkpoint_;  // <state-dir>/checkpoint.json

@@ -51,7 +51,8 @@ std::vector<CheckedShare> checked_shares(const Checkpoint& checkpoint,
 // A GPU as one pass saw it through the one NVML session.
 struct ObservedGpu {
   bool listed = false;                   // NVML answered for its processes (`memory`)
-  std::vector<GpuProcessMemory> memory;  // per process
+  std::vector<GpuProcessMemory> memory;  // per process (a GPU's: those in no MIG instance)
+  size_t in_mig_instances = 0;           // processes its own handle listed in MIG instances
   bool busy_listed = false;              // NVML answered for their utilisation (`busy`)
   std::map<int, unsigned> busy;          // pid -> SM percent since the previous pass
   Result<uint64_t> free_bytes = unavailable("not observed");  // for reclaim

@@ -4,6 +4,15 @@
 #include <set>
 
 namespace tessera::agent {
+namespace {
+
+// A MIG device's UUID: "MIG-<uuid>" (R470+) or "MIG-GPU-<uuid>/<gi>/<ci>" (R450), mig-facts.md
+// §2.5.
+bool is_mig_uuid(const std::string& uuid) {
+  return uuid.rfind("MIG-", 0) == 0;
+}
+
+}  // namespace
 
 Observer::Observer(ObserverOptions options, GpuProcessSource* gpus, Clock& clock)
     : options_(std::move(options)), gpus_(gpus), clock_(clock), processes_(options_.proc_root) {}
@@ -55,8 +64,10 @@ void Observer::observe_gpus(NodeObservation& node) {
   if (!gpus_) return;
   std::vector<std::string> uuids;  // the shares' GPUs first, then the node's others
   std::set<std::string> seen;
+  // A share of a dynamic MIG instance not yet made (a half-done prepare) has no UUID: nothing to
+  // ask NVML about.
   for (const CheckedShare& share : node.shares)
-    if (seen.insert(share.uuid).second) uuids.push_back(share.uuid);
+    if (!share.uuid.empty() && seen.insert(share.uuid).second) uuids.push_back(share.uuid);
   for (const NodeDevice& device : node.devices) {
     // A dynamic MIG instance not yet made has no UUID; its GPU is observed as a GPU.
     if (!device.uuid.empty() && seen.insert(device.uuid).second) uuids.push_back(device.uuid);
@@ -72,11 +83,20 @@ void Observer::observe_gpus(NodeObservation& node) {
     }
     gpu.memory = std::move(memory).value();
     gpu.listed = true;
+    // A GPU in MIG mode lists every instance's processes on its own handle: each is judged on its
+    // instance's list (a MIG UUID's: per instance memory and processes), with its instance's
+    // shares, not as a stranger on the GPU.
+    if (!is_mig_uuid(uuid)) {
+      const size_t before = gpu.memory.size();
+      std::erase_if(gpu.memory,
+                    [](const GpuProcessMemory& process) { return process.gpu_instance_id; });
+      gpu.in_mig_instances = before - gpu.memory.size();
+    }
     if (Result<std::vector<GpuProcessBusy>> busy = gpus_->busy(uuid); busy.is_ok()) {
       gpu.busy_listed = true;
       for (const GpuProcessBusy& b : *busy) gpu.busy[b.pid] += b.sm_percent;
-    } else {
-      node.problems.push_back(busy.status());
+    } else if (busy.status().code() != StatusCode::kFailedPrecondition) {
+      node.problems.push_back(busy.status());  // NOT_SUPPORTED (MIG) is no problem: none listed
     }
     gpu.free_bytes = gpus_->free_memory(uuid);
     if (Result<GpuFigures> figures = gpus_->figures(uuid); figures.is_ok()) gpu.figures = *figures;

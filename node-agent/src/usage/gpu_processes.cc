@@ -22,7 +22,10 @@ class NvmlProcessSource final : public GpuProcessSource {
       // NVML_VALUE_NOT_AVAILABLE (no figure for this process, e.g. no permission): no data,
       // never an "all of the GPU" figure.
       if (info.usedGpuMemory == static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE)) continue;
-      out.push_back({static_cast<int>(info.pid), info.usedGpuMemory});
+      GpuProcessMemory process{static_cast<int>(info.pid), info.usedGpuMemory};
+      // 0xFFFFFFFF when MIG is off (nvml.h, nvmlProcessInfo_t).
+      if (info.gpuInstanceId != 0xFFFFFFFFu) process.gpu_instance_id = info.gpuInstanceId;
+      out.push_back(process);
     }
     return out;
   }
@@ -60,8 +63,12 @@ class NvmlProcessSource final : public GpuProcessSource {
     }
     Result<std::vector<nvmlProcessUtilizationSample_t>> samples =
         session_.process_utilization(device, since);
-    if (!samples.is_ok())
-      return unavailable(samples.status().with_context("process utilisation of " + uuid).message());
+    if (!samples.is_ok()) {
+      // NOT_SUPPORTED (a MIG device, a GPU in MIG mode) stays kFailedPrecondition: no fault.
+      Status why = samples.status().with_context("process utilisation of " + uuid);
+      if (why.code() == StatusCode::kFailedPrecondition) return why;
+      return unavailable(why.message());
+    }
     unsigned long long newest = since;
     for (const nvmlProcessUtilizationSample_t& sample : *samples) {
       if (sample.timeStamp <= since) continue;
@@ -74,6 +81,9 @@ class NvmlProcessSource final : public GpuProcessSource {
 
  private:
   Result<nvmlDevice_t> handle(const std::string& uuid) {
+    // A share whose dynamic MIG instance is not made yet has no UUID: no device to ask (and no
+    // "no GPU" to report).
+    if (uuid.empty()) return failed_precondition("no device UUID yet");
     const auto it = handles_.find(uuid);
     if (it != handles_.end()) return it->second;
     Result<nvmlDevice_t> device = session_.device_by_uuid(uuid);

@@ -17,6 +17,10 @@ namespace tessera::agent {
 struct GpuProcessMemory {
   int pid = 0;  // host pid
   uint64_t used_bytes = 0;
+  // The MIG GPU instance it runs in (nvmlProcessInfo_t.gpuInstanceId), on a GPU in MIG mode; none
+  // otherwise. A GPU's own handle in MIG mode lists every instance's processes (mig-facts.md
+  // §2.4): the observer judges those on their instance's list.
+  std::optional<unsigned> gpu_instance_id{};
 };
 struct GpuProcessBusy {
   int pid = 0;
@@ -38,7 +42,8 @@ class GpuProcessSource {
   virtual ~GpuProcessSource() = default;
   virtual Result<std::vector<GpuProcessMemory>> memory(const std::string& uuid) = 0;
   // Per-process SM utilisation over the window since the previous call for `uuid` (the first
-  // call only opens the window: empty).
+  // call only opens the window: empty). kFailedPrecondition where the device has none (NVML's
+  // NOT_SUPPORTED: a MIG instance or a GPU in MIG mode), which is no fault.
   virtual Result<std::vector<GpuProcessBusy>> busy(const std::string& uuid) = 0;
   // The GPU's free memory (nvmlDeviceGetMemoryInfo), for reclaim; a source that cannot tell says
   // kUnavailable (and the checks then reclaim nothing).

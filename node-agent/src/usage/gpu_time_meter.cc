@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -80,6 +81,17 @@ struct GpuTimeMeter::Share {
   std::map<std::string, Clock::time_point> active_until;
   bool seen = false;  // found by the current rescan
 
+  // The shims' timed slots, for the share's devices NVML cannot measure (read_timed_slots): per
+  // slot the generation and the highest gpu_busy_ns taken so far (empty: not primed), when they
+  // were read, and the growth that read found per limits-page device.
+  struct SlotMark {
+    uint64_t generation = 0;
+    uint64_t busy_ns = 0;
+  };
+  std::vector<SlotMark> slot_marks;
+  uint64_t slots_read_ns = 0;
+  std::array<uint64_t, share::kMaxDevices> timed_ns{};
+
   bool measured_by_agent() const {
     return limits->measure_source.load(std::memory_order_acquire) == share::kMeasureAgent;
   }
@@ -109,6 +121,9 @@ struct GpuTimeMeter::Gpu {
   nvmlDevice_t handle = nullptr;
   unsigned long long last_seen_us = 0;  // 0: not primed
   bool named = false;                   // named by an agent-measured share in the current rescan
+  // NVML answered NOT_SUPPORTED for its per-process utilisation (a MIG instance, or a GPU in MIG
+  // mode): the shares' shims time their launches there, and the meter reads their slots.
+  bool timed_by_shims = false;
 };
 
 GpuTimeMeter::GpuTimeMeter(GpuTimeMeterOptions options, Clock& clock)
@@ -287,7 +302,6 @@ void GpuTimeMeter::rescan(Problems& problems) {
 
 Problems GpuTimeMeter::pass() {
   Problems problems;
-  auto note = [&problems](Status problem) { problems.push_back(std::move(problem)); };
   ++stats_.passes;
   const Clock::time_point now = clock_.now();
   if (now >= next_rescan_) {
@@ -299,103 +313,234 @@ Problems GpuTimeMeter::pass() {
   bool reread = false;          // the usage pages were re-read in this pass
 
   for (auto& gpu : gpus_) {
-    if (!gpu->handle) {
-      Result<nvmlDevice_t> found = nvml_->session.device_by_uuid(gpu->uuid);
-      if (!found.is_ok()) {
-        note(found.status().with_context("no GPU " + gpu->uuid));
-        continue;
-      }
-      gpu->handle = *found;
-    }
-    // The window (last_seen, now], exactly as libvgpu's NvmlSource queries it.
-    const unsigned long long since = gpu->last_seen_us;
-    const unsigned long long now_us = nvml::wall_clock_us();
-    if (since == 0) {
-      gpu->last_seen_us = now_us;  // priming: the first window starts now
-      continue;
-    }
-    // None (NVML_ERROR_NOT_FOUND): nobody ran in the window, publish zeros (the shim sees a
-    // fresh window).
-    Result<std::vector<nvmlProcessUtilizationSample_t>> samples =
-        nvml_->session.process_utilization(gpu->handle, since);
-    if (!samples.is_ok()) {
-      ++stats_.nvml_errors;
-      note(samples.status().with_context("per-process utilisation of " + gpu->uuid));
-      continue;
-    }
-    ++stats_.windows;
-
-    // Each sample: its GPU time in the window and the owner word of its host process.
-    struct Busy {
-      uint64_t ns;
-      std::optional<uint64_t> owner;
-    };
-    std::vector<Busy> busy;
-    busy.reserve(samples->size());
-    uint64_t total_ns = 0;
-    unsigned long long newest = since;
-    for (const nvmlProcessUtilizationSample_t& sample : *samples) {
-      if (sample.timeStamp <= since) continue;
-      const unsigned long long window_us = sample.timeStamp - since;
-      const uint64_t ns = static_cast<uint64_t>(std::min(sample.smUtil, 100u)) * window_us * 10;
-      if (sample.timeStamp > newest) newest = sample.timeStamp;
-      busy.push_back({ns, owner_of(static_cast<int>(sample.pid))});
-      total_ns += ns;
-    }
-    gpu->last_seen_us = newest > since ? newest : now_us;
-
-    // A process in no share we know: maybe one that joined a share since the last read. Re-read
-    // the usage pages (at most once per pass); a process still in none is remembered until the
-    // next rescan, so that processes outside every share cost no re-read each pass.
-    auto in_a_share = [this](uint64_t owner) TESSERA_REQUIRES(mutex_) {
-      return std::any_of(shares_.begin(), shares_.end(), [owner](const auto& share) {
-        return share->measured_by_agent() && share->owns(owner);
-      });
-    };
-    for (const Busy& b : busy) {
-      if (!b.owner || strangers_.count(*b.owner) || in_a_share(*b.owner)) continue;
-      if (!reread) {
-        ++stats_.usage_rereads;
-        for (auto& share : shares_)
-          if (share->measured_by_agent()) read_owners(*share);
-        reread = true;
-        if (in_a_share(*b.owner)) continue;
-      }
-      strangers_.insert(*b.owner);
-    }
-
-    // Publish to every agent-measured share with this GPU. A process whose owner word is in
-    // several shares' pages (only a forged slot can do that) is charged to each of them: forging
-    // costs the forger, it cannot move a share's time elsewhere.
-    const uint64_t stamp = monotonic_ns();
-    uint64_t attributed_ns = 0;
-    for (const Busy& b : busy)
-      if (b.owner && in_a_share(*b.owner)) attributed_ns += b.ns;
-    stats_.unattributed_ns += total_ns - attributed_ns;
-    for (auto& share : shares_) {
-      if (!share->measured_by_agent()) continue;
-      for (uint32_t d = 0; d < share->device_count(); ++d) {
-        const char* uuid = share->limits->devices[d].uuid;
-        if (strnlen(uuid, share::kUuidBytes) != gpu->uuid.size() ||
-            std::memcmp(uuid, gpu->uuid.data(), gpu->uuid.size()) != 0)
-          continue;
-        uint64_t share_ns = 0;
-        for (const Busy& b : busy)
-          if (b.owner && share->owns(*b.owner)) share_ns += b.ns;
-        share::LimitsPage::Measured& m = share->limits->measured[d];
-        // Cumulative, continued from what the page holds: an agent restart does not send the
-        // counters backwards (the shim would re-prime, losing a window).
-        m.share_busy_ns.fetch_add(share_ns, std::memory_order_relaxed);
-        m.others_busy_ns.fetch_add(total_ns - share_ns, std::memory_order_relaxed);
-        m.sampled_at_ns.store(stamp, std::memory_order_release);  // last: readers see the sums
-        ++stats_.publications;
-        if (share_ns > 0) share->active_until[gpu->uuid] = now + options_.priority_hold;
-      }
-    }
+    const bool fresh = gpu->handle == nullptr;  // resolving primes its first window
+    if (!resolve(*gpu, problems)) continue;
+    if (!gpu->timed_by_shims && !fresh) measure_by_nvml(*gpu, now, reread, problems);
   }
+  // The devices NVML cannot measure: each share on one of them has its slots read once.
+  const uint64_t now_ns = monotonic_ns();
+  for (auto& share : shares_) {
+    if (!share->measured_by_agent()) continue;
+    uint64_t timed = 0;
+    for (uint32_t d = 0; d < share->device_count(); ++d) {
+      const char* uuid = share->limits->devices[d].uuid;
+      const std::string_view name(uuid, strnlen(uuid, share::kUuidBytes));
+      for (const auto& gpu : gpus_)
+        if (gpu->timed_by_shims && gpu->handle && gpu->uuid == name) timed |= 1ull << d;
+    }
+    if (timed == 0) {
+      share->slot_marks.clear();  // primed again if one of its devices becomes timed
+      continue;
+    }
+    read_timed_slots(*share, timed, now_ns);
+  }
+  for (auto& gpu : gpus_)
+    if (gpu->timed_by_shims && gpu->handle) measure_by_slots(*gpu, now);
+  stats_.timed_gpus = static_cast<size_t>(std::count_if(
+      gpus_.begin(), gpus_.end(), [](const auto& gpu) { return gpu->timed_by_shims; }));
   publish_classes(now);
   if (!problems.empty()) stats_.last_error = join_problems(problems);
   return problems;
+}
+
+bool GpuTimeMeter::resolve(Gpu& gpu, Problems& problems) {
+  if (gpu.handle) return true;
+  Result<nvmlDevice_t> found = nvml_->session.device_by_uuid(gpu.uuid);
+  if (!found.is_ok()) {
+    problems.push_back(found.status().with_context("no GPU " + gpu.uuid));
+    return false;
+  }
+  gpu.handle = *found;
+  // Asked once per handle. kFailedPrecondition is NVML_ERROR_NOT_SUPPORTED here (the entry point
+  // is required when the session opens): a MIG instance, or a GPU in MIG mode (mig-facts.md §2.4).
+  const unsigned long long now_us = nvml::wall_clock_us();
+  Result<std::vector<nvmlProcessUtilizationSample_t>> probe =
+      nvml_->session.process_utilization(gpu.handle, now_us);
+  gpu.timed_by_shims = !probe.is_ok() && probe.status().code() == StatusCode::kFailedPrecondition;
+  if (gpu.timed_by_shims)
+    log::info("GPU-time meter: NVML cannot measure this device, reading its shims' timed launches",
+              {{"uuid", gpu.uuid}});
+  gpu.last_seen_us = now_us;  // priming: the first window starts now
+  return true;
+}
+
+void GpuTimeMeter::measure_by_nvml(Gpu& gpu, Clock::time_point now, bool& reread,
+                                   Problems& problems) {
+  auto note = [&problems](Status problem) { problems.push_back(std::move(problem)); };
+  // The window (last_seen, now], exactly as libvgpu's NvmlSource queries it.
+  const unsigned long long since = gpu.last_seen_us;
+  const unsigned long long now_us = nvml::wall_clock_us();
+  if (since == 0) {
+    gpu.last_seen_us = now_us;  // priming: the first window starts now
+    return;
+  }
+  // None (NVML_ERROR_NOT_FOUND): nobody ran in the window, publish zeros (the shim sees a
+  // fresh window).
+  Result<std::vector<nvmlProcessUtilizationSample_t>> samples =
+      nvml_->session.process_utilization(gpu.handle, since);
+  if (!samples.is_ok()) {
+    ++stats_.nvml_errors;
+    note(samples.status().with_context("per-process utilisation of " + gpu.uuid));
+    return;
+  }
+  ++stats_.windows;
+
+  // Each sample: its GPU time in the window and the owner word of its host process.
+  struct Busy {
+    uint64_t ns;
+    std::optional<uint64_t> owner;
+  };
+  std::vector<Busy> busy;
+  busy.reserve(samples->size());
+  uint64_t total_ns = 0;
+  unsigned long long newest = since;
+  for (const nvmlProcessUtilizationSample_t& sample : *samples) {
+    if (sample.timeStamp <= since) continue;
+    const unsigned long long window_us = sample.timeStamp - since;
+    const uint64_t ns = static_cast<uint64_t>(std::min(sample.smUtil, 100u)) * window_us * 10;
+    if (sample.timeStamp > newest) newest = sample.timeStamp;
+    busy.push_back({ns, owner_of(static_cast<int>(sample.pid))});
+    total_ns += ns;
+  }
+  gpu.last_seen_us = newest > since ? newest : now_us;
+
+  // A process in no share we know: maybe one that joined a share since the last read. Re-read
+  // the usage pages (at most once per pass); a process still in none is remembered until the
+  // next rescan, so that processes outside every share cost no re-read each pass.
+  auto in_a_share = [this](uint64_t owner) TESSERA_REQUIRES(mutex_) {
+    return std::any_of(shares_.begin(), shares_.end(), [owner](const auto& share) {
+      return share->measured_by_agent() && share->owns(owner);
+    });
+  };
+  for (const Busy& b : busy) {
+    if (!b.owner || strangers_.count(*b.owner) || in_a_share(*b.owner)) continue;
+    if (!reread) {
+      ++stats_.usage_rereads;
+      for (auto& share : shares_)
+        if (share->measured_by_agent()) read_owners(*share);
+      reread = true;
+      if (in_a_share(*b.owner)) continue;
+    }
+    strangers_.insert(*b.owner);
+  }
+
+  // Publish to every agent-measured share with this GPU. A process whose owner word is in
+  // several shares' pages (only a forged slot can do that) is charged to each of them: forging
+  // costs the forger, it cannot move a share's time elsewhere.
+  const uint64_t stamp = monotonic_ns();
+  uint64_t attributed_ns = 0;
+  for (const Busy& b : busy)
+    if (b.owner && in_a_share(*b.owner)) attributed_ns += b.ns;
+  stats_.unattributed_ns += total_ns - attributed_ns;
+  for (auto& share : shares_) {
+    if (!share->measured_by_agent()) continue;
+    for (uint32_t d = 0; d < share->device_count(); ++d) {
+      const char* uuid = share->limits->devices[d].uuid;
+      if (strnlen(uuid, share::kUuidBytes) != gpu.uuid.size() ||
+          std::memcmp(uuid, gpu.uuid.data(), gpu.uuid.size()) != 0)
+        continue;
+      uint64_t share_ns = 0;
+      for (const Busy& b : busy)
+        if (b.owner && share->owns(*b.owner)) share_ns += b.ns;
+      share::LimitsPage::Measured& m = share->limits->measured[d];
+      // Cumulative, continued from what the page holds: an agent restart does not send the
+      // counters backwards (the shim would re-prime, losing a window).
+      m.share_busy_ns.fetch_add(share_ns, std::memory_order_relaxed);
+      m.others_busy_ns.fetch_add(total_ns - share_ns, std::memory_order_relaxed);
+      m.sampled_at_ns.store(stamp, std::memory_order_release);  // last: readers see the sums
+      ++stats_.publications;
+      if (share_ns > 0) share->active_until[gpu.uuid] = now + options_.priority_hold;
+    }
+  }
+}
+
+// Why the slots of a container-writable page may steer the other shares: each share's figure
+// comes from its own page only, so no share can raise or lower another's; per slot it only grows
+// (a figure that goes down is not counted, and the slot counts on from its highest), so no share
+// claims negative time; and a share's growth in a window is cut to the window's wall time. What a
+// share gains by a forged figure is what really running kernels for that time would give it: it
+// counts as active, so it reserves its own request (guaranteed to it anyway) in the others' spare
+// parts and, if its priority is higher, makes lower shares yield; its own spare part depends on
+// the others' activity, not on its own figure. Hiding its time only costs itself: the others are
+// then given its request, and its own shim's quota is measured from the same slots (a tenant who
+// stops its own shim's accounting is the out-of-band checks' business).
+void GpuTimeMeter::read_timed_slots(Share& share, uint64_t timed, uint64_t now_ns) {
+  share.timed_ns.fill(0);
+  const share_folder::UsagePageCopy page = share_folder::read_usage_page(share.dir + "/usage");
+  if (!page.usable()) {
+    share.slot_marks.clear();  // a bad page counts nothing; the next good read primes again
+    return;
+  }
+  const bool primed = !share.slot_marks.empty();
+  const uint64_t window_ns =
+      primed && now_ns > share.slots_read_ns ? now_ns - share.slots_read_ns : 0;
+  if (!primed) share.slot_marks.assign(share::kMaxSlots, Share::SlotMark{});
+  share.slots_read_ns = now_ns;
+  for (const share_folder::SlotCopy* slot : page.counted_slots()) {
+    Share::SlotMark& mark = share.slot_marks[slot->index];
+    uint64_t grown = 0;
+    if (slot->generation != mark.generation) {
+      grown = slot->gpu_busy_ns;  // claimed again: its figure starts from 0 at the claim
+      mark = {slot->generation, slot->gpu_busy_ns};
+    } else if (slot->gpu_busy_ns > mark.busy_ns) {
+      grown = slot->gpu_busy_ns - mark.busy_ns;
+      mark.busy_ns = slot->gpu_busy_ns;
+    } else if (slot->gpu_busy_ns < mark.busy_ns) {
+      ++stats_.slot_figures_refused;  // went down: nothing counted, the highest stays the mark
+    }
+    if (!primed || grown == 0) continue;
+    // As the shim's OwnSource: a process whose contexts are on one timed device of the share
+    // launched there only; otherwise each timed device is charged all of it.
+    const uint32_t contexts = slot->contexts;
+    const uint32_t count = share::contexts_count(contexts);
+    const uint32_t on = share::contexts_device(contexts);
+    const bool one_device = count > 0 && count != share::kContextsUnmeasurable &&
+                            on < share::kMaxDevices && ((timed >> on) & 1u) != 0;
+    for (uint32_t d = 0; d < share::kMaxDevices; ++d)
+      if (((timed >> d) & 1u) != 0 && (!one_device || d == on))
+        share.timed_ns[d] = share_folder::saturating_add(share.timed_ns[d], grown);
+  }
+  for (uint64_t& ns : share.timed_ns)
+    if (ns > window_ns) {
+      ++stats_.slot_figures_refused;
+      ns = window_ns;
+    }
+}
+
+void GpuTimeMeter::measure_by_slots(Gpu& gpu, Clock::time_point now) {
+  ++stats_.timed_windows;
+  // The share's time on this device, and everybody's (each share's own figure, bounded).
+  auto time_of = [&gpu](const Share& share) -> std::optional<uint64_t> {
+    if (!share.measured_by_agent() || share.slot_marks.empty()) return std::nullopt;
+    for (uint32_t d = 0; d < share.device_count(); ++d) {
+      const char* uuid = share.limits->devices[d].uuid;
+      if (std::string_view(uuid, strnlen(uuid, share::kUuidBytes)) == gpu.uuid)
+        return share.timed_ns[d];
+    }
+    return std::nullopt;
+  };
+  uint64_t total_ns = 0;
+  for (const auto& share : shares_)
+    if (const std::optional<uint64_t> ns = time_of(*share))
+      total_ns = share_folder::saturating_add(total_ns, *ns);
+  const uint64_t stamp = monotonic_ns();
+  for (auto& share : shares_) {
+    if (!share->measured_by_agent()) continue;
+    for (uint32_t d = 0; d < share->device_count(); ++d) {
+      const char* uuid = share->limits->devices[d].uuid;
+      if (std::string_view(uuid, strnlen(uuid, share::kUuidBytes)) != gpu.uuid) continue;
+      const uint64_t share_ns = share->slot_marks.empty() ? 0 : share->timed_ns[d];
+      share::LimitsPage::Measured& m = share->limits->measured[d];
+      // Cumulative, as on a measured GPU. The shim's OwnSource reads its own slots on this device,
+      // not these sums: they are for the reports (and "others" is the other shares' figures).
+      m.share_busy_ns.fetch_add(share_ns, std::memory_order_relaxed);
+      m.others_busy_ns.fetch_add(total_ns > share_ns ? total_ns - share_ns : 0,
+                                 std::memory_order_relaxed);
+      m.sampled_at_ns.store(stamp, std::memory_order_release);
+      ++stats_.publications;
+      if (share_ns > 0) share->active_until[gpu.uuid] = now + options_.priority_hold;
+    }
+  }
 }
 
 // Every agent-measured share's yield_mask (bit d set while another agent-measured share of higher

@@ -10,6 +10,12 @@
 // another share writes. And it owns the compute classes: each such share's
 // `requests[d].spare_percent`, its part of the device's spare time (spare_part below), from the
 // requests and limits of the shares active on the device.
+//
+// Where NVML has no per-process utilisation (a MIG instance, a GPU in MIG mode: NVML answers
+// NOT_SUPPORTED), the shims of the shares there time their own launches into their slots'
+// `gpu_busy_ns` (libvgpu/src/compute/timed_launch.h). For such a device the meter differences
+// those slots instead (bounded, per slot monotonic: the usage page is the tenants' file), so each
+// MIG instance is a device of its own for spare_percent and yield_mask.
 #pragma once
 
 #include <chrono>
@@ -67,10 +73,15 @@ struct GpuTimeMeterStats {
   uint64_t unattributed_ns = 0;  // GPU time of processes in no agent-measured share
   uint64_t yield_changes = 0;    // yield_mask stores that changed a share's mask
   uint64_t spare_changes = 0;    // spare_percent stores that changed a share's figure
-  size_t shares = 0;             // valid limits pages found in the last scan
-  size_t agent_shares = 0;       // of them, measure_source == kMeasureAgent
-  size_t gpus = 0;               // GPUs queried
-  std::string last_error;        // the most recent problem ("" = none)
+  uint64_t timed_windows = 0;    // windows measured from the shims' timed slots (per device)
+  // Slot figures not taken as they were: a slot whose gpu_busy_ns went down (not counted), or a
+  // share's growth over the window's wall time (cut to it).
+  uint64_t slot_figures_refused = 0;
+  size_t shares = 0;        // valid limits pages found in the last scan
+  size_t agent_shares = 0;  // of them, measure_source == kMeasureAgent
+  size_t gpus = 0;          // GPUs queried
+  size_t timed_gpus = 0;    // of them, devices NVML cannot measure (the shims' slots)
+  std::string last_error;   // the most recent problem ("" = none)
 };
 
 class GpuTimeMeter {
@@ -115,6 +126,16 @@ class GpuTimeMeter {
   void loop_pass() TESSERA_EXCLUDES(mutex_);
   // yield_mask and spare_percent of every agent-measured share, from the shares' activity.
   void publish_classes(Clock::time_point now) TESSERA_REQUIRES(mutex_);
+  // Finds the GPU's handle and whether NVML measures it; false (noted) when it cannot be used.
+  bool resolve(Gpu& gpu, Problems& problems) TESSERA_REQUIRES(mutex_);
+  // One window of a GPU NVML measures: its processes' samples, attributed by owner word.
+  void measure_by_nvml(Gpu& gpu, Clock::time_point now, bool& reread, Problems& problems)
+      TESSERA_REQUIRES(mutex_);
+  // The growth of the share's slots since the last pass, per device of its page whose bit is set
+  // in `timed` (the devices NVML cannot measure).
+  void read_timed_slots(Share& share, uint64_t timed, uint64_t now_ns) TESSERA_REQUIRES(mutex_);
+  // One window of a GPU whose shims time their launches: the shares' slot growth.
+  void measure_by_slots(Gpu& gpu, Clock::time_point now) TESSERA_REQUIRES(mutex_);
 
   GpuTimeMeterOptions options_;
   Clock& clock_;

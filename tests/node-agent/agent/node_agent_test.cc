@@ -446,6 +446,36 @@ TEST_F(NodeAgentTest, DynamicMigOnAGpuWithoutMigPublishesItWhole) {
   }
 }
 
+// The device monitor asks for the published devices at every turn; with --mig-strategy static the
+// MIG view (an NVML session and a walk of each GPU's instances) is read at start and again only
+// when the layout can have changed: here an XID event on the GPU (a device event), not the turns
+// in between.
+TEST_F(NodeAgentTest, TheMigViewIsReadAgainOnlyWhenTheLayoutCanHaveChanged) {
+  setenv("SIMGPU_DEVICES", "name=NVIDIA H200,memory=143771Mi,sms=132,cc=9.0,mig=on", 1);
+  ASSERT_EQ(std::system((std::string(SIMGPU_CTL) + " mig create 0 3g.71gb >/dev/null").c_str()), 0);
+  config_.mig_strategy = "static";
+  config_.reconcile_interval_s = 0;  // only the device monitor asks
+  NodeAgent agent(config_, clock_);
+  ASSERT_EQ(agent.start().message(), "");
+  const uint64_t at_start = agent.mig_inspections();
+  EXPECT_GT(at_start, 0u);
+  for (uint64_t turn = 1; turn <= 5; ++turn) {  // inventory turns too (every second here)
+    clock_.advance(std::chrono::seconds(1));
+    ASSERT_TRUE(agent.wait_for_device_turns(turn));
+  }
+  EXPECT_EQ(agent.mig_inspections(), at_start) << "the turns read the MIG view again";
+  ASSERT_EQ(std::system((std::string(SIMGPU_CTL) + " health 0 unhealthy").c_str()), 0);
+  clock_.advance(std::chrono::seconds(1));
+  ASSERT_TRUE(agent.wait_for_device_turns(6));
+  EXPECT_GT(agent.mig_inspections(), at_start) << "a device event leaves the view as it was";
+  const uint64_t after_event = agent.mig_inspections();
+  clock_.advance(std::chrono::seconds(1));
+  ASSERT_TRUE(agent.wait_for_device_turns(7));
+  clock_.advance(std::chrono::seconds(1));
+  ASSERT_TRUE(agent.wait_for_device_turns(8));
+  EXPECT_EQ(agent.mig_inspections(), after_event);
+}
+
 // Dynamic MIG on a MIG-capable simulated H200 (MIG mode off at start), end to end: the agent
 // publishes the GPU's devices and counter set, kube-scheduler's allocator (tests/support/allocator)
 // allocates a claim for a whole 3g instance and two claims for shares inside the other 3g instance

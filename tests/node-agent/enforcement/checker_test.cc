@@ -83,6 +83,38 @@ TEST(OutOfBandChecker, AnHonestNodeHasNoFindings) {
   EXPECT_EQ(node.checker->stats().repairs, 0u);
 }
 
+// Shares of a MIG instance are checked on the instance: its own list (the MIG handle's) holds their
+// processes, with a stranger in the instance reported there. The parent GPU's own handle lists
+// every instance's processes (with their GPU instance ids): none of them is a stranger on the GPU;
+// a process in no instance still is.
+TEST(OutOfBandChecker, MigSharesAreCheckedOnTheirInstanceNotOnTheParentGpu) {
+  constexpr char kInstance[] = "MIG-66666666-7777-8888-9999-000000000000";
+  CheckerOptions options;
+  options.node_gpus = [] { return std::vector<std::string>{kGpu}; };
+  Node node("checker-mig", options);
+  for (CheckedShare& share : node.shares) {
+    share.uuid = kInstance;
+    fs::remove_all(share.folder);  // its limits page named the GPU: made again for the instance
+    testing::make_share_folder(share.folder, kInstance, 4 * kGiB);
+  }
+  node.shimmed("a", 100, 0, 2 * kGiB, 2 * kGiB);
+  node.shimmed("b", 200, 0, kGiB, kGiB);
+  node.proc.add(300, 1300);  // a host process in the instance, in no share
+  node.proc.add(400, 1400);  // a host process on the GPU outside every instance
+  node.gpus.processes[kInstance] = {{100, 2 * kGiB, 1u}, {200, kGiB, 1u}, {300, kGiB, 1u}};
+  node.gpus.processes[kGpu] = {
+      {100, 2 * kGiB, 1u}, {200, kGiB, 1u}, {300, kGiB, 1u}, {400, kGiB}, {500, kGiB, 2u}};
+  node.gpus.busy_unsupported = {kInstance, kGpu};
+  node.checker->check_once();
+  const auto strangers = node.of(FindingKind::kUnaccountedProcess);
+  ASSERT_EQ(strangers.size(), 2u);
+  std::set<std::pair<int, std::string>> seen;
+  for (const Finding& f : strangers) seen.insert({f.host_pid, f.gpu_uuid});
+  EXPECT_EQ(seen, (std::set<std::pair<int, std::string>>{{300, kInstance}, {400, kGpu}}));
+  EXPECT_TRUE(node.of(FindingKind::kOverMemoryLimit).empty());
+  EXPECT_EQ(node.checker->stats().last_problem, "") << "NOT_SUPPORTED utilisation is no problem";
+}
+
 TEST(OutOfBandChecker, AZeroedSlotIsReportedRepairedAndItsProcessNamed) {
   Node node("checker-zeroed");
   node.shimmed("a", 100, 0, 0, 7680 * kMiB);  // allocated 7.5 GiB, then zeroed its slot

@@ -76,10 +76,14 @@ class FakeGpus final : public GpuProcessSource {
  public:
   Result<std::vector<GpuProcessMemory>> memory(const std::string& uuid) override {
     ++memory_calls;
+    asked.insert(uuid);
     if (lost.count(uuid)) return unavailable("GPU " + uuid + " is lost");
     return processes[uuid];
   }
   Result<std::vector<GpuProcessBusy>> busy(const std::string& uuid) override {
+    // As NVML on a MIG device: NOT_SUPPORTED (kFailedPrecondition).
+    if (busy_unsupported.count(uuid))
+      return failed_precondition("process utilisation of " + uuid + ": Not Supported");
     return utilization[uuid];
   }
   // The GPU's free memory (reclaim); a GPU not in `free` does not say.
@@ -92,6 +96,8 @@ class FakeGpus final : public GpuProcessSource {
   std::map<std::string, std::vector<GpuProcessMemory>> processes;
   std::map<std::string, std::vector<GpuProcessBusy>> utilization;
   std::set<std::string> lost;
+  std::set<std::string> busy_unsupported;  // MIG devices: no per-process utilisation
+  std::set<std::string> asked;             // every UUID memory() was asked for
   uint64_t memory_calls = 0;
 };
 

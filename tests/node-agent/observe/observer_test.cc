@@ -126,5 +126,49 @@ TEST_F(ObserverTest, TheBoardHandsOutTheLastPassUntilTheClaimsChangeOrItIsStale)
   EXPECT_EQ(board.latest().judgment, judgment);
 }
 
+// A share of a MIG instance is observed on its instance (the MIG UUID: its memory and processes);
+// the parent GPU, in MIG mode, lists every instance's processes on its own handle, and those are
+// left to their instances (a process of another GPU instance is no stranger on the GPU). NVML's
+// NOT_SUPPORTED for a MIG device's utilisation is no problem; a share of a dynamic instance not
+// made yet (no UUID) asks NVML nothing and reports nothing.
+TEST_F(ObserverTest, MigSharesAreObservedPerInstanceAndAHalfPreparedOneAsksNothing) {
+  proc_->add(300, 9000);
+  const std::string mig = (base_ / "shares" / "mig").string();
+  const std::string pending = (base_ / "shares" / "pending").string();
+  testing::make_share_folder(mig, "MIG-A", 4 * kGiB);
+  gpus_.processes["MIG-A"] = {{100, kGiB, 1u}};
+  // The parent's own handle: the instance's process, and one in no instance.
+  gpus_.processes["GPU-P"] = {{100, kGiB, 1u}, {300, 2 * kGiB}};
+  gpus_.busy_unsupported.insert("MIG-A");
+  gpus_.busy_unsupported.insert("GPU-P");
+  ObserverOptions observing;
+  observing.proc_root = proc_->root().string();
+  observing.shares = [&] {
+    return std::vector<CheckedShare>{share("m", mig, "MIG-A"), share("p", pending, "")};
+  };
+  observing.devices = [] {
+    NodeDevice instance{"gpu-0-mig-1", "MIG-A", 0, 40 * kGiB};
+    instance.mig = MigDeviceRef{};
+    instance.mig->parent_uuid = "GPU-P";
+    NodeDevice dynamic{"gpu-0-mig-3g-4", "", 0, 40 * kGiB};  // not made yet
+    dynamic.mig = MigDeviceRef{};
+    dynamic.mig->parent_uuid = "GPU-P";
+    return std::vector<NodeDevice>{instance, dynamic};
+  };
+  Observer observer(observing, &gpus_);
+  const std::shared_ptr<const NodeObservation> node = observer.observe();
+  EXPECT_EQ(gpus_.memory_calls, 2u);  // MIG-A and GPU-P; nothing for the empty UUID
+  EXPECT_EQ(gpus_.asked.count(""), 0u);
+  EXPECT_TRUE(node->problems.empty()) << join_problems(node->problems);
+  ASSERT_NE(node->gpu("MIG-A"), nullptr);
+  ASSERT_EQ(node->gpu("MIG-A")->memory.size(), 1u);
+  EXPECT_EQ(node->gpu("MIG-A")->memory[0].pid, 100);
+  EXPECT_FALSE(node->gpu("MIG-A")->busy_listed);
+  ASSERT_NE(node->gpu("GPU-P"), nullptr);
+  ASSERT_EQ(node->gpu("GPU-P")->memory.size(), 1u);
+  EXPECT_EQ(node->gpu("GPU-P")->memory[0].pid, 300);
+  EXPECT_EQ(node->gpu("GPU-P")->in_mig_instances, 1u);
+}
+
 }  // namespace
 }  // namespace tessera::agent

@@ -1,0 +1,389 @@
+// GpuTimeMeter on MIG instances of the simulated GPU (an H100 in MIG mode, instances made with
+// simgpu-ctl): NVML answers NOT_SUPPORTED for per-process utilisation on a MIG device, so the
+// meter reads the GPU time the shares' shims timed into their slots (ProcessSlot::gpu_busy_ns),
+// and each instance is a device of its own for spare_percent and yield_mask. The slots are the
+// tenants' file: forged figures are written here as a hostile tenant would.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "clock/clock.h"
+#include "tessera/share_folder/limits_writer.h"
+#include "tessera/share_region.h"
+#include "usage/gpu_time_meter.h"
+
+#ifndef COMPUTE_BURN
+#define COMPUTE_BURN ""
+#define LIBVGPU_SO ""
+#endif
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr const char* kDevices = "name=NVIDIA H100 80GB HBM3,memory=81559Mi,sms=132,cc=9.0,mig=on";
+constexpr uint64_t kMs = 1'000'000;
+
+// A simulated machine of its own for each test (its instances are the test's), made fresh.
+std::string& simgpu_state() {
+  static std::string state;
+  return state;
+}
+
+class GpuTimeMeterMig : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    simgpu_state() = (fs::temp_directory_path() /
+                      ("gpu-time-meter-mig-" + std::to_string(getpid()) + "-" +
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".state"))
+                         .string();
+    fs::remove(simgpu_state());
+    setenv("SIMGPU_STATE", simgpu_state().c_str(), 1);
+    setenv("SIMGPU_DEVICES", kDevices, 1);
+  }
+  void TearDown() override { fs::remove(simgpu_state()); }
+};
+
+// A GPU and compute instance of `profile` on GPU 0 (simgpu-ctl): its MIG UUID, or "".
+std::string create_instance(const std::string& profile) {
+  const std::string command = std::string(SIMGPU_CTL) + " mig create 0 " + profile;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return "";
+  std::string out;
+  char buffer[256];
+  while (std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
+  if (pclose(pipe) != 0) return "";
+  const size_t at = out.find("\"MIG-");
+  if (at == std::string::npos) return "";
+  return out.substr(at + 1, out.find('"', at + 1) - at - 1);
+}
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name)
+      : path_(fs::temp_directory_path() / (name + "-" + std::to_string(getpid()))) {
+    fs::remove_all(path_);
+    fs::create_directories(path_ / "shares");
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string str() const { return path_.string(); }
+  std::string shares() const { return (path_ / "shares").string(); }
+
+ private:
+  fs::path path_;
+};
+
+// A share's usage page, mapped as its processes map it (the test plays them).
+class UsagePage {
+ public:
+  explicit UsagePage(const std::string& dir) {
+    const std::string path = dir + "/usage";
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    EXPECT_GE(fd, 0) << path;
+    EXPECT_EQ(ftruncate(fd, sizeof(share::UsagePage)), 0);
+    void* memory =
+        mmap(nullptr, sizeof(share::UsagePage), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    EXPECT_NE(memory, MAP_FAILED);
+    page_ = static_cast<share::UsagePage*>(memory);
+    share::init_usage_page(*page_);
+  }
+  ~UsagePage() { munmap(page_, sizeof(share::UsagePage)); }
+  // Slot `index` claimed by a process (generation bumped, figure from 0), as the shim claims one.
+  void claim(uint32_t index, uint32_t pid) {
+    share::ProcessSlot& slot = page_->slots[index];
+    slot.owner = share::make_owner(pid, 4026531836, 1000 + pid);
+    slot.generation.fetch_add(1);
+    slot.gpu_busy_ns = 0;
+    slot.contexts = share::pack_contexts(0, 1, 500 * share::kContextChargeUnit);
+    if (page_->slot_high_water < index + 1) page_->slot_high_water = index + 1;
+  }
+  void set_busy(uint32_t index, uint64_t ns) { page_->slots[index].gpu_busy_ns = ns; }
+  void add_busy(uint32_t index, uint64_t ns) { page_->slots[index].gpu_busy_ns += ns; }
+
+ private:
+  share::UsagePage* page_ = nullptr;
+};
+
+std::string make_share(const TempDir& base, const std::string& name, const std::string& uuid,
+                       uint32_t request, uint32_t limit,
+                       uint32_t priority = share::kPriorityNormal) {
+  const std::string dir = base.shares() + "/" + name;
+  share_folder::DeviceLimit device;
+  device.uuid = uuid;
+  device.cores_request = request;
+  device.cores_limit = limit;
+  EXPECT_EQ(share_folder::write_limits(dir, {device}, {priority, share::kMeasureAgent}).message(),
+            "");
+  return dir;
+}
+
+// A figure of the share's limits page as the shim reads it (a copy, read whole).
+template <typename Figure>
+auto limits_figure(const std::string& dir, Figure figure) {
+  auto page = std::make_unique<share::LimitsPage>();
+  std::memset(static_cast<void*>(page.get()), 0, sizeof(share::LimitsPage));
+  std::ifstream(dir + "/limits", std::ios::binary)
+      .read(reinterpret_cast<char*>(page.get()), sizeof(share::LimitsPage));
+  return figure(*page);
+}
+uint64_t share_busy(const std::string& dir) {
+  return limits_figure(
+      dir, [](const share::LimitsPage& p) { return p.measured[0].share_busy_ns.load(); });
+}
+uint64_t others_busy(const std::string& dir) {
+  return limits_figure(
+      dir, [](const share::LimitsPage& p) { return p.measured[0].others_busy_ns.load(); });
+}
+uint64_t sampled_at(const std::string& dir) {
+  return limits_figure(
+      dir, [](const share::LimitsPage& p) { return p.measured[0].sampled_at_ns.load(); });
+}
+uint32_t spare(const std::string& dir) {
+  return limits_figure(
+      dir, [](const share::LimitsPage& p) { return p.requests[0].spare_percent.load(); });
+}
+uint64_t yield(const std::string& dir) {
+  return limits_figure(dir, [](const share::LimitsPage& p) { return p.yield_mask.load(); });
+}
+
+// Two instances of one GPU, shares in each, slot figures written as the shims (and a hostile
+// tenant) would: the figures per share come from its own slots only, bounded, never backwards;
+// a busy guaranteed share on instance A changes the spare parts and yield bits of A's shares only.
+TEST_F(GpuTimeMeterMig, EachInstanceIsADeviceMeasuredFromItsSharesSlots) {
+  const std::string a = create_instance("3g.40gb");
+  const std::string b = create_instance("3g.40gb");
+  ASSERT_EQ(a.rfind("MIG-", 0), 0u) << a;
+  ASSERT_EQ(b.rfind("MIG-", 0), 0u) << b;
+  ASSERT_NE(a, b);
+  TempDir base("gpu-time-meter-mig");
+  const std::string guaranteed = make_share(base, "guaranteed", a, 60, 60);
+  const std::string best_effort = make_share(base, "best-effort", a, 0, 100);
+  const std::string low = make_share(base, "low", a, 0, 100, share::kPriorityLow);
+  const std::string elsewhere = make_share(base, "elsewhere", b, 0, 100);
+  UsagePage guaranteed_page(guaranteed), best_effort_page(best_effort);
+  UsagePage low_page(low), elsewhere_page(elsewhere);
+  guaranteed_page.claim(0, 41);
+  best_effort_page.claim(0, 42);
+
+  SimulatedClock clock;
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  options.priority_hold = milliseconds(100);
+  GpuTimeMeter meter(options, clock);
+  ASSERT_EQ(meter.sample_once().message(), "");  // resolves both instances, primes the slots
+  EXPECT_EQ(meter.stats().gpus, 2u);
+  EXPECT_EQ(meter.stats().timed_gpus, 2u);
+  EXPECT_EQ(meter.stats().nvml_errors, 0u);  // NOT_SUPPORTED is no error here
+  EXPECT_EQ(spare(best_effort), 100u);
+  EXPECT_EQ(spare(guaranteed), 0u);
+
+  // The guaranteed share's process ran 5 ms on A.
+  std::this_thread::sleep_for(milliseconds(20));
+  guaranteed_page.add_busy(0, 5 * kMs);
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(share_busy(guaranteed), 5 * kMs);
+  EXPECT_EQ(others_busy(guaranteed), 0u);
+  EXPECT_EQ(share_busy(best_effort), 0u);
+  EXPECT_EQ(others_busy(best_effort), 5 * kMs);
+  EXPECT_EQ(spare(best_effort), 40u);  // what the busy 60 leaves
+  EXPECT_EQ(yield(low), 1u);           // a share of higher priority is busy on its instance
+  EXPECT_EQ(yield(guaranteed), 0u);
+  // Instance B is another device: nothing of A shows there.
+  EXPECT_EQ(others_busy(elsewhere), 0u);
+  EXPECT_EQ(spare(elsewhere), 100u);
+  EXPECT_EQ(yield(elsewhere), 0u);
+  EXPECT_GE(sampled_at(elsewhere), 1u);  // published all the same
+
+  // A figure that goes down is not counted, and the slot counts on from its highest (no negative
+  // time, no second count of the same time).
+  std::this_thread::sleep_for(milliseconds(20));
+  guaranteed_page.set_busy(0, 1 * kMs);
+  ASSERT_EQ(meter.sample_once().message(), "");
+  std::this_thread::sleep_for(milliseconds(20));
+  guaranteed_page.set_busy(0, 4 * kMs);
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(share_busy(guaranteed), 5 * kMs);
+  EXPECT_GE(meter.stats().slot_figures_refused, 2u);
+  std::this_thread::sleep_for(milliseconds(20));
+  guaranteed_page.set_busy(0, 7 * kMs);
+  // The next window begins within this pass (at its read of the slots): timed from before it.
+  const auto window_began = steady_clock::now();
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(share_busy(guaranteed), 7 * kMs);
+
+  // A huge figure is cut to the window's wall time; a tenant's forgery in its own page moves only
+  // its own figure (and the others' "others"), never another share's.
+  const uint64_t before_best_effort = share_busy(best_effort);
+  const uint64_t before_guaranteed = share_busy(guaranteed);
+  std::this_thread::sleep_for(milliseconds(20));
+  best_effort_page.set_busy(0, 1'000'000'000'000'000ull);
+  ASSERT_EQ(meter.sample_once().message(), "");
+  const uint64_t window_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(steady_clock::now() - window_began)
+          .count());
+  const uint64_t forged = share_busy(best_effort) - before_best_effort;
+  EXPECT_GT(forged, 0u);
+  EXPECT_LE(forged, window_ns);
+  EXPECT_EQ(share_busy(guaranteed), before_guaranteed);
+  // A slot claimed again (a new generation) counts from 0, bounded the same way.
+  std::this_thread::sleep_for(milliseconds(20));
+  low_page.claim(3, 43);
+  low_page.set_busy(3, 2 * kMs);
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(share_busy(low), 2 * kMs);
+
+  // Nobody runs on A any more: after the hold, by the agent's clock, everything is open again.
+  clock.advance(milliseconds(99));
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(spare(best_effort), 40u);
+  EXPECT_EQ(yield(low), 1u);
+  clock.advance(milliseconds(1));
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(spare(best_effort), 100u);
+  EXPECT_EQ(yield(low), 0u);
+  EXPECT_GE(meter.stats().timed_windows, 2u * 8);
+  EXPECT_EQ(meter.stats().windows, 0u);  // NVML measured nothing here
+}
+
+// A usage page a tenant cut or scribbled counts nothing for its share and stops no other share's
+// measurement; once the page is whole again, its share is primed afresh (no jump).
+TEST_F(GpuTimeMeterMig, ABadUsagePageCountsNothing) {
+  const std::string a = create_instance("3g.40gb");
+  ASSERT_EQ(a.rfind("MIG-", 0), 0u) << a;
+  TempDir base("gpu-time-meter-mig-bad");
+  const std::string good = make_share(base, "good", a, 50, 50);
+  const std::string bad = make_share(base, "bad", a, 50, 50);
+  UsagePage good_page(good);
+  good_page.claim(0, 51);
+  {
+    UsagePage bad_page(bad);
+    bad_page.claim(0, 52);
+  }
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  SimulatedClock clock;
+  GpuTimeMeter meter(options, clock);
+  ASSERT_EQ(meter.sample_once().message(), "");
+  ASSERT_EQ(truncate((bad + "/usage").c_str(), 100), 0);
+  std::this_thread::sleep_for(milliseconds(20));
+  good_page.add_busy(0, 3 * kMs);
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(share_busy(good), 3 * kMs);
+  EXPECT_EQ(share_busy(bad), 0u);
+  EXPECT_EQ(others_busy(bad), 3 * kMs);
+  // Whole again with a large figure already in it: primed, not counted.
+  {
+    UsagePage bad_page(bad);
+    bad_page.claim(0, 52);
+    bad_page.set_busy(0, 900 * kMs);
+  }
+  std::this_thread::sleep_for(milliseconds(20));
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(share_busy(bad), 0u);
+}
+
+// End to end: compute-burn under libvgpu in a high-priority share of instance A (its shim times its
+// launches: NVML cannot measure a MIG device), beside a low share of A and a low share of B. The
+// agent's figure for the share follows the kernels it ran, the low share of A gets its yield bit
+// while the high one runs, and the low share of B never does.
+TEST_F(GpuTimeMeterMig, AShimsTimedLaunchesDriveTheAgentsFiguresPerInstance) {
+  if (std::string(COMPUTE_BURN).empty()) GTEST_SKIP() << "built without samples";
+  const std::string a = create_instance("3g.40gb");
+  const std::string b = create_instance("3g.40gb");
+  ASSERT_EQ(a.rfind("MIG-", 0), 0u) << a;
+  ASSERT_EQ(b.rfind("MIG-", 0), 0u) << b;
+  TempDir base("gpu-time-meter-mig-burn");
+  const std::string high = make_share(base, "high", a, 100, 100, share::kPriorityHigh);
+  const std::string low_a = make_share(base, "low-a", a, 0, 100, share::kPriorityLow);
+  const std::string low_b = make_share(base, "low-b", b, 0, 100, share::kPriorityLow);
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  GpuTimeMeter meter(options);
+  ASSERT_EQ(meter.sample_once().message(), "");
+
+  constexpr uint64_t kKernelUs = 2000;
+  const std::string out = base.str() + "/burn.json";
+  const std::vector<std::string> env = {
+      std::string("LD_LIBRARY_PATH=") + SIMGPU_LIB_DIR,
+      "SIMGPU_STATE=" + simgpu_state(),
+      std::string("SIMGPU_DEVICES=") + kDevices,
+      "SIMGPU_KERNEL_US=burn_fma=" + std::to_string(kKernelUs),
+      "CUDA_VISIBLE_DEVICES=" + a,
+      "TESSERA_DEVICE_DIR=" + base.str(),
+      std::string("LD_PRELOAD=") + LIBVGPU_SO,
+      "TESSERA_SHARE_DIR=" + high,
+      "ASAN_OPTIONS=verify_asan_link_order=0",
+      "PATH=/usr/bin:/bin",
+  };
+  const std::vector<std::string> args = {COMPUTE_BURN, "--seconds",    "1", "--blocks-per-sm",
+                                         "8",          "--sync-every", "1", "--launch",
+                                         "kernel"};
+  std::vector<char*> argv, envp;
+  for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) dup2(fd, 1);
+    execve(COMPUTE_BURN, argv.data(), envp.data());
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  bool low_a_yielded = false, low_b_yielded = false;
+  int status = 0;
+  auto next = steady_clock::now();
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    EXPECT_EQ(meter.sample_once().message(), "");
+    low_a_yielded = low_a_yielded || yield(low_a) == 1u;
+    low_b_yielded = low_b_yielded || yield(low_b) != 0u;
+    next += milliseconds(20);
+    std::this_thread::sleep_until(next);
+  }
+  for (int i = 0; i < 5; ++i) {  // the last launches' time, collected at exit
+    std::this_thread::sleep_for(milliseconds(20));
+    EXPECT_EQ(meter.sample_once().message(), "");
+  }
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  std::ifstream file(out);
+  std::string line;
+  std::getline(file, line);
+  const nlohmann::json report = nlohmann::json::parse(line, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << line;
+  const double kernels_s = report.value("kernels", 0.0) * kKernelUs * 1e-6;
+  const double measured_s = static_cast<double>(share_busy(high)) * 1e-9;
+  std::printf(
+      "FIGURE agent on a MIG instance: %.3f s measured from the shim's slots, kernels x "
+      "kernel time %.3f s\n",
+      measured_s, kernels_s);
+  EXPECT_GT(kernels_s, 0.0);
+  // The shim charges the time between its events; the last launches may be charged only at exit.
+  EXPECT_GE(measured_s, 0.9 * kernels_s);
+  EXPECT_LE(measured_s, 1.1 * kernels_s + 0.05);
+  EXPECT_EQ(others_busy(high), 0u);  // nobody else ran on A
+  EXPECT_TRUE(low_a_yielded);
+  EXPECT_FALSE(low_b_yielded);
+  EXPECT_EQ(share_busy(low_b), 0u);
+  EXPECT_EQ(others_busy(low_b), 0u);
+}
+
+}  // namespace
+}  // namespace tessera::agent
