@@ -8,6 +8,36 @@
 #include "tessera/quantity.h"
 
 namespace tessera::cli {
+namespace {
+
+std::string joined(const std::vector<std::string>& uuids) {
+  std::string text;
+  for (const std::string& uuid : uuids) text += (text.empty() ? "" : ", ") + uuid;
+  return text;
+}
+
+// The devices of `limits` that are MIG instances ("MIG-...") or GPUs in MIG mode.
+Result<std::vector<std::string>> mig_devices(const nvml::Session& session,
+                                             const std::vector<cgroup::PartitionLimits>& limits) {
+  std::vector<std::string> found;
+  for (const cgroup::PartitionLimits& limit : limits) {
+    if (limit.uuid.starts_with("MIG-")) {
+      found.push_back(limit.uuid);
+      continue;
+    }
+    TESSERA_ASSIGN_OR_RETURN(nvmlDevice_t device, session.device_by_uuid(limit.uuid),
+                             with_context("the driver's memory wall"));
+    const Result<nvml::MigMode> mode = session.mig_mode(device);
+    // NOT_SUPPORTED: a GPU without MIG, which the partitions take.
+    if (!mode.is_ok() && mode.status().code() != StatusCode::kFailedPrecondition)
+      return mode.status().with_context("the driver's memory wall: MIG mode of " + limit.uuid);
+    if (mode.is_ok() && mode->current == NVML_DEVICE_MIG_ENABLE) found.push_back(limit.uuid);
+  }
+  return found;
+}
+
+}  // namespace
+
 Result<DriverWall> DriverWall::prepare(const std::vector<share_folder::DeviceLimit>& limits,
                                        const std::string& mountinfo) {
   DriverWall wall;
@@ -35,6 +65,18 @@ Result<DriverWall> DriverWall::prepare(const std::vector<share_folder::DeviceLim
     wall.why_not_ = supported.message();
     return wall;
   }
+  // The partitions are for non-MIG devices only: the driver refuses a MIG handle
+  // (driver-memory-partitions.md), and a GPU in MIG mode holds no memory outside its instances.
+  // Their memory stays the shim's alone, and the wall says so.
+  TESSERA_ASSIGN_OR_RETURN(wall.shim_only_, mig_devices(*session, wall.limits_));
+  std::erase_if(wall.limits_, [&](const cgroup::PartitionLimits& limit) {
+    return std::ranges::find(wall.shim_only_, limit.uuid) != wall.shim_only_.end();
+  });
+  if (wall.limits_.empty()) {
+    wall.why_not_ =
+        "the driver's partitions do not support MIG devices (" + joined(wall.shim_only_) + ")";
+    return wall;
+  }
   TESSERA_ASSIGN_OR_RETURN(std::vector<cgroup::Mount> mounts, cgroup::cgroup2_mounts(mountinfo));
   if (mounts.empty()) {
     wall.why_not_ = "no cgroup v2 hierarchy is mounted (" + mountinfo + ")";
@@ -58,6 +100,7 @@ Result<DriverWall> DriverWall::prepare(const std::vector<share_folder::DeviceLim
 
 DriverWall::DriverWall(DriverWall&& other) noexcept
     : why_not_(std::move(other.why_not_)),
+      shim_only_(std::move(other.shim_only_)),
       session_(std::move(other.session_)),
       cgroup_(std::move(other.cgroup_)),
       limits_(std::move(other.limits_)) {
@@ -69,6 +112,7 @@ DriverWall& DriverWall::operator=(DriverWall&& other) noexcept {
   if (this != &other) {
     (void)release();
     why_not_ = std::move(other.why_not_);
+    shim_only_ = std::move(other.shim_only_);
     session_ = std::move(other.session_);
     cgroup_ = std::move(other.cgroup_);
     limits_ = std::move(other.limits_);
@@ -86,7 +130,11 @@ std::string DriverWall::describe() const {
     text += limits_[i].uuid + ": soft " + byte_quantity_text(limits_[i].soft) + ", hard " +
             byte_quantity_text(limits_[i].hard);
   }
-  return text + ") and by the shim";
+  text += ") and by the shim";
+  if (!shim_only_.empty())
+    text += "; memory of " + joined(shim_only_) +
+            " held by the shim only (the driver's partitions do not support MIG devices)";
+  return text;
 }
 
 Status DriverWall::add(pid_t pid) const {

@@ -3,7 +3,8 @@
 // runs in a cgroup of its own whose driver partition is the share's memory: soft = the request
 // (--memory), hard = the limit (--memory-limit). A process the shim never loads into (a child
 // started with `env -i`, a static binary) is then refused by the driver itself. Elsewhere the shim
-// alone holds the share, and the wall says why (docs/resource-model.md, docs/cli.md).
+// alone holds the share, and the wall says why (docs/resource-model.md, docs/cli.md). MIG devices
+// (and GPUs in MIG mode) are never partitioned: the driver refuses MIG handles.
 #pragma once
 
 #include <sys/types.h>
@@ -51,6 +52,8 @@ class DriverWall {
  private:
   DriverWall() = default;
   std::string why_not_;
+  // Devices with a memory limit the partitions cannot take (MIG): the shim alone holds them.
+  std::vector<std::string> shim_only_;
   std::optional<nvml::Session> session_;
   std::optional<cgroup::OwnedCgroup> cgroup_;
   std::vector<cgroup::PartitionLimits> limits_;

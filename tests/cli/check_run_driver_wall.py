@@ -6,7 +6,10 @@ partition is the share: a child started with `env -i` (no shim, no share folder)
 the driver at the hard limit, and cuMemGetInfo inside shows the limit. The same run on the default
 simulated driver shows why the wall matters: that child escapes the share and takes the GPU.
 
-  check_run_driver_wall.py --tessera T --memory-fill M --lib-dir D
+On a simulated R615 GPU in MIG mode the driver refuses partitions on MIG handles: the run goes
+ahead with the instance's memory held by the shim alone, and says so.
+
+  check_run_driver_wall.py --tessera T --memory-fill M --lib-dir D --simgpu-ctl C
 
 Exits 77 (skipped) when not root or when cgroup2 cannot be mounted here.
 """
@@ -35,6 +38,7 @@ def main():
     parser.add_argument("--tessera", required=True)
     parser.add_argument("--memory-fill", required=True)
     parser.add_argument("--lib-dir", required=True)
+    parser.add_argument("--simgpu-ctl", required=True)
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("SKIP: only root may set the driver's memory limits")
@@ -125,6 +129,31 @@ def run_checks(args, work, mount_point):
              " it was expected to escape the 2Gi share")
     print(f"the unshimmed child: held to the partition on R615, "
           f"{report['bytes_obtained'] // MIB} MiB without it")
+
+    # R615 on a GPU in MIG mode: no partition is asked for (the driver refuses MIG handles); the
+    # shim holds the instance's share, and the run says which layer holds what.
+    env = environment("615.40.01")
+    env["SIMGPU_STATE"] = os.path.join(work, "simgpu-mig.state")
+    env["SIMGPU_DEVICES"] = "name=NVIDIA H100 80GB HBM3,memory=81559Mi,sms=132,cc=9.0,mig=on"
+    made = subprocess.run([args.simgpu_ctl, "mig", "create", "0", "3g.40gb"], env=env,
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        fail(f"MIG: simgpu-ctl mig create: {made.stderr}")
+    instance = re.search(r'"(MIG-[0-9a-f-]+)"', made.stdout).group(1)
+    env["CUDA_VISIBLE_DEVICES"] = instance
+    done = subprocess.run([args.tessera, "run", "--verbose", "--memory", "2Gi", "--",
+                           args.memory_fill, "--api", "alloc", "--chunk", "256Mi"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    print("R615, MIG:", done.stdout, done.stderr, sep="\n")
+    if done.returncode != 0:
+        fail(f"MIG: tessera run failed where the shim alone can hold the share: {done.stderr}")
+    if "do not support MIG devices" not in done.stderr or instance not in done.stderr:
+        fail(f"MIG: the run did not say the instance is held by the shim only: {done.stderr}")
+    report = json.loads(done.stdout.splitlines()[0])
+    if report["bytes_obtained"] > 2 * GIB or report["stop_reason"] != "CUDA_ERROR_OUT_OF_MEMORY":
+        fail(f"MIG: the shim did not hold the share at 2Gi: {report}")
+    if [name for name in os.listdir(mount_point) if name.startswith("tessera-run-")]:
+        fail("MIG: tessera run made a cgroup it did not need")
     return 0
 
 
