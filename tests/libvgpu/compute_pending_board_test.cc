@@ -172,6 +172,24 @@ TEST_F(PendingBoardTest, ABoardOfTheWrongSizeIsRefusedAndNotUsed) {
   EXPECT_FALSE(thirty->charge(0, 0, 10 * kMs, &s));
 }
 
+TEST_F(PendingBoardTest, AFileOfTheRightSizeButAnotherKindIsRefused) {
+  fs::create_directories(fs::path(file_).parent_path());
+  chmod(fs::path(file_).parent_path().c_str(), 0700);
+  {
+    PendingBoard::Page other{};
+    other.magic = PendingBoard::kMagic + 1;  // another board's header
+    other.version = PendingBoard::kVersion;
+    std::ofstream(file_, std::ios::binary)
+        .write(reinterpret_cast<const char*>(&other), sizeof other);
+  }
+  chmod(file_.c_str(), 0600);
+  auto thirty = board(30, 301);
+  EXPECT_FALSE(thirty->usable(0));
+  const std::unique_ptr<share::LimitsPage> escaping = limits_page("MIG/../escape");
+  auto misnamed = std::make_unique<PendingBoard>(escaping.get(), base_.c_str(), 30, 302);
+  EXPECT_FALSE(misnamed->usable(0));  // a device name that is no file name
+}
+
 // The meter's source: exact where the board can be used, what the launches spanned otherwise.
 TEST_F(PendingBoardTest, OwnSourceChargesTheBoardsPartsOverALaggedWindow) {
   auto usage = std::make_unique<share::UsagePage>();

@@ -64,9 +64,7 @@ PendingBoard::Split PendingBoard::equal_split(const ProcessSpan* spans, int coun
 }
 
 void PendingBoard::refuse(int device, const char* why) {
-  failed_[device] = true;
-  if (fds_[device] > 0) os::close(fds_[device] - 1);
-  fds_[device] = 0;
+  give_up_user_board(fds_[device], failed_[device]);
   TESSERA_ERROR(
       "pending board of device %d (%s/tessera-%u/tessera-pending-%s) %s: this share's timed GPU "
       "time there is what its launches spanned (the other shares' time in it)",
@@ -76,27 +74,14 @@ void PendingBoard::refuse(int device, const char* why) {
 int PendingBoard::board_fd(int device) {
   if (device < 0 || device >= static_cast<int>(share::kMaxDevices) || failed_[device]) return -1;
   if (fds_[device] > 0) return fds_[device] - 1;
-  const char* uuid = limits_->devices[device].uuid;
-  if (!uuid[0] || std::strchr(uuid, '/')) {
-    refuse(device, "has no usable device name");
-    return -1;
-  }
-  char name[96];
-  std::snprintf(name, sizeof name, "tessera-pending-%s", uuid);
   std::memset(&page_, 0, sizeof page_);
   page_.magic = kMagic;
   page_.version = kVersion;
   const char* why = nullptr;
-  const int fd = open_user_board(dir_, name, &page_, sizeof page_, &why);
+  const int fd = open_device_board(dir_, "tessera-pending-", limits_->devices[device].uuid, &page_,
+                                   sizeof page_, kMagic, kVersion, &why);
   if (fd < 0) {
     refuse(device, why);
-    return -1;
-  }
-  uint32_t head[2] = {};
-  if (os::read_at(fd, head, sizeof head, 0) != static_cast<ssize_t>(sizeof head) ||
-      head[0] != kMagic || head[1] != kVersion) {
-    os::close(fd);
-    refuse(device, "is not a pending board (remove it to start a new one)");
     return -1;
   }
   fds_[device] = fd + 1;

@@ -50,10 +50,33 @@ bool private_to_user(const struct stat& info) {
 
 }  // namespace
 
+int open_device_board(const char* dir, const char* prefix, const char* uuid, const void* initial,
+                      size_t size, uint32_t magic, uint32_t version, const char** why) {
+  if (!uuid[0] || std::strchr(uuid, '/')) {
+    *why = "has no usable device name";
+    return -1;
+  }
+  char name[96];
+  std::snprintf(name, sizeof name, "%s%s", prefix, uuid);
+  Fd board(open_user_board(dir, name, initial, size, why));
+  if (board.get() < 0) return -1;
+  uint32_t head[2] = {};
+  if (os::read_at(board.get(), head, sizeof head, 0) != static_cast<ssize_t>(sizeof head) ||
+      head[0] != magic || head[1] != version) {
+    *why = "is not a board of its kind (remove it to start a new one)";
+    return -1;
+  }
+  return board.release();
+}
+
+void give_up_user_board(int& fd_plus_one, bool& failed) {
+  failed = true;
+  if (fd_plus_one > 0) os::close(fd_plus_one - 1);
+  fd_plus_one = 0;
+}
+
 void UserBoard::refuse(int device, const char* why) {
-  failed_[device] = true;
-  if (fds_[device] > 0) os::close(fds_[device] - 1);
-  fds_[device] = 0;
+  give_up_user_board(fds_[device], failed_[device]);
   TESSERA_ERROR(
       "priority board of device %d (%s/tessera-%u/tessera-device-%s) %s: priorities are "
       "not applied on this device by this process",
@@ -119,29 +142,18 @@ int open_user_board(const char* dir, const char* name, const void* initial, size
 int UserBoard::board_fd(int device) {
   if (failed_[device]) return -1;
   if (fds_[device] > 0) return fds_[device] - 1;
-  const char* uuid = limits_->devices[device].uuid;
-  if (!uuid[0] || std::strchr(uuid, '/')) {
-    refuse(device, "has no usable device name");
-    return -1;
-  }
-  char name[96];
-  std::snprintf(name, sizeof name, "tessera-device-%s", uuid);
   Page page{};
   page.magic = kMagic;
   page.version = kVersion;
   const char* why = nullptr;
-  Fd board(open_user_board(dir_, name, &page, sizeof page, &why));
-  if (board.get() < 0) {
+  const int fd = open_device_board(dir_, "tessera-device-", limits_->devices[device].uuid, &page,
+                                   sizeof page, kMagic, kVersion, &why);
+  if (fd < 0) {
     refuse(device, why);
     return -1;
   }
-  if (os::read_at(board.get(), &page, sizeof page, 0) != static_cast<ssize_t>(sizeof page) ||
-      page.magic != kMagic || page.version != kVersion) {
-    refuse(device, "is not a priority board (remove it to start a new one)");
-    return -1;
-  }
-  fds_[device] = board.release() + 1;
-  return fds_[device] - 1;
+  fds_[device] = fd + 1;
+  return fd;
 }
 
 // Never mapped: a board truncated under us makes a short read here, not a SIGBUS. Two processes

@@ -27,6 +27,14 @@ namespace tessera::vgpu::compute {
 // content (magic, version).
 int open_user_board(const char* dir, const char* name, const void* initial, size_t size,
                     const char** why);
+// The board of one device: `<dir>/tessera-<uid>/<prefix><uuid>` opened as open_user_board does
+// and its header (magic, version: the first two 32-bit words of every board) checked. The fd, or
+// -1 with `*why` saying what is wrong.
+int open_device_board(const char* dir, const char* prefix, const char* uuid, const void* initial,
+                      size_t size, uint32_t magic, uint32_t version, const char** why);
+// Gives a device's board up for this process: its fd (kept as fd + 1, 0: none) closed and
+// `failed` set, so it is never opened again. The caller says why, once.
+void give_up_user_board(int& fd_plus_one, bool& failed);
 
 class LimitsYield final : public PriorityBoard {
  public:
