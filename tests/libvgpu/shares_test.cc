@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "shim_test_support.h"
+#include "sim_mig.h"
 #include "sim_test_support.h"
 
 namespace {
@@ -108,20 +109,8 @@ class SharesTest : public ::testing::Test {
   simgpu::testing::SimEnvironment sim_{kOneGpu};
 };
 
-// A GPU instance and its compute instance of `profile` made on GPU 0 of the simulated machine by
-// `simgpu-ctl mig create` (through the simulated NVML, as nvidia-smi mig -cgi -C): its MIG UUID, or
-// "" (a failure).
 std::string create_mig_instance(const std::string& profile) {
-  const std::string command = std::string(SIMGPU_CTL) + " mig create 0 " + profile;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return "";
-  std::string out;
-  char buffer[256];
-  while (std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
-  if (pclose(pipe) != 0) return "";
-  const size_t at = out.find("\"MIG-");
-  if (at == std::string::npos) return "";
-  return out.substr(at + 1, out.find('"', at + 1) - at - 1);
+  return simgpu::testing::create_mig_instance(SIMGPU_CTL, profile);
 }
 
 // `simgpu-ctl mig list 0`'s `key` of the compute instance whose MIG UUID is `uuid` (the simulated

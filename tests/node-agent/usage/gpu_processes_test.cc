@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "sim_mig.h"
+
 namespace tessera::agent {
 namespace {
 
@@ -29,16 +31,8 @@ class GpuProcessesOnMig : public ::testing::Test {
   }
   void TearDown() override { fs::remove(state_); }
 
-  // A GPU and compute instance of `profile` on GPU 0 (simgpu-ctl): its MIG UUID, or "".
   static std::string create_instance(const std::string& profile) {
-    FILE* pipe = popen((std::string(SIMGPU_CTL) + " mig create 0 " + profile).c_str(), "r");
-    if (!pipe) return "";
-    std::string out;
-    char buffer[256];
-    while (std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
-    if (pclose(pipe) != 0) return "";
-    const size_t at = out.find("\"MIG-");
-    return at == std::string::npos ? "" : out.substr(at + 1, out.find('"', at + 1) - at - 1);
+    return simgpu::testing::create_mig_instance(SIMGPU_CTL, profile);
   }
 
   std::string state_;

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "clock/clock.h"
+#include "sim_mig.h"
 #include "tessera/share_folder/limits_writer.h"
 #include "tessera/share_region.h"
 #include "usage/gpu_time_meter.h"
@@ -60,18 +61,8 @@ class GpuTimeMeterMig : public ::testing::Test {
   void TearDown() override { fs::remove(simgpu_state()); }
 };
 
-// A GPU and compute instance of `profile` on GPU 0 (simgpu-ctl): its MIG UUID, or "".
 std::string create_instance(const std::string& profile) {
-  const std::string command = std::string(SIMGPU_CTL) + " mig create 0 " + profile;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return "";
-  std::string out;
-  char buffer[256];
-  while (std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
-  if (pclose(pipe) != 0) return "";
-  const size_t at = out.find("\"MIG-");
-  if (at == std::string::npos) return "";
-  return out.substr(at + 1, out.find('"', at + 1) - at - 1);
+  return simgpu::testing::create_mig_instance(SIMGPU_CTL, profile);
 }
 
 class TempDir {
