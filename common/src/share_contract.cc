@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "tessera/file_io.h"
+#include "tessera/pending_spans.h"
 #include "tessera/unique_fd.h"
 
 namespace tessera::share {
@@ -176,15 +177,17 @@ int read_process_identity(std::string_view proc_root, int pid, ProcessIdentity& 
   return 0;
 }
 
-int prepare_usage_page(const char* dir, char* temporary, size_t capacity) {
-  int written = 0;
-  UniqueFd fd;
+namespace {
+
+// A new file ".<stem>.<pid>.<n>.tmp" in `dir`, created exclusively and never through a symlink
+// (the folder is writable from the share's containers); its path in `temporary`. 0 or an errno.
+int create_temporary(const char* dir, const char* stem, char* temporary, size_t capacity,
+                     UniqueFd& fd) {
   for (int attempt = 0; attempt < 16 && !fd; ++attempt) {
-    written =
-        std::snprintf(temporary, capacity, "%s/.usage.%d.%u.tmp", dir, static_cast<int>(::getpid()),
-                      g_usage_sequence.fetch_add(1, std::memory_order_relaxed));
+    const int written = std::snprintf(temporary, capacity, "%s/.%s.%d.%u.tmp", dir, stem,
+                                      static_cast<int>(::getpid()),
+                                      g_usage_sequence.fetch_add(1, std::memory_order_relaxed));
     if (written < 0 || static_cast<size_t>(written) >= capacity) return ENAMETOOLONG;
-    // Exclusive and never through a symlink: the folder is writable from the share's containers.
     const int opened =
         ::open(temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, kUsagePageMode);
     if (opened >= 0) {
@@ -193,7 +196,15 @@ int prepare_usage_page(const char* dir, char* temporary, size_t capacity) {
       return errno;
     }
   }
-  if (!fd) return EEXIST;
+  return fd ? 0 : EEXIST;
+}
+
+}  // namespace
+
+int prepare_usage_page(const char* dir, char* temporary, size_t capacity) {
+  UniqueFd fd;
+  if (const int error = create_temporary(dir, "usage", temporary, capacity, fd); error != 0)
+    return error;
   int error = 0;
   // fchmod: the umask narrowed the mode open() applied.
   if (::ftruncate(fd.get(), sizeof(UsagePage)) != 0 || ::fchmod(fd.get(), kUsagePageMode) != 0) {
@@ -266,6 +277,42 @@ int open_or_create_usage_page(const char* dir, UsagePage*& out) {
   if (error != ENOENT) return error;
   if ((error = create_usage_page(dir)) != 0) return error;
   return map_usage_page(usage_path, true, out);
+}
+
+int open_or_create_pending_file(const char* dir, const char* uuid, UniqueFd& out) {
+  out.reset();
+  if (!uuid[0] || std::strchr(uuid, '/') || std::strlen(uuid) >= kUuidBytes) return EINVAL;
+  char path[kPathCapacity];
+  const int written = std::snprintf(path, sizeof path, "%s/%s%s", dir, kPendingFilePrefix, uuid);
+  if (written < 0 || static_cast<size_t>(written) >= sizeof path) return ENAMETOOLONG;
+  int error =
+      open_file(path, O_RDWR | O_NONBLOCK, FileSource::kUntrusted, out, sizeof(PendingPage));
+  if (error == ENOENT) {
+    // Created whole under a temporary name (size, header, mode, fsync), then linked into place:
+    // a reader never sees half a page; a page another process linked first wins.
+    char temporary[kPathCapacity];
+    UniqueFd fd;
+    if ((error = create_temporary(dir, "pending", temporary, sizeof temporary, fd)) != 0)
+      return error;
+    const uint32_t header[2] = {kPendingMagic, kPendingVersion};
+    if (::ftruncate(fd.get(), sizeof(PendingPage)) != 0 ||
+        ::pwrite(fd.get(), header, sizeof header, 0) != static_cast<ssize_t>(sizeof header) ||
+        ::fchmod(fd.get(), kUsagePageMode) != 0 || ::fsync(fd.get()) != 0) {
+      error = errno;
+      ::unlink(temporary);
+      return error;
+    }
+    if ((error = publish_usage_page(temporary, path)) != 0) return error;
+    error = open_file(path, O_RDWR | O_NONBLOCK, FileSource::kUntrusted, out, sizeof(PendingPage));
+  }
+  if (error != 0) return error;
+  uint32_t header[2] = {};
+  if (::pread(out.get(), header, sizeof header, 0) != static_cast<ssize_t>(sizeof header) ||
+      header[0] != kPendingMagic || header[1] != kPendingVersion) {
+    out.reset();
+    return EPROTO;
+  }
+  return 0;
 }
 
 }  // namespace tessera::share

@@ -3,6 +3,7 @@
 // processes' equal parts of the time: the rule (equal_split), the board between two shares in the
 // user's private folder, a span published after its window, and a board of the wrong size refused.
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -15,18 +16,31 @@
 
 #include "compute/meter.h"
 #include "compute/pending_board.h"
+#include "tessera/pending_spans.h"
 
 namespace tessera::vgpu::compute {
 namespace {
 
 namespace fs = std::filesystem;
 constexpr int64_t kMs = 1000 * 1000;
-using Span = PendingBoard::ProcessSpan;
+// A span of process `process`, one of the share's (`own`) or another's.
+struct Span {
+  int64_t start_ns;
+  int64_t end_ns;
+  int process;
+  bool own;
+};
 
 PendingBoard::Split split(const std::vector<Span>& spans, int64_t from, int64_t to) {
+  std::vector<PendingBoard::ProcessSpan> process_spans;
+  uint32_t own = 0;
+  for (const Span& span : spans) {
+    process_spans.push_back({span.start_ns, span.end_ns, span.process});
+    if (span.own) own |= 1u << span.process;
+  }
   std::vector<PendingBoard::Edge> edges(2 * spans.size() + 1);
-  return PendingBoard::equal_split(spans.data(), static_cast<int>(spans.size()), from, to,
-                                   edges.data());
+  return PendingBoard::equal_split(process_spans.data(), static_cast<int>(spans.size()), own, from,
+                                   to, edges.data());
 }
 
 TEST(PendingBoardSplit, AProcessAloneIsGivenAllOfItsPendingTime) {
@@ -207,6 +221,128 @@ TEST_F(PendingBoardTest, OwnSourceChargesTheBoardsPartsOverALaggedWindow) {
   EXPECT_EQ(busy.share_ns, 5 * kMs);
   EXPECT_EQ(busy.others_ns, 5 * kMs);
   EXPECT_FALSE(source.timed(0));  // exact: nothing for the meter to take out
+}
+
+// Under the agent each process publishes into its share's own folder (`pending-<uuid>`, no file
+// shared with another share): created whole, 0666 as the usage page (the share's processes may run
+// as different uids), the common page the agent reads.
+TEST_F(PendingBoardTest, UnderTheAgentSpansGoToTheSharesOwnFolder) {
+  const std::string folder = base_ + "/share";
+  fs::create_directories(folder);
+  PendingBoard own_folder(limits_.get(), folder.c_str(), 1, 301, PendingBoard::Where::kShareFolder);
+  const PendingSpan span{1000 * kMs, 1010 * kMs, 0};
+  own_folder.publish(0, &span, 1, 2000 * kMs);
+  const std::string path = folder + "/pending-MIG-instance";
+  struct stat info {};
+  ASSERT_EQ(stat(path.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 07777, 0666u);
+  EXPECT_EQ(info.st_size, static_cast<off_t>(sizeof(share::PendingPage)));
+  EXPECT_FALSE(fs::exists(fs::path(file_).parent_path()));  // nothing on the user's board
+  auto page = std::make_unique<share::PendingPage>();
+  std::ifstream(path, std::ios::binary)
+      .read(reinterpret_cast<char*>(page.get()), sizeof(share::PendingPage));
+  ASSERT_TRUE(share::valid_pending_page(*page));
+  EXPECT_EQ(page->overflowed, 0u);
+  int records = 0;
+  for (const share::PendingRecord& record : page->records) {
+    if (record.process == 0) continue;
+    ++records;
+    EXPECT_EQ(record.process, 301u);
+    share::ProcessSpan taken[4];
+    int64_t late = 0;
+    ASSERT_EQ(share::take_spans(record, 0, 900 * kMs, 1100 * kMs, 0, taken, 4, &late), 1);
+    EXPECT_EQ(taken[0].start_ns, 1000 * kMs);
+    EXPECT_EQ(taken[0].end_ns, 1010 * kMs);
+  }
+  EXPECT_EQ(records, 1);
+}
+
+TEST_F(PendingBoardTest, UnderTheAgentAFileTheTenantReplacedIsRefused) {
+  const std::string folder = base_ + "/share";
+  fs::create_directories(folder);
+  fs::create_symlink("/etc/passwd", folder + "/pending-MIG-instance");
+  PendingBoard own_folder(limits_.get(), folder.c_str(), 1, 301, PendingBoard::Where::kShareFolder);
+  EXPECT_FALSE(own_folder.usable(0));  // never through a symlink
+  fs::remove(folder + "/pending-MIG-instance");
+  ASSERT_EQ(mkfifo((folder + "/pending-MIG-instance").c_str(), 0666), 0);
+  PendingBoard fifo(limits_.get(), folder.c_str(), 1, 302, PendingBoard::Where::kShareFolder);
+  EXPECT_FALSE(fifo.usable(0));  // nor a FIFO (and without blocking on it)
+}
+
+TEST_F(PendingBoardTest, AProcessThatFindsEveryRecordTakenSaysSoInThePage) {
+  const std::string folder = base_ + "/share";
+  fs::create_directories(folder);
+  const PendingSpan span{1000 * kMs, 1010 * kMs, 0};
+  std::vector<std::unique_ptr<PendingBoard>> processes;
+  for (int p = 0; p <= PendingBoard::kRecords; ++p) {
+    processes.push_back(std::make_unique<PendingBoard>(limits_.get(), folder.c_str(), 1, 400 + p,
+                                                       PendingBoard::Where::kShareFolder));
+    processes.back()->publish(0, &span, 1, 2000 * kMs);
+  }
+  auto page = std::make_unique<share::PendingPage>();
+  std::ifstream(folder + "/pending-MIG-instance", std::ios::binary)
+      .read(reinterpret_cast<char*>(page.get()), sizeof(share::PendingPage));
+  EXPECT_EQ(page->overflowed, 1u);  // the agent must not take these spans for all of the share's
+}
+
+// A stand-in for the agent's figures (AgentSource): what it returns, and which devices the meter
+// asked it to forget.
+class AgentFigures final : public BusySource {
+ public:
+  bool measure(int device, int64_t, Busy* out) override {
+    if (primed_[device] == false) {
+      primed_[device] = true;
+      return false;
+    }
+    *out = next;
+    return true;
+  }
+  void reset() override {}
+  void forget(int device) override {
+    primed_[device] = false;
+    ++forgets;
+  }
+  Busy next;
+  int forgets = 0;
+
+ private:
+  bool primed_[share::kMaxDevices] = {};
+};
+
+// Where the agent splits a device (split_mask), its figures are the share's: exact, nothing for
+// the meter to take out; where it stops, the share is back on what its launches spanned.
+TEST(OwnSourceUnderTheAgent, ChargesTheAgentsSplitWhereItsBitIsSet) {
+  auto usage = std::make_unique<share::UsagePage>();
+  share::init_usage_page(*usage);
+  usage->slot_high_water = 1;
+  usage->slots[0].owner = share::make_owner(42, 7, 9);
+  usage->slots[0].generation = 1;
+  std::atomic<uint64_t> timed{1};
+  std::atomic<uint64_t> split{0};
+  AgentFigures agent;
+  agent.next = Busy{3 * kMs, 7 * kMs};
+  OwnSource source(usage.get(), &agent, &timed, nullptr, OwnSource::kPendingLag, &split);
+  Busy busy;
+  EXPECT_FALSE(source.measure(0, 1000 * kMs, &busy));  // the slots' first look
+  usage->slots[0].gpu_busy_ns += 10 * kMs;
+  ASSERT_TRUE(source.measure(0, 1005 * kMs, &busy));
+  EXPECT_EQ(busy.share_ns, 10 * kMs);  // what the launches spanned
+  EXPECT_TRUE(source.timed(0));
+
+  split = 1;
+  usage->slots[0].gpu_busy_ns += 10 * kMs;
+  EXPECT_FALSE(source.measure(0, 1010 * kMs, &busy));  // the agent's figures start a window
+  EXPECT_EQ(agent.forgets, 1);
+  ASSERT_TRUE(source.measure(0, 1015 * kMs, &busy));
+  EXPECT_EQ(busy.share_ns, 3 * kMs);
+  EXPECT_EQ(busy.others_ns, 7 * kMs);
+  EXPECT_FALSE(source.timed(0));
+
+  split = 0;
+  usage->slots[0].gpu_busy_ns += 4 * kMs;
+  ASSERT_TRUE(source.measure(0, 1020 * kMs, &busy));
+  EXPECT_EQ(busy.share_ns, 4 * kMs);
+  EXPECT_TRUE(source.timed(0));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "tessera/share_region.h"
+#include "tessera/unique_fd.h"
 
 namespace tessera::share {
 
@@ -84,5 +85,15 @@ void unmap_usage_page(const UsagePage* page);
 
 // map_usage_page of <dir>/usage, writable, creating the page first when it is absent.
 int open_or_create_usage_page(const char* dir, UsagePage*& out);
+
+// ---- the pending file of a device (tessera/pending_spans.h)
+// --------------------------------------------------------------------------
+
+// <dir>/pending-<uuid> opened read-write into `out`, created first when absent as the usage page
+// is (a whole page under a temporary name, linked into place; kUsagePageMode, for the same
+// reasons). Never through a symlink, never blocking on a FIFO, only a regular file at least a
+// PendingPage long with its magic and version (EPROTO otherwise). 0 or an errno (EINVAL: a uuid
+// that is no file name).
+int open_or_create_pending_file(const char* dir, const char* uuid, UniqueFd& out);
 
 }  // namespace tessera::share

@@ -84,7 +84,14 @@ struct LimitsPage {
   // measure_source == kMeasureAgent): bit d set = a share of higher priority is busy on device d,
   // so this share's gate yields it. No file written by one share is read by another.
   std::atomic<uint64_t> yield_mask;
-  uint8_t reserved0[24];
+  // Written by the agent when measure_source == kMeasureAgent: bit d set = `measured[d]` is the
+  // share's equal part of the time the processes of every share on device d (a device NVML cannot
+  // measure: a MIG instance) were pending there, split from their pending files
+  // (tessera/pending_spans.h); the shim charges that instead of what its own launches spanned.
+  // Was reserved (always 0) before, so no version bump: an older agent leaves the shim on its
+  // spans.
+  std::atomic<uint64_t> split_mask;
+  uint8_t reserved0[16];
   DeviceLimits devices[kMaxDevices];
   // Written by the agent when measure_source == kMeasureAgent (cumulative, monotonic clock).
   struct Measured {
@@ -118,6 +125,7 @@ static_assert(offsetof(LimitsPage, generation) == 16);
 static_assert(offsetof(LimitsPage, priority) == 24);
 static_assert(offsetof(LimitsPage, measure_source) == 28);
 static_assert(offsetof(LimitsPage, yield_mask) == 32);
+static_assert(offsetof(LimitsPage, split_mask) == 40);
 static_assert(offsetof(LimitsPage, devices) == 64);
 static_assert(offsetof(LimitsPage, measured) == 64 + 64 * kMaxDevices);
 static_assert(offsetof(LimitsPage, requests) == 64 + 96 * kMaxDevices);

@@ -75,7 +75,9 @@ struct MeterThread {
   OwnSource* own = nullptr;
   LimitsYield* agent_yield = nullptr;
   UserBoard* user_board = nullptr;
-  PendingBoard* pending_board = nullptr;  // `tessera run` shares: timed devices' pending spans
+  // Where the timed devices' pending spans go: the user's board (`tessera run`), or the share's
+  // folder, for the agent (pending_board.h).
+  PendingBoard* pending_board = nullptr;
   Meter* meter = nullptr;
   Region* region = nullptr;
   int share = -1;                // the region's position
@@ -206,13 +208,22 @@ void start_thread(int r) {
   }
   g_timed_masks[r].store(timed, std::memory_order_release);
   // `tessera run` shares of one instance see each other's pending spans on the user's board
-  // folder (pending_board.h); under the agent the shares are in other containers: no board.
-  if (timed != 0 && parts.user_board && !parts.pending_board) {
-    parts.pending_board = new (pending_storages[r])
-        PendingBoard(limits, s.options.device_dir,
-                     UserBoard::share_identity(region.dir(), region.owner()), region.owner());
+  // folder, and each share's leader charges from it; under the agent the shares are in other
+  // containers: each process publishes into its share's folder, the agent splits across the
+  // shares and says so in split_mask (pending_board.h).
+  if (timed != 0 && !parts.pending_board) {
+    if (parts.user_board) {
+      parts.pending_board = new (pending_storages[r])
+          PendingBoard(limits, s.options.device_dir,
+                       UserBoard::share_identity(region.dir(), region.owner()), region.owner());
+    } else if (region.dir()[0]) {
+      parts.pending_board = new (pending_storages[r])
+          PendingBoard(limits, region.dir(), 1, region.owner(), PendingBoard::Where::kShareFolder);
+    }
   }
-  parts.own = new (own_storage) OwnSource(usage, source, &g_timed_masks[r], parts.pending_board);
+  parts.own = new (own_storage)
+      OwnSource(usage, source, &g_timed_masks[r], parts.user_board ? parts.pending_board : nullptr,
+                OwnSource::kPendingLag, parts.agent ? &limits->split_mask : nullptr);
   source = parts.own;
   parts.meter =
       new (meter_storage) Meter(limits, usage, source, board, region.owner(), owner_alive, &region);

@@ -37,6 +37,10 @@ void AgentSource::reset() {
   for (uint32_t d = 0; d < share::kMaxDevices; ++d) last_at_[d] = 0;
 }
 
+void AgentSource::forget(int device) {
+  last_at_[device] = 0;
+}
+
 bool OwnSource::measure(int device, int64_t now_ns, Busy* out) {
   const uint64_t bit = 1ull << device;
   if ((timed_mask_->load(std::memory_order_acquire) & bit) == 0) {
@@ -72,6 +76,18 @@ bool OwnSource::measure(int device, int64_t now_ns, Busy* out) {
     window_valid_ = primed_;
     primed_ = true;
     collected_at_ns_ = now_ns;
+  }
+  const bool by_agent =
+      split_mask_ && inner_ && ((split_mask_->load(std::memory_order_acquire) & bit) != 0);
+  if (by_agent != split_[device]) {
+    // The agent's figures start or stop counting this device: whichever source measures it next
+    // starts a window of its own (none charges the time since the other's last look twice).
+    split_[device] = by_agent;
+    if (by_agent) inner_->forget(device);
+  }
+  if (by_agent) {
+    exact_[device] = true;
+    return inner_->measure(device, now_ns, out);
   }
   if (pending_ && pending_->usable(device)) {
     exact_[device] = true;

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "compute/controller.h"
+#include "tessera/pending_spans.h"
 #include "tessera/share_region.h"
 
 namespace tessera::vgpu::compute {
@@ -29,6 +30,8 @@ class BusySource {
   virtual bool measure(int device, int64_t now_ns, Busy* out) = 0;
   // Forget the previous measurement (a new leader starts its own windows).
   virtual void reset() = 0;
+  // Forget the previous measurement of one device (its next one primes again).
+  virtual void forget(int) {}
   // True when the share's GPU time on the device is what its own launches' events spanned
   // (OwnSource): time the device gave other processes meanwhile is in it.
   virtual bool timed(int) const { return false; }
@@ -72,6 +75,7 @@ class AgentSource final : public BusySource {
   explicit AgentSource(const share::LimitsPage* limits) : limits_(limits) {}
   bool measure(int device, int64_t now_ns, Busy* out) override;
   void reset() override;
+  void forget(int device) override;
 
  private:
   const share::LimitsPage* limits_;
@@ -88,6 +92,9 @@ class AgentSource final : public BusySource {
 // `lag_ns` before now (the time a span takes to be collected, queued and published); "others" are
 // the other processes' parts.
 //
+// Exact too where the agent splits the device (bit d of `split_mask`, LimitsPage::split_mask: the
+// shares' pending files under the agent): then `inner`, the agent's figures, measures it.
+//
 // Otherwise what the launches spanned: the growth of the slots' gpu_busy_ns (a slot claimed again
 // counts from 0). A slot's time goes to the timed device its process's contexts are on
 // (ProcessSlot::contexts); a process with contexts on several devices (or none said) is charged
@@ -95,11 +102,17 @@ class AgentSource final : public BusySource {
 // there (0), and timed() says the spans include them (Meter::apportion_timed).
 class OwnSource final : public BusySource {
  public:
-  static constexpr int64_t kPendingLag = 25 * kMillisecond;
+  static constexpr int64_t kPendingLag = share::kPendingLag;
 
   OwnSource(share::UsagePage* usage, BusySource* inner, const std::atomic<uint64_t>* timed_mask,
-            PendingBoard* pending = nullptr, int64_t lag_ns = kPendingLag)
-      : usage_(usage), inner_(inner), timed_mask_(timed_mask), pending_(pending), lag_ns_(lag_ns) {
+            PendingBoard* pending = nullptr, int64_t lag_ns = kPendingLag,
+            const std::atomic<uint64_t>* split_mask = nullptr)
+      : usage_(usage),
+        inner_(inner),
+        timed_mask_(timed_mask),
+        pending_(pending),
+        lag_ns_(lag_ns),
+        split_mask_(split_mask) {
     for (int64_t& charged_to : charged_to_) charged_to = kNotCharged;
   }
   bool measure(int device, int64_t now_ns, Busy* out) override;
@@ -115,6 +128,8 @@ class OwnSource final : public BusySource {
   const std::atomic<uint64_t>* timed_mask_;
   PendingBoard* pending_;
   int64_t lag_ns_;
+  const std::atomic<uint64_t>* split_mask_;
+  bool split_[share::kMaxDevices] = {};  // the last measurement came from the agent's split
   bool primed_ = false;
   bool window_valid_ = false;  // the look at collected_at_ns_ had a previous one to difference
   int64_t collected_at_ns_ = -1;

@@ -1,5 +1,7 @@
 #include "compute/pending_board.h"
 
+#include <errno.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
@@ -8,6 +10,8 @@
 #include "compute/priority_board.h"
 #include "log.h"
 #include "os/system_calls.h"
+#include "tessera/share_contract.h"
+#include "tessera/unique_fd.h"
 
 namespace tessera::vgpu::compute {
 namespace {
@@ -22,49 +26,26 @@ constexpr int64_t kLongestStored = 4'000'000'000;
 
 }  // namespace
 
-PendingBoard::Split PendingBoard::equal_split(const ProcessSpan* spans, int count, int64_t from_ns,
-                                              int64_t to_ns, Edge* edges) {
+PendingBoard::Split PendingBoard::equal_split(const ProcessSpan* spans, int count, uint32_t own,
+                                              int64_t from_ns, int64_t to_ns, Edge* edges) {
+  int depth[kRecords];
+  int64_t mark[kRecords];
+  int64_t parts[kRecords] = {};
+  share::equal_parts(spans, count, from_ns, to_ns, kRecords, edges, depth, mark, parts);
   Split split;
-  int edge_count = 0;
-  for (int i = 0; i < count; ++i) {
-    const int64_t start = std::max(spans[i].start_ns, from_ns);
-    const int64_t end = std::min(spans[i].end_ns, to_ns);
-    if (end <= start || spans[i].process < 0 || spans[i].process >= kRecords) continue;
-    edges[edge_count++] = Edge{start, spans[i].process, +1};
-    edges[edge_count++] = Edge{end, spans[i].process, -1};
-  }
-  std::sort(edges, edges + edge_count,
-            [](const Edge& a, const Edge& b) { return a.at_ns < b.at_ns; });
-  bool own[kRecords] = {};
-  for (int i = 0; i < count; ++i) {
-    if (spans[i].process >= 0 && spans[i].process < kRecords && spans[i].own)
-      own[spans[i].process] = true;
-  }
-  int depth[kRecords] = {};
-  int pending = 0;      // processes with a span open
-  int own_pending = 0;  // of which the share's
-  for (int e = 0; e < edge_count; ++e) {
-    if (e > 0 && pending > 0) {
-      const int64_t length = edges[e].at_ns - edges[e - 1].at_ns;
-      const int64_t own_part = length * own_pending / pending;
-      split.own_ns += own_part;
-      split.others_ns += length * (pending - own_pending) / pending;
-    }
-    const Edge& edge = edges[e];
-    const int before = depth[edge.process];
-    depth[edge.process] += edge.delta;
-    const bool was = before > 0;
-    const bool is = depth[edge.process] > 0;
-    if (was != is) {
-      pending += is ? 1 : -1;
-      if (own[edge.process]) own_pending += is ? 1 : -1;
-    }
-  }
+  for (int p = 0; p < kRecords; ++p) ((own >> p) & 1u ? split.own_ns : split.others_ns) += parts[p];
   return split;
 }
 
 void PendingBoard::refuse(int device, const char* why) {
   give_up_user_board(fds_[device], failed_[device]);
+  if (where_ == Where::kShareFolder) {
+    TESSERA_ERROR(
+        "pending file of device %d (%s/%s%s) %s: the agent charges this share what its "
+        "launches there spanned (the other shares' time in it)",
+        device, dir_, share::kPendingFilePrefix, limits_->devices[device].uuid, why);
+    return;
+  }
   TESSERA_ERROR(
       "pending board of device %d (%s/tessera-%u/tessera-pending-%s) %s: this share's timed GPU "
       "time there is what its launches spanned (the other shares' time in it)",
@@ -74,6 +55,19 @@ void PendingBoard::refuse(int device, const char* why) {
 int PendingBoard::board_fd(int device) {
   if (device < 0 || device >= static_cast<int>(share::kMaxDevices) || failed_[device]) return -1;
   if (fds_[device] > 0) return fds_[device] - 1;
+  if (where_ == Where::kShareFolder) {
+    UniqueFd opened;
+    if (const int error =
+            share::open_or_create_pending_file(dir_, limits_->devices[device].uuid, opened);
+        error != 0) {
+      refuse(device, error == EPROTO   ? "is not a pending file (remove it to start a new one)"
+                     : error == EINVAL ? "has no usable device name"
+                                       : "cannot be opened or created");
+      return -1;
+    }
+    fds_[device] = opened.release() + 1;
+    return fds_[device] - 1;
+  }
   std::memset(&page_, 0, sizeof page_);
   page_.magic = kMagic;
   page_.version = kVersion;
@@ -127,6 +121,10 @@ int PendingBoard::claim(int fd, int device, int64_t now_ns) {
     mine_[device] = record + 1;
     return record;
   }
+  // Readers must know some spans are missing here (the agent then charges the share what its
+  // launches spanned).
+  const uint64_t overflowed = 1;
+  os::write_at(fd, &overflowed, sizeof overflowed, offsetof(Page, overflowed));
   if (!full_said_[device]) {
     full_said_[device] = true;
     TESSERA_ERROR(
@@ -189,6 +187,7 @@ bool PendingBoard::charge(int device, int64_t from_ns, int64_t to_ns, Split* out
   }
   int count = 0;
   int64_t late_ns = 0;
+  uint32_t own = 0;
   for (int r = 0; r < kRecords; ++r) {
     const Record& record = page_.records[r];
     if (record.process == 0) continue;
@@ -198,22 +197,14 @@ bool PendingBoard::charge(int device, int64_t from_ns, int64_t to_ns, Split* out
         seen_process_[device][r] == record.process ? seen_written_[device][r] : record.written;
     seen_process_[device][r] = record.process;
     seen_written_[device][r] = record.written;
-    const bool own = record.share == share_;
-    const uint64_t oldest = record.written > kSpans ? record.written - kSpans : 0;
-    for (uint64_t k = oldest; k < record.written; ++k) {
-      const Stored& stored = record.spans[k % kSpans];
-      if (stored.sequence != static_cast<uint32_t>(k + 1)) continue;  // being written
-      const int64_t start = stored.start_ns;
-      const int64_t end = start + static_cast<int64_t>(stored.length_ns);
-      if (own && k >= seen && start < from_ns) {
-        // Published after its window was charged: the share's in whole (its split is gone).
-        late_ns += std::min(end, from_ns) - start;
-      }
-      if (end <= from_ns || start >= to_ns) continue;
-      spans_[count++] = ProcessSpan{start, end, r, own};
+    int64_t late = 0;
+    count += share::take_spans(record, seen, from_ns, to_ns, r, spans_ + count, kSpans, &late);
+    if (record.share == share_) {
+      own |= 1u << r;
+      late_ns += late;
     }
   }
-  *out = equal_split(spans_, count, from_ns, to_ns, edges_);
+  *out = equal_split(spans_, count, own, from_ns, to_ns, edges_);
   out->own_ns += late_ns;
   return true;
 }

@@ -8,53 +8,60 @@
 // the collection delay, the integral over time of 1 / (the number of processes pending at that
 // moment) over their own spans: time-slicing splits contended time equally.
 //
-// Under `tessera run` (no agent) the board is one file per device beside the priority board, in
-// the user's private folder (priority_board.h open_user_board): `tessera-pending-<uuid>`, read and
-// written with pread/pwrite (never mapped). One record per process: its owner word, its share's
-// identity, until when it is kept, and a ring of its last spans, each with its sequence number
-// (a span is taken only where its number is the one its place in the ring should hold, so a read
-// racing a write skips the span being written instead of taking half of it).
+// Where the spans go (tessera/pending_spans.h has the page):
+// - `tessera run` (no agent): one board per device beside the priority board, in the user's
+//   private folder (priority_board.h open_user_board): `tessera-pending-<uuid>`, every share of
+//   the user on the device. Each share's meter leader charges from it (charge()).
+// - Under the agent: the share's own folder, `pending-<uuid>` (no file of one share is read by
+//   another); the agent reads every share's file and publishes each share's part (split_mask in
+//   the limits page). Processes only publish there.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "compute/pending_span.h"
+#include "tessera/pending_spans.h"
 #include "tessera/share_region.h"
 
 namespace tessera::vgpu::compute {
 
 class PendingBoard {
  public:
-  // A span of one process (equal_split's input): `process` numbers the processes, 0..kRecords-1.
-  struct ProcessSpan {
-    int64_t start_ns;
-    int64_t end_ns;
-    int process;
-    bool own;  // a process of the share being charged
+  enum class Where {
+    kUserBoard,    // `dir`: the device folder (TESSERA_DEVICE_DIR)
+    kShareFolder,  // `dir`: the share's folder
   };
+  using ProcessSpan = share::ProcessSpan;
+  using Edge = share::SpanEdge;
+  using Page = share::PendingPage;
+  using Record = share::PendingRecord;
+  using Stored = share::PendingStored;
   struct Split {
     int64_t own_ns = 0;     // the share's processes' equal parts
     int64_t others_ns = 0;  // every other process's
   };
-  struct Edge {
-    int64_t at_ns;
-    int process;
-    int delta;  // +1 the span starts, -1 it ends
-  };
 
-  static constexpr int kRecords = 32;
-  static constexpr int kSpans = 128;
+  static constexpr int kRecords = share::kPendingRecords;
+  static constexpr int kSpans = share::kPendingSpans;
+  static constexpr uint32_t kMagic = share::kPendingMagic;
+  static constexpr uint32_t kVersion = share::kPendingVersion;
+  static constexpr int64_t kHold = share::kPendingHold;
 
-  // Over (from, to]: at each moment when n processes are pending, each is given 1/n of it. Spans of
-  // one process that overlap count once. `edges`: room for 2 x count.
-  static Split equal_split(const ProcessSpan* spans, int count, int64_t from_ns, int64_t to_ns,
-                           Edge* edges);
+  // share::equal_parts summed: the parts of the processes whose bit is set in `own` (bit p:
+  // process p) and the others'. `edges`: room for 2 x count.
+  static Split equal_split(const ProcessSpan* spans, int count, uint32_t own, int64_t from_ns,
+                           int64_t to_ns, Edge* edges);
 
   // `share`: the share's identity (UserBoard::share_identity), `process`: this process's owner
   // word; neither 0.
-  PendingBoard(const share::LimitsPage* limits, const char* dir, uint64_t share, uint64_t process)
-      : limits_(limits), dir_(dir), share_(share ? share : 1), process_(process ? process : 1) {}
+  PendingBoard(const share::LimitsPage* limits, const char* dir, uint64_t share, uint64_t process,
+               Where where = Where::kUserBoard)
+      : limits_(limits),
+        dir_(dir),
+        share_(share ? share : 1),
+        process_(process ? process : 1),
+        where_(where) {}
 
   // Whether the device's board can be used (opened on first use); false after a refusal.
   bool usable(int device);
@@ -65,34 +72,6 @@ class PendingBoard {
   // began before `from` (published late) is the share's in whole for the part before `from` (the
   // part's split is gone): more than it used, never less. False: the board cannot be used.
   bool charge(int device, int64_t from_ns, int64_t to_ns, Split* out);
-
-  struct Stored {
-    int64_t start_ns;
-    uint32_t length_ns;
-    uint32_t sequence;  // the span's number + 1 (0: never written), modulo 2^32
-  };
-  static_assert(sizeof(Stored) == 16);
-  struct Record {
-    uint64_t process;  // owner word; 0: never claimed
-    uint64_t share;    // the share's identity
-    uint64_t kept_until_ns;
-    uint64_t written;  // spans written so far: span k is at spans[k % kSpans]
-    uint64_t reserved[4];
-    Stored spans[kSpans];
-  };
-  static_assert(sizeof(Record) == 64 + 16 * kSpans);
-  struct Page {
-    uint32_t magic;
-    uint32_t version;
-    uint64_t reserved[7];
-    Record records[kRecords];
-  };
-  static_assert(sizeof(Page) == 64 + sizeof(Record) * kRecords);
-  static constexpr uint32_t kMagic = 0x50444e50;  // "PNDP"
-  static constexpr uint32_t kVersion = 1;
-  // A record is kept this long after its process's last publication: its spans stay visible to
-  // the windows that lag behind now, and a process that died frees it.
-  static constexpr int64_t kHold = 1'000'000'000;
 
  private:
   int board_fd(int device);
@@ -105,6 +84,7 @@ class PendingBoard {
   const char* dir_;
   uint64_t share_;
   uint64_t process_;
+  Where where_;
   int fds_[share::kMaxDevices] = {};  // fd + 1 (0: not opened yet)
   bool failed_[share::kMaxDevices] = {};
   bool full_said_[share::kMaxDevices] = {};
