@@ -342,6 +342,41 @@ UsagePageCopy read_usage_page(const std::string& path) {
   return copy;
 }
 
+std::string pending_page_path(const std::string& folder, std::string_view uuid) {
+  return folder + "/" + share::kPendingFilePrefix + std::string(uuid);
+}
+
+PendingPageRead read_pending_page(const std::string& folder, std::string_view uuid,
+                                  share::PendingPage& out) {
+  constexpr const char* kWhat = "pending file";
+  PendingPageRead read;
+  const std::string path = pending_page_path(folder, uuid);
+  if (uuid.empty() || uuid.find('/') != std::string_view::npos) {
+    read.problem = UsageProblem::kCannotRead;
+    read.message = about(kWhat, "has no usable device name", path);
+    return read;
+  }
+  Opened opened = open_page(path);
+  read.problem = open_problem<UsageProblem>(opened.error);
+  if (read.problem != UsageProblem::kNone) {
+    if (read.problem != UsageProblem::kMissing)
+      read.message = open_message(read.problem, opened.error, kWhat, path);
+    return read;
+  }
+  const size_t got = read_at(opened.fd.get(), &out, sizeof out, 0);
+  if (got < sizeof out) {
+    read.problem = UsageProblem::kTruncated;
+    read.message = truncated(kWhat, got, sizeof out, path);
+  } else if (!share::valid_pending_page(out)) {
+    read.problem = UsageProblem::kBadHeader;
+    read.message = about(kWhat,
+                         "is not valid (magic " + std::to_string(out.magic) + ", version " +
+                             std::to_string(out.version) + ")",
+                         path);
+  }
+  return read;
+}
+
 ShareFolderSnapshot read_share_folder(const std::string& folder) {
   ShareFolderSnapshot snapshot;
   snapshot.folder = folder;

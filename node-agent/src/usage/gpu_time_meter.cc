@@ -16,6 +16,7 @@
 #include "tessera/log.h"
 #include "tessera/nvml.h"
 #include "tessera/share_folder/folder_file.h"
+#include "tessera/pending_spans.h"
 #include "tessera/share_folder/snapshot.h"
 #include "tessera/share_region.h"
 #include "usage/share_processes.h"
@@ -91,6 +92,13 @@ struct GpuTimeMeter::Share {
   std::vector<SlotMark> slot_marks;
   uint64_t slots_read_ns = 0;
   std::array<uint64_t, share::kMaxDevices> timed_ns{};
+  // Per timed device (uuid), per record of the share's pending file: whose it was and how many
+  // spans it had written at the last look (share::take_spans' `seen`).
+  struct SeenRecord {
+    uint64_t process = 0;
+    uint64_t written = 0;
+  };
+  std::map<std::string, std::array<SeenRecord, share::kPendingRecords>> seen_records;
 
   bool measured_by_agent() const {
     return limits->measure_source.load(std::memory_order_acquire) == share::kMeasureAgent;
@@ -124,6 +132,7 @@ struct GpuTimeMeter::Gpu {
   // NVML answered NOT_SUPPORTED for its per-process utilisation (a MIG instance, or a GPU in MIG
   // mode): the shares' shims time their launches there, and the meter reads their slots.
   bool timed_by_shims = false;
+  int64_t split_to_ns = 0;  // the end of the last window the equal split charged (0: none yet)
 };
 
 GpuTimeMeter::GpuTimeMeter(GpuTimeMeterOptions options, Clock& clock)
@@ -335,7 +344,7 @@ Problems GpuTimeMeter::pass() {
     read_timed_slots(*share, timed, now_ns);
   }
   for (auto& gpu : gpus_)
-    if (gpu->timed_by_shims && gpu->handle) measure_by_slots(*gpu, now);
+    if (gpu->timed_by_shims && gpu->handle) measure_by_slots(*gpu, now, problems);
   stats_.timed_gpus = static_cast<size_t>(std::count_if(
       gpus_.begin(), gpus_.end(), [](const auto& gpu) { return gpu->timed_by_shims; }));
   publish_classes(now);
@@ -507,39 +516,118 @@ void GpuTimeMeter::read_timed_slots(Share& share, uint64_t timed, uint64_t now_n
     }
 }
 
-void GpuTimeMeter::measure_by_slots(Gpu& gpu, Clock::time_point now) {
+// Why a share's pending file may steer the split: a forged span or record (up to every record of
+// its file pending all the time) makes the forger look pending more, so the forger is charged more
+// and the shares pending beside it less. At worst the others are charged so little that their
+// gates stay open and the instance time-slices among them as it would with no quota: no share is
+// given less than an equal turn of the device, and the forger pays with its own time. Hiding its
+// spans only costs the forger its place in the split (the others are then charged their whole
+// pending time meanwhile), as hiding its slot figures does.
+void GpuTimeMeter::measure_by_slots(Gpu& gpu, Clock::time_point now, Problems& problems) {
   ++stats_.timed_windows;
-  // The share's time on this device, and everybody's (each share's own figure, bounded).
-  auto time_of = [&gpu](const Share& share) -> std::optional<uint64_t> {
-    if (!share.measured_by_agent() || share.slot_marks.empty()) return std::nullopt;
-    for (uint32_t d = 0; d < share.device_count(); ++d) {
-      const char* uuid = share.limits->devices[d].uuid;
-      if (std::string_view(uuid, strnlen(uuid, share::kUuidBytes)) == gpu.uuid)
-        return share.timed_ns[d];
-    }
-    return std::nullopt;
+  // The agent-measured shares on this device, with the device's index in their pages.
+  struct OnDevice {
+    Share* share;
+    uint32_t device;
+    bool split = false;   // its pending file was taken: charged its part of the split
+    int first = 0;        // its processes' numbers in the split: [first, first + count)
+    int count = 0;
+    int64_t late_ns = 0;  // its spans published after their window: charged in whole
   };
-  uint64_t total_ns = 0;
-  for (const auto& share : shares_)
-    if (const std::optional<uint64_t> ns = time_of(*share))
-      total_ns = share_folder::saturating_add(total_ns, *ns);
-  const uint64_t stamp = monotonic_ns();
+  std::vector<OnDevice> on;
   for (auto& share : shares_) {
     if (!share->measured_by_agent()) continue;
     for (uint32_t d = 0; d < share->device_count(); ++d) {
       const char* uuid = share->limits->devices[d].uuid;
-      if (std::string_view(uuid, strnlen(uuid, share::kUuidBytes)) != gpu.uuid) continue;
-      const uint64_t share_ns = share->slot_marks.empty() ? 0 : share->timed_ns[d];
-      share::LimitsPage::Measured& m = share->limits->measured[d];
-      // Cumulative, as on a measured GPU. The shim's OwnSource reads its own slots on this device,
-      // not these sums: they are for the reports (and "others" is the other shares' figures).
-      m.share_busy_ns.fetch_add(share_ns, std::memory_order_relaxed);
-      m.others_busy_ns.fetch_add(total_ns > share_ns ? total_ns - share_ns : 0,
-                                 std::memory_order_relaxed);
-      m.sampled_at_ns.store(stamp, std::memory_order_release);
-      ++stats_.publications;
-      if (share_ns > 0) share->active_until[gpu.uuid] = now + options_.priority_hold;
+      if (std::string_view(uuid, strnlen(uuid, share::kUuidBytes)) == gpu.uuid)
+        on.push_back({share.get(), d});
     }
+  }
+  // The split's window: (the last one's end, now - lag]. The first look only marks where the
+  // records stand.
+  const int64_t to = static_cast<int64_t>(monotonic_ns()) - share::kPendingLag;
+  const int64_t from = gpu.split_to_ns;
+  const bool window = from > 0 && to > from;
+  if (!pending_page_) pending_page_ = std::make_unique<share::PendingPage>();
+  spans_.clear();
+  int processes = 0;
+  for (OnDevice& o : on) {
+    Share& share = *o.share;
+    const share_folder::PendingPageRead read =
+        share_folder::read_pending_page(share.dir, gpu.uuid, *pending_page_);
+    if (!read.usable() || pending_page_->overflowed != 0) {
+      // No file (none of its processes timed a launch here, or an older shim), or one that cannot
+      // be taken for all of its processes' time: what its launches spanned, as before.
+      if (read.problem != share_folder::UsageProblem::kMissing) {
+        ++stats_.pending_refused;
+        problems.push_back(failed_precondition(
+            read.usable() ? "pending file of share " + share.dir + " on " + gpu.uuid +
+                                " is full (more processes than records): its spans are not all "
+                                "there, it is charged what its launches spanned"
+                          : read.message));
+      }
+      share.seen_records.erase(gpu.uuid);
+      continue;
+    }
+    o.split = true;
+    o.first = processes;
+    auto& seen = share.seen_records[gpu.uuid];
+    for (int r = 0; r < share::kPendingRecords; ++r) {
+      const share::PendingRecord& record = pending_page_->records[r];
+      // A record first seen now (or taken by another process): its spans so far are not late.
+      const uint64_t since = seen[r].process == record.process ? seen[r].written : record.written;
+      seen[r] = {record.process, record.written};
+      if (record.process == 0 || !window) continue;
+      const size_t at = spans_.size();
+      spans_.resize(at + share::kPendingSpans);
+      const int taken = share::take_spans(record, since, from, to, processes, spans_.data() + at,
+                                          share::kPendingSpans, &o.late_ns);
+      spans_.resize(at + static_cast<size_t>(taken));
+      ++processes;
+    }
+    o.count = processes - o.first;
+  }
+  std::vector<int64_t> parts(static_cast<size_t>(processes), 0);
+  if (window) {
+    edges_.resize(2 * spans_.size());
+    std::vector<int> depth(static_cast<size_t>(processes));
+    std::vector<int64_t> mark(static_cast<size_t>(processes));
+    share::equal_parts(spans_.data(), static_cast<int>(spans_.size()), from, to, processes,
+                       edges_.data(), depth.data(), mark.data(), parts.data());
+    ++stats_.split_windows;
+  }
+  if (to > from) gpu.split_to_ns = to;
+
+  // Each share's figure: its part of the split (a late span in whole, bounded by the window), or
+  // its slot growth; "others" is the sum of the other shares' figures.
+  auto figure_of = [&](const OnDevice& o) -> uint64_t {
+    if (!o.split) return o.share->slot_marks.empty() ? 0 : o.share->timed_ns[o.device];
+    int64_t part = std::max<int64_t>(o.late_ns, 0);
+    for (int p = o.first; p < o.first + o.count; ++p) part += parts[static_cast<size_t>(p)];
+    return static_cast<uint64_t>(part);
+  };
+  uint64_t total_ns = 0;
+  for (const OnDevice& o : on) total_ns = share_folder::saturating_add(total_ns, figure_of(o));
+  const uint64_t stamp = monotonic_ns();
+  for (const OnDevice& o : on) {
+    Share& share = *o.share;
+    const uint64_t share_ns = figure_of(o);
+    share::LimitsPage::Measured& m = share.limits->measured[o.device];
+    // Cumulative, as on a measured GPU. Where the split bit is set the shim charges these sums;
+    // elsewhere its OwnSource reads its own slots and these are for the reports.
+    m.share_busy_ns.fetch_add(share_ns, std::memory_order_relaxed);
+    m.others_busy_ns.fetch_add(total_ns > share_ns ? total_ns - share_ns : 0,
+                               std::memory_order_relaxed);
+    m.sampled_at_ns.store(stamp, std::memory_order_release);
+    const uint64_t bit = 1ull << o.device;
+    if (o.split)
+      share.limits->split_mask.fetch_or(bit, std::memory_order_acq_rel);
+    else
+      share.limits->split_mask.fetch_and(~bit, std::memory_order_acq_rel);
+    ++stats_.publications;
+    // Active: it used the device, or its processes were pending there (charged in a later window).
+    if (share_ns > 0 || (!share.slot_marks.empty() && share.timed_ns[o.device] > 0))
+      share.active_until[gpu.uuid] = now + options_.priority_hold;
   }
 }
 

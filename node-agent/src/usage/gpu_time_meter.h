@@ -15,7 +15,13 @@
 // NOT_SUPPORTED), the shims of the shares there time their own launches into their slots'
 // `gpu_busy_ns` (libvgpu/src/compute/timed_launch.h). For such a device the meter differences
 // those slots instead (bounded, per slot monotonic: the usage page is the tenants' file), so each
-// MIG instance is a device of its own for spare_percent and yield_mask.
+// MIG instance is a device of its own for spare_percent and yield_mask. The slots say what each
+// share's launches spanned, which includes the time the instance gave the other shares meanwhile
+// (it time-slices); so where the shares' processes publish when they were pending (each share's
+// `pending-<uuid>` file, tessera/pending_spans.h), the meter charges every share its processes'
+// equal parts of that time across all the shares of the instance (share::equal_parts), over a
+// window `share::kPendingLag` behind now, and sets the device's bit in the share's `split_mask`:
+// the shim then charges that figure instead of its own spans (docs/compute.md, "Under the agent").
 #pragma once
 
 #include <chrono>
@@ -30,6 +36,7 @@
 
 #include "clock/clock.h"
 #include "clock/periodic_loop.h"
+#include "tessera/pending_spans.h"
 #include "tessera/status.h"
 #include "tessera/thread_annotations.h"
 #include "usage/problems.h"
@@ -77,6 +84,8 @@ struct GpuTimeMeterStats {
   // Slot figures not taken as they were: a slot whose gpu_busy_ns went down (not counted), or a
   // share's growth over the window's wall time (cut to it).
   uint64_t slot_figures_refused = 0;
+  uint64_t split_windows = 0;    // windows of a timed device charged by the equal split
+  uint64_t pending_refused = 0;  // pending files not taken (a symlink, truncated, full, ...)
   size_t shares = 0;        // valid limits pages found in the last scan
   size_t agent_shares = 0;  // of them, measure_source == kMeasureAgent
   size_t gpus = 0;          // GPUs queried
@@ -134,8 +143,10 @@ class GpuTimeMeter {
   // The growth of the share's slots since the last pass, per device of its page whose bit is set
   // in `timed` (the devices NVML cannot measure).
   void read_timed_slots(Share& share, uint64_t timed, uint64_t now_ns) TESSERA_REQUIRES(mutex_);
-  // One window of a GPU whose shims time their launches: the shares' slot growth.
-  void measure_by_slots(Gpu& gpu, Clock::time_point now) TESSERA_REQUIRES(mutex_);
+  // One window of a GPU whose shims time their launches: each share's equal part of the time its
+  // processes were pending where its pending file can be taken, else its slot growth.
+  void measure_by_slots(Gpu& gpu, Clock::time_point now, Problems& problems)
+      TESSERA_REQUIRES(mutex_);
 
   GpuTimeMeterOptions options_;
   Clock& clock_;
@@ -149,6 +160,10 @@ class GpuTimeMeter {
   std::set<uint64_t> strangers_ TESSERA_GUARDED_BY(mutex_);
   Clock::time_point next_rescan_ TESSERA_GUARDED_BY(mutex_){};
   Problems rescan_problems_ TESSERA_GUARDED_BY(mutex_);  // what the last rescan found wrong
+  // Scratch of measure_by_slots: a pending file as read, the window's spans and the split's.
+  std::unique_ptr<share::PendingPage> pending_page_ TESSERA_GUARDED_BY(mutex_);
+  std::vector<share::ProcessSpan> spans_ TESSERA_GUARDED_BY(mutex_);
+  std::vector<share::SpanEdge> edges_ TESSERA_GUARDED_BY(mutex_);
   GpuTimeMeterStats stats_ TESSERA_GUARDED_BY(mutex_);
 
   std::string last_loop_problem_;       // the loop's thread only: one log line per change

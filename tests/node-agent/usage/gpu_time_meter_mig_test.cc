@@ -5,6 +5,8 @@
 // tenants' file: forged figures are written here as a hostile tenant would.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +24,8 @@
 
 #include "clock/clock.h"
 #include "sim_mig.h"
+#include "tessera/pending_spans.h"
+#include "tessera/share_contract.h"
 #include "tessera/share_folder/limits_writer.h"
 #include "tessera/share_region.h"
 #include "usage/gpu_time_meter.h"
@@ -40,6 +44,7 @@ using std::chrono::steady_clock;
 
 constexpr const char* kDevices = "name=NVIDIA H100 80GB HBM3,memory=81559Mi,sms=132,cc=9.0,mig=on";
 constexpr uint64_t kMs = 1'000'000;
+constexpr int64_t kSpanMs = 1'000'000;  // CLOCK_MONOTONIC arithmetic of spans
 
 // A simulated machine of its own for each test (its instances are the test's), made fresh.
 std::string& simgpu_state() {
@@ -153,6 +158,52 @@ uint32_t spare(const std::string& dir) {
 uint64_t yield(const std::string& dir) {
   return limits_figure(dir, [](const share::LimitsPage& p) { return p.yield_mask.load(); });
 }
+uint64_t split(const std::string& dir) {
+  return limits_figure(dir, [](const share::LimitsPage& p) { return p.split_mask.load(); });
+}
+
+int64_t monotonic_now_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+// A share's pending file of one device, written as the shim's processes write it
+// (libvgpu/src/compute/pending_board.cc): record `record` is process `process`'s, its spans
+// appended to its ring, the count last.
+class PendingFile {
+ public:
+  PendingFile(const std::string& dir, const std::string& uuid) {
+    EXPECT_EQ(share::open_or_create_pending_file(dir.c_str(), uuid.c_str(), fd_), 0) << dir;
+  }
+  void add_span(int record, uint64_t process, int64_t start_ns, int64_t end_ns) {
+    share::PendingRecord head{};
+    const off_t at = static_cast<off_t>(offsetof(share::PendingPage, records) +
+                                        sizeof(share::PendingRecord) * record);
+    ASSERT_EQ(pread(fd_.get(), &head, offsetof(share::PendingRecord, spans), at),
+              static_cast<ssize_t>(offsetof(share::PendingRecord, spans)));
+    const uint64_t number = head.written;
+    const share::PendingStored stored{start_ns, static_cast<uint32_t>(end_ns - start_ns),
+                                      static_cast<uint32_t>(number + 1)};
+    ASSERT_EQ(pwrite(fd_.get(), &stored, sizeof stored,
+                     at + static_cast<off_t>(offsetof(share::PendingRecord, spans) +
+                                             sizeof stored * (number % share::kPendingSpans))),
+              static_cast<ssize_t>(sizeof stored));
+    head.process = process;
+    head.share = 1;
+    head.kept_until_ns = static_cast<uint64_t>(end_ns + share::kPendingHold);
+    head.written = number + 1;
+    ASSERT_EQ(pwrite(fd_.get(), &head, offsetof(share::PendingRecord, spans), at),
+              static_cast<ssize_t>(offsetof(share::PendingRecord, spans)));
+  }
+  void set_overflowed() {
+    const uint64_t one = 1;
+    ASSERT_EQ(pwrite(fd_.get(), &one, sizeof one, offsetof(share::PendingPage, overflowed)), 8);
+  }
+
+ private:
+  UniqueFd fd_;
+};
 
 // Two instances of one GPU, shares in each, slot figures written as the shims (and a hostile
 // tenant) would: the figures per share come from its own slots only, bounded, never backwards;
@@ -193,6 +244,7 @@ TEST_F(GpuTimeMeterMig, EachInstanceIsADeviceMeasuredFromItsSharesSlots) {
   EXPECT_EQ(others_busy(guaranteed), 0u);
   EXPECT_EQ(share_busy(best_effort), 0u);
   EXPECT_EQ(others_busy(best_effort), 5 * kMs);
+  EXPECT_EQ(split(guaranteed), 0u);  // no pending file (an older shim): the shim's own spans
   EXPECT_EQ(spare(best_effort), 40u);  // what the busy 60 leaves
   EXPECT_EQ(yield(low), 1u);           // a share of higher priority is busy on its instance
   EXPECT_EQ(yield(guaranteed), 0u);
@@ -288,6 +340,122 @@ TEST_F(GpuTimeMeterMig, ABadUsagePageCountsNothing) {
   std::this_thread::sleep_for(milliseconds(20));
   ASSERT_EQ(meter.sample_once().message(), "");
   EXPECT_EQ(share_busy(bad), 0u);
+}
+
+// Two shares pending at once in instance A, as their shims publish it in their own folders: each is
+// charged its equal part (time-slicing gave each half of the overlap), not what its launches
+// spanned; a share on instance B is in no split of A's; a span published after its window is
+// charged whole to its share.
+TEST_F(GpuTimeMeterMig, SharesPendingTogetherInAnInstanceAreChargedTheirEqualParts) {
+  const std::string a = create_instance("3g.40gb");
+  const std::string b = create_instance("3g.40gb");
+  TempDir base("gpu-time-meter-mig-split");
+  const std::string thirty = make_share(base, "thirty", a, 30, 30);
+  const std::string seventy = make_share(base, "seventy", a, 70, 70);
+  const std::string elsewhere = make_share(base, "elsewhere", b, 50, 50);
+  UsagePage thirty_page(thirty), seventy_page(seventy), elsewhere_page(elsewhere);
+  thirty_page.claim(0, 61);
+  seventy_page.claim(0, 62);
+  elsewhere_page.claim(0, 63);
+  PendingFile thirty_file(thirty, a), seventy_file(seventy, a), elsewhere_file(elsewhere, b);
+  SimulatedClock clock;
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  GpuTimeMeter meter(options, clock);
+  ASSERT_EQ(meter.sample_once().message(), "");  // the split's first window starts lag before now
+  const int64_t t0 = monotonic_now_ns();          // so every span below is in the next window
+  EXPECT_EQ(split(thirty), 1u);
+  EXPECT_EQ(split(seventy), 1u);
+  EXPECT_EQ(split(elsewhere), 1u);
+
+  // 30 pending t0-20..t0-10; 70 (two processes) t0-15..t0-5 and t0-12..t0-8; B's share all along.
+  const uint64_t p30 = share::make_owner(61, 4026531836, 1061);
+  const uint64_t p70 = share::make_owner(62, 4026531836, 1062);
+  const uint64_t p70_second = share::make_owner(64, 4026531836, 1064);
+  thirty_file.add_span(0, p30, t0 - 20 * kSpanMs, t0 - 10 * kSpanMs);
+  seventy_file.add_span(0, p70, t0 - 15 * kSpanMs, t0 - 5 * kSpanMs);
+  seventy_file.add_span(1, p70_second, t0 - 12 * kSpanMs, t0 - 8 * kSpanMs);
+  elsewhere_file.add_span(0, share::make_owner(63, 4026531836, 1063), t0 - 20 * kSpanMs, t0);
+  // What the launches spanned (the slots): all of each span, the others' turns included.
+  thirty_page.add_busy(0, 10 * kMs);
+  seventy_page.add_busy(0, 10 * kMs);
+  while (monotonic_now_ns() - share::kPendingLag <= t0 + 1 * kSpanMs)
+    std::this_thread::sleep_for(milliseconds(5));
+  ASSERT_EQ(meter.sample_once().message(), "");
+  // Edge by edge (ms before t0), who is pending and what each is charged:
+  //   20..15  30 alone               30: 5
+  //   15..12  30, 70's first         30: 1.5   70: 1.5
+  //   12..10  30, both of 70's       30: 2/3   70: 2 x 2/3
+  //   10..8   both of 70's                     70: 2
+  //    8..5   70's first alone                 70: 3
+  const uint64_t third = 2 * kMs / 3;
+  EXPECT_EQ(share_busy(thirty), 5 * kMs + 3 * kMs / 2 + third);
+  EXPECT_EQ(share_busy(seventy), 3 * kMs / 2 + 2 * third + 2 * kMs + 3 * kMs);
+  EXPECT_EQ(others_busy(thirty), share_busy(seventy));
+  EXPECT_EQ(others_busy(seventy), share_busy(thirty));
+  // Together the time anyone was pending (15 ms), give or take the integer division.
+  EXPECT_NEAR(static_cast<double>(share_busy(thirty) + share_busy(seventy)), 15.0 * kMs, 2);
+  EXPECT_EQ(share_busy(elsewhere), 20 * kMs);  // alone in B (its window's part of 20 ms)
+  EXPECT_EQ(others_busy(elsewhere), 0u);
+  EXPECT_GE(meter.stats().split_windows, 2u);
+
+  // Published only after its window was charged: the share pays all of it.
+  const uint64_t before = share_busy(thirty);
+  thirty_file.add_span(0, p30, t0 - 30 * kSpanMs, t0 - 28 * kSpanMs);
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(share_busy(thirty), before + 2 * kMs);
+  EXPECT_EQ(meter.stats().pending_refused, 0u);
+}
+
+// A pending file a tenant replaced (a symlink, a FIFO, a cut file) or one its processes overflowed
+// is not taken: that share is charged what its launches spanned (more, never less), the problem is
+// reported naming the file, and the other shares of the instance are still split among themselves.
+TEST_F(GpuTimeMeterMig, APendingFileThatCannotBeTakenLeavesItsShareOnWhatItsLaunchesSpanned) {
+  const std::string a = create_instance("3g.40gb");
+  TempDir base("gpu-time-meter-mig-split-bad");
+  const std::string good = make_share(base, "good", a, 30, 30);
+  const std::string linked = make_share(base, "linked", a, 30, 30);
+  const std::string cut = make_share(base, "cut", a, 20, 20);
+  const std::string full = make_share(base, "full", a, 20, 20);
+  UsagePage good_page(good), linked_page(linked), cut_page(cut), full_page(full);
+  good_page.claim(0, 71);
+  linked_page.claim(0, 72);
+  cut_page.claim(0, 73);
+  full_page.claim(0, 74);
+  PendingFile good_file(good, a);
+  fs::create_symlink("/etc/passwd", linked + "/pending-" + a);
+  { PendingFile cut_file(cut, a); }
+  ASSERT_EQ(truncate((cut + "/pending-" + a).c_str(), 100), 0);
+  PendingFile full_file(full, a);
+  full_file.set_overflowed();
+  SimulatedClock clock;
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  GpuTimeMeter meter(options, clock);
+  const Status first = meter.sample_once();
+  EXPECT_NE(first.message().find("pending file is a symlink: " + linked + "/pending-" + a),
+            std::string::npos)
+      << first.message();
+  EXPECT_NE(first.message().find("pending file is truncated"), std::string::npos);
+  EXPECT_NE(first.message().find("full (more processes than records)"), std::string::npos);
+  EXPECT_EQ(split(good), 1u);
+  EXPECT_EQ(split(linked), 0u);
+  EXPECT_EQ(split(cut), 0u);
+  EXPECT_EQ(split(full), 0u);
+  EXPECT_EQ(meter.stats().pending_refused, 3u);
+
+  const int64_t t0 = monotonic_now_ns();
+  good_file.add_span(0, share::make_owner(71, 4026531836, 1071), t0 - 10 * kSpanMs, t0);
+  good_page.add_busy(0, 10 * kMs);
+  linked_page.add_busy(0, 10 * kMs);
+  full_page.add_busy(0, 10 * kMs);
+  while (monotonic_now_ns() - share::kPendingLag <= t0 + 1 * kSpanMs)
+    std::this_thread::sleep_for(milliseconds(5));
+  EXPECT_NE(meter.sample_once().message(), "");  // the three files, again
+  EXPECT_EQ(share_busy(good), 10 * kMs);    // alone among the shares whose spans are known
+  EXPECT_EQ(share_busy(linked), 10 * kMs);  // all its launches spanned
+  EXPECT_EQ(share_busy(full), 10 * kMs);
+  EXPECT_EQ(share_busy(cut), 0u);
 }
 
 // End to end: compute-burn under libvgpu in a high-priority share of instance A (its shim times its

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/pending_spans.h"
 #include "tessera/share_region.h"
 
 namespace tessera::share_folder {
@@ -163,8 +164,22 @@ struct ShareFolderSnapshot {
   uint64_t gpu_busy_ns(uint32_t device) const;
 };
 
+// What reading a share's pending file (<folder>/pending-<uuid>, tessera/pending_spans.h) found: the
+// share's processes write it (untrusted). kMissing: none of its processes timed a launch there.
+struct PendingPageRead {
+  UsageProblem problem = UsageProblem::kMissing;
+  std::string message;  // what is wrong, naming the path; empty for kNone and kMissing
+  bool usable() const { return problem == UsageProblem::kNone; }
+};
+
 LimitsPageCopy read_limits_page(const std::string& path);
 UsagePageCopy read_usage_page(const std::string& path);
+// The pending file of device `uuid` of the share at `folder`, read whole into `out` (a buffer the
+// caller keeps: the agent reads one every pass). `out` is meaningful only when usable().
+PendingPageRead read_pending_page(const std::string& folder, std::string_view uuid,
+                                  share::PendingPage& out);
+// <folder>/pending-<uuid>.
+std::string pending_page_path(const std::string& folder, std::string_view uuid);
 // <folder>/limits and <folder>/usage.
 ShareFolderSnapshot read_share_folder(const std::string& folder);
 
