@@ -15,8 +15,8 @@
 
 #include "tessera/log.h"
 #include "tessera/nvml.h"
-#include "tessera/share_folder/folder_file.h"
 #include "tessera/pending_spans.h"
+#include "tessera/share_folder/folder_file.h"
 #include "tessera/share_folder/snapshot.h"
 #include "tessera/share_region.h"
 #include "usage/share_processes.h"
@@ -529,8 +529,8 @@ void GpuTimeMeter::measure_by_slots(Gpu& gpu, Clock::time_point now, Problems& p
   struct OnDevice {
     Share* share;
     uint32_t device;
-    bool split = false;   // its pending file was taken: charged its part of the split
-    int first = 0;        // its processes' numbers in the split: [first, first + count)
+    bool split = false;  // its pending file was taken: charged its part of the split
+    int first = 0;       // its processes' numbers in the split: [first, first + count)
     int count = 0;
     int64_t late_ns = 0;  // its spans published after their window: charged in whole
   };

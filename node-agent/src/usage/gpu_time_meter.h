@@ -86,11 +86,11 @@ struct GpuTimeMeterStats {
   uint64_t slot_figures_refused = 0;
   uint64_t split_windows = 0;    // windows of a timed device charged by the equal split
   uint64_t pending_refused = 0;  // pending files not taken (a symlink, truncated, full, ...)
-  size_t shares = 0;        // valid limits pages found in the last scan
-  size_t agent_shares = 0;  // of them, measure_source == kMeasureAgent
-  size_t gpus = 0;          // GPUs queried
-  size_t timed_gpus = 0;    // of them, devices NVML cannot measure (the shims' slots)
-  std::string last_error;   // the most recent problem ("" = none)
+  size_t shares = 0;             // valid limits pages found in the last scan
+  size_t agent_shares = 0;       // of them, measure_source == kMeasureAgent
+  size_t gpus = 0;               // GPUs queried
+  size_t timed_gpus = 0;         // of them, devices NVML cannot measure (the shims' slots)
+  std::string last_error;        // the most recent problem ("" = none)
 };
 
 class GpuTimeMeter {

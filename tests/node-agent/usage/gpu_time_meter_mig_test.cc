@@ -5,10 +5,10 @@
 // tenants' file: forged figures are written here as a hostile tenant would.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -244,7 +244,7 @@ TEST_F(GpuTimeMeterMig, EachInstanceIsADeviceMeasuredFromItsSharesSlots) {
   EXPECT_EQ(others_busy(guaranteed), 0u);
   EXPECT_EQ(share_busy(best_effort), 0u);
   EXPECT_EQ(others_busy(best_effort), 5 * kMs);
-  EXPECT_EQ(split(guaranteed), 0u);  // no pending file (an older shim): the shim's own spans
+  EXPECT_EQ(split(guaranteed), 0u);    // no pending file (an older shim): the shim's own spans
   EXPECT_EQ(spare(best_effort), 40u);  // what the busy 60 leaves
   EXPECT_EQ(yield(low), 1u);           // a share of higher priority is busy on its instance
   EXPECT_EQ(yield(guaranteed), 0u);
@@ -363,7 +363,7 @@ TEST_F(GpuTimeMeterMig, SharesPendingTogetherInAnInstanceAreChargedTheirEqualPar
   options.shares_dir = base.shares();
   GpuTimeMeter meter(options, clock);
   ASSERT_EQ(meter.sample_once().message(), "");  // the split's first window starts lag before now
-  const int64_t t0 = monotonic_now_ns();          // so every span below is in the next window
+  const int64_t t0 = monotonic_now_ns();         // so every span below is in the next window
   EXPECT_EQ(split(thirty), 1u);
   EXPECT_EQ(split(seventy), 1u);
   EXPECT_EQ(split(elsewhere), 1u);
@@ -452,10 +452,117 @@ TEST_F(GpuTimeMeterMig, APendingFileThatCannotBeTakenLeavesItsShareOnWhatItsLaun
   while (monotonic_now_ns() - share::kPendingLag <= t0 + 1 * kSpanMs)
     std::this_thread::sleep_for(milliseconds(5));
   EXPECT_NE(meter.sample_once().message(), "");  // the three files, again
-  EXPECT_EQ(share_busy(good), 10 * kMs);    // alone among the shares whose spans are known
-  EXPECT_EQ(share_busy(linked), 10 * kMs);  // all its launches spanned
+  EXPECT_EQ(share_busy(good), 10 * kMs);         // alone among the shares whose spans are known
+  EXPECT_EQ(share_busy(linked), 10 * kMs);       // all its launches spanned
   EXPECT_EQ(share_busy(full), 10 * kMs);
   EXPECT_EQ(share_busy(cut), 0u);
+}
+
+// compute-burn under libvgpu in share `share`, on `instance` of the test's simulated machine: its
+// process, and its one-line JSON report once it exited.
+struct Burn {
+  pid_t pid = -1;
+  std::string out;
+  nlohmann::json report() const {
+    std::ifstream file(out);
+    std::string line;
+    std::getline(file, line);
+    return nlohmann::json::parse(line, nullptr, false);
+  }
+};
+
+Burn start_burn(const TempDir& base, const std::string& share, const std::string& instance,
+                uint64_t kernel_us, const std::string& seconds, const std::string& sync_every) {
+  Burn burn;
+  burn.out = share + "/burn.json";
+  const std::vector<std::string> env = {
+      std::string("LD_LIBRARY_PATH=") + SIMGPU_LIB_DIR,
+      "SIMGPU_STATE=" + simgpu_state(),
+      std::string("SIMGPU_DEVICES=") + kDevices,
+      "SIMGPU_KERNEL_US=burn_fma=" + std::to_string(kernel_us),
+      "CUDA_VISIBLE_DEVICES=" + instance,
+      "TESSERA_DEVICE_DIR=" + base.str(),
+      std::string("LD_PRELOAD=") + LIBVGPU_SO,
+      "TESSERA_SHARE_DIR=" + share,
+      "ASAN_OPTIONS=verify_asan_link_order=0",
+      "PATH=/usr/bin:/bin",
+  };
+  const std::vector<std::string> args = {COMPUTE_BURN,      "--seconds", seconds,
+                                         "--blocks-per-sm", "8",         "--sync-every",
+                                         sync_every,        "--launch",  "kernel"};
+  std::vector<char*> argv, envp;
+  for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  burn.pid = fork();
+  if (burn.pid == 0) {
+    const int fd = open(burn.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) dup2(fd, 1);
+    execve(COMPUTE_BURN, argv.data(), envp.data());
+    _exit(127);
+  }
+  return burn;
+}
+
+// Waits for the burn; its GPU time as a percent of its wall time (kernels x kernel time), or -1
+// when it failed.
+double finish_burn(const Burn& burn, uint64_t kernel_us) {
+  int status = 0;
+  if (burn.pid <= 0 || waitpid(burn.pid, &status, 0) != burn.pid || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0)
+    return -1;
+  const nlohmann::json report = burn.report();
+  if (!report.is_object() || report.value("seconds", 0.0) <= 0) return -1;
+  return 100.0 * report.value("kernels", 0.0) * static_cast<double>(kernel_us) * 1e-6 /
+         report.value("seconds", 0.0);
+}
+
+// Two limited shares contending in one instance under the agent (each in its own folder, as two
+// containers): each is held to its quota as on a whole GPU, not charged the other's turns. Judged
+// as compute_accuracy.py's `shares` verdict: each share within 3 points above its quota, and no
+// more than 3 below what it is owed (its quota, or where the quotas add up to more than a timed
+// share reaches here alone, what is left of that beyond the other's use).
+TEST_F(GpuTimeMeterMig, TwoLimitedSharesInOneInstanceAreHeldToTheirQuotasUnderTheAgent) {
+  if (std::string(COMPUTE_BURN).empty()) GTEST_SKIP() << "built without samples";
+#ifdef GPU_TIME_METER_SANITIZED
+  GTEST_SKIP() << "timing test: not in a sanitizer build (as libvgpu.compute.*)";
+#endif
+  const std::string a = create_instance("3g.40gb");
+  TempDir base("gpu-time-meter-mig-quotas");
+  const std::string alone = make_share(base, "alone", a, 99, 99);
+  const std::string thirty = make_share(base, "thirty", a, 30, 30);
+  const std::string seventy = make_share(base, "seventy", a, 70, 70);
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  GpuTimeMeter meter(options);
+  ASSERT_EQ(meter.start().message(), "");
+  constexpr uint64_t kKernelUs = 50;  // one wave of burn_fma, as the whole-GPU verdicts use
+  const double reachable = finish_burn(start_burn(base, alone, a, kKernelUs, "2", "64"), kKernelUs);
+  const Burn burn30 = start_burn(base, thirty, a, kKernelUs, "3", "64");
+  const Burn burn70 = start_burn(base, seventy, a, kKernelUs, "3", "64");
+  const double used30 = finish_burn(burn30, kKernelUs);
+  const double used70 = finish_burn(burn70, kKernelUs);
+  meter.stop();
+  std::printf("FIGURE agent_timed_cores99_gpu_percent = %.2f\n", reachable);
+  ASSERT_GT(reachable, 0);
+  ASSERT_GE(used30, 0);
+  ASSERT_GE(used70, 0);
+  EXPECT_EQ(split(thirty), 1u);  // charged from the split, not from their own spans
+  EXPECT_EQ(split(seventy), 1u);
+  EXPECT_GT(meter.stats().split_windows, 0u);
+  const struct {
+    const char* name;
+    double quota, used, other;
+  } shares[] = {{"agent_instance_share30", 30, used30, used70},
+                {"agent_instance_share70", 70, used70, used30}};
+  for (const auto& share : shares) {
+    const double owed = std::min(share.quota, std::max(0.0, reachable - share.other));
+    std::printf("FIGURE %s_gpu_percent = %.2f (expected %.2f to %.0f)\n", share.name, share.used,
+                owed - 3, share.quota + 3);
+    EXPECT_GE(share.used, owed - 3) << share.name;
+    EXPECT_LE(share.used, share.quota + 3) << share.name;
+  }
 }
 
 // End to end: compute-burn under libvgpu in a high-priority share of instance A (its shim times its
@@ -478,34 +585,8 @@ TEST_F(GpuTimeMeterMig, AShimsTimedLaunchesDriveTheAgentsFiguresPerInstance) {
   ASSERT_EQ(meter.sample_once().message(), "");
 
   constexpr uint64_t kKernelUs = 2000;
-  const std::string out = base.str() + "/burn.json";
-  const std::vector<std::string> env = {
-      std::string("LD_LIBRARY_PATH=") + SIMGPU_LIB_DIR,
-      "SIMGPU_STATE=" + simgpu_state(),
-      std::string("SIMGPU_DEVICES=") + kDevices,
-      "SIMGPU_KERNEL_US=burn_fma=" + std::to_string(kKernelUs),
-      "CUDA_VISIBLE_DEVICES=" + a,
-      "TESSERA_DEVICE_DIR=" + base.str(),
-      std::string("LD_PRELOAD=") + LIBVGPU_SO,
-      "TESSERA_SHARE_DIR=" + high,
-      "ASAN_OPTIONS=verify_asan_link_order=0",
-      "PATH=/usr/bin:/bin",
-  };
-  const std::vector<std::string> args = {COMPUTE_BURN, "--seconds",    "1", "--blocks-per-sm",
-                                         "8",          "--sync-every", "1", "--launch",
-                                         "kernel"};
-  std::vector<char*> argv, envp;
-  for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) dup2(fd, 1);
-    execve(COMPUTE_BURN, argv.data(), envp.data());
-    _exit(127);
-  }
+  const Burn burn = start_burn(base, high, a, kKernelUs, "1", "1");
+  const pid_t pid = burn.pid;
   ASSERT_GT(pid, 0);
   bool low_a_yielded = false, low_b_yielded = false;
   int status = 0;
@@ -522,16 +603,13 @@ TEST_F(GpuTimeMeterMig, AShimsTimedLaunchesDriveTheAgentsFiguresPerInstance) {
     EXPECT_EQ(meter.sample_once().message(), "");
   }
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  std::ifstream file(out);
-  std::string line;
-  std::getline(file, line);
-  const nlohmann::json report = nlohmann::json::parse(line, nullptr, false);
-  ASSERT_TRUE(report.is_object()) << line;
+  const nlohmann::json report = burn.report();
+  ASSERT_TRUE(report.is_object());
   const double kernels_s = report.value("kernels", 0.0) * kKernelUs * 1e-6;
   const double measured_s = static_cast<double>(share_busy(high)) * 1e-9;
   std::printf(
-      "FIGURE agent on a MIG instance: %.3f s measured from the shim's slots, kernels x "
-      "kernel time %.3f s\n",
+      "FIGURE agent on a MIG instance: %.3f s measured (the equal split of the share's pending "
+      "spans), kernels x kernel time %.3f s\n",
       measured_s, kernels_s);
   EXPECT_GT(kernels_s, 0.0);
   // The shim charges the time between its events; the last launches may be charged only at exit.
