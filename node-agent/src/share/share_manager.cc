@@ -41,21 +41,25 @@ Status create_usage_page(const std::string& dir) {
   return Status::ok();
 }
 
-// Whether `name` is a usage page temporary (".usage.<pid>.<n>.tmp", share_contract.h) of a
-// process other than this one.
-bool stale_usage_temporary(const std::string& name) {
-  static const std::string prefix = ".usage.", suffix = ".tmp";
-  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-    return false;
-  const std::string middle =
-      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());  // "<pid>.<n>"
-  const size_t dot = middle.find('.');
-  if (dot == 0 || dot == std::string::npos || dot > 9 || dot + 1 == middle.size() ||
-      middle.find_first_not_of("0123456789.") != std::string::npos ||
-      middle.find('.', dot + 1) != std::string::npos)
-    return false;
-  return std::stoi(middle.substr(0, dot)) != static_cast<int>(getpid());
+// Whether `name` is a temporary page a share's process left in its folder (share_contract.cc
+// create_temporary:
+// ".usage.<pid>.<n>.tmp", ".pending.<pid>.<n>.tmp") from a process that is not this one.
+bool stale_page_temporary(const std::string& name) {
+  static const std::string suffix = ".tmp";
+  for (const std::string prefix : {".usage.", ".pending."}) {
+    if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string middle =
+        name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());  // "<pid>.<n>"
+    const size_t dot = middle.find('.');
+    if (dot == 0 || dot == std::string::npos || dot > 9 || dot + 1 == middle.size() ||
+        middle.find_first_not_of("0123456789.") != std::string::npos ||
+        middle.find('.', dot + 1) != std::string::npos)
+      return false;
+    return std::stoi(middle.substr(0, dot)) != static_cast<int>(getpid());
+  }
+  return false;
 }
 
 }  // namespace
@@ -342,7 +346,7 @@ Status ShareManager::write_share_folder(const std::vector<ShareSpec>& members, b
   if (unused) {
     std::error_code ec;
     for (const auto& item : fs::directory_iterator(dir, ec))
-      if (stale_usage_temporary(item.path().filename().string())) unlink(item.path().c_str());
+      if (stale_page_temporary(item.path().filename().string())) unlink(item.path().c_str());
   }
   TESSERA_RETURN_IF_ERROR(create_usage_page(dir));
   std::vector<share_folder::DeviceLimit> limits;

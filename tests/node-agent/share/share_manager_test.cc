@@ -515,7 +515,8 @@ TEST_F(ShareManagerTest, StaleTemporariesOfADeadWriterGoInFlightOnesStay) {
   // A share folder a crashed prepare left half written, then the claim's prepare again.
   fs::create_directories(share_dir(kShareA));
   const std::vector<std::string> stale_share{share_dir(kShareA) + "/.limits.tmp." + dead + ".1",
-                                             share_dir(kShareA) + "/.usage." + dead + ".2.tmp"};
+                                             share_dir(kShareA) + "/.usage." + dead + ".2.tmp",
+                                             share_dir(kShareA) + "/.pending." + dead + ".3.tmp"};
   const std::string own_share = share_dir(kShareA) + "/.limits.tmp." + self + ".9";
   for (const auto& path : stale_share) std::ofstream(path) << "x";
   std::ofstream(own_share) << "x";
