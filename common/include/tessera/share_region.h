@@ -14,6 +14,9 @@
 //           consistent page, and reclaiming it is "clear its slot". No lock exists that a killed
 //           process could leave held.
 //
+// Beside them, on devices NVML cannot measure (MIG), `pending-<uuid>`: when the share's processes'
+// launches were pending there, for the agent's split (tessera/pending_spans.h, `split_mask`).
+//
 // Layout rules: fixed-width types only, explicit padding, static_asserts on every offset a reader
 // in another language or version relies on. Bump the version on any layout change.
 #pragma once

@@ -507,19 +507,23 @@ Burn start_burn(const TempDir& base, const std::string& share, const std::string
 
 // Waits for the burn; its GPU time as a percent of its wall time (kernels x kernel time), or -1
 // when it failed.
-double finish_burn(const Burn& burn, uint64_t kernel_us) {
+double finish_burn(const Burn& burn, uint64_t kernel_us, double* kernels_s = nullptr) {
   int status = 0;
   if (burn.pid <= 0 || waitpid(burn.pid, &status, 0) != burn.pid || !WIFEXITED(status) ||
       WEXITSTATUS(status) != 0)
     return -1;
   const nlohmann::json report = burn.report();
   if (!report.is_object() || report.value("seconds", 0.0) <= 0) return -1;
+  // With its warm-up kernel (outside the report's timed loop).
+  if (kernels_s)
+    *kernels_s = (report.value("kernels", 0.0) + 1) * static_cast<double>(kernel_us) * 1e-6;
   return 100.0 * report.value("kernels", 0.0) * static_cast<double>(kernel_us) * 1e-6 /
          report.value("seconds", 0.0);
 }
 
 // Two limited shares contending in one instance under the agent (each in its own folder, as two
-// containers): each is held to its quota as on a whole GPU, not charged the other's turns. Judged
+// containers), an unlimited burn in another instance meanwhile: each is held to its quota as on a
+// whole GPU, not charged the other's turns, and not slowed by the burn. Judged
 // as compute_accuracy.py's `shares` verdict: each share within 3 points above its quota, and no
 // more than 3 below what it is owed (its quota, or where the quotas add up to more than a timed
 // share reaches here alone, what is left of that beyond the other's use).
@@ -529,8 +533,10 @@ TEST_F(GpuTimeMeterMig, TwoLimitedSharesInOneInstanceAreHeldToTheirQuotasUnderTh
   GTEST_SKIP() << "timing test: not in a sanitizer build (as libvgpu.compute.*)";
 #endif
   const std::string a = create_instance("3g.40gb");
+  const std::string b = create_instance("3g.40gb");
   TempDir base("gpu-time-meter-mig-quotas");
   const std::string alone = make_share(base, "alone", a, 99, 99);
+  const std::string other = make_share(base, "other", b, 100, 100);  // unlimited
   const std::string thirty = make_share(base, "thirty", a, 30, 30);
   const std::string seventy = make_share(base, "seventy", a, 70, 70);
   GpuTimeMeterOptions options;
@@ -539,12 +545,21 @@ TEST_F(GpuTimeMeterMig, TwoLimitedSharesInOneInstanceAreHeldToTheirQuotasUnderTh
   ASSERT_EQ(meter.start().message(), "");
   constexpr uint64_t kKernelUs = 50;  // one wave of burn_fma, as the whole-GPU verdicts use
   const double reachable = finish_burn(start_burn(base, alone, a, kKernelUs, "2", "64"), kKernelUs);
+  // An unlimited burn on instance B all along: another device, it takes nothing from A's shares.
+  const Burn burn_other = start_burn(base, other, b, kKernelUs, "3.5", "64");
   const Burn burn30 = start_burn(base, thirty, a, kKernelUs, "3", "64");
   const Burn burn70 = start_burn(base, seventy, a, kKernelUs, "3", "64");
-  const double used30 = finish_burn(burn30, kKernelUs);
-  const double used70 = finish_burn(burn70, kKernelUs);
+  double kernels30_s = 0, kernels70_s = 0;
+  const double used30 = finish_burn(burn30, kKernelUs, &kernels30_s);
+  const double used70 = finish_burn(burn70, kKernelUs, &kernels70_s);
+  const double used_other = finish_burn(burn_other, kKernelUs);
+  // The windows that lag behind the last spans (share::kPendingLag), charged by the loop.
+  const uint64_t passes = meter.loop_passes();
+  ASSERT_TRUE(meter.wait_for_loop_passes(passes + 4));
   meter.stop();
   std::printf("FIGURE agent_timed_cores99_gpu_percent = %.2f\n", reachable);
+  std::printf("FIGURE agent_other_instance_unlimited_gpu_percent = %.2f\n", used_other);
+  EXPECT_GT(used_other, 50) << "the burn on instance B is not saturating it";
   ASSERT_GT(reachable, 0);
   ASSERT_GE(used30, 0);
   ASSERT_GE(used70, 0);
@@ -553,10 +568,19 @@ TEST_F(GpuTimeMeterMig, TwoLimitedSharesInOneInstanceAreHeldToTheirQuotasUnderTh
   EXPECT_GT(meter.stats().split_windows, 0u);
   const struct {
     const char* name;
-    double quota, used, other;
-  } shares[] = {{"agent_instance_share30", 30, used30, used70},
-                {"agent_instance_share70", 70, used70, used30}};
+    double quota, used, other, kernels_s;
+    std::string dir;
+  } shares[] = {{"agent_instance_share30", 30, used30, used70, kernels30_s, thirty},
+                {"agent_instance_share70", 70, used70, used30, kernels70_s, seventy}};
   for (const auto& share : shares) {
+    // What the agent charged the share against what its kernels ran: its part of the instance's
+    // time, not its launches' spans (which hold the other share's turns too).
+    const double charged =
+        100.0 * static_cast<double>(share_busy(share.dir)) * 1e-9 / share.kernels_s;
+    std::printf("FIGURE %s_charged_vs_kernels_percent = %.2f\n", share.name, charged);
+    // Without the split: 180.7 / 119.3 (each paid for the other's turns).
+    EXPECT_GE(charged, 90) << share.name;
+    EXPECT_LE(charged, 110) << share.name;
     const double owed = std::min(share.quota, std::max(0.0, reachable - share.other));
     std::printf("FIGURE %s_gpu_percent = %.2f (expected %.2f to %.0f)\n", share.name, share.used,
                 owed - 3, share.quota + 3);
