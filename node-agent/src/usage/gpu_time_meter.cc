@@ -326,10 +326,18 @@ Problems GpuTimeMeter::pass() {
     if (!resolve(*gpu, problems)) continue;
     if (!gpu->timed_by_shims && !fresh) measure_by_nvml(*gpu, now, reread, problems);
   }
-  // The devices NVML cannot measure: each share on one of them has its slots read once.
+  // The devices NVML cannot measure: each share on one of them has its slots read once. None on
+  // a node without MIG: nothing to compare per share.
+  const bool any_timed = std::any_of(gpus_.begin(), gpus_.end(), [](const auto& gpu) {
+    return gpu->timed_by_shims && gpu->handle;
+  });
   const uint64_t now_ns = monotonic_ns();
   for (auto& share : shares_) {
     if (!share->measured_by_agent()) continue;
+    if (!any_timed) {
+      share->slot_marks.clear();  // primed again if one of its devices becomes timed
+      continue;
+    }
     uint64_t timed = 0;
     for (uint32_t d = 0; d < share->device_count(); ++d) {
       const char* uuid = share->limits->devices[d].uuid;
