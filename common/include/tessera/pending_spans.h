@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 namespace tessera::share {
 
@@ -30,6 +31,10 @@ inline constexpr int64_t kPendingHold = 1'000'000'000;
 // How far behind now a reader charges: the time a span takes to be collected, queued and
 // published (the shim publishes every 5 ms).
 inline constexpr int64_t kPendingLag = 25'000'000;
+// The most a reader charges one share for late spans in one window. Beyond it nothing changes: the
+// shim forgives debt beyond 2 s of GPU time (docs/compute.md, "Error bounds"), and a cumulative
+// figure must never be pushed towards a wrap by a tenant's page.
+inline constexpr int64_t kPendingLateCap = 4'000'000'000;
 // In a share folder, the file of device <uuid>: "pending-<uuid>" (created by the share's first
 // process that times launches there, as the usage page is).
 inline constexpr char kPendingFilePrefix[] = "pending-";
@@ -124,9 +129,10 @@ inline void equal_parts(const ProcessSpan* spans, int count, int64_t from_ns, in
 // Appends to `out` the spans of `record` that overlap (from, to], numbered `process`, and returns
 // how many. `seen`: the record's `written` at the previous look (a record first seen now: its own
 // `written`); spans counted since then that began before `from` were published after their window
-// was charged: their part before `from` is added to `late_ns` (its split is gone: whoever reads
-// charges it to the record's process in whole, more than it used, never less). A span whose
-// sequence is not its number's is being written and is skipped. `room`: at most this many taken.
+// was charged: their part before `from` is added to `late_ns`, saturating (its split is gone:
+// whoever reads charges it to the record's process in whole, more than it used, never less). A span
+// whose sequence is not its number's is being written and is skipped. `room`: at most this many
+// taken.
 inline int take_spans(const PendingRecord& record, uint64_t seen, int64_t from_ns, int64_t to_ns,
                       int process, ProcessSpan* out, int room, int64_t* late_ns) {
   int taken = 0;
@@ -137,9 +143,15 @@ inline int take_spans(const PendingRecord& record, uint64_t seen, int64_t from_n
     if (stored.sequence != static_cast<uint32_t>(k + 1)) continue;
     const int64_t start = stored.start_ns;
     // A page is untrusted input for the agent: a start no clock gives is no span.
-    if (start < 0 || start > INT64_MAX / 2) continue;
+    if (start < 0 || start > std::numeric_limits<int64_t>::max() / 2) continue;
     const int64_t end = start + static_cast<int64_t>(stored.length_ns);
-    if (k >= seen && start < from_ns) *late_ns += std::min(end, from_ns) - start;
+    if (k >= seen && start < from_ns) {
+      // Saturating: the page may be a tenant's, and its spans any length.
+      const int64_t late = std::min(end, from_ns) - start;
+      *late_ns = late > std::numeric_limits<int64_t>::max() - *late_ns
+                     ? std::numeric_limits<int64_t>::max()
+                     : *late_ns + late;
+    }
     if (end <= from_ns || start >= to_ns || taken == room) continue;
     out[taken++] = ProcessSpan{start, end, process};
   }

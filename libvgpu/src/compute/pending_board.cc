@@ -201,11 +201,11 @@ bool PendingBoard::charge(int device, int64_t from_ns, int64_t to_ns, Split* out
     count += share::take_spans(record, seen, from_ns, to_ns, r, spans_ + count, kSpans, &late);
     if (record.share == share_) {
       own |= 1u << r;
-      late_ns += late;
+      late_ns += std::min(late, share::kPendingLateCap);
     }
   }
   *out = equal_split(spans_, count, own, from_ns, to_ns, edges_);
-  out->own_ns += late_ns;
+  out->own_ns += std::min(late_ns, share::kPendingLateCap);
   return true;
 }
 

@@ -606,11 +606,11 @@ void GpuTimeMeter::measure_by_slots(Gpu& gpu, Clock::time_point now, Problems& p
   }
   if (to > from) gpu.split_to_ns = to;
 
-  // Each share's figure: its part of the split (a late span in whole, bounded by the window), or
-  // its slot growth; "others" is the sum of the other shares' figures.
+  // Each share's figure: its part of the split (its late spans in whole, up to
+  // share::kPendingLateCap), or its slot growth; "others" is the sum of the other shares' figures.
   auto figure_of = [&](const OnDevice& o) -> uint64_t {
     if (!o.split) return o.share->slot_marks.empty() ? 0 : o.share->timed_ns[o.device];
-    int64_t part = std::max<int64_t>(o.late_ns, 0);
+    int64_t part = std::clamp<int64_t>(o.late_ns, 0, share::kPendingLateCap);
     for (int p = o.first; p < o.first + o.count; ++p) part += parts[static_cast<size_t>(p)];
     return static_cast<uint64_t>(part);
   };

@@ -405,6 +405,21 @@ TEST_F(GpuTimeMeterMig, SharesPendingTogetherInAnInstanceAreChargedTheirEqualPar
   ASSERT_EQ(meter.sample_once().message(), "");
   EXPECT_EQ(share_busy(thirty), before + 2 * kMs);
   EXPECT_EQ(meter.stats().pending_refused, 0u);
+
+  // A tenant's forgery: a ring of spans of 4 s each, all from long ago, "published late". Its own
+  // share is charged at most share::kPendingLateCap for them (the shim forgives debt beyond 2 s
+  // anyway), nothing wraps, and the other share's figure does not move.
+  const uint64_t thirty_before = share_busy(thirty), seventy_before = share_busy(seventy);
+  for (int i = 0; i < share::kPendingSpans; ++i)
+    thirty_file.add_span(2, share::make_owner(65, 4026531836, 1065), 1000 + i,
+                         1000 + i + 4'000'000'000);
+  ASSERT_EQ(meter.sample_once().message(), "");  // the record is seen: its spans are not late
+  for (int i = 0; i < share::kPendingSpans; ++i)
+    thirty_file.add_span(2, share::make_owner(65, 4026531836, 1065), 2000 + i,
+                         2000 + i + 4'000'000'000);
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(share_busy(thirty) - thirty_before, static_cast<uint64_t>(share::kPendingLateCap));
+  EXPECT_EQ(share_busy(seventy), seventy_before);
 }
 
 // A pending file a tenant replaced (a symlink, a FIFO, a cut file) or one its processes overflowed
