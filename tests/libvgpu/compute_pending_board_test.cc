@@ -345,5 +345,16 @@ TEST(OwnSourceUnderTheAgent, ChargesTheAgentsSplitWhereItsBitIsSet) {
   EXPECT_TRUE(source.timed(0));
 }
 
+// A share with no compute setting runs a meter (which publishes its pending spans) only where the
+// agent asks it to time its launches: a limited share is beside it in an instance.
+TEST(OwnSourceUnderTheAgent, AShareAskedToTimeItsLaunchesRunsAMeter) {
+  std::unique_ptr<share::LimitsPage> limits = limits_page("MIG-instance");
+  limits->devices[0].cores_request = 100;
+  limits->devices[0].cores_limit = 100;
+  EXPECT_FALSE(Meter::share_has_compute(*limits));
+  limits->time_launches_mask = 1;
+  EXPECT_TRUE(Meter::share_has_compute(*limits));
+}
+
 }  // namespace
 }  // namespace tessera::vgpu::compute

@@ -94,7 +94,13 @@ struct LimitsPage {
   // Was reserved (always 0) before, so no version bump: an older agent leaves the shim on its
   // spans.
   std::atomic<uint64_t> split_mask;
-  uint8_t reserved0[16];
+  // Written by the agent when measure_source == kMeasureAgent: bit d set = time the launches on
+  // device d (a MIG instance) and publish when they were pending, though this share has no compute
+  // setting there: a limited share is beside it on the device, and the split can give that share
+  // its part only if every process pending there says so. The agent bumps `generation` when it
+  // changes. Was reserved (always 0) before, so no version bump.
+  std::atomic<uint64_t> time_launches_mask;
+  uint8_t reserved0[8];
   DeviceLimits devices[kMaxDevices];
   // Written by the agent when measure_source == kMeasureAgent (cumulative, monotonic clock).
   struct Measured {
@@ -129,6 +135,7 @@ static_assert(offsetof(LimitsPage, priority) == 24);
 static_assert(offsetof(LimitsPage, measure_source) == 28);
 static_assert(offsetof(LimitsPage, yield_mask) == 32);
 static_assert(offsetof(LimitsPage, split_mask) == 40);
+static_assert(offsetof(LimitsPage, time_launches_mask) == 48);
 static_assert(offsetof(LimitsPage, devices) == 64);
 static_assert(offsetof(LimitsPage, measured) == 64 + 64 * kMaxDevices);
 static_assert(offsetof(LimitsPage, requests) == 64 + 96 * kMaxDevices);

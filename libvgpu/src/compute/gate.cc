@@ -58,11 +58,13 @@ uint64_t own_launches() {
   return sum;
 }
 
-// Whether the share limits device d now (a cores request below 100, or a priority): its launches
-// there are then timed where NVML cannot measure them.
+// Whether the share limits device d now (a cores request below 100, or a priority), or the agent
+// asks it to time its launches there (time_launches_mask: a limited share is beside it): its
+// launches there are then timed where NVML cannot measure them.
 bool device_has_compute(const share::LimitsPage& limits, int device) {
   return limits.priority.load(std::memory_order_acquire) != share::kPriorityNormal ||
-         limits.devices[device].cores_request.load(std::memory_order_acquire) < 100;
+         limits.devices[device].cores_request.load(std::memory_order_acquire) < 100 ||
+         ((limits.time_launches_mask.load(std::memory_order_acquire) >> device) & 1u) != 0;
 }
 
 bool owner_alive(uint64_t owner, void* context) {

@@ -142,6 +142,9 @@ bool Meter::no_time(const share::DeviceLimits& device) {
 
 bool Meter::share_has_compute(const share::LimitsPage& limits) {
   if (limits.priority.load(std::memory_order_acquire) != share::kPriorityNormal) return true;
+  // Asked by the agent to time its launches on a device (a limited share beside it): the meter
+  // thread publishes them, though nothing of this share is limited.
+  if (limits.time_launches_mask.load(std::memory_order_acquire) != 0) return true;
   uint32_t count = limits.device_count.load(std::memory_order_acquire);
   if (count > share::kMaxDevices) count = share::kMaxDevices;
   for (uint32_t d = 0; d < count; ++d) {

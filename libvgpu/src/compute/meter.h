@@ -173,7 +173,8 @@ class Meter {
   // Gives up the lead (a process that exits cleanly).
   void resign();
 
-  // Whether any device of the share has a compute setting (limit, burst or priority).
+  // Whether any device of the share has a compute setting (limit, burst or priority), or the agent
+  // asks the share to time its launches somewhere (time_launches_mask).
   static bool share_has_compute(const share::LimitsPage& limits);
   // Bit d set: the share gives device d no GPU time at all (cores 0, what a limit that failed
   // closed leaves). Its gate stays closed and launches on it are refused (gate.cc), never slowed

@@ -551,6 +551,26 @@ void GpuTimeMeter::measure_by_slots(Gpu& gpu, Clock::time_point now, Problems& p
         on.push_back({share.get(), d});
     }
   }
+  // A share with no compute setting here times its launches only when asked: while a limited share
+  // is beside it, so that the split sees its turns too (else the limited share would be charged
+  // them). The shim looks again when the generation moves.
+  auto limited = [](const OnDevice& o) {
+    const share::LimitsPage& page = *o.share->limits;
+    return page.priority.load(std::memory_order_acquire) != share::kPriorityNormal ||
+           page.devices[o.device].cores_request.load(std::memory_order_acquire) < 100;
+  };
+  const size_t limited_count = static_cast<size_t>(std::count_if(on.begin(), on.end(), limited));
+  for (const OnDevice& o : on) {
+    const bool ask = !limited(o) && limited_count > 0;
+    const uint64_t bit = 1ull << o.device;
+    std::atomic<uint64_t>& mask = o.share->limits->time_launches_mask;
+    const uint64_t before = ask ? mask.fetch_or(bit, std::memory_order_acq_rel)
+                                : mask.fetch_and(~bit, std::memory_order_acq_rel);
+    if (((before & bit) != 0) != ask) {
+      o.share->limits->generation.fetch_add(1, std::memory_order_acq_rel);
+      ++stats_.time_launches_changes;
+    }
+  }
   // The split's window: (the last one's end, now - lag]. The first look only marks where the
   // records stand.
   const int64_t to = static_cast<int64_t>(monotonic_ns()) - share::kPendingLag;

@@ -22,6 +22,8 @@
 // equal parts of that time across all the shares of the instance (share::equal_parts), over a
 // window `share::kPendingLag` behind now, and sets the device's bit in the share's `split_mask`:
 // the shim then charges that figure instead of its own spans (docs/compute.md, "Under the agent").
+// A share with no compute setting on such a device is asked to time its launches there too
+// (`time_launches_mask`) while a limited share is beside it, so that the split sees its turns.
 #pragma once
 
 #include <chrono>
@@ -84,13 +86,14 @@ struct GpuTimeMeterStats {
   // Slot figures not taken as they were: a slot whose gpu_busy_ns went down (not counted), or a
   // share's growth over the window's wall time (cut to it).
   uint64_t slot_figures_refused = 0;
-  uint64_t split_windows = 0;    // windows of a timed device charged by the equal split
-  uint64_t pending_refused = 0;  // pending files not taken (a symlink, truncated, full, ...)
-  size_t shares = 0;             // valid limits pages found in the last scan
-  size_t agent_shares = 0;       // of them, measure_source == kMeasureAgent
-  size_t gpus = 0;               // GPUs queried
-  size_t timed_gpus = 0;         // of them, devices NVML cannot measure (the shims' slots)
-  std::string last_error;        // the most recent problem ("" = none)
+  uint64_t split_windows = 0;          // windows of a timed device charged by the equal split
+  uint64_t pending_refused = 0;        // pending files not taken (a symlink, truncated, full, ...)
+  uint64_t time_launches_changes = 0;  // time_launches_mask bits set or cleared
+  size_t shares = 0;                   // valid limits pages found in the last scan
+  size_t agent_shares = 0;             // of them, measure_source == kMeasureAgent
+  size_t gpus = 0;                     // GPUs queried
+  size_t timed_gpus = 0;               // of them, devices NVML cannot measure (the shims' slots)
+  std::string last_error;              // the most recent problem ("" = none)
 };
 
 class GpuTimeMeter {

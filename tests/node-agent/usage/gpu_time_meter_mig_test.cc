@@ -161,6 +161,12 @@ uint64_t yield(const std::string& dir) {
 uint64_t split(const std::string& dir) {
   return limits_figure(dir, [](const share::LimitsPage& p) { return p.split_mask.load(); });
 }
+uint64_t time_launches(const std::string& dir) {
+  return limits_figure(dir, [](const share::LimitsPage& p) { return p.time_launches_mask.load(); });
+}
+uint64_t generation(const std::string& dir) {
+  return limits_figure(dir, [](const share::LimitsPage& p) { return p.generation.load(); });
+}
 
 int64_t monotonic_now_ns() {
   timespec now{};
@@ -602,6 +608,91 @@ TEST_F(GpuTimeMeterMig, TwoLimitedSharesInOneInstanceAreHeldToTheirQuotasUnderTh
     EXPECT_GE(share.used, owed - 3) << share.name;
     EXPECT_LE(share.used, share.quota + 3) << share.name;
   }
+}
+
+// A share with no compute setting on an instance is asked to time its launches there while a
+// limited share is beside it (its turns must be in the split), and only then; each change bumps
+// its limits page's generation, so that its shim looks again.
+TEST_F(GpuTimeMeterMig, AnUnlimitedShareBesideALimitedOneIsAskedToTimeItsLaunches) {
+  const std::string a = create_instance("3g.40gb");
+  const std::string b = create_instance("3g.40gb");
+  TempDir base("gpu-time-meter-mig-ask");
+  const std::string unlimited = make_share(base, "unlimited", a, 100, 100);
+  const std::string unlimited_b = make_share(base, "unlimited-b", b, 100, 100);
+  SimulatedClock clock;
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  options.pid_refresh = milliseconds(10);
+  GpuTimeMeter meter(options, clock);
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(time_launches(unlimited), 0u);  // alone: nothing to split
+  const uint64_t before = generation(unlimited);
+
+  const std::string limited = make_share(base, "limited", a, 30, 30);
+  clock.advance(milliseconds(10));  // the rescan finds the new share
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(time_launches(unlimited), 1u);
+  EXPECT_EQ(time_launches(limited), 0u);      // it times its launches anyway
+  EXPECT_EQ(time_launches(unlimited_b), 0u);  // another instance
+  EXPECT_EQ(generation(unlimited), before + 1);
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(generation(unlimited), before + 1);  // no change, no bump
+
+  // The limited share is given the whole device: nobody beside the unlimited share is limited.
+  share_folder::DeviceLimit whole;
+  whole.uuid = a;
+  whole.cores_request = 100;
+  whole.cores_limit = 100;
+  ASSERT_EQ(
+      share_folder::write_limits(limited, {whole}, {share::kPriorityNormal, share::kMeasureAgent})
+          .message(),
+      "");
+  ASSERT_EQ(meter.sample_once().message(), "");
+  EXPECT_EQ(time_launches(unlimited), 0u);
+  EXPECT_EQ(meter.stats().time_launches_changes, 2u);
+}
+
+// A limited share beside an unlimited one in one instance under the agent: the unlimited share's
+// processes are asked to time their launches, so the split charges the limited share only its part
+// of the time it was pending, and it gets its quota (not half of it).
+TEST_F(GpuTimeMeterMig, ALimitedShareBesideAnUnlimitedOneInOneInstanceGetsItsQuota) {
+  if (std::string(COMPUTE_BURN).empty()) GTEST_SKIP() << "built without samples";
+#ifdef GPU_TIME_METER_SANITIZED
+  GTEST_SKIP() << "timing test: not in a sanitizer build (as libvgpu.compute.*)";
+#endif
+  const std::string a = create_instance("3g.40gb");
+  TempDir base("gpu-time-meter-mig-beside");
+  const std::string thirty = make_share(base, "thirty", a, 30, 30);
+  const std::string unlimited = make_share(base, "unlimited", a, 100, 100);
+  GpuTimeMeterOptions options;
+  options.shares_dir = base.shares();
+  GpuTimeMeter meter(options);
+  ASSERT_EQ(meter.start().message(), "");
+  ASSERT_TRUE(meter.wait_for_loop_passes(2));  // the unlimited share is asked before it starts
+  EXPECT_EQ(time_launches(unlimited), 1u);
+  constexpr uint64_t kKernelUs = 50;
+  const Burn burn30 = start_burn(base, thirty, a, kKernelUs, "3", "64");
+  const Burn burn_unlimited = start_burn(base, unlimited, a, kKernelUs, "3", "64");
+  double kernels30_s = 0;
+  const double used30 = finish_burn(burn30, kKernelUs, &kernels30_s);
+  const double used_unlimited = finish_burn(burn_unlimited, kKernelUs);
+  const uint64_t passes = meter.loop_passes();
+  ASSERT_TRUE(meter.wait_for_loop_passes(passes + 4));
+  meter.stop();
+  ASSERT_GE(used30, 0);
+  ASSERT_GE(used_unlimited, 0);
+  const double charged = 100.0 * static_cast<double>(share_busy(thirty)) * 1e-9 / kernels30_s;
+  std::printf("FIGURE agent_beside_unlimited_share30_gpu_percent = %.2f (expected 27 to 33)\n",
+              used30);
+  std::printf("FIGURE agent_beside_unlimited_unlimited_gpu_percent = %.2f\n", used_unlimited);
+  std::printf("FIGURE agent_beside_unlimited_share30_charged_vs_kernels_percent = %.2f\n", charged);
+  EXPECT_EQ(split(thirty), 1u);
+  EXPECT_EQ(split(unlimited), 1u);
+  // The unlimited share takes what the 30 share leaves: the 30 share is owed all of its quota.
+  EXPECT_GE(used30, 27);
+  EXPECT_LE(used30, 33);
+  EXPECT_GE(charged, 90);
+  EXPECT_LE(charged, 110);
 }
 
 // End to end: compute-burn under libvgpu in a high-priority share of instance A (its shim times its
