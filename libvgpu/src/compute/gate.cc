@@ -67,6 +67,37 @@ bool device_has_compute(const share::LimitsPage& limits, int device) {
          ((limits.time_launches_mask.load(std::memory_order_acquire) >> device) & 1u) != 0;
 }
 
+// Whether this process should run a meter for the share: a compute setting, or (under the agent)
+// a MIG device, where the agent may ask the share to time its launches at any time
+// (time_launches_mask) and only a running meter thread notices: a launch that finds its gates open
+// looks at nothing else.
+bool wants_meter(const share::LimitsPage& limits) {
+  if (Meter::share_has_compute(limits)) return true;
+  if (limits.measure_source.load(std::memory_order_acquire) != share::kMeasureAgent) return false;
+  uint32_t count = limits.device_count.load(std::memory_order_acquire);
+  if (count > share::kMaxDevices) count = share::kMaxDevices;
+  for (uint32_t d = 0; d < count; ++d) {
+    const char* uuid = limits.devices[d].uuid;
+    if (uuid[0] == 'M' && uuid[1] == 'I' && uuid[2] == 'G' && uuid[3] == '-') return true;
+  }
+  return false;
+}
+
+// Every launch takes the slow path (more_gates_closed) once a share of this process times launches
+// on some device: from the first timed device that has a compute setting or is asked to be timed.
+// Latched: never cleared.
+void start_timing_if_wanted(int r) {
+  if (g_timing.load(std::memory_order_acquire)) return;
+  const uint64_t timed = g_timed_masks[r].load(std::memory_order_acquire);
+  if (timed == 0) return;
+  const share::LimitsPage& limits = *shim().regions[r].limits_page();
+  bool wanted = false;
+  for (uint64_t left = timed; left != 0 && !wanted; left &= left - 1)
+    wanted = device_has_compute(limits, __builtin_ctzll(left));
+  if (wanted && !g_timing.exchange(true, std::memory_order_acq_rel))
+    g_more_closed_count.fetch_add(1, std::memory_order_acq_rel);  // every launch: the slow path
+}
+
 bool owner_alive(uint64_t owner, void* context) {
   return static_cast<Region*>(context)->owner_alive(owner);
 }
@@ -115,6 +146,8 @@ void* meter_main(void* argument) {
       slot->launches.store(own_launches(), std::memory_order_relaxed);
     }
     int64_t next = now + meter.timing().follower_period_ns;
+    // The agent may have asked the share to time its launches since the last look.
+    start_timing_if_wanted(parts->share);
     // Where launches are timed, every process publishes its pending spans every period.
     const bool timing = g_timed_masks[parts->share].load(std::memory_order_acquire) != 0;
     if (timing) {
@@ -234,9 +267,7 @@ void start_thread(int r) {
   // them closed; wait_at_gate refuses their launches).
   if (const uint64_t none = Meter::no_time_mask(*limits); none != 0)
     usage->compute.closed_mask.fetch_or(none, std::memory_order_acq_rel);
-  if (timed != 0 && !g_timing.exchange(true, std::memory_order_acq_rel)) {
-    g_more_closed_count.fetch_add(1, std::memory_order_acq_rel);  // every launch: the slow path
-  }
+  start_timing_if_wanted(r);
   // The first share with a meter has the fast path's word; the others are looked at after it.
   std::atomic<uint64_t>* closed = &usage->compute.closed_mask;
   std::atomic<uint64_t>* expected = &g_always_open;
@@ -306,7 +337,7 @@ void maybe_start() {
   uint32_t started = g_started_shares.load(std::memory_order_acquire);
   bool wanted = false;
   for (int r = 0; r < s.region_count && !wanted; ++r) {
-    wanted = (started & (1u << r)) == 0 && Meter::share_has_compute(*s.regions[r].limits_page());
+    wanted = (started & (1u << r)) == 0 && wants_meter(*s.regions[r].limits_page());
   }
   if (!wanted) {
     g_checked_generation.store(generation, std::memory_order_release);
@@ -317,7 +348,7 @@ void maybe_start() {
   bool all = true;
   for (int r = 0; r < s.region_count; ++r) {
     if (started & (1u << r)) continue;
-    if (!Meter::share_has_compute(*s.regions[r].limits_page())) {
+    if (!wants_meter(*s.regions[r].limits_page())) {
       all = false;  // the agent may give it a compute setting later
       continue;
     }

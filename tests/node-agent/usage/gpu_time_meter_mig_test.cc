@@ -652,9 +652,9 @@ TEST_F(GpuTimeMeterMig, AnUnlimitedShareBesideALimitedOneIsAskedToTimeItsLaunche
   EXPECT_EQ(meter.stats().time_launches_changes, 2u);
 }
 
-// A limited share beside an unlimited one in one instance under the agent: the unlimited share's
-// processes are asked to time their launches, so the split charges the limited share only its part
-// of the time it was pending, and it gets its quota (not half of it).
+// A limited share arrives beside an unlimited one already running in an instance under the agent:
+// the unlimited share's running process is asked to time its launches, so the split charges the
+// limited share only its part of the time it was pending, and it gets its quota (not half of it).
 TEST_F(GpuTimeMeterMig, ALimitedShareBesideAnUnlimitedOneInOneInstanceGetsItsQuota) {
   if (std::string(COMPUTE_BURN).empty()) GTEST_SKIP() << "built without samples";
 #ifdef GPU_TIME_METER_SANITIZED
@@ -662,17 +662,24 @@ TEST_F(GpuTimeMeterMig, ALimitedShareBesideAnUnlimitedOneInOneInstanceGetsItsQuo
 #endif
   const std::string a = create_instance("3g.40gb");
   TempDir base("gpu-time-meter-mig-beside");
-  const std::string thirty = make_share(base, "thirty", a, 30, 30);
   const std::string unlimited = make_share(base, "unlimited", a, 100, 100);
   GpuTimeMeterOptions options;
   options.shares_dir = base.shares();
+  options.pid_refresh = milliseconds(50);
   GpuTimeMeter meter(options);
   ASSERT_EQ(meter.start().message(), "");
-  ASSERT_TRUE(meter.wait_for_loop_passes(2));  // the unlimited share is asked before it starts
-  EXPECT_EQ(time_launches(unlimited), 1u);
   constexpr uint64_t kKernelUs = 50;
+  // The unlimited share runs first, alone: nothing asks it to time its launches yet.
+  const Burn burn_unlimited = start_burn(base, unlimited, a, kKernelUs, "3.6", "64");
+  ASSERT_TRUE(meter.wait_for_loop_passes(meter.loop_passes() + 10));
+  EXPECT_EQ(time_launches(unlimited), 0u);
+  // A limited share arrives (a pod scheduled beside it): the running process is asked, and its
+  // meter thread notices within a period.
+  const std::string thirty = make_share(base, "thirty", a, 30, 30);
+  for (int i = 0; i < 100 && time_launches(unlimited) == 0; ++i)
+    ASSERT_TRUE(meter.wait_for_loop_passes(meter.loop_passes() + 1));
+  EXPECT_EQ(time_launches(unlimited), 1u);
   const Burn burn30 = start_burn(base, thirty, a, kKernelUs, "3", "64");
-  const Burn burn_unlimited = start_burn(base, unlimited, a, kKernelUs, "3", "64");
   double kernels30_s = 0;
   const double used30 = finish_burn(burn30, kKernelUs, &kernels30_s);
   const double used_unlimited = finish_burn(burn_unlimited, kKernelUs);
