@@ -616,7 +616,7 @@ void GpuTimeMeter::measure_by_slots(Gpu& gpu, Clock::time_point now, Problems& p
     o.count = processes - o.first;
   }
   std::vector<int64_t> parts(static_cast<size_t>(processes), 0);
-  if (window) {
+  if (window && processes > 0) {
     edges_.resize(2 * spans_.size());
     std::vector<int> depth(static_cast<size_t>(processes));
     std::vector<int64_t> mark(static_cast<size_t>(processes));
