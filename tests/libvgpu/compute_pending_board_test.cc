@@ -317,11 +317,11 @@ TEST(OwnSourceUnderTheAgent, ChargesTheAgentsSplitWhereItsBitIsSet) {
   usage->slot_high_water = 1;
   usage->slots[0].owner = share::make_owner(42, 7, 9);
   usage->slots[0].generation = 1;
+  std::unique_ptr<share::LimitsPage> limits = limits_page("MIG-instance");
   std::atomic<uint64_t> timed{1};
-  std::atomic<uint64_t> split{0};
   AgentFigures agent;
   agent.next = Busy{3 * kMs, 7 * kMs};
-  OwnSource source(usage.get(), &agent, &timed, nullptr, OwnSource::kPendingLag, &split);
+  OwnSource source(usage.get(), &agent, &timed, nullptr, OwnSource::kPendingLag, limits.get());
   Busy busy;
   EXPECT_FALSE(source.measure(0, 1000 * kMs, &busy));  // the slots' first look
   usage->slots[0].gpu_busy_ns += 10 * kMs;
@@ -329,7 +329,8 @@ TEST(OwnSourceUnderTheAgent, ChargesTheAgentsSplitWhereItsBitIsSet) {
   EXPECT_EQ(busy.share_ns, 10 * kMs);  // what the launches spanned
   EXPECT_TRUE(source.timed(0));
 
-  split = 1;
+  limits->split_mask = 1;
+  limits->measured[0].sampled_at_ns = 1000 * kMs;  // the agent publishes
   usage->slots[0].gpu_busy_ns += 10 * kMs;
   EXPECT_FALSE(source.measure(0, 1010 * kMs, &busy));  // the agent's figures start a window
   EXPECT_EQ(agent.forgets, 1);
@@ -338,9 +339,20 @@ TEST(OwnSourceUnderTheAgent, ChargesTheAgentsSplitWhereItsBitIsSet) {
   EXPECT_EQ(busy.others_ns, 7 * kMs);
   EXPECT_FALSE(source.timed(0));
 
-  split = 0;
+  // The agent stopped publishing (killed, restarting): its bit is still set, its figures are old.
+  // The share is charged its own spans again, never left unmeasured.
+  usage->slots[0].gpu_busy_ns += 6 * kMs;
+  ASSERT_TRUE(source.measure(0, 1000 * kMs + OwnSource::kAgentStale + 1, &busy));
+  EXPECT_EQ(busy.share_ns, 6 * kMs);
+  EXPECT_TRUE(source.timed(0));
+  // Publishing again: back on its figures (a fresh window).
+  limits->measured[0].sampled_at_ns = 1300 * kMs;
+  EXPECT_FALSE(source.measure(0, 1310 * kMs, &busy));
+  EXPECT_EQ(agent.forgets, 2);
+
+  limits->split_mask = 0;
   usage->slots[0].gpu_busy_ns += 4 * kMs;
-  ASSERT_TRUE(source.measure(0, 1020 * kMs, &busy));
+  ASSERT_TRUE(source.measure(0, 1320 * kMs, &busy));
   EXPECT_EQ(busy.share_ns, 4 * kMs);
   EXPECT_TRUE(source.timed(0));
 }

@@ -258,7 +258,7 @@ void start_thread(int r) {
   }
   parts.own = new (own_storage)
       OwnSource(usage, source, &g_timed_masks[r], parts.user_board ? parts.pending_board : nullptr,
-                OwnSource::kPendingLag, parts.agent ? &limits->split_mask : nullptr);
+                OwnSource::kPendingLag, parts.agent ? limits : nullptr);
   source = parts.own;
   parts.meter =
       new (meter_storage) Meter(limits, usage, source, board, region.owner(), owner_alive, &region);

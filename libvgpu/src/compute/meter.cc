@@ -77,8 +77,13 @@ bool OwnSource::measure(int device, int64_t now_ns, Busy* out) {
     primed_ = true;
     collected_at_ns_ = now_ns;
   }
-  const bool by_agent =
-      split_mask_ && inner_ && ((split_mask_->load(std::memory_order_acquire) & bit) != 0);
+  bool by_agent = false;
+  if (agent_limits_ && inner_ &&
+      (agent_limits_->split_mask.load(std::memory_order_acquire) & bit) != 0) {
+    const int64_t sampled = static_cast<int64_t>(
+        agent_limits_->measured[device].sampled_at_ns.load(std::memory_order_acquire));
+    by_agent = sampled > 0 && now_ns - sampled <= kAgentStale;
+  }
   if (by_agent != split_[device]) {
     // The agent's figures start or stop counting this device: whichever source measures it next
     // starts a window of its own (none charges the time since the other's last look twice).

@@ -92,8 +92,10 @@ class AgentSource final : public BusySource {
 // `lag_ns` before now (the time a span takes to be collected, queued and published); "others" are
 // the other processes' parts.
 //
-// Exact too where the agent splits the device (bit d of `split_mask`, LimitsPage::split_mask: the
-// shares' pending files under the agent): then `inner`, the agent's figures, measures it.
+// Exact too where the agent splits the device (bit d of the limits page's split_mask: the shares'
+// pending files under the agent) and its figures are fresh (`measured[d].sampled_at_ns` at most
+// kAgentStale old: the agent publishes every 20 ms): then `inner`, the agent's figures, measures
+// it. An agent that stopped publishing leaves the share on its own spans, never unmeasured.
 //
 // Otherwise what the launches spanned: the growth of the slots' gpu_busy_ns (a slot claimed again
 // counts from 0). A slot's time goes to the timed device its process's contexts are on
@@ -104,15 +106,19 @@ class OwnSource final : public BusySource {
  public:
   static constexpr int64_t kPendingLag = share::kPendingLag;
 
+  static constexpr int64_t kAgentStale = 250 * kMillisecond;
+
+  // `agent_limits`: the share's limits page when the agent measures it (its split_mask and
+  // measured[]), else nullptr.
   OwnSource(share::UsagePage* usage, BusySource* inner, const std::atomic<uint64_t>* timed_mask,
             PendingBoard* pending = nullptr, int64_t lag_ns = kPendingLag,
-            const std::atomic<uint64_t>* split_mask = nullptr)
+            const share::LimitsPage* agent_limits = nullptr)
       : usage_(usage),
         inner_(inner),
         timed_mask_(timed_mask),
         pending_(pending),
         lag_ns_(lag_ns),
-        split_mask_(split_mask) {
+        agent_limits_(agent_limits) {
     for (int64_t& charged_to : charged_to_) charged_to = kNotCharged;
   }
   bool measure(int device, int64_t now_ns, Busy* out) override;
@@ -128,7 +134,7 @@ class OwnSource final : public BusySource {
   const std::atomic<uint64_t>* timed_mask_;
   PendingBoard* pending_;
   int64_t lag_ns_;
-  const std::atomic<uint64_t>* split_mask_;
+  const share::LimitsPage* agent_limits_;
   bool split_[share::kMaxDevices] = {};  // the last measurement came from the agent's split
   bool primed_ = false;
   bool window_valid_ = false;  // the look at collected_at_ns_ had a previous one to difference
