@@ -129,6 +129,13 @@ inline constexpr uint32_t kPriorityHigh = 1;
 inline constexpr uint32_t kPriorityLow = 2;
 inline constexpr uint32_t kMeasureNvml = 0;
 inline constexpr uint32_t kMeasureAgent = 1;
+// Whether the share limits its GPU time on limits-page device `device`: a cores request below 100
+// or a priority (the shim meters it; the agent's split asks the others on the device to say when
+// they were pending).
+inline bool device_limited(const LimitsPage& page, uint32_t device) {
+  return page.priority.load(std::memory_order_acquire) != kPriorityNormal ||
+         page.devices[device].cores_request.load(std::memory_order_acquire) < 100;
+}
 static_assert(offsetof(LimitsPage, device_count) == 12);
 static_assert(offsetof(LimitsPage, generation) == 16);
 static_assert(offsetof(LimitsPage, priority) == 24);

@@ -62,8 +62,7 @@ uint64_t own_launches() {
 // asks it to time its launches there (time_launches_mask: a limited share is beside it): its
 // launches there are then timed where NVML cannot measure them.
 bool device_has_compute(const share::LimitsPage& limits, int device) {
-  return limits.priority.load(std::memory_order_acquire) != share::kPriorityNormal ||
-         limits.devices[device].cores_request.load(std::memory_order_acquire) < 100 ||
+  return share::device_limited(limits, static_cast<uint32_t>(device)) ||
          ((limits.time_launches_mask.load(std::memory_order_acquire) >> device) & 1u) != 0;
 }
 

@@ -555,9 +555,7 @@ void GpuTimeMeter::measure_by_slots(Gpu& gpu, Clock::time_point now, Problems& p
   // is beside it, so that the split sees its turns too (else the limited share would be charged
   // them). The shim looks again when the generation moves.
   auto limited = [](const OnDevice& o) {
-    const share::LimitsPage& page = *o.share->limits;
-    return page.priority.load(std::memory_order_acquire) != share::kPriorityNormal ||
-           page.devices[o.device].cores_request.load(std::memory_order_acquire) < 100;
+    return share::device_limited(*o.share->limits, o.device);
   };
   const size_t limited_count = static_cast<size_t>(std::count_if(on.begin(), on.end(), limited));
   for (const OnDevice& o : on) {
